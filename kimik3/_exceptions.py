@@ -1,0 +1,208 @@
+"""The kimik3 exception tree (one module, like httpx's ``_exceptions.py``).
+
+::
+
+    KimiK3Error
+    ├── MessageError (ValueError)          bad input to the encoder / typed messages
+    │   ├── UnknownRoleError
+    │   ├── UnknownContentPartError
+    │   ├── InvalidEffortError
+    │   ├── ToolNameError                  a tool message whose tool name cannot be resolved
+    │   └── InvalidArgumentsError          tool-call arguments that are JSON but not an object
+    ├── TokenizerError                     a model directory without a usable tokenizer
+    ├── ParserStateError (RuntimeError)    a K3 StreamParser fed after finish()
+    ├── MediaError (ValueError)
+    │   ├── ImageTooLargeError             over Pillow's decompression-bomb limit
+    │   ├── MediaDecodeError               corrupt or unsupported file
+    │   └── NoVideoStreamError
+    ├── EngineError                        engine set-up / transport problems
+    │   ├── EngineNotAvailableError        e.g. ``vllm`` not installed
+    │   ├── APIConnectionError
+    │   │   └── APITimeoutError
+    │   └── APIStatusError                 the server answered with an error status
+    │       ├── BadRequestError            400
+    │       │   └── ContextLengthExceededError
+    │       ├── AuthenticationError        401 / 403
+    │       ├── NotFoundError              404
+    │       ├── RateLimitError             429
+    │       └── ServiceUnavailableError    5xx
+    ├── ToolError                          raised by or around a tool; the agent turns it into a
+    │   ├── ToolArgumentsError             tool-error message for the model, it never escapes a run
+    │   └── ToolDefinitionError            a function that cannot become a tool (at decoration time)
+    └── AgentError
+        └── SessionError                   a session file that cannot be read or resumed
+
+Malformed *model output* never raises: the parser recovers and reports what it dropped.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "APIConnectionError",
+    "APIStatusError",
+    "APITimeoutError",
+    "AgentError",
+    "AuthenticationError",
+    "BadRequestError",
+    "ContextLengthExceededError",
+    "EngineError",
+    "EngineNotAvailableError",
+    "ImageTooLargeError",
+    "InvalidArgumentsError",
+    "InvalidEffortError",
+    "KimiK3Error",
+    "MediaDecodeError",
+    "MediaError",
+    "MessageError",
+    "NoVideoStreamError",
+    "NotFoundError",
+    "ParserStateError",
+    "RateLimitError",
+    "ServiceUnavailableError",
+    "SessionError",
+    "TokenizerError",
+    "ToolArgumentsError",
+    "ToolDefinitionError",
+    "ToolError",
+    "ToolNameError",
+    "UnknownContentPartError",
+    "UnknownRoleError",
+]
+
+
+class KimiK3Error(Exception):
+    """Base class of every error kimik3 raises on purpose."""
+
+
+# -- messages / encoding ---------------------------------------------------------------------
+
+
+class MessageError(KimiK3Error, ValueError):
+    """A message, tool spec or encoding option that K3's format cannot express."""
+
+
+class UnknownRoleError(MessageError):
+    """A message role other than system, developer, user, assistant or tool."""
+
+
+class UnknownContentPartError(MessageError):
+    """A content part whose ``type`` is not text, image_url / image or video_url / video."""
+
+
+class InvalidEffortError(MessageError):
+    """A ``thinking_effort`` / ``reasoning_effort`` outside low / high / max (or "none")."""
+
+
+class ToolNameError(MessageError):
+    """A tool message whose tool name is neither given nor found on the preceding assistant."""
+
+
+class InvalidArgumentsError(MessageError):
+    """Tool-call arguments that parse as JSON but are not a JSON object."""
+
+
+class TokenizerError(KimiK3Error):
+    """A model directory whose tokenizer files are missing or inconsistent."""
+
+
+class ParserStateError(KimiK3Error, RuntimeError):
+    """A :class:`~kimik3.formats.k3.StreamParser` used out of order (fed after ``finish()``)."""
+
+
+# -- media -----------------------------------------------------------------------------------
+
+
+class MediaError(KimiK3Error, ValueError):
+    """An image or video that cannot be prepared for K3."""
+
+
+class ImageTooLargeError(MediaError):
+    """An image over Pillow's decompression-bomb limit (raised before pixels are decoded)."""
+
+
+class MediaDecodeError(MediaError):
+    """A corrupt, truncated or unsupported image or video file."""
+
+
+class NoVideoStreamError(MediaError):
+    """A container with no video stream."""
+
+
+# -- engines / client ------------------------------------------------------------------------
+
+
+class EngineError(KimiK3Error):
+    """An engine could not be built or could not serve a request."""
+
+
+class EngineNotAvailableError(EngineError):
+    """An optional dependency of an engine (``vllm``, a server) is missing."""
+
+
+class APIConnectionError(EngineError):
+    """The endpoint could not be reached."""
+
+
+class APITimeoutError(APIConnectionError):
+    """The request timed out."""
+
+
+class APIStatusError(EngineError):
+    """The endpoint answered with an error status.
+
+    Attributes:
+        status_code: the HTTP status (int).
+        body: the decoded error body, when there was one.
+    """
+
+    def __init__(self, message: str, *, status_code: int, body: object = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.body = body
+
+
+class BadRequestError(APIStatusError):
+    """HTTP 400: the server rejected the request itself."""
+
+
+class ContextLengthExceededError(BadRequestError):
+    """The prompt plus ``max_tokens`` does not fit the model's context window."""
+
+
+class AuthenticationError(APIStatusError):
+    """HTTP 401 / 403."""
+
+
+class NotFoundError(APIStatusError):
+    """HTTP 404: wrong base URL or model name."""
+
+
+class RateLimitError(APIStatusError):
+    """HTTP 429 (retried with backoff before it is raised)."""
+
+
+class ServiceUnavailableError(APIStatusError):
+    """HTTP 5xx (retried with backoff before it is raised)."""
+
+
+# -- tools / agent ---------------------------------------------------------------------------
+
+
+class ToolError(KimiK3Error):
+    """A tool failed; inside an agent run this becomes a tool-error message for the model."""
+
+
+class ToolArgumentsError(ToolError):
+    """Tool-call arguments that do not match the tool's schema (names the offending field)."""
+
+
+class ToolDefinitionError(ToolError):
+    """A Python function that cannot be turned into a tool (raised when the tool is defined)."""
+
+
+class AgentError(KimiK3Error):
+    """A problem with how an agent was configured or resumed."""
+
+
+class SessionError(AgentError):
+    """A session file that cannot be read or resumed."""

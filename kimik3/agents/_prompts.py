@@ -1,0 +1,23 @@
+"""Default instructions of kimik3's built-in agents.
+
+The tiny K3-speaking test model (``models/k3-tiny``) was trained on prompts that use
+:data:`CODING_INSTRUCTIONS` verbatim with the tools of :func:`kimik3.tools.coding.coding_tools`:
+changing either changes what that model sees (a test pins both).
+"""
+
+from __future__ import annotations
+
+__all__ = ["CODING_INSTRUCTIONS", "SUMMARY_INSTRUCTIONS"]
+
+CODING_INSTRUCTIONS = (
+    "You are a coding agent. You work in a workspace directory through tools: read, write and "
+    "edit files, search them, and run shell commands. Paths are relative to the workspace. "
+    "When the task is done, answer the user briefly."
+)
+"""System prompt of the coding agent (``kimik3 run``)."""
+
+SUMMARY_INSTRUCTIONS = (
+    "A budget of this run is used up. Do not call tools. Answer the user now with what you "
+    "found and what remains to be done."
+)
+"""Appended (as a system message) for the final tool-free turn when a budget runs out."""

@@ -1,0 +1,519 @@
+"""K3 prompt encoding: messages -> segments (spec: k3-wire-format.md §2).
+
+The encoder produces :class:`Segment` s. Control segments are single special tokens
+(``<|open|>``, ``<|close|>``, ``<|sep|>``, ``<|end_of_msg|>``, ``<|kimi_image_placeholder|>``);
+text segments are tokenized on their own with special tokens disallowed, so a user who types
+``<|open|>`` gets plain BPE and merges never cross a segment boundary (see
+:mod:`kimik3.tokenizer`). :func:`render` is the concatenation of the segment texts.
+
+Sources: the checkpoint's ``encoding_k3.py`` (as described by the spec and the golden fixtures
+from smg-project/smg) and vLLM 0.32's ``vllm/renderers/kimi_k3.py`` (tool-result re-ordering).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any, Literal, NamedTuple
+
+from ..._exceptions import InvalidArgumentsError, InvalidEffortError, MessageError, ToolNameError
+from ...types import (
+    AssistantMessage,
+    Content,
+    ImagePart,
+    Message,
+    SystemMessage,
+    TextPart,
+    ToolMessage,
+    ToolSpec,
+    UserMessage,
+    VideoPart,
+    to_message,
+    to_tool_specs,
+)
+
+__all__ = [
+    "CLOSE",
+    "END_OF_MSG",
+    "IMAGE_PLACEHOLDER",
+    "OPEN",
+    "SEP",
+    "THINKING_EFFORTS",
+    "RenderedMessage",
+    "Segment",
+    "ThinkingEffort",
+    "encode_segments",
+    "message_segments",
+    "normalize_messages",
+    "prompt_header_segments",
+    "prompt_trailer_segments",
+    "protocol_bodies",
+    "render",
+]
+
+OPEN = "<|open|>"
+CLOSE = "<|close|>"
+SEP = "<|sep|>"
+END_OF_MSG = "<|end_of_msg|>"
+IMAGE_PLACEHOLDER = "<|kimi_image_placeholder|>"
+
+ThinkingEffort = Literal["low", "high", "max"]
+THINKING_EFFORTS: tuple[str, ...] = ("low", "high", "max")
+
+
+class Segment(NamedTuple):
+    """One piece of a K3 prompt.
+
+    Attributes:
+        text: the exact text of the piece.
+        control: True for a structural special token (tokenized with specials allowed, always a
+            single token); False for text (tokenized on its own with specials disallowed).
+    """
+
+    text: str
+    control: bool
+
+
+_OPEN = Segment(OPEN, True)
+_CLOSE = Segment(CLOSE, True)
+_SEP = Segment(SEP, True)
+_EOM = Segment(END_OF_MSG, True)
+_IMAGE = Segment(IMAGE_PLACEHOLDER, True)
+
+
+@cache
+def protocol_bodies() -> dict[str, str]:
+    """The literal system-message bodies of K3's encoding (protocol constants), shipped as package
+    data (``kimik3/formats/k3/protocol_bodies.json``; source: the checkpoint's ``encoding_k3.py``).
+
+    Keys: TOOL_DECLARE, DYNAMIC_TOOL_DECLARE, EFFORT, TOOL_CHOICE_REQUIRED, TOOL_CHOICE_NONE,
+    RF_JSON_OBJECT, RF_JSON_SCHEMA. Placeholders: ``{JSON}``, ``{E}``, ``{SCHEMA}``.
+    """
+    text = resources.files(__package__).joinpath("protocol_bodies.json").read_text(encoding="utf-8")
+    bodies: dict[str, str] = json.loads(text)["bodies"]
+    return bodies
+
+
+# -- primitives ------------------------------------------------------------------------------
+
+
+def _escape_attr(value: str) -> str:
+    # spec §2: '&' first, then '"'. Bodies are never escaped.
+    return value.replace("&", "&amp;").replace('"', "&quot;")
+
+
+def _text(out: list[Segment], text: str) -> None:
+    if text:  # empty strings produce no segment
+        out.append(Segment(text, False))
+
+
+def _open(out: list[Segment], tag: str, attrs: Sequence[tuple[str, str]] = ()) -> None:
+    out.append(_OPEN)
+    out.append(Segment(tag, False))
+    for key, value in attrs:
+        out.append(Segment(" " + key, False))
+        out.append(Segment('="', False))
+        _text(out, _escape_attr(value))
+        out.append(Segment('"', False))
+    out.append(_SEP)
+
+
+def _close(out: list[Segment], tag: str) -> None:
+    out.append(_CLOSE)
+    out.append(Segment(tag, False))
+    out.append(_SEP)
+
+
+def _message(out: list[Segment], attrs: Sequence[tuple[str, str]], body: Iterable[Segment]) -> None:
+    _open(out, "message", attrs)
+    out.extend(body)
+    _close(out, "message")
+    out.append(_EOM)
+
+
+def _compact_sorted_json(value: Any) -> str:
+    # "deep sort" = sort_keys (recursive); compact separators; non-ASCII kept.
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _content_segments(content: Content | None) -> list[Segment]:
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return [Segment(content, False)] if content else []
+    out: list[Segment] = []
+    pending: list[str] = []  # adjacent text parts form one text segment (decision: a list of
+    # text parts means the same as their concatenation; only media parts split the text)
+    for part in content:
+        if isinstance(part, TextPart):
+            pending.append(part.text)
+            continue
+        _text(out, "".join(pending))
+        pending.clear()
+        if isinstance(part, ImagePart):
+            out.append(_IMAGE)  # no newline after it (spec §2)
+        elif isinstance(part, VideoPart):
+            from ..._exceptions import UnknownContentPartError
+
+            raise UnknownContentPartError(
+                "a video part must be sampled into frames before K3 encoding "
+                "(kimik3.media.sample_video); K3's released encoder is image-only"
+            )
+    _text(out, "".join(pending))
+    return out
+
+
+# -- directives ------------------------------------------------------------------------------
+
+
+def _check_effort(effort: str | None) -> None:
+    if effort is not None and effort not in THINKING_EFFORTS:
+        raise InvalidEffortError(
+            f"thinking_effort must be one of low, high, max (or None), got {effort!r}; "
+            "K3 rejects 'medium' although its protocol text mentions it"
+        )
+
+
+def prompt_header_segments(
+    tools: Sequence[ToolSpec] | None, *, thinking: bool, thinking_effort: str | None
+) -> list[Segment]:
+    """The segments before the conversation: the tool declaration (when tools are given) and the
+    thinking-effort directive (when thinking is on and an effort is set). Spec §2 steps 1-2.
+
+    Raises:
+        InvalidEffortError: ``thinking_effort`` not in low / high / max.
+    """
+    _check_effort(thinking_effort)
+    bodies = protocol_bodies()
+    out: list[Segment] = []
+    if tools:
+        decl = [t.model_dump(mode="json", exclude_none=True) for t in tools]
+        body = bodies["TOOL_DECLARE"].replace("{JSON}", _compact_sorted_json(decl))
+        _message(out, (("role", "system"), ("type", "tool-declare")), [Segment(body, False)])
+    if thinking and thinking_effort is not None:
+        body = bodies["EFFORT"].replace("{E}", thinking_effort)
+        _message(out, (("role", "system"), ("type", "thinking-effort")), [Segment(body, False)])
+    return out
+
+
+def _tool_choice_body(tool_choice: Any) -> str | None:
+    if tool_choice is None or tool_choice == "auto":
+        return None
+    if tool_choice == "required":
+        return protocol_bodies()["TOOL_CHOICE_REQUIRED"]
+    if tool_choice == "none":
+        return protocol_bodies()["TOOL_CHOICE_NONE"]
+    # Decision (spec silent): K3's protocol has no "call this named tool" directive, and
+    # inventing one would put text the checkpoint never saw into the prompt.
+    raise MessageError(
+        f"K3 supports tool_choice 'auto', 'required' or 'none', got {tool_choice!r}; to force one "
+        "tool, declare only that tool and use tool_choice='required'"
+    )
+
+
+def _response_format_body(response_format: Any) -> str | None:
+    if response_format is None:
+        return None
+    if hasattr(response_format, "model_dump"):
+        response_format = response_format.model_dump(mode="json", exclude_none=True)
+    if not isinstance(response_format, Mapping):
+        raise MessageError(f"response_format must be a dict, got {type(response_format).__name__}")
+    kind = response_format.get("type")
+    if kind in (None, "text"):
+        return None
+    if kind == "json_object":
+        return protocol_bodies()["RF_JSON_OBJECT"]
+    if kind == "json_schema":
+        spec = response_format.get("json_schema")
+        if not isinstance(spec, Mapping):
+            raise MessageError("response_format json_schema needs a 'json_schema' object")
+        # OpenAI shape {"name":..., "schema": {...}}; a bare schema is accepted too.
+        schema = spec.get("schema", spec)
+        return protocol_bodies()["RF_JSON_SCHEMA"].replace("{SCHEMA}", _compact_sorted_json(schema))
+    raise MessageError(f"unknown response_format type {kind!r}; expected text, json_object or json_schema")
+
+
+def prompt_trailer_segments(
+    *,
+    thinking: bool,
+    tool_choice: Any = None,
+    response_format: Any = None,
+    add_generation_prompt: bool = True,
+) -> list[Segment]:
+    """The segments after the conversation: tool-choice and response-format directives, then the
+    generation prompt (open ``message role="assistant"``, open ``think`` or ``response``).
+    Spec §2 steps 4-5.
+
+    Raises:
+        MessageError: an unsupported ``tool_choice`` or ``response_format``.
+    """
+    out: list[Segment] = []
+    body = _tool_choice_body(tool_choice)
+    if body is not None:
+        _message(out, (("role", "system"), ("type", "tool-choice")), [Segment(body, False)])
+    body = _response_format_body(response_format)
+    if body is not None:
+        _message(out, (("role", "system"), ("type", "response-format")), [Segment(body, False)])
+    if add_generation_prompt:
+        _open(out, "message", (("role", "assistant"),))
+        _open(out, "think" if thinking else "response")
+    return out
+
+
+# -- messages --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RenderedMessage:
+    """A typed message with the attributes the encoder resolved for it.
+
+    Attributes:
+        message: the typed message (never a copy that was modified).
+        tool_name: for tool messages, the resolved tool name (else None).
+        tool_index: for tool messages, the 1-based index rendered as ``index="i"``.
+    """
+
+    message: Message
+    tool_name: str | None = None
+    tool_index: int | None = None
+
+
+def _calls_of(message: AssistantMessage | None) -> list[Any]:
+    return list(message.tool_calls or ()) if message is not None else []
+
+
+def _resolve_tool_run(run: list[ToolMessage], assistant: AssistantMessage | None) -> list[RenderedMessage]:
+    """Re-order one run of consecutive tool messages into the order of the preceding assistant's
+    tool_calls, matching ``tool_call_id`` or the alias ``"NAME:zero_based_index"``; if any message
+    does not match, keep the run's order (vLLM 0.32 ``_normalize_k3_tool_messages``)."""
+    calls = _calls_of(assistant)
+    targets: dict[str, tuple[int, str]] = {}
+    for position, call in enumerate(calls):
+        name = call.function.name
+        if not name:
+            continue
+        if call.id:
+            targets.setdefault(str(call.id), (position, name))
+        targets.setdefault(f"{name}:{position}", (position, name))
+    resolved: list[tuple[int, int, RenderedMessage]] = []
+    for order, msg in enumerate(run):
+        target = targets.get(str(msg.tool_call_id)) if msg.tool_call_id is not None else None
+        if target is None:
+            break
+        position, name = target
+        # Matched: like vLLM's renderer, the call's name and 1-based position win.
+        resolved.append((position, order, RenderedMessage(msg, name, position + 1)))
+    else:
+        resolved.sort(key=lambda item: (item[0], item[1]))
+        return [item[2] for item in resolved]
+    out: list[RenderedMessage] = []
+    for i, msg in enumerate(run, start=1):
+        name = msg.name or (calls[i - 1].function.name if i <= len(calls) else None)
+        if not name:
+            raise ToolNameError(
+                f"tool message #{i} after the last assistant message (tool_call_id="
+                f"{msg.tool_call_id!r}) has no name, and the preceding assistant message has no "
+                f"tool call #{i} to take it from"
+            )
+        out.append(RenderedMessage(msg, name, i))
+    return out
+
+
+def normalize_messages(
+    messages: Iterable[Message | Mapping[str, Any]], *, last_assistant: AssistantMessage | None = None
+) -> Iterator[RenderedMessage]:
+    """Type the messages and resolve tool-message names, indices and order (spec §2 ``tool``).
+
+    Args:
+        messages: dicts or typed messages (never mutated).
+        last_assistant: the assistant message that precedes ``messages`` when encoding resumes
+            mid-conversation (used to resolve a leading tool-message run).
+
+    Raises:
+        UnknownRoleError, UnknownContentPartError, MessageError: malformed messages.
+        ToolNameError: a tool message whose name cannot be resolved.
+    """
+    run: list[ToolMessage] = []
+    for raw in messages:
+        msg = to_message(raw)
+        if isinstance(msg, ToolMessage):
+            run.append(msg)
+            continue
+        if run:
+            yield from _resolve_tool_run(run, last_assistant)
+            run = []
+        if isinstance(msg, AssistantMessage):
+            last_assistant = msg
+        yield RenderedMessage(msg)
+    if run:
+        yield from _resolve_tool_run(run, last_assistant)
+
+
+def _argument_value(value: Any) -> tuple[str, str]:
+    if isinstance(value, str):
+        return "string", value
+    if value is None:
+        kind = "null"
+    elif isinstance(value, bool):
+        kind = "boolean"
+    elif isinstance(value, (int, float)):
+        kind = "number"
+    elif isinstance(value, dict):
+        kind = "object"
+    else:
+        kind = "array"
+    return kind, json.dumps(value, ensure_ascii=False)
+
+
+def _tool_calls_segments(out: list[Segment], message: AssistantMessage) -> None:
+    _open(out, "tools")
+    for k, call in enumerate(message.tool_calls or (), start=1):
+        _open(out, "call", (("tool", call.function.name), ("index", str(k))))
+        raw = call.function.arguments
+        try:
+            args = json.loads(raw) if raw.strip() else {}
+        except json.JSONDecodeError:
+            _open(out, "json", (("type", "object"),))
+            _text(out, raw)
+            _close(out, "json")
+        else:
+            if not isinstance(args, dict):
+                raise InvalidArgumentsError(
+                    f"arguments of tool call #{k} ({call.function.name!r}) must be a JSON object, "
+                    f"got {type(args).__name__}: {raw[:80]!r}"
+                )
+            for key, value in args.items():  # given key order, not sorted (spec §2)
+                kind, text = _argument_value(value)
+                _open(out, "argument", (("key", key), ("type", kind)))
+                _text(out, text)
+                _close(out, "argument")
+        _close(out, "call")
+    _close(out, "tools")
+
+
+def message_segments(item: RenderedMessage, *, thinking: bool = True) -> list[Segment]:
+    """The segments of one message, ``<|open|>message ...`` through ``<|end_of_msg|>``.
+
+    Raises:
+        UnknownContentPartError: a video part (sample it with kimik3.media first).
+        InvalidArgumentsError: tool-call arguments that are JSON but not an object.
+    """
+    msg = item.message
+    out: list[Segment] = []
+    if isinstance(msg, SystemMessage):
+        if msg.tools is not None and not msg.content:
+            decl = [t.model_dump(mode="json", exclude_none=True) for t in msg.tools]
+            body = protocol_bodies()["DYNAMIC_TOOL_DECLARE"].replace("{JSON}", _compact_sorted_json(decl))
+            _message(out, (("role", "system"), ("type", "tool-declare")), [Segment(body, False)])
+            return out
+        attrs = [("role", "system")]  # developer is treated as system
+        if msg.name:
+            attrs.append(("name", msg.name))
+        _message(out, attrs, _content_segments(msg.content))
+    elif isinstance(msg, UserMessage):
+        attrs = [("role", "user")]
+        if msg.name:
+            attrs.append(("name", msg.name))
+        _message(out, attrs, _content_segments(msg.content))
+    elif isinstance(msg, ToolMessage):
+        assert item.tool_name is not None and item.tool_index is not None, "use normalize_messages()"
+        attrs = [("role", "tool"), ("tool", item.tool_name), ("index", str(item.tool_index))]
+        _message(out, attrs, _content_segments(msg.content))
+    else:
+        attrs = [("role", "assistant")]
+        if msg.name:
+            attrs.append(("name", msg.name))
+        _open(out, "message", attrs)
+        if thinking:
+            _open(out, "think")
+            reasoning = msg.reasoning_content or ""
+            if reasoning.strip():  # omitted when blank; the tags are always emitted
+                out.append(Segment(reasoning, False))
+            _close(out, "think")
+        _open(out, "response")
+        out.extend(_content_segments(msg.content))
+        _close(out, "response")
+        if msg.tool_calls:
+            _tool_calls_segments(out, msg)
+        _close(out, "message")
+        out.append(_EOM)
+    return out
+
+
+def encode_segments(
+    messages: Iterable[Message | Mapping[str, Any]],
+    tools: Iterable[ToolSpec | Mapping[str, Any] | Any] | None = None,
+    *,
+    thinking: bool = True,
+    thinking_effort: ThinkingEffort | str | None = "max",
+    tool_choice: Any = None,
+    response_format: Any = None,
+    add_generation_prompt: bool = True,
+) -> list[Segment]:
+    """Encode a conversation into K3 prompt segments (spec §2).
+
+    Args:
+        messages: OpenAI-shaped dicts or :mod:`kimik3.types` messages; never mutated.
+        tools: tool declarations (:class:`~kimik3.types.ToolSpec`, OpenAI dicts, or kimik3
+            :class:`~kimik3.Tool` objects); rendered deep-sorted and compact.
+        thinking: K3's thinking channel on (default) or off.
+        thinking_effort: ``"low"``, ``"high"`` or ``"max"`` (default), or None for no directive.
+            Ignored when ``thinking`` is False (but still validated).
+        tool_choice: ``"auto"``/None (nothing), ``"required"`` or ``"none"``.
+        response_format: ``{"type": "json_object"}`` or ``{"type": "json_schema", "json_schema":
+            {"schema": {...}}}``; ``{"type": "text"}``/None renders nothing.
+        add_generation_prompt: end with the open assistant message and open think/response tag.
+
+    Returns:
+        The segments, in order; ``"".join(s.text for s in segments)`` is :func:`render`'s text.
+
+    Raises:
+        UnknownRoleError, UnknownContentPartError, InvalidEffortError, ToolNameError,
+        InvalidArgumentsError, MessageError: input K3's format cannot express.
+    """
+    specs = to_tool_specs(tools)
+    out = prompt_header_segments(specs, thinking=thinking, thinking_effort=thinking_effort)
+    for item in normalize_messages(messages):
+        out.extend(message_segments(item, thinking=thinking))
+    out.extend(
+        prompt_trailer_segments(
+            thinking=thinking,
+            tool_choice=tool_choice,
+            response_format=response_format,
+            add_generation_prompt=add_generation_prompt,
+        )
+    )
+    return out
+
+
+def render(
+    messages: Iterable[Message | Mapping[str, Any]],
+    tools: Iterable[ToolSpec | Mapping[str, Any] | Any] | None = None,
+    *,
+    thinking: bool = True,
+    thinking_effort: ThinkingEffort | str | None = "max",
+    tool_choice: Any = None,
+    response_format: Any = None,
+    add_generation_prompt: bool = True,
+) -> str:
+    """The K3 prompt text: the concatenation of :func:`encode_segments`' segment texts.
+
+    Same parameters and errors as :func:`encode_segments`. Note that tokenizing this string in one
+    piece does NOT give K3's prompt ids (merges must not cross segments, and text that looks like
+    a marker must stay text): use :class:`kimik3.tokenizer.K3Tokenizer` on the segments.
+    """
+    return "".join(
+        s.text
+        for s in encode_segments(
+            messages,
+            tools,
+            thinking=thinking,
+            thinking_effort=thinking_effort,
+            tool_choice=tool_choice,
+            response_format=response_format,
+            add_generation_prompt=add_generation_prompt,
+        )
+    )

@@ -1,0 +1,419 @@
+"""K3's tokenizer (tiktoken BPE) and incremental prompt encoding to token ids.
+
+Spec: k3-wire-format.md §1 (tokens) and §2 (segments). A K3 model directory holds
+``tiktoken.model`` (lines ``<base64 token bytes> <rank>``) and ``tokenizer_config.json`` whose
+``added_tokens_decoder`` names the special tokens. Special ids are ``num_base_tokens + k`` for
+k in 0..255; unnamed ones are ``<|reserved_token_{id}|>`` (as the checkpoint's
+``tokenization_kimi.py`` does). For the real K3 vocab, num_base_tokens = 163,584 and
+``<|end_of_msg|>``, ``<|open|>``, ``<|close|>``, ``<|sep|>`` are 163586..163589 — but ids are
+always read from the model directory, never hard-coded.
+
+Segments are tokenized one by one: control segments with special tokens allowed, text segments
+with special tokens disallowed (a typed ``<|open|>`` stays plain BPE), so BPE merges never cross
+a segment boundary.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import tiktoken
+
+from ._exceptions import TokenizerError
+from .formats.k3._encode import (
+    END_OF_MSG,
+    Segment,
+    ThinkingEffort,
+    message_segments,
+    normalize_messages,
+    prompt_header_segments,
+    prompt_trailer_segments,
+)
+from .types import AssistantMessage, Message, ToolMessage, ToolSpec, to_message, to_tool_specs
+
+__all__ = ["K3_PAT_STR", "NUM_RESERVED_SPECIAL_TOKENS", "K3Tokenizer", "PromptEncoder", "load_tiktoken_bpe"]
+
+K3_PAT_STR = "|".join(
+    [
+        r"""[\p{Han}]+""",
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""\p{N}{1,3}""",
+        r""" ?[^\s\p{L}\p{N}]+[\r\n]*""",
+        r"""\s*[\r\n]+""",
+        r"""\s+(?!\S)""",
+        r"""\s+""",
+    ]
+)
+"""K3's pre-tokenizer split regex (the checkpoint's ``tokenization_kimi.py`` ``pat_str``). It uses
+``&&[^\\p{Han}]`` class intersection, which tiktoken's regex engine supports and Python ``re``
+does not."""
+
+NUM_RESERVED_SPECIAL_TOKENS = 256
+"""Special ids occupy ``num_base_tokens .. num_base_tokens + 255``."""
+
+# tokenization_kimi.py encodes at most 400,000 characters per tiktoken call and splits runs of
+# more than 25,000 consecutive whitespace or non-whitespace characters (tiktoken's BPE is
+# quadratic on such runs). Reproduced so long inputs get the reference's ids.
+_MAX_ENCODE_CHARS = 400_000
+_MAX_RUN_CHARS = 25_000
+_LONG_RUN = re.compile(rf"\s{{{_MAX_RUN_CHARS + 1},}}|\S{{{_MAX_RUN_CHARS + 1},}}")
+
+_SMALL_SEGMENT = 48  # text segments up to this many characters are memoised (tags, attributes)
+
+
+def load_tiktoken_bpe(path: str | os.PathLike[str]) -> dict[bytes, int]:
+    """Read a ``tiktoken.model`` file: one ``<base64 token bytes> <rank>`` pair per line.
+
+    Raises:
+        TokenizerError: the file is missing or a line is malformed.
+    """
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise TokenizerError(f"cannot read tiktoken vocabulary {path}: {e}") from e
+    ranks: dict[bytes, int] = {}
+    for lineno, line in enumerate(data.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            token, rank = line.split()
+            ranks[base64.b64decode(token)] = int(rank)
+        except ValueError as e:
+            raise TokenizerError(f"{path}:{lineno}: expected '<base64> <rank>', got {line[:60]!r}") from e
+    return ranks
+
+
+def _split_long_runs(text: str) -> Iterator[str]:
+    """The reference's chunking: pieces of <= 400,000 chars, runs cut after 25,000 chars."""
+    for start in range(0, len(text), _MAX_ENCODE_CHARS):
+        chunk = text[start : start + _MAX_ENCODE_CHARS]
+        if len(chunk) <= _MAX_RUN_CHARS or not _LONG_RUN.search(chunk):
+            yield chunk
+            continue
+        # Slow path, only for pathological runs: the reference's per-character loop.
+        run_len = 0
+        run_is_space = chunk[0].isspace()
+        slice_start = 0
+        for i, ch in enumerate(chunk):
+            is_space = ch.isspace()
+            if run_is_space ^ is_space:
+                run_len = 1
+                run_is_space = is_space
+            else:
+                run_len += 1
+                if run_len > _MAX_RUN_CHARS:
+                    yield chunk[slice_start:i]
+                    slice_start = i
+                    run_len = 1
+        yield chunk[slice_start:]
+
+
+class K3Tokenizer:
+    """K3's BPE tokenizer over tiktoken, with segment-wise prompt encoding.
+
+    Args:
+        mergeable_ranks: token bytes -> rank (the base vocabulary, ``num_base_tokens`` entries).
+        special_tokens: special token name -> id, e.g. ``{"<|end_of_msg|>": 163586, ...}``; ids
+            outside the reserved block are accepted as given.
+        pat_str: the pre-tokenizer split regex (default :data:`K3_PAT_STR`).
+        name: a label for the tiktoken encoding.
+
+    Use :meth:`from_pretrained` to load a model directory.
+    """
+
+    def __init__(
+        self,
+        mergeable_ranks: dict[bytes, int],
+        special_tokens: Mapping[str, int],
+        *,
+        pat_str: str = K3_PAT_STR,
+        name: str = "kimi-k3",
+    ) -> None:
+        self.num_base_tokens = len(mergeable_ranks)
+        self.special_tokens: dict[str, int] = dict(special_tokens)
+        try:
+            self._enc = tiktoken.Encoding(
+                name=name,
+                pat_str=pat_str,
+                mergeable_ranks=mergeable_ranks,
+                special_tokens=self.special_tokens,
+            )
+        except ValueError as e:
+            raise TokenizerError(f"inconsistent K3 vocabulary: {e}") from e
+        self._id_to_special = {v: k for k, v in self.special_tokens.items()}
+        self._small: dict[str, list[int]] = {}
+
+    @classmethod
+    def from_pretrained(cls, model_dir: str | os.PathLike[str]) -> K3Tokenizer:
+        """Load ``tiktoken.model`` and ``tokenizer_config.json`` from a K3 model directory.
+
+        Special ids are ``num_base_tokens + k`` (k in 0..255), named from ``added_tokens_decoder``
+        (``{"163586": {"content": "<|end_of_msg|>", ...}}``); unnamed ones get
+        ``<|reserved_token_{id}|>``.
+
+        Raises:
+            TokenizerError: a missing file, or a config that is not valid JSON.
+        """
+        root = Path(model_dir)
+        ranks = load_tiktoken_bpe(root / "tiktoken.model")
+        base = len(ranks)
+        specials = {f"<|reserved_token_{i}|>": i for i in range(base, base + NUM_RESERVED_SPECIAL_TOKENS)}
+        config_path = root / "tokenizer_config.json"
+        try:
+            config = json.loads(config_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise TokenizerError(f"cannot read {config_path}: {e}") from e
+        named: dict[str, int] = {}
+        for token_id, entry in (config.get("added_tokens_decoder") or {}).items():
+            content = entry.get("content") if isinstance(entry, Mapping) else None
+            if not isinstance(content, str):
+                raise TokenizerError(f"{config_path}: added_tokens_decoder[{token_id!r}] has no content")
+            named[content] = int(token_id)
+        taken = set(named.values())
+        specials = {k: v for k, v in specials.items() if v not in taken}
+        specials.update(named)
+        return cls(ranks, specials, name=f"kimi-k3:{root.name}")
+
+    # -- ids -----------------------------------------------------------------------------
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of ids (base tokens + special tokens), e.g. 163,840 for K3."""
+        return int(self._enc.n_vocab)
+
+    def token_id(self, name: str) -> int:
+        """The id of a special token by name (e.g. ``"<|end_of_msg|>"``).
+
+        Raises:
+            TokenizerError: no such special token in this vocabulary.
+        """
+        try:
+            return self.special_tokens[name]
+        except KeyError:
+            raise TokenizerError(f"special token {name!r} is not in this tokenizer's vocabulary") from None
+
+    @property
+    def end_of_msg_id(self) -> int:
+        """The id of ``<|end_of_msg|>``, K3's generation stop token."""
+        return self.token_id(END_OF_MSG)
+
+    # -- encoding ------------------------------------------------------------------------
+
+    def encode_text(self, text: str) -> list[int]:
+        """Tokenize ``text`` as plain text: special-token names in it are ordinary characters."""
+        if len(text) <= _MAX_RUN_CHARS:
+            return self._enc.encode_ordinary(text)
+        out: list[int] = []
+        for piece in _split_long_runs(text):
+            out.extend(self._enc.encode_ordinary(piece))
+        return out
+
+    def encode_control(self, text: str) -> list[int]:
+        """Tokenize a control segment (special tokens allowed; normally exactly one token)."""
+        token = self.special_tokens.get(text)
+        if token is not None:
+            return [token]
+        return self._enc.encode(text, allowed_special="all")
+
+    def encode_segment(self, segment: Segment) -> list[int]:
+        """Tokenize one segment on its own."""
+        if segment.control:
+            return self.encode_control(segment.text)
+        text = segment.text
+        if len(text) <= _SMALL_SEGMENT:
+            ids = self._small.get(text)
+            if ids is None:
+                if len(self._small) > 100_000:
+                    self._small.clear()
+                ids = self._small[text] = self._enc.encode_ordinary(text)
+            return ids
+        return self.encode_text(text)
+
+    def encode_segments(self, segments: Iterable[Segment]) -> list[int]:
+        """Tokenize segments, each on its own, and concatenate the ids.
+
+        Raises:
+            ValueError: a control segment that is not a special token of this vocabulary and
+                contains text tiktoken refuses.
+        """
+        out: list[int] = []
+        for seg in segments:
+            out.extend(self.encode_segment(seg))
+        return out
+
+    def encode_messages(
+        self,
+        messages: Iterable[Message | Mapping[str, Any]],
+        tools: Iterable[ToolSpec | Mapping[str, Any] | Any] | None = None,
+        *,
+        thinking: bool = True,
+        thinking_effort: ThinkingEffort | str | None = "max",
+        tool_choice: Any = None,
+        response_format: Any = None,
+        add_generation_prompt: bool = True,
+    ) -> list[int]:
+        """Encode a conversation to K3 prompt ids (one-shot; see :class:`PromptEncoder` for the
+        incremental form). Parameters and errors as :func:`kimik3.formats.k3.encode_segments`."""
+        from .formats.k3 import encode_segments
+
+        return self.encode_segments(
+            encode_segments(
+                messages,
+                tools,
+                thinking=thinking,
+                thinking_effort=thinking_effort,
+                tool_choice=tool_choice,
+                response_format=response_format,
+                add_generation_prompt=add_generation_prompt,
+            )
+        )
+
+    def count_tokens(self, text_or_segments: str | Iterable[Segment]) -> int:
+        """Number of tokens of plain text, or of a list of segments."""
+        if isinstance(text_or_segments, str):
+            return len(self.encode_text(text_or_segments))
+        return sum(len(self.encode_segment(s)) for s in text_or_segments)
+
+    # -- decoding ------------------------------------------------------------------------
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Decode ids to text, keeping every marker (``<|open|>`` etc.) as its string; invalid
+        UTF-8 becomes U+FFFD."""
+        return self._enc.decode(list(ids), errors="replace")
+
+    def decode_bytes(self, ids: Sequence[int]) -> bytes:
+        """Decode ids to raw bytes (markers included)."""
+        return self._enc.decode_bytes(list(ids))
+
+    def id_to_token(self, token_id: int) -> str:
+        """The string of one id (a special token's name, or the decoded bytes of a base token)."""
+        special = self._id_to_special.get(token_id)
+        if special is not None:
+            return special
+        return self._enc.decode_single_token_bytes(token_id).decode("utf-8", errors="replace")
+
+
+class PromptEncoder:
+    """Incremental K3 prompt encoding for a growing conversation.
+
+    A long-horizon agent adds one turn at a time to a history of up to 1M tokens; this encoder
+    keeps the ids of the history it has already encoded and tokenizes only what is new. Reuse
+    requires the SAME message objects in the same order (identity, not equality: pass typed
+    messages and never mutate one after it was encoded — :class:`kimik3.Agent` does this);
+    anything else falls back to encoding from the first changed message. Tool declarations and
+    thinking settings are fixed per encoder.
+
+    Args:
+        tokenizer: the model's :class:`K3Tokenizer`.
+        tools: tool declarations, rendered once in the header.
+        thinking: thinking channel on/off.
+        thinking_effort: low / high / max or None.
+
+    Raises:
+        InvalidEffortError: a bad ``thinking_effort`` (at construction).
+    """
+
+    def __init__(
+        self,
+        tokenizer: K3Tokenizer,
+        tools: Iterable[ToolSpec | Mapping[str, Any] | Any] | None = None,
+        *,
+        thinking: bool = True,
+        thinking_effort: ThinkingEffort | str | None = "max",
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.thinking = thinking
+        specs = to_tool_specs(tools)
+        self._header = tokenizer.encode_segments(
+            prompt_header_segments(specs, thinking=thinking, thinking_effort=thinking_effort)
+        )
+        # Committed state: complete blocks (a non-tool message, or a whole run of tool messages
+        # followed by a non-tool message) whose ids cannot change when messages are appended.
+        self._msgs: list[Message] = []  # in the caller's order
+        self._ids: list[int] = list(self._header)
+        self._block_first: list[int] = []  # per message: index of the first message of its block
+        self._block_ids: list[int] = []  # per message: len(_ids) where its block starts
+        self._last_assistant: list[AssistantMessage | None] = []  # per message: last assistant so far
+
+    @property
+    def committed_messages(self) -> int:
+        """How many leading messages are cached."""
+        return len(self._msgs)
+
+    def encode(
+        self,
+        messages: Sequence[Message | Mapping[str, Any]],
+        *,
+        tool_choice: Any = None,
+        response_format: Any = None,
+        add_generation_prompt: bool = True,
+    ) -> list[int]:
+        """The prompt ids of ``messages`` (a new list the caller owns).
+
+        Equal to ``tokenizer.encode_messages(messages, tools, ...)`` with this encoder's settings.
+
+        Raises:
+            As :func:`kimik3.formats.k3.encode_segments`.
+        """
+        typed = [to_message(m) for m in messages]
+        n = 0  # longest reusable prefix, by identity
+        limit = min(len(self._msgs), len(typed))
+        while n < limit and self._msgs[n] is typed[n]:
+            n += 1
+        # a tool message right after a committed tool run belongs to that run: re-encode the run
+        if 0 < n < len(typed) and isinstance(typed[n], ToolMessage) and isinstance(typed[n - 1], ToolMessage):
+            n = self._block_first[n - 1]
+        if n < len(self._msgs):
+            n = self._block_first[n]
+            del self._ids[self._block_ids[n] :]
+            del self._msgs[n:], self._block_first[n:], self._block_ids[n:], self._last_assistant[n:]
+        # A trailing run of tool messages stays uncommitted: a later tool message of the same run
+        # can re-order it (spec §2 tool-result re-ordering).
+        end = len(typed)
+        while end > n and isinstance(typed[end - 1], ToolMessage):
+            end -= 1
+        last_assistant = self._last_assistant[n - 1] if n else None
+        enc = self.tokenizer.encode_segments
+        thinking = self.thinking
+        i = n
+        items = list(normalize_messages(typed[n:end], last_assistant=last_assistant))
+        pos = 0
+        while i < end:
+            j = i + 1
+            if isinstance(typed[i], ToolMessage):
+                while j < end and isinstance(typed[j], ToolMessage):
+                    j += 1
+            start_ids = len(self._ids)
+            for item in items[pos : pos + (j - i)]:
+                self._ids.extend(enc(message_segments(item, thinking=thinking)))
+            pos += j - i
+            for k in range(i, j):
+                msg = typed[k]
+                if isinstance(msg, AssistantMessage):
+                    last_assistant = msg
+                self._msgs.append(msg)
+                self._block_first.append(i)
+                self._block_ids.append(start_ids)
+                self._last_assistant.append(last_assistant)
+            i = j
+        tail: list[int] = []
+        for item in normalize_messages(typed[end:], last_assistant=last_assistant):
+            tail.extend(enc(message_segments(item, thinking=thinking)))
+        tail.extend(
+            enc(
+                prompt_trailer_segments(
+                    thinking=thinking,
+                    tool_choice=tool_choice,
+                    response_format=response_format,
+                    add_generation_prompt=add_generation_prompt,
+                )
+            )
+        )
+        return self._ids + tail

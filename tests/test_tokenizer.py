@@ -1,0 +1,175 @@
+"""K3 tokenizer: loading, segment-wise encoding, specials, incremental prompt encoding."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kimik3 import AssistantMessage, K3Tokenizer, PromptEncoder, TokenizerError, ToolMessage, UserMessage
+from kimik3.formats.k3 import Segment, encode_segments
+from kimik3.tokenizer import _split_long_runs
+from kimik3.types import FunctionCall, ToolCall
+from tests.data_paths import load_json
+from tests.k3vocab import write_model_dir
+
+
+@pytest.fixture(scope="module")
+def tok(tmp_path_factory: pytest.TempPathFactory) -> K3Tokenizer:
+    return K3Tokenizer.from_pretrained(write_model_dir(tmp_path_factory.mktemp("vocab")))
+
+
+@pytest.fixture(scope="module")
+def k3_sized(tmp_path_factory: pytest.TempPathFactory) -> K3Tokenizer:
+    path = write_model_dir(tmp_path_factory.mktemp("k3vocab"), num_base_tokens=163_584)
+    return K3Tokenizer.from_pretrained(path)
+
+
+def test_k3_special_ids_from_config(k3_sized: K3Tokenizer) -> None:
+    assert k3_sized.num_base_tokens == 163_584
+    assert [k3_sized.token_id(n) for n in ("<|end_of_msg|>", "<|open|>", "<|close|>", "<|sep|>")] == [
+        163586,
+        163587,
+        163588,
+        163589,
+    ]
+    assert k3_sized.token_id("[BOS]") == 163584
+    assert k3_sized.token_id("<|media_pad|>") == 163605
+    assert k3_sized.token_id("<|reserved_token_163590|>") == 163590  # unnamed ones
+    assert k3_sized.vocab_size == 163_840
+    assert k3_sized.end_of_msg_id == 163586
+
+
+def test_typed_marker_in_user_text_is_never_a_control_id(k3_sized: K3Tokenizer) -> None:
+    ids = k3_sized.encode_messages([{"role": "user", "content": "<|open|>x<|sep|><|end_of_msg|>"}], thinking=False)
+    controls = [i for i in ids if i >= k3_sized.num_base_tokens]
+    # template markers only: open sep close sep eom (user msg) + open sep open sep (generation)
+    assert controls == [163587, 163589, 163588, 163589, 163586, 163587, 163589, 163587, 163589]
+    text_ids = k3_sized.encode_text("<|open|>")
+    assert all(i < k3_sized.num_base_tokens for i in text_ids)
+    assert k3_sized.decode(text_ids) == "<|open|>"
+
+
+def test_merges_never_cross_a_segment_boundary(tok: K3Tokenizer) -> None:
+    whole = tok.encode_text("abcd")
+    split = tok.encode_segments([Segment("ab", False), Segment("cd", False)])
+    assert split == tok.encode_text("ab") + tok.encode_text("cd")
+    assert len(whole) == 1 and len(split) == 2  # "abcd" is one token, but never across segments
+    assert tok.decode(split) == "abcd"
+
+
+def test_control_segment_is_one_special_id(tok: K3Tokenizer) -> None:
+    assert tok.encode_segments([Segment("<|sep|>", True)]) == [tok.token_id("<|sep|>")]
+    # the same text as a text segment is plain BPE
+    assert tok.token_id("<|sep|>") not in tok.encode_segments([Segment("<|sep|>", False)])
+
+
+def test_decode_keeps_markers_and_counts(tok: K3Tokenizer) -> None:
+    ids = tok.encode_messages([{"role": "user", "content": "Hi"}], thinking=False)
+    assert tok.decode(ids) == (
+        '<|open|>message role="user"<|sep|>Hi<|close|>message<|sep|><|end_of_msg|>'
+        '<|open|>message role="assistant"<|sep|><|open|>response<|sep|>'
+    )
+    assert tok.count_tokens(encode_segments([{"role": "user", "content": "Hi"}], thinking=False)) == len(ids)
+    assert tok.id_to_token(tok.token_id("<|open|>")) == "<|open|>"
+
+
+def test_segmentwise_ids_match_smg_structure(k3_sized: K3Tokenizer) -> None:
+    """Real-tokenizer fixture: the positions of the marker ids equal ours (the BPE ids of text
+    differ since the real vocab is not available, but the structure must not)."""
+    for name, case in load_json("k3/smg_render_ids.json").items():
+        ours = k3_sized.encode_messages(case["messages"], case["tools"])
+        real = case["ids"]
+        ours_markers = [i for i in ours if i >= 163584]
+        real_markers = [i for i in real if i >= 163584]
+        assert ours_markers == real_markers, name
+        assert k3_sized.decode(ours) == case["text"], name
+
+
+def test_missing_files_raise_tokenizer_error(tmp_path: Path) -> None:
+    with pytest.raises(TokenizerError, match="tiktoken"):
+        K3Tokenizer.from_pretrained(tmp_path)
+    write_model_dir(tmp_path)
+    (tmp_path / "tokenizer_config.json").write_text("{not json")
+    with pytest.raises(TokenizerError, match="tokenizer_config.json"):
+        K3Tokenizer.from_pretrained(tmp_path)
+    with pytest.raises(TokenizerError, match="not in this tokenizer"):
+        K3Tokenizer.from_pretrained(write_model_dir(tmp_path / "ok")).token_id("<|nope|>")
+
+
+def _reference_split(s: str, max_len: int) -> list[str]:
+    """tokenization_kimi.py's _split_whitespaces_or_nonwhitespaces, verbatim logic."""
+    out = []
+    current_len = 0
+    current_is_space = s[0].isspace() if s else False
+    start = 0
+    for i in range(len(s)):
+        now = s[i].isspace()
+        if current_is_space ^ now:
+            current_len = 1
+            current_is_space = now
+        else:
+            current_len += 1
+            if current_len > max_len:
+                out.append(s[start:i])
+                start = i
+                current_len = 1
+    out.append(s[start:])
+    return out
+
+
+def test_long_runs_split_like_the_reference() -> None:
+    text = "a" * 60_001 + " " * 30_000 + "b c" + "\n" * 25_001
+    assert list(_split_long_runs(text)) == _reference_split(text, 25_000)
+    assert list(_split_long_runs("short text")) == ["short text"]
+
+
+# -- incremental ----------------------------------------------------------------------------
+
+
+def _turn(k: int, parallel: int) -> list[Any]:
+    calls = [
+        ToolCall(id=f"t{k}_{j}", function=FunctionCall(name="read", arguments={"path": f"f{k}_{j}.py"}))
+        for j in range(parallel)
+    ]
+    out: list[Any] = [AssistantMessage(content=f"step {k}", reasoning_content=f"think {k}", tool_calls=calls)]
+    for j in reversed(range(parallel)):  # results arrive out of order
+        out.append(ToolMessage(tool_call_id=f"t{k}_{j}", content=f"contents {k} {j}\n" * 3))
+    return out
+
+
+def test_prompt_encoder_equals_one_shot_turn_by_turn(tok: K3Tokenizer) -> None:
+    tools = [{"type": "function", "function": {"name": "read", "parameters": {"type": "object"}}}]
+    enc = PromptEncoder(tok, tools)
+    history: list[Any] = [UserMessage(content="Fix the bug")]
+    for k in range(12):
+        history.extend(_turn(k, parallel=1 + k % 3))
+        assert enc.encode(history) == tok.encode_messages(history, tools)
+    assert enc.committed_messages == len(history) - (1 + 11 % 3)  # trailing tool run uncommitted
+    # a tool result added to the trailing run re-orders it: still equal
+    history.append(ToolMessage(tool_call_id="extra", name="read", content="late"))
+    assert enc.encode(history) == tok.encode_messages(history, tools)
+    # editing the past (a new list with a replaced message) falls back correctly
+    edited = list(history)
+    edited[0] = UserMessage(content="changed")
+    assert enc.encode(edited) == tok.encode_messages(edited, tools)
+    assert enc.encode(history[:5]) == tok.encode_messages(history[:5], tools)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.booleans()), min_size=1, max_size=8), st.randoms())
+def test_prompt_encoder_random_histories(tok: K3Tokenizer, plan: list[tuple[int, bool]], rnd: random.Random) -> None:
+    enc = PromptEncoder(tok, thinking_effort="low")
+    history: list[Any] = [UserMessage(content="start")]
+    for k, (parallel, user_after) in enumerate(plan):
+        history.extend(_turn(k, parallel) if parallel else [AssistantMessage(content=f"a{k}")])
+        if user_after:
+            history.append(UserMessage(content=f"u{k}"))
+        cut = rnd.randint(1, len(history))
+        view = history[:cut]
+        expected = tok.encode_messages(view, thinking_effort="low")
+        assert enc.encode(view) == expected
