@@ -20,8 +20,9 @@ import json
 import os
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import tiktoken
 
@@ -37,7 +38,14 @@ from .formats.k3._encode import (
 )
 from .types import AssistantMessage, Message, ToolMessage, ToolSpec, to_message, to_tool_specs
 
-__all__ = ["K3_PAT_STR", "NUM_RESERVED_SPECIAL_TOKENS", "K3Tokenizer", "PromptEncoder", "load_tiktoken_bpe"]
+__all__ = [
+    "K3_PAT_STR",
+    "NUM_RESERVED_SPECIAL_TOKENS",
+    "K3Tokenizer",
+    "PromptEncoder",
+    "PromptIds",
+    "load_tiktoken_bpe",
+]
 
 K3_PAT_STR = "|".join(
     [
@@ -244,8 +252,21 @@ class K3Tokenizer:
                 contains text tiktoken refuses.
         """
         out: list[int] = []
-        for seg in segments:
-            out.extend(self.encode_segment(seg))
+        extend = out.extend
+        specials = self.special_tokens
+        small = self._small
+        for text, control in segments:  # encode_segment, inlined: this is the hot loop
+            if control:
+                token = specials.get(text)
+                if token is not None:
+                    out.append(token)
+                else:
+                    extend(self.encode_control(text))
+            elif len(text) <= _SMALL_SEGMENT:
+                ids = small.get(text)
+                extend(ids if ids is not None else self.encode_segment(Segment(text, False)))
+            else:
+                extend(self.encode_text(text))
         return out
 
     def encode_messages(
@@ -298,6 +319,58 @@ class K3Tokenizer:
         if special is not None:
             return special
         return self._enc.decode_single_token_bytes(token_id).decode("utf-8", errors="replace")
+
+
+class PromptIds(Sequence[int]):
+    """An immutable sequence of prompt ids: a shared, append-only prefix plus a tail.
+
+    Returned by :meth:`PromptEncoder.encode` so that adding a turn to a 1M-token history costs
+    O(turn): the cached prefix is shared, not copied. Compares equal to a list with the same ids.
+    Use :meth:`tolist` where a real list is needed (one O(n) copy).
+    """
+
+    __slots__ = ("_base", "_n", "_tail")
+
+    def __init__(self, base: list[int], n: int, tail: list[int]) -> None:
+        self._base = base  # only ever appended to beyond n by its owner
+        self._n = n
+        self._tail = tail
+
+    def __len__(self) -> int:
+        return self._n + len(self._tail)
+
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[int]: ...
+    def __getitem__(self, index: int | slice) -> int | list[int]:
+        if isinstance(index, slice):
+            return self.tolist()[index]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError("PromptIds index out of range")
+        return self._base[index] if index < self._n else self._tail[index - self._n]
+
+    def __iter__(self) -> Iterator[int]:
+        yield from islice(self._base, self._n)
+        yield from self._tail
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, PromptIds):
+            return self.tolist() == other.tolist()
+        if isinstance(other, (list, tuple)):
+            return len(self) == len(other) and self.tolist() == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"PromptIds(len={len(self)})"
+
+    def tolist(self) -> list[int]:
+        """A new list of the ids."""
+        return self._base[: self._n] + self._tail
 
 
 class PromptEncoder:
@@ -354,25 +427,28 @@ class PromptEncoder:
         tool_choice: Any = None,
         response_format: Any = None,
         add_generation_prompt: bool = True,
-    ) -> list[int]:
-        """The prompt ids of ``messages`` (a new list the caller owns).
+    ) -> PromptIds:
+        """The prompt ids of ``messages``, as an immutable :class:`PromptIds` sequence.
 
-        Equal to ``tokenizer.encode_messages(messages, tools, ...)`` with this encoder's settings.
+        Equal to ``tokenizer.encode_messages(messages, tools, ...)`` with this encoder's settings;
+        costs O(new messages), not O(history) (``.tolist()`` when an engine needs a list).
 
         Raises:
             As :func:`kimik3.formats.k3.encode_segments`.
         """
-        typed = [to_message(m) for m in messages]
-        n = 0  # longest reusable prefix, by identity
-        limit = min(len(self._msgs), len(typed))
-        while n < limit and self._msgs[n] is typed[n]:
+        n = 0  # longest reusable prefix, by identity (cached messages are typed already)
+        limit = min(len(self._msgs), len(messages))
+        msgs = self._msgs
+        while n < limit and msgs[n] is messages[n]:
             n += 1
+        typed: list[Message] = [*msgs[:n], *(to_message(m) for m in messages[n:])]
         # a tool message right after a committed tool run belongs to that run: re-encode the run
         if 0 < n < len(typed) and isinstance(typed[n], ToolMessage) and isinstance(typed[n - 1], ToolMessage):
             n = self._block_first[n - 1]
         if n < len(self._msgs):
             n = self._block_first[n]
-            del self._ids[self._block_ids[n] :]
+            # A new list, not `del`: PromptIds views handed out earlier share the old one.
+            self._ids = self._ids[: self._block_ids[n]]
             del self._msgs[n:], self._block_first[n:], self._block_ids[n:], self._last_assistant[n:]
         # A trailing run of tool messages stays uncommitted: a later tool message of the same run
         # can re-order it (spec §2 tool-result re-ordering).
@@ -416,4 +492,4 @@ class PromptEncoder:
                 )
             )
         )
-        return self._ids + tail
+        return PromptIds(self._ids, len(self._ids), tail)

@@ -95,7 +95,7 @@ def test_missing_files_raise_tokenizer_error(tmp_path: Path) -> None:
         K3Tokenizer.from_pretrained(tmp_path)
     write_model_dir(tmp_path)
     (tmp_path / "tokenizer_config.json").write_text("{not json")
-    with pytest.raises(TokenizerError, match="tokenizer_config.json"):
+    with pytest.raises(TokenizerError, match=r"tokenizer_config\.json"):
         K3Tokenizer.from_pretrained(tmp_path)
     with pytest.raises(TokenizerError, match="not in this tokenizer"):
         K3Tokenizer.from_pretrained(write_model_dir(tmp_path / "ok")).token_id("<|nope|>")
@@ -173,3 +173,20 @@ def test_prompt_encoder_random_histories(tok: K3Tokenizer, plan: list[tuple[int,
         view = history[:cut]
         expected = tok.encode_messages(view, thinking_effort="low")
         assert enc.encode(view) == expected
+
+
+def test_prompt_ids_views_stay_valid_after_appends_and_rollbacks(tok: K3Tokenizer) -> None:
+    enc = PromptEncoder(tok)
+    h1: list[Any] = [UserMessage(content="Hello")]
+    v1 = enc.encode(h1)
+    l1 = tok.encode_messages(h1)
+    h2 = [*h1, AssistantMessage(content="abcd", reasoning_content="bc"), UserMessage(content="world")]
+    v2 = enc.encode(h2)
+    l2 = tok.encode_messages(h2)
+    assert v1 == l1 and v2 == l2
+    v3 = enc.encode([UserMessage(content="other")])  # rolls the cache back
+    assert v1 == l1 and v2 == l2 and v3 == tok.encode_messages([UserMessage(content="other")])
+    assert v2[-1] == l2[-1] and v2[0] == l2[0] and v2[2:9] == l2[2:9] and list(v2) == l2
+    assert len(v2) == len(l2) and v2.tolist() == l2
+    with pytest.raises(IndexError):
+        v2[len(l2)]

@@ -110,20 +110,31 @@ def _text(out: list[Segment], text: str) -> None:
         out.append(Segment(text, False))
 
 
+_EQ_QUOTE = Segment('="', False)
+_QUOTE = Segment('"', False)
+
+
+@cache
+def _name(text: str) -> Segment:
+    # tag names and " key" attribute names: a handful of distinct strings, built once
+    return Segment(text, False)
+
+
 def _open(out: list[Segment], tag: str, attrs: Sequence[tuple[str, str]] = ()) -> None:
     out.append(_OPEN)
-    out.append(Segment(tag, False))
+    out.append(_name(tag))
     for key, value in attrs:
-        out.append(Segment(" " + key, False))
-        out.append(Segment('="', False))
-        _text(out, _escape_attr(value))
-        out.append(Segment('"', False))
+        out.append(_name(" " + key))
+        out.append(_EQ_QUOTE)
+        if value:
+            out.append(Segment(_escape_attr(value), False))
+        out.append(_QUOTE)
     out.append(_SEP)
 
 
 def _close(out: list[Segment], tag: str) -> None:
     out.append(_CLOSE)
-    out.append(Segment(tag, False))
+    out.append(_name(tag))
     out.append(_SEP)
 
 
