@@ -1,0 +1,559 @@
+"""Typed tools: a Python function (sync or async) becomes a tool the model can call.
+
+The JSON schema comes from the signature and the Google-style docstring through pydantic (the
+design follows pydantic-ai's function tools); arguments are coerced by pydantic in lax mode
+(``"60"`` or ``60.0`` for an ``int`` becomes ``60``) and then checked with ``jsonschema`` against
+the declared schema. :meth:`Tool.run` never raises for bad arguments or for an exception inside
+the tool: it returns a :class:`ToolResult` with ``is_error=True`` whose text the agent sends back
+to the model as the tool message. Cancellation still propagates.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import importlib
+import inspect
+import io
+import json
+import re
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any, get_args, get_origin, get_type_hints, overload
+
+import anyio.to_thread
+import jsonschema
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticUndefined, to_jsonable_python
+
+from .._exceptions import ToolArgumentsError, ToolDefinitionError
+from ..types import ImagePart, ImageURL, TextPart, ToolMessage, ToolSpec
+
+__all__ = ["Tool", "ToolContext", "ToolResult", "tool"]
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # OpenAI's rule for function names
+_ARGS_SECTIONS = frozenset({"args", "arguments", "parameters", "params", "keyword args", "keyword arguments"})
+_DROPPED_SECTIONS = _ARGS_SECTIONS | {"raises"}
+_SECTION_RE = re.compile(
+    r"^(Args|Arguments|Parameters|Params|Keyword Args|Keyword Arguments|Returns?|Yields?|Raises|"
+    r"Examples?|Notes?|Attributes|See Also|Warnings?|Todo|References)\s*:\s*$"
+)
+_PARAM_RE = re.compile(r"^\*{0,2}([A-Za-z_]\w*)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
+_MAX_INPUT_REPR = 100
+
+
+@dataclass
+class ToolContext:
+    """What the agent passes to a tool that asks for it.
+
+    A tool function receives it when its *first* parameter is annotated ``ToolContext``; that
+    parameter is not part of the tool's JSON schema.
+
+    Attributes:
+        tool_call_id: the id of the tool call being answered ("" outside an agent run).
+        deps: whatever the agent was given as dependencies (a workspace, a usage counter...).
+    """
+
+    tool_call_id: str = ""
+    deps: Any = None
+
+
+# -- results ---------------------------------------------------------------------------------
+
+
+def _is_image(value: Any) -> bool:
+    if callable(getattr(value, "data_url", None)):  # kimik3.media.PreparedImage (duck-typed)
+        return True
+    pil = sys.modules.get("PIL.Image")  # a PIL image exists only if PIL was imported
+    return pil is not None and isinstance(value, pil.Image)
+
+
+def _image_part(value: Any) -> ImagePart:
+    data_url = getattr(value, "data_url", None)
+    if callable(data_url):
+        return ImagePart(image_url=ImageURL(url=str(data_url())))
+    # A PIL image: resized and encoded the way K3 expects by kimik3.media when it is available.
+    try:
+        media = importlib.import_module("kimik3.media")
+    except ImportError:
+        media = None
+    prepare = getattr(media, "prepare_image", None)
+    if prepare is not None:
+        return ImagePart(image_url=ImageURL(url=str(prepare(value).data_url())))
+    # TODO: remove once kimik3.media.prepare_image exists (it resizes to K3's patch grid).
+    buf = io.BytesIO()
+    value.save(buf, format="PNG")
+    url = "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+    return ImagePart(image_url=ImageURL(url=url))
+
+
+def _json_text(value: Any) -> str:
+    return json.dumps(
+        to_jsonable_python(value, fallback=str), ensure_ascii=False, separators=(",", ":")
+    )
+
+
+class ToolResult(BaseModel):
+    """What a tool call produced, ready to become a :class:`~kimik3.types.ToolMessage`.
+
+    Attributes:
+        content: text, or a list of text and image parts.
+        is_error: True when the arguments were invalid or the tool raised; ``content`` is then
+            ``"Error: <ExceptionType>: <message>"``.
+    """
+
+    content: str | list[TextPart | ImagePart] = ""
+    is_error: bool = False
+
+    @classmethod
+    def from_value(cls, value: Any) -> ToolResult:
+        """Convert a tool's return value.
+
+        - ``str`` -> that text; ``None`` -> ``""``; a :class:`ToolResult` -> itself;
+        - a PIL image or anything with a ``data_url()`` method (``kimik3.media.PreparedImage``)
+          -> one :class:`~kimik3.types.ImagePart` (PIL images go through
+          ``kimik3.media.prepare_image``);
+        - a :class:`~kimik3.types.TextPart` / :class:`~kimik3.types.ImagePart` -> that part;
+        - a list / tuple holding at least one image or part -> a list of parts (strings become
+          text parts, other items compact JSON text parts);
+        - anything else (pydantic models, dataclasses, dicts, lists, numbers, bools) -> compact
+          JSON text (``ensure_ascii=False``, no spaces); objects JSON cannot hold become ``str()``.
+        """
+        if isinstance(value, ToolResult):
+            return value
+        if value is None:
+            return cls(content="")
+        if isinstance(value, str):
+            return cls(content=value)
+        if isinstance(value, TextPart):
+            return cls(content=value.text)
+        if isinstance(value, ImagePart):
+            return cls(content=[value])
+        if _is_image(value):
+            return cls(content=[_image_part(value)])
+        if isinstance(value, (list, tuple)) and any(
+            isinstance(v, (TextPart, ImagePart)) or _is_image(v) for v in value
+        ):
+            parts: list[TextPart | ImagePart] = []
+            for v in value:
+                if isinstance(v, (TextPart, ImagePart)):
+                    parts.append(v)
+                elif isinstance(v, str):
+                    parts.append(TextPart(text=v))
+                elif _is_image(v):
+                    parts.append(_image_part(v))
+                elif v is not None:
+                    parts.append(TextPart(text=_json_text(v)))
+            return cls(content=parts)
+        return cls(content=_json_text(value))
+
+    @classmethod
+    def from_exception(cls, exc: BaseException) -> ToolResult:
+        """An error result ``"Error: <ExceptionType>: <message>"`` (``": <message>"`` left out
+        when the message is empty)."""
+        message = str(exc)
+        text = f"Error: {type(exc).__name__}: {message}" if message else f"Error: {type(exc).__name__}"
+        return cls(content=text, is_error=True)
+
+    @property
+    def text(self) -> str:
+        """The text of all text parts, joined with newlines (``content`` itself when a string)."""
+        if isinstance(self.content, str):
+            return self.content
+        return "\n".join(p.text for p in self.content if isinstance(p, TextPart))
+
+    def to_message(self, tool_call_id: str, name: str | None = None) -> ToolMessage:
+        """The :class:`~kimik3.types.ToolMessage` answering call ``tool_call_id`` of tool ``name``."""
+        content: str | list[Any] = self.content if isinstance(self.content, str) else list(self.content)
+        return ToolMessage(content=content, tool_call_id=tool_call_id, name=name)
+
+
+# -- docstrings and schema -------------------------------------------------------------------
+
+
+def _parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
+    """(description, {param: description}) of a Google-style docstring.
+
+    The description is the docstring without its ``Args:`` and ``Raises:`` sections (a
+    ``Returns:`` section stays: it tells the model what comes back). Argument descriptions may
+    continue on more-indented lines; they are joined with single spaces.
+    """
+    if not doc:
+        return "", {}
+    lines = inspect.cleandoc(doc).splitlines()
+    kept: list[str] = []
+    params: dict[str, str] = {}
+    section: str | None = None
+    param_indent: int | None = None
+    current: str | None = None
+    for line in lines:
+        stripped = line.strip()
+        indent = len(line) - len(line.lstrip())
+        header = _SECTION_RE.match(line)
+        if header and indent == 0:
+            section = header.group(1).lower()
+            param_indent = current = None
+            if section not in _DROPPED_SECTIONS:
+                kept.append(line)
+            continue
+        # Unindented text ends a section, except argument lines of a docstring that opens with
+        # "Args:" (cleandoc leaves them unindented).
+        if (
+            section is not None
+            and stripped
+            and indent == 0
+            and not (section in _ARGS_SECTIONS and param_indent in (None, 0) and _PARAM_RE.match(stripped))
+        ):
+            section = None
+        if section in _ARGS_SECTIONS:
+            if not stripped:
+                continue
+            m = _PARAM_RE.match(stripped)
+            if m and (param_indent is None or indent <= param_indent):
+                param_indent = indent
+                current = m.group(1)
+                params[current] = m.group(2).strip()
+            elif current is not None:
+                params[current] = f"{params[current]} {stripped}".strip()
+            continue
+        if section in _DROPPED_SECTIONS:
+            continue
+        kept.append(line)
+    description = re.sub(r"\n{3,}", "\n\n", "\n".join(kept)).strip()
+    return description, params
+
+
+def _clean_schema(node: Any) -> Any:
+    """Drop pydantic's ``title`` keywords (not property *names*); in every schema object put
+    ``type`` and ``description`` first and ``default`` last."""
+    if isinstance(node, list):
+        return [_clean_schema(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out: dict[str, Any] = {}
+    for key in ("type", "description"):
+        if key in node:
+            out[key] = node[key]
+    for key, value in node.items():
+        if key in out or key == "title":
+            continue
+        if key in ("properties", "$defs", "patternProperties") and isinstance(value, dict):
+            out[key] = {name: _clean_schema(sub) for name, sub in value.items()}
+        else:
+            out[key] = _clean_schema(value)
+    if "default" in out:
+        out["default"] = out.pop("default")
+    return out
+
+
+def _top_level_order(schema: dict[str, Any]) -> dict[str, Any]:
+    order = ["type", "description", "properties", "required", "additionalProperties"]
+    out = {k: schema[k] for k in order if k in schema}
+    out.update({k: v for k, v in schema.items() if k not in out})
+    return out
+
+
+def _has_description(annotation: Any) -> bool:
+    if get_origin(annotation) is Annotated:
+        return any(isinstance(m, FieldInfo) and m.description for m in get_args(annotation)[1:])
+    return False
+
+
+def _format_input(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= _MAX_INPUT_REPR else text[: _MAX_INPUT_REPR - 3] + "..."
+
+
+def _loc(loc: tuple[Any, ...] | Any) -> str:
+    return ".".join(str(p) for p in loc) if loc else "<arguments>"
+
+
+def _annotated_target(function: Callable[..., Any]) -> Any:
+    """The plain function whose ``__annotations__`` describe ``function``'s parameters."""
+    target: Any = function
+    while isinstance(target, functools.partial):
+        target = target.func
+    target = getattr(target, "__func__", target)  # bound method
+    if not inspect.isfunction(target) and not inspect.isclass(target) and callable(target):
+        target = getattr(type(target).__call__, "__func__", type(target).__call__)
+    return inspect.unwrap(target)
+
+
+# -- tools -----------------------------------------------------------------------------------
+
+
+class Tool:
+    """A Python function (sync or async) the model can call.
+
+    Build one with :func:`tool` or :meth:`from_function`. Every parameter needs a type
+    annotation; its description comes from the docstring's ``Args:`` section (or from an
+    ``Annotated[..., Field(description=...)]``), and a parameter without a default is required.
+    An optional first parameter annotated :class:`ToolContext` receives the run context and is not
+    part of the schema. ``*args`` / ``**kwargs`` / positional-only parameters are not supported.
+
+    Attributes:
+        name: the name the model calls (``[A-Za-z0-9_-]{1,64}``).
+        description: what the model reads about the tool (docstring without ``Args:`` /
+            ``Raises:``), possibly "".
+        parameters: the JSON Schema of the arguments: ``{"type": "object", "properties": {...},
+            "required": [...], "additionalProperties": false}`` (no ``title`` keywords).
+        function: the wrapped function.
+        takes_context: whether the function's first parameter is a :class:`ToolContext`.
+    """
+
+    def __init__(
+        self,
+        function: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+    ) -> None:
+        """Wrap ``function``; same as :meth:`from_function`.
+
+        Raises:
+            ToolDefinitionError: an unsupported signature (``*args``, ``**kwargs``, positional-only
+                or unannotated parameters, a misplaced :class:`ToolContext`), an invalid name, or
+                a parameter type pydantic cannot describe.
+        """
+        self.function = function
+        self.name = name if name is not None else getattr(function, "__name__", "")
+        if not _NAME_RE.match(self.name):
+            raise ToolDefinitionError(
+                f"invalid tool name {self.name!r}: use 1-64 letters, digits, '_' or '-' (pass name=...)"
+            )
+        doc_description, doc_params = _parse_docstring(inspect.getdoc(function))
+        self.description = description if description is not None else doc_description
+
+        try:
+            signature = inspect.signature(function)
+            hints = get_type_hints(_annotated_target(function), include_extras=True)
+        except NameError as e:
+            raise ToolDefinitionError(
+                f"cannot read the signature of tool {self.name!r}: {e} (the types of its annotations "
+                "must be importable from its module; local classes are not)"
+            ) from e
+        except (TypeError, ValueError) as e:
+            raise ToolDefinitionError(f"cannot read the signature of tool {self.name!r}: {e}") from e
+
+        self.takes_context = False
+        self._param_names: list[str] = []
+        fields: dict[str, Any] = {}
+        for index, (pname, param) in enumerate(signature.parameters.items()):
+            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+                raise ToolDefinitionError(f"tool {self.name!r}: *args / **kwargs are not supported ({pname})")
+            if param.kind is param.POSITIONAL_ONLY:
+                raise ToolDefinitionError(f"tool {self.name!r}: positional-only parameter {pname!r}")
+            if pname not in hints:
+                raise ToolDefinitionError(f"tool {self.name!r}: parameter {pname!r} has no type annotation")
+            annotation = hints[pname]
+            if annotation is ToolContext:
+                if index != 0:
+                    raise ToolDefinitionError(
+                        f"tool {self.name!r}: the ToolContext parameter {pname!r} must come first"
+                    )
+                self.takes_context = True
+                continue
+            default = PydanticUndefined if param.default is param.empty else param.default
+            doc = None if _has_description(annotation) else doc_params.get(pname)
+            # Internal field names avoid clashes with BaseModel attributes; the alias is the
+            # argument name the model sees.
+            # description=None given explicitly would hide an Annotated Field's description
+            info = Field(default, alias=pname, description=doc) if doc else Field(default, alias=pname)
+            fields[f"f{len(self._param_names)}"] = (annotation, info)
+            self._param_names.append(pname)
+
+        try:
+            self._model: type[BaseModel] = create_model(
+                f"{self.name}_arguments",
+                __config__=ConfigDict(
+                    extra="forbid",
+                    coerce_numbers_to_str=True,
+                    arbitrary_types_allowed=False,
+                    protected_namespaces=(),
+                ),
+                **fields,
+            )
+            schema = self._model.model_json_schema()
+        except Exception as e:  # pydantic raises several types for unsupported annotations
+            raise ToolDefinitionError(f"tool {self.name!r}: unsupported parameter type: {e}") from e
+        schema = _top_level_order(_clean_schema(schema))
+        schema.setdefault("properties", {})
+        self.parameters: dict[str, Any] = schema
+        try:
+            jsonschema.Draft202012Validator.check_schema(schema)
+        except jsonschema.SchemaError as e:  # pragma: no cover - pydantic emits valid schemas
+            raise ToolDefinitionError(f"tool {self.name!r}: invalid JSON schema: {e.message}") from e
+        self._validator = jsonschema.Draft202012Validator(schema)
+
+        self.is_async = inspect.iscoroutinefunction(function) or (
+            not inspect.isroutine(function)  # an object with an async __call__
+            and inspect.iscoroutinefunction(type(function).__call__)
+        )
+
+    @classmethod
+    def from_function(
+        cls,
+        function: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+    ) -> Tool:
+        """Wrap ``function`` as a tool (``name`` defaults to its ``__name__``, ``description`` to
+        its docstring without the ``Args:`` / ``Raises:`` sections).
+
+        Raises:
+            ToolDefinitionError: see :class:`Tool`.
+        """
+        return cls(function, name=name, description=description)
+
+    def __repr__(self) -> str:
+        return f"Tool(name={self.name!r}, parameters={list(self._param_names)!r})"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the wrapped function directly (no validation)."""
+        return self.function(*args, **kwargs)
+
+    @property
+    def spec(self) -> ToolSpec:
+        """The declaration sent to the model: ``{"type": "function", "function": {"name",
+        "description", "parameters"}}`` (``description`` left out when empty)."""
+        return ToolSpec.model_validate(
+            {
+                "type": "function",
+                "function": {
+                    "name": self.name,
+                    "description": self.description or None,
+                    "parameters": self.parameters,
+                },
+            }
+        )
+
+    def validate(self, arguments: Mapping[str, Any] | str | None) -> dict[str, Any]:
+        """Check and coerce call arguments.
+
+        Args:
+            arguments: a dict, or its JSON text ("" and None mean no arguments).
+
+        Returns:
+            ``{parameter name: value}`` for every schema parameter (defaults filled in), values
+            coerced by pydantic in lax mode (``"60"`` and ``60.0`` -> ``60`` for an ``int``).
+
+        Raises:
+            ToolArgumentsError: text that is not JSON or not an object, unknown argument names
+                (``unexpected argument(s): a, b (expected: x, y)``), or values pydantic cannot
+                coerce or the schema rejects, one ``"<field>: <what is wrong> (got <input>)"``
+                per problem joined with ``"; "``, e.g. ``timeout: Input should be a valid
+                integer, unable to parse string as an integer (got 'abc')``.
+        """
+        if arguments is None:
+            args: Any = {}
+        elif isinstance(arguments, str):
+            if not arguments.strip():
+                args = {}
+            else:
+                try:
+                    args = json.loads(arguments)
+                except json.JSONDecodeError as e:
+                    raise ToolArgumentsError(f"arguments are not valid JSON: {e}") from e
+        else:
+            args = arguments
+        if not isinstance(args, Mapping):
+            raise ToolArgumentsError(f"arguments must be a JSON object, got {type(args).__name__}")
+        unknown = [str(k) for k in args if k not in self._param_names]
+        if unknown:
+            expected = ", ".join(self._param_names) or "no arguments"
+            raise ToolArgumentsError(f"unexpected argument(s): {', '.join(unknown)} (expected: {expected})")
+        try:
+            model = self._model.model_validate(dict(args))
+        except ValidationError as e:
+            problems = []
+            for err in e.errors():
+                where = _loc(err["loc"])
+                if err["type"] == "missing":
+                    problems.append(f"{where}: missing required argument")
+                else:
+                    problems.append(f"{where}: {err['msg']} (got {_format_input(err.get('input'))})")
+            raise ToolArgumentsError("; ".join(problems)) from e
+        coerced = model.model_dump(mode="json", by_alias=True, exclude_unset=True)
+        errors = sorted(self._validator.iter_errors(coerced), key=lambda err: list(map(str, err.path)))
+        if errors:
+            raise ToolArgumentsError("; ".join(f"{_loc(tuple(err.path))}: {err.message}" for err in errors))
+        return {pname: getattr(model, f"f{i}") for i, pname in enumerate(self._param_names)}
+
+    async def run(
+        self, arguments: Mapping[str, Any] | str | None, context: ToolContext | None = None
+    ) -> ToolResult:
+        """Validate ``arguments``, call the function and convert what it returns.
+
+        Never raises for invalid arguments or for an exception inside the tool (any
+        :class:`Exception`): those come back as ``ToolResult(is_error=True, content="Error:
+        <ExceptionType>: <message>")``. Cancellation (``asyncio.CancelledError``, anyio's
+        cancellation) and other ``BaseException`` s propagate.
+
+        A sync function runs in a worker thread (``anyio.to_thread.run_sync``); the thread cannot
+        be interrupted, so a cancelled run waits for the function to return before the
+        cancellation propagates. An async function is awaited in the caller's task.
+
+        Args:
+            arguments: the call's arguments, a dict or its JSON text.
+            context: handed to a function whose first parameter is a :class:`ToolContext`
+                (``ToolContext()`` when omitted).
+
+        Returns:
+            The :class:`ToolResult` (see :meth:`ToolResult.from_value`).
+        """
+        try:
+            kwargs = self.validate(arguments)
+            call_args: tuple[Any, ...] = (context or ToolContext(),) if self.takes_context else ()
+            if self.is_async:
+                value = await self.function(*call_args, **kwargs)
+            else:
+                value = await anyio.to_thread.run_sync(functools.partial(self.function, *call_args, **kwargs))
+            return ToolResult.from_value(value)
+        except Exception as e:  # cancellation is a BaseException and is not caught
+            return ToolResult.from_exception(e)
+
+
+@overload
+def tool(function: Callable[..., Any], /) -> Tool: ...
+
+
+@overload
+def tool(
+    *, name: str | None = None, description: str | None = None
+) -> Callable[[Callable[..., Any]], Tool]: ...
+
+
+def tool(
+    function: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
+    """Turn a typed function into a :class:`Tool`; use bare (``@tool``) or with options
+    (``@tool(name="search", description="...")``).
+
+    Example::
+
+        @tool
+        async def get_weather(city: str, unit: Literal["C", "F"] = "C") -> dict[str, float]:
+            \"\"\"Current weather of a city.
+
+            Args:
+                city: the city name, e.g. "Paris".
+                unit: temperature unit.
+            \"\"\"
+
+    Raises:
+        ToolDefinitionError: see :class:`Tool`.
+    """
+    if function is not None:
+        return Tool(function, name=name, description=description)
+
+    def decorate(fn: Callable[..., Any]) -> Tool:
+        return Tool(fn, name=name, description=description)
+
+    return decorate
