@@ -32,6 +32,7 @@ from ._exceptions import (
     UnknownContentPartError,
     UnknownRoleError,
 )
+from .agents import Agent, Allow, Budgets, ContextPolicy, Deny, Edit, ModelSettings, RunResult
 from .engines import ChatCompletion, Engine, RemoteEngine, ScriptedEngine, VLLMEngine
 from .tokenizer import K3Tokenizer, PromptEncoder
 from .tools import Tool, ToolResult, tool
@@ -51,13 +52,19 @@ __all__ = [
     "APIConnectionError",
     "APIStatusError",
     "APITimeoutError",
+    "Agent",
     "AgentError",
+    "Allow",
     "AssistantMessage",
     "AuthenticationError",
     "BadRequestError",
+    "Budgets",
     "ChatCompletion",
     "Client",
     "ContextLengthExceededError",
+    "ContextPolicy",
+    "Deny",
+    "Edit",
     "Engine",
     "EngineError",
     "EngineNotAvailableError",
@@ -70,12 +77,14 @@ __all__ = [
     "MediaError",
     "Message",
     "MessageError",
+    "ModelSettings",
     "NoVideoStreamError",
     "NotFoundError",
     "ParserStateError",
     "PromptEncoder",
     "RateLimitError",
     "RemoteEngine",
+    "RunResult",
     "ScriptedEngine",
     "ServiceUnavailableError",
     "SessionError",

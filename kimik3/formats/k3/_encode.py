@@ -52,6 +52,7 @@ __all__ = [
     "prompt_trailer_segments",
     "protocol_bodies",
     "render",
+    "render_output",
 ]
 
 OPEN = "<|open|>"
@@ -528,3 +529,30 @@ def render(
             add_generation_prompt=add_generation_prompt,
         )
     )
+
+
+def render_output(message: AssistantMessage | Mapping[str, Any], *, thinking: bool = True) -> str:
+    """The raw text a K3 model generates for ``message``: what follows the generation prompt
+    (``<|open|>message role="assistant"<|sep|><|open|>think<|sep|>``, or ``response`` with thinking
+    off) up to and including ``<|close|>message<|sep|>`` (the ``<|end_of_msg|>`` stop token is not
+    part of the text). The inverse of :func:`~kimik3.formats.k3.parse`; handy for scripting
+    :class:`~kimik3.ScriptedEngine` replies.
+
+    Args:
+        message: an assistant message (a dict without ``role`` is taken as one).
+
+    Raises:
+        MessageError: not an assistant message.
+    """
+    if isinstance(message, Mapping) and "role" not in message:
+        message = {"role": "assistant", **message}
+    msg = to_message(message)
+    if not isinstance(msg, AssistantMessage):
+        raise MessageError(f"render_output takes an assistant message, got role {msg.role!r}")
+    text = "".join(s.text for s in message_segments(RenderedMessage(msg), thinking=thinking))
+    prompt: list[Segment] = []
+    _open(prompt, "message", [("role", "assistant"), *([("name", msg.name)] if msg.name else [])])
+    _open(prompt, "think" if thinking else "response")
+    prefix = "".join(s.text for s in prompt)
+    assert text.startswith(prefix) and text.endswith(END_OF_MSG)
+    return text[len(prefix) : -len(END_OF_MSG)]

@@ -1,0 +1,527 @@
+"""``kimik3.Agent``: the tool loop. Readable in one sitting on purpose.
+
+One run::
+
+    messages = [system instructions, user task]
+    loop:
+        budget out?  -> one tool-free summary turn, stop
+        context near the window? -> compact older turns (model-written summary)
+        model turn (streamed; the assistant message is kept exactly as received)
+        tool calls?  -> run them concurrently, one result message per call id, continue
+        cut by max_tokens? -> ask the model to continue
+        else: the final answer (validated against output_type), stop
+
+Every message is appended to the JSONL session file as it happens.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import nullcontext
+from typing import Any, Generic, cast
+
+import anyio
+from pydantic import TypeAdapter, ValidationError
+
+from .._client import Client
+from .._exceptions import AgentError
+from ..engines import ChatCompletion, ChatRequest, Completed, Engine, PromptCache, RawTextEngine, Usage
+from ..tokenizer import K3Tokenizer, estimate_tokens
+from ..tools import Tool, ToolContext, ToolResult, truncate_middle
+from ..types import (
+    AssistantMessage,
+    ImagePart,
+    Message,
+    SystemMessage,
+    TextPart,
+    ToolCall,
+    ToolMessage,
+    UserMessage,
+    dump_message,
+)
+from ._prompts import SUMMARY_INSTRUCTIONS
+from ._session import SessionWriter, load_session
+from ._types import (
+    AgentEvent,
+    Allow,
+    ApprovalDecision,
+    ApprovalHook,
+    Budgets,
+    CompactionEvent,
+    ContextPolicy,
+    Deny,
+    Edit,
+    FinalEvent,
+    ModelSettings,
+    OutputT,
+    PendingCall,
+    RunResult,
+    StopReason,
+    ToolResultEvent,
+    TurnEndEvent,
+)
+
+__all__ = ["Agent"]
+
+log = logging.getLogger("kimik3.agent")
+
+COMPACTION_REQUEST = (
+    "Summarise the conversation so far for your own later use: the task, what you did, what you "
+    "found (file names, facts, results), and what remains. Be concise and concrete. Do not call tools."
+)
+CONTINUE_REQUEST = "Your last message was cut off by the output limit. Continue where you stopped."
+_IMAGE_DROPPED = "[an older screenshot was dropped from the context]"
+
+
+class _Run:
+    """The state of one run: the live message list, usage, clock, session and prompt cache."""
+
+    def __init__(self, messages: list[Message], session: SessionWriter | None, deps: Any) -> None:
+        self.messages = messages
+        self.session = session
+        self.deps = deps
+        self.usage = Usage()
+        self.turns = 0
+        self.started = time.monotonic()
+        self.cache = PromptCache()
+        self.context_tokens = 0  # the last prompt + completion, plus what was added since
+
+    def add(self, message: Message) -> None:
+        self.messages.append(message)
+        if self.session is not None:
+            self.session.message(message)
+
+
+class Agent(Generic[OutputT]):
+    """A K3 agent: instructions, typed tools and a loop that runs them.
+
+    ``await agent.run(task)`` returns a :class:`RunResult`; ``agent.run_stream(task)`` yields typed
+    events (reasoning and text deltas, tool call started / done with full arguments, tool results,
+    turn ends, compactions) and a final :class:`FinalEvent`.
+
+    Guarantees (each is tested):
+        - Every past assistant message is replayed with its reasoning and tool calls exactly as
+          received (K3 requires it); messages the agent writes itself carry empty reasoning.
+        - The parallel calls of one turn run concurrently in an anyio task group; a failing tool
+          gives its error result, the others still finish; results go into the history in call
+          order. Cancelling the run cancels and awaits every tool and still leaves one result
+          message for every call id.
+        - Bad model output never crashes the run nor poisons the history: a call that never
+          completed is dropped by the parser, an unknown tool or invalid arguments become a
+          tool-error result the model sees.
+        - A budget that runs out ends the run gracefully: one tool-free summary turn, then a
+          result whose ``stop_reason`` says which budget.
+
+    Args:
+        instructions: the system prompt.
+        tools: :class:`~kimik3.Tool` s, or plain typed functions (wrapped with
+            :meth:`Tool.from_function`).
+        engine: where K3 runs (wrapped in a :class:`~kimik3.Client` with its retries); or
+        client: a ready client.
+        settings: per-call :class:`ModelSettings`.
+        max_turns: shortcut for ``budgets.turns``.
+        budgets: :class:`Budgets` (turns, tokens, wall time).
+        context: :class:`ContextPolicy` (result cap, compaction, screenshot pruning).
+        output_type: a pydantic model the final answer must match (sent as K3's json_schema
+            response format, validated, retried once with the error shown to the model).
+        approval: called before each tool call: :class:`Allow`, :class:`Deny` (reason shown to
+            the model) or :class:`Edit` (run with other arguments).
+        tokenizer: a K3 tokenizer or model directory for exact token accounting; default: the
+            engine's, else :func:`~kimik3.tokenizer.estimate_tokens` (about 4 bytes a token).
+        deps: handed to tools that take a :class:`~kimik3.tools.ToolContext`.
+
+    Raises:
+        AgentError: neither or both of ``engine`` and ``client``; duplicate tool names.
+    """
+
+    def __init__(
+        self,
+        *,
+        instructions: str | None = None,
+        tools: Sequence[Tool | Callable[..., Any]] = (),
+        engine: Engine | None = None,
+        client: Client | None = None,
+        settings: ModelSettings | None = None,
+        max_turns: int | None = None,
+        budgets: Budgets | None = None,
+        context: ContextPolicy | None = None,
+        output_type: type[OutputT] | None = None,
+        approval: ApprovalHook | None = None,
+        tokenizer: K3Tokenizer | str | os.PathLike[str] | None = None,
+        deps: Any = None,
+    ) -> None:
+        if (engine is None) == (client is None):
+            raise AgentError("pass exactly one of engine=... or client=...")
+        self.client = client if client is not None else Client(cast(Engine, engine))
+        self.instructions = instructions
+        self.tools: dict[str, Tool] = {}
+        for t in tools:
+            t = t if isinstance(t, Tool) else Tool.from_function(t)
+            if t.name in self.tools:
+                raise AgentError(f"two tools are named {t.name!r}")
+            self.tools[t.name] = t
+        self.settings = settings or ModelSettings()
+        budgets = budgets or Budgets()
+        if max_turns is not None:
+            budgets = Budgets(turns=max_turns, tokens=budgets.tokens, seconds=budgets.seconds)
+        self.budgets = budgets
+        self.context = context or ContextPolicy()
+        self.output_type = output_type
+        self._output_adapter: TypeAdapter[Any] | None = TypeAdapter(output_type) if output_type is not None else None
+        self.approval = approval
+        self.deps = deps
+        if isinstance(tokenizer, K3Tokenizer) or tokenizer is None:
+            self._tokenizer = tokenizer
+        else:
+            self._tokenizer = K3Tokenizer.from_pretrained(tokenizer)
+        if self._tokenizer is None and isinstance(self.client.engine, RawTextEngine):
+            self._tokenizer = self.client.engine._tokenizer  # only if already loaded
+
+    # -- public ------------------------------------------------------------------------------
+
+    async def run(
+        self,
+        task: str | Sequence[TextPart | ImagePart] | None = None,
+        *,
+        messages: list[Message] | None = None,
+        session: str | os.PathLike[str] | None = None,
+    ) -> RunResult[OutputT]:
+        """Run the agent on ``task`` until it answers or a budget runs out.
+
+        Args:
+            task: the user's request (text or content parts); None to continue ``messages``.
+            messages: the conversation to continue, extended IN PLACE as the run goes (so it
+                holds the history even if the run is cancelled). A new list when omitted.
+            session: a JSONL file that receives every message as it happens.
+
+        Returns:
+            The :class:`RunResult`.
+
+        Raises:
+            AgentError: nothing to do (no task and no pending conversation).
+            Engine errors (:class:`~kimik3.APIStatusError`, ...) that survived the client's
+            retries. Tool errors never escape: the model sees them.
+        """
+        result: RunResult[OutputT] | None = None
+        async for event in self.run_stream(task, messages=messages, session=session):
+            if isinstance(event, FinalEvent):
+                result = event.result
+        assert result is not None
+        return result
+
+    async def resume(self, path: str | os.PathLike[str], task: str | None = None) -> RunResult[OutputT]:
+        """Continue the session recorded in ``path`` (appending to it).
+
+        Tool calls left without a result by a crash get an error result first, so the history
+        is valid; then the run continues (with ``task`` as a new user message, if given).
+
+        Raises:
+            SessionError: an unreadable session file.
+        """
+        history = load_session(path)
+        return await self.run(task, messages=history, session=path)
+
+    async def run_stream(
+        self,
+        task: str | Sequence[TextPart | ImagePart] | None = None,
+        *,
+        messages: list[Message] | None = None,
+        session: str | os.PathLike[str] | None = None,
+    ) -> AsyncIterator[AgentEvent]:
+        """:meth:`run`, yielding :data:`AgentEvent` s; the last one is a :class:`FinalEvent`."""
+        history: list[Message] = messages if messages is not None else []
+        if task is None and not any(isinstance(m, UserMessage) for m in history):
+            raise AgentError("nothing to do: pass a task, or a conversation to continue")
+        writer = None
+        if session is not None:
+            writer = SessionWriter(session, {"instructions": self.instructions, "tools": sorted(self.tools)})
+            if writer.new:  # a new session file for an existing conversation: record it first
+                for m in history:
+                    writer.message(m)
+        run = _Run(history, writer, self.deps)
+        try:
+            if not history and self.instructions:
+                run.add(SystemMessage(content=self.instructions))
+            self._answer_orphan_calls(run, "the run stopped before this call finished")
+            if task is not None:
+                run.add(UserMessage(content=task if isinstance(task, str) else list(task)))
+            async for event in self._loop(run):
+                yield event
+        finally:
+            if writer is not None:
+                writer.close()
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    async def _loop(self, run: _Run) -> AsyncIterator[AgentEvent]:
+        output_retry_used = False
+        while True:
+            exhausted = self._exhausted(run)
+            if exhausted is not None:
+                async for event in self._final_turn(run, exhausted):
+                    yield event
+                return
+            async for event in self._maybe_compact(run):
+                yield event
+
+            completion: ChatCompletion | None = None
+            async for turn_event in self._model_turn(run, self._request(run)):
+                if isinstance(turn_event, Completed):
+                    completion = turn_event.completion
+                else:
+                    yield turn_event
+            assert completion is not None
+            message = completion.message
+            run.add(message)  # exactly as received
+
+            if message.tool_calls:
+                async for event in self._run_tools(run, message.tool_calls):
+                    yield event
+                yield TurnEndEvent(run.turns, message, completion.usage)
+                continue
+            yield TurnEndEvent(run.turns, message, completion.usage)
+            if completion.truncated:
+                run.add(UserMessage(content=CONTINUE_REQUEST))
+                continue
+
+            output, error = self._validate_output(message)
+            if error is not None and not output_retry_used:
+                output_retry_used = True
+                run.add(UserMessage(content=f"Your answer does not match the required JSON schema: {error}. "
+                                            "Answer again with only the JSON object."))
+                continue
+            reason: StopReason = "completed" if error is None else "invalid_output"
+            yield FinalEvent(self._result(run, output, reason))
+            return
+
+    def _request(self, run: _Run, *, tool_choice: Any = None, messages: list[Message] | None = None) -> ChatRequest:
+        s = self.settings
+        response_format = None
+        if self._output_adapter is not None:
+            name = getattr(self.output_type, "__name__", "output")
+            schema = self._output_adapter.json_schema()
+            response_format = {"type": "json_schema", "json_schema": {"name": name, "schema": schema}}
+        return ChatRequest(
+            messages=messages if messages is not None else run.messages,
+            tools=[t.spec for t in self.tools.values()],
+            reasoning_effort=s.reasoning_effort,
+            tool_choice=tool_choice,
+            response_format=response_format,
+            temperature=s.temperature,
+            top_p=s.top_p,
+            max_tokens=s.max_tokens,
+            seed=s.seed,
+            extra=dict(s.extra),
+            prompt_cache=run.cache if messages is None else None,
+        )
+
+    async def _model_turn(self, run: _Run, request: ChatRequest) -> AsyncIterator[AgentEvent | Completed]:
+        async for event in self.client.stream_request(request):
+            if isinstance(event, Completed):
+                usage = event.completion.usage
+                run.usage = run.usage + usage
+                run.turns += 1
+                run.context_tokens = usage.prompt_tokens + usage.completion_tokens
+            yield event
+
+    # -- tools -------------------------------------------------------------------------------
+
+    async def _run_tools(self, run: _Run, calls: Sequence[ToolCall]) -> AsyncIterator[AgentEvent]:
+        results: list[ToolResult | None] = [None] * len(calls)
+        deadline = self._deadline(run)
+        try:
+            with anyio.move_on_after(deadline) if deadline is not None else nullcontext():
+                async with anyio.create_task_group() as group:
+                    for i, call in enumerate(calls):
+                        group.start_soon(self._one_tool, run, call, results, i)
+        finally:
+            # Whatever happened (a cancelled run, the time budget), every call id gets a result
+            # message, in call order, so the history stays valid for the next request.
+            for i, call in enumerate(calls):
+                result = results[i]
+                if result is None:
+                    result = ToolResult(content="Error: the tool call was cancelled before it finished", is_error=True)
+                    results[i] = result
+                run.add(self._result_message(result, call))
+                run.context_tokens += self._count(result.text)
+            self._prune_images(run)
+        for i, call in enumerate(calls):
+            result = results[i]
+            assert result is not None
+            yield ToolResultEvent(call.id, call.function.name, result)
+
+    async def _one_tool(self, run: _Run, call: ToolCall, results: list[ToolResult | None], i: int) -> None:
+        name = call.function.name
+        tool = self.tools.get(name)
+        if tool is None:
+            known = ", ".join(sorted(self.tools)) or "none"
+            results[i] = ToolResult(content=f"Error: unknown tool {name!r}; available tools: {known}", is_error=True)
+            return
+        arguments: dict[str, Any] | str = call.function.arguments
+        note = ""
+        if self.approval is not None:
+            try:
+                parsed = call.function.parsed_arguments()
+            except ValueError:
+                parsed = {}
+            try:
+                decision: ApprovalDecision | Any = self.approval(PendingCall(call.id, name, parsed))
+                if inspect.isawaitable(decision):
+                    decision = await decision
+            except Exception as e:
+                log.exception("kimik3: the approval hook failed")
+                results[i] = ToolResult(content=f"Error: the approval check failed: {e}", is_error=True)
+                return
+            if isinstance(decision, Deny):
+                results[i] = ToolResult(content=f"Error: the user denied this call: {decision.reason}", is_error=True)
+                return
+            if isinstance(decision, Edit):
+                arguments = decision.arguments
+                note = f"[the user edited the arguments to {json.dumps(decision.arguments, ensure_ascii=False)}]\n"
+            elif not isinstance(decision, Allow):
+                results[i] = ToolResult(content="Error: the approval check gave no decision", is_error=True)
+                log.error("kimik3: approval hook returned %r; expected Allow(), Deny(...) or Edit(...)", decision)
+                return
+        result = await tool.run(arguments, ToolContext(tool_call_id=call.id, deps=run.deps))
+        if note:
+            result = ToolResult(content=note + result.text if isinstance(result.content, str)
+                                else [TextPart(text=note), *result.content], is_error=result.is_error)
+        results[i] = result
+
+    def _result_message(self, result: ToolResult, call: ToolCall) -> ToolMessage:
+        cap = self.context.max_result_chars
+        if isinstance(result.content, str):
+            content: str | list[Any] = truncate_middle(result.content, cap)
+        else:
+            content = [TextPart(text=truncate_middle(p.text, cap)) if isinstance(p, TextPart) else p
+                       for p in result.content]
+        return ToolMessage(content=content, tool_call_id=call.id, name=call.function.name)
+
+    def _answer_orphan_calls(self, run: _Run, why: str) -> None:
+        """After a crash during tools: give every call of the last assistant message that has no
+        result an error result, so the history is valid again."""
+        msgs = run.messages
+        last = len(msgs) - 1
+        while last >= 0 and isinstance(msgs[last], ToolMessage):
+            last -= 1
+        message = msgs[last] if last >= 0 else None
+        if not isinstance(message, AssistantMessage) or not message.tool_calls:
+            return
+        answered = {m.tool_call_id for m in msgs[last + 1 :] if isinstance(m, ToolMessage)}
+        for call in message.tool_calls:
+            if call.id not in answered:
+                run.add(ToolMessage(content=f"Error: {why}", tool_call_id=call.id, name=call.function.name))
+
+    def _prune_images(self, run: _Run) -> None:
+        keep = self.context.max_images
+        if keep is None:
+            return
+        seen = 0
+        for idx in range(len(run.messages) - 1, -1, -1):
+            msg = run.messages[idx]
+            if not isinstance(msg, ToolMessage) or not isinstance(msg.content, list):
+                continue
+            if not any(isinstance(p, ImagePart) for p in msg.content):
+                continue
+            seen += 1
+            if seen > keep:  # replaced (not mutated): earlier prompts that used it stay valid
+                parts = [TextPart(text=_IMAGE_DROPPED) if isinstance(p, ImagePart) else p for p in msg.content]
+                run.messages[idx] = ToolMessage(content=parts, tool_call_id=msg.tool_call_id, name=msg.name)
+
+    # -- budgets, output, compaction ---------------------------------------------------------
+
+    def _exhausted(self, run: _Run) -> StopReason | None:
+        b = self.budgets
+        if run.turns >= b.turns:
+            return "turn_budget"
+        if b.tokens is not None and run.usage.total_tokens >= b.tokens:
+            return "token_budget"
+        if b.seconds is not None and time.monotonic() - run.started >= b.seconds:
+            return "time_budget"
+        return None
+
+    def _deadline(self, run: _Run) -> float | None:
+        if self.budgets.seconds is None:
+            return None
+        return max(0.0, self.budgets.seconds - (time.monotonic() - run.started))
+
+    async def _final_turn(self, run: _Run, reason: StopReason) -> AsyncIterator[AgentEvent]:
+        """One tool-free turn for a summary, then the result."""
+        run.add(SystemMessage(content=SUMMARY_INSTRUCTIONS))
+        completion: ChatCompletion | None = None
+        async for turn_event in self._model_turn(run, self._request(run, tool_choice="none")):
+            if isinstance(turn_event, Completed):
+                completion = turn_event.completion
+            else:
+                yield turn_event
+        assert completion is not None
+        message = completion.message
+        if message.tool_calls:  # tools are off for this turn: keep the words, drop the calls
+            message = AssistantMessage(content=message.content, reasoning_content=message.reasoning_content)
+        run.add(message)
+        yield TurnEndEvent(run.turns, message, completion.usage)
+        output, _ = self._validate_output(message)
+        yield FinalEvent(self._result(run, output, reason))
+
+    def _validate_output(self, message: AssistantMessage) -> tuple[Any, str | None]:
+        text = message.content if isinstance(message.content, str) else ""
+        if isinstance(message.content, list):
+            text = "".join(p.text for p in message.content if isinstance(p, TextPart))
+        if self._output_adapter is None:
+            return text, None
+        raw = text.strip()
+        if raw.startswith("```"):  # tolerate a fenced answer
+            raw = raw.split("\n", 1)[1] if "\n" in raw else ""
+            raw = raw.rsplit("```", 1)[0]
+        assert self._output_adapter is not None
+        try:
+            return self._output_adapter.validate_json(raw), None
+        except ValidationError as e:
+            return None, "; ".join(f"{'.'.join(map(str, err['loc'])) or 'answer'}: {err['msg']}" for err in e.errors())
+
+    def _result(self, run: _Run, output: Any, reason: StopReason) -> RunResult[OutputT]:
+        path = str(run.session.path) if run.session is not None else None
+        return RunResult(output=output, messages=run.messages, usage=run.usage, turns=run.turns,
+                         stop_reason=reason, session_path=path)
+
+    def _count(self, text: str) -> int:
+        tok = self._tokenizer
+        return len(tok.encode_text(text)) if tok is not None else estimate_tokens(text)
+
+    async def _maybe_compact(self, run: _Run) -> AsyncIterator[AgentEvent]:
+        policy = self.context
+        if run.context_tokens < policy.compact_at * policy.context_window:
+            return
+        msgs = run.messages
+        head = 0  # keep the system prompt(s) and the first user task
+        while head < len(msgs) and not isinstance(msgs[head], UserMessage):
+            head += 1
+        head += 1
+        turn_starts = [i for i in range(head, len(msgs)) if isinstance(msgs[i], AssistantMessage)]
+        if len(turn_starts) <= policy.keep_recent_turns:
+            return
+        split = turn_starts[-policy.keep_recent_turns] if policy.keep_recent_turns else len(msgs)
+        older = msgs[head:split]
+        request = self._request(run, tool_choice="none",
+                                messages=[*msgs[:split], UserMessage(content=COMPACTION_REQUEST)])
+        try:
+            completion = await self.client.complete(request)
+        except Exception as e:  # compaction is an optimisation: never the reason a run dies
+            log.warning("kimik3: compaction failed, continuing with the full history: %s", e)
+            return
+        run.usage = run.usage + completion.usage
+        summary = completion.message.content if isinstance(completion.message.content, str) else ""
+        note = UserMessage(content=f"[Summary of {len(older)} earlier messages, written by you]\n{summary}")
+        new = [*msgs[:head], note, *msgs[split:]]
+        msgs[:] = new  # in place: the caller's list is the live history
+        run.cache = PromptCache()
+        run.context_tokens = sum(self._count(json.dumps(dump_message(m), ensure_ascii=False)) for m in new)
+        if run.session is not None:
+            run.session.compaction(new, summary)
+        yield CompactionEvent(len(older), summary)
+

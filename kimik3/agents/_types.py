@@ -1,0 +1,214 @@
+"""Settings, budgets, context policy, approval decisions, run results and events of the Agent."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Generic, Literal, TypeAlias
+
+from typing_extensions import TypeVar
+
+from ..engines import Usage
+from ..formats.k3 import (
+    ContentDelta,
+    ReasoningDelta,
+    ToolCallArgumentsDelta,
+    ToolCallDone,
+    ToolCallIncomplete,
+    ToolCallStarted,
+)
+from ..tools import ToolResult
+from ..types import AssistantMessage, Message
+
+__all__ = [
+    "AgentEvent",
+    "Allow",
+    "ApprovalDecision",
+    "ApprovalHook",
+    "Budgets",
+    "CompactionEvent",
+    "ContextPolicy",
+    "Deny",
+    "Edit",
+    "FinalEvent",
+    "ModelSettings",
+    "OutputT",
+    "PendingCall",
+    "RunResult",
+    "StopReason",
+    "ToolResultEvent",
+    "TurnEndEvent",
+]
+
+OutputT = TypeVar("OutputT", default=str)
+
+StopReason = Literal["completed", "turn_budget", "token_budget", "time_budget", "invalid_output"]
+"""Why a run ended: the model answered (``completed``), a budget ran out (the agent then ran one
+tool-free summary turn), or the answer failed ``output_type`` validation twice."""
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """Per-call model settings. K3's card evaluates agentic work at temperature 1.0, top_p 1.0.
+
+    Attributes:
+        reasoning_effort: low / high / max, or "none" (thinking off).
+        temperature, top_p, seed: sampling.
+        max_tokens: completion budget per model call (None: the engine's default).
+        extra: engine-specific extras (vLLM SamplingParams fields / extra request body).
+    """
+
+    reasoning_effort: Literal["low", "high", "max", "none"] = "max"
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_tokens: int | None = None
+    seed: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Budgets:
+    """Limits of one run; when one runs out the agent ends gracefully (one tool-free summary
+    turn, then a :class:`RunResult` whose ``stop_reason`` says which).
+
+    Attributes:
+        turns: model calls that may request tools (default 50).
+        tokens: total tokens (prompt + completion, summed over model calls), or None.
+        seconds: wall time of the run, or None. Tools still running at the deadline are
+            cancelled and answered with an error result.
+    """
+
+    turns: int = 50
+    tokens: int | None = None
+    seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class ContextPolicy:
+    """How the agent keeps a long history inside the context window.
+
+    Attributes:
+        max_result_chars: each tool result's text is capped here (head + tail + the number of
+            elided characters, :func:`kimik3.tools.truncate_middle`).
+        context_window: the model's context in tokens (K3 serves up to 1,048,576; vendor-validated
+            launches use 131,072-196,608).
+        compact_at: compact when the context reaches this fraction of ``context_window``.
+        keep_recent_turns: model turns kept verbatim by compaction (older ones are summarised by
+            the model; a tool call is never separated from its result).
+        max_images: keep only this many most recent images in tool results (older screenshots
+            become a text note); None keeps all.
+    """
+
+    max_result_chars: int = 30_000
+    context_window: int = 131_072
+    compact_at: float = 0.8
+    keep_recent_turns: int = 4
+    max_images: int | None = None
+
+
+@dataclass(frozen=True)
+class PendingCall:
+    """A tool call awaiting approval: its id, tool name and parsed arguments."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Allow:
+    """Run the call as the model made it."""
+
+
+@dataclass(frozen=True)
+class Deny:
+    """Do not run the call; the model sees ``reason`` as the tool's error result."""
+
+    reason: str = "denied by the user"
+
+
+@dataclass(frozen=True)
+class Edit:
+    """Run the call with these arguments instead (the model sees a note that they were edited)."""
+
+    arguments: dict[str, Any]
+
+
+ApprovalDecision: TypeAlias = Allow | Deny | Edit
+ApprovalHook: TypeAlias = Callable[[PendingCall], "ApprovalDecision | Awaitable[ApprovalDecision]"]
+"""Called before every tool call (sync or async)."""
+
+
+@dataclass
+class RunResult(Generic[OutputT]):
+    """The outcome of :meth:`Agent.run`.
+
+    Attributes:
+        output: the final answer: its text, or an ``output_type`` instance (None when the answer
+            never validated).
+        messages: the whole conversation as typed messages (assistant messages exactly as the
+            model produced them).
+        usage: tokens summed over every model call of the run.
+        turns: model calls made in this run.
+        stop_reason: why the run ended (:data:`StopReason`).
+        session_path: the JSONL session file, when the run recorded one.
+    """
+
+    output: OutputT | None
+    messages: list[Message]
+    usage: Usage
+    turns: int
+    stop_reason: StopReason
+    session_path: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResultEvent:
+    """A tool call finished (results arrive in call order once the turn's calls are done)."""
+
+    call_id: str
+    name: str
+    result: ToolResult
+    type: Literal["tool_result"] = field(default="tool_result", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class TurnEndEvent:
+    """A model turn ended (after its tools ran)."""
+
+    turn: int
+    message: AssistantMessage
+    usage: Usage
+    type: Literal["turn_end"] = field(default="turn_end", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionEvent:
+    """Older turns were replaced by the model's summary."""
+
+    removed_messages: int
+    summary: str
+    type: Literal["compaction"] = field(default="compaction", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class FinalEvent(Generic[OutputT]):
+    """The last event of :meth:`Agent.run_stream`."""
+
+    result: RunResult[OutputT]
+    type: Literal["final"] = field(default="final", init=False)
+
+
+AgentEvent: TypeAlias = (
+    ReasoningDelta
+    | ContentDelta
+    | ToolCallStarted
+    | ToolCallArgumentsDelta
+    | ToolCallDone
+    | ToolCallIncomplete
+    | ToolResultEvent
+    | TurnEndEvent
+    | CompactionEvent
+    | FinalEvent[Any]
+)
+"""What :meth:`Agent.run_stream` yields."""
