@@ -36,7 +36,7 @@ from .formats.k3._encode import (
     prompt_header_segments,
     prompt_trailer_segments,
 )
-from .types import AssistantMessage, Message, ToolMessage, ToolSpec, to_message, to_tool_specs
+from .types import AssistantMessage, Message, ToolMessage, ToolSpec, to_message, to_messages, to_tool_specs
 
 __all__ = [
     "K3_PAT_STR",
@@ -452,46 +452,45 @@ class PromptEncoder:
         msgs = self._msgs
         while n < limit and msgs[n] is messages[n]:
             n += 1
-        typed: list[Message] = [*msgs[:n], *(to_message(m) for m in messages[n:])]
         # a tool message right after a committed tool run belongs to that run: re-encode the run
-        if 0 < n < len(typed) and isinstance(typed[n], ToolMessage) and isinstance(typed[n - 1], ToolMessage):
-            n = self._block_first[n - 1]
-        if n < len(self._msgs):
+        if 0 < n < len(messages) and isinstance(msgs[n - 1], ToolMessage):
+            if isinstance(to_message(messages[n]), ToolMessage):
+                n = self._block_first[n - 1]
+        if n < len(msgs):
             n = self._block_first[n]
             # A new list, not `del`: PromptIds views handed out earlier share the old one.
             self._ids = self._ids[: self._block_ids[n]]
-            del self._msgs[n:], self._block_first[n:], self._block_ids[n:], self._last_assistant[n:]
+            del msgs[n:], self._block_first[n:], self._block_ids[n:], self._last_assistant[n:]
+        new = to_messages(messages[n:])  # only what is not cached; new[k] is message n + k
         # A trailing run of tool messages stays uncommitted: a later tool message of the same run
         # can re-order it (spec §2 tool-result re-ordering).
-        end = len(typed)
-        while end > n and isinstance(typed[end - 1], ToolMessage):
+        end = len(new)
+        while end > 0 and isinstance(new[end - 1], ToolMessage):
             end -= 1
         last_assistant = self._last_assistant[n - 1] if n else None
         enc = self.tokenizer.encode_segments
         thinking = self.thinking
-        i = n
-        items = list(normalize_messages(typed[n:end], last_assistant=last_assistant))
-        pos = 0
-        while i < end:
+        items = list(normalize_messages(new[:end], last_assistant=last_assistant))
+        i = 0
+        while i < end:  # commit block by block (a non-tool message, or a whole tool run)
             j = i + 1
-            if isinstance(typed[i], ToolMessage):
-                while j < end and isinstance(typed[j], ToolMessage):
+            if isinstance(new[i], ToolMessage):
+                while j < end and isinstance(new[j], ToolMessage):
                     j += 1
             start_ids = len(self._ids)
-            for item in items[pos : pos + (j - i)]:
+            for item in items[i:j]:
                 self._ids.extend(enc(message_segments(item, thinking=thinking)))
-            pos += j - i
             for k in range(i, j):
-                msg = typed[k]
+                msg = new[k]
                 if isinstance(msg, AssistantMessage):
                     last_assistant = msg
-                self._msgs.append(msg)
-                self._block_first.append(i)
+                msgs.append(msg)
+                self._block_first.append(n + i)
                 self._block_ids.append(start_ids)
                 self._last_assistant.append(last_assistant)
             i = j
         tail: list[int] = []
-        for item in normalize_messages(typed[end:], last_assistant=last_assistant):
+        for item in normalize_messages(new[end:], last_assistant=last_assistant):
             tail.extend(enc(message_segments(item, thinking=thinking)))
         tail.extend(
             enc(

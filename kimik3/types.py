@@ -365,6 +365,7 @@ _ROLE_TYPES: dict[str, type[BaseModel]] = {
     "tool": ToolMessage,
 }
 _MESSAGE_TYPES = (SystemMessage, UserMessage, AssistantMessage, ToolMessage)
+_TYPED_CLASSES = frozenset(_MESSAGE_TYPES)
 
 
 def to_message(raw: Message | Mapping[str, Any]) -> Message:
@@ -396,8 +397,10 @@ def to_message(raw: Message | Mapping[str, Any]) -> Message:
 
 
 def to_messages(raw: Iterable[Message | Mapping[str, Any]]) -> list[Message]:
-    """:func:`to_message` over a list; never mutates the input."""
-    return [to_message(m) for m in raw]
+    """:func:`to_message` over a list; never mutates the input (typed messages are kept as they
+    are, so a long history of typed messages costs one pointer copy each)."""
+    typed = _TYPED_CLASSES
+    return [m if m.__class__ in typed else to_message(m) for m in raw]
 
 
 def dump_message(message: Message | Mapping[str, Any]) -> dict[str, Any]:

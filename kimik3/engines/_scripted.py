@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+from functools import cached_property
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,10 +23,24 @@ ScriptFunction = Callable[[list[Message]], "str | Awaitable[str]"]
 
 @dataclass(frozen=True)
 class ScriptedCall:
-    """What a :class:`ScriptedEngine` was asked: the request and its rendered K3 prompt."""
+    """What a :class:`ScriptedEngine` was asked: the request, a snapshot of its messages, and
+    (rendered on first access) its K3 prompt text."""
 
     request: ChatRequest
-    prompt: str
+    messages: tuple[Message, ...]
+
+    @cached_property
+    def prompt(self) -> str:
+        """The K3 prompt text of this call (rendered lazily: long scripted runs stay O(turn))."""
+        r = self.request
+        return render(
+            self.messages,
+            r.tools,
+            thinking=r.thinking,
+            thinking_effort=r.thinking_effort,
+            tool_choice=r.tool_choice,
+            response_format=r.response_format,
+        )
 
 
 class ScriptedEngine(RawTextEngine):
@@ -81,18 +96,11 @@ class ScriptedEngine(RawTextEngine):
         return []  # placeholders are rendered; the script sees the messages themselves
 
     def encode(self, request: ChatRequest) -> Sequence[int]:
-        prompt = render(
-            request.messages,
-            request.tools,
-            thinking=request.thinking,
-            thinking_effort=request.thinking_effort,
-            tool_choice=request.tool_choice,
-            response_format=request.response_format,
-        )
-        self.calls.append(ScriptedCall(request, prompt))
+        call = ScriptedCall(request, tuple(request.messages))
+        self.calls.append(call)
         if self._tokenizer is not None:
-            return super().encode(request)
-        return [0] * estimate_tokens(prompt)  # only its length is used (usage.prompt_tokens)
+            return super().encode(request)  # incremental with the request's PromptCache
+        return [0] * estimate_tokens(call.prompt)  # only its length is used (usage.prompt_tokens)
 
     async def _next_text(self, request: ChatRequest) -> str:
         if callable(self._responses):
