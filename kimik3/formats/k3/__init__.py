@@ -20,6 +20,7 @@ from ._encode import (
     prompt_trailer_segments,
     protocol_bodies,
     render,
+    render_output,
 )
 from ._parse import (
     ContentDelta,
@@ -67,4 +68,5 @@ __all__ = [
     "prompt_trailer_segments",
     "protocol_bodies",
     "render",
+    "render_output",
 ]
