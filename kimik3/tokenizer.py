@@ -453,9 +453,12 @@ class PromptEncoder:
         while n < limit and msgs[n] is messages[n]:
             n += 1
         # a tool message right after a committed tool run belongs to that run: re-encode the run
-        if 0 < n < len(messages) and isinstance(msgs[n - 1], ToolMessage):
-            if isinstance(to_message(messages[n]), ToolMessage):
-                n = self._block_first[n - 1]
+        if (
+            0 < n < len(messages)
+            and isinstance(msgs[n - 1], ToolMessage)
+            and isinstance(to_message(messages[n]), ToolMessage)
+        ):
+            n = self._block_first[n - 1]
         if n < len(msgs):
             n = self._block_first[n]
             # A new list, not `del`: PromptIds views handed out earlier share the old one.

@@ -280,12 +280,15 @@ class RawChunk:
         finish_reason: set on the last chunk (``"stop"`` or ``"length"``).
         completion_tokens: total generated tokens so far, when the engine knows.
         prompt_tokens: the prompt's token count, when the engine reports it.
+        prompt_token_ids: the prompt ids as the engine received them, when it echoes them
+            (vLLM does): proof that kimik3's exact ids reached the engine.
     """
 
     text: str = ""
     finish_reason: str | None = None
     completion_tokens: int | None = None
     prompt_tokens: int | None = None
+    prompt_token_ids: Sequence[int] | None = None
 
 
 class RawTextEngine(Engine):

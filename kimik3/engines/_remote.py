@@ -230,7 +230,12 @@ class RemoteEngine(RawTextEngine):
                     usage = chunk.usage
                     if chunk.choices:
                         choice = chunk.choices[0]
-                        yield RawChunk(text=choice.text or "", finish_reason=choice.finish_reason)
+                        echoed = _field(choice, "prompt_token_ids")
+                        yield RawChunk(
+                            text=choice.text or "",
+                            finish_reason=choice.finish_reason,
+                            prompt_token_ids=echoed if isinstance(echoed, list) else None,
+                        )
                     if usage is not None:
                         yield RawChunk(
                             prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import inspect
-from functools import cached_property
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import anyio

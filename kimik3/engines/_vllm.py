@@ -20,7 +20,14 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from .._exceptions import ContextLengthExceededError, EngineError, EngineNotAvailableError, TokenizerError
+from .._exceptions import (
+    BadRequestError,
+    ContextLengthExceededError,
+    EngineError,
+    EngineNotAvailableError,
+    ServiceUnavailableError,
+    TokenizerError,
+)
 from ..tokenizer import K3Tokenizer
 from ._base import ChatRequest, RawChunk, RawTextEngine, collect_images
 
@@ -175,22 +182,23 @@ class VLLMEngine(RawTextEngine):
         request_id = "kimik3-" + uuid.uuid4().hex
         finished = False
         generated = 0
+        first = True
         try:
             async for out in self.llm.generate(prompt, params, request_id=request_id):
                 completion = out.outputs[0]
                 generated += len(completion.token_ids)
                 finished = bool(out.finished)
+                echoed = out.prompt_token_ids
                 yield RawChunk(
                     text=completion.text,
                     finish_reason=_finish(completion.finish_reason) if finished else None,
                     completion_tokens=generated,
-                    prompt_tokens=len(out.prompt_token_ids) if out.prompt_token_ids is not None else None,
+                    prompt_tokens=len(echoed) if echoed is not None else None,
+                    prompt_token_ids=echoed if first else None,
                 )
-        except ValueError as e:  # vLLM rejects over-long prompts with a ValueError subclass
-            message = str(e)
-            if "longer than the maximum model length" in message or "max_model_len" in message:
-                raise ContextLengthExceededError(message, status_code=400) from e
-            raise
+                first = False
+        except Exception as e:
+            raise _map_vllm_error(e) from e
         finally:
             if not finished and self._llm is not None:
                 await self._llm.abort(request_id)
@@ -201,8 +209,27 @@ class VLLMEngine(RawTextEngine):
 
     async def aclose(self) -> None:
         if self._llm is not None:
-            self._llm.shutdown()
-            self._llm = None
+            llm, self._llm = self._llm, None
+            llm.shutdown()
+            # vLLM keeps the engine referenced until interpreter exit, where __del__ would shut it
+            # down again and print a TypeError: the engine is already down.
+            llm.shutdown = lambda *args, **kwargs: None
+
+
+def _map_vllm_error(e: Exception) -> Exception:
+    """vLLM's request errors as kimik3's typed errors (others unchanged)."""
+    try:
+        from vllm.exceptions import VLLMClientError, VLLMServerError
+    except ImportError:  # pragma: no cover - vllm is imported by now
+        return e
+    message = str(e)
+    if isinstance(e, VLLMClientError):
+        if "maximum context length" in message or "max_model_len" in message:
+            return ContextLengthExceededError(message, status_code=400)
+        return BadRequestError(message, status_code=400)
+    if isinstance(e, VLLMServerError):
+        return ServiceUnavailableError(f"vLLM engine failed: {message}", status_code=503)
+    return e
 
 
 def _finish(reason: str | None) -> str:

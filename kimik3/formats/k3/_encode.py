@@ -242,8 +242,9 @@ def _response_format_body(response_format: Any) -> str | None:
         spec = response_format.get("json_schema")
         if not isinstance(spec, Mapping):
             raise MessageError("response_format json_schema needs a 'json_schema' object")
-        # OpenAI shape {"name":..., "schema": {...}}; a bare schema is accepted too.
-        schema = spec.get("schema", spec)
+        # OpenAI shape {"name":..., "schema": {...}}; vLLM 0.32's renderer hands the schema over
+        # under "json_schema" (its pydantic alias is not applied); a bare schema is accepted too.
+        schema = spec.get("schema", spec.get("json_schema", spec))
         return protocol_bodies()["RF_JSON_SCHEMA"].replace("{SCHEMA}", _compact_sorted_json(schema))
     raise MessageError(f"unknown response_format type {kind!r}; expected text, json_object or json_schema")
 
