@@ -9,11 +9,12 @@ STAMP := $(VENV)/.kimik3-installed
 
 .PHONY: install demo test lint typecheck unit bench clean
 
-$(STAMP): pyproject.toml scripts/setup_engine.sh
+$(STAMP): pyproject.toml scripts/setup_engine.sh scripts/setup_ui.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -U pip
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
 	VENV=$(VENV) bash scripts/setup_engine.sh
+	VENV=$(VENV) bash scripts/setup_ui.sh
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -26,7 +27,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/ruff check kimik3 tests bench examples scripts
 	$(VENV)/bin/mypy
-	$(PY) -m pytest -q
+	KIMIK3_REQUIRE_ENGINE=1 $(PY) -m pytest -q
 
 bench: $(STAMP)
 	for f in bench/*.py; do echo "== $$f"; $(PY) $$f || exit 1; done

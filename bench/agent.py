@@ -11,6 +11,7 @@ Run: .venv/bin/python bench/agent.py
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import sys
 import time
@@ -68,7 +69,7 @@ async def timed_run(turns: int, tok: Any) -> list[float]:
     async for event in agent.run_stream("Read every file."):
         if isinstance(event, TurnEndEvent):
             stamps.append(time.perf_counter())
-    return [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
+    return [b - a for a, b in itertools.pairwise(stamps)]
 
 
 async def main() -> None:

@@ -1,0 +1,725 @@
+"""The ``kimik3`` command: run the K3 coding agent, resume its sessions, chat, check a node.
+
+::
+
+    kimik3 run "fix the failing test" --workspace repo --base-url http://127.0.0.1:8000/v1
+    kimik3 run "..." --model-path /models/kimi-k3 --preset k3-nvfp4-b300     # embedded vLLM
+    kimik3 run "..." --script replies.json                                  # scripted replies
+    kimik3 resume ~/.kimik3/sessions/20260101-120000.jsonl "now add a test" --base-url ...
+    kimik3 chat --base-url ...            # a REPL; --workspace DIR gives it the coding tools
+    kimik3 preflight                      # can this node serve K3?
+
+Progress goes to stdout. On a terminal it is live (rich): a status line (turn, tool calls,
+tokens), reasoning dimmed, tool calls and results as they happen, the answer. Elsewhere (a pipe,
+CI) it is plain, flushed lines whose format is kept stable::
+
+    [turn 1] text: <content the model wrote beside its tool calls>
+    [turn 1] tool read_file {"path": "notes.txt"}
+    [turn 1] result read_file: <first non-blank line of the result, at most 100 chars>
+    [turn 2] answer: <the final answer>
+    stopped: turn_budget (<why>)            only when the run did not complete
+    usage: 2 turns, 1 tool calls, 1234 tokens
+    session: /home/me/.kimik3/sessions/20260101-120000.jsonl
+
+Tool arguments are one-line JSON (``json.dumps``), cut after 200 characters with ``...``; the
+result preview collapses whitespace and is cut after 100 characters with ``...``. A ``text`` line
+comes only when the model wrote text beside its calls; the answer may span several lines.
+
+Exit codes: 0 the run ended (answered, or stopped by a budget: said so), 1 an error (a kimik3
+error is printed on stderr as one line ``error: <Type>: <message>``; ``chat`` goes on and exits
+1 at the end), 2 a usage error, 130 interrupted. This is the only module of kimik3 that knows
+about terminals.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Protocol, TypeVar
+
+import anyio
+import click
+from click.core import ParameterSource
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.spinner import Spinner
+from rich.text import Text
+
+from . import __version__
+from ._exceptions import EngineError, KimiK3Error
+from .agents import (
+    CODING_INSTRUCTIONS,
+    Agent,
+    AgentEvent,
+    Budgets,
+    CompactionEvent,
+    FinalEvent,
+    ModelSettings,
+    RunResult,
+    ToolResultEvent,
+    TurnEndEvent,
+    load_session,
+)
+from .engines import PRESETS, Engine, RemoteEngine, ScriptedEngine, VLLMEngine, preflight
+from .formats.k3 import ContentDelta, ReasoningDelta, ToolCallDone, ToolCallIncomplete, ToolCallStarted
+from .tools import Tool, ToolResult
+from .tools.coding import coding_tools
+from .types import AssistantMessage, Message, message_text
+
+__all__ = ["main", "parse_engine_arg"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+PREVIEW_CHARS = 100
+"""Result previews are the first non-blank line of a tool result, cut to this many characters."""
+ARGUMENTS_CHARS = 200
+"""Tool-call arguments are shown as one-line JSON, cut to this many characters."""
+
+_EMBEDDED_OPTIONS = ("preset", "tensor_parallel_size", "max_model_len", "enforce_eager",
+                     "gpu_memory_utilization", "dtype")
+_STOP_REASONS = {
+    "turn_budget": "the turn budget ran out, see --max-turns; the answer is the model's summary so far",
+    "token_budget": "the token budget ran out; the answer is the model's summary so far",
+    "time_budget": "the time budget ran out; the answer is the model's summary so far",
+    "invalid_output": "the answer did not match the required output schema",
+}
+
+
+# -- options ---------------------------------------------------------------------------------
+
+
+def parse_engine_arg(text: str) -> tuple[str, Any]:
+    """Parse one ``--engine-arg KEY=VALUE`` into a vLLM engine-arg name and value.
+
+    VALUE is read as JSON when it parses (``8`` -> 8, ``0.9`` -> 0.9, ``true`` -> True,
+    ``null`` -> None, ``[1, 2]``, ``{"a": 1}``, ``"8"`` -> the string "8"), else it is the raw
+    string (``fp8`` -> "fp8"). Dashes in KEY become underscores (``max-num-seqs`` ->
+    ``max_num_seqs``), the spelling of ``vllm.AsyncEngineArgs`` fields.
+
+    Raises:
+        click.BadParameter: no ``=``, a KEY that is not an identifier, or a KEY that has its own
+            option (``model``: ``--model-path``; ``preset``; ``k3_tokenizer``: ``--tokenizer``).
+    """
+    key, sep, value = text.partition("=")
+    key = key.strip().replace("-", "_")
+    if not sep or not key.isidentifier():
+        raise click.BadParameter(f"expected KEY=VALUE, got {text!r}", param_hint="'--engine-arg'")
+    own = {"model": "--model-path", "preset": "--preset", "k3_tokenizer": "--tokenizer"}
+    if key in own:
+        raise click.BadParameter(f"use {own[key]} instead of {key}=...", param_hint="'--engine-arg'")
+    try:
+        parsed: Any = json.loads(value)
+    except json.JSONDecodeError:
+        parsed = value
+    return key, parsed
+
+
+def _engine_arg_callback(ctx: click.Context, param: click.Parameter, values: Sequence[str]) -> list[tuple[str, Any]]:
+    return [parse_engine_arg(v) for v in values]
+
+
+@dataclass
+class _Options:
+    """The engine and model options every agent command shares."""
+
+    base_url: str | None
+    api_key: str | None
+    model: str | None
+    mode: str
+    tokenizer: str | None
+    model_path: str | None
+    preset: str | None
+    tensor_parallel_size: int | None
+    max_model_len: int | None
+    enforce_eager: bool | None
+    gpu_memory_utilization: float | None
+    dtype: str | None
+    engine_arg: list[tuple[str, Any]]
+    script: str | None
+    reasoning_effort: str | None
+    max_turns: int | None
+    max_tokens: int | None
+    temperature: float | None
+    top_p: float | None
+    seed: int | None
+    plain: bool
+
+
+def _engine_options(f: F) -> F:
+    options = [
+        click.option("--base-url", envvar="KIMIK3_BASE_URL", metavar="URL",
+                     help="An OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 [env KIMIK3_BASE_URL]."),
+        click.option("--api-key", envvar="KIMIK3_API_KEY", metavar="KEY",
+                     help="The endpoint's API key [env KIMIK3_API_KEY, else OPENAI_API_KEY]."),
+        click.option("--model", envvar="KIMIK3_MODEL", metavar="NAME",
+                     help="The served model name (default: the endpoint's first model) [env KIMIK3_MODEL]."),
+        click.option("--mode", type=click.Choice(["chat", "raw"]), default="chat", show_default=True,
+                     help="chat: the server renders and parses K3; raw: kimik3 does (needs --tokenizer)."),
+        click.option("--tokenizer", type=click.Path(exists=True, file_okay=False), metavar="DIR",
+                     help="A K3 model directory with the tokenizer (raw mode; the embedded engine's "
+                          "default is --model-path)."),
+        click.option("--model-path", envvar="KIMIK3_MODEL_PATH", type=click.Path(exists=True), metavar="DIR",
+                     help="Run K3 embedded with vLLM from this model directory [env KIMIK3_MODEL_PATH]."),
+        click.option("--preset", type=click.Choice(sorted(PRESETS)),
+                     help="A vendor-validated vLLM launch preset (embedded engine)."),
+        click.option("--tensor-parallel-size", type=click.IntRange(min=1), help="vLLM tensor_parallel_size."),
+        click.option("--max-model-len", type=click.IntRange(min=1), help="vLLM max_model_len (tokens)."),
+        click.option("--enforce-eager/--no-enforce-eager", default=None, help="vLLM enforce_eager."),
+        click.option("--gpu-memory-utilization", type=click.FloatRange(0, 1, min_open=True),
+                     help="vLLM gpu_memory_utilization (0-1]."),
+        click.option("--dtype", help="vLLM dtype (auto, bfloat16, float16, ...)."),
+        click.option("--engine-arg", multiple=True, metavar="KEY=VALUE", callback=_engine_arg_callback,
+                     help="Any other vLLM engine arg (repeatable); VALUE is JSON when it parses, else text. "
+                          "Overrides the preset and the options above."),
+        click.option("--script", type=click.Path(exists=True, dir_okay=False), metavar="FILE.json",
+                     help="Replay a JSON list of raw K3 output texts (ScriptedEngine): tests, dry runs."),
+        click.option("--reasoning-effort", type=click.Choice(["low", "high", "max", "none"]),
+                     help="K3's thinking effort (default max); none turns thinking off."),
+        click.option("--max-turns", type=click.IntRange(min=1), help="Model calls that may use tools (default 50)."),
+        click.option("--max-tokens", type=click.IntRange(min=1), help="Completion tokens per model call."),
+        click.option("--temperature", type=click.FloatRange(min=0), help="Sampling temperature (default 1.0)."),
+        click.option("--top-p", type=click.FloatRange(0, 1, min_open=True), help="Nucleus sampling (default 1.0)."),
+        click.option("--seed", type=int, help="Sampling seed, where the engine supports one."),
+        click.option("--plain", is_flag=True, help="Plain progress lines even on a terminal."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def _options(params: dict[str, Any]) -> _Options:
+    fields = _Options.__dataclass_fields__
+    return _Options(**{k: v for k, v in params.items() if k in fields})
+
+
+def _engine_source(o: _Options) -> str:
+    """Which engine the options ask for: "script", "model_path" or "base_url"."""
+    ctx = click.get_current_context()
+    given = [n for n in ("script", "model_path", "base_url") if getattr(o, n)]
+    explicit = [n for n in given if ctx.get_parameter_source(n) == ParameterSource.COMMANDLINE]
+    if len(explicit) > 1:
+        names = " and ".join("--" + n.replace("_", "-") for n in explicit)
+        raise click.UsageError(f"give one engine, not {names}")
+    if explicit:
+        return explicit[0]
+    if given:
+        return given[0]
+    raise click.UsageError(
+        "no engine: pass --base-url URL (an OpenAI-compatible endpoint), --model-path DIR (K3 embedded "
+        "with vLLM) or --script FILE.json (scripted replies); or set KIMIK3_BASE_URL / KIMIK3_MODEL_PATH"
+    )
+
+
+def _load_script(path: str) -> list[str]:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise click.BadParameter(f"cannot read {path}: {e}", param_hint="'--script'") from None
+    if not isinstance(data, list) or not all(isinstance(x, str) for x in data):
+        raise click.BadParameter(f"{path} must hold a JSON list of raw K3 output strings", param_hint="'--script'")
+    return data
+
+
+def _default_cpu_kv_cache() -> None:
+    """vLLM's CPU build needs ``VLLM_CPU_KVCACHE_SPACE`` (GiB): default it to 1 without CUDA."""
+    if "VLLM_CPU_KVCACHE_SPACE" in os.environ:
+        return
+    try:
+        torch = importlib.import_module("torch")  # only for the embedded engine; never at import time
+    except ImportError:
+        return
+    if not torch.cuda.is_available():
+        os.environ["VLLM_CPU_KVCACHE_SPACE"] = "1"
+
+
+def _build_engine(o: _Options) -> Engine:
+    """The engine the options describe (not started: vLLM starts on first use).
+
+    Raises:
+        click.UsageError: no engine, two engines, options of another engine, raw mode without a
+            tokenizer, an unreadable script.
+    """
+    source = _engine_source(o)
+    embedded = [n for n in _EMBEDDED_OPTIONS if getattr(o, n) is not None]
+    if o.engine_arg:
+        embedded.append("engine_arg")
+    if source != "model_path" and embedded:
+        names = ", ".join("--" + n.replace("_", "-") for n in embedded)
+        raise click.UsageError(f"{names} apply only to the embedded engine (--model-path)")
+    if source == "script":
+        assert o.script is not None
+        return ScriptedEngine(_load_script(o.script))
+    if source == "model_path":
+        assert o.model_path is not None
+        args: dict[str, Any] = {n: getattr(o, n) for n in _EMBEDDED_OPTIONS[1:] if getattr(o, n) is not None}
+        args.update(dict(o.engine_arg))
+        _default_cpu_kv_cache()
+        return VLLMEngine(o.model_path, preset=o.preset, k3_tokenizer=o.tokenizer, **args)
+    if o.mode == "raw" and o.tokenizer is None:
+        raise click.UsageError("--mode raw needs --tokenizer DIR (a K3 model directory)")
+    mode: Literal["chat", "raw"] = "raw" if o.mode == "raw" else "chat"
+    return RemoteEngine(base_url=o.base_url, api_key=o.api_key, model=o.model, mode=mode, tokenizer=o.tokenizer)
+
+
+def _settings(o: _Options) -> ModelSettings:
+    kw: dict[str, Any] = {}
+    for name in ("reasoning_effort", "max_tokens", "temperature", "top_p", "seed"):
+        value = getattr(o, name)
+        if value is not None:
+            kw[name] = value
+    return ModelSettings(**kw)
+
+
+def _agent(o: _Options, engine: Engine, tools: list[Tool], instructions: str | None) -> Agent[str]:
+    budgets = Budgets(turns=o.max_turns) if o.max_turns is not None else None
+    return Agent(instructions=instructions, tools=tools, engine=engine, settings=_settings(o), budgets=budgets)
+
+
+def _new_session_path() -> Path:
+    """A new file under ``${KIMIK3_HOME:-~/.kimik3}/sessions/``, named by the local time."""
+    home = Path(os.environ.get("KIMIK3_HOME") or "~/.kimik3").expanduser()
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path = home / "sessions" / f"{stamp}.jsonl"
+    n = 2
+    while path.exists():
+        path = home / "sessions" / f"{stamp}-{n}.jsonl"
+        n += 1
+    return path
+
+
+def _read_task(task: str) -> str:
+    if task == "-":
+        task = sys.stdin.read()
+    if not task.strip():
+        raise click.UsageError("the task is empty")
+    return task
+
+
+# -- progress --------------------------------------------------------------------------------
+
+
+def _preview(result: ToolResult) -> str:
+    """The first non-blank line of a result, whitespace collapsed, cut to PREVIEW_CHARS."""
+    for line in result.text.splitlines():
+        if line.strip():
+            line = " ".join(line.split())
+            return line if len(line) <= PREVIEW_CHARS else line[:PREVIEW_CHARS] + "..."
+    if not isinstance(result.content, str) and result.content:
+        return "[image]"
+    return "(empty)"
+
+
+def _arguments(arguments: dict[str, Any]) -> str:
+    text = json.dumps(arguments, ensure_ascii=False)
+    return text if len(text) <= ARGUMENTS_CHARS else text[:ARGUMENTS_CHARS] + "..."
+
+
+def _one_line(e: BaseException) -> str:
+    message = " ".join(str(e).split())
+    return f"{type(e).__name__}: {message}" if message else type(e).__name__
+
+
+class _Progress(Protocol):
+    def start(self) -> None: ...
+    def event(self, event: AgentEvent) -> None: ...
+    def stop(self) -> None: ...
+    def note(self, text: str) -> None: ...
+    def summary(self, result: RunResult[Any] | None, session: Path | None) -> None: ...
+    def error(self, e: BaseException) -> None: ...
+
+
+class _PlainProgress:
+    """Flushed plain lines (not a terminal): the stable format of the module docstring."""
+
+    def __init__(self) -> None:
+        self.turn = 1
+        self.tool_calls = 0
+        self._text = ""  # content of the current turn not yet shown
+
+    def _echo(self, line: str) -> None:
+        click.echo(line)  # flushes
+
+    def start(self) -> None:
+        self.turn = 1
+        self._text = ""
+
+    def event(self, event: AgentEvent) -> None:
+        if isinstance(event, ContentDelta):
+            self._text += event.delta
+        elif isinstance(event, ToolCallDone):
+            if self._text.strip():
+                self._echo(f"[turn {self.turn}] text: {self._text.strip()}")
+            self._text = ""
+            self._echo(f"[turn {self.turn}] tool {event.name} {_arguments(event.arguments)}")
+        elif isinstance(event, ToolCallIncomplete):
+            self._echo(f"[turn {self.turn}] dropped an incomplete call to {event.name}")
+        elif isinstance(event, ToolResultEvent):
+            self.tool_calls += 1
+            self._echo(f"[turn {self.turn}] result {event.name}: {_preview(event.result)}")
+        elif isinstance(event, TurnEndEvent):
+            text = message_text(event.message.content).strip()
+            if not event.message.tool_calls:
+                self._echo(f"[turn {event.turn}] answer: {text or '(no text)'}")
+            elif self._text.strip():
+                self._echo(f"[turn {event.turn}] text: {self._text.strip()}")
+            self._text = ""
+            self.turn = event.turn + 1
+        elif isinstance(event, CompactionEvent):
+            self._echo(f"[turn {self.turn}] compacted {event.removed_messages} earlier messages")
+
+    def stop(self) -> None:
+        pass
+
+    def note(self, text: str) -> None:
+        self._echo(text)
+
+    def summary(self, result: RunResult[Any] | None, session: Path | None) -> None:
+        if result is not None:
+            if result.stop_reason != "completed":
+                self._echo(f"stopped: {result.stop_reason} ({_STOP_REASONS.get(result.stop_reason, '')})")
+            self._echo(f"usage: {result.turns} turns, {self.tool_calls} tool calls, "
+                       f"{result.usage.total_tokens} tokens")
+        if session is not None:
+            self._echo(f"session: {session}")
+
+    def error(self, e: BaseException) -> None:
+        click.echo(f"error: {_one_line(e)}", err=True)
+
+
+class _RichProgress:
+    """Live progress on a terminal: a status line, dimmed reasoning, tool calls, the answer."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.turn = 1
+        self.tool_calls = 0
+        self.tokens = 0
+        self.phase = "waiting for the model"
+        self._started = time.monotonic()
+        self._buf = ""
+        self._style = ""
+        self._kind: str | None = None
+        self._spinner = Spinner("dots", style="cyan")
+        self._live: Live | None = None
+
+    def __rich__(self) -> RenderableType:
+        elapsed = time.monotonic() - self._started
+        status = (f"turn {self.turn} · {self.tool_calls} tool calls · {self.tokens:,} tokens · "
+                  f"{elapsed:.0f}s · {self.phase}")
+        self._spinner.update(text=Text(status, style="dim"))
+        if self._buf:
+            return Group(Text(self._buf, style=self._style), self._spinner)
+        return self._spinner
+
+    def _print(self, renderable: RenderableType) -> None:
+        self.console.print(renderable)
+
+    def start(self) -> None:
+        self.turn = 1
+        self._started = time.monotonic()
+        self.phase = "waiting for the model"
+        self._live = Live(self, console=self.console, transient=True, refresh_per_second=8,
+                          redirect_stdout=False, redirect_stderr=False)
+        self._live.start()
+
+    def stop(self) -> None:
+        self._flush()
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+    def _flush(self) -> None:
+        if self._buf:
+            self._print(Text(self._buf, style=self._style))
+        self._buf = ""
+
+    def _stream(self, kind: str, delta: str) -> None:
+        if kind != self._kind:
+            self._flush()
+            if self._kind == "reasoning" and kind == "content":
+                self._print(Text(""))
+            self._kind = kind
+            self._style = "dim" if kind == "reasoning" else ""
+            self.phase = "thinking" if kind == "reasoning" else "answering"
+        self._buf += delta
+        *lines, self._buf = self._buf.split("\n")
+        for line in lines:
+            self._print(Text(line, style=self._style))
+        width = max(20, self.console.width - 1)
+        while len(self._buf) > width:  # commit long lines as they wrap
+            cut = self._buf.rfind(" ", 0, width)
+            cut = cut if cut > 0 else width
+            self._print(Text(self._buf[:cut], style=self._style))
+            self._buf = self._buf[cut:].lstrip(" ")
+
+    def event(self, event: AgentEvent) -> None:
+        if isinstance(event, ReasoningDelta):
+            self._stream("reasoning", event.delta)
+        elif isinstance(event, ContentDelta):
+            self._stream("content", event.delta)
+        elif isinstance(event, ToolCallStarted):
+            self._flush()
+            self._kind = None
+            self.phase = f"calling {event.name}"
+        elif isinstance(event, ToolCallDone):
+            self._print(Text.assemble(("→ ", "cyan"), (event.name, "bold cyan"), " ",
+                                      (_arguments(event.arguments), "dim")))
+            self.phase = "running tools"
+        elif isinstance(event, ToolCallIncomplete):
+            self._print(Text(f"dropped an incomplete call to {event.name}", style="yellow"))
+        elif isinstance(event, ToolResultEvent):
+            self.tool_calls += 1
+            mark, style = ("✗", "red") if event.result.is_error else ("✓", "green")
+            self._print(Text.assemble(("  " + mark + " ", style), (event.name, "bold"), ": ",
+                                      (_preview(event.result), "dim")))
+        elif isinstance(event, TurnEndEvent):
+            self._flush()
+            self._kind = None
+            self.tokens += event.usage.total_tokens
+            self.turn = event.turn + 1
+            self.phase = "waiting for the model"
+        elif isinstance(event, FinalEvent):
+            self.turn = event.result.turns
+            self.phase = "done"
+        elif isinstance(event, CompactionEvent):
+            self._print(Text(f"compacted {event.removed_messages} earlier messages", style="dim yellow"))
+
+    def note(self, text: str) -> None:
+        self._print(Text(text, style="dim"))
+
+    def summary(self, result: RunResult[Any] | None, session: Path | None) -> None:
+        if result is not None:
+            if result.stop_reason != "completed":
+                why = _STOP_REASONS.get(result.stop_reason, "")
+                self._print(Text(f"stopped: {result.stop_reason} ({why})", style="bold yellow"))
+            self._print(Text(f"{result.turns} turns · {self.tool_calls} tool calls · "
+                             f"{result.usage.total_tokens:,} tokens", style="dim"))
+        if session is not None:
+            self._print(Text(f"session: {session}", style="dim"))
+
+    def error(self, e: BaseException) -> None:
+        Console(stderr=True).print(Text(f"error: {_one_line(e)}", style="bold red"))
+
+
+def _progress(plain: bool) -> _Progress:
+    console = Console(highlight=False)
+    if console.is_terminal and not plain:
+        return _RichProgress(console)
+    return _PlainProgress()
+
+
+# -- running ---------------------------------------------------------------------------------
+
+
+def _typed_error(e: BaseException) -> BaseException | None:
+    """The kimik3 (or OS) error behind ``e``, unwrapping exception groups; None for others."""
+    if isinstance(e, (KimiK3Error, OSError)):
+        return e
+    inner = getattr(e, "exceptions", None)
+    if isinstance(inner, tuple):
+        for sub in inner:
+            found = _typed_error(sub)
+            if found is not None:
+                return found
+    return None
+
+
+async def _drive(agent: Agent[str], task: str | None, messages: list[Message], session: Path,
+                 progress: _Progress) -> RunResult[Any]:
+    """One run, its events shown by ``progress``."""
+    result: RunResult[Any] | None = None
+    progress.start()
+    try:
+        async for event in agent.run_stream(task, messages=messages, session=session):
+            progress.event(event)
+            if isinstance(event, FinalEvent):
+                result = event.result
+    finally:
+        progress.stop()
+    assert result is not None
+    return result
+
+
+def _execute(main: Callable[[], Coroutine[Any, Any, int]], progress: _Progress) -> int:
+    """Run ``main`` on an event loop; typed errors become one line and exit code 1."""
+    try:
+        return anyio.run(main)
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        return 130
+    except Exception as e:
+        typed = _typed_error(e)
+        if typed is None:
+            raise
+        progress.error(typed)
+        return 1
+
+
+async def _start(engine: Engine, progress: _Progress) -> None:
+    """Start an embedded engine now, so a model that does not load is one clear error."""
+    if not isinstance(engine, VLLMEngine):
+        return
+    progress.note(f"starting vLLM with {engine.engine_args['model']} ...")
+    try:
+        await engine.start()
+    except KimiK3Error:
+        raise
+    except Exception as e:  # vLLM raises anything from ValueError to RuntimeError here
+        raise EngineError(f"vLLM did not start: {e}") from e
+
+
+def _run_agent(o: _Options, workspace: str, task: str | None, history: list[Message], session: Path) -> int:
+    engine = _build_engine(o)
+    agent = _agent(o, engine, coding_tools(workspace), CODING_INSTRUCTIONS)
+    progress = _progress(o.plain)
+
+    async def main() -> int:
+        result: RunResult[Any] | None = None
+        try:
+            await _start(engine, progress)
+            result = await _drive(agent, task, history, session, progress)
+        finally:
+            progress.summary(result, session if session.exists() else None)
+            await engine.aclose()
+        return 0
+
+    return _execute(main, progress)
+
+
+# -- commands --------------------------------------------------------------------------------
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.version_option(__version__, prog_name="kimik3")
+def main() -> None:
+    """kimik3: the Kimi K3 coding agent and tools on the command line.
+
+    Pick an engine with --base-url (an OpenAI-compatible endpoint serving K3), --model-path
+    (K3 embedded with vLLM) or --script (scripted replies, for tests and dry runs).
+    """
+
+
+@main.command()
+@click.argument("task")
+@click.option("--workspace", "-w", type=click.Path(exists=True, file_okay=False), default=".", show_default=True,
+              help="The directory the coding tools work in.")
+@click.option("--session", type=click.Path(dir_okay=False), metavar="FILE",
+              help="The JSONL session file to write (default: a new one under ${KIMIK3_HOME:-~/.kimik3}/sessions/).")
+@_engine_options
+@click.pass_context
+def run(ctx: click.Context, /, task: str, workspace: str, session: str | None, **params: Any) -> None:
+    """Run the coding agent on TASK ("-" reads it from stdin) in a workspace."""
+    o = _options(params)
+    task = _read_task(task)
+    if session is not None and Path(session).exists() and Path(session).stat().st_size > 0:
+        raise click.UsageError(f"{session} already holds a session; continue it with: kimik3 resume {session}")
+    path = Path(session) if session is not None else _new_session_path()
+    ctx.exit(_run_agent(o, workspace, task, [], path))
+
+
+@main.command()
+@click.argument("session", type=click.Path(exists=True, dir_okay=False))
+@click.argument("task", required=False)
+@click.option("--workspace", "-w", type=click.Path(exists=True, file_okay=False), default=".", show_default=True,
+              help="The directory the coding tools work in.")
+@_engine_options
+@click.pass_context
+def resume(ctx: click.Context, /, session: str, task: str | None, workspace: str, **params: Any) -> None:
+    """Continue the session in SESSION, with TASK as a new request if given.
+
+    Tool calls a crash left without a result are answered with an error first (as
+    Agent.resume does); the session file receives the new messages.
+    """
+    o = _options(params)
+    if task is not None:
+        task = _read_task(task)
+    progress = _progress(o.plain)
+    try:
+        history = load_session(session)
+    except KimiK3Error as e:
+        progress.error(e)
+        ctx.exit(1)
+    last = history[-1] if history else None
+    if task is None and isinstance(last, AssistantMessage) and not last.tool_calls:
+        raise click.UsageError("the session ends with the agent's answer; give a TASK to continue it")
+    ctx.exit(_run_agent(o, workspace, task, history, Path(session)))
+
+
+@main.command()
+@click.option("--workspace", "-w", type=click.Path(exists=True, file_okay=False),
+              help="Give the model the coding tools in this directory (default: no tools).")
+@click.option("--session", type=click.Path(dir_okay=False), metavar="FILE",
+              help="The JSONL session file (an existing one is continued; default: a new one under "
+                   "${KIMIK3_HOME:-~/.kimik3}/sessions/).")
+@_engine_options
+@click.pass_context
+def chat(ctx: click.Context, /, workspace: str | None, session: str | None, **params: Any) -> None:
+    """Chat with K3 (a REPL keeping the history; /exit or end of input quits).
+
+    Exits 1 when a turn failed (the error is printed and the chat goes on).
+    """
+    o = _options(params)
+    engine = _build_engine(o)
+    tools = coding_tools(workspace) if workspace is not None else []
+    agent = _agent(o, engine, tools, CODING_INSTRUCTIONS if workspace is not None else None)
+    path = Path(session) if session is not None else _new_session_path()
+    progress = _progress(o.plain)
+    interactive = sys.stdin.isatty()
+    if interactive:
+        with contextlib.suppress(ImportError):
+            import readline  # noqa: F401 - line editing for input()
+
+    async def main() -> int:
+        history: list[Message] = load_session(path) if path.exists() and path.stat().st_size > 0 else []
+        failed = False
+        try:
+            await _start(engine, progress)
+            if interactive:
+                progress.note(f"kimik3 chat · {engine.model or 'K3'} · /exit to quit")
+            while True:
+                try:
+                    line = input("you> " if interactive else "")
+                except EOFError:
+                    break
+                if line.strip() in ("/exit", "/quit"):
+                    break
+                if not line.strip():
+                    continue
+                try:
+                    await _drive(agent, line, history, path, progress)
+                except Exception as e:
+                    typed = _typed_error(e)
+                    if typed is None:
+                        raise
+                    progress.error(typed)
+                    failed = True
+        finally:
+            progress.summary(None, path if path.exists() else None)
+            await engine.aclose()
+        return 1 if failed else 0
+
+    ctx.exit(_execute(main, progress))
+
+
+@main.command(name="preflight")
+@click.option("--weights-dir", type=click.Path(file_okay=False), metavar="DIR",
+              help="Where the checkpoint will live (its free space is checked; default $HF_HOME or here).")
+@click.option("--preset", type=click.Choice(sorted(PRESETS)), default="k3-nvfp4-b300", show_default=True,
+              help="Which launch (and checkpoint size) to check for.")
+@click.option("--gpus", type=click.IntRange(min=1), default=8, show_default=True, help="GPUs the launch uses.")
+@click.pass_context
+def preflight_command(ctx: click.Context, weights_dir: str | None, preset: str, gpus: int) -> None:
+    """Check whether this node can serve K3 (GPUs, driver, vLLM's kimi_k3 support, disk).
+
+    Exits 0 when nothing failed, 1 otherwise.
+    """
+    report = preflight(weights_dir=weights_dir, preset=preset, gpus_needed=gpus)
+    click.echo(str(report))
+    ctx.exit(0 if report.ok else 1)

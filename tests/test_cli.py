@@ -1,0 +1,478 @@
+"""The ``kimik3`` command end to end with scripted K3 replies (``--script``) on a real git repo."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+from click.testing import CliRunner, Result
+from rich.console import Console
+
+from kimik3 import ScriptedEngine, VLLMEngine
+from kimik3 import cli as cli_module
+from kimik3.agents import load_session
+from kimik3.cli import main, parse_engine_arg
+from kimik3.engines import PRESETS, RemoteEngine
+from kimik3.formats.k3 import render_output
+
+pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git for the workspace repository")
+
+# Environment variables that would change what the CLI does (engine choice, rich's terminal detection).
+_CLEAN = ("KIMIK3_BASE_URL", "KIMIK3_API_KEY", "KIMIK3_MODEL", "KIMIK3_MODEL_PATH", "FORCE_COLOR", "TTY_COMPATIBLE")
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+CALC_BUGGY = "def add(a, b):\n    return a - b\n"
+TEST_CALC = 'from calc import add\n\nassert add(2, 3) == 5, f"add(2, 3) == {add(2, 3)}"\nprint("ok")\n'
+
+
+def call(name: str, arguments: dict[str, Any], reasoning: str = "plan", content: str = "") -> str:
+    """A raw K3 output with one tool call."""
+    return render_output({"reasoning_content": reasoning, "content": content,
+                          "tool_calls": [{"id": "x", "function": {"name": name, "arguments": arguments}}]})
+
+
+def answer(text: str, reasoning: str = "done") -> str:
+    return render_output({"reasoning_content": reasoning, "content": text})
+
+
+FIX_SCRIPT = [
+    call("read_file", {"path": "test_calc.py"}, "The test imports add from calc.", "I'll read the failing test first."),
+    call("edit_file", {"path": "calc.py", "old_string": "return a - b", "new_string": "return a + b"}),
+    call("bash", {"command": f"{sys.executable} test_calc.py"}),
+    answer("Fixed add in calc.py (it subtracted); test_calc.py passes."),
+]
+FIX_LINES = [
+    "[turn 1] text: I'll read the failing test first.",
+    '[turn 1] tool read_file {"path": "test_calc.py"}',
+    "[turn 1] result read_file: 1 from calc import add",
+    '[turn 2] tool edit_file {"path": "calc.py", "old_string": "return a - b", "new_string": "return a + b"}',
+    "[turn 2] result edit_file: Edited calc.py (1 replacement)",
+    f"[turn 3] tool bash {json.dumps({'command': f'{sys.executable} test_calc.py'})}",
+    "[turn 3] result bash: ok",
+    "[turn 4] answer: Fixed add in calc.py (it subtracted); test_calc.py passes.",
+]
+FIX_ROLES = ["system", "user", "assistant", "tool", "assistant", "tool", "assistant", "tool", "assistant"]
+
+
+def git(repo: Path, *args: str) -> str:
+    cmd = ["git", "-C", str(repo), "-c", "user.name=kimik3", "-c", "user.email=kimik3@example.com", *args]
+    return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+
+
+def make_repo(tmp_path: Path) -> Path:
+    """A git repository with a buggy calc.py and its failing test, committed."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    (repo / "calc.py").write_text(CALC_BUGGY)
+    (repo / "test_calc.py").write_text(TEST_CALC)
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "calc with a bug")
+    return repo
+
+
+def run_test(repo: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "test_calc.py"], cwd=repo, capture_output=True, text=True)
+
+
+def write_script(path: Path, outputs: list[str]) -> Path:
+    path.write_text(json.dumps(outputs))
+    return path
+
+
+def env_for(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in _CLEAN}
+    env["KIMIK3_HOME"] = str(home)
+    return env
+
+
+def invoke(args: list[str], home: Path, input: str | None = None) -> Result:
+    env: dict[str, str | None] = {k: None for k in _CLEAN}
+    env["KIMIK3_HOME"] = str(home)
+    return CliRunner().invoke(main, args, input=input, env=env, catch_exceptions=False)
+
+
+def progress_lines(stdout: str) -> list[str]:
+    return [line for line in stdout.splitlines() if line.startswith("[turn ")]
+
+
+def session_of(stdout: str) -> Path:
+    (line,) = [line for line in stdout.splitlines() if line.startswith("session: ")]
+    return Path(line.removeprefix("session: "))
+
+
+def roles(session: Path) -> list[str]:
+    lines = session.read_text().splitlines()
+    assert json.loads(lines[0])["kimik3_session"] == 1
+    return [json.loads(line)["message"]["role"] for line in lines[1:]]
+
+
+def kimik3_command() -> list[str]:
+    script = Path(sys.executable).parent / "kimik3"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "kimik3"]
+
+
+# -- run -------------------------------------------------------------------------------------
+
+
+def test_run_fixes_the_failing_test_as_a_subprocess(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    assert run_test(repo).returncode == 1  # the bug is real
+    script = write_script(tmp_path / "fix.json", FIX_SCRIPT)
+    home = tmp_path / "home"
+    proc = subprocess.run([*kimik3_command(), "run", "fix the failing test", "--workspace", str(repo),
+                           "--script", str(script)], capture_output=True, text=True, env=env_for(home), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    assert progress_lines(proc.stdout) == FIX_LINES
+    assert proc.stdout.splitlines()[-2].startswith("usage: 4 turns, 3 tool calls, ")
+    session = session_of(proc.stdout)
+    assert session.parent == home / "sessions"
+    assert re.fullmatch(r"\d{8}-\d{6}(-\d+)?\.jsonl", session.name)
+    assert roles(session) == FIX_ROLES
+    messages = load_session(session)
+    assert messages[1].content == "fix the failing test"
+    # the workspace really changed: the test passes, only calc.py differs from the commit
+    done = run_test(repo)
+    assert done.returncode == 0 and done.stdout == "ok\n"
+    assert git(repo, "status", "--porcelain") == " M calc.py\n"
+    assert (repo / "calc.py").read_text() == "def add(a, b):\n    return a + b\n"
+
+
+def test_run_in_process_with_an_explicit_session_file(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    script = write_script(tmp_path / "fix.json", FIX_SCRIPT)
+    session = tmp_path / "s" / "fix.jsonl"
+    result = invoke(["run", "fix it", "-w", str(repo), "--script", str(script), "--session", str(session)],
+                    tmp_path / "home")
+    assert result.exit_code == 0, result.output
+    assert progress_lines(result.stdout) == FIX_LINES
+    assert session_of(result.stdout) == session and roles(session) == FIX_ROLES
+    assert not (tmp_path / "home").exists()  # no default session was made
+    assert run_test(repo).returncode == 0
+    # the same file again is refused: it already holds a session
+    again = invoke(["run", "again", "-w", str(repo), "--script", str(script), "--session", str(session)],
+                   tmp_path / "home")
+    assert again.exit_code == 2 and f"kimik3 resume {session}" in again.stderr
+
+
+def test_resume_continues_the_session_with_python_dash_m(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    session = tmp_path / "fix.jsonl"
+    first = invoke(["run", "fix it", "-w", str(repo), "--script", str(write_script(tmp_path / "fix.json", FIX_SCRIPT)),
+                    "--session", str(session)], tmp_path / "home")
+    assert first.exit_code == 0
+    more = write_script(tmp_path / "more.json", [
+        call("read_file", {"path": "calc.py"}),
+        answer("add returns a + b now."),
+    ])
+    proc = subprocess.run([sys.executable, "-m", "kimik3", "resume", str(session), "show me the fix",
+                           "--script", str(more)], cwd=repo, capture_output=True, text=True,
+                          env=env_for(tmp_path / "home"), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert progress_lines(proc.stdout) == [
+        '[turn 1] tool read_file {"path": "calc.py"}',
+        "[turn 1] result read_file: 1 def add(a, b):",
+        "[turn 2] answer: add returns a + b now.",
+    ]
+    assert session_of(proc.stdout) == session
+    assert roles(session) == [*FIX_ROLES, "user", "assistant", "tool", "assistant"]
+    messages = load_session(session)
+    assert messages[len(FIX_ROLES)].content == "show me the fix"
+    assert messages[-2].content == "     1\tdef add(a, b):\n     2\t    return a + b"  # read in the cwd workspace
+
+
+def test_resume_without_a_task_after_an_answer_is_a_usage_error(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    session = tmp_path / "fix.jsonl"
+    script = write_script(tmp_path / "fix.json", FIX_SCRIPT)
+    assert invoke(["run", "fix it", "-w", str(repo), "--script", str(script), "--session", str(session)],
+                  tmp_path / "home").exit_code == 0
+    result = invoke(["resume", str(session), "--script", str(script)], tmp_path / "home")
+    assert result.exit_code == 2 and "give a TASK to continue it" in result.stderr
+
+
+def test_a_script_that_runs_out_is_one_clean_error_line(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    script = write_script(tmp_path / "short.json", [call("read_file", {"path": "calc.py"})])
+    result = invoke(["run", "fix it", "-w", str(repo), "--script", str(script)], tmp_path / "home")
+    assert result.exit_code == 1
+    assert result.stderr == "error: EngineError: ScriptedEngine ran out of responses after 1 call(s)\n"
+    assert progress_lines(result.stdout) == [
+        '[turn 1] tool read_file {"path": "calc.py"}',
+        "[turn 1] result read_file: 1 def add(a, b):",
+    ]
+    session = session_of(result.stdout)  # the partial session is kept for a resume
+    assert roles(session) == ["system", "user", "assistant", "tool"]
+    assert "Traceback" not in result.output
+
+
+def test_a_budget_stop_exits_0_and_says_so(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    script = write_script(tmp_path / "s.json", [call("read_file", {"path": "calc.py"}), answer("Not done: fix calc.py.")])
+    result = invoke(["run", "fix it", "-w", str(repo), "--script", str(script), "--max-turns", "1"], tmp_path / "home")
+    assert result.exit_code == 0
+    lines = result.stdout.splitlines()
+    assert lines[2] == "[turn 2] answer: Not done: fix calc.py."
+    assert lines[3].startswith("stopped: turn_budget (the turn budget ran out")
+    assert roles(session_of(result.stdout))[-2:] == ["system", "assistant"]  # the summary instruction, the answer
+
+
+# -- a remote endpoint -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def endpoint() -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """A local OpenAI-compatible server whose chat completions stream "pong" (with reasoning)."""
+    bodies: list[dict[str, Any]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            base = {"id": "c1", "object": "chat.completion.chunk", "created": 0, "model": "k3"}
+            chunks = [
+                {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "reasoning_content": "A ping."}}]},
+                {**base, "choices": [{"index": 0, "delta": {"content": "pong"}, "finish_reason": "stop"}]},
+                {**base, "choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}},
+            ]
+            body = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1", bodies
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_run_against_a_remote_endpoint_passes_the_model_settings(
+    tmp_path: Path, endpoint: tuple[str, list[dict[str, Any]]]
+) -> None:
+    url, bodies = endpoint
+    result = invoke(["run", "ping", "-w", str(tmp_path), "--base-url", url, "--model", "k3", "--api-key", "sk-test",
+                     "--reasoning-effort", "low", "--temperature", "0.6", "--top-p", "0.9", "--max-tokens", "64",
+                     "--seed", "7"], tmp_path / "home")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[:2] == ["[turn 1] answer: pong", "usage: 1 turns, 0 tool calls, 12 tokens"]
+    (body,) = bodies
+    assert {k: body[k] for k in ("model", "reasoning_effort", "temperature", "top_p", "max_tokens", "seed")} == {
+        "model": "k3", "reasoning_effort": "low", "temperature": 0.6, "top_p": 0.9, "max_tokens": 64, "seed": 7}
+    assert [t["function"]["name"] for t in body["tools"]] == ["bash", "read_file", "write_file", "edit_file", "grep", "glob"]
+    assert [m["role"] for m in body["messages"]] == ["system", "user"]
+    messages = load_session(session_of(result.stdout))
+    assert messages[-1].content == "pong" and getattr(messages[-1], "reasoning_content", None) == "A ping."
+
+
+def test_an_unreachable_endpoint_is_one_clean_error_line(tmp_path: Path) -> None:
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    result = invoke(["run", "ping", "-w", str(tmp_path), "--base-url", f"http://127.0.0.1:{port}/v1", "--model", "k3"],
+                    tmp_path / "home")
+    assert result.exit_code == 1
+    assert result.stderr.startswith("error: APIConnectionError: cannot reach the endpoint")
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.output
+
+
+# -- chat ------------------------------------------------------------------------------------
+
+
+def test_chat_keeps_the_history_across_turns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    engines: list[ScriptedEngine] = []
+
+    class Recording(ScriptedEngine):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            engines.append(self)
+
+    monkeypatch.setattr(cli_module, "ScriptedEngine", Recording)
+    script = write_script(tmp_path / "chat.json", [answer("Hi!"), answer("You said hello.")])
+    session = tmp_path / "chat.jsonl"
+    result = invoke(["chat", "--script", str(script), "--session", str(session)], tmp_path / "home",
+                    input="hello\n\nwhat did I say?\n/exit\nnever read\n")
+    assert result.exit_code == 0, result.output
+    assert progress_lines(result.stdout) == ["[turn 1] answer: Hi!", "[turn 1] answer: You said hello."]
+    assert result.stdout.splitlines()[-1] == f"session: {session}"
+    (engine,) = engines
+    second = engine.calls[1].request
+    assert [(m.role, m.content) for m in second.messages] == [
+        ("user", "hello"), ("assistant", "Hi!"), ("user", "what did I say?")]
+    assert second.tools == []  # no --workspace: no tools
+    assert roles(session) == ["user", "assistant", "user", "assistant"]
+
+
+def test_chat_with_a_workspace_has_the_coding_tools_and_eof_quits(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    script = write_script(tmp_path / "chat.json", [call("glob", {"pattern": "*.py"}), answer("Two Python files.")])
+    result = invoke(["chat", "-w", str(repo), "--script", str(script)], tmp_path / "home", input="what is here?\n")
+    assert result.exit_code == 0, result.output
+    assert progress_lines(result.stdout) == [
+        '[turn 1] tool glob {"pattern": "*.py"}',
+        "[turn 1] result glob: calc.py",
+        "[turn 2] answer: Two Python files.",
+    ]
+    assert roles(session_of(result.stdout)) == ["system", "user", "assistant", "tool", "assistant"]
+
+
+def test_chat_reports_a_failed_turn_and_exits_1(tmp_path: Path) -> None:
+    script = write_script(tmp_path / "chat.json", [answer("one")])
+    result = invoke(["chat", "--script", str(script)], tmp_path / "home", input="a\nb\n")
+    assert result.exit_code == 1
+    assert progress_lines(result.stdout) == ["[turn 1] answer: one"]
+    assert result.stderr == "error: EngineError: ScriptedEngine ran out of responses after 1 call(s)\n"
+
+
+# -- engines and options ---------------------------------------------------------------------
+
+
+def test_parse_engine_arg_values() -> None:
+    assert parse_engine_arg("max_num_seqs=8") == ("max_num_seqs", 8)
+    assert parse_engine_arg("kv-cache-dtype=fp8") == ("kv_cache_dtype", "fp8")
+    assert parse_engine_arg("enable_prefix_caching=true") == ("enable_prefix_caching", True)
+    assert parse_engine_arg("swap_space=0.5") == ("swap_space", 0.5)
+    assert parse_engine_arg("seed=null") == ("seed", None)
+    assert parse_engine_arg('served_model_name="8"') == ("served_model_name", "8")
+    assert parse_engine_arg("cuda_graph_sizes=[1, 2, 4]") == ("cuda_graph_sizes", [1, 2, 4])
+    assert parse_engine_arg('hf_overrides={"rope_theta": 50000}') == ("hf_overrides", {"rope_theta": 50000})
+    assert parse_engine_arg("tokenizer_mode=auto=x") == ("tokenizer_mode", "auto=x")
+    assert parse_engine_arg("download_dir=") == ("download_dir", "")
+    for bad in ("max_num_seqs", "=8", "no spaces=1", "model=/x", "preset=k3-mxfp4"):
+        with pytest.raises(click.BadParameter):
+            parse_engine_arg(bad)
+
+
+def build(args: list[str]) -> Any:
+    ctx = cli_module.run.make_context("run", ["task", *args])
+    with ctx:
+        return cli_module._build_engine(cli_module._options(ctx.params))
+
+
+def test_embedded_engine_args_from_options_preset_and_engine_args(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    engine = build(["--model-path", str(tmp_path), "--preset", "k3-mxfp4", "--tensor-parallel-size", "2",
+                    "--max-model-len", "4096", "--enforce-eager", "--gpu-memory-utilization", "0.85",
+                    "--dtype", "bfloat16", "--engine-arg", "max_num_seqs=4", "--engine-arg", "max-model-len=2048"])
+    assert isinstance(engine, VLLMEngine)
+    assert engine.engine_args == {**PRESETS["k3-mxfp4"], "tensor_parallel_size": 2, "max_model_len": 2048,
+                                  "enforce_eager": True, "gpu_memory_utilization": 0.85, "dtype": "bfloat16",
+                                  "max_num_seqs": 4, "model": str(tmp_path)}
+    assert engine._llm is None  # not started
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        assert os.environ["VLLM_CPU_KVCACHE_SPACE"] == "1"
+
+
+def test_engine_choice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    script = write_script(tmp_path / "s.json", [answer("x")])
+    for name in _CLEAN:
+        monkeypatch.delenv(name, raising=False)
+    remote = build(["--base-url", "http://127.0.0.1:9/v1", "--model", "k3", "--api-key", "k"])
+    assert isinstance(remote, RemoteEngine) and remote.model == "k3" and remote.mode == "chat"
+    assert str(remote._client.base_url) == "http://127.0.0.1:9/v1/"
+    monkeypatch.setenv("KIMIK3_BASE_URL", "http://127.0.0.1:9/v1")
+    assert isinstance(build([]), RemoteEngine)  # from the environment
+    assert isinstance(build(["--script", str(script)]), ScriptedEngine)  # the command line wins
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "no engine: pass --base-url URL"),
+        (["--base-url", "http://x/v1", "--script", "S"], "give one engine, not --script and --base-url"),
+        (["--script", "S", "--preset", "k3-mxfp4"], "--preset apply only to the embedded engine"),
+        (["--script", "S", "--engine-arg", "a=1"], "--engine-arg apply only to the embedded engine"),
+        (["--base-url", "http://x/v1", "--mode", "raw"], "--mode raw needs --tokenizer DIR"),
+        (["--model-path", ".", "--engine-arg", "oops"], "expected KEY=VALUE, got 'oops'"),
+        (["--script", "BAD"], "must hold a JSON list of raw K3 output strings"),
+        (["--script", "S", "--reasoning-effort", "medium"], "'medium' is not one of"),
+    ],
+)
+def test_usage_errors_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
+    (tmp_path / "S").write_text(json.dumps([answer("x")]))
+    (tmp_path / "BAD").write_text(json.dumps({"not": "a list"}))
+    args = [str(tmp_path / a) if a in ("S", "BAD") else a for a in args]
+    result = invoke(["run", "task", "-w", str(tmp_path), *args], tmp_path / "home")
+    assert result.exit_code == 2
+    assert message in " ".join(result.stderr.split()), result.stderr
+
+
+def test_preflight_fails_on_this_cpu_machine(tmp_path: Path) -> None:
+    if shutil.which("nvidia-smi"):
+        pytest.skip("this machine has nvidia-smi; the test is about a CPU-only machine")
+    result = invoke(["preflight", "--weights-dir", str(tmp_path)], tmp_path / "home")
+    assert result.exit_code == 1
+    lines = result.stdout.splitlines()
+    assert lines[0] == "[FAIL] gpus: no NVIDIA GPU found (nvidia-smi missing or failing)"
+    assert lines[-1] == "preflight: NOT READY"
+
+
+# -- the terminal view and the example ---------------------------------------------------------
+
+
+async def test_terminal_progress_streams_reasoning_dimmed_and_shows_tools(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=100, color_system="standard")
+    progress = cli_module._RichProgress(console)
+    engine = ScriptedEngine([call("read_file", {"path": "calc.py"}, "Look at calc.\nThen fix."),
+                             answer("All good.\nBye.", reasoning="It is fine.")], chunk_size=3)
+    agent = cli_module.Agent(instructions="x", tools=cli_module.coding_tools(repo), engine=engine)
+    result = await cli_module._drive(agent, "check", [], tmp_path / "s.jsonl", progress)
+    progress.summary(result, tmp_path / "s.jsonl")
+    raw = out.getvalue()
+    assert "\x1b[2mLook at calc.\x1b[0m" in raw and "\x1b[2mIt is fine.\x1b[0m" in raw  # reasoning is dim
+    text = _ANSI.sub("", raw)
+    for expected in ('→ read_file {"path": "calc.py"}', "✓ read_file: 1 def add(a, b):", "All good.", "Bye.",
+                     f"session: {tmp_path / 's.jsonl'}", "2 turns · 1 tool calls"):
+        assert expected in text
+
+
+async def test_example_is_import_safe_and_runs_a_scripted_engine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    repo = make_repo(tmp_path)
+    path = Path(__file__).resolve().parents[1] / "examples" / "coding_agent.py"
+    spec = importlib.util.spec_from_file_location("coding_agent_example", path)
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)  # import-safe: nothing runs
+    assert capsys.readouterr().out == ""
+    monkeypatch.setattr(example, "make_engine", lambda: ScriptedEngine(FIX_SCRIPT))
+    await example.main("fix the failing test", str(repo))
+    out = capsys.readouterr().out.splitlines()
+    assert out[:6] == [
+        'tool read_file {"path": "test_calc.py"}',
+        "  -> " + "     1\tfrom calc import add",
+        'tool edit_file {"path": "calc.py", "old_string": "return a - b", "new_string": "return a + b"}',
+        "  -> Edited calc.py (1 replacement)",
+        f"tool bash {json.dumps({'command': f'{sys.executable} test_calc.py'})}",
+        "  -> ok",
+    ]
+    assert out[-2:] == ["Fixed add in calc.py (it subtracted); test_calc.py passes.", out[-1]]
+    assert out[-1].startswith("[completed, ") and run_test(repo).returncode == 0
