@@ -1,0 +1,137 @@
+"""Three coordinate spaces of UI automation and the exact rounding between them.
+
+- **model** pixels: the screenshot as the model sees it, after :func:`kimik3.media.prepare_image`'s
+  NaViT resize (``model_size``, never larger than the screen);
+- **screen** pixels: the screenshot as captured (``screen_size``), i.e. device pixels: a browser
+  page rendered at ``device_scale_factor=2`` has twice as many screen pixels per side as CSS
+  pixels;
+- **input** units: what the backend's mouse takes: CSS pixels for a browser page, screen pixels
+  for an X11 display (``device_scale`` screen pixels per input unit).
+
+A pixel ``(x, y)`` is the unit square whose top-left corner is ``(x, y)``; its centre is
+``(x + 0.5, y + 0.5)``. Mapping a pixel to a space of another resolution gives the pixel of that
+space under its centre (``floor((x + 0.5) * scale)``), clamped into the image, so the mapping is
+monotonic, exact for integer scales, and ``to_model(*to_screen(x, y)) == (x, y)`` for every model
+pixel (the model image is never larger than the screen).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ...media import K3_MEDIA_CONFIG, MediaConfig, navit_fixed_point, navit_size
+
+__all__ = ["CoordinateSpace", "model_size_for"]
+
+
+def model_size_for(width: int, height: int, config: MediaConfig | None = None) -> tuple[int, int]:
+    """Size of the image the model receives for a ``width x height`` screenshot.
+
+    The same size :func:`kimik3.media.prepare_image` resizes to: :func:`~kimik3.media.navit_size`,
+    or its fixed point when ``config.resize_to_fixed_point`` is set.
+
+    Args:
+        width, height: screenshot size in screen pixels.
+        config: K3 defaults when ``None``.
+
+    Returns:
+        ``(width, height)`` in model pixels.
+
+    Raises:
+        MediaError: a side smaller than 1.
+    """
+    cfg = config or K3_MEDIA_CONFIG
+    if cfg.resize_to_fixed_point:
+        return navit_fixed_point(width, height, cfg)
+    return navit_size(width, height, cfg)
+
+
+def _map(value: float, src: int, dst: int) -> int:
+    """The pixel of a ``dst``-wide axis under the centre of pixel ``value`` of a ``src``-wide one."""
+    return min(dst - 1, max(0, math.floor((math.floor(value) + 0.5) * dst / src)))
+
+
+@dataclass(frozen=True)
+class CoordinateSpace:
+    """Maps model pixels to screen pixels and input units and back (see the module docstring).
+
+    Attributes:
+        screen_size: ``(width, height)`` of the captured screenshot in screen (device) pixels.
+        model_size: ``(width, height)`` of the image the model sees, in model pixels.
+        device_scale: screen pixels per input unit (a browser's ``devicePixelRatio``; 1.0 on X11).
+
+    Example (a 1024x768 CSS viewport at device scale 2, shown to the model at 1280x960)::
+
+        space = CoordinateSpace(screen_size=(2048, 1536), model_size=(1280, 960), device_scale=2.0)
+        space.to_screen(640, 480)   # (1024, 768) screen pixels
+        space.to_input(640, 480)    # (512.0, 384.0) CSS pixels
+        space.to_model(1024, 768)   # (640, 480)
+
+    Raises:
+        ValueError: a size side smaller than 1, or ``device_scale <= 0``.
+    """
+
+    screen_size: tuple[int, int]
+    model_size: tuple[int, int]
+    device_scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        if min(*self.screen_size, *self.model_size) < 1:
+            raise ValueError(f"sizes must be positive, got screen {self.screen_size} and model {self.model_size}")
+        if not self.device_scale > 0:
+            raise ValueError(f"device_scale must be > 0, got {self.device_scale}")
+
+    @classmethod
+    def for_screen(
+        cls, screen_size: tuple[int, int], device_scale: float = 1.0, config: MediaConfig | None = None
+    ) -> CoordinateSpace:
+        """The space of a screenshot of ``screen_size`` once :func:`~kimik3.media.prepare_image`
+        resizes it with ``config`` (:func:`model_size_for`).
+
+        Raises:
+            MediaError: a side smaller than 1.
+        """
+        return cls(screen_size=screen_size, model_size=model_size_for(*screen_size, config), device_scale=device_scale)
+
+    @property
+    def input_size(self) -> tuple[float, float]:
+        """``(width, height)`` of the screen in input units (CSS pixels for a browser)."""
+        return self.screen_size[0] / self.device_scale, self.screen_size[1] / self.device_scale
+
+    def contains(self, x: float, y: float) -> bool:
+        """Whether model pixel ``(x, y)`` lies inside the model image."""
+        return 0 <= x < self.model_size[0] and 0 <= y < self.model_size[1]
+
+    def to_screen(self, x: float, y: float) -> tuple[int, int]:
+        """Screen pixel under the centre of model pixel ``(x, y)`` (``floor`` of both;
+        ``floor((x + 0.5) * screen_w / model_w)``, clamped to the screen)."""
+        (sw, sh), (mw, mh) = self.screen_size, self.model_size
+        return _map(x, mw, sw), _map(y, mh, sh)
+
+    def to_model(self, x: float, y: float) -> tuple[int, int]:
+        """Model pixel under the centre of screen pixel ``(x, y)`` (``floor((x + 0.5) * model_w /
+        screen_w)``, clamped to the model image)."""
+        (sw, sh), (mw, mh) = self.screen_size, self.model_size
+        return _map(x, sw, mw), _map(y, sh, mh)
+
+    def screen_to_input(self, x: int, y: int) -> tuple[float, float]:
+        """Input position of screen pixel ``(x, y)``: its top-left corner, ``x / device_scale``
+        (an integer for X11; a fractional CSS pixel lands inside the same device pixel)."""
+        return x / self.device_scale, y / self.device_scale
+
+    def input_to_screen(self, x: float, y: float) -> tuple[int, int]:
+        """Screen pixel containing input position ``(x, y)``: ``floor(x * device_scale)``, clamped."""
+        sw, sh = self.screen_size
+        return (
+            min(sw - 1, max(0, math.floor(x * self.device_scale))),
+            min(sh - 1, max(0, math.floor(y * self.device_scale))),
+        )
+
+    def to_input(self, x: float, y: float) -> tuple[float, float]:
+        """Input position for model pixel ``(x, y)``: :meth:`screen_to_input` of :meth:`to_screen`."""
+        return self.screen_to_input(*self.to_screen(x, y))
+
+    def input_to_model(self, x: float, y: float) -> tuple[int, int]:
+        """Model pixel of input position ``(x, y)``: :meth:`to_model` of :meth:`input_to_screen`."""
+        return self.to_model(*self.input_to_screen(x, y))
