@@ -18,7 +18,7 @@ import time
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import TracebackType
 from typing import Any, Literal, TypeAlias
 
@@ -28,6 +28,7 @@ from .._exceptions import EngineError, InvalidEffortError
 from ..formats.k3 import Event, ParsedOutput, StreamParser
 from ..tokenizer import K3Tokenizer, PromptEncoder, estimate_tokens
 from ..types import AssistantMessage, ImagePart, Message, ToolSpec, to_messages, to_tool_specs
+from ._media import expand_videos, has_video, image_prompt_tokens, prepare_request_image
 
 __all__ = [
     "ChatCompletion",
@@ -370,6 +371,8 @@ class RawTextEngine(Engine):
         return []
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
+        if has_video(request.messages):
+            request = replace(request, messages=expand_videos(request.messages))
         images = self.prepare_images(request)
         prompt_ids = self.encode(request)
         parser = StreamParser(request.thinking)
@@ -397,12 +400,27 @@ class RawTextEngine(Engine):
         text = "".join(raw)
         if completion_tokens is None:
             completion_tokens = self._count(text)
-        usage = Usage(
-            prompt_tokens=prompt_tokens if prompt_tokens is not None else len(prompt_ids),
-            completion_tokens=completion_tokens,
-        )
+        if prompt_tokens is None:  # the engine did not say: count the expanded image blocks
+            prompt_tokens = len(prompt_ids) + self._image_tokens(request)
+        usage = Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
         usage.total_tokens = usage.prompt_tokens + usage.completion_tokens
         yield Completed(completion_from_parse(parser.result(), usage=usage, model=self.model, raw_text=text))
+
+    def _image_tokens(self, request: ChatRequest) -> int:
+        """Extra prompt tokens of the images: each placeholder token becomes a whole block."""
+        parts = collect_images(request.messages)
+        if not parts:
+            return 0
+        tok = self._tokenizer
+        extra = 0
+        for part in parts:
+            url = part.image_url.url
+            if url.startswith(("http://", "https://")):
+                continue  # size unknown until the server fetches it
+            prepared = prepare_request_image(url)
+            width, height = prepared.size
+            extra += image_prompt_tokens(tok, width, height, prepared.token_count) - 1
+        return extra
 
     def _count(self, text: str) -> int:
         if self._tokenizer is None and self._tokenizer_source is None:

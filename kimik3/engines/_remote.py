@@ -19,6 +19,7 @@ import json
 import logging
 import os
 from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, Literal
 
 import openai
@@ -62,6 +63,7 @@ from ._base import (
     Usage,
     collect_images,
 )
+from ._media import expand_videos, has_video, upload_url
 
 __all__ = ["RemoteEngine", "map_openai_error"]
 
@@ -284,6 +286,8 @@ class RemoteEngine(RawTextEngine):
         return kwargs
 
     async def _stream_chat(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
+        if has_video(request.messages):
+            request = replace(request, messages=expand_videos(request.messages))
         model = await self._model_name()
         check = _ChatChecker(request.thinking)
         usage = Usage()
@@ -327,19 +331,10 @@ def _field(obj: Any, name: str) -> Any:
 
 
 def _upload_part(part: dict[str, Any]) -> dict[str, Any]:
-    """An image part as it is uploaded: local files and data URLs are prepared the way K3 sees
-    images (NaViT resize, chessboard compositing of transparency) and sent as lossless PNG, so the
-    server's model sees the chessboard (stock vLLM would flatten alpha onto white). http(s) URLs
-    are passed through for the server to fetch."""
+    """An image part as uploaded: prepared the way K3 sees images (see ``_media.upload_url``)."""
     if part.get("type") != "image_url":
         return part
-    url = part["image_url"]["url"]
-    if url.startswith(("http://", "https://")):
-        return part
-    from ..media import prepare_image
-
-    prepared = prepare_image(url)
-    return {**part, "image_url": {**part["image_url"], "url": prepared.data_url()}}
+    return {**part, "image_url": {**part["image_url"], "url": upload_url(part["image_url"]["url"])}}
 
 
 class _ChatChecker:

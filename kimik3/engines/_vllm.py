@@ -30,6 +30,7 @@ from .._exceptions import (
 )
 from ..tokenizer import K3Tokenizer
 from ._base import ChatRequest, RawChunk, RawTextEngine, collect_images
+from ._media import prepare_request_image
 
 __all__ = ["PRESETS", "VLLMEngine"]
 
@@ -140,9 +141,17 @@ class VLLMEngine(RawTextEngine):
         parts = collect_images(request.messages)
         if not parts:
             return []
-        from ..media import prepare_image
+        from .._exceptions import MediaError
 
-        return [prepare_image(p.image_url.url).image for p in parts]
+        images = []
+        for part in parts:
+            url = part.image_url.url
+            if url.startswith(("http://", "https://")):
+                raise MediaError(
+                    f"the embedded engine takes local files or data URLs, not {url[:60]!r}: download it first"
+                )
+            images.append(prepare_request_image(url).image)
+        return images
 
     def _sampling_params(self, request: ChatRequest) -> Any:
         from vllm import SamplingParams

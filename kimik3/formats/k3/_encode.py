@@ -171,8 +171,8 @@ def _content_segments(content: Content | None) -> list[Segment]:
             from ..._exceptions import UnknownContentPartError
 
             raise UnknownContentPartError(
-                "a video part must be sampled into frames before K3 encoding "
-                "(kimik3.media.sample_video); K3's released encoder is image-only"
+                "a video part must be sampled into frames before K3 encoding: kimik3's engines do "
+                "it (kimik3.engines._media.expand_videos); K3's released encoder is image-only"
             )
     _text(out, "".join(pending))
     return out

@@ -1,0 +1,144 @@
+"""Images and video in requests: what each engine sends, and how many tokens they cost.
+
+- Images are prepared by :func:`kimik3.media.prepare_image` (NaViT resize, chessboard compositing
+  of transparency, EXIF orientation) before they leave the client: the embedded engine passes the
+  prepared PIL images as vLLM ``multi_modal_data`` for the prompt's ``<|kimi_image_placeholder|>``
+  tokens; remote chat mode uploads them as lossless PNG data URLs, so the server's model sees the
+  chessboard (stock vLLM drops alpha, k3-media.md § Pixels). http(s) image URLs are passed through
+  to a remote server unchanged (it fetches them; kimik3's compositing then does not apply).
+- Video parts are sampled at 8 fps (:func:`kimik3.media.sample_video`). Decision: K3's released
+  serving stack is image-only (vLLM 0.32's K3 processor has no video modality), so each 4-frame
+  chunk is sent as its ``HH:MM:SS.mmm`` timestamp (text) followed by the chunk's first frame as an
+  image at the chunk's size — the same token cost as K3's video contract (a chunk costs one
+  frame's tokens), readable by every K3 server.
+- Token accounting: each image costs ``<|media_begin|>image WxH<|media_content|>`` + N x
+  ``<|media_pad|>`` + ``<|media_end|>`` (W x H as sent, N from the NaViT size), i.e. 3 + the
+  tokens of ``"image WxH"`` + N, in place of the one placeholder token.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+from ..tokenizer import K3Tokenizer, estimate_tokens
+from ..types import ImagePart, ImageURL, Message, TextPart, VideoPart
+
+__all__ = [
+    "expand_videos",
+    "has_video",
+    "image_prompt_tokens",
+    "prepare_request_image",
+    "upload_url",
+]
+
+_PREPARED: OrderedDict[str, Any] = OrderedDict()  # url -> PreparedImage (small LRU)
+_VIDEOS: OrderedDict[str, list[TextPart | ImagePart]] = OrderedDict()
+_CACHE_SIZE = 64
+
+
+def _lru_get(cache: OrderedDict[str, Any], key: str) -> Any:
+    value = cache.get(key)
+    if value is not None:
+        cache.move_to_end(key)
+    return value
+
+
+def _lru_put(cache: OrderedDict[str, Any], key: str, value: Any) -> None:
+    cache[key] = value
+    if len(cache) > _CACHE_SIZE:
+        cache.popitem(last=False)
+
+
+def prepare_request_image(url: str) -> Any:
+    """The :class:`~kimik3.media.PreparedImage` for an image part's URL (a path or data URL),
+    cached by URL so a long conversation does not decode the same screenshot every turn.
+
+    Raises:
+        MediaError (and subclasses): an unreadable or too large image.
+    """
+    prepared = _lru_get(_PREPARED, url)
+    if prepared is None:
+        from ..media import prepare_image
+
+        prepared = prepare_image(url)
+        _lru_put(_PREPARED, url, prepared)
+    return prepared
+
+
+def upload_url(url: str) -> str:
+    """The URL to send to a remote chat endpoint: local files and data URLs become the prepared
+    image as a PNG data URL; http(s) URLs are passed through."""
+    if url.startswith(("http://", "https://")):
+        return url
+    return str(prepare_request_image(url).data_url())
+
+
+def _video_parts(url: str) -> list[TextPart | ImagePart]:
+    parts: list[TextPart | ImagePart] | None = _lru_get(_VIDEOS, url)
+    if parts is None:
+        from ..media import sample_video
+        from ..media._image import prepare_image
+
+        video = sample_video(url)
+        parts = []
+        for chunk in video.chunks:
+            prepared = prepare_image(chunk.frames[0])  # already at the chunk's size: kept as is
+            parts.append(TextPart(text=chunk.timestamp))
+            parts.append(ImagePart(image_url=ImageURL(url=prepared.data_url())))
+        _lru_put(_VIDEOS, url, parts)
+    return parts
+
+
+_EXPANDED: OrderedDict[int, tuple[Message, Message]] = OrderedDict()  # id(msg) -> (msg, copy)
+
+
+def expand_videos(messages: Sequence[Message]) -> list[Message]:
+    """Replace every video part by its sampled chunks (timestamp text + first-frame image).
+
+    Messages without a video are returned as the same objects; a message with one is replaced by
+    a copy (never mutated), the same copy on every call, so incremental prompt encoding keeps
+    working across turns.
+
+    Raises:
+        MediaDecodeError, NoVideoStreamError: an unreadable video.
+    """
+    out: list[Message] = []
+    for msg in messages:
+        content = getattr(msg, "content", None)
+        if not isinstance(content, list) or not any(isinstance(p, VideoPart) for p in content):
+            out.append(msg)
+            continue
+        hit = _EXPANDED.get(id(msg))
+        if hit is not None and hit[0] is msg:
+            out.append(hit[1])
+            continue
+        parts: list[Any] = []
+        for part in content:
+            if isinstance(part, VideoPart):
+                parts.extend(_video_parts(part.video_url.url))
+            else:
+                parts.append(part)
+        copy = msg.model_copy(update={"content": parts})
+        _EXPANDED[id(msg)] = (msg, copy)
+        if len(_EXPANDED) > _CACHE_SIZE:
+            _EXPANDED.popitem(last=False)
+        out.append(copy)
+    return out
+
+
+def has_video(messages: Sequence[Message]) -> bool:
+    """Whether any message holds a video part."""
+    return any(
+        isinstance(getattr(m, "content", None), list) and any(isinstance(p, VideoPart) for p in m.content)  # type: ignore[union-attr]
+        for m in messages
+    )
+
+
+def image_prompt_tokens(tokenizer: K3Tokenizer | None, width: int, height: int, token_count: int) -> int:
+    """Tokens one image occupies in the expanded prompt:
+    ``<|media_begin|>`` + ``"image WxH"`` + ``<|media_content|>`` + N pads + ``<|media_end|>``."""
+    label = f"image {width}x{height}"
+    label_tokens = len(tokenizer.encode_text(label)) if tokenizer is not None else estimate_tokens(label)
+    return 3 + label_tokens + token_count
