@@ -90,6 +90,7 @@ class _Run:
         self.started = time.monotonic()
         self.cache = PromptCache()
         self.context_tokens = 0  # the last prompt + completion, plus what was added since
+        self.last_completion: ChatCompletion  # set by every model turn
 
     def add(self, message: Message) -> None:
         self.messages.append(message)
@@ -269,13 +270,9 @@ class Agent(Generic[OutputT]):
             async for event in self._maybe_compact(run):
                 yield event
 
-            completion: ChatCompletion | None = None
             async for turn_event in self._model_turn(run, self._request(run)):
-                if isinstance(turn_event, Completed):
-                    completion = turn_event.completion
-                else:
-                    yield turn_event
-            assert completion is not None
+                yield turn_event
+            completion = run.last_completion
             message = completion.message
             run.add(message)  # exactly as received
 
@@ -320,14 +317,17 @@ class Agent(Generic[OutputT]):
             prompt_cache=run.cache if messages is None else None,
         )
 
-    async def _model_turn(self, run: _Run, request: ChatRequest) -> AsyncIterator[AgentEvent | Completed]:
+    async def _model_turn(self, run: _Run, request: ChatRequest) -> AsyncIterator[AgentEvent]:
+        """Stream one model call's events; its completion lands in ``run.last_completion``."""
         async for event in self.client.stream_request(request):
             if isinstance(event, Completed):
-                usage = event.completion.usage
-                run.usage = run.usage + usage
+                completion = event.completion
+                run.last_completion = completion
+                run.usage = run.usage + completion.usage
                 run.turns += 1
-                run.context_tokens = usage.prompt_tokens + usage.completion_tokens
-            yield event
+                run.context_tokens = completion.usage.prompt_tokens + completion.usage.completion_tokens
+            else:
+                yield event
 
     # -- tools -------------------------------------------------------------------------------
 
@@ -453,13 +453,9 @@ class Agent(Generic[OutputT]):
     async def _final_turn(self, run: _Run, reason: StopReason) -> AsyncIterator[AgentEvent]:
         """One tool-free turn for a summary, then the result."""
         run.add(SystemMessage(content=SUMMARY_INSTRUCTIONS))
-        completion: ChatCompletion | None = None
         async for turn_event in self._model_turn(run, self._request(run, tool_choice="none")):
-            if isinstance(turn_event, Completed):
-                completion = turn_event.completion
-            else:
-                yield turn_event
-        assert completion is not None
+            yield turn_event
+        completion = run.last_completion
         message = completion.message
         if message.tool_calls:  # tools are off for this turn: keep the words, drop the calls
             message = AssistantMessage(content=message.content, reasoning_content=message.reasoning_content)
