@@ -8,7 +8,7 @@ a fixed number of generated tokens (ignore_eos), 1 and 64 concurrent requests:
 - remote: kimik3 ``Client(RemoteEngine(mode="raw"))`` vs ``openai.AsyncOpenAI.completions`` on the
   same ids, against vLLM's OpenAI server.
 
-Prints time-to-first-token and throughput ratios (kimik3 / baseline; goal <= 1.05x). The
+Sampling is identical on both sides (greedy, top_p 1.0). Prints time-to-first-token and throughput ratios (kimik3 / baseline; goal <= 1.05x). The
 prompt is kimik3's K3 encoding with a K3-format vocabulary whose ids exist in SmolLM2 (the model
 does not speak K3; the bench measures the plumbing, not answers).
 
@@ -98,7 +98,7 @@ async def embedded(tok: K3Tokenizer, tokens: int, reps: int) -> None:
     counter = iter(range(10**9))
 
     async def ours() -> tuple[float, float]:
-        return await timed(client.stream(MESSAGES, max_tokens=tokens, temperature=0.0, extra=extra),
+        return await timed(client.stream(MESSAGES, max_tokens=tokens, temperature=0.0, top_p=1.0, extra=extra),
                            lambda e: not isinstance(e, Completed))
 
     async def base() -> tuple[float, float]:
@@ -128,7 +128,7 @@ async def remote(tok: K3Tokenizer, tokens: int, reps: int) -> None:
         extra = {"ignore_eos": True}
 
         async def ours() -> tuple[float, float]:
-            return await timed(client.stream(MESSAGES, max_tokens=tokens, temperature=0.0, extra=extra),
+            return await timed(client.stream(MESSAGES, max_tokens=tokens, temperature=0.0, top_p=1.0, extra=extra),
                                lambda e: not isinstance(e, Completed))
 
         async def base() -> tuple[float, float]:

@@ -83,7 +83,7 @@ ARGUMENTS_CHARS = 200
 """Tool-call arguments are shown as one-line JSON, cut to this many characters."""
 
 _EMBEDDED_OPTIONS = ("preset", "tensor_parallel_size", "max_model_len", "enforce_eager",
-                     "gpu_memory_utilization", "dtype")
+                     "gpu_memory_utilization", "dtype", "trust_remote_code")
 _STOP_REASONS = {
     "turn_budget": "the turn budget ran out, see --max-turns; the answer is the model's summary so far",
     "token_budget": "the token budget ran out; the answer is the model's summary so far",
@@ -141,6 +141,7 @@ class _Options:
     enforce_eager: bool | None
     gpu_memory_utilization: float | None
     dtype: str | None
+    trust_remote_code: bool | None
     engine_arg: list[tuple[str, Any]]
     script: str | None
     reasoning_effort: str | None
@@ -175,6 +176,8 @@ def _engine_options(f: F) -> F:
         click.option("--gpu-memory-utilization", type=click.FloatRange(0, 1, min_open=True),
                      help="vLLM gpu_memory_utilization (0-1]."),
         click.option("--dtype", help="vLLM dtype (auto, bfloat16, float16, ...)."),
+        click.option("--trust-remote-code", is_flag=True, default=None,
+                     help="Let vLLM run the model directory's own tokenizer code (K3 checkpoints need it)."),
         click.option("--engine-arg", multiple=True, metavar="KEY=VALUE", callback=_engine_arg_callback,
                      help="Any other vLLM engine arg (repeatable); VALUE is JSON when it parses, else text. "
                           "Overrides the preset and the options above."),
