@@ -19,9 +19,13 @@ $(STAMP): pyproject.toml scripts/setup_engine.sh scripts/setup_ui.sh
 
 install: $(STAMP)
 
-# (a) the main job, end to end
+# (a) the main job, end to end: the coding agent answers a task in a sample workspace with the
+# tiny K3-speaking model (models/k3-tiny) embedded through vLLM on this machine's CPU. Set TASK=...
+# to ask something else; any K3 endpoint works the same way with --base-url (see README).
+TASK ?= What are the first lines of notes.txt and server.cfg?
 demo: $(STAMP)
-	$(PY) -m kimik3.demo
+	$(VENV)/bin/kimik3 run "$(TASK)" --workspace examples/sample_workspace --plain \
+		--model-path models/k3-tiny --trust-remote-code --enforce-eager --max-model-len 4096 --temperature 0
 
 # (b) the tests: lint, type-check, unit + real-engine tests
 test: $(STAMP)
