@@ -14,9 +14,13 @@ folder to carry to the training machine):
 - ``dataset.npz``: ``tokens`` (uint16, all episode bodies concatenated), ``mask`` (uint8, same
   length), ``offsets`` (int64, n+1), ``header`` (int16 per episode: index of its header),
   ``header_tokens`` / ``header_offsets`` (the headers);
-- ``eval.json``: the held-out first-turn evaluation: per task the prompt ids (header, system, user
+- ``eval.json``: the held-out evaluation: per task the prompt ids (header, conversation so far
   and the generation prompt), the expected tool calls (name + arguments), and for tool-free
-  tasks the text the answer must contain;
+  turns the text the answer must contain; ``group`` is ``synthetic`` / ``realistic`` /
+  ``sample_workspace`` (see gen_data.py) and ``turn`` is ``first`` (the first assistant turn:
+  tool names and arguments, i.e. copying paths and words from the request) or ``next`` (for
+  first_line, copy_line and two_files: the turn after the first tool results, i.e. copying the
+  read line into write_file's content or into the answer);
 - ``dataset_meta.json``: vocabulary, special ids and sizes.
 
 Usage: python scripts/tiny_k3/encode_data.py [--data .cache/tiny_k3] [--model models/k3-tiny]
@@ -37,6 +41,7 @@ from kimik3.tokenizer import K3Tokenizer
 from kimik3.types import AssistantMessage, to_tool_specs
 
 REPO = Path(__file__).resolve().parents[2]
+NEXT_TURN_KINDS = ("first_line", "copy_line", "two_files")
 
 
 def encode_episode(
@@ -116,26 +121,44 @@ def main() -> None:
         header_offsets=header_offsets,
     )
 
-    # held-out first-turn evaluation
+    # held-out evaluation: first assistant turns, and the turn after the first tool results
     evals = []
     with (args.data / "episodes_heldout.jsonl").open(encoding="utf-8") as f:
         for line in f:
             ep = json.loads(line)
             msgs = ep["messages"]
+            kind = ep["kind"][0]
             first_user = next(i for i, m in enumerate(msgs) if m["role"] == "user")
-            prompt = tok.encode_messages(
-                msgs[: first_user + 1], tools, thinking=ep["thinking"], thinking_effort=ep["effort"]
-            )
-            answer = next(m for m in msgs[first_user + 1 :] if m["role"] == "assistant")
-            evals.append(
-                {
-                    "kind": ep["kind"][0],
-                    "prompt_ids": prompt,
-                    "expected_calls": ep["first_calls"],
-                    "answer_contains": [] if ep["first_calls"] else ep["goals"][0].get("answer_contains", []),
-                    "expected_text": answer.get("content", ""),
-                }
-            )
+            turns = [i for i, m in enumerate(msgs) if m["role"] == "assistant"]
+            picks = [("first", turns[0])]
+            if kind in NEXT_TURN_KINDS and len(turns) > 1:
+                picks.append(("next", turns[1]))
+            for turn, at in picks:
+                prompt = tok.encode_messages(msgs[:at], tools, thinking=ep["thinking"], thinking_effort=ep["effort"])
+                if turn == "first":
+                    assert msgs[first_user + 1 : at] == [], "the first turn follows the first user message"
+                answer = msgs[at]
+                calls = [
+                    {"name": c["function"]["name"], "arguments": json.loads(c["function"]["arguments"])}
+                    for c in answer.get("tool_calls") or []
+                ]
+                if turn == "first":
+                    assert calls == ep["first_calls"], (calls, ep["first_calls"])
+                # the prompt is what training saw before this turn (history encoded the same way)
+                body, _ = encode_episode(tok, {**ep, "messages": msgs[:at]}, gen_prompt)
+                h = header_of(ep["thinking"], ep["effort"])
+                assert prompt == header_ids[h] + body + gen_prompt[ep["thinking"]], "prompt differs from training"
+                evals.append(
+                    {
+                        "kind": kind,
+                        "group": ep.get("group", "synthetic"),
+                        "turn": turn,
+                        "prompt_ids": prompt,
+                        "expected_calls": calls,
+                        "answer_contains": [] if calls else ep["goals"][0].get("answer_contains", []),
+                        "expected_text": answer.get("content", ""),
+                    }
+                )
     (dev / "eval.json").write_text(json.dumps(evals) + "\n")
 
     lens = np.asarray(lengths)

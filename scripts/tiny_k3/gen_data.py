@@ -9,11 +9,16 @@ Writes, under ``--out`` (default ``.cache/tiny_k3``, git-ignored):
 
 - ``episodes_train.jsonl``: training episodes (train word pool; 1 or 2 tasks each; thinking and
   effort varied, mostly thinking on / effort max as kimik3's Agent sends);
-- ``episodes_heldout.jsonl``: one-task episodes over the held-out word pool (file names and words
-  never seen in training), thinking on / effort max: the held-out evaluation;
-- ``episodes_meta.json``: the tool declarations, system prompt, seed and counts.
+- ``episodes_heldout.jsonl``: one-task episodes, thinking on / effort max, the held-out
+  evaluation, in three groups (field ``group``): ``synthetic`` (the held-out pools: words,
+  generated file names and lines never seen in training), ``realistic`` (common file names and
+  real held-out lines only) and ``sample_workspace`` (examples/sample_workspace as it is, which
+  training never shows: its paths and lines are kept out of the training pools);
+- ``pools.json``: the word and line pools (``textpool.py``), built first;
+- ``episodes_meta.json``: the tool declarations, system prompt, seed, pool sizes and counts.
 
-Usage: python scripts/tiny_k3/gen_data.py [--train 40000] [--heldout 600] [--seed 0] [--workers 2]
+Usage: python scripts/tiny_k3/gen_data.py [--train 150000] [--heldout 480] [--heldout-real 60]
+       [--heldout-sample 60] [--seed 0] [--workers 2]
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import tasks
+import textpool
 
 from kimik3.agents._prompts import CODING_INSTRUCTIONS
 
@@ -37,28 +43,35 @@ REPO = Path(__file__).resolve().parents[2]
 
 _POOLS: dict[str, tasks.Pools] = {}
 _SEED = 0
+_SAMPLE: dict[str, str] = {}
 
 
-def _init(seed: int) -> None:
-    global _POOLS, _SEED
+def _init(seed: int, pools: Path) -> None:
+    global _POOLS, _SEED, _SAMPLE
     os.environ["LC_ALL"] = "C"  # `ls` order and messages independent of the host locale
-    _POOLS = tasks.make_pools()
+    _POOLS = tasks.make_pools(pools)
     _SEED = seed
+    ws = textpool.SAMPLE_WORKSPACE
+    _SAMPLE = {p.relative_to(ws).as_posix(): p.read_text(encoding="utf-8")
+               for p in sorted(ws.rglob("*")) if p.is_file()}
 
 
 def _one(job: tuple[str, int]) -> dict[str, Any]:
     split, i = job
     rng = random.Random(f"{_SEED}:{split}:{i}")
+    group = split.removeprefix("heldout_") if split.startswith("heldout_") else "synthetic"
     if split == "train":
         ep = tasks.sample_episode(rng, _POOLS["train"], system=CODING_INSTRUCTIONS)
     else:
         kinds = list(tasks.TASKS)
         ep = tasks.sample_episode(
             rng, _POOLS["heldout"], system=CODING_INSTRUCTIONS, kinds=[kinds[i % len(kinds)]],
-            multi_turn=0.0, settings=(True, "max"),
+            multi_turn=0.0, settings=(True, "max"), realistic=1.0 if group == "realistic" else 0.0,
+            files=_SAMPLE if group == "sample_workspace" else None,
         )
     d = asdict(ep)
-    d["split"] = split
+    d["split"] = "train" if split == "train" else "heldout"
+    d["group"] = group
     d["index"] = i
     return d
 
@@ -66,30 +79,44 @@ def _one(job: tuple[str, int]) -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=REPO / ".cache" / "tiny_k3")
-    ap.add_argument("--train", type=int, default=40000)
-    ap.add_argument("--heldout", type=int, default=600)
+    ap.add_argument("--train", type=int, default=150000)
+    ap.add_argument("--heldout", type=int, default=480, help="synthetic held-out episodes")
+    ap.add_argument("--heldout-real", type=int, default=60, help="realistic held-out episodes")
+    ap.add_argument("--heldout-sample", type=int, default=60, help="episodes on examples/sample_workspace")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workers", type=int, default=2)
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    _init(args.seed)
     t0 = time.time()
+    pools_path = args.out / "pools.json"
+    pools = textpool.build(pseudo=tasks.pseudo_words())
+    pools_path.write_text(json.dumps(pools, ensure_ascii=False) + "\n")
+    print(f"pools: {json.dumps(pools['sizes'])} from {pools['meta']['files']} files ({time.time() - t0:.0f}s)")
+    _init(args.seed, pools_path)
     meta: dict[str, Any] = {
         "seed": args.seed,
         "system": CODING_INSTRUCTIONS,
         "tools": tasks.tool_specs(),
-        "pools": {k: len(v.words) for k, v in _POOLS.items()},
+        "pools": {"sizes": pools["sizes"], **pools["meta"]},
     }
-    for split, n in (("heldout", args.heldout), ("train", args.train)):
+    plan = {
+        "heldout": [("heldout", i) for i in range(args.heldout)]
+        + [("heldout_realistic", i) for i in range(args.heldout_real)]
+        + [("heldout_sample_workspace", i) for i in range(args.heldout_sample)],
+        "train": [("train", i) for i in range(args.train)],
+    }
+    for split, jobs in plan.items():
+        n = len(jobs)
         counts: collections.Counter[str] = collections.Counter()
         path = args.out / f"episodes_{split}.jsonl"
         tmp = path.with_suffix(".tmp")
-        with tmp.open("w", encoding="utf-8") as f, mp.Pool(args.workers, _init, (args.seed,)) as pool:
-            for k, ep in enumerate(pool.imap(_one, [(split, i) for i in range(n)], chunksize=64), 1):
+        with tmp.open("w", encoding="utf-8") as f, mp.Pool(args.workers, _init, (args.seed, pools_path)) as pool:
+            for k, ep in enumerate(pool.imap(_one, jobs, chunksize=64), 1):
                 f.write(json.dumps(ep, ensure_ascii=False) + "\n")
                 counts["+".join(ep["kind"])] += 1
                 counts[f"thinking={ep['thinking']} effort={ep['effort']}"] += 1
-                if k % 5000 == 0:
+                counts[f"group={ep['group']}"] += 1
+                if k % 10000 == 0:
                     print(f"  {split}: {k}/{n} ({time.time() - t0:.0f}s)", flush=True)
         tmp.replace(path)
         meta[split] = {"episodes": n, "counts": dict(sorted(counts.items()))}

@@ -34,7 +34,8 @@ def main() -> None:
     for i in picks:
         r = curve[i]
         print(f"| {r['step']} | {r['time_s']:.0f} | {r['loss']:.4f} | {r['lr']:.2e} |")
-    print("\nHeld-out first-turn accuracy (unseen file names and words; exact tool names and arguments):\n")
+    print("\nHeld-out first-turn accuracy, synthetic group (unseen file names and words; exact tool names "
+          "and arguments):\n")
     kinds = sorted(log["final_eval"]["by_kind"])
     print("| step | tasks | all | " + " | ".join(kinds) + " |")
     print("|---:|---:|---:|" + "---:|" * len(kinds))
@@ -42,8 +43,20 @@ def main() -> None:
         cells = " | ".join(f"{e['by_kind'].get(k, float('nan')):.3f}" for k in kinds)
         print(f"| {e['step']} | {e['n']} | {e['accuracy']:.3f} | {cells} |")
     f = log["final_eval"]
+    if "by_group" in f:
+        groups = sorted(f["by_group"])
+        print("\nBy group (held-out: `synthetic` pools, `realistic` common names and real lines, "
+              "`sample_workspace` = examples/sample_workspace) and turn (`first`: tool names and arguments "
+              "of the first turn; `next`: the turn after the first tool results, i.e. the copied line in "
+              "write_file's content or in the answer):\n")
+        print("| step | " + " | ".join(groups) + " |")
+        print("|---:|" + "---:|" * len(groups))
+        for e in [*log["evals"], f]:
+            cells = " | ".join(f"{e.get('by_group', {}).get(g, float('nan')):.3f}" for g in groups)
+            print(f"| {e['step']} | {cells} |")
+    max_new = s.get("max_new", 200)
     print(f"\nFinal: {f['accuracy']:.1%} of {f['n']} held-out tasks; {f['ended']:.1%} of the turns ended "
-          "with `<|end_of_msg|>` within 200 tokens.")
+          f"with `<|end_of_msg|>` within {max_new} tokens.")
 
 
 if __name__ == "__main__":

@@ -16,8 +16,15 @@ Task kinds (issue "A tiny K3-speaking model", item 2):
 - ``two_files``: the first lines of two files at once (two parallel read_file calls).
 - ``plain``: a question answered without tools.
 
-Words and file names come from two disjoint pools (``train`` / ``heldout``), so held-out tasks use
-names and words the model never saw in training. Everything is a pure function of the seed.
+Data v2: words, identifiers and whole lines come from real text (``textpool.py``: Python's
+standard library, licence texts, /usr/share/doc) mixed with generated ones (pseudo-words, numbers,
+key = value, JSON, CSV and log lines, random strings); file names are common ones (notes.txt,
+main.py, Makefile, ...) or built from the pools (dashes, underscores, digits, nested directories),
+so the model has to copy names and contents rather than recall them. The pools come in two
+disjoint splits (``train`` / ``heldout``: words and identifiers split by word, lines by source
+file), so held-out tasks use words, generated names and lines never seen in training; the names
+and lines of examples/sample_workspace are kept out of training. Everything is a pure function of
+the seed (and of the pools file).
 """
 
 from __future__ import annotations
@@ -29,13 +36,20 @@ import os
 import random
 import re
 import shutil
+import string
 import tempfile
+import uuid
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# -- word pools ---------------------------------------------------------------------------------
+# -- word and line pools ------------------------------------------------------------------------
+#
+# v2: words, identifiers and whole lines come from real text (``textpool.py``: Python's standard
+# library, licence texts, /usr/share/doc), mixed with v1's English nouns and pseudo-words and with
+# generated lines (key = value, JSON, CSV, log lines, random strings, numbers), so that file names
+# and contents cannot be memorised: the model has to copy them.
 
 _ENGLISH = """
 apple river garden window silver orange planet forest candle button pillow rocket bridge castle
@@ -70,107 +84,369 @@ def _pseudo_words(rng: random.Random, n: int) -> list[str]:
     return sorted(out)
 
 
+def pseudo_words(seed: int = 1234) -> list[str]:
+    """v1's English nouns and generated pseudo-words (added to the harvested words)."""
+    return sorted(set(_ENGLISH.split()) | set(_pseudo_words(random.Random(seed), 6000)))
+
+
+# Common, realistic file names: in both splits (the held-out split also has generated names made
+# of held-out words, never seen in training). examples/sample_workspace's paths are left out of
+# training (textpool's "forbidden" paths).
+COMMON_NAMES = """
+notes.txt notes.md README.md README readme.txt main.py hello.py utils.py helpers.py app.py cli.py
+server.py client.py config.py settings.py models.py views.py tests.py test_main.py test_utils.py
+conftest.py setup.py __init__.py __main__.py server.cfg setup.cfg app.cfg config.cfg config.json
+package.json settings.json data.json config.yaml config.yml docker-compose.yml pyproject.toml
+Cargo.toml config.toml settings.ini app.ini todo.md TODO.md TODO todo.txt CHANGELOG.md CHANGES.txt
+LICENSE NOTICE AUTHORS Makefile Dockerfile Procfile Gemfile requirements.txt data.csv users.csv
+results.csv scores.csv app.log server.log error.log errors.log build.log output.txt out.txt log.txt
+run.sh build.sh install.sh deploy.sh test.sh index.html style.css main.js app.js index.js main.ts
+main.go main.rs lib.rs main.c util.h schema.sql query.sql report.txt report.md summary.md plan.md
+ideas.txt draft.txt letter.txt list.txt words.txt names.txt input.txt version.txt hosts.txt
+CONTRIBUTING.md INSTALL.md guide.md api.md design.md notes-2024.md meeting_notes.md todo-list.txt
+"""
+COMMON_DIRS = ["docs/", "src/", "tests/", "lib/", "data/", "config/", "scripts/", "notes/", "app/",
+               "examples/", "logs/", "build/", "src/app/", "docs/api/", "tools/", "bin/", "web/", "pkg/"]
+_EXTS = [".txt", ".txt", ".md", ".md", ".py", ".py", ".log", ".csv", ".cfg", ".json", ".yaml", ".yml",
+         ".toml", ".ini", ".conf", ".sh", ".js", ".ts", ".go", ".rs", ".c", ".h", ".html", ".css", ".sql",
+         ".rst", ".env", ".xml", ".dat", ".out", ""]
+_EXT_KIND = {".py": "py", ".md": "md", ".rst": "md", ".txt": "txt", "": "txt", ".dat": "txt", ".out": "txt",
+             ".cfg": "cfg", ".ini": "cfg", ".conf": "cfg", ".toml": "cfg", ".env": "env", ".yaml": "yaml",
+             ".yml": "yaml", ".json": "json", ".csv": "csv", ".log": "log", ".sh": "sh", ".js": "code",
+             ".ts": "code", ".go": "code", ".rs": "code", ".c": "code", ".h": "code", ".css": "code",
+             ".sql": "code", ".html": "txt", ".xml": "txt"}
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+_SAFE_WORD = re.compile(r"[A-Za-z0-9_]+")
+
+
 @dataclass(frozen=True)
 class Pools:
-    """Disjoint vocabularies for one split."""
+    """The vocabulary of one split (train and heldout are disjoint in words, identifiers and lines)."""
 
-    words: tuple[str, ...]
+    words: tuple[str, ...]  # plain words (real English words, v1's nouns and pseudo-words)
+    idents: tuple[str, ...]  # identifiers from Python sources
+    code: tuple[str, ...]  # whole lines of code
+    comment: tuple[str, ...]  # comment lines ("# ...")
+    prose: tuple[str, ...]  # docstring, licence and documentation lines
+    names: tuple[str, ...]  # common file names
+    forbidden_paths: frozenset[str] = frozenset()  # never generated (training: the README demo's)
+    forbidden_lines: frozenset[str] = frozenset()
 
 
-def make_pools(seed: int = 1234, heldout_fraction: float = 0.15) -> dict[str, Pools]:
-    """The ``train`` and ``heldout`` word pools (disjoint; fixed by ``seed``)."""
-    rng = random.Random(seed)
-    english = sorted(set(_ENGLISH.split()))
-    pseudo = [w for w in _pseudo_words(rng, 6000) if w not in english]
-    words = english + pseudo
-    rng.shuffle(words)
-    n_held = int(len(words) * heldout_fraction)
-    return {"heldout": Pools(tuple(words[:n_held])), "train": Pools(tuple(words[n_held:]))}
+_POOLS_FILE = Path(__file__).resolve().parents[2] / ".cache" / "tiny_k3" / "pools.json"
+
+
+def make_pools(path: Path | None = None) -> dict[str, Pools]:
+    """The ``train`` and ``heldout`` pools, from ``textpool.py``'s file (built when missing)."""
+    path = path or _POOLS_FILE
+    if not path.exists():
+        import textpool
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(textpool.build(pseudo=pseudo_words()), ensure_ascii=False) + "\n")
+    d = json.loads(path.read_text(encoding="utf-8"))
+    bad_paths = frozenset(d["forbidden"]["paths"])
+    bad_lines = frozenset(d["forbidden"]["lines"])
+    names = sorted(set(COMMON_NAMES.split()))
+    out = {}
+    for split in ("train", "heldout"):
+        p = d[split]
+        out[split] = Pools(
+            words=tuple(p["words"]), idents=tuple(p["idents"]), code=tuple(p["code"]),
+            comment=tuple(p["comment"]), prose=tuple(p["prose"]),
+            names=tuple(n for n in names if split == "heldout" or n not in bad_paths),
+            forbidden_paths=bad_paths if split == "train" else frozenset(),
+            forbidden_lines=bad_lines if split == "train" else frozenset(),
+        )
+    return out
 
 
 # -- sandboxes ----------------------------------------------------------------------------------
 
-_EXTS = [".txt", ".txt", ".txt", ".md", ".log", ".py", ".csv", ".cfg"]
-_DIRS = ["", "", "", "", "docs/", "src/", "data/", "notes/"]
+_PUNCT = ".,;:!?-_/()[]{}'\"@#$%&*+=~^`|\\<>"
+_LEVELS = ["INFO", "WARN", "WARNING", "ERROR", "DEBUG", "TRACE", "FATAL", "info", "error", "warn"]
 
 
 class Ctx:
-    """Random choices for one task: the split's words and the sandbox being built."""
+    """Random choices for one task: the split's pools and the sandbox being built.
 
-    def __init__(self, rng: random.Random, pools: Pools) -> None:
+    ``realistic``: common file names and harvested lines only (no generated noise);
+    ``fixed``: the sandbox is given (e.g. examples/sample_workspace) and ``fill`` adds nothing.
+    """
+
+    def __init__(self, rng: random.Random, pools: Pools, *, realistic: bool = False,
+                 files: dict[str, str] | None = None) -> None:
         self.rng = rng
         self.pools = pools
-        self.files: dict[str, str] = {}
+        self.realistic = realistic
+        self.fixed = files is not None
+        self.files: dict[str, str] = dict(files or {})
         self._used: set[str] = set()
 
+    # words
+    def _any_word(self) -> str:
+        r = self.rng
+        p = self.pools
+        w = r.choice(p.idents) if r.random() < 0.3 else r.choice(p.words)
+        roll = r.random()
+        if roll < 0.08:
+            w = w.upper()
+        elif roll < 0.2:
+            w = w.capitalize()
+        return w
+
     def word(self) -> str:
+        """A fresh regex- and shell-safe word ([A-Za-z0-9_]+, at least 3 characters)."""
         for _ in range(100):
-            w = self.rng.choice(self.pools.words)
-            if w not in self._used:
+            w = self._any_word()
+            if w not in self._used and len(w) >= 3 and _SAFE_WORD.fullmatch(w):
                 self._used.add(w)
                 return w
         return self.rng.choice(self.pools.words)
 
     def filler(self) -> str:
         """A word that may repeat (file content only)."""
-        return self.rng.choice(self.pools.words)
+        return self._any_word()
+
+    def number(self) -> str:
+        r = self.rng
+        roll = r.random()
+        if roll < 0.45:
+            return str(r.randint(0, 99999) if r.random() < 0.5 else r.randint(0, 99))
+        if roll < 0.6:
+            return f"{r.uniform(0, 1000):.{r.randint(1, 3)}f}"
+        if roll < 0.7:
+            return f"{r.randint(0, 9)}.{r.randint(0, 30)}.{r.randint(0, 20)}"
+        if roll < 0.8:
+            return f"{r.randint(1990, 2030)}-{r.randint(1, 12):02d}-{r.randint(1, 28):02d}"
+        if roll < 0.9:
+            return f"-{r.randint(1, 999)}"
+        return "0x" + "".join(r.choice("0123456789abcdef") for _ in range(r.randint(2, 8)))
+
+    def value(self) -> str:
+        r = self.rng
+        roll = r.random()
+        if roll < 0.35:
+            return self.number()
+        if roll < 0.55:
+            return self.filler()
+        if roll < 0.65:
+            return r.choice(["true", "false", "yes", "no", "on", "off", "none", "null", "True", "False"])
+        if roll < 0.75:
+            return "/".join(["", *[self.filler().lower() for _ in range(r.randint(1, 3))]])
+        if roll < 0.82:
+            return f"{r.choice(['http', 'https'])}://{self.filler().lower()}.{r.choice(['com', 'org', 'io', 'net'])}" \
+                   f"{r.choice(['', '/' + self.filler().lower(), ':' + str(r.randint(1, 65535))])}"
+        if roll < 0.88:
+            return f"{r.randint(0, 255)}.{r.randint(0, 255)}.{r.randint(0, 255)}.{r.randint(0, 255)}"
+        return " ".join(self.filler() for _ in range(r.randint(2, 4)))
+
+    def key(self) -> str:
+        r = self.rng
+        k = r.choice(self.pools.idents) if r.random() < 0.5 else r.choice(self.pools.words)
+        if r.random() < 0.3:
+            k = f"{k}_{r.choice(self.pools.words)}"
+        return k.lower() if r.random() < 0.7 else k
+
+    def wild(self) -> str:
+        """Arbitrary text: random characters, hashes, ids, mixed-case words with punctuation."""
+        r = self.rng
+        roll = r.random()
+        if roll < 0.3:
+            alphabet = string.ascii_letters + string.digits + (_PUNCT if r.random() < 0.6 else "") + "  "
+            s = "".join(r.choice(alphabet) for _ in range(r.randint(3, 40)))
+        elif roll < 0.4:
+            s = "".join(r.choice("0123456789abcdef") for _ in range(r.choice([7, 8, 12, 16, 32, 40])))
+        elif roll < 0.47:
+            s = str(uuid.UUID(int=r.getrandbits(128)))
+        elif roll < 0.6:
+            s = " ".join(self.number() for _ in range(r.randint(1, 6)))
+        else:
+            parts = []
+            for _ in range(r.randint(1, 6)):
+                w = self.filler()
+                if r.random() < 0.3:
+                    w += r.choice(_PUNCT)
+                if r.random() < 0.15:
+                    w = r.choice(_PUNCT) + w
+                parts.append(w)
+            s = r.choice([" ", " ", " ", "-", "_", ", ", "/", ".", ""]).join(parts)
+        s = s.strip()[:56]
+        return s if s and "<|" not in s and "|>" not in s else self.filler()
+
+    def sentence(self) -> str:
+        r = self.rng
+        ws = [self.filler() for _ in range(r.randint(2, 8))]
+        text = " ".join(ws)
+        roll = r.random()
+        if roll < 0.35:
+            text = text[0].upper() + text[1:] + r.choice([".", ".", "!", "?", ":", ""])
+        elif roll < 0.45:
+            text = f"{text} {self.number()}"
+        elif roll < 0.5:
+            text = f"{r.choice(['TODO', 'FIXME', 'NOTE', 'Todo', 'todo'])}: {text}"
+        return text[:56].strip()
+
+    # file names
+    def _base(self) -> str:
+        r = self.rng
+        parts = [self.word() for _ in range(1 if r.random() < 0.6 else r.randint(2, 3))]
+        roll = r.random()
+        if roll < 0.45:
+            base = "_".join(p.lower() for p in parts)
+        elif roll < 0.7:
+            base = "-".join(p.lower() for p in parts)
+        elif roll < 0.8:
+            base = parts[0].lower() + "".join(p.capitalize() for p in parts[1:])
+        elif roll < 0.9:
+            base = "".join(p.capitalize() for p in parts)
+        else:
+            base = "".join(p.lower() for p in parts)
+        if r.random() < 0.15:
+            base += r.choice(["", "_", "-"]) + str(r.randint(0, 2025) if r.random() < 0.3 else r.randint(1, 99))
+        return base[:40]
+
+    def _dir(self) -> str:
+        r = self.rng
+        roll = r.random()
+        if roll < 0.55:
+            return ""
+        if roll < 0.8:
+            return r.choice(COMMON_DIRS)
+        if self.realistic:
+            return r.choice(COMMON_DIRS)
+        return "".join(self.word().lower() + "/" for _ in range(r.randint(1, 3)))
 
     def file_name(self) -> str:
         r = self.rng
-        base = self.word()
-        if r.random() < 0.25:
-            base = f"{base}_{self.word()}"
-        elif r.random() < 0.1:
-            base = f"{base}{r.randint(1, 99)}"
-        ext = r.choice(_EXTS)
-        path = r.choice(_DIRS) + base + ext
-        return path if path not in self.files else self.file_name()
+        for _ in range(100):
+            if self.realistic or r.random() < 0.35:
+                name = r.choice(self.pools.names)
+                path = (self._dir() if r.random() < 0.4 else "") + name
+            else:
+                path = self._dir() + self._base() + r.choice(_EXTS)
+            if (path not in self.files and path not in self.pools.forbidden_paths
+                    and all(_SAFE_NAME.fullmatch(part) for part in path.split("/"))
+                    and not any(f.startswith(path + "/") or path.startswith(f + "/") for f in self.files)):
+                return path
+        raise AssertionError("no file name")
+
+    # file contents
+    def _pool_line(self, kind: str) -> str:
+        return self.rng.choice(getattr(self.pools, kind))
+
+    def _line(self, path: str) -> str:
+        r = self.rng
+        name = path.rsplit("/", 1)[-1]
+        ext = os.path.splitext(name)[1]
+        kind = _EXT_KIND.get(ext, "txt")
+        if not self.realistic and r.random() < 0.12:
+            return self.wild()
+        if kind == "py":
+            roll = r.random()
+            if roll < 0.55:
+                return self._pool_line("code")
+            if roll < 0.7:
+                return self._pool_line("comment")
+            ws = [self.filler() for _ in range(4)]
+            k = self.key()
+            return r.choice([
+                f"# {self.sentence()}",
+                f'print("{self.sentence()}")',
+                f"{k} = {self.value() if r.random() < 0.5 else repr(self.filler())}",
+                f"def {k}({', '.join(w.lower() for w in ws[:r.randint(0, 3)] if _SAFE_WORD.fullmatch(w))}):",
+                f"import {self.key()}",
+                f"from {self.key()} import {ws[0]}",
+                f"class {ws[0].capitalize()}:",
+                f"return {self.value()}",
+            ])
+        if kind == "md":
+            roll = r.random()
+            if roll < 0.25:
+                title = self._pool_line("prose") if r.random() < 0.4 else self.sentence()
+                return f"{r.choice(['#', '#', '##', '###'])} {title}"[:60]
+            if roll < 0.45:
+                return f"{r.choice(['-', '-', '*', '1.', '- [ ]', '- [x]'])} {self.sentence() if r.random() < 0.6 else self.filler()}"
+            return self._pool_line("prose") if r.random() < 0.7 else self.sentence()
+        if kind in ("cfg", "env", "yaml"):
+            roll = r.random()
+            if kind == "cfg" and roll < 0.12:
+                return f"[{self.key()}]"
+            if kind == "yaml" and roll < 0.15:
+                return f"- {self.value()}"
+            if kind == "env":
+                return f"{self.key().upper()}={self.value().replace(' ', '_')}"
+            sep = " = " if kind == "cfg" and r.random() < 0.8 else ": " if kind == "yaml" or r.random() < 0.5 else "="
+            return f"{self.key()}{sep}{self.value()}"
+        if kind == "json":
+            if r.random() < 0.5:
+                items = [f'"{self.key()}": {self._json_value()}' for _ in range(r.randint(1, 3))]
+                return "{" + ", ".join(items) + "}"
+            return f'"{self.key()}": {self._json_value()}{r.choice([",", ",", ""])}'
+        if kind == "csv":
+            return ",".join(self.number() if r.random() < 0.35 else self.filler() for _ in range(r.randint(2, 5)))
+        if kind == "log":
+            ts = f"{r.randint(2019, 2026)}-{r.randint(1, 12):02d}-{r.randint(1, 28):02d} " \
+                 f"{r.randint(0, 23):02d}:{r.randint(0, 59):02d}:{r.randint(0, 59):02d}"
+            msg = self.sentence() if r.random() < 0.6 else self._pool_line("prose")
+            return r.choice([f"{ts} {r.choice(_LEVELS)} {msg}", f"[{r.choice(_LEVELS)}] {msg}",
+                             f"{r.choice(_LEVELS)} {msg}", f"{ts} [{self.key()}] {msg}"])[:64]
+        if kind == "sh":
+            return r.choice([
+                "#!/bin/sh", "#!/bin/bash", "set -e", f"echo {self.filler()}", f"export {self.key().upper()}={self.number()}",
+                f"cd {self.filler().lower()}", f"# {self.sentence()}", f"{self.key()} --{self.filler().lower()}",
+            ])
+        if kind == "code":
+            if r.random() < 0.5:
+                return self._pool_line("code")
+            k = self.key()
+            return r.choice([
+                f"const {k} = {self.value() if r.random() < 0.5 else repr(self.filler())};", f"let {k} = {self.number()};",
+                f"func {k}() {{", f"fn {k}() {{", f"// {self.sentence()}", f"int {k} = {self.number()};",
+                f"SELECT * FROM {k};", f".{k} {{ color: {self.filler().lower()}; }}", f"return {k};",
+            ])
+        # txt, README, LICENSE, Makefile, ...
+        roll = r.random()
+        if roll < 0.5:
+            return self._pool_line("prose")
+        if roll < 0.8 or self.realistic:
+            return self.sentence()
+        return f"{self.key()}: {self.value()}"
+
+    def _json_value(self) -> str:
+        v = self.value()
+        if re.fullmatch(r"-?\d+(\.\d+)?", v) or v in ("true", "false", "null"):
+            return v
+        return json.dumps(v)
 
     def line(self, path: str) -> str:
-        r = self.rng
-        ext = os.path.splitext(path)[1]
-        k = r.randint(2, 7)
-        ws = [self.filler() for _ in range(k)]
-        if ext == ".py":
-            return r.choice(
-                [
-                    f"# {' '.join(ws)}",
-                    f'print("{" ".join(ws[:3])}")',
-                    f"{ws[0]} = {r.randint(0, 999)}",
-                    f"def {ws[0]}_{ws[1]}():",
-                    f"import {ws[0]}",
-                ]
-            )
-        if ext == ".csv":
-            return ",".join(ws[:4]) if r.random() < 0.6 else ",".join([ws[0], str(r.randint(0, 9999))])
-        if ext == ".cfg":
-            return f"{ws[0]} = {r.choice([str(r.randint(0, 65535)), ws[1], 'true', 'false'])}"
-        if ext == ".md" and r.random() < 0.4:
-            return f"# {' '.join(ws[:3]).capitalize()}"
-        if ext == ".log":
-            return f"{r.choice(['INFO', 'WARN', 'ERROR', 'DEBUG'])} {' '.join(ws)}"
-        text = " ".join(ws)
-        roll = r.random()
-        if roll < 0.3:
-            text = text.capitalize() + "."
-        elif roll < 0.4:
-            text = f"{text} {r.randint(0, 9999)}"
-        elif roll < 0.45:
-            text = f"TODO: {text}"
-        return text
+        for _ in range(20):
+            s = self._line(path).strip()
+            if s and len(s) <= 64 and "<|" not in s and "|>" not in s and "\t" not in s \
+                    and s not in self.pools.forbidden_lines:
+                return s
+        return self.filler()
 
     def add_file(self, path: str | None = None, n_lines: int | None = None) -> str:
         path = path or self.file_name()
         n = n_lines if n_lines is not None else self.rng.randint(1, 6)
-        self.files[path] = "".join(self.line(path) + "\n" for _ in range(n))
+        lines = [self.line(path) for _ in range(n)]
+        if path.endswith(".py"):  # later lines of code may be indented
+            lines = [x if k == 0 or self.rng.random() < 0.6 else "    " + x for k, x in enumerate(lines)]
+        self.files[path] = "".join(x + "\n" for x in lines)
         return path
 
     def fill(self, n: int | None = None) -> None:
+        if self.fixed:
+            return
         for _ in range(n if n is not None else self.rng.randint(2, 5)):
             self.add_file()
 
     def pick(self) -> str:
         return self.rng.choice(sorted(self.files))
+
+    def first_line(self, path: str) -> str:
+        return self.files[path].splitlines()[0]
 
 
 # -- steps and scripts --------------------------------------------------------------------------
@@ -257,16 +533,36 @@ def _missing_file(c: Ctx) -> Task:
     return Task("first_line", prompt, script, {"answer_contains": ["does not exist"]}, calls)
 
 
+def _unique_words(c: Ctx, target: str) -> list[str]:
+    """Words of ``target`` (regex-safe, 3+ characters) that no other file contains."""
+    others = [t for p, t in c.files.items() if p != target]
+    return sorted({w for w in _SAFE_WORD.findall(c.files[target])
+                   if len(w) >= 4 and not w.isdigit() and not any(w in o for o in others)})
+
+
 def task_grep(c: Ctx) -> Task:
-    c.fill(c.rng.randint(1, 4))
-    target = c.add_file()  # a new file, so earlier tasks on the same sandbox keep their files
-    w = c.word()
-    lines = c.files[target].splitlines()
-    i = c.rng.randrange(len(lines))
-    ws = lines[i].split(" ")
-    ws.insert(c.rng.randint(0, len(ws)), w)
-    lines[i] = " ".join(ws)
-    c.files[target] = "".join(x + "\n" for x in lines)
+    w = ""
+    if c.fixed or c.rng.random() < 0.35:  # a word already in one file only
+        c.fill(c.rng.randint(2, 5))
+        for target in c.rng.sample(sorted(c.files), len(c.files)):
+            found = _unique_words(c, target)
+            if found:
+                w = c.rng.choice(found)
+                break
+    if not w:
+        c.fill(c.rng.randint(1, 4))
+        target = c.add_file()  # a new file, so earlier tasks on the same sandbox keep their files
+        for _ in range(100):
+            w = c.word()
+            if not any(w in t for t in c.files.values()):
+                break
+        lines = c.files[target].splitlines()
+        i = c.rng.randrange(len(lines))
+        ws = lines[i].split(" ")
+        ws.insert(c.rng.randint(0, len(ws)), w)
+        lines[i] = " ".join(ws)
+        c.files[target] = "".join(x + "\n" for x in lines)
+        assert not any(w in t for p, t in c.files.items() if p != target), w
     prompt = _q(
         c.rng,
         [
@@ -282,7 +578,7 @@ def task_grep(c: Ctx) -> Task:
 
     def script() -> Script:
         (out,) = yield Step(f"The user wants the file that contains {w}. I will search for it with grep.", "", calls)
-        assert target in out, (target, w, out)
+        assert target in out and all(line.startswith(target + ":") for line in out.splitlines()), (target, w, out)
         yield Step(
             f"The search found {w} in {target}.",
             f"The word {w} appears in {target}.",
@@ -296,7 +592,12 @@ def _bash_command(c: Ctx) -> tuple[str, str]:
     r = c.rng
     kind = r.choice(["echo", "wc", "ls", "python", "head", "cat", "echo"])
     if kind == "echo":
-        return f"echo {' '.join(c.filler() for _ in range(r.randint(1, 4)))}", "print some words"
+        if r.random() < 0.4:
+            for _ in range(20):
+                text = r.choice([c.sentence(), c.wild(), c._pool_line("prose")])
+                if "'" not in text and "\\" not in text and not text.startswith("-"):
+                    return f"echo '{text}'", "print some text"
+        return f"echo {' '.join(c.word() for _ in range(r.randint(1, 4)))}", "print some words"
     if kind == "wc":
         return f"wc -l {c.pick()}", "count the lines"
     if kind == "ls":
@@ -346,6 +647,11 @@ def task_copy_line(c: Ctx) -> Task:
     c.fill()
     src = c.pick()
     dst = c.file_name()
+    if c.rng.random() < 0.2:  # copy.cfg, notes_copy.txt, ...
+        stem, ext = os.path.splitext(src.rsplit("/", 1)[-1])
+        for cand in (c.rng.choice(["copy", "copy2", f"{stem}_copy", f"{stem}-copy", f"{stem}.bak", "backup"]) + ext,):
+            if cand not in c.files and cand not in c.pools.forbidden_paths and _SAFE_NAME.fullmatch(cand):
+                dst = cand
     line = c.files[src].splitlines()[0]
     prompt = _q(
         c.rng,
@@ -411,25 +717,37 @@ def task_two_files(c: Ctx) -> Task:
 def task_plain(c: Ctx) -> Task:
     r = c.rng
     kind = r.choice(["add", "add", "greet", "repeat", "hello", "sub"])
-    if kind in ("add", "sub"):
-        a, b = r.randint(0, 20), r.randint(0, 9)
+    if kind in ("add", "sub"):  # single digits: v1's two-digit sums were too hard for 12M parameters
+        a, b = r.randint(0, 9), r.randint(0, 9)
         if kind == "add":
             ans = str(a + b)
-            prompt = r.choice([f"What is {a} plus {b}?", f"What is {a} + {b}?", f"Compute {a}+{b}."])
+            prompt = r.choice([f"What is {a} plus {b}?", f"What is {a} + {b}?", f"Compute {a}+{b}.", f"{a}+{b}=?"])
             reasoning = f"This is simple arithmetic: {a} + {b} = {ans}. No tools are needed."
         else:
+            a, b = max(a, b), min(a, b)
             ans = str(a - b)
-            prompt = r.choice([f"What is {a} minus {b}?", f"What is {a} - {b}?"])
+            prompt = r.choice([f"What is {a} minus {b}?", f"What is {a} - {b}?", f"Compute {a}-{b}."])
             reasoning = f"This is simple arithmetic: {a} - {b} = {ans}. No tools are needed."
         content = ans
     elif kind == "greet":
-        name = c.word().capitalize()
-        prompt = r.choice([f"Say hello to {name}.", f"Greet {name}.", f"Please greet {name}."])
+        ws = [c.word() for _ in range(1 if r.random() < 0.75 else 2)]
+        name = " ".join(w if w[:1].isupper() else w.capitalize() for w in ws)
+        prompt = r.choice([f"Say hello to {name}.", f"Greet {name}.", f"Please greet {name}.", f"say hi to {name}"])
         reasoning = f"The user wants me to greet {name}. No tools are needed."
         content = ans = f"Hello, {name}!"
     elif kind == "repeat":
-        words = " ".join(c.filler() for _ in range(r.randint(1, 4)))
-        prompt = r.choice([f"Repeat after me: {words}", f"Say exactly this: {words}"])
+        roll = r.random()
+        if roll < 0.3:
+            words = " ".join(c.filler() for _ in range(r.randint(1, 5)))
+        elif roll < 0.55:
+            words = c._pool_line("prose")
+        elif roll < 0.7:
+            words = c._pool_line("code")
+        elif roll < 0.85:
+            words = c.sentence()
+        else:
+            words = c.wild()
+        prompt = r.choice([f"Repeat after me: {words}", f"Say exactly this: {words}", f"Repeat this text: {words}"])
         reasoning = "The user wants me to repeat some words. No tools are needed."
         content = ans = words
     else:
@@ -619,13 +937,24 @@ def sample_settings(rng: random.Random) -> tuple[bool, str | None]:
 
 
 def sample_episode(rng: random.Random, pools: Pools, *, system: str, kinds: Sequence[str] | None = None,
-                   multi_turn: float = 0.15, settings: tuple[bool, str | None] | None = None) -> Episode:
-    """One random episode (one task, or two on the same sandbox with probability ``multi_turn``)."""
+                   multi_turn: float = 0.15, settings: tuple[bool, str | None] | None = None,
+                   realistic: float = 0.2, files: dict[str, str] | None = None) -> Episode:
+    """One random episode (one task, or two on the same sandbox with probability ``multi_turn``).
+
+    ``realistic``: probability of a sandbox of common file names and harvested lines only;
+    ``files``: a given sandbox (e.g. examples/sample_workspace) instead of a random one."""
     names = list(kinds or TASKS)
     weights = [WEIGHTS[k] for k in names]
-    c = Ctx(rng, pools)
+    c = Ctx(rng, pools, realistic=rng.random() < realistic, files=files)
     n = 2 if rng.random() < multi_turn else 1
-    tasks = [TASKS[rng.choices(names, weights)[0]](c) for _ in range(n)]
-    # the second task's sandbox edits (e.g. grep's inserted word) happen before the run: freeze now
     thinking, effort = settings or sample_settings(rng)
-    return run_episode(tasks, dict(c.files), system=system, thinking=thinking, effort=effort, rng=rng)
+    for attempt in range(20):  # a rare clash (e.g. a later file also holds grep's word): draw again
+        c = Ctx(rng, pools, realistic=c.realistic, files=files)
+        try:
+            tasks = [TASKS[rng.choices(names, weights)[0]](c) for _ in range(n)]
+            # the second task's sandbox edits (e.g. grep's inserted word) happen before the run: freeze now
+            return run_episode(tasks, dict(c.files), system=system, thinking=thinking, effort=effort, rng=rng)
+        except AssertionError:
+            if attempt == 19:
+                raise
+    raise AssertionError("unreachable")

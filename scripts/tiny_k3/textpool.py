@@ -153,7 +153,8 @@ def build(seed: int = 1234, pseudo: list[str] | None = None) -> dict[str, Any]:
                            "forbidden": {"paths": sorted(ws_paths), "lines": sorted(ws_lines)}}
     # words: disjoint by hash; words of the sample workspace are not forbidden (too common), its lines are
     vocab = sorted(set(h["words"]) | set(pseudo or []))
-    idents = sorted(h["idents"] - set(vocab))
+    # the standard library's tests contribute tens of thousands of test_* names: keep one in five
+    idents = sorted(w for w in h["idents"] - set(vocab) if not w.lower().startswith("test") or _h("t:" + w) < 0.2)
     split_of = {w: ("heldout" if _h("word:" + w.lower()) < HELDOUT_FRACTION else "train") for w in vocab + idents}
     train_lines = {k: v for k, v in h["lines"]["train"].items()}
     all_train = set().union(*train_lines.values())

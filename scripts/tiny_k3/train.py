@@ -190,17 +190,22 @@ def evaluate(model: Any, tasks: list[dict[str, Any]], detok: Detok, device: torc
                 ok = calls == t["expected_calls"]
             else:
                 ok = not calls and all(a in answer for a in t["answer_contains"])
-            results.append({"kind": t["kind"], "ok": ok, "ended": bool(gen) and gen[-1] == eom, "text": text,
+            results.append({"kind": t["kind"], "group": f"{t.get('group', 'synthetic')}/{t.get('turn', 'first')}",
+                            "ok": ok, "ended": bool(gen) and gen[-1] == eom, "text": text,
                             "expected": t["expected_calls"] or t["answer_contains"]})
     model.train()
-    by_kind: dict[str, list[bool]] = {}
+    by_kind: dict[str, list[bool]] = {}  # first turns of the synthetic group (v1's measure)
+    by_group: dict[str, list[bool]] = {}  # group/turn (see encode_data.py)
     for r in results:
-        by_kind.setdefault(r["kind"], []).append(r["ok"])
+        if r["group"] == "synthetic/first":
+            by_kind.setdefault(r["kind"], []).append(r["ok"])
+        by_group.setdefault(r["group"], []).append(r["ok"])
     return {
         "n": len(results),
         "accuracy": sum(r["ok"] for r in results) / max(1, len(results)),
         "ended": sum(r["ended"] for r in results) / max(1, len(results)),
         "by_kind": {k: sum(v) / len(v) for k, v in sorted(by_kind.items())},
+        "by_group": {k: sum(v) / len(v) for k, v in sorted(by_group.items())},
         "failures": [r for r in results if not r["ok"]][:8],
     }
 
@@ -339,7 +344,7 @@ def main() -> None:
     ap.add_argument("--model-dir", type=Path, default=REPO / "models" / "k3-tiny")
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "out")))
     ap.add_argument("--max-minutes", type=float, default=6.0, help="wall clock for the whole run")
-    ap.add_argument("--eval-reserve-s", type=float, default=50.0, help="kept for the final eval and saving")
+    ap.add_argument("--eval-reserve-s", type=float, default=80.0, help="kept for the final eval and saving")
     ap.add_argument("--batch-tokens", type=int, default=64 * 1024, help="padded body tokens per batch")
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--min-lr-ratio", type=float, default=0.1)
@@ -349,7 +354,7 @@ def main() -> None:
     ap.add_argument("--evals", type=int, default=3, help="intermediate evaluations")
     ap.add_argument("--eval-sample", type=int, default=120, help="tasks per intermediate evaluation")
     ap.add_argument("--eval-batch", type=int, default=128)
-    ap.add_argument("--max-new", type=int, default=200)
+    ap.add_argument("--max-new", type=int, default=256)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-shard-size", default="15MB")
     ap.add_argument("--smoke", action="store_true", help="CPU smoke test: a few tiny steps")
@@ -474,7 +479,7 @@ def main() -> None:
                 r.update(step=step, time_s=time.time() - T0, loss=history[-1]["loss"] if history else None)
                 evals.append(r)
                 log(f"eval @ {step}: accuracy {r['accuracy']:.3f} on {r['n']} held-out tasks "
-                    f"(ended {r['ended']:.2f}) {r['by_kind']} [{time.time() - te:.1f}s]")
+                    f"(ended {r['ended']:.2f}) {r['by_kind']} {r['by_group']} [{time.time() - te:.1f}s]")
             over = time.time() - T0 > budget - args.eval_reserve_s
             if progress >= 1.0 or step >= args.max_steps or over:
                 if over and progress < 1.0:
@@ -488,7 +493,7 @@ def main() -> None:
     final = run_eval(eval_tasks)
     final.update(step=step, time_s=time.time() - T0)
     log(f"final eval: accuracy {final['accuracy']:.3f} on {final['n']} held-out tasks (ended {final['ended']:.2f}) "
-        f"{final['by_kind']} [{time.time() - te:.1f}s]")
+        f"{final['by_kind']} {final['by_group']} [{time.time() - te:.1f}s]")
     for f in final["failures"][:4]:
         log(f"  failure [{f['kind']}] expected {json.dumps(f['expected'])[:200]} got {f['text'][:300]!r}")
 
