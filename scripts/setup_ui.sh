@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# System packages for kimik3's UI automation (kimik3.tools.ui) and its tests, on Debian/Ubuntu:
+# System packages for kimik3's tool tests, on Debian/Ubuntu: ripgrep (the coding tools' grep uses
+# it when installed; its tests need it) and, for UI automation (kimik3.tools.ui):
 #   xvfb (virtual X display), xdotool (X11 input), chromium (driven by Playwright through
 #   executable_path; `playwright install` is never run), fonts-dejavu-core (readable text in
 #   screenshots), and python3-tk when the venv's Python cannot import tkinter (the Tk test window
@@ -14,6 +15,7 @@ VENV="${VENV:-.venv}"
 PY="$VENV/bin/python"
 
 missing=()
+command -v rg >/dev/null 2>&1 || missing+=(ripgrep)
 command -v Xvfb >/dev/null 2>&1 || missing+=(xvfb)
 command -v xdotool >/dev/null 2>&1 || missing+=(xdotool)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
@@ -26,7 +28,7 @@ elif ! /usr/bin/python3 -c 'import tkinter' >/dev/null 2>&1; then
 fi
 
 if [[ ${#missing[@]} -eq 0 ]]; then
-    echo "setup_ui: xvfb, xdotool, chromium, fonts and tkinter already present (venv tkinter: $venv_tk)"
+    echo "setup_ui: ripgrep, xvfb, xdotool, chromium, fonts and tkinter already present (venv tkinter: $venv_tk)"
     exit 0
 fi
 
