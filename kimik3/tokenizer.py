@@ -46,6 +46,7 @@ __all__ = [
     "PromptIds",
     "estimate_tokens",
     "load_tiktoken_bpe",
+    "special_token_ids",
 ]
 
 K3_PAT_STR = "|".join(
@@ -107,6 +108,27 @@ def load_tiktoken_bpe(path: str | os.PathLike[str]) -> dict[bytes, int]:
         except ValueError as e:
             raise TokenizerError(f"{path}:{lineno}: expected '<base64> <rank>', got {line[:60]!r}") from e
     return ranks
+
+
+def special_token_ids(num_base_tokens: int, added_tokens_decoder: Mapping[Any, Any]) -> dict[str, int]:
+    """K3's special tokens: ids ``num_base_tokens + k`` for k in 0..255, named from
+    ``added_tokens_decoder`` (id -> ``{"content": name}``, an object with ``.content``, or the name)
+    and ``<|reserved_token_{id}|>`` where unnamed (as the checkpoint's ``tokenization_kimi.py``).
+
+    Raises:
+        TokenizerError: an entry without a name.
+    """
+    named: dict[str, int] = {}
+    for token_id, entry in added_tokens_decoder.items():
+        content = entry.get("content") if isinstance(entry, Mapping) else getattr(entry, "content", entry)
+        if not isinstance(content, str):
+            raise TokenizerError(f"added_tokens_decoder[{token_id!r}] has no content")
+        named[content] = int(token_id)
+    taken = set(named.values())
+    reserved = range(num_base_tokens, num_base_tokens + NUM_RESERVED_SPECIAL_TOKENS)
+    specials = {f"<|reserved_token_{i}|>": i for i in reserved if i not in taken}
+    specials.update(named)
+    return specials
 
 
 def _split_long_runs(text: str) -> Iterator[str]:
@@ -182,22 +204,12 @@ class K3Tokenizer:
         """
         root = Path(model_dir)
         ranks = load_tiktoken_bpe(root / "tiktoken.model")
-        base = len(ranks)
-        specials = {f"<|reserved_token_{i}|>": i for i in range(base, base + NUM_RESERVED_SPECIAL_TOKENS)}
         config_path = root / "tokenizer_config.json"
         try:
             config = json.loads(config_path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as e:
             raise TokenizerError(f"cannot read {config_path}: {e}") from e
-        named: dict[str, int] = {}
-        for token_id, entry in (config.get("added_tokens_decoder") or {}).items():
-            content = entry.get("content") if isinstance(entry, Mapping) else None
-            if not isinstance(content, str):
-                raise TokenizerError(f"{config_path}: added_tokens_decoder[{token_id!r}] has no content")
-            named[content] = int(token_id)
-        taken = set(named.values())
-        specials = {k: v for k, v in specials.items() if v not in taken}
-        specials.update(named)
+        specials = special_token_ids(len(ranks), config.get("added_tokens_decoder") or {})
         return cls(ranks, specials, name=f"kimi-k3:{root.name}")
 
     # -- ids -----------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from transformers import PreTrainedTokenizer
 from transformers.tokenization_utils_base import AddedToken, BatchEncoding
 
 from kimik3.formats.k3 import encode_segments
-from kimik3.tokenizer import NUM_RESERVED_SPECIAL_TOKENS, K3Tokenizer, load_tiktoken_bpe
+from kimik3.tokenizer import K3Tokenizer, load_tiktoken_bpe, special_token_ids
 
 VOCAB_FILES_NAMES = {"vocab_file": "tiktoken.model"}
 
@@ -46,14 +46,6 @@ def _bytes_to_unicode() -> dict[int, str]:
             cs.append(256 + n)
             n += 1
     return dict(zip(bs, map(chr, cs), strict=True))
-
-
-def _content(entry: Any) -> str:
-    if isinstance(entry, AddedToken):
-        return entry.content
-    if isinstance(entry, Mapping):
-        return str(entry["content"])
-    return str(entry)
 
 
 class K3TikTokenTokenizer(PreTrainedTokenizer):
@@ -84,15 +76,7 @@ class K3TikTokenTokenizer(PreTrainedTokenizer):
     ) -> None:
         self.vocab_file = vocab_file
         ranks = load_tiktoken_bpe(vocab_file)
-        base = len(ranks)
-        named = {_content(v): int(k) for k, v in (added_tokens_decoder or {}).items()}
-        taken = set(named.values())
-        specials = {
-            f"<|reserved_token_{i}|>": i
-            for i in range(base, base + NUM_RESERVED_SPECIAL_TOKENS)
-            if i not in taken
-        }
-        specials.update(named)
+        specials = special_token_ids(len(ranks), added_tokens_decoder or {})
         self.k3 = K3Tokenizer(ranks, specials, name=f"kimi-k3:{Path(vocab_file).parent.name}")
         byte_encoder = _bytes_to_unicode()
         self._byte_decoder = {c: b for b, c in byte_encoder.items()}
