@@ -181,6 +181,9 @@ class ChatRequest:
         seed: sampling seed, where the engine supports one.
         extra: engine-specific extras (vLLM SamplingParams fields; extra JSON body fields).
         prompt_cache: a :class:`PromptCache` for incremental encoding across turns.
+        prompt_ids: an already encoded K3 prompt: raw-text engines send it instead of encoding
+            ``messages`` ("generate from an encoded prompt"); ``thinking`` must match the prompt's
+            generation prefix. Chat-mode endpoints cannot take ids and raise EngineError.
     """
 
     messages: list[Message]
@@ -194,6 +197,7 @@ class ChatRequest:
     seed: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     prompt_cache: PromptCache | None = None
+    prompt_ids: Sequence[int] | None = None
 
     def __post_init__(self) -> None:
         self.messages = to_messages(self.messages)
@@ -374,7 +378,7 @@ class RawTextEngine(Engine):
         if has_video(request.messages):
             request = replace(request, messages=expand_videos(request.messages))
         images = self.prepare_images(request)
-        prompt_ids = self.encode(request)
+        prompt_ids = request.prompt_ids if request.prompt_ids is not None else self.encode(request)
         parser = StreamParser(request.thinking)
         raw: list[str] = []
         finish_reason: str | None = None

@@ -286,6 +286,8 @@ class RemoteEngine(RawTextEngine):
         return kwargs
 
     async def _stream_chat(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
+        if request.prompt_ids is not None:
+            raise EngineError("chat mode cannot send an encoded prompt; use mode='raw' for prompt_ids")
         if has_video(request.messages):
             request = replace(request, messages=expand_videos(request.messages))
         model = await self._model_name()

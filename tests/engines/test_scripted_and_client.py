@@ -138,3 +138,15 @@ async def test_reasoning_effort_none_turns_thinking_off() -> None:
     assert out.message.content == "Hi there" and out.message.reasoning_content is None
     assert engine.calls[0].prompt.endswith("<|open|>response<|sep|>")
     assert "thinking-effort" not in engine.calls[0].prompt
+
+
+async def test_generate_from_an_encoded_prompt_streaming_and_not() -> None:
+    engine = ScriptedEngine([CALL, CALL])
+    request = ChatRequest(messages=[], prompt_ids=[1, 2, 3])
+    events = [e async for e in engine.stream(request)]
+    final = events[-1]
+    assert isinstance(final, Completed) and final.completion.usage.prompt_tokens == 3
+    assert final.completion.message.tool_calls is not None
+    done = await engine.complete(ChatRequest(messages=[], prompt_ids=[1, 2, 3, 4]))
+    assert done.finish_reason == "tool_calls" and done.usage.prompt_tokens == 4
+    assert engine.calls == []  # nothing was encoded
