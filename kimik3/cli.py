@@ -263,6 +263,9 @@ def _build_engine(o: _Options) -> Engine:
         assert o.model_path is not None
         args: dict[str, Any] = {n: getattr(o, n) for n in _EMBEDDED_OPTIONS[1:] if getattr(o, n) is not None}
         args.update(dict(o.engine_arg))
+        # vLLM's INFO logs would bury the agent's progress: errors only, unless the user says
+        # otherwise (the engine core process inherits this).
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
         _default_cpu_kv_cache()
         return VLLMEngine(o.model_path, preset=o.preset, k3_tokenizer=o.tokenizer, **args)
     if o.mode == "raw" and o.tokenizer is None:

@@ -155,7 +155,7 @@ async def test_remote_raw_mode_sends_k3_ids(smol_server: str, small_k3_tokenizer
     await client.aclose()
 
 
-def test_smollm2_dir_is_a_real_model() -> None:
+async def test_smollm2_dir_is_a_real_model() -> None:
     from .conftest import require_engine
 
     require_engine("model files")
