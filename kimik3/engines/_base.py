@@ -28,7 +28,7 @@ from .._exceptions import EngineError, InvalidEffortError
 from ..formats.k3 import Event, ParsedOutput, StreamParser
 from ..tokenizer import K3Tokenizer, PromptEncoder, estimate_tokens
 from ..types import AssistantMessage, ImagePart, Message, ToolSpec, to_messages, to_tool_specs
-from ._media import expand_videos, has_video, image_prompt_tokens, prepare_request_image
+from ._media import MediaIndex, expand_videos, image_prompt_tokens, media_scan, prepare_request_image
 
 __all__ = [
     "ChatCompletion",
@@ -147,6 +147,8 @@ class PromptCache:
 
     def __init__(self) -> None:
         self._encoders: dict[tuple[int, str, bool, str | None], PromptEncoder] = {}
+        self.media = MediaIndex()
+        """The conversation's image and video parts, scanned once per message."""
 
     def encoder(
         self, tokenizer: K3Tokenizer, tools: Sequence[ToolSpec], thinking: bool, effort: str | None
@@ -220,12 +222,7 @@ class ChatRequest:
 
 def collect_images(messages: Sequence[Message]) -> list[ImagePart]:
     """The image parts of a conversation, in prompt order (one per image placeholder)."""
-    out: list[ImagePart] = []
-    for msg in messages:
-        content = getattr(msg, "content", None)
-        if isinstance(content, list):
-            out.extend(p for p in content if isinstance(p, ImagePart))
-    return out
+    return media_scan(messages).images
 
 
 class Engine(ABC):
@@ -368,16 +365,20 @@ class RawTextEngine(Engine):
             ``<|end_of_msg|>``. Cancellation aborts the request.
         """
 
-    def prepare_images(self, request: ChatRequest) -> list[Any]:
-        """The images to send with the prompt (subclasses that take images override)."""
-        if collect_images(request.messages):
+    def prepare_images(self, parts: Sequence[ImagePart]) -> list[Any]:
+        """The images to send with the prompt, one per image part in prompt order (subclasses
+        that take images override)."""
+        if parts:
             raise EngineError(f"{type(self).__name__} does not accept images")
         return []
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
-        if has_video(request.messages):
+        index = request.prompt_cache.media if request.prompt_cache is not None else None
+        media = media_scan(request.messages, index)
+        if media.has_video:
             request = replace(request, messages=expand_videos(request.messages))
-        images = self.prepare_images(request)
+            media = media_scan(request.messages)
+        images = self.prepare_images(media.images)
         prompt_ids = request.prompt_ids if request.prompt_ids is not None else self.encode(request)
         parser = StreamParser(request.thinking)
         raw: list[str] = []
@@ -405,14 +406,13 @@ class RawTextEngine(Engine):
         if completion_tokens is None:
             completion_tokens = self._count(text)
         if prompt_tokens is None:  # the engine did not say: count the expanded image blocks
-            prompt_tokens = len(prompt_ids) + self._image_tokens(request)
+            prompt_tokens = len(prompt_ids) + self._image_tokens(media.images)
         usage = Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
         usage.total_tokens = usage.prompt_tokens + usage.completion_tokens
         yield Completed(completion_from_parse(parser.result(), usage=usage, model=self.model, raw_text=text))
 
-    def _image_tokens(self, request: ChatRequest) -> int:
+    def _image_tokens(self, parts: Sequence[ImagePart]) -> int:
         """Extra prompt tokens of the images: each placeholder token becomes a whole block."""
-        parts = collect_images(request.messages)
         if not parts:
             return 0
         tok = self._tokenizer

@@ -61,9 +61,8 @@ from ._base import (
     RawTextEngine,
     StreamEvent,
     Usage,
-    collect_images,
 )
-from ._media import expand_videos, has_video, upload_url
+from ._media import expand_videos, media_scan, upload_url
 
 __all__ = ["RemoteEngine", "map_openai_error"]
 
@@ -188,7 +187,8 @@ class RemoteEngine(RawTextEngine):
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
         if self.mode == "raw":
-            if not collect_images(request.messages):
+            index = request.prompt_cache.media if request.prompt_cache is not None else None
+            if not media_scan(request.messages, index).images:
                 async for event in super().stream(request):
                     yield event
                 return
@@ -288,7 +288,8 @@ class RemoteEngine(RawTextEngine):
     async def _stream_chat(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
         if request.prompt_ids is not None:
             raise EngineError("chat mode cannot send an encoded prompt; use mode='raw' for prompt_ids")
-        if has_video(request.messages):
+        index = request.prompt_cache.media if request.prompt_cache is not None else None
+        if media_scan(request.messages, index).has_video:
             request = replace(request, messages=expand_videos(request.messages))
         model = await self._model_name()
         check = _ChatChecker(request.thinking)

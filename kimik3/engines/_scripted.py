@@ -13,7 +13,7 @@ import anyio
 from .._exceptions import EngineError
 from ..formats.k3 import END_OF_MSG, render
 from ..tokenizer import K3Tokenizer, estimate_tokens
-from ..types import Message
+from ..types import ImagePart, Message
 from ._base import ChatRequest, RawChunk, RawTextEngine
 
 __all__ = ["ScriptedCall", "ScriptedEngine"]
@@ -92,7 +92,7 @@ class ScriptedEngine(RawTextEngine):
             return None
         return len(self._responses) - self._next
 
-    def prepare_images(self, request: ChatRequest) -> list[Any]:
+    def prepare_images(self, parts: Sequence[ImagePart]) -> list[Any]:
         return []  # placeholders are rendered; the script sees the messages themselves
 
     def encode(self, request: ChatRequest) -> Sequence[int]:

@@ -29,7 +29,8 @@ from .._exceptions import (
     TokenizerError,
 )
 from ..tokenizer import K3Tokenizer
-from ._base import ChatRequest, RawChunk, RawTextEngine, collect_images
+from ..types import ImagePart
+from ._base import ChatRequest, RawChunk, RawTextEngine
 from ._media import prepare_request_image
 
 __all__ = ["PRESETS", "VLLMEngine"]
@@ -137,8 +138,7 @@ class VLLMEngine(RawTextEngine):
             raise EngineError("VLLMEngine not started: await engine.start() first")
         return self._llm
 
-    def prepare_images(self, request: ChatRequest) -> list[Any]:
-        parts = collect_images(request.messages)
+    def prepare_images(self, parts: Sequence[ImagePart]) -> list[Any]:
         if not parts:
             return []
         from .._exceptions import MediaError

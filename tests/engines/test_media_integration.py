@@ -14,6 +14,7 @@ from PIL import Image
 
 from kimik3 import Client, K3Tokenizer, RemoteEngine, ScriptedEngine, VLLMEngine
 from kimik3.engines import ChatRequest
+from kimik3.engines._base import collect_images
 from kimik3.engines._media import expand_videos, image_prompt_tokens
 from kimik3.formats.k3 import render_output
 from kimik3.media import image_token_count, prepare_image, sample_video
@@ -70,7 +71,7 @@ async def test_remote_chat_uploads_the_composited_png() -> None:
 def test_embedded_engine_gets_prepared_images() -> None:
     engine = VLLMEngine("/nonexistent/model")  # not started: only the image preparation runs
     request = ChatRequest(messages=[image_message(RGBA), image_message(MEDIA / "Landscape_6.jpg")])
-    images = engine.prepare_images(request)
+    images = engine.prepare_images(collect_images(request.messages))
     assert [im.size for im in images] == [(1280, 720), (1800, 1200)]  # EXIF orientation applied
     assert all(im.mode == "RGB" for im in images)
     x, y = transparent_pixel(RGBA)
@@ -110,3 +111,20 @@ async def test_video_parts_become_timestamped_frames() -> None:
     out = await Client(engine).chat([msg])
     assert out.message.content == "a clip"
     assert "<|sep|>00:00:00.000<|kimi_image_placeholder|>What happens?<|close|>" in engine.calls[0].prompt
+
+
+def test_media_index_scans_each_message_once_and_follows_edits() -> None:
+    from kimik3.engines._media import MediaIndex, media_scan
+
+    index = MediaIndex()
+    img = UserMessage(content=[ImagePart(image_url={"url": "a.png"}), TextPart(text="x")])  # type: ignore[arg-type]
+    vid = UserMessage(content=[VideoPart(video_url=VideoURL(url="v.mp4"))])
+    plain = UserMessage(content="hi")
+    history = [plain, img]
+    first = index.scan(history)
+    assert [p.image_url.url for p in first.images] == ["a.png"] and not first.has_video
+    history.append(vid)
+    assert index.scan(history) == media_scan(history) and index.scan(history).has_video
+    history[1] = plain  # an edit in the middle: rescanned from there
+    assert index.scan(history) == media_scan(history) and index.scan(history).images == []
+    assert index.scan([plain]) == media_scan([plain])
