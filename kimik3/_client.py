@@ -5,17 +5,63 @@ from __future__ import annotations
 import random
 from collections.abc import AsyncIterator, Iterable, Mapping
 from types import TracebackType
-from typing import Any
+from typing import Any, TypedDict
 
 import anyio
+from typing_extensions import Unpack
 
 from ._exceptions import APIConnectionError, RateLimitError, ServiceUnavailableError
 from .engines._base import ChatCompletion, ChatRequest, Completed, Engine, PromptCache, ReasoningEffort, StreamEvent
 from .types import Message, ToolSpec
 
-__all__ = ["Client"]
+__all__ = ["ChatOptions", "Client", "chat_request"]
 
 _RETRYABLE = (RateLimitError, ServiceUnavailableError, APIConnectionError)
+
+
+class ChatOptions(TypedDict, total=False):
+    """Options of :meth:`Client.chat` / :meth:`Client.stream` (see :class:`ChatRequest`).
+
+    Defaults follow K3's model card: reasoning_effort "max", temperature 1.0, top_p 0.95.
+    """
+
+    tools: Iterable[ToolSpec | Mapping[str, Any] | Any] | None
+    reasoning_effort: ReasoningEffort
+    tool_choice: Any
+    response_format: Any
+    temperature: float
+    top_p: float
+    max_tokens: int | None
+    seed: int | None
+    extra: Mapping[str, Any] | None
+    prompt_cache: PromptCache | None
+
+
+def chat_request(messages: Iterable[Message | Mapping[str, Any]], **options: Unpack[ChatOptions]) -> ChatRequest:
+    """The :class:`ChatRequest` for :meth:`Client.chat`'s arguments.
+
+    Raises:
+        TypeError: an unknown option (a typo would otherwise be ignored silently).
+        MessageError (and subclasses), InvalidEffortError: invalid messages or options.
+    """
+    unknown = sorted(set(options) - set(ChatOptions.__annotations__))
+    if unknown:
+        raise TypeError(f"unexpected option(s) {', '.join(unknown)}; expected {', '.join(ChatOptions.__annotations__)}")
+    tools = options.get("tools")
+    extra = options.get("extra")
+    return ChatRequest(
+        messages=list(messages),  # type: ignore[arg-type]  # converted in __post_init__
+        tools=list(tools or ()),  # type: ignore[arg-type]  # normalised in __post_init__
+        reasoning_effort=options.get("reasoning_effort", "max"),
+        tool_choice=options.get("tool_choice"),
+        response_format=options.get("response_format"),
+        temperature=options.get("temperature", 1.0),
+        top_p=options.get("top_p", 0.95),
+        max_tokens=options.get("max_tokens"),
+        seed=options.get("seed"),
+        extra=dict(extra or {}),
+        prompt_cache=options.get("prompt_cache"),
+    )
 
 
 class Client:
@@ -53,63 +99,17 @@ class Client:
         self.engine = engine
         self.max_retries = max_retries
 
-    @staticmethod
-    def _request(
-        messages: Iterable[Message | Mapping[str, Any]],
-        *,
-        tools: Iterable[ToolSpec | Mapping[str, Any] | Any] | None,
-        reasoning_effort: ReasoningEffort,
-        tool_choice: Any,
-        response_format: Any,
-        temperature: float,
-        top_p: float,
-        max_tokens: int | None,
-        seed: int | None,
-        extra: Mapping[str, Any] | None,
-        prompt_cache: PromptCache | None,
-    ) -> ChatRequest:
-        return ChatRequest(
-            messages=list(messages),  # type: ignore[arg-type]  # converted in __post_init__
-            tools=list(tools or ()),  # type: ignore[arg-type]  # normalised in __post_init__
-            reasoning_effort=reasoning_effort,
-            tool_choice=tool_choice,
-            response_format=response_format,
-            temperature=temperature,
-            top_p=top_p,
-            max_tokens=max_tokens,
-            seed=seed,
-            extra=dict(extra or {}),
-            prompt_cache=prompt_cache,
-        )
-
     async def chat(
-        self,
-        messages: Iterable[Message | Mapping[str, Any]],
-        *,
-        tools: Iterable[ToolSpec | Mapping[str, Any] | Any] | None = None,
-        reasoning_effort: ReasoningEffort = "max",
-        tool_choice: Any = None,
-        response_format: Any = None,
-        temperature: float = 1.0,
-        top_p: float = 0.95,
-        max_tokens: int | None = None,
-        seed: int | None = None,
-        extra: Mapping[str, Any] | None = None,
-        prompt_cache: PromptCache | None = None,
+        self, messages: Iterable[Message | Mapping[str, Any]], **options: Unpack[ChatOptions]
     ) -> ChatCompletion:
         """One completion.
 
         Args:
             messages: OpenAI-shaped dicts or typed messages; every past assistant message must
                 carry its ``reasoning_content`` and ``tool_calls`` as received (K3 requires it).
-            tools: tool declarations (dicts, :class:`~kimik3.types.ToolSpec` or
-                :class:`~kimik3.Tool`).
-            reasoning_effort: low / high / max, or "none" for thinking off.
-            tool_choice: "auto" (None), "required" or "none".
-            response_format: ``{"type": "json_object"}`` / ``{"type": "json_schema", ...}``.
-            temperature, top_p, max_tokens, seed: sampling.
-            extra: engine-specific extras (vLLM SamplingParams fields / extra request body).
-            prompt_cache: reuse encoding across turns of one conversation.
+            **options: :class:`ChatOptions`: tools, reasoning_effort (low / high / max, or "none"
+                for thinking off), tool_choice ("auto" / "required" / "none"), response_format,
+                temperature, top_p, max_tokens, seed, extra (engine-specific), prompt_cache.
 
         Returns:
             The completion (``.message``, ``.finish_reason``, ``.usage``).
@@ -119,58 +119,17 @@ class Client:
             ContextLengthExceededError, BadRequestError, AuthenticationError, NotFoundError,
             RateLimitError, ServiceUnavailableError, APIConnectionError, APITimeoutError.
         """
-        request = self._request(
-            messages,
-            tools=tools,
-            reasoning_effort=reasoning_effort,
-            tool_choice=tool_choice,
-            response_format=response_format,
-            temperature=temperature,
-            top_p=top_p,
-            max_tokens=max_tokens,
-            seed=seed,
-            extra=extra,
-            prompt_cache=prompt_cache,
-        )
-        async for event in self._stream_with_retries(request):
-            if isinstance(event, Completed):
-                return event.completion
-        raise AssertionError("unreachable: a stream always ends with Completed")  # pragma: no cover
+        return await self.complete(chat_request(messages, **options))
 
     async def stream(
-        self,
-        messages: Iterable[Message | Mapping[str, Any]],
-        *,
-        tools: Iterable[ToolSpec | Mapping[str, Any] | Any] | None = None,
-        reasoning_effort: ReasoningEffort = "max",
-        tool_choice: Any = None,
-        response_format: Any = None,
-        temperature: float = 1.0,
-        top_p: float = 0.95,
-        max_tokens: int | None = None,
-        seed: int | None = None,
-        extra: Mapping[str, Any] | None = None,
-        prompt_cache: PromptCache | None = None,
+        self, messages: Iterable[Message | Mapping[str, Any]], **options: Unpack[ChatOptions]
     ) -> AsyncIterator[StreamEvent]:
         """Stream one completion: reasoning / content / tool-call events, then ``Completed``.
 
         Same arguments and errors as :meth:`chat`. Breaking out of the loop (or cancelling)
         aborts the request.
         """
-        request = self._request(
-            messages,
-            tools=tools,
-            reasoning_effort=reasoning_effort,
-            tool_choice=tool_choice,
-            response_format=response_format,
-            temperature=temperature,
-            top_p=top_p,
-            max_tokens=max_tokens,
-            seed=seed,
-            extra=extra,
-            prompt_cache=prompt_cache,
-        )
-        async for event in self._stream_with_retries(request):
+        async for event in self._stream_with_retries(chat_request(messages, **options)):
             yield event
 
     async def complete(self, request: ChatRequest) -> ChatCompletion:

@@ -150,3 +150,8 @@ async def test_generate_from_an_encoded_prompt_streaming_and_not() -> None:
     done = await engine.complete(ChatRequest(messages=[], prompt_ids=[1, 2, 3, 4]))
     assert done.finish_reason == "tool_calls" and done.usage.prompt_tokens == 4
     assert engine.calls == []  # nothing was encoded
+
+
+async def test_unknown_option_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match="unexpected option\\(s\\) temprature"):
+        await Client(ScriptedEngine([ANSWER])).chat([{"role": "user", "content": "x"}], temprature=0.5)  # type: ignore[call-arg]

@@ -1,0 +1,49 @@
+"""The curated public API: exactly these names, each importable and documented (like httpx)."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+
+import kimik3
+
+EXPECTED = [
+    "APIConnectionError", "APIStatusError", "APITimeoutError", "Agent", "AgentError", "Allow",
+    "AssistantMessage", "AuthenticationError", "BadRequestError", "Budgets", "ChatCompletion", "Client",
+    "ContextLengthExceededError", "ContextPolicy", "Deny", "Edit", "Engine", "EngineError",
+    "EngineNotAvailableError", "ImageTooLargeError", "InvalidArgumentsError", "InvalidEffortError",
+    "K3Tokenizer", "KimiK3Error", "MediaDecodeError", "MediaError", "Message", "MessageError",
+    "ModelSettings", "NoVideoStreamError", "NotFoundError", "ParserStateError", "PromptEncoder",
+    "RateLimitError", "RemoteEngine", "RunResult", "ScriptedEngine", "ServiceUnavailableError",
+    "SessionError", "SystemMessage", "TokenizerError", "Tool", "ToolArgumentsError", "ToolCall",
+    "ToolDefinitionError", "ToolError", "ToolMessage", "ToolNameError", "ToolResult", "ToolSpec",
+    "UnknownContentPartError", "UnknownRoleError", "UserMessage", "VLLMEngine", "__version__", "tool",
+]  # fmt: skip
+
+
+def test_exported_names_are_exactly_these() -> None:
+    assert kimik3.__all__ == EXPECTED
+    assert sorted(kimik3.__all__) == kimik3.__all__
+
+
+def test_every_public_name_is_documented() -> None:
+    for name in kimik3.__all__:
+        obj = getattr(kimik3, name)
+        if name == "__version__" or name == "Message":  # a string, and a type alias
+            continue
+        assert inspect.getdoc(obj), f"kimik3.{name} has no docstring"
+
+
+def test_every_error_is_a_kimik3_error() -> None:
+    for name in kimik3.__all__:
+        obj = getattr(kimik3, name)
+        if isinstance(obj, type) and issubclass(obj, Exception):
+            assert issubclass(obj, kimik3.KimiK3Error), name
+
+
+def test_subpackages_have_sorted_all() -> None:
+    for mod in ("kimik3.formats.k3", "kimik3.engines", "kimik3.agents", "kimik3.tools", "kimik3.media"):
+        names = importlib.import_module(mod).__all__
+        assert len(set(names)) == len(names), mod
+        for name in names:
+            assert hasattr(importlib.import_module(mod), name), f"{mod}.{name}"
