@@ -36,9 +36,9 @@ from ._media import prepare_request_image
 __all__ = ["PRESETS", "VLLMEngine"]
 
 PRESETS: dict[str, dict[str, Any]] = {
-    # Moonshot's vendor-validated launch of the NVFP4 checkpoint on one 8x B300 node (K3 model
-    # card, "Deployment" / vLLM recipe): max_model_len 196,608 is the validated point, not the
-    # architectural 1,048,576-token limit.
+    # Source: the vendor-validated K3 launches as recorded in kimik3's engines issue (#4), from
+    # Moonshot's K3 deployment guidance for vLLM. NVFP4 checkpoint on one 8x B300 node:
+    # max_model_len 196,608 is the validated point, not the architectural 1,048,576-token limit.
     "k3-nvfp4-b300": {
         "quantization": "modelopt_mixed",
         "moe_backend": "flashinfer_trtllm",
@@ -49,7 +49,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "load_format": "fastsafetensors",
         "trust_remote_code": True,
     },
-    # The original MXFP4 checkpoint (K3 model card, vLLM recipe).
+    # The original MXFP4 checkpoint (same source).
     "k3-mxfp4": {
         "quantization": "mxfp4",
         "trust_remote_code": True,
