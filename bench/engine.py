@@ -70,13 +70,12 @@ async def compare(label: str, ours: Callable[[], Awaitable[tuple[float, float]]]
     await base()  # warm up both paths
     for conc in (1, 64):
         o_ttft, o_tps, b_ttft, b_tps = [], [], [], []
-        for _ in range(reps * 3 if conc == 1 else reps):  # interleaved: this machine is noisy
-            t, r = await measure(base, conc, tokens)
-            b_ttft.append(t)
-            b_tps.append(r)
-            t, r = await measure(ours, conc, tokens)
-            o_ttft.append(t)
-            o_tps.append(r)
+        for rep in range(reps * 3 if conc == 1 else reps):  # interleaved: this machine is noisy
+            order = [(base, b_ttft, b_tps), (ours, o_ttft, o_tps)]
+            for run_one, ttfts, rates in order if rep % 2 == 0 else order[::-1]:  # no order bias
+                t, r = await measure(run_one, conc, tokens)
+                ttfts.append(t)
+                rates.append(r)
         ttft_ratio = statistics.median(o_ttft) / statistics.median(b_ttft)
         tps_ratio = statistics.median(b_tps) / statistics.median(o_tps)  # time per token ratio
         print(f"{label:9} x{conc:<3} TTFT kimik3 {statistics.median(o_ttft) * 1e3:8.1f} ms  baseline "
