@@ -174,6 +174,13 @@ class Agent(Generic[OutputT]):
         self.context = context or ContextPolicy()
         self.output_type = output_type
         self._output_adapter: TypeAdapter[Any] | None = TypeAdapter(output_type) if output_type is not None else None
+        # Fixed for the agent's life: built once, not on every model call.
+        self._specs = [t.spec for t in self.tools.values()]
+        self._response_format: dict[str, Any] | None = None
+        if self._output_adapter is not None:
+            schema = self._output_adapter.json_schema()
+            name = getattr(output_type, "__name__", "output")
+            self._response_format = {"type": "json_schema", "json_schema": {"name": name, "schema": schema}}
         self.approval = approval
         self.deps = deps
         if isinstance(tokenizer, K3Tokenizer) or tokenizer is None:
@@ -298,17 +305,12 @@ class Agent(Generic[OutputT]):
 
     def _request(self, run: _Run, *, tool_choice: Any = None, messages: list[Message] | None = None) -> ChatRequest:
         s = self.settings
-        response_format = None
-        if self._output_adapter is not None:
-            name = getattr(self.output_type, "__name__", "output")
-            schema = self._output_adapter.json_schema()
-            response_format = {"type": "json_schema", "json_schema": {"name": name, "schema": schema}}
         return ChatRequest(
             messages=messages if messages is not None else run.messages,
-            tools=[t.spec for t in self.tools.values()],
+            tools=self._specs,
             reasoning_effort=s.reasoning_effort,
             tool_choice=tool_choice,
-            response_format=response_format,
+            response_format=self._response_format,
             temperature=s.temperature,
             top_p=s.top_p,
             max_tokens=s.max_tokens,
