@@ -42,7 +42,6 @@ __all__ = [
     "ReasoningEffort",
     "StreamEvent",
     "Usage",
-    "collect_images",
     "completion_from_parse",
 ]
 
@@ -219,10 +218,16 @@ class ChatRequest:
         """The effort directive to render (None when thinking is off)."""
         return None if self.reasoning_effort == "none" else self.reasoning_effort
 
-
-def collect_images(messages: Sequence[Message]) -> list[ImagePart]:
-    """The image parts of a conversation, in prompt order (one per image placeholder)."""
-    return media_scan(messages).images
+    def encoding_options(self) -> dict[str, Any]:
+        """The K3 encoder's options for this request (``thinking``, ``thinking_effort``,
+        ``tool_choice``, ``response_format``), as keyword arguments of
+        :func:`~kimik3.formats.k3.encode_segments` / :func:`~kimik3.formats.k3.render`."""
+        return {
+            "thinking": self.thinking,
+            "thinking_effort": self.thinking_effort,
+            "tool_choice": self.tool_choice,
+            "response_format": self.response_format,
+        }
 
 
 class Engine(ABC):
@@ -340,14 +345,7 @@ class RawTextEngine(Engine):
             return enc.encode(
                 request.messages, tool_choice=request.tool_choice, response_format=request.response_format
             )
-        return tok.encode_messages(
-            request.messages,
-            request.tools,
-            thinking=request.thinking,
-            thinking_effort=request.thinking_effort,
-            tool_choice=request.tool_choice,
-            response_format=request.response_format,
-        )
+        return tok.encode_messages(request.messages, request.tools, **request.encoding_options())
 
     @abstractmethod
     def generate(

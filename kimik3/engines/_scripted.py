@@ -32,15 +32,7 @@ class ScriptedCall:
     @cached_property
     def prompt(self) -> str:
         """The K3 prompt text of this call (rendered lazily: long scripted runs stay O(turn))."""
-        r = self.request
-        return render(
-            self.messages,
-            r.tools,
-            thinking=r.thinking,
-            thinking_effort=r.thinking_effort,
-            tool_choice=r.tool_choice,
-            response_format=r.response_format,
-        )
+        return render(self.messages, self.request.tools, **self.request.encoding_options())
 
 
 class ScriptedEngine(RawTextEngine):

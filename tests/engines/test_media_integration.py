@@ -14,8 +14,7 @@ from PIL import Image
 
 from kimik3 import Client, K3Tokenizer, RemoteEngine, ScriptedEngine, VLLMEngine
 from kimik3.engines import ChatRequest
-from kimik3.engines._base import collect_images
-from kimik3.engines._media import expand_videos, image_prompt_tokens
+from kimik3.engines._media import expand_videos, image_prompt_tokens, media_scan
 from kimik3.formats.k3 import render_output
 from kimik3.media import image_token_count, prepare_image, sample_video
 from kimik3.types import ImagePart, TextPart, UserMessage, VideoPart, VideoURL
@@ -71,7 +70,7 @@ async def test_remote_chat_uploads_the_composited_png() -> None:
 def test_embedded_engine_gets_prepared_images() -> None:
     engine = VLLMEngine("/nonexistent/model")  # not started: only the image preparation runs
     request = ChatRequest(messages=[image_message(RGBA), image_message(MEDIA / "Landscape_6.jpg")])
-    images = engine.prepare_images(collect_images(request.messages))
+    images = engine.prepare_images(media_scan(request.messages).images)
     assert [im.size for im in images] == [(1280, 720), (1800, 1200)]  # EXIF orientation applied
     assert all(im.mode == "RGB" for im in images)
     x, y = transparent_pixel(RGBA)
