@@ -34,7 +34,7 @@ from ._exceptions import (
 )
 from .agents import Agent, Allow, Budgets, ContextPolicy, Deny, Edit, ModelSettings, RunResult
 from .engines import ChatCompletion, Engine, RemoteEngine, ScriptedEngine, VLLMEngine
-from .tokenizer import K3Tokenizer, PromptEncoder
+from .formats.k3._tokenizer import K3Tokenizer, PromptEncoder
 from .tools import Tool, ToolResult, tool
 from .types import (
     AssistantMessage,

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from kimik3 import AssistantMessage, K3Tokenizer, PromptEncoder, TokenizerError, ToolMessage, UserMessage
 from kimik3.formats.k3 import Segment, encode_segments
-from kimik3.tokenizer import _split_long_runs
+from kimik3.formats.k3._tokenizer import _split_long_runs
 from kimik3.types import FunctionCall, ToolCall
 from tests.data_paths import load_json
 from tests.k3vocab import write_model_dir

@@ -31,7 +31,7 @@ from pydantic import TypeAdapter, ValidationError
 from .._client import Client
 from .._exceptions import AgentError
 from ..engines import ChatCompletion, ChatRequest, Completed, Engine, PromptCache, RawTextEngine, Usage
-from ..tokenizer import K3Tokenizer, estimate_tokens
+from ..formats.k3._tokenizer import K3Tokenizer, estimate_tokens
 from ..tools import Tool, ToolContext, ToolResult, truncate_middle
 from ..types import (
     AssistantMessage,
@@ -133,7 +133,7 @@ class Agent(Generic[OutputT]):
         approval: called before each tool call: :class:`Allow`, :class:`Deny` (reason shown to
             the model) or :class:`Edit` (run with other arguments).
         tokenizer: a K3 tokenizer or model directory for exact token accounting; default: the
-            engine's, else :func:`~kimik3.tokenizer.estimate_tokens` (about 4 bytes a token).
+            engine's, else :func:`~kimik3.formats.k3.estimate_tokens` (about 4 bytes a token).
         deps: handed to tools that take a :class:`~kimik3.tools.ToolContext`.
 
     Raises:

@@ -26,9 +26,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .._exceptions import EngineError, InvalidEffortError
 from ..formats.k3 import Event, ParsedOutput, StreamParser
-from ..tokenizer import K3Tokenizer, PromptEncoder, estimate_tokens
+from ..formats.k3._media import MediaIndex, expand_videos, image_prompt_tokens, media_scan, prepare_request_image
+from ..formats.k3._tokenizer import K3Tokenizer, PromptEncoder, estimate_tokens
 from ..types import AssistantMessage, ImagePart, Message, ToolSpec, to_messages, to_tool_specs
-from ._media import MediaIndex, expand_videos, image_prompt_tokens, media_scan, prepare_request_image
 
 __all__ = [
     "ChatCompletion",

@@ -49,8 +49,9 @@ from ..formats.k3 import (
     ToolCallIncomplete,
     ToolCallStarted,
 )
+from ..formats.k3._media import expand_videos, media_scan, upload_url
 from ..formats.k3._parse import ParsedToolCall
-from ..tokenizer import K3Tokenizer
+from ..formats.k3._tokenizer import K3Tokenizer
 from ..types import AssistantMessage, FunctionCall, ImagePart, Message, ToolCall, dump_message
 from ._base import (
     ChatCompletion,
@@ -62,7 +63,6 @@ from ._base import (
     StreamEvent,
     Usage,
 )
-from ._media import expand_videos, media_scan, upload_url
 
 __all__ = ["RemoteEngine", "map_openai_error"]
 

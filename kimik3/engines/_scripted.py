@@ -12,7 +12,7 @@ import anyio
 
 from .._exceptions import EngineError
 from ..formats.k3 import END_OF_MSG, render
-from ..tokenizer import K3Tokenizer, estimate_tokens
+from ..formats.k3._tokenizer import K3Tokenizer, estimate_tokens
 from ..types import ImagePart, Message
 from ._base import ChatRequest, RawChunk, RawTextEngine
 
@@ -53,7 +53,7 @@ class ScriptedEngine(RawTextEngine):
             one per call, or a function of the messages returning one.
         chunk_size: characters per streamed chunk (>= 1).
         tokenizer: a K3 tokenizer for exact token usage; without one, usage is
-            :func:`~kimik3.tokenizer.estimate_tokens` of the rendered prompt and output.
+            :func:`~kimik3.formats.k3.estimate_tokens` of the rendered prompt and output.
         model: the model name reported in completions.
 
     Raises:

@@ -28,10 +28,10 @@ from .._exceptions import (
     ServiceUnavailableError,
     TokenizerError,
 )
-from ..tokenizer import K3Tokenizer
+from ..formats.k3._media import prepare_request_image
+from ..formats.k3._tokenizer import K3Tokenizer
 from ..types import ImagePart
 from ._base import ChatRequest, RawChunk, RawTextEngine
-from ._media import prepare_request_image
 
 __all__ = ["PRESETS", "VLLMEngine"]
 

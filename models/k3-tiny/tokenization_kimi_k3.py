@@ -6,7 +6,7 @@ Loaded with ``trust_remote_code`` through ``auto_map`` in ``tokenizer_config.jso
 ``tokenization_kimi.py``, but everything K3-specific is delegated to kimik3, which must be
 installed:
 
-- token ids: :class:`kimik3.tokenizer.K3Tokenizer` (tiktoken BPE from ``tiktoken.model``, K3's
+- token ids: :class:`kimik3.K3Tokenizer` (tiktoken BPE from ``tiktoken.model``, K3's
   split regex, special ids ``num_base_tokens + k`` named by ``added_tokens_decoder``);
 - chat encoding: :func:`kimik3.formats.k3.encode_segments`, tokenized segment by segment (control
   segments as special tokens, text segments as plain text), exactly as
@@ -31,7 +31,7 @@ from transformers import PreTrainedTokenizer
 from transformers.tokenization_utils_base import AddedToken, BatchEncoding
 
 from kimik3.formats.k3 import encode_segments
-from kimik3.tokenizer import K3Tokenizer, load_tiktoken_bpe, special_token_ids
+from kimik3.formats.k3._tokenizer import K3Tokenizer, load_tiktoken_bpe, special_token_ids
 
 VOCAB_FILES_NAMES = {"vocab_file": "tiktoken.model"}
 

@@ -1,7 +1,7 @@
 """Train the tiny model's BPE vocabulary and write it in K3's tokenizer layout.
 
 Trains a byte-level BPE with HF ``tokenizers`` (its ``BpeTrainer``) on the text segments of the
-training episodes, pre-tokenized with K3's split regex (``kimik3.tokenizer.K3_PAT_STR``), then
+training episodes, pre-tokenized with K3's split regex (``kimik3.formats.k3._tokenizer.K3_PAT_STR``), then
 writes into the model directory:
 
 - ``tiktoken.model``: K3's file format, one ``<base64 token bytes> <rank>`` line per token; ranks
@@ -43,7 +43,7 @@ from specials import BOS, END_OF_MSG, NUM_RESERVED, PAD, SPECIALS, UNK
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from kimik3.formats.k3 import encode_segments
-from kimik3.tokenizer import K3_PAT_STR, K3Tokenizer
+from kimik3.formats.k3._tokenizer import K3_PAT_STR, K3Tokenizer
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kimik3.tokenizer import K3Tokenizer
+from kimik3.formats.k3._tokenizer import K3Tokenizer
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from kimik3.formats.k3 import message_segments, normalize_messages, prompt_header_segments, prompt_trailer_segments
-from kimik3.tokenizer import K3Tokenizer
+from kimik3.formats.k3._tokenizer import K3Tokenizer
 from kimik3.types import AssistantMessage, to_tool_specs
 
 REPO = Path(__file__).resolve().parents[2]

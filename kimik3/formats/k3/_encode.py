@@ -4,7 +4,7 @@ The encoder produces :class:`Segment` s. Control segments are single special tok
 (``<|open|>``, ``<|close|>``, ``<|sep|>``, ``<|end_of_msg|>``, ``<|kimi_image_placeholder|>``);
 text segments are tokenized on their own with special tokens disallowed, so a user who types
 ``<|open|>`` gets plain BPE and merges never cross a segment boundary (see
-:mod:`kimik3.tokenizer`). :func:`render` is the concatenation of the segment texts.
+:mod:`kimik3.formats.k3._tokenizer`). :func:`render` is the concatenation of the segment texts.
 
 Sources: the checkpoint's ``encoding_k3.py`` (as described by the spec and the golden fixtures
 from smg-project/smg) and vLLM 0.32's ``vllm/renderers/kimi_k3.py`` (tool-result re-ordering).
@@ -172,7 +172,7 @@ def _content_segments(content: Content | None) -> list[Segment]:
 
             raise UnknownContentPartError(
                 "a video part must be sampled into frames before K3 encoding: kimik3's engines do "
-                "it (kimik3.engines._media.expand_videos); K3's released encoder is image-only"
+                "it (kimik3.formats.k3._media.expand_videos); K3's released encoder is image-only"
             )
     _text(out, "".join(pending))
     return out
@@ -516,7 +516,7 @@ def render(
 
     Same parameters and errors as :func:`encode_segments`. Note that tokenizing this string in one
     piece does NOT give K3's prompt ids (merges must not cross segments, and text that looks like
-    a marker must stay text): use :class:`kimik3.tokenizer.K3Tokenizer` on the segments.
+    a marker must stay text): use :class:`kimik3.K3Tokenizer` on the segments.
     """
     return "".join(
         s.text

@@ -26,8 +26,9 @@ from typing import Any, overload
 
 import tiktoken
 
-from ._exceptions import TokenizerError
-from .formats.k3._encode import (
+from ..._exceptions import TokenizerError
+from ...types import AssistantMessage, Message, ToolMessage, ToolSpec, to_message, to_messages, to_tool_specs
+from ._encode import (
     END_OF_MSG,
     Segment,
     ThinkingEffort,
@@ -36,7 +37,6 @@ from .formats.k3._encode import (
     prompt_header_segments,
     prompt_trailer_segments,
 )
-from .types import AssistantMessage, Message, ToolMessage, ToolSpec, to_message, to_messages, to_tool_specs
 
 __all__ = [
     "K3_PAT_STR",
@@ -305,7 +305,7 @@ class K3Tokenizer:
     ) -> list[int]:
         """Encode a conversation to K3 prompt ids (one-shot; see :class:`PromptEncoder` for the
         incremental form). Parameters and errors as :func:`kimik3.formats.k3.encode_segments`."""
-        from .formats.k3 import encode_segments
+        from ._encode import encode_segments
 
         return self.encode_segments(
             encode_segments(

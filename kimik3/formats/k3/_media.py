@@ -23,8 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..tokenizer import K3Tokenizer, estimate_tokens
-from ..types import ImagePart, ImageURL, Message, TextPart, VideoPart
+from ...types import ImagePart, ImageURL, Message, TextPart, VideoPart
+from ._tokenizer import K3Tokenizer, estimate_tokens
 
 __all__ = [
     "MediaIndex",
@@ -63,7 +63,7 @@ def prepare_request_image(url: str) -> Any:
     """
     prepared = _lru_get(_PREPARED, url)
     if prepared is None:
-        from ..media import prepare_image
+        from ...media import prepare_image
 
         prepared = prepare_image(url)
         _lru_put(_PREPARED, url, prepared)
@@ -81,8 +81,8 @@ def upload_url(url: str) -> str:
 def _video_parts(url: str) -> list[TextPart | ImagePart]:
     parts: list[TextPart | ImagePart] | None = _lru_get(_VIDEOS, url)
     if parts is None:
-        from ..media import sample_video
-        from ..media._image import prepare_image
+        from ...media import sample_video
+        from ...media._image import prepare_image
 
         video = sample_video(url)
         parts = []
