@@ -13,9 +13,8 @@ import sys
 
 import anyio
 
-from kimik3 import Agent, Engine, RemoteEngine, VLLMEngine
+from kimik3 import Agent, Engine, RemoteEngine, ToolCallDone, VLLMEngine
 from kimik3.agents import CODING_INSTRUCTIONS, FinalEvent, ToolResultEvent
-from kimik3.formats.k3 import ToolCallDone
 from kimik3.tools.coding import coding_tools
 
 

@@ -23,9 +23,8 @@ from typing import Any
 
 import anyio
 
-from kimik3 import Agent, ContextPolicy, Engine, RemoteEngine, VLLMEngine
+from kimik3 import Agent, ContextPolicy, Engine, RemoteEngine, ToolCallDone, VLLMEngine
 from kimik3.agents import FinalEvent, ToolResultEvent
-from kimik3.formats.k3 import ToolCallDone
 from kimik3.tools.ui import BrowserComputer, ui_tools
 
 INSTRUCTIONS = """You operate a web page by looking at screenshots and using the mouse and keyboard tools.

@@ -1,5 +1,7 @@
 """kimik3: an async Python SDK and agent framework for Moonshot's Kimi K3."""
 
+from contextlib import suppress as _suppress
+
 from ._client import Client
 from ._exceptions import (
     AgentError,
@@ -11,6 +13,7 @@ from ._exceptions import (
     ContextLengthExceededError,
     EngineError,
     EngineNotAvailableError,
+    EngineRequestError,
     ImageTooLargeError,
     InvalidArgumentsError,
     InvalidEffortError,
@@ -31,18 +34,43 @@ from ._exceptions import (
     ToolNameError,
     UnknownContentPartError,
     UnknownRoleError,
+    UserError,
 )
-from .agents import Agent, Allow, Budgets, ContextPolicy, Deny, Edit, ModelSettings, RunResult
-from .engines import ChatCompletion, Engine, RemoteEngine, ScriptedEngine, VLLMEngine
-from .formats.k3._tokenizer import K3Tokenizer, PromptEncoder
+from .agents import (
+    Agent,
+    AgentEvent,
+    Allow,
+    Budgets,
+    CompactionEvent,
+    ContentDelta,
+    ContextPolicy,
+    Deny,
+    Edit,
+    FinalEvent,
+    ModelSettings,
+    ReasoningDelta,
+    RunResult,
+    ToolCallApprovedEvent,
+    ToolCallArgumentsDelta,
+    ToolCallDone,
+    ToolCallIncomplete,
+    ToolCallStarted,
+    ToolResultEvent,
+    TurnEndEvent,
+)
+from .engines import Engine, ModelCall, RemoteEngine, ScriptedEngine, VLLMEngine
+from .formats.k3 import K3Tokenizer, PromptEncoder
 from .tools import Tool, ToolResult, tool
 from .types import (
     AssistantMessage,
+    ChatCompletion,
+    ChatRequest,
     Message,
     SystemMessage,
     ToolCall,
     ToolMessage,
     ToolSpec,
+    Usage,
     UserMessage,
 )
 
@@ -54,13 +82,17 @@ __all__ = [
     "APITimeoutError",
     "Agent",
     "AgentError",
+    "AgentEvent",
     "Allow",
     "AssistantMessage",
     "AuthenticationError",
     "BadRequestError",
     "Budgets",
     "ChatCompletion",
+    "ChatRequest",
     "Client",
+    "CompactionEvent",
+    "ContentDelta",
     "ContextLengthExceededError",
     "ContextPolicy",
     "Deny",
@@ -68,6 +100,8 @@ __all__ = [
     "Engine",
     "EngineError",
     "EngineNotAvailableError",
+    "EngineRequestError",
+    "FinalEvent",
     "ImageTooLargeError",
     "InvalidArgumentsError",
     "InvalidEffortError",
@@ -77,12 +111,14 @@ __all__ = [
     "MediaError",
     "Message",
     "MessageError",
+    "ModelCall",
     "ModelSettings",
     "NoVideoStreamError",
     "NotFoundError",
     "ParserStateError",
     "PromptEncoder",
     "RateLimitError",
+    "ReasoningDelta",
     "RemoteEngine",
     "RunResult",
     "ScriptedEngine",
@@ -93,16 +129,33 @@ __all__ = [
     "Tool",
     "ToolArgumentsError",
     "ToolCall",
+    "ToolCallApprovedEvent",
+    "ToolCallArgumentsDelta",
+    "ToolCallDone",
+    "ToolCallIncomplete",
+    "ToolCallStarted",
     "ToolDefinitionError",
     "ToolError",
     "ToolMessage",
     "ToolNameError",
     "ToolResult",
+    "ToolResultEvent",
     "ToolSpec",
+    "TurnEndEvent",
     "UnknownContentPartError",
     "UnknownRoleError",
+    "Usage",
+    "UserError",
     "UserMessage",
     "VLLMEngine",
     "__version__",
     "tool",
 ]
+
+# Public names report the package they are used from (docs, reprs, tracebacks), as httpx does.
+for _name in __all__:
+    _obj = globals()[_name]
+    if isinstance(_obj, type) or (callable(_obj) and hasattr(_obj, "__module__")):
+        with _suppress(AttributeError, TypeError):  # read-only on a few builtins
+            _obj.__module__ = "kimik3"
+del _name, _obj

@@ -3,16 +3,28 @@
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any, TypedDict
 
 import anyio
 from typing_extensions import Unpack
 
-from ._exceptions import APIConnectionError, RateLimitError, ServiceUnavailableError
-from .engines._base import ChatCompletion, ChatRequest, Completed, Engine, PromptCache, ReasoningEffort, StreamEvent
-from .types import Message, ToolSpec
+from ._defaults import (
+    DEFAULT_REASONING_EFFORT,
+    MAX_RETRIES,
+    RETRY_AFTER_MAX,
+    RETRY_BACKOFF_INITIAL,
+    RETRY_BACKOFF_MAX,
+    RETRY_JITTER,
+    SINGLE_STEP_SAMPLING,
+    ReasoningEffort,
+)
+from ._exceptions import APIConnectionError, RateLimitError, ServiceUnavailableError, UserError
+from .engines._base import CallSource, Engine, ModelCall
+from .engines._remote import RemoteEngine
+from .formats.k3 import PromptCache
+from .types import ChatCompletion, ChatRequest, Message, ToolSpec
 
 __all__ = ["ChatOptions", "Client", "chat_request"]
 
@@ -22,7 +34,8 @@ _RETRYABLE = (RateLimitError, ServiceUnavailableError, APIConnectionError)
 class ChatOptions(TypedDict, total=False):
     """Options of :meth:`Client.chat` / :meth:`Client.stream` (see :class:`ChatRequest`).
 
-    Defaults follow K3's model card: reasoning_effort "max", temperature 1.0, top_p 0.95.
+    Defaults follow K3's model card for a single step (:mod:`kimik3._defaults`):
+    reasoning_effort "max", temperature 1.0, top_p 0.95.
     """
 
     tools: Iterable[ToolSpec | Mapping[str, Any] | Any] | None
@@ -41,22 +54,23 @@ def chat_request(messages: Iterable[Message | Mapping[str, Any]], **options: Unp
     """The :class:`ChatRequest` for :meth:`Client.chat`'s arguments.
 
     Raises:
-        TypeError: an unknown option (a typo would otherwise be ignored silently).
+        UserError: an unknown option (a typo would otherwise be ignored silently); also a
+            TypeError.
         MessageError (and subclasses), InvalidEffortError: invalid messages or options.
     """
     unknown = sorted(set(options) - set(ChatOptions.__annotations__))
     if unknown:
-        raise TypeError(f"unexpected option(s) {', '.join(unknown)}; expected {', '.join(ChatOptions.__annotations__)}")
+        raise UserError(f"unexpected option(s) {', '.join(unknown)}; expected {', '.join(ChatOptions.__annotations__)}")
     tools = options.get("tools")
     extra = options.get("extra")
     return ChatRequest(
         messages=list(messages),  # type: ignore[arg-type]  # converted in __post_init__
         tools=list(tools or ()),  # type: ignore[arg-type]  # normalised in __post_init__
-        reasoning_effort=options.get("reasoning_effort", "max"),
+        reasoning_effort=options.get("reasoning_effort", DEFAULT_REASONING_EFFORT),
         tool_choice=options.get("tool_choice"),
         response_format=options.get("response_format"),
-        temperature=options.get("temperature", 1.0),
-        top_p=options.get("top_p", 0.95),
+        temperature=options.get("temperature", SINGLE_STEP_SAMPLING.temperature),
+        top_p=options.get("top_p", SINGLE_STEP_SAMPLING.top_p),
         max_tokens=options.get("max_tokens"),
         seed=options.get("seed"),
         extra=dict(extra or {}),
@@ -68,8 +82,14 @@ class Client:
     """The K3 chat client: the same call against a remote endpoint or an embedded engine.
 
     ``await client.chat(messages, ...)`` returns an OpenAI-shaped :class:`ChatCompletion`;
-    ``client.stream(...)`` yields the parser's typed events and a final ``Completed``. Defaults
-    follow K3's model card (temperature 1.0, top_p 0.95, reasoning_effort "max").
+    ``client.stream(...)`` returns a :class:`~kimik3.engines.ModelCall`::
+
+        async with client.stream(messages) as call:
+            async for event in call:   # reasoning / content / tool-call events
+                ...
+        call.completion                # the ChatCompletion
+
+    Defaults follow K3's model card (temperature 1.0, top_p 0.95, reasoning_effort "max").
 
     Retries: 429, 5xx and connection errors (timeouts included) are retried ``max_retries``
     times with exponential backoff (0.5 s doubling to 8 s, 25% jitter), honouring the server's
@@ -90,11 +110,9 @@ class Client:
         base_url: str | None = None,
         api_key: str | None = None,
         model: str | None = None,
-        max_retries: int = 2,
+        max_retries: int = MAX_RETRIES,
     ) -> None:
         if engine is None:
-            from .engines._remote import RemoteEngine
-
             engine = RemoteEngine(base_url=base_url, api_key=api_key, model=model)
         self.engine = engine
         self.max_retries = max_retries
@@ -121,46 +139,40 @@ class Client:
         """
         return await self.complete(chat_request(messages, **options))
 
-    async def stream(
-        self, messages: Iterable[Message | Mapping[str, Any]], **options: Unpack[ChatOptions]
-    ) -> AsyncIterator[StreamEvent]:
-        """Stream one completion: reasoning / content / tool-call events, then ``Completed``.
+    def stream(self, messages: Iterable[Message | Mapping[str, Any]], **options: Unpack[ChatOptions]) -> ModelCall:
+        """Start one completion: a :class:`~kimik3.engines.ModelCall` of reasoning / content /
+        tool-call events; ``call.completion`` once consumed.
 
-        Same arguments and errors as :meth:`chat`. Breaking out of the loop (or cancelling)
-        aborts the request.
+        Same arguments and errors as :meth:`chat` (the request errors at once; engine errors
+        while iterating). Leaving the ``async with`` early (or cancelling) aborts the request.
         """
-        async for event in self._stream_with_retries(chat_request(messages, **options)):
-            yield event
+        return self.stream_request(chat_request(messages, **options))
 
     async def complete(self, request: ChatRequest) -> ChatCompletion:
         """:meth:`chat` for a prepared :class:`ChatRequest` (retries included)."""
-        async for event in self._stream_with_retries(request):
-            if isinstance(event, Completed):
-                return event.completion
-        raise AssertionError("unreachable")  # pragma: no cover
+        async with self.stream_request(request) as call:
+            return await call.get()
 
-    async def stream_request(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
+    def stream_request(self, request: ChatRequest) -> ModelCall:
         """:meth:`stream` for a prepared :class:`ChatRequest` (retries included)."""
-        async for event in self._stream_with_retries(request):
-            yield event
+        return ModelCall(self._with_retries(request))
 
-    async def _stream_with_retries(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
+    async def _with_retries(self, request: ChatRequest) -> CallSource:
         attempt = 0
         while True:
             started = False
-            stream = self.engine.stream(request)
             try:
-                async for event in stream:
-                    started = True
-                    yield event
+                async with self.engine.stream(request) as call:
+                    async for event in call:
+                        started = True
+                        yield event
+                    yield call.completion
                 return
             except _RETRYABLE as e:
                 if started or attempt >= self.max_retries:
                     raise
                 delay = _backoff(attempt, getattr(e, "retry_after", None))
                 attempt += 1
-            finally:
-                await stream.aclose()  # type: ignore[attr-defined]
             await anyio.sleep(delay)
 
     async def aclose(self) -> None:
@@ -177,8 +189,9 @@ class Client:
 
 
 def _backoff(attempt: int, retry_after: float | None) -> float:
-    """openai-python's schedule: 0.5 s * 2**attempt capped at 8 s, minus up to 25% jitter;
-    a server's Retry-After (up to 60 s) wins."""
-    if retry_after is not None and 0 <= retry_after <= 60:
+    """openai-python's schedule (:mod:`kimik3._defaults`): 0.5 s * 2**attempt capped at 8 s,
+    minus up to 25% jitter; a server's Retry-After (up to 60 s) wins."""
+    if retry_after is not None and 0 <= retry_after <= RETRY_AFTER_MAX:
         return float(retry_after)
-    return min(0.5 * 2.0**attempt, 8.0) * (1 - 0.25 * random.random())
+    delay = min(RETRY_BACKOFF_INITIAL * 2.0**attempt, RETRY_BACKOFF_MAX)
+    return delay * (1 - RETRY_JITTER * random.random())

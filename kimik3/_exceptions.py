@@ -3,6 +3,8 @@
 ::
 
     KimiK3Error
+    ├── UserError (ValueError, TypeError)  kimik3 used wrongly: a bad option, an unknown preset, ...
+    │   └── ToolDefinitionError            a function that cannot become a tool (at decoration time)
     ├── MessageError (ValueError)          bad input to the encoder / typed messages
     │   ├── UnknownRoleError
     │   ├── UnknownContentPartError
@@ -17,18 +19,18 @@
     │   └── NoVideoStreamError
     ├── EngineError                        engine set-up / transport problems
     │   ├── EngineNotAvailableError        e.g. ``vllm`` not installed
+    │   ├── EngineRequestError (ValueError)  the in-process engine refused / failed a request
     │   ├── APIConnectionError
     │   │   └── APITimeoutError
-    │   └── APIStatusError                 the server answered with an error status
+    │   └── APIStatusError                 the server answered with an error status (HTTP)
     │       ├── BadRequestError            400
-    │       │   └── ContextLengthExceededError
+    │       │   └── ContextLengthExceededError  (also an EngineRequestError: raised in-process too)
     │       ├── AuthenticationError        401 / 403
     │       ├── NotFoundError              404
     │       ├── RateLimitError             429
     │       └── ServiceUnavailableError    5xx
     ├── ToolError                          raised by or around a tool; the agent turns it into a
-    │   ├── ToolArgumentsError             tool-error message for the model, it never escapes a run
-    │   └── ToolDefinitionError            a function that cannot become a tool (at decoration time)
+    │   └── ToolArgumentsError             tool-error message for the model, it never escapes a run
     └── AgentError
         └── SessionError                   a session file that cannot be read or resumed
 
@@ -47,6 +49,7 @@ __all__ = [
     "ContextLengthExceededError",
     "EngineError",
     "EngineNotAvailableError",
+    "EngineRequestError",
     "ImageTooLargeError",
     "InvalidArgumentsError",
     "InvalidEffortError",
@@ -67,11 +70,18 @@ __all__ = [
     "ToolNameError",
     "UnknownContentPartError",
     "UnknownRoleError",
+    "UserError",
 ]
 
 
 class KimiK3Error(Exception):
     """Base class of every error kimik3 raises on purpose."""
+
+
+class UserError(KimiK3Error, ValueError, TypeError):
+    """kimik3 was used wrongly: an unknown option or preset, a bad argument value, a call out
+    of order (e.g. reading a model call's ``completion`` before the stream ended). Also a
+    ``ValueError`` and a ``TypeError``, so ``except`` clauses written for those still work."""
 
 
 # -- messages / encoding ---------------------------------------------------------------------
@@ -139,6 +149,11 @@ class EngineNotAvailableError(EngineError):
     """An optional dependency of an engine (``vllm``, a server) is missing."""
 
 
+class EngineRequestError(EngineError, ValueError):
+    """The in-process engine refused or failed a request (vLLM's own validation, or its engine
+    died); no HTTP status is involved."""
+
+
 class APIConnectionError(EngineError):
     """The endpoint could not be reached."""
 
@@ -148,29 +163,42 @@ class APITimeoutError(APIConnectionError):
 
 
 class APIStatusError(EngineError):
-    """The endpoint answered with an error status.
+    """The endpoint answered with an error status (as openai-python's ``APIStatusError``).
 
     Attributes:
-        status_code: the HTTP status (int).
+        status_code: the HTTP status (int); None only for a :class:`ContextLengthExceededError`
+            raised by an in-process engine.
         body: the decoded error body, when there was one.
         retry_after: seconds the server asked to wait (``Retry-After``), when it said.
+        response: the ``httpx.Response`` (None when the error was built without one).
+        request_id: the server's ``x-request-id`` header, when it sent one.
     """
 
     def __init__(
-        self, message: str, *, status_code: int, body: object = None, retry_after: float | None = None
+        self,
+        message: str,
+        *,
+        status_code: int | None,
+        body: object = None,
+        retry_after: float | None = None,
+        response: object = None,
+        request_id: str | None = None,
     ) -> None:
         super().__init__(message)
         self.status_code = status_code
         self.body = body
         self.retry_after = retry_after
+        self.response = response
+        self.request_id = request_id
 
 
 class BadRequestError(APIStatusError):
     """HTTP 400: the server rejected the request itself."""
 
 
-class ContextLengthExceededError(BadRequestError):
-    """The prompt plus ``max_tokens`` does not fit the model's context window."""
+class ContextLengthExceededError(BadRequestError, EngineRequestError):
+    """The prompt plus ``max_tokens`` does not fit the model's context window (from a server:
+    ``status_code`` 400; from the in-process engine: ``status_code`` None)."""
 
 
 class AuthenticationError(APIStatusError):
@@ -200,7 +228,7 @@ class ToolArgumentsError(ToolError):
     """Tool-call arguments that do not match the tool's schema (names the offending field)."""
 
 
-class ToolDefinitionError(ToolError):
+class ToolDefinitionError(UserError):
     """A Python function that cannot be turned into a tool (raised when the tool is defined)."""
 
 

@@ -60,15 +60,19 @@ from .agents import (
     AgentEvent,
     Budgets,
     CompactionEvent,
+    ContentDelta,
     FinalEvent,
     ModelSettings,
+    ReasoningDelta,
     RunResult,
+    ToolCallDone,
+    ToolCallIncomplete,
+    ToolCallStarted,
     ToolResultEvent,
     TurnEndEvent,
     load_session,
 )
 from .engines import PRESETS, Engine, RemoteEngine, ScriptedEngine, VLLMEngine, preflight
-from .formats.k3 import ContentDelta, ReasoningDelta, ToolCallDone, ToolCallIncomplete, ToolCallStarted
 from .tools import Tool, ToolResult
 from .tools.coding import coding_tools
 from .types import AssistantMessage, Message, message_text

@@ -8,16 +8,20 @@ import inspect
 import kimik3
 
 EXPECTED = [
-    "APIConnectionError", "APIStatusError", "APITimeoutError", "Agent", "AgentError", "Allow",
-    "AssistantMessage", "AuthenticationError", "BadRequestError", "Budgets", "ChatCompletion", "Client",
-    "ContextLengthExceededError", "ContextPolicy", "Deny", "Edit", "Engine", "EngineError",
-    "EngineNotAvailableError", "ImageTooLargeError", "InvalidArgumentsError", "InvalidEffortError",
-    "K3Tokenizer", "KimiK3Error", "MediaDecodeError", "MediaError", "Message", "MessageError",
-    "ModelSettings", "NoVideoStreamError", "NotFoundError", "ParserStateError", "PromptEncoder",
-    "RateLimitError", "RemoteEngine", "RunResult", "ScriptedEngine", "ServiceUnavailableError",
-    "SessionError", "SystemMessage", "TokenizerError", "Tool", "ToolArgumentsError", "ToolCall",
-    "ToolDefinitionError", "ToolError", "ToolMessage", "ToolNameError", "ToolResult", "ToolSpec",
-    "UnknownContentPartError", "UnknownRoleError", "UserMessage", "VLLMEngine", "__version__", "tool",
+    "APIConnectionError", "APIStatusError", "APITimeoutError", "Agent", "AgentError", "AgentEvent",
+    "Allow", "AssistantMessage", "AuthenticationError", "BadRequestError", "Budgets", "ChatCompletion",
+    "ChatRequest", "Client", "CompactionEvent", "ContentDelta", "ContextLengthExceededError",
+    "ContextPolicy", "Deny", "Edit", "Engine", "EngineError", "EngineNotAvailableError",
+    "EngineRequestError", "FinalEvent", "ImageTooLargeError", "InvalidArgumentsError",
+    "InvalidEffortError", "K3Tokenizer", "KimiK3Error", "MediaDecodeError", "MediaError", "Message",
+    "MessageError", "ModelCall", "ModelSettings", "NoVideoStreamError", "NotFoundError",
+    "ParserStateError", "PromptEncoder", "RateLimitError", "ReasoningDelta", "RemoteEngine",
+    "RunResult", "ScriptedEngine", "ServiceUnavailableError", "SessionError", "SystemMessage",
+    "TokenizerError", "Tool", "ToolArgumentsError", "ToolCall", "ToolCallApprovedEvent",
+    "ToolCallArgumentsDelta", "ToolCallDone", "ToolCallIncomplete", "ToolCallStarted",
+    "ToolDefinitionError", "ToolError", "ToolMessage", "ToolNameError", "ToolResult", "ToolResultEvent",
+    "ToolSpec", "TurnEndEvent", "UnknownContentPartError", "UnknownRoleError", "Usage", "UserError",
+    "UserMessage", "VLLMEngine", "__version__", "tool",
 ]  # fmt: skip
 
 
@@ -29,7 +33,7 @@ def test_exported_names_are_exactly_these() -> None:
 def test_every_public_name_is_documented() -> None:
     for name in kimik3.__all__:
         obj = getattr(kimik3, name)
-        if name == "__version__" or name == "Message":  # a string, and a type alias
+        if name in ("__version__", "Message", "AgentEvent"):  # a string, and type aliases
             continue
         assert inspect.getdoc(obj), f"kimik3.{name} has no docstring"
 
@@ -47,3 +51,8 @@ def test_subpackages_have_sorted_all() -> None:
         assert len(set(names)) == len(names), mod
         for name in names:
             assert hasattr(importlib.import_module(mod), name), f"{mod}.{name}"
+
+
+def test_public_names_report_the_package() -> None:
+    for name in ("Agent", "Client", "ChatCompletion", "K3Tokenizer", "ModelCall", "UserError", "ToolCallDone", "tool"):
+        assert getattr(kimik3, name).__module__ == "kimik3", name

@@ -1,5 +1,6 @@
 """Agents: :class:`Agent` (the tool loop) with its settings, budgets, context policy, approval
-decisions, results and events."""
+decisions, results, turn outcomes and events (model deltas included: the agent owns its event
+vocabulary, so consumers never import :mod:`kimik3.formats`)."""
 
 from ._agent import Agent
 from ._prompts import CODING_INSTRUCTIONS, SUMMARY_INSTRUCTIONS
@@ -11,16 +12,27 @@ from ._types import (
     ApprovalHook,
     Budgets,
     CompactionEvent,
+    ContentDelta,
     ContextPolicy,
+    ContinueWith,
     Deny,
     Edit,
+    Final,
     FinalEvent,
     ModelSettings,
     PendingCall,
+    ReasoningDelta,
     RunResult,
     StopReason,
+    ToolCallApprovedEvent,
+    ToolCallArgumentsDelta,
+    ToolCallDone,
+    ToolCallIncomplete,
+    ToolCallStarted,
     ToolResultEvent,
+    ToolsRan,
     TurnEndEvent,
+    TurnOutcome,
 )
 
 __all__ = [
@@ -33,16 +45,27 @@ __all__ = [
     "ApprovalHook",
     "Budgets",
     "CompactionEvent",
+    "ContentDelta",
     "ContextPolicy",
+    "ContinueWith",
     "Deny",
     "Edit",
+    "Final",
     "FinalEvent",
     "ModelSettings",
     "PendingCall",
+    "ReasoningDelta",
     "RunResult",
     "SessionWriter",
     "StopReason",
+    "ToolCallApprovedEvent",
+    "ToolCallArgumentsDelta",
+    "ToolCallDone",
+    "ToolCallIncomplete",
+    "ToolCallStarted",
     "ToolResultEvent",
+    "ToolsRan",
     "TurnEndEvent",
+    "TurnOutcome",
     "load_session",
 ]

@@ -6,10 +6,11 @@ One run::
     loop:
         budget out?  -> one tool-free summary turn, stop
         context near the window? -> compact older turns (model-written summary)
-        model turn (streamed; the assistant message is kept exactly as received)
-        tool calls?  -> run them concurrently, one result message per call id, continue
-        cut by max_tokens? -> ask the model to continue
-        else: the final answer (validated against output_type), stop
+        one turn (:meth:`Agent._turn`): a model call (streamed; the assistant message kept
+        exactly as received), then one of three named outcomes:
+            ToolsRan          tool calls ran concurrently, one result message per call id
+            ContinueWith(p)   cut by max_tokens, or an answer that failed output_type: ask again
+            Final(output)     the answer (validated against output_type): stop
 
 Every message is appended to the JSONL session file as it happens.
 """
@@ -29,20 +30,23 @@ import anyio
 from pydantic import TypeAdapter, ValidationError
 
 from .._client import Client
-from .._exceptions import AgentError
-from ..engines import ChatCompletion, ChatRequest, Completed, Engine, PromptCache, RawTextEngine, Usage
-from ..formats.k3._tokenizer import K3Tokenizer, estimate_tokens
+from .._exceptions import UserError
+from ..engines import Engine
+from ..formats.k3 import K3Tokenizer, PromptCache, estimate_tokens
 from ..tools import Tool, ToolContext, ToolResult, truncate_middle
 from ..types import (
     AssistantMessage,
+    ChatCompletion,
+    ChatRequest,
     ImagePart,
     Message,
     SystemMessage,
     TextPart,
     ToolCall,
     ToolMessage,
+    Usage,
     UserMessage,
-    dump_message,
+    message_text,
 )
 from ._prompts import SUMMARY_INSTRUCTIONS
 from ._session import SessionWriter, load_session
@@ -54,16 +58,21 @@ from ._types import (
     Budgets,
     CompactionEvent,
     ContextPolicy,
+    ContinueWith,
     Deny,
     Edit,
+    Final,
     FinalEvent,
     ModelSettings,
     OutputT,
     PendingCall,
     RunResult,
     StopReason,
+    ToolCallApprovedEvent,
     ToolResultEvent,
+    ToolsRan,
     TurnEndEvent,
+    TurnOutcome,
 )
 
 __all__ = ["Agent"]
@@ -79,23 +88,48 @@ _IMAGE_DROPPED = "[an older screenshot was dropped from the context]"
 
 
 class _Run:
-    """The state of one run: the live message list, usage, clock, session and prompt cache."""
+    """The state of one run: the live message list, usage, clock, session and prompt cache.
 
-    def __init__(self, messages: list[Message], session: SessionWriter | None, deps: Any) -> None:
+    ``context_tokens`` is THE count of tokens in the context (one definition): the last model
+    call's prompt + completion tokens as the engine counted them, plus :meth:`message_tokens` of
+    every message added since (after a compaction: of every message).
+    """
+
+    def __init__(self, messages: list[Message], session: SessionWriter | None, deps: Any,
+                 count: Callable[[str], int]) -> None:
         self.messages = messages
         self.session = session
         self.deps = deps
+        self.count = count
         self.usage = Usage()
         self.turns = 0
         self.started = time.monotonic()
         self.cache = PromptCache()
-        self.context_tokens = 0  # the last prompt + completion, plus what was added since
-        self.last_completion: ChatCompletion  # set by every model turn
+        self.context_tokens = 0
+        self.output_retry_used = False  # the one retry of an answer that failed output_type
 
     def add(self, message: Message) -> None:
         self.messages.append(message)
+        self.context_tokens += self.message_tokens(message)
         if self.session is not None:
             self.session.message(message)
+
+    def model_turn(self, completion: ChatCompletion, message: AssistantMessage) -> None:
+        """Record a model call: its usage, and its message (whose tokens the call counted)."""
+        self.usage = self.usage + completion.usage
+        self.turns += 1
+        self.add(message)
+        self.context_tokens = completion.usage.prompt_tokens + completion.usage.completion_tokens
+
+    def message_tokens(self, message: Message) -> int:
+        """Tokens a message adds to the context: its text, reasoning (once) and tool calls."""
+        n = self.count(message_text(message.content)) if message.content else 0
+        if isinstance(message, AssistantMessage):
+            if message.reasoning_content:
+                n += self.count(message.reasoning_content)
+            for call in message.tool_calls or ():
+                n += self.count(call.function.name) + self.count(call.function.arguments)
+        return n
 
 
 class Agent(Generic[OutputT]):
@@ -137,7 +171,7 @@ class Agent(Generic[OutputT]):
         deps: handed to tools that take a :class:`~kimik3.tools.ToolContext`.
 
     Raises:
-        AgentError: neither or both of ``engine`` and ``client``; duplicate tool names.
+        UserError: neither or both of ``engine`` and ``client``; duplicate tool names.
     """
 
     def __init__(
@@ -157,14 +191,14 @@ class Agent(Generic[OutputT]):
         deps: Any = None,
     ) -> None:
         if (engine is None) == (client is None):
-            raise AgentError("pass exactly one of engine=... or client=...")
+            raise UserError("pass exactly one of engine=... or client=...")
         self.client = client if client is not None else Client(cast(Engine, engine))
         self.instructions = instructions
         self.tools: dict[str, Tool] = {}
         for t in tools:
             t = t if isinstance(t, Tool) else Tool.from_function(t)
             if t.name in self.tools:
-                raise AgentError(f"two tools are named {t.name!r}")
+                raise UserError(f"two tools are named {t.name!r}")
             self.tools[t.name] = t
         self.settings = settings or ModelSettings()
         budgets = budgets or Budgets()
@@ -187,8 +221,6 @@ class Agent(Generic[OutputT]):
             self._tokenizer = tokenizer
         else:
             self._tokenizer = K3Tokenizer.from_pretrained(tokenizer)
-        if self._tokenizer is None and isinstance(self.client.engine, RawTextEngine):
-            self._tokenizer = self.client.engine._tokenizer  # only if already loaded
 
     # -- public ------------------------------------------------------------------------------
 
@@ -211,7 +243,7 @@ class Agent(Generic[OutputT]):
             The :class:`RunResult`.
 
         Raises:
-            AgentError: nothing to do (no task and no pending conversation).
+            UserError: nothing to do (no task and no pending conversation).
             Engine errors (:class:`~kimik3.APIStatusError`, ...) that survived the client's
             retries. Tool errors never escape: the model sees them.
         """
@@ -244,14 +276,14 @@ class Agent(Generic[OutputT]):
         """:meth:`run`, yielding :data:`AgentEvent` s; the last one is a :class:`FinalEvent`."""
         history: list[Message] = messages if messages is not None else []
         if task is None and not any(isinstance(m, UserMessage) for m in history):
-            raise AgentError("nothing to do: pass a task, or a conversation to continue")
+            raise UserError("nothing to do: pass a task, or a conversation to continue")
         writer = None
         if session is not None:
             writer = SessionWriter(session, {"instructions": self.instructions, "tools": sorted(self.tools)})
             if writer.new:  # a new session file for an existing conversation: record it first
                 for m in history:
                     writer.message(m)
-        run = _Run(history, writer, self.deps)
+        run = _Run(history, writer, self.deps, self._count)
         try:
             if not history and self.instructions:
                 run.add(SystemMessage(content=self.instructions))
@@ -267,7 +299,6 @@ class Agent(Generic[OutputT]):
     # -- the loop ----------------------------------------------------------------------------
 
     async def _loop(self, run: _Run) -> AsyncIterator[AgentEvent]:
-        output_retry_used = False
         while True:
             exhausted = self._exhausted(run)
             if exhausted is not None:
@@ -276,32 +307,43 @@ class Agent(Generic[OutputT]):
                 return
             async for event in self._maybe_compact(run):
                 yield event
+            outcome: TurnOutcome | None = None
+            async for item in self._turn(run):
+                if isinstance(item, (ToolsRan, ContinueWith, Final)):
+                    outcome = item
+                else:
+                    yield item
+            if isinstance(outcome, ContinueWith):
+                run.add(UserMessage(content=outcome.prompt))
+            elif isinstance(outcome, Final):
+                yield FinalEvent(self._result(run, outcome.output, outcome.stop_reason))
+                return
 
-            async for turn_event in self._model_turn(run, self._request(run)):
-                yield turn_event
-            completion = run.last_completion
-            message = completion.message
-            run.add(message)  # exactly as received
-
-            if message.tool_calls:
-                async for event in self._run_tools(run, message.tool_calls):
-                    yield event
-                yield TurnEndEvent(run.turns, message, completion.usage)
-                continue
+    async def _turn(self, run: _Run) -> AsyncIterator[AgentEvent | TurnOutcome]:
+        """One turn: a model call, its tools; ends with its named :data:`TurnOutcome`."""
+        async with self.client.stream_request(self._request(run)) as call:
+            async for event in call:
+                yield event
+        completion = call.completion
+        message = completion.message
+        run.model_turn(completion, message)  # the message exactly as received
+        if message.tool_calls:
+            async for tool_event in self._run_tools(run, message.tool_calls):
+                yield tool_event
             yield TurnEndEvent(run.turns, message, completion.usage)
-            if completion.truncated:
-                run.add(UserMessage(content=CONTINUE_REQUEST))
-                continue
-
-            output, error = self._validate_output(message)
-            if error is not None and not output_retry_used:
-                output_retry_used = True
-                run.add(UserMessage(content=f"Your answer does not match the required JSON schema: {error}. "
-                                            "Answer again with only the JSON object."))
-                continue
-            reason: StopReason = "completed" if error is None else "invalid_output"
-            yield FinalEvent(self._result(run, output, reason))
+            yield ToolsRan()
             return
+        yield TurnEndEvent(run.turns, message, completion.usage)
+        if completion.truncated:
+            yield ContinueWith(CONTINUE_REQUEST)
+            return
+        output, error = self._validate_output(message)
+        if error is not None and not run.output_retry_used:
+            run.output_retry_used = True
+            yield ContinueWith(f"Your answer does not match the required JSON schema: {error}. "
+                               "Answer again with only the JSON object.")
+            return
+        yield Final(output, "completed" if error is None else "invalid_output")
 
     def _request(self, run: _Run, *, tool_choice: Any = None, messages: list[Message] | None = None) -> ChatRequest:
         s = self.settings
@@ -319,28 +361,17 @@ class Agent(Generic[OutputT]):
             prompt_cache=run.cache if messages is None else None,
         )
 
-    async def _model_turn(self, run: _Run, request: ChatRequest) -> AsyncIterator[AgentEvent]:
-        """Stream one model call's events; its completion lands in ``run.last_completion``."""
-        async for event in self.client.stream_request(request):
-            if isinstance(event, Completed):
-                completion = event.completion
-                run.last_completion = completion
-                run.usage = run.usage + completion.usage
-                run.turns += 1
-                run.context_tokens = completion.usage.prompt_tokens + completion.usage.completion_tokens
-            else:
-                yield event
-
     # -- tools -------------------------------------------------------------------------------
 
     async def _run_tools(self, run: _Run, calls: Sequence[ToolCall]) -> AsyncIterator[AgentEvent]:
         results: list[ToolResult | None] = [None] * len(calls)
+        approved: list[ToolCallApprovedEvent | None] = [None] * len(calls)
         deadline = self._deadline(run)
         try:
             with anyio.move_on_after(deadline) if deadline is not None else nullcontext():
                 async with anyio.create_task_group() as group:
                     for i, call in enumerate(calls):
-                        group.start_soon(self._one_tool, run, call, results, i)
+                        group.start_soon(self._one_tool, run, call, results, approved, i)
         finally:
             # Whatever happened (a cancelled run, the time budget), every call id gets a result
             # message, in call order, so the history stays valid for the next request.
@@ -350,50 +381,60 @@ class Agent(Generic[OutputT]):
                     result = ToolResult(content="Error: the tool call was cancelled before it finished", is_error=True)
                     results[i] = result
                 run.add(self._result_message(result, call))
-                run.context_tokens += self._count(result.text)
             self._prune_images(run)
         for i, call in enumerate(calls):
             result = results[i]
             assert result is not None
+            ran = approved[i]
+            if ran is not None:
+                yield ran
             yield ToolResultEvent(call.id, call.function.name, result)
 
-    async def _one_tool(self, run: _Run, call: ToolCall, results: list[ToolResult | None], i: int) -> None:
+    async def _one_tool(self, run: _Run, call: ToolCall, results: list[ToolResult | None],
+                        approved: list[ToolCallApprovedEvent | None], i: int) -> None:
         name = call.function.name
         tool = self.tools.get(name)
         if tool is None:
             known = ", ".join(sorted(self.tools)) or "none"
             results[i] = ToolResult(content=f"Error: unknown tool {name!r}; available tools: {known}", is_error=True)
             return
-        arguments: dict[str, Any] | str = call.function.arguments
-        note = ""
-        if self.approval is not None:
-            try:
-                parsed = call.function.parsed_arguments()
-            except ValueError:
-                parsed = {}
-            try:
-                decision: ApprovalDecision | Any = self.approval(PendingCall(call.id, name, parsed))
-                if inspect.isawaitable(decision):
-                    decision = await decision
-            except Exception as e:
-                log.exception("kimik3: the approval hook failed")
-                results[i] = ToolResult(content=f"Error: the approval check failed: {e}", is_error=True)
-                return
-            if isinstance(decision, Deny):
-                results[i] = ToolResult(content=f"Error: the user denied this call: {decision.reason}", is_error=True)
-                return
-            if isinstance(decision, Edit):
-                arguments = decision.arguments
-                note = f"[the user edited the arguments to {json.dumps(decision.arguments, ensure_ascii=False)}]\n"
-            elif not isinstance(decision, Allow):
-                results[i] = ToolResult(content="Error: the approval check gave no decision", is_error=True)
-                log.error("kimik3: approval hook returned %r; expected Allow(), Deny(...) or Edit(...)", decision)
-                return
-        result = await tool.run(arguments, ToolContext(tool_call_id=call.id, deps=run.deps))
-        if note:
+        decision = await self._approve(call)
+        if isinstance(decision, ToolResult):  # denied, or the check failed: the model sees why
+            results[i] = decision
+            return
+        approved[i] = decision
+        result = await tool.run(decision.arguments, ToolContext(tool_call_id=call.id, deps=run.deps))
+        if decision.edited:
+            note = f"[the user edited the arguments to {json.dumps(decision.arguments, ensure_ascii=False)}]\n"
             result = ToolResult(content=note + result.text if isinstance(result.content, str)
                                 else [TextPart(text=note), *result.content], is_error=result.is_error)
         results[i] = result
+
+    async def _approve(self, call: ToolCall) -> ToolCallApprovedEvent | ToolResult:
+        """Approval, in one place: the call with its final arguments, or the error result the
+        model sees instead (denied, no decision, or the hook failed)."""
+        name = call.function.name
+        if self.approval is None:
+            return ToolCallApprovedEvent(call.id, name, call.function.arguments)
+        try:
+            parsed = call.function.parsed_arguments()
+        except ValueError:
+            parsed = {}
+        try:
+            decision: ApprovalDecision | Any = self.approval(PendingCall(call.id, name, parsed))
+            if inspect.isawaitable(decision):
+                decision = await decision
+        except Exception as e:
+            log.exception("kimik3: the approval hook failed")
+            return ToolResult(content=f"Error: the approval check failed: {e}", is_error=True)
+        if isinstance(decision, Deny):
+            return ToolResult(content=f"Error: the user denied this call: {decision.reason}", is_error=True)
+        if isinstance(decision, Edit):
+            return ToolCallApprovedEvent(call.id, name, decision.arguments, edited=True)
+        if isinstance(decision, Allow):
+            return ToolCallApprovedEvent(call.id, name, call.function.arguments)
+        log.error("kimik3: approval hook returned %r; expected Allow(), Deny(...) or Edit(...)", decision)
+        return ToolResult(content="Error: the approval check gave no decision", is_error=True)
 
     def _result_message(self, result: ToolResult, call: ToolCall) -> ToolMessage:
         cap = self.context.max_result_chars
@@ -455,13 +496,14 @@ class Agent(Generic[OutputT]):
     async def _final_turn(self, run: _Run, reason: StopReason) -> AsyncIterator[AgentEvent]:
         """One tool-free turn for a summary, then the result."""
         run.add(SystemMessage(content=SUMMARY_INSTRUCTIONS))
-        async for turn_event in self._model_turn(run, self._request(run, tool_choice="none")):
-            yield turn_event
-        completion = run.last_completion
+        async with self.client.stream_request(self._request(run, tool_choice="none")) as call:
+            async for event in call:
+                yield event
+        completion = call.completion
         message = completion.message
         if message.tool_calls:  # tools are off for this turn: keep the words, drop the calls
             message = AssistantMessage(content=message.content, reasoning_content=message.reasoning_content)
-        run.add(message)
+        run.model_turn(completion, message)
         yield TurnEndEvent(run.turns, message, completion.usage)
         output, _ = self._validate_output(message)
         yield FinalEvent(self._result(run, output, reason))
@@ -488,7 +530,7 @@ class Agent(Generic[OutputT]):
                          stop_reason=reason, session_path=path)
 
     def _count(self, text: str) -> int:
-        tok = self._tokenizer
+        tok = self._tokenizer or self.client.engine.tokenizer
         return len(tok.encode_text(text)) if tok is not None else estimate_tokens(text)
 
     async def _maybe_compact(self, run: _Run) -> AsyncIterator[AgentEvent]:
@@ -518,7 +560,7 @@ class Agent(Generic[OutputT]):
         new = [*msgs[:head], note, *msgs[split:]]
         msgs[:] = new  # in place: the caller's list is the live history
         run.cache = PromptCache()
-        run.context_tokens = sum(self._count(json.dumps(dump_message(m), ensure_ascii=False)) for m in new)
+        run.context_tokens = sum(run.message_tokens(m) for m in new)
         if run.session is not None:
             run.session.compaction(new, summary)
         yield CompactionEvent(len(older), summary)

@@ -1,4 +1,6 @@
-"""Settings, budgets, context policy, approval decisions, run results and events of the Agent."""
+"""Settings, budgets, context policy, approval decisions, run results, turn outcomes and the
+events of the Agent (the agent owns its event vocabulary: model deltas are re-exported here and
+from ``kimik3``)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ from typing import Any, Generic, Literal, TypeAlias
 
 from typing_extensions import TypeVar
 
-from ..engines import Usage
+from .._defaults import AGENTIC_SAMPLING, DEFAULT_REASONING_EFFORT, ReasoningEffort
 from ..formats.k3 import (
     ContentDelta,
     ReasoningDelta,
@@ -18,7 +20,7 @@ from ..formats.k3 import (
     ToolCallStarted,
 )
 from ..tools import ToolResult
-from ..types import AssistantMessage, Message
+from ..types import AssistantMessage, Message, Usage
 
 __all__ = [
     "AgentEvent",
@@ -27,17 +29,28 @@ __all__ = [
     "ApprovalHook",
     "Budgets",
     "CompactionEvent",
+    "ContentDelta",
     "ContextPolicy",
+    "ContinueWith",
     "Deny",
     "Edit",
+    "Final",
     "FinalEvent",
     "ModelSettings",
     "OutputT",
     "PendingCall",
+    "ReasoningDelta",
     "RunResult",
     "StopReason",
+    "ToolCallApprovedEvent",
+    "ToolCallArgumentsDelta",
+    "ToolCallDone",
+    "ToolCallIncomplete",
+    "ToolCallStarted",
     "ToolResultEvent",
+    "ToolsRan",
     "TurnEndEvent",
+    "TurnOutcome",
 ]
 
 OutputT = TypeVar("OutputT", default=str)
@@ -49,7 +62,8 @@ tool-free summary turn), or the answer failed ``output_type`` validation twice."
 
 @dataclass(frozen=True)
 class ModelSettings:
-    """Per-call model settings. K3's card evaluates agentic work at temperature 1.0, top_p 1.0.
+    """Per-call model settings. Defaults: K3's card for agentic work (temperature 1.0, top_p 1.0;
+    :mod:`kimik3._defaults`).
 
     Attributes:
         reasoning_effort: low / high / max, or "none" (thinking off).
@@ -58,9 +72,9 @@ class ModelSettings:
         extra: engine-specific extras (vLLM SamplingParams fields / extra request body).
     """
 
-    reasoning_effort: Literal["low", "high", "max", "none"] = "max"
-    temperature: float = 1.0
-    top_p: float = 1.0
+    reasoning_effort: ReasoningEffort = DEFAULT_REASONING_EFFORT
+    temperature: float = AGENTIC_SAMPLING.temperature
+    top_p: float = AGENTIC_SAMPLING.top_p
     max_tokens: int | None = None
     seed: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -163,6 +177,18 @@ class RunResult(Generic[OutputT]):
 
 
 @dataclass(frozen=True, slots=True)
+class ToolCallApprovedEvent:
+    """A tool call passed approval and ran with these final arguments (the model's, or an
+    :class:`Edit`'s). Arrives with the turn's results, before its :class:`ToolResultEvent`."""
+
+    call_id: str
+    name: str
+    arguments: dict[str, Any] | str
+    edited: bool = False
+    type: Literal["tool_call_approved"] = field(default="tool_call_approved", init=False)
+
+
+@dataclass(frozen=True, slots=True)
 class ToolResultEvent:
     """A tool call finished (results arrive in call order once the turn's calls are done)."""
 
@@ -206,9 +232,38 @@ AgentEvent: TypeAlias = (
     | ToolCallArgumentsDelta
     | ToolCallDone
     | ToolCallIncomplete
+    | ToolCallApprovedEvent
     | ToolResultEvent
     | TurnEndEvent
     | CompactionEvent
     | FinalEvent[Any]
 )
 """What :meth:`Agent.run_stream` yields."""
+
+
+# -- the named outcomes of one turn ----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ToolsRan:
+    """The turn called tools; their results are in the history: the loop goes on."""
+
+
+@dataclass(frozen=True, slots=True)
+class ContinueWith:
+    """The turn needs another model call, with this user prompt first (a reply cut by the
+    output limit, an answer that failed ``output_type``)."""
+
+    prompt: str
+
+
+@dataclass(frozen=True, slots=True)
+class Final:
+    """The run is over: the final output (or None) and why it stopped."""
+
+    output: Any
+    stop_reason: StopReason
+
+
+TurnOutcome: TypeAlias = ToolsRan | ContinueWith | Final
+"""How one turn of :class:`~kimik3.Agent` ended."""

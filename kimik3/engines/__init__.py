@@ -1,33 +1,28 @@
-"""Engines: where K3 runs. One async protocol over a remote OpenAI-compatible endpoint
-(:class:`RemoteEngine`), vLLM embedded in-process (:class:`VLLMEngine`) and scripted replies
-(:class:`ScriptedEngine`, for tests)."""
+"""Engines: where K3 runs, as transports. Token engines take K3 prompt ids and stream raw K3 text
+(:class:`VLLMEngine` in-process, :class:`RemoteEngine` in raw mode, :class:`ScriptedEngine` for
+tests); chat engines stream deltas a server parsed (:class:`RemoteEngine` in chat mode). Every
+``engine.stream(request)`` returns a :class:`ModelCall`."""
 
-from ._base import (
-    ChatCompletion,
-    ChatRequest,
-    Choice,
-    Completed,
-    Engine,
-    PromptCache,
-    RawChunk,
-    RawTextEngine,
-    ReasoningEffort,
-    StreamEvent,
-    Usage,
-)
+from .._defaults import ReasoningEffort
+from ..formats.k3 import PromptCache, RawChunk
+from ..types import ChatCompletion, ChatRequest, Choice, Usage
+from ._base import Engine, ModelCall, TokenEngine
 from ._preflight import Finding, PreflightReport, preflight
 from ._remote import RemoteEngine
 from ._scripted import ScriptedCall, ScriptedEngine
 from ._vllm import PRESETS, VLLMEngine
+
+RawTextEngine = TokenEngine
+"""The former name of :class:`TokenEngine`."""
 
 __all__ = [
     "PRESETS",
     "ChatCompletion",
     "ChatRequest",
     "Choice",
-    "Completed",
     "Engine",
     "Finding",
+    "ModelCall",
     "PreflightReport",
     "PromptCache",
     "RawChunk",
@@ -36,7 +31,7 @@ __all__ = [
     "RemoteEngine",
     "ScriptedCall",
     "ScriptedEngine",
-    "StreamEvent",
+    "TokenEngine",
     "Usage",
     "VLLMEngine",
     "preflight",

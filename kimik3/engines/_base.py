@@ -1,233 +1,105 @@
-"""The Engine protocol: requests, completions, stream events, and the raw-text engine base.
+"""Engines are transports. A model call is an object.
 
-Two kinds of engine produce a :class:`ChatCompletion`:
+- :class:`ModelCall`: what every ``stream()`` returns. An async context manager and an async
+  iterator of events that, once consumed, holds its :class:`~kimik3.ChatCompletion` (as
+  openai-python's ``AsyncStream`` and pydantic-ai's ``StreamedResponse`` do)::
 
-- *raw-text* engines (:class:`RawTextEngine`: embedded vLLM, a remote endpoint in raw mode, the
-  scripted engine) take K3 prompt token ids that kimik3 encoded and return raw K3 text, which
-  kimik3's :class:`~kimik3.formats.k3.StreamParser` turns into events;
-- the remote endpoint in chat mode lets the server render and parse, and maps its deltas to the
-  same events.
+      async with engine.stream(request) as call:
+          async for event in call:
+              ...
+      completion = call.completion
 
-Either way a stream yields :data:`StreamEvent` s and ends with one :class:`Completed`.
+  Leaving the ``async with`` early (or ``await call.aclose()``) aborts the request.
+- :class:`TokenEngine`: engines that take K3 prompt ids and generate raw K3 text (embedded vLLM,
+  ``/v1/completions`` raw mode, the scripted engine). They implement one method,
+  :meth:`TokenEngine.generate`; K3 itself (prompt ids, images, parsing, usage) is
+  :class:`~kimik3.formats.k3.K3Codec`'s job.
+- Chat engines (``RemoteEngine`` in chat mode) stream deltas a server already parsed, checked by
+  :mod:`kimik3.engines._chat`.
 """
 
 from __future__ import annotations
 
 import os
-import time
-import uuid
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import AsyncGenerator, Callable, Sequence
 from types import TracebackType
-from typing import Any, Literal, TypeAlias
+from typing import Any, TypeAlias
 
-from pydantic import BaseModel, ConfigDict, Field
+from .._exceptions import EngineError, TokenizerError, UserError
+from ..formats.k3 import EncodedPrompt, Event, K3Codec, K3Tokenizer, RawChunk
+from ..types import ChatCompletion, ChatRequest, ImagePart
 
-from .._exceptions import EngineError, InvalidEffortError
-from ..formats.k3 import Event, ParsedOutput, StreamParser
-from ..formats.k3._media import MediaIndex, expand_videos, image_prompt_tokens, media_scan, prepare_request_image
-from ..formats.k3._tokenizer import K3Tokenizer, PromptEncoder, estimate_tokens
-from ..types import AssistantMessage, ImagePart, Message, ToolSpec, to_messages, to_tool_specs
+__all__ = ["CallSource", "Engine", "ModelCall", "TokenEngine"]
 
-__all__ = [
-    "ChatCompletion",
-    "ChatRequest",
-    "Choice",
-    "Completed",
-    "Engine",
-    "PromptCache",
-    "RawChunk",
-    "RawTextEngine",
-    "ReasoningEffort",
-    "StreamEvent",
-    "Usage",
-    "completion_from_parse",
-]
-
-ReasoningEffort = Literal["low", "high", "max", "none"]
-"""K3's ``reasoning_effort``: low / high / max (default max); ``"none"`` turns thinking off."""
+CallSource: TypeAlias = AsyncGenerator["Event | ChatCompletion", None]
+"""What an engine's call generator yields: events, then exactly one completion (last)."""
 
 
-class Usage(BaseModel):
-    """Token usage of one model call (OpenAI shape)."""
+class ModelCall:
+    """One model call: an async context manager and an async iterator of :data:`Event` s that
+    holds its :attr:`completion` once the events are consumed.
 
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    total_tokens: int = 0
-
-    def __add__(self, other: Usage) -> Usage:
-        return Usage(
-            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
-            completion_tokens=self.completion_tokens + other.completion_tokens,
-            total_tokens=self.total_tokens + other.total_tokens,
-        )
-
-
-class Choice(BaseModel):
-    """``choices[i]`` of a chat completion."""
-
-    index: int = 0
-    message: AssistantMessage
-    finish_reason: Literal["stop", "length", "tool_calls"]
-
-
-class ChatCompletion(BaseModel):
-    """An OpenAI-shaped chat completion (one choice).
-
-    Attributes:
-        choices: one :class:`Choice` with the assistant message (``reasoning_content``,
-            ``content``, ``tool_calls``) and its ``finish_reason``.
-        usage: token counts.
-        truncated: the output stopped before K3 closed the message (``max_tokens``); an
-            incomplete tool call is then dropped, never returned.
-        dropped_tool_calls: names of calls that were started but never completed.
-        raw_text: the raw K3 output for raw-text engines (None in chat mode).
+    Args:
+        source: an async generator yielding the call's events and, last, its completion
+            (kimik3's engines build it; the completion is never shown as an event).
     """
 
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
-    id: str = Field(default_factory=lambda: "chatcmpl-" + uuid.uuid4().hex[:24])
-    object: Literal["chat.completion"] = "chat.completion"
-    created: int = Field(default_factory=lambda: int(time.time()))
-    model: str = ""
-    choices: list[Choice]
-    usage: Usage = Field(default_factory=Usage)
-    truncated: bool = False
-    dropped_tool_calls: list[str] = Field(default_factory=list)
-    raw_text: str | None = None
+    def __init__(self, source: CallSource) -> None:
+        self._source = source
+        self._completion: ChatCompletion | None = None
+        self._closed = False
 
     @property
-    def message(self) -> AssistantMessage:
-        """The assistant message of the first choice."""
-        return self.choices[0].message
+    def completion(self) -> ChatCompletion:
+        """The completion (available once every event was consumed).
 
-    @property
-    def finish_reason(self) -> Literal["stop", "length", "tool_calls"]:
-        """The first choice's finish reason."""
-        return self.choices[0].finish_reason
+        Raises:
+            UserError: the call's events were not consumed to the end.
+        """
+        if self._completion is None:
+            raise UserError("the model call is not finished: consume its events (or await call.get()) first")
+        return self._completion
 
-    def to_openai(self) -> dict[str, Any]:
-        """The plain OpenAI chat-completion dict (reasoning under both field names)."""
-        from ..types import dump_message
+    async def get(self) -> ChatCompletion:
+        """Consume the remaining events and return the completion."""
+        async for _ in self:
+            pass
+        return self.completion
 
-        return {
-            "id": self.id,
-            "object": self.object,
-            "created": self.created,
-            "model": self.model,
-            "choices": [
-                {"index": c.index, "message": dump_message(c.message), "finish_reason": c.finish_reason}
-                for c in self.choices
-            ],
-            "usage": self.usage.model_dump(),
-        }
+    def __aiter__(self) -> ModelCall:
+        return self
 
+    async def __anext__(self) -> Event:
+        if self._closed:
+            raise StopAsyncIteration
+        try:
+            item = await self._source.__anext__()
+        except StopAsyncIteration:
+            await self.aclose()
+            raise EngineError("the engine's stream ended without a completion") from None
+        except BaseException:
+            await self.aclose()
+            raise
+        if isinstance(item, ChatCompletion):
+            self._completion = item
+            await self.aclose()
+            raise StopAsyncIteration
+        return item
 
-@dataclass(frozen=True, slots=True)
-class Completed:
-    """The last event of every stream: the whole completion."""
+    async def aclose(self) -> None:
+        """End the call; a request still running is aborted (idempotent)."""
+        if not self._closed:
+            self._closed = True
+            await self._source.aclose()
 
-    completion: ChatCompletion
-    type: Literal["completed"] = field(default="completed", init=False)
+    async def __aenter__(self) -> ModelCall:
+        return self
 
-
-StreamEvent: TypeAlias = Event | Completed
-"""What :meth:`Engine.stream` yields: the parser's events, then one :class:`Completed`."""
-
-
-class PromptCache:
-    """Per-conversation incremental prompt encoders (see :class:`~kimik3.PromptEncoder`).
-
-    Hand the same cache with every request of one growing conversation (the Agent does) and
-    raw-text engines tokenize only the new turn. Safe to share between engines with the same
-    tokenizer; one conversation per cache.
-    """
-
-    def __init__(self) -> None:
-        self._encoders: dict[tuple[int, str, bool, str | None], PromptEncoder] = {}
-        self.media = MediaIndex()
-        """The conversation's image and video parts, scanned once per message."""
-
-    def encoder(
-        self, tokenizer: K3Tokenizer, tools: Sequence[ToolSpec], thinking: bool, effort: str | None
-    ) -> PromptEncoder:
-        """The encoder for these settings (created on first use; at most a few are kept)."""
-        key = (id(tokenizer), _tools_key(tools), thinking, effort)
-        enc = self._encoders.get(key)
-        if enc is None or enc.tokenizer is not tokenizer:
-            if len(self._encoders) >= 4:  # settings changed mid-conversation: drop the oldest
-                self._encoders.pop(next(iter(self._encoders)))
-            enc = PromptEncoder(tokenizer, tools, thinking=thinking, thinking_effort=effort)
-            self._encoders[key] = enc
-        return enc
-
-
-def _tools_key(tools: Sequence[ToolSpec]) -> str:
-    return "\x1f".join(t.model_dump_json(exclude_none=True) for t in tools)
-
-
-@dataclass
-class ChatRequest:
-    """One model call, engine-independent.
-
-    Attributes:
-        messages: the conversation (typed; dicts are converted).
-        tools: declared tools.
-        reasoning_effort: ``"low"``, ``"high"``, ``"max"`` (default) or ``"none"`` (thinking off).
-        tool_choice: ``"auto"`` (None), ``"required"`` or ``"none"``.
-        response_format: ``{"type": "json_object"}`` or ``{"type": "json_schema", ...}``.
-        temperature, top_p: sampling; K3's card evaluates with 1.0 / 0.95.
-        max_tokens: completion budget (None: the engine's default / the context's remainder).
-        seed: sampling seed, where the engine supports one.
-        extra: engine-specific extras (vLLM SamplingParams fields; extra JSON body fields).
-        prompt_cache: a :class:`PromptCache` for incremental encoding across turns.
-        prompt_ids: an already encoded K3 prompt: raw-text engines send it instead of encoding
-            ``messages`` ("generate from an encoded prompt"); ``thinking`` must match the prompt's
-            generation prefix. Chat-mode endpoints cannot take ids and raise EngineError.
-    """
-
-    messages: list[Message]
-    tools: list[ToolSpec] = field(default_factory=list)
-    reasoning_effort: ReasoningEffort = "max"
-    tool_choice: Any = None
-    response_format: Any = None
-    temperature: float = 1.0
-    top_p: float = 0.95
-    max_tokens: int | None = None
-    seed: int | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-    prompt_cache: PromptCache | None = None
-    prompt_ids: Sequence[int] | None = None
-
-    def __post_init__(self) -> None:
-        self.messages = to_messages(self.messages)
-        self.tools = to_tool_specs(self.tools)
-        if self.reasoning_effort not in ("low", "high", "max", "none"):
-            raise InvalidEffortError(
-                f"reasoning_effort must be low, high, max or none, got {self.reasoning_effort!r}"
-            )
-
-    @property
-    def thinking(self) -> bool:
-        """Thinking is on unless ``reasoning_effort == "none"``."""
-        return self.reasoning_effort != "none"
-
-    @property
-    def thinking_effort(self) -> str | None:
-        """The effort directive to render (None when thinking is off)."""
-        return None if self.reasoning_effort == "none" else self.reasoning_effort
-
-    def encoding_options(self) -> dict[str, Any]:
-        """The K3 encoder's options for this request (``thinking``, ``thinking_effort``,
-        ``tool_choice``, ``response_format``), as keyword arguments of
-        :func:`~kimik3.formats.k3.encode_segments` / :func:`~kimik3.formats.k3.render`."""
-        return {
-            "thinking": self.thinking,
-            "thinking_effort": self.thinking_effort,
-            "tool_choice": self.tool_choice,
-            "response_format": self.response_format,
-        }
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
 
 
 class Engine(ABC):
@@ -235,30 +107,35 @@ class Engine(ABC):
 
     Implementations: :class:`~kimik3.engines.RemoteEngine`, :class:`~kimik3.engines.VLLMEngine`,
     :class:`~kimik3.ScriptedEngine`.
+
+    Attributes:
+        model: the model name reported in completions.
+        tokenizer: the K3 tokenizer when the engine has one loaded (token engines), else None;
+            the agent counts tokens with it.
     """
 
     model: str = ""
 
-    @abstractmethod
-    def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
-        """Stream one completion: parser events, then one :class:`Completed`.
+    @property
+    def tokenizer(self) -> K3Tokenizer | None:
+        """The engine's K3 tokenizer, when it has one (None by default)."""
+        return None
 
-        Cancelling the consumer (or closing the iterator) aborts the request on the engine.
+    @abstractmethod
+    def stream(self, request: ChatRequest) -> ModelCall:
+        """Start one completion: a :class:`ModelCall` of parser events ending in a completion.
+
+        Leaving its ``async with`` early (or cancelling the consumer) aborts the request.
 
         Raises:
-            APIStatusError and subclasses, APIConnectionError, EngineError: engine failures.
+            APIStatusError and subclasses, APIConnectionError, EngineError: engine failures
+            (raised while iterating).
         """
 
     async def complete(self, request: ChatRequest) -> ChatCompletion:
         """Run one completion to the end (non-streaming)."""
-        stream = self.stream(request)
-        try:
-            async for event in stream:
-                if isinstance(event, Completed):
-                    return event.completion
-        finally:
-            await _aclose(stream)
-        raise EngineError(f"{type(self).__name__}.stream() ended without a completion")
+        async with self.stream(request) as call:
+            return await call.get()
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
         """Release the engine's resources (idempotent)."""
@@ -272,53 +149,37 @@ class Engine(ABC):
         await self.aclose()
 
 
-async def _aclose(it: AsyncIterator[Any]) -> None:
-    close = getattr(it, "aclose", None)
-    if close is not None:
-        await close()
+TokenizerSource: TypeAlias = "K3Tokenizer | str | os.PathLike[str] | Callable[[], K3Tokenizer] | None"
 
 
-@dataclass(frozen=True, slots=True)
-class RawChunk:
-    """A piece of raw K3 output from a raw-text engine.
-
-    Attributes:
-        text: newly generated text (markers included, contiguous).
-        finish_reason: set on the last chunk (``"stop"`` or ``"length"``).
-        completion_tokens: total generated tokens so far, when the engine knows.
-        prompt_tokens: the prompt's token count, when the engine reports it.
-        prompt_token_ids: the prompt ids as the engine received them, when it echoes them
-            (vLLM does): proof that kimik3's exact ids reached the engine.
-    """
-
-    text: str = ""
-    finish_reason: str | None = None
-    completion_tokens: int | None = None
-    prompt_tokens: int | None = None
-    prompt_token_ids: Sequence[int] | None = None
-
-
-class RawTextEngine(Engine):
+class TokenEngine(Engine):
     """Base of engines that generate raw K3 text from kimik3-encoded prompt ids.
 
-    Subclasses implement :meth:`generate`. :meth:`stream` encodes the request with the K3
-    tokenizer (incrementally when the request carries a :class:`PromptCache`), generates, and
-    parses with :class:`~kimik3.formats.k3.StreamParser`.
+    Subclasses implement :meth:`generate` (and :meth:`prepare_images` when they take images);
+    :meth:`stream` is the codec around it: encode, generate, decode.
 
     Args:
         tokenizer: the K3 tokenizer, or a model directory to load it from, or a zero-argument
             callable returning one (loaded on first use).
     """
 
-    def __init__(
-        self, tokenizer: K3Tokenizer | str | os.PathLike[str] | Callable[[], K3Tokenizer] | None = None
-    ) -> None:
+    def __init__(self, tokenizer: TokenizerSource = None) -> None:
         self._tokenizer_source = tokenizer
         self._tokenizer: K3Tokenizer | None = tokenizer if isinstance(tokenizer, K3Tokenizer) else None
 
     @property
-    def tokenizer(self) -> K3Tokenizer:
-        """The K3 tokenizer (loaded on first use).
+    def tokenizer(self) -> K3Tokenizer | None:
+        """The K3 tokenizer (loaded on first use); None when the engine was given none.
+
+        Raises:
+            TokenizerError: the tokenizer's files are missing or inconsistent.
+        """
+        if self._tokenizer is None and self._tokenizer_source is not None:
+            return self.load_tokenizer()
+        return self._tokenizer
+
+    def load_tokenizer(self) -> K3Tokenizer:
+        """The K3 tokenizer, loaded on first use.
 
         Raises:
             TokenizerError: no tokenizer configured, or its files are missing.
@@ -326,8 +187,6 @@ class RawTextEngine(Engine):
         if self._tokenizer is None:
             src = self._tokenizer_source
             if src is None:
-                from .._exceptions import TokenizerError
-
                 raise TokenizerError(f"{type(self).__name__} needs a K3 tokenizer (a model directory)")
             if isinstance(src, K3Tokenizer):
                 self._tokenizer = src
@@ -337,108 +196,58 @@ class RawTextEngine(Engine):
                 self._tokenizer = K3Tokenizer.from_pretrained(src)
         return self._tokenizer
 
-    def encode(self, request: ChatRequest) -> Sequence[int]:
-        """The K3 prompt ids of a request (incremental with ``request.prompt_cache``)."""
-        tok = self.tokenizer
-        if request.prompt_cache is not None:
-            enc = request.prompt_cache.encoder(tok, request.tools, request.thinking, request.thinking_effort)
-            return enc.encode(
-                request.messages, tool_choice=request.tool_choice, response_format=request.response_format
-            )
-        return tok.encode_messages(request.messages, request.tools, **request.encoding_options())
+    @property
+    def codec(self) -> K3Codec:
+        """The K3 codec over this engine's tokenizer (loaded on first use; None-tokenizer
+        engines count tokens by estimate)."""
+        return K3Codec(self.tokenizer)
 
     @abstractmethod
     def generate(
         self, prompt_ids: Sequence[int], request: ChatRequest, *, images: Sequence[Any] = ()
-    ) -> AsyncIterator[RawChunk]:
+    ) -> AsyncGenerator[RawChunk, None]:
         """Generate raw K3 text for an encoded prompt ("generate from an encoded prompt").
 
         Args:
-            prompt_ids: K3 prompt token ids (e.g. from :meth:`encode`).
+            prompt_ids: K3 prompt token ids (e.g. ``self.codec.encode(request).ids``).
             request: sampling settings (temperature, top_p, max_tokens, seed, extra).
             images: prepared images for the prompt's image placeholders, in order.
 
         Yields:
-            :class:`RawChunk` s; the last one carries ``finish_reason``. Stops at
-            ``<|end_of_msg|>``. Cancellation aborts the request.
+            :class:`~kimik3.formats.k3.RawChunk` s; the last one carries ``finish_reason``.
+            Stops at ``<|end_of_msg|>``. Closing the generator aborts the request.
         """
 
     def prepare_images(self, parts: Sequence[ImagePart]) -> list[Any]:
         """The images to send with the prompt, one per image part in prompt order (subclasses
-        that take images override)."""
+        that take images override).
+
+        Raises:
+            EngineError: this engine takes no images.
+        """
         if parts:
             raise EngineError(f"{type(self).__name__} does not accept images")
         return []
 
-    async def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
-        index = request.prompt_cache.media if request.prompt_cache is not None else None
-        media = media_scan(request.messages, index)
-        if media.has_video:
-            request = replace(request, messages=expand_videos(request.messages))
-            media = media_scan(request.messages)
-        images = self.prepare_images(media.images)
-        prompt_ids = request.prompt_ids if request.prompt_ids is not None else self.encode(request)
-        parser = StreamParser(request.thinking)
-        raw: list[str] = []
-        finish_reason: str | None = None
-        completion_tokens: int | None = None
-        prompt_tokens: int | None = None
-        gen = self.generate(prompt_ids, request, images=images)
+    def stream(self, request: ChatRequest) -> ModelCall:
+        return ModelCall(self._call(request))
+
+    def encode(self, request: ChatRequest) -> EncodedPrompt:
+        """The prompt of ``request`` (:meth:`K3Codec.encode`; incremental with its prompt cache)."""
+        return self.codec.encode(request)
+
+    async def _call(self, request: ChatRequest) -> CallSource:
+        codec = self.codec
+        prompt = self.encode(request)
+        images = self.prepare_images(prompt.images)
+        decoder = codec.decoder(request, prompt)
+        gen = self.generate(prompt.ids, prompt.request, images=images)
         try:
             async for chunk in gen:
-                if chunk.text:
-                    raw.append(chunk.text)
-                    for event in parser.feed(chunk.text):
-                        yield event
-                if chunk.finish_reason is not None:
-                    finish_reason = chunk.finish_reason
-                if chunk.completion_tokens is not None:
-                    completion_tokens = chunk.completion_tokens
-                if chunk.prompt_tokens is not None:
-                    prompt_tokens = chunk.prompt_tokens
+                for event in decoder.feed(chunk):
+                    yield event
         finally:
-            await _aclose(gen)
-        for event in parser.finish(finish_reason):
+            await gen.aclose()
+        for event in decoder.finish():
             yield event
-        text = "".join(raw)
-        if completion_tokens is None:
-            completion_tokens = self._count(text)
-        if prompt_tokens is None:  # the engine did not say: count the expanded image blocks
-            prompt_tokens = len(prompt_ids) + self._image_tokens(media.images)
-        usage = Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
-        usage.total_tokens = usage.prompt_tokens + usage.completion_tokens
-        yield Completed(completion_from_parse(parser.result(), usage=usage, model=self.model, raw_text=text))
-
-    def _image_tokens(self, parts: Sequence[ImagePart]) -> int:
-        """Extra prompt tokens of the images: each placeholder token becomes a whole block."""
-        if not parts:
-            return 0
-        tok = self._tokenizer
-        extra = 0
-        for part in parts:
-            url = part.image_url.url
-            if url.startswith(("http://", "https://")):
-                continue  # size unknown until the server fetches it
-            prepared = prepare_request_image(url)
-            width, height = prepared.size
-            extra += image_prompt_tokens(tok, width, height, prepared.token_count) - 1
-        return extra
-
-    def _count(self, text: str) -> int:
-        if self._tokenizer is None and self._tokenizer_source is None:
-            return estimate_tokens(text)  # no tokenizer: a documented estimate
-        return len(self.tokenizer.encode_control(text)) if text else 0
-
-
-def completion_from_parse(
-    parsed: ParsedOutput, *, usage: Usage, model: str, raw_text: str | None
-) -> ChatCompletion:
-    """Build the completion for a parsed K3 output."""
-    return ChatCompletion(
-        model=model,
-        choices=[Choice(message=parsed.to_message(), finish_reason=parsed.finish_reason)],
-        usage=usage,
-        truncated=parsed.truncated,
-        dropped_tool_calls=[c.name for c in parsed.incomplete_tool_calls],
-        raw_text=raw_text,
-    )
+        yield decoder.completion(self.model)

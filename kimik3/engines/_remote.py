@@ -18,8 +18,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import replace
+from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any, Literal
 
 import openai
@@ -35,40 +35,18 @@ from .._exceptions import (
     NotFoundError,
     RateLimitError,
     ServiceUnavailableError,
+    UserError,
 )
-from ..formats.k3 import (
-    CLOSE,
-    END_OF_MSG,
-    OPEN,
-    SEP,
-    ContentDelta,
-    ReasoningDelta,
-    StreamParser,
-    ToolCallArgumentsDelta,
-    ToolCallDone,
-    ToolCallIncomplete,
-    ToolCallStarted,
-)
-from ..formats.k3._media import expand_videos, media_scan, upload_url
-from ..formats.k3._parse import ParsedToolCall
-from ..formats.k3._tokenizer import K3Tokenizer
-from ..types import AssistantMessage, FunctionCall, ImagePart, Message, ToolCall, dump_message
-from ._base import (
-    ChatCompletion,
-    ChatRequest,
-    Choice,
-    Completed,
-    RawChunk,
-    RawTextEngine,
-    StreamEvent,
-    Usage,
-)
+from ..formats.k3 import K3Codec, K3Tokenizer, RawChunk
+from ..formats.k3._media import media_scan, upload_url
+from ..types import ChatRequest, ImagePart, Message, dump_message
+from ._base import CallSource, ModelCall, TokenEngine
+from ._chat import ChatStreamChecker, field_of
 
-__all__ = ["RemoteEngine", "map_openai_error"]
+__all__ = ["RemoteEngine", "map_openai_error", "openai_errors"]
 
 log = logging.getLogger("kimik3.engines.remote")
 
-_MARKERS = (OPEN, CLOSE, SEP, END_OF_MSG)
 _CONTEXT_PHRASES = ("maximum context length", "context length", "too long", "max_model_len", "context window")
 
 
@@ -82,7 +60,8 @@ def map_openai_error(e: Exception) -> Exception:
         status = e.status_code
         body = e.body
         message = f"{status}: {e.message}"
-        retry_after = _retry_after(e.response.headers if e.response is not None else {})
+        headers = e.response.headers if e.response is not None else {}
+        retry_after = _retry_after(headers)
         cls: type[APIStatusError]
         if status == 400 or status == 422:
             text = str(e.message).lower() + " " + json.dumps(body, default=str).lower()
@@ -97,8 +76,24 @@ def map_openai_error(e: Exception) -> Exception:
             cls = ServiceUnavailableError
         else:
             cls = APIStatusError
-        return cls(message, status_code=status, body=body, retry_after=retry_after)
+        return cls(
+            message,
+            status_code=status,
+            body=body,
+            retry_after=retry_after,
+            response=e.response,
+            request_id=e.request_id or headers.get("x-request-id"),
+        )
     return e
+
+
+@contextmanager
+def openai_errors() -> Iterator[None]:
+    """The one place ``openai`` exceptions become kimik3's typed errors (:func:`map_openai_error`)."""
+    try:
+        yield
+    except openai.OpenAIError as e:
+        raise map_openai_error(e) from e
 
 
 def _retry_after(headers: Mapping[str, str]) -> float | None:
@@ -114,7 +109,7 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
     return None
 
 
-class RemoteEngine(RawTextEngine):
+class RemoteEngine(TokenEngine):
     """A K3 engine over ``openai.AsyncOpenAI``.
 
     Args:
@@ -132,7 +127,8 @@ class RemoteEngine(RawTextEngine):
             ignored).
 
     Raises:
-        EngineError: raw mode without a tokenizer (when first used).
+        UserError: an unknown ``mode``.
+        EngineError: raw mode without a tokenizer; (when streaming) images with ``force_raw``.
     """
 
     def __init__(
@@ -151,7 +147,7 @@ class RemoteEngine(RawTextEngine):
     ) -> None:
         super().__init__(tokenizer)
         if mode not in ("chat", "raw"):
-            raise ValueError(f"mode must be 'chat' or 'raw', got {mode!r}")
+            raise UserError(f"mode must be 'chat' or 'raw', got {mode!r}")
         if mode == "raw" and tokenizer is None:
             raise EngineError("RemoteEngine raw mode needs the K3 tokenizer (tokenizer=<model dir>)")
         self.mode = mode
@@ -171,10 +167,8 @@ class RemoteEngine(RawTextEngine):
 
     async def _model_name(self) -> str:
         if self._model is None:
-            try:
+            with openai_errors():
                 models = await self._client.models.list()
-            except openai.OpenAIError as e:
-                raise map_openai_error(e) from e
             if not models.data:
                 raise EngineError("the endpoint serves no models; pass model=...")
             self._model = models.data[0].id
@@ -185,37 +179,34 @@ class RemoteEngine(RawTextEngine):
 
     # -- dispatch ----------------------------------------------------------------------------
 
-    async def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
+    def stream(self, request: ChatRequest) -> ModelCall:
         if self.mode == "raw":
             index = request.prompt_cache.media if request.prompt_cache is not None else None
             if not media_scan(request.messages, index).images:
-                async for event in super().stream(request):
-                    yield event
-                return
+                return super().stream(request)
             if self.force_raw:
                 raise EngineError(
                     "OpenAI-compatible completions endpoints take no images; this raw-mode request "
                     "has images (use mode='chat' or drop force_raw=True)"
                 )
             log.warning("kimik3: request has images; completions take none, so it goes through chat mode")
-        async for event in self._stream_chat(request):
-            yield event
+        return ModelCall(self._chat_call(request))
 
     # -- raw mode ----------------------------------------------------------------------------
 
     async def generate(
         self, prompt_ids: Sequence[int], request: ChatRequest, *, images: Sequence[Any] = ()
-    ) -> AsyncIterator[RawChunk]:
+    ) -> AsyncGenerator[RawChunk, None]:
         if images:
             raise EngineError("OpenAI-compatible completions endpoints take no images")
         model = await self._model_name()
         extra_body: dict[str, Any] = {
             "skip_special_tokens": False,
             "spaces_between_special_tokens": False,
-            "stop_token_ids": [self.tokenizer.end_of_msg_id],
+            "stop_token_ids": [self.load_tokenizer().end_of_msg_id],
             **request.extra,
         }
-        try:
+        with openai_errors():
             stream = await self._client.completions.create(
                 model=model,
                 prompt=list(prompt_ids),
@@ -232,7 +223,7 @@ class RemoteEngine(RawTextEngine):
                     usage = chunk.usage
                     if chunk.choices:
                         choice = chunk.choices[0]
-                        echoed = _field(choice, "prompt_token_ids")
+                        echoed = field_of(choice, "prompt_token_ids")
                         yield RawChunk(
                             text=choice.text or "",
                             finish_reason=choice.finish_reason,
@@ -242,8 +233,6 @@ class RemoteEngine(RawTextEngine):
                         yield RawChunk(
                             prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens
                         )
-        except openai.OpenAIError as e:
-            raise map_openai_error(e) from e
 
     # -- chat mode ---------------------------------------------------------------------------
 
@@ -285,52 +274,21 @@ class RemoteEngine(RawTextEngine):
             kwargs["extra_body"] = extra_body
         return kwargs
 
-    async def _stream_chat(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
+    async def _chat_call(self, request: ChatRequest) -> CallSource:
         if request.prompt_ids is not None:
-            raise EngineError("chat mode cannot send an encoded prompt; use mode='raw' for prompt_ids")
-        index = request.prompt_cache.media if request.prompt_cache is not None else None
-        if media_scan(request.messages, index).has_video:
-            request = replace(request, messages=expand_videos(request.messages))
+            raise UserError("chat mode cannot send an encoded prompt; use mode='raw' for prompt_ids")
+        request = K3Codec.expand(request)  # videos as timestamped frames
         model = await self._model_name()
-        check = _ChatChecker(request.thinking)
-        usage = Usage()
-        finish_reason: str | None = None
-        try:
+        check = ChatStreamChecker(request.thinking, model)
+        with openai_errors():
             stream = await self._client.chat.completions.create(**self._chat_kwargs(request, model))
             async with stream:
                 async for chunk in stream:
-                    if chunk.usage is not None:
-                        usage = Usage(
-                            prompt_tokens=chunk.usage.prompt_tokens,
-                            completion_tokens=chunk.usage.completion_tokens,
-                            total_tokens=chunk.usage.total_tokens,
-                        )
-                    if not chunk.choices:
-                        continue
-                    choice = chunk.choices[0]
-                    delta = choice.delta
-                    reasoning = _field(delta, "reasoning_content") or _field(delta, "reasoning")
-                    for event in check.reasoning(reasoning or ""):
+                    for event in check.feed(chunk):
                         yield event
-                    for event in check.content(delta.content or ""):
-                        yield event
-                    for tc in delta.tool_calls or ():
-                        for event in check.tool_call_delta(tc.index, tc.id, tc.function):
-                            yield event
-                    if choice.finish_reason is not None:
-                        finish_reason = choice.finish_reason
-        except openai.OpenAIError as e:
-            raise map_openai_error(e) from e
-        for event in check.finish(finish_reason):
+        for event in check.finish():
             yield event
-        yield Completed(check.completion(finish_reason, usage=usage, model=model))
-
-
-def _field(obj: Any, name: str) -> Any:
-    value = getattr(obj, name, None)
-    if value is None and getattr(obj, "model_extra", None):
-        value = obj.model_extra.get(name)
-    return value
+        yield check.completion()
 
 
 def _upload_part(part: dict[str, Any]) -> dict[str, Any]:
@@ -338,128 +296,3 @@ def _upload_part(part: dict[str, Any]) -> dict[str, Any]:
     if part.get("type") != "image_url":
         return part
     return {**part, "image_url": {**part["image_url"], "url": upload_url(part["image_url"]["url"])}}
-
-
-class _ChatChecker:
-    """Maps a chat-mode stream to kimik3 events and checks it.
-
-    The server's reasoning and content deltas each run through a K3 StreamParser (starting in the
-    think and response channel): text without markers passes through unchanged; marker text a
-    server parser leaked is parsed (tool calls found there are recovered). Server tool-call
-    arguments must form a JSON object, else the call is dropped (never replayed into history).
-    """
-
-    def __init__(self, thinking: bool) -> None:
-        self._reasoning = StreamParser(thinking=True) if thinking else None
-        self._content = StreamParser(thinking=False)
-        self._calls: dict[int, dict[str, Any]] = {}
-        self._order: list[int] = []
-        self._recovered: list[ParsedToolCall] = []
-        self._reasoning_text: list[str] = []
-        self._content_text: list[str] = []
-
-    def _route(self, events: list[Any]) -> list[StreamEvent]:
-        out: list[StreamEvent] = []
-        for ev in events:
-            if isinstance(ev, ReasoningDelta):
-                self._reasoning_text.append(ev.delta)
-                out.append(ev)
-            elif isinstance(ev, ContentDelta):
-                self._content_text.append(ev.delta)
-                out.append(ev)
-            # recovered tool events are emitted at the end, after the server's own calls
-        return out
-
-    def reasoning(self, text: str) -> list[StreamEvent]:
-        if not text:
-            return []
-        if self._reasoning is None:  # thinking off but the server sent reasoning: keep it
-            self._reasoning_text.append(text)
-            return [ReasoningDelta(text)]
-        return self._route(self._reasoning.feed(text))
-
-    def content(self, text: str) -> list[StreamEvent]:
-        return self._route(self._content.feed(text)) if text else []
-
-    def tool_call_delta(self, index: int, call_id: str | None, function: Any) -> list[StreamEvent]:
-        slot = self._calls.get(index)
-        out: list[StreamEvent] = []
-        name = getattr(function, "name", None) if function is not None else None
-        args = getattr(function, "arguments", None) if function is not None else None
-        if slot is None:
-            slot = self._calls[index] = {"id": call_id or "", "name": name or "", "args": []}
-            self._order.append(index)
-            if slot["id"] and slot["name"]:
-                slot["started"] = True
-                out.append(ToolCallStarted(index, slot["id"], slot["name"]))
-        else:
-            slot["id"] = slot["id"] or call_id or ""
-            slot["name"] = slot["name"] or name or ""
-            if not slot.get("started") and slot["id"] and slot["name"]:
-                slot["started"] = True
-                out.append(ToolCallStarted(index, slot["id"], slot["name"]))
-        if args:
-            slot["args"].append(args)
-            if slot.get("started"):
-                out.append(ToolCallArgumentsDelta(index, slot["id"], args))
-        return out
-
-    def finish(self, finish_reason: str | None) -> list[StreamEvent]:
-        out: list[StreamEvent] = []
-        for parser in (self._reasoning, self._content):
-            if parser is None:
-                continue
-            out.extend(self._route(parser.feed("")))
-            parser.finish("stop")
-            # calls a server parser left as marker text (e.g. after a missing think close)
-            self._recovered.extend(parser.result().tool_calls)
-        self.final_calls: list[ToolCall] = []
-        self.dropped: list[str] = []
-        for index in self._order:
-            slot = self._calls[index]
-            raw = "".join(slot["args"]) or "{}"
-            call_id = slot["id"] or f"call_{index}"
-            try:
-                value = json.loads(raw)
-            except json.JSONDecodeError:
-                value = None
-            if not isinstance(value, dict) or not slot["name"]:
-                self.dropped.append(slot["name"])
-                out.append(ToolCallIncomplete(index, call_id, slot["name"]))
-                continue
-            if not slot.get("started"):
-                out.append(ToolCallStarted(index, call_id, slot["name"]))
-                out.append(ToolCallArgumentsDelta(index, call_id, raw))
-            out.append(ToolCallDone(index, call_id, slot["name"], value, raw))
-            self.final_calls.append(ToolCall(id=call_id, function=FunctionCall(name=slot["name"], arguments=raw)))
-        base = (max(self._order) + 1) if self._order else 0
-        for k, call in enumerate(self._recovered):
-            index = base + k
-            out.append(ToolCallStarted(index, call.id, call.name))
-            out.append(ToolCallArgumentsDelta(index, call.id, call.arguments_json))
-            out.append(ToolCallDone(index, call.id, call.name, call.arguments, call.arguments_json))
-            self.final_calls.append(call.to_tool_call())
-        return out
-
-    def completion(self, finish_reason: str | None, *, usage: Usage, model: str) -> ChatCompletion:
-        reasoning = "".join(self._reasoning_text) if (self._reasoning is not None or self._reasoning_text) else None
-        message = AssistantMessage(
-            content="".join(self._content_text),
-            reasoning_content=reasoning,
-            tool_calls=self.final_calls or None,
-        )
-        if self.final_calls:
-            reason: Literal["stop", "length", "tool_calls"] = "tool_calls"
-        elif finish_reason == "length":
-            reason = "length"
-        else:
-            reason = "stop"
-        if usage.total_tokens == 0:
-            usage.total_tokens = usage.prompt_tokens + usage.completion_tokens
-        return ChatCompletion(
-            model=model,
-            choices=[Choice(message=message, finish_reason=reason)],
-            usage=usage,
-            truncated=finish_reason == "length",
-            dropped_tool_calls=self.dropped,
-        )

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
 import anyio
 
-from .._exceptions import EngineError
-from ..formats.k3 import END_OF_MSG, render
-from ..formats.k3._tokenizer import K3Tokenizer, estimate_tokens
-from ..types import ImagePart, Message
-from ._base import ChatRequest, RawChunk, RawTextEngine
+from .._exceptions import EngineError, UserError
+from ..formats.k3 import END_OF_MSG, EncodedPrompt, K3Codec, K3Tokenizer, RawChunk, estimate_tokens, render
+from ..formats.k3._media import media_scan
+from ..types import ChatRequest, ImagePart, Message
+from ._base import TokenEngine
 
 __all__ = ["ScriptedCall", "ScriptedEngine"]
 
@@ -24,18 +24,21 @@ ScriptFunction = Callable[[list[Message]], "str | Awaitable[str]"]
 @dataclass(frozen=True)
 class ScriptedCall:
     """What a :class:`ScriptedEngine` was asked: the request, a snapshot of its messages, and
-    (rendered on first access) its K3 prompt text."""
+    its K3 prompt text (rendered on first access of :attr:`prompt`, then kept)."""
 
     request: ChatRequest
     messages: tuple[Message, ...]
 
     @cached_property
     def prompt(self) -> str:
-        """The K3 prompt text of this call (rendered lazily: long scripted runs stay O(turn))."""
+        """The K3 prompt text of this call (rendered on first access and cached).
+
+        Without a tokenizer the engine reads it on every call (its length is the prompt's token
+        estimate); with one it is rendered only when a test asks for it."""
         return render(self.messages, self.request.tools, **self.request.encoding_options())
 
 
-class ScriptedEngine(RawTextEngine):
+class ScriptedEngine(TokenEngine):
     """A public testing engine that replays raw K3 output text, like pydantic-ai's FunctionModel.
 
     Each model call takes the next text from ``responses`` (or calls ``responses(messages)``,
@@ -57,7 +60,8 @@ class ScriptedEngine(RawTextEngine):
         model: the model name reported in completions.
 
     Raises:
-        EngineError: more calls than scripted responses.
+        UserError: ``chunk_size`` < 1.
+        EngineError: more calls than scripted responses (when streaming).
     """
 
     def __init__(
@@ -70,7 +74,7 @@ class ScriptedEngine(RawTextEngine):
     ) -> None:
         super().__init__(tokenizer)
         if chunk_size < 1:
-            raise ValueError("chunk_size must be >= 1")
+            raise UserError("chunk_size must be >= 1")
         self._responses = responses if callable(responses) else list(responses)
         self._next = 0
         self.chunk_size = chunk_size
@@ -87,12 +91,19 @@ class ScriptedEngine(RawTextEngine):
     def prepare_images(self, parts: Sequence[ImagePart]) -> list[Any]:
         return []  # placeholders are rendered; the script sees the messages themselves
 
-    def encode(self, request: ChatRequest) -> Sequence[int]:
+    def encode(self, request: ChatRequest) -> EncodedPrompt:
+        if request.prompt_ids is not None:  # already encoded: nothing to record
+            return super().encode(request) if self._tokenizer_source is not None else EncodedPrompt(
+                request.prompt_ids, media_scan(request.messages).images, request
+            )
+        request = K3Codec.expand(request)  # the script sees videos as their frames, like an engine
         call = ScriptedCall(request, tuple(request.messages))
         self.calls.append(call)
-        if self._tokenizer is not None:
+        if self._tokenizer_source is not None:
             return super().encode(request)  # incremental with the request's PromptCache
-        return [0] * estimate_tokens(call.prompt)  # only its length is used (usage.prompt_tokens)
+        images = media_scan(request.messages).images
+        # only the ids' length is used (usage.prompt_tokens): the rendered prompt's estimate
+        return EncodedPrompt([0] * estimate_tokens(call.prompt), images, request)
 
     async def _next_text(self, request: ChatRequest) -> str:
         if callable(self._responses):
@@ -112,13 +123,14 @@ class ScriptedEngine(RawTextEngine):
 
     async def generate(
         self, prompt_ids: Sequence[int], request: ChatRequest, *, images: Sequence[Any] = ()
-    ) -> AsyncIterator[RawChunk]:
+    ) -> AsyncGenerator[RawChunk, None]:
         text = await self._next_text(request)
         closed = "<|close|>message<|sep|>" in text or END_OF_MSG in text
-        if request.max_tokens is not None and self._tokenizer is not None:
-            ids = self.tokenizer.encode_control(text)
+        tok = self.tokenizer
+        if request.max_tokens is not None and tok is not None:
+            ids = tok.encode_control(text)
             if len(ids) > request.max_tokens:  # behave like a real max_tokens cut
-                text = self.tokenizer.decode(ids[: request.max_tokens])
+                text = tok.decode(ids[: request.max_tokens])
                 closed = False
         step = self.chunk_size
         for i in range(0, len(text), step):

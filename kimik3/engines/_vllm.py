@@ -17,21 +17,23 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from .._exceptions import (
-    BadRequestError,
     ContextLengthExceededError,
     EngineError,
     EngineNotAvailableError,
-    ServiceUnavailableError,
+    EngineRequestError,
+    MediaError,
     TokenizerError,
+    UserError,
 )
+from ..formats.k3 import K3Tokenizer, RawChunk
 from ..formats.k3._media import prepare_request_image
-from ..formats.k3._tokenizer import K3Tokenizer
-from ..types import ImagePart
-from ._base import ChatRequest, RawChunk, RawTextEngine
+from ..types import ChatRequest, ImagePart
+from ._base import TokenEngine
 
 __all__ = ["PRESETS", "VLLMEngine"]
 
@@ -61,7 +63,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 server of the same checkpoint: ``--tool-call-parser kimi_k3 --reasoning-parser kimi_k3``."""
 
 
-class VLLMEngine(RawTextEngine):
+class VLLMEngine(TokenEngine):
     """vLLM ``AsyncLLM`` in-process.
 
     kimik3 encodes the K3 prompt to ids (segment by segment, byte-exact) and feeds them as a
@@ -83,7 +85,7 @@ class VLLMEngine(RawTextEngine):
 
     Raises:
         EngineNotAvailableError: ``vllm`` is not installed (``pip install 'kimik3[vllm]'``).
-        KeyError: an unknown preset.
+        UserError: an unknown preset.
     """
 
     def __init__(
@@ -94,6 +96,8 @@ class VLLMEngine(RawTextEngine):
         preset: str | None = None,
         **engine_args: Any,
     ) -> None:
+        if preset is not None and preset not in PRESETS:
+            raise UserError(f"unknown preset {preset!r}; known: {', '.join(sorted(PRESETS))}")
         args = dict(PRESETS[preset]) if preset is not None else {}
         args.update(engine_args)
         args["model"] = str(model)
@@ -141,8 +145,6 @@ class VLLMEngine(RawTextEngine):
     def prepare_images(self, parts: Sequence[ImagePart]) -> list[Any]:
         if not parts:
             return []
-        from .._exceptions import MediaError
-
         images = []
         for part in parts:
             url = part.image_url.url
@@ -161,7 +163,7 @@ class VLLMEngine(RawTextEngine):
         stop_ids = extra.pop("stop_token_ids", None)
         if stop_ids is None:
             try:
-                stop_ids = [self.tokenizer.end_of_msg_id]
+                stop_ids = [self.load_tokenizer().end_of_msg_id]
             except TokenizerError as e:
                 raise EngineError(
                     "no K3 tokenizer for <|end_of_msg|>: pass extra={'stop_token_ids': [...]}"
@@ -180,7 +182,7 @@ class VLLMEngine(RawTextEngine):
 
     async def generate(
         self, prompt_ids: Sequence[int], request: ChatRequest, *, images: Sequence[Any] = ()
-    ) -> AsyncIterator[RawChunk]:
+    ) -> AsyncGenerator[RawChunk, None]:
         from vllm.inputs import TokensPrompt
 
         await self.start()
@@ -193,21 +195,20 @@ class VLLMEngine(RawTextEngine):
         generated = 0
         first = True
         try:
-            async for out in self.llm.generate(prompt, params, request_id=request_id):
-                completion = out.outputs[0]
-                generated += len(completion.token_ids)
-                finished = bool(out.finished)
-                echoed = out.prompt_token_ids
-                yield RawChunk(
-                    text=completion.text,
-                    finish_reason=_finish(completion.finish_reason) if finished else None,
-                    completion_tokens=generated,
-                    prompt_tokens=len(echoed) if echoed is not None else None,
-                    prompt_token_ids=echoed if first else None,
-                )
-                first = False
-        except Exception as e:
-            raise _map_vllm_error(e) from e
+            with vllm_errors():
+                async for out in self.llm.generate(prompt, params, request_id=request_id):
+                    completion = out.outputs[0]
+                    generated += len(completion.token_ids)
+                    finished = bool(out.finished)
+                    echoed = out.prompt_token_ids
+                    yield RawChunk(
+                        text=completion.text,
+                        finish_reason=_finish(completion.finish_reason) if finished else None,
+                        completion_tokens=generated,
+                        prompt_tokens=len(echoed) if echoed is not None else None,
+                        prompt_token_ids=echoed if first else None,
+                    )
+                    first = False
         finally:
             if not finished and self._llm is not None:
                 await self._llm.abort(request_id)
@@ -225,20 +226,27 @@ class VLLMEngine(RawTextEngine):
             llm.shutdown = lambda *args, **kwargs: None
 
 
-def _map_vllm_error(e: Exception) -> Exception:
-    """vLLM's request errors as kimik3's typed errors (others unchanged)."""
+@contextmanager
+def vllm_errors() -> Iterator[None]:
+    """The one place vLLM's request errors become kimik3's typed errors: engine errors, not HTTP
+    statuses (nothing here went over HTTP). A prompt over ``max_model_len`` is a
+    :class:`~kimik3.ContextLengthExceededError` (``status_code`` None); other rejections an
+    :class:`~kimik3.EngineRequestError`; a failed engine an :class:`~kimik3.EngineError`."""
     try:
-        from vllm.exceptions import VLLMClientError, VLLMServerError
-    except ImportError:  # pragma: no cover - vllm is imported by now
-        return e
-    message = str(e)
-    if isinstance(e, VLLMClientError):
-        if "maximum context length" in message or "max_model_len" in message:
-            return ContextLengthExceededError(message, status_code=400)
-        return BadRequestError(message, status_code=400)
-    if isinstance(e, VLLMServerError):
-        return ServiceUnavailableError(f"vLLM engine failed: {message}", status_code=503)
-    return e
+        yield
+    except Exception as e:
+        try:
+            from vllm.exceptions import VLLMClientError, VLLMServerError
+        except ImportError:  # pragma: no cover - vllm is imported by now
+            raise e from None
+        message = str(e)
+        if isinstance(e, VLLMClientError):
+            if "maximum context length" in message or "max_model_len" in message:
+                raise ContextLengthExceededError(message, status_code=None) from e
+            raise EngineRequestError(message) from e
+        if isinstance(e, VLLMServerError):
+            raise EngineError(f"vLLM engine failed: {message}") from e
+        raise
 
 
 def _finish(reason: str | None) -> str:

@@ -15,6 +15,7 @@ import pytest
 from kimik3 import (
     AuthenticationError,
     BadRequestError,
+    ChatCompletion,
     Client,
     ContextLengthExceededError,
     EngineError,
@@ -23,7 +24,6 @@ from kimik3 import (
     RemoteEngine,
     ServiceUnavailableError,
 )
-from kimik3.engines import Completed
 from kimik3.formats.k3 import ContentDelta, ToolCallDone, ToolCallIncomplete
 from tests.k3vocab import write_model_dir
 
@@ -132,14 +132,15 @@ async def test_chat_mode_tool_call_deltas_and_malformed_arguments_dropped() -> N
             ]
         )
     )
-    events = [e async for e in Client(server.engine()).stream([{"role": "user", "content": "x"}])]
+    async with Client(server.engine()).stream([{"role": "user", "content": "x"}]) as call:
+        events = [e async for e in call]
     done = [e for e in events if isinstance(e, ToolCallDone)]
     assert [(d.id, d.arguments) for d in done] == [("s1", {"path": "a.txt"})]
     assert [e.id for e in events if isinstance(e, ToolCallIncomplete)] == ["s2"]
-    final = events[-1]
-    assert isinstance(final, Completed)
-    calls = final.completion.message.tool_calls
-    assert calls is not None and [c.id for c in calls] == ["s1"] and final.completion.dropped_tool_calls == ["read"]
+    completion = call.completion
+    assert isinstance(completion, ChatCompletion)
+    calls = completion.message.tool_calls
+    assert calls is not None and [c.id for c in calls] == ["s1"] and completion.dropped_tool_calls == ["read"]
 
 
 async def test_chat_mode_recovers_markers_leaked_by_the_server_parser() -> None:
@@ -150,14 +151,15 @@ async def test_chat_mode_recovers_markers_leaked_by_the_server_parser() -> None:
         "<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|><|close|>message<|sep|>"
     )
     server = FakeServer(lambda r: sse([chat_chunk({"reasoning": leaked[:20]}), chat_chunk({"reasoning": leaked[20:]}, finish="stop")]))
-    events = [e async for e in Client(server.engine()).stream([{"role": "user", "content": "x"}])]
+    async with Client(server.engine()).stream([{"role": "user", "content": "x"}]) as call:
+        events = [e async for e in call]
     assert "".join(e.delta for e in events if isinstance(e, ContentDelta)) == "Reading."
-    final = events[-1]
-    assert isinstance(final, Completed)
-    msg = final.completion.message
+    completion = call.completion
+    assert isinstance(completion, ChatCompletion)
+    msg = completion.message
     assert msg.reasoning_content == "plan" and msg.content == "Reading."
     assert msg.tool_calls is not None and msg.tool_calls[0].function.arguments == '{"path": "a.txt"}'
-    assert final.completion.finish_reason == "tool_calls"
+    assert completion.finish_reason == "tool_calls"
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
 import pytest
@@ -10,14 +10,15 @@ import pytest
 from kimik3 import (
     APIConnectionError,
     BadRequestError,
+    ChatCompletion,
     Client,
     EngineError,
     RateLimitError,
     ScriptedEngine,
     ServiceUnavailableError,
 )
-from kimik3.engines import ChatRequest, Completed, Engine, StreamEvent
-from kimik3.formats.k3 import ContentDelta, ReasoningDelta, ToolCallDone, ToolCallStarted
+from kimik3.engines import ChatRequest, Engine, ModelCall
+from kimik3.formats.k3 import ContentDelta, Event, ReasoningDelta, ToolCallDone, ToolCallStarted
 
 CALL = (
     "need weather<|close|>think<|sep|><|open|>response<|sep|><|close|>response<|sep|><|open|>tools<|sep|>"
@@ -32,23 +33,24 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": 
 @pytest.mark.parametrize("chunk_size", [1, 3, 64])
 async def test_scripted_engine_streams_through_the_parser(chunk_size: int) -> None:
     engine = ScriptedEngine([CALL], chunk_size=chunk_size)
-    events = [e async for e in Client(engine).stream([{"role": "user", "content": "weather?"}], tools=TOOLS)]
+    async with Client(engine).stream([{"role": "user", "content": "weather?"}], tools=TOOLS) as call:
+        events = [e async for e in call]
     reasoning = "".join(e.delta for e in events if isinstance(e, ReasoningDelta))
     assert reasoning == "need weather"
     started = [e for e in events if isinstance(e, ToolCallStarted)]
     done = [e for e in events if isinstance(e, ToolCallDone)]
     assert [(s.index, s.name) for s in started] == [(0, "get_weather")]
     assert done[0].arguments == {"city": "Paris", "days": 3} and done[0].id == started[0].id
-    final = events[-1]
-    assert isinstance(final, Completed)
-    msg = final.completion.message
-    assert final.completion.finish_reason == "tool_calls"
+    completion = call.completion
+    assert isinstance(completion, ChatCompletion)
+    msg = completion.message
+    assert completion.finish_reason == "tool_calls"
     assert msg.reasoning_content == "need weather" and msg.content == ""
     assert msg.tool_calls is not None and msg.tool_calls[0].function.arguments == '{"city": "Paris", "days": 3}'
     # the prompt was really encoded and recorded
-    (call,) = engine.calls
-    assert call.prompt.endswith('<|open|>message role="assistant"<|sep|><|open|>think<|sep|>')
-    assert '"name":"get_weather"' in call.prompt
+    (scripted,) = engine.calls
+    assert scripted.prompt.endswith('<|open|>message role="assistant"<|sep|><|open|>think<|sep|>')
+    assert '"name":"get_weather"' in scripted.prompt
 
 
 async def test_scripted_function_and_usage_estimate() -> None:
@@ -89,15 +91,19 @@ class FlakyEngine(Engine):
         self.attempts = 0
         self.fail_after_first_event = fail_after_first_event
 
-    async def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
+    def stream(self, request: ChatRequest) -> ModelCall:
+        return ModelCall(self._call(request))
+
+    async def _call(self, request: ChatRequest) -> AsyncGenerator[Event | ChatCompletion, None]:
         self.attempts += 1
-        inner = ScriptedEngine([ANSWER])
         if self.errors and not self.fail_after_first_event:
             raise self.errors.pop(0)
-        async for event in inner.stream(request):
-            yield event
-            if self.errors and self.fail_after_first_event:
-                raise self.errors.pop(0)
+        async with ScriptedEngine([ANSWER]).stream(request) as call:
+            async for event in call:
+                yield event
+                if self.errors and self.fail_after_first_event:
+                    raise self.errors.pop(0)
+        yield call.completion
 
 
 async def test_client_retries_429_and_5xx_honouring_retry_after() -> None:
@@ -125,7 +131,7 @@ async def test_client_does_not_retry_bad_requests_or_started_streams() -> None:
         await Client(engine).chat([{"role": "user", "content": "x"}])
     assert engine.attempts == 1
     started = FlakyEngine([ServiceUnavailableError("503", status_code=503, retry_after=0.0)], fail_after_first_event=True)
-    got: list[StreamEvent] = []
+    got: list[Event] = []
     with pytest.raises(ServiceUnavailableError):
         async for event in Client(started).stream([{"role": "user", "content": "x"}]):
             got.append(event)
@@ -143,10 +149,10 @@ async def test_reasoning_effort_none_turns_thinking_off() -> None:
 async def test_generate_from_an_encoded_prompt_streaming_and_not() -> None:
     engine = ScriptedEngine([CALL, CALL])
     request = ChatRequest(messages=[], prompt_ids=[1, 2, 3])
-    events = [e async for e in engine.stream(request)]
-    final = events[-1]
-    assert isinstance(final, Completed) and final.completion.usage.prompt_tokens == 3
-    assert final.completion.message.tool_calls is not None
+    async with engine.stream(request) as call:
+        events = [e async for e in call]
+    assert events and isinstance(call.completion, ChatCompletion) and call.completion.usage.prompt_tokens == 3
+    assert call.completion.message.tool_calls is not None
     done = await engine.complete(ChatRequest(messages=[], prompt_ids=[1, 2, 3, 4]))
     assert done.finish_reason == "tool_calls" and done.usage.prompt_tokens == 4
     assert engine.calls == []  # nothing was encoded

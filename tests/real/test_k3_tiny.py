@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from kimik3 import Agent, Client, K3Tokenizer, ModelSettings, RemoteEngine, VLLMEngine
+from kimik3 import Agent, Client, K3Tokenizer, ModelSettings, RemoteEngine, UserError, VLLMEngine
 from kimik3.agents import CODING_INSTRUCTIONS, FinalEvent, ToolResultEvent
 from kimik3.engines import ChatRequest
 from kimik3.formats.k3 import CLOSE, OPEN, SEP, ContentDelta, ReasoningDelta, ToolCallDone
@@ -42,7 +42,7 @@ async def test_exact_prompt_ids_reach_vllm_and_generation_stops_at_end_of_msg(ti
         messages=[{"role": "system", "content": CODING_INSTRUCTIONS}, {"role": "user", "content": TASK}],
         tools=tools, temperature=0.0, max_tokens=300,
     )
-    ids = engine.encode(request)
+    ids = engine.encode(request).ids
     assert list(ids) == tok.encode_messages(request.messages, tools)
     chunks = [c async for c in engine.generate(ids, request)]
     assert list(chunks[0].prompt_token_ids or []) == list(ids)
@@ -54,6 +54,30 @@ async def test_exact_prompt_ids_reach_vllm_and_generation_stops_at_end_of_msg(ti
     assert done.raw_text == text and done.finish_reason == "tool_calls"
     assert done.message.tool_calls and done.message.tool_calls[0].function.name == "read_file"
     assert done.usage.prompt_tokens == len(ids)
+
+
+async def test_leaving_a_model_call_early_aborts_the_request(tiny_vllm: Any) -> None:
+    engine: VLLMEngine = tiny_vllm
+    request = ChatRequest(
+        messages=[{"role": "user", "content": TASK}], temperature=1.0, max_tokens=2000,
+        extra={"ignore_eos": True, "stop_token_ids": []},
+    )
+    got = []
+    async with engine.stream(request) as call:
+        async for event in call:
+            got.append(event)
+            if len(got) == 2:
+                assert engine.num_unfinished_requests() == 1  # still generating
+                break
+    # no polling: leaving the `async with` closed the call, which aborted the request in vLLM
+    assert len(got) == 2 and engine.num_unfinished_requests() == 0
+    with pytest.raises(UserError, match="not finished"):
+        call.completion  # noqa: B018 - the call was left early: no completion
+    # and a Client call (retry wrapper included) does the same
+    async with Client(engine).stream_request(request) as call2:
+        async for _ in call2:
+            break
+    assert engine.num_unfinished_requests() == 0
 
 
 async def test_agent_end_to_end_on_embedded_vllm(tiny_vllm: Any, workspace: Path) -> None:

@@ -134,7 +134,7 @@ async def test_remote_raw_mode_sends_k3_ids(smol_server: str, small_k3_tokenizer
     request = ChatRequest(
         messages=messages, max_tokens=6, temperature=0.0, extra={"return_token_ids": True, "ignore_eos": True}
     )
-    ids = engine.encode(request)
+    ids = engine.encode(request).ids
     chunks = [c async for c in engine.generate(ids, request)]
     echoed = next(c.prompt_token_ids for c in chunks if c.prompt_token_ids is not None)
     assert list(echoed) == list(ids)  # the exact K3 ids reached the server
@@ -144,12 +144,13 @@ async def test_remote_raw_mode_sends_k3_ids(smol_server: str, small_k3_tokenizer
     assert usage and usage[-1].prompt_tokens == len(ids) and usage[-1].completion_tokens == 6
     # through the client: streamed, parsed as (truncated) reasoning since the model knows no K3
     client = Client(engine)
-    events = [e async for e in client.stream(messages, max_tokens=6, temperature=0.0, extra={"ignore_eos": True})]
-    final = events[-1]
-    assert final.type == "completed"
-    assert final.completion.truncated and final.completion.finish_reason == "length"
+    async with client.stream(messages, max_tokens=6, temperature=0.0, extra={"ignore_eos": True}) as call:
+        events = [e async for e in call]
+    final = call.completion
+    assert events and final.object == "chat.completion"
+    assert final.truncated and final.finish_reason == "length"
     reasoning = "".join(e.delta for e in events if isinstance(e, ReasoningDelta))
-    assert reasoning == final.completion.message.reasoning_content and final.completion.raw_text == reasoning
+    assert reasoning == final.message.reasoning_content and final.raw_text == reasoning
     out = await client.chat(messages, max_tokens=6, temperature=0.0, extra={"ignore_eos": True})
     assert out.message.reasoning_content == reasoning  # greedy: the same text non-streaming
     await client.aclose()

@@ -1,8 +1,10 @@
-"""Kimi K3's wire format ("XTML"): prompt encoding and output parsing.
+"""Kimi K3's wire format, all of it: tokenizer, prompt encoding (full and incremental), media
+tokens, output parsing, and the codec token engines use (docs/k3-format.md).
 
-Spec: ``k3-wire-format.md``. Pure functions and incremental parsers, no I/O.
+Pure functions and incremental state machines; no I/O beyond reading a model directory.
 """
 
+from ._codec import EncodedPrompt, K3Codec, K3Decoder, PromptCache, PromptEncoder, PromptIds, RawChunk
 from ._encode import (
     CLOSE,
     END_OF_MSG,
@@ -16,40 +18,50 @@ from ._encode import (
     encode_segments,
     message_segments,
     normalize_messages,
+    open_tool_run,
     prompt_header_segments,
     prompt_trailer_segments,
     protocol_bodies,
     render,
     render_output,
 )
-from ._parse import (
+from ._events import (
     ContentDelta,
     Event,
     IncompleteToolCall,
     ParsedOutput,
     ParsedToolCall,
     ReasoningDelta,
-    StreamParser,
     ToolCallArgumentsDelta,
     ToolCallDone,
     ToolCallIncomplete,
     ToolCallStarted,
     new_tool_call_id,
-    parse,
 )
+from ._parse import StreamParser, parse
+from ._tokenizer import K3_PAT_STR, K3Tokenizer, estimate_tokens, load_tiktoken_bpe, special_token_ids
 
 __all__ = [
     "CLOSE",
     "END_OF_MSG",
     "IMAGE_PLACEHOLDER",
+    "K3_PAT_STR",
     "OPEN",
     "SEP",
     "THINKING_EFFORTS",
     "ContentDelta",
+    "EncodedPrompt",
     "Event",
     "IncompleteToolCall",
+    "K3Codec",
+    "K3Decoder",
+    "K3Tokenizer",
     "ParsedOutput",
     "ParsedToolCall",
+    "PromptCache",
+    "PromptEncoder",
+    "PromptIds",
+    "RawChunk",
     "ReasoningDelta",
     "RenderedMessage",
     "Segment",
@@ -60,13 +72,17 @@ __all__ = [
     "ToolCallIncomplete",
     "ToolCallStarted",
     "encode_segments",
+    "estimate_tokens",
+    "load_tiktoken_bpe",
     "message_segments",
     "new_tool_call_id",
     "normalize_messages",
+    "open_tool_run",
     "parse",
     "prompt_header_segments",
     "prompt_trailer_segments",
     "protocol_bodies",
     "render",
     "render_output",
+    "special_token_ids",
 ]

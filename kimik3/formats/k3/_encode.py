@@ -19,6 +19,7 @@ from functools import cache
 from importlib import resources
 from typing import Any, Literal, NamedTuple
 
+from ..._defaults import THINKING_EFFORTS
 from ..._exceptions import InvalidArgumentsError, InvalidEffortError, MessageError, ToolNameError
 from ...types import (
     AssistantMessage,
@@ -32,6 +33,7 @@ from ...types import (
     UserMessage,
     VideoPart,
     to_message,
+    to_messages,
     to_tool_specs,
 )
 
@@ -48,6 +50,7 @@ __all__ = [
     "encode_segments",
     "message_segments",
     "normalize_messages",
+    "open_tool_run",
     "prompt_header_segments",
     "prompt_trailer_segments",
     "protocol_bodies",
@@ -62,7 +65,6 @@ END_OF_MSG = "<|end_of_msg|>"
 IMAGE_PLACEHOLDER = "<|kimi_image_placeholder|>"
 
 ThinkingEffort = Literal["low", "high", "max"]
-THINKING_EFFORTS: tuple[str, ...] = ("low", "high", "max")
 
 
 class Segment(NamedTuple):
@@ -335,6 +337,21 @@ def _resolve_tool_run(run: list[ToolMessage], assistant: AssistantMessage | None
     return out
 
 
+def open_tool_run(messages: Sequence[Message]) -> int:
+    """Where the trailing run of tool messages starts (``len(messages)`` when there is none).
+
+    The rule both encoders share (full: :func:`encode_segments`; incremental:
+    :class:`~kimik3.PromptEncoder`): a trailing tool run stays open, because a tool message
+    appended later can belong to the same run and re-order it (tool results are rendered in the
+    order of the assistant's calls, docs/k3-format.md § Tool results). Everything before it is
+    final: appending messages never changes its tokens.
+    """
+    end = len(messages)
+    while end > 0 and isinstance(messages[end - 1], ToolMessage):
+        end -= 1
+    return end
+
+
 def normalize_messages(
     messages: Iterable[Message | Mapping[str, Any]], *, last_assistant: AssistantMessage | None = None
 ) -> Iterator[RenderedMessage]:
@@ -489,7 +506,12 @@ def encode_segments(
     """
     specs = to_tool_specs(tools)
     out = prompt_header_segments(specs, thinking=thinking, thinking_effort=thinking_effort)
-    for item in normalize_messages(messages):
+    msgs = to_messages(messages)
+    end = open_tool_run(msgs)  # the final part, then the open tool run (as PromptEncoder does)
+    last_assistant = next((m for m in reversed(msgs[:end]) if isinstance(m, AssistantMessage)), None)
+    for item in normalize_messages(msgs[:end]):
+        out.extend(message_segments(item, thinking=thinking))
+    for item in normalize_messages(msgs[end:], last_assistant=last_assistant):
         out.extend(message_segments(item, thinking=thinking))
     out.extend(
         prompt_trailer_segments(

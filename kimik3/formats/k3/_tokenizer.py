@@ -1,6 +1,6 @@
-"""K3's tokenizer (tiktoken BPE) and incremental prompt encoding to token ids.
+"""K3's tokenizer (tiktoken BPE): text and segments to token ids.
 
-Spec: k3-wire-format.md §1 (tokens) and §2 (segments). A K3 model directory holds
+Format: docs/k3-format.md § Tokens and § Segments. A K3 model directory holds
 ``tiktoken.model`` (lines ``<base64 token bytes> <rank>``) and ``tokenizer_config.json`` whose
 ``added_tokens_decoder`` names the special tokens. Special ids are ``num_base_tokens + k`` for
 k in 0..255; unnamed ones are ``<|reserved_token_{id}|>`` (as the checkpoint's
@@ -20,30 +20,19 @@ import json
 import os
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from itertools import islice
 from pathlib import Path
-from typing import Any, overload
+from typing import Any
 
 import tiktoken
 
 from ..._exceptions import TokenizerError
-from ...types import AssistantMessage, Message, ToolMessage, ToolSpec, to_message, to_messages, to_tool_specs
-from ._encode import (
-    END_OF_MSG,
-    Segment,
-    ThinkingEffort,
-    message_segments,
-    normalize_messages,
-    prompt_header_segments,
-    prompt_trailer_segments,
-)
+from ...types import Message, ToolSpec
+from ._encode import END_OF_MSG, Segment, ThinkingEffort, encode_segments
 
 __all__ = [
     "K3_PAT_STR",
     "NUM_RESERVED_SPECIAL_TOKENS",
     "K3Tokenizer",
-    "PromptEncoder",
-    "PromptIds",
     "estimate_tokens",
     "load_tiktoken_bpe",
     "special_token_ids",
@@ -305,8 +294,6 @@ class K3Tokenizer:
     ) -> list[int]:
         """Encode a conversation to K3 prompt ids (one-shot; see :class:`PromptEncoder` for the
         incremental form). Parameters and errors as :func:`kimik3.formats.k3.encode_segments`."""
-        from ._encode import encode_segments
-
         return self.encode_segments(
             encode_segments(
                 messages,
@@ -342,179 +329,3 @@ class K3Tokenizer:
         if special is not None:
             return special
         return self._enc.decode_single_token_bytes(token_id).decode("utf-8", errors="replace")
-
-
-class PromptIds(Sequence[int]):
-    """An immutable sequence of prompt ids: a shared, append-only prefix plus a tail.
-
-    Returned by :meth:`PromptEncoder.encode` so that adding a turn to a 1M-token history costs
-    O(turn): the cached prefix is shared, not copied. Compares equal to a list with the same ids.
-    Use :meth:`tolist` where a real list is needed (one O(n) copy).
-    """
-
-    __slots__ = ("_base", "_n", "_tail")
-
-    def __init__(self, base: list[int], n: int, tail: list[int]) -> None:
-        self._base = base  # only ever appended to beyond n by its owner
-        self._n = n
-        self._tail = tail
-
-    def __len__(self) -> int:
-        return self._n + len(self._tail)
-
-    @overload
-    def __getitem__(self, index: int) -> int: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[int]: ...
-    def __getitem__(self, index: int | slice) -> int | list[int]:
-        if isinstance(index, slice):
-            return self.tolist()[index]
-        if index < 0:
-            index += len(self)
-        if not 0 <= index < len(self):
-            raise IndexError("PromptIds index out of range")
-        return self._base[index] if index < self._n else self._tail[index - self._n]
-
-    def __iter__(self) -> Iterator[int]:
-        yield from islice(self._base, self._n)
-        yield from self._tail
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, PromptIds):
-            return self.tolist() == other.tolist()
-        if isinstance(other, (list, tuple)):
-            return len(self) == len(other) and self.tolist() == list(other)
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return f"PromptIds(len={len(self)})"
-
-    def tolist(self) -> list[int]:
-        """A new list of the ids."""
-        return self._base[: self._n] + self._tail
-
-
-class PromptEncoder:
-    """Incremental K3 prompt encoding for a growing conversation.
-
-    A long-horizon agent adds one turn at a time to a history of up to 1M tokens; this encoder
-    keeps the ids of the history it has already encoded and tokenizes only what is new. Reuse
-    requires the SAME message objects in the same order (identity, not equality: pass typed
-    messages and never mutate one after it was encoded — :class:`kimik3.Agent` does this);
-    anything else falls back to encoding from the first changed message. Tool declarations and
-    thinking settings are fixed per encoder.
-
-    Args:
-        tokenizer: the model's :class:`K3Tokenizer`.
-        tools: tool declarations, rendered once in the header.
-        thinking: thinking channel on/off.
-        thinking_effort: low / high / max or None.
-
-    Raises:
-        InvalidEffortError: a bad ``thinking_effort`` (at construction).
-    """
-
-    def __init__(
-        self,
-        tokenizer: K3Tokenizer,
-        tools: Iterable[ToolSpec | Mapping[str, Any] | Any] | None = None,
-        *,
-        thinking: bool = True,
-        thinking_effort: ThinkingEffort | str | None = "max",
-    ) -> None:
-        self.tokenizer = tokenizer
-        self.thinking = thinking
-        specs = to_tool_specs(tools)
-        self._header = tokenizer.encode_segments(
-            prompt_header_segments(specs, thinking=thinking, thinking_effort=thinking_effort)
-        )
-        # Committed state: complete blocks (a non-tool message, or a whole run of tool messages
-        # followed by a non-tool message) whose ids cannot change when messages are appended.
-        self._msgs: list[Message] = []  # in the caller's order
-        self._ids: list[int] = list(self._header)
-        self._block_first: list[int] = []  # per message: index of the first message of its block
-        self._block_ids: list[int] = []  # per message: len(_ids) where its block starts
-        self._last_assistant: list[AssistantMessage | None] = []  # per message: last assistant so far
-
-    @property
-    def committed_messages(self) -> int:
-        """How many leading messages are cached."""
-        return len(self._msgs)
-
-    def encode(
-        self,
-        messages: Sequence[Message | Mapping[str, Any]],
-        *,
-        tool_choice: Any = None,
-        response_format: Any = None,
-        add_generation_prompt: bool = True,
-    ) -> PromptIds:
-        """The prompt ids of ``messages``, as an immutable :class:`PromptIds` sequence.
-
-        Equal to ``tokenizer.encode_messages(messages, tools, ...)`` with this encoder's settings;
-        costs O(new messages), not O(history) (``.tolist()`` when an engine needs a list).
-
-        Raises:
-            As :func:`kimik3.formats.k3.encode_segments`.
-        """
-        n = 0  # longest reusable prefix, by identity (cached messages are typed already)
-        limit = min(len(self._msgs), len(messages))
-        msgs = self._msgs
-        while n < limit and msgs[n] is messages[n]:
-            n += 1
-        # a tool message right after a committed tool run belongs to that run: re-encode the run
-        if (
-            0 < n < len(messages)
-            and isinstance(msgs[n - 1], ToolMessage)
-            and isinstance(to_message(messages[n]), ToolMessage)
-        ):
-            n = self._block_first[n - 1]
-        if n < len(msgs):
-            n = self._block_first[n]
-            # A new list, not `del`: PromptIds views handed out earlier share the old one.
-            self._ids = self._ids[: self._block_ids[n]]
-            del msgs[n:], self._block_first[n:], self._block_ids[n:], self._last_assistant[n:]
-        new = to_messages(messages[n:])  # only what is not cached; new[k] is message n + k
-        # A trailing run of tool messages stays uncommitted: a later tool message of the same run
-        # can re-order it (spec §2 tool-result re-ordering).
-        end = len(new)
-        while end > 0 and isinstance(new[end - 1], ToolMessage):
-            end -= 1
-        last_assistant = self._last_assistant[n - 1] if n else None
-        enc = self.tokenizer.encode_segments
-        thinking = self.thinking
-        items = list(normalize_messages(new[:end], last_assistant=last_assistant))
-        i = 0
-        while i < end:  # commit block by block (a non-tool message, or a whole tool run)
-            j = i + 1
-            if isinstance(new[i], ToolMessage):
-                while j < end and isinstance(new[j], ToolMessage):
-                    j += 1
-            start_ids = len(self._ids)
-            for item in items[i:j]:
-                self._ids.extend(enc(message_segments(item, thinking=thinking)))
-            for k in range(i, j):
-                msg = new[k]
-                if isinstance(msg, AssistantMessage):
-                    last_assistant = msg
-                msgs.append(msg)
-                self._block_first.append(n + i)
-                self._block_ids.append(start_ids)
-                self._last_assistant.append(last_assistant)
-            i = j
-        tail: list[int] = []
-        for item in normalize_messages(new[end:], last_assistant=last_assistant):
-            tail.extend(enc(message_segments(item, thinking=thinking)))
-        tail.extend(
-            enc(
-                prompt_trailer_segments(
-                    thinking=thinking,
-                    tool_choice=tool_choice,
-                    response_format=response_format,
-                    add_generation_prompt=add_generation_prompt,
-                )
-            )
-        )
-        return PromptIds(self._ids, len(self._ids), tail)

@@ -1,0 +1,69 @@
+"""Every default kimik3 applies, in one place: reasoning efforts, sampling, retries.
+
+Sources: K3's model card (reasoning_effort low / high / max, default max; sampling evaluated at
+temperature 1.0 with top_p 0.95 for single-step chat and top_p 1.0 for agentic, multi-step
+work) and openai-python's retry schedule (2 retries, 0.5 s doubling to 8 s, 25% jitter, a
+server's Retry-After up to 60 s honoured).
+"""
+
+from __future__ import annotations
+
+from typing import Literal, TypeAlias
+
+__all__ = [
+    "DEFAULT_REASONING_EFFORT",
+    "AGENTIC_SAMPLING",
+    "MAX_RETRIES",
+    "REASONING_EFFORTS",
+    "RETRY_AFTER_MAX",
+    "RETRY_BACKOFF_INITIAL",
+    "RETRY_BACKOFF_MAX",
+    "RETRY_JITTER",
+    "SINGLE_STEP_SAMPLING",
+    "THINKING_EFFORTS",
+    "ReasoningEffort",
+    "Sampling",
+]
+
+ReasoningEffort: TypeAlias = Literal["low", "high", "max", "none"]
+"""K3's ``reasoning_effort``: low / high / max (default max); ``"none"`` turns thinking off."""
+
+THINKING_EFFORTS: tuple[str, ...] = ("low", "high", "max")
+"""The efforts K3 renders as a directive (thinking on)."""
+
+REASONING_EFFORTS: tuple[str, ...] = (*THINKING_EFFORTS, "none")
+"""Every accepted ``reasoning_effort`` (``"none"``: thinking off)."""
+
+DEFAULT_REASONING_EFFORT: ReasoningEffort = "max"
+
+
+class Sampling:
+    """A sampling default (temperature, top_p) from K3's model card."""
+
+    __slots__ = ("temperature", "top_p")
+
+    def __init__(self, temperature: float, top_p: float) -> None:
+        self.temperature = temperature
+        self.top_p = top_p
+
+
+SINGLE_STEP_SAMPLING = Sampling(temperature=1.0, top_p=0.95)
+"""One chat call (:class:`~kimik3.Client`): the card's single-step setting."""
+
+AGENTIC_SAMPLING = Sampling(temperature=1.0, top_p=1.0)
+"""Multi-step agent work (:class:`~kimik3.Agent`): the card's agentic setting."""
+
+MAX_RETRIES = 2
+"""Retries after the first attempt, on 429 / 5xx / connection errors (as openai-python)."""
+
+RETRY_BACKOFF_INITIAL = 0.5
+"""Seconds before the first retry; doubled per attempt."""
+
+RETRY_BACKOFF_MAX = 8.0
+"""Cap of the backoff, in seconds."""
+
+RETRY_JITTER = 0.25
+"""Up to this fraction of the backoff is subtracted at random."""
+
+RETRY_AFTER_MAX = 60.0
+"""A server's Retry-After (seconds) is honoured up to this value."""

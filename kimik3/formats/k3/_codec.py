@@ -1,0 +1,421 @@
+"""K3's codec: a request becomes prompt ids and images; raw output text becomes events and a
+completion. Everything a token engine needs from K3, behind two calls (docs/k3-format.md)::
+
+    codec = K3Codec(tokenizer)
+    prompt = codec.encode(request)            # prompt.ids, prompt.images (image parts, in order)
+    decoder = codec.decoder(request, prompt)
+    for chunk in engine_output: events = decoder.feed(chunk)
+    events = decoder.finish(); completion = decoder.completion(model)
+
+Incremental encoding: :class:`PromptEncoder` keeps the ids of a growing conversation and
+tokenizes only new messages; :class:`PromptCache` holds one per conversation (with its media
+index), handed along in :attr:`~kimik3.types.ChatRequest.prompt_cache`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from itertools import islice
+from typing import Any, overload
+
+from ..._exceptions import TokenizerError
+from ...types import (
+    AssistantMessage,
+    ChatCompletion,
+    ChatRequest,
+    Choice,
+    ImagePart,
+    Message,
+    ToolMessage,
+    ToolSpec,
+    Usage,
+    to_message,
+    to_messages,
+    to_tool_specs,
+)
+from ._encode import (
+    ThinkingEffort,
+    message_segments,
+    normalize_messages,
+    open_tool_run,
+    prompt_header_segments,
+    prompt_trailer_segments,
+)
+from ._events import Event
+from ._media import MediaIndex, expand_videos, image_prompt_tokens, media_scan, prepare_request_image
+from ._parse import StreamParser
+from ._tokenizer import K3Tokenizer, estimate_tokens
+
+__all__ = ["EncodedPrompt", "K3Codec", "K3Decoder", "PromptCache", "PromptEncoder", "PromptIds", "RawChunk"]
+
+
+class PromptIds(Sequence[int]):
+    """An immutable sequence of prompt ids: a shared, append-only prefix plus a tail.
+
+    Returned by :meth:`PromptEncoder.encode` so that adding a turn to a 1M-token history costs
+    O(turn): the cached prefix is shared, not copied. Compares equal to a list with the same ids.
+    Use :meth:`tolist` where a real list is needed (one O(n) copy).
+    """
+
+    __slots__ = ("_base", "_n", "_tail")
+
+    def __init__(self, base: list[int], n: int, tail: list[int]) -> None:
+        self._base = base  # only ever appended to beyond n by its owner
+        self._n = n
+        self._tail = tail
+
+    def __len__(self) -> int:
+        return self._n + len(self._tail)
+
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[int]: ...
+    def __getitem__(self, index: int | slice) -> int | list[int]:
+        if isinstance(index, slice):
+            return self.tolist()[index]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError("PromptIds index out of range")
+        return self._base[index] if index < self._n else self._tail[index - self._n]
+
+    def __iter__(self) -> Iterator[int]:
+        yield from islice(self._base, self._n)
+        yield from self._tail
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, PromptIds):
+            return self.tolist() == other.tolist()
+        if isinstance(other, (list, tuple)):
+            return len(self) == len(other) and self.tolist() == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"PromptIds(len={len(self)})"
+
+    def tolist(self) -> list[int]:
+        """A new list of the ids."""
+        return self._base[: self._n] + self._tail
+
+
+class PromptEncoder:
+    """Incremental K3 prompt encoding for a growing conversation.
+
+    A long-horizon agent adds one turn at a time to a history of up to 1M tokens; this encoder
+    keeps the ids of the history it has already encoded and tokenizes only what is new. Reuse
+    requires the SAME message objects in the same order (identity, not equality: pass typed
+    messages and never mutate one after it was encoded — :class:`kimik3.Agent` does this);
+    anything else falls back to encoding from the first changed message. Tool declarations and
+    thinking settings are fixed per encoder.
+
+    Args:
+        tokenizer: the model's :class:`K3Tokenizer`.
+        tools: tool declarations, rendered once in the header.
+        thinking: thinking channel on/off.
+        thinking_effort: low / high / max or None.
+
+    Raises:
+        InvalidEffortError: a bad ``thinking_effort`` (at construction).
+    """
+
+    def __init__(
+        self,
+        tokenizer: K3Tokenizer,
+        tools: Iterable[ToolSpec | Mapping[str, Any] | Any] | None = None,
+        *,
+        thinking: bool = True,
+        thinking_effort: ThinkingEffort | str | None = "max",
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.thinking = thinking
+        specs = to_tool_specs(tools)
+        self._header = tokenizer.encode_segments(
+            prompt_header_segments(specs, thinking=thinking, thinking_effort=thinking_effort)
+        )
+        # Committed state: complete blocks (a non-tool message, or a whole run of tool messages
+        # followed by a non-tool message) whose ids cannot change when messages are appended.
+        self._msgs: list[Message] = []  # in the caller's order
+        self._ids: list[int] = list(self._header)
+        self._block_first: list[int] = []  # per message: index of the first message of its block
+        self._block_ids: list[int] = []  # per message: len(_ids) where its block starts
+        self._last_assistant: list[AssistantMessage | None] = []  # per message: last assistant so far
+
+    @property
+    def committed_messages(self) -> int:
+        """How many leading messages are cached."""
+        return len(self._msgs)
+
+    def encode(
+        self,
+        messages: Sequence[Message | Mapping[str, Any]],
+        *,
+        tool_choice: Any = None,
+        response_format: Any = None,
+        add_generation_prompt: bool = True,
+    ) -> PromptIds:
+        """The prompt ids of ``messages``, as an immutable :class:`PromptIds` sequence.
+
+        Equal to ``tokenizer.encode_messages(messages, tools, ...)`` with this encoder's settings;
+        costs O(new messages), not O(history) (``.tolist()`` when an engine needs a list).
+
+        Raises:
+            As :func:`kimik3.formats.k3.encode_segments`.
+        """
+        n = 0  # longest reusable prefix, by identity (cached messages are typed already)
+        limit = min(len(self._msgs), len(messages))
+        msgs = self._msgs
+        while n < limit and msgs[n] is messages[n]:
+            n += 1
+        # a tool message right after a committed tool run belongs to that run: re-encode the run
+        if (
+            0 < n < len(messages)
+            and isinstance(msgs[n - 1], ToolMessage)
+            and isinstance(to_message(messages[n]), ToolMessage)
+        ):
+            n = self._block_first[n - 1]
+        if n < len(msgs):
+            n = self._block_first[n]
+            # A new list, not `del`: PromptIds views handed out earlier share the old one.
+            self._ids = self._ids[: self._block_ids[n]]
+            del msgs[n:], self._block_first[n:], self._block_ids[n:], self._last_assistant[n:]
+        new = to_messages(messages[n:])  # only what is not cached; new[k] is message n + k
+        end = open_tool_run(new)  # a trailing tool run stays uncommitted (the shared rule)
+        last_assistant = self._last_assistant[n - 1] if n else None
+        enc = self.tokenizer.encode_segments
+        thinking = self.thinking
+        items = list(normalize_messages(new[:end], last_assistant=last_assistant))
+        i = 0
+        while i < end:  # commit block by block (a non-tool message, or a whole tool run)
+            j = i + 1
+            if isinstance(new[i], ToolMessage):
+                while j < end and isinstance(new[j], ToolMessage):
+                    j += 1
+            start_ids = len(self._ids)
+            for item in items[i:j]:
+                self._ids.extend(enc(message_segments(item, thinking=thinking)))
+            for k in range(i, j):
+                msg = new[k]
+                if isinstance(msg, AssistantMessage):
+                    last_assistant = msg
+                msgs.append(msg)
+                self._block_first.append(n + i)
+                self._block_ids.append(start_ids)
+                self._last_assistant.append(last_assistant)
+            i = j
+        tail: list[int] = []
+        for item in normalize_messages(new[end:], last_assistant=last_assistant):
+            tail.extend(enc(message_segments(item, thinking=thinking)))
+        tail.extend(
+            enc(
+                prompt_trailer_segments(
+                    thinking=thinking,
+                    tool_choice=tool_choice,
+                    response_format=response_format,
+                    add_generation_prompt=add_generation_prompt,
+                )
+            )
+        )
+        return PromptIds(self._ids, len(self._ids), tail)
+
+
+class PromptCache:
+    """Per-conversation incremental prompt encoders (see :class:`PromptEncoder`).
+
+    Hand the same cache with every request of one growing conversation (the Agent does) and
+    token engines tokenize only the new turn. Safe to share between engines with the same
+    tokenizer; one conversation per cache.
+    """
+
+    def __init__(self) -> None:
+        self._encoders: dict[tuple[int, str, bool, str | None], PromptEncoder] = {}
+        self.media = MediaIndex()
+        """The conversation's image and video parts, scanned once per message."""
+
+    def encoder(
+        self, tokenizer: K3Tokenizer, tools: Sequence[ToolSpec], thinking: bool, effort: str | None
+    ) -> PromptEncoder:
+        """The encoder for these settings (created on first use; at most a few are kept)."""
+        key = (id(tokenizer), _tools_key(tools), thinking, effort)
+        enc = self._encoders.get(key)
+        if enc is None or enc.tokenizer is not tokenizer:
+            if len(self._encoders) >= 4:  # settings changed mid-conversation: drop the oldest
+                self._encoders.pop(next(iter(self._encoders)))
+            enc = PromptEncoder(tokenizer, tools, thinking=thinking, thinking_effort=effort)
+            self._encoders[key] = enc
+        return enc
+
+
+def _tools_key(tools: Sequence[ToolSpec]) -> str:
+    return "\x1f".join(t.model_dump_json(exclude_none=True) for t in tools)
+
+
+@dataclass(frozen=True, slots=True)
+class RawChunk:
+    """A piece of raw K3 output from a token engine.
+
+    Attributes:
+        text: newly generated text (markers included, contiguous).
+        finish_reason: set on the last chunk (``"stop"`` or ``"length"``).
+        completion_tokens: total generated tokens so far, when the engine knows.
+        prompt_tokens: the prompt's token count, when the engine reports it.
+        prompt_token_ids: the prompt ids as the engine received them, when it echoes them
+            (vLLM does): proof that kimik3's exact ids reached the engine.
+    """
+
+    text: str = ""
+    finish_reason: str | None = None
+    completion_tokens: int | None = None
+    prompt_tokens: int | None = None
+    prompt_token_ids: Sequence[int] | None = None
+
+
+@dataclass(frozen=True)
+class EncodedPrompt:
+    """A request as a token engine sends it.
+
+    Attributes:
+        ids: the K3 prompt token ids (a :class:`PromptIds` view when encoded incrementally).
+        images: the image parts for the prompt's ``<|kimi_image_placeholder|>`` tokens, in order
+            (videos already expanded into timestamped frames).
+        request: the request as encoded (its messages with videos expanded).
+    """
+
+    ids: Sequence[int]
+    images: list[ImagePart]
+    request: ChatRequest
+
+
+class K3Codec:
+    """Kimi K3's codec for token engines: request -> (prompt ids, images); raw text -> events.
+
+    Args:
+        tokenizer: the K3 tokenizer; None counts tokens with :func:`estimate_tokens` and cannot
+            encode (:meth:`encode` then raises TokenizerError; engines without a tokenizer, like
+            the scripted one, count the rendered prompt instead).
+    """
+
+    def __init__(self, tokenizer: K3Tokenizer | None) -> None:
+        self.tokenizer = tokenizer
+
+    def encode(self, request: ChatRequest) -> EncodedPrompt:
+        """The prompt of ``request``: ids (incremental with ``request.prompt_cache``; taken as is
+        from ``request.prompt_ids``) and the image parts in prompt order.
+
+        Raises:
+            MessageError (and subclasses): messages K3's format cannot express.
+            MediaDecodeError, NoVideoStreamError: an unreadable video.
+            TokenizerError: no tokenizer.
+        """
+        scan = media_scan(request.messages, _index(request))
+        if scan.has_video:
+            request = replace(request, messages=expand_videos(request.messages))
+            scan = media_scan(request.messages)
+        images = scan.images
+        if request.prompt_ids is not None:
+            return EncodedPrompt(request.prompt_ids, images, request)
+        tok = self.tokenizer
+        if tok is None:
+            raise TokenizerError("encoding a K3 prompt needs the K3 tokenizer (a model directory)")
+        cache = request.prompt_cache
+        if cache is not None:
+            enc = cache.encoder(tok, request.tools, request.thinking, request.thinking_effort)
+            ids: Sequence[int] = enc.encode(
+                request.messages, tool_choice=request.tool_choice, response_format=request.response_format
+            )
+        else:
+            ids = tok.encode_messages(request.messages, request.tools, **request.encoding_options())
+        return EncodedPrompt(ids, images, request)
+
+    @staticmethod
+    def expand(request: ChatRequest) -> ChatRequest:
+        """``request`` with every video part replaced by its sampled frames (the same object
+        when there is no video; docs/k3-format.md § Media)."""
+        if media_scan(request.messages, _index(request)).has_video:
+            return replace(request, messages=expand_videos(request.messages))
+        return request
+
+    def decoder(self, request: ChatRequest, prompt: EncodedPrompt) -> K3Decoder:
+        """A decoder of the raw text an engine generates for ``prompt``."""
+        return K3Decoder(self, request.thinking, prompt)
+
+    def count(self, text: str) -> int:
+        """Tokens of raw output text (markers as single tokens), or an estimate without a tokenizer."""
+        if self.tokenizer is None:
+            return estimate_tokens(text)
+        return len(self.tokenizer.encode_control(text)) if text else 0
+
+    def image_tokens(self, parts: Sequence[ImagePart]) -> int:
+        """Extra prompt tokens of images: each placeholder token becomes a whole block
+        (docs/k3-format.md § Media tokens); http(s) images count 0 (size unknown here)."""
+        extra = 0
+        for part in parts:
+            url = part.image_url.url
+            if url.startswith(("http://", "https://")):
+                continue  # size unknown until the server fetches it
+            prepared = prepare_request_image(url)
+            width, height = prepared.size
+            extra += image_prompt_tokens(self.tokenizer, width, height, prepared.token_count) - 1
+        return extra
+
+
+def _index(request: ChatRequest) -> MediaIndex | None:
+    return request.prompt_cache.media if request.prompt_cache is not None else None
+
+
+class K3Decoder:
+    """Raw K3 output chunks -> events (:class:`StreamParser`) and, at the end, the completion."""
+
+    def __init__(self, codec: K3Codec, thinking: bool, prompt: EncodedPrompt) -> None:
+        self._codec = codec
+        self._prompt = prompt
+        self._parser = StreamParser(thinking)
+        self._raw: list[str] = []
+        self.finish_reason: str | None = None
+        self._completion_tokens: int | None = None
+        self._prompt_tokens: int | None = None
+
+    def feed(self, chunk: RawChunk) -> list[Event]:
+        """The events of one chunk."""
+        if chunk.finish_reason is not None:
+            self.finish_reason = chunk.finish_reason
+        if chunk.completion_tokens is not None:
+            self._completion_tokens = chunk.completion_tokens
+        if chunk.prompt_tokens is not None:
+            self._prompt_tokens = chunk.prompt_tokens
+        if not chunk.text:
+            return []
+        self._raw.append(chunk.text)
+        return self._parser.feed(chunk.text)
+
+    def finish(self) -> list[Event]:
+        """The last events (a call cut by the end of the stream)."""
+        return self._parser.finish(self.finish_reason)
+
+    def completion(self, model: str) -> ChatCompletion:
+        """The completion of everything fed (after :meth:`finish`). Usage: the engine's counts
+        when it gave them, else the codec's (prompt ids plus expanded image blocks)."""
+        text = "".join(self._raw)
+        completion_tokens = self._completion_tokens
+        if completion_tokens is None:
+            completion_tokens = self._codec.count(text)
+        prompt_tokens = self._prompt_tokens
+        if prompt_tokens is None:  # the engine did not say: count the expanded image blocks
+            prompt_tokens = len(self._prompt.ids) + self._codec.image_tokens(self._prompt.images)
+        usage = Usage(
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            total_tokens=prompt_tokens + completion_tokens,
+        )
+        parsed = self._parser.result()
+        return ChatCompletion(
+            model=model,
+            choices=[Choice(message=parsed.to_message(), finish_reason=parsed.finish_reason)],
+            usage=usage,
+            truncated=parsed.truncated,
+            dropped_tool_calls=[c.name for c in parsed.incomplete_tool_calls],
+            raw_text=text,
+        )
