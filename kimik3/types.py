@@ -309,7 +309,7 @@ class AssistantMessage(_Model):
 
     ``reasoning_content`` is read from ``reasoning_content`` or, failing that, ``reasoning``.
     K3 requires every past assistant message back with its reasoning and tool calls exactly as
-    received (spec §2 "Preserved Thinking").
+    received (docs/k3-format.md § Messages).
     """
 
     role: Literal["assistant"] = "assistant"

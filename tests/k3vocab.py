@@ -9,7 +9,7 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
-# K3's special names and their offsets from num_base_tokens (k3-wire-format.md §1).
+# K3's special names and their offsets from num_base_tokens (docs/k3-format.md § Tokens).
 K3_SPECIALS = {
     0: "[BOS]",
     1: "[EOS]",

@@ -25,7 +25,12 @@ __all__ = ["SessionWriter", "load_session"]
 
 
 class SessionWriter:
-    """Appends messages to a session file, one flushed line each."""
+    """Appends messages to a session file, one flushed line each.
+
+    Attributes:
+        path: the session file.
+        new: True when this writer created the file (no earlier messages in it).
+    """
 
     def __init__(self, path: str | os.PathLike[str], header: dict[str, Any] | None = None) -> None:
         self.path = Path(path)
@@ -33,7 +38,6 @@ class SessionWriter:
         self.new = not self.path.exists() or self.path.stat().st_size == 0
         if not self.new:
             _drop_torn_line(self.path)
-        """True when this writer created the file (no earlier messages in it)."""
         self._file: IO[str] = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - lives with the run
         if self.new:
             self._write({"kimik3_session": 1, "created": int(time.time()), **(header or {})})

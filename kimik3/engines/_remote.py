@@ -38,7 +38,8 @@ from .._exceptions import (
     UserError,
 )
 from ..formats.k3 import K3Codec, K3Tokenizer, RawChunk
-from ..formats.k3._media import media_scan, upload_url
+from ..formats.k3._codec import media_scan
+from ..formats.k3._media import upload_url
 from ..types import ChatRequest, ImagePart, Message, dump_message
 from ._base import CallSource, ModelCall, TokenEngine
 from ._chat import ChatStreamChecker, field_of
@@ -267,7 +268,7 @@ class RemoteEngine(TokenEngine):
             kwargs["response_format"] = request.response_format
         if request.thinking:
             kwargs["reasoning_effort"] = request.reasoning_effort
-        else:  # self-hosted servers turn thinking off through the chat template (spec §4)
+        else:  # self-hosted servers: thinking off via the chat template (docs/k3-format.md § Request parameters)
             extra_body["chat_template_kwargs"] = {"thinking": False}
         extra_body.update(request.extra)
         if extra_body:

@@ -12,7 +12,7 @@ import anyio
 
 from .._exceptions import EngineError, UserError
 from ..formats.k3 import END_OF_MSG, EncodedPrompt, K3Codec, K3Tokenizer, RawChunk, estimate_tokens, render
-from ..formats.k3._media import media_scan
+from ..formats.k3._codec import media_scan
 from ..types import ChatRequest, ImagePart, Message
 from ._base import TokenEngine
 

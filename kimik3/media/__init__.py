@@ -1,4 +1,4 @@
-"""Images and video the way Kimi K3 sees them (spec ``k3-media.md``).
+"""Images and video the way Kimi K3 sees them (docs/k3-format.md § Media tokens).
 
 Images: :func:`prepare_image` decodes, orients (EXIF), NaViT-resizes and composites transparency
 over K3's chessboard, giving a :class:`PreparedImage` (RGB pixels, ``size``, ``token_count``,

@@ -1,4 +1,5 @@
-"""K3 media-preprocessing configuration (spec ``k3-media.md`` § Config).
+"""K3 media-preprocessing configuration (docs/k3-format.md § Media tokens; keys as in the
+model's ``preprocessor_config.json``).
 
 :class:`MediaConfig` carries the numbers of a model's ``preprocessor_config.json`` (Kimi nests them
 under ``media_proc_cfg``; a flat file is read too) with the K3 values built in, plus a few
@@ -88,7 +89,7 @@ K3_TRANSPARENT_BG = TransparentBgConfig(
 class MediaConfig(BaseModel):
     """K3 preprocessing numbers plus kimik3's client-side options (all immutable).
 
-    Model keys (spec § Config; read from ``preprocessor_config.json``; a key the file lacks keeps
+    Model keys (docs/k3-format.md § Media tokens; read from ``preprocessor_config.json``; a key the file lacks keeps
     its K3 default, a key kimik3 does not know is ignored):
 
     Attributes:
@@ -115,7 +116,7 @@ class MediaConfig(BaseModel):
     Attributes:
         apply_exif_orientation: rotate/flip by the EXIF Orientation tag before anything else
             (default True). No reference applies it, so phone photos otherwise reach the model
-            sideways (spec § Pixels); set False to reproduce the reference pixels exactly.
+            sideways (docs/k3-format.md § Pixels); set False to reproduce the reference pixels exactly.
         max_image_pixels: refuse images with more pixels than this (read from the header,
             before decoding) with :class:`~kimik3.ImageTooLargeError`. ``None`` = Pillow's own
             limit, ``2 * PIL.Image.MAX_IMAGE_PIXELS`` = 178,956,970 by default (no limit when
@@ -124,7 +125,7 @@ class MediaConfig(BaseModel):
             least that much (much faster for large photos). Off by default: the pixels then
             differ slightly from a full decode + BICUBIC (sizes and token counts do not).
         resize_to_fixed_point: resize to the fixed point of the NaViT size function instead of
-            its first value, so a server that resizes again leaves the image alone (spec § Image
+            its first value, so a server that resizes again leaves the image alone (docs/k3-format.md § Image
             size: the resize is not idempotent). Off by default (the reference single pass).
     """
 
@@ -241,4 +242,4 @@ class MediaConfig(BaseModel):
 
 
 K3_MEDIA_CONFIG = MediaConfig()
-"""The K3 defaults (spec § Config)."""
+"""The K3 defaults (docs/k3-format.md § Media tokens)."""

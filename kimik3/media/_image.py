@@ -1,4 +1,4 @@
-"""Images the way K3 sees them (spec ``k3-media.md`` § Image size and § Pixels).
+"""Images the way K3 sees them (docs/k3-format.md § Image size and § Pixels).
 
 Pipeline of :func:`prepare_image`, in order:
 
@@ -19,7 +19,7 @@ Pipeline of :func:`prepare_image`, in order:
    converts them).
 
 The server then pads to multiples of 28 with black, normalises and patchifies; the client does
-not. The resize is not idempotent (spec § Image size): a server that receives ``size`` may shrink
+not. The resize is not idempotent (docs/k3-format.md § Image size): a server that receives ``size`` may shrink
 it by a few more pixels, so :attr:`PreparedImage.token_count` counts what the server will charge
 for the image it receives, ``image_token_count(*size)``.
 """
@@ -104,7 +104,7 @@ _SIXTEEN_BIT_MODES = frozenset({"I;16", "I;16L", "I;16B", "I;16N", "I"})
 def navit_size(
     width: int, height: int, config: MediaConfig | None = None, *, patch_limit: int | None = None
 ) -> tuple[int, int]:
-    """The NaViT resize target of a ``width x height`` image (spec § Image size, steps 1-4).
+    """The NaViT resize target of a ``width x height`` image (docs/k3-format.md § Image size).
 
     Same float arithmetic as the checkpoint's ``navit_resize_image``: ``scale = min(1, s1, s2,
     s3)`` with ``s1 = sqrt(L / (max(1, w // 14) * max(1, h // 14)))`` and ``s2 = 7168 / w``,
@@ -139,7 +139,7 @@ def navit_size(
 
 
 def navit_fixed_point(width: int, height: int, config: MediaConfig | None = None) -> tuple[int, int]:
-    """Iterate :func:`navit_size` until it no longer changes the size (spec § Image size).
+    """Iterate :func:`navit_size` until it no longer changes the size (docs/k3-format.md § Image size).
 
     An image of this size is left alone by a server that applies the NaViT resize again.
 
@@ -164,7 +164,7 @@ def _grid_tokens(width: int, height: int, config: MediaConfig) -> int:
 
 
 def image_token_count(width: int, height: int, config: MediaConfig | None = None) -> int:
-    """Tokens K3 spends on an image the server receives at ``width x height`` (spec § Image size).
+    """Tokens K3 spends on an image the server receives at ``width x height`` (docs/k3-format.md § Image size).
 
     ``N = ceil(h'/28) * ceil(w'/28)`` with ``(w', h') = navit_size(width, height)``, or
     ``config.fixed_output_tokens`` when set. Worked values (K3): 1x1 -> 1, 224x224 -> 64,
@@ -182,7 +182,7 @@ def image_token_count(width: int, height: int, config: MediaConfig | None = None
 
 
 def image_prompt(width: int, height: int, token_count: int) -> str:
-    """K3's prompt text for one image (spec § Pixels).
+    """K3's prompt text for one image (docs/k3-format.md § Pixels).
 
     ``<|media_begin|>image {W}x{H}<|media_content|>`` + ``token_count`` x ``<|media_pad|>`` +
     ``<|media_end|>``, where ``W x H`` is the size of the image the server receives.
@@ -371,7 +371,7 @@ def _from_sixteen_bit(im: Image.Image) -> Image.Image:
     """16-bit grayscale ("I;16*", "I") -> "L" with ``round(v / 257)`` (clipped to 0..255).
 
     A ``transparency`` value becomes an alpha band ("LA"). Pillow's own conversion clips every
-    value above 255 to white (spec § Pixels).
+    value above 255 to white (docs/k3-format.md § Pixels).
     """
     wide = im if im.mode == "I" else _convert(im, "I")
     gray = wide.point(lambda v: v / 257 + 0.5).convert("L")  # int() truncates: round half up
@@ -578,7 +578,7 @@ def _composite_gather(
 
 
 def _composite(rgba: Image.Image, bg: TransparentBgConfig) -> Image.Image:
-    """Blend an RGBA image over the background (spec § Pixels), returning RGB.
+    """Blend an RGBA image over the background (docs/k3-format.md § Pixels), returning RGB.
 
     Exact float32-truncation semantics on every path (:func:`_blend_table` gives ``c`` for
     alpha 255 and the board value for alpha 0, so copying or filling those pixels is the same
@@ -653,7 +653,7 @@ def prepare_image(
     *,
     apply_exif_orientation: bool | None = None,
 ) -> PreparedImage:
-    """Decode, orient, resize and composite an image for K3 (spec § Image size, § Pixels).
+    """Decode, orient, resize and composite an image for K3 (docs/k3-format.md § Image size, § Pixels).
 
     Args:
         source: a path (str / PathLike), a ``data:`` URL, encoded bytes, a binary file object

@@ -1,4 +1,4 @@
-"""Video sampled the way K3's config says (spec ``k3-media.md`` § Video (8 fps)).
+"""Video sampled the way K3's config says (docs/k3-format.md § Video).
 
 Sampling is by timestamp, never by frame count or nominal rate: with ``start`` the first frame's
 pts and ``end`` the last frame's pts plus its duration, the sample times are
@@ -63,7 +63,7 @@ VideoSource: TypeAlias = "str | os.PathLike[str] | bytes | bytearray | memoryvie
 
 
 def format_timestamp(seconds: Fraction | float, mode: str = "hh:mm:ss.fff") -> str:
-    """``HH:MM:SS.mmm`` of a time in seconds, milliseconds truncated (spec § Video).
+    """``HH:MM:SS.mmm`` of a time in seconds, milliseconds truncated (docs/k3-format.md § Video).
 
     Args:
         seconds: a non-negative time in seconds (exact when a ``Fraction``).
@@ -82,7 +82,7 @@ def format_timestamp(seconds: Fraction | float, mode: str = "hh:mm:ss.fff") -> s
 
 
 def video_chunk_prompt(timestamp: str, token_count: int, *, expand: bool = True) -> str:
-    """K3's prompt text for one video chunk (spec § Video).
+    """K3's prompt text for one video chunk (docs/k3-format.md § Video).
 
     ``{timestamp}<|media_begin|>video<|media_content|>`` + pads + ``<|media_end|>``.
 
@@ -128,7 +128,7 @@ class VideoChunk:
 
 @dataclass(frozen=True, eq=False)
 class SampledVideo:
-    """A video sampled at ``fps`` and cut into chunks (spec § Video).
+    """A video sampled at ``fps`` and cut into chunks (docs/k3-format.md § Video).
 
     Attributes:
         chunks: the chunks in time order.
@@ -599,7 +599,7 @@ def sample_video(
     *,
     max_frames: int | None = None,
 ) -> SampledVideo:
-    """Decode a video and sample it the way K3's config says (spec § Video (8 fps)).
+    """Decode a video and sample it the way K3's config says (docs/k3-format.md § Video).
 
     Args:
         source: a path (str / PathLike), encoded bytes or a binary file object (read from its

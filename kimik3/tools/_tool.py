@@ -74,7 +74,9 @@ def _image_part(value: Any) -> ImagePart:
     data_url = getattr(value, "data_url", None)
     if callable(data_url):
         return ImagePart(image_url=ImageURL(url=str(data_url())))
-    # A PIL image: resized and encoded the way K3 expects by kimik3.media when it is available.
+    # A PIL image: resized and encoded the way K3 sees images by kimik3.media (imported here:
+    # only a tool that returns an image needs it). Where kimik3.media cannot provide
+    # prepare_image (a stripped-down install), the image goes as a plain PNG, not resized.
     try:
         media = importlib.import_module("kimik3.media")
     except ImportError:
@@ -82,7 +84,6 @@ def _image_part(value: Any) -> ImagePart:
     prepare = getattr(media, "prepare_image", None)
     if prepare is not None:
         return ImagePart(image_url=ImageURL(url=str(prepare(value).data_url())))
-    # TODO: remove once kimik3.media.prepare_image exists (it resizes to K3's patch grid).
     buf = io.BytesIO()
     value.save(buf, format="PNG")
     url = "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")

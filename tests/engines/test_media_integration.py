@@ -15,7 +15,8 @@ from PIL import Image
 from kimik3 import Client, K3Tokenizer, RemoteEngine, ScriptedEngine, VLLMEngine
 from kimik3.engines import ChatRequest
 from kimik3.formats.k3 import render_output
-from kimik3.formats.k3._media import expand_videos, image_prompt_tokens, media_scan
+from kimik3.formats.k3._codec import media_scan
+from kimik3.formats.k3._media import expand_videos, image_prompt_tokens
 from kimik3.media import image_token_count, prepare_image, sample_video
 from kimik3.types import ImagePart, TextPart, UserMessage, VideoPart, VideoURL
 from tests.k3vocab import write_model_dir
@@ -113,7 +114,7 @@ async def test_video_parts_become_timestamped_frames() -> None:
 
 
 def test_media_index_scans_each_message_once_and_follows_edits() -> None:
-    from kimik3.formats.k3._media import MediaIndex, media_scan
+    from kimik3.formats.k3._codec import MediaIndex, media_scan
 
     index = MediaIndex()
     img = UserMessage(content=[ImagePart(image_url={"url": "a.png"}), TextPart(text="x")])  # type: ignore[arg-type]

@@ -184,6 +184,17 @@ async def test_status_errors_are_typed(status: int, payload: dict[str, Any], hea
         assert getattr(info.value, "retry_after", None) == 0.0
 
 
+async def test_status_errors_keep_the_response_and_request_id() -> None:
+    server = FakeServer(
+        lambda r: httpx.Response(400, json={"error": {"message": "bad"}}, headers={"x-request-id": "req-42"})
+    )
+    with pytest.raises(BadRequestError) as info:
+        await Client(server.engine()).chat([{"role": "user", "content": "x"}])
+    assert info.value.request_id == "req-42"
+    assert isinstance(info.value.response, httpx.Response) and info.value.response.status_code == 400
+    assert info.value.response.json() == {"error": {"message": "bad"}}
+
+
 @pytest.fixture
 def model_dir(tmp_path: Path) -> Path:
     return write_model_dir(tmp_path / "k3", num_base_tokens=163_584)

@@ -30,6 +30,7 @@ from ...types import (
     ToolMessage,
     ToolSpec,
     Usage,
+    VideoPart,
     to_message,
     to_messages,
     to_tool_specs,
@@ -43,11 +44,22 @@ from ._encode import (
     prompt_trailer_segments,
 )
 from ._events import Event
-from ._media import MediaIndex, expand_videos, image_prompt_tokens, media_scan, prepare_request_image
+from ._media import expand_videos, image_prompt_tokens, prepare_request_image
 from ._parse import StreamParser
 from ._tokenizer import K3Tokenizer, estimate_tokens
 
-__all__ = ["EncodedPrompt", "K3Codec", "K3Decoder", "PromptCache", "PromptEncoder", "PromptIds", "RawChunk"]
+__all__ = [
+    "EncodedPrompt",
+    "K3Codec",
+    "K3Decoder",
+    "MediaIndex",
+    "MediaScan",
+    "PromptCache",
+    "PromptEncoder",
+    "PromptIds",
+    "RawChunk",
+    "media_scan",
+]
 
 
 class PromptIds(Sequence[int]):
@@ -220,6 +232,71 @@ class PromptEncoder:
             )
         )
         return PromptIds(self._ids, len(self._ids), tail)
+
+
+# -- media of a conversation (scanned on every request, so kept cheap) -------------------------
+
+
+@dataclass(frozen=True)
+class MediaScan:
+    """The media of a conversation: its image parts in prompt order, and whether a video is there."""
+
+    images: list[ImagePart]
+    has_video: bool
+
+
+def _message_media(msg: Message) -> tuple[list[ImagePart], int]:
+    content = msg.content
+    if content.__class__ is not list:
+        return [], 0
+    images = [p for p in content if p.__class__ is ImagePart]
+    videos = sum(1 for p in content if p.__class__ is VideoPart)
+    return images, videos
+
+
+class MediaIndex:
+    """The media of a growing conversation, each message scanned once (reused by identity, like
+    :class:`~kimik3.PromptEncoder`): a 1,000-turn history costs a pointer comparison per message
+    per request, not a look into every message."""
+
+    def __init__(self) -> None:
+        self._msgs: list[Message] = []
+        self._images: list[ImagePart] = []
+        self._image_ends: list[int] = []  # len(_images) after message i
+        self._video_ends: list[int] = []  # videos seen up to message i
+
+    def scan(self, messages: Sequence[Message]) -> MediaScan:
+        """The media of ``messages`` (typed)."""
+        msgs = self._msgs
+        n = 0
+        limit = min(len(msgs), len(messages))
+        while n < limit and msgs[n] is messages[n]:
+            n += 1
+        if n < len(msgs):
+            del msgs[n:], self._image_ends[n:], self._video_ends[n:]
+            del self._images[(self._image_ends[-1] if n else 0) :]
+        videos = self._video_ends[-1] if n else 0
+        for msg in messages[n:]:
+            images, count = _message_media(msg)
+            self._images.extend(images)
+            videos += count
+            msgs.append(msg)
+            self._image_ends.append(len(self._images))
+            self._video_ends.append(videos)
+        return MediaScan(list(self._images), videos > 0)
+
+
+def media_scan(messages: Sequence[Message], index: MediaIndex | None = None) -> MediaScan:
+    """:class:`MediaScan` of ``messages``, incremental when a :class:`MediaIndex` is given."""
+    if index is not None:
+        return index.scan(messages)
+    images: list[ImagePart] = []
+    videos = 0
+    for msg in messages:
+        found, count = _message_media(msg)
+        images.extend(found)
+        videos += count
+    return MediaScan(images, videos > 0)
 
 
 class PromptCache:

@@ -1,4 +1,4 @@
-"""K3 prompt encoding: messages -> segments (spec: k3-wire-format.md §2).
+"""K3 prompt encoding: messages -> segments (docs/k3-format.md § Segments, § Messages).
 
 The encoder produces :class:`Segment` s. Control segments are single special tokens
 (``<|open|>``, ``<|close|>``, ``<|sep|>``, ``<|end_of_msg|>``, ``<|kimi_image_placeholder|>``);
@@ -104,7 +104,7 @@ def protocol_bodies() -> dict[str, str]:
 
 
 def _escape_attr(value: str) -> str:
-    # spec §2: '&' first, then '"'. Bodies are never escaped.
+    # docs/k3-format.md § Segments: '&' first, then '"'. Bodies are never escaped.
     return value.replace("&", "&amp;").replace('"', "&quot;")
 
 
@@ -168,7 +168,7 @@ def _content_segments(content: Content | None) -> list[Segment]:
         _text(out, "".join(pending))
         pending.clear()
         if isinstance(part, ImagePart):
-            out.append(_IMAGE)  # no newline after it (spec §2)
+            out.append(_IMAGE)  # no newline after it (docs/k3-format.md § Typed arguments)
         elif isinstance(part, VideoPart):
             from ..._exceptions import UnknownContentPartError
 
@@ -355,7 +355,7 @@ def open_tool_run(messages: Sequence[Message]) -> int:
 def normalize_messages(
     messages: Iterable[Message | Mapping[str, Any]], *, last_assistant: AssistantMessage | None = None
 ) -> Iterator[RenderedMessage]:
-    """Type the messages and resolve tool-message names, indices and order (spec §2 ``tool``).
+    """Type the messages and resolve tool-message names, indices and order (docs/k3-format.md § Tool results).
 
     Args:
         messages: dicts or typed messages (never mutated).
@@ -415,7 +415,7 @@ def _tool_calls_segments(out: list[Segment], message: AssistantMessage) -> None:
                     f"arguments of tool call #{k} ({call.function.name!r}) must be a JSON object, "
                     f"got {type(args).__name__}: {raw[:80]!r}"
                 )
-            for key, value in args.items():  # given key order, not sorted (spec §2)
+            for key, value in args.items():  # given key order, not sorted (docs/k3-format.md § Typed arguments)
                 kind, text = _argument_value(value)
                 _open(out, "argument", (("key", key), ("type", kind)))
                 _text(out, text)
@@ -483,7 +483,7 @@ def encode_segments(
     response_format: Any = None,
     add_generation_prompt: bool = True,
 ) -> list[Segment]:
-    """Encode a conversation into K3 prompt segments (spec §2).
+    """Encode a conversation into K3 prompt segments (docs/k3-format.md § Typed arguments).
 
     Args:
         messages: OpenAI-shaped dicts or :mod:`kimik3.types` messages; never mutated.

@@ -32,7 +32,7 @@ __all__ = [
 def new_tool_call_id() -> str:
     """A fresh opaque tool-call id, ``"call_"`` + 24 random hex digits (uuid4-based).
 
-    K3 emits no call ids (spec §3): the client invents them. They are never rendered back.
+    K3 emits no call ids (docs/k3-format.md § Output): the client invents them. They are never rendered back.
     """
     return "call_" + uuid.uuid4().hex[:24]
 
@@ -121,8 +121,8 @@ class ParsedOutput:
         """The :class:`~kimik3.types.AssistantMessage` to keep in the history.
 
         ``content`` and ``reasoning_content`` are kept exactly as parsed (K3 wants every past
-        assistant message back with its reasoning, spec §2); ``tool_calls`` carry the ids and the
-        JSON-text arguments (``None`` when there are none).
+        assistant message back with its reasoning, docs/k3-format.md § Messages); ``tool_calls``
+        carry the ids and the JSON-text arguments (``None`` when there are none).
         """
         return AssistantMessage(
             content=self.content,

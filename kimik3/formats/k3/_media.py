@@ -4,7 +4,7 @@
   of transparency, EXIF orientation) before they leave the client: the embedded engine passes the
   prepared PIL images as vLLM ``multi_modal_data`` for the prompt's ``<|kimi_image_placeholder|>``
   tokens; remote chat mode uploads them as lossless PNG data URLs, so the server's model sees the
-  chessboard (stock vLLM drops alpha, k3-media.md § Pixels). http(s) image URLs are passed through
+  chessboard (stock vLLM drops alpha, docs/k3-format.md § Pixels). http(s) image URLs are passed through
   to a remote server unchanged (it fetches them; kimik3's compositing then does not apply).
 - Video parts are sampled at 8 fps (:func:`kimik3.media.sample_video`). Decision: K3's released
   serving stack is image-only (vLLM 0.32's K3 processor has no video modality), so each 4-frame
@@ -20,17 +20,13 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from ...types import ImagePart, ImageURL, Message, TextPart, VideoPart
 from ._tokenizer import K3Tokenizer, estimate_tokens
 
 __all__ = [
-    "MediaIndex",
-    "MediaScan",
     "expand_videos",
-    "media_scan",
     "image_prompt_tokens",
     "prepare_request_image",
     "upload_url",
@@ -129,68 +125,6 @@ def expand_videos(messages: Sequence[Message]) -> list[Message]:
             _EXPANDED.popitem(last=False)
         out.append(copy)
     return out
-
-
-@dataclass(frozen=True)
-class MediaScan:
-    """The media of a conversation: its image parts in prompt order, and whether a video is there."""
-
-    images: list[ImagePart]
-    has_video: bool
-
-
-def _message_media(msg: Message) -> tuple[list[ImagePart], int]:
-    content = msg.content
-    if content.__class__ is not list:
-        return [], 0
-    images = [p for p in content if p.__class__ is ImagePart]
-    videos = sum(1 for p in content if p.__class__ is VideoPart)
-    return images, videos
-
-
-class MediaIndex:
-    """The media of a growing conversation, each message scanned once (reused by identity, like
-    :class:`~kimik3.PromptEncoder`): a 1,000-turn history costs a pointer comparison per message
-    per request, not a look into every message."""
-
-    def __init__(self) -> None:
-        self._msgs: list[Message] = []
-        self._images: list[ImagePart] = []
-        self._image_ends: list[int] = []  # len(_images) after message i
-        self._video_ends: list[int] = []  # videos seen up to message i
-
-    def scan(self, messages: Sequence[Message]) -> MediaScan:
-        """The media of ``messages`` (typed)."""
-        msgs = self._msgs
-        n = 0
-        limit = min(len(msgs), len(messages))
-        while n < limit and msgs[n] is messages[n]:
-            n += 1
-        if n < len(msgs):
-            del msgs[n:], self._image_ends[n:], self._video_ends[n:]
-            del self._images[(self._image_ends[-1] if n else 0) :]
-        videos = self._video_ends[-1] if n else 0
-        for msg in messages[n:]:
-            images, count = _message_media(msg)
-            self._images.extend(images)
-            videos += count
-            msgs.append(msg)
-            self._image_ends.append(len(self._images))
-            self._video_ends.append(videos)
-        return MediaScan(list(self._images), videos > 0)
-
-
-def media_scan(messages: Sequence[Message], index: MediaIndex | None = None) -> MediaScan:
-    """:class:`MediaScan` of ``messages``, incremental when a :class:`MediaIndex` is given."""
-    if index is not None:
-        return index.scan(messages)
-    images: list[ImagePart] = []
-    videos = 0
-    for msg in messages:
-        found, count = _message_media(msg)
-        images.extend(found)
-        videos += count
-    return MediaScan(images, videos > 0)
 
 
 def image_prompt_tokens(tokenizer: K3Tokenizer | None, width: int, height: int, token_count: int) -> int:

@@ -1,4 +1,4 @@
-"""K3 output parsing: raw generated text -> reasoning, content and tool calls (spec §3).
+"""K3 output parsing: raw generated text -> reasoning, content and tool calls (docs/k3-format.md § Output).
 
 The model's output (the text generated after the generation prompt, decoded with
 ``skip_special_tokens=False`` so the markers arrive contiguous) is a tag stream::
@@ -65,10 +65,19 @@ _MAX_PREFIX = max(len(m) for m, _ in _MARKERS) - 1
 
 # -- machine states ----------------------------------------------------------------------------
 
+# Legend of the parser's states (where the text being read goes):
+#   _THINK     inside the think channel: text is reasoning
+#   _RESPONSE  inside the response channel: text is content
+#   _TOP       between channels, inside the message: non-blank text is content (decision)
+#   _TOOLS     inside <tools>, outside any call: text is dropped
+#   _CALL      inside a call, outside any value: text is dropped
+#   _ARG       inside an <argument>: text is the value (streamed when its type is string)
+#   _JSON      inside a <json> block (the encoder's fallback for unparsable arguments)
+#   _DONE      the message is over: everything after is ignored
 _THINK, _RESPONSE, _TOP, _TOOLS, _CALL, _ARG, _JSON, _DONE = range(8)
 
 def _unescape_attr(value: str) -> str:
-    # spec §3: "&quot;" first, then "&amp;" (the reverse of the encoder's order).
+    # docs/k3-format.md § Typed arguments: "&quot;" first, then "&amp;" (the reverse of the encoder's order).
     return value.replace("&quot;", '"').replace("&amp;", "&")
 
 
@@ -94,7 +103,7 @@ def _reject_constant(name: str) -> Any:
 
 
 def _decode_value(raw: str) -> Any:
-    # spec §3: non-string types are JSON, falling back to the raw text when it does not decode.
+    # docs/k3-format.md § Typed arguments: non-string types are JSON, else the raw text.
     try:
         return json.loads(raw, parse_constant=_reject_constant)
     except (ValueError, RecursionError):
@@ -135,7 +144,7 @@ class StreamParser:
           streamed while they arrive.
         - Total work is linear in the output length.
 
-    Recovery (spec §3 "Known model misbehaviours"):
+    Recovery (docs/k3-format.md § Known model slips):
         - ``<|close|>think<|sep|>`` omitted: a later channel tag (open/close ``response``, open
           ``tools``/``call``, close ``message``) ends the reasoning; the text before it stays
           reasoning.
@@ -356,6 +365,20 @@ class StreamParser:
             self._header_open = kind == _K_OPEN
 
     def _tag(self, is_open: bool, header: str) -> None:
+        # Transitions on a complete tag (state -> tag -> new state); anything not listed is ignored:
+        #   any          open/close message  -> _DONE (end of the message; a new message is a slip)
+        #   _CALL/_ARG/_JSON  open argument|json -> _ARG/_JSON (an open value is closed first)
+        #   _ARG/_JSON   close argument|json -> _CALL
+        #   _CALL/_ARG/_JSON  close call     -> the call is committed -> _TOOLS or _TOP (its parent)
+        #   _CALL/_ARG/_JSON  open think|response|tools|call, close tools
+        #                                    -> the call is abandoned (incomplete), then as below
+        #   any          open think          -> _THINK (reasoning starts even with thinking off)
+        #   any          open response       -> _RESPONSE
+        #   any          open tools          -> _TOOLS
+        #   _TOOLS/other open call           -> _CALL (parent _TOOLS, or _TOP for a call outside tools)
+        #   _THINK       close think         -> _TOP
+        #   _RESPONSE/_THINK  close response -> _TOP (a think close omitted)
+        #   _TOOLS       close tools         -> _TOP
         name, attrs = _parse_header(header)
         if name == "message":
             # Close of the message, or (a slip) the open of another one: the message is over.
@@ -447,7 +470,7 @@ class StreamParser:
                     call.items.append((key, item))
             # Decision: a json block that is not an object carries no arguments; dropped.
         elif call.arg_string:
-            self._args_delta(call, '"')  # spec §3: a string is the raw text, no unescaping
+            self._args_delta(call, '"')  # docs/k3-format.md § Typed arguments: a string is the raw text, no unescaping
             call.items.append((call.arg_key, raw))
         else:
             value = _decode_value(raw)
@@ -480,7 +503,7 @@ def parse(
     finish_reason: str | None = None,
     id_factory: Callable[[], str] | None = None,
 ) -> ParsedOutput:
-    """Parse one complete K3 output (spec §3), recovering from the model slips it lists.
+    """Parse one complete K3 output (docs/k3-format.md § Output), recovering from the model slips it lists.
 
     Args:
         text: the generated text after the generation prompt, decoded with

@@ -1,0 +1,80 @@
+"""The agent's turn shape: named outcomes, one approval helper, one count of the context."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kimik3 import (
+    Agent,
+    AgentEvent,
+    Allow,
+    AssistantMessage,
+    Edit,
+    FinalEvent,
+    ScriptedEngine,
+    ToolCallApprovedEvent,
+    ToolResultEvent,
+    UserMessage,
+    tool,
+)
+from kimik3.agents import ContinueWith, Final, ToolsRan
+from kimik3.agents._agent import _Run
+from kimik3.formats.k3 import render_output
+
+
+@tool
+def echo(text: str) -> str:
+    """Echo text back."""
+    return text.upper()
+
+
+def call(text: str) -> str:
+    return render_output({"reasoning_content": "r", "content": "",
+                          "tool_calls": [{"id": "a", "function": {"name": "echo", "arguments": {"text": text}}}]})
+
+
+async def test_turn_outcomes_are_named() -> None:
+    cut = "partial answer"  # no message close: a max_tokens cut
+    engine = ScriptedEngine([call("hi"), cut, render_output({"reasoning_content": "d", "content": "done"})])
+    agent = Agent(tools=[echo], engine=engine)
+    run = _Run([UserMessage(content="go")], None, None, agent._count)
+    outcomes = []
+    for _ in range(3):
+        async for item in agent._turn(run):
+            if isinstance(item, ToolsRan | ContinueWith | Final):
+                outcomes.append(item)
+                if isinstance(item, ContinueWith):
+                    run.add(UserMessage(content=item.prompt))
+    assert outcomes[0] == ToolsRan()
+    assert isinstance(outcomes[1], ContinueWith) and "cut off by the output limit" in outcomes[1].prompt
+    assert outcomes[2] == Final("done", "completed")
+
+
+async def test_approved_calls_are_reported_with_their_final_arguments() -> None:
+    def approve(pending: Any) -> Any:
+        return Edit({"text": "edited"}) if pending.arguments["text"] == "b" else Allow()
+
+    engine = ScriptedEngine([
+        render_output({"reasoning_content": "r", "content": "", "tool_calls": [
+            {"id": "1", "function": {"name": "echo", "arguments": {"text": "a"}}},
+            {"id": "2", "function": {"name": "echo", "arguments": {"text": "b"}}}]}),
+        render_output({"reasoning_content": "d", "content": "ok"}),
+    ])
+    events: list[AgentEvent] = [e async for e in Agent(tools=[echo], engine=engine, approval=approve).run_stream("x")]
+    kinds = [(type(e).__name__, getattr(e, "arguments", None)) for e in events
+             if isinstance(e, ToolCallApprovedEvent | ToolResultEvent)]
+    assert kinds == [("ToolCallApprovedEvent", '{"text": "a"}'), ("ToolResultEvent", None),
+                     ("ToolCallApprovedEvent", {"text": "edited"}), ("ToolResultEvent", None)]
+    approved = [e for e in events if isinstance(e, ToolCallApprovedEvent)]
+    assert [a.edited for a in approved] == [False, True]
+    assert isinstance(events[-1], FinalEvent) and events[-1].result.output == "ok"
+
+
+def test_tokens_in_the_context_count_reasoning_once() -> None:
+    agent = Agent(engine=ScriptedEngine([]))
+    run = _Run([], None, None, agent._count)
+    reasoning = "r" * 400  # 100 tokens by estimate
+    run.add(AssistantMessage(content="a" * 40, reasoning_content=reasoning))  # + 10
+    assert run.context_tokens == 110
+    run.add(UserMessage(content="u" * 80))  # + 20
+    assert run.context_tokens == 130
