@@ -23,10 +23,14 @@ __all__ = [
     "THINKING_EFFORTS",
     "ReasoningEffort",
     "Sampling",
+    "ThinkingEffort",
 ]
 
 ReasoningEffort: TypeAlias = Literal["low", "high", "max", "none"]
 """K3's ``reasoning_effort``: low / high / max (default max); ``"none"`` turns thinking off."""
+
+ThinkingEffort: TypeAlias = Literal["low", "high", "max"]
+"""An effort K3 renders as a directive (thinking on)."""
 
 THINKING_EFFORTS: tuple[str, ...] = ("low", "high", "max")
 """The efforts K3 renders as a directive (thinking on)."""

@@ -53,6 +53,7 @@ from rich.spinner import Spinner
 from rich.text import Text
 
 from . import __version__
+from ._defaults import REASONING_EFFORTS
 from ._exceptions import EngineError, KimiK3Error
 from .agents import (
     CODING_INSTRUCTIONS,
@@ -187,7 +188,7 @@ def _engine_options(f: F) -> F:
                           "Overrides the preset and the options above."),
         click.option("--script", type=click.Path(exists=True, dir_okay=False), metavar="FILE.json",
                      help="Replay a JSON list of raw K3 output texts (ScriptedEngine): tests, dry runs."),
-        click.option("--reasoning-effort", type=click.Choice(["low", "high", "max", "none"]),
+        click.option("--reasoning-effort", type=click.Choice(list(REASONING_EFFORTS)),
                      help="K3's thinking effort (default max); none turns thinking off."),
         click.option("--max-turns", type=click.IntRange(min=1), help="Model calls that may use tools (default 50)."),
         click.option("--max-tokens", type=click.IntRange(min=1), help="Completion tokens per model call."),

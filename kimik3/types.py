@@ -28,7 +28,13 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ._defaults import DEFAULT_REASONING_EFFORT, REASONING_EFFORTS, SINGLE_STEP_SAMPLING, ReasoningEffort
-from ._exceptions import InvalidEffortError, MessageError, UnknownContentPartError, UnknownRoleError
+from ._exceptions import (
+    InvalidArgumentsError,
+    InvalidEffortError,
+    MessageError,
+    UnknownContentPartError,
+    UnknownRoleError,
+)
 
 if TYPE_CHECKING:
     from .formats.k3 import PromptCache
@@ -195,8 +201,6 @@ class FunctionCall(_Model):
             InvalidArgumentsError: the text is valid JSON but not an object.
             json.JSONDecodeError: the text is not JSON at all.
         """
-        from ._exceptions import InvalidArgumentsError
-
         value = json.loads(self.arguments) if self.arguments.strip() else {}
         if not isinstance(value, dict):
             raise InvalidArgumentsError(

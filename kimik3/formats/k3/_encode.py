@@ -17,10 +17,16 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import Any, Literal, NamedTuple
+from typing import Any, NamedTuple
 
-from ..._defaults import THINKING_EFFORTS
-from ..._exceptions import InvalidArgumentsError, InvalidEffortError, MessageError, ToolNameError
+from ..._defaults import THINKING_EFFORTS, ThinkingEffort
+from ..._exceptions import (
+    InvalidArgumentsError,
+    InvalidEffortError,
+    MessageError,
+    ToolNameError,
+    UnknownContentPartError,
+)
 from ...types import (
     AssistantMessage,
     Content,
@@ -64,7 +70,6 @@ SEP = "<|sep|>"
 END_OF_MSG = "<|end_of_msg|>"
 IMAGE_PLACEHOLDER = "<|kimi_image_placeholder|>"
 
-ThinkingEffort = Literal["low", "high", "max"]
 
 
 class Segment(NamedTuple):
@@ -168,10 +173,8 @@ def _content_segments(content: Content | None) -> list[Segment]:
         _text(out, "".join(pending))
         pending.clear()
         if isinstance(part, ImagePart):
-            out.append(_IMAGE)  # no newline after it (docs/k3-format.md § Typed arguments)
+            out.append(_IMAGE)  # no newline after it (docs/k3-format.md § Media tokens)
         elif isinstance(part, VideoPart):
-            from ..._exceptions import UnknownContentPartError
-
             raise UnknownContentPartError(
                 "a video part must be sampled into frames before K3 encoding: kimik3's engines do "
                 "it (kimik3.formats.k3._media.expand_videos); K3's released encoder is image-only"

@@ -59,7 +59,7 @@ def prepare_request_image(url: str) -> Any:
     """
     prepared = _lru_get(_PREPARED, url)
     if prepared is None:
-        from ...media import prepare_image
+        from ...media import prepare_image  # Pillow is loaded only when a request has an image
 
         prepared = prepare_image(url)
         _lru_put(_PREPARED, url, prepared)
@@ -77,8 +77,7 @@ def upload_url(url: str) -> str:
 def _video_parts(url: str) -> list[TextPart | ImagePart]:
     parts: list[TextPart | ImagePart] | None = _lru_get(_VIDEOS, url)
     if parts is None:
-        from ...media import sample_video
-        from ...media._image import prepare_image
+        from ...media import prepare_image, sample_video  # loaded only when a request has a video
 
         video = sample_video(url)
         parts = []
