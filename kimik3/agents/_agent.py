@@ -108,9 +108,10 @@ class _Run:
         self.context_tokens = 0
         self.output_retry_used = False  # the one retry of an answer that failed output_type
 
-    def add(self, message: Message) -> None:
+    def add(self, message: Message, *, counted: bool = False) -> None:
         self.messages.append(message)
-        self.context_tokens += self.message_tokens(message)
+        if not counted:
+            self.context_tokens += self.message_tokens(message)
         if self.session is not None:
             self.session.message(message)
 
@@ -118,8 +119,8 @@ class _Run:
         """Record a model call: its usage, and its message (whose tokens the call counted)."""
         self.usage = self.usage + completion.usage
         self.turns += 1
-        self.add(message)
         self.context_tokens = completion.usage.prompt_tokens + completion.usage.completion_tokens
+        self.add(message, counted=True)
 
     def message_tokens(self, message: Message) -> int:
         """Tokens a message adds to the context: its text, reasoning (once) and tool calls."""
