@@ -3,11 +3,11 @@
 ::
 
     kimik3 run "fix the failing test" --workspace repo --base-url http://127.0.0.1:8000/v1
-    kimik3 run "..." --model-path /models/kimi-k3 --preset k3-nvfp4-b300     # embedded vLLM
+    kimik3 run "..." --model-path /models/kimi-k3 --preset auto             # embedded vLLM
     kimik3 run "..." --script replies.json                                  # scripted replies
     kimik3 resume ~/.kimik3/sessions/20260101-120000.jsonl "now add a test" --base-url ...
     kimik3 chat --base-url ...            # a REPL; --workspace DIR gives it the coding tools
-    kimik3 preflight                      # can this node serve K3?
+    kimik3 preflight                      # can this node serve K3? (--preset NAME: env, command)
 
 Progress goes to stdout. On a terminal it is live (rich): a status line (turn, tool calls,
 tokens), reasoning dimmed, tool calls and results as they happen, the answer. Elsewhere (a pipe,
@@ -73,7 +73,8 @@ from .agents import (
     TurnEndEvent,
     load_session,
 )
-from .engines import PRESETS, Engine, RemoteEngine, ScriptedEngine, VLLMEngine, preflight
+from .engines import FEATURES, PRESETS, Engine, RemoteEngine, ScriptedEngine, VLLMEngine, preflight
+from .engines._presets import DEPRECATED_PRESETS
 from .tools import Tool, ToolResult
 from .tools.coding import coding_tools
 from .types import AssistantMessage, Message, message_text
@@ -87,6 +88,7 @@ PREVIEW_CHARS = 100
 ARGUMENTS_CHARS = 200
 """Tool-call arguments are shown as one-line JSON, cut to this many characters."""
 
+_PRESET_NAMES = [*PRESETS, "auto", "auto-nvfp4", *DEPRECATED_PRESETS]
 _EMBEDDED_OPTIONS = ("preset", "tensor_parallel_size", "max_model_len", "enforce_eager",
                      "gpu_memory_utilization", "dtype", "trust_remote_code")
 _STOP_REASONS = {
@@ -141,6 +143,7 @@ class _Options:
     tokenizer: str | None
     model_path: str | None
     preset: str | None
+    feature: tuple[str, ...]
     tensor_parallel_size: int | None
     max_model_len: int | None
     enforce_eager: bool | None
@@ -173,8 +176,11 @@ def _engine_options(f: F) -> F:
                           "default is --model-path)."),
         click.option("--model-path", envvar="KIMIK3_MODEL_PATH", type=click.Path(exists=True), metavar="DIR",
                      help="Run K3 embedded with vLLM from this model directory [env KIMIK3_MODEL_PATH]."),
-        click.option("--preset", type=click.Choice(sorted(PRESETS)),
-                     help="A vendor-validated vLLM launch preset (embedded engine)."),
+        click.option("--preset", type=click.Choice(_PRESET_NAMES),
+                     help="A launch preset of vLLM's K3 recipe, or auto: chosen from this node's GPUs (embedded "
+                          "engine; `kimik3 preflight --preset NAME` shows its env and command)."),
+        click.option("--feature", type=click.Choice(sorted(FEATURES)), multiple=True,
+                     help="An opt-in feature of the recipe on top of --preset (repeatable)."),
         click.option("--tensor-parallel-size", type=click.IntRange(min=1), help="vLLM tensor_parallel_size."),
         click.option("--max-model-len", type=click.IntRange(min=1), help="vLLM max_model_len (tokens)."),
         click.option("--enforce-eager/--no-enforce-eager", default=None, help="vLLM enforce_eager."),
@@ -256,6 +262,8 @@ def _build_engine(o: _Options) -> Engine:
     """
     source = _engine_source(o)
     embedded = [n for n in _EMBEDDED_OPTIONS if getattr(o, n) is not None]
+    if o.feature:
+        embedded.append("feature")
     if o.engine_arg:
         embedded.append("engine_arg")
     if source != "model_path" and embedded:
@@ -272,7 +280,7 @@ def _build_engine(o: _Options) -> Engine:
         # otherwise (the engine core process inherits this).
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
         _default_cpu_kv_cache()
-        return VLLMEngine(o.model_path, preset=o.preset, k3_tokenizer=o.tokenizer, **args)
+        return VLLMEngine(o.model_path, preset=o.preset, features=o.feature, k3_tokenizer=o.tokenizer, **args)
     if o.mode == "raw" and o.tokenizer is None:
         raise click.UsageError("--mode raw needs --tokenizer DIR (a K3 model directory)")
     mode: Literal["chat", "raw"] = "raw" if o.mode == "raw" else "chat"
@@ -722,15 +730,20 @@ def chat(ctx: click.Context, /, workspace: str | None, session: str | None, **pa
 @main.command(name="preflight")
 @click.option("--weights-dir", type=click.Path(file_okay=False), metavar="DIR",
               help="Where the checkpoint will live (its free space is checked; default $HF_HOME or here).")
-@click.option("--preset", type=click.Choice(sorted(PRESETS)), default="k3-nvfp4-b300", show_default=True,
-              help="Which launch (and checkpoint size) to check for.")
-@click.option("--gpus", type=click.IntRange(min=1), default=8, show_default=True, help="GPUs the launch uses.")
+@click.option("--preset", type=click.Choice(_PRESET_NAMES), default="auto", show_default=True,
+              help="Which launch of vLLM's K3 recipe to check for (auto: the one that fits the GPUs found).")
+@click.option("--feature", type=click.Choice(sorted(FEATURES)), multiple=True,
+              help="An opt-in feature of the recipe (repeatable).")
+@click.option("--gpus", type=click.IntRange(min=1), help="GPUs the launch uses (default: the preset's).")
 @click.pass_context
-def preflight_command(ctx: click.Context, weights_dir: str | None, preset: str, gpus: int) -> None:
-    """Check whether this node can serve K3 (GPUs, driver, vLLM's kimi_k3 support, disk).
+def preflight_command(
+    ctx: click.Context, weights_dir: str | None, preset: str, feature: tuple[str, ...], gpus: int | None
+) -> None:
+    """Check whether this node can serve K3 (GPUs, preset, driver, memory, vLLM's kimi_k3 support, disk).
 
-    Exits 0 when nothing failed, 1 otherwise.
+    Prints the preset's environment variables and its ``vllm serve`` command too. Exits 0 when
+    nothing failed, 1 otherwise.
     """
-    report = preflight(weights_dir=weights_dir, preset=preset, gpus_needed=gpus)
+    report = preflight(weights_dir=weights_dir, preset=preset, features=feature, gpus_needed=gpus)
     click.echo(str(report))
     ctx.exit(0 if report.ok else 1)

@@ -8,6 +8,7 @@ from ..formats.k3 import PromptCache, RawChunk
 from ..types import ChatCompletion, ChatRequest, Choice, Usage
 from ._base import Engine, ModelCall, TokenEngine
 from ._preflight import Finding, PreflightReport, preflight
+from ._presets import FEATURES, Preset
 from ._remote import RemoteEngine
 from ._scripted import ScriptedCall, ScriptedEngine
 from ._vllm import PRESETS, VLLMEngine
@@ -16,6 +17,7 @@ RawTextEngine = TokenEngine
 """The former name of :class:`TokenEngine`."""
 
 __all__ = [
+    "FEATURES",
     "PRESETS",
     "ChatCompletion",
     "ChatRequest",
@@ -24,6 +26,7 @@ __all__ = [
     "Finding",
     "ModelCall",
     "PreflightReport",
+    "Preset",
     "PromptCache",
     "RawChunk",
     "RawTextEngine",

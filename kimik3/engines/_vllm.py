@@ -15,9 +15,11 @@ vLLM spawns worker processes: scripts that build a VLLMEngine need an
 
 from __future__ import annotations
 
+import copy
+import logging
 import os
 import uuid
-from collections.abc import AsyncGenerator, Iterator, Sequence
+from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -34,33 +36,11 @@ from ..formats.k3 import K3Tokenizer, RawChunk
 from ..formats.k3._media import prepare_request_image
 from ..types import ChatRequest, ImagePart
 from ._base import TokenEngine
+from ._presets import PRESETS, Preset, applied_env, get_preset
 
 __all__ = ["PRESETS", "VLLMEngine"]
 
-PRESETS: dict[str, dict[str, Any]] = {
-    # Source: the vendor-validated K3 launches as recorded in kimik3's engines issue (#4), from
-    # Moonshot's K3 deployment guidance for vLLM. NVFP4 checkpoint on one 8x B300 node:
-    # max_model_len 196,608 is the validated point, not the architectural 1,048,576-token limit.
-    "k3-nvfp4-b300": {
-        "quantization": "modelopt_mixed",
-        "moe_backend": "flashinfer_trtllm",
-        "kv_cache_dtype": "fp8",
-        "tensor_parallel_size": 8,
-        "max_model_len": 196_608,
-        "max_num_seqs": 32,
-        "load_format": "fastsafetensors",
-        "trust_remote_code": True,
-    },
-    # The original MXFP4 checkpoint (same source).
-    "k3-mxfp4": {
-        "quantization": "mxfp4",
-        "trust_remote_code": True,
-        "tensor_parallel_size": 8,
-        "max_model_len": 131_072,
-    },
-}
-"""Engine-arg presets for the vendor-validated K3 launches. Serve-time parsers for an OpenAI
-server of the same checkpoint: ``--tool-call-parser kimi_k3 --reasoning-parser kimi_k3``."""
+log = logging.getLogger("kimik3.engines.vllm")
 
 
 class VLLMEngine(TokenEngine):
@@ -76,7 +56,13 @@ class VLLMEngine(TokenEngine):
         model: the model directory (or name vLLM can load).
         k3_tokenizer: kimik3's K3 tokenizer or its directory (default: ``tokenizer`` or ``model``),
             loaded on first chat call; plain :meth:`generate` with explicit stop ids needs none.
-        preset: a key of :data:`PRESETS` whose args are applied first.
+        preset: a :data:`~kimik3.engines.PRESETS` name whose args are applied first (vLLM's K3
+            recipe), ``"auto"`` to pick it from the detected GPUs (logged, and kept as
+            :attr:`preset` with its ``reason``), or an old name (DeprecationWarning).
+        features: the recipe's opt-in features on top of the preset (``"spec_decoding"``,
+            ``"text_only"``, ``"decode_context_parallelism"``).
+        env: environment variables for vLLM's start on top of the preset's (``None`` unsets one);
+            they are set while the engine starts and restored afterwards.
         **engine_args: any ``vllm.AsyncEngineArgs`` field (tokenizer, tensor_parallel_size,
             data_parallel_size, enable_expert_parallel, max_model_len, kv_cache_dtype,
             quantization, gpu_memory_utilization, enforce_eager, ...). They override the preset.
@@ -85,7 +71,8 @@ class VLLMEngine(TokenEngine):
 
     Raises:
         EngineNotAvailableError: ``vllm`` is not installed (``pip install 'kimik3[vllm]'``).
-        UserError: an unknown preset.
+        UserError: an unknown preset or feature, or features without a preset.
+        EngineNotAvailableError: ``preset="auto"`` and no preset fits this node's GPUs.
     """
 
     def __init__(
@@ -94,12 +81,18 @@ class VLLMEngine(TokenEngine):
         *,
         k3_tokenizer: K3Tokenizer | str | os.PathLike[str] | None = None,
         preset: str | None = None,
+        features: Sequence[str] = (),
+        env: Mapping[str, str | None] | None = None,
         **engine_args: Any,
     ) -> None:
-        if preset is not None and preset not in PRESETS:
-            raise UserError(f"unknown preset {preset!r}; known: {', '.join(sorted(PRESETS))}")
-        args = dict(PRESETS[preset]) if preset is not None else {}
+        if features and preset is None:
+            raise UserError("features apply to a preset: pass preset=... (or 'auto') too")
+        self.preset: Preset | None = get_preset(preset, features) if preset is not None else None
+        if self.preset is not None and self.preset.reason:
+            log.info("preset %r chosen for %s", self.preset.name, self.preset.reason)
+        args = copy.deepcopy(dict(self.preset.engine_args)) if self.preset is not None else {}
         args.update(engine_args)
+        self.env: dict[str, str | None] = {**(self.preset.env if self.preset is not None else {}), **(env or {})}
         args["model"] = str(model)
         self.engine_args = args
         super().__init__(k3_tokenizer or args.get("tokenizer") or args["model"])
@@ -108,7 +101,7 @@ class VLLMEngine(TokenEngine):
 
     @classmethod
     def from_preset(cls, preset: str, model: str | os.PathLike[str], **overrides: Any) -> VLLMEngine:
-        """A VLLMEngine for a vendor-validated launch (:data:`PRESETS`); any field overridable."""
+        """A VLLMEngine for a launch of vLLM's K3 recipe (:data:`PRESETS`); any field overridable."""
         return cls(model, preset=preset, **overrides)
 
     async def start(self) -> None:
@@ -133,7 +126,8 @@ class VLLMEngine(TokenEngine):
             engine_args = AsyncEngineArgs(**args)
         except TypeError as e:
             raise EngineError(f"invalid vLLM engine args: {e}") from e
-        self._llm = AsyncLLM.from_engine_args(engine_args)
+        with applied_env(self.env):  # vLLM's processes inherit it as they start
+            self._llm = AsyncLLM.from_engine_args(engine_args)
 
     @property
     def llm(self) -> Any:
