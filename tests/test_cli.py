@@ -360,7 +360,7 @@ def test_parse_engine_arg_values() -> None:
     assert parse_engine_arg('hf_overrides={"rope_theta": 50000}') == ("hf_overrides", {"rope_theta": 50000})
     assert parse_engine_arg("tokenizer_mode=auto=x") == ("tokenizer_mode", "auto=x")
     assert parse_engine_arg("download_dir=") == ("download_dir", "")
-    for bad in ("max_num_seqs", "=8", "no spaces=1", "model=/x", "preset=k3-mxfp4"):
+    for bad in ("max_num_seqs", "=8", "no spaces=1", "model=/x", "preset=k3-mxfp4-hopper"):
         with pytest.raises(click.BadParameter):
             parse_engine_arg(bad)
 
@@ -375,11 +375,13 @@ def test_embedded_engine_args_from_options_preset_and_engine_args(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
-    engine = build(["--model-path", str(tmp_path), "--preset", "k3-mxfp4", "--tensor-parallel-size", "2",
+    engine = build(["--model-path", str(tmp_path), "--preset", "k3-mxfp4-hopper", "--tensor-parallel-size", "2",
                     "--max-model-len", "4096", "--enforce-eager", "--gpu-memory-utilization", "0.85",
-                    "--dtype", "bfloat16", "--engine-arg", "max_num_seqs=4", "--engine-arg", "max-model-len=2048"])
+                    "--dtype", "bfloat16", "--engine-arg", "max_num_seqs=4", "--engine-arg", "max-model-len=2048",
+                    "--feature", "text_only"])
     assert isinstance(engine, VLLMEngine)
-    assert engine.engine_args == {**PRESETS["k3-mxfp4"], "tensor_parallel_size": 2, "max_model_len": 2048,
+    assert engine.engine_args == {**PRESETS["k3-mxfp4-hopper"].engine_args, "language_model_only": True,
+                                  "tensor_parallel_size": 2, "max_model_len": 2048,
                                   "enforce_eager": True, "gpu_memory_utilization": 0.85, "dtype": "bfloat16",
                                   "max_num_seqs": 4, "model": str(tmp_path)}
     assert engine._llm is None  # not started
@@ -405,7 +407,8 @@ def test_engine_choice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     [
         ([], "no engine: pass --base-url URL"),
         (["--base-url", "http://x/v1", "--script", "S"], "give one engine, not --script and --base-url"),
-        (["--script", "S", "--preset", "k3-mxfp4"], "--preset apply only to the embedded engine"),
+        (["--script", "S", "--preset", "k3-mxfp4-hopper"], "--preset apply only to the embedded engine"),
+        (["--script", "S", "--feature", "text_only"], "--feature apply only to the embedded engine"),
         (["--script", "S", "--engine-arg", "a=1"], "--engine-arg apply only to the embedded engine"),
         (["--base-url", "http://x/v1", "--mode", "raw"], "--mode raw needs --tokenizer DIR"),
         (["--model-path", ".", "--engine-arg", "oops"], "expected KEY=VALUE, got 'oops'"),

