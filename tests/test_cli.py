@@ -426,12 +426,13 @@ def test_usage_errors_exit_2(tmp_path: Path, args: list[str], message: str) -> N
 
 
 def test_preflight_fails_on_this_cpu_machine(tmp_path: Path) -> None:
-    if shutil.which("nvidia-smi"):
-        pytest.skip("this machine has nvidia-smi; the test is about a CPU-only machine")
+    if shutil.which("nvidia-smi") or shutil.which("amd-smi"):
+        pytest.skip("this machine has nvidia-smi / amd-smi; the test is about a CPU-only machine")
     result = invoke(["preflight", "--weights-dir", str(tmp_path)], tmp_path / "home")
     assert result.exit_code == 1
     lines = result.stdout.splitlines()
-    assert lines[0] == "[FAIL] gpus: no NVIDIA GPU found (nvidia-smi missing or failing)"
+    assert lines[0].startswith("[FAIL] preset: auto: no K3 mxfp4 preset fits this node (no GPU found).")
+    assert "[FAIL] gpus: no GPU found (nvidia-smi and amd-smi missing or failing)" in lines
     assert lines[-1] == "preflight: NOT READY"
 
 
