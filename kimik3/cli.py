@@ -39,6 +39,7 @@ import json
 import os
 import sys
 import time
+import warnings
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -280,7 +281,14 @@ def _build_engine(o: _Options) -> Engine:
         # otherwise (the engine core process inherits this).
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
         _default_cpu_kv_cache()
-        return VLLMEngine(o.model_path, preset=o.preset, features=o.feature, k3_tokenizer=o.tokenizer, **args)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", DeprecationWarning)  # an old --preset name says what it now means
+            engine = VLLMEngine(o.model_path, preset=o.preset, features=o.feature, k3_tokenizer=o.tokenizer, **args)
+        for w in caught:
+            click.echo(f"warning: {w.message}", err=True)
+        if engine.preset is not None and engine.preset.reason:
+            click.echo(f"preset {o.preset}: {engine.preset.name} for {engine.preset.reason}", err=True)
+        return engine
     if o.mode == "raw" and o.tokenizer is None:
         raise click.UsageError("--mode raw needs --tokenizer DIR (a K3 model directory)")
     mode: Literal["chat", "raw"] = "raw" if o.mode == "raw" else "chat"

@@ -24,6 +24,7 @@ from rich.console import Console
 
 from kimik3 import ScriptedEngine, VLLMEngine
 from kimik3 import cli as cli_module
+from kimik3._exceptions import EngineNotAvailableError
 from kimik3.agents import load_session
 from kimik3.cli import main, parse_engine_arg
 from kimik3.engines import PRESETS, RemoteEngine
@@ -388,6 +389,29 @@ def test_embedded_engine_args_from_options_preset_and_engine_args(
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         assert os.environ["VLLM_CPU_KVCACHE_SPACE"] == "1"
+
+
+def test_old_preset_name_warns_on_stderr_and_auto_says_what_it_found(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = build(["--model-path", str(tmp_path), "--preset", "k3-nvfp4-b300"])
+    assert engine.preset.name == "k3-nvfp4-blackwell"
+    err = capsys.readouterr().err
+    assert err.startswith("warning: K3 preset 'k3-nvfp4-b300' is deprecated and now means 'k3-nvfp4-blackwell': ")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    sh, cat = shutil.which("sh"), shutil.which("cat")
+    monkeypatch.setenv("PATH", str(bin_dir))  # no nvidia-smi / amd-smi
+    with pytest.raises(EngineNotAvailableError, match=r"no K3 mxfp4 preset fits this node \(no GPU found\)"):
+        build(["--model-path", str(tmp_path), "--preset", "auto"])
+    recorded = Path(__file__).parent / "data" / "engines" / "b300x8_nvidia_smi_query.csv"
+    smi = bin_dir / "nvidia-smi"  # answers with a B300 node's recorded output
+    smi.write_text(f"#!{sh}\nexec {cat} {recorded}\n")
+    smi.chmod(0o755)
+    engine = build(["--model-path", str(tmp_path), "--preset", "auto", "--feature", "spec_decoding"])
+    assert engine.preset.name == "k3-mxfp4-blackwell" and engine.preset.features == ("spec_decoding",)
+    assert capsys.readouterr().err == ("preset auto: k3-mxfp4-blackwell for 8 x NVIDIA B300 SXM6 AC (compute "
+                                       "capability 10.3): blackwell with 8+ GPUs\n")
 
 
 def test_engine_choice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
