@@ -243,7 +243,7 @@ class Preset:
         names = list(self.features)
         for name in features:
             if name not in FEATURES:
-                raise UserError(f"unknown K3 preset feature {name!r}; known: {', '.join(FEATURES)}")
+                raise UserError(f"unknown preset feature {name!r}; known: {', '.join(FEATURES)}")
             if name not in names:
                 args.update(FEATURES[name].args_for(self.hardware))
                 names.append(name)
@@ -419,7 +419,7 @@ def get_preset(name: str, features: Sequence[str] = (), *, gpus: Sequence[GPU] |
         preset = PRESETS[name]
     else:
         known = [*PRESETS, "auto", "auto-nvfp4", *DEPRECATED_PRESETS]
-        raise UserError(f"unknown K3 preset {name!r}; known: {', '.join(known)}")
+        raise UserError(f"unknown preset {name!r}; known: {', '.join(known)}")
     return preset.with_features(features)
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from kimik3._exceptions import UserError
 from kimik3.engines import FEATURES, PRESETS, Preset, VLLMEngine
 from kimik3.engines._presets import DEPRECATED_PRESETS, RECIPE, applied_env, get_preset
 
@@ -142,9 +143,9 @@ def test_features_compose_per_hardware() -> None:
     assert PRESETS["k3-mxfp4-blackwell"].engine_args["attention_config"]["mla_prefill_backend"] == "flashinfer"
     twice = get_preset("k3-mxfp4-hopper", ["text_only", "text_only"])
     assert twice.features == ("text_only",)
-    with pytest.raises(KeyError, match="unknown K3 preset feature 'mtp'"):
+    with pytest.raises(UserError, match="unknown preset feature 'mtp'"):
         get_preset("k3-mxfp4-hopper", ["mtp"])
-    with pytest.raises(KeyError, match="unknown K3 preset 'k3-fp8'"):
+    with pytest.raises(UserError, match="unknown preset 'k3-fp8'"):
         get_preset("k3-fp8")
 
 
@@ -209,7 +210,7 @@ def test_engine_takes_preset_features_and_overrides() -> None:
     assert engine.preset.features == ("text_only",) and engine.env["VLLM_ALLREDUCE_USE_FLASHINFER"] == "1"
     engine.engine_args["attention_config"]["mla_prefill_backend"] = "x"  # a copy: the preset stays intact
     assert PRESETS["k3-mxfp4-blackwell"].engine_args["attention_config"]["mla_prefill_backend"] == "flashinfer"
-    with pytest.raises(ValueError, match="features apply to a preset"):
+    with pytest.raises(UserError, match="features apply to a preset"):
         VLLMEngine("/models/k3", features=["text_only"])
     plain = VLLMEngine("/models/k3", max_model_len=4096)
     assert plain.preset is None and plain.env == {} and plain.engine_args == {"max_model_len": 4096, "model": "/models/k3"}
