@@ -215,3 +215,26 @@ def test_cli_shows_the_preset_env_and_command() -> None:
     assert lines[-1] == "preflight: NOT READY"
     bad = CliRunner().invoke(main, ["preflight", "--preset", "k3-fp8"])
     assert bad.exit_code == 2 and "'k3-fp8' is not one of" in bad.output
+
+
+def _without_disk(text: str) -> list[str]:
+    lines = [ln for ln in text.splitlines() if not ln.startswith("rc=")]
+    keep: list[str] = []
+    for i, line in enumerate(lines):
+        if line.startswith("[FAIL] disk") or (i and lines[i - 1].startswith("[FAIL] disk") and "fix:" in line):
+            continue
+        keep.append(line)
+    return keep
+
+
+def test_the_real_h200_run_is_reproduced() -> None:
+    """`kimik3 preflight` was run for real on the H200 machine (h200x1_preflight*_real.txt, main at
+    91d308b, no vLLM there): the code fed that machine's recorded nvidia-smi output prints the same
+    rows (the disk row depends on where it runs and is left out)."""
+    for preset, name in ((None, "h200x1_preflight_real.txt"), ("k3-mxfp4-hopper", "h200x1_preflight_hopper_real.txt")):
+        real = (DATA / name).read_text()
+        assert "[FAIL] vllm: vLLM is not installed" in real and real.rstrip().endswith("rc=1")
+        kwargs = {"preset": preset} if preset else {}
+        report = preflight(run=recorded("h200x1_nvidia_smi_query.csv"), package_version=no_vllm,
+                           weights_dir="/", **kwargs)
+        assert _without_disk(str(report)) == _without_disk(real)
