@@ -462,18 +462,29 @@ class Agent(Generic[OutputT]):
                 run.add(ToolMessage(content=f"Error: {why}", tool_call_id=call.id, name=call.function.name))
 
     def _prune_images(self, run: _Run) -> None:
+        """Cache-stable screenshot pruning: nothing is dropped until more than ``max_images +
+        image_slack`` images are present, then the oldest go down to ``max_images``, so most
+        prompts extend the previous one exactly (a prompt cache keeps hitting) and the model never
+        sees more than ``max_images + image_slack`` images."""
         keep = self.context.max_images
         if keep is None:
             return
-        seen = 0
+        slack = keep if self.context.image_slack is None else self.context.image_slack
+        counts = [
+            sum(isinstance(p, ImagePart) for p in m.content)
+            if isinstance(m, ToolMessage) and isinstance(m.content, list) else 0
+            for m in run.messages
+        ]  # fmt: skip
+        if sum(counts) <= keep + slack:
+            return
+        kept = 0
         for idx in range(len(run.messages) - 1, -1, -1):
+            if not counts[idx]:
+                continue
+            kept += counts[idx]
             msg = run.messages[idx]
-            if not isinstance(msg, ToolMessage) or not isinstance(msg.content, list):
-                continue
-            if not any(isinstance(p, ImagePart) for p in msg.content):
-                continue
-            seen += 1
-            if seen > keep:  # replaced (not mutated): earlier prompts that used it stay valid
+            if kept > keep and isinstance(msg, ToolMessage) and isinstance(msg.content, list):
+                # replaced (not mutated): earlier prompts that used it stay valid
                 parts = [TextPart(text=_IMAGE_DROPPED) if isinstance(p, ImagePart) else p for p in msg.content]
                 run.messages[idx] = ToolMessage(content=parts, tool_call_id=msg.tool_call_id, name=msg.name)
 

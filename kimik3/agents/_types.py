@@ -111,6 +111,10 @@ class ContextPolicy:
             the model; a tool call is never separated from its result).
         max_images: keep only this many most recent images in tool results (older screenshots
             become a text note); None keeps all.
+        image_slack: images beyond ``max_images`` allowed before pruning (None: ``max_images``).
+            Pruning is batched so the prompt prefix stays cache-stable: nothing changes until
+            ``max_images + image_slack`` is exceeded, then the oldest drop down to
+            ``max_images``. 0 prunes on every new image (each prompt then rewrites old turns).
     """
 
     max_result_chars: int = 30_000
@@ -118,6 +122,7 @@ class ContextPolicy:
     compact_at: float = 0.8
     keep_recent_turns: int = 4
     max_images: int | None = None
+    image_slack: int | None = None
 
 
 @dataclass(frozen=True)

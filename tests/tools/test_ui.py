@@ -381,7 +381,8 @@ async def test_agent_max_images_keeps_only_the_latest_screenshots() -> None:
     agent = Agent(engine=ScriptedEngine(script), tools=ui_tools(computer, settle=0), context=ContextPolicy(max_images=2))
     result = await agent.run("look")
     assert result.output == "looked around"
-    assert script.images_per_call == [0, 1, 2, 2, 2, 2]  # never more than 2 screenshots sent
+    # pruned in a batch (cache-stable): up to 2 + 2 images, then back to the latest 2
+    assert script.images_per_call == [0, 1, 2, 3, 4, 2]
     tool_msgs = [m for m in result.messages if isinstance(m, ToolMessage)]
     assert len(tool_msgs) == 5
     dropped = [m for m in tool_msgs if isinstance(m.content, list) and any(getattr(p, "text", None) == DROPPED for p in m.content)]
@@ -538,7 +539,7 @@ async def test_x11_agent_clicks_the_button_and_types_into_the_entry(xvfb: str, t
     assert results[3].text.splitlines()[:2] == ['Typed 8 characters: "hello k3".', results[3].text.splitlines()[1]]
     assert results[3].text.splitlines()[1].startswith("The screen changed")
     assert results[4].text.splitlines()[0] == "Pressed enter."
-    assert script.images_per_call == [0, 1, 2, 2, 2, 2]
+    assert script.images_per_call == [0, 1, 2, 3, 4, 2]  # max_images=2 (+ 2 before a batch prune)
 
 
 async def test_x11_two_x_scale_and_no_change_on_the_real_display(xvfb: str) -> None:
@@ -747,4 +748,4 @@ async def test_example_fills_and_submits_the_form(monkeypatch: pytest.MonkeyPatc
     assert out[5] == '  -> Typed 12 characters: "Ada Lovelace".'
     assert "Subscribed Ada Lovelace <ada@example.org>." in out
     assert out[-1] == "server received: [{'name': 'Ada Lovelace', 'email': 'ada@example.org'}]"
-    assert script.images_per_call == [0, 1, 2, 3, 3, 3, 3]  # ContextPolicy(max_images=3)
+    assert script.images_per_call == [0, 1, 2, 3, 4, 5, 6]  # ContextPolicy(max_images=3): pruned after 6
