@@ -1,11 +1,16 @@
 """A K3 agent fills in and submits a small local web form, seeing only screenshots.
 
     KIMIK3_BASE_URL=http://127.0.0.1:8000/v1 python examples/ui_automation.py "Ada Lovelace" ada@example.org
+    ... python examples/ui_automation.py "Ada Lovelace" ada@example.org --record runs/form   # keep a trajectory
+    python examples/ui_automation.py --replay runs/form      # the same run again, no model at all
+    kimik3 replay runs/form --html form.html                  # look at the recorded run
 
 A tiny form is served on 127.0.0.1 (http.server), opened in headless Chromium (the system one,
 through Playwright: `pip install 'kimik3[ui]'` and `bash scripts/setup_ui.sh`; never `playwright
 install`), and an Agent with kimik3.tools.ui's tools clicks the fields, types, and submits. The
-script prints each action and what the server received.
+script prints each action and what the server received. With --record DIR every action is kept
+(kimik3.tools.ui.TrajectoryRecorder: JSONL + screenshots); --replay DIR runs it again on a fresh
+server without any engine, checking before each step that the page still looks as recorded.
 
 Engine from the environment: KIMIK3_BASE_URL (+ KIMIK3_API_KEY, KIMIK3_MODEL) for an
 OpenAI-compatible endpoint serving K3, or KIMIK3_MODEL_PATH for K3 embedded with vLLM.
@@ -13,8 +18,8 @@ OpenAI-compatible endpoint serving K3, or KIMIK3_MODEL_PATH for K3 embedded with
 
 from __future__ import annotations
 
+import argparse
 import os
-import sys
 import threading
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -25,7 +30,7 @@ import anyio
 
 from kimik3 import Agent, ContextPolicy, Engine, RemoteEngine, ToolCallDone, VLLMEngine
 from kimik3.agents import FinalEvent, ToolResultEvent
-from kimik3.tools.ui import BrowserComputer, ui_tools
+from kimik3.tools.ui import BrowserComputer, Computer, TrajectoryRecorder, replay, ui_tools
 
 INSTRUCTIONS = """You operate a web page by looking at screenshots and using the mouse and keyboard tools.
 Start with a screenshot. Click a text field before typing into it. Positions are pixels of the latest
@@ -98,29 +103,53 @@ def make_engine() -> Engine:
                         model=os.environ.get("KIMIK3_MODEL"))
 
 
-async def main(name: str = "Ada Lovelace", email: str = "ada@example.org") -> list[dict[str, str]]:
-    """Run the agent on the form; returns what the server received."""
+async def run_agent(computer: Computer, name: str, email: str, recorder: TrajectoryRecorder | None) -> None:
+    async with make_engine() as engine:
+        agent = Agent(
+            instructions=INSTRUCTIONS,
+            tools=ui_tools(recorder or computer, settle=0.3),
+            engine=engine,
+            context=ContextPolicy(max_images=3),  # older screenshots leave the context, a batch at a time
+            max_turns=20,
+        )
+        task = f"Subscribe to the newsletter with the name {name!r} and the email {email!r}."
+        async for event in agent.run_stream(task):
+            if recorder is not None:
+                recorder.observe(event)  # keeps the model's reasoning with each recorded step
+            if isinstance(event, ToolCallDone):
+                print(f"tool {event.name} {event.arguments_json}", flush=True)
+            elif isinstance(event, ToolResultEvent):
+                print(f"  -> {event.result.text.splitlines()[0] if event.result.text else ''}", flush=True)
+            elif isinstance(event, FinalEvent):
+                print(f"\n{event.result.output}\n[{event.result.stop_reason}, {event.result.usage.total_tokens} tokens]")
+
+
+async def main(
+    name: str = "Ada Lovelace", email: str = "ada@example.org", *, record: str | None = None, replay_from: str | None = None
+) -> list[dict[str, str]]:
+    """Run the agent on the form (recording a trajectory into ``record``), or replay the
+    trajectory in ``replay_from`` without any model; returns what the server received."""
     with FormServer() as server:
-        async with make_engine() as engine, BrowserComputer(server.url, viewport=(1024, 768)) as computer:
-            agent = Agent(
-                instructions=INSTRUCTIONS,
-                tools=ui_tools(computer, settle=0.3),
-                engine=engine,
-                context=ContextPolicy(max_images=3),  # older screenshots leave the context
-                max_turns=20,
-            )
-            task = f"Subscribe to the newsletter with the name {name!r} and the email {email!r}."
-            async for event in agent.run_stream(task):
-                if isinstance(event, ToolCallDone):
-                    print(f"tool {event.name} {event.arguments_json}", flush=True)
-                elif isinstance(event, ToolResultEvent):
-                    print(f"  -> {event.result.text.splitlines()[0] if event.result.text else ''}", flush=True)
-                elif isinstance(event, FinalEvent):
-                    print(f"\n{event.result.output}\n[{event.result.stop_reason}, {event.result.usage.total_tokens} tokens]")
+        async with BrowserComputer(server.url, viewport=(1024, 768)) as computer:
+            if replay_from is not None:
+                steps = await replay(replay_from, computer, on_step=lambda s: print(f"step {s.index}: {s.describe()}"))
+                print(f"replayed {steps} steps without a model")
+            elif record is not None:
+                async with TrajectoryRecorder(computer, record, overwrite=True) as recorder:
+                    await run_agent(computer, name, email, recorder)
+                print(f"trajectory: {recorder.path} ({recorder.steps} steps)")
+            else:
+                await run_agent(computer, name, email, None)
         print(f"server received: {server.submissions}")
         return server.submissions
 
 
 if __name__ == "__main__":
-    received = anyio.run(main, *sys.argv[1:3])
-    sys.exit(0 if received else 1)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("name", nargs="?", default="Ada Lovelace")
+    parser.add_argument("email", nargs="?", default="ada@example.org")
+    parser.add_argument("--record", metavar="DIR", help="record a trajectory into DIR")
+    parser.add_argument("--replay", metavar="DIR", help="replay the trajectory in DIR (no model)")
+    a = parser.parse_args()
+    received = anyio.run(lambda: main(a.name, a.email, record=a.record, replay_from=a.replay))
+    raise SystemExit(0 if received else 1)

@@ -30,7 +30,9 @@
     │       ├── RateLimitError             429
     │       └── ServiceUnavailableError    5xx
     ├── ToolError                          raised by or around a tool; the agent turns it into a
-    │   └── ToolArgumentsError             tool-error message for the model, it never escapes a run
+    │   ├── ToolArgumentsError             tool-error message for the model, it never escapes a run
+    │   └── TrajectoryError                a UI trajectory that cannot be recorded, read or replayed
+    │       └── ReplayMismatchError        the screen no longer matches the recorded step
     └── AgentError
         └── SessionError                   a session file that cannot be read or resumed
 
@@ -61,6 +63,7 @@ __all__ = [
     "NotFoundError",
     "ParserStateError",
     "RateLimitError",
+    "ReplayMismatchError",
     "ServiceUnavailableError",
     "SessionError",
     "TokenizerError",
@@ -68,6 +71,7 @@ __all__ = [
     "ToolDefinitionError",
     "ToolError",
     "ToolNameError",
+    "TrajectoryError",
     "UnknownContentPartError",
     "UnknownRoleError",
     "UserError",
@@ -230,6 +234,28 @@ class ToolArgumentsError(ToolError):
 
 class ToolDefinitionError(UserError):
     """A Python function that cannot be turned into a tool (raised when the tool is defined)."""
+
+
+class TrajectoryError(ToolError):
+    """A UI trajectory (``kimik3.tools.ui``) that cannot be recorded, read or replayed."""
+
+
+class ReplayMismatchError(TrajectoryError):
+    """Replaying a trajectory: the screen before a step (or at the end) does not match the
+    recorded screenshot over the step's target region.
+
+    Attributes:
+        step: the 1-based index of the step that was not run (``len(steps) + 1`` for the end
+            state after the last step).
+        difference: fraction (0-1) of the region's pixels that differ.
+        region: ``(left, top, right, bottom)`` in screen pixels.
+    """
+
+    def __init__(self, message: str, *, step: int, difference: float, region: tuple[int, int, int, int]) -> None:
+        super().__init__(message)
+        self.step = step
+        self.difference = difference
+        self.region = region
 
 
 class AgentError(KimiK3Error):

@@ -591,10 +591,12 @@ class Site:
     def __init__(self) -> None:
         submissions: list[dict[str, list[str]]] = []
         self.submissions = submissions
+        self.form = FORM  # what GET / serves (a test may change the page)
+        site = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                self._send(PROBE if self.path == "/probe" else FORM)
+                self._send(PROBE if self.path == "/probe" else site.form)
 
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0"))).decode()

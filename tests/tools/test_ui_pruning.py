@@ -3,6 +3,8 @@ prompts a ScriptedEngine really rendered."""
 
 from __future__ import annotations
 
+import itertools
+
 from kimik3 import Agent, ContextPolicy, ScriptedEngine
 from kimik3.tools.ui import ui_tools
 
@@ -20,7 +22,7 @@ async def _prompts(max_images: int, slack: int | None) -> tuple[list[int], list[
     prompts = [c.prompt for c in engine.calls]
     # a prompt "extends" the previous one when the previous one (without its generation prompt,
     # the assistant header rendered again in the next prompt) is its exact prefix
-    extends = [b.startswith(a) for a, b in zip(prompts, prompts[1:], strict=False)]
+    extends = [b.startswith(a) for a, b in itertools.pairwise(prompts)]
     return script.images_per_call, extends
 
 

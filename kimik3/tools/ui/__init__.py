@@ -16,27 +16,63 @@ Usage::
         agent = Agent(engine=engine, tools=ui_tools(computer), context=ContextPolicy(max_images=3))
         result = await agent.run("Fill in the form with the name Ada and submit it.")
 
+Trajectories: wrap the computer in :class:`TrajectoryRecorder` to record a run (JSONL + screenshots),
+:func:`replay` it without a model (stopping with :class:`~kimik3.ReplayMismatchError` at the first
+step whose screen differs), render it with :func:`render_html` / :func:`render_gif`, or from the
+shell: ``kimik3 replay DIR`` / ``kimik3 replay DIR --html run.html``.
+
 System packages (Debian): ``xvfb xdotool chromium`` (``scripts/setup_ui.sh``); Python:
 ``pip install 'kimik3[ui]'`` (playwright; never ``playwright install``).
 """
 
+from ..._exceptions import ReplayMismatchError, TrajectoryError
 from ._browser import CHROMIUM_ARGS, BrowserComputer, default_chromium
 from ._computer import Computer, KeyCombo, MouseButton, parse_keys
-from ._coords import CoordinateSpace, model_size_for
+from ._coords import CoordinateSpace, media_config_for_tokens, model_size_for
+from ._grounding import INTERACTIVE_ROLES, Mark, UIElement, parse_aria_snapshot
+from ._render import annotate_step, render_gif, render_html
 from ._tools import changed_region, ui_tools
+from ._trajectory import (
+    TRAJECTORY_FILE,
+    Trajectory,
+    TrajectoryRecorder,
+    TrajectoryStep,
+    computer_for,
+    load_trajectory,
+    replay,
+    screen_difference,
+)
 from ._x11 import X11Computer
 
 __all__ = [
     "CHROMIUM_ARGS",
+    "INTERACTIVE_ROLES",
+    "TRAJECTORY_FILE",
     "BrowserComputer",
     "Computer",
     "CoordinateSpace",
     "KeyCombo",
+    "Mark",
     "MouseButton",
+    "ReplayMismatchError",
+    "Trajectory",
+    "TrajectoryError",
+    "TrajectoryRecorder",
+    "TrajectoryStep",
+    "UIElement",
     "X11Computer",
+    "annotate_step",
     "changed_region",
+    "computer_for",
     "default_chromium",
+    "load_trajectory",
+    "media_config_for_tokens",
     "model_size_for",
+    "parse_aria_snapshot",
     "parse_keys",
+    "render_gif",
+    "render_html",
+    "replay",
+    "screen_difference",
     "ui_tools",
 ]

@@ -226,12 +226,39 @@ class BrowserComputer(Computer):
 
     async def screenshot(self) -> Image.Image:
         """The viewport as an RGB image in device pixels (the text caret hidden, like Playwright's
-        default)."""
-        png = await self.page.screenshot(type="png")
+        default). Chromium cannot capture a page in the middle of a navigation: then this waits
+        for the new page's ``load`` event and tries again (three attempts in all).
+
+        Raises:
+            ToolError: no screenshot after three attempts.
+        """
+        from playwright.async_api import Error as PlaywrightError
+
+        for attempt in range(3):
+            try:
+                png = await self.page.screenshot(type="png")
+                break
+            except PlaywrightError as e:
+                if attempt == 2:
+                    raise ToolError(f"cannot take a screenshot of the page: {e}") from e
+                with contextlib.suppress(PlaywrightError):
+                    await self.page.wait_for_load_state("load")
         with Image.open(io.BytesIO(png)) as opened:
             im = opened.convert("RGB")  # also decodes the pixels
         self._size = im.size
         return im
+
+    async def accessibility_snapshot(self) -> str:
+        """Playwright's ``page.aria_snapshot(mode="ai", boxes=True)``: roles, names, ``[ref=eN]``
+        and ``[box=x,y,width,height]`` in CSS pixels of the viewport.
+
+        Raises:
+            ToolError: a Playwright without ``aria_snapshot(boxes=...)`` (an older release).
+        """
+        try:
+            return await self.page.aria_snapshot(mode="ai", boxes=True)
+        except TypeError as e:
+            raise ToolError(f"accessibility snapshots with boxes need a newer playwright: {e}") from e
 
     async def click(self, x: float, y: float, button: MouseButton = "left") -> None:
         await self.page.mouse.click(x, y, button=button)

@@ -150,6 +150,16 @@ class Computer(abc.ABC):
         """Press the left button at ``path[0]``, move through every later point, release at the
         last one (at least two points)."""
 
+    async def accessibility_snapshot(self) -> str:
+        """The screen's accessibility tree as Playwright's AI-mode aria snapshot (YAML lines like
+        ``- button "Send" [ref=e6] [box=100,220,200,60]``, boxes ``x,y,width,height`` in input
+        units), for :func:`~kimik3.tools.ui.ui_tools`'s ``grounding``.
+
+        Raises:
+            ToolError: the backend has no accessibility tree (the default; browser pages have one).
+        """
+        raise ToolError(f"{type(self).__name__} has no accessibility tree (grounding needs a browser page)")
+
     async def aclose(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Release what the backend holds (a browser, a connection); idempotent."""
 

@@ -20,9 +20,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ...media import K3_MEDIA_CONFIG, MediaConfig, navit_fixed_point, navit_size
+from ...media import K3_MEDIA_CONFIG, MediaConfig, image_token_count, navit_fixed_point, navit_size
 
-__all__ = ["CoordinateSpace", "model_size_for"]
+__all__ = ["CoordinateSpace", "media_config_for_tokens", "model_size_for"]
 
 
 def model_size_for(width: int, height: int, config: MediaConfig | None = None) -> tuple[int, int]:
@@ -47,6 +47,47 @@ def model_size_for(width: int, height: int, config: MediaConfig | None = None) -
     return navit_size(width, height, cfg)
 
 
+def media_config_for_tokens(width: int, height: int, max_tokens: int, config: MediaConfig | None = None) -> MediaConfig:
+    """A media config whose resize makes a ``width x height`` screenshot cost at most ``max_tokens``.
+
+    The largest ``in_patch_limit`` (at most ``config``'s) for which
+    ``image_token_count(*model_size_for(width, height, cfg), cfg) <= max_tokens`` (a binary search:
+    the token count grows with the patch budget). E.g. a 2880x1800 HiDPI screenshot costs 6,695
+    tokens at K3's defaults and 1,500 or fewer with ``max_tokens=1500``. A screenshot that already
+    fits keeps ``config`` unchanged (never upscaled).
+
+    Args:
+        width, height: screenshot size in screen pixels.
+        max_tokens: the budget (>= 1).
+        config: the base config (K3 defaults when ``None``).
+
+    Returns:
+        ``config`` with ``in_patch_limit`` lowered as needed.
+
+    Raises:
+        ValueError: ``max_tokens < 1``.
+        MediaError: a side smaller than 1.
+    """
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+    cfg = config or K3_MEDIA_CONFIG
+
+    def tokens(limit: int) -> int:
+        c = cfg.model_copy(update={"in_patch_limit": limit})
+        return image_token_count(*model_size_for(width, height, c), c)
+
+    if tokens(cfg.in_patch_limit) <= max_tokens:
+        return cfg
+    low, high = 1, cfg.in_patch_limit  # tokens(low) is 1 (one patch), tokens(high) > max_tokens
+    while high - low > 1:
+        mid = (low + high) // 2
+        if tokens(mid) <= max_tokens:
+            low = mid
+        else:
+            high = mid
+    return cfg.model_copy(update={"in_patch_limit": low})
+
+
 def _map(value: float, src: int, dst: int) -> int:
     """The pixel of a ``dst``-wide axis under the centre of pixel ``value`` of a ``src``-wide one."""
     return min(dst - 1, max(0, math.floor((math.floor(value) + 0.5) * dst / src)))
@@ -60,6 +101,8 @@ class CoordinateSpace:
         screen_size: ``(width, height)`` of the captured screenshot in screen (device) pixels.
         model_size: ``(width, height)`` of the image the model sees, in model pixels.
         device_scale: screen pixels per input unit (a browser's ``devicePixelRatio``; 1.0 on X11).
+        offset: screen pixel of the model image's top-left corner: ``(0, 0)`` for a screenshot,
+            the region's corner for a zoomed image (``screen_size`` is then the region's size).
 
     Example (a 1024x768 CSS viewport at device scale 2, shown to the model at 1280x960)::
 
@@ -75,6 +118,7 @@ class CoordinateSpace:
     screen_size: tuple[int, int]
     model_size: tuple[int, int]
     device_scale: float = 1.0
+    offset: tuple[int, int] = (0, 0)
 
     def __post_init__(self) -> None:
         if min(*self.screen_size, *self.model_size) < 1:
@@ -105,15 +149,15 @@ class CoordinateSpace:
 
     def to_screen(self, x: float, y: float) -> tuple[int, int]:
         """Screen pixel under the centre of model pixel ``(x, y)`` (``floor`` of both;
-        ``floor((x + 0.5) * screen_w / model_w)``, clamped to the screen)."""
-        (sw, sh), (mw, mh) = self.screen_size, self.model_size
-        return _map(x, mw, sw), _map(y, mh, sh)
+        ``offset_x + floor((x + 0.5) * screen_w / model_w)``, clamped to the region)."""
+        (sw, sh), (mw, mh), (ox, oy) = self.screen_size, self.model_size, self.offset
+        return ox + _map(x, mw, sw), oy + _map(y, mh, sh)
 
     def to_model(self, x: float, y: float) -> tuple[int, int]:
         """Model pixel under the centre of screen pixel ``(x, y)`` (``floor((x + 0.5) * model_w /
         screen_w)``, clamped to the model image)."""
-        (sw, sh), (mw, mh) = self.screen_size, self.model_size
-        return _map(x, sw, mw), _map(y, sh, mh)
+        (sw, sh), (mw, mh), (ox, oy) = self.screen_size, self.model_size, self.offset
+        return _map(x - ox, sw, mw), _map(y - oy, sh, mh)
 
     def screen_to_input(self, x: int, y: int) -> tuple[float, float]:
         """Input position of screen pixel ``(x, y)``: its top-left corner, ``x / device_scale``
@@ -121,11 +165,12 @@ class CoordinateSpace:
         return x / self.device_scale, y / self.device_scale
 
     def input_to_screen(self, x: float, y: float) -> tuple[int, int]:
-        """Screen pixel containing input position ``(x, y)``: ``floor(x * device_scale)``, clamped."""
-        sw, sh = self.screen_size
+        """Screen pixel containing input position ``(x, y)``: ``floor(x * device_scale)``, clamped
+        into the region this space covers."""
+        (sw, sh), (ox, oy) = self.screen_size, self.offset
         return (
-            min(sw - 1, max(0, math.floor(x * self.device_scale))),
-            min(sh - 1, max(0, math.floor(y * self.device_scale))),
+            min(ox + sw - 1, max(ox, math.floor(x * self.device_scale))),
+            min(oy + sh - 1, max(oy, math.floor(y * self.device_scale))),
         )
 
     def to_input(self, x: float, y: float) -> tuple[float, float]:

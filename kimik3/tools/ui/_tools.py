@@ -12,10 +12,12 @@ from PIL import Image, ImageChops
 from pydantic import Field
 
 from ..._exceptions import ToolError
-from ...media import MediaConfig, PreparedImage, prepare_image
+from ...media import MediaConfig, PreparedImage, image_token_count, prepare_image
 from .._tool import Tool
 from ._computer import Computer, parse_keys
-from ._coords import CoordinateSpace
+from ._coords import CoordinateSpace, media_config_for_tokens
+from ._grounding import Mark, accessibility_text, draw_marks, marks_for, parse_aria_snapshot
+from ._trajectory import TrajectoryRecorder
 
 __all__ = ["changed_region", "ui_tools"]
 
@@ -24,6 +26,7 @@ _MIN_CHANGE_SIDE = 5  # changed regions thinner than this (model pixels) are ign
 _MAX_ECHO_CHARS = 200
 
 ToolOutput = list[str | PreparedImage] | str
+Grounding = Literal["accessibility", "marks"]
 
 
 def changed_region(before: Image.Image, after: Image.Image) -> tuple[int, int, int, int] | None:
@@ -62,37 +65,72 @@ class _UIState:
     the model is using, the repeated-action counter, and a lock (one action at a time)."""
 
     def __init__(
-        self, computer: Computer, settle: float, media_config: MediaConfig | None, show_after_action: bool
-    ) -> None:
+        self, computer: Computer, settle: float, media_config: MediaConfig | None, show_after_action: bool,
+        max_tokens: int | None, grounding: Grounding | None,
+    ) -> None:  # fmt: skip
         self.computer = computer
         self.settle = settle
         self.media_config = media_config
         self.show_after_action = show_after_action
+        self.max_tokens = max_tokens
+        self.grounding = grounding
         self.lock = anyio.Lock()
         self.frame: PreparedImage | None = None  # the latest screenshot taken (shown or not)
-        self.space: CoordinateSpace | None = None  # of the latest screenshot shown to the model
+        self.screen: Image.Image | None = None  # its pixels as captured (for zoom)
+        self.space: CoordinateSpace | None = None  # of the latest image shown to the model
+        self.marks: dict[int, Mark] = {}  # of the latest image shown to the model
         self.stuck_action: str | None = None
         self.stuck_count = 0
+        self._configs: dict[tuple[int, int], MediaConfig | None] = {}
+
+    def config_for(self, size: tuple[int, int]) -> MediaConfig | None:
+        """The media config for an image of ``size``: ``media_config`` lowered to the token budget."""
+        if self.max_tokens is None:
+            return self.media_config
+        if size not in self._configs:
+            self._configs[size] = media_config_for_tokens(*size, self.max_tokens, self.media_config)
+        return self._configs[size]
 
     async def capture(self) -> PreparedImage:
         """Settle, grab the screen, prepare it the way K3 sees it."""
         if self.settle > 0:
             await anyio.sleep(self.settle)
         shot = await self.computer.screenshot()
-        prepared = await anyio.to_thread.run_sync(prepare_image, shot, self.media_config)
-        self.frame = prepared
+        prepared = await anyio.to_thread.run_sync(prepare_image, shot, self.config_for(shot.size))
+        self.frame, self.screen = prepared, shot
         return prepared
 
-    def show(self, prepared: PreparedImage) -> None:
-        self.space = CoordinateSpace(
-            screen_size=prepared.original_size, model_size=prepared.size, device_scale=self.computer.device_scale
-        )
+    async def show(self, prepared: PreparedImage, offset: tuple[int, int] = (0, 0)) -> tuple[list[str], PreparedImage]:
+        """Make ``prepared`` the image positions refer to; with grounding, the accessibility
+        text or the marks (and the marked image) to show instead."""
+        self.space = CoordinateSpace(screen_size=prepared.original_size, model_size=prepared.size,
+                                     device_scale=self.computer.device_scale, offset=offset)  # fmt: skip
+        self.marks = {}
+        if self.grounding is None:
+            return [], prepared
+        snapshot = await self.computer.accessibility_snapshot()
+        if self.grounding == "accessibility":
+            return [accessibility_text(snapshot, self.space)], prepared
+        marks = marks_for(parse_aria_snapshot(snapshot), self.space)
+        self.marks = {m.number: m for m in marks}
+        drawn = PreparedImage(image=draw_marks(prepared.image, marks), original_size=prepared.original_size,
+                              size=prepared.size, token_count=prepared.token_count)  # fmt: skip
+        listing = "\n".join(m.describe() for m in marks) if marks else "(no interactive element in view)"
+        return [f"Numbered marks on interactive elements (click one with click_mark):\n{listing}"], drawn
 
     async def current_space(self) -> CoordinateSpace:
         if self.space is None:  # an action before any screenshot: learn the geometry first
-            self.show(await self.capture())
+            await self.show(await self.capture())
         assert self.space is not None
         return self.space
+
+    def annotate(self, tool: str, space: CoordinateSpace, **arguments: Any) -> None:
+        """Tell a :class:`TrajectoryRecorder` what the model asked, in its own pixels."""
+        if isinstance(self.computer, TrajectoryRecorder):
+            self.computer.annotate_next({
+                "tool": tool, "arguments": arguments, "model_size": list(space.model_size),
+                "screen_size": list(space.screen_size), "offset": list(space.offset),
+            })  # fmt: skip
 
     @staticmethod
     def point(space: CoordinateSpace, x: int, y: int) -> tuple[float, float]:
@@ -126,14 +164,14 @@ class _UIState:
         else:
             self.stuck_action, self.stuck_count = None, 0
             lines.append(_changed_text(box, after.size, "after this action"))
-        return self.result(lines, after)
+        return await self.result(lines, after)
 
-    def result(self, lines: list[str], after: PreparedImage) -> ToolOutput:
+    async def result(self, lines: list[str], after: PreparedImage) -> ToolOutput:
         if not self.show_after_action:
             return "\n".join(lines)
-        self.show(after)
+        extra, shown = await self.show(after)
         lines.append(f"Screenshot after it: {after.width}x{after.height} pixels.")
-        return ["\n".join(lines), after]
+        return ["\n".join([*lines, *extra]), shown]
 
 
 def _changed_text(box: tuple[int, int, int, int], size: tuple[int, int], when: str) -> str:
@@ -153,9 +191,12 @@ def ui_tools(
     screenshot_after_action: bool = True,
     media_config: MediaConfig | None = None,
     max_wait: float = 30.0,
+    max_screenshot_tokens: int | None = None,
+    grounding: Grounding | None = None,
 ) -> list[Tool]:
     """Tools that let a K3 agent see and drive ``computer``: ``screenshot``, ``click``,
-    ``double_click``, ``type_text``, ``key``, ``scroll``, ``drag``, ``wait``.
+    ``double_click``, ``type_text``, ``key``, ``scroll``, ``drag``, ``wait``, ``zoom`` (and
+    ``click_mark`` with ``grounding="marks"``).
 
     The model sees every screenshot after :func:`kimik3.media.prepare_image` (NaViT resize with
     ``media_config``) and gives positions in pixels of the latest screenshot it was shown; a
@@ -173,6 +214,20 @@ def ui_tools(
 
     The tools share one lock: calls run one at a time, in the order the agent starts them.
 
+    Token budget and zoom: with ``max_screenshot_tokens`` every screenshot is resized (through
+    :func:`kimik3.media.prepare_image`, :func:`~kimik3.tools.ui.media_config_for_tokens`) to cost
+    at most that many tokens, and the coordinate mapping follows the resize. ``zoom(x, y, width,
+    height)`` shows a region of the latest image at up to full screen resolution (same budget);
+    positions then refer to the zoomed image until the next screenshot.
+
+    Grounding (browser pages, :meth:`Computer.accessibility_snapshot`): ``"accessibility"`` adds
+    the page's accessibility tree (roles, names, boxes in the model's pixels) to each screenshot
+    result; ``"marks"`` draws numbered boxes on the interactive elements of each screenshot, lists
+    them, and adds ``click_mark(mark)``, which clicks the centre of that element.
+
+    Recording: pass a :class:`~kimik3.tools.ui.TrajectoryRecorder` as ``computer``; each action
+    is recorded with the model's arguments in its own pixels as well.
+
     Old screenshots: every action adds an image to the history; keep only the latest few with
     the agent's context policy, e.g. ``Agent(tools=ui_tools(computer),
     context=ContextPolicy(max_images=3))`` (older ones become a short text note).
@@ -186,18 +241,26 @@ def ui_tools(
         media_config: how screenshots are resized for the model (K3 defaults when None); a
             smaller ``in_patch_limit`` makes screenshots cheaper in tokens.
         max_wait: the most seconds one ``wait`` call may ask for.
+        max_screenshot_tokens: the most tokens one screenshot (or zoomed image) may cost; None:
+            the ``media_config`` resize alone.
+        grounding: None, ``"accessibility"`` or ``"marks"`` (see above).
 
     Returns:
-        The eight tools, in the order listed above.
+        The tools, in the order listed above.
 
     Raises:
-        ValueError: a negative ``settle`` or a non-positive ``max_wait``.
+        ValueError: a negative ``settle``, a non-positive ``max_wait`` or ``max_screenshot_tokens``,
+            or an unknown ``grounding``.
     """
     if settle < 0:
         raise ValueError(f"settle must be >= 0, got {settle}")
     if not max_wait > 0:
         raise ValueError(f"max_wait must be > 0, got {max_wait}")
-    state = _UIState(computer, settle, media_config, screenshot_after_action)
+    if max_screenshot_tokens is not None and max_screenshot_tokens < 1:
+        raise ValueError(f"max_screenshot_tokens must be >= 1, got {max_screenshot_tokens}")
+    if grounding not in (None, "accessibility", "marks"):
+        raise ValueError(f"grounding must be None, 'accessibility' or 'marks', got {grounding!r}")
+    state = _UIState(computer, settle, media_config, screenshot_after_action, max_screenshot_tokens, grounding)
     c = computer
 
     async def screenshot() -> ToolOutput:
@@ -208,11 +271,9 @@ def ui_tools(
         """
         async with state.lock:
             prepared = await state.capture()
-            state.show(prepared)
-            return [
-                f"Screenshot: {prepared.width}x{prepared.height} pixels. Give positions in pixels of this image.",
-                prepared,
-            ]
+            extra, shown = await state.show(prepared)
+            text = f"Screenshot: {prepared.width}x{prepared.height} pixels. Give positions in pixels of this image."
+            return ["\n".join([text, *extra]), shown]
 
     async def click(x: int, y: int, button: Literal["left", "right", "middle"] = "left") -> ToolOutput:
         """Click at a position of the screenshot (moves the mouse there first).
@@ -228,6 +289,7 @@ def ui_tools(
             space = await state.current_space()
             ix, iy = state.point(space, x, y)
             mx, my = space.input_to_model(ix, iy)
+            state.annotate("click", space, x=x, y=y, button=button)
             return await state.act(
                 _action_key("click", x=x, y=y, button=button),
                 f"Clicked the {button} button at ({mx}, {my}).",
@@ -246,6 +308,7 @@ def ui_tools(
             space = await state.current_space()
             ix, iy = state.point(space, x, y)
             mx, my = space.input_to_model(ix, iy)
+            state.annotate("double_click", space, x=x, y=y)
             return await state.act(
                 _action_key("double_click", x=x, y=y),
                 f"Double-clicked at ({mx}, {my}).",
@@ -261,7 +324,7 @@ def ui_tools(
             text: the text to type.
         """
         async with state.lock:
-            await state.current_space()
+            state.annotate("type_text", await state.current_space(), text=text)
             return await state.act(
                 _action_key("type_text", text=text),
                 f"Typed {len(text)} characters: {_echo(text)}.",
@@ -282,7 +345,7 @@ def ui_tools(
         """
         async with state.lock:
             combos = parse_keys(keys)
-            await state.current_space()
+            state.annotate("key", await state.current_space(), keys=keys)
             pressed = ", then ".join("+".join(combo) for combo in combos)
             return await state.act(_action_key("key", keys=keys), f"Pressed {pressed}.", lambda: c.key(combos))
 
@@ -306,6 +369,7 @@ def ui_tools(
             mx, my = space.input_to_model(ix, iy)
             dx = {"left": -amount, "right": amount}.get(direction, 0)
             dy = {"up": -amount, "down": amount}.get(direction, 0)
+            state.annotate("scroll", space, x=x, y=y, direction=direction, amount=amount)
             return await state.act(
                 _action_key("scroll", x=x, y=y, direction=direction, amount=amount),
                 f"Scrolled {direction} by {amount} at ({mx}, {my}).",
@@ -325,6 +389,7 @@ def ui_tools(
             shown = [space.input_to_model(ix, iy) for ix, iy in points]
             via = "".join(f" through ({x}, {y})" for x, y in shown[1:-1])
             text = f"Dragged from ({shown[0][0]}, {shown[0][1]}){via} to ({shown[-1][0]}, {shown[-1][1]})."
+            state.annotate("drag", space, path=[list(p) for p in path])
             return await state.act(_action_key("drag", path=path), text, lambda: c.drag(points))
 
     async def wait(seconds: float = 1.0) -> ToolOutput:
@@ -345,9 +410,71 @@ def ui_tools(
                 lines.append("The screen did not visibly change while waiting.")
             else:
                 lines.append(_changed_text(box, after.size, "while waiting"))
-            return state.result(lines, after)
+            return await state.result(lines, after)
+
+    async def zoom(
+        x: int, y: int, width: Annotated[int, Field(ge=1)], height: Annotated[int, Field(ge=1)]
+    ) -> ToolOutput:
+        """Look closer at a region of the latest screenshot (small text, icons), at up to full
+        screen resolution.
+
+        The zoomed image has its own pixels: until the next screenshot, positions you give
+        (click, drag, ...) are pixels of the zoomed image.
+
+        Args:
+            x: left edge of the region, in pixels of the latest image.
+            y: top edge of the region.
+            width: region width in pixels of the latest image.
+            height: region height.
+        """
+        async with state.lock:
+            space = await state.current_space()
+            state.point(space, x, y)
+            w, h = space.model_size
+            right, bottom = min(w, x + width), min(h, y + height)
+            left, top = space.to_screen(x, y)
+            sr, sb = space.to_screen(right - 1, bottom - 1)
+            if state.screen is None:
+                await state.capture()
+            assert state.screen is not None
+            crop = state.screen.crop((left, top, sr + 1, sb + 1))
+            prepared = await anyio.to_thread.run_sync(prepare_image, crop, state.config_for(crop.size))
+            extra, shown = await state.show(prepared, offset=(left, top))
+            lines = [
+                f"Zoomed into x {x}..{right - 1}, y {y}..{bottom - 1} of the previous image: screen pixels "
+                f"{left}..{sr}, {top}..{sb}, shown at {prepared.width}x{prepared.height} pixels "
+                f"({image_token_count(*prepared.size, state.config_for(crop.size))} tokens). Positions now refer "
+                "to this zoomed image until the next screenshot.",
+                *extra,
+            ]
+            return ["\n".join(lines), shown]
+
+    async def click_mark(mark: int, button: Literal["left", "right", "middle"] = "left") -> ToolOutput:
+        """Click the centre of a numbered mark of the latest screenshot.
+
+        Args:
+            mark: the number drawn on the element.
+            button: mouse button.
+        """
+        async with state.lock:
+            space = await state.current_space()
+            if mark not in state.marks:
+                known = f"1..{len(state.marks)}" if state.marks else "none (take a screenshot)"
+                raise ToolError(f"no mark {mark} on the latest screenshot; marks: {known}")
+            m = state.marks[mark]
+            ix, iy = m.target
+            mx, my = space.input_to_model(ix, iy)
+            state.annotate("click_mark", space, mark=mark, button=button)
+            return await state.act(
+                _action_key("click_mark", mark=mark, button=button),
+                f"Clicked mark {mark} ({m.element.role} {json.dumps(m.element.name, ensure_ascii=False)}) "
+                f"at ({mx}, {my}).",
+                lambda: c.click(ix, iy, button),
+            )
 
     functions: list[Callable[..., Awaitable[ToolOutput]]] = [
-        screenshot, click, double_click, type_text, key, scroll, drag, wait,
+        screenshot, click, double_click, type_text, key, scroll, drag, wait, zoom,
     ]  # fmt: skip
+    if grounding == "marks":
+        functions.append(click_mark)
     return [Tool(f) for f in functions]
