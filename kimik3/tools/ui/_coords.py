@@ -50,9 +50,10 @@ def model_size_for(width: int, height: int, config: MediaConfig | None = None) -
 def media_config_for_tokens(width: int, height: int, max_tokens: int, config: MediaConfig | None = None) -> MediaConfig:
     """A media config whose resize makes a ``width x height`` screenshot cost at most ``max_tokens``.
 
-    The largest ``in_patch_limit`` (at most ``config``'s) for which
-    ``image_token_count(*model_size_for(width, height, cfg), cfg) <= max_tokens`` (a binary search:
-    the token count grows with the patch budget). E.g. a 2880x1800 HiDPI screenshot costs 6,695
+    The largest ``in_patch_limit`` (at most ``config``'s) for which the resized image costs at
+    most ``max_tokens`` where it is charged, by a server with ``config``:
+    ``image_token_count(*model_size_for(width, height, cfg), config) <= max_tokens`` (a binary
+    search: the token count grows with the patch budget). E.g. a 2880x1800 HiDPI screenshot costs 6,695
     tokens at K3's defaults and 1,500 or fewer with ``max_tokens=1500``. A screenshot that already
     fits keeps ``config`` unchanged (never upscaled).
 
@@ -72,9 +73,8 @@ def media_config_for_tokens(width: int, height: int, max_tokens: int, config: Me
         raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
     cfg = config or K3_MEDIA_CONFIG
 
-    def tokens(limit: int) -> int:
-        c = cfg.model_copy(update={"in_patch_limit": limit})
-        return image_token_count(*model_size_for(width, height, c), c)
+    def tokens(limit: int) -> int:  # what a server with ``cfg`` charges for the resized image
+        return image_token_count(*model_size_for(width, height, cfg.model_copy(update={"in_patch_limit": limit})), cfg)
 
     if tokens(cfg.in_patch_limit) <= max_tokens:
         return cfg

@@ -36,8 +36,8 @@ INTERACTIVE_ROLES = frozenset({
 
 _LINE = re.compile(r'^(?P<indent>\s*)- (?P<role>[a-z]+)(?: (?P<name>"(?:[^"\\]|\\.)*"))?(?P<attrs>.*?):?$')
 _BOX = re.compile(r"\[box=(-?[\d.]+),(-?[\d.]+),(-?[\d.]+),(-?[\d.]+)\]")
-_REF = re.compile(r"\[ref=(e\d+)\]")
-_DROP = re.compile(r" \[(?:ref=e\d+|cursor=pointer)\]")
+_REF = re.compile(r"\[ref=(\w+)\]")
+_DROP = re.compile(r" \[(?:ref=\w+|cursor=pointer)\]")
 _COLOURS = ((230, 25, 75), (0, 130, 200), (60, 160, 60), (145, 30, 180), (245, 130, 48), (0, 128, 128))
 
 
@@ -48,7 +48,7 @@ class UIElement:
     Attributes:
         role: the ARIA role (``button``, ``textbox``, ...).
         name: the accessible name ("" when none).
-        ref: Playwright's ``eN`` reference, or None.
+        ref: Playwright's reference (``e5``, ``f2e1`` after a navigation), or None.
         box: ``(x, y, width, height)`` in input units (CSS pixels of the viewport).
     """
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Literal
@@ -96,9 +97,17 @@ class _UIState:
         if self.settle > 0:
             await anyio.sleep(self.settle)
         shot = await self.computer.screenshot()
-        prepared = await anyio.to_thread.run_sync(prepare_image, shot, self.config_for(shot.size))
+        prepared = await self.prepare(shot)
         self.frame, self.screen = prepared, shot
         return prepared
+
+    async def prepare(self, image: Image.Image) -> PreparedImage:
+        """Resize for the model (to the token budget); the token count is what a server with
+        ``media_config`` charges for the result."""
+        prepared = await anyio.to_thread.run_sync(prepare_image, image, self.config_for(image.size))
+        if self.max_tokens is None:
+            return prepared
+        return dataclasses.replace(prepared, token_count=image_token_count(*prepared.size, self.media_config))
 
     async def show(self, prepared: PreparedImage, offset: tuple[int, int] = (0, 0)) -> tuple[list[str], PreparedImage]:
         """Make ``prepared`` the image positions refer to; with grounding, the accessibility
@@ -438,12 +447,12 @@ def ui_tools(
                 await state.capture()
             assert state.screen is not None
             crop = state.screen.crop((left, top, sr + 1, sb + 1))
-            prepared = await anyio.to_thread.run_sync(prepare_image, crop, state.config_for(crop.size))
+            prepared = await state.prepare(crop)
             extra, shown = await state.show(prepared, offset=(left, top))
             lines = [
                 f"Zoomed into x {x}..{right - 1}, y {y}..{bottom - 1} of the previous image: screen pixels "
                 f"{left}..{sr}, {top}..{sb}, shown at {prepared.width}x{prepared.height} pixels "
-                f"({image_token_count(*prepared.size, state.config_for(crop.size))} tokens). Positions now refer "
+                f"({prepared.token_count} tokens). Positions now refer "
                 "to this zoomed image until the next screenshot.",
                 *extra,
             ]
