@@ -300,7 +300,7 @@ async def test_tools_map_model_pixels_and_report_them_back() -> None:
     cfg = MediaConfig(in_patch_limit=4000)
     computer = CanvasComputer((1600, 1200), scale=2.0)
     tools = tools_by_name(ui_tools(computer, settle=0, media_config=cfg))
-    assert list(tools) == ["screenshot", "click", "double_click", "type_text", "key", "scroll", "drag", "wait"]
+    assert list(tools) == ["screenshot", "click", "double_click", "type_text", "key", "scroll", "drag", "wait", "zoom"]
     shot = await tools["screenshot"].run({})
     assert not shot.is_error and isinstance(shot.content, list)
     w, h = model_size_for(1600, 1200, cfg)
