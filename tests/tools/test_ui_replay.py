@@ -18,6 +18,7 @@ import pytest
 from PIL import Image, ImageDraw
 
 from kimik3 import Agent, ContextPolicy, ScriptedEngine, ToolError
+from kimik3.formats.k3 import ReasoningDelta
 from kimik3.tools.ui import (
     BrowserComputer,
     ReplayMismatchError,
@@ -163,6 +164,37 @@ def test_screen_difference_and_unreadable_trajectories(tmp_path: Path) -> None:
     assert issubclass(ReplayMismatchError, TrajectoryError) and issubclass(TrajectoryError, ToolError)
 
 
+async def test_recorder_without_an_agent_and_html_escaping(tmp_path: Path) -> None:
+    # any code driving a Computer can record: here plain calls, with reasoning fed by hand
+    computer = CanvasComputer((800, 600))
+    async with TrajectoryRecorder(computer, tmp_path / "plain") as recorder:
+        recorder.observe(ReasoningDelta(delta="<script>alert(1)</script> & "))
+        recorder.observe(ReasoningDelta(delta="press it"))
+        await recorder.click(400, 250)
+        await recorder.key([("ctrl", "a")])  # no screenshot in between: a fresh one is taken
+    traj = load_trajectory(tmp_path / "plain")
+    assert [(s.action, s.before, s.after) for s in traj.steps] == [
+        ("click", "shots/0001.png", "shots/0002.png"),
+        ("key", "shots/0002.png", "shots/0003.png"),  # the last one at close
+    ]
+    assert traj.end == "shots/0003.png" and traj.steps[0].model is None
+    assert traj.steps[1].describe() == "key ctrl+a"
+    html = render_html(traj, tmp_path / "plain.html").read_text()
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; &amp; press it" in html and "<script" not in html
+    # a missing screenshot, a directory that cannot hold a trajectory, nothing to render
+    (tmp_path / "plain" / "shots" / "0002.png").unlink()
+    with pytest.raises(TrajectoryError, match=r"cannot read screenshot shots/0002\.png"):
+        await replay(traj, CanvasComputer((800, 600)), timeout=0.1)
+    (tmp_path / "file").write_text("")
+    with pytest.raises(TrajectoryError, match="cannot write a trajectory into"):
+        TrajectoryRecorder(computer, tmp_path / "file")
+    async with TrajectoryRecorder(computer, tmp_path / "empty"):
+        pass
+    assert load_trajectory(tmp_path / "empty").steps == ()
+    with pytest.raises(TrajectoryError, match="has no steps to render"):
+        render_gif(tmp_path / "empty", tmp_path / "empty.gif")
+
+
 # -- X11: a real Tk window on Xvfb -----------------------------------------------------------
 
 
@@ -205,6 +237,7 @@ async def test_x11_record_then_replay_on_a_new_tk_window(xvfb: str, tmp_path: Pa
 
 MOVED_BUTTON = FORM.replace(b"top: 220px; width: 200px", b"top: 420px; width: 200px")
 MOVED_FIELD = FORM.replace(b"left: 100px; top: 120px", b"left: 500px; top: 120px")
+RELABELLED = FORM.replace(b">Send</button>", b">Pay now</button>")
 
 
 async def record_form(site: Site, directory: Path) -> None:
@@ -245,7 +278,10 @@ async def test_browser_replay_submits_the_form_again(site: Site, form_run: Path)
     assert site.submissions == [{"name": ["Ada Lovelace"]}] * 2
 
 
-@pytest.mark.parametrize(("page", "step", "typed"), [(MOVED_BUTTON, 3, "Ada Lovelace"), (MOVED_FIELD, 1, "")])
+@pytest.mark.parametrize(
+    ("page", "step", "typed"),
+    [(MOVED_BUTTON, 3, "Ada Lovelace"), (RELABELLED, 3, "Ada Lovelace"), (MOVED_FIELD, 1, "")],
+)
 async def test_browser_replay_stops_where_the_page_changed(
     site: Site, form_run: Path, page: bytes, step: int, typed: str
 ) -> None:
