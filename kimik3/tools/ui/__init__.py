@@ -4,8 +4,9 @@ A :class:`Computer` is a screen an agent can see and drive: :class:`X11Computer`
 Xvfb included: Pillow screenshots, xdotool input) or :class:`BrowserComputer` (a Chromium page
 through Playwright, using the system Chromium). :func:`ui_tools` turns one into the model's tools
 (``screenshot``, ``click``, ``double_click``, ``type_text``, ``key``, ``scroll``, ``drag``,
-``wait``, ``zoom``; ``click_mark`` with set-of-marks grounding); :class:`CoordinateSpace` maps the model's pixels (of the resized screenshot it sees) to
-screen pixels and input units, device scale included.
+``wait``, ``zoom``; ``click_mark`` with set-of-marks grounding); :class:`CoordinateSpace` maps
+the model's pixels (of the resized screenshot it sees) to screen pixels and input units, device
+scale included.
 
 Usage::
 

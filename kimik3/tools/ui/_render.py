@@ -89,7 +89,7 @@ _STYLE = """body{font-family:sans-serif;margin:24px;background:#f6f6f6;color:#11
 .step,.end{background:#fff;border:1px solid #ddd;border-radius:6px;margin:0 0 24px;padding:12px}
 .row{display:flex;gap:16px;align-items:flex-start}.row img{max-width:70%;height:auto;border:1px solid #ccc}
 .side{flex:1;min-width:240px}pre{white-space:pre-wrap;word-break:break-word;background:#f0f0f0;padding:8px}
-h2{font-size:18px;margin:0 0 8px}.meta{color:#555;font-size:13px}"""
+h1{font-size:22px}h2{font-size:18px;margin:0 0 8px}.meta{color:#555;font-size:13px}"""
 
 
 def render_html(trajectory: Trajectory | str | os.PathLike[str], out: str | os.PathLike[str]) -> Path:
@@ -112,8 +112,9 @@ def render_html(trajectory: Trajectory | str | os.PathLike[str], out: str | os.P
     traj = trajectory if isinstance(trajectory, Trajectory) else load_trajectory(trajectory)
     esc = html.escape
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{esc(traj.path.parent.name)} - kimik3 "
-             f"trajectory</title><style>{_STYLE}</style></head><body><h1>{len(traj.steps)} steps on "
-             f"{esc(json.dumps(traj.computer, ensure_ascii=False))}</h1>"]  # fmt: skip
+             f"trajectory</title><style>{_STYLE}</style></head><body><h1>{len(traj.steps)} steps</h1>"
+             f"<p class='meta'>{esc(json.dumps(traj.computer, ensure_ascii=False))}, screen "
+             f"{traj.screen_size[0]}x{traj.screen_size[1]}</p>"]  # fmt: skip
     for step in traj.steps:
         shot = annotate_step(traj.image(step.before), step, _PAGE_WIDTH)
         model = ""
