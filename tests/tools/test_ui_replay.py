@@ -18,6 +18,8 @@ import pytest
 from PIL import Image, ImageDraw
 
 from kimik3 import Agent, ContextPolicy, ScriptedEngine, ToolError
+from kimik3.agents import TurnEndEvent
+from kimik3.engines import Usage
 from kimik3.formats.k3 import ReasoningDelta
 from kimik3.tools.ui import (
     BrowserComputer,
@@ -32,6 +34,7 @@ from kimik3.tools.ui import (
     screen_difference,
     ui_tools,
 )
+from kimik3.types import AssistantMessage
 
 from .test_ui import (
     FORM,
@@ -171,6 +174,7 @@ async def test_recorder_without_an_agent_and_html_escaping(tmp_path: Path) -> No
         recorder.observe(ReasoningDelta(delta="<script>alert(1)</script> & "))
         recorder.observe(ReasoningDelta(delta="press it"))
         await recorder.click(400, 250)
+        recorder.observe(TurnEndEvent(1, AssistantMessage(content="x"), Usage()))  # the next turn has no reasoning
         await recorder.key([("ctrl", "a")])  # no screenshot in between: a fresh one is taken
     traj = load_trajectory(tmp_path / "plain")
     assert [(s.action, s.before, s.after) for s in traj.steps] == [
@@ -178,6 +182,7 @@ async def test_recorder_without_an_agent_and_html_escaping(tmp_path: Path) -> No
         ("key", "shots/0002.png", "shots/0003.png"),  # the last one at close
     ]
     assert traj.end == "shots/0003.png" and traj.steps[0].model is None
+    assert traj.steps[0].reasoning == "<script>alert(1)</script> & press it" and traj.steps[1].reasoning is None
     assert traj.steps[1].describe() == "key ctrl+a"
     html = render_html(traj, tmp_path / "plain.html").read_text()
     assert "&lt;script&gt;alert(1)&lt;/script&gt; &amp; press it" in html and "<script" not in html

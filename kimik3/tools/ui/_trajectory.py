@@ -331,7 +331,7 @@ class TrajectoryRecorder(Computer):
         started = time.monotonic()
         await do()
         self._steps += 1
-        reasoning = "".join(self._reasoning) or None
+        reasoning = None if self._turn_over else "".join(self._reasoning) or None  # a turn without reasoning: none
         self._pending = {
             "type": "step", "index": self._steps, "action": action, "args": args, "screen": screen,
             "model": self._next_model, "reasoning": reasoning, "before": self._frame, "after": None,
