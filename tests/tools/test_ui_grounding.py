@@ -161,7 +161,7 @@ async def test_x11_click_chosen_on_a_zoomed_image_hits_the_tk_button(xvfb: str) 
 
 # -- grounding on browser pages --------------------------------------------------------------
 
-GRID = """<!doctype html><html><head><style>body{margin:0;background:#fff}
+GRID = """<!doctype html><html><head><style>body{margin:0;background:#fff;height:2000px}
 button{position:absolute;width:90px;height:40px;border:0;background:#ddd;font-size:14px}</style></head><body>
 %s<script>window.clicked = []; document.querySelectorAll("button").forEach(
   b => b.addEventListener("click", () => window.clicked.push(b.id)));</script></body></html>"""
@@ -225,6 +225,14 @@ async def test_click_by_mark_lands_on_the_intended_element(site: Site) -> None:
         assert await computer.page.evaluate("window.clicked") == ["b1", "b6", "b12", "b7"]
         r = await tools["click_mark"].run({"mark": 13})
         assert r.is_error and r.text == "Error: ToolError: no mark 13 on the latest screenshot; marks: 1..12"
+        # scrolled by 70 CSS pixels: the first row left the view, the marks are numbered again
+        await computer.page.evaluate("window.scrollTo(0, 70); window.clicked = []")
+        shot = await tools["screenshot"].run({})
+        lines = shot.text.splitlines()
+        assert len(lines) == 10 and lines[2].startswith('[1] button "b5" at x ')
+        await tools["click_mark"].run({"mark": 1})
+        await tools["click_mark"].run({"mark": 8})
+        assert await computer.page.evaluate("window.clicked") == ["b5", "b12"]
 
 
 async def test_agent_fills_the_form_by_marks_and_reads_the_accessibility_tree(site: Site) -> None:
