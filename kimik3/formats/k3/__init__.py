@@ -39,7 +39,14 @@ from ._events import (
     new_tool_call_id,
 )
 from ._parse import StreamParser, parse
-from ._tokenizer import K3_PAT_STR, K3Tokenizer, estimate_tokens, load_tiktoken_bpe, special_token_ids
+from ._tokenizer import (
+    K3_PAT_STR,
+    K3Tokenizer,
+    default_tokenizer,
+    estimate_tokens,
+    load_tiktoken_bpe,
+    special_token_ids,
+)
 
 __all__ = [
     "CLOSE",
@@ -71,6 +78,7 @@ __all__ = [
     "ToolCallDone",
     "ToolCallIncomplete",
     "ToolCallStarted",
+    "default_tokenizer",
     "encode_segments",
     "estimate_tokens",
     "load_tiktoken_bpe",
