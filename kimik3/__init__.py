@@ -37,6 +37,7 @@ from ._exceptions import (
     UnknownRoleError,
     UserError,
 )
+from ._verify import verify
 from .agents import (
     Agent,
     AgentEvent,
@@ -152,6 +153,7 @@ __all__ = [
     "VLLMEngine",
     "__version__",
     "tool",
+    "verify",
 ]
 
 # Public names report the package they are used from (docs, reprs, tracebacks), as httpx does.

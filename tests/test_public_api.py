@@ -21,7 +21,7 @@ EXPECTED = [
     "ToolCallArgumentsDelta", "ToolCallDone", "ToolCallIncomplete", "ToolCallStarted",
     "ToolDefinitionError", "ToolError", "ToolMessage", "ToolNameError", "ToolResult", "ToolResultEvent",
     "ToolSpec", "TurnEndEvent", "UnknownContentPartError", "UnknownRoleError", "Usage", "UserError",
-    "UserMessage", "VLLMEngine", "__version__", "tool",
+    "UserMessage", "VLLMEngine", "__version__", "tool", "verify",
 ]  # fmt: skip
 
 

@@ -13,8 +13,7 @@ import tiktoken
 import tiktoken.load
 
 from kimik3 import InvalidRequestError, K3Tokenizer, UserMessage
-from kimik3.formats.k3 import encode_segments
-from kimik3.formats.k3 import K3_PAT_STR, default_tokenizer
+from kimik3.formats.k3 import K3_PAT_STR, default_tokenizer, encode_segments
 from tests.data_paths import load_json
 
 SMG = load_json("k3/smg_render_ids.json")

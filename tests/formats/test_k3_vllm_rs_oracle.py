@@ -39,8 +39,7 @@ import httpx
 import pytest
 
 from kimik3 import K3Tokenizer
-from kimik3.formats.k3 import _encode
-from kimik3.tokenizer import default_tokenizer
+from kimik3.formats.k3 import _encode, default_tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(os.environ.get("KIMIK3_CACHE", ROOT / ".cache")) / "vllm-rs" / "vllm-rs"

@@ -5,6 +5,7 @@ Pure functions and incremental state machines; no I/O beyond reading a model dir
 """
 
 from ._codec import EncodedPrompt, K3Codec, K3Decoder, PromptCache, PromptEncoder, PromptIds, RawChunk
+from ._contract import check_request
 from ._encode import (
     CLOSE,
     END_OF_MSG,
@@ -78,6 +79,7 @@ __all__ = [
     "ToolCallDone",
     "ToolCallIncomplete",
     "ToolCallStarted",
+    "check_request",
     "default_tokenizer",
     "encode_segments",
     "estimate_tokens",
