@@ -221,9 +221,14 @@ def probes(*, images: bool = True) -> list[Probe]:
         Probe("tools", hello, tools=[READ, GREP]),
         Probe("dynamic tools in a system message",
               [{"role": "system", "tools": [WEATHER]}, {"role": "user", "content": "Weather in Paris?"}],
-              departures=[("the server drops message-level tools (vLLM 0.32's OpenAI server, vllm-rs 0.33): "
-                           "the system message renders empty",
+              departures=[("the server drops message-level tools (vLLM 0.32's OpenAI server keeps them on "
+                           "developer messages only; vllm-rs 0.33 drops both): the system message renders empty",
                            Probe("dropped", [{"role": "system", "content": ""},
+                                             {"role": "user", "content": "Weather in Paris?"}]))]),
+        Probe("dynamic tools in a developer message",
+              [{"role": "developer", "tools": [WEATHER]}, {"role": "user", "content": "Weather in Paris?"}],
+              departures=[("the server drops message-level tools: the developer message renders empty",
+                           Probe("dropped", [{"role": "developer", "content": ""},
                                              {"role": "user", "content": "Weather in Paris?"}]))]),
         Probe("tool history with reasoning", tool_history("I need the file and the TODOs; call both."),
               tools=[READ, GREP]),
