@@ -287,3 +287,16 @@ def test_known_departure_5_long_pieces(render: Any) -> None:
         ours, theirs = _departs(render, tok, kwargs)
         assert (ours == theirs) is equal, len(text)
         assert len(ours) == len(theirs) and tok.decode(theirs) == tok.decode(ours)
+
+
+def test_vllm_rs_refuses_both_reasoning_field_names(render: Any) -> None:
+    """kimik3's chat mode sends a past turn's reasoning under both names (vLLM 0.32 reads only
+    ``reasoning``, others only ``reasoning_content``); vllm-rs 0.33 refuses that message."""
+    turn = {"role": "assistant", "content": "a", "reasoning": "r", "reasoning_content": "r"}
+    status, text = render({"messages": [{"role": "user", "content": "q"}, turn]})
+    assert status == 400 and "duplicate field `reasoning`" in text
+    for name in ("reasoning", "reasoning_content"):  # either one alone is accepted, and rendered
+        one = {"role": "assistant", "content": "a", name: "r"}
+        kwargs = {"messages": [{"role": "user", "content": "q"}, one], "thinking_effort": "max"}
+        ours, theirs = _departs(render, default_tokenizer(), kwargs)
+        assert ours == theirs
