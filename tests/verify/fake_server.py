@@ -25,7 +25,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from kimik3 import MessageError
-from kimik3.tokenizer import default_tokenizer
+from kimik3.formats.k3 import default_tokenizer
 from kimik3.types import ImagePart, to_messages
 
 IMAGE_TOKENS = 256

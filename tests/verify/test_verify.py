@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from kimik3 import verify
 from kimik3._verify import CONVENTIONS, VerifyReport, expected_counts, malformed_requests, probes, walle_schemas
 from kimik3.cli import main
-from kimik3.tokenizer import default_tokenizer
+from kimik3.formats.k3 import default_tokenizer
 from tests.verify.fake_server import fake_server
 
 
