@@ -8,7 +8,7 @@ only the wire-level rows (prompt counts, accepted and rejected requests, raw mod
 server serving K3's renderer passes whatever its weights.
 
 Sources: Moonshot's Kimi Vendor Verifier (parameter constraints, walle schemas, the
-``prompt_tokens`` rule and its documented example), k3-wire-format.md.
+``prompt_tokens`` rule and its documented example), docs/k3-format.md.
 """
 
 from __future__ import annotations
