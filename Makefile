@@ -9,12 +9,13 @@ STAMP := $(VENV)/.kimik3-installed
 
 .PHONY: install demo test lint typecheck unit bench clean
 
-$(STAMP): pyproject.toml scripts/setup_engine.sh scripts/setup_ui.sh
+$(STAMP): pyproject.toml scripts/setup_engine.sh scripts/setup_ui.sh scripts/setup_vllm_rs.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -U pip
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
 	VENV=$(VENV) bash scripts/setup_engine.sh
 	VENV=$(VENV) bash scripts/setup_ui.sh
+	VENV=$(VENV) bash scripts/setup_vllm_rs.sh
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -6,9 +6,11 @@
 (b) The cost of encoding one more turn onto that history vs onto a 10,000-token history with
     kimik3.PromptEncoder (incremental). Goal <= 1.5x.
 
-Vocabulary: models/k3-tiny (the project's K3-format tokenizer) when present, else a vocabulary
-built here from the benchmark text's frequent words (K3 file format, K3 split regex).
-Run: .venv/bin/python bench/encode.py [--tokens 1000000]
+Vocabularies (both reported, each against raw tiktoken over the same vocabulary): K3's real
+vocabulary shipped with kimik3 (163,584 base tokens, kimik3/formats/k3/vocab), and
+models/k3-tiny (the project's K3-format tokenizer; when absent, a vocabulary built here from the
+benchmark text's frequent words, K3 file format and split regex).
+Run: .venv/bin/python bench/encode.py [--tokens 1000000] [--vocab real|tiny|both]
 """
 
 from __future__ import annotations
@@ -112,10 +114,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=1_000_000)
     parser.add_argument("--small", type=int, default=10_000)
+    parser.add_argument("--vocab", choices=["real", "tiny", "both"], default="both")
     args = parser.parse_args()
+    if args.vocab in ("real", "both"):
+        run(K3Tokenizer(), "K3's real vocabulary (packaged, 163,584 base tokens)", args)
+    if args.vocab in ("tiny", "both"):
+        run(*tokenizer(), args)
 
-    tok, vocab = tokenizer()
-    print(f"vocabulary: {vocab}")
+
+def run(tok: K3Tokenizer, vocab: str, args: argparse.Namespace) -> None:
+    print(f"== vocabulary: {vocab}")
     big = history(tok, args.tokens)
     text = render(big, TOOLS)
     ids = tok.encode_messages(big, TOOLS)

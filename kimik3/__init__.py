@@ -17,6 +17,7 @@ from ._exceptions import (
     ImageTooLargeError,
     InvalidArgumentsError,
     InvalidEffortError,
+    InvalidRequestError,
     KimiK3Error,
     MediaDecodeError,
     MediaError,
@@ -36,6 +37,7 @@ from ._exceptions import (
     UnknownRoleError,
     UserError,
 )
+from ._verify import verify
 from .agents import (
     Agent,
     AgentEvent,
@@ -105,6 +107,7 @@ __all__ = [
     "ImageTooLargeError",
     "InvalidArgumentsError",
     "InvalidEffortError",
+    "InvalidRequestError",
     "K3Tokenizer",
     "KimiK3Error",
     "MediaDecodeError",
@@ -150,6 +153,7 @@ __all__ = [
     "VLLMEngine",
     "__version__",
     "tool",
+    "verify",
 ]
 
 # Public names report the package they are used from (docs, reprs, tracebacks), as httpx does.

@@ -10,7 +10,8 @@
     │   ├── UnknownContentPartError
     │   ├── InvalidEffortError
     │   ├── ToolNameError                  a tool message whose tool name cannot be resolved
-    │   └── InvalidArgumentsError          tool-call arguments that are JSON but not an object
+    │   ├── InvalidArgumentsError          tool-call arguments that are JSON but not an object
+    │   └── InvalidRequestError            a request K3's endpoint contract says must be rejected
     ├── TokenizerError                     a model directory without a usable tokenizer
     ├── ParserStateError (RuntimeError)    a K3 StreamParser fed after finish()
     ├── MediaError (ValueError)
@@ -55,6 +56,7 @@ __all__ = [
     "ImageTooLargeError",
     "InvalidArgumentsError",
     "InvalidEffortError",
+    "InvalidRequestError",
     "KimiK3Error",
     "MediaDecodeError",
     "MediaError",
@@ -113,6 +115,12 @@ class ToolNameError(MessageError):
 
 class InvalidArgumentsError(MessageError):
     """Tool-call arguments that parse as JSON but are not a JSON object."""
+
+
+class InvalidRequestError(MessageError):
+    """A request Moonshot's K3 endpoint contract says a server must reject (duplicate tool names,
+    ``tools`` on a non-system message, a tool message without ``tool_call_id``, a system message
+    with both tools and content); raised before any network call."""
 
 
 class TokenizerError(KimiK3Error):

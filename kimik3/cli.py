@@ -803,3 +803,33 @@ def replay_command(ctx: click.Context, trajectory: str, html_out: str | None, gi
         return 0
 
     ctx.exit(_execute(main, progress))
+
+
+@main.command(name="verify")
+@click.option("--base-url", required=True, envvar="OPENAI_BASE_URL", metavar="URL",
+              help="The endpoint's OpenAI base URL, e.g. http://127.0.0.1:8000/v1 (default $OPENAI_BASE_URL).")
+@click.option("--model", metavar="NAME", help="Served model name (default: the first one /models lists).")
+@click.option("--api-key", envvar="OPENAI_API_KEY", metavar="KEY", help="API key (default $OPENAI_API_KEY).")
+@click.option("--quick", is_flag=True, help="Wire-level checks only (no check that needs a capable model).")
+@click.option("--tokenizer", "tokenizer_dir", type=click.Path(exists=True, file_okay=False), metavar="DIR",
+              help="The served model's tokenizer directory when it is not K3's vocabulary (e.g. models/k3-tiny).")
+@click.option("--no-images", is_flag=True, help="Do not send the image requests.")
+@click.option("--max-tokens", type=click.IntRange(min=1), default=1024, show_default=True,
+              help="Completion budget of each generation the model checks read.")
+@click.option("--concurrency", type=click.IntRange(min=1), default=8, show_default=True, help="Requests in flight.")
+@click.pass_context
+def verify_command(ctx: click.Context, base_url: str, model: str | None, api_key: str | None, quick: bool,
+                   tokenizer_dir: str | None, no_images: bool, max_tokens: int, concurrency: int) -> None:  # fmt: skip
+    """Check a K3 endpoint against Moonshot's contract: exact prompt_tokens, reasoning round-trip,
+    rejected requests, raw mode, and (without --quick) tool calls, JSON output and the walle schemas.
+
+    Prints one row per check with its evidence. Exits 0 when no row failed, 1 otherwise.
+    """
+    from ._verify import verify
+    from .formats.k3 import K3Tokenizer
+
+    tokenizer = K3Tokenizer.from_pretrained(tokenizer_dir) if tokenizer_dir else None
+    report = verify(base_url, model=model, api_key=api_key, quick=quick, tokenizer=tokenizer,
+                    images=not no_images, max_tokens=max_tokens, concurrency=concurrency)  # fmt: skip
+    click.echo(str(report))
+    ctx.exit(0 if report.ok else 1)

@@ -475,6 +475,9 @@ class ChatRequest:
 
     Raises:
         InvalidEffortError: a ``reasoning_effort`` outside low / high / max / none.
+        InvalidRequestError: a request K3's endpoint contract says must be rejected
+            (:func:`kimik3.formats.k3.check_request`), before any network call.
+        MessageError: an unsupported ``tool_choice`` or ``response_format``.
     """
 
     messages: list[Message]
@@ -497,6 +500,11 @@ class ChatRequest:
             raise InvalidEffortError(
                 f"reasoning_effort must be low, high, max or none, got {self.reasoning_effort!r}"
             )
+        # Requests K3's endpoint contract says must be rejected: refused before any network call.
+        # Imported here: formats/k3 imports this module.
+        from .formats.k3 import check_request
+
+        check_request(self.messages, self.tools, tool_choice=self.tool_choice, response_format=self.response_format)
 
     @property
     def thinking(self) -> bool:

@@ -13,7 +13,7 @@ EXPECTED = [
     "ChatRequest", "Client", "CompactionEvent", "ContentDelta", "ContextLengthExceededError",
     "ContextPolicy", "Deny", "Edit", "Engine", "EngineError", "EngineNotAvailableError",
     "EngineRequestError", "FinalEvent", "ImageTooLargeError", "InvalidArgumentsError",
-    "InvalidEffortError", "K3Tokenizer", "KimiK3Error", "MediaDecodeError", "MediaError", "Message",
+    "InvalidEffortError", "InvalidRequestError", "K3Tokenizer", "KimiK3Error", "MediaDecodeError", "MediaError", "Message",
     "MessageError", "ModelCall", "ModelSettings", "NoVideoStreamError", "NotFoundError",
     "ParserStateError", "PromptEncoder", "RateLimitError", "ReasoningDelta", "RemoteEngine",
     "RunResult", "ScriptedEngine", "ServiceUnavailableError", "SessionError", "SystemMessage",
@@ -21,7 +21,7 @@ EXPECTED = [
     "ToolCallArgumentsDelta", "ToolCallDone", "ToolCallIncomplete", "ToolCallStarted",
     "ToolDefinitionError", "ToolError", "ToolMessage", "ToolNameError", "ToolResult", "ToolResultEvent",
     "ToolSpec", "TurnEndEvent", "UnknownContentPartError", "UnknownRoleError", "Usage", "UserError",
-    "UserMessage", "VLLMEngine", "__version__", "tool",
+    "UserMessage", "VLLMEngine", "__version__", "tool", "verify",
 ]  # fmt: skip
 
 

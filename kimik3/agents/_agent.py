@@ -32,7 +32,7 @@ from pydantic import TypeAdapter, ValidationError
 from .._client import Client
 from .._exceptions import UserError
 from ..engines import Engine
-from ..formats.k3 import K3Tokenizer, PromptCache, estimate_tokens
+from ..formats.k3 import K3Tokenizer, PromptCache, default_tokenizer
 from ..tools import Tool, ToolContext, ToolResult, truncate_middle
 from ..types import (
     AssistantMessage,
@@ -168,7 +168,8 @@ class Agent(Generic[OutputT]):
         approval: called before each tool call: :class:`Allow`, :class:`Deny` (reason shown to
             the model) or :class:`Edit` (run with other arguments).
         tokenizer: a K3 tokenizer or model directory for exact token accounting; default: the
-            engine's, else :func:`~kimik3.formats.k3.estimate_tokens` (about 4 bytes a token).
+            engine's, else K3's real vocabulary shipped with kimik3
+            (:func:`~kimik3.formats.k3.default_tokenizer`): exact counts against any K3 endpoint.
         deps: handed to tools that take a :class:`~kimik3.tools.ToolContext`.
 
     Raises:
@@ -542,8 +543,8 @@ class Agent(Generic[OutputT]):
                          stop_reason=reason, session_path=path)
 
     def _count(self, text: str) -> int:
-        tok = self._tokenizer or self.client.engine.tokenizer
-        return len(tok.encode_text(text)) if tok is not None else estimate_tokens(text)
+        tok = self._tokenizer or self.client.engine.tokenizer or default_tokenizer()
+        return len(tok.encode_text(text))
 
     async def _maybe_compact(self, run: _Run) -> AsyncIterator[AgentEvent]:
         policy = self.context

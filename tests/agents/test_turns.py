@@ -73,8 +73,8 @@ async def test_approved_calls_are_reported_with_their_final_arguments() -> None:
 def test_tokens_in_the_context_count_reasoning_once() -> None:
     agent = Agent(engine=ScriptedEngine([]))
     run = _Run([], None, None, agent._count)
-    reasoning = "r" * 400  # 100 tokens by estimate
-    run.add(AssistantMessage(content="a" * 40, reasoning_content=reasoning))  # + 10
-    assert run.context_tokens == 110
-    run.add(UserMessage(content="u" * 80))  # + 20
-    assert run.context_tokens == 130
+    reasoning = "r" * 400  # 200 tokens in K3's real vocabulary (the agent's default count)
+    run.add(AssistantMessage(content="a" * 40, reasoning_content=reasoning))  # + 5
+    assert run.context_tokens == 205
+    run.add(UserMessage(content="u" * 80))  # + 40
+    assert run.context_tokens == 245

@@ -5,6 +5,7 @@ Pure functions and incremental state machines; no I/O beyond reading a model dir
 """
 
 from ._codec import EncodedPrompt, K3Codec, K3Decoder, PromptCache, PromptEncoder, PromptIds, RawChunk
+from ._contract import check_request
 from ._encode import (
     CLOSE,
     END_OF_MSG,
@@ -39,7 +40,14 @@ from ._events import (
     new_tool_call_id,
 )
 from ._parse import StreamParser, parse
-from ._tokenizer import K3_PAT_STR, K3Tokenizer, estimate_tokens, load_tiktoken_bpe, special_token_ids
+from ._tokenizer import (
+    K3_PAT_STR,
+    K3Tokenizer,
+    default_tokenizer,
+    estimate_tokens,
+    load_tiktoken_bpe,
+    special_token_ids,
+)
 
 __all__ = [
     "CLOSE",
@@ -71,6 +79,8 @@ __all__ = [
     "ToolCallDone",
     "ToolCallIncomplete",
     "ToolCallStarted",
+    "check_request",
+    "default_tokenizer",
     "encode_segments",
     "estimate_tokens",
     "load_tiktoken_bpe",

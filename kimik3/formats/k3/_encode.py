@@ -23,6 +23,7 @@ from ..._defaults import THINKING_EFFORTS, ThinkingEffort
 from ..._exceptions import (
     InvalidArgumentsError,
     InvalidEffortError,
+    InvalidRequestError,
     MessageError,
     ToolNameError,
     UnknownContentPartError,
@@ -164,22 +165,18 @@ def _content_segments(content: Content | None) -> list[Segment]:
     if isinstance(content, str):
         return [Segment(content, False)] if content else []
     out: list[Segment] = []
-    pending: list[str] = []  # adjacent text parts form one text segment (decision: a list of
-    # text parts means the same as their concatenation; only media parts split the text)
     for part in content:
         if isinstance(part, TextPart):
-            pending.append(part.text)
-            continue
-        _text(out, "".join(pending))
-        pending.clear()
-        if isinstance(part, ImagePart):
+            # Each text part is its own segment, as in the reference encoder (encoding_k3.py) and
+            # vLLM's Rust renderer: ["Hello ", "world"] is `Hello`,` `,`world`, not `Hello`,` world`.
+            _text(out, part.text)
+        elif isinstance(part, ImagePart):
             out.append(_IMAGE)  # no newline after it (docs/k3-format.md § Media tokens)
         elif isinstance(part, VideoPart):
             raise UnknownContentPartError(
                 "a video part must be sampled into frames before K3 encoding: kimik3's engines do "
                 "it (kimik3.formats.k3._media.expand_videos); K3's released encoder is image-only"
             )
-    _text(out, "".join(pending))
     return out
 
 
@@ -437,7 +434,15 @@ def message_segments(item: RenderedMessage, *, thinking: bool = True) -> list[Se
     msg = item.message
     out: list[Segment] = []
     if isinstance(msg, SystemMessage):
-        if msg.tools is not None and not msg.content:
+        if msg.tools is not None and msg.content:
+            # The reference renders only the tools (dropping the content); rendering only the
+            # content would drop the tools. Neither may happen silently.
+            raise InvalidRequestError(
+                f"a system message carries both tools ({len(msg.tools)}) and content: K3 renders one "
+                "or the other; send the tools in a system message without content and the text in "
+                "another system message"
+            )
+        if msg.tools is not None:
             decl = [t.model_dump(mode="json", exclude_none=True) for t in msg.tools]
             body = protocol_bodies()["DYNAMIC_TOOL_DECLARE"].replace("{JSON}", _compact_sorted_json(decl))
             _message(out, (("role", "system"), ("type", "tool-declare")), [Segment(body, False)])

@@ -8,6 +8,10 @@ k in 0..255; unnamed ones are ``<|reserved_token_{id}|>`` (as the checkpoint's
 ``<|end_of_msg|>``, ``<|open|>``, ``<|close|>``, ``<|sep|>`` are 163586..163589 — but ids are
 always read from the model directory, never hard-coded.
 
+K3's real base vocabulary ships with kimik3 as package data (``kimik3/formats/k3/vocab/``: the
+``tiktoken.model`` of Moonshot's Kimi Vendor Verifier, MIT, with K3's special names; provenance
+in ``vocab/PROVENANCE.md``), so ``K3Tokenizer()`` gives exact K3 ids with no model directory.
+
 Segments are tokenized one by one: control segments with special tokens allowed, text segments
 with special tokens disallowed (a typed ``<|open|>`` stays plain BPE), so BPE merges never cross
 a segment boundary.
@@ -20,6 +24,8 @@ import json
 import os
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from functools import cache
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +39,7 @@ __all__ = [
     "K3_PAT_STR",
     "NUM_RESERVED_SPECIAL_TOKENS",
     "K3Tokenizer",
+    "default_tokenizer",
     "estimate_tokens",
     "load_tiktoken_bpe",
     "special_token_ids",
@@ -145,27 +152,48 @@ def _split_long_runs(text: str) -> Iterator[str]:
         yield chunk[slice_start:]
 
 
+@cache
+def _packaged_vocab() -> tuple[dict[bytes, int], dict[str, int]]:
+    """K3's real vocabulary and special names, from the package data (read once)."""
+    root = resources.files("kimik3.formats.k3").joinpath("vocab")
+    with resources.as_file(root.joinpath("tiktoken.model")) as path:
+        ranks = load_tiktoken_bpe(path)
+    config = json.loads(root.joinpath("tokenizer_config.json").read_text(encoding="utf-8"))
+    return ranks, special_token_ids(len(ranks), config["added_tokens_decoder"])
+
+
 class K3Tokenizer:
     """K3's BPE tokenizer over tiktoken, with segment-wise prompt encoding.
 
     Args:
         mergeable_ranks: token bytes -> rank (the base vocabulary, ``num_base_tokens`` entries).
+            None (with ``special_tokens`` None): K3's real vocabulary shipped with kimik3
+            (163,584 ranks plus K3's special names, 163,840 ids; about 0.5 s to load once).
         special_tokens: special token name -> id, e.g. ``{"<|end_of_msg|>": 163586, ...}``; ids
             outside the reserved block are accepted as given.
         pat_str: the pre-tokenizer split regex (default :data:`K3_PAT_STR`).
         name: a label for the tiktoken encoding.
 
-    Use :meth:`from_pretrained` to load a model directory.
+    Use :meth:`from_pretrained` to load a model directory (it overrides the packaged vocabulary),
+    and :func:`default_tokenizer` for a shared instance of the packaged one.
+
+    Raises:
+        TokenizerError: only one of ``mergeable_ranks`` / ``special_tokens`` given, or an
+            inconsistent vocabulary.
     """
 
     def __init__(
         self,
-        mergeable_ranks: dict[bytes, int],
-        special_tokens: Mapping[str, int],
+        mergeable_ranks: dict[bytes, int] | None = None,
+        special_tokens: Mapping[str, int] | None = None,
         *,
         pat_str: str = K3_PAT_STR,
         name: str = "kimi-k3",
     ) -> None:
+        if mergeable_ranks is None and special_tokens is None:
+            mergeable_ranks, special_tokens = _packaged_vocab()
+        elif mergeable_ranks is None or special_tokens is None:
+            raise TokenizerError("give both mergeable_ranks and special_tokens, or neither (K3's packaged vocabulary)")
         self.num_base_tokens = len(mergeable_ranks)
         self.special_tokens: dict[str, int] = dict(special_tokens)
         try:
@@ -329,3 +357,11 @@ class K3Tokenizer:
         if special is not None:
             return special
         return self._enc.decode_single_token_bytes(token_id).decode("utf-8", errors="replace")
+
+
+@cache
+def default_tokenizer() -> K3Tokenizer:
+    """A shared :class:`K3Tokenizer` over K3's real vocabulary shipped with kimik3 (loaded on first
+    call): exact token counts, budgets and compaction against any K3 endpoint without the
+    checkpoint's files."""
+    return K3Tokenizer()

@@ -1,0 +1,502 @@
+"""``kimik3.verify()``: Moonshot's K3 endpoint contract, checked from the client.
+
+kimik3 computes a K3 prompt's exact ids itself, so it can tell whether an endpoint renders and
+counts what the checkpoint was trained on — something no other client can see. Each check is
+one row of a :class:`VerifyReport` with its evidence. Rows that need a capable model (the
+endpoint's own generations: tool calls, JSON output, reasoning) are marked; ``quick=True`` runs
+only the wire-level rows (prompt counts, accepted and rejected requests, raw mode), which any
+server serving K3's renderer passes whatever its weights.
+
+Sources: Moonshot's Kimi Vendor Verifier (parameter constraints, walle schemas, the
+``prompt_tokens`` rule and its documented example), docs/k3-format.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from importlib import resources
+from typing import Any, Literal
+
+import httpx
+import jsonschema
+
+from .._exceptions import KimiK3Error
+from ..formats.k3 import K3Tokenizer, default_tokenizer
+from ..types import ChatRequest
+from ._probes import ANSWER_SCHEMA, CONVENTIONS, WEATHER, Convention, Probe, expected_counts, probes, tool
+
+__all__ = ["CheckResult", "VerifyReport", "averify", "malformed_requests", "verify", "walle_schemas"]
+
+Status = Literal["pass", "fail", "warn", "skip"]
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One row of the report.
+
+    Attributes:
+        check: what was checked, e.g. ``"prompt_tokens: tools"``.
+        status: ``pass``; ``fail`` (the endpoint breaks the contract in a way that hurts kimik3's
+            users); ``warn`` (it breaks the contract, kimik3 guards against it client-side);
+            ``skip`` (not applicable to this endpoint, with the reason).
+        evidence: the numbers or the server's answer behind the status.
+        needs_model: the check reads the model's generations (a capable K3 model is needed);
+            not run with ``quick``.
+    """
+
+    check: str
+    status: Status
+    evidence: str
+    needs_model: bool = False
+
+
+@dataclass
+class VerifyReport:
+    """All rows of one ``verify`` run.
+
+    Attributes:
+        base_url, model: the endpoint.
+        rows: one :class:`CheckResult` per check, in order.
+        convention: the ``prompt_tokens`` convention the server follows (None: undetermined).
+        quick: only wire-level rows were run.
+    """
+
+    base_url: str
+    model: str
+    rows: list[CheckResult] = field(default_factory=list)
+    convention: Convention | None = None
+    quick: bool = False
+
+    @property
+    def ok(self) -> bool:
+        """No row failed (``warn`` and ``skip`` rows do not fail a run)."""
+        return all(r.status != "fail" for r in self.rows)
+
+    def __getitem__(self, check: str) -> CheckResult:
+        for r in self.rows:
+            if r.check == check:
+                return r
+        raise KeyError(check)
+
+    def failures(self) -> list[CheckResult]:
+        """The failed rows."""
+        return [r for r in self.rows if r.status == "fail"]
+
+    def __str__(self) -> str:
+        width = max((len(r.check) for r in self.rows), default=5)
+        lines = [f"kimik3 verify {self.base_url} (model {self.model}){' --quick' if self.quick else ''}",
+                 f"{'check':<{width}}  status  evidence"]  # fmt: skip
+        for r in self.rows:
+            mark = r.status.upper() if r.status == "fail" else r.status
+            lines.append(f"{r.check + (' *' if r.needs_model else ''):<{width + 2}}{mark:<8}{r.evidence}")
+        fails = len(self.failures())
+        lines.append("(* needs a capable model)")
+        lines.append("verify: " + ("OK" if self.ok else f"FAILED ({fails} row{'s' if fails != 1 else ''})"))
+        return "\n".join(lines)
+
+
+def walle_schemas() -> list[tuple[str, dict[str, Any]]]:
+    """The 212 walle tool-parameter schemas shipped with kimik3: ``("Suite#line", schema)``."""
+    root = resources.files("kimik3._verify").joinpath("walle_schemas")
+    out: list[tuple[str, dict[str, Any]]] = []
+    for entry in sorted(root.iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".jsonl"):
+            lines = entry.read_text(encoding="utf-8").splitlines()
+            out.extend((f"{entry.name[:-6]}#{i}", json.loads(line)) for i, line in enumerate(lines, 1) if line.strip())
+    return out
+
+
+# -- transport -------------------------------------------------------------------------------
+
+
+@dataclass
+class _Answer:
+    status: int  # 0: no HTTP answer
+    body: Any  # parsed JSON, or the text
+
+    @property
+    def error(self) -> str:
+        if isinstance(self.body, Mapping):
+            err = self.body.get("error")
+            msg = err.get("message") if isinstance(err, Mapping) else err or self.body.get("message")
+            text = str(msg) if msg else json.dumps(self.body)
+        else:
+            text = str(self.body)
+        text = " ".join(text.split())
+        return f"HTTP {self.status}: {text[:160]}" if self.status else text[:200]
+
+    @property
+    def usage(self) -> Mapping[str, Any]:
+        usage = self.body.get("usage") if isinstance(self.body, Mapping) else None
+        return usage if isinstance(usage, Mapping) else {}
+
+    @property
+    def message(self) -> Mapping[str, Any]:
+        try:
+            msg = self.body["choices"][0]["message"]
+        except (KeyError, IndexError, TypeError):
+            return {}
+        return msg if isinstance(msg, Mapping) else {}
+
+
+class _Endpoint:
+    def __init__(self, client: httpx.AsyncClient, concurrency: int) -> None:
+        self.client = client
+        self.limit = asyncio.Semaphore(concurrency)
+
+    async def post(self, path: str, body: Mapping[str, Any]) -> _Answer:
+        async with self.limit:
+            try:
+                r = await self.client.post(path, json=body)
+            except httpx.HTTPError as e:
+                return _Answer(0, f"{type(e).__name__}: {e}")
+        try:
+            return _Answer(r.status_code, r.json())
+        except ValueError:
+            return _Answer(r.status_code, r.text)
+
+    async def stream(self, path: str, body: Mapping[str, Any]) -> _Answer:
+        """A streamed chat completion, accumulated into the non-streamed shape."""
+        content, reasoning, reasoning_field = [], [], None
+        calls: dict[int, dict[str, Any]] = {}
+        usage: Any = None
+        async with self.limit:
+            try:
+                async with self.client.stream("POST", path, json=body) as r:
+                    if r.status_code != 200:
+                        await r.aread()
+                        try:
+                            return _Answer(r.status_code, r.json())
+                        except ValueError:
+                            return _Answer(r.status_code, r.text)
+                    async for line in r.aiter_lines():
+                        if not line.startswith("data:") or line[5:].strip() == "[DONE]":
+                            continue
+                        chunk = json.loads(line[5:])
+                        usage = chunk.get("usage") or usage
+                        for choice in chunk.get("choices") or ():
+                            delta = choice.get("delta") or {}
+                            content.append(delta.get("content") or "")
+                            for name in ("reasoning_content", "reasoning"):
+                                if delta.get(name):
+                                    reasoning.append(delta[name])
+                                    reasoning_field = name
+                            for tc in delta.get("tool_calls") or ():
+                                blank = {"function": {"name": "", "arguments": ""}}
+                                call = calls.setdefault(int(tc.get("index", 0)), blank)
+                                fn = tc.get("function") or {}
+                                call["function"]["name"] += fn.get("name") or ""
+                                call["function"]["arguments"] += fn.get("arguments") or ""
+            except (httpx.HTTPError, ValueError) as e:
+                return _Answer(0, f"{type(e).__name__}: {e}")
+        message: dict[str, Any] = {"content": "".join(content), "tool_calls": [calls[k] for k in sorted(calls)]}
+        if reasoning_field:
+            message[reasoning_field] = "".join(reasoning)
+        return _Answer(200, {"choices": [{"message": message}], "usage": usage})
+
+
+# -- checks ----------------------------------------------------------------------------------
+
+
+def _prompt_rows(
+    answers: Sequence[tuple[Probe, _Answer, dict[str, int]]], tok: K3Tokenizer
+) -> tuple[list[CheckResult], Convention | None]:
+    """One row per probe, plus the convention row (first)."""
+    counted = [(p, a.usage.get("prompt_tokens"), exp) for p, a, exp in answers if a.status == 200]
+    counted = [(p, n, exp) for p, n, exp in counted if isinstance(n, int)]
+    fits = {c.name: sum(1 for _, n, exp in counted if exp[c.name] == n) for c in CONVENTIONS}
+    best = max(CONVENTIONS, key=lambda c: fits[c.name]) if counted else None
+    if best is not None and fits[best.name] == 0:
+        best = None
+    rows: list[CheckResult] = []
+    if best is None:
+        rows.append(CheckResult("prompt_tokens convention", "fail",
+                                f"no documented convention fits any of {len(counted)} counted requests"))  # fmt: skip
+    else:
+        decided = any(p.empty_think_turns() for p, _, _ in counted)
+        note = "" if decided else " (empty think blocks: undetermined, no request had one)"
+        # the convention is settled by most requests; the rows below carry each mismatch
+        status: Status = "pass" if 2 * fits[best.name] > len(counted) else "fail"
+        rows.append(CheckResult("prompt_tokens convention", status,
+                                f"{best.name}: {best.who}; fits {fits[best.name]}/{len(counted)} "
+                                f"requests{note}"))  # fmt: skip
+    for probe, answer, exp in answers:
+        check = f"prompt_tokens: {probe.name}"
+        n = answer.usage.get("prompt_tokens") if answer.status == 200 else None
+        if answer.status != 200:
+            if probe.images and 400 <= answer.status < 500:
+                rows.append(CheckResult(check, "skip", f"server refused image input ({answer.error})"))
+            else:
+                rows.append(CheckResult(check, "fail", answer.error))
+        elif not isinstance(n, int):
+            usage = json.dumps(answer.usage)[:120]
+            rows.append(CheckResult(check, "fail", f"no usage.prompt_tokens in the answer: {usage}"))
+        elif best is not None and n == exp[best.name]:
+            rows.append(CheckResult(check, "pass", f"server {n} = kimik3 {n}"))
+        else:
+            conv = best or CONVENTIONS[0]
+            want = exp[conv.name]
+            other = [name for name, v in exp.items() if v == n]
+            known = [why for why, alt in probe.departures if expected_counts(alt, tok)[conv.name] == n]
+            why = f": {known[0]}" if known else f"; fits '{other[0]}' instead" if other else ""
+            rows.append(CheckResult(check, "fail", f"server {n}, kimik3 {want} (server {n - want:+d}){why}"))
+    return rows, best
+
+
+def _reasoning_replay_row(
+    with_r: tuple[Probe, _Answer, dict[str, int]], without_r: dict[str, int], conv: Convention | None
+) -> CheckResult:
+    check = "reasoning round-trip (replayed turn)"
+    _, answer, exp = with_r
+    n = answer.usage.get("prompt_tokens")
+    if answer.status != 200:
+        return CheckResult(check, "fail", f"a tool-call turn replayed with its reasoning was refused: {answer.error}")
+    if conv is None or not isinstance(n, int):
+        return CheckResult(check, "skip", "prompt_tokens convention undetermined")
+    kept = exp[conv.name] - without_r[conv.name]
+    if n == exp[conv.name]:
+        return CheckResult(check, "pass", f"accepted; the replayed reasoning is rendered ({kept} tokens of {n})")
+    if n == without_r[conv.name]:
+        return CheckResult(check, "fail", f"the server dropped the replayed reasoning ({kept} tokens fewer): it reads "
+                                          "neither reasoning_content nor reasoning on input")  # fmt: skip
+    return CheckResult(check, "fail", f"accepted, but counted {n} (with reasoning {exp[conv.name]}, without "
+                                      f"{without_r[conv.name]})")  # fmt: skip
+
+
+async def _raw_rows(
+    ep: _Endpoint, model: str, tok: K3Tokenizer, chat: Sequence[tuple[Probe, _Answer, dict[str, int]]]
+) -> list[CheckResult]:
+    rows = []
+    for probe, answer, exp in chat:
+        check = f"raw mode agreement: {probe.name}"
+        ids = probe.ids(tok)
+        raw = await ep.post("/completions", {"model": model, "prompt": ids, "max_tokens": 1})
+        n = raw.usage.get("prompt_tokens")
+        chat_n = answer.usage.get("prompt_tokens") if answer.status == 200 else None
+        if raw.status in (404, 405):
+            rows.append(CheckResult(check, "skip", f"no /v1/completions ({raw.error}): raw mode unavailable here"))
+        elif raw.status != 200 or not isinstance(n, int):
+            rows.append(CheckResult(check, "fail", f"/v1/completions with kimik3's {len(ids)} ids: {raw.error}"))
+        elif n != len(ids):
+            rows.append(CheckResult(check, "fail", f"/v1/completions counted {n} of kimik3's {len(ids)} ids"))
+        elif chat_n is None or chat_n not in {exp[c.name] for c in CONVENTIONS}:
+            rows.append(CheckResult(check, "fail", f"raw {n} = kimik3 ids, but chat mode counted {chat_n}"))
+        else:
+            conv = next(c for c in CONVENTIONS if exp[c.name] == chat_n)
+            same = "the same prompt" if conv.stub and conv.empty_think else f"the same prompt ({conv.name})"
+            rows.append(CheckResult(check, "pass", f"raw {n} ids, chat {chat_n}: {same}"))
+    return rows
+
+
+def malformed_requests() -> list[tuple[str, dict[str, Any]]]:
+    """Requests Moonshot's contract says a K3 endpoint must reject: ``(row, body without model)``."""
+    hi = [{"role": "user", "content": "hi"}]
+    read = tool("read_file", {"type": "object", "properties": {"path": {"type": "string"}}})
+    call = {"id": "call_1", "type": "function", "function": {"name": "read_file", "arguments": '{"path": "a"}'}}
+    return [
+        ("rejects: tools on a user message", {"messages": [{"role": "user", "content": "hi", "tools": [read]}]}),
+        ("rejects: duplicate tool names", {"messages": hi, "tools": [read, read]}),
+        ("rejects: tool message without tool_call_id",
+         {"messages": [*hi, {"role": "assistant", "content": "", "tool_calls": [call]},
+                       {"role": "tool", "content": "text"}], "tools": [read]}),
+        ("rejects: system message with tools and content",
+         {"messages": [{"role": "system", "content": "Be brief.", "tools": [read]}, *hi]}),
+        ("rejects: reasoning_effort medium", {"messages": hi, "reasoning_effort": "medium"}),
+    ]  # fmt: skip
+
+
+def _client_side(body: Mapping[str, Any]) -> str:
+    """What kimik3 itself does with the request (it must refuse it before any network call)."""
+    try:
+        ChatRequest(messages=body["messages"], tools=body.get("tools") or [],
+                    reasoning_effort=body.get("reasoning_effort", "max"))  # fmt: skip
+    except KimiK3Error as e:
+        return f"kimik3 refuses it client-side ({type(e).__name__})"
+    return "kimik3 would send it (a kimik3 bug)"
+
+
+async def _reject_rows(ep: _Endpoint, model: str) -> list[CheckResult]:
+    cases = malformed_requests()
+    answers = await asyncio.gather(
+        *(ep.post("/chat/completions", {"model": model, "max_tokens": 1, **b}) for _, b in cases)
+    )
+    rows = []
+    for (check, body), a in zip(cases, answers, strict=True):
+        mine = _client_side(body)
+        if a.status == 400 or a.status == 422:
+            rows.append(CheckResult(check, "pass", f"{a.error}; {mine}"))
+        elif a.status == 200:
+            rows.append(CheckResult(check, "warn", f"accepted (HTTP 200), K3's contract says 400; {mine}"))
+        else:
+            rows.append(CheckResult(check, "fail", f"{a.error} (a 400 was due); {mine}"))
+    return rows
+
+
+def _validate(text: str, schema: Mapping[str, Any], what: str = "arguments") -> str | None:
+    """None when ``text`` is JSON valid against ``schema``, else why not."""
+    try:
+        args = json.loads(text or "{}")
+    except ValueError as e:
+        return f"{what} not JSON ({e})"
+    try:
+        validator = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)(schema)
+        error = next(iter(validator.iter_errors(args)), None)
+    except (jsonschema.exceptions.SchemaError, jsonschema.exceptions.RefResolutionError, TypeError) as e:
+        return f"schema not usable by jsonschema ({type(e).__name__})"
+    return None if error is None else f"{error.message[:100]}"
+
+
+async def _model_rows(
+    ep: _Endpoint, model: str, max_tokens: int, schemas: Sequence[tuple[str, dict[str, Any]]]
+) -> list[CheckResult]:
+    hello = [{"role": "user", "content": "Hello! Say hi back in one word."}]
+    weather = [{"role": "user", "content": "What is the weather in Paris? Call get_weather."}]
+    read = tool("read_file", {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]})
+
+    def body(p: Probe) -> dict[str, Any]:
+        return p.body(model, max_tokens=max_tokens)
+
+    async def run(check: str, p: Probe, judge: Callable[[_Answer], tuple[Status, str]]) -> CheckResult:
+        a = await ep.post("/chat/completions", body(p))
+        if a.status != 200:
+            return CheckResult(check, "fail", a.error, True)
+        status, evidence = judge(a)
+        return CheckResult(check, status, evidence, True)
+
+    def calls_of(a: _Answer) -> list[str]:
+        return [str((c.get("function") or {}).get("name")) for c in a.message.get("tool_calls") or ()]
+
+    def reasoning(a: _Answer) -> tuple[Status, str]:
+        for name in ("reasoning_content", "reasoning"):
+            if isinstance(a.message.get(name), str) and a.message[name]:
+                return "pass", f"reasoning under '{name}' ({len(a.message[name])} chars); kimik3 reads both names"
+        fields = sorted(k for k, v in a.message.items() if v)
+        return "fail", f"no reasoning under reasoning_content or reasoning; message fields: {fields}"
+
+    def required(a: _Answer) -> tuple[Status, str]:
+        names = calls_of(a)
+        content = str(a.message.get("content"))[:80]
+        return ("pass", f"called {names}") if names else ("fail", f"no tool call; content {content!r}")
+
+    def none(a: _Answer) -> tuple[Status, str]:
+        names = calls_of(a)
+        return ("fail", f"called {names} despite tool_choice none") if names else ("pass", "no tool call")
+
+    def dynamic(a: _Answer) -> tuple[Status, str]:
+        names = calls_of(a)
+        ok = names and all(n == "get_weather" for n in names)
+        return ("pass", f"called {names}") if ok else ("fail", f"expected a get_weather call, got {names or 'none'}")
+
+    def json_out(a: _Answer) -> tuple[Status, str]:
+        text = str(a.message.get("content") or "")
+        why = _validate(text if text.strip() else "null", ANSWER_SCHEMA, "content")
+        return ("pass", f"valid JSON: {text[:60]}") if why is None else ("fail", f"{why}; content {text[:60]!r}")
+
+    rf = {"type": "json_schema", "json_schema": {"name": "answer", "schema": ANSWER_SCHEMA}}
+    rows = list(await asyncio.gather(
+        run("reasoning field", Probe("r", hello), reasoning),
+        run("tool_choice required", Probe("r", hello, tools=[read], tool_choice="required"), required),
+        run("tool_choice none", Probe("n", [{"role": "user", "content": "Read notes.txt."}], tools=[read],
+                                      tool_choice="none"), none),
+        run("response_format json_schema", Probe("j", hello, response_format=rf), json_out),
+        run("dynamic tools in a system message are callable",
+            Probe("d", [{"role": "system", "tools": [WEATHER]}, *weather]), dynamic),
+    ))  # fmt: skip
+    msgs = [{"role": "user", "content": "Call the tool once, with arguments valid for its parameters schema."}]
+    for streamed in (False, True):
+        check = f"tool arguments valid (walle, {'streamed' if streamed else 'non-streamed'})"
+
+        async def one(name: str, schema: dict[str, Any], streamed: bool = streamed) -> str | None:
+            b = Probe(name, msgs, tools=[tool("walle_check", schema)], tool_choice="required").body(
+                model, max_tokens=max_tokens, stream=streamed)  # fmt: skip
+            a = await (ep.stream if streamed else ep.post)("/chat/completions", b)
+            if a.status != 200:
+                return a.error
+            calls = a.message.get("tool_calls") or []
+            if not calls:
+                return "no tool call"
+            return _validate(str((calls[0].get("function") or {}).get("arguments") or ""), schema)
+
+        results = await asyncio.gather(*(one(n, s) for n, s in schemas))
+        bad = [(n, why) for (n, _), why in zip(schemas, results, strict=True) if why is not None]
+        if not bad:
+            rows.append(CheckResult(check, "pass", f"{len(schemas)}/{len(schemas)} schemas: arguments valid", True))
+        else:
+            first = "; ".join(f"{n}: {why}" for n, why in bad[:2])
+            rows.append(CheckResult(check, "fail", f"{len(bad)}/{len(schemas)} invalid; {first}", True))
+    return rows
+
+
+async def averify(
+    base_url: str,
+    *,
+    model: str | None = None,
+    api_key: str | None = None,
+    quick: bool = False,
+    tokenizer: K3Tokenizer | None = None,
+    images: bool = True,
+    max_tokens: int = 1024,
+    concurrency: int = 8,
+    timeout: float = 600.0,
+    schemas: Sequence[tuple[str, dict[str, Any]]] | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> VerifyReport:
+    """Check a K3 endpoint against Moonshot's contract; see :func:`verify` (same arguments)."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    async with httpx.AsyncClient(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout,
+                                 transport=transport) as client:  # fmt: skip
+        ep = _Endpoint(client, concurrency)
+        report = VerifyReport(base_url, model or "?", quick=quick)
+        if model is None:
+            try:
+                r = await client.get("/models")
+                r.raise_for_status()
+                model = str(r.json()["data"][0]["id"])
+            except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as e:
+                report.rows.append(CheckResult("endpoint", "fail", f"GET {base_url}/models: {type(e).__name__}: {e}"))
+                return report
+        report.model = model
+        tok = tokenizer if tokenizer is not None else default_tokenizer()
+        ps = probes(images=images)
+        answers = await asyncio.gather(*(ep.post("/chat/completions", p.body(model)) for p in ps))
+        chat = [(p, a, expected_counts(p, tok)) for p, a in zip(ps, answers, strict=True)]
+        rows, report.convention = _prompt_rows(chat, tok)
+        report.rows.extend(rows)
+        by_name = {p.name: (p, a, exp) for p, a, exp in chat}
+        without = by_name["history without reasoning"]
+        with_r = by_name["tool history with reasoning"]
+        # the same history with the reasoning stripped, counted with the replayed turn's tools
+        stripped = replace(with_r[0], messages=without[0].messages)
+        report.rows.append(_reasoning_replay_row(with_r, expected_counts(stripped, tok), report.convention))
+        report.rows.extend(await _reject_rows(ep, model))
+        report.rows.extend(await _raw_rows(ep, model, tok, [by_name["plain"], with_r]))
+        if not quick:
+            cases = walle_schemas() if schemas is None else schemas
+            report.rows.extend(await _model_rows(ep, model, max_tokens, cases))
+        return report
+
+
+def verify(base_url: str, **options: Any) -> VerifyReport:
+    """Run :func:`averify` to the end (blocking; for scripts and the ``kimik3 verify`` command).
+
+    Args:
+        base_url: the OpenAI base URL, e.g. ``"http://127.0.0.1:8000/v1"``.
+        **options: ``model`` (default: the first of ``/models``), ``api_key``, ``quick``
+            (wire-level rows only), ``tokenizer`` (default: K3's vocabulary shipped with kimik3;
+            give the served model's when it has another, e.g. models/k3-tiny), ``images`` (send
+            the image probes, default True), ``max_tokens`` (per generation, default 1024),
+            ``concurrency`` (requests in flight, default 8), ``timeout`` (seconds per request,
+            default 600), ``schemas`` (``[(name, schema)]``; default the 212 walle schemas),
+            ``transport`` (an ``httpx.AsyncBaseTransport``, for tests).
+
+    Returns:
+        The :class:`VerifyReport`; ``report.ok`` is False when a row failed. Transport failures
+        become failed rows, never exceptions.
+
+    Raises:
+        TypeError: an unknown option.
+    """
+    return asyncio.run(averify(base_url, **options))
