@@ -32,8 +32,9 @@
     │       └── ServiceUnavailableError    5xx
     ├── ToolError                          raised by or around a tool; the agent turns it into a
     │   ├── ToolArgumentsError             tool-error message for the model, it never escapes a run
-    │   └── TrajectoryError                a UI trajectory that cannot be recorded, read or replayed
-    │       └── ReplayMismatchError        the screen no longer matches the recorded step
+    │   ├── TrajectoryError                a UI trajectory that cannot be recorded, read or replayed
+    │   │   └── ReplayMismatchError        the screen no longer matches the recorded step
+    │   └── MCPServerError                 an MCP server that cannot be started, reached or read
     └── AgentError
         └── SessionError                   a session file that cannot be read or resumed
 
@@ -58,6 +59,7 @@ __all__ = [
     "InvalidEffortError",
     "InvalidRequestError",
     "KimiK3Error",
+    "MCPServerError",
     "MediaDecodeError",
     "MediaError",
     "MessageError",
@@ -264,6 +266,11 @@ class ReplayMismatchError(TrajectoryError):
         self.step = step
         self.difference = difference
         self.region = region
+
+
+class MCPServerError(ToolError):
+    """An MCP server that cannot be started, reached or read (raised when it is opened; a call
+    that fails inside a run becomes that call's tool-error result and the run goes on)."""
 
 
 class AgentError(KimiK3Error):

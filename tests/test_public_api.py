@@ -13,7 +13,7 @@ EXPECTED = [
     "ChatRequest", "Client", "CompactionEvent", "ContentDelta", "ContextLengthExceededError",
     "ContextPolicy", "Deny", "Edit", "Engine", "EngineError", "EngineNotAvailableError",
     "EngineRequestError", "FinalEvent", "ImageTooLargeError", "InvalidArgumentsError",
-    "InvalidEffortError", "InvalidRequestError", "K3Tokenizer", "KimiK3Error", "MediaDecodeError", "MediaError", "Message",
+    "InvalidEffortError", "InvalidRequestError", "K3Tokenizer", "KimiK3Error", "MCPServerError", "MediaDecodeError", "MediaError", "Message",
     "MessageError", "ModelCall", "ModelSettings", "NoVideoStreamError", "NotFoundError",
     "ParserStateError", "PromptEncoder", "RateLimitError", "ReasoningDelta", "RemoteEngine",
     "RunResult", "ScriptedEngine", "ServiceUnavailableError", "SessionError", "SystemMessage",

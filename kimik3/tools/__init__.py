@@ -3,15 +3,26 @@
 The coding toolkit (bash, read_file, write_file, edit_file, grep, glob bound to a workspace) is
 the submodule :mod:`kimik3.tools.coding` (import it explicitly; it is not imported here). Visual UI
 automation (screenshots in, mouse and keyboard actions out) is :mod:`kimik3.tools.ui`, likewise.
+The tools of MCP servers come from :mod:`kimik3.tools.mcp` (the ``mcp`` extra).
 """
 
+from ._search import tool_search
+from ._todo import PLAN_TOOL_NAME, Plan, PlanStep, find_plan, plan_tool
 from ._tool import Tool, ToolContext, ToolResult, tool
+from ._toolset import Toolset
 from ._truncate import truncate_middle
 
 __all__ = [
+    "PLAN_TOOL_NAME",
+    "Plan",
+    "PlanStep",
     "Tool",
     "ToolContext",
     "ToolResult",
+    "Toolset",
+    "find_plan",
+    "plan_tool",
     "tool",
+    "tool_search",
     "truncate_middle",
 ]

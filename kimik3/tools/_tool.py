@@ -28,10 +28,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined, to_jsonable_python
 
-from .._exceptions import ToolArgumentsError, ToolDefinitionError
+from .._exceptions import ToolArgumentsError, ToolDefinitionError, ToolError
 from ..types import ImagePart, ImageURL, TextPart, ToolMessage, ToolSpec
 
-__all__ = ["Tool", "ToolContext", "ToolResult", "tool"]
+__all__ = ["Tool", "ToolContext", "ToolResult", "load_arguments", "tool"]
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # OpenAI's rule for function names
 _ARGS_SECTIONS = frozenset({"args", "arguments", "parameters", "params", "keyword args", "keyword arguments"})
@@ -54,10 +54,13 @@ class ToolContext:
     Attributes:
         tool_call_id: the id of the tool call being answered ("" outside an agent run).
         deps: whatever the agent was given as dependencies (a workspace, a usage counter...).
+        add_tools: inside an agent run, :meth:`kimik3.Agent.add_tools`: tools given to it are
+            declared to the model dynamically before its next turn (None outside a run).
     """
 
     tool_call_id: str = ""
     deps: Any = None
+    add_tools: Callable[..., None] | None = None
 
 
 # -- results ---------------------------------------------------------------------------------
@@ -282,6 +285,29 @@ def _annotated_target(function: Callable[..., Any]) -> Any:
     return inspect.unwrap(target)
 
 
+def load_arguments(arguments: Mapping[str, Any] | str | None) -> Mapping[str, Any]:
+    """Call arguments as a mapping: a dict, or its JSON text ("" and None mean no arguments).
+
+    Raises:
+        ToolArgumentsError: text that is not JSON, or JSON that is not an object.
+    """
+    if arguments is None:
+        args: Any = {}
+    elif isinstance(arguments, str):
+        if not arguments.strip():
+            args = {}
+        else:
+            try:
+                args = json.loads(arguments)
+            except json.JSONDecodeError as e:
+                raise ToolArgumentsError(f"arguments are not valid JSON: {e}") from e
+    else:
+        args = arguments
+    if not isinstance(args, Mapping):
+        raise ToolArgumentsError(f"arguments must be a JSON object, got {type(args).__name__}")
+    return args
+
+
 # -- tools -----------------------------------------------------------------------------------
 
 
@@ -448,20 +474,7 @@ class Tool:
                 per problem joined with ``"; "``, e.g. ``timeout: Input should be a valid
                 integer, unable to parse string as an integer (got 'abc')``.
         """
-        if arguments is None:
-            args: Any = {}
-        elif isinstance(arguments, str):
-            if not arguments.strip():
-                args = {}
-            else:
-                try:
-                    args = json.loads(arguments)
-                except json.JSONDecodeError as e:
-                    raise ToolArgumentsError(f"arguments are not valid JSON: {e}") from e
-        else:
-            args = arguments
-        if not isinstance(args, Mapping):
-            raise ToolArgumentsError(f"arguments must be a JSON object, got {type(args).__name__}")
+        args = load_arguments(arguments)
         unknown = [str(k) for k in args if k not in self._param_names]
         if unknown:
             expected = ", ".join(self._param_names) or "no arguments"
@@ -503,7 +516,9 @@ class Tool:
                 (``ToolContext()`` when omitted).
 
         Returns:
-            The :class:`ToolResult` (see :meth:`ToolResult.from_value`).
+            The :class:`ToolResult` (see :meth:`ToolResult.from_value`). A function that returns
+            a :class:`Tool` or a non-empty list of them gives them to the agent
+            (``context.add_tools``) and its result is ``"new tools: <name>, <name>"``.
         """
         try:
             kwargs = self.validate(arguments)
@@ -512,6 +527,12 @@ class Tool:
                 value = await self.function(*call_args, **kwargs)
             else:
                 value = await anyio.to_thread.run_sync(functools.partial(self.function, *call_args, **kwargs))
+            new = [value] if isinstance(value, Tool) else value if isinstance(value, list) else None
+            if new and all(isinstance(t, Tool) for t in new):
+                if context is None or context.add_tools is None:
+                    raise ToolError(f"{self.name} returns tools, which only an agent run can take")
+                context.add_tools(*new)
+                return ToolResult(content="new tools: " + ", ".join(t.name for t in new))
             return ToolResult.from_value(value)
         except Exception as e:  # cancellation is a BaseException and is not caught
             return ToolResult.from_exception(e)
