@@ -23,17 +23,18 @@ import logging
 import os
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import nullcontext
+from contextlib import AsyncExitStack, nullcontext
 from typing import Any, Generic, cast
 
 import anyio
 from pydantic import TypeAdapter, ValidationError
 
+from .. import _tracing
 from .._client import Client
 from .._exceptions import UserError
 from ..engines import Engine
 from ..formats.k3 import K3Tokenizer, PromptCache, default_tokenizer
-from ..tools import Tool, ToolContext, ToolResult, truncate_middle
+from ..tools import Tool, ToolContext, ToolResult, Toolset
 from ..types import (
     AssistantMessage,
     ChatCompletion,
@@ -43,11 +44,13 @@ from ..types import (
     SystemMessage,
     TextPart,
     ToolCall,
-    ToolMessage,
+    ToolSpec,
     Usage,
     UserMessage,
     message_text,
 )
+from ._dynamic import Toolbox, undeclared
+from ._history import orphan_results, prune_images, result_message
 from ._prompts import SUMMARY_INSTRUCTIONS
 from ._session import SessionWriter, load_session
 from ._types import (
@@ -84,7 +87,6 @@ COMPACTION_REQUEST = (
     "found (file names, facts, results), and what remains. Be concise and concrete. Do not call tools."
 )
 CONTINUE_REQUEST = "Your last message was cut off by the output limit. Continue where you stopped."
-_IMAGE_DROPPED = "[an older screenshot was dropped from the context]"
 
 
 class _Run:
@@ -107,6 +109,9 @@ class _Run:
         self.cache = PromptCache()
         self.context_tokens = 0
         self.output_retry_used = False  # the one retry of an answer that failed output_type
+        self.tools: dict[str, Tool] = {}  # what the model may call now (own tools + toolsets')
+        self.specs: list[ToolSpec] = []  # the prompt head's declaration, fixed for the run
+        self.span = _tracing.Span()
 
     def add(self, message: Message, *, counted: bool = False) -> None:
         self.messages.append(message)
@@ -152,11 +157,15 @@ class Agent(Generic[OutputT]):
           tool-error result the model sees.
         - A budget that runs out ends the run gracefully: one tool-free summary turn, then a
           result whose ``stop_reason`` says which budget.
+        - Tools that appear during a run are declared in the history (:meth:`add_tools`), never
+          in the prompt's head: earlier prompts stay prefixes of later ones.
+        - Runs, model calls and tool calls are OpenTelemetry spans (:mod:`kimik3._tracing`).
 
     Args:
         instructions: the system prompt.
-        tools: :class:`~kimik3.Tool` s, or plain typed functions (wrapped with
-            :meth:`Tool.from_function`).
+        tools: :class:`~kimik3.Tool` s, plain typed functions (wrapped with
+            :meth:`Tool.from_function`), or :class:`~kimik3.tools.Toolset` s such as
+            :class:`kimik3.tools.mcp.MCPServerStdio` (an unopened one is opened for each run).
         engine: where K3 runs (wrapped in a :class:`~kimik3.Client` with its retries); or
         client: a ready client.
         settings: per-call :class:`ModelSettings`.
@@ -171,16 +180,18 @@ class Agent(Generic[OutputT]):
             engine's, else K3's real vocabulary shipped with kimik3
             (:func:`~kimik3.formats.k3.default_tokenizer`): exact counts against any K3 endpoint.
         deps: handed to tools that take a :class:`~kimik3.tools.ToolContext`.
+        name: the agent's name (``gen_ai.agent.name`` on its spans).
 
     Raises:
-        UserError: neither or both of ``engine`` and ``client``; duplicate tool names.
+        UserError: neither or both of ``engine`` and ``client``; duplicate tool names (a toolset's: when a run starts
+            or its list changes).
     """
 
     def __init__(
         self,
         *,
         instructions: str | None = None,
-        tools: Sequence[Tool | Callable[..., Any]] = (),
+        tools: Sequence[Tool | Toolset | Callable[..., Any]] = (),
         engine: Engine | None = None,
         client: Client | None = None,
         settings: ModelSettings | None = None,
@@ -191,17 +202,15 @@ class Agent(Generic[OutputT]):
         approval: ApprovalHook | None = None,
         tokenizer: K3Tokenizer | str | os.PathLike[str] | None = None,
         deps: Any = None,
+        name: str | None = None,
     ) -> None:
         if (engine is None) == (client is None):
             raise UserError("pass exactly one of engine=... or client=...")
         self.client = client if client is not None else Client(cast(Engine, engine))
         self.instructions = instructions
-        self.tools: dict[str, Tool] = {}
-        for t in tools:
-            t = t if isinstance(t, Tool) else Tool.from_function(t)
-            if t.name in self.tools:
-                raise UserError(f"two tools are named {t.name!r}")
-            self.tools[t.name] = t
+        self.name = name
+        self._toolbox = Toolbox(tools)
+        self.tools, self.toolsets = self._toolbox.tools, self._toolbox.toolsets
         self.settings = settings or ModelSettings()
         budgets = budgets or Budgets()
         if max_turns is not None:
@@ -225,6 +234,19 @@ class Agent(Generic[OutputT]):
             self._tokenizer = K3Tokenizer.from_pretrained(tokenizer)
 
     # -- public ------------------------------------------------------------------------------
+
+    def add_tools(self, *tools: Tool | Callable[..., Any]) -> None:
+        """Give the agent more tools, between runs or during one (``ToolContext.add_tools``).
+
+        Before the model's next turn they are declared with K3's dynamic tool declaration, a
+        message ``{"role": "system", "content": "", "tools": [...]}`` appended to the history
+        (as are a toolset's new tools); the prompt's head (the tools the run started with) stays,
+        so the engine's prefix cache holds. The same tool object again does nothing.
+
+        Raises:
+            UserError: another tool already has the name.
+        """
+        self._toolbox.add(*tools)
 
     async def run(
         self,
@@ -287,13 +309,20 @@ class Agent(Generic[OutputT]):
                     writer.message(m)
         run = _Run(history, writer, self.deps, self._count)
         try:
-            if not history and self.instructions:
-                run.add(SystemMessage(content=self.instructions))
-            self._answer_orphan_calls(run, "the run stopped before this call finished")
-            if task is not None:
-                run.add(UserMessage(content=task if isinstance(task, str) else list(task)))
-            async for event in self._loop(run):
-                yield event
+            async with AsyncExitStack() as stack:
+                run.span = stack.enter_context(_tracing.agent_run(self.name, self.client.engine.model))
+                await self._toolbox.open(stack)  # toolsets not open yet: for this run only
+                await self._sync_tools(run, start=True)
+                if not history and self.instructions:
+                    run.add(SystemMessage(content=self.instructions))
+                for answer in orphan_results(run.messages, "the run stopped before this call finished"):
+                    run.add(answer)
+                if task is not None:
+                    run.add(UserMessage(content=task if isinstance(task, str) else list(task)))
+                async for event in self._loop(run):
+                    if isinstance(event, FinalEvent):
+                        run.span.done(event.result)
+                    yield event
         finally:
             if writer is not None:
                 writer.close()
@@ -323,9 +352,13 @@ class Agent(Generic[OutputT]):
 
     async def _turn(self, run: _Run) -> AsyncIterator[AgentEvent | TurnOutcome]:
         """One turn: a model call, its tools; ends with its named :data:`TurnOutcome`."""
-        async with self.client.stream_request(self._request(run)) as call:
-            async for event in call:
-                yield event
+        await self._sync_tools(run)
+        request = self._request(run)
+        with _tracing.model_call(run.span, self.client.engine.model, request) as span:
+            async with self.client.stream_request(request) as call:
+                async for event in call:
+                    yield event
+            span.done(call.completion)
         completion = call.completion
         message = completion.message
         run.model_turn(completion, message)  # the message exactly as received
@@ -351,7 +384,7 @@ class Agent(Generic[OutputT]):
         s = self.settings
         return ChatRequest(
             messages=messages if messages is not None else run.messages,
-            tools=self._specs,
+            tools=run.specs,
             reasoning_effort=s.reasoning_effort,
             tool_choice=tool_choice,
             response_format=self._response_format,
@@ -362,6 +395,16 @@ class Agent(Generic[OutputT]):
             extra=dict(s.extra),
             prompt_cache=run.cache if messages is None else None,
         )
+
+    async def _sync_tools(self, run: _Run, *, start: bool = False) -> None:
+        """Update the run's tool table from the agent's tools and its toolsets; at the start of a
+        run fix the head's declaration, later declare new or changed tools dynamically."""
+        run.tools, from_toolsets = await self._toolbox.current()
+        if start:
+            run.specs = [*self._specs, *(t.spec for t in from_toolsets)]
+        new = undeclared(run.tools, run.specs, run.messages)
+        if new:
+            run.add(SystemMessage(content="", tools=new))
 
     # -- tools -------------------------------------------------------------------------------
 
@@ -382,8 +425,8 @@ class Agent(Generic[OutputT]):
                 if result is None:
                     result = ToolResult(content="Error: the tool call was cancelled before it finished", is_error=True)
                     results[i] = result
-                run.add(self._result_message(result, call))
-            self._prune_images(run)
+                run.add(result_message(result, call, self.context.max_result_chars))
+            prune_images(run.messages, self.context.max_images, self.context.image_slack)
         for i, call in enumerate(calls):
             result = results[i]
             assert result is not None
@@ -394,10 +437,16 @@ class Agent(Generic[OutputT]):
 
     async def _one_tool(self, run: _Run, call: ToolCall, results: list[ToolResult | None],
                         approved: list[ToolCallApprovedEvent | None], i: int) -> None:
+        with _tracing.tool_call(run.span, call.id, call.function.name, call.function.arguments) as span:
+            await self._call_tool(run, call, results, approved, i)
+            span.done(results[i])
+
+    async def _call_tool(self, run: _Run, call: ToolCall, results: list[ToolResult | None],
+                         approved: list[ToolCallApprovedEvent | None], i: int) -> None:
         name = call.function.name
-        tool = self.tools.get(name)
+        tool = run.tools.get(name)
         if tool is None:
-            known = ", ".join(sorted(self.tools)) or "none"
+            known = ", ".join(sorted(run.tools)) or "none"
             results[i] = ToolResult(content=f"Error: unknown tool {name!r}; available tools: {known}", is_error=True)
             return
         decision = await self._approve(call)
@@ -405,7 +454,8 @@ class Agent(Generic[OutputT]):
             results[i] = decision
             return
         approved[i] = decision
-        result = await tool.run(decision.arguments, ToolContext(tool_call_id=call.id, deps=run.deps))
+        context = ToolContext(tool_call_id=call.id, deps=run.deps, add_tools=self.add_tools)
+        result = await tool.run(decision.arguments, context)
         if decision.edited:
             note = f"[the user edited the arguments to {json.dumps(decision.arguments, ensure_ascii=False)}]\n"
             result = ToolResult(content=note + result.text if isinstance(result.content, str)
@@ -438,57 +488,6 @@ class Agent(Generic[OutputT]):
         log.error("kimik3: approval hook returned %r; expected Allow(), Deny(...) or Edit(...)", decision)
         return ToolResult(content="Error: the approval check gave no decision", is_error=True)
 
-    def _result_message(self, result: ToolResult, call: ToolCall) -> ToolMessage:
-        cap = self.context.max_result_chars
-        if isinstance(result.content, str):
-            content: str | list[Any] = truncate_middle(result.content, cap)
-        else:
-            content = [TextPart(text=truncate_middle(p.text, cap)) if isinstance(p, TextPart) else p
-                       for p in result.content]
-        return ToolMessage(content=content, tool_call_id=call.id, name=call.function.name)
-
-    def _answer_orphan_calls(self, run: _Run, why: str) -> None:
-        """After a crash during tools: give every call of the last assistant message that has no
-        result an error result, so the history is valid again."""
-        msgs = run.messages
-        last = len(msgs) - 1
-        while last >= 0 and isinstance(msgs[last], ToolMessage):
-            last -= 1
-        message = msgs[last] if last >= 0 else None
-        if not isinstance(message, AssistantMessage) or not message.tool_calls:
-            return
-        answered = {m.tool_call_id for m in msgs[last + 1 :] if isinstance(m, ToolMessage)}
-        for call in message.tool_calls:
-            if call.id not in answered:
-                run.add(ToolMessage(content=f"Error: {why}", tool_call_id=call.id, name=call.function.name))
-
-    def _prune_images(self, run: _Run) -> None:
-        """Cache-stable screenshot pruning: nothing is dropped until more than ``max_images +
-        image_slack`` images are present, then the oldest go down to ``max_images``, so most
-        prompts extend the previous one exactly (a prompt cache keeps hitting) and the model never
-        sees more than ``max_images + image_slack`` images."""
-        keep = self.context.max_images
-        if keep is None:
-            return
-        slack = keep if self.context.image_slack is None else self.context.image_slack
-        counts = [
-            sum(isinstance(p, ImagePart) for p in m.content)
-            if isinstance(m, ToolMessage) and isinstance(m.content, list) else 0
-            for m in run.messages
-        ]  # fmt: skip
-        if sum(counts) <= keep + slack:
-            return
-        kept = 0
-        for idx in range(len(run.messages) - 1, -1, -1):
-            if not counts[idx]:
-                continue
-            kept += counts[idx]
-            msg = run.messages[idx]
-            if kept > keep and isinstance(msg, ToolMessage) and isinstance(msg.content, list):
-                # replaced (not mutated): earlier prompts that used it stay valid
-                parts = [TextPart(text=_IMAGE_DROPPED) if isinstance(p, ImagePart) else p for p in msg.content]
-                run.messages[idx] = ToolMessage(content=parts, tool_call_id=msg.tool_call_id, name=msg.name)
-
     # -- budgets, output, compaction ---------------------------------------------------------
 
     def _exhausted(self, run: _Run) -> StopReason | None:
@@ -509,9 +508,12 @@ class Agent(Generic[OutputT]):
     async def _final_turn(self, run: _Run, reason: StopReason) -> AsyncIterator[AgentEvent]:
         """One tool-free turn for a summary, then the result."""
         run.add(SystemMessage(content=SUMMARY_INSTRUCTIONS))
-        async with self.client.stream_request(self._request(run, tool_choice="none")) as call:
-            async for event in call:
-                yield event
+        request = self._request(run, tool_choice="none")
+        with _tracing.model_call(run.span, self.client.engine.model, request) as span:
+            async with self.client.stream_request(request) as call:
+                async for event in call:
+                    yield event
+            span.done(call.completion)
         completion = call.completion
         message = completion.message
         if message.tool_calls:  # tools are off for this turn: keep the words, drop the calls
@@ -563,7 +565,9 @@ class Agent(Generic[OutputT]):
         request = self._request(run, tool_choice="none",
                                 messages=[*msgs[:split], UserMessage(content=COMPACTION_REQUEST)])
         try:
-            completion = await self.client.complete(request)
+            with _tracing.model_call(run.span, self.client.engine.model, request) as span:
+                completion = await self.client.complete(request)
+                span.done(completion)
         except Exception as e:  # compaction is an optimisation: never the reason a run dies
             log.warning("kimik3: compaction failed, continuing with the full history: %s", e)
             return

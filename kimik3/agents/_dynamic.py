@@ -1,0 +1,90 @@
+"""An agent's tools (its own, added ones, and its toolsets') and K3's dynamic tool declarations:
+which tools a conversation has not declared yet."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AsyncExitStack
+from typing import Any
+
+from .._exceptions import UserError
+from ..tools import Tool, Toolset
+from ..types import Message, SystemMessage, ToolSpec
+
+__all__ = ["Toolbox", "undeclared"]
+
+
+class Toolbox:
+    """The tools of one agent.
+
+    Attributes:
+        tools: its own tools by name (given, then added with :meth:`add`).
+        toolsets: its toolsets (MCP servers), in order.
+
+    Raises:
+        UserError: two tools with one name; a toolset given twice.
+    """
+
+    def __init__(self, tools: Sequence[Tool | Toolset | Callable[..., Any]]) -> None:
+        self.tools: dict[str, Tool] = {}
+        self.toolsets: list[Toolset] = []
+        for t in tools:
+            if isinstance(t, Toolset):
+                if t in self.toolsets:
+                    raise UserError(f"the toolset {t.name!r} is given twice")
+                self.toolsets.append(t)
+                continue
+            t = t if isinstance(t, Tool) else Tool.from_function(t)
+            if t.name in self.tools:
+                raise UserError(f"two tools are named {t.name!r}")
+            self.tools[t.name] = t
+
+    def add(self, *tools: Tool | Callable[..., Any]) -> None:
+        """Add tools (the same tool object again: nothing).
+
+        Raises:
+            UserError: another tool already has the name.
+        """
+        for t in tools:
+            t = t if isinstance(t, Tool) else Tool.from_function(t)
+            known = self.tools.get(t.name)
+            if known is not None and known is not t:
+                raise UserError(f"two tools are named {t.name!r}")
+            self.tools[t.name] = t
+
+    async def open(self, stack: AsyncExitStack) -> None:
+        """Open the toolsets that are not open yet, closed when ``stack`` closes."""
+        for toolset in self.toolsets:
+            if not toolset.is_open:
+                await stack.enter_async_context(toolset)
+
+    async def current(self) -> tuple[dict[str, Tool], list[Tool]]:
+        """The tools the model may call now: the own ones plus every toolset's current tools.
+
+        Returns:
+            ``({name: tool}, the toolsets' tools in order)``.
+
+        Raises:
+            UserError: a toolset's tool has the name of another tool.
+        """
+        table = dict(self.tools)
+        from_toolsets: list[Tool] = []
+        for toolset in self.toolsets:
+            for t in await toolset.get_tools():
+                if t.name in table:
+                    raise UserError(f"tool {t.name!r} of {toolset.name!r} clashes with another tool of that "
+                                     "name (give the toolset a tool_prefix)")
+                table[t.name] = t
+                from_toolsets.append(t)
+        return table, from_toolsets
+
+
+def undeclared(table: Mapping[str, Tool], head: Sequence[ToolSpec], messages: Sequence[Message]) -> list[ToolSpec]:
+    """The specs of the tools in ``table`` that neither the prompt's head nor a dynamic
+    declaration in ``messages`` (``SystemMessage(content="", tools=[...])``; a later one wins)
+    declares as they are now."""
+    declared = {s.function.name: s for s in head}
+    for m in messages:
+        if isinstance(m, SystemMessage) and m.tools and not m.content:
+            declared.update((s.function.name, s) for s in m.tools)
+    return [spec for spec in (t.spec for t in table.values()) if declared.get(spec.function.name) != spec]

@@ -1,0 +1,202 @@
+"""OpenTelemetry spans of runs, model calls and tool calls (GenAI semantic conventions),
+checked with the SDK's in-memory exporter; and nothing at all without opentelemetry."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("opentelemetry.sdk", reason="opentelemetry-sdk is not installed")
+
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
+
+from kimik3 import Agent, EngineError, ScriptedEngine, ToolMessage, tool
+from kimik3._tracing import set_capture_content
+from kimik3.agents import FinalEvent, TurnEndEvent
+from kimik3.engines import Usage
+from kimik3.formats.k3 import render_output
+
+
+@pytest.fixture(scope="module")
+def provider_exporter() -> InMemorySpanExporter:
+    exporter = InMemorySpanExporter()
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):
+        provider = TracerProvider()
+        trace.set_tracer_provider(provider)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return exporter
+
+
+@pytest.fixture
+def spans(provider_exporter: InMemorySpanExporter) -> Iterator[InMemorySpanExporter]:
+    provider_exporter.clear()
+    set_capture_content(None)
+    yield provider_exporter
+    set_capture_content(None)
+
+
+def calls(*items: tuple[str, dict[str, Any]]) -> str:
+    return render_output({"reasoning_content": "r", "content": "",
+                          "tool_calls": [{"id": "x", "function": {"name": n, "arguments": a}} for n, a in items]})
+
+
+def answer(text: str) -> str:
+    return render_output({"reasoning_content": "think", "content": text})
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add."""
+    return a + b
+
+
+async def run_collecting(agent: Agent[Any], task: str) -> tuple[Any, list[Usage]]:
+    usages: list[Usage] = []
+    result = None
+    async for event in agent.run_stream(task):
+        if isinstance(event, TurnEndEvent):
+            usages.append(event.usage)
+        if isinstance(event, FinalEvent):
+            result = event.result
+    return result, usages
+
+
+def attrs(span: ReadableSpan) -> dict[str, Any]:
+    return dict(span.attributes or {})
+
+
+async def test_spans_of_a_run_with_genai_attributes(spans: InMemorySpanExporter) -> None:
+    engine = ScriptedEngine([calls(("add", {"a": 2, "b": 3}), ("nope", {})), answer("5")], model="k3-test")
+    agent = Agent(tools=[add], engine=engine, name="adder")
+    result, usages = await run_collecting(agent, "2+3?")
+    finished = sorted(spans.get_finished_spans(), key=lambda s: s.start_time or 0)
+    assert [s.name for s in finished] == ["invoke_agent adder", "chat k3-test", "execute_tool add",
+                                          "execute_tool nope", "chat k3-test"]
+    run, chat1, tool_ok, tool_bad, chat2 = finished
+    assert run.parent is None and run.kind == SpanKind.INTERNAL
+    assert all(s.parent is not None and s.parent.span_id == run.context.span_id for s in finished[1:])
+    assert len({s.context.trace_id for s in finished}) == 1
+    assert chat1.kind == SpanKind.CLIENT
+    for span, usage, reason in ((chat1, usages[0], "tool_calls"), (chat2, usages[1], "stop")):
+        assert attrs(span) == {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.request.model": "k3-test",
+            "gen_ai.request.temperature": 1.0,
+            "gen_ai.request.top_p": 1.0,
+            "gen_ai.response.model": "k3-test",
+            "gen_ai.response.id": attrs(span)["gen_ai.response.id"],
+            "gen_ai.response.finish_reasons": (reason,),
+            "gen_ai.usage.input_tokens": usage.prompt_tokens,
+            "gen_ai.usage.output_tokens": usage.completion_tokens,
+        }
+        assert usage.prompt_tokens > 0 and usage.completion_tokens > 0
+        assert str(attrs(span)["gen_ai.response.id"]).startswith("chatcmpl-")
+    ids = [m.tool_call_id for m in result.messages if isinstance(m, ToolMessage)]
+    assert attrs(tool_ok) == {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "add",
+                              "gen_ai.tool.call.id": ids[0], "gen_ai.tool.type": "function"}
+    assert tool_ok.status.status_code == StatusCode.UNSET
+    assert attrs(tool_bad)["error.type"] == "tool_error" and attrs(tool_bad)["gen_ai.tool.call.id"] == ids[1]
+    assert tool_bad.status.status_code == StatusCode.ERROR
+    assert attrs(run) == {
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.agent.name": "adder",
+        "gen_ai.request.model": "k3-test",
+        "kimik3.stop_reason": "completed",
+        "gen_ai.usage.input_tokens": result.usage.prompt_tokens,
+        "gen_ai.usage.output_tokens": result.usage.completion_tokens,
+    }
+    assert run.status.status_code == StatusCode.UNSET
+
+
+async def test_a_failed_model_call_sets_error_type(spans: InMemorySpanExporter) -> None:
+    engine = ScriptedEngine([calls(("add", {"a": 1, "b": 1}))], model="m")
+    with pytest.raises(EngineError, match="ran out of responses"):
+        await Agent(tools=[add], engine=engine).run("x")
+    chat1, tool_span, chat2, run = spans.get_finished_spans()
+    assert [s.name for s in (chat1, tool_span, chat2, run)] == ["chat m", "execute_tool add", "chat m", "invoke_agent"]
+    assert "error.type" not in attrs(chat1)
+    for span in (chat2, run):
+        assert attrs(span)["error.type"] == "EngineError"
+        assert span.status.status_code == StatusCode.ERROR
+        assert span.events[0].name == "exception"
+
+
+async def test_content_is_not_captured_by_default_and_is_when_switched_on(
+    spans: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    content_keys = {"gen_ai.input.messages", "gen_ai.output.messages", "gen_ai.tool.call.arguments",
+                    "gen_ai.tool.call.result"}
+    await Agent(tools=[add], engine=ScriptedEngine([calls(("add", {"a": 1, "b": 2})), answer("3")])).run("1+2?")
+    assert not any(content_keys & set(attrs(s)) for s in spans.get_finished_spans())
+
+    for switch in ("api", "env"):
+        spans.clear()
+        if switch == "api":
+            set_capture_content(True)
+        else:
+            set_capture_content(None)
+            monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")
+        engine = ScriptedEngine([calls(("add", {"a": 1, "b": 2})), answer("3")])
+        await Agent(instructions="sys", tools=[add], engine=engine).run("1+2?")
+        chat1, tool_span, _chat2, _run = spans.get_finished_spans()
+        assert json.loads(str(attrs(chat1)["gen_ai.input.messages"])) == [
+            {"role": "system", "parts": [{"type": "text", "content": "sys"}]},
+            {"role": "user", "parts": [{"type": "text", "content": "1+2?"}]},
+        ]
+        (out,) = json.loads(str(attrs(chat1)["gen_ai.output.messages"]))
+        assert out["role"] == "assistant" and out["parts"][0] == {"type": "reasoning", "content": "r"}
+        assert out["parts"][1]["type"] == "tool_call" and out["parts"][1]["name"] == "add"
+        assert json.loads(out["parts"][1]["arguments"]) == {"a": 1, "b": 2}
+        assert json.loads(str(attrs(tool_span)["gen_ai.tool.call.arguments"])) == {"a": 1, "b": 2}
+        assert attrs(tool_span)["gen_ai.tool.call.result"] == "3"
+
+
+def _child(code: str) -> str:
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_without_opentelemetry_nothing_changes() -> None:
+    out = _child("""
+        import sys
+        sys.modules["opentelemetry"] = None  # as if not installed: any import of it fails
+        import anyio
+        from kimik3 import Agent, ScriptedEngine, tool
+        from kimik3 import _tracing
+        from kimik3.formats.k3 import render_output
+
+        @tool
+        def add(a: int, b: int) -> int:
+            "Add."
+            return a + b
+
+        call = render_output({"content": "", "tool_calls": [{"id": "x", "function": {"name": "add", "arguments": {"a": 1, "b": 2}}}]})
+        engine = ScriptedEngine([call, render_output({"content": "3"})])
+        result = anyio.run(Agent(tools=[add], engine=engine).run, "1+2?")
+        print(result.output, result.stop_reason, _tracing._api(), _tracing.agent_run("a", "m").__enter__().span)
+    """)
+    assert out == "3 completed None None\n"
+
+
+def test_opentelemetry_is_imported_lazily() -> None:
+    out = _child("""
+        import sys
+        import kimik3, kimik3.agents, kimik3.tools
+        print(any(m.startswith("opentelemetry") for m in sys.modules))
+        from kimik3 import _tracing
+        _tracing.agent_run("a", "m").__enter__().end()
+        print(any(m.startswith("opentelemetry") for m in sys.modules))
+    """)
+    assert out == "False\nTrue\n"
