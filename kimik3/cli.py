@@ -17,6 +17,7 @@ CI) it is plain, flushed lines whose format is kept stable::
     [turn 1] text: <content the model wrote beside its tool calls>
     [turn 1] tool read_file {"path": "notes.txt"}
     [turn 1] result read_file: <first non-blank line of the result, at most 100 chars>
+    [turn 1] plan [>] <step>                 after an update_plan result (--plan), one per step
     [turn 2] answer: <the final answer>
     stopped: turn_budget (<why>)            only when the run did not complete
     usage: 2 turns, 1 tool calls, 1234 tokens
@@ -38,6 +39,7 @@ import contextlib
 import importlib
 import json
 import os
+import shlex
 import sys
 import time
 import warnings
@@ -77,7 +79,7 @@ from .agents import (
 )
 from .engines import FEATURES, PRESETS, Engine, RemoteEngine, ScriptedEngine, VLLMEngine, preflight
 from .engines._presets import DEPRECATED_PRESETS
-from .tools import Tool, ToolResult
+from .tools import PLAN_TOOL_NAME, Plan, Tool, ToolResult, Toolset, plan_tool
 from .tools.coding import coding_tools
 from .types import AssistantMessage, Message, message_text
 
@@ -161,6 +163,9 @@ class _Options:
     top_p: float | None
     seed: int | None
     plain: bool
+    mcp: tuple[str, ...] = ()
+    otel: str | None = None
+    plan: bool = False
 
 
 def _engine_options(f: F) -> F:
@@ -204,6 +209,14 @@ def _engine_options(f: F) -> F:
         click.option("--top-p", type=click.FloatRange(0, 1, min_open=True), help="Nucleus sampling (default 1.0)."),
         click.option("--seed", type=int, help="Sampling seed, where the engine supports one."),
         click.option("--plain", is_flag=True, help="Plain progress lines even on a terminal."),
+        click.option("--mcp", multiple=True, metavar='"CMD ARGS" | URL',
+                     help="Give the agent the tools of an MCP server (repeatable): a command line started "
+                          "over stdio, or a Streamable HTTP URL."),
+        click.option("--otel", metavar="console | URL",
+                     help="Export OpenTelemetry spans (run, model calls, tool calls) to the console (stderr) "
+                          "or an OTLP/HTTP endpoint, e.g. http://127.0.0.1:4318."),
+        click.option("--plan", is_flag=True,
+                     help="Give the agent the update_plan tool; the live view shows its plan."),
     ]
     for option in reversed(options):
         f = option(f)
@@ -305,9 +318,35 @@ def _settings(o: _Options) -> ModelSettings:
     return ModelSettings(**kw)
 
 
+def _mcp_server(spec: str) -> Toolset:
+    """``--mcp``: a Streamable HTTP URL, or a command line started over stdio."""
+    try:
+        from .tools import mcp
+    except ImportError as e:
+        raise click.UsageError(f"--mcp needs the MCP SDK ({e}): pip install 'kimik3[mcp]'") from None
+    if spec.startswith(("http://", "https://")):
+        return mcp.MCPServerStreamableHTTP(spec)
+    argv = shlex.split(spec)
+    if not argv or not argv[0]:
+        raise click.BadParameter("an empty command", param_hint="'--mcp'")
+    return mcp.MCPServerStdio(argv[0], argv[1:])
+
+
 def _agent(o: _Options, engine: Engine, tools: list[Tool], instructions: str | None) -> Agent[str]:
     budgets = Budgets(turns=o.max_turns) if o.max_turns is not None else None
-    return Agent(instructions=instructions, tools=tools, engine=engine, settings=_settings(o), budgets=budgets)
+    if o.otel:
+        try:
+            from ._tracing import configure_exporter
+
+            configure_exporter(o.otel)
+        except ImportError as e:
+            raise click.UsageError(f"--otel needs the OpenTelemetry SDK ({e}): "
+                                   "pip install 'kimik3[otel-export]'") from None
+    extra: list[Tool | Toolset] = [_mcp_server(spec) for spec in o.mcp]
+    if o.plan:
+        extra.append(plan_tool(Plan()))
+    return Agent(instructions=instructions, tools=[*tools, *extra], engine=engine, settings=_settings(o),
+                 budgets=budgets)
 
 
 def _new_session_path() -> Path:
@@ -391,6 +430,9 @@ class _PlainProgress:
         elif isinstance(event, ToolResultEvent):
             self.tool_calls += 1
             self._echo(f"[turn {self.turn}] result {event.name}: {_preview(event.result)}")
+            if event.name == PLAN_TOOL_NAME and not event.result.is_error:
+                for line in event.result.text.splitlines()[1:]:
+                    self._echo(f"[turn {self.turn}] plan {line}")
         elif isinstance(event, TurnEndEvent):
             text = message_text(event.message.content).strip()
             if not event.message.tool_calls:
@@ -436,15 +478,17 @@ class _RichProgress:
         self._kind: str | None = None
         self._spinner = Spinner("dots", style="cyan")
         self._live: Live | None = None
+        self.plan = ""  # the last update_plan result, shown above the status line
 
     def __rich__(self) -> RenderableType:
         elapsed = time.monotonic() - self._started
         status = (f"turn {self.turn} · {self.tool_calls} tool calls · {self.tokens:,} tokens · "
                   f"{elapsed:.0f}s · {self.phase}")
         self._spinner.update(text=Text(status, style="dim"))
-        if self._buf:
-            return Group(Text(self._buf, style=self._style), self._spinner)
-        return self._spinner
+        parts: list[RenderableType] = [Text(self._buf, style=self._style)] if self._buf else []
+        if self.plan:
+            parts.append(Text(self.plan, style="cyan"))
+        return Group(*parts, self._spinner) if parts else self._spinner
 
     def _print(self, renderable: RenderableType) -> None:
         self.console.print(renderable)
@@ -507,6 +551,8 @@ class _RichProgress:
             mark, style = ("✗", "red") if event.result.is_error else ("✓", "green")
             self._print(Text.assemble(("  " + mark + " ", style), (event.name, "bold"), ": ",
                                       (_preview(event.result), "dim")))
+            if event.name == PLAN_TOOL_NAME and not event.result.is_error:
+                self.plan = event.result.text
         elif isinstance(event, TurnEndEvent):
             self._flush()
             self._kind = None
@@ -707,7 +753,10 @@ def chat(ctx: click.Context, /, workspace: str | None, session: str | None, **pa
     async def main() -> int:
         history: list[Message] = load_session(path) if path.exists() and path.stat().st_size > 0 else []
         failed = False
+        toolsets = contextlib.AsyncExitStack()  # MCP servers stay up for the whole chat
         try:
+            for toolset in agent.toolsets:
+                await toolsets.enter_async_context(toolset)
             await _start(engine, progress)
             if interactive:
                 progress.note(f"kimik3 chat · {engine.model or 'K3'} · /exit to quit")
@@ -729,6 +778,7 @@ def chat(ctx: click.Context, /, workspace: str | None, session: str | None, **pa
                     progress.error(typed)
                     failed = True
         finally:
+            await toolsets.aclose()
             progress.summary(None, path if path.exists() else None)
             await engine.aclose()
         return 1 if failed else 0
