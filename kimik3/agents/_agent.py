@@ -6,6 +6,7 @@ One run::
     loop:
         budget out?  -> one tool-free summary turn, stop
         context near the window? -> compact older turns (model-written summary)
+        tools added since the last call? -> declared by a message appended to the history
         one turn (:meth:`Agent._turn`): a model call (streamed; the assistant message kept
         exactly as received), then one of three named outcomes:
             ToolsRan          tool calls ran concurrently, one result message per call id
@@ -128,8 +129,11 @@ class _Run:
         self.add(message, counted=True)
 
     def message_tokens(self, message: Message) -> int:
-        """Tokens a message adds to the context: its text, reasoning (once) and tool calls."""
+        """Tokens a message adds to the context: its text, reasoning (once), tool calls and the
+        tools a dynamic declaration declares."""
         n = self.count(message_text(message.content)) if message.content else 0
+        if isinstance(message, SystemMessage) and message.tools:
+            n += self.count(json.dumps([t.model_dump(mode="json", exclude_none=True) for t in message.tools]))
         if isinstance(message, AssistantMessage):
             if message.reasoning_content:
                 n += self.count(message.reasoning_content)
@@ -183,8 +187,8 @@ class Agent(Generic[OutputT]):
         name: the agent's name (``gen_ai.agent.name`` on its spans).
 
     Raises:
-        UserError: neither or both of ``engine`` and ``client``; duplicate tool names (a toolset's: when a run starts
-            or its list changes).
+        UserError: neither or both of ``engine`` and ``client``; duplicate tool names (for a
+            toolset's tools: when a run starts or its list changes).
     """
 
     def __init__(

@@ -276,3 +276,11 @@ async def test_a_tool_returning_tools_adds_them() -> None:
     outside = await unlock_time.run({})
     assert outside.is_error and outside.content == (
         "Error: ToolError: unlock_time returns tools, which only an agent run can take")
+
+
+async def test_a_declaration_counts_toward_the_context() -> None:
+    from kimik3.agents._agent import _Run
+
+    run = _Run([], None, None, len)  # one "token" a character
+    decl = SystemMessage(content="", tools=[WEATHER_SPEC])
+    assert run.message_tokens(decl) == len(json.dumps([WEATHER_SPEC]))
