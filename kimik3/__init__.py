@@ -18,6 +18,7 @@ from ._exceptions import (
     InvalidArgumentsError,
     InvalidEffortError,
     InvalidRequestError,
+    JSONLimitError,
     KimiK3Error,
     MCPServerError,
     MediaDecodeError,
@@ -37,6 +38,7 @@ from ._exceptions import (
     UnknownContentPartError,
     UnknownRoleError,
     UserError,
+    VideoTooLongError,
 )
 from ._verify import verify
 from .agents import (
@@ -109,6 +111,7 @@ __all__ = [
     "InvalidArgumentsError",
     "InvalidEffortError",
     "InvalidRequestError",
+    "JSONLimitError",
     "K3Tokenizer",
     "KimiK3Error",
     "MCPServerError",
@@ -153,6 +156,7 @@ __all__ = [
     "UserError",
     "UserMessage",
     "VLLMEngine",
+    "VideoTooLongError",
     "__version__",
     "tool",
     "verify",

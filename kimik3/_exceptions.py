@@ -11,13 +11,15 @@
     │   ├── InvalidEffortError
     │   ├── ToolNameError                  a tool message whose tool name cannot be resolved
     │   ├── InvalidArgumentsError          tool-call arguments that are JSON but not an object
-    │   └── InvalidRequestError            a request K3's endpoint contract says must be rejected
+    │   ├── InvalidRequestError            a request K3's endpoint contract says must be rejected
+    │   └── JSONLimitError                 JSON beyond kimik3's limits (depth, digits, non-finite)
     ├── TokenizerError                     a model directory without a usable tokenizer
     ├── ParserStateError (RuntimeError)    a K3 StreamParser fed after finish()
     ├── MediaError (ValueError)
     │   ├── ImageTooLargeError             over Pillow's decompression-bomb limit
     │   ├── MediaDecodeError               corrupt or unsupported file
-    │   └── NoVideoStreamError
+    │   ├── NoVideoStreamError
+    │   └── VideoTooLongError              more samples / tokens than MediaConfig's caps
     ├── EngineError                        engine set-up / transport problems
     │   ├── EngineNotAvailableError        e.g. ``vllm`` not installed
     │   ├── EngineRequestError (ValueError)  the in-process engine refused / failed a request
@@ -58,6 +60,7 @@ __all__ = [
     "InvalidArgumentsError",
     "InvalidEffortError",
     "InvalidRequestError",
+    "JSONLimitError",
     "KimiK3Error",
     "MCPServerError",
     "MediaDecodeError",
@@ -79,6 +82,7 @@ __all__ = [
     "UnknownContentPartError",
     "UnknownRoleError",
     "UserError",
+    "VideoTooLongError",
 ]
 
 
@@ -125,6 +129,11 @@ class InvalidRequestError(MessageError):
     with both tools and content); raised before any network call."""
 
 
+class JSONLimitError(MessageError):
+    """JSON beyond the limits of :mod:`kimik3.formats.k3._json` (nesting depth, integer digits,
+    non-finite numbers, non-JSON types): refused with the reason instead of failing later."""
+
+
 class TokenizerError(KimiK3Error):
     """A model directory whose tokenizer files are missing or inconsistent."""
 
@@ -150,6 +159,11 @@ class MediaDecodeError(MediaError):
 
 class NoVideoStreamError(MediaError):
     """A container with no video stream."""
+
+
+class VideoTooLongError(MediaError):
+    """A video that would give more samples or tokens than ``MediaConfig.max_video_samples`` /
+    ``max_video_tokens`` (the message says which, and how many)."""
 
 
 # -- engines / client ------------------------------------------------------------------------

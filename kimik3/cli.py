@@ -352,6 +352,7 @@ def _agent(o: _Options, engine: Engine, tools: list[Tool], instructions: str | N
 def _new_session_path() -> Path:
     """A new file under ``${KIMIK3_HOME:-~/.kimik3}/sessions/``, named by the local time."""
     home = Path(os.environ.get("KIMIK3_HOME") or "~/.kimik3").expanduser()
+    (home / "sessions").mkdir(parents=True, exist_ok=True)  # the default place: made on purpose
     stamp = time.strftime("%Y%m%d-%H%M%S")
     path = home / "sessions" / f"{stamp}.jsonl"
     n = 2
@@ -442,7 +443,7 @@ class _PlainProgress:
             self._text = ""
             self.turn = event.turn + 1
         elif isinstance(event, CompactionEvent):
-            self._echo(f"[turn {self.turn}] compacted {event.removed_messages} earlier messages")
+            self._echo(f"[turn {self.turn}] {event.stopped or f'compacted {event.removed_messages} earlier messages'}")
 
     def stop(self) -> None:
         pass
@@ -563,7 +564,8 @@ class _RichProgress:
             self.turn = event.result.turns
             self.phase = "done"
         elif isinstance(event, CompactionEvent):
-            self._print(Text(f"compacted {event.removed_messages} earlier messages", style="dim yellow"))
+            text = event.stopped or f"compacted {event.removed_messages} earlier messages"
+            self._print(Text(text, style="dim yellow"))
 
     def note(self, text: str) -> None:
         self._print(Text(text, style="dim"))

@@ -83,7 +83,9 @@ class TextPart(_Model):
 
 
 class ImageURL(_Model):
-    """``{"url": ..., "detail": ...}``: an http(s) URL or a ``data:image/...;base64,`` URL."""
+    """``{"url": ..., "detail": ...}``: a ``data:image/...;base64,`` URL, an http(s) URL (passed
+    to a remote server, which fetches it), or a local path when the engine allows local files
+    (``engine.allow_local_files``)."""
 
     url: str
     detail: str | None = None
@@ -103,7 +105,8 @@ class ImagePart(_Model):
 
 
 class VideoURL(_Model):
-    """``{"url": ...}`` of a video (a path, an http(s) URL or a ``data:video/...`` URL)."""
+    """``{"url": ...}`` of a video: a ``data:video/...`` URL, or a local path when the engine
+    allows local files (``engine.allow_local_files``). http(s) video URLs are not fetched."""
 
     url: str
 
@@ -178,8 +181,10 @@ class FunctionCall(_Model):
     """``{"name": ..., "arguments": "<JSON object text>"}``.
 
     ``arguments`` is kept as text exactly as received (a dict given on input is dumped with
-    ``json.dumps(..., ensure_ascii=False)``, key order kept). Text that is not valid JSON is kept
-    too: the K3 encoder renders it as a raw ``json`` block, and :meth:`parsed_arguments` raises.
+    ``json.dumps(..., ensure_ascii=False)``, key order kept, after
+    :func:`~kimik3.formats.k3.check_json_limits`). Text that is not valid JSON, or JSON beyond
+    the limits, is kept too: the K3 encoder renders it as a raw ``json`` block, and
+    :meth:`parsed_arguments` raises.
     """
 
     name: str
@@ -191,6 +196,9 @@ class FunctionCall(_Model):
         if v is None:
             return "{}"
         if isinstance(v, Mapping):
+            from .formats.k3._json import check_json_limits
+
+            check_json_limits(dict(v))  # JSONLimitError, a ValueError: pydantic reports it
             return json.dumps(dict(v), ensure_ascii=False)
         return v
 
@@ -200,8 +208,11 @@ class FunctionCall(_Model):
         Raises:
             InvalidArgumentsError: the text is valid JSON but not an object.
             json.JSONDecodeError: the text is not JSON at all.
+            JSONLimitError: JSON beyond the limits of :func:`~kimik3.formats.k3.safe_loads`.
         """
-        value = json.loads(self.arguments) if self.arguments.strip() else {}
+        from .formats.k3._json import safe_loads
+
+        value = safe_loads(self.arguments) if self.arguments.strip() else {}
         if not isinstance(value, dict):
             raise InvalidArgumentsError(
                 f"arguments of tool call {self.name!r} must be a JSON object, got {type(value).__name__}"

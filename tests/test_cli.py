@@ -158,6 +158,13 @@ def test_run_in_process_with_an_explicit_session_file(tmp_path: Path) -> None:
     repo = make_repo(tmp_path)
     script = write_script(tmp_path / "fix.json", FIX_SCRIPT)
     session = tmp_path / "s" / "fix.jsonl"
+    # a session path in a directory that does not exist: an error, and no directory is made
+    missing = invoke(["run", "fix it", "-w", str(repo), "--script", str(script), "--session", str(session)],
+                     tmp_path / "home")
+    assert missing.exit_code == 1
+    assert missing.stderr == f"error: SessionError: cannot open session {session}: no such directory\n"
+    assert not session.parent.exists()
+    session.parent.mkdir()
     result = invoke(["run", "fix it", "-w", str(repo), "--script", str(script), "--session", str(session)],
                     tmp_path / "home")
     assert result.exit_code == 0, result.output

@@ -13,7 +13,7 @@ EXPECTED = [
     "ChatRequest", "Client", "CompactionEvent", "ContentDelta", "ContextLengthExceededError",
     "ContextPolicy", "Deny", "Edit", "Engine", "EngineError", "EngineNotAvailableError",
     "EngineRequestError", "FinalEvent", "ImageTooLargeError", "InvalidArgumentsError",
-    "InvalidEffortError", "InvalidRequestError", "K3Tokenizer", "KimiK3Error", "MCPServerError", "MediaDecodeError", "MediaError", "Message",
+    "InvalidEffortError", "InvalidRequestError", "JSONLimitError", "K3Tokenizer", "KimiK3Error", "MCPServerError", "MediaDecodeError", "MediaError", "Message",
     "MessageError", "ModelCall", "ModelSettings", "NoVideoStreamError", "NotFoundError",
     "ParserStateError", "PromptEncoder", "RateLimitError", "ReasoningDelta", "RemoteEngine",
     "RunResult", "ScriptedEngine", "ServiceUnavailableError", "SessionError", "SystemMessage",
@@ -21,7 +21,7 @@ EXPECTED = [
     "ToolCallArgumentsDelta", "ToolCallDone", "ToolCallIncomplete", "ToolCallStarted",
     "ToolDefinitionError", "ToolError", "ToolMessage", "ToolNameError", "ToolResult", "ToolResultEvent",
     "ToolSpec", "TurnEndEvent", "UnknownContentPartError", "UnknownRoleError", "Usage", "UserError",
-    "UserMessage", "VLLMEngine", "__version__", "tool", "verify",
+    "UserMessage", "VLLMEngine", "VideoTooLongError", "__version__", "tool", "verify",
 ]  # fmt: skip
 
 

@@ -22,6 +22,7 @@ import inspect
 import json
 import logging
 import os
+import sys
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, nullcontext
@@ -32,9 +33,9 @@ from pydantic import TypeAdapter, ValidationError
 
 from .. import _tracing
 from .._client import Client
-from .._exceptions import UserError
+from .._exceptions import JSONLimitError, UserError
 from ..engines import Engine
-from ..formats.k3 import K3Tokenizer, PromptCache, default_tokenizer
+from ..formats.k3 import K3Tokenizer, PromptCache, ToolCallDone, check_json_limits, default_tokenizer
 from ..tools import Tool, ToolContext, ToolResult, Toolset
 from ..types import (
     AssistantMessage,
@@ -79,6 +80,9 @@ from ._types import (
     TurnOutcome,
 )
 
+if sys.version_info < (3, 11):  # pragma: no cover - a backport anyio depends on there
+    from exceptiongroup import BaseExceptionGroup
+
 __all__ = ["Agent"]
 
 log = logging.getLogger("kimik3.agent")
@@ -113,6 +117,8 @@ class _Run:
         self.tools: dict[str, Tool] = {}  # what the model may call now (own tools + toolsets')
         self.specs: list[ToolSpec] = []  # the prompt head's declaration, fixed for the run
         self.span = _tracing.Span()
+        self.call_errors: dict[str, str] = {}  # call id -> why its arguments cannot be used
+        self.compaction_stopped = False  # compaction cannot bring the context under its threshold
 
     def add(self, message: Message, *, counted: bool = False) -> None:
         self.messages.append(message)
@@ -361,6 +367,8 @@ class Agent(Generic[OutputT]):
         with _tracing.model_call(run.span, self.client.engine.model, request) as span:
             async with self.client.stream_request(request) as call:
                 async for event in call:
+                    if isinstance(event, ToolCallDone) and event.error is not None:
+                        run.call_errors[event.id] = event.error  # kept, but answered with the reason
                     yield event
             span.done(call.completion)
         completion = call.completion
@@ -416,11 +424,28 @@ class Agent(Generic[OutputT]):
         results: list[ToolResult | None] = [None] * len(calls)
         approved: list[ToolCallApprovedEvent | None] = [None] * len(calls)
         deadline = self._deadline(run)
+        interrupts: list[BaseException] = []
+
+        async def one(call: ToolCall, i: int) -> None:
+            try:
+                await self._one_tool(run, call, results, approved, i)
+            except (KeyboardInterrupt, SystemExit) as e:
+                # Not raised in this child task: asyncio would re-raise it out of its loop at
+                # once, skipping the loop's clean shutdown. The run's own task raises it below.
+                interrupts.append(e)
+                group.cancel_scope.cancel()
+
         try:
             with anyio.move_on_after(deadline) if deadline is not None else nullcontext():
                 async with anyio.create_task_group() as group:
                     for i, call in enumerate(calls):
-                        group.start_soon(self._one_tool, run, call, results, approved, i)
+                        group.start_soon(one, call, i)
+            if interrupts:
+                raise interrupts[0]  # KeyboardInterrupt reaches the caller as itself
+        except BaseExceptionGroup as group_error:
+            # Whatever else escaped a tool reaches the caller as itself when it is alone, not
+            # wrapped in the task group's BaseExceptionGroup.
+            raise _unwrap(group_error) from None
         finally:
             # Whatever happened (a cancelled run, the time budget), every call id gets a result
             # message, in call order, so the history stays valid for the next request.
@@ -453,6 +478,10 @@ class Agent(Generic[OutputT]):
             known = ", ".join(sorted(run.tools)) or "none"
             results[i] = ToolResult(content=f"Error: unknown tool {name!r}; available tools: {known}", is_error=True)
             return
+        error = run.call_errors.pop(call.id, None)
+        if error is not None:  # the parser kept the call but a value was beyond the JSON limits
+            results[i] = ToolResult(content=f"Error: the call was not run: {error}", is_error=True)
+            return
         decision = await self._approve(call)
         if isinstance(decision, ToolResult):  # denied, or the check failed: the model sees why
             results[i] = decision
@@ -474,7 +503,7 @@ class Agent(Generic[OutputT]):
             return ToolCallApprovedEvent(call.id, name, call.function.arguments)
         try:
             parsed = call.function.parsed_arguments()
-        except ValueError:
+        except ValueError:  # not JSON, not an object, or beyond the JSON limits
             parsed = {}
         try:
             decision: ApprovalDecision | Any = self.approval(PendingCall(call.id, name, parsed))
@@ -486,6 +515,14 @@ class Agent(Generic[OutputT]):
         if isinstance(decision, Deny):
             return ToolResult(content=f"Error: the user denied this call: {decision.reason}", is_error=True)
         if isinstance(decision, Edit):
+            try:
+                if not isinstance(decision.arguments, dict):
+                    raise JSONLimitError(f"expected a dict, got {type(decision.arguments).__name__}")
+                check_json_limits(decision.arguments)
+            except JSONLimitError as e:
+                log.error("kimik3: approval hook returned Edit with unusable arguments: %s", e)
+                why = f"Error: the approval's edited arguments are not JSON data: {e}"
+                return ToolResult(content=why, is_error=True)
             return ToolCallApprovedEvent(call.id, name, decision.arguments, edited=True)
         if isinstance(decision, Allow):
             return ToolCallApprovedEvent(call.id, name, call.function.arguments)
@@ -553,18 +590,44 @@ class Agent(Generic[OutputT]):
         return len(tok.encode_text(text))
 
     async def _maybe_compact(self, run: _Run) -> AsyncIterator[AgentEvent]:
+        """Summarise older turns once the context reaches ``compact_at`` of the window.
+
+        What is kept verbatim (the system prompt and first task, then up to ``keep_recent_turns``
+        recent turns) is shrunk until its count is at most half the threshold, so the next
+        compaction is due only after the conversation grew by that much again. When what must
+        stay (the first task, tool declarations) does not fit under that, compaction stops for
+        the run and says so once (a :class:`CompactionEvent` with ``stopped``) instead of
+        calling the model on every turn.
+        """
         policy = self.context
-        if run.context_tokens < policy.compact_at * policy.context_window:
+        threshold = policy.compact_at * policy.context_window
+        if run.context_tokens < threshold or run.compaction_stopped:
             return
         msgs = run.messages
         head = 0  # keep the system prompt(s) and the first user task
         while head < len(msgs) and not isinstance(msgs[head], UserMessage):
             head += 1
         head += 1
-        turn_starts = [i for i in range(head, len(msgs)) if isinstance(msgs[i], AssistantMessage)]
-        if len(turn_starts) <= policy.keep_recent_turns:
+        sizes = [run.message_tokens(m) for m in msgs]
+        target = threshold / 2
+        # What the messages do not account for (tool declarations, the prompt template) stays
+        # after any compaction: the context count minus the messages' own tokens.
+        fixed = max(0, run.context_tokens - sum(sizes))
+        head_tokens = fixed + sum(sizes[:head])
+        if head_tokens > target:
+            run.compaction_stopped = True
+            reason = (f"compaction stopped: what it must keep (the first task, tool declarations: about "
+                      f"{head_tokens:,} tokens) cannot get under half of the {threshold:,.0f}-token threshold")
+            log.warning("kimik3: %s", reason)
+            yield CompactionEvent(0, "", stopped=reason)
             return
-        split = turn_starts[-policy.keep_recent_turns] if policy.keep_recent_turns else len(msgs)
+        turn_starts = [i for i in range(head, len(msgs)) if isinstance(msgs[i], AssistantMessage)]
+        keep = min(policy.keep_recent_turns, len(turn_starts))
+        while keep and head_tokens + sum(sizes[turn_starts[-keep] :]) > target:
+            keep -= 1  # a tool call is never separated from its result: whole turns only
+        split = turn_starts[-keep] if keep else len(msgs)
+        if len(turn_starts) <= policy.keep_recent_turns and keep == len(turn_starts):
+            return  # too early: the recent turns are all there is, and they fit
         older = msgs[head:split]
         request = self._request(run, tool_choice="none",
                                 messages=[*msgs[:split], UserMessage(content=COMPACTION_REQUEST)])
@@ -581,8 +644,20 @@ class Agent(Generic[OutputT]):
         new = [*msgs[:head], note, *msgs[split:]]
         msgs[:] = new  # in place: the caller's list is the live history
         run.cache = PromptCache()
-        run.context_tokens = sum(run.message_tokens(m) for m in new)
+        run.context_tokens = fixed + sum(run.message_tokens(m) for m in new)
         if run.session is not None:
             run.session.compaction(new, summary)
         yield CompactionEvent(len(older), summary)
 
+
+def _unwrap(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The exception to re-raise for a task group's: its only exception, else the group."""
+    leaves: list[BaseException] = []
+    pending: list[BaseException] = [group]
+    while pending:
+        exc = pending.pop()
+        if isinstance(exc, BaseExceptionGroup):
+            pending.extend(reversed(exc.exceptions))
+        else:
+            leaves.append(exc)
+    return leaves[0] if len(leaves) == 1 else group

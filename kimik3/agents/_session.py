@@ -1,50 +1,242 @@
 """JSONL session files: every message appended (and flushed) as it happens.
 
-Format, one JSON object per line::
+Format, one JSON object per line (UTF-8, each line ends with ``\\n``)::
 
     {"kimik3_session": 1, "created": <unix seconds>, "instructions": "...", "tools": ["bash", ...]}
     {"message": {<OpenAI-shaped message>}}
     {"compaction": {"messages": [<the whole history after compaction>], "summary": "..."}}
 
-A crash loses at most the line being written: :func:`load_session` skips a torn last line.
+Crash safety (a ``kill -9`` at any byte): a last line without its ``\\n`` that is not a complete
+record (cut anywhere, also inside a multi-byte UTF-8 character) is a torn write and is dropped,
+by :func:`load_session` and by :class:`SessionWriter` (which cuts it before appending). A last
+line that is a complete record and only lacks the ``\\n`` is kept by both: the writer adds the
+newline. Any other odd line is a :class:`~kimik3.SessionError` naming its line number.
+
+One writer at a time: :class:`SessionWriter` holds an exclusive ``flock`` on the file while it
+lives; a second writer (another process, or another run in this one) gets a SessionError naming
+the holder. Only regular files are read or written (a FIFO or a device is refused, never opened
+for blocking I/O), nothing is appended to a file that is not a kimik3 session, and no directory
+is created.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import os
+import socket
+import stat
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from .._exceptions import SessionError
+from pydantic import ValidationError
+
+from .._exceptions import KimiK3Error, SessionError
 from ..types import Message, dump_message, to_message
 
 __all__ = ["SessionWriter", "load_session"]
 
+SESSION_VERSION = 1
+_HEADER_START = b'{"kimik3_session"'  # how every header line begins (json.dumps of the header)
+
+
+def _open_regular(path: Path, flags: int) -> int:
+    """``os.open`` that never blocks on a FIFO and refuses anything but a regular file."""
+    try:
+        fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    except FileNotFoundError as e:
+        where = "directory" if not path.parent.is_dir() else "file"
+        raise SessionError(f"cannot open session {path}: no such {where}") from e
+    except OSError as e:  # ENXIO: a FIFO with no reader; EISDIR; EACCES ...
+        raise SessionError(f"cannot open session {path}: {e.strerror or e}") from e
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise SessionError(f"{path} is not a regular file; a session must be one")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _read_all(fd: int) -> bytes:
+    os.lseek(fd, 0, os.SEEK_SET)
+    chunks = []
+    while chunk := os.read(fd, 1 << 20):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _record(path: Path, number: int, raw: bytes) -> dict[str, Any]:
+    """Line ``number`` decoded (UTF-8, JSON, an object), else SessionError naming it."""
+    try:
+        record = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise SessionError(f"{path}:{number}: not UTF-8 text ({e.reason} at byte {e.start})") from e
+    except (ValueError, RecursionError) as e:
+        raise SessionError(f"{path}:{number}: not a JSON line: {e}") from e
+    if not isinstance(record, dict):
+        raise SessionError(f"{path}:{number}: expected a JSON object, got {type(record).__name__}")
+    return record
+
+
+def _check_header(path: Path, record: dict[str, Any]) -> None:
+    version = record.get("kimik3_session")
+    if version is None:
+        raise SessionError(f"{path} is not a kimik3 session file (line 1 is not a session header)")
+    if version != SESSION_VERSION:
+        raise SessionError(f"{path}: unsupported session version {version!r} (this kimik3 reads {SESSION_VERSION})")
+
+
+def _apply(path: Path, number: int, record: dict[str, Any], messages: list[Message]) -> list[Message]:
+    """The history after one record (``messages`` extended, or replaced by a compaction)."""
+    try:
+        if "message" in record:
+            messages.append(to_message(record["message"]))
+            return messages
+        if "compaction" in record:
+            return [to_message(m) for m in record["compaction"]["messages"]]
+    except (KimiK3Error, ValidationError, KeyError, TypeError, ValueError) as e:
+        raise SessionError(f"{path}:{number}: not a valid session record: {e}") from e
+    raise SessionError(f"{path}:{number}: unknown record (keys: {', '.join(sorted(map(str, record)))})")
+
+
+def _parse(path: Path, data: bytes) -> tuple[list[Message], int, bool]:
+    """The history in a session file's bytes.
+
+    Returns:
+        ``(messages, keep, needs_newline)``: ``keep`` is the byte length of the valid part (a
+        torn last line excluded; 0 when not even the header was finished), ``needs_newline``
+        is True when the kept part ends with a complete record that lacks its ``\\n``.
+
+    Raises:
+        SessionError: not a kimik3 session, or an odd line (its number is named).
+    """
+    lines = data.split(b"\n")
+    complete, tail = lines[:-1], lines[-1]  # tail: the bytes after the last "\n" (b"" if none)
+    keep, needs_newline = len(data) - len(tail), False
+    if tail:
+        try:
+            json.loads(tail.decode("utf-8"))
+        except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+            if not complete and tail[: len(_HEADER_START)] != _HEADER_START[: len(tail)]:
+                raise SessionError(f"{path} is not a kimik3 session file (no header line)") from None
+            # else torn by a crash while it was written: dropped
+        else:  # a complete record that only lacks its newline: kept
+            complete.append(tail)
+            keep, needs_newline = len(data), True
+    if not complete:
+        return [], 0, False
+    try:
+        header = _record(path, 1, complete[0])
+    except SessionError as e:
+        raise SessionError(f"{path} is not a kimik3 session file (line 1 is not a session header)") from e
+    _check_header(path, header)
+    messages: list[Message] = []
+    for number, raw in enumerate(complete[1:], start=2):
+        messages = _apply(path, number, _record(path, number, raw), messages)
+    return messages, keep, needs_newline
+
+
+def load_session(path: str | os.PathLike[str]) -> list[Message]:
+    """The conversation recorded in a session file (see the module doc for the rules).
+
+    Args:
+        path: the JSONL session file (a regular file).
+
+    Returns:
+        The messages, compactions applied; a torn last line is left out.
+
+    Raises:
+        SessionError: missing or unreadable, not a regular file (a FIFO is refused without
+            blocking), not a kimik3 session, or an odd line (``path:line: what is wrong``).
+    """
+    p = Path(path)
+    fd = _open_regular(p, os.O_RDONLY)
+    try:
+        data = _read_all(fd)
+    except OSError as e:
+        raise SessionError(f"cannot read session {p}: {e}") from e
+    finally:
+        os.close(fd)
+    messages, keep, _ = _parse(p, data)
+    if keep == 0:
+        raise SessionError(f"{p} is empty, not a kimik3 session")
+    return messages
+
+
+def _lock_holder(fd: int) -> str:
+    """Who holds the flock on ``fd``'s file: ``pid N on host H`` from ``/proc/locks`` (Linux)."""
+    st = os.fstat(fd)
+    ident = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) > 5 and fields[1] == "FLOCK" and fields[5] == ident:
+                    pid = int(fields[4])
+                    mine = " (this process)" if pid == os.getpid() else ""
+                    return f"pid {pid}{mine} on host {socket.gethostname()}"
+    except (OSError, ValueError):
+        pass
+    return "another process"
+
 
 class SessionWriter:
-    """Appends messages to a session file, one flushed line each.
+    """Appends messages to a session file, one flushed line each, holding an exclusive lock.
+
+    Args:
+        path: the session file. Created (with a header line) when missing or empty; its
+            directory must exist.
+        header: extra header fields for a new file (``instructions``, ``tools``).
 
     Attributes:
-        path: the session file.
-        new: True when this writer created the file (no earlier messages in it).
+        path: the file.
+        new: True when this writer created the session (wrote its header).
+        messages: the history already in the file when it was opened (read under the lock).
+
+    Raises:
+        SessionError: the directory does not exist; not a regular file; another writer holds
+            the file (the message names it: ``pid N on host H``); an existing file that is not
+            a kimik3 session or has an odd line (nothing is appended then).
     """
 
     def __init__(self, path: str | os.PathLike[str], header: dict[str, Any] | None = None) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.new = not self.path.exists() or self.path.stat().st_size == 0
-        if not self.new:
-            _drop_torn_line(self.path)
-        self._file: IO[str] = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - lives with the run
-        if self.new:
-            self._write({"kimik3_session": 1, "created": int(time.time()), **(header or {})})
+        self._fd = _open_regular(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND)
+        try:
+            try:
+                fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as e:
+                if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    raise SessionError(f"cannot lock session {self.path}: {e}") from e
+                raise SessionError(
+                    f"session {self.path} is in use by {_lock_holder(self._fd)}; one run may write a session at a time"
+                ) from None
+            data = _read_all(self._fd)
+            self.messages, keep, needs_newline = _parse(self.path, data)
+            if keep < len(data):
+                os.ftruncate(self._fd, keep)  # the torn last line of a crash
+            if needs_newline:
+                self._write_bytes(b"\n")  # complete the last record instead of dropping it
+            self.new = keep == 0
+            if self.new:
+                self._write({"kimik3_session": SESSION_VERSION, "created": int(time.time()), **(header or {})})
+        except BaseException:
+            os.close(self._fd)
+            raise
+
+    def _write_bytes(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._fd, view) :]
 
     def _write(self, record: dict[str, Any]) -> None:
-        self._file.write(json.dumps(record, ensure_ascii=False) + "\n")
-        self._file.flush()
+        self._write_bytes((json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8"))
 
     def message(self, message: Message) -> None:
         """Append one message."""
@@ -55,47 +247,7 @@ class SessionWriter:
         self._write({"compaction": {"messages": [dump_message(m) for m in messages], "summary": summary}})
 
     def close(self) -> None:
-        """Close the file."""
-        self._file.close()
-
-
-def _drop_torn_line(path: Path) -> None:
-    """Cut a last line that a crash left unfinished (no newline), so appends start clean."""
-    with open(path, "rb+") as f:
-        data = f.read()
-        if data.endswith(b"\n"):
-            return
-        f.truncate(data.rfind(b"\n") + 1)
-
-
-def load_session(path: str | os.PathLike[str]) -> list[Message]:
-    """The conversation recorded in a session file.
-
-    Raises:
-        SessionError: the file is missing, is not a kimik3 session, or has a corrupt line
-            before its last one.
-    """
-    p = Path(path)
-    try:
-        lines = p.read_text(encoding="utf-8").splitlines()
-    except OSError as e:
-        raise SessionError(f"cannot read session {p}: {e}") from e
-    if not lines:
-        raise SessionError(f"{p} is empty, not a kimik3 session")
-    messages: list[Message] = []
-    for number, line in enumerate(lines, start=1):
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as e:
-            if number == len(lines):  # torn last line: the crash happened while writing it
-                break
-            raise SessionError(f"{p}:{number}: corrupt line: {e}") from e
-        if number == 1:
-            if not isinstance(record, dict) or "kimik3_session" not in record:
-                raise SessionError(f"{p} is not a kimik3 session file (no header)")
-            continue
-        if "message" in record:
-            messages.append(to_message(record["message"]))
-        elif "compaction" in record:
-            messages = [to_message(m) for m in record["compaction"]["messages"]]
-    return messages
+        """Release the lock and close the file (idempotent)."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1

@@ -215,10 +215,12 @@ class TurnEndEvent:
 
 @dataclass(frozen=True, slots=True)
 class CompactionEvent:
-    """Older turns were replaced by the model's summary."""
+    """Older turns were replaced by the model's summary; or, with ``stopped`` set (and nothing
+    removed), compaction cannot bring the context under its threshold and stops for this run."""
 
     removed_messages: int
     summary: str
+    stopped: str | None = None
     type: Literal["compaction"] = field(default="compaction", init=False)
 
 

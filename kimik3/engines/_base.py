@@ -161,7 +161,15 @@ class TokenEngine(Engine):
     Args:
         tokenizer: the K3 tokenizer, or a model directory to load it from, or a zero-argument
             callable returning one (loaded on first use).
+
+    Attributes:
+        allow_local_files: let image / video parts name local files (default False: only
+            ``data:`` URLs, and http(s) image URLs where the engine passes them on). Set it
+            (``engine.allow_local_files = True``) only when every message is trusted: a path in
+            a message makes the client read that file and send it to the model.
     """
+
+    allow_local_files: bool = False
 
     def __init__(self, tokenizer: TokenizerSource = None) -> None:
         self._tokenizer_source = tokenizer
@@ -200,7 +208,7 @@ class TokenEngine(Engine):
     def codec(self) -> K3Codec:
         """The K3 codec over this engine's tokenizer (loaded on first use; None-tokenizer
         engines count tokens by estimate)."""
-        return K3Codec(self.tokenizer)
+        return K3Codec(self.tokenizer, allow_local_files=self.allow_local_files)
 
     @abstractmethod
     def generate(

@@ -242,7 +242,7 @@ class RemoteEngine(TokenEngine):
         for msg in messages:
             d = dump_message(msg)  # assistant reasoning under both names
             if isinstance(msg.content, list) and any(isinstance(p, ImagePart) for p in msg.content):
-                d["content"] = [_upload_part(p) for p in d["content"]]
+                d["content"] = [_upload_part(p, self.allow_local_files) for p in d["content"]]
             out.append(d)
         return out
 
@@ -278,7 +278,7 @@ class RemoteEngine(TokenEngine):
     async def _chat_call(self, request: ChatRequest) -> CallSource:
         if request.prompt_ids is not None:
             raise UserError("chat mode cannot send an encoded prompt; use mode='raw' for prompt_ids")
-        request = K3Codec.expand(request)  # videos as timestamped frames
+        request = K3Codec.expand(request, allow_local_files=self.allow_local_files)  # videos as timestamped frames
         model = await self._model_name()
         check = ChatStreamChecker(request.thinking, model)
         with openai_errors():
@@ -292,8 +292,9 @@ class RemoteEngine(TokenEngine):
         yield check.completion()
 
 
-def _upload_part(part: dict[str, Any]) -> dict[str, Any]:
+def _upload_part(part: dict[str, Any], allow_local_files: bool) -> dict[str, Any]:
     """An image part as uploaded: prepared the way K3 sees images (see ``_media.upload_url``)."""
     if part.get("type") != "image_url":
         return part
-    return {**part, "image_url": {**part["image_url"], "url": upload_url(part["image_url"]["url"])}}
+    url = upload_url(part["image_url"]["url"], allow_local_files=allow_local_files)
+    return {**part, "image_url": {**part["image_url"], "url": url}}

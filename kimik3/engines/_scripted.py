@@ -96,7 +96,8 @@ class ScriptedEngine(TokenEngine):
             return super().encode(request) if self._tokenizer_source is not None else EncodedPrompt(
                 request.prompt_ids, media_scan(request.messages).images, request
             )
-        request = K3Codec.expand(request)  # the script sees videos as their frames, like an engine
+        # the script sees videos as their frames, like an engine
+        request = K3Codec.expand(request, allow_local_files=self.allow_local_files)
         call = ScriptedCall(request, tuple(request.messages))
         self.calls.append(call)
         if self._tokenizer_source is not None:

@@ -144,9 +144,9 @@ class VLLMEngine(TokenEngine):
             url = part.image_url.url
             if url.startswith(("http://", "https://")):
                 raise MediaError(
-                    f"the embedded engine takes local files or data URLs, not {url[:60]!r}: download it first"
+                    f"the embedded engine takes data URLs (or allowed local files), not {url[:60]!r}: download it first"
                 )
-            images.append(prepare_request_image(url).image)
+            images.append(prepare_request_image(url, allow_local_files=self.allow_local_files).image)
         return images
 
     def _sampling_params(self, request: ChatRequest) -> Any:

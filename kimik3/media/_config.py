@@ -127,6 +127,12 @@ class MediaConfig(BaseModel):
         resize_to_fixed_point: resize to the fixed point of the NaViT size function instead of
             its first value, so a server that resizes again leaves the image alone (docs/k3-format.md § Image
             size: the resize is not idempotent). Off by default (the reference single pass).
+        max_video_samples: most samples one video may give (default 2,048: 256 s at 8 fps);
+            more is a :class:`~kimik3.VideoTooLongError` (checked from the packet timestamps
+            before decoding when possible; ``max_frames`` keeps fewer). ``None``: no cap.
+        max_video_tokens: most tokens one video's chunks may cost (default 131,072, the context
+            of a vendor-validated K3 launch: K3's context is the real limit); more is a
+            :class:`~kimik3.VideoTooLongError`. ``None``: no cap.
     """
 
     model_config = ConfigDict(extra="ignore", frozen=True)
@@ -150,6 +156,8 @@ class MediaConfig(BaseModel):
     max_image_pixels: int | None = None
     jpeg_draft: bool = False
     resize_to_fixed_point: bool = False
+    max_video_samples: int | None = 2048
+    max_video_tokens: int | None = 131_072
 
     @field_validator("merge_kernel_size", mode="before")
     @classmethod

@@ -305,7 +305,8 @@ def _opened(source: ImageSource) -> Iterator[tuple[Image.Image, bool]]:
     try:
         try:
             im = Image.open(fp)
-        except Image.DecompressionBombError as e:
+        except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
+            # the warning is raised when warnings are errors (``-W error``): the same refusal
             raise ImageTooLargeError(str(e)) from e
         except _OPEN_ERRORS as e:
             raise MediaDecodeError(f"cannot identify image: {e}") from e
@@ -347,7 +348,7 @@ def _exif_orientation(im: Image.Image) -> int:
 def _load(im: Image.Image) -> None:
     try:
         im.load()
-    except Image.DecompressionBombError as e:  # pragma: no cover - caught at open
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:  # pragma: no cover - at open
         raise ImageTooLargeError(str(e)) from e
     except _DECODE_ERRORS as e:
         raise MediaDecodeError(f"cannot decode image: {e}") from e
@@ -682,24 +683,28 @@ def prepare_image(
     with _opened(source) as (im, owned):
         _check_pixels(im.size, cfg)
         source_mode = im.mode
-        orientation = 1
+        header_orientation = _exif_orientation(im) if use_exif else 1
         draft = cfg.jpeg_draft and owned and im.format == "JPEG"
-        if use_exif and (draft or im.format != "PNG"):
-            orientation = _exif_orientation(im)  # from the header, before decoding
+        orientation = apply = header_orientation  # JPEG (the draft path): read before decoding
         stored_w, stored_h = im.size
-        swapped = orientation >= 5
-        original = (stored_h, stored_w) if swapped else (stored_w, stored_h)
-        target = _target_size(*original, cfg)
         if draft:
-            _maybe_draft(im, target, swapped)
+            target = _target_size(*((stored_h, stored_w) if apply >= 5 else (stored_w, stored_h)), cfg)
+            _maybe_draft(im, target, apply >= 5)
         _load(im)
-        if use_exif and not draft and im.format == "PNG":
-            orientation = _exif_orientation(im)  # PNG eXIf may follow the image data
-            swapped = orientation >= 5
-            original = (stored_h, stored_w) if swapped else (stored_w, stored_h)
-            target = _target_size(*original, cfg)
-        if orientation != 1:
-            im = im.transpose(_ORIENTATION_FIX[orientation])
+        if use_exif and not draft:
+            # After decoding: PNG's eXIf may follow the image data, and Pillow applies some
+            # orientations itself while loading (TIFF under Pillow >= 12 opens already rotated
+            # and drops the tag), so the tag left now is what remains to apply: exactly
+            # ImageOps.exif_transpose's result, never a second rotation.
+            apply = _exif_orientation(im)
+            orientation = apply if apply != 1 else header_orientation
+        if draft:  # sizes of the source, not of the smaller image the draft decoded
+            original = (stored_h, stored_w) if apply >= 5 else (stored_w, stored_h)
+        else:  # sizes as decoded (already oriented by Pillow where it did so)
+            original = (im.height, im.width) if apply >= 5 else im.size
+        target = _target_size(*original, cfg)
+        if apply != 1:
+            im = im.transpose(_ORIENTATION_FIX[apply])
         try:
             out = _to_rgb(im, target, cfg)
         except _DECODE_ERRORS as e:

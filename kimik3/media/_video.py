@@ -44,9 +44,9 @@ from typing import IO, Any, TypeAlias
 import av
 from PIL import Image
 
-from .._exceptions import MediaDecodeError, MediaError, NoVideoStreamError
+from .._exceptions import MediaDecodeError, MediaError, NoVideoStreamError, VideoTooLongError
 from ._config import K3_MEDIA_CONFIG, MediaConfig
-from ._image import MEDIA_BEGIN, MEDIA_CONTENT, MEDIA_END, MEDIA_PAD, navit_size
+from ._image import MEDIA_BEGIN, MEDIA_CONTENT, MEDIA_END, MEDIA_PAD, decode_data_url, navit_size
 
 __all__ = [
     "SampledVideo",
@@ -59,7 +59,8 @@ __all__ = [
 ]
 
 VideoSource: TypeAlias = "str | os.PathLike[str] | bytes | bytearray | memoryview | IO[bytes]"
-"""What :func:`sample_video` accepts: a path, encoded bytes or a binary file object."""
+"""What :func:`sample_video` accepts: a path, a ``data:`` URL (str), encoded bytes or a binary
+file object."""
 
 
 def format_timestamp(seconds: Fraction | float, mode: str = "hh:mm:ss.fff") -> str:
@@ -256,7 +257,9 @@ class _Source:
         self._data: bytes | None = None
         self._fp: IO[bytes] | None = None
         self._pos = 0
-        if isinstance(source, (str, os.PathLike)):
+        if isinstance(source, str) and source.startswith("data:"):
+            self._data = decode_data_url(source)[1]
+        elif isinstance(source, (str, os.PathLike)):
             path = os.fspath(source)
             if not os.path.isfile(path):
                 raise FileNotFoundError(path)
@@ -329,7 +332,15 @@ def _sample_count(start: Fraction, end: Fraction, step: Fraction, limit: int | N
     return n if limit is None else min(n, limit)
 
 
-def _make_plan(source: _Source, step: Fraction, max_frames: int | None) -> _Plan | None:
+def _too_many_samples(count: str, cap: int, step: Fraction, seconds: Fraction) -> VideoTooLongError:
+    return VideoTooLongError(
+        f"the video gives {count} samples ({float(seconds):,.3f} s of timestamps at {float(1 / step):g} fps), over "
+        f"the cap of {cap:,} samples per video (MediaConfig.max_video_samples); sample fewer (max_frames, a lower "
+        "fps) or raise the cap"
+    )
+
+
+def _make_plan(source: _Source, step: Fraction, max_frames: int | None, cap: int | None = None) -> _Plan | None:
     """Demux (no decoding) and work out which frame every sample picks; None if unsure."""
     container = source.open()
     try:
@@ -358,6 +369,8 @@ def _make_plan(source: _Source, step: Fraction, max_frames: int | None) -> _Plan
     times = [p * time_base for p in order]
     start, end = times[0], (last + last_duration) * time_base
     n = _sample_count(start, end, step, max_frames)
+    if cap is not None and n > cap:  # from the timestamps alone, before any decoding
+        raise _too_many_samples(f"{n:,}", cap, step, end - start)
     picks = [bisect.bisect_right(times, start + k * step) - 1 for k in range(n)]
     return _Plan(time_base=time_base, order=order, picks=picks, start=start, end=end)
 
@@ -489,9 +502,15 @@ def _decode_plain(
 
 
 def _samples(
-    source: _Source, step: Fraction, max_frames: int | None, stats: _Stats, *, use_plan: bool = True
+    source: _Source,
+    step: Fraction,
+    max_frames: int | None,
+    stats: _Stats,
+    *,
+    use_plan: bool = True,
+    cap: int | None = None,
 ) -> Iterator[_Sample]:
-    plan = _make_plan(source, step, max_frames) if use_plan else None
+    plan = _make_plan(source, step, max_frames, cap) if use_plan else None
     done: list[tuple[int, Fraction]] = []
     if plan is not None and plan.picks:
         try:
@@ -562,15 +581,31 @@ def _iter_chunks(
     src = _Source(source)
     group: list[_Sample] = []
     size = cfg.temporal_merge_kernel_size
-    for sample in _samples(src, step, max_frames, stats, use_plan=use_plan):
+    cap, token_cap = cfg.max_video_samples, cfg.max_video_tokens
+    tokens = 0
+
+    def checked(chunk: VideoChunk) -> VideoChunk:
+        nonlocal tokens
+        tokens += chunk.token_count
+        if token_cap is not None and tokens > token_cap:
+            raise VideoTooLongError(
+                f"the video needs more than {token_cap:,} tokens (its chunks up to {chunk.timestamp} cost {tokens:,}), "
+                f"over the cap of {token_cap:,} tokens per video (MediaConfig.max_video_tokens; K3's context is the "
+                "real limit); sample fewer (max_frames, a lower fps) or raise the cap"
+            )
+        return chunk
+
+    for sample in _samples(src, step, max_frames, stats, use_plan=use_plan, cap=cap):
+        if cap is not None and sample.k >= cap:  # a plan-free decode: counted as it goes
+            raise _too_many_samples(f"more than {cap:,}", cap, step, sample.k * step)
         if not first:
             first.append(sample)
         group.append(sample)
         if len(group) == size:
-            yield _chunk(group, stats.start, step, cfg)
+            yield checked(_chunk(group, stats.start, step, cfg))
             group = []
     if group:
-        yield _chunk(group, stats.start, step, cfg)
+        yield checked(_chunk(group, stats.start, step, cfg))
     if not first:
         raise MediaDecodeError("the video stream has no decodable frames")
 

@@ -28,7 +28,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined, to_jsonable_python
 
-from .._exceptions import ToolArgumentsError, ToolDefinitionError, ToolError
+from .._exceptions import JSONLimitError, ToolArgumentsError, ToolDefinitionError, ToolError
+from ..formats.k3 import safe_loads
 from ..types import ImagePart, ImageURL, TextPart, ToolMessage, ToolSpec
 
 __all__ = ["Tool", "ToolContext", "ToolResult", "load_arguments", "tool"]
@@ -289,7 +290,9 @@ def load_arguments(arguments: Mapping[str, Any] | str | None) -> Mapping[str, An
     """Call arguments as a mapping: a dict, or its JSON text ("" and None mean no arguments).
 
     Raises:
-        ToolArgumentsError: text that is not JSON, or JSON that is not an object.
+        ToolArgumentsError: text that is not JSON, JSON beyond the limits of
+            :func:`~kimik3.formats.k3.safe_loads` (``1e999``, nesting deeper than 128, ...), or
+            JSON that is not an object.
     """
     if arguments is None:
         args: Any = {}
@@ -298,9 +301,11 @@ def load_arguments(arguments: Mapping[str, Any] | str | None) -> Mapping[str, An
             args = {}
         else:
             try:
-                args = json.loads(arguments)
+                args = safe_loads(arguments)
             except json.JSONDecodeError as e:
                 raise ToolArgumentsError(f"arguments are not valid JSON: {e}") from e
+            except JSONLimitError as e:
+                raise ToolArgumentsError(f"arguments beyond the JSON limits: {e}") from e
     else:
         args = arguments
     if not isinstance(args, Mapping):
@@ -468,7 +473,8 @@ class Tool:
             coerced by pydantic in lax mode (``"60"`` and ``60.0`` -> ``60`` for an ``int``).
 
         Raises:
-            ToolArgumentsError: text that is not JSON or not an object, unknown argument names
+            ToolArgumentsError: text that is not JSON or not an object, JSON beyond the limits of
+                :func:`~kimik3.formats.k3.safe_loads` (``1e999``, nesting deeper than 128, ...), unknown argument names
                 (``unexpected argument(s): a, b (expected: x, y)``), or values pydantic cannot
                 coerce or the schema rejects, one ``"<field>: <what is wrong> (got <input>)"``
                 per problem joined with ``"; "``, e.g. ``timeout: Input should be a valid

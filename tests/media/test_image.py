@@ -500,3 +500,46 @@ def test_missing_path_and_bad_type(tmp_path: Path) -> None:
         prepare_image(tmp_path / "nope.png")
     with pytest.raises(TypeError):
         prepare_image(12345)  # type: ignore[arg-type]
+
+
+# -- EXIF orientation: exactly ImageOps.exif_transpose, once, for every format ----------------
+
+
+def _marked(size: tuple[int, int] = (40, 20)) -> Image.Image:
+    """Red image with a blue left quarter and a green top-left pixel block: any rotation or
+    flip moves the marks somewhere else."""
+    im = Image.new("RGB", size, (255, 0, 0))
+    im.paste((0, 0, 255), (0, 0, size[0] // 4, size[1]))
+    im.paste((0, 255, 0), (0, 0, 4, 4))
+    return im
+
+
+@pytest.mark.parametrize("fmt", ["TIFF", "JPEG", "PNG", "WEBP"])
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_exif_orientation_is_exif_transpose_for_every_format(fmt: str, orientation: int) -> None:
+    from PIL import ImageOps
+
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    buf = io.BytesIO()
+    _marked().save(buf, fmt, exif=exif.tobytes(), **({"quality": 100} if fmt in ("JPEG", "WEBP") else {}))
+    data = buf.getvalue()
+    expected = ImageOps.exif_transpose(Image.open(io.BytesIO(data))).convert("RGB")
+    p = prepare_image(data)
+    swapped = orientation >= 5
+    assert p.original_size == ((20, 40) if swapped else (40, 20)) == expected.size
+    assert p.orientation == orientation
+    assert p.image.tobytes() == expected.tobytes()  # rotated once (Pillow 13 orients TIFF on open)
+
+
+def test_decompression_bomb_warning_as_error_is_image_too_large() -> None:
+    bomb = png_header_only(10_000, 9_000)  # 90,000,000 pixels: over 89,478,485, under twice that
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # as under python -W error
+        with pytest.raises(ImageTooLargeError, match="90000000 pixels"):
+            prepare_image(bomb)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(MediaDecodeError):  # allowed through (a warning), then no pixel data
+            prepare_image(bomb)
+    assert [w.category for w in caught] == [Image.DecompressionBombWarning]

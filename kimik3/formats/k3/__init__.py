@@ -39,6 +39,7 @@ from ._events import (
     ToolCallStarted,
     new_tool_call_id,
 )
+from ._json import JSON_MAX_DEPTH, JSON_MAX_INT_DIGITS, check_json_limits, safe_loads
 from ._parse import StreamParser, parse
 from ._tokenizer import (
     K3_PAT_STR,
@@ -54,6 +55,8 @@ __all__ = [
     "END_OF_MSG",
     "IMAGE_PLACEHOLDER",
     "K3_PAT_STR",
+    "JSON_MAX_DEPTH",
+    "JSON_MAX_INT_DIGITS",
     "OPEN",
     "SEP",
     "THINKING_EFFORTS",
@@ -79,6 +82,7 @@ __all__ = [
     "ToolCallDone",
     "ToolCallIncomplete",
     "ToolCallStarted",
+    "check_json_limits",
     "check_request",
     "default_tokenizer",
     "encode_segments",
@@ -95,4 +99,5 @@ __all__ = [
     "render",
     "render_output",
     "special_token_ids",
+    "safe_loads",
 ]

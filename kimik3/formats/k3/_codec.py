@@ -373,10 +373,13 @@ class K3Codec:
         tokenizer: the K3 tokenizer; None counts tokens with :func:`estimate_tokens` and cannot
             encode (:meth:`encode` then raises TokenizerError; engines without a tokenizer, like
             the scripted one, count the rendered prompt instead).
+        allow_local_files: let image / video parts name local files (the engine's option of the
+            same name); otherwise only ``data:`` URLs (and http(s) images, passed on) are read.
     """
 
-    def __init__(self, tokenizer: K3Tokenizer | None) -> None:
+    def __init__(self, tokenizer: K3Tokenizer | None, *, allow_local_files: bool = False) -> None:
         self.tokenizer = tokenizer
+        self.allow_local_files = allow_local_files
 
     def encode(self, request: ChatRequest) -> EncodedPrompt:
         """The prompt of ``request``: ids (incremental with ``request.prompt_cache``; taken as is
@@ -385,11 +388,14 @@ class K3Codec:
         Raises:
             MessageError (and subclasses): messages K3's format cannot express.
             MediaDecodeError, NoVideoStreamError: an unreadable video.
+            VideoTooLongError: a video over ``MediaConfig``'s caps.
+            MediaError: a local file path while local files are not allowed.
             TokenizerError: no tokenizer.
         """
         scan = media_scan(request.messages, _index(request))
         if scan.has_video:
-            request = replace(request, messages=expand_videos(request.messages))
+            messages = expand_videos(request.messages, allow_local_files=self.allow_local_files)
+            request = replace(request, messages=messages)
             scan = media_scan(request.messages)
         images = scan.images
         if request.prompt_ids is not None:
@@ -408,11 +414,12 @@ class K3Codec:
         return EncodedPrompt(ids, images, request)
 
     @staticmethod
-    def expand(request: ChatRequest) -> ChatRequest:
+    def expand(request: ChatRequest, *, allow_local_files: bool = False) -> ChatRequest:
         """``request`` with every video part replaced by its sampled frames (the same object
-        when there is no video; docs/k3-format.md § Media)."""
+        when there is no video; docs/k3-format.md § Media); local video files only when
+        ``allow_local_files``."""
         if media_scan(request.messages, _index(request)).has_video:
-            return replace(request, messages=expand_videos(request.messages))
+            return replace(request, messages=expand_videos(request.messages, allow_local_files=allow_local_files))
         return request
 
     def decoder(self, request: ChatRequest, prompt: EncodedPrompt) -> K3Decoder:
@@ -433,7 +440,7 @@ class K3Codec:
             url = part.image_url.url
             if url.startswith(("http://", "https://")):
                 continue  # size unknown until the server fetches it
-            prepared = prepare_request_image(url)
+            prepared = prepare_request_image(url, allow_local_files=self.allow_local_files)
             width, height = prepared.size
             extra += image_prompt_tokens(self.tokenizer, width, height, prepared.token_count) - 1
         return extra

@@ -43,6 +43,7 @@ from ...types import (
     to_messages,
     to_tool_specs,
 )
+from ._json import safe_loads
 
 __all__ = [
     "CLOSE",
@@ -403,9 +404,9 @@ def _tool_calls_segments(out: list[Segment], message: AssistantMessage) -> None:
     for k, call in enumerate(message.tool_calls or (), start=1):
         _open(out, "call", (("tool", call.function.name), ("index", str(k))))
         raw = call.function.arguments
-        try:
-            args = json.loads(raw) if raw.strip() else {}
-        except json.JSONDecodeError:
+        try:  # the parser's limits: whatever it accepted renders as arguments again
+            args = safe_loads(raw) if raw.strip() else {}
+        except ValueError:  # not JSON, or beyond the limits: rendered as the raw text it is
             _open(out, "json", (("type", "object"),))
             _text(out, raw)
             _close(out, "json")

@@ -54,6 +54,13 @@ class ParsedToolCall:
         arguments_json: the JSON object text the OpenAI shape carries; equals
             ``json.dumps(arguments, ensure_ascii=False)`` when the keys are unique (a repeated key
             appears twice, and ``json.loads`` keeps the last value, as :attr:`arguments` does).
+            Always inside the limits of :func:`~kimik3.formats.k3.safe_loads`, so the encoder
+            renders it.
+        error: why the call cannot run, or None: a value beyond the JSON limits of
+            :func:`~kimik3.formats.k3.safe_loads` (``1e999``, a 5,000-digit integer, nesting
+            deeper than 128). The value is then kept as its raw text (a string, as for any value
+            that does not decode) and the agent answers the call with this reason instead of
+            running the tool.
     """
 
     index: int
@@ -61,6 +68,7 @@ class ParsedToolCall:
     name: str
     arguments: dict[str, Any]
     arguments_json: str
+    error: str | None = None
 
     def to_tool_call(self) -> ToolCall:
         """The OpenAI-shaped :class:`~kimik3.types.ToolCall` (arguments as JSON text)."""
@@ -177,7 +185,8 @@ class ToolCallArgumentsDelta:
 
 @dataclass(frozen=True, slots=True)
 class ToolCallDone:
-    """A call closed: its decoded arguments (see :class:`ParsedToolCall`)."""
+    """A call closed: its decoded arguments, and ``error`` when it cannot run (see
+    :class:`ParsedToolCall`)."""
 
     type: Literal["tool_call_done"] = field(default="tool_call_done", init=False)
     index: int
@@ -185,6 +194,7 @@ class ToolCallDone:
     name: str
     arguments: dict[str, Any]
     arguments_json: str
+    error: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

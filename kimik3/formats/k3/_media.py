@@ -1,5 +1,11 @@
 """Images and video in requests: what each engine sends, and how many tokens they cost.
 
+- Sources: ``data:`` URLs always; http(s) image URLs are passed to a remote server (it fetches
+  them; the embedded engine refuses them); a local file path only when the engine allows it
+  (``engine.allow_local_files = True``), so a message from an untrusted source cannot make the
+  client read files (the same :class:`~kimik3.MediaError` whether the path exists or not).
+  Video URLs: ``data:video/...`` or, when allowed, a local path; an http(s) video must be
+  downloaded first (no engine fetches video).
 - Images are prepared by :func:`kimik3.media.prepare_image` (NaViT resize, chessboard compositing
   of transparency, EXIF orientation) before they leave the client: the embedded engine passes the
   prepared PIL images as vLLM ``multi_modal_data`` for the prompt's ``<|kimi_image_placeholder|>``
@@ -19,9 +25,11 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
+from ..._exceptions import MediaError
 from ...types import ImagePart, ImageURL, Message, TextPart, VideoPart
 from ._tokenizer import K3Tokenizer, estimate_tokens
 
@@ -50,36 +58,77 @@ def _lru_put(cache: OrderedDict[str, Any], key: str, value: Any) -> None:
         cache.popitem(last=False)
 
 
-def prepare_request_image(url: str) -> Any:
-    """The :class:`~kimik3.media.PreparedImage` for an image part's URL (a path or data URL),
-    cached by URL so a long conversation does not decode the same screenshot every turn.
+def check_local_source(url: str, kind: str, allow_local_files: bool) -> None:
+    """Refuse a part URL that names a local file unless the engine allows local files.
+
+    Args:
+        url: an image or video part's URL.
+        kind: "image" or "video" (for the message).
+        allow_local_files: the engine's ``allow_local_files``.
 
     Raises:
-        MediaError (and subclasses): an unreadable or too large image.
+        MediaError: a path (anything but ``data:`` / ``http(s)://``) while local files are not
+            allowed; the message is the same whether the file exists or not.
     """
+    if allow_local_files or url.startswith(("data:", "http://", "https://")):
+        return
+    raise MediaError(
+        f"{'an' if kind == 'image' else 'a'} {kind} part names a local file ({url[:80]!r}); files are read only "
+        "when the engine allows it (engine.allow_local_files = True); send a data: URL otherwise"
+    )
+
+
+@contextmanager
+def _read_errors(url: str, kind: str) -> Iterator[None]:
+    """OSError of reading an allowed local file -> MediaError (typed, with the OS reason)."""
+    try:
+        yield
+    except OSError as e:
+        raise MediaError(f"cannot read the {kind} file {url[:80]!r}: {e.strerror or e}") from e
+
+
+def prepare_request_image(url: str, *, allow_local_files: bool = False) -> Any:
+    """The :class:`~kimik3.media.PreparedImage` for an image part's URL (a data URL, or a path
+    when ``allow_local_files``), cached by URL so a long conversation does not decode the same
+    screenshot every turn.
+
+    Raises:
+        MediaError (and subclasses): a local path that is not allowed or cannot be read, an
+            unreadable or too large image.
+    """
+    check_local_source(url, "image", allow_local_files)  # before the cache: a hit must not bypass it
     prepared = _lru_get(_PREPARED, url)
     if prepared is None:
         from ...media import prepare_image  # Pillow is loaded only when a request has an image
 
-        prepared = prepare_image(url)
+        with _read_errors(url, "image"):
+            prepared = prepare_image(url)
         _lru_put(_PREPARED, url, prepared)
     return prepared
 
 
-def upload_url(url: str) -> str:
-    """The URL to send to a remote chat endpoint: local files and data URLs become the prepared
-    image as a PNG data URL; http(s) URLs are passed through."""
+def upload_url(url: str, *, allow_local_files: bool = False) -> str:
+    """The URL to send to a remote chat endpoint: data URLs (and local files when allowed)
+    become the prepared image as a PNG data URL; http(s) URLs are passed through."""
     if url.startswith(("http://", "https://")):
         return url
-    return str(prepare_request_image(url).data_url())
+    return str(prepare_request_image(url, allow_local_files=allow_local_files).data_url())
 
 
-def _video_parts(url: str) -> list[TextPart | ImagePart]:
+def _check_video_url(url: str, allow_local_files: bool) -> None:
+    if url.startswith(("http://", "https://")):
+        raise MediaError(f"video URLs are not fetched ({url[:80]!r}): download it and send a data: URL")
+    check_local_source(url, "video", allow_local_files)
+
+
+def _video_parts(url: str, allow_local_files: bool) -> list[TextPart | ImagePart]:
+    _check_video_url(url, allow_local_files)
     parts: list[TextPart | ImagePart] | None = _lru_get(_VIDEOS, url)
     if parts is None:
         from ...media import prepare_image, sample_video  # loaded only when a request has a video
 
-        video = sample_video(url)
+        with _read_errors(url, "video"):
+            video = sample_video(url)
         parts = []
         for chunk in video.chunks:
             prepared = prepare_image(chunk.frames[0])  # already at the chunk's size: kept as is
@@ -92,7 +141,7 @@ def _video_parts(url: str) -> list[TextPart | ImagePart]:
 _EXPANDED: OrderedDict[int, tuple[Message, Message]] = OrderedDict()  # id(msg) -> (msg, copy)
 
 
-def expand_videos(messages: Sequence[Message]) -> list[Message]:
+def expand_videos(messages: Sequence[Message], *, allow_local_files: bool = False) -> list[Message]:
     """Replace every video part by its sampled chunks (timestamp text + first-frame image).
 
     Messages without a video are returned as the same objects; a message with one is replaced by
@@ -101,6 +150,8 @@ def expand_videos(messages: Sequence[Message]) -> list[Message]:
 
     Raises:
         MediaDecodeError, NoVideoStreamError: an unreadable video.
+        VideoTooLongError: more samples or tokens than ``MediaConfig``'s caps.
+        MediaError: an http(s) video URL, or a local path while local files are not allowed.
     """
     out: list[Message] = []
     for msg in messages:
@@ -108,6 +159,9 @@ def expand_videos(messages: Sequence[Message]) -> list[Message]:
         if not isinstance(content, list) or not any(isinstance(p, VideoPart) for p in content):
             out.append(msg)
             continue
+        for part in content:  # checked on every call: a cached expansion must not bypass it
+            if isinstance(part, VideoPart):
+                _check_video_url(part.video_url.url, allow_local_files)
         hit = _EXPANDED.get(id(msg))
         if hit is not None and hit[0] is msg:
             out.append(hit[1])
@@ -115,7 +169,7 @@ def expand_videos(messages: Sequence[Message]) -> list[Message]:
         parts: list[Any] = []
         for part in content:
             if isinstance(part, VideoPart):
-                parts.extend(_video_parts(part.video_url.url))
+                parts.extend(_video_parts(part.video_url.url, allow_local_files))
             else:
                 parts.append(part)
         copy = msg.model_copy(update={"content": parts})

@@ -31,7 +31,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from ..._exceptions import ParserStateError
+from ..._exceptions import JSONLimitError, ParserStateError
 from ._encode import CLOSE, END_OF_MSG, OPEN, SEP
 from ._events import (
     ContentDelta,
@@ -46,6 +46,7 @@ from ._events import (
     ToolCallStarted,
     new_tool_call_id,
 )
+from ._json import JSON_MAX_DEPTH, safe_loads
 
 __all__ = ["StreamParser", "parse"]
 
@@ -97,17 +98,15 @@ def _parse_header(header: str) -> tuple[str, dict[str, str]]:
     return parts[0], attrs
 
 
-def _reject_constant(name: str) -> Any:
-    # NaN / Infinity are not JSON; re-dumping them would give invalid arguments JSON.
-    raise ValueError(name)
-
-
-def _decode_value(raw: str) -> Any:
-    # docs/k3-format.md § Typed arguments: non-string types are JSON, else the raw text.
+def _decode_value(raw: str, max_depth: int) -> tuple[Any, str | None]:
+    """``(value, error)``. docs/k3-format.md § Typed arguments: non-string types are JSON, else the
+    raw text; JSON beyond the shared limits (:func:`safe_loads`) also falls back, with the reason."""
     try:
-        return json.loads(raw, parse_constant=_reject_constant)
-    except (ValueError, RecursionError):
-        return raw
+        return safe_loads(raw, max_depth), None
+    except JSONLimitError as e:
+        return raw, str(e)
+    except ValueError:
+        return raw, None
 
 
 _dumps: Callable[[Any], str] = json.JSONEncoder(ensure_ascii=False).encode
@@ -115,7 +114,9 @@ _dumps: Callable[[Any], str] = json.JSONEncoder(ensure_ascii=False).encode
 
 
 class _Call:
-    __slots__ = ("arg_key", "arg_parts", "arg_string", "id", "index", "items", "json_parts", "name", "parent")
+    __slots__ = (
+        "arg_key", "arg_parts", "arg_string", "error", "id", "index", "items", "json_parts", "name", "parent",
+    )  # fmt: skip
 
     def __init__(self, index: int, id: str, name: str, parent: int) -> None:
         self.index = index
@@ -127,6 +128,7 @@ class _Call:
         self.arg_key = ""
         self.arg_string = False
         self.arg_parts: list[str] = []
+        self.error: str | None = None  # the first value beyond the JSON limits, if any
 
 
 class StreamParser:
@@ -463,7 +465,9 @@ class StreamParser:
         raw = "".join(call.arg_parts)
         call.arg_parts = []
         if self._state == _JSON:
-            value = _decode_value(raw)
+            value, error = _decode_value(raw, JSON_MAX_DEPTH)
+            if error is not None and call.error is None:
+                call.error = f"its json arguments block: {error}"
             if isinstance(value, dict):
                 for key, item in value.items():
                     self._args_delta(call, self._key_prefix(call, key) + _dumps(item))
@@ -473,7 +477,9 @@ class StreamParser:
             self._args_delta(call, '"')  # docs/k3-format.md § Typed arguments: a string is the raw text, no unescaping
             call.items.append((call.arg_key, raw))
         else:
-            value = _decode_value(raw)
+            value, error = _decode_value(raw, JSON_MAX_DEPTH - 1)  # it sits inside the arguments object
+            if error is not None and call.error is None:
+                call.error = f"argument {call.arg_key!r}: {error}"
             self._args_delta(call, _dumps(value))
             call.items.append((call.arg_key, value))
         self._state = _CALL
@@ -482,8 +488,8 @@ class StreamParser:
         self._args_delta(call, "}" if call.json_parts else "{}")
         arguments_json = "".join(call.json_parts)
         arguments = dict(call.items)
-        self._calls.append(ParsedToolCall(call.index, call.id, call.name, arguments, arguments_json))
-        self._out.append(ToolCallDone(call.index, call.id, call.name, arguments, arguments_json))
+        self._calls.append(ParsedToolCall(call.index, call.id, call.name, arguments, arguments_json, call.error))
+        self._out.append(ToolCallDone(call.index, call.id, call.name, arguments, arguments_json, call.error))
         self._call = None
         self._state = call.parent
 

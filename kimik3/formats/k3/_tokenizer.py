@@ -88,21 +88,31 @@ def load_tiktoken_bpe(path: str | os.PathLike[str]) -> dict[bytes, int]:
     """Read a ``tiktoken.model`` file: one ``<base64 token bytes> <rank>`` pair per line.
 
     Raises:
-        TokenizerError: the file is missing or a line is malformed.
+        TokenizerError: the file is missing or empty, a line is malformed (not strict base64, not
+            an integer rank), a token or rank repeats, or the ranks are not exactly
+            ``0 .. n-1`` (tiktoken would report ``max rank + 1`` as the vocabulary size).
     """
     try:
         data = Path(path).read_bytes()
     except OSError as e:
         raise TokenizerError(f"cannot read tiktoken vocabulary {path}: {e}") from e
     ranks: dict[bytes, int] = {}
+    seen: set[int] = set()
     for lineno, line in enumerate(data.splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            token, rank = line.split()
-            ranks[base64.b64decode(token)] = int(rank)
-        except ValueError as e:
+            token, rank_text = line.split()
+            token_bytes, rank = base64.b64decode(token, validate=True), int(rank_text)
+        except ValueError as e:  # binascii.Error is a ValueError
             raise TokenizerError(f"{path}:{lineno}: expected '<base64> <rank>', got {line[:60]!r}") from e
+        if token_bytes in ranks or rank in seen or rank < 0:
+            raise TokenizerError(f"{path}:{lineno}: repeated token or rank, or a negative rank: {line[:60]!r}")
+        ranks[token_bytes] = rank
+        seen.add(rank)
+    if not ranks or max(seen) != len(ranks) - 1:
+        top = max(seen) if seen else None
+        raise TokenizerError(f"{path}: ranks must be 0..n-1 for n = {len(ranks)} tokens (highest rank: {top})")
     return ranks
 
 
@@ -112,16 +122,30 @@ def special_token_ids(num_base_tokens: int, added_tokens_decoder: Mapping[Any, A
     and ``<|reserved_token_{id}|>`` where unnamed (as the checkpoint's ``tokenization_kimi.py``).
 
     Raises:
-        TokenizerError: an entry without a name.
+        TokenizerError: not a mapping, an entry without a name, an id that is not an integer or
+            lies outside ``num_base_tokens .. num_base_tokens + 255``, a name given twice.
     """
+    if not isinstance(added_tokens_decoder, Mapping):
+        raise TokenizerError(f"added_tokens_decoder must be an object, got {type(added_tokens_decoder).__name__}")
     named: dict[str, int] = {}
+    reserved = range(num_base_tokens, num_base_tokens + NUM_RESERVED_SPECIAL_TOKENS)
     for token_id, entry in added_tokens_decoder.items():
         content = entry.get("content") if isinstance(entry, Mapping) else getattr(entry, "content", entry)
         if not isinstance(content, str):
             raise TokenizerError(f"added_tokens_decoder[{token_id!r}] has no content")
-        named[content] = int(token_id)
+        try:
+            number = int(token_id)
+        except (TypeError, ValueError):
+            raise TokenizerError(f"added_tokens_decoder key {token_id!r} is not a token id") from None
+        if number not in reserved:
+            raise TokenizerError(
+                f"special token {content!r} has id {number}, outside the {NUM_RESERVED_SPECIAL_TOKENS} special ids "
+                f"{reserved.start}..{reserved.stop - 1} that follow the {num_base_tokens} base tokens"
+            )
+        if content in named:
+            raise TokenizerError(f"special token {content!r} is named twice (ids {named[content]} and {number})")
+        named[content] = number
     taken = set(named.values())
-    reserved = range(num_base_tokens, num_base_tokens + NUM_RESERVED_SPECIAL_TOKENS)
     specials = {f"<|reserved_token_{i}|>": i for i in reserved if i not in taken}
     specials.update(named)
     return specials
@@ -217,7 +241,9 @@ class K3Tokenizer:
         ``<|reserved_token_{id}|>``.
 
         Raises:
-            TokenizerError: a missing file, or a config that is not valid JSON.
+            TokenizerError: a missing file, a malformed ``tiktoken.model`` (see
+                :func:`load_tiktoken_bpe`), a config that is not a JSON object, or special
+                tokens that clash with the vocabulary.
         """
         root = Path(model_dir)
         ranks = load_tiktoken_bpe(root / "tiktoken.model")
@@ -226,6 +252,8 @@ class K3Tokenizer:
             config = json.loads(config_path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as e:
             raise TokenizerError(f"cannot read {config_path}: {e}") from e
+        if not isinstance(config, dict):
+            raise TokenizerError(f"{config_path} must hold a JSON object, got {type(config).__name__}")
         specials = special_token_ids(len(ranks), config.get("added_tokens_decoder") or {})
         return cls(ranks, specials, name=f"kimi-k3:{root.name}")
 
