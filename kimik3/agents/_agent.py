@@ -271,13 +271,18 @@ class Agent(Generic[OutputT]):
             task: the user's request (text or content parts); None to continue ``messages``.
             messages: the conversation to continue, extended IN PLACE as the run goes (so it
                 holds the history even if the run is cancelled). A new list when omitted.
-            session: a JSONL file that receives every message as it happens.
+            session: a JSONL file that receives every message as it happens (its directory must
+                exist; the run holds an exclusive lock on it, see :class:`SessionWriter`).
 
         Returns:
             The :class:`RunResult`.
 
         Raises:
             UserError: nothing to do (no task and no pending conversation).
+            SessionError: the session file is in use by another run (named), is not a session,
+                is not a regular file, or its directory does not exist; nothing is written then.
+            KeyboardInterrupt: raised by a tool or the approval hook, as itself (every call still
+                gets its result message first).
             Engine errors (:class:`~kimik3.APIStatusError`, ...) that survived the client's
             retries. Tool errors never escape: the model sees them.
         """
@@ -295,7 +300,9 @@ class Agent(Generic[OutputT]):
         is valid; then the run continues (with ``task`` as a new user message, if given).
 
         Raises:
-            SessionError: an unreadable session file.
+            SessionError: an unreadable session file (the line is named), or one another run is
+                writing (the holder is named). A torn last line of a crash is dropped, never an
+                error.
         """
         history = load_session(path)
         return await self.run(task, messages=history, session=path)
