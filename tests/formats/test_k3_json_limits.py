@@ -8,6 +8,8 @@ import sys
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kimik3 import JSONLimitError
 from kimik3.formats.k3 import (
@@ -146,3 +148,37 @@ def test_the_encoder_renders_arguments_json_beyond_the_limits_as_a_raw_block(arg
     assert f'<|open|>json type="object"<|sep|>{arguments}<|close|>json<|sep|>' in prompt
     with pytest.raises(JSONLimitError):
         msg.tool_calls[0].function.parsed_arguments()  # type: ignore[index]
+
+
+def _deep(depth: int, leaf: Any) -> Any:
+    for _ in range(depth):
+        leaf = [leaf]
+    return leaf
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(10**700), max_value=10**700)
+    | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    value=st.dictionaries(st.text(min_size=1, max_size=4), json_values, max_size=3),
+    depth=st.sampled_from([0, 1, JSON_MAX_DEPTH - 2, JSON_MAX_DEPTH - 1, JSON_MAX_DEPTH, 300, 1000]),
+)
+def test_any_arguments_text_renders_and_parses_into_a_call_the_encoder_renders_again(value: Any, depth: int) -> None:
+    """Arguments text of any size or depth (Infinity and NaN included, as Python writes them):
+    rendering never raises, and what the parser makes of it is inside the limits and a fixed
+    point of render -> parse."""
+    arguments = json.dumps({"v": _deep(depth, value)})
+    text = one_call(arguments)
+    (call,) = parse(text, thinking=False).tool_calls or (None,)
+    if call is None:  # a json block that is not an object carries no call arguments: nothing to check
+        return
+    safe_loads(call.arguments_json)  # inside the limits, so the encoder renders it as arguments
+    again = parse(one_call(call.arguments_json), thinking=False).tool_calls[0]
+    assert (again.arguments_json, again.arguments) == (call.arguments_json, call.arguments)
+    render([UserMessage(content="x"), parse(text, thinking=False).to_message()])
