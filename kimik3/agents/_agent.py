@@ -33,7 +33,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from .. import _tracing
 from .._client import Client
-from .._exceptions import JSONLimitError, UserError
+from .._exceptions import JSONLimitError, SessionError, UserError
 from ..engines import Engine
 from ..formats.k3 import K3Tokenizer, PromptCache, ToolCallDone, check_json_limits, default_tokenizer
 from ..tools import Tool, ToolContext, ToolResult, Toolset
@@ -324,6 +324,13 @@ class Agent(Generic[OutputT]):
             if writer.new:  # a new session file for an existing conversation: record it first
                 for m in history:
                     writer.message(m)
+            elif len(writer.messages) != len(history):  # read under the lock: appending would mix two
+                writer.close()
+                raise SessionError(
+                    f"session {writer.path} holds {len(writer.messages)} messages, but this run continues a "
+                    f"conversation of {len(history)}; continue the file's own with Agent.resume (another run "
+                    "may have written it since it was read)"
+                )
         run = _Run(history, writer, self.deps, self._count)
         try:
             async with AsyncExitStack() as stack:

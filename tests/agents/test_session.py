@@ -244,3 +244,36 @@ async def test_kill_9_while_writing_then_resume_succeeds_every_time(tmp_path: Pa
         assert isinstance(after[-1], AssistantMessage) and after[-1].content == f"resumed {trial}"
         assert json.loads(path.read_bytes().splitlines()[0])["kimik3_session"] == 1
     print(f"{torn} of 8 kills left a torn last line")
+
+
+async def test_a_run_never_appends_a_different_conversation_to_a_session(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    write_session(path, ["first"])
+    stale = load_session(path)
+    w = SessionWriter(path)  # another run appends after this one read the file
+    w.message(UserMessage(content="from the other run"))
+    w.close()
+    before = path.read_bytes()
+    engine = ScriptedEngine([answer("never")])
+    with pytest.raises(SessionError) as e:
+        await Agent(engine=engine).run("go on", messages=stale, session=path)
+    assert str(e.value) == (f"session {path} holds 2 messages, but this run continues a conversation of 1; continue "
+                            "the file's own with Agent.resume (another run may have written it since it was read)")
+    with pytest.raises(SessionError, match="holds 2 messages, but this run continues a conversation of 0"):
+        await Agent(engine=engine).run("a new task", session=path)  # not a fresh file
+    assert engine.calls == [] and path.read_bytes() == before
+    r = await Agent(engine=ScriptedEngine([answer("ok")])).resume(path, task="go on")
+    assert r.output == "ok" and contents(path) == ["first", "from the other run", "go on", "ok"]
+
+
+def test_a_torn_header_is_an_empty_session_the_writer_starts_again(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(b'{"kimik3_sess')  # killed while the header was written
+    with pytest.raises(SessionError, match=r" is empty, not a kimik3 session$"):
+        load_session(path)
+    w = SessionWriter(path, {"instructions": "sys"})
+    assert w.new and w.messages == []
+    w.message(UserMessage(content="task"))
+    w.close()
+    assert contents(path) == ["task"]
+    assert json.loads(path.read_bytes().splitlines()[0])["instructions"] == "sys"
