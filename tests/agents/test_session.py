@@ -277,3 +277,33 @@ def test_a_torn_header_is_an_empty_session_the_writer_starts_again(tmp_path: Pat
     w.close()
     assert contents(path) == ["task"]
     assert json.loads(path.read_bytes().splitlines()[0])["instructions"] == "sys"
+
+
+TORN_CHILD = textwrap.dedent("""
+    import json, os, signal, sys
+    from kimik3.agents import SessionWriter
+    from kimik3.types import UserMessage, dump_message
+    w = SessionWriter(sys.argv[1], {"instructions": "sys"})
+    w.message(UserMessage(content="kept " + "é漢🙂"))
+    line = (json.dumps({"message": dump_message(UserMessage(content="torn " + sys.argv[2]))}, ensure_ascii=False)
+            + "\\n").encode()
+    w._write_bytes(line[: line.index(sys.argv[2].encode()) + int(sys.argv[3])])  # stop inside the character
+    os.kill(os.getpid(), signal.SIGKILL)
+""")
+
+
+@pytest.mark.parametrize(("char", "cut"), [("é", 1), ("漢", 1), ("漢", 2), ("🙂", 1), ("🙂", 3)])
+async def test_kill_9_inside_a_multibyte_character_then_resume(tmp_path: Path, char: str, cut: int) -> None:
+    """A real child process killed right after writing part of a line, its last byte inside a
+    2-, 3- or 4-byte UTF-8 character."""
+    path = tmp_path / "s.jsonl"
+    proc = subprocess.run([sys.executable, "-c", TORN_CHILD, str(path), char, str(cut)], timeout=120)
+    assert proc.returncode == -signal.SIGKILL
+    tail = path.read_bytes().rsplit(b"\n", 1)[1]
+    assert tail.endswith(char.encode()[:cut])
+    with pytest.raises(UnicodeDecodeError):
+        tail.decode("utf-8")
+    assert contents(path) == ["kept " + WIDE]
+    r = await Agent(engine=ScriptedEngine([answer("resumed")]), instructions="sys").resume(path, task="go on")
+    assert r.output == "resumed"
+    assert contents(path) == ["kept " + WIDE, "go on", "resumed"]
