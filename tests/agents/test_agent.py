@@ -292,7 +292,7 @@ async def test_result_size_cap_head_tail_and_elided_count() -> None:
 
 
 async def test_compaction_keeps_call_result_pairs_and_recent_turns() -> None:
-    turns = [calls(("echo", {"text": f"t{i} " + "x" * 400}), reasoning=f"r{i}") for i in range(6)]
+    turns = [calls(("echo", {"text": f"t{i} " + "word " * 400}), reasoning=f"r{i}") for i in range(6)]
     summary = answer("SUMMARY: echoed t0..t3")
 
     def script(messages: list[Message]) -> str:
@@ -302,7 +302,7 @@ async def test_compaction_keeps_call_result_pairs_and_recent_turns() -> None:
         n = sum(isinstance(m, AssistantMessage) for m in messages)
         return turns[n] if n < len(turns) else answer("final")
 
-    policy = ContextPolicy(context_window=2400, compact_at=0.5, keep_recent_turns=2)
+    policy = ContextPolicy(context_window=6000, compact_at=0.5, keep_recent_turns=2)
     engine = ScriptedEngine(script)
     events = [e async for e in Agent(tools=[echo], engine=engine, context=policy).run_stream("go")]
     compactions = [e for e in events if isinstance(e, CompactionEvent)]
