@@ -16,29 +16,27 @@ reads a model's ``preprocessor_config.json``). Errors: :class:`~kimik3.ImageTooL
 """
 
 from ._config import K3_MEDIA_CONFIG, MediaConfig, TransparentBgConfig
-from ._image import (
+from ._image import PreparedImage, prepare_image
+from ._image_decode import ImageSource, decode_data_url
+from ._sizes import (
     MEDIA_BEGIN,
     MEDIA_CONTENT,
     MEDIA_END,
     MEDIA_PAD,
-    ImageSource,
-    PreparedImage,
-    decode_data_url,
     image_prompt,
     image_token_count,
     navit_fixed_point,
     navit_size,
-    prepare_image,
 )
 from ._video import (
     SampledVideo,
     VideoChunk,
-    VideoSource,
     format_timestamp,
     iter_video_chunks,
     sample_video,
     video_chunk_prompt,
 )
+from ._video_decode import VideoSource
 
 __all__ = [
     "ImageSource",

@@ -21,7 +21,7 @@ from kimik3.media import (
     image_token_count,
     prepare_image,
 )
-from kimik3.media._image import _partial_rects  # to check which path a test exercises
+from kimik3.media._image_pixels import _partial_rects  # to check which path a test exercises
 
 from ._helpers import DATA, blend, board, png_header_only, reference_composite
 

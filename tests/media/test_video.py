@@ -19,7 +19,8 @@ from PIL import Image
 
 from kimik3 import MediaDecodeError, MediaError, NoVideoStreamError
 from kimik3.media import MediaConfig, SampledVideo, iter_video_chunks, sample_video
-from kimik3.media._video import _iter_chunks, _Stats  # the plan-free pass, for equivalence
+from kimik3.media._video import _iter_chunks  # the plan-free pass, for equivalence
+from kimik3.media._video_decode import _Stats
 
 from ._helpers import DATA
 
@@ -289,7 +290,7 @@ def test_argument_errors(tmp_path: Path) -> None:
 def test_plan_mismatch_falls_back_to_a_plain_decode(
     ten_seconds: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import kimik3.media._video as video
+    import kimik3.media._video_decode as video
 
     real = video._make_plan
 

@@ -14,7 +14,8 @@ from PIL import Image
 
 from kimik3 import MediaError, VideoTooLongError
 from kimik3.media import MediaConfig, iter_video_chunks, sample_video
-from kimik3.media._video import _iter_chunks, _Stats
+from kimik3.media._video import _iter_chunks
+from kimik3.media._video_decode import _Stats
 
 from .test_video import _level, _read_level, make_clip
 
