@@ -34,9 +34,9 @@ from typing import Annotated
 import anyio
 from pydantic import Field
 
-from .._exceptions import ToolDefinitionError, ToolError
-from ._tool import Tool
-from ._truncate import _truncate, truncate_middle
+from ..._exceptions import ToolDefinitionError, ToolError
+from .._tool import Tool
+from .._truncate import _truncate, truncate_middle
 
 __all__ = ["coding_tools"]
 
