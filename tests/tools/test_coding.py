@@ -373,7 +373,7 @@ async def test_glob_refuses_escapes_and_hides_outside_links(tools: dict[str, Too
 @pytest.fixture(params=["python", "ripgrep"])
 def grep_impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     if request.param == "python":
-        monkeypatch.setattr(coding._toolkit, "_rg_path", lambda: None)
+        monkeypatch.setattr(coding._search, "_rg_path", lambda: None)
     elif shutil.which("rg") is None:
         pytest.skip("ripgrep (rg) is not installed; the Python fallback is tested instead")
     yield request.param

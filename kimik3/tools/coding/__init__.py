@@ -1,4 +1,8 @@
-"""The coding toolkit: see :func:`coding_tools`."""
+"""The coding toolkit: ``bash``, ``read_file``, ``write_file``, ``edit_file``, ``grep``, ``glob``.
+
+See :func:`coding_tools`. Modules: ``_toolkit`` (the tools the model reads), ``_paths``
+(confinement to the workspace, file reading), ``_search`` (grep, glob), ``_bash`` (processes).
+"""
 
 from ._toolkit import coding_tools
 
