@@ -34,6 +34,7 @@
     │       └── ServiceUnavailableError    5xx
     ├── ToolError                          raised by or around a tool; the agent turns it into a
     │   ├── ToolArgumentsError             tool-error message for the model, it never escapes a run
+    │   ├── ToolTimeoutError               a call that overran its time limit (and was abandoned)
     │   ├── TrajectoryError                a UI trajectory that cannot be recorded, read or replayed
     │   │   └── ReplayMismatchError        the screen no longer matches the recorded step
     │   └── MCPServerError                 an MCP server that cannot be started, reached or read
@@ -78,6 +79,7 @@ __all__ = [
     "ToolDefinitionError",
     "ToolError",
     "ToolNameError",
+    "ToolTimeoutError",
     "TrajectoryError",
     "UnknownContentPartError",
     "UnknownRoleError",
@@ -258,6 +260,11 @@ class ToolArgumentsError(ToolError):
 
 class ToolDefinitionError(UserError):
     """A Python function that cannot be turned into a tool (raised when the tool is defined)."""
+
+
+class ToolTimeoutError(ToolError):
+    """A tool call that did not finish within its time limit; the call was cancelled, or its
+    worker thread abandoned (Python cannot kill a thread). See :meth:`kimik3.tools.Tool.run`."""
 
 
 class TrajectoryError(ToolError):

@@ -20,7 +20,7 @@ EXPECTED = [
     "TokenizerError", "Tool", "ToolArgumentsError", "ToolCall", "ToolCallApprovedEvent",
     "ToolCallArgumentsDelta", "ToolCallDone", "ToolCallIncomplete", "ToolCallStarted",
     "ToolDefinitionError", "ToolError", "ToolMessage", "ToolNameError", "ToolResult", "ToolResultEvent",
-    "ToolSpec", "TurnEndEvent", "UnknownContentPartError", "UnknownRoleError", "Usage", "UserError",
+    "ToolSpec", "ToolTimeoutError", "TurnEndEvent", "UnknownContentPartError", "UnknownRoleError", "Usage", "UserError",
     "UserMessage", "VLLMEngine", "VideoTooLongError", "__version__", "tool", "verify",
 ]  # fmt: skip
 

@@ -6,11 +6,22 @@ design follows pydantic-ai's function tools); arguments are coerced by pydantic 
 the declared schema. :meth:`Tool.run` never raises for bad arguments or for an exception inside
 the tool: it returns a :class:`ToolResult` with ``is_error=True`` whose text the agent sends back
 to the model as the tool message. Cancellation still propagates.
+
+Time limits: a tool may have a time limit (``Tool(..., timeout=S)``, or per call
+``tool.run(args, timeout=S)``). A call that overruns returns ``"Error: ToolTimeoutError: <name>
+did not finish within S s ..."``. A sync function runs in its own daemon thread, so a call that
+overruns, or whose run is cancelled (a time budget, Ctrl-C), returns at once; Python cannot kill
+a thread, so that thread is *abandoned*: it runs on in the background until the function
+returns, and being a daemon it does not keep the interpreter from exiting. Tools that can block
+(files, sockets, subprocesses) should still bound their own work, so that an abandoned thread
+ends soon and leaves nothing behind.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
+import contextvars
 import functools
 import importlib
 import inspect
@@ -18,23 +29,28 @@ import io
 import json
 import re
 import sys
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, get_args, get_origin, get_type_hints, overload
+from typing import Annotated, Any, TypeVar, get_args, get_origin, get_type_hints, overload
 
-import anyio.to_thread
+import anyio
+import anyio.from_thread
+import anyio.lowlevel
 import jsonschema
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined, to_jsonable_python
 
-from .._exceptions import JSONLimitError, ToolArgumentsError, ToolDefinitionError, ToolError
+from .._exceptions import JSONLimitError, ToolArgumentsError, ToolDefinitionError, ToolError, ToolTimeoutError
 from ..formats.k3 import safe_loads
 from ..types import ImagePart, ImageURL, TextPart, ToolMessage, ToolSpec
 
 __all__ = ["Tool", "ToolContext", "ToolResult", "load_arguments", "tool"]
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # OpenAI's rule for function names
+# OpenAI's rule for function names plus '.', common in MCP names ("github.create_issue"); K3
+# carries the name in an escaped attribute, so any of these characters round-trips.
+_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _ARGS_SECTIONS = frozenset({"args", "arguments", "parameters", "params", "keyword args", "keyword arguments"})
 _DROPPED_SECTIONS = _ARGS_SECTIONS | {"raises"}
 _SECTION_RE = re.compile(
@@ -43,6 +59,53 @@ _SECTION_RE = re.compile(
 )
 _PARAM_RE = re.compile(r"^\*{0,2}([A-Za-z_]\w*)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
 _MAX_INPUT_REPR = 100
+_T = TypeVar("_T")
+_SURROGATE_RE = re.compile("[\ud800-\udfff]")
+
+
+def visible_text(text: str) -> str:
+    """``text`` as valid UTF-8: each lone surrogate becomes a visible escape.
+
+    Surrogates ``U+DC80``-``U+DCFF`` (undecodable bytes kept by ``surrogateescape``, e.g. a file
+    name ``caf\\xe9.txt`` from :func:`os.listdir`) become ``\\xNN`` (the byte); other lone
+    surrogates become ``\\udNNN``. Text without surrogates is returned as is.
+    """
+    if text.isascii() or not _SURROGATE_RE.search(text):
+        return text
+
+    def escape(m: re.Match[str]) -> str:
+        code = ord(m.group())
+        return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
+
+    return _SURROGATE_RE.sub(escape, text)
+
+
+async def _call_in_thread(function: Callable[[], _T], name: str) -> _T:
+    """Run ``function`` in a new daemon thread and await its result (or its exception).
+
+    Unlike ``anyio.to_thread.run_sync``, cancelling the caller returns at once: the thread is
+    abandoned (Python cannot kill a thread) and, being a daemon, never blocks interpreter exit.
+    The caller's context variables are copied into the thread.
+    """
+    token = anyio.lowlevel.current_token()
+    done = anyio.Event()
+    outcome: list[tuple[bool, Any]] = []
+    context = contextvars.copy_context()
+
+    def target() -> None:
+        try:
+            outcome.append((True, context.run(function)))
+        except BaseException as e:  # handed to the awaiting task
+            outcome.append((False, e))
+        with contextlib.suppress(Exception):  # the event loop is gone: nobody waits any more
+            anyio.from_thread.run_sync(done.set, token=token)
+
+    threading.Thread(target=target, name=f"kimik3 tool {name}", daemon=True).start()
+    await done.wait()
+    ok, value = outcome[0]
+    if ok:
+        return value  # type: ignore[no-any-return]
+    raise value
 
 
 @dataclass
@@ -104,13 +167,23 @@ class ToolResult(BaseModel):
     """What a tool call produced, ready to become a :class:`~kimik3.types.ToolMessage`.
 
     Attributes:
-        content: text, or a list of text and image parts.
+        content: text, or a list of text and image parts; always valid UTF-8 (lone surrogates
+            are replaced on construction, see :func:`visible_text`).
         is_error: True when the arguments were invalid or the tool raised; ``content`` is then
             ``"Error: <ExceptionType>: <message>"``.
     """
 
     content: str | list[TextPart | ImagePart] = ""
     is_error: bool = False
+
+    @field_validator("content")
+    @classmethod
+    def _valid_utf8(cls, value: str | list[TextPart | ImagePart]) -> str | list[TextPart | ImagePart]:
+        """Lone surrogates (undecodable bytes of file names, say) become visible escapes, so the
+        text can always be encoded, counted, logged and written to a session file."""
+        if isinstance(value, str):
+            return visible_text(value)
+        return [TextPart(text=visible_text(p.text)) if isinstance(p, TextPart) else p for p in value]
 
     @classmethod
     def from_value(cls, value: Any) -> ToolResult:
@@ -275,6 +348,35 @@ def _loc(loc: tuple[Any, ...] | Any) -> str:
     return ".".join(str(p) for p in loc) if loc else "<arguments>"
 
 
+def _schema_kinds(prop: Mapping[str, Any], root: Mapping[str, Any]) -> set[str]:
+    """The JSON types a property schema admits (following ``$ref``, ``anyOf`` / ``oneOf``)."""
+    ref = prop.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/$defs/"):
+        return _schema_kinds(root.get("$defs", {}).get(ref[len("#/$defs/") :], {}), root)
+    kinds: set[str] = set()
+    declared = prop.get("type")
+    if isinstance(declared, str):
+        kinds.add(declared)
+    elif isinstance(declared, list):
+        kinds.update(k for k in declared if isinstance(k, str))
+    for key in ("anyOf", "oneOf", "allOf"):
+        for sub in prop.get(key, ()):
+            kinds |= _schema_kinds(sub, root)
+    if not kinds and "properties" in prop:
+        kinds.add("object")
+    return kinds
+
+
+def _wants_container(prop: Mapping[str, Any], root: Mapping[str, Any]) -> bool:
+    kinds = _schema_kinds(prop, root)
+    return bool(kinds & {"array", "object"}) and "string" not in kinds
+
+
+def _wants_number(prop: Mapping[str, Any]) -> bool:
+    kinds = _schema_kinds(prop, {})
+    return bool(kinds & {"integer", "number"}) and "boolean" not in kinds
+
+
 def _annotated_target(function: Callable[..., Any]) -> Any:
     """The plain function whose ``__annotations__`` describe ``function``'s parameters."""
     target: Any = function
@@ -326,13 +428,14 @@ class Tool:
     part of the schema. ``*args`` / ``**kwargs`` / positional-only parameters are not supported.
 
     Attributes:
-        name: the name the model calls (``[A-Za-z0-9_-]{1,64}``).
+        name: the name the model calls (``[A-Za-z0-9_.-]{1,64}``).
         description: what the model reads about the tool (docstring without ``Args:`` /
             ``Raises:``), possibly "".
         parameters: the JSON Schema of the arguments: ``{"type": "object", "properties": {...},
             "required": [...], "additionalProperties": false}`` (no ``title`` keywords).
         function: the wrapped function.
         takes_context: whether the function's first parameter is a :class:`ToolContext`.
+        timeout: the time limit of one call in seconds, or None (no limit); see :meth:`run`.
     """
 
     def __init__(
@@ -341,15 +444,19 @@ class Tool:
         *,
         name: str | None = None,
         description: str | None = None,
+        timeout: float | None = None,
     ) -> None:
         """Wrap ``function``; same as :meth:`from_function`.
 
         Raises:
             ToolDefinitionError: an unsupported signature (``*args``, ``**kwargs``, positional-only
-                or unannotated parameters, a misplaced :class:`ToolContext`), an invalid name, or
-                a parameter type pydantic cannot describe.
+                or unannotated parameters, a misplaced :class:`ToolContext`), an invalid name, a
+                parameter type pydantic cannot describe, or a ``timeout`` that is not positive.
         """
+        if timeout is not None and not timeout > 0:
+            raise ToolDefinitionError(f"tool timeout must be a positive number of seconds, got {timeout!r}")
         self.function = function
+        self.timeout = timeout
         self.name = name if name is not None else getattr(function, "__name__", "")
         if not _NAME_RE.match(self.name):
             raise ToolDefinitionError(
@@ -418,6 +525,12 @@ class Tool:
         except jsonschema.SchemaError as e:  # pragma: no cover - pydantic emits valid schemas
             raise ToolDefinitionError(f"tool {self.name!r}: invalid JSON schema: {e.message}") from e
         self._validator = jsonschema.Draft202012Validator(schema)
+        properties: dict[str, Any] = schema["properties"]
+        # Parameters whose value may arrive as JSON text (an array or object sent as a string by a
+        # server that double-encodes, or a model that typed it so) and numbers, where a JSON
+        # boolean must not pass as 0 / 1 (pydantic's lax mode would accept it).
+        self._json_params = {p for p in self._param_names if _wants_container(properties.get(p, {}), schema)}
+        self._number_params = {p for p in self._param_names if _wants_number(properties.get(p, {}))}
 
         self.is_async = inspect.iscoroutinefunction(function) or (
             not inspect.isroutine(function)  # an object with an async __call__
@@ -431,14 +544,16 @@ class Tool:
         *,
         name: str | None = None,
         description: str | None = None,
+        timeout: float | None = None,
     ) -> Tool:
         """Wrap ``function`` as a tool (``name`` defaults to its ``__name__``, ``description`` to
-        its docstring without the ``Args:`` / ``Raises:`` sections).
+        its docstring without the ``Args:`` / ``Raises:`` sections, ``timeout`` in seconds to no
+        limit).
 
         Raises:
             ToolDefinitionError: see :class:`Tool`.
         """
-        return cls(function, name=name, description=description)
+        return cls(function, name=name, description=description, timeout=timeout)
 
     def __repr__(self) -> str:
         return f"Tool(name={self.name!r}, parameters={list(self._param_names)!r})"
@@ -472,6 +587,10 @@ class Tool:
             ``{parameter name: value}`` for every schema parameter (defaults filled in), values
             coerced by pydantic in lax mode (``"60"`` and ``60.0`` -> ``60`` for an ``int``).
 
+        An array or object parameter given as a string is decoded once as JSON (``'[1, 2]'`` ->
+        ``[1, 2]``); a JSON boolean is refused for a number parameter (checked on the value as
+        sent, before pydantic's coercion).
+
         Raises:
             ToolArgumentsError: text that is not JSON or not an object, JSON beyond the limits of
                 :func:`~kimik3.formats.k3.safe_loads` (``1e999``, nesting deeper than 128, ...), unknown argument names
@@ -485,8 +604,20 @@ class Tool:
         if unknown:
             expected = ", ".join(self._param_names) or "no arguments"
             raise ToolArgumentsError(f"unexpected argument(s): {', '.join(unknown)} (expected: {expected})")
+        args = dict(args)
+        problems = []
+        for pname, value in args.items():
+            if pname in self._json_params and isinstance(value, str):
+                with contextlib.suppress(json.JSONDecodeError):
+                    decoded = json.loads(value)
+                    if isinstance(decoded, (list, dict)):
+                        args[pname] = decoded
+            elif pname in self._number_params and isinstance(value, bool):
+                problems.append(f"{pname}: Input should be a number, not a boolean (got {value!r})")
+        if problems:
+            raise ToolArgumentsError("; ".join(problems))
         try:
-            model = self._model.model_validate(dict(args))
+            model = self._model.model_validate(args)
         except ValidationError as e:
             problems = []
             for err in e.errors():
@@ -503,36 +634,50 @@ class Tool:
         return {pname: getattr(model, f"f{i}") for i, pname in enumerate(self._param_names)}
 
     async def run(
-        self, arguments: Mapping[str, Any] | str | None, context: ToolContext | None = None
+        self,
+        arguments: Mapping[str, Any] | str | None,
+        context: ToolContext | None = None,
+        *,
+        timeout: float | None = None,
     ) -> ToolResult:
         """Validate ``arguments``, call the function and convert what it returns.
 
-        Never raises for invalid arguments or for an exception inside the tool (any
-        :class:`Exception`): those come back as ``ToolResult(is_error=True, content="Error:
-        <ExceptionType>: <message>")``. Cancellation (``asyncio.CancelledError``, anyio's
-        cancellation) and other ``BaseException`` s propagate.
+        Never raises for invalid arguments, for an exception inside the tool (any
+        :class:`Exception`) or for a call that overruns its time limit: those come back as
+        ``ToolResult(is_error=True, content="Error: <ExceptionType>: <message>")``, e.g.
+        ``"Error: ToolTimeoutError: grep did not finish within 60 s and was abandoned"``.
+        Cancellation (``asyncio.CancelledError``, anyio's cancellation) and other
+        ``BaseException`` s propagate.
 
-        A sync function runs in a worker thread (``anyio.to_thread.run_sync``); the thread cannot
-        be interrupted, so a cancelled run waits for the function to return before the
-        cancellation propagates. An async function is awaited in the caller's task.
+        A sync function runs in a new daemon thread, an async one in the caller's task. When the
+        time limit passes or the caller is cancelled, the call returns at once: an async function
+        is cancelled; a sync function's thread is abandoned (Python cannot kill a thread; it runs
+        on until the function returns, and never blocks interpreter exit).
 
         Args:
             arguments: the call's arguments, a dict or its JSON text.
             context: handed to a function whose first parameter is a :class:`ToolContext`
                 (``ToolContext()`` when omitted).
+            timeout: this call's time limit in seconds (default: :attr:`timeout`; None and no
+                tool default: no limit). An agent passes what is left of its time budget.
 
         Returns:
             The :class:`ToolResult` (see :meth:`ToolResult.from_value`). A function that returns
             a :class:`Tool` or a non-empty list of them gives them to the agent
             (``context.add_tools``) and its result is ``"new tools: <name>, <name>"``.
         """
+        limit = self.timeout if timeout is None else timeout
         try:
             kwargs = self.validate(arguments)
             call_args: tuple[Any, ...] = (context or ToolContext(),) if self.takes_context else ()
-            if self.is_async:
-                value = await self.function(*call_args, **kwargs)
-            else:
-                value = await anyio.to_thread.run_sync(functools.partial(self.function, *call_args, **kwargs))
+            with anyio.move_on_after(limit) as scope:
+                if self.is_async:
+                    value = await self.function(*call_args, **kwargs)
+                else:
+                    value = await _call_in_thread(functools.partial(self.function, *call_args, **kwargs), self.name)
+            if scope.cancelled_caught:
+                how = "was cancelled" if self.is_async else "was abandoned (its thread may still be running)"
+                raise ToolTimeoutError(f"{self.name} did not finish within {limit:g} s and {how}")
             new = [value] if isinstance(value, Tool) else value if isinstance(value, list) else None
             if new and all(isinstance(t, Tool) for t in new):
                 if context is None or context.add_tools is None:
@@ -550,7 +695,7 @@ def tool(function: Callable[..., Any], /) -> Tool: ...
 
 @overload
 def tool(
-    *, name: str | None = None, description: str | None = None
+    *, name: str | None = None, description: str | None = None, timeout: float | None = None
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -560,9 +705,11 @@ def tool(
     *,
     name: str | None = None,
     description: str | None = None,
+    timeout: float | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Turn a typed function into a :class:`Tool`; use bare (``@tool``) or with options
-    (``@tool(name="search", description="...")``).
+    (``@tool(name="search", description="...", timeout=30)``; ``timeout`` is each call's time
+    limit in seconds, see :meth:`Tool.run`).
 
     Example::
 
@@ -579,9 +726,9 @@ def tool(
         ToolDefinitionError: see :class:`Tool`.
     """
     if function is not None:
-        return Tool(function, name=name, description=description)
+        return Tool(function, name=name, description=description, timeout=timeout)
 
     def decorate(fn: Callable[..., Any]) -> Tool:
-        return Tool(fn, name=name, description=description)
+        return Tool(fn, name=name, description=description, timeout=timeout)
 
     return decorate
