@@ -1,87 +1,263 @@
-"""Workspace paths and file reading shared by the coding tools."""
+"""Confinement of the file tools to the workspace, and opening files without blocking.
+
+Every path is walked component by component from a descriptor of the workspace root: each
+directory is opened with ``O_NOFOLLOW`` relative to its parent's descriptor (``openat``), and a
+symlink met on the way is read (``readlinkat``) and its target walked the same way, refused once
+it leaves the root. Nothing is ever opened by a path the kernel resolves on its own, so swapping
+a directory for a symlink between a check and an open cannot lead outside (the race is lost at
+worst, never won): the final open is ``O_NOFOLLOW`` from the parent's descriptor.
+
+Only regular files are opened. A FIFO, socket or device is refused after ``lstat`` and, for the
+race, the open itself is ``O_NONBLOCK`` (opening a FIFO never waits for a peer) and checked with
+``fstat`` before any read or write.
+
+Hard links cannot be confined: a file linked from outside the workspace is the same file. The file
+tools read such files; they refuse to *write* a file with more than one link unless told to
+(``coding_tools(..., write_hard_links=True)``).
+
+Linux / POSIX only (``dir_fd`` support in :mod:`os`).
+"""
 
 from __future__ import annotations
 
-import codecs
+import contextlib
+import errno
+import os
+import stat
+from collections import deque
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..._exceptions import ToolError
 
-_BINARY_SNIFF = 8192
+_MAX_LINKS = 40  # symlinks followed while walking one path (Linux's own limit)
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+_CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F]} | {ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"}
 
 
-class _Workspace:
-    def __init__(self, root: Path) -> None:
-        self.root = root
-
-    def resolve(self, path: str) -> Path:
-        """The absolute, symlink-free path of ``path``; ToolError when it leaves the root."""
-        if "\x00" in path:
-            raise ToolError(f"invalid path {path!r}")
-        p = Path(path)
-        try:
-            resolved = (p if p.is_absolute() else self.root / p).resolve()
-        except (OSError, RuntimeError) as e:  # symlink loops
-            raise ToolError(f"cannot resolve path {path!r}: {e}") from e
-        if not resolved.is_relative_to(self.root):
-            raise ToolError(f"path {path!r} is outside the workspace {self.root}; use a path inside it")
-        return resolved
-
-    def rel(self, path: Path) -> str:
-        rel = path.relative_to(self.root).as_posix()
-        return rel or "."
-
-    def inside(self, path: Path) -> bool:
-        try:
-            return path.resolve().is_relative_to(self.root)
-        except (OSError, RuntimeError):
-            return False
+def show_path(rel: str) -> str:
+    """A workspace-relative path for tool output: control characters (a newline in a file name)
+    become visible escapes (``\\n``, ``\\x1b``), so one path is always one line. Undecodable
+    bytes (surrogates from :func:`os.fsdecode`) are escaped later as ``\\xNN`` by
+    :class:`~kimik3.tools.ToolResult`."""
+    return rel.translate(_CONTROL)
 
 
-def _is_binary(data: bytes) -> bool:
-    return b"\x00" in data[:_BINARY_SNIFF]
+def kind_of(mode: int) -> str | None:
+    """``"a FIFO (named pipe)"`` etc. for a file that is neither regular nor a directory."""
+    for test, kind in _KINDS:
+        if test(mode):
+            return kind
+    return None
 
 
-def _decode(data: bytes) -> tuple[str, str]:
-    """(text, encoding): UTF-8 with BOM, UTF-8, else latin-1 (which round-trips any bytes)."""
-    if data.startswith(codecs.BOM_UTF8):
-        try:
-            return data[len(codecs.BOM_UTF8) :].decode("utf-8"), "utf-8-sig"
-        except UnicodeDecodeError:
-            pass
-    try:
-        return data.decode("utf-8"), "utf-8"
-    except UnicodeDecodeError:
-        return data.decode("latin-1"), "latin-1"
-
-
-def _split_lines(text: str) -> list[str]:
-    """Lines split on ``\\n`` only (like grep / rg numbering), without ``\\r\\n`` / ``\\n``."""
-    if not text:
-        return []
-    lines = text.split("\n")
-    if lines[-1] == "":
-        lines.pop()
-    return [line[:-1] if line.endswith("\r") else line for line in lines]
-
-
-def _cap_line(line: str, limit: int) -> str:
-    if len(line) <= limit:
-        return line
-    return f"{line[:limit]}... [{len(line) - limit} more characters]"
-
-
-def _read_text_file(ws: _Workspace, path: str) -> tuple[Path, bytes]:
-    p = ws.resolve(path)
-    if p.is_dir():
+def check_regular(st: os.stat_result, path: str) -> None:
+    """ToolError unless ``st`` is a regular file (directories and special files refused)."""
+    if stat.S_ISDIR(st.st_mode):
         raise ToolError(f"{path} is a directory")
-    try:
-        data = p.read_bytes()
-    except FileNotFoundError:
-        raise ToolError(f"{path}: no such file") from None
-    except OSError as e:
-        raise ToolError(f"cannot read {path}: {e.strerror or e}") from None
-    if _is_binary(data):
-        raise ToolError(f"{path} is a binary file ({len(data)} bytes)")
-    return p, data
+    if not stat.S_ISREG(st.st_mode):
+        kind = kind_of(st.st_mode) or "not a regular file"
+        raise ToolError(
+            f"{path} is {kind}, not a regular file; the file tools only open regular files (use bash "
+            "for others)"
+        )
+
+
+@dataclass
+class Located:
+    """Where a path leads: ``name`` (None for a directory path such as ``.``) inside the open
+    directory ``dir_fd``. Close it (``with``) to release the descriptors."""
+
+    dir_fd: int
+    name: str | None
+    rel: str
+    _fds: list[int] = field(default_factory=list)
+
+    def __enter__(self) -> Located:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for fd in self._fds:
+            os.close(fd)
+        self._fds.clear()
+
+
+class Workspace:
+    """The workspace root and the confined walk of paths inside it."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root  # absolute and free of symlinks
+
+    def outside(self, path: str) -> ToolError:
+        return ToolError(f"path {path!r} is outside the workspace {self.root}; use a path inside it")
+
+    def _relative_parts(self, target: str, path: str) -> list[str]:
+        """The components of ``target`` relative to the root; ``target`` may be absolute."""
+        if not target.startswith("/"):
+            return target.split("/")
+        root = str(self.root)
+        if target != root and not target.startswith(root.rstrip("/") + "/"):
+            raise self.outside(path)
+        return target[len(root) :].split("/")
+
+    def locate(self, path: str, *, create_dirs: bool = False) -> Located:
+        """Walk ``path`` from the root (symlinks followed, confined); the last component is not
+        opened, and is None when the path names a directory through ``.`` or ``..``.
+
+        Raises:
+            ToolError: the path leaves the workspace, has a NUL, a symlink loop, or a missing or
+                non-directory component (missing directories are made when ``create_dirs``).
+        """
+        if "\x00" in path or not path:
+            raise ToolError(f"invalid path {path!r}")
+        todo = deque(self._relative_parts(path, path))
+        fds = [os.open(self.root, _DIR_FLAGS)]
+        names: list[str] = []
+        links = 0
+        try:
+            while todo:
+                name = todo.popleft()
+                if name in ("", "."):
+                    continue
+                if name == "..":
+                    if not names:
+                        raise self.outside(path)
+                    os.close(fds.pop())
+                    names.pop()
+                    continue
+                last = not any(part not in ("", ".") for part in todo)
+                if last:
+                    try:
+                        st = os.stat(name, dir_fd=fds[-1], follow_symlinks=False)
+                    except FileNotFoundError:
+                        st = None
+                    except OSError as e:
+                        raise ToolError(f"cannot open {path}: {e.strerror or e}") from None
+                    if st is None or not stat.S_ISLNK(st.st_mode):
+                        located = Located(fds[-1], name, "/".join([*names, name]), fds)
+                        fds = []
+                        return located
+                try:
+                    fd = os.open(name, _DIR_FLAGS, dir_fd=fds[-1])
+                except OSError as e:
+                    if e.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):  # a symlink, or a file
+                        st = os.stat(name, dir_fd=fds[-1], follow_symlinks=False)
+                        if not stat.S_ISLNK(st.st_mode):
+                            raise ToolError(f"{path}: {'/'.join([*names, name])} is not a directory") from None
+                    elif e.errno == errno.ENOENT and todo and todo[0] == "..":  # "missing/.." is "."
+                        todo.popleft()
+                        continue
+                    elif e.errno == errno.ENOENT and create_dirs:
+                        with contextlib.suppress(FileExistsError):
+                            os.mkdir(name, 0o777, dir_fd=fds[-1])
+                        todo.appendleft(name)
+                        continue
+                    elif e.errno == errno.ENOENT:
+                        raise ToolError(f"{path}: no such file or directory") from None
+                    else:
+                        raise ToolError(f"cannot open {path}: {e.strerror or e}") from None
+                else:
+                    fds.append(fd)
+                    names.append(name)
+                    continue
+                # ``name`` is a symlink: walk its target in its place.
+                links += 1
+                if links > _MAX_LINKS:
+                    raise ToolError(f"cannot resolve path {path!r}: too many levels of symbolic links")
+                target = os.readlink(name, dir_fd=fds[-1])
+                if target.startswith("/"):
+                    parts = self._relative_parts(target, path)
+                    for fd in fds[1:]:
+                        os.close(fd)
+                    del fds[1:]
+                    names.clear()
+                else:
+                    parts = target.split("/")
+                todo.extendleft(reversed(parts))
+            located = Located(fds[-1], None, "/".join(names) or ".", fds)
+            fds = []
+            return located
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    def open_file(self, path: str, *, write: bool = False, create: bool = False,
+                  hard_links: bool = True) -> tuple[int, str, bool]:
+        """Open the regular file ``path`` confined to the workspace, never blocking.
+
+        Returns:
+            (file descriptor, path relative to the root, whether the file was created). The
+            descriptor is ``O_RDWR`` when ``write`` (nothing is truncated), else ``O_RDONLY``.
+
+        Raises:
+            ToolError: see :meth:`locate`; a missing file (unless ``create``), a directory, a FIFO,
+                socket or device, or (``write`` without ``hard_links``) a file with several links.
+        """
+        for _ in range(_MAX_LINKS):
+            with self.locate(path, create_dirs=create) as loc:
+                if loc.name is None:
+                    raise ToolError(f"{path} is a directory")
+                try:
+                    st = os.stat(loc.name, dir_fd=loc.dir_fd, follow_symlinks=False)
+                except FileNotFoundError:
+                    if not create:
+                        raise ToolError(f"{path}: no such file") from None
+                    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | _FILE_FLAGS
+                    try:
+                        return os.open(loc.name, flags, 0o666, dir_fd=loc.dir_fd), loc.rel, True
+                    except FileExistsError:
+                        continue  # made meanwhile: look again
+                    except OSError as e:
+                        raise ToolError(f"cannot write {path}: {e.strerror or e}") from None
+                if stat.S_ISLNK(st.st_mode):
+                    continue  # became a symlink since the walk: walk again
+                check_regular(st, path)
+                try:
+                    fd = os.open(loc.name, (os.O_RDWR if write else os.O_RDONLY) | _FILE_FLAGS, dir_fd=loc.dir_fd)
+                except OSError as e:
+                    if e.errno == errno.ELOOP:
+                        continue
+                    raise ToolError(f"cannot open {path}: {e.strerror or e}") from None
+                try:
+                    st = os.fstat(fd)
+                    check_regular(st, path)
+                    if write and not hard_links and st.st_nlink > 1:
+                        raise ToolError(
+                            f"{path} has {st.st_nlink} hard links (it may be a file outside the workspace "
+                            "too); not written. Use bash to change it if that is intended"
+                        )
+                except BaseException:
+                    os.close(fd)
+                    raise
+                return fd, loc.rel, False
+        raise ToolError(f"cannot open {path}: it keeps changing")
+
+    def open_dir(self, path: str) -> tuple[int, str]:
+        """(directory descriptor, relative path) of ``path``; ToolError when not a directory."""
+        with self.locate(path) as loc:
+            if loc.name is None:
+                return os.dup(loc.dir_fd), loc.rel
+            try:
+                return os.open(loc.name, _DIR_FLAGS, dir_fd=loc.dir_fd), loc.rel
+            except FileNotFoundError:
+                raise ToolError(f"{path}: no such file or directory") from None
+            except OSError as e:
+                if e.errno == errno.ELOOP:  # became a symlink since the walk
+                    raise ToolError(f"{path} changed while it was opened; try again") from None
+                raise ToolError(f"{path} is not a directory") from None
+
+    def inside(self, rel: str) -> bool:
+        """Whether ``rel`` (a symlink, say) leads somewhere inside the workspace."""
+        try:
+            with self.locate(rel):
+                return True
+        except (ToolError, OSError):
+            return False
 

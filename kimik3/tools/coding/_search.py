@@ -1,95 +1,358 @@
-"""``grep`` (ripgrep, or a Python fallback) and ``glob`` helpers."""
+"""``grep`` (ripgrep, or a Python fallback on the ``regex`` package) and ``glob``, both bounded in
+time, memory and output.
+
+grep keeps the first :data:`MAX_GREP_LINES` matching lines and only counts the rest, up to
+:data:`_MAX_GREP_COUNT`; the Python fallback runs every regular-expression search with a timeout
+(``regex``'s ``timeout=``), so a catastrophic pattern such as ``(a+)+$`` ends. glob walks the
+tree once: each directory is entered at most once (a symlinked directory whose target was already
+entered is not entered again), so its time is linear in the number of entries, and it stops after
+:data:`_MAX_GLOB_SCAN` entries.
+"""
 
 from __future__ import annotations
 
 import fnmatch
 import os
 import re
+import select
 import shutil
+import stat
 import subprocess
-from pathlib import Path, PurePosixPath
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import regex
 
 from ..._exceptions import ToolError
-from ._paths import _decode, _is_binary, _split_lines, _Workspace
+from ._files import _LINE_BYTES, _READ_CHUNK, decode, is_binary, sniff_encoding
+from ._paths import _DIR_FLAGS, _FILE_FLAGS, Workspace, check_regular
 
-_GREP_TIMEOUT_S = 60
+GREP_TIMEOUT_S = 60.0
+GLOB_TIMEOUT_S = 30.0
+MAX_GREP_LINES = 200
+_MAX_GREP_COUNT = 100_000  # matching lines counted (not kept) before grep stops
+_MAX_GREP_RECORD = 1 << 20  # rg: longer lines are replaced by rg's "[Omitted long line ...]"
+MAX_GLOB_PATHS = 500
+_MAX_GLOB_KEPT = 10_000
+_MAX_GLOB_SCAN = 1_000_000
 
 
-def _rg_path() -> str | None:
+@dataclass
+class Matches:
+    """The first matching lines (``(path, line number, text)``) and how many there were."""
+
+    kept: list[tuple[str, int, str]] = field(default_factory=list)
+    total: int = 0
+    stopped: str = ""  # why the search ended early ("" when it ran to the end)
+
+    def add(self, rel: str, number: int, text: str) -> bool:
+        """Record one match; False once the count limit is reached."""
+        self.total += 1
+        if len(self.kept) < MAX_GREP_LINES:
+            self.kept.append((rel, number, text))
+        if self.total >= _MAX_GREP_COUNT:
+            self.stopped = f"counting stopped at {_MAX_GREP_COUNT} matching lines"
+            return False
+        return True
+
+
+def _open_target(ws: Workspace, path: str) -> tuple[int, str, str | None]:
+    """(directory descriptor, relative path, file name or None) of what grep searches: the
+    directory ``path``, or the regular file ``path`` as a name inside its directory."""
+    with ws.locate(path) as loc:
+        if loc.name is None:
+            return os.dup(loc.dir_fd), loc.rel, None
+        try:
+            st = os.stat(loc.name, dir_fd=loc.dir_fd, follow_symlinks=False)
+            if stat.S_ISDIR(st.st_mode):
+                return os.open(loc.name, _DIR_FLAGS, dir_fd=loc.dir_fd), loc.rel, None
+        except FileNotFoundError:
+            raise ToolError(f"{path}: no such file or directory") from None
+        except OSError as e:  # e.g. swapped for a symlink meanwhile
+            raise ToolError(f"cannot open {path}: {e.strerror or e}") from None
+        check_regular(st, path)
+        return os.dup(loc.dir_fd), loc.rel, loc.name
+
+
+def rg_path() -> str | None:
     """The ripgrep executable, or None (grep then uses its Python fallback)."""
     return shutil.which("rg")
 
 
-def _grep_rg(
-    rg: str, ws: _Workspace, regex: str, target: Path, glob: str | None
-) -> list[tuple[str, int, str]]:
-    argv = [rg, "--line-number", "--no-heading", "--with-filename", "--null", "--color", "never"]
+# -- ripgrep ---------------------------------------------------------------------------------
+
+
+def _parse_records(buffer: bytearray, rel_prefix: str, matches: Matches) -> bool:
+    """Take the complete ``name\\0number:text\\n`` records off ``buffer`` (file names may hold
+    newlines, texts never do); False once ``matches`` is full."""
+    while True:
+        nul = buffer.find(b"\x00")
+        if nul < 0:
+            return True
+        end = buffer.find(b"\n", nul)
+        if end < 0:
+            return True
+        name, record = bytes(buffer[:nul]), bytes(buffer[nul + 1 : end])
+        del buffer[: end + 1]
+        number, sep, text = record.partition(b":")
+        if not sep or not number.isdigit():
+            continue
+        rel = os.fsdecode(name)
+        rel = rel[2:] if rel.startswith("./") else rel
+        rel = f"{rel_prefix}/{rel}" if rel_prefix not in ("", ".") else rel
+        line = decode(text, sniff_encoding(text, complete=True))
+        if not matches.add(rel, int(number), line.removesuffix("\r")):
+            return False
+
+
+def grep_rg(rg: str, ws: Workspace, pattern: str, path: str, glob: str | None) -> Matches:
+    """Run ripgrep in the directory (or on the file) ``path`` opened confined; stream its output."""
+    dir_fd, rel, file_name = _open_target(ws, path)
+    argv = [rg, "--no-config", "--line-number", "--no-heading", "--with-filename", "--null",
+            "--color", "never", "--sort", "path", "--max-columns", str(_MAX_GREP_RECORD)]
     if glob:
         argv += ["--glob", glob]
-    argv += ["-e", regex]
-    if target != ws.root:
-        argv += ["--", ws.rel(target)]
+    argv += ["-e", pattern, "--", file_name or "."]
+    matches = Matches()
+    deadline = time.monotonic() + GREP_TIMEOUT_S
     try:
-        proc = subprocess.run(
-            argv, cwd=ws.root, stdin=subprocess.DEVNULL, capture_output=True, timeout=_GREP_TIMEOUT_S
-        )
-    except subprocess.TimeoutExpired:
-        raise ToolError(f"grep timed out after {_GREP_TIMEOUT_S} s; narrow the path or glob") from None
-    if proc.returncode == 1:
-        return []
-    if proc.returncode != 0 and not proc.stdout:
-        message = proc.stderr.decode("utf-8", "replace").strip()
-        raise ToolError(message or f"rg failed with exit code {proc.returncode}")
-    results = []
-    for raw in proc.stdout.split(b"\n"):
-        name, sep, rest = raw.partition(b"\x00")
-        number, sep2, text = rest.partition(b":")
-        if not sep or not sep2 or not number.isdigit():
-            continue
-        rel = PurePosixPath(os.path.normpath(os.fsdecode(name))).as_posix()
-        line = _decode(text)[0]
-        results.append((rel, int(number), line[:-1] if line.endswith("\r") else line))
-    return results
+        proc = subprocess.Popen(argv, cwd=f"/proc/self/fd/{dir_fd}", pass_fds=(dir_fd,), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    finally:
+        os.close(dir_fd)
+    assert proc.stdout is not None and proc.stderr is not None
+    prefix = rel.rsplit("/", 1)[0] if file_name and "/" in rel else ("" if file_name else rel)
+    buffer = bytearray()
+    eof = False
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                matches.stopped = f"the search stopped after {GREP_TIMEOUT_S:g} s"
+                break
+            ready, _, _ = select.select([proc.stdout], [], [], min(left, 1.0))
+            if not ready:
+                continue
+            chunk = os.read(proc.stdout.fileno(), _READ_CHUNK)
+            if not chunk:
+                eof = True
+                break
+            buffer += chunk
+            if not _parse_records(buffer, prefix, matches):
+                break
+    finally:
+        if eof:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                eof = False
+        proc.kill()
+        proc.wait()
+        errors = proc.stderr.read().decode("utf-8", "replace").strip()
+        proc.stdout.close()
+        proc.stderr.close()
+    if eof and proc.returncode not in (0, 1) and not matches.total:
+        raise ToolError(errors or f"rg failed with exit code {proc.returncode}")
+    return matches
 
 
-def _glob_matches(rel: str, glob: str) -> bool:
+# -- the Python fallback ---------------------------------------------------------------------
+
+
+def glob_matches(rel: str, glob: str) -> bool:
     if "/" not in glob:
         return fnmatch.fnmatchcase(rel.rsplit("/", 1)[-1], glob)
-    return fnmatch.fnmatchcase(rel, glob) or (
-        glob.startswith("**/") and fnmatch.fnmatchcase(rel, glob[3:])
-    )
+    return fnmatch.fnmatchcase(rel, glob) or (glob.startswith("**/") and fnmatch.fnmatchcase(rel, glob[3:]))
 
 
-def _grep_python(
-    ws: _Workspace, regex: str, target: Path, glob: str | None
-) -> list[tuple[str, int, str]]:
+def _files(dir_fd: int, rel: str, deadline: float) -> Iterator[tuple[int, str, str]]:
+    """(directory fd, name, relative path) of the regular files below ``dir_fd``, depth first in
+    name order; hidden entries and symlinks are skipped (like ripgrep's defaults)."""
+    with os.scandir(dir_fd) as it:
+        entries = sorted((e.name, e.is_dir(follow_symlinks=False), e.is_file(follow_symlinks=False)) for e in it)
+    for name, is_dir, is_file in entries:
+        if name.startswith(".") or time.monotonic() > deadline:
+            continue
+        child = name if rel == "." else f"{rel}/{name}"
+        if is_file:
+            yield dir_fd, name, child
+        elif is_dir:
+            try:
+                sub = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+            except OSError:
+                continue
+            try:
+                yield from _files(sub, child, deadline)
+            finally:
+                os.close(sub)
+
+
+def _search_file(fd: int, rel: str, rx: regex.Pattern[str], matches: Matches, deadline: float) -> bool:
+    """Search one open file line by line; False once grep must stop."""
+    with os.fdopen(fd, "rb", buffering=_READ_CHUNK) as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return True
+        head = os.pread(fd, _READ_CHUNK, 0)
+        if is_binary(head):
+            return True
+        codec = "latin-1" if sniff_encoding(head, complete=len(head) < _READ_CHUNK) == "latin-1" else "utf-8"
+        number = 0
+        while raw := f.readline(_LINE_BYTES):
+            number += 1
+            if not raw.endswith(b"\n") and len(raw) == _LINE_BYTES:  # a long line: its head is searched
+                while (piece := f.readline(_READ_CHUNK)) and not piece.endswith(b"\n"):
+                    pass
+            line = decode(raw, codec).removesuffix("\n").removesuffix("\r")
+            try:
+                found = rx.search(line, timeout=max(0.001, deadline - time.monotonic()))
+            except TimeoutError:
+                matches.stopped = f"the search stopped after {GREP_TIMEOUT_S:g} s (a slow pattern?)"
+                return False
+            if found and not matches.add(rel, number, line):
+                return False
+    return True
+
+
+def grep_python(ws: Workspace, pattern: str, path: str, glob: str | None) -> Matches:
     try:
-        rx = re.compile(regex)
-    except re.error as e:
-        raise ToolError(f"invalid regular expression {regex!r}: {e}") from None
-    files: list[Path] = []
-    if target.is_file():
-        files.append(target)
-    else:
-        for dirpath, dirnames, filenames in os.walk(target):
-            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-            for fname in sorted(filenames):
-                fpath = Path(dirpath) / fname
-                if fname.startswith(".") or fpath.is_symlink():
+        rx = regex.compile(pattern)
+    except regex.error as e:
+        raise ToolError(f"invalid regular expression {pattern!r}: {e}") from None
+    matches = Matches()
+    deadline = time.monotonic() + GREP_TIMEOUT_S
+    dir_fd, rel, file_name = _open_target(ws, path)
+    try:
+        if file_name is not None:
+            try:
+                fd = os.open(file_name, os.O_RDONLY | _FILE_FLAGS, dir_fd=dir_fd)
+            except OSError as e:
+                raise ToolError(f"cannot open {path}: {e.strerror or e}") from None
+            _search_file(fd, rel, rx, matches, deadline)
+            return matches
+        for parent, name, child in _files(dir_fd, rel, deadline):
+            if glob and not glob_matches(child, glob):
+                continue
+            try:
+                fd = os.open(name, os.O_RDONLY | _FILE_FLAGS, dir_fd=parent)
+            except OSError:
+                continue
+            if not _search_file(fd, child, rx, matches, deadline):
+                break
+    finally:
+        os.close(dir_fd)
+    if time.monotonic() > deadline and not matches.stopped:
+        matches.stopped = f"the search stopped after {GREP_TIMEOUT_S:g} s"
+    return matches
+
+
+# -- glob ------------------------------------------------------------------------------------
+
+
+@dataclass
+class GlobResult:
+    paths: list[str] = field(default_factory=list)  # kept (at most _MAX_GLOB_KEPT), with "/" on directories
+    total: int = 0
+    stopped: str = ""
+
+
+def glob(ws: Workspace, pattern: str) -> GlobResult:
+    """Match ``pattern`` ("*" within a component, "**" any number of directories) in one walk.
+
+    Raises:
+        ToolError: an empty, absolute or ``..`` pattern.
+    """
+    if not pattern:
+        raise ToolError("invalid glob pattern '': it is empty")
+    parts = pattern.split("/")
+    if pattern.startswith("/") or ".." in parts:
+        raise ToolError(f"pattern {pattern!r} must be relative to the workspace and not use '..'")
+    parts = [p for p in parts if p not in ("", ".")]
+    result = GlobResult()
+    if not parts:
+        result.paths, result.total = ["."], 1
+        return result
+    rxs = [None if p == "**" else re.compile(fnmatch.translate(p)) for p in parts]
+    wants_git = ".git" in parts
+    end = len(parts)
+
+    def closure(states: set[int]) -> set[int]:
+        out = set(states)
+        for i in sorted(states):
+            j = i
+            while j < end and rxs[j] is None:
+                j += 1
+                out.add(j)
+        return out
+
+    deadline = time.monotonic() + GLOB_TIMEOUT_S
+    entered: set[tuple[int, int]] = set()
+    pending: list[tuple[str, set[int]]] = []  # symlinked directories, entered after the real tree
+    scanned = 0
+
+    def visit(dir_fd: int, rel: str, states: set[int]) -> None:
+        nonlocal scanned
+        st = os.fstat(dir_fd)
+        if (st.st_dev, st.st_ino) in entered:
+            return
+        entered.add((st.st_dev, st.st_ino))
+        active = closure(states)
+        with os.scandir(dir_fd) as it:
+            entries = sorted((e.name, e.is_dir(follow_symlinks=False), e.is_symlink()) for e in it)
+        for name, is_dir, is_link in entries:
+            scanned += 1
+            if result.stopped or scanned > _MAX_GLOB_SCAN or time.monotonic() > deadline:
+                result.stopped = result.stopped or (
+                    f"glob stopped after {GLOB_TIMEOUT_S:g} s" if time.monotonic() > deadline
+                    else f"glob stopped after {_MAX_GLOB_SCAN} entries"
+                )
+                return
+            if name == ".git" and not wants_git:
+                continue
+            child = name if rel == "." else f"{rel}/{name}"
+            if is_link:
+                if not ws.inside(child):
                     continue
-                if glob and not _glob_matches(ws.rel(fpath), glob):
+                try:
+                    is_dir = stat.S_ISDIR(os.stat(name, dir_fd=dir_fd).st_mode)
+                except OSError:
                     continue
-                files.append(fpath)
-    results = []
-    for fpath in files:
+            nxt = set()
+            for i in active:
+                if i < end and (rxs[i] is None and is_dir):
+                    nxt.add(i)
+                elif i < end and rxs[i] is not None and rxs[i].match(name):  # type: ignore[union-attr]
+                    nxt.add(i + 1)
+            if end in nxt or (is_dir and end in closure(nxt)):
+                result.total += 1
+                if len(result.paths) < _MAX_GLOB_KEPT:
+                    result.paths.append(child + "/" if is_dir else child)
+            if is_dir and any(i < end for i in closure(nxt)):
+                if is_link:
+                    pending.append((child, nxt))
+                    continue
+                try:
+                    sub = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+                except OSError:
+                    continue
+                try:
+                    visit(sub, child, nxt)
+                finally:
+                    os.close(sub)
+
+    root_fd, _ = ws.open_dir(".")
+    try:
+        visit(root_fd, ".", {0})
+    finally:
+        os.close(root_fd)
+    while pending and not result.stopped:
+        child, states = pending.pop(0)
         try:
-            data = fpath.read_bytes()
-        except OSError:
+            sub, _ = ws.open_dir(child)
+        except ToolError:
             continue
-        if _is_binary(data):
-            continue
-        rel = ws.rel(fpath)
-        for number, line in enumerate(_split_lines(_decode(data)[0]), 1):
-            if rx.search(line):
-                results.append((rel, number, line))
-    return results
+        try:
+            visit(sub, child, states)
+        finally:
+            os.close(sub)
+    return result

@@ -1,12 +1,17 @@
 """The coding toolkit: ``bash``, ``read_file``, ``write_file``, ``edit_file``, ``grep``, ``glob``.
 
-Every tool is bound to one workspace root. The file tools resolve paths (relative ones against
-the root), follow symlinks, and refuse anything that ends up outside the root, ``..`` and
-absolute paths included, with a :class:`~kimik3.ToolError`. ``bash`` is *not* sandboxed: it runs
-in the root as the current user and can reach anything that user can; the path checks only keep
-the file tools honest. The argument names are the ones models already know (Claude Code /
-mini-swe-agent style); the docstrings below are what the model reads, and they describe the exact
-output formats, which are kept stable on purpose. POSIX only (``bash`` relies on process groups).
+Every tool is bound to one workspace root. The file tools walk paths (relative ones from the
+root) component by component from the root's directory descriptor, follow symlinks, and refuse
+anything that leads outside the root, ``..`` and absolute paths included, with a
+:class:`~kimik3.ToolError`; a directory swapped for a symlink mid-call cannot lead them out
+(see ``_paths``). They open regular files only (a FIFO, socket or device is refused before any
+open that could block), stream what they read, and each has a time limit (a call that overruns
+returns an error and its thread is abandoned, see :meth:`~kimik3.tools.Tool.run`). ``bash`` is
+*not* sandboxed: it runs in the root as the current user and can reach anything that user can;
+the path checks only keep the file tools honest. The argument names are the ones models already
+know (Claude Code / mini-swe-agent style); the docstrings below are what the model reads, and they
+describe the exact output formats, which are kept stable on purpose. POSIX only (Linux for the
+full guarantees: ``/proc``, ``prctl``).
 
 Usage::
 
@@ -18,33 +23,32 @@ Usage::
 
 from __future__ import annotations
 
-import difflib
 import os
 import shutil
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Annotated
 
 from pydantic import Field
 
-from ..._exceptions import ToolDefinitionError, ToolError
+from ..._exceptions import ToolDefinitionError
 from .._tool import Tool
-from .._truncate import truncate_middle
-from . import _search
+from . import _files, _search
 from ._bash import _run_shell
-from ._paths import _cap_line, _decode, _read_text_file, _split_lines, _Workspace
-from ._search import _grep_python, _grep_rg
+from ._files import cap_line
+from ._paths import Workspace, show_path
 
 __all__ = ["coding_tools"]
 
-_MAX_LINE_CHARS = 2000  # read_file
 _MAX_GREP_LINE_CHARS = 500
-_MAX_GREP_LINES = 200
-_MAX_GLOB_PATHS = 500
-_MAX_DIFF_CHARS = 4000
+FILE_TOOL_TIMEOUT_S = 60.0  # read_file / write_file / edit_file
 
 
 def coding_tools(
-    root: str | os.PathLike[str], *, bash_timeout: int = 120, max_output_chars: int = 30_000
+    root: str | os.PathLike[str],
+    *,
+    bash_timeout: int = 120,
+    max_output_chars: int = 30_000,
+    write_hard_links: bool = False,
 ) -> list[Tool]:
     """The six coding tools bound to the workspace ``root``.
 
@@ -56,6 +60,8 @@ def coding_tools(
         bash_timeout: ``bash``'s default ``timeout`` in seconds.
         max_output_chars: cap on ``bash`` output (head and tail kept, see
             :func:`~kimik3.tools.truncate_middle`).
+        write_hard_links: let ``write_file`` / ``edit_file`` write a file that has more than one
+            hard link (off by default: another link may be outside the workspace).
 
     Returns:
         A list of :class:`~kimik3.tools.Tool`.
@@ -66,7 +72,7 @@ def coding_tools(
     workspace = Path(root).resolve()
     if not workspace.is_dir():
         raise ToolDefinitionError(f"workspace root {str(root)!r} is not a directory")
-    ws = _Workspace(workspace)
+    ws = Workspace(workspace)
     shell = shutil.which("bash") or "/bin/sh"
 
     async def bash(command: str, timeout: Annotated[int, Field(ge=1)] = bash_timeout) -> str:
@@ -107,26 +113,15 @@ def coding_tools(
         line's text (the cat -n format). Lines longer than 2000 characters end with
         "... [N more characters]". If lines remain after the shown range, a last line
         "[N more lines; continue with offset=M]" follows. An empty file gives "[empty file]";
-        a binary file is an error.
+        a binary file, a directory, a FIFO, socket or device is an error. Bytes that are not
+        UTF-8 are shown as \\xNN (a file with no UTF-8 text at all is read as Latin-1).
 
         Args:
             path: file path, relative to the workspace root.
             offset: number of the first line to show (1 = start of file).
             limit: maximum number of lines to show.
         """
-        _, data = _read_text_file(ws, path)
-        lines = _split_lines(_decode(data)[0])
-        if not lines:
-            return "[empty file]"
-        if offset > len(lines):
-            raise ToolError(f"offset {offset} is past the end of {path} ({len(lines)} lines)")
-        shown = lines[offset - 1 : offset - 1 + limit]
-        out = [f"{n:6d}\t{_cap_line(line, _MAX_LINE_CHARS)}" for n, line in enumerate(shown, offset)]
-        end = offset - 1 + len(shown)
-        if end < len(lines):
-            more = len(lines) - end
-            out.append(f"[{more} more line{'s' if more != 1 else ''}; continue with offset={end + 1}]")
-        return "\n".join(out)
+        return _files.read_file(ws, path, offset, limit)
 
     def write_file(path: str, content: str) -> str:
         """Create or overwrite a file with the given content (UTF-8), creating parent directories.
@@ -137,23 +132,16 @@ def coding_tools(
             path: file path, relative to the workspace root.
             content: the complete new file content.
         """
-        p = ws.resolve(path)
-        if p.is_dir():
-            raise ToolError(f"{path} is a directory")
-        data = content.encode("utf-8")
-        try:
-            p.parent.mkdir(parents=True, exist_ok=True)
-            p.write_bytes(data)
-        except OSError as e:
-            raise ToolError(f"cannot write {path}: {e.strerror or e}") from None
-        return f"Wrote {len(data)} bytes to {ws.rel(p)}"
+        return _files.write_file(ws, path, content, write_hard_links)
 
     def edit_file(path: str, old_string: str, new_string: str, replace_all: bool = False) -> str:
         """Replace an exact string in a file.
 
         old_string must match the file exactly (whitespace and indentation included) and only
-        once, unless replace_all is true; include surrounding lines to make it unique. The
-        file's line endings (LF or CRLF) and encoding are kept. Returns "Edited PATH
+        once (overlapping matches count), unless replace_all is true; include surrounding lines
+        to make it unique. Line endings do not need to match (LF in old_string matches CRLF in
+        the file); every line keeps its own ending, and bytes that are not UTF-8 are kept as they
+        are. Files over 10 MiB are refused (use bash: sed -i, a script). Returns "Edited PATH
         (N replacement[s])" followed by a unified diff of the change (3 context lines).
 
         Args:
@@ -162,57 +150,19 @@ def coding_tools(
             new_string: the replacement text.
             replace_all: replace every occurrence instead of requiring exactly one.
         """
-        if not old_string:
-            raise ToolError("old_string is empty; use write_file to create or overwrite a file")
-        if old_string == new_string:
-            raise ToolError("old_string and new_string are identical; nothing to change")
-        p, data = _read_text_file(ws, path)
-        text, encoding = _decode(data)
-        old, new = old_string, new_string
-        crlf = text.count("\r\n")
-        if crlf and crlf * 2 >= text.count("\n"):  # a CRLF file: the model speaks LF
-            old = old_string.replace("\r\n", "\n").replace("\n", "\r\n")
-            new = new_string.replace("\r\n", "\n").replace("\n", "\r\n")
-            if old not in text and old_string in text:  # a stray LF line in a CRLF file
-                old, new = old_string, new_string
-        count = text.count(old)
-        if count == 0:
-            raise ToolError(f"old_string not found in {path}; it must match the file exactly")
-        if count > 1 and not replace_all:
-            raise ToolError(
-                f"old_string matches {count} times in {path}; add surrounding lines to make it "
-                "unique, or set replace_all to true"
-            )
-        updated = text.replace(old, new) if replace_all else text.replace(old, new, 1)
-        try:
-            encoded = updated.encode(encoding)
-        except UnicodeEncodeError:
-            raise ToolError(
-                f"{path} is not UTF-8 (kept as {encoding}) and new_string has characters it cannot hold"
-            ) from None
-        try:
-            p.write_bytes(encoded)
-        except OSError as e:
-            raise ToolError(f"cannot write {path}: {e.strerror or e}") from None
-        rel = ws.rel(p)
-        n = count if replace_all else 1
-        diff = "\n".join(
-            difflib.unified_diff(
-                _split_lines(text), _split_lines(updated), f"a/{rel}", f"b/{rel}", n=3, lineterm=""
-            )
-        )
-        header = f"Edited {rel} ({n} replacement{'s' if n != 1 else ''})"
-        return f"{header}\n{truncate_middle(diff, _MAX_DIFF_CHARS)}" if diff else header
+        return _files.edit_file(ws, path, old_string, new_string, replace_all, write_hard_links)
 
     def grep(pattern: str, path: str = ".", glob: str | None = None) -> str:
         """Search file contents with a regular expression.
 
         Uses ripgrep when installed (Rust regex syntax; .gitignore'd and hidden files skipped),
-        else Python's re (hidden files and directories skipped). Binary files are skipped.
-        Output: one line per matching line, "PATH:LINE:TEXT", sorted by path then line number,
-        PATH relative to the workspace root; TEXT longer than 500 characters ends with
-        "... [N more characters]". At most 200 lines, then "[N more matching lines not shown]".
-        No match gives "[no matches]".
+        else Python's regex module (hidden files and directories skipped). Binary files and
+        symlinks are skipped. Output: one line per matching line, "PATH:LINE:TEXT", sorted by
+        path then line number, PATH relative to the workspace root (a newline or other control
+        character in a file name shown as \\n, \\xNN); TEXT longer than 500 characters ends
+        with "... [N more characters]". At most 200 lines, then "[N more matching lines not
+        shown]". A search that runs over 60 s or 100,000 matching lines stops and says so. No
+        match gives "[no matches]".
 
         Args:
             pattern: the regular expression, e.g. "def \\w+\\(" or "TODO".
@@ -220,20 +170,19 @@ def coding_tools(
             glob: only search files matching this pattern, e.g. "*.py" (file name) or
                 "src/**/*.ts" (path).
         """
-        target = ws.resolve(path)
-        if not target.exists():
-            raise ToolError(f"{path}: no such file or directory")
-        rg = _search._rg_path()
-        found = _grep_rg(rg, ws, pattern, target, glob) if rg else _grep_python(ws, pattern, target, glob)
-        if not found:
-            return "[no matches]"
-        found.sort(key=lambda m: (m[0], m[1]))
+        rg = _search.rg_path()
+        found = _search.grep_rg(rg, ws, pattern, path, glob) if rg else _search.grep_python(ws, pattern, path, glob)
+        if not found.total:
+            return f"[no matches; {found.stopped}]" if found.stopped else "[no matches]"
         out = [
-            f"{rel}:{n}:{_cap_line(text, _MAX_GREP_LINE_CHARS)}" for rel, n, text in found[:_MAX_GREP_LINES]
+            f"{show_path(rel)}:{n}:{cap_line(text, _MAX_GREP_LINE_CHARS)}" for rel, n, text in found.kept
         ]
-        if len(found) > _MAX_GREP_LINES:
-            more = len(found) - _MAX_GREP_LINES
-            out.append(f"[{more} more matching line{'s' if more != 1 else ''} not shown]")
+        more = found.total - len(found.kept)
+        if more:
+            at_least = "at least " if found.stopped else ""
+            out.append(f"[{at_least}{more} more matching line{'s' if more != 1 else ''} not shown]")
+        if found.stopped:
+            out.append(f"[{found.stopped}; results are incomplete]")
         return "\n".join(out)
 
     def glob(pattern: str) -> str:
@@ -242,33 +191,28 @@ def coding_tools(
         "*" matches within one path component, "**" any number of directories: "*.py" (top
         level), "**/*.py" (everywhere), "src/*" (list a directory). Output: one path per line,
         relative to the workspace root, sorted, directories ending with "/"; .git is left out
-        unless the pattern names it. At most 500 paths, then "[N more paths not shown]". No match
+        unless the pattern names it. A symlinked directory is followed once, and not when its
+        target was already listed. At most 500 paths, then "[N more paths not shown]". No match
         gives "[no matches]".
 
         Args:
             pattern: the glob pattern, relative to the workspace root.
         """
-        parts = PurePosixPath(pattern).parts
-        if Path(pattern).is_absolute() or ".." in parts:
-            raise ToolError(f"pattern {pattern!r} must be relative to the workspace and not use '..'")
-        try:
-            candidates = list(workspace.glob(pattern))
-        except (ValueError, NotImplementedError) as e:
-            raise ToolError(f"invalid glob pattern {pattern!r}: {e}") from None
-        wants_git = ".git" in parts
-        found = []
-        for p in candidates:
-            rel = ws.rel(p)
-            if (not wants_git and ".git" in rel.split("/")) or not ws.inside(p):
-                continue
-            found.append(rel + "/" if p.is_dir() and rel != "." else rel)
-        if not found:
-            return "[no matches]"
-        found.sort()
-        out = found[:_MAX_GLOB_PATHS]
-        if len(found) > _MAX_GLOB_PATHS:
-            more = len(found) - _MAX_GLOB_PATHS
+        found = _search.glob(ws, pattern)
+        if not found.total:
+            return f"[no matches; {found.stopped}]" if found.stopped else "[no matches]"
+        paths = sorted(found.paths, key=lambda p: p.split("/"))
+        out = [show_path(p) for p in paths[: _search.MAX_GLOB_PATHS]]
+        more = found.total - len(out)
+        if more:
             out.append(f"[{more} more path{'s' if more != 1 else ''} not shown]")
+        if found.stopped:
+            out.append(f"[{found.stopped}; results are incomplete]")
         return "\n".join(out)
 
-    return [Tool(f) for f in (bash, read_file, write_file, edit_file, grep, glob)]
+    return [
+        Tool(bash),  # bounded by its own ``timeout`` (and async: cancelled with the run)
+        *(Tool(f, timeout=FILE_TOOL_TIMEOUT_S) for f in (read_file, write_file, edit_file)),
+        Tool(grep, timeout=_search.GREP_TIMEOUT_S + 30),  # grep stops itself at GREP_TIMEOUT_S
+        Tool(glob, timeout=_search.GLOB_TIMEOUT_S + 30),
+    ]

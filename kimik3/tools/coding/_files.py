@@ -1,0 +1,287 @@
+"""``read_file`` / ``write_file`` / ``edit_file``: streaming reads, in-place writes, and edits that
+keep every line's own ending and every undecodable byte.
+
+Encoding: a file is UTF-8 (a BOM is kept), its undecodable bytes carried as surrogates
+(``surrogateescape``) so they are written back byte for byte; a file with undecodable bytes and
+no valid multi-byte UTF-8 sequence at all is a legacy 8-bit file, read and written as Latin-1.
+"""
+
+from __future__ import annotations
+
+import codecs
+import difflib
+import os
+import re
+
+from ..._exceptions import ToolError
+from .._truncate import truncate_middle
+from ._paths import Workspace
+
+_BINARY_SNIFF = 8192  # a NUL byte in the first block: binary
+_SNIFF_BLOCK = 65536  # encoding guessed from the first block (read_file)
+_READ_CHUNK = 65536
+_MAX_LINE_CHARS = 2000
+_LINE_BYTES = _MAX_LINE_CHARS * 4 + 4  # a line's bytes read at once; longer lines are streamed
+_MAX_COUNT_BYTES = 1 << 30  # lines after the shown range are counted through this many bytes
+MAX_EDIT_BYTES = 10 * 1024 * 1024
+_MAX_DIFF_CHARS = 4000
+_NON_ASCII_TEXT = re.compile("[\u0080-\udc7f\udd00-\U0010ffff]")  # not an escaped byte
+_NEWLINE = re.compile(r"\r?\n")
+
+
+def sniff_encoding(data: bytes, complete: bool) -> str:
+    """``"utf-8-sig"``, ``"utf-8"`` or ``"latin-1"`` for a file starting with ``data``."""
+    if data.startswith(codecs.BOM_UTF8):
+        return "utf-8-sig"
+    if not complete:  # a multi-byte character may be cut at the end of the block
+        data = data[: data.rfind(b"\n") + 1] or data[:-3]
+    try:
+        data.decode("utf-8")
+        return "utf-8"
+    except UnicodeDecodeError:
+        pass
+    text = data.decode("utf-8", "surrogateescape")
+    return "utf-8" if _NON_ASCII_TEXT.search(text) else "latin-1"
+
+
+def decode(data: bytes, encoding: str) -> str:
+    if encoding == "latin-1":
+        return data.decode("latin-1")
+    if encoding == "utf-8-sig":
+        data = data[len(codecs.BOM_UTF8) :]
+    return data.decode("utf-8", "surrogateescape")
+
+
+def encode(text: str, encoding: str, path: str) -> bytes:
+    if encoding == "latin-1":
+        try:
+            return text.encode("latin-1")
+        except UnicodeEncodeError:
+            raise ToolError(
+                f"{path} is not UTF-8 (kept as latin-1) and new_string has characters it cannot hold"
+            ) from None
+    data = text.encode("utf-8", "surrogateescape")
+    return codecs.BOM_UTF8 + data if encoding == "utf-8-sig" else data
+
+
+def split_lines(text: str) -> list[str]:
+    """Lines split on ``\\n`` only (like grep / rg numbering), without ``\\r\\n`` / ``\\n``."""
+    if not text:
+        return []
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
+def cap_line(line: str, limit: int, more: int = 0) -> str:
+    """``line`` cut to ``limit`` characters with "... [N more characters]" (``more`` characters
+    beyond ``line`` itself were not read into memory)."""
+    extra = max(0, len(line) - limit) + more
+    return f"{line[:limit]}... [{extra} more characters]" if extra else line
+
+
+def is_binary(block: bytes) -> bool:
+    return b"\x00" in block[:_BINARY_SNIFF]
+
+
+def _read_all(fd: int, size: int) -> bytes:
+    chunks = []
+    while chunk := os.read(fd, max(size, _READ_CHUNK)):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+# -- read_file -------------------------------------------------------------------------------
+
+
+def read_file(ws: Workspace, path: str, offset: int, limit: int) -> str:
+    """The ``read_file`` tool's text: lines ``offset..offset+limit-1`` of a streamed file."""
+    fd, _, _ = ws.open_file(path)
+    with os.fdopen(fd, "rb", buffering=_READ_CHUNK) as f:
+        size = os.fstat(fd).st_size
+        head = os.pread(fd, _SNIFF_BLOCK, 0)
+        if not head:
+            return "[empty file]"
+        if is_binary(head):
+            raise ToolError(f"{path} is a binary file ({size} bytes)")
+        encoding = sniff_encoding(head, complete=len(head) < _SNIFF_BLOCK)
+        if encoding == "utf-8-sig":
+            f.seek(len(codecs.BOM_UTF8))
+        out: list[str] = []
+        number = 0
+        codec = "latin-1" if encoding == "latin-1" else "utf-8"
+        while len(out) < limit:
+            raw = f.readline(_LINE_BYTES)
+            if not raw:
+                break
+            number += 1
+            shown = number >= offset
+            text = decode(raw, codec) if shown else ""
+            more = 0
+            if not raw.endswith(b"\n") and len(raw) == _LINE_BYTES:  # a long line: stream the rest
+                decoder = codecs.getincrementaldecoder(codec)("surrogateescape")
+                text = decoder.decode(raw) if shown else ""
+                while True:
+                    piece = f.readline(_READ_CHUNK)
+                    end = not piece or piece.endswith(b"\n")
+                    if shown:
+                        rest = decoder.decode(piece, end)
+                        more += len(rest.removesuffix("\n").removesuffix("\r") if end else rest)
+                    if end:
+                        break
+            if shown:
+                text = text.removesuffix("\n").removesuffix("\r")
+                out.append(f"{number:6d}\t{cap_line(text, _MAX_LINE_CHARS, more)}")
+        if number < offset:
+            if number == 0:
+                return "[empty file]"
+            raise ToolError(f"offset {offset} is past the end of {path} ({number} lines)")
+        # Count what follows without keeping it.
+        following = counted = 0
+        last = b"\n"
+        while counted < _MAX_COUNT_BYTES:
+            chunk = f.read(_READ_CHUNK)
+            if not chunk:
+                break
+            following += chunk.count(b"\n")
+            counted += len(chunk)
+            last = chunk[-1:]
+        if last != b"\n":
+            following += 1
+        if counted >= _MAX_COUNT_BYTES:
+            out.append(f"[more lines follow; continue with offset={number + 1}]")
+        elif following:
+            s = "s" if following != 1 else ""
+            out.append(f"[{following} more line{s}; continue with offset={number + 1}]")
+        return "\n".join(out)
+
+
+# -- write_file ------------------------------------------------------------------------------
+
+
+def write_file(ws: Workspace, path: str, content: str, hard_links: bool) -> str:
+    data = content.encode("utf-8", "surrogateescape")
+    fd, rel, _ = ws.open_file(path, write=True, create=True, hard_links=hard_links)
+    try:
+        os.ftruncate(fd, 0)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    except OSError as e:
+        raise ToolError(f"cannot write {path}: {e.strerror or e}") from None
+    finally:
+        os.close(fd)
+    return f"Wrote {len(data)} bytes to {rel}"
+
+
+# -- edit_file -------------------------------------------------------------------------------
+
+
+def _occurrences(text: str, old: str) -> list[int]:
+    """Start of every occurrence of ``old`` in ``text``, overlapping ones included."""
+    found = []
+    i = text.find(old)
+    while i >= 0:
+        found.append(i)
+        i = text.find(old, i + 1)
+    return found
+
+
+def replace_keeping_endings(text: str, old: str, new: str, replace_all: bool, path: str) -> tuple[str, int]:
+    """``text`` with ``old`` replaced by ``new``, matching line endings loosely.
+
+    ``text`` is compared with its ``\\r\\n`` seen as ``\\n`` (so a CRLF file with a stray LF line
+    matches what read_file showed); ``old`` and ``new`` are read the same way. Each line keeps its
+    own ending: the k-th line break inside a replacement takes the ending of the k-th line break it
+    replaces; extra ones take the file's usual ending.
+
+    Returns:
+        (new text, number of replacements).
+
+    Raises:
+        ToolError: ``old`` not found, or found several times (overlaps count) without
+            ``replace_all``.
+    """
+    contents = _NEWLINE.split(text)
+    endings = _NEWLINE.findall(text)
+    norm = "\n".join(contents)
+    old_n, new_n = old.replace("\r\n", "\n"), new.replace("\r\n", "\n")
+    starts = _occurrences(norm, old_n)
+    if not starts:
+        raise ToolError(f"old_string not found in {path}; it must match the file exactly")
+    if len(starts) > 1 and not replace_all:
+        raise ToolError(
+            f"old_string matches {len(starts)} times in {path}; add surrounding lines to make it "
+            "unique, or set replace_all to true"
+        )
+    crlf = endings.count("\r\n")
+    usual = "\r\n" if crlf and crlf * 2 >= len(endings) else "\n"
+    pieces: list[str] = []
+    new_endings: list[str] = []
+    pos = line = count = 0
+    for start in starts:
+        if start < pos:  # overlaps a replaced one
+            continue
+        between = norm[pos:start]
+        pieces.append(between)
+        k = between.count("\n")
+        new_endings += endings[line : line + k]
+        line += k
+        replaced = old_n.count("\n")
+        own = endings[line : line + replaced]
+        line += replaced
+        pieces.append(new_n)
+        added = new_n.count("\n")
+        new_endings += own[:added] + [usual] * (added - len(own))
+        pos = start + len(old_n)
+        count += 1
+        if not replace_all:
+            break
+    pieces.append(norm[pos:])
+    new_endings += endings[line:]
+    parts = "".join(pieces).split("\n")
+    out = [parts[0]]
+    for ending, part in zip(new_endings, parts[1:], strict=True):
+        out += [ending, part]
+    return "".join(out), count
+
+
+def edit_file(ws: Workspace, path: str, old_string: str, new_string: str, replace_all: bool,
+              hard_links: bool) -> str:
+    if not old_string:
+        raise ToolError("old_string is empty; use write_file to create or overwrite a file")
+    if old_string == new_string:
+        raise ToolError("old_string and new_string are identical; nothing to change")
+    fd, rel, _ = ws.open_file(path, write=True, hard_links=hard_links)
+    try:
+        size = os.fstat(fd).st_size
+        if size > MAX_EDIT_BYTES:
+            raise ToolError(
+                f"{path} is {size} bytes, over edit_file's limit of {MAX_EDIT_BYTES} bytes; change it with "
+                "bash tools (sed -i, a python script) instead"
+            )
+        data = _read_all(fd, size)
+        if len(data) > MAX_EDIT_BYTES:  # grew meanwhile
+            raise ToolError(f"{path} is over edit_file's limit of {MAX_EDIT_BYTES} bytes; use bash tools")
+        if is_binary(data):
+            raise ToolError(f"{path} is a binary file ({len(data)} bytes)")
+        encoding = sniff_encoding(data, complete=True)
+        text = decode(data, encoding)
+        updated, n = replace_keeping_endings(text, old_string, new_string, replace_all, path)
+        encoded = encode(updated, encoding, path)
+        try:
+            os.ftruncate(fd, 0)
+            os.lseek(fd, 0, os.SEEK_SET)
+            view = memoryview(encoded)
+            while view:
+                view = view[os.write(fd, view) :]
+        except OSError as e:
+            raise ToolError(f"cannot write {path}: {e.strerror or e}") from None
+    finally:
+        os.close(fd)
+    diff = "\n".join(
+        difflib.unified_diff(split_lines(text), split_lines(updated), f"a/{rel}", f"b/{rel}", n=3, lineterm="")
+    )
+    header = f"Edited {rel} ({n} replacement{'s' if n != 1 else ''})"
+    return f"{header}\n{truncate_middle(diff, _MAX_DIFF_CHARS)}" if diff else header
