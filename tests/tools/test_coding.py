@@ -125,18 +125,18 @@ async def test_bash_output_capped_head_and_tail_exactly(ws: Path) -> None:
 async def test_bash_timeout_kills_the_whole_group(tools: dict[str, Tool]) -> None:
     # The inner shell ignores SIGTERM, and so do its children; the background sleep also holds
     # the output pipe. The call must still return, and leave no live process in the group.
-    command = "echo $$; sh -c 'trap \"\" TERM; sleep 30 & sleep 30'"
+    command = "cut -d' ' -f5 /proc/$$/stat; sh -c 'trap \"\" TERM; sleep 30 & sleep 30'"
     start = time.monotonic()
     out = await _ok(tools["bash"], command=command, timeout=1)
     print(f"bash timeout=1 returned after {time.monotonic() - start:.2f} s")
     pgid_line, status = out.split("\n")
-    assert status == "[timed out after 1 s; process group killed]"
+    assert status == "[timed out after 1 s; every process it started was killed]"
     assert _live_group_members(int(pgid_line)) == []
 
 
 @pytest.mark.skipif(not HAS_PROC, reason="process-group check reads /proc")
 async def test_bash_background_process_holding_the_pipe(tools: dict[str, Tool]) -> None:
-    out = await _ok(tools["bash"], command="echo $$; sleep 30 & echo started")
+    out = await _ok(tools["bash"], command="cut -d' ' -f5 /proc/$$/stat; sleep 30 & echo started")
     pgid_line, started, note, status = out.split("\n")
     assert (started, note) == ("started", "[background processes holding the output were killed]")
     assert STATUS_RE.fullmatch(status) and STATUS_RE.fullmatch(status).group(1) == "0"  # type: ignore[union-attr]
@@ -167,7 +167,7 @@ async def test_bash_cancellation_kills_the_group(tools: dict[str, Tool], ws: Pat
     async with anyio.create_task_group() as tg:
         with anyio.CancelScope() as scope:
             tg.start_soon(cancel_when_started, scope)
-            await tools["bash"].run({"command": "sleep 30 & echo $$ > pid.txt; sleep 30"})
+            await tools["bash"].run({"command": "sleep 30 & cut -d' ' -f5 /proc/$$/stat > pid.txt; sleep 30"})
     assert scope.cancelled_caught
     assert _live_group_members(int(pid_file.read_text())) == []
 

@@ -1,14 +1,18 @@
-"""``bash``'s process handling: run a shell in its own process group, collect capped output,
-kill the whole group on timeout or cancellation."""
+"""``bash``'s process handling: run a shell in a fresh session under a subreaper (``_reaper``),
+with an environment where editors, pagers and prompts fail fast; collect capped output without
+terminal escape sequences; end every process it started on timeout or cancellation."""
 
 from __future__ import annotations
 
 import codecs
 import contextlib
 import os
+import re
 import signal
 import subprocess
+import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import anyio
@@ -20,6 +24,48 @@ _PIPE_GRACE_S = 1.0  # how long the output may stay open after the shell itself 
 _POLL_S = 0.05
 _READ_CHUNK = 65536
 _MAX_READ_PER_POLL = 1 << 20
+_REAPER_KILL_S = 3.0  # the reaper's own SIGKILL round and reaping
+_REAPER = str(Path(__file__).with_name("_reaper.py"))
+
+_NO_EDITOR = (
+    "sh -c 'echo \"kimik3: no interactive editor here (asked to edit $0). Give the text on the command "
+    "line instead: git commit -m MSG, git merge --no-edit, git rebase without -i.\" >&2; exit 1'"
+)
+_NO_PROMPT = "false"
+# What makes interactive programs fail fast instead of waiting for a terminal that is not there.
+# There is no controlling terminal either (a new session), so /dev/tty prompts (sudo, ssh) fail.
+_FAIL_FAST_ENV = {
+    "EDITOR": _NO_EDITOR,
+    "VISUAL": _NO_EDITOR,
+    "GIT_EDITOR": _NO_EDITOR,
+    "GIT_SEQUENCE_EDITOR": _NO_EDITOR,
+    "GIT_MERGE_AUTOEDIT": "no",
+    "PAGER": "cat",
+    "GIT_PAGER": "cat",
+    "MANPAGER": "cat",
+    "SYSTEMD_PAGER": "",
+    "TERM": "dumb",
+    "NO_COLOR": "1",
+    "GIT_TERMINAL_PROMPT": "0",
+    "GIT_ASKPASS": _NO_PROMPT,
+    "SSH_ASKPASS": _NO_PROMPT,
+    "SSH_ASKPASS_REQUIRE": "never",
+    "GCM_INTERACTIVE": "never",
+    "DEBIAN_FRONTEND": "noninteractive",
+    "PIP_NO_INPUT": "1",
+}
+# ECMA-48 escape sequences: CSI (colours, cursor), OSC (titles, links), and two-byte escapes.
+_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]|\x9b[0-?]*[ -/]*[@-~]")
+
+
+def shell_env() -> dict[str, str]:
+    """The environment of ``bash``'s shell: this process's, with :data:`_FAIL_FAST_ENV` on top."""
+    return {**os.environ, **_FAIL_FAST_ENV}
+
+
+def strip_escapes(text: str) -> str:
+    """``text`` without terminal escape sequences (colours, cursor moves, titles)."""
+    return _ESCAPES.sub("", text) if "\x1b" in text or "\x9b" in text else text
 
 
 class _HeadTail:
@@ -112,46 +158,102 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
         os.killpg(pgid, sig)
 
 
-async def _kill_group(proc: subprocess.Popen[bytes], fd: int, out: _HeadTail, grace: float) -> None:
-    """SIGTERM the process group, SIGKILL it after ``grace`` seconds, reap the shell.
+def _signal(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, sig)
 
-    The group id is the shell's pid (``start_new_session=True``); the group cannot be reused
-    while the unreaped shell or any member exists. Output still in the pipe is read, but never
-    waited for: a process that escaped the group may hold the pipe forever.
+
+@dataclass
+class ShellResult:
+    """What one ``bash`` call did.
+
+    Attributes:
+        output: merged stdout / stderr, capped, escape sequences removed.
+        status: the shell's exit code (128+S for signal S), or None when it timed out.
+        seconds: wall time of the call.
+        killed_background: processes still holding the output after the shell exited were killed.
+        survivors: pids still alive after the kill (uninterruptible sleep, another user).
+        contained: whether every descendant could be found (a subreaper); when False, processes
+            that left the process group (``setsid``) may survive a kill unseen.
     """
-    pgid = proc.pid
+
+    output: str
+    status: int | None
+    seconds: float
+    killed_background: bool
+    survivors: list[int] = field(default_factory=list)
+    contained: bool = True
+
+
+class _Status:
+    """The reaper's reports (see ``_reaper``), read without blocking."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.buffer = b""
+        self.exit_code: int | None = None
+        self.survivors: list[int] = []
+        self.contained = True
+
+    def poll(self) -> None:
+        with contextlib.suppress(BlockingIOError, OSError):
+            while chunk := os.read(self.fd, 4096):
+                self.buffer += chunk
+        *lines, self.buffer = self.buffer.split(b"\n")
+        for line in lines:
+            word, _, rest = line.decode("ascii", "replace").partition(" ")
+            if word == "exit":
+                self.exit_code = int(rest)
+            elif word == "survivors":
+                self.survivors = [int(p) for p in rest.split()]
+            elif word == "noreaper":
+                self.contained = False
+
+
+async def _end_all(proc: subprocess.Popen[bytes], fd: int, out: _HeadTail, status: _Status, grace: float) -> None:
+    """End every process the shell started: the reaper kills its descendants (SIGTERM, ``grace``
+    seconds, SIGKILL; at once with ``grace`` 0) and exits; the process group is SIGKILLed after
+    it as a fallback. Output still in the pipe is read, never waited for."""
+    pgid = proc.pid  # the reaper leads the group (``start_new_session=True``)
     if grace > 0:
+        _signal(pgid, signal.SIGTERM)
         _signal_group(pgid, signal.SIGTERM)
-        end = time.monotonic() + grace
-        while time.monotonic() < end:
-            _drain(fd, out)
-            proc.poll()
-            if not _group_alive(pgid):
-                break
-            await anyio.sleep(_POLL_S)
+    else:
+        _signal(pgid, signal.SIGUSR1)
+    end = time.monotonic() + grace + _REAPER_KILL_S
+    while time.monotonic() < end and proc.poll() is None:
+        _drain(fd, out)
+        await anyio.sleep(0.01)
     if _group_alive(pgid):
         _signal_group(pgid, signal.SIGKILL)
-    for _ in range(200):  # SIGKILL takes effect at once; reap the shell, see the group gone (<= ~2 s)
+    for _ in range(200):  # SIGKILL takes effect at once; reap the reaper, see the group gone (<= ~2 s)
         if proc.poll() is not None and not _group_alive(pgid):
             break
         await anyio.sleep(0.01)
     _drain(fd, out)
+    status.poll()
 
 
-async def _run_shell(
-    argv: list[str], cwd: Path, timeout: float, max_chars: int
-) -> tuple[str, int | None, float, bool]:
-    """(output, exit status or None on timeout, seconds, background processes were killed)."""
+async def _run_shell(argv: list[str], cwd: Path, timeout: float, max_chars: int) -> ShellResult:
+    """Run ``argv`` (a shell) under the reaper with :func:`shell_env`; see :class:`ShellResult`."""
     start = time.monotonic()
-    proc = subprocess.Popen(  # fork/exec only; fast enough to call from the event loop
-        argv,
-        cwd=cwd,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    assert proc.stdout is not None
+    status_r, status_w = os.pipe()
+    try:
+        proc = subprocess.Popen(  # fork/exec only; fast enough to call from the event loop
+            [sys.executable, "-I", "-S", _REAPER, str(status_w), *argv],
+            cwd=cwd,
+            env=shell_env(),
+            stdin=subprocess.PIPE,  # the reaper's control channel; the shell's stdin is /dev/null
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            pass_fds=(status_w,),
+            start_new_session=True,
+        )
+    finally:
+        os.close(status_w)
+    os.set_blocking(status_r, False)
+    status = _Status(status_r)
+    assert proc.stdout is not None and proc.stdin is not None
     fd = proc.stdout.fileno()
     os.set_blocking(fd, False)
     out = _HeadTail(max_chars)
@@ -162,7 +264,8 @@ async def _run_shell(
         while True:
             if not eof:
                 eof = _drain(fd, out)
-            exited = proc.poll() is not None
+            status.poll()
+            exited = status.exit_code is not None or proc.poll() is not None
             if eof and exited:
                 break
             now = time.monotonic()
@@ -181,14 +284,28 @@ async def _run_shell(
                 with anyio.move_on_after(wait):
                     await anyio.wait_readable(fd)
         if timed_out or killed_background:
-            await _kill_group(proc, fd, out, _TERM_GRACE_S)
+            await _end_all(proc, fd, out, status, _TERM_GRACE_S)
     except BaseException:  # cancelled: kill everything at once, then let the cancellation go on
         with anyio.CancelScope(shield=True):
-            await _kill_group(proc, fd, out, 0.0)
+            await _end_all(proc, fd, out, status, 0.0)
         raise
     finally:
+        with contextlib.suppress(OSError):
+            proc.stdin.close()  # the reaper exits, leaving redirected background processes running
+        with anyio.CancelScope(shield=True):
+            for _ in range(200):
+                if proc.poll() is not None:
+                    break
+                await anyio.sleep(0.01)
+            else:
+                _signal(proc.pid, signal.SIGKILL)
+                proc.wait()
         proc.stdout.close()
-    elapsed = time.monotonic() - start
-    rc = proc.returncode
-    status = None if timed_out or rc is None else (rc if rc >= 0 else 128 - rc)
-    return out.text(), status, elapsed, killed_background
+        status.poll()
+        os.close(status_r)
+    code = status.exit_code if status.exit_code is not None else proc.returncode
+    result_status = None if timed_out or code is None else (code if code >= 0 else 128 - code)
+    return ShellResult(
+        strip_escapes(out.text()), result_status, time.monotonic() - start, killed_background,
+        status.survivors, status.contained,
+    )

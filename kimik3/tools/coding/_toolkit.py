@@ -78,10 +78,13 @@ def coding_tools(
     async def bash(command: str, timeout: Annotated[int, Field(ge=1)] = bash_timeout) -> str:
         """Run a shell command (bash) in the workspace root and return its output.
 
-        Each call starts a fresh shell (cd and variables do not persist); stdin is empty;
-        stdout and stderr are merged. Long output keeps its head and tail around a line
+        Each call starts a fresh shell (cd and variables do not persist); stdin is empty and
+        there is no terminal: editors, pagers and password prompts fail at once (use git commit
+        -m, --no-edit, non-interactive flags). stdout and stderr are merged, terminal escape
+        codes removed. Long output keeps its head and tail around a line
         "... [N characters elided] ...". The last line is "[exit code: N, 0.12 s]" (N is 128+S
-        for a process killed by signal S), or "[timed out after T s; process group killed]".
+        for a process killed by signal S), or "[timed out after T s; every process it started
+        was killed]".
         Background processes that keep the output open are killed when the command ends (a line
         "[background processes holding the output were killed]" says so before the last line);
         redirect their output (cmd > log 2>&1 &) to keep them running.
@@ -90,16 +93,18 @@ def coding_tools(
             command: the command line; pipes, &&, redirections and heredocs work.
             timeout: seconds before the command and all its child processes are killed.
         """
-        output, status, elapsed, killed_background = await _run_shell(
-            [shell, "-c", command], workspace, timeout, max_output_chars
-        )
-        lines = [output.rstrip("\n")] if output.strip("\n") else []
-        if killed_background:
+        done = await _run_shell([shell, "-c", command], workspace, timeout, max_output_chars)
+        lines = [done.output.rstrip("\n")] if done.output.strip("\n") else []
+        if done.killed_background:
             lines.append("[background processes holding the output were killed]")
-        if status is None:
-            lines.append(f"[timed out after {timeout} s; process group killed]")
+        if done.survivors:
+            lines.append(f"[these processes survived the kill: {' '.join(map(str, done.survivors))}]")
+        elif not done.contained and (done.status is None or done.killed_background):
+            lines.append("[processes that left the process group (setsid) may still be running]")
+        if done.status is None:
+            lines.append(f"[timed out after {timeout} s; every process it started was killed]")
         else:
-            lines.append(f"[exit code: {status}, {elapsed:.2f} s]")
+            lines.append(f"[exit code: {done.status}, {done.seconds:.2f} s]")
         return "\n".join(lines)
 
     def read_file(
