@@ -282,8 +282,17 @@ def test_json_block_inside_call() -> None:
     text = HEADER + '<|open|>json type="object"<|sep|>{"x": [1, 2]}<|close|>json<|sep|><|close|>call<|sep|>'
     (call,) = parse(text).tool_calls
     assert (call.arguments, call.arguments_json) == ({"x": [1, 2]}, '{"x": [1, 2]}')
+    # Not an object: kept as the argument "json" so the tool fails the call visibly (never {}).
     bad = HEADER + '<|open|>json type="object"<|sep|>{not json<|close|>json<|sep|><|close|>call<|sep|>'
-    assert parse(bad).tool_calls[0].arguments == {}
+    (call,) = parse(bad).tool_calls
+    assert (call.arguments, call.arguments_json) == ({"json": "{not json"}, '{"json": "{not json"}')
+    string = HEADER + '<|open|>json type="object"<|sep|>"{\\"x\\": 1}"<|close|>json<|sep|><|close|>call<|sep|>'
+    (call,) = parse(string).tool_calls
+    assert (call.arguments, call.arguments_json) == ({"json": '{"x": 1}'}, '{"json": "{\\"x\\": 1}"}')
+    listed = HEADER + '<|open|>argument key="a" type="number"<|sep|>1<|close|>argument<|sep|>'
+    listed += '<|open|>json type="object"<|sep|>[1, 2]<|close|>json<|sep|><|close|>call<|sep|>'
+    (call,) = parse(listed).tool_calls
+    assert (call.arguments, call.arguments_json) == ({"a": 1, "json": [1, 2]}, '{"a": 1, "json": [1, 2]}')
 
 
 def test_marker_text_inside_a_string_argument_is_read_as_a_marker() -> None:

@@ -173,7 +173,9 @@ class StreamParser:
         - A call header without a ``tool`` attribute gives the name ``""``; the model's ``index``
           attribute is ignored (calls are numbered in order). A ``json`` block inside a call (the
           encoder's fallback for unparsable arguments) adds its keys when it decodes to an
-          object and is dropped otherwise. An ``<|open|>call`` outside ``tools`` is accepted.
+          object; otherwise it becomes one argument ``json`` (its value, or its raw text), so the
+          tool reports the call as failed rather than running it without arguments. An
+          ``<|open|>call`` outside ``tools`` is accepted.
         - A call counts only once its ``<|close|>call<|sep|>`` is seen. A call interrupted by
           another structural tag (a new call, ``<|close|>tools<|sep|>``, a channel open, the
           message close) is dropped as incomplete like a cut one: running a call whose end was never
@@ -472,7 +474,13 @@ class StreamParser:
                 for key, item in value.items():
                     self._args_delta(call, self._key_prefix(call, key) + _dumps(item))
                     call.items.append((key, item))
-            # Decision: a json block that is not an object carries no arguments; dropped.
+            else:
+                # Decision: a json block that is not an object (a JSON string holding the arguments,
+                # a list, text that is not JSON) is kept under the key "json" (its decoded value, or
+                # the raw text), so the call fails visibly at the tool ("unexpected argument: json")
+                # instead of running with no arguments.
+                self._args_delta(call, self._key_prefix(call, "json") + _dumps(value))
+                call.items.append(("json", value))
         elif call.arg_string:
             self._args_delta(call, '"')  # docs/k3-format.md § Typed arguments: a string is the raw text, no unescaping
             call.items.append((call.arg_key, raw))
