@@ -460,7 +460,7 @@ class Tool:
         self.name = name if name is not None else getattr(function, "__name__", "")
         if not _NAME_RE.match(self.name):
             raise ToolDefinitionError(
-                f"invalid tool name {self.name!r}: use 1-64 letters, digits, '_' or '-' (pass name=...)"
+                f"invalid tool name {self.name!r}: use 1-64 letters, digits, '_', '.' or '-' (pass name=...)"
             )
         doc_description, doc_params = _parse_docstring(inspect.getdoc(function))
         self.description = description if description is not None else doc_description

@@ -324,6 +324,130 @@ async def test_cancellation_propagates() -> None:
     assert state == ["cleaned up"]
 
 
+async def test_sync_tool_over_its_time_limit_is_abandoned() -> None:
+    release = threading.Event()
+    finished: list[str] = []
+
+    @tool(timeout=0.2)
+    def blocker() -> str:
+        release.wait()
+        finished.append("returned later")
+        return "late"
+
+    assert blocker.timeout == 0.2
+    assert await blocker.run({}) == ToolResult(
+        content="Error: ToolTimeoutError: blocker did not finish within 0.2 s and was abandoned (its thread may "
+        "still be running)",
+        is_error=True,
+    )
+    assert finished == []  # the call came back while the thread was still blocked
+    threads = [t for t in threading.enumerate() if t.name == "kimik3 tool blocker"]
+    assert len(threads) == 1 and threads[0].daemon  # a daemon: never keeps the interpreter alive
+    release.set()
+    threads[0].join(10)
+    assert finished == ["returned later"]
+
+
+async def test_per_call_time_limit_and_async_tools() -> None:
+    @tool
+    async def sleeper(s: float) -> str:
+        await anyio.sleep(s)
+        return "awake"
+
+    assert sleeper.timeout is None
+    assert (await sleeper.run({"s": 0})).content == "awake"
+    assert await sleeper.run({"s": 30}, timeout=0.1) == ToolResult(
+        content="Error: ToolTimeoutError: sleeper did not finish within 0.1 s and was cancelled", is_error=True
+    )
+    with pytest.raises(ToolDefinitionError, match="tool timeout must be a positive number of seconds, got 0"):
+        Tool(sample, timeout=0)
+
+
+async def test_cancelling_a_blocked_sync_tool_returns_at_once() -> None:
+    release = threading.Event()
+
+    @tool
+    def blocked() -> str:
+        release.wait()
+        return "x"
+
+    with anyio.move_on_after(0.1) as scope:
+        await blocked.run({})
+    assert scope.cancelled_caught  # came back although the function had not returned
+    assert not release.is_set()
+    release.set()
+
+
+async def test_sync_tool_sees_context_variables_and_raises_through() -> None:
+    import contextvars
+
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="unset")
+
+    @tool
+    def read_var() -> str:
+        return var.get()
+
+    var.set("from the caller")
+    assert (await read_var.run({})).content == "from the caller"
+
+
+def test_dotted_names() -> None:
+    t = Tool(run_cmd.function, name="my.namespace.do_thing")
+    assert t.name == "my.namespace.do_thing" and t.spec.function.name == "my.namespace.do_thing"
+    with pytest.raises(ToolDefinitionError, match="invalid tool name 'a/b'"):
+        Tool(run_cmd.function, name="a/b")
+
+
+class Edit(BaseModel):
+    old: str
+    new: str
+
+
+async def test_array_and_object_arguments_sent_as_json_text() -> None:
+    @tool
+    def apply(edits: list[Edit], options: dict[str, int] | None = None, label: str = "") -> str:
+        return f"{[(e.old, e.new) for e in edits]} {options} {label!r}"
+
+    result = await apply.run({"edits": '[{"old":"x","new":"y"}]', "options": '{"n": 2}', "label": "[1]"})
+    assert result.content == "[('x', 'y')] {'n': 2} '[1]'"  # a string parameter is never decoded
+    # decoded once only: JSON text of JSON text stays a string, and is rejected as such
+    twice = await apply.run({"edits": '"[]"'})
+    assert twice.is_error and twice.content.startswith(  # type: ignore[union-attr]
+        "Error: ToolArgumentsError: edits: Input should be a valid list (got '\"[]\"')"
+    )
+    assert (await apply.run('{"edits": "[{\\"old\\": \\"a\\", \\"new\\": \\"b\\"}]"}')).content == (
+        "[('a', 'b')] None ''"
+    )
+    bad = await apply.run({"edits": "[not json"})
+    assert bad.content == "Error: ToolArgumentsError: edits: Input should be a valid list (got '[not json')"
+
+
+async def test_booleans_are_not_numbers() -> None:
+    @tool
+    def count(n: int, ratio: float = 0.5, maybe: int | None = None, flag: bool = False) -> str:
+        return f"{n} {ratio} {maybe} {flag}"
+
+    assert await count.run({"n": True}) == ToolResult(
+        content="Error: ToolArgumentsError: n: Input should be a number, not a boolean (got True)", is_error=True
+    )
+    assert (await count.run({"n": 1, "ratio": False})).content == (
+        "Error: ToolArgumentsError: ratio: Input should be a number, not a boolean (got False)"
+    )
+    assert (await count.run({"n": 1, "maybe": True})).is_error
+    assert (await count.run('{"n": 2, "ratio": 1, "flag": true}')).content == "2 1.0 None True"
+    assert (await count.run({"n": "3"})).content == "3 0.5 None False"  # lax coercion otherwise unchanged
+
+
+def test_tool_results_are_always_valid_utf8() -> None:
+    name = "caf\udce9.txt"  # os.listdir's name for the bytes b"caf\xe9.txt"
+    result = ToolResult.from_value(f"found {name}\nlone \ud800 surrogate")
+    assert result.content == "found caf\\xe9.txt\nlone \\ud800 surrogate"
+    assert result.text.encode("utf-8")
+    parts = ToolResult(content=[TextPart(text=name)])
+    assert parts.text == "caf\\xe9.txt"
+    assert ToolResult.from_value("naïve ✓").content == "naïve ✓"
+
+
 def test_direct_call_bypasses_validation() -> None:
     assert run_cmd("ls", timeout=5) == "ls:5"
 
@@ -359,7 +483,7 @@ def _posonly(x: int, /) -> str:
         (_unannotated, "tool '_unannotated': parameter 'x' has no type annotation"),
         (_late_ctx, "tool '_late_ctx': the ToolContext parameter 'ctx' must come first"),
         (_posonly, "tool '_posonly': positional-only parameter 'x'"),
-        (lambda: 1, "invalid tool name '<lambda>': use 1-64 letters, digits, '_' or '-' (pass name=...)"),
+        (lambda: 1, "invalid tool name '<lambda>': use 1-64 letters, digits, '_', '.' or '-' (pass name=...)"),
     ],
 )
 def test_definition_errors(fn: Any, message: str) -> None:
