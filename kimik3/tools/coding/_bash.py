@@ -54,8 +54,11 @@ _FAIL_FAST_ENV = {
     "DEBIAN_FRONTEND": "noninteractive",
     "PIP_NO_INPUT": "1",
 }
-# ECMA-48 escape sequences: CSI (colours, cursor), OSC (titles, links), and two-byte escapes.
-_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]|\x9b[0-?]*[ -/]*[@-~]")
+# ECMA-48 escape sequences: CSI (colours, cursor), OSC (titles, links), nF (charsets), two-byte ones.
+_ESCAPES = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[ -/]+[0-~]|\x1b[@-Z\\-_]"
+    r"|\x9b[0-?]*[ -/]*[@-~]"
+)
 
 
 def shell_env() -> dict[str, str]:
