@@ -402,6 +402,20 @@ print(json.dumps([call("glob", pattern="**/*.txt"), call("glob", pattern="chain/
     assert dot == "."
 
 
+async def test_glob_and_grep_depth_is_bounded(tools: dict[str, Tool], ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    c = ws
+    for _ in range(coding._search.MAX_DEPTH + 2):
+        c = c / "c"
+        c.mkdir()
+    (c / "deep.txt").write_text("hit\n")
+    (ws / "c" / "shallow.txt").write_text("hit\n")
+    assert await _text(tools["glob"], pattern="**/*.txt") == (
+        "c/shallow.txt\n[directories more than 128 levels deep were not searched]"
+    )
+    monkeypatch.setattr(coding._search, "rg_path", lambda: None)
+    assert await _text(tools["grep"], pattern="hit") == "c/shallow.txt:1:hit"
+
+
 async def test_glob_symlinked_directory_inside_is_followed_once(tools: dict[str, Tool], ws: Path) -> None:
     (ws / "real").mkdir()
     (ws / "real" / "a.py").write_text("")

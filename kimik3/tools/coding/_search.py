@@ -36,6 +36,7 @@ _MAX_GREP_RECORD = 1 << 20  # rg: longer lines are replaced by rg's "[Omitted lo
 MAX_GLOB_PATHS = 500
 _MAX_GLOB_KEPT = 10_000
 _MAX_GLOB_SCAN = 1_000_000
+MAX_DEPTH = 128  # directories below the start that grep and glob descend into
 
 
 @dataclass
@@ -166,9 +167,10 @@ def glob_matches(rel: str, glob: str) -> bool:
     return fnmatch.fnmatchcase(rel, glob) or (glob.startswith("**/") and fnmatch.fnmatchcase(rel, glob[3:]))
 
 
-def _files(dir_fd: int, rel: str, deadline: float) -> Iterator[tuple[int, str, str]]:
+def _files(dir_fd: int, rel: str, deadline: float, depth: int = 0) -> Iterator[tuple[int, str, str]]:
     """(directory fd, name, relative path) of the regular files below ``dir_fd``, depth first in
-    name order; hidden entries and symlinks are skipped (like ripgrep's defaults)."""
+    name order, at most :data:`MAX_DEPTH` levels down; hidden entries and symlinks are skipped
+    (like ripgrep's defaults)."""
     with os.scandir(dir_fd) as it:
         entries = sorted((e.name, e.is_dir(follow_symlinks=False), e.is_file(follow_symlinks=False)) for e in it)
     for name, is_dir, is_file in entries:
@@ -177,13 +179,13 @@ def _files(dir_fd: int, rel: str, deadline: float) -> Iterator[tuple[int, str, s
         child = name if rel == "." else f"{rel}/{name}"
         if is_file:
             yield dir_fd, name, child
-        elif is_dir:
+        elif is_dir and depth < MAX_DEPTH:
             try:
                 sub = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
             except OSError:
                 continue
             try:
-                yield from _files(sub, child, deadline)
+                yield from _files(sub, child, deadline, depth + 1)
             finally:
                 os.close(sub)
 
@@ -254,6 +256,7 @@ class GlobResult:
     paths: list[str] = field(default_factory=list)  # kept (at most _MAX_GLOB_KEPT), with "/" on directories
     total: int = 0
     stopped: str = ""
+    pruned: bool = False  # directories deeper than MAX_DEPTH were not entered
 
 
 def glob(ws: Workspace, pattern: str) -> GlobResult:
@@ -290,7 +293,7 @@ def glob(ws: Workspace, pattern: str) -> GlobResult:
     pending: list[tuple[str, set[int]]] = []  # symlinked directories, entered after the real tree
     scanned = 0
 
-    def visit(dir_fd: int, rel: str, states: set[int]) -> None:
+    def visit(dir_fd: int, rel: str, states: set[int], depth: int) -> None:
         nonlocal scanned
         st = os.fstat(dir_fd)
         if (st.st_dev, st.st_ino) in entered:
@@ -328,6 +331,9 @@ def glob(ws: Workspace, pattern: str) -> GlobResult:
                 if len(result.paths) < _MAX_GLOB_KEPT:
                     result.paths.append(child + "/" if is_dir else child)
             if is_dir and any(i < end for i in closure(nxt)):
+                if depth >= MAX_DEPTH:
+                    result.pruned = True
+                    continue
                 if is_link:
                     pending.append((child, nxt))
                     continue
@@ -336,13 +342,13 @@ def glob(ws: Workspace, pattern: str) -> GlobResult:
                 except OSError:
                     continue
                 try:
-                    visit(sub, child, nxt)
+                    visit(sub, child, nxt, depth + 1)
                 finally:
                     os.close(sub)
 
     root_fd, _ = ws.open_dir(".")
     try:
-        visit(root_fd, ".", {0})
+        visit(root_fd, ".", {0}, 0)
     finally:
         os.close(root_fd)
     while pending and not result.stopped:
@@ -352,7 +358,7 @@ def glob(ws: Workspace, pattern: str) -> GlobResult:
         except ToolError:
             continue
         try:
-            visit(sub, child, states)
+            visit(sub, child, states, child.count("/") + 1)
         finally:
             os.close(sub)
     return result

@@ -204,13 +204,13 @@ def coding_tools(
             pattern: the glob pattern, relative to the workspace root.
         """
         found = _search.glob(ws, pattern)
-        if not found.total:
-            return f"[no matches; {found.stopped}]" if found.stopped else "[no matches]"
         paths = sorted(found.paths, key=lambda p: p.split("/"))
-        out = [show_path(p) for p in paths[: _search.MAX_GLOB_PATHS]]
-        more = found.total - len(out)
+        out = [show_path(p) for p in paths[: _search.MAX_GLOB_PATHS]] or ["[no matches]"]
+        more = found.total - len(paths[: _search.MAX_GLOB_PATHS])
         if more:
             out.append(f"[{more} more path{'s' if more != 1 else ''} not shown]")
+        if found.pruned:
+            out.append(f"[directories more than {_search.MAX_DEPTH} levels deep were not searched]")
         if found.stopped:
             out.append(f"[{found.stopped}; results are incomplete]")
         return "\n".join(out)
