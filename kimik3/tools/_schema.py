@@ -1,0 +1,165 @@
+"""Docstrings and JSON schemas of tools: what the model reads about a Python function.
+
+Google-style ``Args:`` sections give the parameter descriptions; pydantic's schema is cleaned
+(no ``title`` keywords, a stable key order); :func:`_schema_kinds` tells which JSON types a
+parameter admits (for the argument checks in :meth:`kimik3.tools.Tool.validate`).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import re
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any, get_args, get_origin
+
+from pydantic.fields import FieldInfo
+
+_ARGS_SECTIONS = frozenset({"args", "arguments", "parameters", "params", "keyword args", "keyword arguments"})
+_DROPPED_SECTIONS = _ARGS_SECTIONS | {"raises"}
+_SECTION_RE = re.compile(
+    r"^(Args|Arguments|Parameters|Params|Keyword Args|Keyword Arguments|Returns?|Yields?|Raises|"
+    r"Examples?|Notes?|Attributes|See Also|Warnings?|Todo|References)\s*:\s*$"
+)
+_PARAM_RE = re.compile(r"^\*{0,2}([A-Za-z_]\w*)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
+_MAX_INPUT_REPR = 100
+
+
+# -- docstrings and schema -------------------------------------------------------------------
+
+
+def _parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
+    """(description, {param: description}) of a Google-style docstring.
+
+    The description is the docstring without its ``Args:`` and ``Raises:`` sections (a
+    ``Returns:`` section stays: it tells the model what comes back). Argument descriptions may
+    continue on more-indented lines; they are joined with single spaces.
+    """
+    if not doc:
+        return "", {}
+    lines = inspect.cleandoc(doc).splitlines()
+    kept: list[str] = []
+    params: dict[str, str] = {}
+    section: str | None = None
+    param_indent: int | None = None
+    current: str | None = None
+    for line in lines:
+        stripped = line.strip()
+        indent = len(line) - len(line.lstrip())
+        header = _SECTION_RE.match(line)
+        if header and indent == 0:
+            section = header.group(1).lower()
+            param_indent = current = None
+            if section not in _DROPPED_SECTIONS:
+                kept.append(line)
+            continue
+        # Unindented text ends a section, except argument lines of a docstring that opens with
+        # "Args:" (cleandoc leaves them unindented).
+        if (
+            section is not None
+            and stripped
+            and indent == 0
+            and not (section in _ARGS_SECTIONS and param_indent in (None, 0) and _PARAM_RE.match(stripped))
+        ):
+            section = None
+        if section in _ARGS_SECTIONS:
+            if not stripped:
+                continue
+            m = _PARAM_RE.match(stripped)
+            if m and (param_indent is None or indent <= param_indent):
+                param_indent = indent
+                current = m.group(1)
+                params[current] = m.group(2).strip()
+            elif current is not None:
+                params[current] = f"{params[current]} {stripped}".strip()
+            continue
+        if section in _DROPPED_SECTIONS:
+            continue
+        kept.append(line)
+    description = re.sub(r"\n{3,}", "\n\n", "\n".join(kept)).strip()
+    return description, params
+
+
+def _clean_schema(node: Any) -> Any:
+    """Drop pydantic's ``title`` keywords (not property *names*); in every schema object put
+    ``type`` and ``description`` first and ``default`` last."""
+    if isinstance(node, list):
+        return [_clean_schema(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out: dict[str, Any] = {}
+    for key in ("type", "description"):
+        if key in node:
+            out[key] = node[key]
+    for key, value in node.items():
+        if key in out or key == "title":
+            continue
+        if key in ("properties", "$defs", "patternProperties") and isinstance(value, dict):
+            out[key] = {name: _clean_schema(sub) for name, sub in value.items()}
+        else:
+            out[key] = _clean_schema(value)
+    if "default" in out:
+        out["default"] = out.pop("default")
+    return out
+
+
+def _top_level_order(schema: dict[str, Any]) -> dict[str, Any]:
+    order = ["type", "description", "properties", "required", "additionalProperties"]
+    out = {k: schema[k] for k in order if k in schema}
+    out.update({k: v for k, v in schema.items() if k not in out})
+    return out
+
+
+def _has_description(annotation: Any) -> bool:
+    if get_origin(annotation) is Annotated:
+        return any(isinstance(m, FieldInfo) and m.description for m in get_args(annotation)[1:])
+    return False
+
+
+def _format_input(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= _MAX_INPUT_REPR else text[: _MAX_INPUT_REPR - 3] + "..."
+
+
+def _loc(loc: tuple[Any, ...] | Any) -> str:
+    return ".".join(str(p) for p in loc) if loc else "<arguments>"
+
+
+def _schema_kinds(prop: Mapping[str, Any], root: Mapping[str, Any]) -> set[str]:
+    """The JSON types a property schema admits (following ``$ref``, ``anyOf`` / ``oneOf``)."""
+    ref = prop.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/$defs/"):
+        return _schema_kinds(root.get("$defs", {}).get(ref[len("#/$defs/") :], {}), root)
+    kinds: set[str] = set()
+    declared = prop.get("type")
+    if isinstance(declared, str):
+        kinds.add(declared)
+    elif isinstance(declared, list):
+        kinds.update(k for k in declared if isinstance(k, str))
+    for key in ("anyOf", "oneOf", "allOf"):
+        for sub in prop.get(key, ()):
+            kinds |= _schema_kinds(sub, root)
+    if not kinds and "properties" in prop:
+        kinds.add("object")
+    return kinds
+
+
+def _wants_container(prop: Mapping[str, Any], root: Mapping[str, Any]) -> bool:
+    kinds = _schema_kinds(prop, root)
+    return bool(kinds & {"array", "object"}) and "string" not in kinds
+
+
+def _wants_number(prop: Mapping[str, Any]) -> bool:
+    kinds = _schema_kinds(prop, {})
+    return bool(kinds & {"integer", "number"}) and "boolean" not in kinds
+
+
+def _annotated_target(function: Callable[..., Any]) -> Any:
+    """The plain function whose ``__annotations__`` describe ``function``'s parameters."""
+    target: Any = function
+    while isinstance(target, functools.partial):
+        target = target.func
+    target = getattr(target, "__func__", target)  # bound method
+    if not inspect.isfunction(target) and not inspect.isclass(target) and callable(target):
+        target = getattr(type(target).__call__, "__func__", type(target).__call__)
+    return inspect.unwrap(target)
