@@ -118,7 +118,10 @@ class Workspace:
         if "\x00" in path or not path:
             raise ToolError(f"invalid path {path!r}")
         todo = deque(self._relative_parts(path, path))
-        fds = [os.open(self.root, _DIR_FLAGS)]
+        try:
+            fds = [os.open(self.root, _DIR_FLAGS)]
+        except OSError as e:
+            raise ToolError(f"cannot open the workspace {self.root}: {e.strerror or e}") from None
         names: list[str] = []
         links = 0
         try:
@@ -184,6 +187,8 @@ class Workspace:
             located = Located(fds[-1], None, "/".join(names) or ".", fds)
             fds = []
             return located
+        except OSError as e:  # the tree changed under the walk (a racing rename), EMFILE...
+            raise ToolError(f"cannot open {path}: {e.strerror or e}") from None
         finally:
             for fd in fds:
                 os.close(fd)
@@ -206,7 +211,9 @@ class Workspace:
                     raise ToolError(f"{path} is a directory")
                 try:
                     st = os.stat(loc.name, dir_fd=loc.dir_fd, follow_symlinks=False)
-                except FileNotFoundError:
+                except OSError as e:
+                    if not isinstance(e, FileNotFoundError):
+                        raise ToolError(f"cannot open {path}: {e.strerror or e}") from None
                     if not create:
                         raise ToolError(f"{path}: no such file") from None
                     flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | _FILE_FLAGS

@@ -171,8 +171,11 @@ def _files(dir_fd: int, rel: str, deadline: float, depth: int = 0) -> Iterator[t
     """(directory fd, name, relative path) of the regular files below ``dir_fd``, depth first in
     name order, at most :data:`MAX_DEPTH` levels down; hidden entries and symlinks are skipped
     (like ripgrep's defaults)."""
-    with os.scandir(dir_fd) as it:
-        entries = sorted((e.name, e.is_dir(follow_symlinks=False), e.is_file(follow_symlinks=False)) for e in it)
+    try:
+        with os.scandir(dir_fd) as it:
+            entries = sorted((e.name, e.is_dir(follow_symlinks=False), e.is_file(follow_symlinks=False)) for e in it)
+    except OSError:  # removed meanwhile, or unreadable
+        return
     for name, is_dir, is_file in entries:
         if name.startswith(".") or time.monotonic() > deadline:
             continue
@@ -300,8 +303,11 @@ def glob(ws: Workspace, pattern: str) -> GlobResult:
             return
         entered.add((st.st_dev, st.st_ino))
         active = closure(states)
-        with os.scandir(dir_fd) as it:
-            entries = sorted((e.name, e.is_dir(follow_symlinks=False), e.is_symlink()) for e in it)
+        try:
+            with os.scandir(dir_fd) as it:
+                entries = sorted((e.name, e.is_dir(follow_symlinks=False), e.is_symlink()) for e in it)
+        except OSError:  # removed meanwhile, or unreadable
+            return
         for name, is_dir, is_link in entries:
             scanned += 1
             if result.stopped or scanned > _MAX_GLOB_SCAN or time.monotonic() > deadline:

@@ -23,14 +23,16 @@ Usage::
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
 from pydantic import Field
 
-from ..._exceptions import ToolDefinitionError
+from ..._exceptions import ToolDefinitionError, ToolError
 from .._tool import Tool
 from . import _files, _search
 from ._bash import _run_shell
@@ -40,6 +42,15 @@ from ._paths import Workspace, show_path
 __all__ = ["coding_tools"]
 
 _MAX_GREP_LINE_CHARS = 500
+
+
+@contextlib.contextmanager
+def _os_errors(action: str, path: str) -> Iterator[None]:
+    """An :class:`OSError` (a disk error, a file removed mid-call) becomes a ToolError."""
+    try:
+        yield
+    except OSError as e:
+        raise ToolError(f"cannot {action} {path}: {e.strerror or e}") from None
 FILE_TOOL_TIMEOUT_S = 60.0  # read_file / write_file / edit_file
 
 
@@ -126,7 +137,8 @@ def coding_tools(
             offset: number of the first line to show (1 = start of file).
             limit: maximum number of lines to show.
         """
-        return _files.read_file(ws, path, offset, limit)
+        with _os_errors("read", path):
+            return _files.read_file(ws, path, offset, limit)
 
     def write_file(path: str, content: str) -> str:
         """Create or overwrite a file with the given content (UTF-8), creating parent directories.
@@ -137,7 +149,8 @@ def coding_tools(
             path: file path, relative to the workspace root.
             content: the complete new file content.
         """
-        return _files.write_file(ws, path, content, write_hard_links)
+        with _os_errors("write", path):
+            return _files.write_file(ws, path, content, write_hard_links)
 
     def edit_file(path: str, old_string: str, new_string: str, replace_all: bool = False) -> str:
         """Replace an exact string in a file.
@@ -155,7 +168,8 @@ def coding_tools(
             new_string: the replacement text.
             replace_all: replace every occurrence instead of requiring exactly one.
         """
-        return _files.edit_file(ws, path, old_string, new_string, replace_all, write_hard_links)
+        with _os_errors("edit", path):
+            return _files.edit_file(ws, path, old_string, new_string, replace_all, write_hard_links)
 
     def grep(pattern: str, path: str = ".", glob: str | None = None) -> str:
         """Search file contents with a regular expression.
@@ -176,7 +190,8 @@ def coding_tools(
                 "src/**/*.ts" (path).
         """
         rg = _search.rg_path()
-        found = _search.grep_rg(rg, ws, pattern, path, glob) if rg else _search.grep_python(ws, pattern, path, glob)
+        with _os_errors("search", path):
+            found = _search.grep_rg(rg, ws, pattern, path, glob) if rg else _search.grep_python(ws, pattern, path, glob)
         if not found.total:
             return f"[no matches; {found.stopped}]" if found.stopped else "[no matches]"
         out = [
@@ -203,7 +218,8 @@ def coding_tools(
         Args:
             pattern: the glob pattern, relative to the workspace root.
         """
-        found = _search.glob(ws, pattern)
+        with _os_errors("list", pattern):
+            found = _search.glob(ws, pattern)
         paths = sorted(found.paths, key=lambda p: p.split("/"))
         out = [show_path(p) for p in paths[: _search.MAX_GLOB_PATHS]] or ["[no matches]"]
         more = found.total - len(paths[: _search.MAX_GLOB_PATHS])
