@@ -13,6 +13,20 @@ know (Claude Code / mini-swe-agent style); the docstrings below are what the mod
 describe the exact output formats, which are kept stable on purpose. POSIX only (Linux for the
 full guarantees: ``/proc``, ``prctl``).
 
+The docstrings are frozen: they are the tool descriptions k3-tiny was trained on
+(``tests/test_k3_tiny.py`` pins the prompt's hash). What they do not say, the model learns from the
+results: a FIFO, socket or device is an error naming its kind; a file with several hard links is
+not written (``write_hard_links``); edits match line endings loosely, keep each line's own ending
+and every undecodable byte, and count overlapping matches; files over 10 MiB are not edited;
+grep's Python fallback uses the ``regex`` module with a timeout; grep adds "[at least N more
+matching lines not shown]" and "[<why>; results are incomplete]" when it stops early (60 s, 100,000
+matching lines); glob follows a symlinked directory only when its target was not entered yet and
+adds "[directories more than 128 levels deep were not searched]"; bash's environment makes
+editors, pagers and prompts fail fast (``_bash._FAIL_FAST_ENV``), its output has no terminal
+escape codes, a timeout ends every descendant (``setsid`` ones too, through a subreaper), and a
+line "[these processes survived the kill: PID...]" names any that could not be ended. File names
+are shown with control characters and undecodable bytes escaped (``\\n``, ``\\xNN``).
+
 Usage::
 
     from kimik3.tools.coding import coding_tools
@@ -89,13 +103,10 @@ def coding_tools(
     async def bash(command: str, timeout: Annotated[int, Field(ge=1)] = bash_timeout) -> str:
         """Run a shell command (bash) in the workspace root and return its output.
 
-        Each call starts a fresh shell (cd and variables do not persist); stdin is empty and
-        there is no terminal: editors, pagers and password prompts fail at once (use git commit
-        -m, --no-edit, non-interactive flags). stdout and stderr are merged, terminal escape
-        codes removed. Long output keeps its head and tail around a line
+        Each call starts a fresh shell (cd and variables do not persist); stdin is empty;
+        stdout and stderr are merged. Long output keeps its head and tail around a line
         "... [N characters elided] ...". The last line is "[exit code: N, 0.12 s]" (N is 128+S
-        for a process killed by signal S), or "[timed out after T s; every process it started
-        was killed]".
+        for a process killed by signal S), or "[timed out after T s; process group killed]".
         Background processes that keep the output open are killed when the command ends (a line
         "[background processes holding the output were killed]" says so before the last line);
         redirect their output (cmd > log 2>&1 &) to keep them running.
@@ -113,7 +124,7 @@ def coding_tools(
         elif not done.contained and (done.status is None or done.killed_background):
             lines.append("[processes that left the process group (setsid) may still be running]")
         if done.status is None:
-            lines.append(f"[timed out after {timeout} s; every process it started was killed]")
+            lines.append(f"[timed out after {timeout} s; process group killed]")
         else:
             lines.append(f"[exit code: {done.status}, {done.seconds:.2f} s]")
         return "\n".join(lines)
@@ -129,8 +140,7 @@ def coding_tools(
         line's text (the cat -n format). Lines longer than 2000 characters end with
         "... [N more characters]". If lines remain after the shown range, a last line
         "[N more lines; continue with offset=M]" follows. An empty file gives "[empty file]";
-        a binary file, a directory, a FIFO, socket or device is an error. Bytes that are not
-        UTF-8 are shown as \\xNN (a file with no UTF-8 text at all is read as Latin-1).
+        a binary file is an error.
 
         Args:
             path: file path, relative to the workspace root.
@@ -156,10 +166,8 @@ def coding_tools(
         """Replace an exact string in a file.
 
         old_string must match the file exactly (whitespace and indentation included) and only
-        once (overlapping matches count), unless replace_all is true; include surrounding lines
-        to make it unique. Line endings do not need to match (LF in old_string matches CRLF in
-        the file); every line keeps its own ending, and bytes that are not UTF-8 are kept as they
-        are. Files over 10 MiB are refused (use bash: sed -i, a script). Returns "Edited PATH
+        once, unless replace_all is true; include surrounding lines to make it unique. The
+        file's line endings (LF or CRLF) and encoding are kept. Returns "Edited PATH
         (N replacement[s])" followed by a unified diff of the change (3 context lines).
 
         Args:
@@ -175,13 +183,11 @@ def coding_tools(
         """Search file contents with a regular expression.
 
         Uses ripgrep when installed (Rust regex syntax; .gitignore'd and hidden files skipped),
-        else Python's regex module (hidden files and directories skipped). Binary files and
-        symlinks are skipped. Output: one line per matching line, "PATH:LINE:TEXT", sorted by
-        path then line number, PATH relative to the workspace root (a newline or other control
-        character in a file name shown as \\n, \\xNN); TEXT longer than 500 characters ends
-        with "... [N more characters]". At most 200 lines, then "[N more matching lines not
-        shown]". A search that runs over 60 s or 100,000 matching lines stops and says so. No
-        match gives "[no matches]".
+        else Python's re (hidden files and directories skipped). Binary files are skipped.
+        Output: one line per matching line, "PATH:LINE:TEXT", sorted by path then line number,
+        PATH relative to the workspace root; TEXT longer than 500 characters ends with
+        "... [N more characters]". At most 200 lines, then "[N more matching lines not shown]".
+        No match gives "[no matches]".
 
         Args:
             pattern: the regular expression, e.g. "def \\w+\\(" or "TODO".
@@ -211,8 +217,7 @@ def coding_tools(
         "*" matches within one path component, "**" any number of directories: "*.py" (top
         level), "**/*.py" (everywhere), "src/*" (list a directory). Output: one path per line,
         relative to the workspace root, sorted, directories ending with "/"; .git is left out
-        unless the pattern names it. A symlinked directory is followed once, and not when its
-        target was already listed. At most 500 paths, then "[N more paths not shown]". No match
+        unless the pattern names it. At most 500 paths, then "[N more paths not shown]". No match
         gives "[no matches]".
 
         Args:
