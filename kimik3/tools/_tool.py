@@ -19,6 +19,7 @@ ends soon and leaves nothing behind.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import contextvars
@@ -90,6 +91,10 @@ async def _call_in_thread(function: Callable[[], _T], name: str) -> _T:
     The caller's context variables are copied into the thread.
     """
     token = anyio.lowlevel.current_token()
+    try:
+        loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+    except RuntimeError:  # another backend (trio)
+        loop = None
     done = anyio.Event()
     outcome: list[tuple[bool, Any]] = []
     context = contextvars.copy_context()
@@ -100,7 +105,10 @@ async def _call_in_thread(function: Callable[[], _T], name: str) -> _T:
         except BaseException as e:  # handed to the awaiting task
             outcome.append((False, e))
         with contextlib.suppress(Exception):  # the event loop is gone: nobody waits any more
-            anyio.from_thread.run_sync(done.set, token=token)
+            if loop is not None:
+                loop.call_soon_threadsafe(done.set)  # does not wait for the loop
+            else:
+                anyio.from_thread.run_sync(done.set, token=token)
 
     threading.Thread(target=target, name=f"kimik3 tool {name}", daemon=True).start()
     await done.wait()

@@ -197,11 +197,13 @@ class _Status:
         self.exit_code: int | None = None
         self.survivors: list[int] = []
         self.contained = True
+        self.closed = False  # the reaper has exited (end of file)
 
     def poll(self) -> None:
         with contextlib.suppress(BlockingIOError, OSError):
             while chunk := os.read(self.fd, 4096):
                 self.buffer += chunk
+            self.closed = True
         *lines, self.buffer = self.buffer.split(b"\n")
         for line in lines:
             word, _, rest = line.decode("ascii", "replace").partition(" ")
@@ -281,8 +283,9 @@ async def _run_shell(argv: list[str], cwd: Path, timeout: float, max_chars: int)
                 timed_out = True
                 break
             wait = min(deadline - now, _POLL_S)
-            if eof:
-                await anyio.sleep(min(wait, 0.005))  # output closed; waiting for the exit status
+            if eof:  # output closed; waiting for the exit status
+                with anyio.move_on_after(min(wait, 0.005) if status.closed else wait):
+                    await anyio.wait_readable(status.fd)
             else:
                 with anyio.move_on_after(wait):
                     await anyio.wait_readable(fd)
@@ -296,13 +299,14 @@ async def _run_shell(argv: list[str], cwd: Path, timeout: float, max_chars: int)
         with contextlib.suppress(OSError):
             proc.stdin.close()  # the reaper exits, leaving redirected background processes running
         with anyio.CancelScope(shield=True):
-            for _ in range(200):
-                if proc.poll() is not None:
-                    break
-                await anyio.sleep(0.01)
-            else:
+            end = time.monotonic() + 2.0
+            while not status.closed and time.monotonic() < end:  # the reaper closes it as it exits
+                with anyio.move_on_after(0.05):
+                    await anyio.wait_readable(status.fd)
+                status.poll()
+            if not status.closed:
                 _signal(proc.pid, signal.SIGKILL)
-                proc.wait()
+            proc.wait()
         proc.stdout.close()
         status.poll()
         os.close(status_r)
