@@ -247,6 +247,29 @@ def replace_keeping_endings(text: str, old: str, new: str, replace_all: bool, pa
     return "".join(out), count
 
 
+_HUNK = re.compile(r"^@@ -(\d+)(,\d+)? \+(\d+)(,\d+)? @@$")
+
+
+def unified_diff(old: list[str], new: list[str], rel: str, context: int = 3) -> str:
+    """``difflib.unified_diff`` of two versions of a file (``a/REL`` -> ``b/REL``), computed only
+    over the changed span and its context, so a one-line edit of a large file stays cheap."""
+    start, limit = 0, min(len(old), len(new))
+    while start < limit and old[start] == new[start]:
+        start += 1
+    end = 0
+    while end < limit - start and old[-1 - end] == new[-1 - end]:
+        end += 1
+    lo, cut = max(0, start - context), max(0, end - context)
+    lines = list(difflib.unified_diff(old[lo : len(old) - cut], new[lo : len(new) - cut], f"a/{rel}", f"b/{rel}",
+                                      n=context, lineterm=""))
+    for i, line in enumerate(lines):
+        m = _HUNK.match(line) if line.startswith("@@") else None
+        if m:
+            a, b = int(m.group(1)) + lo, int(m.group(3)) + lo
+            lines[i] = f"@@ -{a}{m.group(2) or ''} +{b}{m.group(4) or ''} @@"
+    return "\n".join(lines)
+
+
 def edit_file(ws: Workspace, path: str, old_string: str, new_string: str, replace_all: bool,
               hard_links: bool) -> str:
     if not old_string:
@@ -280,8 +303,6 @@ def edit_file(ws: Workspace, path: str, old_string: str, new_string: str, replac
             raise ToolError(f"cannot write {path}: {e.strerror or e}") from None
     finally:
         os.close(fd)
-    diff = "\n".join(
-        difflib.unified_diff(split_lines(text), split_lines(updated), f"a/{rel}", f"b/{rel}", n=3, lineterm="")
-    )
+    diff = unified_diff(split_lines(text), split_lines(updated), rel)
     header = f"Edited {rel} ({n} replacement{'s' if n != 1 else ''})"
     return f"{header}\n{truncate_middle(diff, _MAX_DIFF_CHARS)}" if diff else header
