@@ -514,6 +514,15 @@ async def test_edit_keeps_undecodable_bytes_and_writes_utf8(tools: dict[str, Too
     assert (ws / "bad.txt").read_bytes() == b"na\xc3\xafve \xff th\xc3\xa9\nligne deux \xc3\xa9\n"
 
 
+async def test_edit_in_a_large_file_diffs_only_the_change(tools: dict[str, Tool], ws: Path) -> None:
+    (ws / "big.py").write_text("".join(f"line {i}\n" for i in range(1, 50_001)))
+    out = await _text(tools["edit_file"], path="big.py", old_string="line 25000\n", new_string="changed\nadded\n")
+    assert out == (
+        "Edited big.py (1 replacement)\n--- a/big.py\n+++ b/big.py\n@@ -24997,7 +24997,8 @@\n"
+        " line 24997\n line 24998\n line 24999\n-line 25000\n+changed\n+added\n line 25001\n line 25002\n line 25003"
+    )
+
+
 async def test_overlapping_matches_count(tools: dict[str, Tool], ws: Path) -> None:
     (ws / "a.txt").write_text("aaa\n")
     assert await _text(tools["edit_file"], path="a.txt", old_string="aa", new_string="b") == (
