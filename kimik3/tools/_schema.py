@@ -149,9 +149,45 @@ def _wants_container(prop: Mapping[str, Any], root: Mapping[str, Any]) -> bool:
     return bool(kinds & {"array", "object"}) and "string" not in kinds
 
 
-def _wants_number(prop: Mapping[str, Any]) -> bool:
-    kinds = _schema_kinds(prop, {})
+def _wants_number(prop: Mapping[str, Any], root: Mapping[str, Any]) -> bool:
+    kinds = _schema_kinds(prop, root)
     return bool(kinds & {"integer", "number"}) and "boolean" not in kinds
+
+
+def _deref(schema: Mapping[str, Any], root: Mapping[str, Any]) -> Mapping[str, Any]:
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/$defs/"):
+        found = root.get("$defs", {}).get(ref[len("#/$defs/") :], {})
+        return found if isinstance(found, Mapping) else {}
+    return schema
+
+
+def _boolean_for_number(value: Any, schema: Mapping[str, Any], root: Mapping[str, Any], where: str) -> str | None:
+    """Where (``"edits.0.line"``) ``value`` holds a JSON boolean that ``schema`` wants as a number
+    (and admits no boolean there), or None. Pydantic's lax mode would read it as 0 / 1."""
+    if isinstance(value, bool):
+        return where if _wants_number(schema, root) else None
+    if not isinstance(value, (list, dict)):
+        return None
+    schema = _deref(schema, root)
+    branches = [b for key in ("anyOf", "oneOf") for b in schema.get(key, ()) if isinstance(b, Mapping)]
+    if branches:  # a problem only when every branch of the value's kind has it
+        kind = "array" if isinstance(value, list) else "object"
+        found = [_boolean_for_number(value, b, root, where) for b in branches if kind in _schema_kinds(b, root)]
+        return found[0] if found and all(found) else None
+    subs: list[tuple[str, Any, Any]] = []
+    if isinstance(value, list):
+        prefix, items = schema.get("prefixItems", []), schema.get("items")
+        subs = [(str(i), v, prefix[i] if i < len(prefix) else items) for i, v in enumerate(value)]
+    else:
+        props, extra = schema.get("properties", {}), schema.get("additionalProperties")
+        subs = [(str(k), v, props.get(k, extra)) for k, v in value.items()]
+    for key, item, sub in subs:
+        if isinstance(sub, Mapping):
+            found_at = _boolean_for_number(item, sub, root, f"{where}.{key}")
+            if found_at:
+                return found_at
+    return None
 
 
 def _annotated_target(function: Callable[..., Any]) -> Any:

@@ -47,6 +47,7 @@ from ..formats.k3 import safe_loads
 from ..types import ImagePart, ImageURL, TextPart, ToolMessage, ToolSpec
 from ._schema import (
     _annotated_target,
+    _boolean_for_number,
     _clean_schema,
     _format_input,
     _has_description,
@@ -54,7 +55,6 @@ from ._schema import (
     _parse_docstring,
     _top_level_order,
     _wants_container,
-    _wants_number,
 )
 
 __all__ = ["Tool", "ToolContext", "ToolResult", "load_arguments", "tool"]
@@ -397,10 +397,8 @@ class Tool:
         self._validator = jsonschema.Draft202012Validator(schema)
         properties: dict[str, Any] = schema["properties"]
         # Parameters whose value may arrive as JSON text (an array or object sent as a string by a
-        # server that double-encodes, or a model that typed it so) and numbers, where a JSON
-        # boolean must not pass as 0 / 1 (pydantic's lax mode would accept it).
+        # server that double-encodes, or a model that typed it so).
         self._json_params = {p for p in self._param_names if _wants_container(properties.get(p, {}), schema)}
-        self._number_params = {p for p in self._param_names if _wants_number(properties.get(p, {}))}
 
         self.is_async = inspect.iscoroutinefunction(function) or (
             not inspect.isroutine(function)  # an object with an async __call__
@@ -458,8 +456,8 @@ class Tool:
             coerced by pydantic in lax mode (``"60"`` and ``60.0`` -> ``60`` for an ``int``).
 
         An array or object parameter given as a string is decoded once as JSON (``'[1, 2]'`` ->
-        ``[1, 2]``); a JSON boolean is refused for a number parameter (checked on the value as
-        sent, before pydantic's coercion).
+        ``[1, 2]``); a JSON boolean is refused where the schema wants a number, at any depth
+        (checked on the value as sent, before pydantic's coercion would read it as 0 / 1).
 
         Raises:
             ToolArgumentsError: text that is not JSON or not an object, JSON beyond the limits of
@@ -476,14 +474,16 @@ class Tool:
             raise ToolArgumentsError(f"unexpected argument(s): {', '.join(unknown)} (expected: {expected})")
         args = dict(args)
         problems = []
+        properties = self.parameters["properties"]
         for pname, value in args.items():
             if pname in self._json_params and isinstance(value, str):
                 with contextlib.suppress(json.JSONDecodeError):
                     decoded = json.loads(value)
                     if isinstance(decoded, (list, dict)):
-                        args[pname] = decoded
-            elif pname in self._number_params and isinstance(value, bool):
-                problems.append(f"{pname}: Input should be a number, not a boolean (got {value!r})")
+                        args[pname] = value = decoded
+            where = _boolean_for_number(value, properties.get(pname, {}), self.parameters, pname)
+            if where is not None:
+                problems.append(f"{where}: Input should be a number, not a boolean (got {_format_input(value)})")
         if problems:
             raise ToolArgumentsError("; ".join(problems))
         try:

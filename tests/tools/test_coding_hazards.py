@@ -557,6 +557,18 @@ async def test_odd_file_names_are_shown_escaped(tools: dict[str, Tool], ws: Path
     assert sorted((await _text(tools["glob"], pattern="*")).split("\n")) == ["caf\\xe9.txt", "two\\nlines.txt"]
 
 
+async def test_lone_surrogates_in_arguments_are_typed_errors(tools: dict[str, Tool], ws: Path) -> None:
+    assert await _text(tools["write_file"], path="a\ud800.txt", content="x") == (
+        "Error: ToolError: invalid path 'a\\ud800.txt'"
+    )
+    assert await _text(tools["write_file"], path="a.txt", content="x\ud800") == (
+        "Error: ToolError: content has a lone surrogate '\\ud800' that UTF-8 cannot hold"
+    )
+    assert await _text(tools["write_file"], path="b.txt", content="na\u00efve \udcff") == "Wrote 8 bytes to b.txt"
+    assert (ws / "b.txt").read_bytes() == b"na\xc3\xafve \xff"  # an escaped byte is written as that byte
+    assert not (ws / "a.txt").exists()
+
+
 async def test_an_agent_run_with_odd_file_names_completes(ws: Path, tmp_path: Path) -> None:
     from kimik3 import Agent, ScriptedEngine
     from kimik3.agents import load_session

@@ -438,6 +438,34 @@ async def test_booleans_are_not_numbers() -> None:
     assert (await count.run({"n": "3"})).content == "3 0.5 None False"  # lax coercion otherwise unchanged
 
 
+class Mark(BaseModel):
+    x: int
+    label: str | bool = ""
+
+
+async def test_booleans_are_not_numbers_at_any_depth() -> None:
+    @tool
+    def plot(points: list[Mark], pairs: list[tuple[int, int]] | None = None, weights: dict[str, float] | None = None) -> str:
+        return f"{[(p.x, p.label) for p in points]} {pairs} {weights}"
+
+    assert (await plot.run({"points": [{"x": 1, "label": True}]})).content == "[(1, True)] None None"
+    assert (await plot.run({"points": [{"x": 1}, {"x": True}]})).content == (
+        "Error: ToolArgumentsError: points.1.x: Input should be a number, not a boolean (got [{'x': 1}, {'x': True}])"
+    )
+    assert (await plot.run({"points": [], "pairs": [[1, 2], [3, False]]})).content == (
+        "Error: ToolArgumentsError: pairs.1.1: Input should be a number, not a boolean (got [[1, 2], [3, False]])"
+    )
+    assert (await plot.run({"points": '[{"x": true}]'})).content == (  # JSON text: checked after its decode
+        "Error: ToolArgumentsError: points.0.x: Input should be a number, not a boolean (got [{'x': True}])"
+    )
+    assert (await plot.run({"points": [], "weights": {"a": True}})).content == (
+        "Error: ToolArgumentsError: weights.a: Input should be a number, not a boolean (got {'a': True})"
+    )
+    assert (await plot.run({"points": [{"x": 2}], "pairs": [[1, 2]], "weights": {"a": 0.5}})).content == (
+        "[(2, '')] [(1, 2)] {'a': 0.5}"
+    )
+
+
 def test_tool_results_are_always_valid_utf8() -> None:
     name = "caf\udce9.txt"  # os.listdir's name for the bytes b"caf\xe9.txt"
     result = ToolResult.from_value(f"found {name}\nlone \ud800 surrogate")

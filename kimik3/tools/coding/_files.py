@@ -60,8 +60,20 @@ def encode(text: str, encoding: str, path: str) -> bytes:
             raise ToolError(
                 f"{path} is not UTF-8 (kept as latin-1) and new_string has characters it cannot hold"
             ) from None
-    data = text.encode("utf-8", "surrogateescape")
+    data = to_utf8(text, "new_string")
     return codecs.BOM_UTF8 + data if encoding == "utf-8-sig" else data
+
+
+def to_utf8(text: str, what: str) -> bytes:
+    """UTF-8 bytes of ``text``; surrogates standing for undecodable bytes become those bytes.
+
+    Raises:
+        ToolError: another lone surrogate (``\\ud800``), which no UTF-8 text can hold.
+    """
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError as e:
+        raise ToolError(f"{what} has a lone surrogate {text[e.start]!a} that UTF-8 cannot hold") from None
 
 
 def split_lines(text: str) -> list[str]:
@@ -161,7 +173,7 @@ def read_file(ws: Workspace, path: str, offset: int, limit: int) -> str:
 
 
 def write_file(ws: Workspace, path: str, content: str, hard_links: bool) -> str:
-    data = content.encode("utf-8", "surrogateescape")
+    data = to_utf8(content, "content")
     fd, rel, _ = ws.open_file(path, write=True, create=True, hard_links=hard_links)
     try:
         os.ftruncate(fd, 0)

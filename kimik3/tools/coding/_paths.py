@@ -115,8 +115,12 @@ class Workspace:
             ToolError: the path leaves the workspace, has a NUL, a symlink loop, or a missing or
                 non-directory component (missing directories are made when ``create_dirs``).
         """
-        if "\x00" in path or not path:
-            raise ToolError(f"invalid path {path!r}")
+        try:
+            valid = "\x00" not in path and bool(os.fsencode(path))
+        except UnicodeEncodeError:
+            valid = False
+        if not valid:
+            raise ToolError(f"invalid path {path!a}")
         todo = deque(self._relative_parts(path, path))
         try:
             fds = [os.open(self.root, _DIR_FLAGS)]
