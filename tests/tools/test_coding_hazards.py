@@ -602,3 +602,20 @@ async def test_json_block_holding_a_string_is_a_failed_call(ws: Path) -> None:
     assert [m.content for m in r.messages if m.role == "tool"] == [
         "Error: ToolArgumentsError: unexpected argument(s): json (expected: path, offset, limit)"
     ]
+
+
+async def test_dotted_tool_names_round_trip_through_k3() -> None:
+    from kimik3 import Agent, ScriptedEngine, tool
+    from kimik3.formats.k3 import render_output
+
+    @tool(name="my.namespace.do_thing")
+    def do_thing(text: str) -> str:
+        """Do it."""
+        return text.upper()
+
+    calls = render_output({"reasoning_content": "r", "content": "", "tool_calls": [
+        {"id": "x", "function": {"name": "my.namespace.do_thing", "arguments": '{"text": "hi"}'}}]})
+    assert '<|open|>call tool="my.namespace.do_thing" index="1"<|sep|>' in calls
+    engine = ScriptedEngine([calls, render_output({"reasoning_content": "r", "content": "ok"})])
+    r = await Agent(tools=[do_thing], engine=engine).run("go")
+    assert [(m.name, m.content) for m in r.messages if m.role == "tool"] == [("my.namespace.do_thing", "HI")]
