@@ -402,6 +402,8 @@ async def test_grep(tools: dict[str, Tool], tree: Path, grep_impl: str) -> None:
     assert await _ok(grep, pattern="return", path="src/a.py") == "src/a.py:2:    return 1"
     assert await _ok(grep, pattern="^match", path="src") == "src/c.txt:2:match 2\nsrc/c.txt:10:match 10\nsrc/c.txt:11:match 11"
     assert await _ok(grep, pattern="foo", glob="src/*.py") == "src/a.py:1:def foo():\nsrc/b.py:3:# foo here"
+    assert await _ok(grep, pattern="foo", path="src", glob="src/*.py") == "src/a.py:1:def foo():\nsrc/b.py:3:# foo here"
+    assert await _ok(grep, pattern="foo", path="src", glob="*.py") == "src/a.py:1:def foo():\nsrc/b.py:3:# foo here"
     assert await _ok(grep, pattern="nothing to see") == "[no matches]"
     assert await _err(grep, pattern="x", path="missing") == "Error: ToolError: missing: no such file or directory"
     invalid = await _err(grep, pattern="(unclosed")

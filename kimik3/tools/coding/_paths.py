@@ -162,6 +162,9 @@ class Workspace:
                         todo.popleft()
                         continue
                     elif e.errno == errno.ENOENT and create_dirs:
+                        links += 1  # bounds the retries when something keeps removing it
+                        if links > _MAX_LINKS:
+                            raise ToolError(f"cannot create the directories of {path}: they keep vanishing") from None
                         with contextlib.suppress(FileExistsError):
                             os.mkdir(name, 0o777, dir_fd=fds[-1])
                         todo.appendleft(name)

@@ -110,20 +110,23 @@ def _parse_records(buffer: bytearray, rel_prefix: str, matches: Matches) -> bool
 def grep_rg(rg: str, ws: Workspace, pattern: str, path: str, glob: str | None) -> Matches:
     """Run ripgrep in the directory (or on the file) ``path`` opened confined; stream its output."""
     dir_fd, rel, file_name = _open_target(ws, path)
+    prefix = rel.rsplit("/", 1)[0] if file_name and "/" in rel else ("" if file_name else rel)
     argv = [rg, "--no-config", "--line-number", "--no-heading", "--with-filename", "--null",
             "--color", "never", "--sort", "path", "--max-columns", str(_MAX_GREP_RECORD)]
-    if glob:
-        argv += ["--glob", glob]
+    if glob:  # rg matches it from where it starts (the target); the tool's globs are from the root
+        argv += ["--glob", glob[len(prefix) + 1 :] if prefix and glob.startswith(prefix + "/") else glob]
     argv += ["-e", pattern, "--", file_name or "."]
     matches = Matches()
     deadline = time.monotonic() + GREP_TIMEOUT_S
     try:
-        proc = subprocess.Popen(argv, cwd=f"/proc/self/fd/{dir_fd}", pass_fds=(dir_fd,), stdin=subprocess.DEVNULL,
+        # rg starts in the directory already opened confined (Linux: through /proc's magic link to
+        # the descriptor, so a swapped path cannot redirect it; elsewhere by its path).
+        cwd = f"/proc/self/fd/{dir_fd}" if os.path.isdir("/proc/self/fd") else str(ws.root / (prefix or "."))
+        proc = subprocess.Popen(argv, cwd=cwd, pass_fds=(dir_fd,), stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     finally:
         os.close(dir_fd)
     assert proc.stdout is not None and proc.stderr is not None
-    prefix = rel.rsplit("/", 1)[0] if file_name and "/" in rel else ("" if file_name else rel)
     buffer = bytearray()
     eof = False
     try:
