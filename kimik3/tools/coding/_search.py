@@ -18,6 +18,7 @@ import select
 import shutil
 import stat
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -116,48 +117,49 @@ def grep_rg(rg: str, ws: Workspace, pattern: str, path: str, glob: str | None) -
     if glob:  # rg matches it from where it starts (the target); the tool's globs are from the root
         argv += ["--glob", glob[len(prefix) + 1 :] if prefix and glob.startswith(prefix + "/") else glob]
     argv += ["-e", pattern, "--", file_name or "."]
+    # rg starts in the directory already opened confined (Linux: through /proc's magic link to the
+    # descriptor, so a swapped path cannot redirect it; elsewhere by its path).
+    cwd = f"/proc/self/fd/{dir_fd}" if os.path.isdir("/proc/self/fd") else str(ws.root / (prefix or "."))
     matches = Matches()
     deadline = time.monotonic() + GREP_TIMEOUT_S
-    try:
-        # rg starts in the directory already opened confined (Linux: through /proc's magic link to
-        # the descriptor, so a swapped path cannot redirect it; elsewhere by its path).
-        cwd = f"/proc/self/fd/{dir_fd}" if os.path.isdir("/proc/self/fd") else str(ws.root / (prefix or "."))
-        proc = subprocess.Popen(argv, cwd=cwd, pass_fds=(dir_fd,), stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    finally:
-        os.close(dir_fd)
-    assert proc.stdout is not None and proc.stderr is not None
-    buffer = bytearray()
-    eof = False
-    try:
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                matches.stopped = f"the search stopped after {GREP_TIMEOUT_S:g} s"
-                break
-            ready, _, _ = select.select([proc.stdout], [], [], min(left, 1.0))
-            if not ready:
-                continue
-            chunk = os.read(proc.stdout.fileno(), _READ_CHUNK)
-            if not chunk:
-                eof = True
-                break
-            buffer += chunk
-            if not _parse_records(buffer, prefix, matches):
-                break
-    finally:
-        if eof:
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                eof = False
-        proc.kill()
-        proc.wait()
-        errors = proc.stderr.read().decode("utf-8", "replace").strip()
-        proc.stdout.close()
-        proc.stderr.close()
-    if eof and proc.returncode not in (0, 1) and not matches.total:
-        raise ToolError(errors or f"rg failed with exit code {proc.returncode}")
+    with tempfile.TemporaryFile() as errors:  # a file: rg never blocks on a full stderr pipe
+        try:
+            proc = subprocess.Popen(argv, cwd=cwd, pass_fds=(dir_fd,), stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=errors)
+        finally:
+            os.close(dir_fd)
+        assert proc.stdout is not None
+        buffer = bytearray()
+        eof = False
+        try:
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    matches.stopped = f"the search stopped after {GREP_TIMEOUT_S:g} s"
+                    break
+                ready, _, _ = select.select([proc.stdout], [], [], min(left, 1.0))
+                if not ready:
+                    continue
+                chunk = os.read(proc.stdout.fileno(), _READ_CHUNK)
+                if not chunk:
+                    eof = True
+                    break
+                buffer += chunk
+                if not _parse_records(buffer, prefix, matches):
+                    break
+        finally:
+            if eof:
+                try:
+                    proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    eof = False
+            proc.kill()
+            proc.wait()
+            proc.stdout.close()
+        if eof and proc.returncode not in (0, 1) and not matches.total:
+            errors.seek(0)
+            message = errors.read(2000).decode("utf-8", "replace").strip()
+            raise ToolError(message or f"rg failed with exit code {proc.returncode}")
     return matches
 
 
