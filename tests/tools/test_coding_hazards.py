@@ -491,6 +491,20 @@ async def test_setsid_process_holding_the_output_is_killed(tools: dict[str, Tool
     assert not _alive(int(pid_line))
 
 
+def test_reaper_reports_are_parsed() -> None:
+    r, w = os.pipe()
+    os.set_blocking(r, False)
+    status = coding._bash._Status(r)
+    os.write(w, b"noreaper\nexit -9\nsurvi")
+    status.poll()
+    assert (status.exit_code, status.contained, status.survivors, status.closed) == (-9, False, [], False)
+    os.write(w, b"vors 12 34\n")
+    os.close(w)
+    status.poll()
+    assert (status.survivors, status.closed) == ([12, 34], True)
+    os.close(r)
+
+
 # -- 7. edits --------------------------------------------------------------------------------
 
 
