@@ -139,9 +139,12 @@ import sys, threading, anyio
 from kimik3 import Agent, Budgets, ScriptedEngine, tool
 from kimik3.formats.k3 import render_output
 
+started = threading.Event()
+
 @tool
 def stuck() -> str:
     \"\"\"Blocks forever (a FIFO nobody writes, a hung NFS read).\"\"\"
+    started.set()
     threading.Event().wait()
     return "never"
 
@@ -174,7 +177,8 @@ from kimik3.cli import _execute, _PlainProgress
 async def main() -> int:
     engine = ScriptedEngine([calls, answer])
     async def interrupt() -> None:
-        await anyio.sleep(0.5)
+        while not started.is_set():  # Ctrl-C while the tool is blocked
+            await anyio.sleep(0.01)
         os.kill(os.getpid(), signal.SIGINT)
     async with anyio.create_task_group() as tg:
         tg.start_soon(interrupt)
@@ -475,9 +479,9 @@ async def test_setsid_descendants_are_killed_on_timeout(tools: dict[str, Tool], 
         "(setsid sh -c 'sleep 301 & echo $! > daemon.pid; wait' > /dev/null 2>&1 &); "
         "while [ ! -s daemon.pid ]; do sleep 0.05; done; sleep 30"
     )
-    out = await _text(tools["bash"], command=command, timeout=2)
+    out = await _text(tools["bash"], command=command, timeout=5)
     first, status = out.split("\n")
-    assert status == "[timed out after 2 s; process group killed]"
+    assert status == "[timed out after 5 s; process group killed]"
     pids = [int(first), int((ws / "daemon.pid").read_text())]
     assert [_alive(p) for p in pids] == [False, False]
 
