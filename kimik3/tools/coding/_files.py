@@ -174,7 +174,7 @@ def read_file(ws: Workspace, path: str, offset: int, limit: int) -> str:
 
 def write_file(ws: Workspace, path: str, content: str, hard_links: bool) -> str:
     data = to_utf8(content, "content")
-    fd, rel, _ = ws.open_file(path, write=True, create=True, hard_links=hard_links)
+    fd, rel, _ = ws.open_file(path, write=True, read=False, create=True, hard_links=hard_links)
     try:
         os.ftruncate(fd, 0)
         view = memoryview(data)

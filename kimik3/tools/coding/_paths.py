@@ -200,13 +200,14 @@ class Workspace:
             for fd in fds:
                 os.close(fd)
 
-    def open_file(self, path: str, *, write: bool = False, create: bool = False,
+    def open_file(self, path: str, *, write: bool = False, read: bool = True, create: bool = False,
                   hard_links: bool = True) -> tuple[int, str, bool]:
         """Open the regular file ``path`` confined to the workspace, never blocking.
 
         Returns:
             (file descriptor, path relative to the root, whether the file was created). The
-            descriptor is ``O_RDWR`` when ``write`` (nothing is truncated), else ``O_RDONLY``.
+            descriptor is ``O_RDWR`` when ``write`` (``O_WRONLY`` when not ``read``; nothing is
+            truncated), else ``O_RDONLY``.
 
         Raises:
             ToolError: see :meth:`locate`; a missing file (unless ``create``), a directory, a FIFO,
@@ -223,7 +224,8 @@ class Workspace:
                         raise ToolError(f"cannot open {path}: {e.strerror or e}") from None
                     if not create:
                         raise ToolError(f"{path}: no such file") from None
-                    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | _FILE_FLAGS
+                    access = os.O_RDWR if read else os.O_WRONLY
+                    flags = access | os.O_CREAT | os.O_EXCL | _FILE_FLAGS
                     try:
                         return os.open(loc.name, flags, 0o666, dir_fd=loc.dir_fd), loc.rel, True
                     except FileExistsError:
@@ -234,7 +236,8 @@ class Workspace:
                     continue  # became a symlink since the walk: walk again
                 check_regular(st, path)
                 try:
-                    fd = os.open(loc.name, (os.O_RDWR if write else os.O_RDONLY) | _FILE_FLAGS, dir_fd=loc.dir_fd)
+                    access = (os.O_RDWR if read else os.O_WRONLY) if write else os.O_RDONLY
+                    fd = os.open(loc.name, access | _FILE_FLAGS, dir_fd=loc.dir_fd)
                 except OSError as e:
                     if e.errno == errno.ELOOP:
                         continue
