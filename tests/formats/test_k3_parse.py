@@ -282,17 +282,23 @@ def test_json_block_inside_call() -> None:
     text = HEADER + '<|open|>json type="object"<|sep|>{"x": [1, 2]}<|close|>json<|sep|><|close|>call<|sep|>'
     (call,) = parse(text).tool_calls
     assert (call.arguments, call.arguments_json) == ({"x": [1, 2]}, '{"x": [1, 2]}')
-    # Not an object: kept as the argument "json" so the tool fails the call visibly (never {}).
-    bad = HEADER + '<|open|>json type="object"<|sep|>{not json<|close|>json<|sep|><|close|>call<|sep|>'
-    (call,) = parse(bad).tool_calls
-    assert (call.arguments, call.arguments_json) == ({"json": "{not json"}, '{"json": "{not json"}')
-    string = HEADER + '<|open|>json type="object"<|sep|>"{\\"x\\": 1}"<|close|>json<|sep|><|close|>call<|sep|>'
-    (call,) = parse(string).tool_calls
-    assert (call.arguments, call.arguments_json) == ({"json": '{"x": 1}'}, '{"json": "{\\"x\\": 1}"}')
-    listed = HEADER + '<|open|>argument key="a" type="number"<|sep|>1<|close|>argument<|sep|>'
-    listed += '<|open|>json type="object"<|sep|>[1, 2]<|close|>json<|sep|><|close|>call<|sep|>'
-    (call,) = parse(listed).tool_calls
-    assert (call.arguments, call.arguments_json) == ({"a": 1, "json": [1, 2]}, '{"a": 1, "json": [1, 2]}')
+    assert call.error is None
+    # Not an object: a failed call with the reason, never a call run without its arguments.
+    cases = [
+        ("{not json", "its json arguments block is not JSON"),
+        ('"{\\"x\\": 1}"', "its json arguments block is a JSON string, not an object"),  # double-encoded
+        ("[1, 2]", "its json arguments block is a JSON array, not an object"),
+        ("null", "its json arguments block is a JSON null, not an object"),
+    ]
+    for raw, error in cases:
+        bad = HEADER + f'<|open|>json type="object"<|sep|>{raw}<|close|>json<|sep|><|close|>call<|sep|>'
+        (call,) = parse(bad).tool_calls
+        assert (call.arguments, call.arguments_json, call.error) == ({}, "{}", error)
+    # after a typed argument: the argument is kept, the call still fails
+    mixed = HEADER + '<|open|>argument key="a" type="number"<|sep|>1<|close|>argument<|sep|>'
+    mixed += '<|open|>json type="object"<|sep|>[1, 2]<|close|>json<|sep|><|close|>call<|sep|>'
+    (call,) = parse(mixed).tool_calls
+    assert (call.arguments, call.error) == ({"a": 1}, "its json arguments block is a JSON array, not an object")
 
 
 def test_marker_text_inside_a_string_argument_is_read_as_a_marker() -> None:

@@ -618,7 +618,7 @@ async def test_json_block_holding_a_string_is_a_failed_call(ws: Path) -> None:
     engine = ScriptedEngine([text, render_output({"reasoning_content": "r", "content": "ok"})])
     r = await Agent(tools=coding_tools(ws), engine=engine).run("read")
     assert [m.content for m in r.messages if m.role == "tool"] == [
-        "Error: ToolArgumentsError: unexpected argument(s): json (expected: path, offset, limit)"
+        "Error: the call was not run: its json arguments block is a JSON string, not an object"
     ]
 
 

@@ -109,6 +109,7 @@ def _decode_value(raw: str, max_depth: int) -> tuple[Any, str | None]:
         return raw, None
 
 
+_JSON_KINDS = {str: "string", list: "array", int: "number", float: "number", bool: "boolean", type(None): "null"}
 _dumps: Callable[[Any], str] = json.JSONEncoder(ensure_ascii=False).encode
 """``json.dumps(value, ensure_ascii=False)`` without building an encoder per call."""
 
@@ -173,8 +174,8 @@ class StreamParser:
         - A call header without a ``tool`` attribute gives the name ``""``; the model's ``index``
           attribute is ignored (calls are numbered in order). A ``json`` block inside a call (the
           encoder's fallback for unparsable arguments) adds its keys when it decodes to an
-          object; otherwise it becomes one argument ``json`` (its value, or its raw text), so the
-          tool reports the call as failed rather than running it without arguments. An
+          object; otherwise the call is a failed one (``error``: "its json arguments block is a JSON
+          string, not an object"), never run without its arguments. An
           ``<|open|>call`` outside ``tools`` is accepted.
         - A call counts only once its ``<|close|>call<|sep|>`` is seen. A call interrupted by
           another structural tag (a new call, ``<|close|>tools<|sep|>``, a channel open, the
@@ -474,13 +475,12 @@ class StreamParser:
                 for key, item in value.items():
                     self._args_delta(call, self._key_prefix(call, key) + _dumps(item))
                     call.items.append((key, item))
-            else:
+            elif call.error is None:
                 # Decision: a json block that is not an object (a JSON string holding the arguments,
-                # a list, text that is not JSON) is kept under the key "json" (its decoded value, or
-                # the raw text), so the call fails visibly at the tool ("unexpected argument: json")
-                # instead of running with no arguments.
-                self._args_delta(call, self._key_prefix(call, "json") + _dumps(value))
-                call.items.append(("json", value))
+                # a list, text that is not JSON) makes the call a failed one with the reason, like
+                # JSON beyond the limits: it is never run without its arguments.
+                kind = "not JSON" if value is raw else f"a JSON {_JSON_KINDS.get(type(value), 'value')}, not an object"
+                call.error = f"its json arguments block is {kind}"
         elif call.arg_string:
             self._args_delta(call, '"')  # docs/k3-format.md § Typed arguments: a string is the raw text, no unescaping
             call.items.append((call.arg_key, raw))
