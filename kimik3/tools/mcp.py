@@ -54,7 +54,14 @@ try:
 except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError("kimik3.tools.mcp needs the MCP SDK: pip install 'kimik3[mcp]'") from e
 
-from .._exceptions import KimiK3Error, MCPServerError, MediaError, ToolArgumentsError, ToolDefinitionError
+from .._exceptions import (
+    KimiK3Error,
+    MCPServerError,
+    MediaError,
+    ToolArgumentsError,
+    ToolDefinitionError,
+    ToolTimeoutError,
+)
 from ..media import prepare_image
 from ..types import ImagePart, ImageURL, TextPart
 from ._tool import Tool, ToolContext, ToolResult, load_arguments
@@ -168,6 +175,7 @@ class MCPTool(Tool):
         self.parameters: dict[str, Any] = dict(tool.input_schema)
         self.takes_context = False
         self.is_async = True
+        self.timeout: float | None = None
         self.function = self._call
         properties = self.parameters.get("properties")
         self._param_names = list(properties) if isinstance(properties, dict) else []
@@ -202,11 +210,18 @@ class MCPTool(Tool):
                 )
         return args
 
-    async def run(self, arguments: Mapping[str, Any] | str | None, context: ToolContext | None = None) -> ToolResult:
+    async def run(
+        self, arguments: Mapping[str, Any] | str | None, context: ToolContext | None = None, *,
+        timeout: float | None = None,
+    ) -> ToolResult:
         """Validate and call the tool on its server; never raises for a failed call (see the module
-        docstring); cancellation propagates."""
+        docstring), one over its time limit included (see :meth:`Tool.run`); cancellation
+        propagates."""
+        limit = self.timeout if timeout is None else timeout
         try:
-            return await self.server.call_tool(self.mcp_name, self.validate(arguments))
+            with anyio.move_on_after(limit):
+                return await self.server.call_tool(self.mcp_name, self.validate(arguments))
+            raise ToolTimeoutError(f"{self.name} did not finish within {limit:g} s and was cancelled")
         except Exception as e:
             return ToolResult.from_exception(e)
 
