@@ -56,6 +56,7 @@ from ._schema import (
     _top_level_order,
     _wants_container,
 )
+from ._truncate import visible_text
 
 __all__ = ["Tool", "ToolContext", "ToolResult", "load_arguments", "tool"]
 
@@ -63,24 +64,6 @@ __all__ = ["Tool", "ToolContext", "ToolResult", "load_arguments", "tool"]
 # carries the name in an escaped attribute, so any of these characters round-trips.
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _T = TypeVar("_T")
-_SURROGATE_RE = re.compile("[\ud800-\udfff]")
-
-
-def visible_text(text: str) -> str:
-    """``text`` as valid UTF-8: each lone surrogate becomes a visible escape.
-
-    Surrogates ``U+DC80``-``U+DCFF`` (undecodable bytes kept by ``surrogateescape``, e.g. a file
-    name ``caf\\xe9.txt`` from :func:`os.listdir`) become ``\\xNN`` (the byte); other lone
-    surrogates become ``\\udNNN``. Text without surrogates is returned as is.
-    """
-    if text.isascii() or not _SURROGATE_RE.search(text):
-        return text
-
-    def escape(m: re.Match[str]) -> str:
-        code = ord(m.group())
-        return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
-
-    return _SURROGATE_RE.sub(escape, text)
 
 
 async def _call_in_thread(function: Callable[[], _T], name: str) -> _T:
@@ -477,8 +460,8 @@ class Tool:
         properties = self.parameters["properties"]
         for pname, value in args.items():
             if pname in self._json_params and isinstance(value, str):
-                with contextlib.suppress(json.JSONDecodeError):
-                    decoded = json.loads(value)
+                with contextlib.suppress(json.JSONDecodeError, JSONLimitError):  # then left as text
+                    decoded = safe_loads(value)
                     if isinstance(decoded, (list, dict)):
                         args[pname] = value = decoded
             where = _boolean_for_number(value, properties.get(pname, {}), self.parameters, pname)
