@@ -6,6 +6,7 @@ from ._client import Client
 from ._exceptions import (
     AgentError,
     APIConnectionError,
+    APIResponseValidationError,
     APIStatusError,
     APITimeoutError,
     AuthenticationError,
@@ -84,6 +85,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "APIConnectionError",
+    "APIResponseValidationError",
     "APIStatusError",
     "APITimeoutError",
     "Agent",

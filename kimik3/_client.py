@@ -93,8 +93,9 @@ class Client:
 
     Retries: 429, 5xx and connection errors (timeouts included) are retried ``max_retries``
     times with exponential backoff (0.5 s doubling to 8 s, 25% jitter), honouring the server's
-    ``Retry-After``; a stream is retried only before its first event. Everything else raises at
-    once with a typed error (:class:`~kimik3.ContextLengthExceededError`,
+    ``Retry-After``; a stream is retried only before its first event. A ``Retry-After`` over
+    60 s (``RETRY_AFTER_MAX``) raises the error at once, its ``retry_after`` set, instead of
+    retrying early. Everything else raises at once with a typed error (:class:`~kimik3.ContextLengthExceededError`,
     :class:`~kimik3.BadRequestError`, ...).
 
     Args:
@@ -169,9 +170,10 @@ class Client:
                     yield call.completion
                 return
             except _RETRYABLE as e:
-                if started or attempt >= self.max_retries:
+                wait = getattr(e, "retry_after", None)
+                if started or attempt >= self.max_retries or (wait is not None and wait > RETRY_AFTER_MAX):
                     raise
-                delay = _backoff(attempt, getattr(e, "retry_after", None))
+                delay = _backoff(attempt, wait)
                 attempt += 1
             await anyio.sleep(delay)
 

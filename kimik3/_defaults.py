@@ -70,4 +70,4 @@ RETRY_JITTER = 0.25
 """Up to this fraction of the backoff is subtracted at random."""
 
 RETRY_AFTER_MAX = 60.0
-"""A server's Retry-After (seconds) is honoured up to this value."""
+"""A server's Retry-After (seconds) is honoured up to this value; a longer one raises the error."""

@@ -25,7 +25,8 @@
     │   ├── EngineRequestError (ValueError)  the in-process engine refused / failed a request
     │   ├── APIConnectionError
     │   │   └── APITimeoutError
-    │   └── APIStatusError                 the server answered with an error status (HTTP)
+    │   ├── APIResponseValidationError     a 2xx answer that is not the protocol (HTML, bad JSON)
+    │   └── APIStatusError                 the server answered with an error status (HTTP or in-band)
     │       ├── BadRequestError            400
     │       │   └── ContextLengthExceededError  (also an EngineRequestError: raised in-process too)
     │       ├── AuthenticationError        401 / 403
@@ -48,6 +49,7 @@ from __future__ import annotations
 
 __all__ = [
     "APIConnectionError",
+    "APIResponseValidationError",
     "APIStatusError",
     "APITimeoutError",
     "AgentError",
@@ -190,6 +192,20 @@ class APIConnectionError(EngineError):
 
 class APITimeoutError(APIConnectionError):
     """The request timed out."""
+
+
+class APIResponseValidationError(EngineError):
+    """The endpoint answered with a success status but not with the protocol: an HTML page, a
+    server-sent event whose ``data`` is not JSON, or a chunk of the wrong shape (the name
+    openai-python gives this case). Not retried: the same endpoint answers the same way again.
+
+    Attributes:
+        body: an excerpt of what the endpoint sent (at most 500 characters).
+    """
+
+    def __init__(self, message: str, *, body: str = "") -> None:
+        super().__init__(message)
+        self.body = body
 
 
 class APIStatusError(EngineError):

@@ -45,6 +45,7 @@ __all__ = [
     "ChatRequest",
     "Choice",
     "ContentPart",
+    "FailedToolCall",
     "FunctionCall",
     "FunctionSpec",
     "ImagePart",
@@ -234,6 +235,35 @@ class ToolCall(_Model):
     def name(self) -> str:
         """The called tool's name."""
         return self.function.name
+
+
+class FailedToolCall(BaseModel):
+    """A tool call a server finished but whose arguments kimik3 could not decode.
+
+    It is kept, never dropped in silence, and never executed: an agent answers it with a tool
+    error naming :attr:`reason`, so the model sees what went wrong; the history carries it with
+    ``{}`` as its arguments (:meth:`to_tool_call`), never invalid JSON.
+
+    Attributes:
+        index: the call's 0-based position among the calls of its turn.
+        id: its unique id (kimik3's ids are unique within a turn).
+        name: the called tool's name (``""`` when the server sent none).
+        arguments: the arguments text exactly as the server sent it.
+        reason: what is wrong, in words (e.g. ``"not valid JSON: Expecting ':' delimiter: line 1
+            column 30 (char 29)"``).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    index: int
+    id: str
+    name: str
+    arguments: str
+    reason: str
+
+    def to_tool_call(self) -> ToolCall:
+        """The call as the history keeps it: its id and name, arguments ``{}``."""
+        return ToolCall(id=self.id, function=FunctionCall(name=self.name, arguments="{}"))
 
 
 class FunctionSpec(_Model):
@@ -575,6 +605,9 @@ class ChatCompletion(BaseModel):
         truncated: the output stopped before K3 closed the message (``max_tokens``); an
             incomplete tool call is then dropped, never returned.
         dropped_tool_calls: names of calls that were started but never completed.
+        failed_tool_calls: calls a server finished whose arguments could not be decoded (chat
+            mode); they are not in ``message.tool_calls`` and never executed. An agent answers
+            each with a tool error (see :class:`FailedToolCall`).
         raw_text: the raw K3 output for token engines (None in chat mode).
     """
 
@@ -588,6 +621,7 @@ class ChatCompletion(BaseModel):
     usage: Usage = Field(default_factory=Usage)
     truncated: bool = False
     dropped_tool_calls: list[str] = Field(default_factory=list)
+    failed_tool_calls: list[FailedToolCall] = Field(default_factory=list)
     raw_text: str | None = None
 
     @property

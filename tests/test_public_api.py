@@ -8,7 +8,7 @@ import inspect
 import kimik3
 
 EXPECTED = [
-    "APIConnectionError", "APIStatusError", "APITimeoutError", "Agent", "AgentError", "AgentEvent",
+    "APIConnectionError", "APIResponseValidationError", "APIStatusError", "APITimeoutError", "Agent", "AgentError", "AgentEvent",
     "Allow", "AssistantMessage", "AuthenticationError", "BadRequestError", "Budgets", "ChatCompletion",
     "ChatRequest", "Client", "CompactionEvent", "ContentDelta", "ContextLengthExceededError",
     "ContextPolicy", "Deny", "Edit", "Engine", "EngineError", "EngineNotAvailableError",

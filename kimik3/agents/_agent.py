@@ -387,6 +387,14 @@ class Agent(Generic[OutputT]):
             span.done(call.completion)
         completion = call.completion
         message = completion.message
+        if completion.failed_tool_calls:  # a chat server's calls with undecodable arguments: kept,
+            # in the history with arguments {}, and answered with the reason and what was sent
+            for failed in completion.failed_tool_calls:
+                sent = failed.arguments if len(failed.arguments) <= 300 else failed.arguments[:300] + "..."
+                run.call_errors[failed.id] = (f"{failed.reason}. The arguments you sent: {sent}. "
+                                              "Call the tool again with its arguments as one JSON object.")
+            calls = [*(message.tool_calls or ()), *(f.to_tool_call() for f in completion.failed_tool_calls)]
+            message = message.model_copy(update={"tool_calls": calls})
         run.model_turn(completion, message)  # the message exactly as received
         if message.tool_calls:
             async for tool_event in self._run_tools(run, message.tool_calls):
@@ -493,7 +501,7 @@ class Agent(Generic[OutputT]):
             results[i] = ToolResult(content=f"Error: unknown tool {name!r}; available tools: {known}", is_error=True)
             return
         error = run.call_errors.pop(call.id, None)
-        if error is not None:  # the parser kept the call but a value was beyond the JSON limits
+        if error is not None:  # a value beyond the JSON limits, or arguments a server sent broken
             results[i] = ToolResult(content=f"Error: the call was not run: {error}", is_error=True)
             return
         decision = await self._approve(call)

@@ -1,211 +1,509 @@
-"""The checker of a chat-mode stream: OpenAI chat-completion chunks in, kimik3 events and a
-completion out.
+"""Chat mode's checker: what an OpenAI-compatible server streams, turned into kimik3's events and
+one completion (pure, no I/O; the transport is :class:`~kimik3.engines.RemoteEngine`).
 
-A chat server renders K3's prompt and parses K3's output itself; what arrives is *server text*
-(``reasoning_content`` / ``reasoning`` and ``content`` deltas) and tool-call deltas. The checker:
+In chat mode the server renders K3's prompt and parses K3's output; kimik3 checks what comes back.
+:class:`ChatStreamChecker` takes the ``chat.completion.chunk`` dicts of a stream (or one non-streaming
+``chat.completion``) and holds up against every shape servers are known to send. The decisions,
+where servers disagree, are in ``docs/chat-mode.md``; in short:
 
-- passes text through; marker text a server parser leaked into reasoning or content is parsed
-  with kimik3's K3 parser (starting in the think / response channel), and tool calls found there
-  are recovered, after the server's own calls;
-- never applies the raw-token rule "a partial marker at the end is an artefact": markers are
-  single tokens only in raw output, so server text ending in ``<`` or ``<|`` keeps it;
-- drops a server tool call whose arguments are not a JSON object (never replayed into history).
-
-Interface: ``checker = ChatStreamChecker(thinking, model)``; ``checker.feed(chunk)`` per chunk
-(an ``openai`` ``ChatCompletionChunk`` or its dict) returns events; ``checker.finish()`` returns
-the last events; then ``checker.completion()``.
+- Text a server parsed arrives intact (a trailing ``<``, a quoted marker). Only marker text that
+  forms a complete, valid K3 structure (a whole call block or channel a server leaked) is
+  recovered as structure, with kimik3's K3 parser.
+- Tool-call deltas: one without ``index`` continues the open call; a new ``id`` starts a new one;
+  id, name and arguments may come in any order. The deltas of a call concatenate to its final
+  arguments JSON. Ids are kimik3's: a server's id is kept when it is unique within the turn.
+- Arguments are decoded leniently only where the intent is unambiguous (a raw control character
+  inside a string, one extra level of JSON encoding); otherwise the call is kept as a
+  :class:`~kimik3.types.FailedToolCall`, as is a call beyond kimik3's JSON limits
+  (:mod:`kimik3.formats.k3._json`: nesting, integer digits, NaN / Infinity).
+- A stream that ends with neither ``finish_reason`` nor ``[DONE]`` was cut: the completion is
+  ``truncated``. An in-band error object raises the typed error its code names.
+- Channels: thinking off, reasoning-only text is the answer; thinking on, a cut answer with no
+  reasoning is unclosed thinking (the raw parser's rules). kimik3 logs a warning when it relabels.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from typing import Any
+import logging
+import re
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
 
+from .._exceptions import APIResponseValidationError
 from ..formats.k3 import (
+    CLOSE,
+    END_OF_MSG,
+    OPEN,
+    SEP,
     ContentDelta,
     Event,
     ParsedToolCall,
     ReasoningDelta,
-    StreamParser,
     ToolCallArgumentsDelta,
     ToolCallDone,
     ToolCallIncomplete,
     ToolCallStarted,
+    new_tool_call_id,
+    parse,
 )
-from ..types import AssistantMessage, ChatCompletion, Choice, FinishReason, FunctionCall, ToolCall, Usage
+from ..types import (
+    AssistantMessage,
+    ChatCompletion,
+    Choice,
+    FailedToolCall,
+    FinishReason,
+    FunctionCall,
+    ToolCall,
+    Usage,
+)
+from ._arguments import Escaper, decode_arguments, escape_controls
+from ._http import error_from_payload
 
-__all__ = ["ChatStreamChecker", "field_of"]
+__all__ = ["ChatStreamChecker"]
+
+log = logging.getLogger("kimik3.engines.chat")
+
+_NORMAL_STOPS = frozenset({"stop", "tool_calls", "function_call", "eos", "end_turn", "stop_sequence"})
+_CUT_STOPS = frozenset({"length", "max_tokens"})
+
+class _Call:
+    """One tool call as a server streams it."""
+
+    __slots__ = ("escaper", "id", "index", "mode", "name", "pieces", "sent", "server_id")
+
+    def __init__(self, server_id: str | None) -> None:
+        self.server_id = server_id
+        self.name = ""
+        self.id = ""  # set when started
+        self.index = -1
+        self.pieces: list[str] = []  # arguments, control characters escaped
+        self.sent = 0  # pieces already sent as deltas
+        self.mode: Literal["", "object", "string"] = ""  # decided by the first non-blank char
+        self.escaper = Escaper()
+
+    def complete(self) -> bool:
+        """Its arguments are a whole JSON object (cheap test first: they end in ``}``)."""
+        last = next((p for p in reversed(self.pieces) if p.strip()), "")
+        return last.rstrip().endswith("}") and decode_arguments("".join(self.pieces))[0] is not None
 
 
-def field_of(obj: Any, name: str) -> Any:
-    """``obj.name`` / ``obj[name]``, also from a pydantic model's extra fields (servers add
-    non-standard fields such as ``reasoning``); None when absent."""
-    if obj is None:
-        return None
-    if isinstance(obj, Mapping):
-        return obj.get(name)
-    value = getattr(obj, name, None)
-    if value is None and getattr(obj, "model_extra", None):
-        value = obj.model_extra.get(name)
-    return value
+# -- leaked K3 structure -----------------------------------------------------------------------
+
+_MARKERS = (OPEN, CLOSE, SEP, END_OF_MSG)
+_PREFIXES = frozenset(m[:i] for m in _MARKERS for i in range(1, len(m)))
+_MAX_PREFIX = max(map(len, _PREFIXES))
+_O, _C, _S, _E = (re.escape(m) for m in _MARKERS)
+_TEXT = rf"(?:(?!{_O}|{_C}|{_S}|{_E}).)*"
+_ATTRS = r'(?:[ \t]+[A-Za-z_]+="[^"<]*")*'
+_VALUE = rf"{_O}(argument|json){_ATTRS}{_S}{_TEXT}{_C}\1{_S}"
+_CALL = rf"{_O}call{_ATTRS}{_S}\s*(?:{_VALUE}\s*)*{_C}call{_S}"
+_ITEM = rf"{_O}response{_S}{_TEXT}{_C}response{_S}|{_O}tools{_S}\s*(?:{_CALL}\s*)+{_C}tools{_S}|{_CALL}"
+_TAIL = rf"\s*(?:(?:{_ITEM})\s*)*(?:{_C}message{_S}\s*)?(?:{_E}\s*)?"
+_STRUCTURE = {
+    "reasoning": re.compile(rf"(?:{_C}think{_S})?{_TAIL}", re.DOTALL),
+    "content": re.compile(rf"(?:{_C}response{_S})?{_TAIL}", re.DOTALL),
+}
+"""A complete, valid K3 tail a server leaked into a field: from its first marker to its end."""
+
+
+class _Text:
+    """One text field of the server's (reasoning or content). Text passes through at once, except
+    a trailing partial marker (held until the next piece; released intact at the end) and
+    everything from the first complete marker on (held to the end, then recovered as structure
+    when it is a complete K3 tail, else released intact)."""
+
+    __slots__ = ("held", "sent", "tail")
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+        self.tail = ""
+        self.held: list[str] | None = None
+
+    def feed(self, text: str) -> str:
+        if self.held is not None:
+            self.held.append(text)
+            return ""
+        buf = self.tail + text
+        self.tail = ""
+        first = min((k for k in (buf.find(m) for m in _MARKERS) if k >= 0), default=-1)
+        if first >= 0:
+            self.held = [buf[first:]]
+            buf = buf[:first]
+        else:
+            for n in range(min(len(buf), _MAX_PREFIX), 0, -1):
+                if buf[-n:] in _PREFIXES:
+                    self.tail = buf[-n:]
+                    buf = buf[:-n]
+                    break
+        if buf:
+            self.sent.append(buf)
+        return buf
+
+    def release(self) -> str:
+        """The held text, as plain text (the end of the stream)."""
+        text = self.tail + "".join(self.held or ())
+        self.tail, self.held = "", None
+        if text:
+            self.sent.append(text)
+        return text
+
+    @property
+    def text(self) -> str:
+        return "".join(self.sent)
+
+
+# -- the assembler ---------------------------------------------------------------------------
 
 
 class ChatStreamChecker:
-    """Maps one chat-mode stream to kimik3 events and checks it (see the module docstring).
+    """Turns one chat-completions answer into kimik3 events and a :class:`ChatCompletion`.
+
+    Feed every ``chat.completion.chunk`` with :meth:`feed` (or a non-streaming
+    ``chat.completion`` with :meth:`feed_response`), then call :meth:`finish` and
+    :meth:`completion`. Each call returns the events the new data completes.
 
     Args:
-        thinking: whether thinking was requested (reasoning then starts in the think channel).
-        model: the model name for the completion (a chunk's ``model`` field wins).
+        thinking: whether thinking was on for the request.
+        model: the model name for the completion (a chunk's ``model`` wins).
+        id_factory: makes kimik3's tool-call ids (default :func:`~kimik3.formats.k3.new_tool_call_id`).
+
+    Raises:
+        APIStatusError (a subclass by code): the server sent an error object (:meth:`feed`).
+        APIResponseValidationError: a chunk that is not the chat-completions shape.
     """
 
-    def __init__(self, thinking: bool, model: str = "") -> None:
+    def __init__(self, thinking: bool, model: str = "", *, id_factory: Callable[[], str] | None = None) -> None:
+        self.thinking = thinking
         self.model = model
-        self._reasoning = StreamParser(thinking=True) if thinking else None
-        self._content = StreamParser(thinking=False)
-        self._calls: dict[int, dict[str, Any]] = {}
-        self._order: list[int] = []
-        self._recovered: list[ParsedToolCall] = []
-        self._reasoning_text: list[str] = []
-        self._content_text: list[str] = []
-        self._final_calls: list[ToolCall] = []
+        self._new_id = id_factory or new_tool_call_id
+        self._reasoning = _Text()
+        self._content = _Text()
+        self._held_reasoning: list[str] = []  # thinking off: reasoning not yet known to be reasoning
+        self._held_content: list[str] = []  # thinking on: content not yet known to be content
+        self._saw_reasoning = False
+        self._saw_content = False
+        self._calls: list[_Call] = []
+        self._by_index: dict[int, _Call] = {}
+        self._ids: set[str] = set()
+        self._finish_reason: str | None = None
+        self._usage: Usage | None = None
+        self._done = False
+        self.received = False
+        """Whether any chunk arrived (an empty stream is a failed request, not an answer)."""
+        self._choices = False  # a chunk carried choice 0
+        self._started = 0  # calls started (their indices)
+        self._final: list[ToolCall] = []
+        self._failed: list[FailedToolCall] = []
         self._dropped: list[str] = []
-        self.finish_reason: str | None = None
-        self.usage = Usage()
+        self._truncated = False
 
-    # -- per chunk -------------------------------------------------------------------------
+    # -- input -----------------------------------------------------------------------------------
 
     def feed(self, chunk: Any) -> list[Event]:
-        """The events of one chunk (usage and finish_reason are recorded)."""
-        usage = field_of(chunk, "usage")
-        if usage is not None:
-            self.usage = Usage(
-                prompt_tokens=field_of(usage, "prompt_tokens") or 0,
-                completion_tokens=field_of(usage, "completion_tokens") or 0,
-                total_tokens=field_of(usage, "total_tokens") or 0,
+        """One ``chat.completion.chunk`` (a dict, as decoded from an SSE ``data:`` line)."""
+        return self._take(chunk, "delta")
+
+    def feed_response(self, response: Any) -> list[Event]:
+        """A whole non-streaming ``chat.completion`` (a server that ignored ``stream: true``)."""
+        events = self._take(response, "message")
+        self._done = True
+        return events
+
+    def _take(self, chunk: Any, key: str) -> list[Event]:
+        if not isinstance(chunk, Mapping):
+            raise APIResponseValidationError(f"a chunk that is not a JSON object: {chunk!r:.200}")
+        if chunk.get("error") or chunk.get("object") == "error":
+            raise error_from_payload(chunk)
+        self.received = True
+        if isinstance(chunk.get("model"), str) and chunk["model"]:
+            self.model = chunk["model"]
+        usage = chunk.get("usage")
+        if isinstance(usage, Mapping):
+            self._usage = Usage(
+                prompt_tokens=_int(usage.get("prompt_tokens")),
+                completion_tokens=_int(usage.get("completion_tokens")),
+                total_tokens=_int(usage.get("total_tokens")),
             )
-        choices = field_of(chunk, "choices")
-        if not choices:
-            return []
-        choice = choices[0]
-        delta = field_of(choice, "delta")
         out: list[Event] = []
-        reasoning = field_of(delta, "reasoning_content") or field_of(delta, "reasoning")
-        out.extend(self._reasoning_delta(reasoning or ""))
-        content = field_of(delta, "content")
-        if content:
-            out.extend(self._route(self._content.feed(content)))
-        for tc in field_of(delta, "tool_calls") or ():
-            out.extend(self._tool_call_delta(field_of(tc, "index") or 0, field_of(tc, "id"), field_of(tc, "function")))
-        reason = field_of(choice, "finish_reason")
-        if reason is not None:
-            self.finish_reason = reason
+        choices = chunk.get("choices") or []
+        if not isinstance(choices, list):
+            raise APIResponseValidationError(f"'choices' is not a list: {choices!r:.200}")
+        for choice in choices:
+            if not isinstance(choice, Mapping) or choice.get("index") not in (0, None):
+                continue  # kimik3 asks for one choice
+            self._choices = True
+            delta = choice.get(key) or {}
+            if not isinstance(delta, Mapping):
+                raise APIResponseValidationError(f"'{key}' is not an object: {delta!r:.200}")
+            reasoning = _str(delta, "reasoning_content") or _str(delta, "reasoning")
+            if reasoning:
+                out += self._on_reasoning(reasoning)
+            content = _str(delta, "content")
+            if content:
+                out += self._on_content(content)
+            tool_calls = delta.get("tool_calls") or []
+            if not isinstance(tool_calls, list):
+                raise APIResponseValidationError(f"'tool_calls' is not a list: {tool_calls!r:.200}")
+            for k, tc in enumerate(tool_calls):
+                if not isinstance(tc, Mapping):
+                    raise APIResponseValidationError(f"a tool call that is not an object: {tc!r:.200}")
+                out += self._flush_held()
+                if key == "message" and tc.get("index") is None:
+                    tc = {**tc, "index": k}
+                out += self._on_tool_call(tc)
+            reason = choice.get("finish_reason")
+            if isinstance(reason, str) and reason:
+                self._finish_reason = reason
         return out
 
-    def _route(self, events: list[Event]) -> list[Event]:
+    # -- text --------------------------------------------------------------------------------------
+
+    def _on_reasoning(self, text: str) -> list[Event]:
+        if not self.thinking and not self._saw_content and not self._calls:
+            self._held_reasoning.append(text)  # may be the answer, mislabelled (decided at the end)
+            return []
+        self._saw_reasoning = True
+        out = self._flush_held()
+        delta = self._reasoning.feed(text)
+        return out + ([ReasoningDelta(delta)] if delta else [])
+
+    def _on_content(self, text: str) -> list[Event]:
+        if self.thinking and not self._saw_reasoning and not self._calls:
+            self._held_content.append(text)  # may be unclosed thinking, mislabelled (decided at the end)
+            return []
+        self._saw_content = True
+        out = self._flush_held()
+        delta = self._content.feed(text)
+        return out + ([ContentDelta(delta)] if delta else [])
+
+    def _flush_held(self) -> list[Event]:
+        """Held text whose channel is now known to be the one the server said."""
         out: list[Event] = []
-        for ev in events:
-            if isinstance(ev, ReasoningDelta):
-                self._reasoning_text.append(ev.delta)
-                out.append(ev)
-            elif isinstance(ev, ContentDelta):
-                self._content_text.append(ev.delta)
-                out.append(ev)
-            # recovered tool events are emitted at the end, after the server's own calls
+        if self._held_reasoning:
+            text, self._held_reasoning = "".join(self._held_reasoning), []
+            self._saw_reasoning = True
+            if delta := self._reasoning.feed(text):
+                out.append(ReasoningDelta(delta))
+        if self._held_content:
+            text, self._held_content = "".join(self._held_content), []
+            self._saw_content = True
+            if delta := self._content.feed(text):
+                out.append(ContentDelta(delta))
         return out
 
-    def _reasoning_delta(self, text: str) -> list[Event]:
-        if not text:
-            return []
-        if self._reasoning is None:  # thinking off but the server sent reasoning: keep it
-            self._reasoning_text.append(text)
-            return [ReasoningDelta(text)]
-        return self._route(self._reasoning.feed(text))
+    # -- tool calls ------------------------------------------------------------------------------
 
-    def _tool_call_delta(self, index: int, call_id: str | None, function: Any) -> list[Event]:
-        slot = self._calls.get(index)
-        out: list[Event] = []
-        name = field_of(function, "name")
-        args = field_of(function, "arguments")
-        if slot is None:
-            slot = self._calls[index] = {"id": call_id or "", "name": name or "", "args": []}
-            self._order.append(index)
-        else:
-            slot["id"] = slot["id"] or call_id or ""
-            slot["name"] = slot["name"] or name or ""
-        if not slot.get("started") and slot["id"] and slot["name"]:
-            slot["started"] = True
-            out.append(ToolCallStarted(index, slot["id"], slot["name"]))
+    def _on_tool_call(self, tc: Mapping[str, Any]) -> list[Event]:
+        index = tc.get("index")
+        if not (index is None or (isinstance(index, int) and not isinstance(index, bool))):
+            raise APIResponseValidationError(f"a tool-call index that is not an integer: {index!r:.80}")
+        server_id = tc.get("id") if isinstance(tc.get("id"), str) and tc.get("id") else None
+        function = tc.get("function") or {}
+        if not isinstance(function, Mapping):
+            raise APIResponseValidationError(f"a tool call's 'function' is not an object: {function!r:.200}")
+        name = function.get("name") if isinstance(function.get("name"), str) else None
+        args = function.get("arguments")
+        if isinstance(args, (Mapping, list)):  # some servers send the decoded object
+            args = json.dumps(args, ensure_ascii=False)
+        elif args is not None and not isinstance(args, str):
+            raise APIResponseValidationError(f"tool-call arguments that are not text: {args!r:.200}")
+
+        call = self._call_for(index, server_id, name)
+        call.server_id = call.server_id or server_id
+        if name and not call.name:
+            call.name = name
         if args:
-            slot["args"].append(args)
-            if slot.get("started"):
-                out.append(ToolCallArgumentsDelta(index, slot["id"], args))
+            piece = call.escaper.feed(args)
+            call.pieces.append(piece)
+            if not call.mode and piece.strip():
+                call.mode = "string" if piece.lstrip()[0] == '"' else "object"
+        out: list[Event] = []
+        if not call.id and call.name:
+            call.index, self._started = self._started, self._started + 1
+            call.id = self._unique(call.server_id)
+            out.append(ToolCallStarted(call.index, call.id, call.name))
+        if call.id and call.mode == "object" and call.sent < len(call.pieces):
+            text = "".join(call.pieces[call.sent :])
+            call.sent = len(call.pieces)
+            out.append(ToolCallArgumentsDelta(call.index, call.id, text))
         return out
 
-    # -- end -------------------------------------------------------------------------------
+    def _call_for(self, index: int | None, server_id: str | None, name: str | None) -> _Call:
+        """The call a delta continues: by ``index``; without one, the open call. A different id
+        (or, without index, a name after complete arguments) starts a new call."""
+        call = self._by_index.get(index) if index is not None else (self._calls[-1] if self._calls else None)
+        if call is not None:
+            new_id = server_id is not None and call.server_id is not None and server_id != call.server_id
+            again = index is None and name is not None and bool(call.name) and call.complete()
+            if not (new_id or again):
+                return call
+        call = _Call(server_id)
+        self._calls.append(call)
+        if index is not None:
+            self._by_index[index] = call
+        return call
 
-    def finish(self) -> list[Event]:
-        """The last events: held-back text, the server's calls checked, then recovered calls."""
+    def _unique(self, server_id: str | None) -> str:
+        """The server's id when it is new in this turn, else a fresh kimik3 id."""
+        if server_id and server_id not in self._ids:
+            call_id = server_id
+        else:
+            if server_id:
+                log.warning("kimik3: the server sent tool-call id %r twice in one turn; renamed the second", server_id)
+            call_id = self._new_id()
+            while call_id in self._ids:
+                call_id = self._new_id()
+        self._ids.add(call_id)
+        return call_id
+
+    # -- the end ---------------------------------------------------------------------------------
+
+    def finish(self, *, done: bool = False) -> list[Event]:
+        """End of the answer.
+
+        Args:
+            done: the server ended the stream properly (``data: [DONE]``). Without it and without
+                a ``finish_reason``, the answer was cut (a closed connection): ``truncated``.
+
+        Returns:
+            The last events: held text, text and calls recovered from leaked K3 markup, and each
+            tool call's end (:class:`ToolCallDone`, or :class:`ToolCallIncomplete` for a call cut
+            or failed).
+
+        Raises:
+            APIResponseValidationError: chunks arrived but none carried a choice.
+        """
+        if self.received and not self._choices:
+            raise APIResponseValidationError("the answer had no choices (not a chat completion)")
+        done = done or self._done
+        reason = self._finish_reason
+        if reason is None:
+            cut = not done
+            if cut:
+                log.warning("kimik3: the stream ended with no finish_reason and no [DONE]: the answer is truncated")
+        elif reason in _NORMAL_STOPS:
+            cut = False
+        else:
+            cut = True
+            if reason not in _CUT_STOPS:
+                log.warning("kimik3: finish_reason %r: the answer is treated as truncated", reason)
+        self._truncated = cut
         out: list[Event] = []
-        for parser in (self._reasoning, self._content):
-            if parser is None:
-                continue
-            # server text: a held-back "<" at the end is text, not a cut marker token
-            out.extend(self._route(parser.finish("stop", partial_marker_is_text=True)))
-            # calls a server parser left as marker text (e.g. after a missing think close)
-            self._recovered.extend(parser.result().tool_calls)
-        for index in self._order:
-            slot = self._calls[index]
-            raw = "".join(slot["args"]) or "{}"
-            call_id = slot["id"] or f"call_{index}"
-            try:
-                value = json.loads(raw)
-            except json.JSONDecodeError:
-                value = None
-            if not isinstance(value, dict) or not slot["name"]:
-                self._dropped.append(slot["name"])
-                out.append(ToolCallIncomplete(index, call_id, slot["name"]))
-                continue
-            if not slot.get("started"):
-                out.append(ToolCallStarted(index, call_id, slot["name"]))
-                out.append(ToolCallArgumentsDelta(index, call_id, raw))
-            out.append(ToolCallDone(index, call_id, slot["name"], value, raw))
-            self._final_calls.append(ToolCall(id=call_id, function=FunctionCall(name=slot["name"], arguments=raw)))
-        base = (max(self._order) + 1) if self._order else 0
-        for k, call in enumerate(self._recovered):
-            index = base + k
-            out.append(ToolCallStarted(index, call.id, call.name))
-            out.append(ToolCallArgumentsDelta(index, call.id, call.arguments_json))
-            out.append(ToolCallDone(index, call.id, call.name, call.arguments, call.arguments_json))
-            self._final_calls.append(call.to_tool_call())
+        if self._held_reasoning:  # thinking off, only reasoning came: it is the answer
+            log.warning("kimik3: thinking is off but the server labelled the answer reasoning; relabelled as content")
+            text, self._held_reasoning = "".join(self._held_reasoning), []
+            self._saw_content = True
+            if delta := self._content.feed(text):
+                out.append(ContentDelta(delta))
+        if self._held_content:
+            if cut:  # thinking on, cut, no reasoning: unclosed thinking the server called content
+                log.warning("kimik3: the server labelled unclosed thinking (a cut answer) content; now reasoning")
+                text, self._held_content = "".join(self._held_content), []
+                self._saw_reasoning = True
+                if delta := self._reasoning.feed(text):
+                    out.append(ReasoningDelta(delta))
+            else:
+                out += self._flush_held()
+        recovered: list[ParsedToolCall] = []
+        for kind, field in (("reasoning", self._reasoning), ("content", self._content)):
+            held = "".join(field.held or ())
+            if held and _STRUCTURE[kind].fullmatch(held):
+                parsed = parse(field.text + held, thinking=kind == "reasoning", finish_reason="stop")
+                field.held = None
+                if kind == "reasoning" and parsed.content:
+                    self._content.sent.append(parsed.content)
+                    out.append(ContentDelta(parsed.content))
+                recovered += parsed.tool_calls
+                log.warning("kimik3: K3 markup left in %s; %d call(s) recovered", kind, len(parsed.tool_calls))
+            elif text := field.release():
+                out.append(ReasoningDelta(text) if kind == "reasoning" else ContentDelta(text))
+        for call in self._calls:
+            out += self._end_call(call, cut)
+        for k, parsed_call in enumerate(recovered):
+            index = len(self._calls) + k
+            call_id = self._unique(None)
+            out.append(ToolCallStarted(index, call_id, parsed_call.name))
+            out.append(ToolCallArgumentsDelta(index, call_id, parsed_call.arguments_json))
+            name, arguments_json = parsed_call.name, parsed_call.arguments_json
+            out.append(ToolCallDone(index, call_id, name, parsed_call.arguments, arguments_json, parsed_call.error))
+            self._final.append(ToolCall(id=call_id, function=FunctionCall(name=name, arguments=arguments_json)))
+        return out
+
+    def _end_call(self, call: _Call, cut: bool) -> list[Event]:
+        out: list[Event] = []
+        if not call.id:  # never named
+            call.index, self._started = self._started, self._started + 1
+            call.id = self._unique(call.server_id)
+            out.append(ToolCallStarted(call.index, call.id, call.name))
+        text = "".join(call.pieces)
+        arguments: dict[str, Any] | None
+        if not call.name:
+            arguments, reason = None, "the server sent no function name"
+        elif not text.strip():
+            arguments, reason, text = {}, "", "{}"
+        else:
+            arguments, reason = decode_arguments(text)
+            inner = _loads(text) if call.mode == "string" else None
+            if isinstance(inner, str):  # one extra level of JSON encoding: decoded once more
+                decoded, _ = decode_arguments(escape_controls(inner))
+                if decoded is not None:
+                    arguments, text = decoded, escape_controls(inner)
+        if arguments is None:
+            if cut and call.name:  # cut mid-arguments: dropped like the raw parser's cut call
+                self._dropped.append(call.name)
+            else:
+                raw = "".join(call.pieces)
+                failed = FailedToolCall(index=call.index, id=call.id, name=call.name, arguments=raw, reason=reason)
+                self._failed.append(failed)
+                log.warning("kimik3: tool call %s (%r) failed: %s", call.id, call.name, reason)
+            out.append(ToolCallIncomplete(call.index, call.id, call.name))
+            return out
+        if call.sent == 0 or call.mode != "object":
+            out.append(ToolCallArgumentsDelta(call.index, call.id, text))
+        out.append(ToolCallDone(call.index, call.id, call.name, arguments, text))
+        self._final.append(ToolCall(id=call.id, function=FunctionCall(name=call.name, arguments=text)))
         return out
 
     def completion(self) -> ChatCompletion:
-        """The completion of the stream (after :meth:`finish`)."""
-        keep_reasoning = self._reasoning is not None or self._reasoning_text
+        """The completion (call after :meth:`finish`)."""
+        reasoning = self._reasoning.text
         message = AssistantMessage(
-            content="".join(self._content_text),
-            reasoning_content="".join(self._reasoning_text) if keep_reasoning else None,
-            tool_calls=self._final_calls or None,
+            content=self._content.text,
+            reasoning_content=reasoning if (self.thinking or self._saw_reasoning) else None,
+            tool_calls=list(self._final) or None,
         )
-        reason: FinishReason
-        if self._final_calls:
-            reason = "tool_calls"
-        elif self.finish_reason == "length":
-            reason = "length"
-        else:
-            reason = "stop"
-        usage = self.usage
+        finish: FinishReason = (
+            "tool_calls" if self._final else "length" if self._truncated else "stop"
+        )
+        usage = self._usage or Usage()
         if usage.total_tokens == 0:
-            usage = Usage(
-                prompt_tokens=usage.prompt_tokens,
-                completion_tokens=usage.completion_tokens,
-                total_tokens=usage.prompt_tokens + usage.completion_tokens,
-            )
+            usage.total_tokens = usage.prompt_tokens + usage.completion_tokens
         return ChatCompletion(
             model=self.model,
-            choices=[Choice(message=message, finish_reason=reason)],
+            choices=[Choice(message=message, finish_reason=finish)],
             usage=usage,
-            truncated=self.finish_reason == "length",
-            dropped_tool_calls=self._dropped,
+            truncated=self._truncated,
+            dropped_tool_calls=list(self._dropped),
+            failed_tool_calls=list(self._failed),
         )
+
+
+def _loads(text: str) -> Any:
+    try:
+        return json.loads(text, strict=False)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _str(delta: Mapping[str, Any], key: str) -> str:
+    value = delta.get(key)
+    if value is None or isinstance(value, str):
+        return value or ""
+    if isinstance(value, list):  # content as parts (a few gateways): their text
+        return "".join(p.get("text", "") for p in value if isinstance(p, Mapping) and isinstance(p.get("text"), str))
+    raise APIResponseValidationError(f"'{key}' is not text: {value!r:.200}")
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0

@@ -2,86 +2,62 @@
 
 Chat mode (default): the server renders K3's prompt and parses its output; kimik3 sends every
 past assistant message with ``reasoning_content`` AND ``reasoning`` (vLLM reads only the latter)
-and its tool_calls as received, reads replies from either field, and checks the server's parse
-(marker text leaking into reasoning or content is re-parsed with kimik3's K3 parser; a tool call
-whose arguments are not a JSON object is dropped, never replayed).
+(``""`` for a tool-call turn without reasoning) and its tool_calls as received; the server's answer
+goes through :class:`~kimik3.engines._chat.ChatStreamChecker`, chat mode's checker.
 
 Raw mode: kimik3 encodes the prompt to K3 token ids itself, calls ``/v1/completions`` with the ids
 (``skip_special_tokens=false``, ``spaces_between_special_tokens=false``, stop at
 ``<|end_of_msg|>``) and parses the text with kimik3's parser — the path that survives a server
 whose K3 parser is old or buggy. Completions endpoints take no images: a raw-mode request with
 images goes through chat mode instead (with a warning), or raises when ``force_raw=True``.
+
+Both modes read the answer's body themselves (:func:`~kimik3.engines._http.read_events`): an HTML
+page, a non-JSON event, an in-band error object or ``event: error`` each raise a typed error, and
+``timeout`` is a total deadline beside ``idle_timeout`` (decisions: ``docs/chat-mode.md``).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import AsyncExitStack, contextmanager
 from typing import Any, Literal
 
+import anyio
 import openai
 
-from .._exceptions import (
-    APIConnectionError,
-    APIStatusError,
-    APITimeoutError,
-    AuthenticationError,
-    BadRequestError,
-    ContextLengthExceededError,
-    EngineError,
-    NotFoundError,
-    RateLimitError,
-    ServiceUnavailableError,
-    UserError,
-)
+from .._exceptions import APIConnectionError, APIResponseValidationError, APITimeoutError, EngineError, UserError
 from ..formats.k3 import K3Codec, K3Tokenizer, RawChunk
 from ..formats.k3._codec import media_scan
 from ..formats.k3._media import upload_url
 from ..types import ChatRequest, ImagePart, Message, dump_message
 from ._base import CallSource, ModelCall, TokenEngine
-from ._chat import ChatStreamChecker, field_of
+from ._chat import ChatStreamChecker
+from ._http import error_from_payload, read_events, retry_after, status_error, transport_error, within
 
 __all__ = ["RemoteEngine", "map_openai_error", "openai_errors"]
 
 log = logging.getLogger("kimik3.engines.remote")
 
-_CONTEXT_PHRASES = ("maximum context length", "context length", "too long", "max_model_len", "context window")
-
-
 def map_openai_error(e: Exception) -> Exception:
-    """Translate an ``openai`` exception into kimik3's typed error (others are returned as is)."""
+    """Translate an ``openai`` exception into kimik3's typed error (others are returned as is).
+
+    Status errors keep the status, the decoded body, the response, its request id and the
+    server's ``Retry-After`` (seconds or an HTTP date); the class follows
+    :func:`~kimik3.engines._http.status_error`.
+    """
     if isinstance(e, openai.APITimeoutError):
         return APITimeoutError(f"request timed out: {e}")
     if isinstance(e, openai.APIConnectionError):
         return APIConnectionError(f"cannot reach the endpoint: {e}")
     if isinstance(e, openai.APIStatusError):
-        status = e.status_code
-        body = e.body
-        message = f"{status}: {e.message}"
         headers = e.response.headers if e.response is not None else {}
-        retry_after = _retry_after(headers)
-        cls: type[APIStatusError]
-        if status == 400 or status == 422:
-            text = str(e.message).lower() + " " + json.dumps(body, default=str).lower()
-            cls = ContextLengthExceededError if any(p in text for p in _CONTEXT_PHRASES) else BadRequestError
-        elif status in (401, 403):
-            cls = AuthenticationError
-        elif status == 404:
-            cls = NotFoundError
-        elif status == 429:
-            cls = RateLimitError
-        elif status >= 500:
-            cls = ServiceUnavailableError
-        else:
-            cls = APIStatusError
-        return cls(
-            message,
-            status_code=status,
-            body=body,
-            retry_after=retry_after,
+        return status_error(
+            e.status_code,
+            str(e.message),
+            body=e.body,
+            retry_after=retry_after(headers),
             response=e.response,
             request_id=e.request_id or headers.get("x-request-id"),
         )
@@ -97,19 +73,6 @@ def openai_errors() -> Iterator[None]:
         raise map_openai_error(e) from e
 
 
-def _retry_after(headers: Mapping[str, str]) -> float | None:
-    for key in ("retry-after-ms", "retry-after"):
-        value = headers.get(key)
-        if value is None:
-            continue
-        try:
-            seconds = float(value)
-        except ValueError:
-            continue
-        return seconds / 1000 if key.endswith("ms") else seconds
-    return None
-
-
 class RemoteEngine(TokenEngine):
     """A K3 engine over ``openai.AsyncOpenAI``.
 
@@ -122,10 +85,14 @@ class RemoteEngine(TokenEngine):
             needs ``tokenizer``).
         force_raw: in raw mode, raise instead of falling back to chat mode for image requests.
         tokenizer: the K3 tokenizer (or its model directory) for raw mode.
-        timeout: seconds for a whole request (default 600); ``connect_timeout`` for connecting.
+        timeout: seconds for a whole request, from sending it to the last byte of the answer
+            (default 600): a total deadline, whatever the server trickles.
+        idle_timeout: seconds the server may send nothing at all, headers or body, keep-alive
+            comments included (default 300).
+        connect_timeout: seconds for connecting (default 10).
         headers: extra HTTP headers.
-        client: a ready ``openai.AsyncOpenAI`` (then base_url, api_key, timeouts and headers are
-            ignored).
+        client: a ready ``openai.AsyncOpenAI`` (then base_url, api_key, idle / connect timeouts
+            and headers are ignored; ``timeout`` still bounds each request).
 
     Raises:
         UserError: an unknown ``mode``.
@@ -142,6 +109,7 @@ class RemoteEngine(TokenEngine):
         force_raw: bool = False,
         tokenizer: K3Tokenizer | str | os.PathLike[str] | None = None,
         timeout: float = 600.0,
+        idle_timeout: float = 300.0,
         connect_timeout: float = 10.0,
         headers: Mapping[str, str] | None = None,
         client: openai.AsyncOpenAI | None = None,
@@ -154,10 +122,11 @@ class RemoteEngine(TokenEngine):
         self.mode = mode
         self.force_raw = force_raw
         self._model = model
+        self.timeout = timeout
         self._client = client or openai.AsyncOpenAI(
             base_url=base_url,
             api_key=api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY",
-            timeout=openai.Timeout(timeout, connect=connect_timeout),
+            timeout=openai.Timeout(min(idle_timeout, timeout), connect=min(connect_timeout, timeout)),
             max_retries=0,  # kimik3.Client retries, with kimik3's typed errors
             default_headers=dict(headers or {}),
         )
@@ -207,33 +176,52 @@ class RemoteEngine(TokenEngine):
             "stop_token_ids": [self.load_tokenizer().end_of_msg_id],
             **request.extra,
         }
-        with openai_errors():
-            stream = await self._client.completions.create(
-                model=model,
-                prompt=list(prompt_ids),
-                max_tokens=request.max_tokens,
-                temperature=request.temperature,
-                top_p=request.top_p,
-                seed=request.seed,
-                stream=True,
-                stream_options={"include_usage": True},
-                extra_body=extra_body,
-            )
-            async with stream:
-                async for chunk in stream:
-                    usage = chunk.usage
-                    if chunk.choices:
-                        choice = chunk.choices[0]
-                        echoed = field_of(choice, "prompt_token_ids")
-                        yield RawChunk(
-                            text=choice.text or "",
-                            finish_reason=choice.finish_reason,
-                            prompt_token_ids=echoed if isinstance(echoed, list) else None,
-                        )
-                    if usage is not None:
-                        yield RawChunk(
-                            prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens
-                        )
+        kwargs: dict[str, Any] = {
+            "model": model,
+            "prompt": list(prompt_ids),
+            "max_tokens": request.max_tokens,
+            "temperature": request.temperature,
+            "top_p": request.top_p,
+            "seed": request.seed,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "extra_body": extra_body,
+        }
+        async for kind, data in self._events(self._client.completions, kwargs):
+            if kind == "done":
+                return
+            if kind == "error":
+                raise error_from_payload(data)
+            for chunk in _raw_chunks(data):
+                yield chunk
+
+    async def _events(self, resource: Any, kwargs: dict[str, Any]) -> AsyncIterator[tuple[str, Any]]:
+        """POST a streaming request and read its answer's events under the total deadline.
+
+        A connection that breaks after something arrived ends the events (the answer is cut:
+        the caller sees it truncated); before anything arrived it raises APIConnectionError.
+        """
+        deadline = anyio.current_time() + self.timeout
+        received = False
+        try:
+            async with AsyncExitStack() as stack:
+                request = resource.with_streaming_response.create(**kwargs)
+                response = await within(deadline, stack.enter_async_context(request))
+                async for event in read_events(response, deadline=deadline):
+                    received = True
+                    yield event
+        except openai.OpenAIError as e:
+            raise map_openai_error(e) from e
+        except Exception as e:
+            mapped = transport_error(e)
+            if mapped is None:
+                raise
+            if received and not isinstance(mapped, APITimeoutError):
+                log.warning("kimik3: the connection broke mid-answer (%s); the answer is cut", mapped)
+                return
+            raise mapped from e
+        if not received:
+            raise APIConnectionError("the endpoint closed the answer before sending anything")
 
     # -- chat mode ---------------------------------------------------------------------------
 
@@ -241,6 +229,9 @@ class RemoteEngine(TokenEngine):
         out = []
         for msg in messages:
             d = dump_message(msg)  # assistant reasoning under both names
+            if d.get("role") == "assistant" and d.get("tool_calls"):
+                # strict endpoints reject a tool-call turn without reasoning: both keys, always
+                d["reasoning_content"] = d["reasoning"] = d.get("reasoning_content") or ""
             if isinstance(msg.content, list) and any(isinstance(p, ImagePart) for p in msg.content):
                 d["content"] = [_upload_part(p, self.allow_local_files) for p in d["content"]]
             out.append(d)
@@ -280,16 +271,50 @@ class RemoteEngine(TokenEngine):
             raise UserError("chat mode cannot send an encoded prompt; use mode='raw' for prompt_ids")
         request = K3Codec.expand(request, allow_local_files=self.allow_local_files)  # videos as timestamped frames
         model = await self._model_name()
-        check = ChatStreamChecker(request.thinking, model)
-        with openai_errors():
-            stream = await self._client.chat.completions.create(**self._chat_kwargs(request, model))
-            async with stream:
-                async for chunk in stream:
-                    for event in check.feed(chunk):
-                        yield event
-        for event in check.finish():
+        chat = ChatStreamChecker(request.thinking, model)
+        done = False
+        async for kind, data in self._events(self._client.chat.completions, self._chat_kwargs(request, model)):
+            if kind == "done":
+                done = True
+                break
+            if kind == "error":
+                raise error_from_payload(data)
+            for event in chat.feed_response(data) if kind == "response" else chat.feed(data):
+                yield event
+        if not chat.received:
+            raise APIConnectionError("the endpoint ended the answer before sending any chunk")
+        for event in chat.finish(done=done):
             yield event
-        yield check.completion()
+        yield chat.completion()
+
+
+def _raw_chunks(data: Any) -> list[RawChunk]:
+    """The raw-mode chunks of one ``text_completion`` chunk (or a whole non-streaming body)."""
+    if not isinstance(data, Mapping):
+        raise APIResponseValidationError(f"a chunk that is not a JSON object: {data!r:.200}", body=str(data)[:500])
+    if data.get("error") or data.get("object") == "error":
+        raise error_from_payload(data)
+    out: list[RawChunk] = []
+    choices = data.get("choices") or []
+    for choice in choices if isinstance(choices, list) else ():
+        if not isinstance(choice, Mapping) or choice.get("index") not in (0, None):
+            continue
+        text = choice.get("text")
+        if text is not None and not isinstance(text, str):
+            raise APIResponseValidationError(f"'text' is not text: {text!r:.200}")
+        echoed = choice.get("prompt_token_ids")
+        reason = choice.get("finish_reason")
+        out.append(
+            RawChunk(
+                text=text or "",
+                finish_reason=reason if isinstance(reason, str) else None,
+                prompt_token_ids=echoed if isinstance(echoed, list) else None,
+            )
+        )
+    usage = data.get("usage")
+    if isinstance(usage, Mapping):
+        out.append(RawChunk(prompt_tokens=usage.get("prompt_tokens"), completion_tokens=usage.get("completion_tokens")))
+    return out
 
 
 def _upload_part(part: dict[str, Any], allow_local_files: bool) -> dict[str, Any]:

@@ -120,7 +120,7 @@ async def test_chat_mode_thinking_off_uses_chat_template_kwargs() -> None:
     assert out.message.content == "hi" and out.message.reasoning_content is None
 
 
-async def test_chat_mode_tool_call_deltas_and_malformed_arguments_dropped() -> None:
+async def test_chat_mode_tool_call_deltas_and_malformed_arguments_kept_as_failed() -> None:
     server = FakeServer(
         lambda r: sse(
             [
@@ -140,7 +140,11 @@ async def test_chat_mode_tool_call_deltas_and_malformed_arguments_dropped() -> N
     completion = call.completion
     assert isinstance(completion, ChatCompletion)
     calls = completion.message.tool_calls
-    assert calls is not None and [c.id for c in calls] == ["s1"] and completion.dropped_tool_calls == ["read"]
+    assert calls is not None and [c.id for c in calls] == ["s1"] and completion.dropped_tool_calls == []
+    # the server finished the turn ("tool_calls") with broken arguments: kept as a failed call
+    [failed] = completion.failed_tool_calls
+    assert (failed.id, failed.name, failed.arguments) == ("s2", "read", '{"path": ')
+    assert failed.reason.startswith("arguments are not valid JSON (Expecting value")
 
 
 async def test_chat_mode_recovers_markers_leaked_by_the_server_parser() -> None:

@@ -263,16 +263,13 @@ class StreamParser:
             self._text(buf[start:] if start else buf)
         return out
 
-    def finish(self, finish_reason: str | None = None, *, partial_marker_is_text: bool = False) -> list[Event]:
+    def finish(self, finish_reason: str | None = None) -> list[Event]:
         """End the stream.
 
         Args:
             finish_reason: the server's finish reason, when known. An unclosed message is
                 reported as truncated unless the server reports a normal stop (anything but
                 ``"length"`` or ``None``).
-            partial_marker_is_text: keep a held-back partial marker at the very end (``<``,
-                ``<|op``) as text instead of dropping it. For text a server already parsed,
-                where markers are not single tokens and a reply may simply end in ``<``.
 
         Returns:
             The last events (:class:`ToolCallIncomplete` for a call cut by the end); ``[]`` when
@@ -285,8 +282,6 @@ class StreamParser:
         # Decision: a partial marker at the very end of raw token output is dropped, not text
         # (see class docstring); an unterminated tag header and held whitespace between channels
         # are dropped too.
-        if partial_marker_is_text and self._tail and self._header is None:
-            self._text(self._tail)
         self._tail = ""
         self._header = None
         self._top_ws.clear()

@@ -1,0 +1,77 @@
+"""Tool-call arguments a server passes through: decoded strictly, within limits, and repaired only
+where the intent is unambiguous (see ``docs/chat-mode.md``)."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from .._exceptions import JSONLimitError
+from ..formats.k3 import safe_loads
+
+__all__ = ["Escaper", "decode_arguments", "escape_controls"]
+
+_SPECIAL = re.compile(r'["\\\x00-\x1f]')
+_ESCAPES = {"\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
+
+
+class Escaper:
+    """Escapes raw control characters inside JSON strings, piece by piece (a server that passes
+    a model's raw newline through); the output of the pieces concatenates to the repaired text."""
+
+    __slots__ = ("in_string", "skip")
+
+    def __init__(self) -> None:
+        self.in_string = False
+        self.skip = False  # the next character is escaped by a backslash
+
+    def feed(self, text: str) -> str:
+        out: list[str] = []
+        last = 0
+        skip_to = 1 if self.skip else 0
+        self.skip = False
+        for m in _SPECIAL.finditer(text):
+            i = m.start()
+            if i < skip_to:
+                continue
+            c = m.group()
+            if not self.in_string:
+                self.in_string = c == '"'
+            elif c == '"':
+                self.in_string = False
+            elif c == "\\":
+                if i + 1 < len(text):
+                    skip_to = i + 2
+                else:
+                    self.skip = True
+            else:
+                out.append(text[last:i])
+                out.append(_ESCAPES.get(c) or f"\\u{ord(c):04x}")
+                last = i + 1
+        if not out:
+            return text
+        out.append(text[last:])
+        return "".join(out)
+
+
+def escape_controls(text: str) -> str:
+    return Escaper().feed(text)
+
+
+def decode_arguments(text: str) -> tuple[dict[str, Any] | None, str]:
+    """Decode tool-call arguments strictly, within kimik3's JSON limits (:mod:`kimik3.formats.k3._json`).
+
+    Returns:
+        ``(arguments, "")`` for a JSON object, else ``(None, reason)`` with the reason in words
+        (not JSON, not an object, or beyond the limits: nesting, integer digits, NaN / Infinity).
+    """
+    try:
+        value = safe_loads(text)
+    except JSONLimitError as e:
+        return None, f"arguments beyond kimik3's JSON limits: {e}"
+    except json.JSONDecodeError as e:
+        return None, f"arguments are not valid JSON ({e})"
+    if not isinstance(value, dict):
+        return None, f"arguments are JSON but not an object ({type(value).__name__})"
+    return value, ""
