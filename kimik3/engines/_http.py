@@ -5,6 +5,7 @@ answer read as server-sent events under a total deadline (decisions: ``docs/chat
 
 from __future__ import annotations
 
+import codecs
 import email.utils
 import json
 import math
@@ -28,6 +29,8 @@ from .._exceptions import (
     RateLimitError,
     ServiceUnavailableError,
 )
+
+_NEWLINE = re.compile(r"\r\n|\r|\n")
 
 __all__ = ["error_from_payload", "read_events", "retry_after", "status_error", "transport_error", "within"]
 
@@ -192,16 +195,11 @@ async def read_events(response: Any, *, deadline: float) -> AsyncIterator[Event]
         raw = await within(deadline, response.read())
         yield "response", _json(raw.decode("utf-8", "replace"), "the JSON body")
         return
-    lines = response.iter_lines().__aiter__()
     data: list[str] = []
     name = ""
     junk = ""
     seen = False
-    while True:
-        try:
-            line = await within(deadline, lines.__anext__())
-        except StopAsyncIteration:
-            break
+    async for line in _lines(response, deadline):
         if line == "":
             if data:
                 seen = True
@@ -223,6 +221,30 @@ async def read_events(response: Any, *, deadline: float) -> AsyncIterator[Event]
             yield _event(name, text)
     if not seen and junk:
         raise APIResponseValidationError(f"the answer has no server-sent events: {junk[:200]!r}", body=junk[:500])
+
+
+async def _lines(response: Any, deadline: float) -> AsyncIterator[str]:
+    """The body's lines (ended by CRLF, LF or CR), one deadline-bounded read per network chunk."""
+    chunks = response.iter_bytes().__aiter__()
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    rest = ""
+    while True:
+        try:
+            chunk = await within(deadline, chunks.__anext__())
+        except StopAsyncIteration:
+            break
+        text = rest + decoder.decode(chunk)
+        if text.endswith("\r"):  # maybe the first half of a CRLF
+            text, rest = text[:-1], "\r"
+        else:
+            rest = ""
+        *lines, tail = _NEWLINE.split(text)
+        rest = tail + rest if rest else tail
+        for line in lines:
+            yield line
+    text = rest + decoder.decode(b"", final=True)
+    if text:  # the last line, ended by a CR or by nothing
+        yield text[:-1] if text.endswith("\r") else text
 
 
 def _event(name: str, data: str) -> Event:

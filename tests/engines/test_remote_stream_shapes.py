@@ -300,3 +300,15 @@ def test_timeout_is_a_total_deadline_against_a_trickling_server() -> None:
 def test_idle_timeout_against_a_server_that_goes_silent() -> None:
     silent = 'sse([d({"reasoning_content": "a"})], done=False) + [20.0, b": late\\n\\n"]'
     assert run_child(CHILD % (silent, 60.0, 0.5)) == "APITimeoutError: the endpoint stopped sending (idle timeout)"
+
+
+async def test_events_split_anywhere_with_any_line_ending() -> None:
+    """CRLF split between reads, a bare CR, a UTF-8 character split between reads."""
+    first = json.dumps(d({"content": "hé"}), ensure_ascii=False).encode()
+    cut = first.index("é".encode()) + 1
+    second = json.dumps(d({"content": "!"}, "stop")).encode()
+    parts: list[bytes | float] = [b"data: " + first[:cut], first[cut:] + b"\r", b"\n\r\n", b"data: " + second + b"\r\r",
+                                  b"data: [DONE]\r\n\r\n"]  # fmt: skip
+    async with SSEServer([Reply(parts=parts)]) as server:
+        out = await Client(RemoteEngine(base_url=server.base_url, model="k3")).chat(USER, reasoning_effort="none")
+    assert out.message.content == "hé!" and out.finish_reason == "stop" and not out.truncated
