@@ -20,6 +20,10 @@ where servers disagree, are in ``docs/chat-mode.md``; in short:
   ``truncated``. An in-band error object raises the typed error its code names.
 - Channels: thinking off, reasoning-only text is the answer; thinking on, a cut answer with no
   reasoning is unclosed thinking (the raw parser's rules). kimik3 logs a warning when it relabels.
+
+Interface: ``check = ChatStreamChecker(thinking, model)``; ``check.feed(chunk)`` per chunk (or
+``check.feed_response(body)``) returns events; ``check.finish(done=...)`` the last ones; then
+``check.completion()``.
 """
 
 from __future__ import annotations
@@ -201,7 +205,8 @@ class ChatStreamChecker:
     # -- input -----------------------------------------------------------------------------------
 
     def feed(self, chunk: Any) -> list[Event]:
-        """One ``chat.completion.chunk`` (a dict, as decoded from an SSE ``data:`` line)."""
+        """One ``chat.completion.chunk``: a dict, as decoded from an SSE ``data:`` line (or an
+        openai-python ``ChatCompletionChunk``)."""
         return self._take(chunk, "delta")
 
     def feed_response(self, response: Any) -> list[Event]:
@@ -211,6 +216,8 @@ class ChatStreamChecker:
         return events
 
     def _take(self, chunk: Any, key: str) -> list[Event]:
+        if hasattr(chunk, "model_dump"):  # an openai-python model: its JSON shape, extra fields kept
+            chunk = chunk.model_dump(mode="json", exclude_unset=True)
         if not isinstance(chunk, Mapping):
             raise APIResponseValidationError(f"a chunk that is not a JSON object: {chunk!r:.200}")
         if chunk.get("error") or chunk.get("object") == "error":

@@ -531,3 +531,13 @@ def test_an_answer_without_a_choice_is_not_an_empty_answer(chunks: list[dict[str
     with pytest.raises(APIResponseValidationError, match="the answer had no choices"):
         chat.finish(done=True)
 
+
+
+def test_openai_python_chunk_objects_are_read_like_their_dicts() -> None:
+    from openai.types.chat import ChatCompletionChunk
+
+    row = next(r for r in ROWS if r.name.startswith("the id after the first argument fragment"))
+    chunks = [ChatCompletionChunk.model_validate({"created": 0, **c}) for c in row.chunks if c != DONE]
+    chat = ChatStreamChecker(thinking=True, id_factory=lambda: "k3_0")
+    events = [e for c in chunks for e in chat.feed(c)] + chat.finish(done=True)
+    assert [show(e) for e in events] == row.events
