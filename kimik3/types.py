@@ -238,19 +238,10 @@ class ToolCall(_Model):
 
 
 class FailedToolCall(BaseModel):
-    """A tool call a server finished but whose arguments kimik3 could not decode.
-
-    It is kept, never dropped in silence, and never executed: an agent answers it with a tool
-    error naming :attr:`reason`, so the model sees what went wrong; the history carries it with
-    ``{}`` as its arguments (:meth:`to_tool_call`), never invalid JSON.
-
-    Attributes:
-        index: the call's 0-based position among the calls of its turn.
-        id: its unique id (kimik3's ids are unique within a turn).
-        name: the called tool's name (``""`` when the server sent none).
-        arguments: the arguments text exactly as the server sent it.
-        reason: what is wrong, in words (e.g. ``"not valid JSON: Expecting ':' delimiter: line 1
-            column 30 (char 29)"``).
+    """A tool call a server finished whose arguments could not be decoded (chat mode): kept, never
+    run. An agent answers it with a tool error naming :attr:`reason`; the history carries it with
+    arguments ``{}`` (:meth:`to_tool_call`), never invalid JSON. :attr:`arguments` is the text as
+    the server sent it, :attr:`index` the call's position in its turn, :attr:`name` ``""`` if none.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -465,15 +456,16 @@ def dump_message(message: Message | Mapping[str, Any]) -> dict[str, Any]:
     """The OpenAI chat dict for a message (``None`` fields dropped).
 
     Assistant reasoning is written under both ``reasoning_content`` and ``reasoning`` with the
-    same value, because vLLM reads only ``reasoning`` and others only ``reasoning_content``.
+    same value, because vLLM reads only ``reasoning`` and others only ``reasoning_content``; a
+    tool-call turn without reasoning gets both as ``""`` (strict endpoints reject it without).
     """
     msg = to_message(message)
     out = msg.model_dump(exclude_none=True, mode="json")
     if isinstance(msg, AssistantMessage):
         if "content" not in out:
             out["content"] = None if msg.tool_calls else ""
-        if msg.reasoning_content is not None:
-            out["reasoning"] = msg.reasoning_content
+        if msg.reasoning_content is not None or msg.tool_calls:
+            out["reasoning_content"] = out["reasoning"] = msg.reasoning_content or ""
     return out
 
 

@@ -228,10 +228,7 @@ class RemoteEngine(TokenEngine):
     def _chat_messages(self, messages: Sequence[Message]) -> list[dict[str, Any]]:
         out = []
         for msg in messages:
-            d = dump_message(msg)  # assistant reasoning under both names
-            if d.get("role") == "assistant" and d.get("tool_calls"):
-                # strict endpoints reject a tool-call turn without reasoning: both keys, always
-                d["reasoning_content"] = d["reasoning"] = d.get("reasoning_content") or ""
+            d = dump_message(msg)  # reasoning under both names ("" for a tool-call turn without)
             if isinstance(msg.content, list) and any(isinstance(p, ImagePart) for p in msg.content):
                 d["content"] = [_upload_part(p, self.allow_local_files) for p in d["content"]]
             out.append(d)
