@@ -1,9 +1,14 @@
 """RemoteEngine: an OpenAI-compatible endpoint (self-hosted vLLM / SGLang, or a hosted API).
 
 Chat mode (default): the server renders K3's prompt and parses its output; kimik3 sends every
-past assistant message with ``reasoning_content`` AND ``reasoning`` (vLLM reads only the latter)
-(``""`` for a tool-call turn without reasoning) and its tool_calls as received; the server's answer
-goes through :class:`~kimik3.engines._chat.ChatStreamChecker`, chat mode's checker.
+past assistant message with ``reasoning_content`` AND ``reasoning`` (vLLM's Python frontend reads
+only the latter, SGLang and hosted APIs the former; ``""`` for a tool-call turn without reasoning)
+and its tool_calls as received; the server's answer goes through
+:class:`~kimik3.engines._chat.ChatStreamChecker`, chat mode's checker. vLLM's Rust frontend
+(``vllm-rs``, which vLLM's K3 recipe turns on with ``VLLM_USE_RUST_FRONTEND=1``) takes the two
+names as aliases and refuses a message carrying both ("duplicate field `reasoning`"): on that 400
+the engine switches to ``reasoning`` alone, says so in a warning, and sends the request again
+(``reasoning_field`` picks one name from the start).
 
 Raw mode: kimik3 encodes the prompt to K3 token ids itself, calls ``/v1/completions`` with the ids
 (``skip_special_tokens=false``, ``spaces_between_special_tokens=false``, stop at
@@ -27,7 +32,14 @@ from typing import Any, Literal
 import anyio
 import openai
 
-from .._exceptions import APIConnectionError, APIResponseValidationError, APITimeoutError, EngineError, UserError
+from .._exceptions import (
+    APIConnectionError,
+    APIResponseValidationError,
+    APITimeoutError,
+    BadRequestError,
+    EngineError,
+    UserError,
+)
 from ..formats.k3 import K3Codec, K3Tokenizer, RawChunk
 from ..formats.k3._codec import media_scan
 from ..formats.k3._media import upload_url
@@ -39,6 +51,10 @@ from ._http import error_from_payload, read_events, retry_after, status_error, t
 __all__ = ["RemoteEngine", "map_openai_error", "openai_errors"]
 
 log = logging.getLogger("kimik3.engines.remote")
+
+ReasoningField = Literal["both", "reasoning", "reasoning_content"]
+_REASONING_FIELDS = ("both", "reasoning", "reasoning_content")
+_DUPLICATE_REASONING = "duplicate field `reasoning"  # serde's words in vllm-rs's 400 (either name first)
 
 def map_openai_error(e: Exception) -> Exception:
     """Translate an ``openai`` exception into kimik3's typed error (others are returned as is).
@@ -53,9 +69,12 @@ def map_openai_error(e: Exception) -> Exception:
         return APIConnectionError(f"cannot reach the endpoint: {e}")
     if isinstance(e, openai.APIStatusError):
         headers = e.response.headers if e.response is not None else {}
+        message = str(e.message)
+        if isinstance(e.body, str) and e.body and e.body not in message:  # a text body: openai keeps only the code
+            message = f"{message} - {e.body[:2000]}"
         return status_error(
             e.status_code,
-            str(e.message),
+            message,
             body=e.body,
             retry_after=retry_after(headers),
             response=e.response,
@@ -91,11 +110,15 @@ class RemoteEngine(TokenEngine):
             comments included (default 300).
         connect_timeout: seconds for connecting (default 10).
         headers: extra HTTP headers.
+        reasoning_field: the name(s) past assistant reasoning goes out under: ``"both"``
+            (default: ``reasoning_content`` and ``reasoning``, read by every server kimik3 knows
+            but vllm-rs, from which the engine falls back to ``"reasoning"`` by itself),
+            ``"reasoning"`` or ``"reasoning_content"``. Read back as the attribute of that name.
         client: a ready ``openai.AsyncOpenAI`` (then base_url, api_key, idle / connect timeouts
             and headers are ignored; ``timeout`` still bounds each request).
 
     Raises:
-        UserError: an unknown ``mode``.
+        UserError: an unknown ``mode`` or ``reasoning_field``.
         EngineError: raw mode without a tokenizer; (when streaming) images with ``force_raw``.
     """
 
@@ -112,11 +135,15 @@ class RemoteEngine(TokenEngine):
         idle_timeout: float = 300.0,
         connect_timeout: float = 10.0,
         headers: Mapping[str, str] | None = None,
+        reasoning_field: ReasoningField = "both",
         client: openai.AsyncOpenAI | None = None,
     ) -> None:
         super().__init__(tokenizer)
         if mode not in ("chat", "raw"):
             raise UserError(f"mode must be 'chat' or 'raw', got {mode!r}")
+        if reasoning_field not in _REASONING_FIELDS:
+            raise UserError(f"reasoning_field must be one of {', '.join(_REASONING_FIELDS)}; got {reasoning_field!r}")
+        self.reasoning_field: ReasoningField = reasoning_field
         if mode == "raw" and tokenizer is None:
             raise EngineError("RemoteEngine raw mode needs the K3 tokenizer (tokenizer=<model dir>)")
         self.mode = mode
@@ -229,6 +256,8 @@ class RemoteEngine(TokenEngine):
         out = []
         for msg in messages:
             d = dump_message(msg)  # reasoning under both names ("" for a tool-call turn without)
+            if self.reasoning_field != "both" and "reasoning" in d:
+                d.pop("reasoning_content" if self.reasoning_field == "reasoning" else "reasoning")
             if isinstance(msg.content, list) and any(isinstance(p, ImagePart) for p in msg.content):
                 d["content"] = [_upload_part(p, self.allow_local_files) for p in d["content"]]
             out.append(d)
@@ -268,16 +297,26 @@ class RemoteEngine(TokenEngine):
             raise UserError("chat mode cannot send an encoded prompt; use mode='raw' for prompt_ids")
         request = K3Codec.expand(request, allow_local_files=self.allow_local_files)  # videos as timestamped frames
         model = await self._model_name()
-        chat = ChatStreamChecker(request.thinking, model)
-        done = False
-        async for kind, data in self._events(self._client.chat.completions, self._chat_kwargs(request, model)):
-            if kind == "done":
-                done = True
-                break
-            if kind == "error":
-                raise error_from_payload(data)
-            for event in chat.feed_response(data) if kind == "response" else chat.feed(data):
-                yield event
+        while True:
+            chat = ChatStreamChecker(request.thinking, model)
+            done = False
+            try:
+                async for kind, data in self._events(self._client.chat.completions, self._chat_kwargs(request, model)):
+                    if kind == "done":
+                        done = True
+                        break
+                    if kind == "error":
+                        raise error_from_payload(data)
+                    for event in chat.feed_response(data) if kind == "response" else chat.feed(data):
+                        yield event
+            except BadRequestError as e:
+                if chat.received or self.reasoning_field != "both" or _DUPLICATE_REASONING not in str(e):
+                    raise
+                log.warning("kimik3: the endpoint refuses reasoning under both field names (vLLM's Rust "
+                            "frontend); sending it as 'reasoning' only from now on: %s", e)
+                self.reasoning_field = "reasoning"
+                continue
+            break
         if not chat.received:
             raise APIConnectionError("the endpoint ended the answer before sending any chunk")
         for event in chat.finish(done=done):
