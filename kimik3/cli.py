@@ -869,19 +869,35 @@ def replay_command(ctx: click.Context, trajectory: str, html_out: str | None, gi
 @click.option("--max-tokens", type=click.IntRange(min=1), default=1024, show_default=True,
               help="Completion budget of each generation the model checks read.")
 @click.option("--concurrency", type=click.IntRange(min=1), default=8, show_default=True, help="Requests in flight.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True, max=86400), default=60.0, show_default=True,
+              metavar="SECONDS", help="Total time per request, connect to last byte.")
 @click.pass_context
 def verify_command(ctx: click.Context, base_url: str, model: str | None, api_key: str | None, quick: bool,
-                   tokenizer_dir: str | None, no_images: bool, max_tokens: int, concurrency: int) -> None:  # fmt: skip
+                   tokenizer_dir: str | None, no_images: bool, max_tokens: int, concurrency: int,
+                   timeout: float) -> None:  # fmt: skip
     """Check a K3 endpoint against Moonshot's contract: exact prompt_tokens, reasoning round-trip,
     rejected requests, raw mode, and (without --quick) tool calls, JSON output and the walle schemas.
 
     Prints one row per check with its evidence. Exits 0 when no row failed, 1 otherwise.
     """
-    from ._verify import verify
+    from ._verify import CheckResult, verify
     from .formats.k3 import K3Tokenizer
 
-    tokenizer = K3Tokenizer.from_pretrained(tokenizer_dir) if tokenizer_dir else None
-    report = verify(base_url, model=model, api_key=api_key, quick=quick, tokenizer=tokenizer,
-                    images=not no_images, max_tokens=max_tokens, concurrency=concurrency)  # fmt: skip
-    click.echo(str(report))
+    click.echo(f"kimik3 verify {base_url}{' --quick' if quick else ''} (timeout {timeout:g} s per request)")
+
+    def row(r: CheckResult) -> None:  # each row as it is decided
+        mark = r.status.upper() if r.status == "fail" else r.status
+        click.echo(f"{r.check + (' *' if r.needs_model else ''):<50}{mark:<8}{r.evidence}")
+
+    try:
+        tokenizer = K3Tokenizer.from_pretrained(tokenizer_dir) if tokenizer_dir else None
+        report = verify(base_url, model=model, api_key=api_key, quick=quick, tokenizer=tokenizer,
+                        images=not no_images, max_tokens=max_tokens, concurrency=concurrency, timeout=timeout,
+                        progress=row)  # fmt: skip
+    except KimiK3Error as e:
+        click.echo(f"kimik3 verify: {type(e).__name__}: {' '.join(str(e).split())}", err=True)
+        ctx.exit(1)
+    fails = len(report.failures())
+    click.echo(f"(* needs a capable model; model {report.model})")
+    click.echo("verify: " + ("OK" if report.ok else f"FAILED ({fails} row{'s' if fails != 1 else ''})"))
     ctx.exit(0 if report.ok else 1)

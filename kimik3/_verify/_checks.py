@@ -14,6 +14,7 @@ Sources: Moonshot's Kimi Vendor Verifier (parameter constraints, walle schemas, 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -23,10 +24,11 @@ from typing import Any, Literal
 import httpx
 import jsonschema
 
-from .._exceptions import KimiK3Error
+from .._exceptions import KimiK3Error, UserError
 from ..formats.k3 import K3Tokenizer, default_tokenizer
 from ..types import ChatRequest
 from ._probes import ANSWER_SCHEMA, CONVENTIONS, WEATHER, Convention, Probe, expected_counts, probes, tool
+from ._wire import Choice, Function, Malformed, Message, ModelList, Reply, ToolCall, Usage, read
 
 __all__ = ["CheckResult", "VerifyReport", "averify", "malformed_requests", "verify", "walle_schemas"]
 
@@ -114,11 +116,32 @@ def walle_schemas() -> list[tuple[str, dict[str, Any]]]:
 
 @dataclass
 class _Answer:
+    """One HTTP answer: ``status`` 0 when none came; ``reply`` the typed body of a 200 answer
+    (None with ``problem`` set when that body is malformed, see :mod:`._wire`)."""
+
     status: int  # 0: no HTTP answer
     body: Any  # parsed JSON, or the text
+    reply: Reply | None = None
+    problem: str | None = None
+
+    @classmethod
+    def of(cls, status: int, body: Any) -> _Answer:
+        if status != 200:
+            return cls(status, body)
+        try:
+            return cls(status, body, read(Reply, body))
+        except Malformed as e:
+            return cls(status, body, None, f"HTTP 200, {e}")
+
+    @property
+    def ok(self) -> bool:
+        """An HTTP 200 answer of the documented shape."""
+        return self.reply is not None
 
     @property
     def error(self) -> str:
+        if self.problem:
+            return self.problem
         if isinstance(self.body, Mapping):
             err = self.body.get("error")
             msg = err.get("message") if isinstance(err, Mapping) else err or self.body.get("message")
@@ -129,73 +152,83 @@ class _Answer:
         return f"HTTP {self.status}: {text[:160]}" if self.status else text[:200]
 
     @property
-    def usage(self) -> Mapping[str, Any]:
-        usage = self.body.get("usage") if isinstance(self.body, Mapping) else None
-        return usage if isinstance(usage, Mapping) else {}
+    def prompt_tokens(self) -> int | None:
+        return self.reply.prompt_tokens if self.reply is not None else None
 
     @property
-    def message(self) -> Mapping[str, Any]:
-        try:
-            msg = self.body["choices"][0]["message"]
-        except (KeyError, IndexError, TypeError):
-            return {}
-        return msg if isinstance(msg, Mapping) else {}
+    def message(self) -> Message:
+        return self.reply.message if self.reply is not None else Message()
 
 
 class _Endpoint:
-    def __init__(self, client: httpx.AsyncClient, concurrency: int) -> None:
+    def __init__(self, client: httpx.AsyncClient, concurrency: int, timeout: float) -> None:
         self.client = client
         self.limit = asyncio.Semaphore(concurrency)
+        self.timeout = timeout
+
+    def _late(self) -> _Answer:
+        return _Answer(0, f"no complete answer within {self.timeout:g} s (timeout)")
 
     async def post(self, path: str, body: Mapping[str, Any]) -> _Answer:
         async with self.limit:
             try:
-                r = await self.client.post(path, json=body)
+                async with asyncio.timeout(self.timeout):
+                    r = await self.client.post(path, json=body)
+            except TimeoutError:
+                return self._late()
             except httpx.HTTPError as e:
                 return _Answer(0, f"{type(e).__name__}: {e}")
         try:
-            return _Answer(r.status_code, r.json())
+            return _Answer.of(r.status_code, r.json())
         except ValueError:
-            return _Answer(r.status_code, r.text)
+            return _Answer.of(r.status_code, r.text)
 
     async def stream(self, path: str, body: Mapping[str, Any]) -> _Answer:
         """A streamed chat completion, accumulated into the non-streamed shape."""
-        content, reasoning, reasoning_field = [], [], None
-        calls: dict[int, dict[str, Any]] = {}
-        usage: Any = None
         async with self.limit:
             try:
-                async with self.client.stream("POST", path, json=body) as r:
-                    if r.status_code != 200:
-                        await r.aread()
-                        try:
-                            return _Answer(r.status_code, r.json())
-                        except ValueError:
-                            return _Answer(r.status_code, r.text)
-                    async for line in r.aiter_lines():
-                        if not line.startswith("data:") or line[5:].strip() == "[DONE]":
-                            continue
-                        chunk = json.loads(line[5:])
-                        usage = chunk.get("usage") or usage
-                        for choice in chunk.get("choices") or ():
-                            delta = choice.get("delta") or {}
-                            content.append(delta.get("content") or "")
-                            for name in ("reasoning_content", "reasoning"):
-                                if delta.get(name):
-                                    reasoning.append(delta[name])
-                                    reasoning_field = name
-                            for tc in delta.get("tool_calls") or ():
-                                blank = {"function": {"name": "", "arguments": ""}}
-                                call = calls.setdefault(int(tc.get("index", 0)), blank)
-                                fn = tc.get("function") or {}
-                                call["function"]["name"] += fn.get("name") or ""
-                                call["function"]["arguments"] += fn.get("arguments") or ""
-            except (httpx.HTTPError, ValueError) as e:
+                async with asyncio.timeout(self.timeout):
+                    return await self._stream(path, body)
+            except TimeoutError:
+                return self._late()
+            except httpx.HTTPError as e:
                 return _Answer(0, f"{type(e).__name__}: {e}")
-        message: dict[str, Any] = {"content": "".join(content), "tool_calls": [calls[k] for k in sorted(calls)]}
-        if reasoning_field:
-            message[reasoning_field] = "".join(reasoning)
-        return _Answer(200, {"choices": [{"message": message}], "usage": usage})
+
+    async def _stream(self, path: str, body: Mapping[str, Any]) -> _Answer:
+        content, reasoning, reasoning_field = [], [], None
+        calls: dict[int, list[str]] = {}
+        usage: Usage | None = None
+        async with self.client.stream("POST", path, json=body) as r:
+            if r.status_code != 200:
+                await r.aread()
+                try:
+                    return _Answer.of(r.status_code, r.json())
+                except ValueError:
+                    return _Answer.of(r.status_code, r.text)
+            async for line in r.aiter_lines():
+                if not line.startswith("data:") or line[5:].strip() == "[DONE]":
+                    continue
+                try:
+                    chunk: Reply = read(Reply, line[5:])
+                except Malformed as e:
+                    return _Answer(200, line[5:], None, f"HTTP 200, stream chunk {e}")
+                usage = chunk.usage or usage
+                for choice in chunk.choices:
+                    delta = choice.delta
+                    content.append(delta.content or "")
+                    for name in ("reasoning_content", "reasoning"):
+                        if getattr(delta, name):
+                            reasoning.append(getattr(delta, name))
+                            reasoning_field = name
+                    for tc in delta.tool_calls or ():
+                        call = calls.setdefault(tc.index, ["", ""])
+                        call[0] += tc.function.name or ""
+                        call[1] += tc.function.arguments or ""
+        tool_calls = [ToolCall(index=k, function=Function(name=calls[k][0], arguments=calls[k][1]))
+                      for k in sorted(calls)]  # fmt: skip
+        fields: dict[str, Any] = {reasoning_field: "".join(reasoning)} if reasoning_field else {}
+        message = Message(content="".join(content), tool_calls=tool_calls, **fields)
+        return _Answer(200, None, Reply(choices=[Choice(message=message)], usage=usage))
 
 
 # -- checks ----------------------------------------------------------------------------------
@@ -205,8 +238,7 @@ def _prompt_rows(
     answers: Sequence[tuple[Probe, _Answer, dict[str, int]]], tok: K3Tokenizer
 ) -> tuple[list[CheckResult], Convention | None]:
     """One row per probe, plus the convention row (first)."""
-    counted = [(p, a.usage.get("prompt_tokens"), exp) for p, a, exp in answers if a.status == 200]
-    counted = [(p, n, exp) for p, n, exp in counted if isinstance(n, int)]
+    counted = [(p, a.prompt_tokens, exp) for p, a, exp in answers if a.prompt_tokens is not None]
     fits = {c.name: sum(1 for _, n, exp in counted if exp[c.name] == n) for c in CONVENTIONS}
     best = max(CONVENTIONS, key=lambda c: fits[c.name]) if counted else None
     if best is not None and fits[best.name] == 0:
@@ -225,14 +257,14 @@ def _prompt_rows(
                                 f"requests{note}"))  # fmt: skip
     for probe, answer, exp in answers:
         check = f"prompt_tokens: {probe.name}"
-        n = answer.usage.get("prompt_tokens") if answer.status == 200 else None
-        if answer.status != 200:
+        n = answer.prompt_tokens
+        if not answer.ok:
             if probe.images and 400 <= answer.status < 500:
                 rows.append(CheckResult(check, "skip", f"server refused image input ({answer.error})"))
             else:
                 rows.append(CheckResult(check, "fail", answer.error))
-        elif not isinstance(n, int):
-            usage = json.dumps(answer.usage)[:120]
+        elif n is None:
+            usage = json.dumps(answer.body.get("usage") if isinstance(answer.body, Mapping) else None)[:120]
             rows.append(CheckResult(check, "fail", f"no usage.prompt_tokens in the answer: {usage}"))
         elif best is not None and n == exp[best.name]:
             rows.append(CheckResult(check, "pass", f"server {n} = kimik3 {n}"))
@@ -251,10 +283,10 @@ def _reasoning_replay_row(
 ) -> CheckResult:
     check = "reasoning round-trip (replayed turn)"
     _, answer, exp = with_r
-    n = answer.usage.get("prompt_tokens")
-    if answer.status != 200:
+    n = answer.prompt_tokens
+    if not answer.ok:
         return CheckResult(check, "fail", f"a tool-call turn replayed with its reasoning was refused: {answer.error}")
-    if conv is None or not isinstance(n, int):
+    if conv is None or n is None:
         return CheckResult(check, "skip", "prompt_tokens convention undetermined")
     kept = exp[conv.name] - without_r[conv.name]
     if n == exp[conv.name]:
@@ -274,11 +306,11 @@ async def _raw_rows(
         check = f"raw mode agreement: {probe.name}"
         ids = probe.ids(tok)
         raw = await ep.post("/completions", {"model": model, "prompt": ids, "max_tokens": 1})
-        n = raw.usage.get("prompt_tokens")
-        chat_n = answer.usage.get("prompt_tokens") if answer.status == 200 else None
+        n = raw.prompt_tokens
+        chat_n = answer.prompt_tokens
         if raw.status in (404, 405):
             rows.append(CheckResult(check, "skip", f"no /v1/completions ({raw.error}): raw mode unavailable here"))
-        elif raw.status != 200 or not isinstance(n, int):
+        elif n is None:
             rows.append(CheckResult(check, "fail", f"/v1/completions with kimik3's {len(ids)} ids: {raw.error}"))
         elif n != len(ids):
             rows.append(CheckResult(check, "fail", f"/v1/completions counted {n} of kimik3's {len(ids)} ids"))
@@ -361,24 +393,25 @@ async def _model_rows(
 
     async def run(check: str, p: Probe, judge: Callable[[_Answer], tuple[Status, str]]) -> CheckResult:
         a = await ep.post("/chat/completions", body(p))
-        if a.status != 200:
+        if not a.ok:
             return CheckResult(check, "fail", a.error, True)
         status, evidence = judge(a)
         return CheckResult(check, status, evidence, True)
 
     def calls_of(a: _Answer) -> list[str]:
-        return [str((c.get("function") or {}).get("name")) for c in a.message.get("tool_calls") or ()]
+        return [str(c.function.name) for c in a.message.tool_calls or ()]
 
     def reasoning(a: _Answer) -> tuple[Status, str]:
         for name in ("reasoning_content", "reasoning"):
-            if isinstance(a.message.get(name), str) and a.message[name]:
-                return "pass", f"reasoning under '{name}' ({len(a.message[name])} chars); kimik3 reads both names"
-        fields = sorted(k for k, v in a.message.items() if v)
+            text = getattr(a.message, name)
+            if text:
+                return "pass", f"reasoning under '{name}' ({len(text)} chars); kimik3 reads both names"
+        fields = sorted(k for k, v in a.message.model_dump(exclude_none=True).items() if v)
         return "fail", f"no reasoning under reasoning_content or reasoning; message fields: {fields}"
 
     def required(a: _Answer) -> tuple[Status, str]:
         names = calls_of(a)
-        content = str(a.message.get("content"))[:80]
+        content = str(a.message.content)[:80]
         return ("pass", f"called {names}") if names else ("fail", f"no tool call; content {content!r}")
 
     def none(a: _Answer) -> tuple[Status, str]:
@@ -391,7 +424,7 @@ async def _model_rows(
         return ("pass", f"called {names}") if ok else ("fail", f"expected a get_weather call, got {names or 'none'}")
 
     def json_out(a: _Answer) -> tuple[Status, str]:
-        text = str(a.message.get("content") or "")
+        text = a.message.content or ""
         why = _validate(text if text.strip() else "null", ANSWER_SCHEMA, "content")
         return ("pass", f"valid JSON: {text[:60]}") if why is None else ("fail", f"{why}; content {text[:60]!r}")
 
@@ -413,12 +446,12 @@ async def _model_rows(
             b = Probe(name, msgs, tools=[tool("walle_check", schema)], tool_choice="required").body(
                 model, max_tokens=max_tokens, stream=streamed)  # fmt: skip
             a = await (ep.stream if streamed else ep.post)("/chat/completions", b)
-            if a.status != 200:
+            if not a.ok:
                 return a.error
-            calls = a.message.get("tool_calls") or []
+            calls = a.message.tool_calls or []
             if not calls:
                 return "no tool call"
-            return _validate(str((calls[0].get("function") or {}).get("arguments") or ""), schema)
+            return _validate(calls[0].function.arguments or "", schema)
 
         results = await asyncio.gather(*(one(n, s) for n, s in schemas))
         bad = [(n, why) for (n, _), why in zip(schemas, results, strict=True) if why is not None]
@@ -428,6 +461,25 @@ async def _model_rows(
             first = "; ".join(f"{n}: {why}" for n, why in bad[:2])
             rows.append(CheckResult(check, "fail", f"{len(bad)}/{len(schemas)} invalid; {first}", True))
     return rows
+
+
+def _options(base_url: Any, concurrency: Any, timeout: Any, max_tokens: Any) -> httpx.URL:
+    """The checked base URL; :class:`UserError` for a bad option value."""
+    for name, value, low in (("concurrency", concurrency, 1), ("max_tokens", max_tokens, 1)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            raise UserError(f"verify: {name} must be an int >= {low}, got {value!r}")
+    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not 0 < timeout < float("inf"):
+        raise UserError(f"verify: timeout must be a positive number of seconds, got {timeout!r}")
+    if not isinstance(base_url, str):
+        raise UserError(f"verify: base_url must be a string, got {type(base_url).__name__}")
+    try:
+        url = httpx.URL(base_url.rstrip("/"))
+    except httpx.InvalidURL as e:
+        raise UserError(f"verify: invalid base_url {base_url!r}: {e}") from None
+    if url.scheme not in ("http", "https") or not url.host:
+        raise UserError(f"verify: base_url must be an http(s) URL with a host, e.g. http://127.0.0.1:8000/v1; "
+                        f"got {base_url!r}")  # fmt: skip
+    return url
 
 
 async def averify(
@@ -440,42 +492,59 @@ async def averify(
     images: bool = True,
     max_tokens: int = 1024,
     concurrency: int = 8,
-    timeout: float = 600.0,
+    timeout: float = 60.0,
     schemas: Sequence[tuple[str, dict[str, Any]]] | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
+    progress: Callable[[CheckResult], None] | None = None,
 ) -> VerifyReport:
     """Check a K3 endpoint against Moonshot's contract; see :func:`verify` (same arguments)."""
+    url = _options(base_url, concurrency, timeout, max_tokens)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    async with httpx.AsyncClient(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout,
-                                 transport=transport) as client:  # fmt: skip
-        ep = _Endpoint(client, concurrency)
-        report = VerifyReport(base_url, model or "?", quick=quick)
+    report = VerifyReport(base_url, model or "?", quick=quick)
+
+    def add(rows: Sequence[CheckResult]) -> None:
+        for row in rows:
+            report.rows.append(row)
+            if progress is not None:
+                progress(row)
+
+    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=timeout, transport=transport) as client:
+        ep = _Endpoint(client, concurrency, timeout)
         if model is None:
             try:
-                r = await client.get("/models")
+                async with asyncio.timeout(timeout):
+                    r = await client.get("/models")
                 r.raise_for_status()
-                model = str(r.json()["data"][0]["id"])
-            except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as e:
-                report.rows.append(CheckResult("endpoint", "fail", f"GET {base_url}/models: {type(e).__name__}: {e}"))
+                model = read(ModelList, r.content).data[0].id
+            except TimeoutError:
+                add([CheckResult("endpoint", "fail", f"GET {base_url}/models: {ep._late().error}")])
+                return report
+            except (httpx.HTTPError, Malformed) as e:
+                add([CheckResult("endpoint", "fail", f"GET {base_url}/models: {type(e).__name__}: {e}")])
                 return report
         report.model = model
         tok = tokenizer if tokenizer is not None else default_tokenizer()
         ps = probes(images=images)
-        answers = await asyncio.gather(*(ep.post("/chat/completions", p.body(model)) for p in ps))
-        chat = [(p, a, expected_counts(p, tok)) for p, a in zip(ps, answers, strict=True)]
+        # one request first: an endpoint that does not answer at all ends the run with one row
+        first = await ep.post("/chat/completions", ps[0].body(model))
+        if first.status == 0:
+            add([CheckResult("endpoint", "fail", f"POST {base_url}/chat/completions: {first.error}")])
+            return report
+        rest = await asyncio.gather(*(ep.post("/chat/completions", p.body(model)) for p in ps[1:]))
+        chat = [(p, a, expected_counts(p, tok)) for p, a in zip(ps, [first, *rest], strict=True)]
         rows, report.convention = _prompt_rows(chat, tok)
-        report.rows.extend(rows)
+        add(rows)
         by_name = {p.name: (p, a, exp) for p, a, exp in chat}
         without = by_name["history without reasoning"]
         with_r = by_name["tool history with reasoning"]
         # the same history with the reasoning stripped, counted with the replayed turn's tools
         stripped = replace(with_r[0], messages=without[0].messages)
-        report.rows.append(_reasoning_replay_row(with_r, expected_counts(stripped, tok), report.convention))
-        report.rows.extend(await _reject_rows(ep, model))
-        report.rows.extend(await _raw_rows(ep, model, tok, [by_name["plain"], with_r]))
+        add([_reasoning_replay_row(with_r, expected_counts(stripped, tok), report.convention)])
+        add(await _reject_rows(ep, model))
+        add(await _raw_rows(ep, model, tok, [by_name["plain"], with_r]))
         if not quick:
             cases = walle_schemas() if schemas is None else schemas
-            report.rows.extend(await _model_rows(ep, model, max_tokens, cases))
+            add(await _model_rows(ep, model, max_tokens, cases))
         return report
 
 
@@ -483,20 +552,28 @@ def verify(base_url: str, **options: Any) -> VerifyReport:
     """Run :func:`averify` to the end (blocking; for scripts and the ``kimik3 verify`` command).
 
     Args:
-        base_url: the OpenAI base URL, e.g. ``"http://127.0.0.1:8000/v1"``.
+        base_url: the OpenAI base URL, e.g. ``"http://127.0.0.1:8000/v1"`` (http or https).
         **options: ``model`` (default: the first of ``/models``), ``api_key``, ``quick``
             (wire-level rows only), ``tokenizer`` (default: K3's vocabulary shipped with kimik3;
             give the served model's when it has another, e.g. models/k3-tiny), ``images`` (send
-            the image probes, default True), ``max_tokens`` (per generation, default 1024),
-            ``concurrency`` (requests in flight, default 8), ``timeout`` (seconds per request,
-            default 600), ``schemas`` (``[(name, schema)]``; default the 212 walle schemas),
-            ``transport`` (an ``httpx.AsyncBaseTransport``, for tests).
+            the image probes, default True), ``max_tokens`` (per generation, int >= 1, default
+            1024), ``concurrency`` (requests in flight, int >= 1, default 8), ``timeout`` (total
+            seconds per request, connect to last byte, > 0, default 60), ``schemas``
+            (``[(name, schema)]``; default the 212 walle schemas), ``progress`` (called with
+            each :class:`CheckResult` as it is decided), ``transport`` (an
+            ``httpx.AsyncBaseTransport``, for tests).
 
     Returns:
-        The :class:`VerifyReport`; ``report.ok`` is False when a row failed. Transport failures
-        become failed rows, never exceptions.
+        The :class:`VerifyReport`; ``report.ok`` is False when a row failed. Transport failures,
+        timeouts and malformed server JSON become failed rows with the evidence, never
+        exceptions; an endpoint that does not answer its first request ends the run with one
+        failed ``endpoint`` row.
 
     Raises:
-        TypeError: an unknown option.
+        UserError: an unknown option, or a bad option value (``concurrency`` or ``max_tokens``
+            below 1, a non-positive ``timeout``, a ``base_url`` that is not an http(s) URL).
     """
+    unknown = sorted(set(options) - set(inspect.signature(averify).parameters))
+    if unknown:
+        raise UserError(f"verify: unknown option(s) {unknown}")
     return asyncio.run(averify(base_url, **options))
