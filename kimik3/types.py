@@ -265,6 +265,16 @@ class FunctionSpec(_Model):
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
 
+    @field_validator("parameters", mode="before")
+    @classmethod
+    def _plain_json(cls, value: Any) -> Any:
+        """The schema is rendered as JSON: plain JSON within :mod:`kimik3.formats.k3._json`'s limits."""
+        from .formats.k3._json import check_json_limits
+
+        if isinstance(value, Mapping):
+            check_json_limits(value)
+        return value
+
 
 class ToolSpec(_Model):
     """``{"type": "function", "function": {...}}``: a tool as declared to the model."""
@@ -279,8 +289,11 @@ def to_tool_specs(tools: Iterable[ToolSpec | Mapping[str, Any] | Any] | None) ->
     A bare ``{"name":..., "parameters":...}`` dict (no ``function`` wrapper) is wrapped.
 
     Raises:
+        JSONLimitError: a declaration that is not plain JSON (:mod:`kimik3.formats.k3._json`).
         MessageError: a declaration that is none of those.
     """
+    from .formats.k3._json import check_json_limits
+
     out: list[ToolSpec] = []
     for t in tools or ():
         if isinstance(t, ToolSpec):
@@ -292,6 +305,7 @@ def to_tool_specs(tools: Iterable[ToolSpec | Mapping[str, Any] | Any] | None) ->
             continue
         if isinstance(t, Mapping):
             raw = dict(t) if "function" in t else {"type": "function", "function": dict(t)}
+            check_json_limits(raw)  # a set, a non-string key, nesting beyond 128: JSONLimitError
             try:
                 out.append(ToolSpec.model_validate(raw))
             except ValidationError as e:
@@ -432,9 +446,7 @@ def to_message(raw: Message | Mapping[str, Any]) -> Message:
     role = raw.get("role")
     cls = _ROLE_TYPES.get(role) if isinstance(role, str) else None
     if cls is None:
-        raise UnknownRoleError(
-            f"unknown message role {role!r}; expected system, developer, user, assistant or tool"
-        )
+        raise UnknownRoleError(f"unknown message role {role!r}; expected system, developer, user, assistant or tool")
     try:
         return cls.model_validate(raw)  # type: ignore[return-value]
     except ValidationError as e:
@@ -483,7 +495,6 @@ def message_text(content: Content | None) -> str:
     return "".join(p.text for p in content if isinstance(p, TextPart))
 
 
-
 # -- one model call: the request and its result ------------------------------------------------
 
 
@@ -530,9 +541,7 @@ class ChatRequest:
         self.messages = to_messages(self.messages)
         self.tools = to_tool_specs(self.tools)
         if self.reasoning_effort not in REASONING_EFFORTS:
-            raise InvalidEffortError(
-                f"reasoning_effort must be low, high, max or none, got {self.reasoning_effort!r}"
-            )
+            raise InvalidEffortError(f"reasoning_effort must be low, high, max or none, got {self.reasoning_effort!r}")
         # Requests K3's endpoint contract says must be rejected: refused before any network call.
         # Imported here: formats/k3 imports this module.
         from .formats.k3 import check_request

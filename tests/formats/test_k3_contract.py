@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from kimik3 import Client, InvalidEffortError, InvalidRequestError, MessageError
+from kimik3 import Client, InvalidEffortError, InvalidRequestError, JSONLimitError, MessageError
 from kimik3.engines import ChatRequest
-from kimik3.formats.k3 import check_request
+from kimik3.formats.k3 import check_request, render
 from kimik3.types import to_messages, to_tool_specs
 
 
@@ -83,3 +83,78 @@ async def test_refused_before_any_network_call() -> None:
             await client.chat(HI, reasoning_effort="medium")  # type: ignore[arg-type]
     finally:
         await client.aclose()
+
+
+def _deep(n: int) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "string"}
+    for _ in range(n):
+        schema = {"type": "object", "properties": {"a": schema}}
+    return schema
+
+
+@pytest.mark.parametrize(
+    ("response_format", "error", "match"),
+    [
+        ({"type": "json_schema", "json_schema": {"name": "answer"}}, InvalidRequestError,
+         r"needs a 'schema' object \(a JSON Schema\), got no 'schema'"),
+        ({"type": "json_schema", "json_schema": {"name": "a", "schema": "object"}}, InvalidRequestError,
+         "got a str 'schema'"),
+        ({"type": "json_schema", "json_schema": {"name": "a", "schema": None}}, InvalidRequestError, "got no 'schema'"),
+        ({"type": "json_schema", "json_schema": {"name": "a", "schema": {"enum": {1, 2}}}}, JSONLimitError,
+         r"a set value \(\{1, 2\}\) is not JSON data"),
+        ({"type": "json_schema", "json_schema": {"schema": {1: "a", "b": 2}}}, JSONLimitError,
+         "an object key is int 1, not a string"),
+        ({"type": "json_schema", "json_schema": {"schema": _deep(3000)}}, JSONLimitError,
+         "nested deeper than 128 arrays/objects"),
+        ({"type": "json_schema", "json_schema": {"json_schema": {"enum": [b"x"]}}}, JSONLimitError, "a bytes value"),
+    ],
+)  # fmt: skip
+def test_bad_json_schema_response_format_is_typed(response_format: Any, error: type[Exception], match: str) -> None:
+    with pytest.raises(error, match=match):
+        ChatRequest(messages=HI, response_format=response_format)
+    with pytest.raises(error, match=match):
+        render(HI, response_format=response_format)
+
+
+def test_json_schema_under_schema_or_vllms_json_schema_key_renders_the_same() -> None:
+    schema = {"type": "object", "properties": {"b": {"type": "string"}, "a": {"type": "number"}}}
+    openai = render(HI, response_format={"type": "json_schema", "json_schema": {"name": "r", "schema": schema}})
+    vllm = render(HI, response_format={"type": "json_schema", "json_schema": {"name": "r", "json_schema": schema}})
+    assert openai == vllm
+    assert '{"properties":{"a":{"type":"number"},"b":{"type":"string"}},"type":"object"}' in openai
+
+
+def test_tool_schema_that_is_not_json_is_typed() -> None:
+    tool = {"type": "function", "function": {"name": "a", "parameters": {"type": "object", "properties": _deep(300)}}}
+    with pytest.raises(JSONLimitError, match="nested deeper than 128"):
+        render(HI, [tool])
+
+
+@pytest.mark.parametrize(
+    ("messages", "tools"),
+    [(HI, []), ([{"role": "system", "tools": []}, *HI], []), ([{"role": "system", "content": "x", "tools": []}, *HI], [])],
+)  # fmt: skip
+def test_tool_choice_required_without_declared_tools_is_refused(messages: list[Any], tools: list[Any]) -> None:
+    with pytest.raises(InvalidRequestError, match="tool_choice 'required' with no tools declared"):
+        ChatRequest(messages=messages, tools=tools, tool_choice="required")
+
+
+def test_tool_choice_required_with_only_dynamic_tools_passes() -> None:
+    request = ChatRequest(messages=[{"role": "system", "tools": [_tool("w")]}, *HI], tool_choice="required")
+    assert request.tool_choice == "required"
+    ChatRequest(messages=HI, tool_choice="none")  # none/auto without tools: nothing to refuse
+
+
+@pytest.mark.parametrize("role", ["system", "developer"])
+def test_empty_tools_with_content_is_a_plain_system_message(role: str) -> None:
+    with_empty = render([{"role": role, "content": "Be brief.", "tools": []}, *HI])
+    plain = render([{"role": "system", "content": "Be brief."}, *HI])
+    assert with_empty == plain
+    assert '<|open|>message role="system"<|sep|>Be brief.<|close|>message<|sep|><|end_of_msg|>' in plain
+    assert "tool-declare" not in with_empty
+    ChatRequest(messages=[{"role": role, "content": "Be brief.", "tools": []}, *HI])
+    # with tools declared, content is still refused (the reference would drop one of them)
+    with pytest.raises(InvalidRequestError, match="carries both tools and content"):
+        ChatRequest(messages=[{"role": role, "content": "Be brief.", "tools": [_tool("w")]}, *HI])
+    # without content, `tools: []` keeps the reference's (empty) dynamic declaration
+    assert 'type="tool-declare"' in render([{"role": role, "tools": []}, *HI])

@@ -42,8 +42,10 @@ def check_request(
     Rules (Moonshot's K3 endpoint contract): tool names unique within a declaration (the
     request's ``tools``, and each dynamic declaration); ``tools`` only on a system message, and
     only without content (send the text in another system message); every tool message carries
-    a ``tool_call_id``; ``tool_choice`` is auto / required / none; ``response_format`` is text,
-    json_object or json_schema with a schema.
+    a ``tool_call_id``; ``tool_choice`` is auto / required / none, and ``required`` needs a
+    declared tool; ``response_format`` is text, json_object or json_schema with a ``schema``
+    object (or vLLM's ``json_schema`` key) that is plain JSON within :mod:`._json`'s limits. A
+    system message with ``tools: []`` and content declares nothing: a plain system message.
 
     Args:
         messages: typed messages (:func:`kimik3.types.to_messages`).
@@ -52,6 +54,8 @@ def check_request(
 
     Raises:
         InvalidRequestError: the first rule broken, naming the message index.
+        JSONLimitError: a schema that is not plain JSON (a set, a non-string key, nesting
+            beyond 128).
         MessageError: an unsupported ``tool_choice`` or ``response_format``.
     """
     dup = _duplicates(tools)
@@ -65,7 +69,7 @@ def check_request(
                 "content may declare tools"
             )
         if isinstance(msg, SystemMessage) and msg.tools is not None:
-            if msg.content:
+            if msg.tools and msg.content:  # `tools: []` declares nothing: a plain system message
                 raise InvalidRequestError(
                     f"system message #{i} carries both tools and content; send the tools in a "
                     "system message without content and the text in another system message"
@@ -79,4 +83,10 @@ def check_request(
                 "the assistant tool call it answers"
             )
     _tool_choice_body(tool_choice)
+    declared = bool(tools) or any(isinstance(m, SystemMessage) and m.tools for m in messages)
+    if tool_choice == "required" and not declared:
+        raise InvalidRequestError(
+            "tool_choice 'required' with no tools declared (request tools or a system message's "
+            "tools): the model could call nothing; OpenAI and vLLM answer 400"
+        )
     _response_format_body(response_format)

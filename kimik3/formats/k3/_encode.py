@@ -43,7 +43,7 @@ from ...types import (
     to_messages,
     to_tool_specs,
 )
-from ._json import safe_loads
+from ._json import check_json_limits, safe_loads
 
 __all__ = [
     "CLOSE",
@@ -71,7 +71,6 @@ CLOSE = "<|close|>"
 SEP = "<|sep|>"
 END_OF_MSG = "<|end_of_msg|>"
 IMAGE_PLACEHOLDER = "<|kimi_image_placeholder|>"
-
 
 
 class Segment(NamedTuple):
@@ -156,7 +155,9 @@ def _message(out: list[Segment], attrs: Sequence[tuple[str, str]], body: Iterabl
 
 
 def _compact_sorted_json(value: Any) -> str:
-    # "deep sort" = sort_keys (recursive); compact separators; non-ASCII kept.
+    # "deep sort" = sort_keys (recursive); compact separators; non-ASCII kept. Checked first
+    # (sets, non-string keys, nesting beyond 128): a JSONLimitError, never a TypeError/RecursionError.
+    check_json_limits(value)
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -244,10 +245,17 @@ def _response_format_body(response_format: Any) -> str | None:
     if kind == "json_schema":
         spec = response_format.get("json_schema")
         if not isinstance(spec, Mapping):
-            raise MessageError("response_format json_schema needs a 'json_schema' object")
+            raise InvalidRequestError("response_format json_schema needs a 'json_schema' object")
         # OpenAI shape {"name":..., "schema": {...}}; vLLM 0.32's renderer hands the schema over
-        # under "json_schema" (its pydantic alias is not applied); a bare schema is accepted too.
-        schema = spec.get("schema", spec.get("json_schema", spec))
+        # under "json_schema" (its pydantic alias is not applied). Nothing else: without a schema
+        # there is nothing to render (OpenAI and vLLM answer 400).
+        schema = spec.get("schema", spec.get("json_schema"))
+        if not isinstance(schema, Mapping):
+            got = "no 'schema'" if schema is None else f"a {type(schema).__name__} 'schema'"
+            raise InvalidRequestError(
+                f"response_format json_schema needs a 'schema' object (a JSON Schema), got {got}; "
+                "use {'type': 'json_object'} for JSON without a schema"
+            )
         return protocol_bodies()["RF_JSON_SCHEMA"].replace("{SCHEMA}", _compact_sorted_json(schema))
     raise MessageError(f"unknown response_format type {kind!r}; expected text, json_object or json_schema")
 
@@ -435,7 +443,7 @@ def message_segments(item: RenderedMessage, *, thinking: bool = True) -> list[Se
     msg = item.message
     out: list[Segment] = []
     if isinstance(msg, SystemMessage):
-        if msg.tools is not None and msg.content:
+        if msg.tools and msg.content:
             # The reference renders only the tools (dropping the content); rendering only the
             # content would drop the tools. Neither may happen silently.
             raise InvalidRequestError(
@@ -443,7 +451,7 @@ def message_segments(item: RenderedMessage, *, thinking: bool = True) -> list[Se
                 "or the other; send the tools in a system message without content and the text in "
                 "another system message"
             )
-        if msg.tools is not None:
+        if msg.tools is not None and not msg.content:  # `tools: []` with content declares nothing
             decl = [t.model_dump(mode="json", exclude_none=True) for t in msg.tools]
             body = protocol_bodies()["DYNAMIC_TOOL_DECLARE"].replace("{JSON}", _compact_sorted_json(decl))
             _message(out, (("role", "system"), ("type", "tool-declare")), [Segment(body, False)])
