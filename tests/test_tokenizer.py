@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kimik3 import AssistantMessage, K3Tokenizer, PromptEncoder, TokenizerError, ToolMessage, UserMessage
-from kimik3.formats.k3 import Segment, encode_segments
+from kimik3 import AssistantMessage, K3Tokenizer, PromptEncoder, TokenizerError, ToolMessage, UserError, UserMessage
+from kimik3.formats.k3 import Segment, default_tokenizer, encode_segments
 from kimik3.formats.k3._tokenizer import _split_long_runs
 from kimik3.types import FunctionCall, ToolCall
 from tests.data_paths import load_json
@@ -115,34 +115,74 @@ def _set_added(path: Path, added: Any) -> None:
 # Every malformed directory is a TokenizerError whose message says what is wrong (model dir: 360
 # base tokens, specials 360..615).
 MALFORMED: list[tuple[str, Any, str]] = [
-    ("bad base64 line", lambda p: _set_line(p / "tiktoken.model", 3, b"!!notb64 3"),
-     r"tiktoken\.model:4: expected '<base64> <rank>', got b'!!notb64 3'"),
-    ("base64 with junk kept lenient decoders happy", lambda p: _set_line(p / "tiktoken.model", 3, b"Aw==# 3"),
-     r"tiktoken\.model:4: expected '<base64> <rank>'"),
-    ("rank far past the count", lambda p: _set_line(p / "tiktoken.model", 359, b"enp6cQ== 999999"),
-     r"ranks must be 0\.\.n-1 for n = 360 tokens \(highest rank: 999999\)"),
-    ("repeated rank", lambda p: _set_line(p / "tiktoken.model", 5, b"enp6cQ== 4"), r"tiktoken\.model:6: repeated token or rank"),
-    ("repeated token", lambda p: _set_line(p / "tiktoken.model", 5, b"AA== 5"), r"tiktoken\.model:6: repeated token or rank"),
+    (
+        "bad base64 line",
+        lambda p: _set_line(p / "tiktoken.model", 3, b"!!notb64 3"),
+        r"tiktoken\.model:4: expected '<base64> <rank>', got b'!!notb64 3'",
+    ),
+    (
+        "base64 with junk kept lenient decoders happy",
+        lambda p: _set_line(p / "tiktoken.model", 3, b"Aw==# 3"),
+        r"tiktoken\.model:4: expected '<base64> <rank>'",
+    ),
+    (
+        "rank far past the count",
+        lambda p: _set_line(p / "tiktoken.model", 359, b"enp6cQ== 999999"),
+        r"ranks must be 0\.\.n-1 for n = 360 tokens \(highest rank: 999999\)",
+    ),
+    (
+        "repeated rank",
+        lambda p: _set_line(p / "tiktoken.model", 5, b"enp6cQ== 4"),
+        r"tiktoken\.model:6: repeated token or rank",
+    ),
+    (
+        "repeated token",
+        lambda p: _set_line(p / "tiktoken.model", 5, b"AA== 5"),
+        r"tiktoken\.model:6: repeated token or rank",
+    ),
     ("missing rank", lambda p: _set_line(p / "tiktoken.model", 5, b"AA=="), r"tiktoken\.model:6: expected"),
     ("empty vocabulary", lambda p: (p / "tiktoken.model").write_bytes(b""), r"n = 0 tokens \(highest rank: None\)"),
-    ("vocabulary is a directory", lambda p: ((p / "tiktoken.model").unlink(), (p / "tiktoken.model").mkdir()),
-     "cannot read tiktoken vocabulary .*Is a directory"),
+    (
+        "vocabulary is a directory",
+        lambda p: ((p / "tiktoken.model").unlink(), (p / "tiktoken.model").mkdir()),
+        "cannot read tiktoken vocabulary .*Is a directory",
+    ),
     ("config missing", lambda p: (p / "tokenizer_config.json").unlink(), r"cannot read .*tokenizer_config\.json"),
     ("config a list", lambda p: (p / "tokenizer_config.json").write_text("[]"), r"must hold a JSON object, got list"),
-    ("config null", lambda p: (p / "tokenizer_config.json").write_text("null"), r"must hold a JSON object, got NoneType"),
+    (
+        "config null",
+        lambda p: (p / "tokenizer_config.json").write_text("null"),
+        r"must hold a JSON object, got NoneType",
+    ),
     ("added tokens a list", lambda p: _set_added(p, [1]), "added_tokens_decoder must be an object, got list"),
-    ("added token without content", lambda p: _set_added(p, {"400": {"x": 1}}), r"added_tokens_decoder\['400'\] has no content"),
-    ("added token id not a number", lambda p: _set_added(p, {"abc": {"content": "<|a|>"}}), "key 'abc' is not a token id"),
-    ("special id inside the base vocabulary", lambda p: _set_added(p, {"5": {"content": "<|x|>"}}),
-     r"special token '<\|x\|>' has id 5, outside the 256 special ids 360\.\.615 that follow the 360 base tokens"),
+    (
+        "added token without content",
+        lambda p: _set_added(p, {"400": {"x": 1}}),
+        r"added_tokens_decoder\['400'\] has no content",
+    ),
+    (
+        "added token id not a number",
+        lambda p: _set_added(p, {"abc": {"content": "<|a|>"}}),
+        "key 'abc' is not a token id",
+    ),
+    (
+        "special id inside the base vocabulary",
+        lambda p: _set_added(p, {"5": {"content": "<|x|>"}}),
+        r"special token '<\|x\|>' has id 5, outside the 256 special ids 360\.\.615 that follow the 360 base tokens",
+    ),
     ("special id far outside", lambda p: _set_added(p, {"9999999": {"content": "<|far|>"}}), "has id 9999999, outside"),
-    ("special named twice", lambda p: _set_added(p, {"360": {"content": "[BOS]"}, "361": {"content": "[BOS]"}}),
-     r"'\[BOS\]' is named twice \(ids 360 and 361\)"),
+    (
+        "special named twice",
+        lambda p: _set_added(p, {"360": {"content": "[BOS]"}, "361": {"content": "[BOS]"}}),
+        r"'\[BOS\]' is named twice \(ids 360 and 361\)",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("what", "mutate", "message"), MALFORMED, ids=[m[0] for m in MALFORMED])
-def test_malformed_model_directories_raise_tokenizer_error(tmp_path: Path, what: str, mutate: Any, message: str) -> None:
+def test_malformed_model_directories_raise_tokenizer_error(
+    tmp_path: Path, what: str, mutate: Any, message: str
+) -> None:
     path = write_model_dir(tmp_path / "m")
     assert K3Tokenizer.from_pretrained(path).vocab_size == 360 + 256
     mutate(path)
@@ -239,3 +279,60 @@ def test_prompt_ids_views_stay_valid_after_appends_and_rollbacks(tok: K3Tokenize
     assert len(v2) == len(l2) and v2.tolist() == l2
     with pytest.raises(IndexError):
         v2[len(l2)]
+
+
+# -- wrong inputs: typed errors (TokenizerError for ids outside the vocabulary, UserError for types)
+
+
+@pytest.mark.parametrize(
+    ("ids", "error", "message"),
+    [
+        ([-1], TokenizerError, "ids[0] = -1 is not an id of this vocabulary (ids are 0..163839, some unassigned)"),
+        ([64, 10**9], TokenizerError, "ids[1] = 1000000000 is not an id of this vocabulary (ids are 0..163839, some unassigned)"),
+        ([64, 2**70], TokenizerError, f"ids[1] = {2**70} is not an id of this vocabulary (ids are 0..163839, some unassigned)"),
+        (["a"], UserError, "ids must be ints; ids[0] is str 'a'"),
+        ([64, 1.5], UserError, "ids must be ints; ids[1] is float 1.5"),
+        ([64, None], UserError, "ids must be ints; ids[1] is NoneType None"),
+        (5, UserError, "ids must be a sequence of ints, got int"),
+    ],
+)  # fmt: skip
+def test_decode_bad_ids_is_typed(ids: Any, error: type[Exception], message: str) -> None:
+    tok = default_tokenizer()
+    for decode in (tok.decode, tok.decode_bytes):
+        with pytest.raises(error) as e:
+            decode(ids)
+        assert str(e.value) == message
+    assert tok.decode([64, 65]) == "ab"  # the happy path is untouched
+
+
+@pytest.mark.parametrize(
+    ("token_id", "error", "message"),
+    [
+        (-1, TokenizerError, "-1 is not an id of this vocabulary (ids are 0..163839, some unassigned)"),
+        (10**9, TokenizerError, "1000000000 is not an id of this vocabulary (ids are 0..163839, some unassigned)"),
+        ("a", UserError, "id_to_token takes an int id, got str"),
+        (True, UserError, "id_to_token takes an int id, got bool"),
+    ],
+)
+def test_id_to_token_bad_id_is_typed(token_id: Any, error: type[Exception], message: str) -> None:
+    with pytest.raises(error) as e:
+        default_tokenizer().id_to_token(token_id)
+    assert str(e.value) == message
+    assert default_tokenizer().id_to_token(163839) == "[PAD]"
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda t: t.encode_text(None), "encode_text takes a str, got NoneType"),
+        (lambda t: t.encode_text(b"abc"), "encode_text takes a str, got bytes"),
+        (lambda t: t.count_tokens(5), "count_tokens takes a str or segments, got int"),
+        (lambda t: t.count_tokens(None), "count_tokens takes a str or segments, got NoneType"),
+        (lambda t: t.count_tokens([Segment("a", False), "b"]), "count_tokens takes a str or Segment items, got a str item"),
+    ],
+)  # fmt: skip
+def test_wrong_input_types_are_user_errors(call: Any, message: str) -> None:
+    with pytest.raises(UserError) as e:
+        call(default_tokenizer())
+    assert str(e.value) == message
+    assert isinstance(e.value, TypeError)  # existing `except TypeError` still catches it

@@ -31,7 +31,7 @@ from typing import Any
 
 import tiktoken
 
-from ..._exceptions import TokenizerError
+from ..._exceptions import KimiK3Error, TokenizerError, UserError
 from ...types import Message, ToolSpec
 from ._encode import END_OF_MSG, Segment, ThinkingEffort, encode_segments
 
@@ -283,7 +283,13 @@ class K3Tokenizer:
     # -- encoding ------------------------------------------------------------------------
 
     def encode_text(self, text: str) -> list[int]:
-        """Tokenize ``text`` as plain text: special-token names in it are ordinary characters."""
+        """Tokenize ``text`` as plain text: special-token names in it are ordinary characters.
+
+        Raises:
+            UserError: ``text`` is not a ``str``.
+        """
+        if not isinstance(text, str):
+            raise UserError(f"encode_text takes a str, got {type(text).__name__}")
         if len(text) <= _MAX_RUN_CHARS:
             return self._enc.encode_ordinary(text)
         out: list[int] = []
@@ -363,28 +369,73 @@ class K3Tokenizer:
         )
 
     def count_tokens(self, text_or_segments: str | Iterable[Segment]) -> int:
-        """Number of tokens of plain text, or of a list of segments."""
+        """Number of tokens of plain text, or of a list of segments.
+
+        Raises:
+            UserError: neither a ``str`` nor an iterable of :class:`Segment`.
+        """
         if isinstance(text_or_segments, str):
             return len(self.encode_text(text_or_segments))
-        return sum(len(self.encode_segment(s)) for s in text_or_segments)
+        if not isinstance(text_or_segments, Iterable):
+            raise UserError(f"count_tokens takes a str or segments, got {type(text_or_segments).__name__}")
+        n = 0
+        for s in text_or_segments:
+            if not isinstance(s, Segment):
+                raise UserError(f"count_tokens takes a str or Segment items, got a {type(s).__name__} item")
+            n += len(self.encode_segment(s))
+        return n
 
     # -- decoding ------------------------------------------------------------------------
 
     def decode(self, ids: Sequence[int]) -> str:
         """Decode ids to text, keeping every marker (``<|open|>`` etc.) as its string; invalid
-        UTF-8 becomes U+FFFD."""
-        return self._enc.decode(list(ids), errors="replace")
+        UTF-8 becomes U+FFFD.
+
+        Raises:
+            UserError: ``ids`` is not a sequence of ints.
+            TokenizerError: an id outside this vocabulary (negative, too large, or unassigned).
+        """
+        return self.decode_bytes(ids).decode("utf-8", errors="replace")
 
     def decode_bytes(self, ids: Sequence[int]) -> bytes:
-        """Decode ids to raw bytes (markers included)."""
-        return self._enc.decode_bytes(list(ids))
+        """Decode ids to raw bytes (markers included). Errors as :meth:`decode`."""
+        try:
+            return self._enc.decode_bytes(list(ids))
+        except (KeyError, OverflowError, TypeError, ValueError) as e:
+            raise self._bad_ids(ids) from e
 
     def id_to_token(self, token_id: int) -> str:
-        """The string of one id (a special token's name, or the decoded bytes of a base token)."""
+        """The string of one id (a special token's name, or the decoded bytes of a base token).
+
+        Raises:
+            UserError: ``token_id`` is not an int.
+            TokenizerError: an id outside this vocabulary.
+        """
+        if not isinstance(token_id, int) or isinstance(token_id, bool):
+            raise UserError(f"id_to_token takes an int id, got {type(token_id).__name__}")
         special = self._id_to_special.get(token_id)
         if special is not None:
             return special
-        return self._enc.decode_single_token_bytes(token_id).decode("utf-8", errors="replace")
+        try:
+            return self._enc.decode_single_token_bytes(token_id).decode("utf-8", errors="replace")
+        except (KeyError, OverflowError) as e:
+            raise TokenizerError(f"{token_id} is not an id of this vocabulary (ids are 0..{self.vocab_size - 1}, "
+                                 "some unassigned)") from e  # fmt: skip
+
+    def _bad_ids(self, ids: Any) -> KimiK3Error:
+        """The typed error for ids tiktoken refused (the first bad one named)."""
+        if isinstance(ids, (str, bytes)) or not isinstance(ids, Iterable):
+            return UserError(f"ids must be a sequence of ints, got {type(ids).__name__}")
+        for i, token_id in enumerate(ids):
+            if not isinstance(token_id, int) or isinstance(token_id, bool):
+                return UserError(f"ids must be ints; ids[{i}] is {type(token_id).__name__} {token_id!r}")
+            if not 0 <= token_id < self.vocab_size or token_id not in self._id_to_special:
+                try:
+                    self._enc.decode_single_token_bytes(token_id)
+                except (KeyError, OverflowError):
+                    return TokenizerError(f"ids[{i}] = {token_id} is not an id of this vocabulary "
+                                          f"(ids are 0..{self.vocab_size - 1}, some unassigned)")  # fmt: skip
+        return TokenizerError("tiktoken refused these ids")
 
 
 @cache
