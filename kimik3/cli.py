@@ -805,7 +805,11 @@ def preflight_command(
     Prints the preset's environment variables and its ``vllm serve`` command too. Exits 0 when
     nothing failed, 1 otherwise.
     """
-    report = preflight(weights_dir=weights_dir, preset=preset, features=feature, gpus_needed=gpus)
+    try:
+        report = preflight(weights_dir=weights_dir, preset=preset, features=feature, gpus_needed=gpus)
+    except KimiK3Error as e:
+        click.echo(f"kimik3 preflight: {type(e).__name__}: {e}", err=True)
+        ctx.exit(1)
     click.echo(str(report))
     ctx.exit(0 if report.ok else 1)
 

@@ -446,7 +446,9 @@ def to_message(raw: Message | Mapping[str, Any]) -> Message:
     role = raw.get("role")
     cls = _ROLE_TYPES.get(role) if isinstance(role, str) else None
     if cls is None:
-        raise UnknownRoleError(f"unknown message role {role!r}; expected system, developer, user, assistant or tool")
+        raise UnknownRoleError(
+            f"unknown message role {role!r}; expected system, developer, user, assistant or tool"
+        )
     try:
         return cls.model_validate(raw)  # type: ignore[return-value]
     except ValidationError as e:
@@ -495,6 +497,7 @@ def message_text(content: Content | None) -> str:
     return "".join(p.text for p in content if isinstance(p, TextPart))
 
 
+
 # -- one model call: the request and its result ------------------------------------------------
 
 
@@ -541,7 +544,9 @@ class ChatRequest:
         self.messages = to_messages(self.messages)
         self.tools = to_tool_specs(self.tools)
         if self.reasoning_effort not in REASONING_EFFORTS:
-            raise InvalidEffortError(f"reasoning_effort must be low, high, max or none, got {self.reasoning_effort!r}")
+            raise InvalidEffortError(
+                f"reasoning_effort must be low, high, max or none, got {self.reasoning_effort!r}"
+            )
         # Requests K3's endpoint contract says must be rejected: refused before any network call.
         # Imported here: formats/k3 imports this module.
         from .formats.k3 import check_request

@@ -115,74 +115,34 @@ def _set_added(path: Path, added: Any) -> None:
 # Every malformed directory is a TokenizerError whose message says what is wrong (model dir: 360
 # base tokens, specials 360..615).
 MALFORMED: list[tuple[str, Any, str]] = [
-    (
-        "bad base64 line",
-        lambda p: _set_line(p / "tiktoken.model", 3, b"!!notb64 3"),
-        r"tiktoken\.model:4: expected '<base64> <rank>', got b'!!notb64 3'",
-    ),
-    (
-        "base64 with junk kept lenient decoders happy",
-        lambda p: _set_line(p / "tiktoken.model", 3, b"Aw==# 3"),
-        r"tiktoken\.model:4: expected '<base64> <rank>'",
-    ),
-    (
-        "rank far past the count",
-        lambda p: _set_line(p / "tiktoken.model", 359, b"enp6cQ== 999999"),
-        r"ranks must be 0\.\.n-1 for n = 360 tokens \(highest rank: 999999\)",
-    ),
-    (
-        "repeated rank",
-        lambda p: _set_line(p / "tiktoken.model", 5, b"enp6cQ== 4"),
-        r"tiktoken\.model:6: repeated token or rank",
-    ),
-    (
-        "repeated token",
-        lambda p: _set_line(p / "tiktoken.model", 5, b"AA== 5"),
-        r"tiktoken\.model:6: repeated token or rank",
-    ),
+    ("bad base64 line", lambda p: _set_line(p / "tiktoken.model", 3, b"!!notb64 3"),
+     r"tiktoken\.model:4: expected '<base64> <rank>', got b'!!notb64 3'"),
+    ("base64 with junk kept lenient decoders happy", lambda p: _set_line(p / "tiktoken.model", 3, b"Aw==# 3"),
+     r"tiktoken\.model:4: expected '<base64> <rank>'"),
+    ("rank far past the count", lambda p: _set_line(p / "tiktoken.model", 359, b"enp6cQ== 999999"),
+     r"ranks must be 0\.\.n-1 for n = 360 tokens \(highest rank: 999999\)"),
+    ("repeated rank", lambda p: _set_line(p / "tiktoken.model", 5, b"enp6cQ== 4"), r"tiktoken\.model:6: repeated token or rank"),
+    ("repeated token", lambda p: _set_line(p / "tiktoken.model", 5, b"AA== 5"), r"tiktoken\.model:6: repeated token or rank"),
     ("missing rank", lambda p: _set_line(p / "tiktoken.model", 5, b"AA=="), r"tiktoken\.model:6: expected"),
     ("empty vocabulary", lambda p: (p / "tiktoken.model").write_bytes(b""), r"n = 0 tokens \(highest rank: None\)"),
-    (
-        "vocabulary is a directory",
-        lambda p: ((p / "tiktoken.model").unlink(), (p / "tiktoken.model").mkdir()),
-        "cannot read tiktoken vocabulary .*Is a directory",
-    ),
+    ("vocabulary is a directory", lambda p: ((p / "tiktoken.model").unlink(), (p / "tiktoken.model").mkdir()),
+     "cannot read tiktoken vocabulary .*Is a directory"),
     ("config missing", lambda p: (p / "tokenizer_config.json").unlink(), r"cannot read .*tokenizer_config\.json"),
     ("config a list", lambda p: (p / "tokenizer_config.json").write_text("[]"), r"must hold a JSON object, got list"),
-    (
-        "config null",
-        lambda p: (p / "tokenizer_config.json").write_text("null"),
-        r"must hold a JSON object, got NoneType",
-    ),
+    ("config null", lambda p: (p / "tokenizer_config.json").write_text("null"), r"must hold a JSON object, got NoneType"),
     ("added tokens a list", lambda p: _set_added(p, [1]), "added_tokens_decoder must be an object, got list"),
-    (
-        "added token without content",
-        lambda p: _set_added(p, {"400": {"x": 1}}),
-        r"added_tokens_decoder\['400'\] has no content",
-    ),
-    (
-        "added token id not a number",
-        lambda p: _set_added(p, {"abc": {"content": "<|a|>"}}),
-        "key 'abc' is not a token id",
-    ),
-    (
-        "special id inside the base vocabulary",
-        lambda p: _set_added(p, {"5": {"content": "<|x|>"}}),
-        r"special token '<\|x\|>' has id 5, outside the 256 special ids 360\.\.615 that follow the 360 base tokens",
-    ),
+    ("added token without content", lambda p: _set_added(p, {"400": {"x": 1}}), r"added_tokens_decoder\['400'\] has no content"),
+    ("added token id not a number", lambda p: _set_added(p, {"abc": {"content": "<|a|>"}}), "key 'abc' is not a token id"),
+    ("special id inside the base vocabulary", lambda p: _set_added(p, {"5": {"content": "<|x|>"}}),
+     r"special token '<\|x\|>' has id 5, outside the 256 special ids 360\.\.615 that follow the 360 base tokens"),
     ("special id far outside", lambda p: _set_added(p, {"9999999": {"content": "<|far|>"}}), "has id 9999999, outside"),
-    (
-        "special named twice",
-        lambda p: _set_added(p, {"360": {"content": "[BOS]"}, "361": {"content": "[BOS]"}}),
-        r"'\[BOS\]' is named twice \(ids 360 and 361\)",
-    ),
+    ("special named twice", lambda p: _set_added(p, {"360": {"content": "[BOS]"}, "361": {"content": "[BOS]"}}),
+     r"'\[BOS\]' is named twice \(ids 360 and 361\)"),
 ]
 
 
 @pytest.mark.parametrize(("what", "mutate", "message"), MALFORMED, ids=[m[0] for m in MALFORMED])
-def test_malformed_model_directories_raise_tokenizer_error(
-    tmp_path: Path, what: str, mutate: Any, message: str
-) -> None:
+def test_malformed_model_directories_raise_tokenizer_error(tmp_path: Path, what: str, mutate: Any, message: str) -> None:
     path = write_model_dir(tmp_path / "m")
     assert K3Tokenizer.from_pretrained(path).vocab_size == 360 + 256
     mutate(path)

@@ -6,16 +6,17 @@ import importlib
 import importlib.metadata
 import os
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 from .._exceptions import EngineNotAvailableError
-from ._gpus import Runner, _run, detect_gpus
+from ._gpus import Runner, _run, detect_all_gpus, visible_gpus
 from ._presets import (
     FEATURES,
     MIN_NVIDIA_DRIVER,
     MIN_VLLM,
+    PRESETS,
     RECIPE,
     Preset,
     choose_preset,
@@ -80,8 +81,9 @@ def preflight(
     *,
     weights_dir: str | os.PathLike[str] | None = None,
     preset: str = "auto",
-    features: Sequence[str] = (),
+    features: str | Sequence[str] | None = (),
     gpus_needed: int | None = None,
+    env: Mapping[str, str] | None = None,
     run: Runner = _run,
     package_version: Callable[[str], str] = importlib.metadata.version,
 ) -> PreflightReport:
@@ -101,22 +103,29 @@ def preflight(
         preset: a :data:`~kimik3.engines.PRESETS` name, an old name, or ``"auto"`` (chosen from
             the GPUs found).
         features: the recipe's opt-in features to apply (:data:`~kimik3.engines.FEATURES`).
-        gpus_needed: GPUs the launch uses (default: the preset's, 8).
+        gpus_needed: GPUs the launch uses (default: the preset's, 8): its
+            ``tensor_parallel_size`` in the command and every check (a warning: the recipe
+            validates 8).
+        env: the environment whose ``CUDA_VISIBLE_DEVICES`` & co. decide which GPUs count
+            (default ``os.environ``; :func:`~kimik3.engines._gpus.visible_gpus`).
         run: runs a command and returns its stdout (injected in tests with recorded outputs).
         package_version: an installed distribution's version, raising
             ``importlib.metadata.PackageNotFoundError`` when absent (injected in tests).
 
     Raises:
-        UserError: an unknown preset or feature name (a usage error, not a finding).
+        UserError: an unknown preset or feature name, a feature the recipe does not define for
+            the hardware or GPU count, a bad ``gpus_needed`` (a usage error, not a finding).
     """
     report = PreflightReport()
     add = report.findings.append
 
-    gpus = detect_gpus(run)
+    every = detect_all_gpus(run)
+    gpus, hidden = visible_gpus(every, env)
     chosen: Preset | None = None
     if preset in ("auto", "auto-nvfp4"):
         try:
-            chosen = choose_preset(gpus, checkpoint="nvfp4" if preset == "auto-nvfp4" else "mxfp4")
+            chosen = choose_preset(gpus, checkpoint="nvfp4" if preset == "auto-nvfp4" else "mxfp4",
+                                   gpu_count=gpus_needed)  # fmt: skip
             chosen = chosen.with_features(features)
             add(Finding("preset", "ok", f"auto: {chosen.name} for {chosen.reason}"))
         except EngineNotAvailableError as e:
@@ -126,16 +135,26 @@ def preflight(
         detail = chosen.name if chosen.name == preset else f"{preset} (deprecated) now means {chosen.name}"
         add(Finding("preset", "ok" if chosen.name == preset else "warn", detail,
                     "" if chosen.name == preset else f"use --preset {chosen.name}"))
+    if chosen is not None and gpus_needed is not None and gpus_needed != PRESETS[chosen.name].gpu_count:
+        validated = PRESETS[chosen.name].gpu_count
+        chosen = chosen.with_gpu_count(gpus_needed)
+        add(Finding("tensor_parallel", "warn", f"--gpus {gpus_needed}: the command uses --tensor-parallel-size "
+                    f"{gpus_needed}; vLLM's K3 recipe validates {validated} GPUs per node",
+                    f"serve on {validated} GPUs unless you have checked that the weights fit"))
     need = gpus_needed or (chosen.gpu_count if chosen is not None else 8)
 
-    if not gpus:
+    if not gpus and every:
+        add(Finding("gpus", "fail", f"none of the {len(every)} GPUs is visible: {hidden}",
+                    "unset or widen CUDA_VISIBLE_DEVICES / NVIDIA_VISIBLE_DEVICES (ROCR/HIP_VISIBLE_DEVICES on AMD)"))
+    elif not gpus:
         add(Finding("gpus", "fail", "no GPU found (nvidia-smi and amd-smi missing or failing)",
                     f"serve K3 on a node with {need} GPUs of one preset (8 x B200/B300, H200 or MI355X), or use "
                     "RemoteEngine against an endpoint that does"))
     else:
         names = sorted({g.name for g in gpus})
         status: Status = "ok" if len(gpus) >= need else "fail"
-        add(Finding("gpus", status, f"{len(gpus)} x {', '.join(names)}",
+        seen = f"; {hidden}" if hidden else ""
+        add(Finding("gpus", status, f"{len(gpus)} x {', '.join(names)}{seen}",
                     "" if status == "ok" else f"the launch needs {need} GPUs (tensor_parallel_size); use a node "
                     "with more GPUs"))
         if chosen is not None and not chosen.reason:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shlex
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
@@ -152,12 +153,16 @@ class Feature:
         description: the recipe's description.
         engine_args: ``AsyncEngineArgs`` fields it sets (they replace the preset's).
         hardware_args: per-generation args that replace :attr:`engine_args` there.
+        hardware: the generations the recipe defines it for (empty: every generation).
+        tensor_parallel_size: the only tensor-parallel size it is valid with (None: any).
     """
 
     name: str
     description: str
     engine_args: Mapping[str, Any]
     hardware_args: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    hardware: tuple[Hardware, ...] = ()
+    tensor_parallel_size: int | None = None
 
     def args_for(self, hardware: Hardware) -> Mapping[str, Any]:
         """The args this feature sets on ``hardware``."""
@@ -187,6 +192,12 @@ FEATURES: dict[str, Feature] = {
             # L97-98
             "attention_config": {"use_prefill_query_quantization": True, "mla_prefill_backend": "TRTLLM_RAGGED"},
         },
+        # recipe L85: "Pairs the TOKENSPEED_MLA decode backend with TRTLLM_RAGGED MLA prefill under
+        # FP8 KV"; FP8 KV is only in hardware_overrides.blackwell (L190-191) and TRTLLM is NVIDIA's,
+        # so the feature is Blackwell's. L86-88: "--decode-context-parallel-size is pinned to 8
+        # here, which only divides a TP of 8 or more" (scoped to single_node_tp, TP 8).
+        hardware=("blackwell",),
+        tensor_parallel_size=8,
     ),
 }
 """The recipe's opt-in features by name."""
@@ -233,21 +244,44 @@ class Preset:
         value = self.engine_args.get("max_model_len")
         return int(value) if value is not None else None
 
-    def with_features(self, features: Sequence[str]) -> Preset:
+    def with_features(self, features: str | Sequence[str] | None) -> Preset:
         """This preset with opt-in features applied (in the order given; later args win).
 
+        Args:
+            features: feature names; one name as a ``str``; None for none.
+
         Raises:
-            UserError: an unknown feature name.
+            UserError: an unknown feature name, a wrong type, or a feature the recipe does not
+                define for this hardware or tensor-parallel size.
         """
         args = dict(self.engine_args)
         names = list(self.features)
-        for name in features:
+        for name in _feature_names(features):
             if name not in FEATURES:
                 raise UserError(f"unknown preset feature {name!r}; known: {', '.join(FEATURES)}")
+            feature = FEATURES[name]
+            if feature.hardware and self.hardware not in feature.hardware:
+                raise UserError(f"preset feature {name!r} is defined for {'/'.join(feature.hardware)} GPUs only "
+                                f"(vLLM's K3 recipe), not {self.hardware} ({self.name})")  # fmt: skip
+            tp = feature.tensor_parallel_size
+            if tp is not None and self.gpu_count != tp:
+                raise UserError(f"preset feature {name!r} needs tensor_parallel_size {tp} (vLLM's K3 recipe), "
+                                f"not {self.gpu_count}")  # fmt: skip
             if name not in names:
                 args.update(FEATURES[name].args_for(self.hardware))
                 names.append(name)
         return replace(self, engine_args=args, features=tuple(names))
+
+    def with_gpu_count(self, gpus: int) -> Preset:
+        """This preset on ``gpus`` GPUs (``tensor_parallel_size``); the recipe validates 8 only.
+
+        Raises:
+            UserError: ``gpus`` is not an int >= 1, or a feature applied needs another size.
+        """
+        if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 1:
+            raise UserError(f"gpus must be an int >= 1, got {gpus!r}")
+        args = {**self.engine_args, "tensor_parallel_size": gpus}
+        return replace(self, gpu_count=gpus, engine_args=args, features=()).with_features(self.features)
 
     def cli_args(self) -> list[str]:
         """The engine args as ``vllm serve`` flags (dicts as JSON, booleans as ``--x`` / ``--no-x``)."""
@@ -342,7 +376,23 @@ def _matches(preset: Preset, gpu: GPU) -> bool:
     if preset.hardware == "blackwell":
         # Data-center Blackwell reports compute capability 10.x (B200/GB200 10.0, B300/GB300 10.3).
         return gpu.cc_major == 10
-    return gpu.cc_major == 9 and "H200" in gpu.name.upper()
+    # the model name by token: "NVIDIA H200", "NVIDIA H200 NVL"; not "NVIDIA GH200 480GB" (Grace Hopper)
+    return gpu.cc_major == 9 and any(model in _name_tokens(gpu) for model in preset.gpu_models)
+
+
+def _name_tokens(gpu: GPU) -> set[str]:
+    return set(re.split(r"[\s_-]+", gpu.name.upper()))
+
+
+def _feature_names(features: Any) -> list[str]:
+    """``features`` as a list of names: one ``str`` is one feature, None none."""
+    if features is None:
+        return []
+    if isinstance(features, str):
+        return [features]
+    if isinstance(features, Sequence) and all(isinstance(f, str) for f in features):
+        return list(features)
+    raise UserError(f"features must be a feature name or a list of them, got {features!r}")
 
 
 def hardware_mismatch(preset: Preset, gpus: Sequence[GPU]) -> str:
@@ -351,30 +401,39 @@ def hardware_mismatch(preset: Preset, gpus: Sequence[GPU]) -> str:
         return "no GPU found"
     wrong = sorted({g.name for g in gpus if not _matches(preset, g)})
     if wrong:
-        return f"{', '.join(wrong)} is not a {preset.hardware} GPU of this preset ({'/'.join(preset.gpu_models)})"
+        note = ""
+        if any("GH200" in _name_tokens(g) for g in gpus):
+            note = "; GH200 (Grace Hopper) is not in vLLM's K3 recipe (it validates H200, B200/B300, MI355X/MI350X)"
+        return f"{', '.join(wrong)} is not a {preset.hardware} GPU of this preset ({'/'.join(preset.gpu_models)}){note}"
     if len(gpus) < preset.gpu_count:
         return f"{len(gpus)} GPUs, the preset needs {preset.gpu_count} (tensor_parallel_size)"
     return ""
 
 
-def choose_preset(gpus: Sequence[GPU], *, checkpoint: Literal["mxfp4", "nvfp4"] = "mxfp4") -> Preset:
+def choose_preset(
+    gpus: Sequence[GPU], *, checkpoint: Literal["mxfp4", "nvfp4"] = "mxfp4", gpu_count: int | None = None
+) -> Preset:
     """The preset for these GPUs (``preset="auto"``), its :attr:`~Preset.reason` saying why.
 
     Args:
         gpus: the node's GPUs (:func:`~kimik3.engines._gpus.detect_gpus`).
         checkpoint: ``mxfp4`` (the recipe's default) or ``nvfp4`` (Blackwell only).
+        gpu_count: GPUs the launch uses (default: the recipe's 8; see :meth:`Preset.with_gpu_count`).
 
     Raises:
         EngineNotAvailableError: no preset fits (no GPUs, too few, or hardware the recipe does not
             cover on one node, e.g. H100: the recipe needs 32 of them); the message says what was found.
     """
     found = _describe(gpus)
-    candidates = [p for p in PRESETS.values() if p.checkpoint == checkpoint]
+    candidates = [p if gpu_count is None else p.with_gpu_count(gpu_count)
+                  for p in PRESETS.values() if p.checkpoint == checkpoint]  # fmt: skip
     for preset in candidates:
         if not hardware_mismatch(preset, gpus):
             return replace(preset, reason=f"{found}: {preset.hardware} with {preset.gpu_count}+ GPUs")
     near = [p.name for p in candidates if gpus and all(_matches(p, g) for g in gpus)]
-    hint = f"; {near[0]} needs {PRESETS[near[0]].gpu_count} GPUs" if near else ""
+    hint = f"; {near[0]} needs {gpu_count or PRESETS[near[0]].gpu_count} GPUs" if near else ""
+    if any("GH200" in _name_tokens(g) for g in gpus):
+        hint += "; GH200 (Grace Hopper) is not in vLLM's K3 recipe"
     raise EngineNotAvailableError(
         f"no K3 {checkpoint} preset fits this node ({found}){hint}. vLLM's K3 recipe covers 8 x B200/B300 "
         "(Blackwell), 8 x H200 (Hopper) and 8 x MI355X/MI350X (AMD); NVFP4 is Blackwell-only. Pass a "
@@ -391,19 +450,24 @@ def _describe(gpus: Sequence[GPU]) -> str:
     return f"{len(gpus)} x {', '.join(names)} ({label} {', '.join(arch)})"
 
 
-def get_preset(name: str, features: Sequence[str] = (), *, gpus: Sequence[GPU] | None = None) -> Preset:
+def get_preset(name: str, features: str | Sequence[str] | None = (), *, gpus: Sequence[GPU] | None = None) -> Preset:
     """Look a preset up by name, with features applied.
 
     Args:
         name: a :data:`PRESETS` key, an old name (:data:`DEPRECATED_PRESETS`, with a
             DeprecationWarning), or ``"auto"`` / ``"auto-nvfp4"`` (chosen from ``gpus``).
-        features: opt-in :data:`FEATURES` to apply.
-        gpus: the node's GPUs for ``auto`` (default: detected with nvidia-smi / amd-smi).
+        features: opt-in :data:`FEATURES` to apply (one name as a ``str``; None for none).
+        gpus: the node's GPUs for ``auto`` (default: detected with nvidia-smi / amd-smi, only
+            those ``CUDA_VISIBLE_DEVICES`` & co. leave visible).
 
     Raises:
-        UserError: an unknown preset or feature name.
+        UserError: an unknown preset or feature name, a wrong type, or a feature the recipe
+            does not define for the preset's hardware.
         EngineNotAvailableError: ``auto`` and no preset fits the GPUs.
     """
+    if not isinstance(name, str):
+        raise UserError(f"preset must be a preset name (str), got {type(name).__name__} {name!r}")
+    _feature_names(features)  # a wrong type is an error before any GPU detection
     if name in ("auto", "auto-nvfp4"):
         if gpus is None:
             from ._gpus import detect_gpus

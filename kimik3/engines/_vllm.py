@@ -60,7 +60,7 @@ class VLLMEngine(TokenEngine):
             recipe), ``"auto"`` to pick it from the detected GPUs (logged, and kept as
             :attr:`preset` with its ``reason``), or an old name (DeprecationWarning).
         features: the recipe's opt-in features on top of the preset (``"spec_decoding"``,
-            ``"text_only"``, ``"decode_context_parallelism"``).
+            ``"text_only"``, ``"decode_context_parallelism"``); one name as a ``str``, None for none.
         env: environment variables for vLLM's start on top of the preset's (``None`` unsets one);
             they are set while the engine starts and restored afterwards.
         **engine_args: any ``vllm.AsyncEngineArgs`` field (tokenizer, tensor_parallel_size,
@@ -81,7 +81,7 @@ class VLLMEngine(TokenEngine):
         *,
         k3_tokenizer: K3Tokenizer | str | os.PathLike[str] | None = None,
         preset: str | None = None,
-        features: Sequence[str] = (),
+        features: str | Sequence[str] | None = (),
         env: Mapping[str, str | None] | None = None,
         **engine_args: Any,
     ) -> None:

@@ -73,6 +73,7 @@ END_OF_MSG = "<|end_of_msg|>"
 IMAGE_PLACEHOLDER = "<|kimi_image_placeholder|>"
 
 
+
 class Segment(NamedTuple):
     """One piece of a K3 prompt.
 
