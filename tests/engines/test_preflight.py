@@ -20,6 +20,13 @@ from kimik3.engines._presets import choose_preset, get_preset
 DATA = Path(__file__).parent.parent / "data" / "engines"
 
 
+@pytest.fixture(autouse=True)
+def _every_gpu_visible(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The recorded nodes as seen with no visibility variable set (whatever this shell has)."""
+    for name in ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"):
+        monkeypatch.delenv(name, raising=False)
+
+
 def recorded(nvidia: str | None = None, amd: str | None = None):  # type: ignore[no-untyped-def]
     """A command runner that answers nvidia-smi / amd-smi with recorded output (absent: not installed)."""
 
@@ -38,14 +45,14 @@ def no_vllm(name: str) -> str:
 
 def test_parse_the_recorded_h200() -> None:
     gpus = parse_nvidia_smi((DATA / "h200x1_nvidia_smi_query.csv").read_text())
-    assert gpus == [GPU("nvidia", "NVIDIA H200", "580.159.04", "9.0", 143771)]
+    assert gpus == [GPU("nvidia", "NVIDIA H200", "580.159.04", "9.0", 143771, index=0)]
     assert gpus[0].cc_major == 9
     assert "NVIDIA H200" in (DATA / "h200x1_nvidia_smi.txt").read_text()  # the same GPU, full table
 
 
 def test_parse_amd_smi_and_fall_back_to_it() -> None:
     gpus = parse_amd_smi((DATA / "mi355x8_amd_smi_static.txt").read_text())
-    assert len(gpus) == 8 and gpus[7] == GPU("amd", "AMD Instinct MI355X", "6.18.3", "gfx950", 294912)
+    assert len(gpus) == 8 and gpus[7] == GPU("amd", "AMD Instinct MI355X", "6.18.3", "gfx950", 294912, index=7)
     assert detect_gpus(recorded(amd="mi355x8_amd_smi_static.txt")) == gpus  # no nvidia-smi on an AMD node
     assert detect_gpus(recorded()) == []
 

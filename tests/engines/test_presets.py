@@ -67,6 +67,10 @@ def vllm_check(parser: Any, preset: Preset) -> Any:
 @pytest.mark.parametrize("features", FEATURE_SETS, ids=lambda f: "+".join(f) or "base")
 @pytest.mark.parametrize("name", list(PRESETS))
 def test_every_preset_builds_valid_engine_args_on_installed_vllm(parser: Any, name: str, features: tuple[str, ...]) -> None:
+    if "decode_context_parallelism" in features and PRESETS[name].hardware != "blackwell":
+        with pytest.raises(UserError, match="'decode_context_parallelism' is defined for blackwell GPUs only"):
+            get_preset(name, features)
+        return
     preset = get_preset(name, features)
     parsed = vllm_check(parser, preset)
     assert parsed.tensor_parallel_size == 8 and parsed.trust_remote_code is True
