@@ -463,8 +463,14 @@ async def _model_rows(
     return rows
 
 
-def _options(base_url: Any, concurrency: Any, timeout: Any, max_tokens: Any) -> httpx.URL:
+def _options(base_url: Any, concurrency: Any, timeout: Any, max_tokens: Any, schemas: Any) -> httpx.URL:
     """The checked base URL; :class:`UserError` for a bad option value."""
+    if schemas is not None and (
+        isinstance(schemas, (str, bytes, Mapping))
+        or not isinstance(schemas, Sequence)
+        or not all(isinstance(s, (tuple, list)) and len(s) == 2 and isinstance(s[1], Mapping) for s in schemas)
+    ):
+        raise UserError(f"verify: schemas must be a list of (name, JSON Schema dict) pairs, got {str(schemas)[:80]}")
     for name, value, low in (("concurrency", concurrency, 1), ("max_tokens", max_tokens, 1)):
         if not isinstance(value, int) or isinstance(value, bool) or value < low:
             raise UserError(f"verify: {name} must be an int >= {low}, got {value!r}")
@@ -498,7 +504,7 @@ async def averify(
     progress: Callable[[CheckResult], None] | None = None,
 ) -> VerifyReport:
     """Check a K3 endpoint against Moonshot's contract; see :func:`verify` (same arguments)."""
-    url = _options(base_url, concurrency, timeout, max_tokens)
+    url = _options(base_url, concurrency, timeout, max_tokens, schemas)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     report = VerifyReport(base_url, model or "?", quick=quick)
 

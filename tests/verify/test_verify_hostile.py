@@ -133,6 +133,8 @@ def test_html_chat_answer_is_a_failed_row() -> None:
         ({"timeout": 0}, "verify: timeout must be a positive number of seconds, got 0"),
         ({"timeout": float("nan")}, "verify: timeout must be a positive number of seconds, got nan"),
         ({"colour": "red"}, "verify: unknown option(s) ['colour']"),
+        ({"schemas": [("a", 5)]}, "verify: schemas must be a list of (name, JSON Schema dict) pairs, got [('a', 5)]"),
+        ({"schemas": "x"}, "verify: schemas must be a list of (name, JSON Schema dict) pairs, got x"),
     ],
 )
 def test_bad_options_are_user_errors(options: dict[str, Any], message: str) -> None:
