@@ -461,7 +461,13 @@ def to_message(raw: Message | Mapping[str, Any]) -> Message:
 
 def to_messages(raw: Iterable[Message | Mapping[str, Any]]) -> list[Message]:
     """:func:`to_message` over a list; never mutates the input (typed messages are kept as they
-    are, so a long history of typed messages costs one pointer copy each)."""
+    are, so a long history of typed messages costs one pointer copy each).
+
+    Raises:
+        MessageError: ``raw`` is not a list of messages (None, a str, a dict), or a message is bad.
+    """
+    if isinstance(raw, (str, bytes, Mapping)) or not isinstance(raw, Iterable):
+        raise MessageError(f"messages must be a list of messages, got {type(raw).__name__}")
     typed = _TYPED_CLASSES
     return [m if m.__class__ in typed else to_message(m) for m in raw]
 

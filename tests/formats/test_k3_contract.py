@@ -158,3 +158,9 @@ def test_empty_tools_with_content_is_a_plain_system_message(role: str) -> None:
         ChatRequest(messages=[{"role": role, "content": "Be brief.", "tools": [_tool("w")]}, *HI])
     # without content, `tools: []` keeps the reference's (empty) dynamic declaration
     assert 'type="tool-declare"' in render([{"role": role, "tools": []}, *HI])
+
+
+@pytest.mark.parametrize(("messages", "got"), [(None, "NoneType"), ("hi", "str"), ({"role": "user"}, "dict"), (5, "int")])
+def test_messages_that_are_not_a_list_are_typed(messages: Any, got: str) -> None:
+    with pytest.raises(MessageError, match=f"messages must be a list of messages, got {got}"):
+        ChatRequest(messages=messages)
