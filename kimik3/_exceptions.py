@@ -40,7 +40,8 @@
     │   │   └── ReplayMismatchError        the screen no longer matches the recorded step
     │   └── MCPServerError                 an MCP server that cannot be started, reached or read
     └── AgentError
-        └── SessionError                   a session file that cannot be read or resumed
+        ├── SessionError                   a session file that cannot be read or resumed
+        └── CheckpointError                a workspace checkpoint that cannot be taken or restored
 
 Malformed *model output* never raises: the parser recovers and reports what it dropped.
 """
@@ -55,6 +56,7 @@ __all__ = [
     "AgentError",
     "AuthenticationError",
     "BadRequestError",
+    "CheckpointError",
     "ContextLengthExceededError",
     "EngineError",
     "EngineNotAvailableError",
@@ -316,3 +318,8 @@ class AgentError(KimiK3Error):
 
 class SessionError(AgentError):
     """A session file that cannot be read or resumed."""
+
+
+class CheckpointError(AgentError):
+    """A workspace checkpoint could not be taken or restored (git failed, a file changed since the
+    agent's turn, a session without checkpoints)."""

@@ -57,6 +57,7 @@ from rich.spinner import Spinner
 from rich.text import Text
 
 from . import __version__
+from ._cli_harness import harness_agent, harness_options, undo_command
 from ._defaults import REASONING_EFFORTS
 from ._exceptions import EngineError, KimiK3Error
 from .agents import (
@@ -653,8 +654,9 @@ async def _start(engine: Engine, progress: _Progress) -> None:
 
 def _run_agent(o: _Options, workspace: str, task: str | None, history: list[Message], session: Path) -> int:
     engine = _build_engine(o)
-    agent = _agent(o, engine, coding_tools(workspace), CODING_INSTRUCTIONS)
     progress = _progress(o.plain)
+    budgets = Budgets(turns=o.max_turns) if o.max_turns is not None else None
+    agent = harness_agent(engine, workspace, _settings(o), budgets, progress.note)
 
     async def main() -> int:
         result: RunResult[Any] | None = None
@@ -689,6 +691,7 @@ def main() -> None:
 @click.option("--session", type=click.Path(dir_okay=False), metavar="FILE",
               help="The JSONL session file to write (default: a new one under ${KIMIK3_HOME:-~/.kimik3}/sessions/).")
 @_engine_options
+@harness_options
 @click.pass_context
 def run(ctx: click.Context, /, task: str, workspace: str, session: str | None, **params: Any) -> None:
     """Run the coding agent on TASK ("-" reads it from stdin) in a workspace."""
@@ -706,6 +709,7 @@ def run(ctx: click.Context, /, task: str, workspace: str, session: str | None, *
 @click.option("--workspace", "-w", type=click.Path(exists=True, file_okay=False), default=".", show_default=True,
               help="The directory the coding tools work in.")
 @_engine_options
+@harness_options
 @click.pass_context
 def resume(ctx: click.Context, /, session: str, task: str | None, workspace: str, **params: Any) -> None:
     """Continue the session in SESSION, with TASK as a new request if given.
@@ -905,3 +909,6 @@ def verify_command(ctx: click.Context, base_url: str, model: str | None, api_key
     click.echo(f"(* needs a capable model; model {report.model})")
     click.echo("verify: " + ("OK" if report.ok else f"FAILED ({fails} row{'s' if fails != 1 else ''})"))
     ctx.exit(0 if report.ok else 1)
+
+
+main.add_command(undo_command)

@@ -3,6 +3,7 @@ decisions, results, turn outcomes and events (model deltas included: the agent o
 vocabulary, so consumers never import :mod:`kimik3.formats`)."""
 
 from ._agent import Agent
+from ._hooks import RunHooks
 from ._prompts import CODING_INSTRUCTIONS, SUMMARY_INSTRUCTIONS
 from ._session import SessionWriter, load_session
 from ._types import (
@@ -55,6 +56,7 @@ __all__ = [
     "ModelSettings",
     "PendingCall",
     "ReasoningDelta",
+    "RunHooks",
     "RunResult",
     "SessionWriter",
     "StopReason",

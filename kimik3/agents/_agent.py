@@ -53,6 +53,7 @@ from ..types import (
 )
 from ._dynamic import Toolbox, undeclared
 from ._history import orphan_results, prune_images, result_message
+from ._hooks import AllHooks, RunHooks
 from ._prompts import SUMMARY_INSTRUCTIONS
 from ._session import SessionWriter, load_session
 from ._types import (
@@ -191,6 +192,7 @@ class Agent(Generic[OutputT]):
             (:func:`~kimik3.formats.k3.default_tokenizer`): exact counts against any K3 endpoint.
         deps: handed to tools that take a :class:`~kimik3.tools.ToolContext`.
         name: the agent's name (``gen_ai.agent.name`` on its spans).
+        hooks: :class:`~kimik3.agents.RunHooks` at the run's seams (:mod:`kimik3.harness`).
 
     Raises:
         UserError: neither or both of ``engine`` and ``client``; duplicate tool names (for a
@@ -213,6 +215,7 @@ class Agent(Generic[OutputT]):
         tokenizer: K3Tokenizer | str | os.PathLike[str] | None = None,
         deps: Any = None,
         name: str | None = None,
+        hooks: Sequence[RunHooks] = (),
     ) -> None:
         if (engine is None) == (client is None):
             raise UserError("pass exactly one of engine=... or client=...")
@@ -238,6 +241,7 @@ class Agent(Generic[OutputT]):
             self._response_format = {"type": "json_schema", "json_schema": {"name": name, "schema": schema}}
         self.approval = approval
         self.deps = deps
+        self.hooks = AllHooks(hooks)
         if isinstance(tokenizer, K3Tokenizer) or tokenizer is None:
             self._tokenizer = tokenizer
         else:
@@ -333,6 +337,7 @@ class Agent(Generic[OutputT]):
                 )
         run = _Run(history, writer, self.deps, self._count)
         try:
+            await self.hooks.run_start(writer)
             async with AsyncExitStack() as stack:
                 run.span = stack.enter_context(_tracing.agent_run(self.name, self.client.engine.model))
                 await self._toolbox.open(stack)  # toolsets not open yet: for this run only
@@ -348,6 +353,8 @@ class Agent(Generic[OutputT]):
                         run.span.done(event.result)
                     yield event
         finally:
+            with anyio.CancelScope(shield=True):
+                await self.hooks.run_end()
             if writer is not None:
                 writer.close()
 
@@ -397,8 +404,10 @@ class Agent(Generic[OutputT]):
             message = message.model_copy(update={"tool_calls": calls})
         run.model_turn(completion, message)  # the message exactly as received
         if message.tool_calls:
+            await self.hooks.before_tools(run.turns, message.tool_calls)
             async for tool_event in self._run_tools(run, message.tool_calls):
                 yield tool_event
+            await self.hooks.after_tools(run.turns, message.tool_calls)
             yield TurnEndEvent(run.turns, message, completion.usage)
             yield ToolsRan()
             return
@@ -515,7 +524,7 @@ class Agent(Generic[OutputT]):
             note = f"[the user edited the arguments to {json.dumps(decision.arguments, ensure_ascii=False)}]\n"
             result = ToolResult(content=note + result.text if isinstance(result.content, str)
                                 else [TextPart(text=note), *result.content], is_error=result.is_error)
-        results[i] = result
+        results[i] = await self.hooks.tool_result(call, result)
 
     async def _approve(self, call: ToolCall) -> ToolCallApprovedEvent | ToolResult:
         """Approval, in one place: the call with its final arguments, or the error result the

@@ -246,6 +246,11 @@ class SessionWriter:
         """Record that the history was replaced (compaction)."""
         self._write({"compaction": {"messages": [dump_message(m) for m in messages], "summary": summary}})
 
+    def record(self, kind: str, data: dict[str, Any]) -> None:
+        """Append a ``{kind: data}`` record (checkpoints, child sessions); :func:`load_session`
+        skips kinds it does not know."""
+        self._write({kind: data})
+
     def close(self) -> None:
         """Release the lock and close the file (idempotent)."""
         if self._fd >= 0:

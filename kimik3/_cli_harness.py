@@ -1,0 +1,71 @@
+"""The coding harness on the command line: ``kimik3 run`` / ``resume`` options and ``kimik3 undo``.
+
+``kimik3 run`` always records checkpoints (``kimik3 undo`` needs them) and gives the model the
+workspace's ``AGENTS.md`` files (``--no-agents-md`` opts out; each file is listed as it loads).
+``--tools core`` (the default) gives the six coding tools k3-tiny was trained on, unchanged;
+``--tools full`` adds read-before-edit, ``multi_edit``, ``apply_patch``, background ``bash`` with
+``read_output`` / ``stop`` and the ``task`` sub-agent tool (:class:`kimik3.harness.CodingHarness`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from .agents import CODING_INSTRUCTIONS, Agent, Budgets, ModelSettings
+from .engines import Engine
+from .harness import CodingHarness, undo
+
+__all__ = ["harness_agent", "harness_options", "undo_command"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def harness_options(f: F) -> F:
+    """The harness options of ``run`` / ``resume``."""
+    f = click.option("--no-agents-md", "no_agents_md", is_flag=True,
+                     help="Do not give the model the workspace's AGENTS.md files.")(f)
+    return click.option("--tools", "tool_set", type=click.Choice(["core", "full"]), default="core",
+                        show_default=True,
+                        help="core: the six coding tools; full: plus read-before-edit, multi_edit, apply_patch, "
+                             "background bash, read_output, stop and task (sub-agents).")(f)
+
+
+def harness_agent(engine: Engine, workspace: str, settings: ModelSettings, budgets: Budgets | None,
+                  note: Callable[[str], None]) -> Agent[str]:
+    """The coding agent of ``run`` / ``resume``, configured from the current command's options."""
+    params = click.get_current_context().params
+    full = params.get("tool_set") == "full"
+    harness = CodingHarness(workspace, project_instructions=not params.get("no_agents_md"),
+                            read_before_edit=full, background=full, subagents=full,
+                            on_instructions=lambda rel: note(f"project instructions: {rel}"))
+    if not full:  # exactly the six tools (and prompt) k3-tiny was trained on
+        from .tools.coding import coding_tools
+
+        harness.tools = harness.base_tools = coding_tools(workspace)
+    return harness.agent(engine=engine, instructions=CODING_INSTRUCTIONS, settings=settings, budgets=budgets)
+
+
+@click.command(name="undo")
+@click.argument("session", type=click.Path(exists=True, dir_okay=False))
+@click.option("--to", "to_turn", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Go back to the workspace as it was after this turn (0: before the run's first change).")
+@click.option("--force", is_flag=True, help="Overwrite files that changed after the agent's last turn.")
+@click.pass_context
+def undo_command(ctx: click.Context, session: str, to_turn: int, force: bool) -> None:
+    """Undo the file changes a session's turns made after --to TURN.
+
+    Only files those turns changed are restored (from the checkpoints in SESSION); your other
+    changes, the git index and HEAD stay as they are. Prints one line per restored path.
+    """
+    from ._exceptions import KimiK3Error
+
+    try:
+        paths = undo(session, to_turn, force=force)
+    except KimiK3Error as e:
+        click.echo(f"error: {e}", err=True)
+        ctx.exit(1)
+    for p in paths:
+        click.echo(f"restored {p}")

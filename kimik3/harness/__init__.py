@@ -1,0 +1,35 @@
+"""The coding harness for long-horizon runs: project instructions (``AGENTS.md``), read-before-edit,
+``multi_edit`` / ``apply_patch``, checkpoints and undo, background processes and sub-agents, each a
+small module joined to the :class:`~kimik3.Agent` through :class:`~kimik3.agents.RunHooks`.
+:class:`CodingHarness` assembles them (``kimik3 run`` uses it).
+"""
+
+from ._background import BackgroundProcesses
+from ._checkpoints import WRITING_TOOLS, Checkpoints, session_checkpoints, undo
+from ._harness import CodingHarness, background_tools, edit_tools
+from ._instructions import AGENTS_FILE, MAX_INSTRUCTIONS_BYTES, ProjectInstructions
+from ._patch import EditSpec, FileAccess, apply_edits, apply_patch_text, parse_patch
+from ._tasks import SUBAGENT_INSTRUCTIONS, SubAgents
+from ._tracking import ReadTracker
+
+__all__ = [
+    "AGENTS_FILE",
+    "MAX_INSTRUCTIONS_BYTES",
+    "SUBAGENT_INSTRUCTIONS",
+    "WRITING_TOOLS",
+    "BackgroundProcesses",
+    "Checkpoints",
+    "CodingHarness",
+    "EditSpec",
+    "FileAccess",
+    "ProjectInstructions",
+    "ReadTracker",
+    "SubAgents",
+    "apply_edits",
+    "apply_patch_text",
+    "background_tools",
+    "edit_tools",
+    "parse_patch",
+    "session_checkpoints",
+    "undo",
+]

@@ -1,0 +1,157 @@
+"""Background processes: long-running commands (a dev server, a watcher) the agent starts,
+reads and stops across tool calls.
+
+Each command runs in its own session and process group (``start_new_session``), with stdin empty
+and stdout + stderr going to a log file the manager owns (a pipe nobody reads would block the
+process). :meth:`BackgroundProcesses.close` ends every group still alive (SIGTERM, then SIGKILL
+after a grace period) and removes the logs; as a :class:`~kimik3.agents.RunHooks` it runs when the
+run ends, however it ends. Membership of a group is read from ``/proc`` (Linux), so "ended" means
+no live process of the group is left, not that a signal was sent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+
+from .._exceptions import ToolError
+from ..agents import RunHooks
+from ..tools import truncate_middle
+
+__all__ = ["BackgroundProcesses", "group_members"]
+
+_GRACE_S = 2.0
+_POLL_S = 0.02
+
+
+def group_members(pgid: int) -> list[int]:
+    """Pids of the live (not zombie) processes whose process group is ``pgid``, from ``/proc``."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 2 and fields[0] not in (b"Z", b"X") and int(fields[2]) == pgid:
+            members.append(int(entry))
+    return members
+
+
+@dataclass
+class _Process:
+    id: str
+    command: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+    read_to: int = 0
+    stopped: bool = False
+
+
+class BackgroundProcesses(RunHooks):
+    """The background processes of one run.
+
+    Args:
+        root: the working directory of the commands.
+        shell: the shell (``bash`` when installed).
+        max_output_chars: cap on the text one :meth:`read_output` returns (head and tail kept).
+    """
+
+    def __init__(self, root: str | os.PathLike[str], *, shell: str | None = None,
+                 max_output_chars: int = 30_000) -> None:
+        self.root = Path(root)
+        self.shell = shell or shutil.which("bash") or "/bin/sh"
+        self.max_output_chars = max_output_chars
+        self._procs: dict[str, _Process] = {}
+        self._dir: Path | None = None
+        self._n = 0
+
+    def start(self, command: str) -> str:
+        """Start ``command``; returns its id (``bg1``, ``bg2``...)."""
+        if self._dir is None:
+            self._dir = Path(tempfile.mkdtemp(prefix="kimik3-bg-"))
+        self._n += 1
+        pid = f"bg{self._n}"
+        log = self._dir / f"{pid}.log"
+        with open(log, "wb") as out:
+            popen = subprocess.Popen([self.shell, "-c", command], cwd=self.root, stdin=subprocess.DEVNULL,
+                                     stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        self._procs[pid] = _Process(pid, command, popen, log)
+        return pid
+
+    def _get(self, pid: str) -> _Process:
+        proc = self._procs.get(pid)
+        if proc is None:
+            known = ", ".join(self._procs) or "none"
+            raise ToolError(f"no background process {pid!r}; started in this run: {known}")
+        return proc
+
+    def _status(self, proc: _Process) -> str:
+        rc = proc.popen.poll()
+        if rc is None:
+            return "running"
+        if proc.stopped:
+            return "stopped"
+        return f"exited with code {rc if rc >= 0 else 128 - rc}"
+
+    def read_output(self, pid: str) -> str:
+        """The output since the last read, then a line "[bgN: running | exited with code N |
+        stopped]"."""
+        proc = self._get(pid)
+        with open(proc.log, "rb") as f:
+            f.seek(proc.read_to)
+            data = f.read()
+        proc.read_to += len(data)
+        text = truncate_middle(data.decode("utf-8", "replace"), self.max_output_chars).rstrip("\n")
+        status = f"[{pid}: {self._status(proc)}]"
+        return f"{text}\n{status}" if text else f"[no new output]\n{status}"
+
+    async def stop(self, pid: str) -> str:
+        """End the process group of ``pid``; returns its last output and status."""
+        proc = self._get(pid)
+        await self._end(proc)
+        return self.read_output(pid)
+
+    async def _end(self, proc: _Process) -> None:
+        pgid = proc.popen.pid
+        if group_members(pgid):
+            proc.stopped = proc.popen.poll() is None or proc.stopped
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGTERM)
+            end = time.monotonic() + _GRACE_S
+            while time.monotonic() < end and (proc.popen.poll() is None or group_members(pgid)):
+                await anyio.sleep(_POLL_S)
+            if group_members(pgid):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pgid, signal.SIGKILL)
+        for _ in range(250):  # SIGKILL acts at once; reap the shell and see the group gone (<= 5 s)
+            if proc.popen.poll() is not None and not group_members(pgid):
+                break
+            await anyio.sleep(_POLL_S)
+
+    def running(self) -> list[str]:
+        """Ids of the processes whose group still has a live member."""
+        return [p.id for p in self._procs.values() if group_members(p.popen.pid)]
+
+    async def close(self) -> None:
+        """End every process group and remove the logs."""
+        for proc in self._procs.values():
+            await self._end(proc)
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+    async def run_end(self) -> None:
+        await self.close()

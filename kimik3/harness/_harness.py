@@ -1,0 +1,184 @@
+"""``CodingHarness``: the coding toolkit plus what long-horizon runs need, assembled once.
+
+Features (each can be turned off):
+    project_instructions: ``AGENTS.md`` files reach the model (:mod:`._instructions`).
+    read_before_edit: edits of unread or changed files are refused (:mod:`._tracking`).
+    multi_edit / apply_patch tools (:mod:`._patch`).
+    checkpoints: the workspace recorded around writing turns; ``kimik3 undo`` (:mod:`._checkpoints`).
+    background: ``bash(..., background=true)``, ``read_output``, ``stop`` (:mod:`._background`).
+    subagents: the ``task`` tool (:mod:`._tasks`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, cast
+
+from pydantic import Field
+
+from .._client import Client
+from ..agents import CODING_INSTRUCTIONS, Agent, Budgets, ModelSettings, RunHooks
+from ..engines import Engine
+from ..tools import Tool, ToolResult
+from ..tools.coding import coding_tools
+from ._background import BackgroundProcesses
+from ._checkpoints import Checkpoints
+from ._instructions import ProjectInstructions
+from ._patch import EditSpec, FileAccess, apply_patch_text, multi_edit_file
+from ._tasks import SubAgents
+from ._tracking import ReadTracker
+
+__all__ = ["CodingHarness"]
+
+_BACKGROUND_NOTE = (
+    " With background=true the command starts in its own process group and the call returns at once "
+    'with an id ("bg1", "bg2"...): read what it printed since the last read with read_output(id), end '
+    "it with stop(id); every background process is ended when the run ends."
+)
+
+
+def edit_tools(files: FileAccess) -> list[Tool]:
+    """``multi_edit`` and ``apply_patch`` over ``files`` (confined to its workspace)."""
+
+    def multi_edit(path: str, edits: list[EditSpec]) -> str:
+        """Make several exact-string replacements in one file, all or nothing.
+
+        The edits apply in order, each to the result of the ones before it, with the rules of
+        edit_file (old_string must match exactly and once unless replace_all; line endings and
+        encoding kept). If any edit does not apply, the file is left unchanged and the error names
+        the edit. Returns "Edited PATH (N replacements in E edits)".
+
+        Args:
+            path: file path, relative to the workspace root.
+            edits: the replacements, each {"old_string", "new_string", "replace_all" (optional)}.
+        """
+        return multi_edit_file(files, path, edits)
+
+    def apply_patch(patch: str) -> str:
+        """Apply a unified diff (the output of diff -u or git diff) to one or more files.
+
+        Paths in the "--- a/PATH" / "+++ b/PATH" headers are relative to the workspace root;
+        "--- /dev/null" creates a file, "+++ /dev/null" deletes one. Every hunk is checked against
+        the files before anything is written: if one does not match, nothing changes. Line
+        numbers in "@@" headers are hints; context lines must match exactly. Returns "Patched N
+        files" and a line per file: "M PATH" (modified), "A PATH" (added), "D PATH" (deleted).
+
+        Args:
+            patch: the unified diff text.
+        """
+        return apply_patch_text(files, patch)
+
+    return [Tool(multi_edit), Tool(apply_patch)]
+
+
+def background_tools(procs: BackgroundProcesses, bash: Tool) -> list[Tool]:
+    """``bash`` with ``background``, ``read_output`` and ``stop``."""
+
+    async def bash_(command: str, timeout: Annotated[int, Field(ge=1)] = 120, background: bool = False) -> ToolResult:
+        """Args:
+        command: the command line; pipes, &&, redirections and heredocs work.
+        timeout: seconds before the command and all its child processes are killed (not used with
+            background).
+        background: start the command in the background and return at once with its id.
+        """
+        if background:
+            pid = procs.start(command)
+            return ToolResult(content=f"Started background process {pid}; read_output(\"{pid}\") shows its "
+                                      f"output, stop(\"{pid}\") ends it")
+        return await bash.run({"command": command, "timeout": timeout})
+
+    default = bash.parameters["properties"].get("timeout", {}).get("default", 120)
+    bash_.__defaults__ = (default, False)
+
+    def read_output(id: str) -> str:
+        """The output a background process printed since the last read_output, then a status line
+        "[ID: running]", "[ID: exited with code N]" or "[ID: stopped]" ("[no new output]" first when
+        there is none).
+
+        Args:
+            id: the id bash returned, e.g. "bg1".
+        """
+        return procs.read_output(id)
+
+    async def stop(id: str) -> str:
+        """End a background process and everything it started (SIGTERM, then SIGKILL after 2 s);
+        returns its last output and status, like read_output.
+
+        Args:
+            id: the id bash returned, e.g. "bg1".
+        """
+        return await procs.stop(id)
+
+    return [Tool(bash_, name="bash", description=bash.description + _BACKGROUND_NOTE), Tool(read_output), Tool(stop)]
+
+
+class CodingHarness:
+    """The coding tools of a workspace with the long-horizon features, and the hooks they need.
+
+    Usage::
+
+        harness = CodingHarness("/repo")
+        agent = harness.agent(engine=engine)
+        result = await agent.run("fix the failing test", session="run.jsonl")
+
+    Args:
+        root: the workspace root.
+        project_instructions, read_before_edit, checkpoints, background, subagents: the features
+            (see the module docstring); all on by default.
+        on_instructions: called with each ``AGENTS.md`` path as it reaches the model.
+        bash_timeout, max_output_chars: as :func:`~kimik3.tools.coding.coding_tools`.
+        subagent_budgets: each child's budgets.
+
+    Raises:
+        ToolDefinitionError: ``root`` is not a directory.
+    """
+
+    def __init__(self, root: str | os.PathLike[str], *, project_instructions: bool = True,
+                 read_before_edit: bool = True, checkpoints: bool = True, background: bool = True,
+                 subagents: bool = True, on_instructions: Callable[[str], None] | None = None,
+                 bash_timeout: int = 120, max_output_chars: int = 30_000,
+                 subagent_budgets: Budgets | None = None) -> None:
+        base = coding_tools(root, bash_timeout=bash_timeout, max_output_chars=max_output_chars)
+        self.root = Path(root).resolve()
+        self.instructions = ProjectInstructions(self.root, on_load=on_instructions) if project_instructions else None
+        self.processes = BackgroundProcesses(self.root, max_output_chars=max_output_chars) if background else None
+        self.checkpoints = Checkpoints(self.root) if checkpoints else None
+        self.read_before_edit = read_before_edit
+        self.subagents = subagents
+        self.subagent_budgets = subagent_budgets
+        tools = list(base)
+        tools += edit_tools(FileAccess(self.root))
+        if self.processes is not None:  # bash in its place; read_output and stop at the end
+            at = next(i for i, t in enumerate(tools) if t.name == "bash")
+            bash, *more = background_tools(self.processes, tools[at])
+            tools[at] = bash
+            tools += more
+        self.base_tools = tools
+        self.tracker = ReadTracker(self.root) if read_before_edit else None
+        self.tools = self.tracker.wrap(tools) if self.tracker is not None else tools
+
+    def agent(self, *, engine: Engine | None = None, client: Client | None = None,
+              instructions: str | None = CODING_INSTRUCTIONS, settings: ModelSettings | None = None,
+              budgets: Budgets | None = None, **kwargs: Any) -> Agent[str]:
+        """An :class:`~kimik3.Agent` with the harness's tools, hooks and instructions (the root
+        ``AGENTS.md`` appended to ``instructions``). One run at a time.
+
+        Raises:
+            UserError: neither or both of ``engine`` and ``client``.
+        """
+        if self.instructions is not None:
+            self.instructions.loaded.clear()
+            instructions = self.instructions.system_prompt(instructions)
+        hooks: list[RunHooks] = [h for h in (self.checkpoints, self.instructions, self.processes) if h is not None]
+        tools = list(self.tools)
+        if self.subagents and (client is None) != (engine is None):
+            shared = client if client is not None else Client(cast(Engine, engine))
+            child_tools = ReadTracker(self.root).wrap(self.base_tools) if self.read_before_edit else self.base_tools
+            subs = SubAgents(shared, child_tools, settings=settings, budgets=self.subagent_budgets)
+            hooks.append(subs)
+            tools.append(subs.tool())
+            engine, client = None, shared
+        return Agent(instructions=instructions, tools=tools, engine=engine, client=client, settings=settings,
+                     budgets=budgets, hooks=hooks, **kwargs)

@@ -1,0 +1,115 @@
+"""Sub-agents: the ``task`` tool hands a self-contained job to a child :class:`~kimik3.Agent`
+with its own context, a subset of the parent's tools and its own budgets, over the parent's
+client (so one engine serves all; several ``task`` calls in one turn run concurrently, like any
+parallel tool calls).
+
+The child's final answer, followed by a line with its turns and token usage, is the tool result.
+A child that raises (an engine error, say) gives an error result; one that stops on a budget gives
+its summary with a note. When the parent records a session, each child records its own next to it
+(``<parent>.task-<call id>.jsonl``) and the parent's session gets a ``{"child_session": {...}}``
+record linking it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .._client import Client
+from .._exceptions import ToolError
+from ..agents import Agent, Budgets, ModelSettings, RunHooks, SessionWriter
+from ..tools import Tool, ToolContext, ToolResult
+
+__all__ = ["SUBAGENT_INSTRUCTIONS", "SubAgents"]
+
+SUBAGENT_INSTRUCTIONS = (
+    "You are a sub-agent. Another agent gave you one self-contained task. Do it with your tools, "
+    "then answer with what that agent needs: the result, concrete facts (paths, names, numbers) and "
+    "anything left undone. Your answer is all it will see."
+)
+"""System prompt of a child agent (the parent's task prompt follows as the user message)."""
+
+
+class SubAgents(RunHooks):
+    """The ``task`` tool and the bookkeeping of its children.
+
+    Args:
+        client: the parent's client (shared: one engine).
+        tools: the tools children may use (``task`` itself is never among them).
+        settings: children's model settings.
+        budgets: each child's budgets (default 30 turns).
+        instructions: children's system prompt.
+
+    Attributes:
+        children: ``(tool call id, child session path or None, RunResult or the exception)``
+            of every child of the current run, in completion order.
+    """
+
+    def __init__(self, client: Client, tools: Sequence[Tool], *, settings: ModelSettings | None = None,
+                 budgets: Budgets | None = None, instructions: str = SUBAGENT_INSTRUCTIONS) -> None:
+        self.client = client
+        self.child_tools = {t.name: t for t in tools if t.name != "task"}
+        self.settings = settings
+        self.budgets = budgets or Budgets(turns=30)
+        self.instructions = instructions
+        self.children: list[tuple[str, str | None, Any]] = []
+        self._session: SessionWriter | None = None
+
+    async def run_start(self, session: SessionWriter | None) -> None:
+        self._session = session
+        self.children = []
+
+    def tool(self) -> Tool:
+        """The ``task`` tool."""
+        names = ", ".join(sorted(self.child_tools)) or "none"
+
+        async def task(ctx: ToolContext, description: str, prompt: str, tools: list[str] | None = None) -> ToolResult:
+            """Delegate a self-contained task to a sub-agent with its own fresh context.
+
+            The sub-agent sees only the prompt (not this conversation) and works with its tools until
+            it answers; its answer comes back as this tool's result, followed by a line
+            "[sub-agent: N turns, P prompt + C completion tokens]". Several task calls in one turn
+            run in parallel. Use it for independent searches or changes whose details you do not
+            need to keep in your own context.
+
+            Args:
+                description: a short (3-8 word) name for the task.
+                prompt: the complete task: everything the sub-agent needs to know and what to report.
+                tools: names of the tools the sub-agent may use (default: all of them).
+            """
+            return await self._run_child(ctx, description, prompt, tools)
+
+        t = Tool(task)
+        t.description += f" Tools available to sub-agents: {names}."
+        return t
+
+    async def _run_child(self, ctx: ToolContext, description: str, prompt: str,
+                         tools: list[str] | None) -> ToolResult:
+        chosen = list(self.child_tools) if tools is None else tools
+        unknown = [n for n in chosen if n not in self.child_tools]
+        if unknown:
+            raise ToolError(f"unknown tool(s) for a sub-agent: {', '.join(unknown)}; available: "
+                            f"{', '.join(sorted(self.child_tools)) or 'none'}")
+        child: Agent[str] = Agent(instructions=self.instructions, tools=[self.child_tools[n] for n in chosen],
+                                  client=self.client, settings=self.settings, budgets=self.budgets)
+        path: str | None = None
+        if self._session is not None:
+            safe = re.sub(r"[^A-Za-z0-9._-]", "_", ctx.tool_call_id or str(len(self.children)))
+            parent = Path(self._session.path)
+            path = str(parent.with_name(f"{parent.stem}.task-{safe}.jsonl"))
+            self._session.record("child_session", {"tool_call_id": ctx.tool_call_id, "path": path,
+                                                   "description": description})
+        try:
+            result = await child.run(prompt, session=path)
+        except Exception as e:
+            self.children.append((ctx.tool_call_id, path, e))
+            return ToolResult(content=f"Error: the sub-agent failed: {type(e).__name__}: {e}", is_error=True)
+        self.children.append((ctx.tool_call_id, path, result))
+        u = result.usage
+        note = (f"[sub-agent: {result.turns} turns, {u.prompt_tokens} prompt + {u.completion_tokens} "
+                "completion tokens]")
+        if result.stop_reason != "completed":
+            note = f"[the sub-agent stopped early: {result.stop_reason}]\n{note}"
+        return ToolResult(content=f"{result.output or ''}\n{note}")

@@ -1,0 +1,122 @@
+"""Read-before-edit: ``write_file``, ``edit_file``, ``multi_edit`` and ``apply_patch`` refuse to
+change an existing file the model has not read in this run, or that changed on disk since it last
+read it (another process, a formatter), with an error telling it to read the file again
+(kimi-code's rule). Creating a new file needs no read. A file the model wrote itself counts as read
+(it knows the content). "Changed" compares the file's bytes (SHA-256), not only its time stamps.
+
+The rule is applied by wrapping the tools (:meth:`ReadTracker.wrap`): their names, descriptions
+and schemas stay exactly the same.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ..tools import Tool, ToolContext, ToolResult
+
+__all__ = ["ReadTracker"]
+
+_READS = frozenset({"read_file"})
+_WRITES = frozenset({"write_file", "edit_file", "multi_edit"})
+
+
+def _digest(path: Path) -> str | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    h = hashlib.sha256()
+    with os.fdopen(fd, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+class _Guarded(Tool):
+    """A tool that runs ``check`` before and ``done`` after the wrapped tool (same spec)."""
+
+    def __init__(self, inner: Tool, check: Callable[[dict[str, Any]], str | None],
+                 done: Callable[[dict[str, Any]], None]) -> None:
+        self.__dict__.update(inner.__dict__)
+        self._inner, self._check, self._done = inner, check, done
+
+    async def run(self, arguments: Mapping[str, Any] | str | None, context: ToolContext | None = None,
+                  **kwargs: Any) -> ToolResult:
+        try:
+            parsed = self.validate(arguments)
+        except Exception:
+            return await self._inner.run(arguments, context, **kwargs)  # the tool reports it
+        refusal = self._check(parsed)
+        if refusal is not None:
+            return ToolResult(content=f"Error: {refusal}", is_error=True)
+        result = await self._inner.run(arguments, context, **kwargs)
+        if not result.is_error:
+            self._done(parsed)
+        return result
+
+
+class ReadTracker:
+    """What the model has read in this run: path -> SHA-256 of the bytes when it read them.
+
+    Args:
+        root: the workspace root (relative paths resolve against it).
+    """
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root).resolve()
+        self.seen: dict[Path, str | None] = {}
+
+    def key(self, path: str) -> Path:
+        p = Path(path)
+        try:
+            return (p if p.is_absolute() else self.root / p).resolve()
+        except (OSError, RuntimeError):
+            return self.root / p
+
+    def remember(self, path: str) -> None:
+        """The model now knows ``path``'s content."""
+        k = self.key(path)
+        self.seen[k] = _digest(k)
+
+    def refusal(self, path: str) -> str | None:
+        """Why ``path`` may not be changed now (None: it may)."""
+        k = self.key(path)
+        if not k.is_file():
+            return None  # a new file (or not a file: the tool reports that)
+        if k not in self.seen:
+            return (f"{path} has not been read in this run; read it with read_file first, then make "
+                    "the change (nothing was written)")
+        if _digest(k) != self.seen[k]:
+            return (f"{path} changed on disk since you last read it (another process or a formatter); "
+                    "read it again with read_file, then make the change (nothing was written)")
+        return None
+
+    def wrap(self, tools: list[Tool]) -> list[Tool]:
+        """The same tools, with reads recorded and writes checked."""
+        from ._patch import patch_paths
+
+        def paths(args: dict[str, Any]) -> list[str]:
+            if isinstance(args.get("patch"), str):
+                return patch_paths(args["patch"])
+            return [args["path"]] if isinstance(args.get("path"), str) else []
+
+        def check(args: dict[str, Any]) -> str | None:
+            return next((r for p in paths(args) if (r := self.refusal(p)) is not None), None)
+
+        def done(args: dict[str, Any]) -> None:
+            for p in paths(args):
+                self.remember(p)
+
+        out: list[Tool] = []
+        for t in tools:
+            if t.name in _READS:
+                out.append(_Guarded(t, lambda args: None, done))
+            elif t.name in _WRITES or t.name == "apply_patch":
+                out.append(_Guarded(t, check, done))
+            else:
+                out.append(t)
+        return out

@@ -1,0 +1,148 @@
+"""Checkpoints and undo on real git repositories (and a plain directory), with scripted runs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kimik3 import ScriptedEngine
+from kimik3._exceptions import CheckpointError
+from kimik3.harness import CodingHarness, session_checkpoints, undo
+
+from .helpers import answer, calls, git, make_repo
+
+pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+
+NOTES = b"untracked notes\n\xff\xfe raw bytes\n"
+
+
+def script() -> list[str]:
+    return [
+        # turn 1: create x.txt (untracked), read the files turn 2 edits
+        calls(("write_file", {"path": "x.txt", "content": "one\n"}), ("read_file", {"path": "a.txt"}),
+              ("read_file", {"path": "notes.txt"})),
+        # turn 2: edit a tracked CRLF file and an untracked file, rewrite x.txt
+        calls(("edit_file", {"path": "a.txt", "old_string": "beta", "new_string": "BETA"}),
+              ("edit_file", {"path": "notes.txt", "old_string": "untracked", "new_string": "edited"}),
+              ("write_file", {"path": "x.txt", "content": "two\n"})),
+        # turn 3: bash makes a new directory and file and removes x.txt
+        calls(("bash", {"command": "mkdir -p new/deep && printf 'b\\000' > new/deep/f.bin && rm x.txt"})),
+        answer("done"),
+    ]
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    repo = make_repo(tmp_path / "repo")
+    (repo / "user.txt").write_text("the user's uncommitted change\n")  # not staged
+    (repo / "staged.txt").write_text("staged by the user\n")
+    git(repo, "add", "staged.txt")  # the user's index holds this
+    (repo / "notes.txt").write_bytes(NOTES)  # untracked, the agent edits it
+    return repo
+
+
+async def run_three_turns(repo: Path, session: Path) -> None:
+    agent = CodingHarness(repo, background=False, subagents=False).agent(engine=ScriptedEngine(script()))
+    result = await agent.run("work", session=session)
+    assert result.stop_reason == "completed"
+
+
+async def test_undo_to_turn_1_restores_exact_bytes_and_keeps_the_users_changes(repo: Path, tmp_path: Path) -> None:
+    session = tmp_path / "s.jsonl"
+    status_before = git(repo, "status", "--porcelain")
+    index_before = git(repo, "ls-files", "-s")
+    head_before = git(repo, "rev-parse", "HEAD")
+    await run_three_turns(repo, session)
+    assert (repo / "a.txt").read_bytes() == b"alpha\r\nBETA\r\n"
+    assert (repo / "new/deep/f.bin").read_bytes() == b"b\x00"
+    records = session_checkpoints(session)
+    assert [(r["turn"], r["changed"]) for r in records] == [
+        (1, ["x.txt"]),
+        (2, ["a.txt", "notes.txt", "x.txt"]),
+        (3, ["new/deep/f.bin", "x.txt"]),
+    ]
+    restored = undo(session, 1)
+    assert restored == ["a.txt", "new/deep/f.bin", "notes.txt", "x.txt"]
+    assert (repo / "a.txt").read_bytes() == b"alpha\r\nbeta\r\n"
+    assert (repo / "notes.txt").read_bytes() == NOTES
+    assert (repo / "x.txt").read_bytes() == b"one\n"
+    assert not (repo / "new").exists()  # the directories bash made are gone too
+    # the user's own state: worktree changes, index, HEAD
+    assert (repo / "user.txt").read_text() == "the user's uncommitted change\n"
+    assert (repo / "staged.txt").read_text() == "staged by the user\n"
+    assert git(repo, "ls-files", "-s") == index_before
+    assert git(repo, "rev-parse", "HEAD") == head_before
+    assert git(repo, "status", "--porcelain") == status_before + "?? x.txt\n"
+    # and all the way back: x.txt never existed
+    assert undo(session, 0) == ["x.txt"]
+    assert not (repo / "x.txt").exists()
+    assert git(repo, "status", "--porcelain") == status_before
+
+
+async def test_side_refs_only_no_branch_or_stash_changes(repo: Path, tmp_path: Path) -> None:
+    await run_three_turns(repo, tmp_path / "s.jsonl")
+    refs = git(repo, "for-each-ref", "--format=%(refname)").split()
+    assert [r for r in refs if not r.startswith("refs/kimik3/")] == ["refs/heads/main"]
+    assert len([r for r in refs if r.startswith("refs/kimik3/")]) == 6  # before/after of 3 turns
+    assert git(repo, "stash", "list") == ""
+
+
+async def test_undo_refuses_a_file_changed_after_the_run_unless_forced(repo: Path, tmp_path: Path) -> None:
+    session = tmp_path / "s.jsonl"
+    await run_three_turns(repo, session)
+    (repo / "a.txt").write_bytes(b"the user edited after the run\n")
+    with pytest.raises(CheckpointError, match=r"a\.txt"):
+        undo(session, 1)
+    assert (repo / "x.txt").exists() is False  # nothing was restored
+    assert (repo / "a.txt").read_bytes() == b"the user edited after the run\n"
+    undo(session, 1, force=True)
+    assert (repo / "a.txt").read_bytes() == b"alpha\r\nbeta\r\n"
+
+
+async def test_workspace_in_a_subdirectory_of_the_repository(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    outside = repo / "a.txt"
+    ws = repo / "sub"
+    session = tmp_path / "s.jsonl"
+    engine = ScriptedEngine([calls(("read_file", {"path": "keep.txt"})),
+                             calls(("edit_file", {"path": "keep.txt", "old_string": "keep", "new_string": "KEPT"})),
+                             calls(("bash", {"command": "echo hi > ../a.txt"})), answer("ok")])
+    await CodingHarness(ws, background=False, subagents=False).agent(engine=engine).run("go", session=session)
+    assert [r["changed"] for r in session_checkpoints(session)] == [["keep.txt"]]  # ../a.txt is outside
+    assert undo(session, 0) == ["keep.txt"]
+    assert (ws / "keep.txt").read_text() == "keep\n"
+    assert outside.read_text() == "hi\n"  # outside the workspace: not the agent's to undo
+
+
+async def test_plain_directory_copies_the_touched_files(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "f.txt").write_bytes(b"v0\r\n")
+    session = tmp_path / "s.jsonl"
+    engine = ScriptedEngine([
+        calls(("read_file", {"path": "f.txt"})),
+        calls(("edit_file", {"path": "f.txt", "old_string": "v0", "new_string": "v1"})),
+        calls(("edit_file", {"path": "f.txt", "old_string": "v1", "new_string": "v2"}),
+              ("write_file", {"path": "d/new.txt", "content": "new"})),
+        answer("ok")])
+    await CodingHarness(ws, background=False, subagents=False).agent(engine=engine).run("go", session=session)
+    kinds = [(r["kind"], r["turn"], r["changed"]) for r in session_checkpoints(session)]
+    assert kinds == [("copy", 2, ["f.txt"]), ("copy", 3, ["d/new.txt", "f.txt"])]
+    assert undo(session, 2) == ["d/new.txt", "f.txt"]
+    assert (ws / "f.txt").read_bytes() == b"v1\r\n"
+    assert not (ws / "d").exists()
+    assert undo(session, 0) == ["f.txt"]
+    assert (ws / "f.txt").read_bytes() == b"v0\r\n"
+
+
+async def test_no_changes_records_nothing_and_undo_says_so(repo: Path, tmp_path: Path) -> None:
+    session = tmp_path / "s.jsonl"
+    engine = ScriptedEngine([calls(("bash", {"command": "true"})), answer("ok")])
+    await CodingHarness(repo, background=False, subagents=False).agent(engine=engine).run("go", session=session)
+    lines = [json.loads(line) for line in session.read_text().splitlines()]
+    assert not any("checkpoint" in rec for rec in lines)
+    with pytest.raises(CheckpointError, match="no recorded changes after turn 0"):
+        undo(session, 0)
