@@ -119,7 +119,8 @@ def session_of(stdout: str) -> Path:
 def roles(session: Path) -> list[str]:
     lines = session.read_text().splitlines()
     assert json.loads(lines[0])["kimik3_session"] == 1
-    return [json.loads(line)["message"]["role"] for line in lines[1:]]
+    records = [json.loads(line) for line in lines[1:]]
+    return [r["message"]["role"] for r in records if "message" in r]  # checkpoint records between
 
 
 def kimik3_command() -> list[str]:

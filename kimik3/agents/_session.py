@@ -5,6 +5,7 @@ Format, one JSON object per line (UTF-8, each line ends with ``\\n``)::
     {"kimik3_session": 1, "created": <unix seconds>, "instructions": "...", "tools": ["bash", ...]}
     {"message": {<OpenAI-shaped message>}}
     {"compaction": {"messages": [<the whole history after compaction>], "summary": "..."}}
+    {"checkpoint": {...}} / {"child_session": {...}} / {"undo": {...}}   (kimik3.harness; skipped here)
 
 Crash safety (a ``kill -9`` at any byte): a last line without its ``\\n`` that is not a complete
 record (cut anywhere, also inside a multi-byte UTF-8 character) is a torn write and is dropped,

@@ -4,7 +4,7 @@ small module joined to the :class:`~kimik3.Agent` through :class:`~kimik3.agents
 :class:`CodingHarness` assembles them (``kimik3 run`` uses it).
 """
 
-from ._background import BackgroundProcesses
+from ._background import BackgroundProcesses, group_members
 from ._checkpoints import WRITING_TOOLS, Checkpoints, session_checkpoints, undo
 from ._harness import CodingHarness, background_tools, edit_tools
 from ._instructions import AGENTS_FILE, MAX_INSTRUCTIONS_BYTES, ProjectInstructions
@@ -29,6 +29,7 @@ __all__ = [
     "apply_patch_text",
     "background_tools",
     "edit_tools",
+    "group_members",
     "parse_patch",
     "session_checkpoints",
     "undo",

@@ -1,0 +1,70 @@
+"""``kimik3 run --tools full`` lists AGENTS.md files and records checkpoints; ``kimik3 undo`` restores."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from kimik3.cli import main
+
+from .helpers import answer, calls, git, make_repo
+
+pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+
+_CLEAN = ("KIMIK3_BASE_URL", "KIMIK3_API_KEY", "KIMIK3_MODEL", "KIMIK3_MODEL_PATH")
+
+
+def invoke(args: list[str], home: Path) -> tuple[int, str, str]:
+    env: dict[str, str | None] = {k: None for k in _CLEAN}
+    env["KIMIK3_HOME"] = str(home)
+    r = CliRunner().invoke(main, args, env=env, catch_exceptions=False)
+    return r.exit_code, r.stdout, r.stderr
+
+
+def test_run_full_then_undo_to_turn_1(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    (repo / "AGENTS.md").write_text("Be careful.\n")
+    (repo / "sub" / "AGENTS.md").write_text("Sub rules.\n")
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([
+        calls(("read_file", {"path": "sub/keep.txt"})),
+        calls(("edit_file", {"path": "sub/keep.txt", "old_string": "keep", "new_string": "v2"})),
+        calls(("multi_edit", {"path": "sub/keep.txt", "edits": [{"old_string": "v2", "new_string": "v3"}]})),
+        answer("done"),
+    ]))
+    session = tmp_path / "s.jsonl"
+    code, out, _ = invoke(["run", "go", "-w", str(repo), "--script", str(script), "--session", str(session),
+                           "--plain", "--tools", "full"], tmp_path / "home")
+    assert code == 0, out
+    lines = out.splitlines()
+    assert lines[0] == "project instructions: AGENTS.md"
+    assert "project instructions: sub/AGENTS.md" in lines
+    assert (repo / "sub/keep.txt").read_text() == "v3\n"
+    code, out, _ = invoke(["undo", str(session), "--to", "2"], tmp_path / "home")
+    assert (code, out) == (0, "restored sub/keep.txt\n")
+    assert (repo / "sub/keep.txt").read_text() == "v2\n"
+    code, out, _ = invoke(["undo", str(session)], tmp_path / "home")
+    assert (code, out) == (0, "restored sub/keep.txt\n")
+    assert (repo / "sub/keep.txt").read_text() == "keep\n"
+    assert git(repo, "status", "--porcelain") == "?? AGENTS.md\n?? sub/AGENTS.md\n"
+    code, _, err = invoke(["undo", str(session)], tmp_path / "home")
+    assert (code, err) == (1, f"error: {session}: no recorded changes after turn 0; nothing to undo\n")
+
+
+def test_core_tools_keep_the_trained_prompt_and_no_agents_md_opts_out(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    (repo / "AGENTS.md").write_text("Be careful.\n")
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([answer("hi")]))
+    session = tmp_path / "s.jsonl"
+    code, out, _ = invoke(["run", "go", "-w", str(repo), "--script", str(script), "--session", str(session),
+                           "--plain", "--no-agents-md"], tmp_path / "home")
+    assert code == 0
+    header = json.loads(session.read_text().splitlines()[0])
+    assert header["tools"] == ["bash", "edit_file", "glob", "grep", "read_file", "write_file"]
+    assert "project instructions" not in out
+    assert "Be careful" not in header["instructions"]

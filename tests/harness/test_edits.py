@@ -1,0 +1,153 @@
+"""Read-before-edit, multi_edit and apply_patch (all or nothing), through scripted runs and directly."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from kimik3 import ScriptedEngine
+from kimik3._exceptions import ToolError
+from kimik3.harness import CodingHarness, EditSpec, FileAccess, apply_patch_text
+from kimik3.harness._patch import multi_edit_file
+
+from .helpers import answer, calls
+
+
+def harness(root: Path) -> CodingHarness:
+    return CodingHarness(root, background=False, subagents=False, checkpoints=False)
+
+
+async def run(root: Path, *turns: str) -> list[str]:
+    result = await harness(root).agent(engine=ScriptedEngine([*turns, answer("ok")])).run("go")
+    return [str(m.content) for m in result.messages if m.role == "tool"]
+
+
+EDIT = ("edit_file", {"path": "f.py", "old_string": "x = 1", "new_string": "x = 2"})
+
+
+async def test_edit_refused_when_not_read(tmp_path: Path) -> None:
+    (tmp_path / "f.py").write_text("x = 1\n")
+    out = await run(tmp_path, calls(EDIT))
+    assert out == ["Error: f.py has not been read in this run; read it with read_file first, then make the "
+                   "change (nothing was written)"]
+    assert (tmp_path / "f.py").read_text() == "x = 1\n"
+
+
+@pytest.mark.parametrize("tool", ["edit_file", "write_file", "multi_edit", "apply_patch"])
+async def test_every_writing_tool_refused_when_the_file_changed_since_read(tmp_path: Path, tool: str) -> None:
+    f = tmp_path / "f.py"
+    f.write_text("x = 1\n")
+    st = f.stat()
+    args = {"edit_file": EDIT[1], "write_file": {"path": "f.py", "content": "x = 9\n"},
+            "multi_edit": {"path": "f.py", "edits": [{"old_string": "x = 1", "new_string": "x = 2"}]},
+            "apply_patch": {"patch": "--- a/f.py\n+++ b/f.py\n@@ -1 +1 @@\n-x = 1\n+x = 2\n"}}[tool]
+
+    def formatter(messages: list) -> str:  # type: ignore[type-arg]
+        n = sum(m.role == "assistant" for m in messages)
+        if n == 0:
+            return calls(("read_file", {"path": "f.py"}))
+        if n == 1:  # a formatter rewrites the file, same size and time stamps
+            f.write_text("X = 1\n")
+            os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+            return calls((tool, args))
+        return answer("ok")
+
+    result = await harness(tmp_path).agent(engine=ScriptedEngine(formatter)).run("go")
+    out = [str(m.content) for m in result.messages if m.role == "tool"]
+    assert out[1] == ("Error: f.py changed on disk since you last read it (another process or a formatter); "
+                      "read it again with read_file, then make the change (nothing was written)")
+    assert f.read_text() == "X = 1\n"
+
+
+async def test_read_then_edit_then_edit_again_without_rereading(tmp_path: Path) -> None:
+    (tmp_path / "f.py").write_text("x = 1\ny = 1\n")
+    out = await run(tmp_path, calls(("read_file", {"path": "f.py"})), calls(EDIT),
+                    calls(("edit_file", {"path": "f.py", "old_string": "y = 1", "new_string": "y = 2"})),
+                    calls(("write_file", {"path": "new.py", "content": "z\n"})))
+    assert out[1].startswith("Edited f.py (1 replacement)")
+    assert out[2].startswith("Edited f.py (1 replacement)")  # its own write counts as read
+    assert out[3] == "Wrote 2 bytes to new.py"  # a new file needs no read
+    assert (tmp_path / "f.py").read_text() == "x = 2\ny = 2\n"
+
+
+def test_multi_edit_all_or_nothing(tmp_path: Path) -> None:
+    f = tmp_path / "m.txt"
+    f.write_bytes(b"one\r\ntwo\r\nthree\r\n")
+    files = FileAccess(tmp_path)
+    with pytest.raises(ToolError, match=r"edit 3: old_string not found in m\.txt"):
+        multi_edit_file(files, "m.txt", [EditSpec(old_string="one", new_string="1"),
+                                         EditSpec(old_string="two\nthree", new_string="2\n3"),
+                                         EditSpec(old_string="four", new_string="4")])
+    assert f.read_bytes() == b"one\r\ntwo\r\nthree\r\n"
+    out = multi_edit_file(files, "m.txt", [EditSpec(old_string="one", new_string="1"),
+                                           EditSpec(old_string="two\nthree", new_string="2\n3")])
+    assert out == "Edited m.txt (2 replacements in 2 edits)"
+    assert f.read_bytes() == b"1\r\n2\r\n3\r\n"  # CRLF kept for the model's LF text
+    with pytest.raises(ToolError, match="edit 1: old_string matches 2 times"):
+        f.write_text("a a\n")
+        multi_edit_file(files, "m.txt", [EditSpec(old_string="a", new_string="b")])
+
+
+PATCH_OK = """\
+--- a/src/app.py
++++ b/src/app.py
+@@ -1,3 +1,3 @@
+ def f():
+-    return 1
++    return 2
+ # end
+--- /dev/null
++++ b/src/new.py
+@@ -0,0 +1,2 @@
++print("new")
++print("file")
+--- a/old.txt
++++ /dev/null
+@@ -1 +0,0 @@
+-bye
+"""
+
+
+def test_apply_patch_modifies_creates_and_deletes(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src/app.py").write_bytes(b"# head\ndef f():\n    return 1\n# end\nlast")
+    (tmp_path / "old.txt").write_text("bye\n")
+    out = apply_patch_text(FileAccess(tmp_path), PATCH_OK)
+    assert out == "Patched 3 files\nM src/app.py\nA src/new.py\nD old.txt"
+    assert (tmp_path / "src/app.py").read_bytes() == b"# head\ndef f():\n    return 2\n# end\nlast"
+    assert (tmp_path / "src/new.py").read_text() == 'print("new")\nprint("file")\n'
+    assert not (tmp_path / "old.txt").exists()
+
+
+@pytest.mark.parametrize("bad", [
+    PATCH_OK.replace("-    return 1", "-    return 7"),  # a hunk that does not match
+    PATCH_OK.replace("-bye", "-hello"),  # deleting a file whose text differs
+    PATCH_OK.replace("b/src/new.py", "b/../escape.py"),  # outside the workspace
+    PATCH_OK.replace("+++ b/src/new.py", "+++ b/old.txt").replace("--- /dev/null\n+++ b/old.txt",
+                                                                  "--- /dev/null\n+++ b/src/app.py"),
+])
+def test_apply_patch_validates_everything_before_writing(tmp_path: Path, bad: str) -> None:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src/app.py").write_bytes(b"def f():\n    return 1\n# end\n")
+    (tmp_path / "old.txt").write_text("bye\n")
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    with pytest.raises(ToolError):
+        apply_patch_text(FileAccess(tmp_path), bad)
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+    assert not (tmp_path.parent / "escape.py").exists()
+
+
+def test_apply_patch_crlf_file_offset_hunk_and_no_newline_marker(tmp_path: Path) -> None:
+    (tmp_path / "w.txt").write_bytes(b"0\r\n1\r\n2\r\n3\r\n4")
+    patch = "--- a/w.txt\n+++ b/w.txt\n@@ -9,2 +9,2 @@\n 3\n-4\n\\ No newline at end of file\n+four\n"
+    assert apply_patch_text(FileAccess(tmp_path), patch) == "Patched 1 file\nM w.txt"
+    assert (tmp_path / "w.txt").read_bytes() == b"0\r\n1\r\n2\r\n3\r\nfour\r\n"
+
+
+def test_apply_patch_rejects_garbage(tmp_path: Path) -> None:
+    with pytest.raises(ToolError, match="no '--- a/PATH' / '\\+\\+\\+ b/PATH' file header"):
+        apply_patch_text(FileAccess(tmp_path), "just some text\n")
+    with pytest.raises(ToolError, match="patch line 4: 'oops' is not a diff line"):
+        apply_patch_text(FileAccess(tmp_path), "--- a/x\n+++ b/x\n@@ -1 +1 @@\noops\n")

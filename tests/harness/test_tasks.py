@@ -1,0 +1,112 @@
+"""Sub-agents through the ``task`` tool: scripted parent and children over one engine."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import anyio
+import pytest
+
+from kimik3 import ScriptedEngine
+from kimik3._exceptions import APIConnectionError
+from kimik3.harness import SUBAGENT_INSTRUCTIONS, CodingHarness
+from kimik3.types import Message
+
+from .helpers import answer, calls
+
+
+def is_child(messages: list[Message]) -> bool:
+    return messages[0].content == SUBAGENT_INSTRUCTIONS
+
+
+def user_task(messages: list[Message]) -> str:
+    return str(next(m.content for m in messages if m.role == "user"))
+
+
+async def test_parallel_children_really_run_concurrently_and_their_answers_return(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("A-content\n")
+    (tmp_path / "b.txt").write_text("B-content\n")
+    arrived = 0
+    both = anyio.Event()
+
+    async def script(messages: list[Message]) -> str:
+        nonlocal arrived
+        if not is_child(messages):
+            if not any(m.role == "tool" for m in messages):
+                return calls(("task", {"description": "read a", "prompt": "Read a.txt", "tools": ["read_file"]}),
+                             ("task", {"description": "read b", "prompt": "Read b.txt"}))
+            return answer("both read")
+        task = user_task(messages)
+        if not any(m.role == "tool" for m in messages):
+            arrived += 1
+            if arrived == 2:
+                both.set()
+            with anyio.fail_after(10):  # a rendezvous: only passes if both children run at once
+                await both.wait()
+            return calls(("read_file", {"path": task.split()[-1]}))
+        return answer(f"{task.split()[-1]} says " + str(messages[-1].content).split("\t")[1])
+
+    session = tmp_path / "parent.jsonl"
+    agent = CodingHarness(tmp_path, background=False, checkpoints=False).agent(engine=ScriptedEngine(script))
+    result = await agent.run("read both", session=session)
+    assert result.output == "both read"
+    results = [m.content for m in result.messages if m.role == "tool"]
+    assert [r.split("\n")[0] for r in results] == ["a.txt says A-content", "b.txt says B-content"]
+    assert all(r.split("\n")[1].startswith("[sub-agent: 2 turns, ") for r in results)
+    links = [json.loads(line)["child_session"] for line in session.read_text().splitlines()
+             if line.startswith('{"child_session"')]
+    assert [link["description"] for link in links] == ["read a", "read b"]
+    for link in links:
+        child = Path(link["path"])
+        assert child.parent == tmp_path and child.name.startswith("parent.task-")
+        child_lines = [json.loads(line) for line in child.read_text().splitlines()]
+        assert child_lines[0]["instructions"] == SUBAGENT_INSTRUCTIONS
+    first_child_tools = json.loads(Path(links[0]["path"]).read_text().splitlines()[0])["tools"]
+    assert first_child_tools == ["read_file"]  # the subset the parent asked for
+
+
+async def test_a_failing_child_gives_an_error_result_and_the_parent_goes_on(tmp_path: Path) -> None:
+    def script(messages: list[Message]) -> str:
+        if is_child(messages):
+            raise APIConnectionError("engine went away")
+        if not any(m.role == "tool" for m in messages):
+            return calls(("task", {"description": "doomed", "prompt": "do it"}))
+        return answer("the sub-agent failed")
+
+    agent = CodingHarness(tmp_path, background=False, checkpoints=False).agent(engine=ScriptedEngine(script))
+    result = await agent.run("go")
+    tool_msg = next(m for m in result.messages if m.role == "tool")
+    assert tool_msg.content == "Error: the sub-agent failed: APIConnectionError: engine went away"
+    assert result.output == "the sub-agent failed"
+
+
+async def test_unknown_tool_for_a_child_and_no_recursion(tmp_path: Path) -> None:
+    def script(messages: list[Message]) -> str:
+        if not any(m.role == "tool" for m in messages):
+            return calls(("task", {"description": "x", "prompt": "p", "tools": ["task"]}))
+        return answer("ok")
+
+    agent = CodingHarness(tmp_path, background=False, checkpoints=False).agent(engine=ScriptedEngine(script))
+    result = await agent.run("go")
+    tool_msg = next(m for m in result.messages if m.role == "tool")
+    assert str(tool_msg.content).startswith("Error: ToolError: unknown tool(s) for a sub-agent: task; available: ")
+
+
+@pytest.mark.parametrize("turns", [1])
+async def test_a_child_out_of_budget_returns_its_summary_with_a_note(tmp_path: Path, turns: int) -> None:
+    from kimik3 import Budgets
+
+    def script(messages: list[Message]) -> str:
+        if is_child(messages):
+            if messages[-1].role == "system":  # the budget's summary turn
+                return answer("partial result")
+            return calls(("glob", {"pattern": "*"}))
+        if not any(m.role == "tool" for m in messages):
+            return calls(("task", {"description": "long", "prompt": "p"}))
+        return answer("ok")
+
+    harness = CodingHarness(tmp_path, background=False, checkpoints=False, subagent_budgets=Budgets(turns=turns))
+    result = await harness.agent(engine=ScriptedEngine(script)).run("go")
+    tool_msg = next(m for m in result.messages if m.role == "tool")
+    assert str(tool_msg.content).startswith("partial result\n[the sub-agent stopped early: turn_budget]\n[sub-agent: 2 turns")
