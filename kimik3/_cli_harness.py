@@ -39,12 +39,8 @@ def harness_agent(engine: Engine, workspace: str, settings: ModelSettings, budge
     params = click.get_current_context().params
     full = params.get("tool_set") == "full"
     harness = CodingHarness(workspace, project_instructions=not params.get("no_agents_md"),
-                            read_before_edit=full, background=full, subagents=full,
+                            read_before_edit=full, background=full, subagents=full, edit_tools=full,
                             on_instructions=lambda rel: note(f"project instructions: {rel}"))
-    if not full:  # exactly the six tools (and prompt) k3-tiny was trained on
-        from .tools.coding import coding_tools
-
-        harness.tools = harness.base_tools = coding_tools(workspace)
     return harness.agent(engine=engine, instructions=CODING_INSTRUCTIONS, settings=settings, budgets=budgets)
 
 

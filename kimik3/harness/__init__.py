@@ -6,7 +6,7 @@ small module joined to the :class:`~kimik3.Agent` through :class:`~kimik3.agents
 
 from ._background import BackgroundProcesses, group_members
 from ._checkpoints import WRITING_TOOLS, Checkpoints, session_checkpoints, undo
-from ._harness import CodingHarness, background_tools, edit_tools
+from ._harness import CodingHarness, background_tools, patch_tools
 from ._instructions import AGENTS_FILE, MAX_INSTRUCTIONS_BYTES, ProjectInstructions
 from ._patch import EditSpec, FileAccess, apply_edits, apply_patch_text, parse_patch
 from ._tasks import SUBAGENT_INSTRUCTIONS, SubAgents
@@ -28,9 +28,9 @@ __all__ = [
     "apply_edits",
     "apply_patch_text",
     "background_tools",
-    "edit_tools",
     "group_members",
     "parse_patch",
+    "patch_tools",
     "session_checkpoints",
     "undo",
 ]

@@ -39,7 +39,7 @@ _BACKGROUND_NOTE = (
 )
 
 
-def edit_tools(files: FileAccess) -> list[Tool]:
+def patch_tools(files: FileAccess) -> list[Tool]:
     """``multi_edit`` and ``apply_patch`` over ``files`` (confined to its workspace)."""
 
     def multi_edit(path: str, edits: list[EditSpec]) -> str:
@@ -125,8 +125,10 @@ class CodingHarness:
 
     Args:
         root: the workspace root.
-        project_instructions, read_before_edit, checkpoints, background, subagents: the features
-            (see the module docstring); all on by default.
+        project_instructions, read_before_edit, checkpoints, background, subagents, edit_tools
+            (multi_edit and apply_patch): the features (see the module docstring); all on by
+            default. With background, subagents and edit_tools off, the tools (names,
+            descriptions, schemas) are exactly :func:`~kimik3.tools.coding.coding_tools`'s.
         on_instructions: called with each ``AGENTS.md`` path as it reaches the model.
         bash_timeout, max_output_chars: as :func:`~kimik3.tools.coding.coding_tools`.
         subagent_budgets: each child's budgets.
@@ -137,7 +139,7 @@ class CodingHarness:
 
     def __init__(self, root: str | os.PathLike[str], *, project_instructions: bool = True,
                  read_before_edit: bool = True, checkpoints: bool = True, background: bool = True,
-                 subagents: bool = True, on_instructions: Callable[[str], None] | None = None,
+                 subagents: bool = True, edit_tools: bool = True, on_instructions: Callable[[str], None] | None = None,
                  bash_timeout: int = 120, max_output_chars: int = 30_000,
                  subagent_budgets: Budgets | None = None) -> None:
         base = coding_tools(root, bash_timeout=bash_timeout, max_output_chars=max_output_chars)
@@ -149,7 +151,8 @@ class CodingHarness:
         self.subagents = subagents
         self.subagent_budgets = subagent_budgets
         tools = list(base)
-        tools += edit_tools(FileAccess(self.root))
+        if edit_tools:
+            tools += patch_tools(FileAccess(self.root))
         if self.processes is not None:  # bash in its place; read_output and stop at the end
             at = next(i for i, t in enumerate(tools) if t.name == "bash")
             bash, *more = background_tools(self.processes, tools[at])
