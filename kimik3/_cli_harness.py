@@ -14,11 +14,12 @@ from typing import Any, TypeVar
 
 import click
 
-from .agents import CODING_INSTRUCTIONS, Agent, Budgets, ModelSettings
+from .agents import CODING_INSTRUCTIONS, ModelSettings, RunHooks
 from .engines import Engine
 from .harness import CodingHarness, undo
+from .tools import Tool
 
-__all__ = ["harness_agent", "harness_options", "undo_command"]
+__all__ = ["harness_options", "harness_parts", "undo_command"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -33,15 +34,15 @@ def harness_options(f: F) -> F:
                              "background bash, read_output, stop and task (sub-agents).")(f)
 
 
-def harness_agent(engine: Engine, workspace: str, settings: ModelSettings, budgets: Budgets | None,
-                  note: Callable[[str], None]) -> Agent[str]:
-    """The coding agent of ``run`` / ``resume``, configured from the current command's options."""
+def harness_parts(engine: Engine, workspace: str, settings: ModelSettings,
+                  note: Callable[[str], None]) -> tuple[list[Tool], str | None, list[RunHooks]]:
+    """(tools, instructions, hooks) of ``run`` / ``resume``'s coding agent, from the command's options."""
     params = click.get_current_context().params
     full = params.get("tool_set") == "full"
     harness = CodingHarness(workspace, project_instructions=not params.get("no_agents_md"),
                             read_before_edit=full, background=full, subagents=full, edit_tools=full,
                             on_instructions=lambda rel: note(f"project instructions: {rel}"))
-    return harness.agent(engine=engine, instructions=CODING_INSTRUCTIONS, settings=settings, budgets=budgets)
+    return harness.parts(engine=engine, instructions=CODING_INSTRUCTIONS, settings=settings)
 
 
 @click.command(name="undo")

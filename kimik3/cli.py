@@ -57,7 +57,7 @@ from rich.spinner import Spinner
 from rich.text import Text
 
 from . import __version__
-from ._cli_harness import harness_agent, harness_options, undo_command
+from ._cli_harness import harness_options, harness_parts, undo_command
 from ._defaults import REASONING_EFFORTS
 from ._exceptions import EngineError, KimiK3Error
 from .agents import (
@@ -70,6 +70,7 @@ from .agents import (
     FinalEvent,
     ModelSettings,
     ReasoningDelta,
+    RunHooks,
     RunResult,
     ToolCallDone,
     ToolCallIncomplete,
@@ -333,7 +334,8 @@ def _mcp_server(spec: str) -> Toolset:
     return mcp.MCPServerStdio(argv[0], argv[1:])
 
 
-def _agent(o: _Options, engine: Engine, tools: list[Tool], instructions: str | None) -> Agent[str]:
+def _agent(o: _Options, engine: Engine, tools: list[Tool], instructions: str | None,
+           hooks: Sequence[RunHooks] = ()) -> Agent[str]:
     budgets = Budgets(turns=o.max_turns) if o.max_turns is not None else None
     if o.otel:
         try:
@@ -347,7 +349,7 @@ def _agent(o: _Options, engine: Engine, tools: list[Tool], instructions: str | N
     if o.plan:
         extra.append(plan_tool(Plan()))
     return Agent(instructions=instructions, tools=[*tools, *extra], engine=engine, settings=_settings(o),
-                 budgets=budgets)
+                 budgets=budgets, hooks=hooks)
 
 
 def _new_session_path() -> Path:
@@ -655,8 +657,7 @@ async def _start(engine: Engine, progress: _Progress) -> None:
 def _run_agent(o: _Options, workspace: str, task: str | None, history: list[Message], session: Path) -> int:
     engine = _build_engine(o)
     progress = _progress(o.plain)
-    budgets = Budgets(turns=o.max_turns) if o.max_turns is not None else None
-    agent = harness_agent(engine, workspace, _settings(o), budgets, progress.note)
+    agent = _agent(o, engine, *harness_parts(engine, workspace, _settings(o), progress.note))
 
     async def main() -> int:
         result: RunResult[Any] | None = None

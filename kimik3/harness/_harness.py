@@ -162,15 +162,11 @@ class CodingHarness:
         self.tracker = ReadTracker(self.root) if read_before_edit else None
         self.tools = self.tracker.wrap(tools) if self.tracker is not None else tools
 
-    def agent(self, *, engine: Engine | None = None, client: Client | None = None,
-              instructions: str | None = CODING_INSTRUCTIONS, settings: ModelSettings | None = None,
-              budgets: Budgets | None = None, **kwargs: Any) -> Agent[str]:
-        """An :class:`~kimik3.Agent` with the harness's tools, hooks and instructions (the root
-        ``AGENTS.md`` appended to ``instructions``). One run at a time.
-
-        Raises:
-            UserError: neither or both of ``engine`` and ``client``.
-        """
+    def parts(self, *, engine: Engine | None = None, client: Client | None = None,
+              instructions: str | None = CODING_INSTRUCTIONS,
+              settings: ModelSettings | None = None) -> tuple[list[Tool], str | None, list[RunHooks]]:
+        """(tools, instructions, hooks) for an :class:`~kimik3.Agent` over ``engine`` / ``client``
+        (sub-agents use it): the root ``AGENTS.md`` is appended to ``instructions``."""
         if self.instructions is not None:
             self.instructions.loaded.clear()
             instructions = self.instructions.system_prompt(instructions)
@@ -182,6 +178,18 @@ class CodingHarness:
             subs = SubAgents(shared, child_tools, settings=settings, budgets=self.subagent_budgets)
             hooks.append(subs)
             tools.append(subs.tool())
-            engine, client = None, shared
+        return tools, instructions, hooks
+
+    def agent(self, *, engine: Engine | None = None, client: Client | None = None,
+              instructions: str | None = CODING_INSTRUCTIONS, settings: ModelSettings | None = None,
+              budgets: Budgets | None = None, **kwargs: Any) -> Agent[str]:
+        """An :class:`~kimik3.Agent` with the harness's tools, hooks and instructions (see
+        :meth:`parts`). One run at a time.
+
+        Raises:
+            UserError: neither or both of ``engine`` and ``client``.
+        """
+        tools, instructions, hooks = self.parts(engine=engine, client=client, instructions=instructions,
+                                                settings=settings)
         return Agent(instructions=instructions, tools=tools, engine=engine, client=client, settings=settings,
                      budgets=budgets, hooks=hooks, **kwargs)
