@@ -10,7 +10,7 @@ import kimik3
 EXPECTED = [
     "APIConnectionError", "APIResponseValidationError", "APIStatusError", "APITimeoutError", "Agent", "AgentError", "AgentEvent",
     "Allow", "AssistantMessage", "AuthenticationError", "BadRequestError", "Budgets", "ChatCompletion",
-    "ChatRequest", "Client", "CompactionEvent", "ContentDelta", "ContextLengthExceededError",
+    "ChatRequest", "CheckpointError", "Client", "CompactionEvent", "ContentDelta", "ContextLengthExceededError",
     "ContextPolicy", "Deny", "Edit", "Engine", "EngineError", "EngineNotAvailableError",
     "EngineRequestError", "FinalEvent", "ImageTooLargeError", "InvalidArgumentsError",
     "InvalidEffortError", "InvalidRequestError", "JSONLimitError", "K3Tokenizer", "KimiK3Error", "MCPServerError", "MediaDecodeError", "MediaError", "Message",
