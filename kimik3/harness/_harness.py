@@ -43,30 +43,24 @@ def patch_tools(files: FileAccess) -> list[Tool]:
     """``multi_edit`` and ``apply_patch`` over ``files`` (confined to its workspace)."""
 
     def multi_edit(path: str, edits: list[EditSpec]) -> str:
-        """Make several exact-string replacements in one file, all or nothing.
-
-        The edits apply in order, each to the result of the ones before it, with the rules of
-        edit_file (old_string must match exactly and once unless replace_all; line endings and
-        encoding kept). If any edit does not apply, the file is left unchanged and the error names
-        the edit. Returns "Edited PATH (N replacements in E edits)".
+        """Make several exact replacements in one file, all or nothing: each edit applies to the
+        result of the ones before, with edit_file's rules; if one fails, nothing is written.
+        Returns "Edited PATH (N replacements in E edits)".
 
         Args:
             path: file path, relative to the workspace root.
-            edits: the replacements, each {"old_string", "new_string", "replace_all" (optional)}.
+            edits: the replacements, in order.
         """
         return multi_edit_file(files, path, edits)
 
     def apply_patch(patch: str) -> str:
-        """Apply a unified diff (the output of diff -u or git diff) to one or more files.
-
-        Paths in the "--- a/PATH" / "+++ b/PATH" headers are relative to the workspace root;
-        "--- /dev/null" creates a file, "+++ /dev/null" deletes one. Every hunk is checked against
-        the files before anything is written: if one does not match, nothing changes. Line
-        numbers in "@@" headers are hints; context lines must match exactly. Returns "Patched N
-        files" and a line per file: "M PATH" (modified), "A PATH" (added), "D PATH" (deleted).
+        """Apply a unified diff (diff -u / git diff) to one or more files, all or nothing: every
+        hunk is checked before anything is written. "--- /dev/null" creates a file, "+++ /dev/null"
+        deletes one; "@@" line numbers are hints, context lines must match exactly. Returns
+        "Patched N files", then "M PATH", "A PATH" (added) or "D PATH" (deleted) per file.
 
         Args:
-            patch: the unified diff text.
+            patch: the diff; paths relative to the workspace root.
         """
         return apply_patch_text(files, patch)
 

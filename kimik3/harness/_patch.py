@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from .._exceptions import ToolError
 
@@ -30,6 +30,8 @@ _NO_NEWLINE = "\\ No newline at end of file"
 
 class EditSpec(BaseModel):
     """One replacement: old_string becomes new_string (every occurrence with replace_all)."""
+
+    model_config = ConfigDict(json_schema_extra=lambda schema: schema.pop("description", None))
 
     old_string: str
     new_string: str
