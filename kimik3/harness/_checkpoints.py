@@ -4,9 +4,9 @@
 In a git repository a snapshot is a commit of the whole working tree, untracked files included
 (ignored ones not), built in a temporary index (``GIT_INDEX_FILE``, seeded from the user's index
 for its stat cache) with ``git add -A``, ``write-tree`` and ``commit-tree``, and kept alive by a
-side ref ``refs/kimik3/<session>/turn-N-{before,after}``; the user's index, HEAD, branches and
-working tree are never touched. Elsewhere the files a turn's file tools name are copied before the
-turn (``bash`` changes are then not covered). Each turn that changed files appends a
+side ref ``refs/kimik3/<session>/turn-N`` (the "after" commit, its parent the "before" one); the
+user's index, HEAD, branches and working tree are never touched. Elsewhere the files a turn's file
+tools name are copied before the turn (``bash`` changes are then not covered). Each turn that changed files appends a
 ``{"checkpoint": {...}}`` record to the session: the turn, the snapshots and the changed paths.
 
 :func:`undo` restores only paths the undone turns changed; the user's other changes stay. It
@@ -78,16 +78,23 @@ class _GitSnapshots:
             shutil.copyfile(user_index, self.index)
         self.env = {**os.environ, **_IDENTITY, "GIT_INDEX_FILE": str(self.index)}
 
-    def snapshot(self, name: str) -> str:
-        """Commit the working tree (under the workspace) and point ``<ref_base>/<name>`` at it."""
+    def tree(self) -> str:
+        """The tree of the working tree under the workspace (``add -A`` into the private index)."""
         _git(self.root, "add", "-A", "--", ".", env=self.env)
-        tree = _git(self.root, "write-tree", env=self.env).decode().strip()
-        head = subprocess.run(["git", "rev-parse", "-q", "--verify", "HEAD^{commit}"], cwd=self.root,
-                              capture_output=True, check=False).stdout.decode().strip()
-        parents = ["-p", head] if head else []
-        commit = _git(self.root, "commit-tree", tree, *parents, "-m", f"kimik3 checkpoint {name}",
-                      env=self.env).decode().strip()
+        return _git(self.root, "write-tree", env=self.env).decode().strip()
+
+    def commit(self, tree: str, parent: str | None, message: str) -> str:
+        parents = ["-p", parent] if parent else []
+        return _git(self.root, "commit-tree", tree, *parents, "-m", message, env=self.env).decode().strip()
+
+    def keep(self, name: str, commit: str) -> None:
+        """Point ``<ref_base>/<name>`` at ``commit`` (so gc keeps it and its parents)."""
         _git(self.root, "update-ref", f"{self.ref_base}/{name}", commit)
+
+    def snapshot(self, name: str) -> str:
+        """Commit the working tree and keep it under ``name``."""
+        commit = self.commit(self.tree(), None, f"kimik3 checkpoint {name}")
+        self.keep(name, commit)
         return commit
 
     def changed(self, before: str, after: str) -> list[str]:
@@ -146,6 +153,8 @@ class Checkpoints(RunHooks):
         self._git: _GitSnapshots | None = None
         self._offset = 0
         self._before: str | None = None
+        self._last: tuple[str, str] | None = None  # (tree, commit) after the last writing turn
+        self._before_tree = ""
         self._copies: dict[str, str | None] = {}
         self._tmp_store: Path | None = None
 
@@ -176,7 +185,7 @@ class Checkpoints(RunHooks):
             return
         n = turn + self._offset
         if self._git is not None:
-            self._before = await anyio.to_thread.run_sync(self._git.snapshot, f"turn-{n}-before")
+            self._before = await anyio.to_thread.run_sync(self._git_before, n)
             return
         assert self.store is not None
         folder = self.store / f"turn-{n}"
@@ -194,17 +203,37 @@ class Checkpoints(RunHooks):
             else:
                 self._copies[rel] = None
 
+    def _git_before(self, n: int) -> str:
+        """The commit of the state before turn ``n``: the last turn's "after" when nothing changed
+        since (no new object, no ref), else a new parentless commit."""
+        assert self._git is not None
+        tree = self._before_tree = self._git.tree()
+        if self._last is not None and self._last[0] == tree:
+            return self._last[1]
+        return self._git.commit(tree, None, f"kimik3 checkpoint before turn {n}")
+
+    def _git_after(self, n: int, before: str) -> dict[str, Any] | None:
+        """The record of turn ``n`` (None when it changed nothing). One ref per turn,
+        ``turn-N``, on the "after" commit whose parent is the "before" one."""
+        assert self._git is not None
+        git = self._git
+        tree = git.tree()
+        if tree == self._before_tree:
+            self._last = (tree, before)
+            return None
+        after = git.commit(tree, before, f"kimik3 checkpoint after turn {n}")
+        git.keep(f"turn-{n}", after)
+        self._last = (tree, after)
+        return {"turn": n, "kind": "git", "root": str(self.root), "before": before, "after": after,
+                "changed": git.changed(before, after)}
+
     async def after_tools(self, turn: int, calls: Sequence[ToolCall]) -> None:
         if not self._wants(calls):
             return
         n = turn + self._offset
-        record: dict[str, Any]
+        record: dict[str, Any] | None
         if self._git is not None and self._before is not None:
-            git = self._git
-            after = await anyio.to_thread.run_sync(git.snapshot, f"turn-{n}-after")
-            changed = await anyio.to_thread.run_sync(git.changed, self._before, after)
-            record = {"turn": n, "kind": "git", "root": str(self.root), "before": self._before,
-                      "after": after, "changed": changed}
+            record = await anyio.to_thread.run_sync(self._git_after, n, self._before)
         elif self._git is None and self._copies:
             assert self.store is not None
             digests = {rel: _digest(self.root / rel) for rel in self._copies}
@@ -216,7 +245,7 @@ class Checkpoints(RunHooks):
                       "after": {rel: digests[rel] for rel in changed}, "changed": changed}
         else:
             return
-        if not record["changed"]:
+        if record is None or not record["changed"]:
             return
         self.records.append(record)
         if self._session is not None:

@@ -86,7 +86,7 @@ async def test_side_refs_only_no_branch_or_stash_changes(repo: Path, tmp_path: P
     await run_three_turns(repo, tmp_path / "s.jsonl")
     refs = git(repo, "for-each-ref", "--format=%(refname)").split()
     assert [r for r in refs if not r.startswith("refs/kimik3/")] == ["refs/heads/main"]
-    assert len([r for r in refs if r.startswith("refs/kimik3/")]) == 6  # before/after of 3 turns
+    assert len([r for r in refs if r.startswith("refs/kimik3/")]) == 3  # one per changing turn
     assert git(repo, "stash", "list") == ""
 
 
