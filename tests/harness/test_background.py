@@ -89,3 +89,21 @@ async def test_exit_code_and_unknown_id(tmp_path: Path) -> None:
     assert log_dir is not None and log_dir.is_dir()
     await procs.close()
     assert not log_dir.exists()  # the logs are removed
+
+
+async def test_a_run_that_crashes_still_ends_its_background_processes(tmp_path: Path) -> None:
+    from kimik3._exceptions import APIConnectionError
+
+    pgids: list[int] = []
+
+    def script(messages: list) -> str:  # type: ignore[type-arg]
+        if not any(m.role == "tool" for m in messages):
+            return calls(("bash", {"command": "sleep 300", "background": True}))
+        pgids.append(harness.processes._procs["bg1"].popen.pid)  # type: ignore[union-attr]
+        assert group_members(pgids[0])  # still running when the engine fails
+        raise APIConnectionError("the engine went away")
+
+    harness = CodingHarness(tmp_path, subagents=False, checkpoints=False)
+    with pytest.raises(APIConnectionError):
+        await harness.agent(engine=ScriptedEngine(script)).run("go")
+    assert group_members(pgids[0]) == []

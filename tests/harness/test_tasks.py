@@ -110,3 +110,29 @@ async def test_a_child_out_of_budget_returns_its_summary_with_a_note(tmp_path: P
     result = await harness.agent(engine=ScriptedEngine(script)).run("go")
     tool_msg = next(m for m in result.messages if m.role == "tool")
     assert str(tool_msg.content).startswith("partial result\n[the sub-agent stopped early: turn_budget]\n[sub-agent: 2 turns")
+
+
+async def test_a_childs_edits_are_in_the_parents_checkpoint(tmp_path: Path) -> None:
+    import shutil
+    import subprocess
+
+    from kimik3.harness import session_checkpoints, undo
+
+    if shutil.which("git") is None:
+        pytest.skip("needs git")
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    (tmp_path / "f.txt").write_text("before\n")
+
+    def script(messages: list[Message]) -> str:
+        done = any(m.role == "tool" for m in messages)
+        if is_child(messages):
+            return answer("wrote it") if done else calls(("write_file", {"path": "f.txt", "content": "child\n"}))
+        return answer("ok") if done else calls(("task", {"description": "write", "prompt": "overwrite f.txt"}))
+
+    session = tmp_path.parent / f"{tmp_path.name}.jsonl"
+    agent = CodingHarness(tmp_path, background=False, read_before_edit=False).agent(engine=ScriptedEngine(script))
+    await agent.run("go", session=session)
+    assert (tmp_path / "f.txt").read_text() == "child\n"
+    assert [(r["turn"], r["changed"]) for r in session_checkpoints(session)] == [(1, ["f.txt"])]
+    assert undo(session) == ["f.txt"]
+    assert (tmp_path / "f.txt").read_text() == "before\n"
