@@ -146,3 +146,14 @@ async def test_no_changes_records_nothing_and_undo_says_so(repo: Path, tmp_path:
     assert not any("checkpoint" in rec for rec in lines)
     with pytest.raises(CheckpointError, match="no recorded changes after turn 0"):
         undo(session, 0)
+
+
+async def test_a_resumed_session_goes_on_counting_turns(repo: Path, tmp_path: Path) -> None:
+    session = tmp_path / "s.jsonl"
+    first = ScriptedEngine([calls(("write_file", {"path": "n.txt", "content": "1\n"})), answer("one")])
+    await CodingHarness(repo, background=False, subagents=False).agent(engine=first).run("a", session=session)
+    second = ScriptedEngine([calls(("bash", {"command": "echo 2 > n.txt"})), answer("two")])
+    await CodingHarness(repo, background=False, subagents=False).agent(engine=second).resume(session, "b")
+    assert [(r["turn"], r["changed"]) for r in session_checkpoints(session)] == [(1, ["n.txt"]), (3, ["n.txt"])]
+    assert undo(session, 2) == ["n.txt"]
+    assert (repo / "n.txt").read_text() == "1\n"
