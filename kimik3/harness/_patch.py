@@ -258,10 +258,11 @@ def _patch_text(text: str, crlf: bool, fp: FilePatch, name: str) -> str:
     if raw and not had_final_newline:
         endings[-1] = ""
     out: list[str] = []
-    pos = offset = 0
+    pos = 0
     for n, h in enumerate(fp.hunks, 1):
         old = h.old()
-        at = _find(lines, old, h.old_start - 1 + offset if h.old_start else 0, pos)
+        # "@@ -L,0" inserts after line L, else the hunk starts at line L (of the original file)
+        at = _find(lines, old, h.old_start if not old else h.old_start - 1, pos)
         if at is None:
             first = old[0] if old else ""
             raise ToolError(f"{name}: hunk {n} (@@ -{h.old_start}) does not match the file (looking for "
@@ -273,7 +274,6 @@ def _patch_text(text: str, crlf: bool, fp: FilePatch, name: str) -> str:
         if new:
             last_end = "" if h.no_newline_new else (kept_end if kept_end else ending)
             out.append(new[-1] + last_end)
-        offset += len(new) - len(old)
         pos = at + len(old)
     out += [line + end for line, end in zip(lines[pos:], endings[pos:], strict=True)]
     return "".join(out)

@@ -151,3 +151,40 @@ def test_apply_patch_rejects_garbage(tmp_path: Path) -> None:
         apply_patch_text(FileAccess(tmp_path), "just some text\n")
     with pytest.raises(ToolError, match="patch line 4: 'oops' is not a diff line"):
         apply_patch_text(FileAccess(tmp_path), "--- a/x\n+++ b/x\n@@ -1 +1 @@\noops\n")
+
+
+@pytest.mark.parametrize("eol", ["\n", "\r\n"])
+def test_apply_patch_reproduces_difflib_diffs(tmp_path: Path, eol: str) -> None:
+    """800 seeded random edits (zero to three context lines, insertions at the start and end, files
+    with and without a final newline): applying difflib's diff gives exactly the new text."""
+    import difflib
+    import random
+
+    rng = random.Random(7)
+    words = ["a", "b", "", "x y", "def f():", "    return 1"]
+    checked = 0
+    for _ in range(800):
+        old = [rng.choice(words) for _ in range(rng.randint(1, 12))]
+        new = list(old)
+        for _ in range(rng.randint(1, 4)):
+            k = rng.random()
+            if k < 0.4 and new:
+                del new[rng.randrange(len(new))]
+            elif k < 0.8:
+                new.insert(rng.randint(0, len(new)), rng.choice(words) + "!")
+            elif new:
+                new[rng.randrange(len(new))] += "?"
+        old_text = "\n".join(old) + rng.choice(["\n", ""])
+        new_text = "\n".join(new) + rng.choice(["\n", ""]) if new else ""
+        if old_text == new_text:
+            continue
+        diff = "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
+                       for line in difflib.unified_diff(old_text.splitlines(keepends=True),
+                                                        new_text.splitlines(keepends=True), "a/f", "b/f",
+                                                        n=rng.randint(0, 3)))
+        (tmp_path / "f").write_bytes(old_text.replace("\n", eol).encode())
+        apply_patch_text(FileAccess(tmp_path), diff)
+        kept = eol if "\n" in old_text else "\n"  # a file without a line break has no CRLF to keep
+        assert (tmp_path / "f").read_bytes() == new_text.replace("\n", kept).encode(), diff
+        checked += 1
+    assert checked > 700
