@@ -93,6 +93,10 @@ def _check_header(path: Path, record: dict[str, Any]) -> None:
         raise SessionError(f"{path}: unsupported session version {version!r} (this kimik3 reads {SESSION_VERSION})")
 
 
+SIDE_RECORDS = frozenset({"checkpoint", "child_session", "undo"})
+"""Record kinds of :mod:`kimik3.harness` (:meth:`SessionWriter.record`); not part of the history."""
+
+
 def _apply(path: Path, number: int, record: dict[str, Any], messages: list[Message]) -> list[Message]:
     """The history after one record (``messages`` extended, or replaced by a compaction)."""
     try:
@@ -101,6 +105,8 @@ def _apply(path: Path, number: int, record: dict[str, Any], messages: list[Messa
             return messages
         if "compaction" in record:
             return [to_message(m) for m in record["compaction"]["messages"]]
+        if len(record) == 1 and next(iter(record)) in SIDE_RECORDS:
+            return messages
     except (KimiK3Error, ValidationError, KeyError, TypeError, ValueError) as e:
         raise SessionError(f"{path}:{number}: not a valid session record: {e}") from e
     raise SessionError(f"{path}:{number}: unknown record (keys: {', '.join(sorted(map(str, record)))})")

@@ -6,14 +6,16 @@ In a git repository a snapshot is a commit of the whole working tree, untracked 
 for its stat cache) with ``git add -A``, ``write-tree`` and ``commit-tree``, and kept alive by a
 side ref ``refs/kimik3/<session>/turn-N`` (the "after" commit, its parent the "before" one); the
 user's index, HEAD, branches and working tree are never touched. Elsewhere the files a turn's file
-tools name are copied before the turn (``bash`` changes are then not covered). Each turn that changed files appends a
-``{"checkpoint": {...}}`` record to the session: the turn, the snapshots and the changed paths.
+tools name are copied before the turn (``bash`` changes are then not covered). Each turn that
+changed files appends a ``{"checkpoint": {...}}`` record to the session: the turn, the snapshots
+and the changed paths.
 
 :func:`undo` restores only paths the undone turns changed; the user's other changes stay. It
 refuses (:class:`~kimik3.CheckpointError`) when one of those files changed after the agent's last
-turn, unless ``force``. git converts nothing: ``core.autocrlf`` is off for the snapshot; files
-under ``.gitattributes`` conversions (``text``, ``eol``, ``filter``) are restored as their stored
-blob.
+turn, unless ``force``. Bytes are kept exactly: ``core.autocrlf`` is off for snapshots and
+restores; a file under ``.gitattributes`` conversions (``text``, ``eol``, ``filter``: LFS) is
+restored through git's own filters (``cat-file --filters``), as a checkout would write it (a file
+mixing line endings under ``eol=crlf`` comes back with CRLF throughout).
 """
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ class _GitSnapshots:
         self.index = self._tmp / "index"
         user_index = gitdir / "index"
         if user_index.is_file():
-            shutil.copyfile(user_index, self.index)
+            shutil.copy2(user_index, self.index)  # its mtime too: git's racy-clean check needs it
         self.env = {**os.environ, **_IDENTITY, "GIT_INDEX_FILE": str(self.index)}
 
     def tree(self) -> str:
@@ -344,7 +346,11 @@ def _restore_git(root: Path, first: dict[str, Any], later: list[dict[str, Any]],
         if found is None:
             _remove(target, root)
         else:
-            _write(target, _git(root, "cat-file", "blob", found[1]), found[0])
+            name = prefix + p  # <rev>:<path> takes the path from the repository's top
+            # --filters: smudge and eol conversion as a checkout would write it (LFS, eol=crlf)
+            data = _git(root, "cat-file", "--filters", f"{first['before']}:{name}") if found[0] != "120000" \
+                else _git(root, "cat-file", "blob", found[1])
+            _write(target, data, found[0])
 
 
 def _restore_copies(root: Path, later: list[dict[str, Any]], paths: list[str], force: bool) -> None:

@@ -157,3 +157,18 @@ async def test_a_resumed_session_goes_on_counting_turns(repo: Path, tmp_path: Pa
     assert [(r["turn"], r["changed"]) for r in session_checkpoints(session)] == [(1, ["n.txt"]), (3, ["n.txt"])]
     assert undo(session, 2) == ["n.txt"]
     assert (repo / "n.txt").read_text() == "1\n"
+
+
+async def test_gitattributes_eol_crlf_and_user_autocrlf_restore_the_same_bytes(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    git(repo, "config", "core.autocrlf", "true")  # the user's setting must not change our bytes
+    (repo / ".gitattributes").write_text("*.crlf text eol=crlf\n")
+    (repo / "w.crlf").write_bytes(b"one\r\ntwo\r\n")
+    (repo / "raw.txt").write_bytes(b"lf\nand crlf\r\n")
+    session = tmp_path / "s.jsonl"
+    engine = ScriptedEngine([
+        calls(("bash", {"command": "printf 'changed\\n' > w.crlf && printf 'x' > raw.txt"})), answer("ok")])
+    await CodingHarness(repo, background=False, subagents=False).agent(engine=engine).run("go", session=session)
+    assert undo(session) == ["raw.txt", "w.crlf"]
+    assert (repo / "w.crlf").read_bytes() == b"one\r\ntwo\r\n"
+    assert (repo / "raw.txt").read_bytes() == b"lf\nand crlf\r\n"
