@@ -23,6 +23,7 @@ from ..agents import CODING_INSTRUCTIONS, Agent, Budgets, ModelSettings, RunHook
 from ..engines import Engine
 from ..tools import Tool, ToolResult
 from ..tools.coding import coding_tools
+from ..tools.coding._toolkit import FILE_TOOL_TIMEOUT_S
 from ._background import BackgroundProcesses
 from ._checkpoints import Checkpoints
 from ._instructions import ProjectInstructions
@@ -45,7 +46,7 @@ def patch_tools(files: FileAccess) -> list[Tool]:
     def multi_edit(path: str, edits: list[EditSpec]) -> str:
         """Make several exact replacements in one file, all or nothing: each edit applies to the
         result of the ones before, with edit_file's rules; if one fails, nothing is written.
-        Returns "Edited PATH (N replacements in E edits)".
+        Returns "Edited PATH (N replacements in E edits)" and a unified diff of the change.
 
         Args:
             path: file path, relative to the workspace root.
@@ -64,7 +65,7 @@ def patch_tools(files: FileAccess) -> list[Tool]:
         """
         return apply_patch_text(files, patch)
 
-    return [Tool(multi_edit), Tool(apply_patch)]
+    return [Tool(multi_edit, timeout=FILE_TOOL_TIMEOUT_S), Tool(apply_patch, timeout=FILE_TOOL_TIMEOUT_S)]
 
 
 def background_tools(procs: BackgroundProcesses, bash: Tool) -> list[Tool]:
@@ -124,7 +125,8 @@ class CodingHarness:
             default. With background, subagents and edit_tools off, the tools (names,
             descriptions, schemas) are exactly :func:`~kimik3.tools.coding.coding_tools`'s.
         on_instructions: called with each ``AGENTS.md`` path as it reaches the model.
-        bash_timeout, max_output_chars: as :func:`~kimik3.tools.coding.coding_tools`.
+        bash_timeout, max_output_chars, write_hard_links: as
+            :func:`~kimik3.tools.coding.coding_tools`.
         subagent_budgets: each child's budgets.
 
     Raises:
@@ -134,9 +136,10 @@ class CodingHarness:
     def __init__(self, root: str | os.PathLike[str], *, project_instructions: bool = True,
                  read_before_edit: bool = True, checkpoints: bool = True, background: bool = True,
                  subagents: bool = True, edit_tools: bool = True, on_instructions: Callable[[str], None] | None = None,
-                 bash_timeout: int = 120, max_output_chars: int = 30_000,
+                 bash_timeout: int = 120, max_output_chars: int = 30_000, write_hard_links: bool = False,
                  subagent_budgets: Budgets | None = None) -> None:
-        base = coding_tools(root, bash_timeout=bash_timeout, max_output_chars=max_output_chars)
+        base = coding_tools(root, bash_timeout=bash_timeout, max_output_chars=max_output_chars,
+                            write_hard_links=write_hard_links)
         self.root = Path(root).resolve()
         self.instructions = ProjectInstructions(self.root, on_load=on_instructions) if project_instructions else None
         self.processes = BackgroundProcesses(self.root, max_output_chars=max_output_chars) if background else None
@@ -146,7 +149,7 @@ class CodingHarness:
         self.subagent_budgets = subagent_budgets
         tools = list(base)
         if edit_tools:
-            tools += patch_tools(FileAccess(self.root))
+            tools += patch_tools(FileAccess(self.root, hard_links=write_hard_links))
         if self.processes is not None:  # bash in its place; read_output and stop at the end
             at = next(i for i, t in enumerate(tools) if t.name == "bash")
             bash, *more = background_tools(self.processes, tools[at])

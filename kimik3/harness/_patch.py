@@ -1,29 +1,43 @@
 """``multi_edit`` (several replacements in one file) and ``apply_patch`` (a unified diff over
 several files): validated completely in memory before any byte is written; all or nothing.
 
-Text handling matches ``edit_file``: bytes are decoded as UTF-8 with undecodable bytes carried as
-surrogates (``surrogateescape``), so they are written back byte for byte; a UTF-8 BOM is kept; in a
-CRLF file the model's LF text is matched and written with CRLF. ``apply_patch`` compares lines
-without their endings and gives each new line the file's own ending. If a write fails midway, the
-files already written are put back as they were and the call fails.
+Files are opened through the coding tools' confined walk (:class:`~kimik3.tools.coding._paths.
+Workspace`: ``openat`` from the root with ``O_NOFOLLOW``, regular files only, never blocking), so
+these tools cannot leave the workspace either; a file with several hard links is not written
+unless allowed. Text handling is ``edit_file``'s (:mod:`kimik3.tools.coding._files`): UTF-8 with
+undecodable bytes kept byte for byte, a BOM kept, legacy 8-bit files as Latin-1; ``multi_edit``
+matches line endings loosely and keeps each line's own ending; ``apply_patch`` compares lines
+without their endings and gives each new line the file's usual ending. If a write fails midway,
+the files already written are put back as they were and the call fails.
 """
 
 from __future__ import annotations
 
-import codecs
 import os
 import re
-import stat
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
 from .._exceptions import ToolError
+from ..tools._truncate import truncate_middle
+from ..tools.coding._files import (
+    MAX_EDIT_BYTES,
+    decode,
+    encode,
+    is_binary,
+    replace_keeping_endings,
+    sniff_encoding,
+    split_lines,
+    to_utf8,
+    unified_diff,
+)
+from ..tools.coding._paths import Workspace
 
 __all__ = ["EditSpec", "FileAccess", "apply_edits", "apply_patch_text", "parse_patch", "patch_paths"]
 
+_MAX_DIFF_CHARS = 4000
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 _NO_NEWLINE = "\\ No newline at end of file"
 
@@ -38,56 +52,54 @@ class EditSpec(BaseModel):
     replace_all: bool = False
 
 
-@dataclass
 class FileAccess:
-    """Reads and writes confined to a workspace: ``resolve(path)`` gives the absolute path or
-    raises :class:`~kimik3.ToolError`; ``rel(path)`` the workspace-relative name.
+    """Confined reads and writes for the patch tools.
 
-    The default resolver resolves symlinks and refuses anything outside ``root``; the final
-    component is then opened with ``O_NOFOLLOW``.
+    Args:
+        root: the workspace root.
+        hard_links: write files that have more than one hard link (see ``coding_tools``).
     """
 
-    root: Path
-    resolve: Callable[[str], Path] | None = None
+    def __init__(self, root: str | os.PathLike[str], *, hard_links: bool = False) -> None:
+        self.ws = Workspace(Path(root).resolve())
+        self.hard_links = hard_links
 
-    def path(self, path: str) -> Path:
-        if self.resolve is not None:
-            return self.resolve(path)
-        if "\x00" in path:
-            raise ToolError(f"invalid path {path!r}")
-        p = Path(path)
-        resolved = (p if p.is_absolute() else self.root / p).resolve()
-        if not resolved.is_relative_to(self.root):
-            raise ToolError(f"path {path!r} is outside the workspace {self.root}; use a path inside it")
-        return resolved
+    def read(self, path: str) -> bytes | None:
+        """The bytes of the regular file ``path``, or None when it does not exist.
 
-    def rel(self, p: Path) -> str:
-        return p.relative_to(self.root).as_posix()
-
-    def read(self, p: Path) -> bytes | None:
-        """The file's bytes, or None when it does not exist."""
+        Raises:
+            ToolError: outside the workspace, not a regular file, over the edit size limit.
+        """
         try:
-            fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return None
-        except IsADirectoryError:
-            raise ToolError(f"{self.rel(p)} is a directory") from None
-        except OSError as e:
-            raise ToolError(f"cannot read {self.rel(p)}: {e.strerror or e}") from None
+            fd, _, _ = self.ws.open_file(path)
+        except ToolError as e:
+            if str(e).endswith(("no such file", "no such file or directory")):
+                return None
+            raise
         with os.fdopen(fd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise ToolError(f"{self.rel(p)} is not a regular file")
-            return f.read()
+            data = f.read(MAX_EDIT_BYTES + 1)
+        if len(data) > MAX_EDIT_BYTES:
+            raise ToolError(f"{path} is over the limit of {MAX_EDIT_BYTES} bytes for edits; use bash tools")
+        return data
 
-    def write(self, p: Path, data: bytes) -> None:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.truncate()
+    def write(self, path: str, data: bytes) -> str:
+        """Write ``data`` to ``path`` in place (made, with its directories, when missing); its
+        workspace-relative path."""
+        fd, rel, _ = self.ws.open_file(path, write=True, read=False, create=True, hard_links=self.hard_links)
+        try:
+            os.ftruncate(fd, 0)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+        return rel
 
-    def delete(self, p: Path) -> None:
-        p.unlink()
+    def delete(self, path: str) -> None:
+        with self.ws.locate(path) as loc:
+            if loc.name is None:
+                raise ToolError(f"{path} is a directory")
+            os.unlink(loc.name, dir_fd=loc.dir_fd)
 
 
 # -- text ------------------------------------------------------------------------------------
@@ -96,56 +108,45 @@ class FileAccess:
 @dataclass
 class _Text:
     text: str
-    bom: bool
+    encoding: str
     crlf: bool
 
     @classmethod
-    def of(cls, data: bytes) -> _Text:
-        bom = data.startswith(codecs.BOM_UTF8)
-        text = data[3:].decode("utf-8", "surrogateescape") if bom else data.decode("utf-8", "surrogateescape")
-        crlf = text.count("\r\n") * 2 >= text.count("\n") > 0
-        return cls(text, bom, crlf)
+    def of(cls, data: bytes, path: str) -> _Text:
+        if is_binary(data):
+            raise ToolError(f"{path} is a binary file ({len(data)} bytes)")
+        encoding = sniff_encoding(data, complete=True)
+        text = decode(data, encoding)
+        return cls(text, encoding, text.count("\r\n") * 2 >= text.count("\n") > 0)
 
-    def encode(self, text: str, what: str) -> bytes:
-        try:
-            data = text.encode("utf-8", "surrogateescape")
-        except UnicodeEncodeError as e:
-            raise ToolError(f"{what} has a character UTF-8 cannot hold ({text[e.start]!a})") from None
-        return codecs.BOM_UTF8 + data if self.bom else data
+    def encode(self, text: str, path: str) -> bytes:
+        return encode(text, self.encoding, path)
 
 
-def apply_edits(text: str, crlf: bool, edits: list[EditSpec], path: str) -> tuple[str, int]:
-    """``text`` with every edit applied in order (each sees the previous ones' result).
+def apply_edits(text: str, edits: list[EditSpec], path: str) -> tuple[str, int]:
+    """``text`` with every edit applied in order (each sees the previous ones' result), each with
+    ``edit_file``'s rules (:func:`~kimik3.tools.coding._files.replace_keeping_endings`).
 
     Returns:
         (new text, number of replacements).
 
     Raises:
         ToolError: an edit whose old_string is empty, unchanged, missing, or ambiguous; the
-            message names the edit (1-based) and nothing is written.
+            message names the edit (1-based) and says nothing was written.
     """
     if not edits:
         raise ToolError("edits is empty; give at least one {old_string, new_string}")
     total = 0
     for n, e in enumerate(edits, 1):
-        old, new = e.old_string, e.new_string
-        if not old:
+        if not e.old_string:
             raise ToolError(f"edit {n}: old_string is empty; nothing was changed")
-        if old == new:
+        if e.old_string == e.new_string:
             raise ToolError(f"edit {n}: old_string and new_string are identical; nothing was changed")
-        if crlf:
-            lf_old = old.replace("\r\n", "\n").replace("\n", "\r\n")
-            if lf_old in text or old not in text:
-                old, new = lf_old, new.replace("\r\n", "\n").replace("\n", "\r\n")
-        count = text.count(old)
-        if count == 0:
-            raise ToolError(f"edit {n}: old_string not found in {path} (after the edits before it); "
-                            "nothing was changed")
-        if count > 1 and not e.replace_all:
-            raise ToolError(f"edit {n}: old_string matches {count} times in {path}; add surrounding lines "
-                            "or set replace_all; nothing was changed")
-        text = text.replace(old, new) if e.replace_all else text.replace(old, new, 1)
-        total += count if e.replace_all else 1
+        try:
+            text, count = replace_keeping_endings(text, e.old_string, e.new_string, e.replace_all, path)
+        except ToolError as err:
+            raise ToolError(f"edit {n}: {err} (after the edits before it); nothing was changed") from None
+        total += count
     return text, total
 
 
@@ -289,80 +290,89 @@ def apply_patch_text(files: FileAccess, patch: str) -> str:
         ToolError: a malformed patch, a path outside the workspace, a hunk that does not match,
             a created file that exists, a deleted file whose text differs; nothing is written.
     """
-    plan: list[tuple[Path, bytes | None, bytes | None, str]] = []  # (path, old, new, letter)
-    seen: set[Path] = set()
+    plan: list[tuple[str, bytes | None, bytes | None, str]] = []  # (path, old, new, letter)
+    seen: set[str] = set()
     for fp in parse_patch(patch):
         name = fp.new_path or fp.old_path
         assert name is not None
-        p = files.path(name)
-        if p in seen:
+        key = os.path.normpath(name)
+        if key in seen:
             raise ToolError(f"{name} appears twice in the patch; put all its hunks under one header")
-        seen.add(p)
-        current = files.read(p)
+        seen.add(key)
+        current = files.read(name)
         if fp.old_path is None:  # created
             if current is not None:
                 raise ToolError(f"{name} already exists; the patch creates it (--- /dev/null); nothing was changed")
-            body = [h.new() for h in fp.hunks]
-            text = "".join(line + "\n" for lines in body for line in lines)
+            text = "".join(line + "\n" for h in fp.hunks for line in h.new())
             if fp.hunks and fp.hunks[-1].no_newline_new:
                 text = text[:-1]
-            plan.append((p, None, _Text("", False, False).encode(text, name), "A"))
+            plan.append((name, None, to_utf8(text, name), "A"))
             continue
         if current is None:
             raise ToolError(f"{name}: no such file; nothing was changed")
-        t = _Text.of(current)
+        t = _Text.of(current, name)
         if fp.new_path is None:  # deleted: the patch must hold the whole text
-            old_lines = [line for h in fp.hunks for line in h.old()]
-            have = [line.rstrip("\r") for line in t.text.split("\n")]
-            if have and have[-1] == "":
-                have.pop()
-            if old_lines != have:
+            have = split_lines(t.text)
+            if [line for h in fp.hunks for line in h.old()] != have:
                 raise ToolError(f"{name}: the patch deletes it but its lines differ from the file; nothing was changed")
-            plan.append((p, current, None, "D"))
+            plan.append((name, current, None, "D"))
             continue
         if not fp.hunks:
             raise ToolError(f"{name}: no hunks; nothing was changed")
-        plan.append((p, current, t.encode(_patch_text(t.text, t.crlf, fp, name), name), "M"))
-    done: list[tuple[Path, bytes | None]] = []
+        plan.append((name, current, t.encode(_patch_text(t.text, t.crlf, fp, name), name), "M"))
+    done: list[tuple[str, bytes | None]] = []
+    shown: list[str] = []
     try:
-        for p, old, new, _ in plan:
+        for name, old, new, letter in plan:
             if new is None:
-                files.delete(p)
+                files.delete(name)
+                shown.append(f"{letter} {os.path.normpath(name)}")
             else:
-                files.write(p, new)
-            done.append((p, old))
-    except OSError as e:
-        for p, old in reversed(done):  # put back what was written
+                shown.append(f"{letter} {files.write(name, new)}")
+            done.append((name, old))
+    except (OSError, ToolError) as e:
+        for name, old in reversed(done):  # put back what was written
             if old is None:
-                p.unlink(missing_ok=True)
+                files.delete(name)
             else:
-                files.write(p, old)
-        raise ToolError(f"cannot write {files.rel(p)}: {e.strerror or e}; nothing was changed") from None
-    lines = [f"{letter} {files.rel(p)}" for p, _, _, letter in plan]
-    return f"Patched {len(plan)} file{'s' if len(plan) != 1 else ''}\n" + "\n".join(lines)
+                files.write(name, old)
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise ToolError(f"cannot write {plan[len(done)][0]}: {why}; nothing was changed") from None
+    return f"Patched {len(plan)} file{'s' if len(plan) != 1 else ''}\n" + "\n".join(shown)
 
 
 def multi_edit_file(files: FileAccess, path: str, edits: list[EditSpec]) -> str:
-    """Apply ``edits`` to one file, all or nothing.
+    """Apply ``edits`` to one file, all or nothing (one descriptor from read to write, like
+    ``edit_file``).
 
     Returns:
-        "Edited PATH (N replacement[s] in E edit[s])".
+        "Edited PATH (N replacement[s] in E edit[s])", then the unified diff of the change.
 
     Raises:
-        ToolError: a missing file, or any edit that does not apply (nothing is written).
+        ToolError: a missing, binary or too large file, or any edit that does not apply (nothing
+            is written).
     """
-    p = files.path(path)
-    data = files.read(p)
-    if data is None:
-        raise ToolError(f"{path}: no such file")
-    if b"\x00" in data[:8192]:
-        raise ToolError(f"{path} is a binary file ({len(data)} bytes)")
-    t = _Text.of(data)
-    new, count = apply_edits(t.text, t.crlf, edits, path)
-    encoded = t.encode(new, "new_string")
+    fd, rel, _ = files.ws.open_file(path, write=True, hard_links=files.hard_links)
     try:
-        files.write(p, encoded)
-    except OSError as e:
-        raise ToolError(f"cannot write {path}: {e.strerror or e}") from None
-    return (f"Edited {files.rel(p)} ({count} replacement{'s' if count != 1 else ''} in {len(edits)} "
-            f"edit{'s' if len(edits) != 1 else ''})")
+        data = os.read(fd, MAX_EDIT_BYTES + 1)
+        while len(data) <= MAX_EDIT_BYTES and (chunk := os.read(fd, MAX_EDIT_BYTES + 1 - len(data))):
+            data += chunk
+        if len(data) > MAX_EDIT_BYTES:
+            raise ToolError(f"{path} is over the limit of {MAX_EDIT_BYTES} bytes for edits; use bash tools")
+        t = _Text.of(data, path)
+        new, count = apply_edits(t.text, edits, path)
+        encoded = t.encode(new, path)
+        try:
+            os.ftruncate(fd, 0)
+            os.lseek(fd, 0, os.SEEK_SET)
+            view = memoryview(encoded)
+            while view:
+                view = view[os.write(fd, view) :]
+        except OSError as e:
+            raise ToolError(f"cannot write {path}: {e.strerror or e}") from None
+    finally:
+        os.close(fd)
+    diff = unified_diff(split_lines(t.text), split_lines(new), rel)
+    header = (f"Edited {rel} ({count} replacement{'s' if count != 1 else ''} in {len(edits)} "
+              f"edit{'s' if len(edits) != 1 else ''})")
+    return f"{header}\n{truncate_middle(diff, _MAX_DIFF_CHARS)}" if diff else header

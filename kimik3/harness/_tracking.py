@@ -16,24 +16,14 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from .._exceptions import ToolError
 from ..tools import Tool, ToolContext, ToolResult
+from ..tools.coding._paths import Workspace
 
 __all__ = ["ReadTracker"]
 
 _READS = frozenset({"read_file"})
 _WRITES = frozenset({"write_file", "edit_file", "multi_edit"})
-
-
-def _digest(path: Path) -> str | None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    h = hashlib.sha256()
-    with os.fdopen(fd, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 class _Guarded(Tool):
@@ -60,37 +50,46 @@ class _Guarded(Tool):
 
 
 class ReadTracker:
-    """What the model has read in this run: path -> SHA-256 of the bytes when it read them.
+    """What the model has read in this run: workspace-relative path -> SHA-256 of the bytes when
+    it read them. Files are opened through the coding tools' confined walk (never blocking, regular
+    files only), so a FIFO or a path outside the workspace is left to the tool to report.
 
     Args:
         root: the workspace root (relative paths resolve against it).
     """
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
-        self.root = Path(root).resolve()
-        self.seen: dict[Path, str | None] = {}
+        self.ws = Workspace(Path(root).resolve())
+        self.seen: dict[str, str] = {}
 
-    def key(self, path: str) -> Path:
-        p = Path(path)
+    def _digest(self, path: str) -> tuple[str, str] | None:
+        """(relative path, SHA-256) of the regular file ``path``; None when it cannot be opened."""
         try:
-            return (p if p.is_absolute() else self.root / p).resolve()
-        except (OSError, RuntimeError):
-            return self.root / p
+            fd, rel, _ = self.ws.open_file(path)
+        except ToolError:
+            return None
+        h = hashlib.sha256()
+        with os.fdopen(fd, "rb") as f:
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+        return rel, h.hexdigest()
 
     def remember(self, path: str) -> None:
         """The model now knows ``path``'s content."""
-        k = self.key(path)
-        self.seen[k] = _digest(k)
+        found = self._digest(path)
+        if found is not None:
+            self.seen[found[0]] = found[1]
 
     def refusal(self, path: str) -> str | None:
         """Why ``path`` may not be changed now (None: it may)."""
-        k = self.key(path)
-        if not k.is_file():
-            return None  # a new file (or not a file: the tool reports that)
-        if k not in self.seen:
+        found = self._digest(path)
+        if found is None:
+            return None  # a new file (or not a regular file: the tool reports that)
+        rel, digest = found
+        if rel not in self.seen:
             return (f"{path} has not been read in this run; read it with read_file first, then make "
                     "the change (nothing was written)")
-        if _digest(k) != self.seen[k]:
+        if digest != self.seen[rel]:
             return (f"{path} changed on disk since you last read it (another process or a formatter); "
                     "read it again with read_file, then make the change (nothing was written)")
         return None

@@ -83,7 +83,8 @@ def test_multi_edit_all_or_nothing(tmp_path: Path) -> None:
     assert f.read_bytes() == b"one\r\ntwo\r\nthree\r\n"
     out = multi_edit_file(files, "m.txt", [EditSpec(old_string="one", new_string="1"),
                                            EditSpec(old_string="two\nthree", new_string="2\n3")])
-    assert out == "Edited m.txt (2 replacements in 2 edits)"
+    assert out == ("Edited m.txt (2 replacements in 2 edits)\n--- a/m.txt\n+++ b/m.txt\n@@ -1,3 +1,3 @@\n"
+                   "-one\n-two\n-three\n+1\n+2\n+3")
     assert f.read_bytes() == b"1\r\n2\r\n3\r\n"  # CRLF kept for the model's LF text
     with pytest.raises(ToolError, match="edit 1: old_string matches 2 times"):
         f.write_text("a a\n")
@@ -188,3 +189,26 @@ def test_apply_patch_reproduces_difflib_diffs(tmp_path: Path, eol: str) -> None:
         assert (tmp_path / "f").read_bytes() == new_text.replace("\n", kept).encode(), diff
         checked += 1
     assert checked > 700
+
+
+def test_patch_tools_stay_confined_through_symlinks_and_refuse_special_files(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "t.txt").write_text("secret\n")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    os.symlink(outside, ws / "link")  # a directory symlink leading out
+    os.mkfifo(ws / "fifo")
+    files = FileAccess(ws)
+    with pytest.raises(ToolError, match="outside the workspace"):
+        apply_patch_text(files, "--- a/link/t.txt\n+++ b/link/t.txt\n@@ -1 +1 @@\n-secret\n+owned\n")
+    with pytest.raises(ToolError, match="outside the workspace"):
+        multi_edit_file(files, "link/t.txt", [EditSpec(old_string="secret", new_string="owned")])
+    with pytest.raises(ToolError, match="FIFO"):  # refused without blocking on the open
+        multi_edit_file(files, "fifo", [EditSpec(old_string="a", new_string="b")])
+    assert (outside / "t.txt").read_text() == "secret\n"
+    (ws / "h.txt").write_text("x\n")
+    os.link(ws / "h.txt", outside / "hard.txt")  # a hard link from outside: not written
+    with pytest.raises(ToolError, match="2 hard links"):
+        multi_edit_file(files, "h.txt", [EditSpec(old_string="x", new_string="y")])
+    assert (outside / "hard.txt").read_text() == "x\n"
