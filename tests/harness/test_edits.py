@@ -212,3 +212,25 @@ def test_patch_tools_stay_confined_through_symlinks_and_refuse_special_files(tmp
     with pytest.raises(ToolError, match="2 hard links"):
         multi_edit_file(files, "h.txt", [EditSpec(old_string="x", new_string="y")])
     assert (outside / "hard.txt").read_text() == "x\n"
+
+
+async def test_read_tracking_knows_a_file_under_any_spelling(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "f.py").write_text("x = 1\n")
+    os.symlink("d/f.py", tmp_path / "alias.py")
+    out = await run(tmp_path, calls(("read_file", {"path": "./d/../d/f.py"})),
+                    calls(("edit_file", {"path": "alias.py", "old_string": "x = 1", "new_string": "x = 2"})),
+                    calls(("read_file", {"path": "alias.py"})),
+                    calls(("edit_file", {"path": str(tmp_path / "d" / "f.py"), "old_string": "x = 2",
+                                         "new_string": "x = 3"})))
+    assert out[1].startswith("Edited d/f.py (1 replacement)")
+    assert out[3].startswith("Edited d/f.py (1 replacement)")
+    assert (tmp_path / "d" / "f.py").read_text() == "x = 3\n"
+
+
+def test_multi_edit_keeps_a_latin1_file_and_its_bom_free_bytes(tmp_path: Path) -> None:
+    (tmp_path / "l.txt").write_bytes(b"caf\xe9 = 1\nna\xefve = 2\n")  # legacy 8-bit text
+    out = multi_edit_file(FileAccess(tmp_path), "l.txt", [EditSpec(old_string="= 1", new_string="= 10"),
+                                                          EditSpec(old_string="= 2", new_string="= 20")])
+    assert out.startswith("Edited l.txt (2 replacements in 2 edits)")
+    assert (tmp_path / "l.txt").read_bytes() == b"caf\xe9 = 10\nna\xefve = 20\n"
