@@ -1,8 +1,9 @@
 """Background processes: long-running commands (a dev server, a watcher) the agent starts,
 reads and stops across tool calls.
 
-Each command runs in its own session and process group (``start_new_session``), with stdin empty
-and stdout + stderr going to a log file the manager owns (a pipe nobody reads would block the
+Each command runs in its own session and process group (``start_new_session``), with stdin empty,
+``bash``'s environment (editors, pagers and prompts fail fast) and stdout + stderr going to a log
+file the manager owns (a pipe nobody reads would block the
 process). :meth:`BackgroundProcesses.close` ends every group still alive (SIGTERM, then SIGKILL
 after a grace period) and removes the logs; as a :class:`~kimik3.agents.RunHooks` it runs when the
 run ends, however it ends. Membership of a group is read from ``/proc`` (Linux), so "ended" means
@@ -26,6 +27,7 @@ import anyio
 from .._exceptions import ToolError
 from ..agents import RunHooks
 from ..tools import truncate_middle
+from ..tools.coding._bash import shell_env
 
 __all__ = ["BackgroundProcesses", "group_members"]
 
@@ -87,7 +89,8 @@ class BackgroundProcesses(RunHooks):
         log = self._dir / f"{pid}.log"
         with open(log, "wb") as out:
             popen = subprocess.Popen([self.shell, "-c", command], cwd=self.root, stdin=subprocess.DEVNULL,
-                                     stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+                                     stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                     env=shell_env())
         self._procs[pid] = _Process(pid, command, popen, log)
         return pid
 

@@ -71,7 +71,10 @@ def patch_tools(files: FileAccess) -> list[Tool]:
 def background_tools(procs: BackgroundProcesses, bash: Tool) -> list[Tool]:
     """``bash`` with ``background``, ``read_output`` and ``stop``."""
 
-    async def bash_(command: str, timeout: Annotated[int, Field(ge=1)] = 120, background: bool = False) -> ToolResult:
+    default = bash.parameters["properties"].get("timeout", {}).get("default", 120)
+
+    async def bash_(command: str, timeout: Annotated[int, Field(ge=1)] = default,
+                    background: bool = False) -> ToolResult:
         """Args:
         command: the command line; pipes, &&, redirections and heredocs work.
         timeout: seconds before the command and all its child processes are killed (not used with
@@ -83,9 +86,6 @@ def background_tools(procs: BackgroundProcesses, bash: Tool) -> list[Tool]:
             return ToolResult(content=f"Started background process {pid}; read_output(\"{pid}\") shows its "
                                       f"output, stop(\"{pid}\") ends it")
         return await bash.run({"command": command, "timeout": timeout})
-
-    default = bash.parameters["properties"].get("timeout", {}).get("default", 120)
-    bash_.__defaults__ = (default, False)
 
     def read_output(id: str) -> str:
         """The output a background process printed since the last read_output, then a status line
