@@ -166,6 +166,7 @@ class CodingHarness:
         (sub-agents use it): the root ``AGENTS.md`` is appended to ``instructions``."""
         if self.instructions is not None:
             self.instructions.loaded.clear()
+            self.instructions.given_bytes = 0
             instructions = self.instructions.system_prompt(instructions)
         hooks: list[RunHooks] = [h for h in (self.checkpoints, self.instructions, self.processes) if h is not None]
         tools = list(self.tools)

@@ -4,7 +4,9 @@ The workspace root's ``AGENTS.md`` goes into the system prompt (:meth:`ProjectIn
 system_prompt`). A nested one (``pkg/AGENTS.md``) reaches the model the first time a tool call
 touches its directory or a directory below it: its text is appended to that call's result, once
 per run. Each file is capped at ``max_bytes`` (cut on a line boundary, with a note saying how much
-was left out). Files are opened without following a final symlink and only inside the workspace.
+was left out), and all files of a run together at ``max_total_bytes``: past it a nested file is
+only named, for the model to read if it needs it. Files are opened without following a final
+symlink and only inside the workspace.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ __all__ = ["AGENTS_FILE", "MAX_INSTRUCTIONS_BYTES", "ProjectInstructions"]
 
 AGENTS_FILE = "AGENTS.md"
 MAX_INSTRUCTIONS_BYTES = 32 * 1024  # per file (Codex's project_doc_max_bytes default)
+MAX_TOTAL_INSTRUCTIONS_BYTES = 96 * 1024  # all files of a run together
 _PATH_ARGS = ("path", "file_path")
 
 
@@ -51,6 +54,7 @@ class ProjectInstructions(RunHooks):
     Args:
         root: the workspace root.
         max_bytes: cap per file in bytes.
+        max_total_bytes: cap on all files of a run together.
         on_load: called with the workspace-relative path of each file as it reaches the model
             (the CLI lists them).
 
@@ -59,9 +63,12 @@ class ProjectInstructions(RunHooks):
     """
 
     def __init__(self, root: str | os.PathLike[str], *, max_bytes: int = MAX_INSTRUCTIONS_BYTES,
+                 max_total_bytes: int = MAX_TOTAL_INSTRUCTIONS_BYTES,
                  on_load: Callable[[str], None] | None = None) -> None:
         self.root = Path(root).resolve()
         self.max_bytes = max_bytes
+        self.max_total_bytes = max_total_bytes
+        self.given_bytes = 0
         self.on_load = on_load
         self.loaded: list[str] = []
         self._seen_dirs: set[str] = {"."}
@@ -72,6 +79,7 @@ class ProjectInstructions(RunHooks):
         if text is None or not text.strip():
             return base
         self._loaded(AGENTS_FILE)
+        self.given_bytes += len(text.encode())
         block = f"Project instructions ({AGENTS_FILE} at the workspace root):\n\n{text.strip()}"
         return f"{base}\n\n{block}" if base else block
 
@@ -108,6 +116,12 @@ class ProjectInstructions(RunHooks):
             text = _read_capped(self.root / rel_dir / AGENTS_FILE, self.max_bytes)
             if text is not None and text.strip():
                 rel = f"{rel_dir}/{AGENTS_FILE}"
+                size = len(text.encode())
+                if self.given_bytes + size > self.max_total_bytes:
+                    found.append((rel, f"[not included: the run's {self.max_total_bytes} bytes of project "
+                                       f"instructions are used up; read {rel} with read_file if you need it]"))
+                    continue
+                self.given_bytes += size
                 self._loaded(rel)
                 found.append((rel, text.strip()))
         return found

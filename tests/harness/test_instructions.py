@@ -70,3 +70,16 @@ def test_symlinked_or_outside_files_are_not_read(tmp_path: Path) -> None:
     assert pi.system_prompt("base") == "base"
     assert pi.pending("sub/x.py") == []
     assert pi.pending("../secret.md") == []
+
+
+def test_total_budget_names_the_files_past_it(tmp_path: Path) -> None:
+    (tmp_path / "AGENTS.md").write_text("r" * 60 + "\n")
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "AGENTS.md").write_text(name * 30 + "\n")
+    pi = ProjectInstructions(tmp_path, max_total_bytes=100)
+    assert pi.system_prompt(None) is not None  # 61 bytes
+    assert pi.pending("a/x.py") == [("a/AGENTS.md", "a" * 30)]  # 92 bytes so far
+    assert pi.pending("b/x.py") == [("b/AGENTS.md", "[not included: the run's 100 bytes of project instructions are "
+                                                    "used up; read b/AGENTS.md with read_file if you need it]")]
+    assert pi.loaded == ["AGENTS.md", "a/AGENTS.md"]
