@@ -8,7 +8,9 @@ side ref ``refs/kimik3/<session>/turn-N`` (the "after" commit, its parent the "b
 user's index, HEAD, branches and working tree are never touched. Elsewhere the files a turn's file
 tools name are copied before the turn (``bash`` changes are then not covered). Each turn that
 changed files appends a ``{"checkpoint": {...}}`` record to the session: the turn, the snapshots
-and the changed paths.
+and the changed paths. Like ``git stash -u``, untracked files that are not ignored are stored in the
+repository's object database; the refs stay until removed (``git for-each-ref refs/kimik3
+--format='delete %(refname)' | git update-ref --stdin``, then ``git gc``).
 
 :func:`undo` restores only paths the undone turns changed; the user's other changes stay. It
 refuses (:class:`~kimik3.CheckpointError`) when one of those files changed after the agent's last
