@@ -405,9 +405,12 @@ class Agent(Generic[OutputT]):
         run.model_turn(completion, message)  # the message exactly as received
         if message.tool_calls:
             await self.hooks.before_tools(run.turns, message.tool_calls)
-            async for tool_event in self._run_tools(run, message.tool_calls):
-                yield tool_event
-            await self.hooks.after_tools(run.turns, message.tool_calls)
+            try:
+                async for tool_event in self._run_tools(run, message.tool_calls):
+                    yield tool_event
+            finally:  # a cancelled turn's changes are recorded too
+                with anyio.CancelScope(shield=True):
+                    await self.hooks.after_tools(run.turns, message.tool_calls)
             yield TurnEndEvent(run.turns, message, completion.usage)
             yield ToolsRan()
             return

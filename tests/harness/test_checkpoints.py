@@ -172,3 +172,22 @@ async def test_gitattributes_eol_crlf_and_user_autocrlf_restore_the_same_bytes(t
     assert undo(session) == ["raw.txt", "w.crlf"]
     assert (repo / "w.crlf").read_bytes() == b"one\r\ntwo\r\n"
     assert (repo / "raw.txt").read_bytes() == b"lf\nand crlf\r\n"
+
+
+async def test_a_cancelled_turn_still_records_what_it_changed(repo: Path, tmp_path: Path) -> None:
+    import functools
+
+    import anyio
+
+    session = tmp_path / "s.jsonl"
+    engine = ScriptedEngine([calls(("bash", {"command": "echo partial > half.txt && sleep 60"})), answer("x")])
+    agent = CodingHarness(repo, background=False, subagents=False).agent(engine=engine)
+    async with anyio.create_task_group() as group:
+        group.start_soon(functools.partial(agent.run, "go", session=session))
+        with anyio.fail_after(30):
+            while not (repo / "half.txt").exists():
+                await anyio.sleep(0.01)
+        group.cancel_scope.cancel()  # Ctrl-C while the command runs
+    assert [(r["turn"], r["changed"]) for r in session_checkpoints(session)] == [(1, ["half.txt"])]
+    assert undo(session) == ["half.txt"]
+    assert not (repo / "half.txt").exists()
