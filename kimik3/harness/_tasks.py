@@ -6,7 +6,7 @@ parallel tool calls).
 The child's final answer, followed by a line with its turns and token usage, is the tool result.
 A child that raises (an engine error, say) gives an error result; one that stops on a budget gives
 its summary with a note. When the parent records a session, each child records its own next to it
-(``<parent>.task-<call id>.jsonl``) and the parent's session gets a ``{"child_session": {...}}``
+(``<parent>.task-<n>-<call id>.jsonl``) and the parent's session gets a ``{"child_session": {...}}``
 record linking it.
 """
 
@@ -56,10 +56,12 @@ class SubAgents(RunHooks):
         self.instructions = instructions
         self.children: list[tuple[str, str | None, Any]] = []
         self._session: SessionWriter | None = None
+        self._started = 0
 
     async def run_start(self, session: SessionWriter | None) -> None:
         self._session = session
         self.children = []
+        self._started = 0
 
     def tool(self) -> Tool:
         """The ``task`` tool."""
@@ -95,10 +97,12 @@ class SubAgents(RunHooks):
         child: Agent[str] = Agent(instructions=self.instructions, tools=[self.child_tools[n] for n in chosen],
                                   client=self.client, settings=self.settings, budgets=self.budgets)
         path: str | None = None
-        if self._session is not None:
-            safe = re.sub(r"[^A-Za-z0-9._-]", "_", ctx.tool_call_id or str(len(self.children)))
+        self._started += 1
+        if self._session is not None:  # numbered: servers may reuse call ids across turns
+            safe = re.sub(r"[^A-Za-z0-9._-]", "_", ctx.tool_call_id)[:64]
             parent = Path(self._session.path)
-            path = str(parent.with_name(f"{parent.stem}.task-{safe}.jsonl"))
+            suffix = f"{self._started}-{safe}" if safe else str(self._started)
+            path = str(parent.with_name(f"{parent.stem}.task-{suffix}.jsonl"))
             self._session.record("child_session", {"tool_call_id": ctx.tool_call_id, "path": path,
                                                    "description": description})
         try:

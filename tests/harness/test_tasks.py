@@ -136,3 +136,25 @@ async def test_a_childs_edits_are_in_the_parents_checkpoint(tmp_path: Path) -> N
     assert [(r["turn"], r["changed"]) for r in session_checkpoints(session)] == [(1, ["f.txt"])]
     assert undo(session) == ["f.txt"]
     assert (tmp_path / "f.txt").read_text() == "before\n"
+
+
+async def test_child_sessions_are_numbered_in_start_order(tmp_path: Path) -> None:
+    """Numbered, so a server that reuses call ids across turns cannot make two children share a file."""
+    import re
+
+    def script(messages: list[Message]) -> str:
+        if is_child(messages):
+            return answer(f"child of {user_task(messages)}")
+        n = sum(m.role == "tool" for m in messages)
+        return calls(("task", {"description": f"job {n}", "prompt": f"job {n}"})) if n < 2 else answer("ok")
+
+    session = tmp_path / "p.jsonl"
+    agent = CodingHarness(tmp_path, background=False, checkpoints=False).agent(engine=ScriptedEngine(script))
+    await agent.run("go", session=session)
+    links = [json.loads(line)["child_session"] for line in session.read_text().splitlines()
+             if line.startswith('{"child_session"')]
+    names = [Path(link["path"]).name for link in links]
+    assert [re.sub(r"call_[0-9a-f]{24}", "ID", n) for n in names] == ["p.task-1-ID.jsonl", "p.task-2-ID.jsonl"]
+    for n, link in enumerate(links):
+        lines = Path(link["path"]).read_text().splitlines()
+        assert json.loads(lines[-1])["message"]["content"] == f"child of job {n}"
