@@ -68,3 +68,14 @@ def test_core_tools_keep_the_trained_prompt_and_no_agents_md_opts_out(tmp_path: 
     assert header["tools"] == ["bash", "edit_file", "glob", "grep", "read_file", "write_file"]
     assert "project instructions" not in out
     assert "Be careful" not in header["instructions"]
+
+
+def test_core_harness_tools_are_exactly_the_trained_coding_tools(tmp_path: Path) -> None:
+    from kimik3 import ScriptedEngine
+    from kimik3.harness import CodingHarness
+    from kimik3.tools.coding import coding_tools
+
+    harness = CodingHarness(tmp_path, background=False, subagents=False, edit_tools=False)  # tracking on
+    tools, _, hooks = harness.parts(engine=ScriptedEngine([]))
+    assert [t.spec for t in tools] == [t.spec for t in coding_tools(tmp_path)]
+    assert [type(h).__name__ for h in hooks] == ["Checkpoints", "ProjectInstructions"]
