@@ -102,7 +102,10 @@ _STOP_REASONS = {
     "token_budget": "the token budget ran out; the answer is the model's summary so far",
     "time_budget": "the time budget ran out; the answer is the model's summary so far",
     "invalid_output": "the answer did not match the required output schema",
+    "unusable_output": "twice in a row the model's output had neither an answer nor a call that could run",
 }
+MAX_ISSUES = 10
+"""The summary of a degraded run lists at most this many of its issues."""
 
 
 # -- options ---------------------------------------------------------------------------------
@@ -392,6 +395,19 @@ def _arguments(arguments: dict[str, Any]) -> str:
     return text if len(text) <= ARGUMENTS_CHARS else text[:ARGUMENTS_CHARS] + "..."
 
 
+def _degraded_lines(result: RunResult[Any]) -> list[str]:
+    """``degraded: ...`` and the run's issues, for a run whose answer is not clean ([] when it is)."""
+    if not result.issues:
+        return []
+    counts = [f"{n} {what} call{'' if n == 1 else 's'}" for n, what in
+              ((result.cut_calls, "cut"), (result.dropped_calls, "dropped"), (result.failed_calls, "failed")) if n]
+    issues = f"{len(result.issues)} issue{'' if len(result.issues) == 1 else 's'}"
+    lines = [f"degraded: {', '.join([*counts, issues])}", *(f"  {i}" for i in result.issues[:MAX_ISSUES])]
+    if len(result.issues) > MAX_ISSUES:
+        lines.append(f"  ... and {len(result.issues) - MAX_ISSUES} more")
+    return lines
+
+
 def _one_line(e: BaseException) -> str:
     message = " ".join(str(e).split())
     return f"{type(e).__name__}: {message}" if message else type(e).__name__
@@ -446,7 +462,8 @@ class _PlainProgress:
             self._text = ""
             self.turn = event.turn + 1
         elif isinstance(event, CompactionEvent):
-            self._echo(f"[turn {self.turn}] {event.stopped or f'compacted {event.removed_messages} earlier messages'}")
+            what = event.stopped or event.failed or f"compacted {event.removed_messages} earlier messages"
+            self._echo(f"[turn {self.turn}] {what}")
 
     def stop(self) -> None:
         pass
@@ -458,6 +475,8 @@ class _PlainProgress:
         if result is not None:
             if result.stop_reason != "completed":
                 self._echo(f"stopped: {result.stop_reason} ({_STOP_REASONS.get(result.stop_reason, '')})")
+            for line in _degraded_lines(result):
+                self._echo(line)
             self._echo(f"usage: {result.turns} turns, {self.tool_calls} tool calls, "
                        f"{result.usage.total_tokens} tokens")
         if session is not None:
@@ -567,7 +586,7 @@ class _RichProgress:
             self.turn = event.result.turns
             self.phase = "done"
         elif isinstance(event, CompactionEvent):
-            text = event.stopped or f"compacted {event.removed_messages} earlier messages"
+            text = event.stopped or event.failed or f"compacted {event.removed_messages} earlier messages"
             self._print(Text(text, style="dim yellow"))
 
     def note(self, text: str) -> None:
@@ -578,6 +597,8 @@ class _RichProgress:
             if result.stop_reason != "completed":
                 why = _STOP_REASONS.get(result.stop_reason, "")
                 self._print(Text(f"stopped: {result.stop_reason} ({why})", style="bold yellow"))
+            for line in _degraded_lines(result):
+                self._print(Text(line, style="yellow"))
             self._print(Text(f"{result.turns} turns · {self.tool_calls} tool calls · "
                              f"{result.usage.total_tokens:,} tokens", style="dim"))
         if session is not None:
@@ -777,7 +798,11 @@ def chat(ctx: click.Context, /, workspace: str | None, session: str | None, **pa
                 if not line.strip():
                     continue
                 try:
-                    await _drive(agent, line, history, path, progress)
+                    answer = await _drive(agent, line, history, path, progress)
+                    if answer.stop_reason != "completed":
+                        progress.note(f"stopped: {answer.stop_reason} ({_STOP_REASONS.get(answer.stop_reason, '')})")
+                    for issue in _degraded_lines(answer):  # a degraded answer never passes for a clean one
+                        progress.note(issue)
                 except Exception as e:
                     typed = _typed_error(e)
                     if typed is None:

@@ -512,3 +512,67 @@ async def test_example_is_import_safe_and_runs_a_scripted_engine(
     ]
     assert out[-2:] == ["Fixed add in calc.py (it subtracted); test_calc.py passes.", out[-1]]
     assert out[-1].startswith("[completed, ") and run_test(repo).returncode == 0
+
+
+# -- degraded runs -----------------------------------------------------------------------------
+
+
+def test_a_degraded_run_says_what_went_wrong(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    both = render_output({"reasoning_content": "r", "content": "", "tool_calls": [
+        {"id": "1", "function": {"name": "read_file", "arguments": {"path": "calc.py"}}},
+        {"id": "2", "function": {"name": "write_file", "arguments": {"path": "new.py", "content": "x = 1"}}}]})
+    cut = both[: both.index("x = 1")]  # the write is cut by the output limit inside its content
+    script = write_script(tmp_path / "s.json", [cut, answer("Read calc.py; new.py is not written.")])
+    result = invoke(["run", "read and write", "-w", str(repo), "--script", str(script)], tmp_path / "home")
+    assert result.exit_code == 0
+    lines = result.stdout.splitlines()
+    assert lines[:4] == [
+        '[turn 1] tool read_file {"path": "calc.py"}',
+        "[turn 1] dropped an incomplete call to write_file",
+        "[turn 1] result read_file: 1 def add(a, b):",
+        "[turn 2] answer: Read calc.py; new.py is not written.",
+    ]
+    assert lines[4:6] == [
+        "degraded: 1 cut call, 1 issue",
+        "  turn 1: the call to 'write_file' was cut by the output limit (max_tokens) before it finished and did not run",
+    ]
+    assert lines[6].startswith("usage: 2 turns, 1 tool calls, ")
+    assert not (repo / "new.py").exists()
+
+
+def test_an_unusable_run_stops_and_says_so(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    empty = "plan<|close|>think<|sep|><|close|>message<|sep|>"
+    script = write_script(tmp_path / "s.json", [empty, empty])
+    result = invoke(["run", "do it", "-w", str(repo), "--script", str(script)], tmp_path / "home")
+    assert result.exit_code == 0
+    lines = result.stdout.splitlines()
+    assert lines[2:6] == [
+        "stopped: unusable_output (twice in a row the model's output had neither an answer nor a call that could run)",
+        "degraded: 2 issues",
+        "  turn 1: the model's message had neither an answer nor a tool call",
+        "  turn 2: the model's message had neither an answer nor a tool call",
+    ]
+
+
+def test_chat_says_when_an_answer_is_degraded(tmp_path: Path) -> None:
+    empty = "plan<|close|>think<|sep|><|close|>message<|sep|>"
+    script = write_script(tmp_path / "chat.json", [empty, answer("Hi!")])
+    result = invoke(["chat", "--script", str(script), "--session", str(tmp_path / "c.jsonl")], tmp_path / "home",
+                    input="hello\n/exit\n")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[:4] == ["[turn 1] answer: (no text)", "[turn 2] answer: Hi!", "degraded: 1 issue",
+                         "  turn 1: the model's message had neither an answer nor a tool call"]
+
+
+
+def test_a_compaction_that_kept_the_history_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    from kimik3.agents import CompactionEvent
+
+    progress = cli_module._PlainProgress()
+    why = "compaction kept the full history: the summary came back empty (no text, only reasoning)"
+    progress.event(CompactionEvent(0, "", failed=why))
+    progress.event(CompactionEvent(7, "SUMMARY"))
+    assert capsys.readouterr().out.splitlines() == [f"[turn 1] {why}", "[turn 1] compacted 7 earlier messages"]

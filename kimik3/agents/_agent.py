@@ -10,8 +10,10 @@ One run::
         one turn (:meth:`Agent._turn`): a model call (streamed; the assistant message kept
         exactly as received), then one of three named outcomes:
             ToolsRan          tool calls ran concurrently, one result message per call id
-            ContinueWith(p)   cut by max_tokens, or an answer that failed output_type: ask again
-            Final(output)     the answer (validated against output_type): stop
+            ContinueWith(p)   cut by max_tokens, calls that did not run, a turn with neither an
+                              answer nor a call, an answer that failed output_type: ask again
+            Final(output)     the answer (validated against output_type), or a second unusable
+                              turn in a row (stop_reason "unusable_output"): stop
 
 Every message is appended to the JSONL session file as it happens.
 """
@@ -21,11 +23,12 @@ from __future__ import annotations
 import inspect
 import json
 import logging
+import math
 import os
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import AsyncExitStack, nullcontext
+from contextlib import AsyncExitStack
 from typing import Any, Generic, cast
 
 import anyio
@@ -35,26 +38,26 @@ from .. import _tracing
 from .._client import Client
 from .._exceptions import JSONLimitError, SessionError, UserError
 from ..engines import Engine
-from ..formats.k3 import K3Tokenizer, PromptCache, ToolCallDone, check_json_limits, default_tokenizer
+from ..formats.k3 import K3Tokenizer, ToolCallDone, check_json_limits, default_tokenizer
 from ..tools import Tool, ToolContext, ToolResult, Toolset
+from ..tools._limits import STRAY_NOTE, stray_cancellation
 from ..types import (
     AssistantMessage,
-    ChatCompletion,
     ChatRequest,
     ImagePart,
     Message,
     SystemMessage,
     TextPart,
     ToolCall,
-    ToolSpec,
-    Usage,
     UserMessage,
-    message_text,
 )
+from ._checks import EMPTY_TURN, answer_text, check_images, failed_call_errors, unrun_calls, unrun_note
+from ._compaction import compact
 from ._dynamic import Toolbox, undeclared
 from ._history import orphan_results, prune_images, result_message
 from ._hooks import AllHooks, RunHooks
-from ._prompts import SUMMARY_INSTRUCTIONS
+from ._prompts import CONTINUE_REQUEST, SUMMARY_INSTRUCTIONS
+from ._run import _Run
 from ._session import SessionWriter, load_session
 from ._types import (
     AgentEvent,
@@ -62,7 +65,6 @@ from ._types import (
     ApprovalDecision,
     ApprovalHook,
     Budgets,
-    CompactionEvent,
     ContextPolicy,
     ContinueWith,
     Deny,
@@ -88,65 +90,7 @@ __all__ = ["Agent"]
 
 log = logging.getLogger("kimik3.agent")
 
-COMPACTION_REQUEST = (
-    "Summarise the conversation so far for your own later use: the task, what you did, what you "
-    "found (file names, facts, results), and what remains. Be concise and concrete. Do not call tools."
-)
-CONTINUE_REQUEST = "Your last message was cut off by the output limit. Continue where you stopped."
-
-
-class _Run:
-    """The state of one run: the live message list, usage, clock, session and prompt cache.
-
-    ``context_tokens`` is THE count of tokens in the context (one definition): the last model
-    call's prompt + completion tokens as the engine counted them, plus :meth:`message_tokens` of
-    every message added since (after a compaction: of every message).
-    """
-
-    def __init__(self, messages: list[Message], session: SessionWriter | None, deps: Any,
-                 count: Callable[[str], int]) -> None:
-        self.messages = messages
-        self.session = session
-        self.deps = deps
-        self.count = count
-        self.usage = Usage()
-        self.turns = 0
-        self.started = time.monotonic()
-        self.cache = PromptCache()
-        self.context_tokens = 0
-        self.output_retry_used = False  # the one retry of an answer that failed output_type
-        self.tools: dict[str, Tool] = {}  # what the model may call now (own tools + toolsets')
-        self.specs: list[ToolSpec] = []  # the prompt head's declaration, fixed for the run
-        self.span = _tracing.Span()
-        self.call_errors: dict[str, str] = {}  # call id -> why its arguments cannot be used
-        self.compaction_stopped = False  # compaction cannot bring the context under its threshold
-
-    def add(self, message: Message, *, counted: bool = False) -> None:
-        self.messages.append(message)
-        if not counted:
-            self.context_tokens += self.message_tokens(message)
-        if self.session is not None:
-            self.session.message(message)
-
-    def model_turn(self, completion: ChatCompletion, message: AssistantMessage) -> None:
-        """Record a model call: its usage, and its message (whose tokens the call counted)."""
-        self.usage = self.usage + completion.usage
-        self.turns += 1
-        self.context_tokens = completion.usage.prompt_tokens + completion.usage.completion_tokens
-        self.add(message, counted=True)
-
-    def message_tokens(self, message: Message) -> int:
-        """Tokens a message adds to the context: its text, reasoning (once), tool calls and the
-        tools a dynamic declaration declares."""
-        n = self.count(message_text(message.content)) if message.content else 0
-        if isinstance(message, SystemMessage) and message.tools:
-            n += self.count(json.dumps([t.model_dump(mode="json", exclude_none=True) for t in message.tools]))
-        if isinstance(message, AssistantMessage):
-            if message.reasoning_content:
-                n += self.count(message.reasoning_content)
-            for call in message.tool_calls or ():
-                n += self.count(call.function.name) + self.count(call.function.arguments)
-        return n
+TOOL_GRACE = 0.5  # s past the time budget before the agent ends what tools' own limits did not
 
 
 class Agent(Generic[OutputT]):
@@ -164,10 +108,17 @@ class Agent(Generic[OutputT]):
           order. Cancelling the run cancels and awaits every tool and still leaves one result
           message for every call id.
         - Bad model output never crashes the run nor poisons the history: a call that never
-          completed is dropped by the parser, an unknown tool or invalid arguments become a
-          tool-error result the model sees.
+          completed (cut by ``max_tokens``, broken by marker text, undecodable) never runs and is
+          named to the model in a note so it can retry; an unknown tool or invalid arguments
+          become a tool-error result the model sees. A tool's own ``CancelledError`` is its error
+          result; only the run's cancellation cancels tools.
+        - A turn that failed is never reported as success: a turn with neither an answer nor a
+          call that ran is asked again once, then the run stops with ``unusable_output``; an
+          empty or cut compaction summary is never applied; :attr:`RunResult.degraded` and
+          :attr:`RunResult.issues` say what went wrong on the way.
         - A budget that runs out ends the run gracefully: one tool-free summary turn, then a
-          result whose ``stop_reason`` says which budget.
+          result whose ``stop_reason`` says which budget. Tools get the rest of the time budget
+          as their time limit (a sync tool blocked in a system call is abandoned).
         - Tools that appear during a run are declared in the history (:meth:`add_tools`), never
           in the prompt's head: earlier prompts stay prefixes of later ones.
         - Runs, model calls and tool calls are OpenTelemetry spans (:mod:`kimik3._tracing`).
@@ -367,7 +318,7 @@ class Agent(Generic[OutputT]):
                 async for event in self._final_turn(run, exhausted):
                     yield event
                 return
-            async for event in self._maybe_compact(run):
+            async for event in compact(self, run):
                 yield event
             outcome: TurnOutcome | None = None
             async for item in self._turn(run):
@@ -382,7 +333,8 @@ class Agent(Generic[OutputT]):
                 return
 
     async def _turn(self, run: _Run) -> AsyncIterator[AgentEvent | TurnOutcome]:
-        """One turn: a model call, its tools; ends with its named :data:`TurnOutcome`."""
+        """One turn: a model call, its tools; ends with its named :data:`TurnOutcome` (calls that did
+        not run are named to the model; a turn with no answer and no call is never the answer)."""
         await self._sync_tools(run)
         request = self._request(run)
         with _tracing.model_call(run.span, self.client.engine.model, request) as span:
@@ -394,15 +346,12 @@ class Agent(Generic[OutputT]):
             span.done(call.completion)
         completion = call.completion
         message = completion.message
-        if completion.failed_tool_calls:  # a chat server's calls with undecodable arguments: kept,
-            # in the history with arguments {}, and answered with the reason and what was sent
-            for failed in completion.failed_tool_calls:
-                sent = failed.arguments if len(failed.arguments) <= 300 else failed.arguments[:300] + "..."
-                run.call_errors[failed.id] = (f"{failed.reason}. The arguments you sent: {sent}. "
-                                              "Call the tool again with its arguments as one JSON object.")
+        if completion.failed_tool_calls:  # a chat server's undecodable calls: kept with {}, answered with why
+            run.call_errors.update(failed_call_errors(completion))
             calls = [*(message.tool_calls or ()), *(f.to_tool_call() for f in completion.failed_tool_calls)]
             message = message.model_copy(update={"tool_calls": calls})
         run.model_turn(completion, message)  # the message exactly as received
+        note = unrun_note(run.unrun(unrun_calls(completion)))  # issues and counts recorded
         if message.tool_calls:
             await self.hooks.before_tools(run.turns, message.tool_calls)
             try:
@@ -412,12 +361,21 @@ class Agent(Generic[OutputT]):
                 with anyio.CancelScope(shield=True):
                     await self.hooks.after_tools(run.turns, message.tool_calls)
             yield TurnEndEvent(run.turns, message, completion.usage)
-            yield ToolsRan()
+            run.unusable_turns = 0
+            yield ContinueWith(note) if note else ToolsRan()
             return
         yield TurnEndEvent(run.turns, message, completion.usage)
-        if completion.truncated:
+        if note is None and completion.truncated:
             yield ContinueWith(CONTINUE_REQUEST)
             return
+        if note is None and not answer_text(message).strip():
+            run.issue("the model's message had neither an answer nor a tool call")
+            note = EMPTY_TURN
+        if note is not None:
+            run.unusable_turns += 1
+            yield ContinueWith(note) if run.unusable_turns < 2 else Final(None, "unusable_output")
+            return
+        run.unusable_turns = 0
         output, error = self._validate_output(message)
         if error is not None and not run.output_retry_used:
             run.output_retry_used = True
@@ -469,8 +427,10 @@ class Agent(Generic[OutputT]):
                 interrupts.append(e)
                 group.cancel_scope.cancel()
 
+        # Tools get the rest of the budget as their limit; this scope ends what that did not (a hook).
+        scope = anyio.move_on_after(None if deadline is None else deadline + TOOL_GRACE)
         try:
-            with anyio.move_on_after(deadline) if deadline is not None else nullcontext():
+            with scope:
                 async with anyio.create_task_group() as group:
                     for i, call in enumerate(calls):
                         group.start_soon(one, call, i)
@@ -483,11 +443,14 @@ class Agent(Generic[OutputT]):
         finally:
             # Whatever happened (a cancelled run, the time budget), every call id gets a result
             # message, in call order, so the history stays valid for the next request.
+            why = ("the run's time budget ran out before the tool call finished" if scope.cancel_called
+                   else "the tool call was cancelled before it finished")
             for i, call in enumerate(calls):
                 result = results[i]
                 if result is None:
-                    result = ToolResult(content="Error: the tool call was cancelled before it finished", is_error=True)
+                    result = ToolResult(content=f"Error: {why}", is_error=True)
                     results[i] = result
+                run.failed_calls += result.is_error
                 run.add(result_message(result, call, self.context.max_result_chars))
             prune_images(run.messages, self.context.max_images, self.context.image_slack)
         for i, call in enumerate(calls):
@@ -501,7 +464,12 @@ class Agent(Generic[OutputT]):
     async def _one_tool(self, run: _Run, call: ToolCall, results: list[ToolResult | None],
                         approved: list[ToolCallApprovedEvent | None], i: int) -> None:
         with _tracing.tool_call(run.span, call.id, call.function.name, call.function.arguments) as span:
-            await self._call_tool(run, call, results, approved, i)
+            try:
+                await self._call_tool(run, call, results, approved, i)
+            except BaseException as e:  # a CancelledError the tool or the hook raised itself: its error
+                if not stray_cancellation(e, scoped=True):
+                    raise  # the run's own cancellation (or KeyboardInterrupt...) cancels the tools
+                results[i] = ToolResult(content=f"{ToolResult.from_exception(e).text} {STRAY_NOTE}", is_error=True)
             span.done(results[i])
 
     async def _call_tool(self, run: _Run, call: ToolCall, results: list[ToolResult | None],
@@ -522,7 +490,11 @@ class Agent(Generic[OutputT]):
             return
         approved[i] = decision
         context = ToolContext(tool_call_id=call.id, deps=run.deps, add_tools=self.add_tools)
-        result = await tool.run(decision.arguments, context)
+        left = self._deadline(run)  # rounded up to 0.1 s: the error names a readable limit
+        limits = [t for t in (tool.timeout, left if left is None else math.ceil(left * 10) / 10) if t is not None]
+        result = await tool.run(decision.arguments, context, timeout=min(limits) if limits else None)
+        local = bool(getattr(self.client.engine, "allow_local_files", False))
+        result = await check_images(result, allow_local_files=local)  # an image the model can't see: an error
         if decision.edited:
             note = f"[the user edited the arguments to {json.dumps(decision.arguments, ensure_ascii=False)}]\n"
             result = ToolResult(content=note + result.text if isinstance(result.content, str)
@@ -595,13 +567,13 @@ class Agent(Generic[OutputT]):
             message = AssistantMessage(content=message.content, reasoning_content=message.reasoning_content)
         run.model_turn(completion, message)
         yield TurnEndEvent(run.turns, message, completion.usage)
+        if not answer_text(message).strip():
+            run.issue("the summary turn gave no text" + (" (cut by the output limit)" if completion.truncated else ""))
         output, _ = self._validate_output(message)
         yield FinalEvent(self._result(run, output, reason))
 
     def _validate_output(self, message: AssistantMessage) -> tuple[Any, str | None]:
-        text = message.content if isinstance(message.content, str) else ""
-        if isinstance(message.content, list):
-            text = "".join(p.text for p in message.content if isinstance(p, TextPart))
+        text = answer_text(message)
         if self._output_adapter is None:
             return text, None
         raw = text.strip()
@@ -617,71 +589,12 @@ class Agent(Generic[OutputT]):
     def _result(self, run: _Run, output: Any, reason: StopReason) -> RunResult[OutputT]:
         path = str(run.session.path) if run.session is not None else None
         return RunResult(output=output, messages=run.messages, usage=run.usage, turns=run.turns,
-                         stop_reason=reason, session_path=path)
+                         stop_reason=reason, session_path=path, failed_calls=run.failed_calls,
+                         cut_calls=run.cut_calls, dropped_calls=run.dropped_calls, issues=list(run.issues))
 
     def _count(self, text: str) -> int:
         tok = self._tokenizer or self.client.engine.tokenizer or default_tokenizer()
         return len(tok.encode_text(text))
-
-    async def _maybe_compact(self, run: _Run) -> AsyncIterator[AgentEvent]:
-        """Summarise older turns once the context reaches ``compact_at`` of the window.
-
-        What is kept verbatim (the system prompt and first task, then up to ``keep_recent_turns``
-        recent turns) is shrunk until its count is at most half the threshold, so the next
-        compaction is due only after the conversation grew by that much again. When what must
-        stay (the first task, tool declarations) does not fit under that, compaction stops for
-        the run and says so once (a :class:`CompactionEvent` with ``stopped``) instead of
-        calling the model on every turn.
-        """
-        policy = self.context
-        threshold = policy.compact_at * policy.context_window
-        if run.context_tokens < threshold or run.compaction_stopped:
-            return
-        msgs = run.messages
-        head = 0  # keep the system prompt(s) and the first user task
-        while head < len(msgs) and not isinstance(msgs[head], UserMessage):
-            head += 1
-        head += 1
-        sizes = [run.message_tokens(m) for m in msgs]
-        target = threshold / 2
-        # What the messages do not account for (tool declarations, the prompt template) stays
-        # after any compaction: the context count minus the messages' own tokens.
-        fixed = max(0, run.context_tokens - sum(sizes))
-        head_tokens = fixed + sum(sizes[:head])
-        if head_tokens > target:
-            run.compaction_stopped = True
-            reason = (f"compaction stopped: what it must keep (the first task, tool declarations: about "
-                      f"{head_tokens:,} tokens) cannot get under half of the {threshold:,.0f}-token threshold")
-            log.warning("kimik3: %s", reason)
-            yield CompactionEvent(0, "", stopped=reason)
-            return
-        turn_starts = [i for i in range(head, len(msgs)) if isinstance(msgs[i], AssistantMessage)]
-        keep = min(policy.keep_recent_turns, len(turn_starts))
-        while keep and head_tokens + sum(sizes[turn_starts[-keep] :]) > target:
-            keep -= 1  # a tool call is never separated from its result: whole turns only
-        split = turn_starts[-keep] if keep else len(msgs)
-        if len(turn_starts) <= policy.keep_recent_turns and keep == len(turn_starts):
-            return  # too early: the recent turns are all there is, and they fit
-        older = msgs[head:split]
-        request = self._request(run, tool_choice="none",
-                                messages=[*msgs[:split], UserMessage(content=COMPACTION_REQUEST)])
-        try:
-            with _tracing.model_call(run.span, self.client.engine.model, request) as span:
-                completion = await self.client.complete(request)
-                span.done(completion)
-        except Exception as e:  # compaction is an optimisation: never the reason a run dies
-            log.warning("kimik3: compaction failed, continuing with the full history: %s", e)
-            return
-        run.usage = run.usage + completion.usage
-        summary = completion.message.content if isinstance(completion.message.content, str) else ""
-        note = UserMessage(content=f"[Summary of {len(older)} earlier messages, written by you]\n{summary}")
-        new = [*msgs[:head], note, *msgs[split:]]
-        msgs[:] = new  # in place: the caller's list is the live history
-        run.cache = PromptCache()
-        run.context_tokens = fixed + sum(run.message_tokens(m) for m in new)
-        if run.session is not None:
-            run.session.compaction(new, summary)
-        yield CompactionEvent(len(older), summary)
 
 
 def _unwrap(group: BaseExceptionGroup[BaseException]) -> BaseException:

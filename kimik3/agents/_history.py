@@ -41,10 +41,11 @@ def orphan_results(messages: Sequence[Message], why: str) -> list[ToolMessage]:
 
 def prune_images(messages: list[Message], keep: int | None, slack: int | None = None) -> None:
     """Cache-stable screenshot pruning: nothing is dropped until more than ``keep + slack``
-    images are present (``slack`` None: ``keep``), then the oldest go down to ``keep`` (older
-    ones become the text :data:`IMAGE_DROPPED`), so most prompts extend the previous one exactly
+    images (``slack`` None: ``keep``) are in tool results, then the oldest go down to ``keep``
+    (each becomes the text :data:`IMAGE_DROPPED`), so most prompts extend the previous one exactly
     (a prompt cache keeps hitting) and the model never sees more than ``keep + slack`` images.
-    Messages are replaced, not mutated, so earlier prompts that used them stay valid."""
+    ``keep`` None keeps all. Messages are replaced, not mutated, so earlier prompts that used them
+    stay valid."""
     if keep is None:
         return
     slack = keep if slack is None else slack

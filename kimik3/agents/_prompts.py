@@ -1,4 +1,4 @@
-"""Default instructions of kimik3's built-in agents.
+"""Default instructions of kimik3's built-in agents, and the requests the agent writes itself.
 
 The tiny K3-speaking test model (``models/k3-tiny``) was trained on prompts that use
 :data:`CODING_INSTRUCTIONS` verbatim with the tools of :func:`kimik3.tools.coding.coding_tools`:
@@ -7,7 +7,7 @@ changing either changes what that model sees (a test pins both).
 
 from __future__ import annotations
 
-__all__ = ["CODING_INSTRUCTIONS", "SUMMARY_INSTRUCTIONS"]
+__all__ = ["CODING_INSTRUCTIONS", "COMPACTION_REQUEST", "COMPACTION_RETRY", "CONTINUE_REQUEST", "SUMMARY_INSTRUCTIONS"]
 
 CODING_INSTRUCTIONS = (
     "You are a coding agent. You work in a workspace directory through tools: read, write and "
@@ -21,3 +21,15 @@ SUMMARY_INSTRUCTIONS = (
     "found and what remains to be done."
 )
 """Appended (as a system message) for the final tool-free turn when a budget runs out."""
+
+COMPACTION_REQUEST = (
+    "Summarise the conversation so far for your own later use: the task, what you did, what you "
+    "found (file names, facts, results), and what remains. Be concise and concrete. Do not call tools."
+)
+"""The user message that asks for a compaction summary."""
+
+COMPACTION_RETRY = "Your summary {problem}. Write the summary again, shorter, as plain text."
+"""Asks once more when the summary came back empty or cut (``problem`` says which)."""
+
+CONTINUE_REQUEST = "Your last message was cut off by the output limit. Continue where you stopped."
+"""Sent after a reply (no tool call) that ``max_tokens`` cut."""

@@ -55,9 +55,11 @@ __all__ = [
 
 OutputT = TypeVar("OutputT", default=str)
 
-StopReason = Literal["completed", "turn_budget", "token_budget", "time_budget", "invalid_output"]
+StopReason = Literal["completed", "turn_budget", "token_budget", "time_budget", "invalid_output", "unusable_output"]
 """Why a run ended: the model answered (``completed``), a budget ran out (the agent then ran one
-tool-free summary turn), or the answer failed ``output_type`` validation twice."""
+tool-free summary turn), the answer failed ``output_type`` validation twice, or twice in a row a
+turn gave neither an answer nor a call that could run (``unusable_output``: e.g. marker text inside
+a string argument broke every call, or every call was cut by the output limit)."""
 
 
 @dataclass(frozen=True)
@@ -88,8 +90,9 @@ class Budgets:
     Attributes:
         turns: model calls that may request tools (default 50).
         tokens: total tokens (prompt + completion, summed over model calls), or None.
-        seconds: wall time of the run, or None. Tools still running at the deadline are
-            cancelled and answered with an error result.
+        seconds: wall time of the run, or None. Each tool call gets the rest of it as its time
+            limit (:meth:`~kimik3.tools.Tool.run`): one still running then is cancelled (async)
+            or abandoned in its thread (sync) and answered with an error result.
     """
 
     turns: int = 50
@@ -171,6 +174,14 @@ class RunResult(Generic[OutputT]):
         turns: model calls made in this run.
         stop_reason: why the run ended (:data:`StopReason`).
         session_path: the JSONL session file, when the run recorded one.
+        failed_calls: tool calls answered with an error result (the tool raised or overran its
+            time limit, invalid arguments, an unknown tool, a denial, a cancelled call).
+        cut_calls: tool calls cut by the output limit (``max_tokens``); they never ran.
+        dropped_calls: tool calls the model started that could not run (marker text inside an
+            argument ended them, or a server sent arguments that are not a JSON object).
+        issues: one line per problem of the run, in order (``"turn 2: the call to 'write' was
+            cut by the output limit (max_tokens) and did not run"``): failed, cut and dropped
+            calls, unusable turns, compactions that kept the history.
     """
 
     output: OutputT | None
@@ -179,6 +190,17 @@ class RunResult(Generic[OutputT]):
     turns: int
     stop_reason: StopReason
     session_path: str | None = None
+    failed_calls: int = 0
+    cut_calls: int = 0
+    dropped_calls: int = 0
+    issues: list[str] = field(default_factory=list)
+
+    @property
+    def degraded(self) -> bool:
+        """True unless the answer is clean: the run ended ``completed`` and nothing went wrong on
+        the way (no failed, cut or dropped call, no unusable turn, no failed compaction). A
+        degraded answer may still be right; :attr:`issues` says what happened."""
+        return self.stop_reason != "completed" or bool(self.issues)
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,12 +237,15 @@ class TurnEndEvent:
 
 @dataclass(frozen=True, slots=True)
 class CompactionEvent:
-    """Older turns were replaced by the model's summary; or, with ``stopped`` set (and nothing
-    removed), compaction cannot bring the context under its threshold and stops for this run."""
+    """Older turns were replaced by the model's summary; or nothing was removed (``summary`` ""):
+    with ``stopped`` set, compaction cannot bring the context under its threshold and stops for
+    this run; with ``failed`` set, the summary came back empty or cut twice (or its call failed)
+    and the history was kept as it was."""
 
     removed_messages: int
     summary: str
     stopped: str | None = None
+    failed: str | None = None
     type: Literal["compaction"] = field(default="compaction", init=False)
 
 
@@ -259,7 +284,8 @@ class ToolsRan:
 @dataclass(frozen=True, slots=True)
 class ContinueWith:
     """The turn needs another model call, with this user prompt first (a reply cut by the
-    output limit, an answer that failed ``output_type``)."""
+    output limit, calls of the turn that did not run, a turn with neither an answer nor a call,
+    an answer that failed ``output_type``)."""
 
     prompt: str
 

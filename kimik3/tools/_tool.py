@@ -45,6 +45,7 @@ from pydantic_core import PydanticUndefined, to_jsonable_python
 from .._exceptions import JSONLimitError, ToolArgumentsError, ToolDefinitionError, ToolError, ToolTimeoutError
 from ..formats.k3 import safe_loads
 from ..types import ImagePart, ImageURL, TextPart, ToolMessage, ToolSpec
+from ._limits import STRAY_NOTE, stray_cancellation
 from ._schema import (
     _annotated_target,
     _boolean_for_number,
@@ -496,10 +497,11 @@ class Tool:
         """Validate ``arguments``, call the function and convert what it returns.
 
         Never raises for invalid arguments, for an exception inside the tool (any
-        :class:`Exception`) or for a call that overruns its time limit: those come back as
-        ``ToolResult(is_error=True, content="Error: <ExceptionType>: <message>")``, e.g.
-        ``"Error: ToolTimeoutError: grep did not finish within 60 s and was abandoned"``.
-        Cancellation (``asyncio.CancelledError``, anyio's cancellation) and other
+        :class:`Exception`, and an ``asyncio.CancelledError`` the tool raised itself, see
+        :func:`~kimik3.tools._limits.stray_cancellation`) or for a call that overruns its time
+        limit: those come back as ``ToolResult(is_error=True, content="Error: <ExceptionType>:
+        <message>")``, e.g. ``"Error: ToolTimeoutError: grep did not finish within 60 s and was
+        abandoned"``. Cancellation of the caller (``asyncio.CancelledError``, anyio's cancellation) and other
         ``BaseException`` s propagate.
 
         A sync function runs in a new daemon thread, an async one in the caller's task. When the
@@ -540,6 +542,10 @@ class Tool:
             return ToolResult.from_value(value)
         except Exception as e:  # cancellation is a BaseException and is not caught
             return ToolResult.from_exception(e)
+        except BaseException as e:
+            if not stray_cancellation(e):
+                raise
+            return ToolResult(content=f"{ToolResult.from_exception(e).text} {STRAY_NOTE}", is_error=True)
 
 
 @overload

@@ -302,12 +302,20 @@ def test_json_block_inside_call() -> None:
 
 
 def test_marker_text_inside_a_string_argument_is_read_as_a_marker() -> None:
-    # The documented ambiguity: text spelling a marker cannot be told from the marker token.
-    text = (
-        HEADER + '<|open|>argument key="doc" type="string"<|sep|>ends with <|close|>argument<|sep|> here'
-        "<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|><|close|>message<|sep|>"
-    )
-    assert parse(text).tool_calls[0].arguments == {"doc": "ends with "}
+    # The documented ambiguity: text spelling a marker cannot be told from the marker token. The
+    # damage it leaves (the value's rest, a second close, inside the call) drops the call: it is
+    # never run with the cut argument {"doc": "ends with "}.
+    tail = "<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|><|close|>message<|sep|>"
+    arg = '<|open|>argument key="doc" type="string"<|sep|>'
+    for value in ("ends with <|close|>argument<|sep|> here", "ends with <|close|>argument<|sep|>"):
+        out = parse(HEADER + arg + value + tail)
+        assert out.tool_calls == () and [c.name for c in out.incomplete_tool_calls] == ["write"], value
+    # a json block's value closed early by its own marker text: the same
+    text = HEADER + '<|open|>json<|sep|>{"doc": "<|close|>json<|sep|>"}<|close|>json<|sep|>' + tail[24:]
+    assert parse(text).tool_calls == ()
+    # blank text between values is layout, not damage
+    ok = HEADER + arg + "fine<|close|>argument<|sep|>\n  " + tail[24:]
+    assert parse(ok).tool_calls[0].arguments == {"doc": "fine"}
 
 
 # -- result shape ------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import dataclasses
 import io
@@ -663,3 +664,32 @@ def test_pil_image_with_the_real_media_package() -> None:
     result = ToolResult.from_value(Image.new("RGB", (64, 48), (0, 0, 255)))
     assert isinstance(result.content, list) and isinstance(result.content[0], ImagePart)
     assert result.content[0].image_url.url.startswith("data:image/")
+
+
+# -- cancellation (issue 14: a tool's own CancelledError is its error) --
+
+
+async def test_a_tools_own_cancelled_error_is_its_error_result_a_callers_cancellation_propagates() -> None:
+    @tool
+    async def raises() -> str:
+        """Raises CancelledError itself."""
+        raise asyncio.CancelledError("bug")
+
+    @tool
+    def raises_in_thread() -> str:
+        """Raises CancelledError in its worker thread."""
+        raise asyncio.CancelledError()
+
+    @tool
+    async def sleeper() -> str:
+        """Sleeps long."""
+        await anyio.sleep(60)
+        return "woke"
+
+    assert (await raises.run({})).text == "Error: CancelledError: bug (raised by the code itself: nothing cancelled it)"
+    assert (await raises_in_thread.run({})).text == "Error: CancelledError (raised by the code itself: nothing cancelled it)"
+    reached: list[str] = []
+    with anyio.move_on_after(0.05) as scope:  # the caller is cancelled: that propagates
+        await sleeper.run({})
+        reached.append("after")
+    assert scope.cancelled_caught and reached == []

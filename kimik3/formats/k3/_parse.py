@@ -23,6 +23,9 @@ The unavoidable ambiguity: K3's markers are single special tokens, but a parser 
 their spelling. Text that spells a marker (for example a string argument holding a file that
 documents this format, where the model wrote ``<|close|>argument<|sep|>`` as plain BPE) cannot be
 told from a real marker, and is parsed as one. Only a token-id level parser could tell them apart.
+What a text parser can do is notice the damage: a value closed early leaves non-blank text, or a
+second close, inside the call outside any value; such a call is dropped as incomplete (reported,
+never run with a cut argument).
 """
 
 from __future__ import annotations
@@ -71,7 +74,7 @@ _MAX_PREFIX = max(len(m) for m, _ in _MARKERS) - 1
 #   _RESPONSE  inside the response channel: text is content
 #   _TOP       between channels, inside the message: non-blank text is content (decision)
 #   _TOOLS     inside <tools>, outside any call: text is dropped
-#   _CALL      inside a call, outside any value: text is dropped
+#   _CALL      inside a call, outside any value: blank text is dropped; other text breaks the call
 #   _ARG       inside an <argument>: text is the value (streamed when its type is string)
 #   _JSON      inside a <json> block (the encoder's fallback for unparsable arguments)
 #   _DONE      the message is over: everything after is ignored
@@ -116,7 +119,8 @@ _dumps: Callable[[Any], str] = json.JSONEncoder(ensure_ascii=False).encode
 
 class _Call:
     __slots__ = (
-        "arg_key", "arg_parts", "arg_string", "error", "id", "index", "items", "json_parts", "name", "parent",
+        "arg_key", "arg_parts", "arg_string", "broken", "error", "id", "index", "items", "json_parts", "name",
+        "parent",
     )  # fmt: skip
 
     def __init__(self, index: int, id: str, name: str, parent: int) -> None:
@@ -130,6 +134,7 @@ class _Call:
         self.arg_string = False
         self.arg_parts: list[str] = []
         self.error: str | None = None  # the first value beyond the JSON limits, if any
+        self.broken = False  # marker text ended a value early: dropped at its close, never run
 
 
 class StreamParser:
@@ -167,8 +172,11 @@ class StreamParser:
     Decisions where the spec is silent (kept in code comments too):
         - Text between channels (after a channel closed, outside any tag) is content when it has
           non-whitespace (the model forgot ``<|open|>response<|sep|>``); whitespace-only runs
-          there are layout and dropped. Text inside ``tools`` but outside a call, or inside a call
-          but outside an argument, is dropped.
+          there are layout and dropped. Text inside ``tools`` but outside a call, and blank text
+          inside a call outside any value, are dropped.
+        - Non-blank text inside a call outside any value, or a close of a value that is not open,
+          is what marker text inside a string argument leaves behind (it closed the value early):
+          the call is dropped as incomplete at its close, never run with a cut argument.
         - With ``thinking=False`` a think channel opened anyway is parsed as reasoning
           (``reasoning_content`` becomes a string); a stray ``<|close|>think<|sep|>`` is ignored.
         - A call header without a ``tool`` attribute gives the name ``""``; the model's ``index``
@@ -341,7 +349,11 @@ class StreamParser:
                 self._top_ws.append(s)
                 self._emit_content("".join(self._top_ws))
                 self._top_ws.clear()
-        # _TOOLS, _CALL: text outside a call / outside an argument is dropped (decision).
+        elif state == _CALL and not s.isspace():
+            # Decision: a value closed early by marker text leaves its rest here; the call is broken.
+            assert self._call is not None
+            self._call.broken = True
+        # _TOOLS, blank _CALL text: text outside a call / between values is dropped (decision).
 
     def _emit_content(self, s: str) -> None:
         self._content.append(s)
@@ -368,8 +380,9 @@ class StreamParser:
         # Transitions on a complete tag (state -> tag -> new state); anything not listed is ignored:
         #   any          open/close message  -> _DONE (end of the message; a new message is a slip)
         #   _CALL/_ARG/_JSON  open argument|json -> _ARG/_JSON (an open value is closed first)
-        #   _ARG/_JSON   close argument|json -> _CALL
-        #   _CALL/_ARG/_JSON  close call     -> the call is committed -> _TOOLS or _TOP (its parent)
+        #   _ARG/_JSON   close argument|json -> _CALL (_CALL: a second close, the call is broken)
+        #   _CALL/_ARG/_JSON  close call     -> the call is committed (abandoned when broken)
+        #                                       -> _TOOLS or _TOP (its parent)
         #   _CALL/_ARG/_JSON  open think|response|tools|call, close tools
         #                                    -> the call is abandoned (incomplete), then as below
         #   any          open think          -> _THINK (reasoning starts even with thinking off)
@@ -393,12 +406,16 @@ class StreamParser:
                     self._end_value(call)  # a missing close of the previous value is implied
                 if is_open:
                     self._start_value(call, name, attrs)
-                # a stray close (no value open) is ignored
+                elif state == _CALL:  # a second close: marker text closed the value early
+                    call.broken = True
                 return
             if name == "call" and not is_open:
                 if state != _CALL:
                     self._end_value(call)
-                self._commit_call(call)
+                if call.broken:
+                    self._abandon_call()
+                else:
+                    self._commit_call(call)
                 return
             if not (name in ("think", "response", "tools", "call") and (is_open or name == "tools")):
                 return  # unknown tag, stray close think/response/call: ignored

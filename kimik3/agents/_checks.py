@@ -1,0 +1,154 @@
+"""What the agent does with model output and tool results it cannot use as they are.
+
+Each check returns the words the model sees (so it can retry) and the line
+:attr:`~kimik3.RunResult.issues` keeps (so a degraded answer is never reported as a clean one):
+
+- :func:`unrun_calls`: tool calls the model started that never ran: cut by the output limit, or
+  ended early by marker text inside an argument (raw K3), or sent with arguments that are not a
+  JSON object (chat mode). The parser / chat checker report them in
+  ``ChatCompletion.dropped_tool_calls``.
+- :func:`summary_problem`: a compaction summary that is empty (reasoning only) or cut.
+- :func:`check_images`: a tool result's image that could never be shown to the model (over the
+  decompression-bomb limit, corrupt, a path that cannot be read): the result becomes a tool error.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Literal
+
+import anyio.to_thread
+
+from .._exceptions import MediaError
+from ..formats.k3._media import prepare_request_image
+from ..tools import ToolResult
+from ..types import AssistantMessage, ChatCompletion, ImagePart, TextPart
+
+__all__ = [
+    "EMPTY_TURN", "UnrunCall", "answer_text", "check_images", "failed_call_errors", "summary_problem", "unrun_calls",
+    "unrun_note",
+]  # fmt: skip
+
+EMPTY_TURN = (
+    "Your last message had neither an answer nor a tool call that could run. "
+    "Answer the task, or call a tool."
+)
+
+
+@dataclass(frozen=True)
+class UnrunCall:
+    """A tool call the model started that did not run: its tool name and why.
+
+    Attributes:
+        name: the tool's name ("" when the model gave none).
+        kind: ``"cut"`` (the output limit ended it), ``"dropped"`` (it could not be used), or
+            ``"tail"`` (the output was cut after the last complete call: a further call may be lost),
+            ``"failed"`` (a chat-mode call with undecodable arguments, answered with a tool error).
+        why: what happened, in words, as the model reads it.
+        advice: what to do instead.
+    """
+
+    name: str
+    kind: Literal["cut", "dropped", "tail", "failed"]
+    why: str
+    advice: str
+
+    def __str__(self) -> str:
+        who = f"the call to {self.name!r}" if self.name else "a call without a tool name"
+        if self.kind == "tail":
+            who = "whatever followed the last complete call"
+        return f"{who} {self.why} and did not run"
+
+
+def unrun_calls(completion: ChatCompletion) -> list[UnrunCall]:
+    """The calls of ``completion`` that never ran, from ``dropped_tool_calls`` (in call order).
+
+    When the output was cut (``truncated``), the last dropped call is the one the cut ended; the
+    others were ended early by marker text (raw K3) or came with arguments that are not a JSON
+    object (chat mode, where ``raw_text`` is None). Output cut after its complete calls with no
+    call dropped (cut inside a call's header, say) gives one ``"tail"`` entry.
+    """
+    names = completion.dropped_tool_calls
+    out: list[UnrunCall] = []
+    for i, name in enumerate(names):
+        if completion.truncated and i == len(names) - 1:
+            out.append(UnrunCall(name, "cut", "was cut by the output limit (max_tokens) before it finished",
+                                 "Make the call again; if its arguments are long, split the work into smaller calls."))
+        elif completion.raw_text is None:
+            out.append(UnrunCall(name, "dropped", "came with arguments that are not one JSON object",
+                                 "Make the call again with its arguments as one JSON object."))
+        else:
+            out.append(UnrunCall(name, "dropped",
+                                 "never closed: text spelling one of the format's control markers inside an "
+                                 "argument ended it early",
+                                 "Make the call again, writing that text another way (for example escaped or "
+                                 "split), or write it with a tool in smaller pieces."))
+    for f in completion.failed_tool_calls:
+        out.append(UnrunCall(f.name, "failed", f"came with arguments that could not be decoded ({f.reason})", ""))
+    if not out and completion.truncated and completion.message.tool_calls:  # e.g. cut in a call's header
+        out.append(UnrunCall("", "tail", "was cut by the output limit (max_tokens)",
+                             "If you meant to make more calls, make them now."))
+    return out
+
+
+def unrun_note(calls: list[UnrunCall]) -> str | None:
+    """The user note that tells the model which of its calls did not run, why, and what to do
+    (None when there are none; failed calls are left out: each has its tool error)."""
+    lines = [f"- {str(c)[0].upper()}{str(c)[1:]}. {c.advice}" for c in calls if c.kind != "failed"]
+    return "Some of your tool calls did not run:\n" + "\n".join(lines) if lines else None
+
+
+def answer_text(message: AssistantMessage) -> str:
+    """The text of an assistant message's content (its text parts joined)."""
+    if isinstance(message.content, str):
+        return message.content
+    if isinstance(message.content, list):
+        return "".join(p.text for p in message.content if isinstance(p, TextPart))
+    return ""
+
+
+def summary_problem(completion: ChatCompletion) -> str | None:
+    """Why a compaction summary cannot replace the history (None when it can): cut, or empty."""
+    if completion.truncated:
+        return "was cut by the output limit (max_tokens)"
+    if not answer_text(completion.message).strip():
+        only_reasoning = bool(completion.message.reasoning_content)
+        return "came back empty (no text, only reasoning)" if only_reasoning else "came back empty"
+    return None
+
+
+async def check_images(result: ToolResult, *, allow_local_files: bool = False) -> ToolResult:
+    """``result``, or a tool error when one of its images could never be shown to the model.
+
+    Each local or ``data:`` image is prepared the way an engine will prepare it (cached, so the
+    engine does not do the work twice; in a worker thread). http(s) images are left to the server;
+    local paths are refused unless ``allow_local_files`` (the engine's setting).
+
+    Returns:
+        ``result`` itself, or ``ToolResult(is_error=True, content="Error: the tool's result holds an
+        image the model cannot be shown: ImageTooLargeError: ...")`` followed by the result's text.
+    """
+    if isinstance(result.content, str):
+        return result
+    for part in result.content:
+        if not isinstance(part, ImagePart) or part.image_url.url.startswith(("http://", "https://")):
+            continue
+        try:
+            await anyio.to_thread.run_sync(
+                functools.partial(prepare_request_image, part.image_url.url, allow_local_files=allow_local_files))
+        except (MediaError, OSError) as e:  # OSError: a path that cannot be read
+            text = f"Error: the tool's result holds an image the model cannot be shown: {type(e).__name__}: {e}"
+            return ToolResult(content=f"{text}\n{result.text}" if result.text else text, is_error=True)
+    return result
+
+
+def failed_call_errors(completion: ChatCompletion) -> dict[str, str]:
+    """``{call id: why}`` for a chat server's calls with undecodable arguments: the reason, what
+    was sent (300 characters at most) and what to do; the agent answers each with it."""
+    errors = {}
+    for failed in completion.failed_tool_calls:
+        sent = failed.arguments if len(failed.arguments) <= 300 else failed.arguments[:300] + "..."
+        errors[failed.id] = (f"{failed.reason}. The arguments you sent: {sent}. "
+                             "Call the tool again with its arguments as one JSON object.")
+    return errors
