@@ -80,6 +80,7 @@ from .agents import (
 from .engines import FEATURES, PRESETS, Engine, RemoteEngine, ScriptedEngine, VLLMEngine, preflight
 from .engines._presets import DEPRECATED_PRESETS
 from .tools import PLAN_TOOL_NAME, Plan, Tool, ToolResult, Toolset, plan_tool
+from .tools._todo import printable
 from .tools.coding import coding_tools
 from .types import AssistantMessage, Message, message_text
 
@@ -375,7 +376,7 @@ def _read_task(task: str) -> str:
 
 def _preview(result: ToolResult) -> str:
     """The first non-blank line of a result, whitespace collapsed, cut to PREVIEW_CHARS."""
-    for line in result.text.splitlines():
+    for line in printable(result.text).splitlines():
         if line.strip():
             line = " ".join(line.split())
             return line if len(line) <= PREVIEW_CHARS else line[:PREVIEW_CHARS] + "..."
@@ -412,7 +413,7 @@ class _PlainProgress:
         self._text = ""  # content of the current turn not yet shown
 
     def _echo(self, line: str) -> None:
-        click.echo(line)  # flushes
+        click.echo(printable(line))  # flushes; model text cannot send terminal escapes
 
     def start(self) -> None:
         self.turn = 1
@@ -514,6 +515,7 @@ class _RichProgress:
         self._buf = ""
 
     def _stream(self, kind: str, delta: str) -> None:
+        delta = printable(delta)  # model text cannot send terminal escapes
         if kind != self._kind:
             self._flush()
             if self._kind == "reasoning" and kind == "content":
@@ -542,18 +544,18 @@ class _RichProgress:
             self._kind = None
             self.phase = f"calling {event.name}"
         elif isinstance(event, ToolCallDone):
-            self._print(Text.assemble(("→ ", "cyan"), (event.name, "bold cyan"), " ",
+            self._print(Text.assemble(("→ ", "cyan"), (printable(event.name), "bold cyan"), " ",
                                       (_arguments(event.arguments), "dim")))
             self.phase = "running tools"
         elif isinstance(event, ToolCallIncomplete):
-            self._print(Text(f"dropped an incomplete call to {event.name}", style="yellow"))
+            self._print(Text(f"dropped an incomplete call to {printable(event.name)}", style="yellow"))
         elif isinstance(event, ToolResultEvent):
             self.tool_calls += 1
             mark, style = ("✗", "red") if event.result.is_error else ("✓", "green")
-            self._print(Text.assemble(("  " + mark + " ", style), (event.name, "bold"), ": ",
+            self._print(Text.assemble(("  " + mark + " ", style), (printable(event.name), "bold"), ": ",
                                       (_preview(event.result), "dim")))
             if event.name == PLAN_TOOL_NAME and not event.result.is_error:
-                self.plan = event.result.text
+                self.plan = printable(event.result.text)
         elif isinstance(event, TurnEndEvent):
             self._flush()
             self._kind = None

@@ -9,18 +9,34 @@ editing by index) in Codex's shape: ``update_plan(plan=[{"step": ..., "status": 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from .._exceptions import ToolArgumentsError
 from ._tool import Tool
 
-__all__ = ["PLAN_TOOL_NAME", "Plan", "PlanStep", "find_plan", "plan_tool"]
+__all__ = ["PLAN_TOOL_NAME", "Plan", "PlanStep", "find_plan", "plan_tool", "printable"]
 
 PLAN_TOOL_NAME = "update_plan"
 _MARKS = {"completed": "[x]", "in_progress": "[>]", "pending": "[ ]"}
+# terminal escape sequences (CSI, OSC, two-character), C0/C1 controls but tab and newline, and
+# the bidirectional overrides: what could recolour, move the cursor or reorder a terminal line
+_UNPRINTABLE = re.compile(
+    r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[ -/]*[0-~])?"
+    r"|[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]"
+)
+
+
+def printable(text: str) -> str:
+    """``text`` without terminal escape sequences, control characters (tab and newline stay)
+    and bidirectional overrides: model-provided text that a terminal shows as it is.
+
+    Example: ``printable("a\\x1b[31mb\\rc")`` is ``"abc"``.
+    """
+    return _UNPRINTABLE.sub("", text)
 
 
 class PlanStep(BaseModel):
@@ -28,6 +44,16 @@ class PlanStep(BaseModel):
 
     step: str = Field(min_length=1, description="what to do, one short sentence")
     status: Literal["pending", "in_progress", "completed"] = "pending"
+
+    @field_validator("step")
+    @classmethod
+    def _one_line(cls, value: str) -> str:
+        """One line of printable text (whitespace runs, newlines included, become one space):
+        a step cannot draw other plan lines or terminal escapes in the CLI's view."""
+        text = " ".join(printable(value).split())
+        if not text:
+            raise ValueError("a step needs visible text")
+        return text
 
 
 class Plan:
