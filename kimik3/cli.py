@@ -47,6 +47,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar
+from urllib.parse import urlsplit
 
 import anyio
 import click
@@ -210,10 +211,10 @@ def _engine_options(f: F) -> F:
         click.option("--top-p", type=click.FloatRange(0, 1, min_open=True), help="Nucleus sampling (default 1.0)."),
         click.option("--seed", type=int, help="Sampling seed, where the engine supports one."),
         click.option("--plain", is_flag=True, help="Plain progress lines even on a terminal."),
-        click.option("--mcp", multiple=True, metavar='"CMD ARGS" | URL',
+        click.option("--mcp", multiple=True, metavar='"CMD ARGS" | URL', callback=_check_mcp,
                      help="Give the agent the tools of an MCP server (repeatable): a command line started "
                           "over stdio, or a Streamable HTTP URL."),
-        click.option("--otel", metavar="console | URL",
+        click.option("--otel", metavar="console | URL", callback=_check_otel,
                      help="Export OpenTelemetry spans (run, model calls, tool calls) to the console (stderr) "
                           "or an OTLP/HTTP endpoint, e.g. http://127.0.0.1:4318."),
         click.option("--plan", is_flag=True,
@@ -317,6 +318,35 @@ def _settings(o: _Options) -> ModelSettings:
         if value is not None:
             kw[name] = value
     return ModelSettings(**kw)
+
+
+def _check_mcp(ctx: click.Context, param: click.Parameter, specs: tuple[str, ...]) -> tuple[str, ...]:
+    """``--mcp`` values, checked before anything starts: an http(s) URL with a host, or a command
+    line that splits (balanced quotes) into a non-empty command."""
+    for spec in specs:
+        if spec.startswith(("http://", "https://")):
+            if not urlsplit(spec).hostname:
+                raise click.BadParameter(f"{spec!r} has no host", param=param)
+            continue
+        try:
+            argv = shlex.split(spec)
+        except ValueError as e:  # unbalanced quotes, a trailing backslash
+            raise click.BadParameter(f"cannot split {spec!r} into a command line: {e}", param=param) from None
+        if not argv or not argv[0]:
+            raise click.BadParameter("an empty command", param=param)
+    return specs
+
+
+def _check_otel(ctx: click.Context, param: click.Parameter, target: str | None) -> str | None:
+    """``--otel``: ``console`` or an http(s) URL with a host, checked before the run."""
+    if target is None or target == "console":
+        return target
+    parts = urlsplit(target)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise click.BadParameter(
+            f"expected 'console' or an http(s) URL such as http://127.0.0.1:4318, got {target!r}", param=param
+        )
+    return target
 
 
 def _mcp_server(spec: str) -> Toolset:

@@ -202,3 +202,31 @@ def test_the_views_show_no_model_escapes_or_forged_plan_lines(capsys: pytest.Cap
     rich.event(ToolResultEvent("c1", "update_plan", ToolResult(content="plan updated\n[ ] a\x1b[1A\x1b[2K[x] b")))
     console.print(rich)
     assert "\x1b" not in out.getvalue() and "hi there\n" in out.getvalue() and "[ ] a[x] b\n" in out.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--mcp", "python3 'unbalanced", "Invalid value for '--mcp': cannot split \"python3 'unbalanced\" into a "
+                                         "command line: No closing quotation"),
+        ("--mcp", "python3 x\\", "Invalid value for '--mcp': cannot split 'python3 x\\\\' into a command line: "
+                                 "No escaped character"),
+        ("--mcp", "http://", "Invalid value for '--mcp': 'http://' has no host"),
+        ("--otel", "notaurl", "Invalid value for '--otel': expected 'console' or an http(s) URL such as "
+                              "http://127.0.0.1:4318, got 'notaurl'"),
+        ("--otel", "ftp://x", "got 'ftp://x'"),
+        ("--otel", "", "got ''"),
+        ("--otel", "https://", "got 'https://'"),
+    ],
+)
+@pytest.mark.parametrize("command", ["run", "chat"])
+def test_bad_mcp_and_otel_values_are_usage_errors_up_front(
+    tmp_path: Path, command: str, flag: str, value: str, message: str
+) -> None:
+    s = script(tmp_path, [answer("never")])
+    args = [command, "x"] if command == "run" else [command]
+    result = invoke([*args, "-w", str(tmp_path), "--script", s, flag, value], tmp_path / "home", input="hi\n")
+    assert result.exit_code == 2, result.output
+    assert ("Traceback" not in result.output and result.exception is None) or isinstance(result.exception, SystemExit)
+    assert result.stderr.strip().splitlines()[-1].startswith("Error: ") and message in result.stderr
+    assert not (tmp_path / "home" / "sessions").exists()  # nothing ran
