@@ -60,6 +60,7 @@ from rich.text import Text
 from . import __version__
 from ._defaults import REASONING_EFFORTS
 from ._exceptions import EngineError, KimiK3Error
+from ._text import printable
 from .agents import (
     CODING_INSTRUCTIONS,
     Agent,
@@ -81,7 +82,6 @@ from .agents import (
 from .engines import FEATURES, PRESETS, Engine, RemoteEngine, ScriptedEngine, VLLMEngine, preflight
 from .engines._presets import DEPRECATED_PRESETS
 from .tools import PLAN_TOOL_NAME, Plan, Tool, ToolResult, Toolset, plan_tool
-from .tools._todo import printable
 from .tools.coding import coding_tools
 from .types import AssistantMessage, Message, message_text
 

@@ -24,7 +24,6 @@ unknown role raises :class:`~kimik3.UnknownRoleError`, an unknown content part
 from __future__ import annotations
 
 import json
-import re
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -41,6 +40,7 @@ from ._exceptions import (
     UnknownContentPartError,
     UnknownRoleError,
 )
+from ._text import visible_text
 
 if TYPE_CHECKING:
     from .formats.k3 import PromptCache
@@ -79,21 +79,6 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def _visible(text: str) -> str:
-    """``text`` as valid Unicode: each lone surrogate becomes a visible escape (module docstring)."""
-    if text.isascii() or not _SURROGATE.search(text):
-        return text
-
-    def escape(m: re.Match[str]) -> str:
-        code = ord(m.group())
-        return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
-
-    return _SURROGATE.sub(escape, text)
-
-
 # -- content parts ---------------------------------------------------------------------------
 
 
@@ -106,7 +91,7 @@ class TextPart(_Model):
     @field_validator("text")
     @classmethod
     def _v_text(cls, v: str) -> str:
-        return _visible(v)
+        return visible_text(v)
 
 
 class ImageURL(_Model):
@@ -197,7 +182,7 @@ def _validate_content(value: Any) -> Any:
     if value is None:
         return value
     if isinstance(value, str):
-        return _visible(value)
+        return visible_text(value)
     if isinstance(value, (list, tuple)):
         return [_to_part(p) for p in value]
     raise UnknownContentPartError(f"content must be a string or a list of parts, got {type(value).__name__}")
@@ -419,7 +404,7 @@ class AssistantMessage(_Model):
     @field_validator("reasoning_content")
     @classmethod
     def _v_reasoning(cls, v: str | None) -> str | None:
-        return None if v is None else _visible(v)
+        return None if v is None else visible_text(v)
 
 
 class ToolMessage(_Model):

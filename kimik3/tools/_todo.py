@@ -9,34 +9,19 @@ editing by index) in Codex's shape: ``update_plan(plan=[{"step": ..., "status": 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from typing import Literal
 
 from pydantic import BaseModel, Field, field_validator
 
 from .._exceptions import ToolArgumentsError
+from .._text import printable
 from ._tool import Tool
 
-__all__ = ["PLAN_TOOL_NAME", "Plan", "PlanStep", "find_plan", "plan_tool", "printable"]
+__all__ = ["PLAN_TOOL_NAME", "Plan", "PlanStep", "find_plan", "plan_tool"]
 
 PLAN_TOOL_NAME = "update_plan"
 _MARKS = {"completed": "[x]", "in_progress": "[>]", "pending": "[ ]"}
-# terminal escape sequences (CSI, OSC, two-character), C0/C1 controls but tab and newline, and
-# the bidirectional overrides: what could recolour, move the cursor or reorder a terminal line
-_UNPRINTABLE = re.compile(
-    r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[ -/]*[0-~])?"
-    r"|[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]"
-)
-
-
-def printable(text: str) -> str:
-    """``text`` without terminal escape sequences, control characters (tab and newline stay)
-    and bidirectional overrides: model-provided text that a terminal shows as it is.
-
-    Example: ``printable("a\\x1b[31mb\\rc")`` is ``"abc"``.
-    """
-    return _UNPRINTABLE.sub("", text)
 
 
 class PlanStep(BaseModel):

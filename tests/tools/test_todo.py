@@ -87,9 +87,3 @@ async def test_steps_cannot_forge_plan_lines_or_send_terminal_escapes() -> None:
         assert empty.is_error and "plan.0.step: Value error, a step needs visible text" in str(empty.content)
     assert [s.step for s in plan.steps] == ["a [x] fake done red evil", "b c"]  # the errors kept it
 
-
-def test_printable_drops_escapes_and_controls_but_keeps_lines() -> None:
-    from kimik3.tools._todo import printable
-
-    assert printable("a\x1b[1;31mb\x1b[0m\x07c\x08\r\x9bd\x1b7e\x1b(Bf\n\tg\u2066h\x1b") == "abcdef\n\tgh"
-    assert printable("日本語 é") == "日本語 é"

@@ -298,3 +298,14 @@ def test_ui_tools_misuse_is_a_user_error(options: dict[str, Any], message: str) 
         "screenshot",
         "click",
     ]
+
+
+async def test_booleans_are_not_marks_or_pixels() -> None:
+    computer = CanvasComputer()
+    tools = {t.name: t for t in ui_tools(computer, grounding="marks")}
+    for name, args, field in (("click_mark", {"mark": True}, "mark"), ("click", {"x": True, "y": 5}, "x")):
+        result = await tools[name].run(args)
+        assert result.is_error and result.content == (
+            f"Error: ToolArgumentsError: {field}: Input should be a number, not a boolean (got True)"
+        )
+    assert computer.log == []  # nothing was clicked
