@@ -201,3 +201,22 @@ def test_cli_prints_one_line_and_exits_1(tmp_path: Path) -> None:
         f"error: TrajectoryError: {d}/trajectory.jsonl:2: not a trajectory record (step 1 (click): x: Input should be "
         "a valid integer)"
     ]
+
+
+@pytest.mark.parametrize(
+    ("computer", "error"),
+    [
+        ({"kind": "browser", "url": "http://127.0.0.1:1/"}, "KeyError('viewport')"),
+        ({"kind": "browser", "viewport": "ab", "device_scale_factor": 1}, "ValueError(\"invalid literal"),
+        ({"kind": "browser", "viewport": [64, 48], "device_scale_factor": "x"}, 'ValueError("could not convert string to float'),
+        ({"kind": "browser", "viewport": [64, 48], "device_scale_factor": -1}, "device_scale_factor must be > 0"),
+        ({"kind": "x11"}, "KeyError('display')"),
+    ],
+)
+def test_a_header_computer_that_cannot_be_opened(computer: dict[str, Any], error: str, tmp_path: Path) -> None:
+    from kimik3.tools.ui import computer_for
+
+    traj = load_trajectory(write(tmp_path / "t", header={**HEADER, "computer": computer}))
+    with pytest.raises(TrajectoryError) as e:
+        computer_for(traj)
+    assert str(e.value).startswith(f"{traj.path}: cannot open the recorded computer ") and error in str(e.value)

@@ -239,18 +239,22 @@ def computer_for(trajectory: Trajectory, *, url: str | None = None, display: str
 
     Raises:
         TrajectoryError: the trajectory was recorded on another kind of computer (give it your
-            own instance: ``replay(trajectory, computer)``).
+            own instance: ``replay(trajectory, computer)``), or its header's computer lacks or
+            garbles a field (viewport, device_scale_factor, display).
     """
     from ._browser import BrowserComputer
     from ._x11 import X11Computer
 
     c = trajectory.computer
-    if c.get("kind") == "browser":
-        vw, vh = c["viewport"]
-        return BrowserComputer(url or c.get("url"), viewport=(int(vw), int(vh)),
-                               device_scale_factor=float(c["device_scale_factor"]))  # fmt: skip
-    if c.get("kind") == "x11":
-        return X11Computer(display or c["display"])
+    try:
+        if c.get("kind") == "browser":
+            vw, vh = c["viewport"]
+            return BrowserComputer(url or c.get("url"), viewport=(int(vw), int(vh)),
+                                   device_scale_factor=float(c["device_scale_factor"]))  # fmt: skip
+        if c.get("kind") == "x11":
+            return X11Computer(display or c["display"])
+    except (KeyError, TypeError, ValueError) as e:  # a header whose computer lacks or garbles a field
+        raise TrajectoryError(f"{trajectory.path}: cannot open the recorded computer {c!r:.200}: {e!r}") from e
     raise TrajectoryError(f"{trajectory.path} was recorded on a {c.get('kind')!r}; replay it with your own computer")
 
 
