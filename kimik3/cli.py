@@ -47,6 +47,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar
+from urllib.parse import urlsplit
 
 import anyio
 import click
@@ -60,6 +61,7 @@ from . import __version__
 from ._cli_harness import harness_options, harness_parts, undo_command
 from ._defaults import REASONING_EFFORTS
 from ._exceptions import EngineError, KimiK3Error
+from ._text import printable
 from .agents import (
     CODING_INSTRUCTIONS,
     Agent,
@@ -214,10 +216,10 @@ def _engine_options(f: F) -> F:
         click.option("--top-p", type=click.FloatRange(0, 1, min_open=True), help="Nucleus sampling (default 1.0)."),
         click.option("--seed", type=int, help="Sampling seed, where the engine supports one."),
         click.option("--plain", is_flag=True, help="Plain progress lines even on a terminal."),
-        click.option("--mcp", multiple=True, metavar='"CMD ARGS" | URL',
+        click.option("--mcp", multiple=True, metavar='"CMD ARGS" | URL', callback=_check_mcp,
                      help="Give the agent the tools of an MCP server (repeatable): a command line started "
                           "over stdio, or a Streamable HTTP URL."),
-        click.option("--otel", metavar="console | URL",
+        click.option("--otel", metavar="console | URL", callback=_check_otel,
                      help="Export OpenTelemetry spans (run, model calls, tool calls) to the console (stderr) "
                           "or an OTLP/HTTP endpoint, e.g. http://127.0.0.1:4318."),
         click.option("--plan", is_flag=True,
@@ -323,6 +325,35 @@ def _settings(o: _Options) -> ModelSettings:
     return ModelSettings(**kw)
 
 
+def _check_mcp(ctx: click.Context, param: click.Parameter, specs: tuple[str, ...]) -> tuple[str, ...]:
+    """``--mcp`` values, checked before anything starts: an http(s) URL with a host, or a command
+    line that splits (balanced quotes) into a non-empty command."""
+    for spec in specs:
+        if spec.startswith(("http://", "https://")):
+            if not urlsplit(spec).hostname:
+                raise click.BadParameter(f"{spec!r} has no host", param=param)
+            continue
+        try:
+            argv = shlex.split(spec)
+        except ValueError as e:  # unbalanced quotes, a trailing backslash
+            raise click.BadParameter(f"cannot split {spec!r} into a command line: {e}", param=param) from None
+        if not argv or not argv[0]:
+            raise click.BadParameter("an empty command", param=param)
+    return specs
+
+
+def _check_otel(ctx: click.Context, param: click.Parameter, target: str | None) -> str | None:
+    """``--otel``: ``console`` or an http(s) URL with a host, checked before the run."""
+    if target is None or target == "console":
+        return target
+    parts = urlsplit(target)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise click.BadParameter(
+            f"expected 'console' or an http(s) URL such as http://127.0.0.1:4318, got {target!r}", param=param
+        )
+    return target
+
+
 def _mcp_server(spec: str) -> Toolset:
     """``--mcp``: a Streamable HTTP URL, or a command line started over stdio."""
     try:
@@ -381,7 +412,7 @@ def _read_task(task: str) -> str:
 
 def _preview(result: ToolResult) -> str:
     """The first non-blank line of a result, whitespace collapsed, cut to PREVIEW_CHARS."""
-    for line in result.text.splitlines():
+    for line in printable(result.text).splitlines():
         if line.strip():
             line = " ".join(line.split())
             return line if len(line) <= PREVIEW_CHARS else line[:PREVIEW_CHARS] + "..."
@@ -431,7 +462,7 @@ class _PlainProgress:
         self._text = ""  # content of the current turn not yet shown
 
     def _echo(self, line: str) -> None:
-        click.echo(line)  # flushes
+        click.echo(printable(line))  # flushes; model text cannot send terminal escapes
 
     def start(self) -> None:
         self.turn = 1
@@ -536,6 +567,7 @@ class _RichProgress:
         self._buf = ""
 
     def _stream(self, kind: str, delta: str) -> None:
+        delta = printable(delta)  # model text cannot send terminal escapes
         if kind != self._kind:
             self._flush()
             if self._kind == "reasoning" and kind == "content":
@@ -564,18 +596,18 @@ class _RichProgress:
             self._kind = None
             self.phase = f"calling {event.name}"
         elif isinstance(event, ToolCallDone):
-            self._print(Text.assemble(("→ ", "cyan"), (event.name, "bold cyan"), " ",
+            self._print(Text.assemble(("→ ", "cyan"), (printable(event.name), "bold cyan"), " ",
                                       (_arguments(event.arguments), "dim")))
             self.phase = "running tools"
         elif isinstance(event, ToolCallIncomplete):
-            self._print(Text(f"dropped an incomplete call to {event.name}", style="yellow"))
+            self._print(Text(f"dropped an incomplete call to {printable(event.name)}", style="yellow"))
         elif isinstance(event, ToolResultEvent):
             self.tool_calls += 1
             mark, style = ("✗", "red") if event.result.is_error else ("✓", "green")
-            self._print(Text.assemble(("  " + mark + " ", style), (event.name, "bold"), ": ",
+            self._print(Text.assemble(("  " + mark + " ", style), (printable(event.name), "bold"), ": ",
                                       (_preview(event.result), "dim")))
             if event.name == PLAN_TOOL_NAME and not event.result.is_error:
-                self.plan = event.result.text
+                self.plan = printable(event.result.text)
         elif isinstance(event, TurnEndEvent):
             self._flush()
             self._kind = None

@@ -10,6 +10,11 @@ them (:meth:`Message.to_openai`-style via :func:`dump_message`):
 - Reasoning is read from ``reasoning_content`` or ``reasoning`` (vLLM renamed the field) and dumped
   under both names with the same value.
 - Unknown extra keys are kept and dumped back (nothing the caller sent is lost).
+- Text that is not valid Unicode (lone surrogates, e.g. a file name read with
+  ``surrogateescape``) is escaped visibly when a message is built, so every engine can encode it:
+  ``U+DC80``-``U+DCFF`` become ``\\xNN`` (the undecodable byte), other lone surrogates
+  ``\\udNNN`` (message contents, text parts and reasoning): the file name ``b"caf\\xe9.txt"``
+  decoded with ``surrogateescape`` reaches the model as the text ``caf\\xe9.txt``.
 
 Use :func:`to_message` / :func:`to_messages` to turn dicts (or models) into typed messages; an
 unknown role raises :class:`~kimik3.UnknownRoleError`, an unknown content part
@@ -35,6 +40,7 @@ from ._exceptions import (
     UnknownContentPartError,
     UnknownRoleError,
 )
+from ._text import visible_text
 
 if TYPE_CHECKING:
     from .formats.k3 import PromptCache
@@ -81,6 +87,11 @@ class TextPart(_Model):
 
     type: Literal["text"] = "text"
     text: str
+
+    @field_validator("text")
+    @classmethod
+    def _v_text(cls, v: str) -> str:
+        return visible_text(v)
 
 
 class ImageURL(_Model):
@@ -168,8 +179,10 @@ Content = str | list[ContentPart]
 
 
 def _validate_content(value: Any) -> Any:
-    if value is None or isinstance(value, str):
+    if value is None:
         return value
+    if isinstance(value, str):
+        return visible_text(value)
     if isinstance(value, (list, tuple)):
         return [_to_part(p) for p in value]
     raise UnknownContentPartError(f"content must be a string or a list of parts, got {type(value).__name__}")
@@ -387,6 +400,11 @@ class AssistantMessage(_Model):
     @classmethod
     def _v_calls(cls, v: Any) -> Any:
         return v or None
+
+    @field_validator("reasoning_content")
+    @classmethod
+    def _v_reasoning(cls, v: str | None) -> str | None:
+        return None if v is None else visible_text(v)
 
 
 class ToolMessage(_Model):

@@ -182,3 +182,51 @@ def test_otel_exports_to_an_otlp_http_endpoint(tmp_path: Path) -> None:
     service = {a.key: a.value.string_value for a in resource_spans.resource.attributes}["service.name"]
     names = sorted(span.name for scope in resource_spans.scope_spans for span in scope.spans)
     assert service == "kimik3" and names == ["chat scripted-k3", "invoke_agent"]
+
+
+def test_the_views_show_no_model_escapes_or_forged_plan_lines(capsys: pytest.CaptureFixture[str]) -> None:
+    from kimik3.agents import TurnEndEvent
+    from kimik3.engines import Usage
+    from kimik3.formats.k3 import ContentDelta
+    from kimik3.types import AssistantMessage
+
+    plain = cli_module._PlainProgress()
+    plain.event(ToolResultEvent("c1", "ls\x1b[2J", ToolResult(content="\x1b[31mred\x1b[0m file\x07")))
+    plain.event(ContentDelta(delta="done \x1b]0;pwned\x07now"))
+    plain.event(TurnEndEvent(1, AssistantMessage(content="done \x1b]0;pwned\x07now"), Usage()))
+    assert capsys.readouterr().out.splitlines() == ["[turn 1] result ls: red file", "[turn 1] answer: done now"]
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=80, color_system=None)
+    rich = cli_module._RichProgress(console)
+    rich.event(ContentDelta(delta="hi \x1b[31mthere\x1b[0m\n"))
+    rich.event(ToolResultEvent("c1", "update_plan", ToolResult(content="plan updated\n[ ] a\x1b[1A\x1b[2K[x] b")))
+    console.print(rich)
+    assert "\x1b" not in out.getvalue() and "hi there\n" in out.getvalue() and "[ ] a[x] b\n" in out.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--mcp", "python3 'unbalanced", "Invalid value for '--mcp': cannot split \"python3 'unbalanced\" into a "
+                                         "command line: No closing quotation"),
+        ("--mcp", "python3 x\\", "Invalid value for '--mcp': cannot split 'python3 x\\\\' into a command line: "
+                                 "No escaped character"),
+        ("--mcp", "http://", "Invalid value for '--mcp': 'http://' has no host"),
+        ("--otel", "notaurl", "Invalid value for '--otel': expected 'console' or an http(s) URL such as "
+                              "http://127.0.0.1:4318, got 'notaurl'"),
+        ("--otel", "ftp://x", "got 'ftp://x'"),
+        ("--otel", "", "got ''"),
+        ("--otel", "https://", "got 'https://'"),
+    ],
+)
+@pytest.mark.parametrize("command", ["run", "chat"])
+def test_bad_mcp_and_otel_values_are_usage_errors_up_front(
+    tmp_path: Path, command: str, flag: str, value: str, message: str
+) -> None:
+    s = script(tmp_path, [answer("never")])
+    args = [command, "x"] if command == "run" else [command]
+    result = invoke([*args, "-w", str(tmp_path), "--script", s, flag, value], tmp_path / "home", input="hi\n")
+    assert result.exit_code == 2, result.output
+    assert ("Traceback" not in result.output and result.exception is None) or isinstance(result.exception, SystemExit)
+    assert result.stderr.strip().splitlines()[-1].startswith("Error: ") and message in result.stderr
+    assert not (tmp_path / "home" / "sessions").exists()  # nothing ran

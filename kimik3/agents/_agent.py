@@ -53,7 +53,7 @@ from ..types import (
 )
 from ._checks import EMPTY_TURN, answer_text, check_images, failed_call_errors, unrun_calls, unrun_note
 from ._compaction import compact
-from ._dynamic import Toolbox, undeclared
+from ._dynamic import Toolbox, restore_declared, undeclared
 from ._history import orphan_results, prune_images, result_message
 from ._hooks import AllHooks, RunHooks
 from ._prompts import CONTINUE_REQUEST, SUMMARY_INSTRUCTIONS
@@ -406,6 +406,14 @@ class Agent(Generic[OutputT]):
         run.tools, from_toolsets = await self._toolbox.current()
         if start:
             run.specs = [*self._specs, *(t.spec for t in from_toolsets)]
+            own = len(self._toolbox.tools)
+            run.unavailable = restore_declared(self._toolbox, run.tools, run.messages)
+            if len(self._toolbox.tools) != own:  # a tool search knew some: restored
+                run.tools, from_toolsets = await self._toolbox.current()
+            if run.unavailable:
+                log.warning("kimik3: tools %s were declared in an earlier run of this conversation and are not "
+                            "available now (give them with Agent.add_tools); calls to them get an error",
+                            ", ".join(map(repr, run.unavailable)))  # fmt: skip
         new = undeclared(run.tools, run.specs, run.messages)
         if new:
             run.add(SystemMessage(content="", tools=new))
@@ -478,7 +486,9 @@ class Agent(Generic[OutputT]):
         tool = run.tools.get(name)
         if tool is None:
             known = ", ".join(sorted(run.tools)) or "none"
-            results[i] = ToolResult(content=f"Error: unknown tool {name!r}; available tools: {known}", is_error=True)
+            why = " was declared in an earlier run and is not available now" if name in run.unavailable else ""
+            text = f"Error: unknown tool {name!r}{why}; available tools: {known}"
+            results[i] = ToolResult(content=text, is_error=True)
             return
         error = run.call_errors.pop(call.id, None)
         if error is not None:  # a value beyond the JSON limits, or arguments a server sent broken

@@ -11,7 +11,7 @@ from .._exceptions import UserError
 from ..tools import Tool, Toolset
 from ..types import Message, SystemMessage, ToolSpec
 
-__all__ = ["Toolbox", "undeclared"]
+__all__ = ["Toolbox", "restore_declared", "undeclared"]
 
 
 class Toolbox:
@@ -88,3 +88,22 @@ def undeclared(table: Mapping[str, Tool], head: Sequence[ToolSpec], messages: Se
         if isinstance(m, SystemMessage) and m.tools and not m.content:
             declared.update((s.function.name, s) for s in m.tools)
     return [spec for spec in (t.spec for t in table.values()) if declared.get(spec.function.name) != spec]
+
+
+def restore_declared(toolbox: Toolbox, table: Mapping[str, Tool], messages: Sequence[Message]) -> list[str]:
+    """On resume: the tools a dynamic declaration in ``messages`` names but ``table`` lacks (an
+    earlier run loaded them). Those a ``tool_search`` among ``table``'s tools knows are added to
+    ``toolbox`` again; the rest are returned (in declaration order), for a warning and a clear
+    error when the model calls one."""
+    declared = [s.function.name for m in messages if isinstance(m, SystemMessage) and m.tools and not m.content
+                for s in m.tools]  # fmt: skip
+    missing = [n for n in dict.fromkeys(declared) if n not in table]
+    catalogs = [c for t in table.values() if isinstance(c := getattr(t, "catalog", None), dict)]
+    gone: list[str] = []
+    for name in missing:
+        found = next((c[name] for c in catalogs if isinstance(c.get(name), Tool)), None)
+        if found is None:
+            gone.append(name)
+        else:
+            toolbox.add(found)
+    return gone

@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .._exceptions import ToolDefinitionError, ToolError
+from .._exceptions import ToolDefinitionError, ToolError, UserError
 from ._tool import Tool, ToolContext
 
 __all__ = ["tool_search"]
@@ -40,12 +40,20 @@ def tool_search(
         max_results: most tools one keyword search loads.
 
     Returns:
-        A :class:`Tool` whose result names the loaded tools (``"loaded: a, b; call them
+        A :class:`Tool` (its ``catalog`` attribute: ``{name: Tool}``, which the agent reads to
+        load the tools a resumed session had loaded) whose result names the loaded tools (``"loaded: a, b; call them
         directly"``) or says that nothing matched and lists every name.
 
     Raises:
-        ToolDefinitionError: two tools of ``tools`` share a name.
+        ToolDefinitionError: two tools of ``tools`` share a name, or an entry is not a tool nor a
+            typed function (an MCP server, None, 5: the message names its type; an MCP server's
+            tools can be listed with ``await server.get_tools()`` once it is open).
+        UserError: ``max_results`` is not an integer of at least 1.
     """
+    if isinstance(max_results, bool) or not isinstance(max_results, int) or max_results < 1:
+        raise UserError(f"tool_search: max_results must be an integer >= 1, not {max_results!r}")
+    if isinstance(tools, (str, bytes)) or not isinstance(tools, Sequence):
+        raise UserError(f"tool_search: tools must be a list of tools, not {type(tools).__name__}")
     catalog: dict[str, Tool] = {}
     for t in tools:
         t = t if isinstance(t, Tool) else Tool.from_function(t)
@@ -81,4 +89,6 @@ def tool_search(
         "keywords; the matching tools' full specs are then declared and you can call them.\n\n"
         f"Tools:\n{index}"
     )
-    return Tool(search_tools, name=name, description=description)
+    search = Tool(search_tools, name=name, description=description)
+    search.catalog = dict(catalog)  # type: ignore[attr-defined]  # read on resume (agents/_dynamic.py)
+    return search

@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from .._exceptions import ToolArgumentsError
+from .._text import printable
 from ._tool import Tool
 
 __all__ = ["PLAN_TOOL_NAME", "Plan", "PlanStep", "find_plan", "plan_tool"]
@@ -28,6 +29,16 @@ class PlanStep(BaseModel):
 
     step: str = Field(min_length=1, description="what to do, one short sentence")
     status: Literal["pending", "in_progress", "completed"] = "pending"
+
+    @field_validator("step")
+    @classmethod
+    def _one_line(cls, value: str) -> str:
+        """One line of printable text (whitespace runs, newlines included, become one space):
+        a step cannot draw other plan lines or terminal escapes in the CLI's view."""
+        text = " ".join(printable(value).split())
+        if not text:
+            raise ValueError("a step needs visible text")
+        return text
 
 
 class Plan:

@@ -61,9 +61,10 @@ from ._truncate import visible_text
 
 __all__ = ["Tool", "ToolContext", "ToolResult", "load_arguments", "tool"]
 
-# OpenAI's rule for function names plus '.', common in MCP names ("github.create_issue"); K3
-# carries the name in an escaped attribute, so any of these characters round-trips.
-_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+# OpenAI's rule for function names, with Unicode letters and digits (\w) and '.' (common in MCP
+# names: "github.create_issue"): K3 carries the name in an escaped attribute, so any of these
+# round-trip; OpenAI's own API accepts ASCII only.
+_NAME_RE = re.compile(r"^[\w.-]{1,64}$")
 _T = TypeVar("_T")
 
 
@@ -282,7 +283,7 @@ class Tool:
     part of the schema. ``*args`` / ``**kwargs`` / positional-only parameters are not supported.
 
     Attributes:
-        name: the name the model calls (``[A-Za-z0-9_.-]{1,64}``).
+        name: the name the model calls: 1-64 Unicode letters or digits, ``_``, ``.`` or ``-``.
         description: what the model reads about the tool (docstring without ``Args:`` /
             ``Raises:``), possibly "".
         parameters: the JSON Schema of the arguments: ``{"type": "object", "properties": {...},
@@ -303,16 +304,22 @@ class Tool:
         """Wrap ``function``; same as :meth:`from_function`.
 
         Raises:
-            ToolDefinitionError: an unsupported signature (``*args``, ``**kwargs``, positional-only
-                or unannotated parameters, a misplaced :class:`ToolContext`), an invalid name, a
-                parameter type pydantic cannot describe, or a ``timeout`` that is not positive.
+            ToolDefinitionError: ``function`` is not callable (the message names its type), an
+                unsupported signature (``*args``, ``**kwargs``, positional-only or unannotated
+                parameters, a misplaced :class:`ToolContext`), an invalid name, a parameter type
+                pydantic cannot describe, or a ``timeout`` that is not positive.
         """
         if timeout is not None and not timeout > 0:
             raise ToolDefinitionError(f"tool timeout must be a positive number of seconds, got {timeout!r}")
+        if not callable(function):  # e.g. None, 5, an MCP server: say what it is, not "invalid name ''"
+            what = f"{type(function).__name__} {function!r:.60}"
+            if hasattr(function, "get_tools"):
+                what = "a toolset (an MCP server), which only Agent(tools=[...]) takes"
+            raise ToolDefinitionError(f"a tool must be a Tool or a typed function, not {what}")
         self.function = function
         self.timeout = timeout
         self.name = name if name is not None else getattr(function, "__name__", "")
-        if not _NAME_RE.match(self.name):
+        if not _NAME_RE.fullmatch(self.name):
             raise ToolDefinitionError(
                 f"invalid tool name {self.name!r}: use 1-64 letters, digits, '_', '.' or '-' (pass name=...)"
             )
@@ -519,7 +526,8 @@ class Tool:
         Returns:
             The :class:`ToolResult` (see :meth:`ToolResult.from_value`). A function that returns
             a :class:`Tool` or a non-empty list of them gives them to the agent
-            (``context.add_tools``) and its result is ``"new tools: <name>, <name>"``.
+            (``context.add_tools``) and its result is ``"new tools: <name>, <name>"``; a list
+            mixing tools with other values adds none and is a tool error naming the other items.
         """
         limit = self.timeout if timeout is None else timeout
         try:
@@ -534,6 +542,10 @@ class Tool:
                 how = "was cancelled" if self.is_async else "was abandoned (its thread may still be running)"
                 raise ToolTimeoutError(f"{self.name} did not finish within {limit:g} s and {how}")
             new = [value] if isinstance(value, Tool) else value if isinstance(value, list) else None
+            if new and any(isinstance(t, Tool) for t in new) and not all(isinstance(t, Tool) for t in new):
+                bad = [f"item {i}: {type(t).__name__} {t!r:.40}" for i, t in enumerate(new) if not isinstance(t, Tool)]
+                raise ToolError(f"{self.name} returned tools mixed with other values ({'; '.join(bad)}); "
+                                "none were added: return only tools, or no tool")  # fmt: skip
             if new and all(isinstance(t, Tool) for t in new):
                 if context is None or context.add_tools is None:
                     raise ToolError(f"{self.name} returns tools, which only an agent run can take")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import re
+from .._text import visible_text
 
 __all__ = ["truncate_middle", "visible_text"]
 
@@ -66,23 +66,3 @@ def _truncate(text: str, max_chars: int, extra_elided: int) -> str:
     head = text[:head_end]
     tail = text[tail_start:]
     return head + _marker(total - len(head) - len(tail)) + tail
-
-
-_SURROGATE_RE = re.compile("[\ud800-\udfff]")
-
-
-def visible_text(text: str) -> str:
-    """``text`` as valid UTF-8: each lone surrogate becomes a visible escape.
-
-    Surrogates ``U+DC80``-``U+DCFF`` (undecodable bytes kept by ``surrogateescape``, e.g. a file
-    name ``caf\\xe9.txt`` from :func:`os.listdir`) become ``\\xNN`` (the byte); other lone
-    surrogates become ``\\udNNN``. Text without surrogates is returned as is.
-    """
-    if text.isascii() or not _SURROGATE_RE.search(text):
-        return text
-
-    def escape(m: re.Match[str]) -> str:
-        code = ord(m.group())
-        return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
-
-    return _SURROGATE_RE.sub(escape, text)

@@ -11,9 +11,14 @@ How a server's tools and results become kimik3's (each rule is tested in tests/t
 
 - a tool's ``inputSchema`` is declared to the model unchanged and checked with ``jsonschema``
   before the call (a schema that is not valid JSON Schema is passed through unchecked, with a
-  warning); its name becomes ``<tool_prefix>_<name>`` when a prefix is set, characters outside
-  ``[A-Za-z0-9_-]`` become ``_`` and it is cut to 64 characters (OpenAI's and K3's rule); two
-  tools that end up with one name raise :class:`~kimik3.ToolDefinitionError`;
+  warning); its name becomes ``<tool_prefix>_<name>`` when a prefix is set; any Unicode letter or digit,
+  ``_``, ``.`` and ``-`` are kept (``搜索`` stays ``搜索``: K3 escapes the name attribute, and
+  OpenAI-compatible servers such as vLLM do not check names; OpenAI's own API accepts ASCII
+  only), other characters become ``_`` and it is cut to 64 characters (:func:`tool_name`). When
+  that makes two tools of a server share a name, each changed name gets ``_`` and the first 8 hex
+  digits of the SHA-256 of its full original name (stable, whatever the list order); two tools
+  are never merged into one (a server listing one name twice raises
+  :class:`~kimik3.ToolDefinitionError`);
 - text content -> text; images -> resized for K3 by :func:`kimik3.media.prepare_image`; embedded
   text resources -> their text, image blobs -> images; resource links, audio and other blobs ->
   a one-line note saying what was left out; a result with no content but
@@ -28,6 +33,7 @@ How a server's tools and results become kimik3's (each rule is tested in tests/t
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import logging
 import math
@@ -71,7 +77,8 @@ __all__ = ["MCPServer", "MCPServerStdio", "MCPServerStreamableHTTP", "MCPTool"]
 
 log = logging.getLogger("kimik3.mcp")
 
-_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+_UNSAFE = re.compile(r"[^\w.-]")  # \w: Unicode letters, digits and '_'
+_HASH_LEN = 8
 _T = TypeVar("_T")
 
 
@@ -92,10 +99,17 @@ async def _list_page(client: mcp.Client, cursor: str | None) -> mcp_types.ListTo
 
 
 def tool_name(name: str, prefix: str | None = None) -> str:
-    """The kimik3 name of MCP tool ``name``: ``<prefix>_<name>``, characters outside
-    ``[A-Za-z0-9_-]`` replaced by ``_``, cut to 64 characters."""
+    """The kimik3 name of MCP tool ``name``: ``<prefix>_<name>``, characters other than Unicode
+    letters, digits, ``_``, ``.`` and ``-`` replaced by ``_``, cut to 64 characters (a server's
+    clashing results get a hash suffix: see :meth:`MCPServer.get_tools`)."""
     full = f"{prefix}_{name}" if prefix else name
     return (_UNSAFE.sub("_", full) or "_")[:64]
+
+
+def _hashed(name: str, prefix: str | None) -> str:
+    full = f"{prefix}_{name}" if prefix else name
+    digest = hashlib.sha256(full.encode("utf-8", "surrogatepass")).hexdigest()[:_HASH_LEN]
+    return f"{tool_name(name, prefix)[: 64 - _HASH_LEN - 1]}_{digest}"
 
 
 # -- results ---------------------------------------------------------------------------------
@@ -423,9 +437,13 @@ class MCPServer(Toolset):
         return tools
 
     def _build(self, listed: Sequence[mcp_types.Tool]) -> list[MCPTool]:
+        plain = [tool_name(t.name, self.tool_prefix) for t in listed]
+        full = [f"{self.tool_prefix}_{t.name}" if self.tool_prefix else t.name for t in listed]
+        clashing = {n for n in plain if plain.count(n) > 1}
         out: dict[str, MCPTool] = {}
-        for t in listed:
-            name = tool_name(t.name, self.tool_prefix)
+        for t, name, original in zip(listed, plain, full, strict=True):
+            if name in clashing and name != original:  # changed, and now shared: make it unique
+                name = _hashed(t.name, self.tool_prefix)
             if name in out:
                 raise ToolDefinitionError(
                     f"MCP server {self.name!r}: tools {out[name].mcp_name!r} and {t.name!r} both become {name!r}"

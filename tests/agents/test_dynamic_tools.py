@@ -284,3 +284,91 @@ async def test_a_declaration_counts_toward_the_context() -> None:
     run = _Run([], None, None, len)  # one "token" a character
     decl = SystemMessage(content="", tools=[WEATHER_SPEC])
     assert run.message_tokens(decl) == len(json.dumps([WEATHER_SPEC]))
+
+
+# -- misuse and resume -----------------------------------------------------------------------
+
+
+@tool
+def unlock_junk() -> list[Any]:
+    """Returns the time tool and junk."""
+    return [get_time, 5, None]
+
+
+async def test_a_tool_returning_tools_mixed_with_junk_is_an_error_and_adds_nothing() -> None:
+    engine = ScriptedEngine([calls(("unlock_junk", {})), calls(("get_time", {"city": "Quito"})), answer("no")])
+    agent = Agent(tools=[unlock_junk], engine=engine)
+    result = await agent.run("time?")
+    assert [m.content for m in result.messages if isinstance(m, ToolMessage)] == [
+        "Error: ToolError: unlock_junk returned tools mixed with other values (item 1: int 5; item 2: NoneType "
+        "None); none were added: return only tools, or no tool",
+        "Error: unknown tool 'get_time'; available tools: unlock_junk",
+    ]
+    assert declarations(result.messages) == [] and list(agent.tools) == ["unlock_junk"]
+
+
+def test_non_tools_are_refused_naming_their_type() -> None:
+    from kimik3.tools.mcp import MCPServerStdio
+
+    server = MCPServerStdio("true", name="srv")
+    agent = Agent(tools=[get_time], engine=ScriptedEngine([]))
+    cases: list[tuple[Any, str]] = [(5, "int 5"), (None, "NoneType None"), ("get_time", "str 'get_time'"),
+                                    (server, "a toolset (an MCP server), which only Agent(tools=[...]) takes")]
+    for bad, what in cases:
+        message = f"a tool must be a Tool or a typed function, not {what}"
+        with pytest.raises(UserError) as e:
+            agent.add_tools(bad)
+        assert str(e.value) == message
+        with pytest.raises(UserError) as e:
+            tool_search([get_weather, bad])
+        assert str(e.value) == message
+    with pytest.raises(UserError, match="not NoneType None"):
+        Agent(tools=[None], engine=ScriptedEngine([]))  # type: ignore[list-item]
+    for n in (0, -1, True, 2.0):
+        with pytest.raises(UserError) as e:
+            tool_search([get_weather], max_results=n)  # type: ignore[arg-type]
+        assert str(e.value) == f"tool_search: max_results must be an integer >= 1, not {n!r}"
+    with pytest.raises(UserError, match="tool_search: tools must be a list of tools, not int"):
+        tool_search(5)  # type: ignore[arg-type]
+    assert [t.name for t in tool_search([get_weather, get_time], max_results=1).catalog.values()] == [  # type: ignore[attr-defined]
+        "get_weather",
+        "get_time",
+    ]
+
+
+async def test_resume_restores_tools_a_tool_search_had_loaded(tmp_path: Path) -> None:
+    session = tmp_path / "s.jsonl"
+    first = ScriptedEngine([calls(("search_tools", {"query": "get_time"})), answer("loaded")])
+    await Agent(tools=[tool_search([get_weather, get_time])], engine=first).run("load", session=session)
+    again = ScriptedEngine([calls(("get_time", {"city": "Oslo"})), answer("noon")])
+    agent = Agent(tools=[tool_search([get_weather, get_time])], engine=again)
+    resumed = await agent.resume(session, "time in Oslo?")
+    assert [m.content for m in resumed.messages if isinstance(m, ToolMessage)][-1] == "noon in Oslo"
+    assert declarations(resumed.messages) == [["get_time"]]  # declared once, in the first run
+    assert list(agent.tools) == ["search_tools", "get_time"]
+
+
+async def test_resume_warns_about_declared_tools_it_cannot_restore(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    session = tmp_path / "s.jsonl"
+    first = ScriptedEngine([calls(("unlock_time", {})), answer("unlocked")])
+    await Agent(tools=[unlock_time], engine=first).run("unlock", session=session)
+    again = ScriptedEngine([calls(("get_time", {"city": "Oslo"})), answer("cannot")])
+    with caplog.at_level("WARNING", logger="kimik3.agent"):
+        resumed = await Agent(tools=[unlock_time], engine=again).resume(session, "time in Oslo?")
+    assert [r.getMessage() for r in caplog.records] == [
+        "kimik3: tools 'get_time' were declared in an earlier run of this conversation and are not available now "
+        "(give them with Agent.add_tools); calls to them get an error"
+    ]
+    assert [m.content for m in resumed.messages if isinstance(m, ToolMessage)][-1] == (
+        "Error: unknown tool 'get_time' was declared in an earlier run and is not available now; "
+        "available tools: unlock_time"
+    )
+    caplog.clear()
+    restored = Agent(tools=[unlock_time], engine=ScriptedEngine([calls(("get_time", {"city": "Oslo"})), answer("ok")]))
+    restored.add_tools(get_time)  # given again: no warning, the call runs
+    with caplog.at_level("WARNING", logger="kimik3.agent"):
+        result = await restored.resume(session, "again")
+    assert caplog.records == []
+    assert [m.content for m in result.messages if isinstance(m, ToolMessage)][-1] == "noon in Oslo"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import hashlib
 import io
 import os
 import re
@@ -62,10 +63,14 @@ def answer(text: str) -> str:
 @pytest.mark.parametrize(
     ("name", "prefix", "expected"),
     [
-        ("secret.word", None, "secret_word"),
+        ("secret.word", None, "secret.word"),
         ("read_file", "fs", "fs_read_file"),
-        ("a/b c", "x.y", "x_y_a_b_c"),
-        ("é", None, "_"),
+        ("a/b c", "x.y", "x.y_a_b_c"),
+        ("é", None, "é"),
+        ("搜索", None, "搜索"),
+        ("ツール", "jp", "jp_ツール"),
+        ("検索 ツール!", None, "検索_ツール_"),
+        ("a\nb", None, "a_b"),
         ("n" * 80, "p", "p_" + "n" * 62),
     ],
 )
@@ -129,11 +134,11 @@ async def test_stdio_image_result_goes_through_kimik3_media() -> None:
 async def test_list_changed_refreshes_the_tools(mode: str) -> None:
     async with stdio(mode=mode, tool_prefix="t") as server:
         tools = await tools_of(server)
-        assert "t_secret_word" not in tools
+        assert "t_secret.word" not in tools
         assert await tools["t_unlock"].run({}) == ToolResult(content="unlocked")
         tools = await tools_of(server)
-        assert list(tools) == [f"t_{n}" for n in NAMES] + ["t_secret_word"]
-        secret = tools["t_secret_word"]
+        assert list(tools) == [f"t_{n}" for n in NAMES] + ["t_secret.word"]
+        secret = tools["t_secret.word"]
         assert secret.mcp_name == "secret.word"
         assert await secret.run({}) == ToolResult(content="swordfish")
 
@@ -282,14 +287,14 @@ async def test_agent_opens_a_server_for_the_run_and_survives_its_crash() -> None
 
 
 async def test_agent_declares_tools_a_server_adds_mid_run_dynamically() -> None:
-    engine = ScriptedEngine([calls(("unlock", {})), calls(("secret_word", {})), answer("swordfish")])
+    engine = ScriptedEngine([calls(("unlock", {})), calls(("secret.word", {})), answer("swordfish")])
     async with stdio() as server:
         result = await Agent(tools=[server], engine=engine).run("what is the word?")
         assert server.is_open  # the caller opened it: the agent leaves it open
     assert result.output == "swordfish"
     declarations = [m for m in result.messages if isinstance(m, SystemMessage) and m.tools]
     assert len(declarations) == 1 and declarations[0].content == ""
-    assert [t.function.name for t in declarations[0].tools or []] == ["secret_word"]
+    assert [t.function.name for t in declarations[0].tools or []] == ["secret.word"]
     prompts = [c.prompt for c in engine.calls]
     assert prompts[1].startswith(prompts[0]) and prompts[2].startswith(prompts[1])
     assert "## New Tools Available" not in prompts[0] and "## New Tools Available" in prompts[1]
@@ -308,13 +313,41 @@ async def test_agent_rejects_a_server_tool_that_clashes_with_its_own() -> None:
         await agent.run("go")
 
 
-def test_colliding_names_on_one_server_raise() -> None:
-    server = stdio(name="s")
+def _sha8(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:8]
+
+
+def test_names_that_clash_after_sanitising_get_a_stable_hash_suffix() -> None:
     import mcp.types as t
 
-    listed = [t.Tool(name="a.b", input_schema={"type": "object"}), t.Tool(name="a_b", input_schema={"type": "object"})]
-    with pytest.raises(ToolDefinitionError, match=re.escape("MCP server 's': tools 'a.b' and 'a_b' both become 'a_b'")):
+    def names(*listed: str, prefix: str | None = None) -> list[str]:
+        server = stdio(name="s", tool_prefix=prefix)
+        return [m.name for m in server._build([t.Tool(name=n, input_schema={"type": "object"}) for n in listed])]
+
+    # non-ASCII names are kept: two CJK tools stay two tools
+    assert names("搜索", "翻译", "ツール") == ["搜索", "翻译", "ツール"]
+    # a valid name keeps itself; the changed one that now clashes with it gets a suffix
+    assert names("a b", "a_b") == [f"a_b_{_sha8('a b')}", "a_b"]
+    assert names("a_b", "a b") == ["a_b", f"a_b_{_sha8('a b')}"]  # whatever the order
+    assert names("a/b", "a b", prefix="p") == [f"p_a_b_{_sha8('p_a/b')}", f"p_a_b_{_sha8('p_a b')}"]
+    # long names cut to 64 that clash: each stays 64 characters and distinct
+    long = names("x" * 70 + "1", "x" * 70 + "2")
+    assert long == ["x" * 55 + "_" + _sha8("x" * 70 + "1"), "x" * 55 + "_" + _sha8("x" * 70 + "2")]
+    assert names("a b", "c") == ["a_b", "c"]  # no clash: no suffix
+    server = stdio(name="s")
+    listed = [t.Tool(name="same", input_schema={"type": "object"})] * 2
+    with pytest.raises(ToolDefinitionError, match=re.escape("MCP server 's': tools 'same' and 'same' both become 'same'")):
         server._build(listed)
+
+
+def test_unicode_tool_names_are_valid_kimik3_tools() -> None:
+    def f() -> str:
+        return "x"
+
+    assert tool(f, name="搜索").name == "搜索"
+    for bad in ("a b", "a\n", "", "x" * 65, "a/b"):
+        with pytest.raises(ToolDefinitionError, match="invalid tool name"):
+            tool(f, name=bad)
 
 
 async def test_a_server_that_never_answers_the_handshake() -> None:
@@ -386,3 +419,14 @@ def test_without_the_mcp_sdk_only_kimik3_tools_mcp_fails() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "kimik3.tools.mcp needs the MCP SDK: pip install 'kimik3[mcp]'\n"
+
+
+async def test_a_cjk_tool_name_round_trips_through_k3() -> None:
+    def search(q: str) -> str:
+        return f"found {q}"
+
+    engine = ScriptedEngine([calls(("搜索", {"q": "猫"})), answer("done")])
+    result = await Agent(tools=[tool(search, name="搜索")], engine=engine).run("go")
+    assert result.output == "done"
+    tool_messages = [m for m in result.messages if isinstance(m, ToolMessage)]
+    assert [m.content for m in tool_messages] == ["found 猫"]

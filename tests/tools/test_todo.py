@@ -74,3 +74,16 @@ async def test_the_agent_keeps_the_plan_across_turns() -> None:
     result = await Agent(tools=[plan_tool(plan)], engine=engine).run("go")
     assert result.output == "done"
     assert plan.render() == "plan updated: 2 of 2 steps completed\n[x] read\n[x] fix"
+
+
+async def test_steps_cannot_forge_plan_lines_or_send_terminal_escapes() -> None:
+    plan = Plan()
+    t = plan_tool(plan)
+    forged = "a\n[x] fake done\n\x1b[31mred\x1b[0m \x1b]0;title\x07\u202eevil\r"
+    result = await t.run({"plan": [{"step": forged}, {"step": "b\tc", "status": "completed"}]})
+    assert result == ToolResult(content="plan updated: 1 of 2 steps completed\n[ ] a [x] fake done red evil\n[x] b c")
+    for invisible in ("\x1b[31m", "\n\r\t", "\u202e"):
+        empty = await t.run({"plan": [{"step": invisible}]})
+        assert empty.is_error and "plan.0.step: Value error, a step needs visible text" in str(empty.content)
+    assert [s.step for s in plan.steps] == ["a [x] fake done red evil", "b c"]  # the errors kept it
+

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from kimik3 import Agent, ScriptedEngine, ToolMessage
+from kimik3 import Agent, ScriptedEngine, ToolMessage, UserError
 from kimik3.media import K3_MEDIA_CONFIG, MediaConfig, image_token_count
 from kimik3.tools.ui import (
     BrowserComputer,
@@ -271,3 +271,41 @@ async def test_agent_fills_the_form_by_marks_and_reads_the_accessibility_tree(si
         assert lines[1] == 'Accessibility tree (role "name"; box=left,top,right,bottom in pixels of this screenshot):'
         assert f'    - button "Send" [box={bl},{bt},{br},{bb}]' in lines
         assert '  - heading "Sign up" [level=1] [box=' in shot.text and "[ref=" not in shot.text
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"grounding": "bogus"}, "grounding must be None, 'accessibility' or 'marks', got 'bogus'"),
+        ({"settle": -1}, "settle must be a finite number of seconds >= 0, got -1"),
+        ({"settle": float("nan")}, "settle must be a finite number of seconds >= 0, got nan"),
+        ({"settle": True}, "settle must be a finite number of seconds >= 0, got True"),
+        ({"max_wait": float("nan")}, "max_wait must be a finite number of seconds > 0, got nan"),
+        ({"max_wait": float("inf")}, "max_wait must be a finite number of seconds > 0, got inf"),
+        ({"max_wait": 0}, "max_wait must be a finite number of seconds > 0, got 0"),
+        ({"max_wait": "5"}, "max_wait must be a finite number of seconds > 0, got '5'"),
+        ({"max_screenshot_tokens": 0}, "max_screenshot_tokens must be an integer >= 1 or None, got 0"),
+        ({"max_screenshot_tokens": float("nan")}, "max_screenshot_tokens must be an integer >= 1 or None, got nan"),
+        ({"max_screenshot_tokens": 1500.5}, "max_screenshot_tokens must be an integer >= 1 or None, got 1500.5"),
+        ({"max_screenshot_tokens": True}, "max_screenshot_tokens must be an integer >= 1 or None, got True"),
+    ],
+)
+def test_ui_tools_misuse_is_a_user_error(options: dict[str, Any], message: str) -> None:
+    with pytest.raises(UserError) as e:
+        ui_tools(CanvasComputer(), **options)
+    assert str(e.value) == f"ui_tools: {message}"
+    assert [t.name for t in ui_tools(CanvasComputer(), settle=0, max_wait=1, max_screenshot_tokens=1)][:2] == [
+        "screenshot",
+        "click",
+    ]
+
+
+async def test_booleans_are_not_marks_or_pixels() -> None:
+    computer = CanvasComputer()
+    tools = {t.name: t for t in ui_tools(computer, grounding="marks")}
+    for name, args, field in (("click_mark", {"mark": True}, "mark"), ("click", {"x": True, "y": 5}, "x")):
+        result = await tools[name].run(args)
+        assert result.is_error and result.content == (
+            f"Error: ToolArgumentsError: {field}: Input should be a number, not a boolean (got True)"
+        )
+    assert computer.log == []  # nothing was clicked

@@ -159,7 +159,7 @@ def test_screen_difference_and_unreadable_trajectories(tmp_path: Path) -> None:
     bad.write_text(
         '{"type": "trajectory", "computer": {}, "screen_size": [1, 1], "device_scale": 1}\n{"type": "step"}\n'
     )
-    with pytest.raises(TrajectoryError, match=r"bad.jsonl:2: not a trajectory record \(KeyError"):
+    with pytest.raises(TrajectoryError, match=r"bad.jsonl:2: not a trajectory record \(index: Field required"):
         load_trajectory(bad)
     bad.write_text("not json\n")
     with pytest.raises(TrajectoryError, match=r"bad\.jsonl:1"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Literal
 
@@ -12,7 +13,7 @@ import anyio.to_thread
 from PIL import Image, ImageChops
 from pydantic import Field
 
-from ..._exceptions import ToolError
+from ..._exceptions import ToolError, UserError
 from ...media import MediaConfig, PreparedImage, image_token_count, prepare_image
 from .._tool import Tool
 from ._computer import Computer, parse_keys
@@ -258,17 +259,23 @@ def ui_tools(
         The tools, in the order listed above.
 
     Raises:
-        ValueError: a negative ``settle``, a non-positive ``max_wait`` or ``max_screenshot_tokens``,
-            or an unknown ``grounding``.
+        UserError: ``settle`` not a finite number >= 0, ``max_wait`` not a finite number > 0,
+            ``max_screenshot_tokens`` not an integer >= 1 (or None), or an unknown ``grounding``
+            (booleans are not numbers here).
     """
-    if settle < 0:
-        raise ValueError(f"settle must be >= 0, got {settle}")
-    if not max_wait > 0:
-        raise ValueError(f"max_wait must be > 0, got {max_wait}")
-    if max_screenshot_tokens is not None and max_screenshot_tokens < 1:
-        raise ValueError(f"max_screenshot_tokens must be >= 1, got {max_screenshot_tokens}")
+
+    def number(value: object) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+    if not (number(settle) and settle >= 0):
+        raise UserError(f"ui_tools: settle must be a finite number of seconds >= 0, got {settle!r}")
+    if not (number(max_wait) and max_wait > 0):
+        raise UserError(f"ui_tools: max_wait must be a finite number of seconds > 0, got {max_wait!r}")
+    tokens = max_screenshot_tokens
+    if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1):
+        raise UserError(f"ui_tools: max_screenshot_tokens must be an integer >= 1 or None, got {tokens!r}")
     if grounding not in (None, "accessibility", "marks"):
-        raise ValueError(f"grounding must be None, 'accessibility' or 'marks', got {grounding!r}")
+        raise UserError(f"ui_tools: grounding must be None, 'accessibility' or 'marks', got {grounding!r}")
     state = _UIState(computer, settle, media_config, screenshot_after_action, max_screenshot_tokens, grounding)
     c = computer
 

@@ -36,20 +36,24 @@ from typing import Any
 import anyio
 import anyio.to_thread
 from PIL import Image, ImageChops
+from pydantic import ValidationError
 
 from ..._exceptions import ReplayMismatchError, ToolError, TrajectoryError
 from ...formats.k3 import ReasoningDelta
 from ._computer import Computer, KeyCombo, MouseButton
+from ._records import _End, _errors, _Header, _inside, _Step, check_step, screen_point
 
 __all__ = [
     "TRAJECTORY_FILE",
     "Trajectory",
     "TrajectoryRecorder",
     "TrajectoryStep",
+    "check_step",
     "computer_for",
     "load_trajectory",
     "replay",
     "screen_difference",
+    "screen_point",
 ]
 
 TRAJECTORY_FILE = "trajectory.jsonl"
@@ -133,53 +137,80 @@ class Trajectory:
         """A recorded screenshot (RGB) by its relative path.
 
         Raises:
-            TrajectoryError: the file is missing or unreadable.
+            TrajectoryError: the file is missing, unreadable, too large to decode (Pillow's
+                decompression-bomb limit), or ``name`` is not a relative path inside the
+                trajectory directory (no absolute path, no ``..``, no symlink out).
         """
+        target = _inside(self.directory, name, self.path)
         try:
-            with Image.open(self.directory / name) as im:
+            with Image.open(target) as im:
                 return im.convert("RGB")
-        except OSError as e:
+        except (OSError, Image.DecompressionBombError) as e:
             raise TrajectoryError(f"cannot read screenshot {name} of {self.path}: {e}") from e
 
 
 def load_trajectory(path: str | os.PathLike[str]) -> Trajectory:
     """Read a trajectory: its directory or its ``trajectory.jsonl``.
 
+    Every line is validated here (the one boundary): the header first, then steps whose fields
+    have the types of :class:`TrajectoryStep`, whose ``args`` fit their action and whose
+    ``screen`` is where those args land (:func:`check_step`), and whose screenshots are relative
+    paths inside the directory.
+
     Raises:
-        TrajectoryError: no such file, a line that is not JSON, no header, or a step without the
-            fields of :class:`TrajectoryStep` (the message names the line).
+        TrajectoryError: no such file, not UTF-8, a line that is not JSON or not a valid record,
+            no header (the message names the file and line).
     """
     p = Path(path)
     if p.is_dir():
         p = p / TRAJECTORY_FILE
     try:
         lines = p.read_text(encoding="utf-8").splitlines()
-    except OSError as e:
+    except (OSError, UnicodeDecodeError) as e:
         raise TrajectoryError(f"cannot read trajectory {p}: {e}") from e
-    header: dict[str, Any] | None = None
+    header: _Header | None = None
     end: str | None = None
     steps: list[TrajectoryStep] = []
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
-            if record["type"] == "trajectory":
-                header = record
-            elif record["type"] == "step":
-                fields = {k: record[k] for k in ("index", "action", "args", "screen", "before", "after",
-                                                 "started_s", "duration_s")}  # fmt: skip
-                steps.append(TrajectoryStep(**fields, model=record.get("model"), reasoning=record.get("reasoning")))
-            elif record["type"] == "end":
-                end = record["screenshot"]
+            record = json.loads(line, parse_constant=_no_constant)
+            kind = record.get("type") if isinstance(record, dict) else None
+            if header is None and kind != "trajectory":
+                raise ValueError("the first record must be the trajectory header")
+            if kind == "trajectory":
+                if header is not None:
+                    raise ValueError("a second trajectory header")
+                header = _Header.model_validate(record)
+            elif kind == "step":
+                assert header is not None  # the first record is the header (checked above)
+                r = _Step.model_validate(record)
+                step = TrajectoryStep(r.index, r.action, r.args, r.screen, r.before, r.after, r.started_s,
+                                      r.duration_s, r.model, r.reasoning)  # fmt: skip
+                size = (header.screen_size[0], header.screen_size[1])
+                check_step(step, size, header.device_scale)
+                for shot in (r.before, r.after):
+                    if shot is not None:
+                        _inside(p.parent, shot, f"step {r.index}")
+                steps.append(step)
+            elif kind == "end":
+                end = _End.model_validate(record).screenshot
+                _inside(p.parent, end, "end")
             else:
-                raise ValueError(f"unknown record type {record['type']!r}")
-        except (ValueError, KeyError, TypeError) as e:
-            raise TrajectoryError(f"{p}:{number}: not a trajectory record ({type(e).__name__}: {e})") from e
+                raise ValueError(f"unknown record type {kind!r}")
+        except ValidationError as e:
+            raise TrajectoryError(f"{p}:{number}: not a trajectory record ({_errors(e)})") from e
+        except (ValueError, TrajectoryError) as e:
+            raise TrajectoryError(f"{p}:{number}: not a trajectory record ({e})") from e
     if header is None:
         raise TrajectoryError(f"{p}: no trajectory header line")
-    w, h = header["screen_size"]
-    return Trajectory(p, dict(header["computer"]), (int(w), int(h)), float(header["device_scale"]), tuple(steps), end)
+    w, h = header.screen_size
+    return Trajectory(p, dict(header.computer), (w, h), header.device_scale, tuple(steps), end)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
 
 
 def _describe_computer(computer: Computer) -> dict[str, Any]:
@@ -208,18 +239,22 @@ def computer_for(trajectory: Trajectory, *, url: str | None = None, display: str
 
     Raises:
         TrajectoryError: the trajectory was recorded on another kind of computer (give it your
-            own instance: ``replay(trajectory, computer)``).
+            own instance: ``replay(trajectory, computer)``), or its header's computer lacks or
+            garbles a field (viewport, device_scale_factor, display).
     """
     from ._browser import BrowserComputer
     from ._x11 import X11Computer
 
     c = trajectory.computer
-    if c.get("kind") == "browser":
-        vw, vh = c["viewport"]
-        return BrowserComputer(url or c.get("url"), viewport=(int(vw), int(vh)),
-                               device_scale_factor=float(c["device_scale_factor"]))  # fmt: skip
-    if c.get("kind") == "x11":
-        return X11Computer(display or c["display"])
+    try:
+        if c.get("kind") == "browser":
+            vw, vh = c["viewport"]
+            return BrowserComputer(url or c.get("url"), viewport=(int(vw), int(vh)),
+                                   device_scale_factor=float(c["device_scale_factor"]))  # fmt: skip
+        if c.get("kind") == "x11":
+            return X11Computer(display or c["display"])
+    except (KeyError, TypeError, ValueError) as e:  # a header whose computer lacks or garbles a field
+        raise TrajectoryError(f"{trajectory.path}: cannot open the recorded computer {c!r:.200}: {e!r}") from e
     raise TrajectoryError(f"{trajectory.path} was recorded on a {c.get('kind')!r}; replay it with your own computer")
 
 
@@ -340,9 +375,8 @@ class TrajectoryRecorder(Computer):
         self._next_model = None
 
     def _screen(self, x: float, y: float) -> dict[str, int]:
-        w, h = self.size
-        s = self.device_scale
-        return {"x": min(w - 1, max(0, math.floor(x * s))), "y": min(h - 1, max(0, math.floor(y * s)))}
+        sx, sy = screen_point(x, y, self.size, self.device_scale)
+        return {"x": sx, "y": sy}
 
     async def click(self, x: float, y: float, button: MouseButton = "left") -> None:
         await self._act(
@@ -474,10 +508,13 @@ async def replay(
     Raises:
         ReplayMismatchError: the screen did not match in time; ``.step`` is the step not run
             (``len(steps) + 1`` for the end state), nothing of it was done.
-        TrajectoryError: an unreadable trajectory or screenshot, or an unknown action.
+        TrajectoryError: an unreadable trajectory or screenshot, an unknown action, or a step
+            whose ``screen`` is not where its ``args`` land (:func:`check_step`).
         ToolError: the backend failed an action.
     """
     traj = trajectory if isinstance(trajectory, Trajectory) else load_trajectory(trajectory)
+    for step in traj.steps:  # a Trajectory built by hand is checked too, before anything runs
+        check_step(step, traj.screen_size, traj.device_scale)
     focus: TrajectoryStep | None = None  # the latest pointer step
     for step in traj.steps:
         expected = traj.image(step.before)

@@ -1,0 +1,155 @@
+"""The JSON records of a trajectory file, validated at one place (:func:`load_trajectory`).
+
+Pydantic models per record (header, step, end) and per action's ``args``/``screen``; strict
+numbers (no booleans, no strings, no NaN); screenshots are relative paths that stay inside the
+trajectory directory.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..._exceptions import TrajectoryError
+
+if TYPE_CHECKING:
+    from ._trajectory import TrajectoryStep
+
+__all__ = ["check_step", "screen_point"]
+
+
+def _inside(directory: Path, name: str, where: object) -> Path:
+    """``directory / name`` when ``name`` is relative and stays inside ``directory`` (symlinks
+    resolved), else :class:`TrajectoryError`: a trajectory never points at other files."""
+    rel = Path(name)
+    if rel.is_absolute() or ".." in rel.parts or not rel.parts:
+        raise TrajectoryError(f"{where}: screenshot {name!r} is not a relative path inside the trajectory")
+    target = directory / rel
+    if not target.resolve().is_relative_to(directory.resolve()):
+        raise TrajectoryError(f"{where}: screenshot {name!r} leads outside the trajectory directory")
+    return target
+
+
+# -- the JSON records, validated at one place (load_trajectory) ------------------------------
+
+_Number = Annotated[float, Field(strict=True, allow_inf_nan=False)]  # int or float, not bool/str/NaN
+_Pixel = Annotated[int, Field(strict=True, ge=0)]
+_Shot = Annotated[str, Field(strict=True, min_length=1)]
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class _Header(_Record):
+    type: Literal["trajectory"]
+    computer: dict[str, Any]
+    screen_size: Annotated[
+        list[Annotated[int, Field(strict=True, ge=1, le=100_000)]], Field(min_length=2, max_length=2)
+    ]
+    device_scale: Annotated[float, Field(strict=True, gt=0, le=100, allow_inf_nan=False)]
+
+
+class _Step(_Record):
+    type: Literal["step"]
+    index: Annotated[int, Field(strict=True, ge=1)]
+    action: Literal["click", "double_click", "type_text", "key", "scroll", "drag"]
+    args: dict[str, Any]
+    screen: dict[str, Any]
+    before: _Shot
+    after: _Shot | None
+    started_s: Annotated[float, Field(strict=True, ge=0, allow_inf_nan=False)]
+    duration_s: Annotated[float, Field(strict=True, ge=0, allow_inf_nan=False)]
+    model: dict[str, Any] | None = None
+    reasoning: Annotated[str, Field(strict=True)] | None = None
+
+
+class _End(_Record):
+    type: Literal["end"]
+    screenshot: _Shot
+
+
+class _PointArgs(_Record):
+    x: _Number
+    y: _Number
+    button: Literal["left", "right", "middle"] = "left"
+
+
+class _ScrollArgs(_PointArgs):
+    dx: Annotated[int, Field(strict=True)]
+    dy: Annotated[int, Field(strict=True)]
+
+
+class _DragArgs(_Record):
+    path: Annotated[list[Annotated[list[_Number], Field(min_length=2, max_length=2)]], Field(min_length=2)]
+
+
+class _TextArgs(_Record):
+    text: Annotated[str, Field(strict=True)]
+
+
+class _KeyArgs(_Record):
+    combos: Annotated[
+        list[Annotated[list[Annotated[str, Field(strict=True, min_length=1)]], Field(min_length=1)]],
+        Field(min_length=1),
+    ]
+
+
+class _PointScreen(_Record):
+    x: _Pixel
+    y: _Pixel
+
+
+class _PathScreen(_Record):
+    path: list[Annotated[list[_Pixel], Field(min_length=2, max_length=2)]]
+
+
+_ARGS: dict[str, type[_Record]] = {"click": _PointArgs, "double_click": _PointArgs, "scroll": _ScrollArgs,
+                                   "drag": _DragArgs, "type_text": _TextArgs, "key": _KeyArgs}  # fmt: skip
+
+
+def screen_point(x: float, y: float, size: tuple[int, int], device_scale: float) -> list[int]:
+    """The screen pixel ``[x, y]`` an input position lands on (what the recorder writes as
+    ``screen``): ``floor(input * device_scale)``, clamped to the screen."""
+    w, h = size
+    return [min(w - 1, max(0, math.floor(x * device_scale))), min(h - 1, max(0, math.floor(y * device_scale)))]
+
+
+def check_step(step: TrajectoryStep, size: tuple[int, int], device_scale: float) -> None:
+    """Check one step: its ``args`` fit its action, and its ``screen`` (where :func:`replay`
+    compares the screen) is where ``args`` (what replay performs) land, recomputed with the
+    recorded ``device_scale`` and screen size. A step that compares one place and acts on
+    another is refused.
+
+    Raises:
+        TrajectoryError: the step names the mismatch.
+    """
+    where = f"step {step.index} ({step.action})"
+    try:
+        args = _ARGS[step.action].model_validate(step.args)
+        if isinstance(args, _PointArgs):
+            got = _PointScreen.model_validate(step.screen)
+            want = screen_point(args.x, args.y, size, device_scale)
+            shown = [got.x, got.y]
+        elif isinstance(args, _DragArgs):
+            got_path = _PathScreen.model_validate(step.screen)
+            want = [screen_point(x, y, size, device_scale) for x, y in args.path]  # type: ignore[misc]
+            shown = got_path.path  # type: ignore[assignment]
+        else:
+            want = shown = []
+    except KeyError as e:
+        raise TrajectoryError(f"{where}: unknown action") from e
+    except ValidationError as e:
+        raise TrajectoryError(f"{where}: {_errors(e)}") from e
+    if shown != want:
+        raise TrajectoryError(
+            f"{where}: its screen position {shown} is not where its args {step.args} land ({want} at device "
+            f"scale {device_scale:g} on a {size[0]}x{size[1]} screen): replay would check one place and act on another"
+        )
+
+
+def _errors(e: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(map(str, err['loc'])) or 'record'}: {err['msg']}" for err in e.errors()[:3])
