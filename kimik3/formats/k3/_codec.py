@@ -27,6 +27,7 @@ from ...types import (
     Choice,
     ImagePart,
     Message,
+    PromptTokensDetails,
     ToolMessage,
     ToolSpec,
     Usage,
@@ -341,6 +342,9 @@ class RawChunk:
         prompt_tokens: the prompt's token count, when the engine reports it.
         prompt_token_ids: the prompt ids as the engine received them, when it echoes them
             (vLLM does): proof that kimik3's exact ids reached the engine.
+        cached_tokens: prompt tokens served from the engine's prefix cache, when it reports
+            them (vLLM's ``RequestOutput.num_cached_tokens``; a server's
+            ``usage.prompt_tokens_details.cached_tokens``).
     """
 
     text: str = ""
@@ -348,6 +352,7 @@ class RawChunk:
     completion_tokens: int | None = None
     prompt_tokens: int | None = None
     prompt_token_ids: Sequence[int] | None = None
+    cached_tokens: int | None = None
 
 
 @dataclass(frozen=True)
@@ -461,6 +466,7 @@ class K3Decoder:
         self.finish_reason: str | None = None
         self._completion_tokens: int | None = None
         self._prompt_tokens: int | None = None
+        self._cached_tokens: int | None = None
 
     def feed(self, chunk: RawChunk) -> list[Event]:
         """The events of one chunk."""
@@ -470,6 +476,8 @@ class K3Decoder:
             self._completion_tokens = chunk.completion_tokens
         if chunk.prompt_tokens is not None:
             self._prompt_tokens = chunk.prompt_tokens
+        if chunk.cached_tokens is not None:
+            self._cached_tokens = chunk.cached_tokens
         if not chunk.text:
             return []
         self._raw.append(chunk.text)
@@ -493,6 +501,8 @@ class K3Decoder:
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
             total_tokens=prompt_tokens + completion_tokens,
+            prompt_tokens_details=PromptTokensDetails(cached_tokens=self._cached_tokens)
+            if self._cached_tokens is not None else None,
         )
         parsed = self._parser.result()
         return ChatCompletion(
