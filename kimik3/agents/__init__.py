@@ -3,6 +3,7 @@ decisions, results, turn outcomes and events (model deltas included: the agent o
 vocabulary, so consumers never import :mod:`kimik3.formats`)."""
 
 from ._agent import Agent
+from ._fork import SessionRecord, fork_session, format_session, read_session_records
 from ._hooks import RunHooks
 from ._prompts import CODING_INSTRUCTIONS, SUMMARY_INSTRUCTIONS
 from ._session import SessionWriter, load_session
@@ -58,6 +59,7 @@ __all__ = [
     "ReasoningDelta",
     "RunHooks",
     "RunResult",
+    "SessionRecord",
     "SessionWriter",
     "StopReason",
     "ToolCallApprovedEvent",
@@ -69,5 +71,8 @@ __all__ = [
     "ToolsRan",
     "TurnEndEvent",
     "TurnOutcome",
+    "fork_session",
+    "format_session",
     "load_session",
+    "read_session_records",
 ]
