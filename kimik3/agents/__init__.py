@@ -5,6 +5,7 @@ vocabulary, so consumers never import :mod:`kimik3.formats`)."""
 from ._agent import Agent
 from ._fork import SessionRecord, fork_session, format_session, read_session_records
 from ._hooks import RunHooks
+from ._prefix import PrefixStats, prefix_stats
 from ._prompts import CODING_INSTRUCTIONS, SUMMARY_INSTRUCTIONS
 from ._session import SessionWriter, load_session
 from ._types import (
@@ -56,6 +57,7 @@ __all__ = [
     "FinalEvent",
     "ModelSettings",
     "PendingCall",
+    "PrefixStats",
     "ReasoningDelta",
     "RunHooks",
     "RunResult",
@@ -74,5 +76,6 @@ __all__ = [
     "fork_session",
     "format_session",
     "load_session",
+    "prefix_stats",
     "read_session_records",
 ]

@@ -663,8 +663,10 @@ class Agent(Generic[OutputT]):
         if len(turn_starts) <= policy.keep_recent_turns and keep == len(turn_starts):
             return  # too early: the recent turns are all there is, and they fit
         older = msgs[head:split]
+        # the whole history, then the request: this prompt extends the previous one (a prefix
+        # cache serves it), and the summary may repeat the recent turns kept below
         request = self._request(run, tool_choice="none",
-                                messages=[*msgs[:split], UserMessage(content=COMPACTION_REQUEST)])
+                                messages=[*msgs, UserMessage(content=COMPACTION_REQUEST)])
         try:
             with _tracing.model_call(run.span, self.client.engine.model, request) as span:
                 completion = await self.client.complete(request)
