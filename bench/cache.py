@@ -120,9 +120,9 @@ async def conversation(engine: Any, naive: bool, turns: int, workspace: Path) ->
     """(prompt tokens, cached prompt tokens, model calls, seconds) of ``turns`` tasks in one
     growing conversation."""
     cls = NaiveAgent if naive else Agent
-    tools = [t for t in coding_tools(workspace) if t.name in ("read_file", "grep")]
+    tools = coding_tools(workspace)  # the tools k3-tiny was trained with
     agent = cls(instructions=CODING_INSTRUCTIONS, tools=tools, engine=engine, max_turns=3,
-                settings=ModelSettings(temperature=0.0, max_tokens=48, seed=0),
+                settings=ModelSettings(temperature=0.0, max_tokens=96, seed=0),
                 context=ContextPolicy(context_window=4096, compact_at=0.8, keep_recent_turns=4))  # fmt: skip
     history: list[Message] = []
     prompt = cached = calls = 0
@@ -132,6 +132,9 @@ async def conversation(engine: Any, naive: bool, turns: int, workspace: Path) ->
         prompt += result.usage.prompt_tokens
         cached += result.usage.cached_tokens
         calls += result.turns
+    results = [m for m in history if isinstance(m, ToolMessage)]
+    print(f"  {'naive' if naive else 'kimik3'}: {len(results)} tool results in the final history, "
+          f"{sum(m.content == NOTE for m in results)} of them dropped", flush=True)
     return prompt, cached, calls, time.perf_counter() - t0
 
 
