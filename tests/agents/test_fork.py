@@ -179,5 +179,9 @@ def test_cli_show_and_resume_at_n(tmp_path: Path) -> None:
     assert history[:4] == load_session(session)[:4]
     assert history[4] == UserMessage(content="in words")
     assert isinstance(history[5], AssistantMessage) and history[5].content == "five"
+    out_of_range = CliRunner().invoke(main, ["resume", str(session), "x", "--at", "9", "--script", str(script),
+                                             "-w", str(ws), "--plain"], env={"KIMIK3_HOME": str(home)})  # fmt: skip
+    assert out_of_range.exit_code == 1 and "message 9 is out of range" in out_of_range.output
+    assert len(list((home / "sessions").glob("*.jsonl"))) == 1 and sha256(session) == before
     bad = CliRunner().invoke(main, ["show", str(script)])
     assert bad.exit_code == 1 and "not a kimik3 session" in bad.output
