@@ -213,7 +213,8 @@ def format_session(
             for call in m.tool_calls or ():
                 out.append(f"    -> {call.function.name}({call.function.arguments})  id={call.id}")
         elif isinstance(m, ToolMessage):
-            out.append(f"[{r.index}] tool {m.name or ''} result for {m.tool_call_id}".replace("  ", " "))
+            name = f" {m.name}" if m.name else ""
+            out.append(f"[{r.index}] tool{name} result for {m.tool_call_id}")
             out.extend(_clip(_text(m.content), max_lines, "    "))
         else:
             out.append(f"[{r.index}] {m.role}")
