@@ -50,7 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from kimik3 import Agent, ModelSettings, VLLMEngine  # noqa: E402
-from kimik3.agents import CODING_INSTRUCTIONS  # noqa: E402
+from kimik3.agents import CODING_INSTRUCTIONS, TurnEndEvent  # noqa: E402
 from kimik3.formats.k3 import RawChunk  # noqa: E402
 from kimik3.tools.coding import coding_tools  # noqa: E402
 from kimik3.types import ChatRequest  # noqa: E402
@@ -60,7 +60,7 @@ WORKSPACE = ROOT / "tests" / "data" / "k3_tiny_workspace"
 TASKS = ["Read kettle.txt.", "What does harbor.md say?", "Show me falcon.cfg.", "Which file mentions lantern?"]
 MAX_TOKENS = 64
 
-Call = list[Any]  # [prompt ids, generated tokens, start time, end time]
+Call = list[Any]  # [prompt ids, generated tokens, start, end of generation, end of the turn (tools ran)]
 CALLS: contextvars.ContextVar[list[Call]] = contextvars.ContextVar("calls")
 
 
@@ -70,7 +70,7 @@ class RecordingEngine(VLLMEngine):
     async def generate(
         self, prompt_ids: Sequence[int], request: ChatRequest, *, images: Sequence[Any] = ()
     ) -> AsyncGenerator[RawChunk, None]:
-        entry: Call = [list(prompt_ids), 0, time.perf_counter(), 0.0]
+        entry: Call = [list(prompt_ids), 0, time.perf_counter(), 0.0, 0.0]
         CALLS.get().append(entry)
         async for chunk in super().generate(prompt_ids, request, images=images):
             if chunk.completion_tokens is not None:
@@ -88,7 +88,9 @@ def make_agent(engine: RecordingEngine, i: int, turns: int, root: Path) -> Agent
 async def one_agent(agent: Agent[Any], i: int) -> list[Call]:
     calls: list[Call] = []
     CALLS.set(calls)
-    await agent.run(TASKS[i % len(TASKS)])
+    async for event in agent.run_stream(TASKS[i % len(TASKS)]):
+        if isinstance(event, TurnEndEvent):
+            calls[-1][4] = time.perf_counter()
     return calls
 
 
@@ -118,6 +120,7 @@ async def main(agents: list[int], turns: int, reps: int) -> None:
                 ours_t = base_t = ours_cpu = base_cpu = 0.0
                 tokens = n_calls = 0
                 gaps: list[float] = []
+                tool_gaps: list[float] = []  # end of generation -> turn end (parse end, tools)
                 for rep in range(reps):  # alternate the order: this machine is shared and noisy
                     crowd = [make_agent(engine, i, turns, Path(tmp) / f"c{c}r{rep}") for i in range(c)]  # untimed
                     for phase in (("agents", "base") if rep % 2 == 0 else ("base", "agents")):
@@ -130,6 +133,7 @@ async def main(agents: list[int], turns: int, reps: int) -> None:
                             tokens += sum(call[1] for calls in recorded for call in calls)
                             n_calls += sum(len(calls) for calls in recorded)
                             gaps += [b[2] - a[3] for calls in recorded for a, b in itertools.pairwise(calls)]
+                            tool_gaps += [a[4] - a[3] for calls in recorded for a, _ in itertools.pairwise(calls)]
                         else:
                             if not recorded:  # the first rep records before any replay
                                 continue
@@ -143,7 +147,8 @@ async def main(agents: list[int], turns: int, reps: int) -> None:
                       f"{' (goal >= 0.9x)' if c == 32 else ''}; agents' own CPU "
                       f"{(ours_cpu - base_cpu) / n_calls * 1e3:.1f} ms per model call (main process CPU "
                       f"{ours_cpu:.2f} s vs {base_cpu:.2f} s direct); between an agent's calls (parse, tools, "
-                      f"encode, waiting for the loop) median {statistics.median(gaps) * 1e3 if gaps else 0:.0f} ms",
+                      f"encode, waiting for the loop) median {statistics.median(gaps) * 1e3 if gaps else 0:.0f} ms, "
+                      f"of which generation end -> tools done {statistics.median(tool_gaps) * 1e3 if tool_gaps else 0:.0f} ms",
                       flush=True)
     finally:
         await engine.aclose()
