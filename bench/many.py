@@ -99,7 +99,7 @@ async def replay(engine: RecordingEngine, calls: list[Call], i: int) -> None:
     from vllm.inputs import TokensPrompt
     from vllm.sampling_params import RequestOutputKind
 
-    for k, (ids, n, _, _) in enumerate(calls):
+    for k, (ids, n, *_) in enumerate(calls):
         if n == 0:
             continue
         params = SamplingParams(max_tokens=n, min_tokens=n, ignore_eos=True, temperature=0.0,
