@@ -18,6 +18,7 @@ from typing import Any
 
 from .._exceptions import SessionError, UserError
 from ..types import AssistantMessage, ImagePart, Message, TextPart, ToolMessage, Usage, to_message
+from ._session import _open_regular, _parse, _read_all, _record
 
 __all__ = ["SessionRecord", "fork_session", "format_session", "read_session_records"]
 
@@ -48,42 +49,40 @@ class SessionRecord:
 def read_session_records(path: str | os.PathLike[str]) -> list[SessionRecord]:
     """Every record of a session file, in order (the header first). Reads only.
 
+    The file is checked by the same rules as :func:`load_session` (a torn last line is left
+    out; a complete last record without its newline is kept).
+
     Raises:
-        SessionError: missing or unreadable file, no kimik3 header, a corrupt line before the
-            last (a torn last line is skipped, as :func:`load_session` does).
+        SessionError: as :func:`load_session`: missing or unreadable, not a regular file, not a
+            kimik3 session, or an odd line.
     """
     p = Path(path)
+    fd = _open_regular(p, os.O_RDONLY)
     try:
-        lines = p.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as e:
+        data = _read_all(fd)
+    except OSError as e:
         raise SessionError(f"cannot read session {p}: {e}") from e
-    records: list[SessionRecord] = []
-    index = 0
-    for number, line in enumerate(lines, start=1):
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError as e:
-            if number == len(lines) and number > 1:  # torn last line
-                break
-            raise SessionError(f"{p}:{number}: corrupt line: {e}") from e
-        if number == 1:
-            if not isinstance(data, dict) or "kimik3_session" not in data:
-                raise SessionError(f"{p} is not a kimik3 session file (no header)")
-            records.append(SessionRecord(number, line, header=data))
-            continue
-        if not isinstance(data, dict):
-            raise SessionError(f"{p}:{number}: not a session record")
-        try:
-            if "message" in data:
-                usage = Usage.model_validate(data["usage"]) if "usage" in data else None
-                records.append(SessionRecord(number, line, index, to_message(data["message"]), usage))
-                index += 1
-            elif "compaction" in data:
-                records.append(SessionRecord(number, line, compaction=dict(data["compaction"])))
-        except (ValueError, TypeError, KeyError) as e:
-            raise SessionError(f"{p}:{number}: invalid record: {e}") from e
-    if not records:
+    finally:
+        os.close(fd)
+    _, keep, _ = _parse(p, data)  # validates every line as load_session does
+    if keep == 0:
         raise SessionError(f"{p} is empty, not a kimik3 session")
+    lines = data[:keep].split(b"\n")
+    if not lines[-1]:
+        lines.pop()
+    records = [SessionRecord(1, lines[0].decode("utf-8"), header=_record(p, 1, lines[0]))]
+    index = 0
+    for number, raw in enumerate(lines[1:], start=2):
+        data_ = _record(p, number, raw)
+        try:
+            if "message" in data_:
+                usage = Usage.model_validate(data_["usage"]) if "usage" in data_ else None
+                records.append(SessionRecord(number, raw.decode("utf-8"), index, to_message(data_["message"]), usage))
+                index += 1
+            elif "compaction" in data_:
+                records.append(SessionRecord(number, raw.decode("utf-8"), compaction=dict(data_["compaction"])))
+        except (ValueError, TypeError) as e:  # pydantic's ValidationError is a ValueError
+            raise SessionError(f"{p}:{number}: not a valid session record: {e}") from e
     return records
 
 
