@@ -32,6 +32,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,11 +41,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from kimik3 import Agent, ContextPolicy, ModelSettings, ScriptedEngine  # noqa: E402
-from kimik3.agents import CODING_INSTRUCTIONS, prefix_stats  # noqa: E402
+from kimik3.agents import CODING_INSTRUCTIONS, AgentEvent, prefix_stats  # noqa: E402
 from kimik3.agents._agent import _Run  # noqa: E402
 from kimik3.tools.coding import coding_tools  # noqa: E402
 from kimik3.tools.ui import ui_tools  # noqa: E402
-from kimik3.types import Message, ToolMessage  # noqa: E402
+from kimik3.types import Message, ToolCall, ToolMessage  # noqa: E402
 
 K3_TINY = ROOT / "models" / "k3-tiny"
 WORKSPACE = ROOT / "tests" / "data" / "k3_tiny_workspace"
@@ -57,8 +58,9 @@ class NaiveAgent(Agent[Any]):
 
     keep = 3
 
-    def _prune_images(self, run: _Run) -> None:
-        super()._prune_images(run)
+    async def _run_tools(self, run: _Run, calls: Sequence[ToolCall]) -> AsyncIterator[AgentEvent]:
+        async for event in super()._run_tools(run, calls):
+            yield event
         results = [i for i, m in enumerate(run.messages) if isinstance(m, ToolMessage)]
         for i in results[: -self.keep]:
             m = run.messages[i]
