@@ -40,7 +40,7 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from kimik3 import Agent, ContextPolicy, ModelSettings, ScriptedEngine  # noqa: E402
+from kimik3 import Agent, ContextLengthExceededError, ContextPolicy, ModelSettings, ScriptedEngine  # noqa: E402
 from kimik3.agents import CODING_INSTRUCTIONS, AgentEvent, prefix_stats  # noqa: E402
 from kimik3.agents._agent import _Run  # noqa: E402
 from kimik3.tools.coding import coding_tools  # noqa: E402
@@ -130,7 +130,12 @@ async def conversation(engine: Any, naive: bool, turns: int, workspace: Path) ->
     prompt = cached = calls = 0
     t0 = time.perf_counter()
     for i in range(turns):
-        result = await agent.run(TASKS[i % len(TASKS)], messages=history)
+        try:
+            result = await agent.run(TASKS[i % len(TASKS)], messages=history)
+        except ContextLengthExceededError:  # k3-tiny's 4,096 tokens are full (compaction stopped)
+            print(f"  {'naive' if naive else 'kimik3'}: the 4,096-token window is full after {i} of {turns} "
+                  "turns; rates over those", flush=True)
+            break
         prompt += result.usage.prompt_tokens
         cached += result.usage.cached_tokens
         calls += result.turns
