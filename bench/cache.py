@@ -159,7 +159,7 @@ async def part_b(turns: int, block_size: int) -> None:
                 await engine.llm.reset_prefix_cache()  # each policy starts cold
                 prompt, cached, calls, secs = await conversation(engine, naive, turns, workspace)
                 rates[name] = cached / prompt
-                print(f"engine {name:6} {turns} turns ({calls} model calls, {secs:.1f} s): "
+                print(f"engine {name:6} up to {turns} turns ({calls} model calls, {secs:.1f} s): "
                       f"{cached}/{prompt} prompt tokens from the prefix cache = {rates[name]:.1%}", flush=True)
     finally:
         await engine.aclose()
