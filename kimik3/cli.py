@@ -6,6 +6,8 @@
     kimik3 run "..." --model-path /models/kimi-k3 --preset auto             # embedded vLLM
     kimik3 run "..." --script replies.json                                  # scripted replies
     kimik3 resume ~/.kimik3/sessions/20260101-120000.jsonl "now add a test" --base-url ...
+    kimik3 show SESSION                   # a session as a transcript, messages numbered
+    kimik3 resume SESSION "try B" --at 7  # fork: continue from message 7 in a new session
     kimik3 chat --base-url ...            # a REPL; --workspace DIR gives it the coding tools
     kimik3 preflight                      # can this node serve K3? (--preset NAME: env, command)
     kimik3 replay runs/form [--html run.html]   # replay a recorded UI trajectory, or render it
@@ -79,6 +81,8 @@ from .agents import (
     ToolCallStarted,
     ToolResultEvent,
     TurnEndEvent,
+    fork_session,
+    format_session,
     load_session,
 )
 from .engines import FEATURES, PRESETS, Engine, RemoteEngine, ScriptedEngine, VLLMEngine, preflight
@@ -762,20 +766,29 @@ def run(ctx: click.Context, /, task: str, workspace: str, session: str | None, *
 @click.argument("task", required=False)
 @click.option("--workspace", "-w", type=click.Path(exists=True, file_okay=False), default=".", show_default=True,
               help="The directory the coding tools work in.")
+@click.option("--at", "at", type=int, metavar="N",
+              help="Fork: continue from message N (as `kimik3 show` numbers them) in a new session; "
+                   "SESSION is left untouched.")
 @_engine_options
 @harness_options
 @click.pass_context
-def resume(ctx: click.Context, /, session: str, task: str | None, workspace: str, **params: Any) -> None:
+def resume(ctx: click.Context, /, session: str, task: str | None, workspace: str, at: int | None,
+           **params: Any) -> None:  # fmt: skip
     """Continue the session in SESSION, with TASK as a new request if given.
 
     Tool calls a crash left without a result are answered with an error first (as
-    Agent.resume does); the session file receives the new messages.
+    Agent.resume does); the session file receives the new messages. With --at N the history up
+    to message N is copied into a new session (printed), which receives them instead.
     """
     o = _options(params)
     if task is not None:
         task = _read_task(task)
     progress = _progress(o.plain)
     try:
+        if at is not None:
+            forked = fork_session(session, at, _new_session_path())
+            click.echo(f"forked {session} at message {at} into {forked}", err=True)
+            session = str(forked)
         history = load_session(session)
     except KimiK3Error as e:
         progress.error(e)
@@ -874,6 +887,23 @@ def preflight_command(
         ctx.exit(1)
     click.echo(str(report))
     ctx.exit(0 if report.ok else 1)
+
+
+@main.command(name="show")
+@click.argument("session", type=click.Path(exists=True, dir_okay=False))
+@click.option("--reasoning", is_flag=True, help="Unfold the model's reasoning.")
+@click.option("--full", is_flag=True, help="Print every line of texts and tool results (default: 12 each).")
+@click.pass_context
+def show_command(ctx: click.Context, session: str, reasoning: bool, full: bool) -> None:
+    """Print a recorded session as a transcript: numbered messages, turns with their usage,
+    reasoning folded, tool calls and results. Continue from message N with
+    `kimik3 resume SESSION --at N`."""
+    try:
+        text = format_session(session, reasoning=reasoning, max_lines=None if full else 12)
+    except KimiK3Error as e:
+        _progress(True).error(e)
+        ctx.exit(1)
+    click.echo(text, nl=False)
 
 
 @main.command(name="replay")

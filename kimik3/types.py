@@ -57,6 +57,7 @@ __all__ = [
     "ImagePart",
     "ImageURL",
     "Message",
+    "PromptTokensDetails",
     "SystemMessage",
     "TextPart",
     "ToolCall",
@@ -599,18 +600,43 @@ class ChatRequest:
         }
 
 
+class PromptTokensDetails(BaseModel):
+    """``usage.prompt_tokens_details`` (OpenAI shape).
+
+    Attributes:
+        cached_tokens: prompt tokens the engine served from its prefix cache (vLLM:
+            ``RequestOutput.num_cached_tokens``; servers report it with prefix caching on).
+    """
+
+    cached_tokens: int = 0
+
+
 class Usage(BaseModel):
-    """Token usage of one model call (OpenAI shape)."""
+    """Token usage of one model call (OpenAI shape).
+
+    ``prompt_tokens_details.cached_tokens`` is filled when the engine reports it (the embedded
+    vLLM engine always, a server when it sends it); None when unknown. :attr:`cached_tokens`
+    reads it as an int (0 when unknown).
+    """
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
+    prompt_tokens_details: PromptTokensDetails | None = None
+
+    @property
+    def cached_tokens(self) -> int:
+        """Prompt tokens served from the engine's prefix cache (0 when not reported)."""
+        return self.prompt_tokens_details.cached_tokens if self.prompt_tokens_details is not None else 0
 
     def __add__(self, other: Usage) -> Usage:
+        known = self.prompt_tokens_details is not None or other.prompt_tokens_details is not None
         return Usage(
             prompt_tokens=self.prompt_tokens + other.prompt_tokens,
             completion_tokens=self.completion_tokens + other.completion_tokens,
             total_tokens=self.total_tokens + other.total_tokens,
+            prompt_tokens_details=PromptTokensDetails(cached_tokens=self.cached_tokens + other.cached_tokens)
+            if known else None,
         )
 
 

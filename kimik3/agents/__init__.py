@@ -3,7 +3,9 @@ decisions, results, turn outcomes and events (model deltas included: the agent o
 vocabulary, so consumers never import :mod:`kimik3.formats`)."""
 
 from ._agent import Agent
+from ._fork import SessionRecord, fork_session, format_session, read_session_records
 from ._hooks import RunHooks
+from ._prefix import PrefixStats, prefix_stats
 from ._prompts import CODING_INSTRUCTIONS, SUMMARY_INSTRUCTIONS
 from ._session import SessionWriter, load_session
 from ._types import (
@@ -55,9 +57,11 @@ __all__ = [
     "FinalEvent",
     "ModelSettings",
     "PendingCall",
+    "PrefixStats",
     "ReasoningDelta",
     "RunHooks",
     "RunResult",
+    "SessionRecord",
     "SessionWriter",
     "StopReason",
     "ToolCallApprovedEvent",
@@ -69,5 +73,9 @@ __all__ = [
     "ToolsRan",
     "TurnEndEvent",
     "TurnOutcome",
+    "fork_session",
+    "format_session",
     "load_session",
+    "prefix_stats",
+    "read_session_records",
 ]

@@ -67,7 +67,9 @@ async def compact(agent: Agent[Any], run: _Run) -> AsyncIterator[AgentEvent]:
     problem = ""
     for attempt in range(2):  # an empty or cut summary is never applied: one retry
         ask = COMPACTION_REQUEST if attempt == 0 else COMPACTION_RETRY.format(problem=problem)
-        request = agent._request(run, tool_choice="none", messages=[*msgs[:split], UserMessage(content=ask)])
+        # the whole history, then the request: this prompt extends the previous one (a prefix
+        # cache serves it), and the summary may repeat the recent turns kept below
+        request = agent._request(run, tool_choice="none", messages=[*msgs, UserMessage(content=ask)])
         try:
             with _tracing.model_call(run.span, agent.client.engine.model, request) as span:
                 completion = await agent.client.complete(request)

@@ -60,19 +60,19 @@ class _Run:
         self.dropped_calls += sum(c.kind in ("dropped", "failed") for c in calls)
         return calls
 
-    def add(self, message: Message, *, counted: bool = False) -> None:
+    def add(self, message: Message, *, counted: bool = False, usage: Usage | None = None) -> None:
         self.messages.append(message)
         if not counted:
             self.context_tokens += self.message_tokens(message)
         if self.session is not None:
-            self.session.message(message)
+            self.session.message(message, usage)
 
     def model_turn(self, completion: ChatCompletion, message: AssistantMessage) -> None:
         """Record a model call: its usage, and its message (whose tokens the call counted)."""
         self.usage = self.usage + completion.usage
         self.turns += 1
         self.context_tokens = completion.usage.prompt_tokens + completion.usage.completion_tokens
-        self.add(message, counted=True)
+        self.add(message, counted=True, usage=completion.usage)
 
     def message_tokens(self, message: Message) -> int:
         """Tokens a message adds to the context: its text, reasoning (once), tool calls and the

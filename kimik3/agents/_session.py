@@ -3,7 +3,7 @@
 Format, one JSON object per line (UTF-8, each line ends with ``\\n``)::
 
     {"kimik3_session": 1, "created": <unix seconds>, "instructions": "...", "tools": ["bash", ...]}
-    {"message": {<OpenAI-shaped message>}}
+    {"message": {<OpenAI-shaped message>}, "usage": {<the model call's usage, assistant messages>}}
     {"compaction": {"messages": [<the whole history after compaction>], "summary": "..."}}
     {"checkpoint": {...}} / {"child_session": {...}} / {"undo": {...}}   (kimik3.harness; skipped here)
 
@@ -36,7 +36,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from .._exceptions import KimiK3Error, SessionError
-from ..types import Message, dump_message, to_message
+from ..types import Message, Usage, dump_message, to_message
 
 __all__ = ["SessionWriter", "load_session"]
 
@@ -245,9 +245,12 @@ class SessionWriter:
     def _write(self, record: dict[str, Any]) -> None:
         self._write_bytes((json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8"))
 
-    def message(self, message: Message) -> None:
-        """Append one message."""
-        self._write({"message": dump_message(message)})
+    def message(self, message: Message, usage: Usage | None = None) -> None:
+        """Append one message (with the usage of the model call that wrote it, if any)."""
+        record: dict[str, Any] = {"message": dump_message(message)}
+        if usage is not None:
+            record["usage"] = usage.model_dump(exclude_none=True)
+        self._write(record)
 
     def compaction(self, messages: Sequence[Message], summary: str) -> None:
         """Record that the history was replaced (compaction)."""

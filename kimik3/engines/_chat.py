@@ -58,6 +58,7 @@ from ..types import (
     FailedToolCall,
     FinishReason,
     FunctionCall,
+    PromptTokensDetails,
     ToolCall,
     Usage,
 )
@@ -231,6 +232,7 @@ class ChatStreamChecker:
                 prompt_tokens=_int(usage.get("prompt_tokens")),
                 completion_tokens=_int(usage.get("completion_tokens")),
                 total_tokens=_int(usage.get("total_tokens")),
+                prompt_tokens_details=prompt_details(usage),
             )
         out: list[Event] = []
         choices = chunk.get("choices") or []
@@ -510,6 +512,16 @@ def _str(delta: Mapping[str, Any], key: str) -> str:
     if isinstance(value, list):  # content as parts (a few gateways): their text
         return "".join(p.get("text", "") for p in value if isinstance(p, Mapping) and isinstance(p.get("text"), str))
     raise APIResponseValidationError(f"'{key}' is not text: {value!r:.200}")
+
+
+def prompt_details(usage: Mapping[str, Any]) -> PromptTokensDetails | None:
+    """``usage.prompt_tokens_details`` (OpenAI shape) when the server sent ``cached_tokens``
+    (a non-negative int), else None (unknown)."""
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
+    if isinstance(cached, int) and not isinstance(cached, bool) and cached >= 0:
+        return PromptTokensDetails(cached_tokens=cached)
+    return None
 
 
 def _int(value: Any) -> int:

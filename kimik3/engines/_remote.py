@@ -45,7 +45,7 @@ from ..formats.k3._codec import media_scan
 from ..formats.k3._media import upload_url
 from ..types import ChatRequest, ImagePart, Message, dump_message
 from ._base import CallSource, ModelCall, TokenEngine
-from ._chat import ChatStreamChecker
+from ._chat import ChatStreamChecker, prompt_details
 from ._http import error_from_payload, read_events, retry_after, status_error, transport_error, within
 
 __all__ = ["RemoteEngine", "map_openai_error", "openai_errors"]
@@ -349,7 +349,9 @@ def _raw_chunks(data: Any) -> list[RawChunk]:
         )
     usage = data.get("usage")
     if isinstance(usage, Mapping):
-        out.append(RawChunk(prompt_tokens=usage.get("prompt_tokens"), completion_tokens=usage.get("completion_tokens")))
+        details = prompt_details(usage)
+        out.append(RawChunk(prompt_tokens=usage.get("prompt_tokens"), completion_tokens=usage.get("completion_tokens"),
+                            cached_tokens=details.cached_tokens if details is not None else None))
     return out
 
 

@@ -201,6 +201,7 @@ class VLLMEngine(TokenEngine):
                         completion_tokens=generated,
                         prompt_tokens=len(echoed) if echoed is not None else None,
                         prompt_token_ids=echoed if first else None,
+                        cached_tokens=out.num_cached_tokens,  # prefix-cache hits (vLLM 0.32)
                     )
                     first = False
         finally:

@@ -14,6 +14,7 @@ index), handed along in :attr:`~kimik3.types.ChatRequest.prompt_cache`.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from itertools import islice
@@ -27,6 +28,7 @@ from ...types import (
     Choice,
     ImagePart,
     Message,
+    PromptTokensDetails,
     ToolMessage,
     ToolSpec,
     Usage,
@@ -67,12 +69,13 @@ class PromptIds(Sequence[int]):
 
     Returned by :meth:`PromptEncoder.encode` so that adding a turn to a 1M-token history costs
     O(turn): the cached prefix is shared, not copied. Compares equal to a list with the same ids.
-    Use :meth:`tolist` where a real list is needed (one O(n) copy).
+    Use :meth:`tolist` where a real list is needed (one O(n) copy). The prefix is an
+    ``array('I')`` (4 bytes an id, not a Python int object each: a 1M-token history costs 4 MB).
     """
 
     __slots__ = ("_base", "_n", "_tail")
 
-    def __init__(self, base: list[int], n: int, tail: list[int]) -> None:
+    def __init__(self, base: array[int], n: int, tail: list[int]) -> None:
         self._base = base  # only ever appended to beyond n by its owner
         self._n = n
         self._tail = tail
@@ -111,7 +114,7 @@ class PromptIds(Sequence[int]):
 
     def tolist(self) -> list[int]:
         """A new list of the ids."""
-        return self._base[: self._n] + self._tail
+        return self._base[: self._n].tolist() + self._tail
 
 
 class PromptEncoder:
@@ -151,7 +154,7 @@ class PromptEncoder:
         # Committed state: complete blocks (a non-tool message, or a whole run of tool messages
         # followed by a non-tool message) whose ids cannot change when messages are appended.
         self._msgs: list[Message] = []  # in the caller's order
-        self._ids: list[int] = list(self._header)
+        self._ids: array[int] = array("I", self._header)  # 4 bytes an id (see PromptIds)
         self._block_first: list[int] = []  # per message: index of the first message of its block
         self._block_ids: list[int] = []  # per message: len(_ids) where its block starts
         self._last_assistant: list[AssistantMessage | None] = []  # per message: last assistant so far
@@ -341,6 +344,9 @@ class RawChunk:
         prompt_tokens: the prompt's token count, when the engine reports it.
         prompt_token_ids: the prompt ids as the engine received them, when it echoes them
             (vLLM does): proof that kimik3's exact ids reached the engine.
+        cached_tokens: prompt tokens served from the engine's prefix cache, when it reports
+            them (vLLM's ``RequestOutput.num_cached_tokens``; a server's
+            ``usage.prompt_tokens_details.cached_tokens``).
     """
 
     text: str = ""
@@ -348,6 +354,7 @@ class RawChunk:
     completion_tokens: int | None = None
     prompt_tokens: int | None = None
     prompt_token_ids: Sequence[int] | None = None
+    cached_tokens: int | None = None
 
 
 @dataclass(frozen=True)
@@ -461,6 +468,7 @@ class K3Decoder:
         self.finish_reason: str | None = None
         self._completion_tokens: int | None = None
         self._prompt_tokens: int | None = None
+        self._cached_tokens: int | None = None
 
     def feed(self, chunk: RawChunk) -> list[Event]:
         """The events of one chunk."""
@@ -470,6 +478,8 @@ class K3Decoder:
             self._completion_tokens = chunk.completion_tokens
         if chunk.prompt_tokens is not None:
             self._prompt_tokens = chunk.prompt_tokens
+        if chunk.cached_tokens is not None:
+            self._cached_tokens = chunk.cached_tokens
         if not chunk.text:
             return []
         self._raw.append(chunk.text)
@@ -493,6 +503,8 @@ class K3Decoder:
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
             total_tokens=prompt_tokens + completion_tokens,
+            prompt_tokens_details=PromptTokensDetails(cached_tokens=self._cached_tokens)
+            if self._cached_tokens is not None else None,
         )
         parsed = self._parser.result()
         return ChatCompletion(

@@ -1,0 +1,164 @@
+"""A 1M-token session (issue 18, item 4): a scripted coding run on K3's REAL vocabulary (163,584
+ranks) whose history grows to ~1,000,000 tokens without compaction.
+
+Reports, each as a ratio against its baseline measured in the same run:
+
+- kimik3's CPU per turn (ScriptedEngine parse, incremental K3 encoding of the new messages, the
+  tool, the session line, the agent's bookkeeping) when the history holds ~10k, ~100k and ~1M
+  tokens, against the 10k figure (goal: flat within 1.5x);
+- the process's resident memory growth over the run against the history's text size (message
+  texts, reasoning, tool arguments, UTF-8; goal < 3x);
+- the session file's size against the same text size;
+- the resume time of that session (``load_session`` of the file, then the full prompt encoded
+  once, as the next call needs it; goal < 2 s) against reading and JSON-decoding its lines.
+
+Run: .venv/bin/python bench/long.py [--tokens 1000000] [--turn-tokens 4000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import anyio
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from kimik3 import Agent, ContextPolicy, ScriptedEngine, tool  # noqa: E402
+from kimik3.agents import TurnEndEvent, load_session  # noqa: E402
+from kimik3.formats.k3 import PromptCache, default_tokenizer, render_output  # noqa: E402
+from kimik3.types import AssistantMessage, Message, message_text  # noqa: E402
+
+
+def source_file(n: int, lines: int) -> str:
+    """Deterministic, varied Python source (realistic BPE), ``lines`` lines."""
+    return "".join(
+        f"    def handler_{n}_{i}(self, request, limit={i % 97}):\n"
+        f"        return self.render(request, 'page_{n}_{i}.html', rows=request.rows[:{i}])  # {n * 31 + i}\n"
+        for i in range(lines // 2)
+    )
+
+
+def rss_bytes() -> int:
+    """Resident memory now, after a full GC and glibc's malloc_trim (freed heap pages that
+    malloc keeps for reuse are returned first, so what remains is what is live)."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def history_text_bytes(messages: list[Message]) -> int:
+    n = 0
+    for m in messages:
+        n += len(message_text(m.content).encode()) if m.content else 0
+        if isinstance(m, AssistantMessage):
+            n += len((m.reasoning_content or "").encode())
+            n += sum(len(c.function.arguments.encode()) + len(c.function.name) for c in m.tool_calls or ())
+    return n
+
+
+async def main(target: int, turn_tokens: int) -> None:
+    tok = default_tokenizer()  # K3's real vocabulary, shipped with kimik3
+    lines = 2
+    while len(tok.encode_text(source_file(0, lines))) < turn_tokens:
+        lines *= 2
+    lines = int(lines * turn_tokens / len(tok.encode_text(source_file(0, lines)))) // 2 * 2
+
+    @tool
+    def read_file(path: str) -> str:
+        """Read a file.
+
+        Args:
+            path: the file.
+        """
+        return source_file(int(path.split("_")[1].split(".")[0]), lines)
+
+    turns = 0
+    state = {"prompt": 0}
+
+    def reply(messages: list[Message]) -> str:
+        nonlocal turns
+        turns += 1
+        if state["prompt"] >= target:
+            return render_output({"reasoning_content": "Enough read.", "content": "Read everything."})
+        return render_output({"reasoning_content": f"Next I read module {turns} and look for the bug.",
+                              "tool_calls": [{"id": f"c{turns}", "function": {"name": "read_file",
+                                              "arguments": {"path": f"src/mod_{turns}.py"}}}]})  # fmt: skip
+
+    engine = ScriptedEngine(reply, tokenizer=tok, chunk_size=64)
+    agent = Agent(instructions="You are a careful coding agent.", tools=[read_file], engine=engine,
+                  max_turns=10**6, context=ContextPolicy(max_result_chars=10**9, context_window=10**9))  # fmt: skip
+    points: list[tuple[int, float]] = []  # (prompt tokens of the turn, CPU seconds of the turn)
+    with tempfile.TemporaryDirectory() as tmp:
+        session = Path(tmp) / "long.jsonl"
+        rss0 = rss_bytes()
+        cpu = time.process_time()
+        result = None
+        async for event in agent.run_stream("Find the bug in the handlers.", session=session):
+            if isinstance(event, TurnEndEvent):
+                now = time.process_time()
+                points.append((event.usage.prompt_tokens, now - cpu))
+                state["prompt"] = event.usage.prompt_tokens
+                cpu = now
+            elif event.type == "final":
+                result = event.result  # type: ignore[union-attr]
+        assert result is not None
+        rss1 = rss_bytes()
+        text = history_text_bytes(result.messages)
+        file_size = session.stat().st_size
+        history_tokens = points[-1][0]
+        del result, agent, engine
+        # resume: the baseline reads and JSON-decodes the lines; kimik3 loads typed messages and
+        # encodes the whole prompt once (what the next model call needs)
+        t0 = time.perf_counter()
+        raw = [json.loads(line) for line in session.read_text(encoding="utf-8").splitlines()]
+        base_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        history = load_session(session)
+        load_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        ids = PromptCache().encoder(tok, [read_file.spec], True, "max").encode(history)
+        encode_s = time.perf_counter() - t0
+    print(f"K3 real vocabulary ({tok.num_base_tokens} base tokens); {len(points)} turns of ~{turn_tokens} "
+          f"tokens; history {history_tokens:,} tokens ({len(ids):,} re-encoded), {text / 1e6:.1f} MB of text", flush=True)
+
+    def at(tokens: int) -> tuple[int, float]:
+        near = sorted(points[1:], key=lambda p: abs(p[0] - tokens))[:5]  # the 5 turns nearest
+        return int(statistics.median(p[0] for p in near)), statistics.median(p[1] for p in near)
+
+    base_tokens, base_cpu = at(10_000)
+    for mark in (10_000, 100_000, 1_000_000):
+        tokens, secs = at(mark)
+        print(f"CPU per turn at {tokens:>9,} tokens of history: {secs * 1e3:7.2f} ms  ratio to "
+              f"{base_tokens:,} tokens {secs / base_cpu:.2f}x (goal <= 1.5x)", flush=True)
+    print(f"RSS growth over the run {(rss1 - rss0) / 1e6:.1f} MB = {(rss1 - rss0) / text:.2f}x the history's "
+          f"text (goal < 3x)", flush=True)
+    print(f"session file {file_size / 1e6:.1f} MB = {file_size / text:.2f}x the history's text", flush=True)
+    print(f"resume: load_session {load_s:.2f} s + full prompt encode {encode_s:.2f} s = {load_s + encode_s:.2f} s "
+          f"(goal < 2 s); ratio to reading + JSON-decoding the {len(raw):,} lines ({base_s:.2f} s): "
+          f"{load_s / base_s:.2f}x load, {(load_s + encode_s) / base_s:.2f}x with the encode", flush=True)
+
+
+def cli() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--tokens", type=int, default=1_000_000, help="history size to reach (tokens)")
+    parser.add_argument("--turn-tokens", type=int, default=4000, help="tokens each tool result adds")
+    args = parser.parse_args()
+    anyio.run(main, args.tokens, args.turn_tokens)
+
+
+if __name__ == "__main__":
+    cli()

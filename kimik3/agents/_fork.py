@@ -1,0 +1,223 @@
+"""Fork and show recorded sessions: continue a run from any message as a new session (the
+original file is only read), and print a session as a transcript a person can read.
+
+Messages are numbered in the order their ``message`` records appear in the file, from 0; a
+``compaction`` record is shown, not numbered. Forking at message N keeps the file's records up to
+and including that message (earlier compactions included), so :func:`load_session` of the fork
+is the history exactly as it was when message N was written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .._exceptions import SessionError, UserError
+from ..types import AssistantMessage, ImagePart, Message, TextPart, ToolMessage, Usage, to_message
+from ._session import _open_regular, _parse, _read_all, _record
+
+__all__ = ["SessionRecord", "fork_session", "format_session", "read_session_records"]
+
+
+@dataclass
+class SessionRecord:
+    """One line of a session file.
+
+    Attributes:
+        line: its 1-based line number.
+        raw: the line's text (without the newline).
+        index: the message's number (None for a header or a compaction).
+        message: the message, for a ``message`` record.
+        usage: the usage of the model call that wrote it (assistant messages of sessions that
+            record it).
+        compaction: the ``compaction`` record's body (``messages``, ``summary``).
+    """
+
+    line: int
+    raw: str
+    index: int | None = None
+    message: Message | None = None
+    usage: Usage | None = None
+    compaction: dict[str, Any] | None = None
+    header: dict[str, Any] = field(default_factory=dict)
+
+
+def read_session_records(path: str | os.PathLike[str]) -> list[SessionRecord]:
+    """Every record of a session file, in order (the header first). Reads only.
+
+    The file is checked by the same rules as :func:`load_session` (a torn last line is left
+    out; a complete last record without its newline is kept).
+
+    Raises:
+        SessionError: as :func:`load_session`: missing or unreadable, not a regular file, not a
+            kimik3 session, or an odd line.
+    """
+    p = Path(path)
+    fd = _open_regular(p, os.O_RDONLY)
+    try:
+        data = _read_all(fd)
+    except OSError as e:
+        raise SessionError(f"cannot read session {p}: {e}") from e
+    finally:
+        os.close(fd)
+    _, keep, _ = _parse(p, data)  # validates every line as load_session does
+    if keep == 0:
+        raise SessionError(f"{p} is empty, not a kimik3 session")
+    lines = data[:keep].split(b"\n")
+    if not lines[-1]:
+        lines.pop()
+    records = [SessionRecord(1, lines[0].decode("utf-8"), header=_record(p, 1, lines[0]))]
+    index = 0
+    for number, raw in enumerate(lines[1:], start=2):
+        data_ = _record(p, number, raw)
+        try:
+            if "message" in data_:
+                usage = Usage.model_validate(data_["usage"]) if "usage" in data_ else None
+                records.append(SessionRecord(number, raw.decode("utf-8"), index, to_message(data_["message"]), usage))
+                index += 1
+            elif "compaction" in data_:
+                records.append(SessionRecord(number, raw.decode("utf-8"), compaction=dict(data_["compaction"])))
+        except (ValueError, TypeError) as e:  # pydantic's ValidationError is a ValueError
+            raise SessionError(f"{p}:{number}: not a valid session record: {e}") from e
+    return records
+
+
+def fork_session(
+    path: str | os.PathLike[str], at: int, to: str | os.PathLike[str]
+) -> Path:
+    """Write a new session holding ``path``'s history up to and including message ``at``.
+
+    The original file is opened for reading only (its bytes never change). The fork's header is
+    the original's with ``forked_from: {"session": <path>, "at": <index>}`` and a new
+    ``created``; it is written to a temporary file and renamed into place. Continue it with
+    :meth:`Agent.resume` (``kimik3 resume --at N`` does both). Forking at an assistant message
+    whose tool calls have no result yet is allowed: resuming answers those calls with an error
+    first.
+
+    Args:
+        path: the recorded session.
+        at: the message number (as :func:`format_session` prints it; negative counts from the
+            end, -1 the last message).
+        to: the new session file (must not exist, or be empty).
+
+    Returns:
+        The new file's path.
+
+    Raises:
+        SessionError: ``path`` is not a readable session.
+        UserError: ``at`` is out of range, or ``to`` already holds something.
+    """
+    records = read_session_records(path)
+    messages = [r for r in records if r.index is not None]
+    if not -len(messages) <= at < len(messages):
+        raise UserError(f"message {at} is out of range: {path} holds messages 0..{len(messages) - 1}")
+    target = messages[at]
+    assert target.index is not None
+    out = Path(to)
+    if out.exists() and out.stat().st_size > 0:
+        raise UserError(f"{out} already exists: fork into a new file")
+    if out.resolve() == Path(path).resolve():
+        raise UserError("a fork is written to a new file, never over its original")
+    header = {**records[0].header, "created": int(time.time()),
+              "forked_from": {"session": str(Path(path).resolve()), "at": target.index}}  # fmt: skip
+    lines = [json.dumps(header, ensure_ascii=False)] + [r.raw for r in records[1:] if r.line <= target.line]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    os.replace(tmp, out)
+    return out
+
+
+def _text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    return "".join(p.text if isinstance(p, TextPart) else "[image]" if isinstance(p, ImagePart)
+                   else f"[{getattr(p, 'type', 'part')}]" for p in content)  # fmt: skip
+
+
+def _clip(text: str, max_lines: int | None, indent: str) -> list[str]:
+    lines = text.splitlines() or [""]
+    if max_lines is not None and len(lines) > max_lines:
+        lines = [*lines[:max_lines], f"... ({len(lines) - max_lines} more lines)"]
+    return [indent + line for line in lines]
+
+
+def _usage(u: Usage) -> str:
+    cached = f", {u.cached_tokens} cached" if u.prompt_tokens_details is not None else ""
+    return f"usage: {u.prompt_tokens} prompt{cached} + {u.completion_tokens} completion tokens"
+
+
+def format_session(
+    path: str | os.PathLike[str], *, reasoning: bool = False, max_lines: int | None = 12
+) -> str:
+    """A recorded session as a readable transcript.
+
+    One block per message, numbered as :func:`fork_session` takes them: ``[N] role``; assistant
+    messages open a turn (``turn K``) with the call's usage when recorded, their reasoning folded
+    to one line (its size and first words) unless ``reasoning``, then their text and tool calls
+    (``-> name(arguments)  id``); tool results name their call. Compactions show their summary.
+
+    Args:
+        path: the session file.
+        reasoning: unfold reasoning in full.
+        max_lines: lines shown of each text, result or reasoning (None: all).
+
+    Returns:
+        The transcript (lines joined by newlines, ending with one).
+
+    Raises:
+        SessionError: ``path`` is not a readable session.
+    """
+    records = read_session_records(path)
+    header = records[0].header
+    created = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(header.get("created", 0)))
+    out = [f"session {path}  (created {created} UTC)"]
+    if header.get("forked_from"):
+        src = header["forked_from"]
+        out.append(f"forked from {src.get('session')} at message {src.get('at')}")
+    if header.get("tools"):
+        out.append("tools: " + ", ".join(map(str, header["tools"])))
+    turn = 0
+    total = Usage()
+    for r in records[1:]:
+        if r.compaction is not None:
+            kept = len(r.compaction.get("messages", []))
+            out.append(f"--- compaction: the history became {kept} messages; summary:")
+            out.extend(_clip(str(r.compaction.get("summary", "")), max_lines, "    "))
+            continue
+        m = r.message
+        if m is None:
+            continue
+        if isinstance(m, AssistantMessage):
+            turn += 1
+            usage = f"  {_usage(r.usage)}" if r.usage is not None else ""
+            if r.usage is not None:
+                total = total + r.usage
+            out.append(f"[{r.index}] assistant  turn {turn}{usage}")
+            if m.reasoning_content:
+                if reasoning:
+                    out.append("    reasoning:")
+                    out.extend(_clip(m.reasoning_content, max_lines, "      "))
+                else:
+                    first = " ".join(m.reasoning_content.split())[:72]
+                    out.append(f"    > reasoning ({len(m.reasoning_content)} chars, folded): {first}")
+            if _text(m.content).strip():
+                out.extend(_clip(_text(m.content), max_lines, "    "))
+            for call in m.tool_calls or ():
+                out.append(f"    -> {call.function.name}({call.function.arguments})  id={call.id}")
+        elif isinstance(m, ToolMessage):
+            name = f" {m.name}" if m.name else ""
+            out.append(f"[{r.index}] tool{name} result for {m.tool_call_id}")
+            out.extend(_clip(_text(m.content), max_lines, "    "))
+        else:
+            out.append(f"[{r.index}] {m.role}")
+            out.extend(_clip(_text(m.content), max_lines, "    "))
+    if turn:
+        out.append(f"{turn} turns; total {_usage(total)}")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,71 @@
+"""``usage.prompt_tokens_details.cached_tokens`` (OpenAI shape): read from a server in chat and
+raw mode when it reports it, None when it does not, summed over a run's calls."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from kimik3 import Client, K3Tokenizer
+from kimik3.types import PromptTokensDetails, Usage
+from tests.k3vocab import write_model_dir
+
+from .test_remote_offline import FakeServer, chat_chunk, sse
+
+
+def _usage(prompt: int, completion: int, cached: int | None) -> dict[str, Any]:
+    usage: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion,
+                             "total_tokens": prompt + completion}
+    if cached is not None:
+        usage["prompt_tokens_details"] = {"cached_tokens": cached}
+    return usage
+
+
+def _chat_server(cached: int | None) -> FakeServer:
+    return FakeServer(lambda r: sse([
+        chat_chunk({"role": "assistant", "content": "ok"}, finish="stop"),
+        {"id": "c1", "object": "chat.completion.chunk", "created": 0, "model": "k3", "choices": [],
+         "usage": _usage(120, 3, cached)},
+    ]))  # fmt: skip
+
+
+async def test_chat_mode_reads_cached_tokens() -> None:
+    out = await Client(_chat_server(96).engine()).chat([{"role": "user", "content": "Hi"}])
+    assert out.usage.prompt_tokens == 120
+    assert out.usage.prompt_tokens_details == PromptTokensDetails(cached_tokens=96)
+    assert out.usage.cached_tokens == 96
+
+
+async def test_chat_mode_without_details_reports_none() -> None:
+    out = await Client(_chat_server(None).engine()).chat([{"role": "user", "content": "Hi"}])
+    assert out.usage.prompt_tokens_details is None and out.usage.cached_tokens == 0
+
+
+async def test_raw_mode_reads_cached_tokens(tmp_path: Path) -> None:
+    text = "<|open|>response<|sep|>Hello<|close|>response<|sep|><|close|>message<|sep|>"
+
+    def respond(request: httpx.Request) -> httpx.Response:
+        return sse([
+            {"id": "x", "object": "text_completion", "created": 0, "model": "k3",
+             "choices": [{"index": 0, "text": text, "finish_reason": "stop"}]},
+            {"id": "x", "object": "text_completion", "created": 0, "model": "k3", "choices": [],
+             "usage": _usage(99, 20, 64)},
+        ])  # fmt: skip
+
+    tok = K3Tokenizer.from_pretrained(write_model_dir(tmp_path / "k3", num_base_tokens=163_584))
+    engine = FakeServer(respond).engine(mode="raw", tokenizer=tok)
+    out = await Client(engine).chat([{"role": "user", "content": "Hi"}], reasoning_effort="none")
+    assert out.message.content == "Hello"
+    assert out.usage.prompt_tokens == 99 and out.usage.cached_tokens == 64
+
+
+def test_usage_sums_cached_tokens_and_keeps_unknown_unknown() -> None:
+    a = Usage(prompt_tokens=100, completion_tokens=5, total_tokens=105,
+              prompt_tokens_details=PromptTokensDetails(cached_tokens=80))
+    b = Usage(prompt_tokens=120, completion_tokens=5, total_tokens=125)  # the engine did not say
+    total = a + b
+    assert (total.prompt_tokens, total.total_tokens, total.cached_tokens) == (220, 230, 80)
+    assert (b + b).prompt_tokens_details is None
+    assert Usage.model_validate({"prompt_tokens": 3, "prompt_tokens_details": {"cached_tokens": 2}}).cached_tokens == 2
