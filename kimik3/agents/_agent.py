@@ -11,6 +11,7 @@ One run::
         exactly as received), then one of three named outcomes:
             ToolsRan          tool calls ran concurrently, one result message per call id
             ContinueWith(p)   cut by max_tokens, or an answer that failed output_type: ask again
+                              (MAX_CONTINUES cut replies in a row: stop, "no_progress")
             Final(output)     the answer (validated against output_type): stop
 
 Every message is appended to the JSONL session file as it happens.
@@ -33,6 +34,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from .. import _tracing
 from .._client import Client
+from .._defaults import MAX_CONTINUES
 from .._exceptions import JSONLimitError, SessionError, UserError
 from ..engines import Engine
 from ..formats.k3 import K3Tokenizer, PromptCache, ToolCallDone, check_json_limits, default_tokenizer
@@ -120,6 +122,7 @@ class _Run:
         self.span = _tracing.Span()
         self.call_errors: dict[str, str] = {}  # call id -> why its arguments cannot be used
         self.compaction_stopped = False  # compaction cannot bring the context under its threshold
+        self.cut_replies = 0  # replies cut by max_tokens in a row (each answered with "continue")
 
     def add(self, message: Message, *, counted: bool = False) -> None:
         self.messages.append(message)
@@ -404,6 +407,7 @@ class Agent(Generic[OutputT]):
             message = message.model_copy(update={"tool_calls": calls})
         run.model_turn(completion, message)  # the message exactly as received
         if message.tool_calls:
+            run.cut_replies = 0
             await self.hooks.before_tools(run.turns, message.tool_calls)
             try:
                 async for tool_event in self._run_tools(run, message.tool_calls):
@@ -416,7 +420,11 @@ class Agent(Generic[OutputT]):
             return
         yield TurnEndEvent(run.turns, message, completion.usage)
         if completion.truncated:
-            yield ContinueWith(CONTINUE_REQUEST)
+            run.cut_replies += 1
+            if run.cut_replies >= MAX_CONTINUES:  # asking again does not help: stop, saying so
+                yield Final(message_text(message.content) if self.output_type is None else None, "no_progress")
+            else:
+                yield ContinueWith(CONTINUE_REQUEST)
             return
         output, error = self._validate_output(message)
         if error is not None and not run.output_retry_used:

@@ -55,9 +55,11 @@ __all__ = [
 
 OutputT = TypeVar("OutputT", default=str)
 
-StopReason = Literal["completed", "turn_budget", "token_budget", "time_budget", "invalid_output"]
+StopReason = Literal["completed", "turn_budget", "token_budget", "time_budget", "invalid_output", "no_progress"]
 """Why a run ended: the model answered (``completed``), a budget ran out (the agent then ran one
-tool-free summary turn), or the answer failed ``output_type`` validation twice."""
+tool-free summary turn), the answer failed ``output_type`` validation twice, or
+(``no_progress``) :data:`~kimik3._defaults.MAX_CONTINUES` replies in a row were cut by
+``max_tokens`` without a tool call (the output is the last reply's text)."""
 
 
 @dataclass(frozen=True)
