@@ -9,6 +9,7 @@
     kimik3 chat --base-url ...            # a REPL; --workspace DIR gives it the coding tools
     kimik3 preflight                      # can this node serve K3? (--preset NAME: env, command)
     kimik3 replay runs/form [--html run.html]   # replay a recorded UI trajectory, or render it
+    kimik3 serve models/k3-tiny --max-model-len 4096   # vLLM's OpenAI server with the kimi_k3 parsers
 
 Progress goes to stdout. On a terminal it is live (rich): a status line (turn, tool calls,
 tokens), reasoning dimmed, tool calls and results as they happen, the answer. Elsewhere (a pipe,
@@ -26,6 +27,10 @@ CI) it is plain, flushed lines whose format is kept stable::
 Tool arguments are one-line JSON (``json.dumps``), cut after 200 characters with ``...``; the
 result preview collapses whitespace and is cut after 100 characters with ``...``. A ``text`` line
 comes only when the model wrote text beside its calls; the answer may span several lines.
+
+vLLM's, torch's and Python's logs and warnings are hidden unless ``--verbose`` (what vLLM prints
+while it starts goes to ``${KIMIK3_HOME:-~/.kimik3}/logs/vllm.log``). A run that fails before
+the model answered leaves no session file.
 
 Exit codes: 0 the run ended (answered, or stopped by a budget: said so), 1 an error (a kimik3
 error is printed on stderr as one line ``error: <Type>: <message>``; ``chat`` goes on and exits

@@ -74,7 +74,11 @@ class VLLMEngine(TokenEngine):
             data_parallel_size, enable_expert_parallel, max_model_len, kv_cache_dtype,
             quantization, gpu_memory_utilization, enforce_eager, ...). They override the preset.
 
-    The engine starts on first use or with ``await engine.start()`` (tens of seconds on CPU).
+    The engine starts on first use or with ``await engine.start()`` (tens of seconds on CPU). On a
+    CPU without ``VLLM_CPU_KVCACHE_SPACE`` or ``kv_cache_memory_bytes`` it gets
+    ``kv_cache_memory_bytes=cpu_kv_cache_bytes()`` (a quarter of the available memory, in
+    [256 MiB, 2 GiB]). vLLM starts worker processes that re-import the main module: a script
+    that builds one needs an ``if __name__ == "__main__":`` guard.
 
     Raises:
         EngineNotAvailableError: ``vllm`` is not installed (``pip install 'kimik3[vllm]'``).
