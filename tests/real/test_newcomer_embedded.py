@@ -29,6 +29,8 @@ def test_readme_sdk_snippet_runs_as_written(tmp_path: Path) -> None:
     run = run_python(home, "sdk.py")
     assert run.returncode == 0, run.stderr[-3000:]
     assert NOTES_FIRST_LINE in run.stdout and " completed " in run.stdout
+    first_call = re.search(r"completion_tokens=(\d+)", run.stdout)
+    assert first_call is not None and int(first_call.group(1)) < 300  # the one call's reply ended by itself
     lines = run.stdout.splitlines()  # (vLLM logs at INFO to stdout unless VLLM_LOGGING_LEVEL says otherwise)
     assert lines.index("final") > next(i for i, line in enumerate(lines) if " completed " in line)
     assert (home / "run.jsonl").exists()
