@@ -151,7 +151,7 @@ def main() -> None:
     parser.add_argument("--only", choices=["embedded", "remote"])
     args = parser.parse_args()
     if not (SMOLLM / "config.json").exists():
-        raise SystemExit(f"no model at {SMOLLM}: run scripts/setup_engine.sh (make install)")
+        raise SystemExit(f"no model at {SMOLLM}: run scripts/setup_test_model.sh (make test or make bench)")
     tok = K3Tokenizer.from_pretrained(write_model_dir(Path(tempfile.mkdtemp()) / "k3", num_base_tokens=48_800))
     if args.only in (None, "embedded"):
         asyncio.run(embedded(tok, args.tokens, args.reps))

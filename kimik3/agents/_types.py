@@ -55,11 +55,15 @@ __all__ = [
 
 OutputT = TypeVar("OutputT", default=str)
 
-StopReason = Literal["completed", "turn_budget", "token_budget", "time_budget", "invalid_output", "unusable_output"]
+StopReason = Literal[
+    "completed", "turn_budget", "token_budget", "time_budget", "invalid_output", "unusable_output", "no_progress"
+]
 """Why a run ended: the model answered (``completed``), a budget ran out (the agent then ran one
-tool-free summary turn), the answer failed ``output_type`` validation twice, or twice in a row a
+tool-free summary turn), the answer failed ``output_type`` validation twice, twice in a row a
 turn gave neither an answer nor a call that could run (``unusable_output``: e.g. marker text inside
-a string argument broke every call, or every call was cut by the output limit)."""
+a string argument broke every call, or every call was cut by the output limit), or
+(``no_progress``) :data:`~kimik3._defaults.MAX_CONTINUES` replies in a row were cut by
+``max_tokens`` without a tool call (the output is the last reply's text)."""
 
 
 @dataclass(frozen=True)

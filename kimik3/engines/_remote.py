@@ -37,6 +37,7 @@ from .._exceptions import (
     APIResponseValidationError,
     APITimeoutError,
     BadRequestError,
+    ContextLengthExceededError,
     EngineError,
     UserError,
 )
@@ -92,6 +93,11 @@ def openai_errors() -> Iterator[None]:
         raise map_openai_error(e) from e
 
 
+def _window(card: Any) -> Any:
+    """A /v1/models entry's ``max_model_len`` (a vLLM / SGLang extra field; None when absent)."""
+    return getattr(card, "max_model_len", None) or (getattr(card, "model_extra", None) or {}).get("max_model_len")
+
+
 class RemoteEngine(TokenEngine):
     """A K3 engine over ``openai.AsyncOpenAI``.
 
@@ -104,6 +110,10 @@ class RemoteEngine(TokenEngine):
             needs ``tokenizer``).
         force_raw: in raw mode, raise instead of falling back to chat mode for image requests.
         tokenizer: the K3 tokenizer (or its model directory) for raw mode.
+        max_model_len: the served context window in tokens (default: ``max_model_len`` of the
+            model in ``/v1/models``, which vLLM and SGLang report). Raw mode always sends an
+            explicit ``max_tokens``: the request's, else what the prompt leaves of this window
+            (a completions endpoint's own default is 16 tokens).
         timeout: seconds for a whole request, from sending it to the last byte of the answer
             (default 600): a total deadline, whatever the server trickles.
         idle_timeout: seconds the server may send nothing at all, headers or body, keep-alive
@@ -131,6 +141,7 @@ class RemoteEngine(TokenEngine):
         mode: Literal["chat", "raw"] = "chat",
         force_raw: bool = False,
         tokenizer: K3Tokenizer | str | os.PathLike[str] | None = None,
+        max_model_len: int | None = None,
         timeout: float = 600.0,
         idle_timeout: float = 300.0,
         connect_timeout: float = 10.0,
@@ -150,6 +161,7 @@ class RemoteEngine(TokenEngine):
         self.force_raw = force_raw
         self._model = model
         self.timeout = timeout
+        self.max_model_len = max_model_len
         self._client = client or openai.AsyncOpenAI(
             base_url=base_url,
             api_key=api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY",
@@ -169,7 +181,35 @@ class RemoteEngine(TokenEngine):
             if not models.data:
                 raise EngineError("the endpoint serves no models; pass model=...")
             self._model = models.data[0].id
+            if self.max_model_len is None:
+                window = _window(models.data[0])
+                self.max_model_len = window if isinstance(window, int) else None
         return self._model
+
+    async def _raw_max_tokens(self, model: str, prompt_tokens: int) -> int:
+        """What the prompt leaves of the context window (raw mode's default ``max_tokens``).
+
+        Raises:
+            UserError: the window is unknown (the server does not report ``max_model_len``).
+            ContextLengthExceededError: the prompt fills the window.
+        """
+        if self.max_model_len is None:
+            with openai_errors():
+                models = await self._client.models.list()
+            window = next((_window(m) for m in models.data if m.id == model), None)
+            if not isinstance(window, int):
+                raise UserError(
+                    f"raw mode needs max_tokens or the context window: {model!r} reports no max_model_len "
+                    "in /v1/models; pass RemoteEngine(max_model_len=...) or max_tokens"
+                )
+            self.max_model_len = window
+        left = self.max_model_len - prompt_tokens
+        if left < 1:
+            raise ContextLengthExceededError(
+                f"the prompt ({prompt_tokens} tokens) fills the context window ({self.max_model_len})",
+                status_code=None,
+            )
+        return left
 
     async def aclose(self) -> None:
         await self._client.close()
@@ -197,6 +237,9 @@ class RemoteEngine(TokenEngine):
         if images:
             raise EngineError("OpenAI-compatible completions endpoints take no images")
         model = await self._model_name()
+        max_tokens = request.max_tokens
+        if max_tokens is None:
+            max_tokens = await self._raw_max_tokens(model, len(prompt_ids))
         extra_body: dict[str, Any] = {
             "skip_special_tokens": False,
             "spaces_between_special_tokens": False,
@@ -206,7 +249,7 @@ class RemoteEngine(TokenEngine):
         kwargs: dict[str, Any] = {
             "model": model,
             "prompt": list(prompt_ids),
-            "max_tokens": request.max_tokens,
+            "max_tokens": max_tokens,
             "temperature": request.temperature,
             "top_p": request.top_p,
             "seed": request.seed,

@@ -11,12 +11,24 @@ from typing import Any
 import anyio
 
 from .._exceptions import EngineError, UserError
-from ..formats.k3 import END_OF_MSG, EncodedPrompt, K3Codec, K3Tokenizer, RawChunk, estimate_tokens, render
+from ..formats.k3 import (
+    END_OF_MSG,
+    EncodedPrompt,
+    K3Codec,
+    K3Tokenizer,
+    RawChunk,
+    estimate_tokens,
+    render,
+    render_output,
+)
 from ..formats.k3._codec import media_scan
 from ..types import ChatRequest, ImagePart, Message
 from ._base import TokenEngine
 
 __all__ = ["ScriptedCall", "ScriptedEngine"]
+
+_MARKERS = ("<|open|>", "<|close|>", "<|sep|>", END_OF_MSG)
+"""A scripted text holding none of these is plain text: the answer."""
 
 ScriptFunction = Callable[[list[Message]], "str | Awaitable[str]"]
 
@@ -48,8 +60,33 @@ class ScriptedEngine(TokenEngine):
     really encoded (bad messages raise as they would against a real engine) and recorded in
     :attr:`calls`.
 
-    A text that closes the message (``<|close|>message<|sep|>``) finishes with ``"stop"``;
-    one that does not, with ``"length"`` (as a ``max_tokens`` cut would).
+    A text without any K3 marker (``<|open|>``, ``<|close|>``, ``<|sep|>``, ``<|end_of_msg|>``)
+    is the answer: it is sent as :func:`~kimik3.formats.k3.render_output` ``({"content": text})``
+    would write it, so ``ScriptedEngine(["Hello!"])`` answers "Hello!" with finish ``"stop"``.
+    A text with markers is raw K3 output, taken as it is: one that closes the message
+    (``<|close|>message<|sep|>``) finishes with ``"stop"``; one that does not, with ``"length"``
+    (as a ``max_tokens`` cut would).
+
+    Example: an agent offline, one tool call then the answer::
+
+        import anyio
+        from kimik3 import Agent, ScriptedEngine, tool
+        from kimik3.formats.k3 import render_output
+
+        @tool
+        def add(a: int, b: int) -> int:
+            '''Add two integers.'''
+            return a + b
+
+        engine = ScriptedEngine([
+            render_output({"reasoning_content": "Use the tool.", "tool_calls": [
+                {"id": "add:0", "type": "function",
+                 "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'}}]}),
+            "2 + 3 = 5.",  # plain text: the answer
+        ])
+        result = anyio.run(Agent(tools=[add], engine=engine).run, "What is 2 + 3?")
+        assert result.output == "2 + 3 = 5." and result.stop_reason == "completed"
+        assert result.messages[2].content == "5"  # the tool's result, as the model saw it
 
     Args:
         responses: raw K3 output texts (what the model generates after the generation prompt),
@@ -126,6 +163,8 @@ class ScriptedEngine(TokenEngine):
         self, prompt_ids: Sequence[int], request: ChatRequest, *, images: Sequence[Any] = ()
     ) -> AsyncGenerator[RawChunk, None]:
         text = await self._next_text(request)
+        if not any(marker in text for marker in _MARKERS):  # plain text: the answer
+            text = render_output({"content": text}, thinking=request.thinking)
         closed = "<|close|>message<|sep|>" in text or END_OF_MSG in text
         tok = self.tokenizer
         if request.max_tokens is not None and tok is not None:

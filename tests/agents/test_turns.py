@@ -34,7 +34,7 @@ def call(text: str) -> str:
 
 
 async def test_turn_outcomes_are_named() -> None:
-    cut = "partial answer"  # no message close: a max_tokens cut
+    cut = "partial<|close|>think<|sep|><|open|>response<|sep|>answer"  # no message close: a max_tokens cut
     engine = ScriptedEngine([call("hi"), cut, render_output({"reasoning_content": "d", "content": "done"})])
     agent = Agent(tools=[echo], engine=engine)
     run = _Run([UserMessage(content="go")], None, None, agent._count)

@@ -45,7 +45,9 @@ def load_tokenizer(model_dir: Path) -> K3Tokenizer:
 
 def engine(server: SSEServer, mode: str, model_dir: Path) -> RemoteEngine:
     if mode == "raw":
-        return RemoteEngine(base_url=server.base_url, model="k3", mode="raw", tokenizer=load_tokenizer(model_dir))
+        # the fake server answers completions only: the context window is given (raw mode sends max_tokens)
+        return RemoteEngine(base_url=server.base_url, model="k3", mode="raw", tokenizer=load_tokenizer(model_dir),
+                            max_model_len=8192)
     return RemoteEngine(base_url=server.base_url, model="k3")
 
 

@@ -1,0 +1,141 @@
+"""What a new user meets first (issue 16), offline: the README's offline snippet, the make targets'
+install steps, `kimik3 serve --dry-run`, the CPU KV-cache default, scripted plain answers on the
+command line, and failed runs leaving no session file. The same paths against real engines:
+tests/real/test_newcomer_*.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from kimik3.cli import main
+from kimik3.engines._vllm import cpu_kv_cache_bytes
+from tests.real.newcomer import ROOT, offline_snippet, sdk_snippet
+
+MiB, GiB = 2**20, 2**30
+
+
+def test_readme_offline_snippet_runs_as_written(tmp_path: Path) -> None:
+    (tmp_path / "offline.py").write_text(offline_snippet())
+    run = subprocess.run([sys.executable, "offline.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == "It is 21.5 °C in Paris. ['user', 'assistant', 'tool', 'assistant']\n"
+    assert len([line for line in offline_snippet().splitlines() if line.strip()]) <= 16
+
+
+def test_readme_sdk_snippet_guards_its_entry_point() -> None:
+    code = sdk_snippet()
+    assert code.rstrip().endswith('if __name__ == "__main__":  # required: vLLM starts worker processes that re-import this file\n    anyio.run(main)')
+    assert code.count("anyio.run(") == 1
+
+
+def make_plan(target: str) -> str:
+    run = subprocess.run(["make", "-n", "-B", target, "VENV=/nonexistent/venv"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    return run.stdout
+
+
+def test_make_demo_installs_only_the_demos_needs() -> None:
+    plan = make_plan("demo")
+    assert "scripts/setup_engine.sh" in plan and "-e ." in plan
+    for other in ("setup_ui.sh", "setup_test_model.sh", "setup_bench.sh", "[dev]", "smollm2"):
+        assert other not in plan
+    assert '/nonexistent/venv/bin/kimik3 run "What are the first lines of notes.txt and server.cfg?"' in plan
+
+
+@pytest.mark.parametrize(("target", "needs"), [
+    ("test", ["setup_engine.sh", "setup_test_model.sh", "setup_ui.sh", "ruff check", "mypy", "KIMIK3_REQUIRE_ENGINE=1"]),
+    ("bench", ["setup_engine.sh", "setup_test_model.sh", "setup_bench.sh", "bench/*.py"]),
+    ("serve", ["setup_engine.sh", "kimik3 serve models/k3-tiny --port 8000 --max-model-len 4096"]),
+])
+def test_make_test_and_bench_install_what_they_need(target: str, needs: list[str]) -> None:
+    plan = make_plan(target)
+    for need in needs:
+        assert need in plan
+
+
+@pytest.mark.parametrize(("available", "expected"), [
+    (16 * GiB, 2 * GiB),  # capped
+    (4 * GiB, 1 * GiB),  # a quarter
+    (3 * GiB + 5 * MiB, 769 * MiB),  # a quarter (769.25 MiB), rounded down to whole MiB
+    (512 * MiB, 256 * MiB),  # floor
+    (0, 256 * MiB),
+])
+def test_cpu_kv_cache_is_a_quarter_of_available_memory_within_bounds(available: int, expected: int) -> None:
+    assert cpu_kv_cache_bytes(available) == expected
+
+
+def serve_dry_run(*args: str, env: dict[str, str] | None = None) -> list[str]:
+    result = CliRunner().invoke(main, ["serve", "models/k3-tiny", "--dry-run", *args], env=env)
+    assert result.exit_code == 0, result.output
+    return result.output.split()
+
+
+def test_serve_dry_run_is_vllms_api_server_with_the_kimi_k3_parsers(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("vllm", reason="kimik3 serve needs vLLM (make demo installs it)")
+    from kimik3.engines._vllm import _on_cpu
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    argv = serve_dry_run("--max-model-len", "4096", "--port", "8123")
+    assert argv[:14] == [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", "models/k3-tiny",
+                         "--host", "127.0.0.1", "--port", "8123", "--trust-remote-code", "--tokenizer-mode",
+                         "kimi_k3", "--tool-call-parser", "kimi_k3"]
+    assert argv[14:18] == ["--reasoning-parser", "kimi_k3", "--enable-auto-tool-choice", *argv[17:18]]
+    assert argv[-2:] == ["--max-model-len", "4096"]  # the user's flags come last (they win)
+    if not _on_cpu():
+        return
+    kv = int(argv[argv.index("--kv-cache-memory-bytes") + 1])
+    assert 256 * MiB <= kv <= 2 * GiB and kv % MiB == 0 and "--enforce-eager" in argv
+    # the user's own sizing is kept: no second one
+    assert "--kv-cache-memory-bytes" not in serve_dry_run(env={"VLLM_CPU_KVCACHE_SPACE": "3"})
+    mine = serve_dry_run("--kv-cache-memory-bytes", "1000000")
+    assert mine.count("--kv-cache-memory-bytes") == 1 and mine[-1] == "1000000"
+
+
+def run_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "KIMIK3_HOME": str(tmp_path / "home")}
+    return subprocess.run([sys.executable, "-m", "kimik3", *args], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def sessions(tmp_path: Path) -> list[Path]:
+    folder = tmp_path / "home" / "sessions"
+    return sorted(folder.iterdir()) if folder.exists() else []
+
+
+def test_a_plain_scripted_reply_is_the_answer_on_the_command_line(tmp_path: Path) -> None:
+    (tmp_path / "replies.json").write_text(json.dumps(["Hello!"]))
+    run = run_cli(tmp_path, "run", "Hi", "--script", "replies.json", "--plain")
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0] == "[turn 1] answer: Hello!"
+    assert lines[1].startswith("usage: 1 turns, 0 tool calls, ")
+    assert lines[2] == f"session: {sessions(tmp_path)[0]}" and run.stderr == ""
+
+
+@pytest.mark.parametrize("session", [None, "mine.jsonl"])
+def test_a_run_that_never_reached_the_model_leaves_no_session(tmp_path: Path, session: str | None) -> None:
+    extra = ["--session", session] if session else []
+    run = run_cli(tmp_path, "run", "Hi", "--plain", "--base-url", "http://127.0.0.1:9/v1", "--model", "k3", *extra)
+    assert run.returncode == 1
+    assert run.stderr.splitlines() == ["error: APIConnectionError: cannot reach the endpoint: Connection error."]
+    assert "session:" not in run.stdout
+    assert sessions(tmp_path) == [] and not (tmp_path / "mine.jsonl").exists()
+
+
+def test_a_failed_resume_keeps_its_session(tmp_path: Path) -> None:
+    (tmp_path / "replies.json").write_text(json.dumps(["Hello!"]))
+    assert run_cli(tmp_path, "run", "Hi", "--script", "replies.json", "--plain", "--session", "s.jsonl").returncode == 0
+    before = (tmp_path / "s.jsonl").read_text()
+    run = run_cli(tmp_path, "resume", "s.jsonl", "And?", "--plain", "--base-url", "http://127.0.0.1:9/v1", "--model", "k3")
+    assert run.returncode == 1 and (tmp_path / "s.jsonl").read_text().startswith(before)
+    assert run.stdout.splitlines()[-1] == "session: s.jsonl"
