@@ -63,7 +63,7 @@ from ..types import (
     Usage,
 )
 from ._arguments import Escaper, decode_arguments, escape_controls
-from ._http import error_from_payload
+from ._http import error_from_payload, is_error_payload
 
 __all__ = ["ChatStreamChecker"]
 
@@ -221,7 +221,7 @@ class ChatStreamChecker:
             chunk = chunk.model_dump(mode="json", exclude_unset=True)
         if not isinstance(chunk, Mapping):
             raise APIResponseValidationError(f"a chunk that is not a JSON object: {chunk!r:.200}")
-        if chunk.get("error") or chunk.get("object") == "error":
+        if is_error_payload(chunk):
             raise error_from_payload(chunk)
         self.received = True
         if isinstance(chunk.get("model"), str) and chunk["model"]:
@@ -319,16 +319,25 @@ class ChatStreamChecker:
             raise APIResponseValidationError(f"tool-call arguments that are not text: {args!r:.200}")
 
         call = self._call_for(index, server_id, name)
+        if server_id and call.server_id and server_id != call.server_id:
+            log.warning("kimik3: the server changed tool call %r's id to %r mid-arguments; kept the first",
+                        call.server_id, server_id)
         call.server_id = call.server_id or server_id
-        if name and not call.name:
-            call.name = name
+        if name and name != call.name:
+            if name.startswith(call.name):  # the first piece, or the whole name so far resent
+                call.name = name
+            elif not call.id:  # a name split across deltas (the call starts with its arguments)
+                call.name += name
+            else:
+                log.warning("kimik3: tool call %s named %r, then %r; the name is their join", call.id, call.name, name)
+                call.name += name
         if args:
             piece = call.escaper.feed(args)
             call.pieces.append(piece)
             if not call.mode and piece.strip():
                 call.mode = "string" if piece.lstrip()[0] == '"' else "object"
         out: list[Event] = []
-        if not call.id and call.name:
+        if not call.id and call.name and call.mode:
             call.index, self._started = self._started, self._started + 1
             call.id = self._unique(call.server_id)
             out.append(ToolCallStarted(call.index, call.id, call.name))
@@ -340,12 +349,16 @@ class ChatStreamChecker:
 
     def _call_for(self, index: int | None, server_id: str | None, name: str | None) -> _Call:
         """The call a delta continues: by ``index``; without one, the open call. A different id
-        (or, without index, a name after complete arguments) starts a new call."""
+        starts a new call, unless the open call is mid-arguments and the delta names no other
+        function (a server that changes the id mid-call); a name after complete arguments starts
+        a new call, unless it only repeats the call's name."""
         call = self._by_index.get(index) if index is not None else (self._calls[-1] if self._calls else None)
         if call is not None:
+            other_name = name is not None and bool(call.name) and name != call.name
             new_id = server_id is not None and call.server_id is not None and server_id != call.server_id
-            again = index is None and name is not None and bool(call.name) and call.complete()
-            if not (new_id or again):
+            mid_call = bool(call.mode) and not call.complete()
+            again = name is not None and bool(call.name) and (other_name or index is None) and call.complete()
+            if not ((new_id and (not mid_call or other_name)) or again):
                 return call
         call = _Call(server_id)
         self._calls.append(call)

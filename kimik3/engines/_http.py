@@ -31,8 +31,12 @@ from .._exceptions import (
 )
 
 _NEWLINE = re.compile(r"\r\n|\r|\n")
+_KEEPALIVE_EVENTS = frozenset({"ping", "keep-alive", "keepalive", "heartbeat"})
+"""SSE ``event:`` names gateways use for keep-alives (Anthropic-style ``event: ping``): skipped."""
 
-__all__ = ["error_from_payload", "read_events", "retry_after", "status_error", "transport_error", "within"]
+__all__ = [
+    "error_from_payload", "is_error_payload", "read_events", "retry_after", "status_error", "transport_error", "within",
+]
 
 _CONTEXT_PHRASES = ("maximum context length", "context length", "too long", "max_model_len", "context window")
 
@@ -92,7 +96,8 @@ def error_from_payload(payload: Mapping[str, Any], *, retry_after: float | None 
     """The typed error for an error object a server sent in a 200 stream.
 
     Shapes: ``{"error": {"message", "type", "code"}}`` (OpenAI, newer vLLM), ``{"error": "text"}``,
-    and ``{"object": "error", "message", "type", "code"}`` (vLLM / SGLang ``ErrorResponse``). The
+    ``{"object": "error", "message", "type", "code"}`` (vLLM / SGLang ``ErrorResponse``) and
+    ``{"detail": ...}`` (FastAPI's ``HTTPException``, see :func:`is_error_payload`). The
     status is the ``code`` when it is an HTTP status (int or digits), else the one ``type`` /
     ``code`` names (``"rate_limit_exceeded"`` -> 429, ``"ServiceUnavailableError"`` -> 503, ...),
     else 500: an unexplained failure of the server mid-answer (retryable).
@@ -101,10 +106,13 @@ def error_from_payload(payload: Mapping[str, Any], *, retry_after: float | None 
     if not isinstance(err, Mapping):
         err = {"message": str(err)}
     message = err.get("message")
+    if (not isinstance(message, str) or not message) and payload.get("detail"):
+        detail = payload["detail"]
+        message = detail if isinstance(detail, str) else json.dumps(detail, default=str)[:500]
     if not isinstance(message, str) or not message:
         message = json.dumps(dict(payload), default=str)[:500]
     status = 0
-    for value in (err.get("code"), err.get("status"), err.get("type"), payload.get("code")):
+    for value in (err.get("code"), err.get("status"), err.get("type"), payload.get("code"), payload.get("detail")):
         if isinstance(value, int) and not isinstance(value, bool) and 400 <= value <= 599:
             status = value
         elif isinstance(value, str) and value.strip().isdigit() and 400 <= int(value) <= 599:
@@ -114,6 +122,16 @@ def error_from_payload(payload: Mapping[str, Any], *, retry_after: float | None 
         if status:
             break
     return status_error(status or 500, message, body=dict(payload), retry_after=retry_after)
+
+
+def is_error_payload(payload: Mapping[str, Any]) -> bool:
+    """Whether a JSON object a server sent is an error object, not an answer: a truthy ``error``,
+    ``"object": "error"``, or a ``detail`` without ``choices`` (FastAPI's error body)."""
+    return (
+        bool(payload.get("error"))
+        or payload.get("object") == "error"
+        or (bool(payload.get("detail")) and "choices" not in payload)
+    )
 
 
 def retry_after(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
@@ -175,7 +193,8 @@ async def read_events(response: Any, *, deadline: float) -> AsyncIterator[Event]
     """The events of a streaming answer, read from an ``openai`` streaming response.
 
     A JSON body (a server that ignored ``stream: true``) is one ``"response"``; ``text/html`` is
-    an error page. Comments (keep-alives) are skipped; an event cut off by the end of the body is
+    an error page. A leading BOM is dropped; comments and named keep-alive events (``event: ping``)
+    are skipped; an event cut off by the end of the body is
     dropped (the WHATWG rule), unless it is complete JSON or ``[DONE]``.
 
     Args:
@@ -193,7 +212,7 @@ async def read_events(response: Any, *, deadline: float) -> AsyncIterator[Event]
         raise APIResponseValidationError(f"the endpoint answered with an HTML page ({ctype})", body=body[:500])
     if ctype.startswith("application/json"):
         raw = await within(deadline, response.read())
-        yield "response", _json(raw.decode("utf-8", "replace"), "the JSON body")
+        yield "response", _json(raw.decode("utf-8-sig", "replace"), "the JSON body")
         return
     data: list[str] = []
     name = ""
@@ -201,7 +220,9 @@ async def read_events(response: Any, *, deadline: float) -> AsyncIterator[Event]
     seen = False
     async for line in _lines(response, deadline):
         if line == "":
-            if data:
+            if data and name.lower() in _KEEPALIVE_EVENTS:
+                seen = True  # a named keep-alive (gateways): not an answer chunk, whatever its data
+            elif data:
                 seen = True
                 yield _event(name, "\n".join(data))
             data, name = [], ""
@@ -214,7 +235,7 @@ async def read_events(response: Any, *, deadline: float) -> AsyncIterator[Event]
             name = value
         elif field and field not in ("id", "retry") and not junk:
             junk = line  # not SSE; kept for the error message
-    if data:  # the body ended inside an event: keep it only when it is whole
+    if data and name.lower() not in _KEEPALIVE_EVENTS:  # the body ended inside an event: keep it when whole
         text = "\n".join(data)
         if text.strip() == "[DONE]" or _is_json(text):
             seen = True
@@ -228,12 +249,15 @@ async def _lines(response: Any, deadline: float) -> AsyncIterator[str]:
     chunks = response.iter_bytes().__aiter__()
     decoder = codecs.getincrementaldecoder("utf-8")("replace")
     rest = ""
+    first = True
     while True:
         try:
             chunk = await within(deadline, chunks.__anext__())
         except StopAsyncIteration:
             break
         text = rest + decoder.decode(chunk)
+        if first and text:  # one leading BOM is not part of the first field's name (WHATWG)
+            text, first = text.removeprefix("\ufeff"), False
         if text.endswith("\r"):  # maybe the first half of a CRLF
             text, rest = text[:-1], "\r"
         else:

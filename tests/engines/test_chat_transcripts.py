@@ -24,6 +24,7 @@ from kimik3 import (
     BadRequestError,
     ChatCompletion,
     ContextLengthExceededError,
+    NotFoundError,
     RateLimitError,
     ServiceUnavailableError,
 )
@@ -336,6 +337,46 @@ ROWS = [
         [("r", "x"), ("c", "Part")],
         content="Part", reasoning="x", finish="length", truncated=True,
     ),
+    Row(
+        "a name split across deltas: joined (the call starts with its arguments)",
+        [d(tc(index=0, id="a", name="look", arguments="")), d(tc(index=0, name="up", arguments="")),
+         d(tc(index=0, arguments='{"q": 1}')), d({}, "tool_calls")],
+        [("start", 0, "a", "lookup"), ("args", 0, '{"q": 1}'), ("done", 0, "a", "lookup", {"q": 1})],
+        calls=[("a", "lookup", '{"q": 1}')], finish="tool_calls",
+    ),
+    Row(
+        "the whole name resent in every delta (or cumulatively): one name, one call",
+        [d(tc(index=0, id="a", name="look", arguments="")), d(tc(index=0, name="lookup", arguments='{"q": ')),
+         d(tc(index=0, name="lookup", arguments="1}")), d(tc(index=0, name="lookup")), d({}, "tool_calls")],
+        [("start", 0, "a", "lookup"), ("args", 0, '{"q": '), ("args", 0, "1}"), ("done", 0, "a", "lookup", {"q": 1})],
+        calls=[("a", "lookup", '{"q": 1}')], finish="tool_calls",
+    ),
+    Row(
+        "the id changes mid-arguments at one index (a fresh id per chunk): one call, the first id",
+        [d(tc(index=0, id="a", name="f", arguments='{"x": ')), d(tc(index=0, id="b", arguments="1}")),
+         d({}, "tool_calls")],
+        [("start", 0, "a", "f"), ("args", 0, '{"x": '), ("args", 0, "1}"), ("done", 0, "a", "f", {"x": 1})],
+        calls=[("a", "f", '{"x": 1}')], finish="tool_calls",
+    ),
+    Row(
+        "every call at index 0 without ids: a name after complete arguments starts the next call",
+        [d(tc(index=0, name="f", arguments='{"x": 1}')), d(tc(index=0, name="g", arguments="{}")), d({}, "tool_calls")],
+        [("start", 0, "k3_0", "f"), ("args", 0, '{"x": 1}'), ("start", 1, "k3_1", "g"), ("args", 1, "{}"),
+         ("done", 0, "k3_0", "f", {"x": 1}), ("done", 1, "k3_1", "g", {})],
+        calls=[("k3_0", "f", '{"x": 1}'), ("k3_1", "g", "{}")], finish="tool_calls",
+    ),
+    Row(
+        "a lone UTF-16 surrogate escape in the arguments: failed, not run",
+        [d(tc(index=0, id="a", name="f", arguments='{"s": "\\ud800"}')), d({}, "tool_calls")],
+        [("start", 0, "a", "f"), ("args", 0, '{"s": "\\ud800"}'), ("incomplete", 0, "a", "f")],
+        failed=[("a", "f", '{"s": "\\ud800"}', "arguments hold a lone UTF-16 surrogate ('\\ud800')")],
+    ),
+    Row(
+        "a surrogate pair escape is one character: the call runs",
+        [d(tc(index=0, id="a", name="f", arguments='{"s": "\\ud83d\\ude00"}')), d({}, "tool_calls")],
+        [("start", 0, "a", "f"), ("args", 0, '{"s": "\\ud83d\\ude00"}'), ("done", 0, "a", "f", {"s": "\U0001f600"})],
+        calls=[("a", "f", '{"s": "\\ud83d\\ude00"}')], finish="tool_calls",
+    ),
 ]  # fmt: skip
 
 
@@ -439,6 +480,9 @@ def test_transcript_rechunked_one_character_at_a_time(row: Row) -> None:
         ({"error": {"message": "Overloaded", "type": "overloaded_error"}}, ServiceUnavailableError, 503),
         ({"error": "something broke"}, ServiceUnavailableError, 500),
         ({"error": {"message": "teapot", "code": 418}}, APIStatusError, 418),
+        # FastAPI's error body ({"detail": ...}) in band: typed by its words, else a server failure
+        ({"detail": "Not Found"}, NotFoundError, 404),
+        ({"detail": [{"loc": ["body"], "msg": "queue full"}]}, ServiceUnavailableError, 500),
     ],
 )  # fmt: skip
 def test_in_band_error_objects_raise_by_code(payload: dict[str, Any], error: type[APIStatusError], status: int) -> None:
@@ -519,7 +563,6 @@ def test_arguments_with_raw_control_characters_any_chunking(arguments: dict[str,
 @pytest.mark.parametrize(
     "chunks",
     [
-        [{"detail": "Not Found"}],  # a JSON body that is not a chat completion
         [{"object": "chat.completion.chunk", "choices": [], "usage": {"prompt_tokens": 1}}],
         [{"choices": [{"index": 1, "delta": {"content": "another choice"}}]}],
     ],

@@ -19,6 +19,7 @@ from kimik3 import (
     BadRequestError,
     Client,
     K3Tokenizer,
+    NotFoundError,
     RateLimitError,
     RemoteEngine,
     ServiceUnavailableError,
@@ -146,6 +147,32 @@ async def test_bodies_that_are_not_the_protocol_raise_a_typed_error(
             await Client(engine(server, mode, model_dir), max_retries=2).chat(USER)
         assert len(server.requests) == 1  # not retried: the endpoint would answer the same
         assert server.requests[0]["path"] == ("/v1/completions" if mode == "raw" else "/v1/chat/completions")
+
+
+PARIS = [d({"content": "Par"}), d({"content": "is"}, "stop")]
+
+
+@pytest.mark.parametrize(
+    "parts",
+    [
+        [b"\xef\xbb\xbf" + b"".join(p for p in sse(PARIS) if isinstance(p, bytes))],  # a BOM before the first event
+        [b"event: ping\ndata: ping\n\n", *sse(PARIS)],  # a gateway's named keep-alive, data not JSON
+        [b'event: ping\ndata: {"type": "ping"}\n\n', *sse(PARIS[:1], done=False), b"event: heartbeat\ndata: .\n\n",
+         *sse(PARIS[1:])],
+    ],
+)  # fmt: skip
+async def test_a_bom_and_named_keep_alive_events_lose_nothing(parts: list[bytes]) -> None:
+    async with SSEServer([Reply(parts=parts)]) as server:
+        out = await Client(RemoteEngine(base_url=server.base_url, model="k3"), max_retries=0).chat(USER)
+    assert (out.message.content, out.finish_reason, out.truncated) == ("Paris", "stop", False)
+
+
+async def test_a_json_body_with_fastapi_detail_is_a_typed_error_not_an_empty_answer() -> None:
+    reply = Reply(headers={"content-type": "application/json"}, parts=[b'{"detail": "Not Found"}'])
+    async with SSEServer([reply]) as server:
+        with pytest.raises(NotFoundError, match="404: Not Found"):
+            await Client(RemoteEngine(base_url=server.base_url, model="k3"), max_retries=2).chat(USER)
+        assert len(server.requests) == 1
 
 
 @pytest.mark.parametrize("mode", ["chat", "raw"])
