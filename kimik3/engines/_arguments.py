@@ -12,19 +12,22 @@ from ..formats.k3 import safe_loads
 
 __all__ = ["Escaper", "decode_arguments", "escape_controls"]
 
-_SPECIAL = re.compile(r'["\\\x00-\x1f]')
+_SPECIAL = re.compile(r'["\\\x00-\x1f{}\[\]]')
 _ESCAPES = {"\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
 
 
 class Escaper:
     """Escapes raw control characters inside JSON strings, piece by piece (a server that passes
-    a model's raw newline through); the output of the pieces concatenates to the repaired text."""
+    a model's raw newline through); the output of the pieces concatenates to the repaired text.
+    It also counts open brackets outside strings (``depth``), so that whether the text so far can
+    be a whole JSON value is known without decoding it (decoding on every piece is quadratic)."""
 
-    __slots__ = ("in_string", "skip")
+    __slots__ = ("depth", "in_string", "skip")
 
     def __init__(self) -> None:
         self.in_string = False
         self.skip = False  # the next character is escaped by a backslash
+        self.depth = 0  # open {/[ minus closing }/] outside strings
 
     def feed(self, text: str) -> str:
         out: list[str] = []
@@ -38,6 +41,9 @@ class Escaper:
             c = m.group()
             if not self.in_string:
                 self.in_string = c == '"'
+                self.depth += 1 if c in "{[" else -1 if c in "}]" else 0
+            elif c in "{}[]":
+                continue
             elif c == '"':
                 self.in_string = False
             elif c == "\\":

@@ -88,7 +88,10 @@ class _Call:
         self.escaper = Escaper()
 
     def complete(self) -> bool:
-        """Its arguments are a whole JSON object (cheap test first: they end in ``}``)."""
+        """Its arguments are a whole JSON object (cheap tests first: brackets balance, they end
+        in ``}``; decoded only then)."""
+        if self.escaper.depth != 0 or self.escaper.in_string:
+            return False
         last = next((p for p in reversed(self.pieces) if p.strip()), "")
         return last.rstrip().endswith("}") and decode_arguments("".join(self.pieces))[0] is not None
 
@@ -356,9 +359,10 @@ class ChatStreamChecker:
         if call is not None:
             other_name = name is not None and bool(call.name) and name != call.name
             new_id = server_id is not None and call.server_id is not None and server_id != call.server_id
-            mid_call = bool(call.mode) and not call.complete()
+            if new_id and not other_name:  # a new id mid-arguments is the same call (decoded only then)
+                new_id = not call.mode or call.complete()
             again = name is not None and bool(call.name) and (other_name or index is None) and call.complete()
-            if not ((new_id and (not mid_call or other_name)) or again):
+            if not (new_id or again):
                 return call
         call = _Call(server_id)
         self._calls.append(call)

@@ -584,3 +584,28 @@ def test_openai_python_chunk_objects_are_read_like_their_dicts() -> None:
     chat = ChatStreamChecker(thinking=True, id_factory=lambda: "k3_0")
     events = [e for c in chunks for e in chat.feed(c)] + chat.finish(done=True)
     assert [show(e) for e in events] == row.events
+
+
+def test_arguments_are_decoded_once_not_per_delta(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server that repeats the name in every delta, without index: telling a continuation from a
+    new call must not decode the arguments so far on each delta (quadratic: a 120 KB call took 8 s)."""
+    import kimik3.engines._chat as chat_module
+
+    decodes: list[int] = []
+    real = chat_module.decode_arguments
+
+    def counting(text: str) -> tuple[dict[str, Any] | None, str]:
+        decodes.append(len(text))
+        return real(text)
+
+    monkeypatch.setattr(chat_module, "decode_arguments", counting)
+    arguments = json.dumps({"items": [{"k": i, "s": "}{]["} for i in range(300)]})
+    pieces = [arguments[i : i + 5] for i in range(0, len(arguments), 5)]
+    chat = ChatStreamChecker(thinking=True, id_factory=lambda: "k3_0")
+    events = []
+    for piece in pieces:
+        events += chat.feed(d({"tool_calls": [{"id": "a", "function": {"name": "f", "arguments": piece}}]}))
+    events += chat.feed(d({}, "tool_calls")) + chat.finish(done=True)
+    assert [(c.id, c.function.arguments) for c in chat.completion().message.tool_calls or ()] == [("a", arguments)]
+    assert "".join(e.delta for e in events if isinstance(e, ToolCallArgumentsDelta)) == arguments
+    assert decodes == [len(arguments)] * len(decodes) and len(decodes) <= 2  # only once the brackets balance
