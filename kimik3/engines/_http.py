@@ -245,28 +245,30 @@ async def read_events(response: Any, *, deadline: float) -> AsyncIterator[Event]
 
 
 async def _lines(response: Any, deadline: float) -> AsyncIterator[str]:
-    """The body's lines (ended by CRLF, LF or CR), one deadline-bounded read per network chunk."""
+    """The body's lines (ended by CRLF, LF or CR), one deadline-bounded read per network chunk.
+    A long line is kept as its pieces until its end arrives (linear in its length)."""
     chunks = response.iter_bytes().__aiter__()
     decoder = codecs.getincrementaldecoder("utf-8")("replace")
-    rest = ""
+    rest: list[str] = []  # the unfinished line's pieces; a CR ending one may be half a CRLF
     first = True
     while True:
         try:
             chunk = await within(deadline, chunks.__anext__())
         except StopAsyncIteration:
             break
-        text = rest + decoder.decode(chunk)
+        text = decoder.decode(chunk)
         if first and text:  # one leading BOM is not part of the first field's name (WHATWG)
             text, first = text.removeprefix("\ufeff"), False
-        if text.endswith("\r"):  # maybe the first half of a CRLF
-            text, rest = text[:-1], "\r"
-        else:
-            rest = ""
-        *lines, tail = _NEWLINE.split(text)
-        rest = tail + rest if rest else tail
+        if "\n" not in text and "\r" not in text and not (rest and rest[-1].endswith("\r")):
+            rest.append(text)
+            continue
+        text = "".join(rest) + text
+        cr = text.endswith("\r")  # maybe the first half of a CRLF
+        *lines, tail = _NEWLINE.split(text[:-1] if cr else text)
+        rest = [tail + "\r"] if cr else [tail]
         for line in lines:
             yield line
-    text = rest + decoder.decode(b"", final=True)
+    text = "".join(rest) + decoder.decode(b"", final=True)
     if text:  # the last line, ended by a CR or by nothing
         yield text[:-1] if text.endswith("\r") else text
 

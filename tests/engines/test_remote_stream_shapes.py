@@ -339,3 +339,55 @@ async def test_events_split_anywhere_with_any_line_ending() -> None:
     async with SSEServer([Reply(parts=parts)]) as server:
         out = await Client(RemoteEngine(base_url=server.base_url, model="k3")).chat(USER, reasoning_effort="none")
     assert out.message.content == "hé!" and out.finish_reason == "stop" and not out.truncated
+
+
+class _Body:
+    """A streaming response whose body arrives in the given network chunks."""
+
+    def __init__(self, parts: list[bytes]) -> None:
+        self.parts = parts
+
+    def iter_bytes(self) -> Any:
+        async def chunks() -> Any:
+            for part in self.parts:
+                yield part
+
+        return chunks()
+
+
+async def _body_lines(parts: list[bytes]) -> list[str]:
+    import anyio
+
+    from kimik3.engines._http import _lines
+
+    return [line async for line in _lines(_Body(parts), anyio.current_time() + 600)]
+
+
+@pytest.mark.parametrize("raw", [b"\xef\xbb\xbfdata: a\r\n\r\ndata: \xc3\xa9\rdata: b\r\r\n: c\n", b"x\r", b"\r\n\r\n", b""])
+async def test_body_lines_are_the_same_however_the_network_cuts_them(raw: bytes) -> None:
+    want = raw.decode().removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    want = want[:-1] if want[-1] == "" else want
+    for cut in range(len(raw) + 1):
+        for cut2 in range(cut, len(raw) + 1):
+            assert await _body_lines([raw[:cut], raw[cut:cut2], raw[cut2:]]) == want
+
+
+async def test_a_huge_line_in_many_network_chunks_is_scanned_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 2 MB event in 4 KB reads: line breaks are searched in each byte about once (re-scanning
+    the unfinished line on every read made a 16 MB event take 14 s)."""
+    import re
+
+    import kimik3.engines._http as http
+
+    scanned: list[int] = []
+
+    class Counting:
+        def split(self, text: str) -> list[str]:
+            scanned.append(len(text))
+            return re.split(r"\r\n|\r|\n", text)
+
+    monkeypatch.setattr(http, "_NEWLINE", Counting())
+    raw = b"data: " + b"x" * 2_000_000 + b"\n\ndata: [DONE]\n\n"
+    lines = await _body_lines([raw[i : i + 4096] for i in range(0, len(raw), 4096)])
+    assert [len(line) for line in lines] == [2_000_006, 0, 12, 0]
+    assert sum(scanned) <= 2 * len(raw)
