@@ -6,6 +6,7 @@ answer read as server-sent events under a total deadline (decisions: ``docs/chat
 from __future__ import annotations
 
 import codecs
+import datetime
 import email.utils
 import json
 import math
@@ -157,8 +158,8 @@ def retry_after(headers: Mapping[str, str], *, now: float | None = None) -> floa
         date = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):
         return None
-    if date.tzinfo is None:
-        return None
+    if date.tzinfo is None:  # the obsolete forms (asctime, a "-0000" zone): RFC 9110 reads them as UTC
+        date = date.replace(tzinfo=datetime.timezone.utc)
     return max(0.0, date.timestamp() - (time.time() if now is None else now))
 
 

@@ -219,6 +219,9 @@ def test_retry_after_as_seconds_or_http_date() -> None:
     date = "Wed, 21 Oct 2026 07:28:00 GMT"
     assert retry_after({"retry-after": date}, now=1792567680.0 - 30) == 30.0
     assert retry_after({"retry-after": date}, now=1792567680.0 + 5) == 0.0  # in the past
+    # RFC 9110's obsolete date forms, which it reads as UTC: asctime, and RFC 850
+    assert retry_after({"retry-after": "Wed Oct 21 07:28:00 2026"}, now=1792567680.0 - 30) == 30.0
+    assert retry_after({"retry-after": "Wednesday, 21-Oct-26 07:28:00 GMT"}, now=1792567680.0 - 30) == 30.0
     assert retry_after({"retry-after": "soon"}) is None and retry_after({}) is None
     assert retry_after({"retry-after": "nan"}) is None and retry_after({"retry-after": "-3"}) is None
 
