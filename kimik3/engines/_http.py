@@ -39,7 +39,9 @@ __all__ = [
     "error_from_payload", "is_error_payload", "read_events", "retry_after", "status_error", "transport_error", "within",
 ]
 
-_CONTEXT_PHRASES = ("maximum context length", "context length", "too long", "max_model_len", "context window")
+_CONTEXT_PHRASES = (
+    "maximum context length", "context length", "context_length", "too long", "max_model_len", "context window",
+)
 
 # Error ``type`` / ``code`` words servers put in error objects, by the HTTP status they stand for
 # (OpenAI, vLLM / SGLang exception class names, Anthropic-style gateways), lower case, letters only.
@@ -277,9 +279,10 @@ async def _lines(response: Any, deadline: float) -> AsyncIterator[str]:
 def _event(name: str, data: str) -> Event:
     if data.strip() == "[DONE]":
         return "done", None
-    value = _json(data, "a server-sent event's data")
-    if name == "error":
+    if name == "error":  # its data: an error object, or the error in words
+        value = json.loads(data) if _is_json(data) else data
         return "error", value if isinstance(value, Mapping) else {"error": {"message": str(value)}}
+    value = _json(data, "a server-sent event's data")
     return "chunk", value
 
 

@@ -476,6 +476,7 @@ def test_transcript_rechunked_one_character_at_a_time(row: Row) -> None:
         ({"error": {"message": "This model's maximum context length is 8192 tokens", "type": "invalid_request_error",
                     "code": "context_length_exceeded"}}, ContextLengthExceededError, 400),
         ({"error": {"message": "slow down", "type": "rate_limit_exceeded"}}, RateLimitError, 429),
+        ({"error": {"message": "prompt rejected", "code": "context_length_exceeded"}}, ContextLengthExceededError, 400),
         ({"error": {"message": "x", "code": "429"}}, RateLimitError, 429),
         ({"error": {"message": "Overloaded", "type": "overloaded_error"}}, ServiceUnavailableError, 503),
         ({"error": "something broke"}, ServiceUnavailableError, 500),

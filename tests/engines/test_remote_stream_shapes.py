@@ -118,13 +118,19 @@ async def test_in_band_error_after_events_raises_without_retry() -> None:
 
 
 @pytest.mark.parametrize("mode", ["chat", "raw"])
-async def test_sse_event_error_is_typed_and_retried(mode: str, model_dir: Path) -> None:
-    error_event = b'event: error\ndata: {"message": "upstream overloaded", "type": "overloaded_error"}\n\n'
+@pytest.mark.parametrize(
+    ("error_event", "status"),
+    [
+        (b'event: error\ndata: {"message": "upstream overloaded", "type": "overloaded_error"}\n\n', 503),
+        (b"event: error\ndata: upstream overloaded\n\n", 500),  # the error in words, not JSON
+    ],
+)
+async def test_sse_event_error_is_typed_and_retried(mode: str, error_event: bytes, status: int, model_dir: Path) -> None:
     async with SSEServer([Reply(parts=[error_event])]) as server:
         with pytest.raises(ServiceUnavailableError, match="upstream overloaded") as info:
             await Client(engine(server, mode, model_dir), max_retries=1).chat(USER)
         assert len(server.requests) == 2
-    assert info.value.status_code == 503
+    assert info.value.status_code == status
 
 
 @pytest.mark.parametrize("mode", ["chat", "raw"])
