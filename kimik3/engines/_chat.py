@@ -245,7 +245,13 @@ class ChatStreamChecker:
             if not isinstance(choice, Mapping) or choice.get("index") not in (0, None):
                 continue  # kimik3 asks for one choice
             self._choices = True
-            delta = choice.get(key) or {}
+            delta, whole = choice.get(key), key == "message"
+            if delta is None:  # proxies: a stream chunk with a whole message, a body with a delta, or text
+                other = "message" if key == "delta" else "delta"
+                delta, whole = choice.get(other), other == "message"
+                if delta is None and isinstance(choice.get("text"), str):
+                    delta = {"content": choice["text"]}
+            delta = delta or {}
             if not isinstance(delta, Mapping):
                 raise APIResponseValidationError(f"'{key}' is not an object: {delta!r:.200}")
             reasoning = _str(delta, "reasoning_content") or _str(delta, "reasoning")
@@ -261,7 +267,7 @@ class ChatStreamChecker:
                 if not isinstance(tc, Mapping):
                     raise APIResponseValidationError(f"a tool call that is not an object: {tc!r:.200}")
                 out += self._flush_held()
-                if key == "message" and tc.get("index") is None:
+                if whole and tc.get("index") is None:
                     tc = {**tc, "index": k}
                 out += self._on_tool_call(tc)
             reason = choice.get("finish_reason")

@@ -377,6 +377,21 @@ ROWS = [
         [("start", 0, "a", "f"), ("args", 0, '{"s": "\\ud83d\\ude00"}'), ("done", 0, "a", "f", {"s": "\U0001f600"})],
         calls=[("a", "f", '{"s": "\\ud83d\\ude00"}')], finish="tool_calls",
     ),
+    Row(
+        "a stream chunk carrying a whole message, not a delta (proxies): read, not an empty answer",
+        [{"object": "chat.completion.chunk", "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+            "role": "assistant", "reasoning_content": "r", "content": "Checking.",
+            "tool_calls": [{"id": "a", "type": "function", "function": {"name": "f", "arguments": '{"k": 1}'}}]}}]}, DONE],
+        [("r", "r"), ("c", "Checking."), ("start", 0, "a", "f"), ("args", 0, '{"k": 1}'), ("done", 0, "a", "f", {"k": 1})],
+        content="Checking.", reasoning="r", calls=[("a", "f", '{"k": 1}')], finish="tool_calls",
+    ),
+    Row(
+        "a stream chunk with completions-style text: the text is the content",
+        [{"object": "chat.completion.chunk", "choices": [{"index": 0, "text": "Paris", "finish_reason": None}]},
+         d({}, "stop"), DONE],
+        [("c", "Paris")],
+        content="Paris", reasoning=None, thinking=False,
+    ),
 ]  # fmt: skip
 
 
@@ -450,7 +465,12 @@ def test_transcript_rechunked_one_character_at_a_time(row: Row) -> None:
     """The same answer streamed a character per chunk gives the same text and calls."""
     fine: list[Any] = []
     for chunk in row.chunks:
-        if not isinstance(chunk, dict) or chunk.get("object") != "chat.completion.chunk" or not chunk["choices"]:
+        if (
+            not isinstance(chunk, dict)
+            or chunk.get("object") != "chat.completion.chunk"
+            or not chunk["choices"]
+            or "delta" not in chunk["choices"][0]
+        ):
             fine.append(chunk)
             continue
         choice = chunk["choices"][0]
