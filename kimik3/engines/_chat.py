@@ -9,8 +9,9 @@ where servers disagree, are in ``docs/chat-mode.md``; in short:
 - Text a server parsed arrives intact (a trailing ``<``, a quoted marker). Only marker text that
   forms a complete, valid K3 structure (a whole call block or channel a server leaked) is
   recovered as structure, with kimik3's K3 parser.
-- Tool-call deltas: one without ``index`` continues the open call; a new ``id`` starts a new one;
-  id, name and arguments may come in any order. The deltas of a call concatenate to its final
+- Tool-call deltas: one without ``index`` continues the open call; a new ``id`` starts a new one
+  (not mid-arguments: servers that mint an id per chunk); a name may come in pieces; id, name and
+  arguments may come in any order. The deltas of a call concatenate to its final
   arguments JSON. Ids are kimik3's: a server's id is kept when it is unique within the turn.
 - Arguments are decoded leniently only where the intent is unambiguous (a raw control character
   inside a string, one extra level of JSON encoding); otherwise the call is kept as a
