@@ -366,8 +366,8 @@ class ChatStreamChecker:
         if call is not None:
             other_name = name is not None and bool(call.name) and name != call.name
             new_id = server_id is not None and call.server_id is not None and server_id != call.server_id
-            if new_id and not other_name:  # a new id mid-arguments is the same call (decoded only then)
-                new_id = not call.mode or call.complete()
+            if new_id and not other_name:  # a new id mid-arguments, or with neither name nor arguments
+                new_id = call.complete() if call.mode else name is not None  # before it: the same call
             again = name is not None and bool(call.name) and (other_name or index is None) and call.complete()
             if not (new_id or again):
                 return call

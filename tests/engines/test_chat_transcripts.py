@@ -359,6 +359,13 @@ ROWS = [
         calls=[("a", "f", '{"x": 1}')], finish="tool_calls",
     ),
     Row(
+        "an id per chunk, the name in the first and the arguments from the second: one call",
+        [d(tc(index=0, id="a", name="f", arguments="")), d(tc(index=0, id="b", arguments='{"x": ')),
+         d(tc(index=0, id="c", arguments="1}")), d({}, "tool_calls")],
+        [("start", 0, "a", "f"), ("args", 0, '{"x": '), ("args", 0, "1}"), ("done", 0, "a", "f", {"x": 1})],
+        calls=[("a", "f", '{"x": 1}')], finish="tool_calls",
+    ),
+    Row(
         "every call at index 0 without ids: a name after complete arguments starts the next call",
         [d(tc(index=0, name="f", arguments='{"x": 1}')), d(tc(index=0, name="g", arguments="{}")), d({}, "tool_calls")],
         [("start", 0, "k3_0", "f"), ("args", 0, '{"x": 1}'), ("start", 1, "k3_1", "g"), ("args", 1, "{}"),
