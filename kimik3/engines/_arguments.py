@@ -12,19 +12,22 @@ from ..formats.k3 import safe_loads
 
 __all__ = ["Escaper", "decode_arguments", "escape_controls"]
 
-_SPECIAL = re.compile(r'["\\\x00-\x1f]')
+_SPECIAL = re.compile(r'["\\\x00-\x1f{}\[\]]')
 _ESCAPES = {"\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
 
 
 class Escaper:
     """Escapes raw control characters inside JSON strings, piece by piece (a server that passes
-    a model's raw newline through); the output of the pieces concatenates to the repaired text."""
+    a model's raw newline through); the output of the pieces concatenates to the repaired text.
+    It also counts open brackets outside strings (``depth``), so that whether the text so far can
+    be a whole JSON value is known without decoding it (decoding on every piece is quadratic)."""
 
-    __slots__ = ("in_string", "skip")
+    __slots__ = ("depth", "in_string", "skip")
 
     def __init__(self) -> None:
         self.in_string = False
         self.skip = False  # the next character is escaped by a backslash
+        self.depth = 0  # open {/[ minus closing }/] outside strings
 
     def feed(self, text: str) -> str:
         out: list[str] = []
@@ -38,6 +41,9 @@ class Escaper:
             c = m.group()
             if not self.in_string:
                 self.in_string = c == '"'
+                self.depth += 1 if c in "{[" else -1 if c in "}]" else 0
+            elif c in "{}[]":
+                continue
             elif c == '"':
                 self.in_string = False
             elif c == "\\":
@@ -64,7 +70,8 @@ def decode_arguments(text: str) -> tuple[dict[str, Any] | None, str]:
 
     Returns:
         ``(arguments, "")`` for a JSON object, else ``(None, reason)`` with the reason in words
-        (not JSON, not an object, or beyond the limits: nesting, integer digits, NaN / Infinity).
+        (not JSON, not an object, beyond the limits: nesting, integer digits, NaN / Infinity, or
+        a string with a lone UTF-16 surrogate escape such as ``"\\ud800"``).
     """
     try:
         value = safe_loads(text)
@@ -74,4 +81,8 @@ def decode_arguments(text: str) -> tuple[dict[str, Any] | None, str]:
         return None, f"arguments are not valid JSON ({e})"
     if not isinstance(value, dict):
         return None, f"arguments are JSON but not an object ({type(value).__name__})"
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as e:  # "\ud800": JSON allows the escape, Unicode text has no such character
+        return None, f"arguments hold a lone UTF-16 surrogate ({e.object[e.start]!a}), which is not text"
     return value, ""

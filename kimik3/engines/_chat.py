@@ -9,8 +9,9 @@ where servers disagree, are in ``docs/chat-mode.md``; in short:
 - Text a server parsed arrives intact (a trailing ``<``, a quoted marker). Only marker text that
   forms a complete, valid K3 structure (a whole call block or channel a server leaked) is
   recovered as structure, with kimik3's K3 parser.
-- Tool-call deltas: one without ``index`` continues the open call; a new ``id`` starts a new one;
-  id, name and arguments may come in any order. The deltas of a call concatenate to its final
+- Tool-call deltas: one without ``index`` continues the open call; a new ``id`` starts a new one
+  (not mid-arguments: servers that mint an id per chunk); a name may come in pieces; id, name and
+  arguments may come in any order. The deltas of a call concatenate to its final
   arguments JSON. Ids are kimik3's: a server's id is kept when it is unique within the turn.
 - Arguments are decoded leniently only where the intent is unambiguous (a raw control character
   inside a string, one extra level of JSON encoding); otherwise the call is kept as a
@@ -63,7 +64,7 @@ from ..types import (
     Usage,
 )
 from ._arguments import Escaper, decode_arguments, escape_controls
-from ._http import error_from_payload
+from ._http import error_from_payload, is_error_payload
 
 __all__ = ["ChatStreamChecker"]
 
@@ -88,7 +89,10 @@ class _Call:
         self.escaper = Escaper()
 
     def complete(self) -> bool:
-        """Its arguments are a whole JSON object (cheap test first: they end in ``}``)."""
+        """Its arguments are a whole JSON object (cheap tests first: brackets balance, they end
+        in ``}``; decoded only then)."""
+        if self.escaper.depth != 0 or self.escaper.in_string:
+            return False
         last = next((p for p in reversed(self.pieces) if p.strip()), "")
         return last.rstrip().endswith("}") and decode_arguments("".join(self.pieces))[0] is not None
 
@@ -221,7 +225,7 @@ class ChatStreamChecker:
             chunk = chunk.model_dump(mode="json", exclude_unset=True)
         if not isinstance(chunk, Mapping):
             raise APIResponseValidationError(f"a chunk that is not a JSON object: {chunk!r:.200}")
-        if chunk.get("error") or chunk.get("object") == "error":
+        if is_error_payload(chunk):
             raise error_from_payload(chunk)
         self.received = True
         if isinstance(chunk.get("model"), str) and chunk["model"]:
@@ -242,7 +246,13 @@ class ChatStreamChecker:
             if not isinstance(choice, Mapping) or choice.get("index") not in (0, None):
                 continue  # kimik3 asks for one choice
             self._choices = True
-            delta = choice.get(key) or {}
+            delta, whole = choice.get(key), key == "message"
+            if delta is None:  # proxies: a stream chunk with a whole message, a body with a delta, or text
+                other = "message" if key == "delta" else "delta"
+                delta, whole = choice.get(other), other == "message"
+                if delta is None and isinstance(choice.get("text"), str):
+                    delta = {"content": choice["text"]}
+            delta = delta or {}
             if not isinstance(delta, Mapping):
                 raise APIResponseValidationError(f"'{key}' is not an object: {delta!r:.200}")
             reasoning = _str(delta, "reasoning_content") or _str(delta, "reasoning")
@@ -258,7 +268,7 @@ class ChatStreamChecker:
                 if not isinstance(tc, Mapping):
                     raise APIResponseValidationError(f"a tool call that is not an object: {tc!r:.200}")
                 out += self._flush_held()
-                if key == "message" and tc.get("index") is None:
+                if whole and tc.get("index") is None:
                     tc = {**tc, "index": k}
                 out += self._on_tool_call(tc)
             reason = choice.get("finish_reason")
@@ -319,16 +329,25 @@ class ChatStreamChecker:
             raise APIResponseValidationError(f"tool-call arguments that are not text: {args!r:.200}")
 
         call = self._call_for(index, server_id, name)
+        if server_id and call.server_id and server_id != call.server_id:
+            log.warning("kimik3: the server changed tool call %r's id to %r mid-arguments; kept the first",
+                        call.server_id, server_id)
         call.server_id = call.server_id or server_id
-        if name and not call.name:
-            call.name = name
+        if name and name != call.name:
+            if name.startswith(call.name):  # the first piece, or the whole name so far resent
+                call.name = name
+            elif not call.id:  # a name split across deltas (the call starts with its arguments)
+                call.name += name
+            else:
+                log.warning("kimik3: tool call %s named %r, then %r; the name is their join", call.id, call.name, name)
+                call.name += name
         if args:
             piece = call.escaper.feed(args)
             call.pieces.append(piece)
             if not call.mode and piece.strip():
                 call.mode = "string" if piece.lstrip()[0] == '"' else "object"
         out: list[Event] = []
-        if not call.id and call.name:
+        if not call.id and call.name and call.mode:
             call.index, self._started = self._started, self._started + 1
             call.id = self._unique(call.server_id)
             out.append(ToolCallStarted(call.index, call.id, call.name))
@@ -340,11 +359,16 @@ class ChatStreamChecker:
 
     def _call_for(self, index: int | None, server_id: str | None, name: str | None) -> _Call:
         """The call a delta continues: by ``index``; without one, the open call. A different id
-        (or, without index, a name after complete arguments) starts a new call."""
+        starts a new call, unless the open call is mid-arguments and the delta names no other
+        function (a server that changes the id mid-call); a name after complete arguments starts
+        a new call, unless it only repeats the call's name."""
         call = self._by_index.get(index) if index is not None else (self._calls[-1] if self._calls else None)
         if call is not None:
+            other_name = name is not None and bool(call.name) and name != call.name
             new_id = server_id is not None and call.server_id is not None and server_id != call.server_id
-            again = index is None and name is not None and bool(call.name) and call.complete()
+            if new_id and not other_name:  # a new id mid-arguments, or with neither name nor arguments
+                new_id = call.complete() if call.mode else name is not None  # before it: the same call
+            again = name is not None and bool(call.name) and (other_name or index is None) and call.complete()
             if not (new_id or again):
                 return call
         call = _Call(server_id)

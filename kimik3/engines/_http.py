@@ -6,6 +6,7 @@ answer read as server-sent events under a total deadline (decisions: ``docs/chat
 from __future__ import annotations
 
 import codecs
+import datetime
 import email.utils
 import json
 import math
@@ -31,10 +32,16 @@ from .._exceptions import (
 )
 
 _NEWLINE = re.compile(r"\r\n|\r|\n")
+_KEEPALIVE_EVENTS = frozenset({"ping", "keep-alive", "keepalive", "heartbeat"})
+"""SSE ``event:`` names gateways use for keep-alives (Anthropic-style ``event: ping``): skipped."""
 
-__all__ = ["error_from_payload", "read_events", "retry_after", "status_error", "transport_error", "within"]
+__all__ = [
+    "error_from_payload", "is_error_payload", "read_events", "retry_after", "status_error", "transport_error", "within",
+]
 
-_CONTEXT_PHRASES = ("maximum context length", "context length", "too long", "max_model_len", "context window")
+_CONTEXT_PHRASES = (
+    "maximum context length", "context length", "context_length", "too long", "max_model_len", "context window",
+)
 
 # Error ``type`` / ``code`` words servers put in error objects, by the HTTP status they stand for
 # (OpenAI, vLLM / SGLang exception class names, Anthropic-style gateways), lower case, letters only.
@@ -92,7 +99,8 @@ def error_from_payload(payload: Mapping[str, Any], *, retry_after: float | None 
     """The typed error for an error object a server sent in a 200 stream.
 
     Shapes: ``{"error": {"message", "type", "code"}}`` (OpenAI, newer vLLM), ``{"error": "text"}``,
-    and ``{"object": "error", "message", "type", "code"}`` (vLLM / SGLang ``ErrorResponse``). The
+    ``{"object": "error", "message", "type", "code"}`` (vLLM / SGLang ``ErrorResponse``) and
+    ``{"detail": ...}`` (FastAPI's ``HTTPException``, see :func:`is_error_payload`). The
     status is the ``code`` when it is an HTTP status (int or digits), else the one ``type`` /
     ``code`` names (``"rate_limit_exceeded"`` -> 429, ``"ServiceUnavailableError"`` -> 503, ...),
     else 500: an unexplained failure of the server mid-answer (retryable).
@@ -101,10 +109,13 @@ def error_from_payload(payload: Mapping[str, Any], *, retry_after: float | None 
     if not isinstance(err, Mapping):
         err = {"message": str(err)}
     message = err.get("message")
+    if (not isinstance(message, str) or not message) and payload.get("detail"):
+        detail = payload["detail"]
+        message = detail if isinstance(detail, str) else json.dumps(detail, default=str)[:500]
     if not isinstance(message, str) or not message:
         message = json.dumps(dict(payload), default=str)[:500]
     status = 0
-    for value in (err.get("code"), err.get("status"), err.get("type"), payload.get("code")):
+    for value in (err.get("code"), err.get("status"), err.get("type"), payload.get("code"), payload.get("detail")):
         if isinstance(value, int) and not isinstance(value, bool) and 400 <= value <= 599:
             status = value
         elif isinstance(value, str) and value.strip().isdigit() and 400 <= int(value) <= 599:
@@ -114,6 +125,16 @@ def error_from_payload(payload: Mapping[str, Any], *, retry_after: float | None 
         if status:
             break
     return status_error(status or 500, message, body=dict(payload), retry_after=retry_after)
+
+
+def is_error_payload(payload: Mapping[str, Any]) -> bool:
+    """Whether a JSON object a server sent is an error object, not an answer: a truthy ``error``,
+    ``"object": "error"``, or a ``detail`` without ``choices`` (FastAPI's error body)."""
+    return (
+        bool(payload.get("error"))
+        or payload.get("object") == "error"
+        or (bool(payload.get("detail")) and "choices" not in payload)
+    )
 
 
 def retry_after(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
@@ -139,8 +160,8 @@ def retry_after(headers: Mapping[str, str], *, now: float | None = None) -> floa
         date = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):
         return None
-    if date.tzinfo is None:
-        return None
+    if date.tzinfo is None:  # the obsolete forms (asctime, a "-0000" zone): RFC 9110 reads them as UTC
+        date = date.replace(tzinfo=datetime.timezone.utc)
     return max(0.0, date.timestamp() - (time.time() if now is None else now))
 
 
@@ -175,7 +196,8 @@ async def read_events(response: Any, *, deadline: float) -> AsyncIterator[Event]
     """The events of a streaming answer, read from an ``openai`` streaming response.
 
     A JSON body (a server that ignored ``stream: true``) is one ``"response"``; ``text/html`` is
-    an error page. Comments (keep-alives) are skipped; an event cut off by the end of the body is
+    an error page. A leading BOM is dropped; comments and named keep-alive events (``event: ping``)
+    are skipped; an event cut off by the end of the body is
     dropped (the WHATWG rule), unless it is complete JSON or ``[DONE]``.
 
     Args:
@@ -193,7 +215,7 @@ async def read_events(response: Any, *, deadline: float) -> AsyncIterator[Event]
         raise APIResponseValidationError(f"the endpoint answered with an HTML page ({ctype})", body=body[:500])
     if ctype.startswith("application/json"):
         raw = await within(deadline, response.read())
-        yield "response", _json(raw.decode("utf-8", "replace"), "the JSON body")
+        yield "response", _json(raw.decode("utf-8-sig", "replace"), "the JSON body")
         return
     data: list[str] = []
     name = ""
@@ -201,7 +223,9 @@ async def read_events(response: Any, *, deadline: float) -> AsyncIterator[Event]
     seen = False
     async for line in _lines(response, deadline):
         if line == "":
-            if data:
+            if data and name.lower() in _KEEPALIVE_EVENTS:
+                seen = True  # a named keep-alive (gateways): not an answer chunk, whatever its data
+            elif data:
                 seen = True
                 yield _event(name, "\n".join(data))
             data, name = [], ""
@@ -214,7 +238,7 @@ async def read_events(response: Any, *, deadline: float) -> AsyncIterator[Event]
             name = value
         elif field and field not in ("id", "retry") and not junk:
             junk = line  # not SSE; kept for the error message
-    if data:  # the body ended inside an event: keep it only when it is whole
+    if data and name.lower() not in _KEEPALIVE_EVENTS:  # the body ended inside an event: keep it when whole
         text = "\n".join(data)
         if text.strip() == "[DONE]" or _is_json(text):
             seen = True
@@ -224,25 +248,30 @@ async def read_events(response: Any, *, deadline: float) -> AsyncIterator[Event]
 
 
 async def _lines(response: Any, deadline: float) -> AsyncIterator[str]:
-    """The body's lines (ended by CRLF, LF or CR), one deadline-bounded read per network chunk."""
+    """The body's lines (ended by CRLF, LF or CR), one deadline-bounded read per network chunk.
+    A long line is kept as its pieces until its end arrives (linear in its length)."""
     chunks = response.iter_bytes().__aiter__()
     decoder = codecs.getincrementaldecoder("utf-8")("replace")
-    rest = ""
+    rest: list[str] = []  # the unfinished line's pieces; a CR ending one may be half a CRLF
+    first = True
     while True:
         try:
             chunk = await within(deadline, chunks.__anext__())
         except StopAsyncIteration:
             break
-        text = rest + decoder.decode(chunk)
-        if text.endswith("\r"):  # maybe the first half of a CRLF
-            text, rest = text[:-1], "\r"
-        else:
-            rest = ""
-        *lines, tail = _NEWLINE.split(text)
-        rest = tail + rest if rest else tail
+        text = decoder.decode(chunk)
+        if first and text:  # one leading BOM is not part of the first field's name (WHATWG)
+            text, first = text.removeprefix("\ufeff"), False
+        if "\n" not in text and "\r" not in text and not (rest and rest[-1].endswith("\r")):
+            rest.append(text)
+            continue
+        text = "".join(rest) + text
+        cr = text.endswith("\r")  # maybe the first half of a CRLF
+        *lines, tail = _NEWLINE.split(text[:-1] if cr else text)
+        rest = [tail + "\r"] if cr else [tail]
         for line in lines:
             yield line
-    text = rest + decoder.decode(b"", final=True)
+    text = "".join(rest) + decoder.decode(b"", final=True)
     if text:  # the last line, ended by a CR or by nothing
         yield text[:-1] if text.endswith("\r") else text
 
@@ -250,9 +279,10 @@ async def _lines(response: Any, deadline: float) -> AsyncIterator[str]:
 def _event(name: str, data: str) -> Event:
     if data.strip() == "[DONE]":
         return "done", None
-    value = _json(data, "a server-sent event's data")
-    if name == "error":
+    if name == "error":  # its data: an error object, or the error in words
+        value = json.loads(data) if _is_json(data) else data
         return "error", value if isinstance(value, Mapping) else {"error": {"message": str(value)}}
+    value = _json(data, "a server-sent event's data")
     return "chunk", value
 
 

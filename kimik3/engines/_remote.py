@@ -47,7 +47,7 @@ from ..formats.k3._media import upload_url
 from ..types import ChatRequest, ImagePart, Message, dump_message
 from ._base import CallSource, ModelCall, TokenEngine
 from ._chat import ChatStreamChecker, prompt_details
-from ._http import error_from_payload, read_events, retry_after, status_error, transport_error, within
+from ._http import error_from_payload, is_error_payload, read_events, retry_after, status_error, transport_error, within
 
 __all__ = ["RemoteEngine", "map_openai_error", "openai_errors"]
 
@@ -371,7 +371,7 @@ def _raw_chunks(data: Any) -> list[RawChunk]:
     """The raw-mode chunks of one ``text_completion`` chunk (or a whole non-streaming body)."""
     if not isinstance(data, Mapping):
         raise APIResponseValidationError(f"a chunk that is not a JSON object: {data!r:.200}", body=str(data)[:500])
-    if data.get("error") or data.get("object") == "error":
+    if is_error_payload(data):
         raise error_from_payload(data)
     out: list[RawChunk] = []
     choices = data.get("choices") or []

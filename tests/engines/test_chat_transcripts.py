@@ -24,6 +24,7 @@ from kimik3 import (
     BadRequestError,
     ChatCompletion,
     ContextLengthExceededError,
+    NotFoundError,
     RateLimitError,
     ServiceUnavailableError,
 )
@@ -336,6 +337,68 @@ ROWS = [
         [("r", "x"), ("c", "Part")],
         content="Part", reasoning="x", finish="length", truncated=True,
     ),
+    Row(
+        "a name split across deltas: joined (the call starts with its arguments)",
+        [d(tc(index=0, id="a", name="look", arguments="")), d(tc(index=0, name="up", arguments="")),
+         d(tc(index=0, arguments='{"q": 1}')), d({}, "tool_calls")],
+        [("start", 0, "a", "lookup"), ("args", 0, '{"q": 1}'), ("done", 0, "a", "lookup", {"q": 1})],
+        calls=[("a", "lookup", '{"q": 1}')], finish="tool_calls",
+    ),
+    Row(
+        "the whole name resent in every delta (or cumulatively): one name, one call",
+        [d(tc(index=0, id="a", name="look", arguments="")), d(tc(index=0, name="lookup", arguments='{"q": ')),
+         d(tc(index=0, name="lookup", arguments="1}")), d(tc(index=0, name="lookup")), d({}, "tool_calls")],
+        [("start", 0, "a", "lookup"), ("args", 0, '{"q": '), ("args", 0, "1}"), ("done", 0, "a", "lookup", {"q": 1})],
+        calls=[("a", "lookup", '{"q": 1}')], finish="tool_calls",
+    ),
+    Row(
+        "the id changes mid-arguments at one index (a fresh id per chunk): one call, the first id",
+        [d(tc(index=0, id="a", name="f", arguments='{"x": ')), d(tc(index=0, id="b", arguments="1}")),
+         d({}, "tool_calls")],
+        [("start", 0, "a", "f"), ("args", 0, '{"x": '), ("args", 0, "1}"), ("done", 0, "a", "f", {"x": 1})],
+        calls=[("a", "f", '{"x": 1}')], finish="tool_calls",
+    ),
+    Row(
+        "an id per chunk, the name in the first and the arguments from the second: one call",
+        [d(tc(index=0, id="a", name="f", arguments="")), d(tc(index=0, id="b", arguments='{"x": ')),
+         d(tc(index=0, id="c", arguments="1}")), d({}, "tool_calls")],
+        [("start", 0, "a", "f"), ("args", 0, '{"x": '), ("args", 0, "1}"), ("done", 0, "a", "f", {"x": 1})],
+        calls=[("a", "f", '{"x": 1}')], finish="tool_calls",
+    ),
+    Row(
+        "every call at index 0 without ids: a name after complete arguments starts the next call",
+        [d(tc(index=0, name="f", arguments='{"x": 1}')), d(tc(index=0, name="g", arguments="{}")), d({}, "tool_calls")],
+        [("start", 0, "k3_0", "f"), ("args", 0, '{"x": 1}'), ("start", 1, "k3_1", "g"), ("args", 1, "{}"),
+         ("done", 0, "k3_0", "f", {"x": 1}), ("done", 1, "k3_1", "g", {})],
+        calls=[("k3_0", "f", '{"x": 1}'), ("k3_1", "g", "{}")], finish="tool_calls",
+    ),
+    Row(
+        "a lone UTF-16 surrogate escape in the arguments: failed, not run",
+        [d(tc(index=0, id="a", name="f", arguments='{"s": "\\ud800"}')), d({}, "tool_calls")],
+        [("start", 0, "a", "f"), ("args", 0, '{"s": "\\ud800"}'), ("incomplete", 0, "a", "f")],
+        failed=[("a", "f", '{"s": "\\ud800"}', "arguments hold a lone UTF-16 surrogate ('\\ud800')")],
+    ),
+    Row(
+        "a surrogate pair escape is one character: the call runs",
+        [d(tc(index=0, id="a", name="f", arguments='{"s": "\\ud83d\\ude00"}')), d({}, "tool_calls")],
+        [("start", 0, "a", "f"), ("args", 0, '{"s": "\\ud83d\\ude00"}'), ("done", 0, "a", "f", {"s": "\U0001f600"})],
+        calls=[("a", "f", '{"s": "\\ud83d\\ude00"}')], finish="tool_calls",
+    ),
+    Row(
+        "a stream chunk carrying a whole message, not a delta (proxies): read, not an empty answer",
+        [{"object": "chat.completion.chunk", "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+            "role": "assistant", "reasoning_content": "r", "content": "Checking.",
+            "tool_calls": [{"id": "a", "type": "function", "function": {"name": "f", "arguments": '{"k": 1}'}}]}}]}, DONE],
+        [("r", "r"), ("c", "Checking."), ("start", 0, "a", "f"), ("args", 0, '{"k": 1}'), ("done", 0, "a", "f", {"k": 1})],
+        content="Checking.", reasoning="r", calls=[("a", "f", '{"k": 1}')], finish="tool_calls",
+    ),
+    Row(
+        "a stream chunk with completions-style text: the text is the content",
+        [{"object": "chat.completion.chunk", "choices": [{"index": 0, "text": "Paris", "finish_reason": None}]},
+         d({}, "stop"), DONE],
+        [("c", "Paris")],
+        content="Paris", reasoning=None, thinking=False,
+    ),
 ]  # fmt: skip
 
 
@@ -409,7 +472,12 @@ def test_transcript_rechunked_one_character_at_a_time(row: Row) -> None:
     """The same answer streamed a character per chunk gives the same text and calls."""
     fine: list[Any] = []
     for chunk in row.chunks:
-        if not isinstance(chunk, dict) or chunk.get("object") != "chat.completion.chunk" or not chunk["choices"]:
+        if (
+            not isinstance(chunk, dict)
+            or chunk.get("object") != "chat.completion.chunk"
+            or not chunk["choices"]
+            or "delta" not in chunk["choices"][0]
+        ):
             fine.append(chunk)
             continue
         choice = chunk["choices"][0]
@@ -435,10 +503,14 @@ def test_transcript_rechunked_one_character_at_a_time(row: Row) -> None:
         ({"error": {"message": "This model's maximum context length is 8192 tokens", "type": "invalid_request_error",
                     "code": "context_length_exceeded"}}, ContextLengthExceededError, 400),
         ({"error": {"message": "slow down", "type": "rate_limit_exceeded"}}, RateLimitError, 429),
+        ({"error": {"message": "prompt rejected", "code": "context_length_exceeded"}}, ContextLengthExceededError, 400),
         ({"error": {"message": "x", "code": "429"}}, RateLimitError, 429),
         ({"error": {"message": "Overloaded", "type": "overloaded_error"}}, ServiceUnavailableError, 503),
         ({"error": "something broke"}, ServiceUnavailableError, 500),
         ({"error": {"message": "teapot", "code": 418}}, APIStatusError, 418),
+        # FastAPI's error body ({"detail": ...}) in band: typed by its words, else a server failure
+        ({"detail": "Not Found"}, NotFoundError, 404),
+        ({"detail": [{"loc": ["body"], "msg": "queue full"}]}, ServiceUnavailableError, 500),
     ],
 )  # fmt: skip
 def test_in_band_error_objects_raise_by_code(payload: dict[str, Any], error: type[APIStatusError], status: int) -> None:
@@ -519,7 +591,6 @@ def test_arguments_with_raw_control_characters_any_chunking(arguments: dict[str,
 @pytest.mark.parametrize(
     "chunks",
     [
-        [{"detail": "Not Found"}],  # a JSON body that is not a chat completion
         [{"object": "chat.completion.chunk", "choices": [], "usage": {"prompt_tokens": 1}}],
         [{"choices": [{"index": 1, "delta": {"content": "another choice"}}]}],
     ],
@@ -541,3 +612,28 @@ def test_openai_python_chunk_objects_are_read_like_their_dicts() -> None:
     chat = ChatStreamChecker(thinking=True, id_factory=lambda: "k3_0")
     events = [e for c in chunks for e in chat.feed(c)] + chat.finish(done=True)
     assert [show(e) for e in events] == row.events
+
+
+def test_arguments_are_decoded_once_not_per_delta(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server that repeats the name in every delta, without index: telling a continuation from a
+    new call must not decode the arguments so far on each delta (quadratic: a 120 KB call took 8 s)."""
+    import kimik3.engines._chat as chat_module
+
+    decodes: list[int] = []
+    real = chat_module.decode_arguments
+
+    def counting(text: str) -> tuple[dict[str, Any] | None, str]:
+        decodes.append(len(text))
+        return real(text)
+
+    monkeypatch.setattr(chat_module, "decode_arguments", counting)
+    arguments = json.dumps({"items": [{"k": i, "s": "}{]["} for i in range(300)]})
+    pieces = [arguments[i : i + 5] for i in range(0, len(arguments), 5)]
+    chat = ChatStreamChecker(thinking=True, id_factory=lambda: "k3_0")
+    events = []
+    for piece in pieces:
+        events += chat.feed(d({"tool_calls": [{"id": "a", "function": {"name": "f", "arguments": piece}}]}))
+    events += chat.feed(d({}, "tool_calls")) + chat.finish(done=True)
+    assert [(c.id, c.function.arguments) for c in chat.completion().message.tool_calls or ()] == [("a", arguments)]
+    assert "".join(e.delta for e in events if isinstance(e, ToolCallArgumentsDelta)) == arguments
+    assert decodes == [len(arguments)] * len(decodes) and len(decodes) <= 2  # only once the brackets balance

@@ -19,6 +19,7 @@ from kimik3 import (
     BadRequestError,
     Client,
     K3Tokenizer,
+    NotFoundError,
     RateLimitError,
     RemoteEngine,
     ServiceUnavailableError,
@@ -119,13 +120,19 @@ async def test_in_band_error_after_events_raises_without_retry() -> None:
 
 
 @pytest.mark.parametrize("mode", ["chat", "raw"])
-async def test_sse_event_error_is_typed_and_retried(mode: str, model_dir: Path) -> None:
-    error_event = b'event: error\ndata: {"message": "upstream overloaded", "type": "overloaded_error"}\n\n'
+@pytest.mark.parametrize(
+    ("error_event", "status"),
+    [
+        (b'event: error\ndata: {"message": "upstream overloaded", "type": "overloaded_error"}\n\n', 503),
+        (b"event: error\ndata: upstream overloaded\n\n", 500),  # the error in words, not JSON
+    ],
+)
+async def test_sse_event_error_is_typed_and_retried(mode: str, error_event: bytes, status: int, model_dir: Path) -> None:
     async with SSEServer([Reply(parts=[error_event])]) as server:
         with pytest.raises(ServiceUnavailableError, match="upstream overloaded") as info:
             await Client(engine(server, mode, model_dir), max_retries=1).chat(USER)
         assert len(server.requests) == 2
-    assert info.value.status_code == 503
+    assert info.value.status_code == status
 
 
 @pytest.mark.parametrize("mode", ["chat", "raw"])
@@ -148,6 +155,32 @@ async def test_bodies_that_are_not_the_protocol_raise_a_typed_error(
             await Client(engine(server, mode, model_dir), max_retries=2).chat(USER)
         assert len(server.requests) == 1  # not retried: the endpoint would answer the same
         assert server.requests[0]["path"] == ("/v1/completions" if mode == "raw" else "/v1/chat/completions")
+
+
+PARIS = [d({"content": "Par"}), d({"content": "is"}, "stop")]
+
+
+@pytest.mark.parametrize(
+    "parts",
+    [
+        [b"\xef\xbb\xbf" + b"".join(p for p in sse(PARIS) if isinstance(p, bytes))],  # a BOM before the first event
+        [b"event: ping\ndata: ping\n\n", *sse(PARIS)],  # a gateway's named keep-alive, data not JSON
+        [b'event: ping\ndata: {"type": "ping"}\n\n', *sse(PARIS[:1], done=False), b"event: heartbeat\ndata: .\n\n",
+         *sse(PARIS[1:])],
+    ],
+)  # fmt: skip
+async def test_a_bom_and_named_keep_alive_events_lose_nothing(parts: list[bytes]) -> None:
+    async with SSEServer([Reply(parts=parts)]) as server:
+        out = await Client(RemoteEngine(base_url=server.base_url, model="k3"), max_retries=0).chat(USER)
+    assert (out.message.content, out.finish_reason, out.truncated) == ("Paris", "stop", False)
+
+
+async def test_a_json_body_with_fastapi_detail_is_a_typed_error_not_an_empty_answer() -> None:
+    reply = Reply(headers={"content-type": "application/json"}, parts=[b'{"detail": "Not Found"}'])
+    async with SSEServer([reply]) as server:
+        with pytest.raises(NotFoundError, match="404: Not Found"):
+            await Client(RemoteEngine(base_url=server.base_url, model="k3"), max_retries=2).chat(USER)
+        assert len(server.requests) == 1
 
 
 @pytest.mark.parametrize("mode", ["chat", "raw"])
@@ -194,6 +227,9 @@ def test_retry_after_as_seconds_or_http_date() -> None:
     date = "Wed, 21 Oct 2026 07:28:00 GMT"
     assert retry_after({"retry-after": date}, now=1792567680.0 - 30) == 30.0
     assert retry_after({"retry-after": date}, now=1792567680.0 + 5) == 0.0  # in the past
+    # RFC 9110's obsolete date forms, which it reads as UTC: asctime, and RFC 850
+    assert retry_after({"retry-after": "Wed Oct 21 07:28:00 2026"}, now=1792567680.0 - 30) == 30.0
+    assert retry_after({"retry-after": "Wednesday, 21-Oct-26 07:28:00 GMT"}, now=1792567680.0 - 30) == 30.0
     assert retry_after({"retry-after": "soon"}) is None and retry_after({}) is None
     assert retry_after({"retry-after": "nan"}) is None and retry_after({"retry-after": "-3"}) is None
 
@@ -314,3 +350,55 @@ async def test_events_split_anywhere_with_any_line_ending() -> None:
     async with SSEServer([Reply(parts=parts)]) as server:
         out = await Client(RemoteEngine(base_url=server.base_url, model="k3")).chat(USER, reasoning_effort="none")
     assert out.message.content == "hé!" and out.finish_reason == "stop" and not out.truncated
+
+
+class _Body:
+    """A streaming response whose body arrives in the given network chunks."""
+
+    def __init__(self, parts: list[bytes]) -> None:
+        self.parts = parts
+
+    def iter_bytes(self) -> Any:
+        async def chunks() -> Any:
+            for part in self.parts:
+                yield part
+
+        return chunks()
+
+
+async def _body_lines(parts: list[bytes]) -> list[str]:
+    import anyio
+
+    from kimik3.engines._http import _lines
+
+    return [line async for line in _lines(_Body(parts), anyio.current_time() + 600)]
+
+
+@pytest.mark.parametrize("raw", [b"\xef\xbb\xbfdata: a\r\n\r\ndata: \xc3\xa9\rdata: b\r\r\n: c\n", b"x\r", b"\r\n\r\n", b""])
+async def test_body_lines_are_the_same_however_the_network_cuts_them(raw: bytes) -> None:
+    want = raw.decode().removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    want = want[:-1] if want[-1] == "" else want
+    for cut in range(len(raw) + 1):
+        for cut2 in range(cut, len(raw) + 1):
+            assert await _body_lines([raw[:cut], raw[cut:cut2], raw[cut2:]]) == want
+
+
+async def test_a_huge_line_in_many_network_chunks_is_scanned_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 2 MB event in 4 KB reads: line breaks are searched in each byte about once (re-scanning
+    the unfinished line on every read made a 16 MB event take 14 s)."""
+    import re
+
+    import kimik3.engines._http as http
+
+    scanned: list[int] = []
+
+    class Counting:
+        def split(self, text: str) -> list[str]:
+            scanned.append(len(text))
+            return re.split(r"\r\n|\r|\n", text)
+
+    monkeypatch.setattr(http, "_NEWLINE", Counting())
+    raw = b"data: " + b"x" * 2_000_000 + b"\n\ndata: [DONE]\n\n"
+    lines = await _body_lines([raw[i : i + 4096] for i in range(0, len(raw), 4096)])
+    assert [len(line) for line in lines] == [2_000_006, 0, 12, 0]
+    assert sum(scanned) <= 2 * len(raw)
