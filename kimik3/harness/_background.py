@@ -113,11 +113,21 @@ class BackgroundProcesses(RunHooks):
         """The output since the last read, then a line "[bgN: running | exited with code N |
         stopped]"."""
         proc = self._get(pid)
+        cap = 4 * self.max_output_chars + 4  # bytes that surely hold max_output_chars characters
         with open(proc.log, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
             f.seek(proc.read_to)
-            data = f.read()
-        proc.read_to += len(data)
-        text = truncate_middle(data.decode("utf-8", "replace"), self.max_output_chars).rstrip("\n")
+            if size - proc.read_to <= 2 * cap:
+                text = truncate_middle(f.read(size - proc.read_to).decode("utf-8", "replace"), self.max_output_chars)
+            else:  # a flood: read only its head and tail, memory stays bounded
+                half = max(self.max_output_chars // 2 - 40, 0)
+                head = f.read(cap).decode("utf-8", "replace")[:half]
+                f.seek(size - cap)
+                tail = f.read(cap).decode("utf-8", "replace")[-half:] if half else ""
+                elided = size - proc.read_to - len(head.encode()) - len(tail.encode())
+                text = f"{head}\n... [{elided} bytes elided] ...\n{tail}"
+        proc.read_to = size
+        text = text.rstrip("\n")
         status = f"[{pid}: {self._status(proc)}]"
         return f"{text}\n{status}" if text else f"[no new output]\n{status}"
 

@@ -107,3 +107,25 @@ async def test_a_run_that_crashes_still_ends_its_background_processes(tmp_path: 
     with pytest.raises(APIConnectionError):
         await harness.agent(engine=ScriptedEngine(script)).run("go")
     assert group_members(pgids[0]) == []
+
+
+async def test_read_output_of_a_flood_reads_only_head_and_tail(tmp_path: Path) -> None:
+    """40 MB of output: read_output returns max_output_chars at most and never holds the flood."""
+    import tracemalloc
+
+    procs = BackgroundProcesses(tmp_path, max_output_chars=1000)
+    pid = procs.start("printf 'FIRST\\n'; head -c 40000000 /dev/zero | tr '\\0' x; printf '\\nLAST\\n'")
+    procs._procs[pid].popen.wait()
+    tracemalloc.start()
+    try:
+        out = procs.read_output(pid)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+        await procs.close()
+    assert peak < 1_000_000
+    assert out.startswith("FIRST\nxxx") and out.endswith("xxx\nLAST\n[bg1: exited with code 0]")
+    head, marker, tail = out.partition("\n... [")
+    kept = len(head) + len(tail.split("] ...\n", 1)[1].removesuffix("\n[bg1: exited with code 0]")) + 1
+    assert marker and f"{40_000_012 - kept} bytes elided" in tail
+    assert len(out) <= 1000 + len("\n[bg1: exited with code 0]")
