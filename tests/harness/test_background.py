@@ -8,6 +8,7 @@ import socket
 import sys
 from pathlib import Path
 
+import anyio
 import pytest
 
 from kimik3 import ScriptedEngine
@@ -129,3 +130,22 @@ async def test_read_output_of_a_flood_reads_only_head_and_tail(tmp_path: Path) -
     kept = len(head) + len(tail.split("] ...\n", 1)[1].removesuffix("\n[bg1: exited with code 0]")) + 1
     assert marker and f"{40_000_012 - kept} bytes elided" in tail
     assert len(out) <= 1000 + len("\n[bg1: exited with code 0]")
+
+
+async def test_children_that_leave_the_group_with_setsid_are_ended_too(tmp_path: Path) -> None:
+    """setsid (new session and group) and a double fork: close() still ends them (/proc)."""
+    procs = BackgroundProcesses(tmp_path)
+    pid = procs.start("setsid sh -c 'echo $$ > s.pid; exec sleep 300' & "
+                      "(sh -c 'echo $$ > d.pid; trap \"\" TERM; exec setsid sleep 301' &); sleep 302")
+    while not ((tmp_path / "s.pid").exists() and (tmp_path / "d.pid").exists()):
+        await anyio.sleep(0.02)
+    escaped = [int((tmp_path / n).read_text()) for n in ("s.pid", "d.pid")]
+    while not all(group_members(os.getpgid(p)) == [p] for p in escaped):  # both led their own group
+        await anyio.sleep(0.02)
+    assert all(os.getpgid(p) != procs._procs[pid].popen.pid for p in escaped)
+    assert procs.running() == ["bg1"]
+    await procs.close()
+    assert procs.running() == []
+    for p in escaped:
+        stat = Path(f"/proc/{p}/stat")
+        assert not stat.exists() or stat.read_text().rsplit(") ", 1)[1][0] in "ZX"  # gone or a zombie
