@@ -63,13 +63,15 @@ def _git(cwd: Path, *args: str, env: dict[str, str] | None = None, data: bytes |
 
 
 def git_root(root: Path) -> Path | None:
-    """The git directory of the repository holding ``root``, or None (not a repository, no git)."""
+    """The git directory of the repository whose work tree holds ``root``, or None (not in a work
+    tree: no repository, a bare one, inside ``.git``; no git): then files are copied."""
     if shutil.which("git") is None:
         return None
     try:
-        return Path(_git(root, "rev-parse", "--absolute-git-dir").decode().strip())
-    except CheckpointError:
+        inside, gitdir = _git(root, "rev-parse", "--is-inside-work-tree", "--absolute-git-dir").decode().splitlines()
+    except (CheckpointError, ValueError):
         return None
+    return Path(gitdir) if inside == "true" else None
 
 
 class _GitSnapshots:

@@ -217,3 +217,25 @@ async def test_ignored_files_the_file_tools_write_are_undone(tmp_path: Path) -> 
     assert (repo / ".env").read_bytes() == b"SECRET=1\r\n"
     assert not (repo / "build").exists()
     assert git(repo, "status", "--porcelain", "--ignored") == "!! .env\n"
+
+
+@pytest.mark.parametrize("where", ["bare repo.git", "repo/.git"])
+async def test_no_work_tree_falls_back_to_copies(tmp_path: Path, where: str) -> None:
+    """A bare repository (or inside .git): no git snapshots (git add cannot run), copies instead."""
+    if where.startswith("bare"):
+        git(tmp_path, "init", "-q", "--bare", where)
+    else:
+        make_repo(tmp_path / "repo")
+    root = tmp_path / where
+    (root / "description").write_text("before\n")
+    session = tmp_path / "s.jsonl"
+    turns = [calls(("read_file", {"path": "description"})),
+             calls(("edit_file", {"path": "description", "old_string": "before", "new_string": "after"}),
+                   ("write_file", {"path": "new file.txt", "content": "x\n"})),
+             answer("done")]
+    agent = CodingHarness(root, background=False, subagents=False).agent(engine=ScriptedEngine(turns))
+    assert (await agent.run("work", session=session)).stop_reason == "completed"
+    assert [(r["kind"], r["changed"]) for r in session_checkpoints(session)] == [
+        ("copy", ["description", "new file.txt"])]
+    assert undo(session) == ["description", "new file.txt"]
+    assert (root / "description").read_text() == "before\n" and not (root / "new file.txt").exists()
