@@ -84,10 +84,12 @@ class BackgroundProcesses(RunHooks):
         root: the working directory of the commands.
         shell: the shell (``bash`` when installed).
         max_output_chars: cap on the text one :meth:`read_output` returns (head and tail kept).
+        max_running: how many may run at once; :meth:`start` refuses one more.
     """
 
     def __init__(self, root: str | os.PathLike[str], *, shell: str | None = None,
-                 max_output_chars: int = 30_000) -> None:
+                 max_output_chars: int = 30_000, max_running: int = 16) -> None:
+        self.max_running = max_running
         self.root = Path(root)
         self.shell = shell or shutil.which("bash") or "/bin/sh"
         self.max_output_chars = max_output_chars
@@ -96,7 +98,15 @@ class BackgroundProcesses(RunHooks):
         self._n = 0
 
     def start(self, command: str) -> str:
-        """Start ``command``; returns its id (``bg1``, ``bg2``...)."""
+        """Start ``command``; returns its id (``bg1``, ``bg2``...).
+
+        Raises:
+            ToolError: ``max_running`` are running already.
+        """
+        running = self.running()
+        if len(running) >= self.max_running:
+            raise ToolError(f"{len(running)} background processes are running ({', '.join(running)}), the "
+                            f"limit; stop one with stop(id) first")
         if self._dir is None:
             self._dir = Path(tempfile.mkdtemp(prefix="kimik3-bg-"))
         self._n += 1

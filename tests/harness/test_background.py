@@ -12,6 +12,7 @@ import anyio
 import pytest
 
 from kimik3 import ScriptedEngine
+from kimik3._exceptions import ToolError
 from kimik3.harness import BackgroundProcesses, CodingHarness, group_members
 
 from .helpers import answer, calls
@@ -149,3 +150,18 @@ async def test_children_that_leave_the_group_with_setsid_are_ended_too(tmp_path:
     for p in escaped:
         stat = Path(f"/proc/{p}/stat")
         assert not stat.exists() or stat.read_text().rsplit(") ", 1)[1][0] in "ZX"  # gone or a zombie
+
+
+async def test_at_most_max_running_at_once(tmp_path: Path) -> None:
+    procs = BackgroundProcesses(tmp_path, max_running=2)
+    try:
+        procs.start("sleep 300")
+        procs.start("sleep 300")
+        with pytest.raises(ToolError, match=r"^2 background processes are running \(bg1, bg2\), the limit; stop"):
+            procs.start("sleep 300")
+        assert procs.running() == ["bg1", "bg2"]
+        await procs.stop("bg1")
+        assert procs.start("echo ok") == "bg3"
+    finally:
+        await procs.close()
+    assert procs.running() == []
