@@ -169,13 +169,15 @@ class CodingHarness:
             self.instructions.loaded.clear()
             self.instructions.given_bytes = 0
             instructions = self.instructions.system_prompt(instructions)
-        hooks: list[RunHooks] = [h for h in (self.checkpoints, self.instructions, self.processes) if h is not None]
+        hooks: list[RunHooks] = [h for h in (self.checkpoints, self.instructions, self.processes, self.tracker)
+                                 if h is not None]
         tools = list(self.tools)
         if self.subagents and (client is None) != (engine is None):
             shared = client if client is not None else Client(cast(Engine, engine))
-            child_tools = ReadTracker(self.root).wrap(self.base_tools) if self.read_before_edit else self.base_tools
-            subs = SubAgents(shared, child_tools, settings=settings, budgets=self.subagent_budgets,
-                             tokens=budgets.tokens if budgets is not None else None)
+            root = self.root
+            subs = SubAgents(shared, self.base_tools, settings=settings, budgets=self.subagent_budgets,
+                             tokens=budgets.tokens if budgets is not None else None,
+                             per_child=(lambda ts: ReadTracker(root).wrap(ts)) if self.read_before_edit else None)
             hooks.append(subs)
             tools.append(subs.tool())
         return tools, instructions, hooks

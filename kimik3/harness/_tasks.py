@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,8 @@ class SubAgents(RunHooks):
         settings: children's model settings.
         budgets: each child's budgets (default 30 turns).
         instructions: children's system prompt.
+        per_child: applied to each child's tools (a fresh read-before-edit tracker: what one
+            child read does not let another edit it).
         tokens: the tokens all children of a run may spend together (the parent's token budget,
             so delegating cannot escape it); each child's token budget is at most what is left,
             reserved while it runs; past it ``task`` is an error result. None: no shared cap.
@@ -53,7 +55,8 @@ class SubAgents(RunHooks):
 
     def __init__(self, client: Client, tools: Sequence[Tool], *, settings: ModelSettings | None = None,
                  budgets: Budgets | None = None, instructions: str = SUBAGENT_INSTRUCTIONS,
-                 tokens: int | None = None) -> None:
+                 tokens: int | None = None, per_child: Callable[[list[Tool]], list[Tool]] | None = None) -> None:
+        self.per_child = per_child
         self.client = client
         self.child_tools = {t.name: t for t in tools if t.name != "task"}
         self.settings = settings
@@ -110,7 +113,10 @@ class SubAgents(RunHooks):
             share = min(self._tokens_left, budgets.tokens if budgets.tokens is not None else self._tokens_left)
             self._tokens_left -= share
             budgets = dataclasses.replace(budgets, tokens=share)
-        child: Agent[str] = Agent(instructions=self.instructions, tools=[self.child_tools[n] for n in chosen],
+        child_tools = [self.child_tools[n] for n in chosen]
+        if self.per_child is not None:
+            child_tools = self.per_child(child_tools)
+        child: Agent[str] = Agent(instructions=self.instructions, tools=child_tools,
                                   client=self.client, settings=self.settings, budgets=budgets)
         path: str | None = None
         self._started += 1

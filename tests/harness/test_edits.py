@@ -275,3 +275,41 @@ async def test_rename_patch_needs_the_old_file_read(tmp_path: Path) -> None:
     assert out == ["Error: old.py has not been read in this run; read it with read_file first, then make the "
                    "change (nothing was written)"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["old.py"]
+
+
+async def test_what_a_previous_run_read_does_not_count(tmp_path: Path) -> None:
+    """One agent, two runs: run 2 has not read f.py, whatever run 1 did."""
+    (tmp_path / "f.py").write_text("x = 1\n")
+    agent = harness(tmp_path).agent(engine=ScriptedEngine([
+        calls(("read_file", {"path": "f.py"})), answer("read"),
+        calls(EDIT), answer("edited?")]))
+    assert (await agent.run("read it")).output == "read"
+    second = await agent.run("edit it")
+    assert [str(m.content) for m in second.messages if m.role == "tool"] == [
+        "Error: f.py has not been read in this run; read it with read_file first, then make the change "
+        "(nothing was written)"]
+    assert (tmp_path / "f.py").read_text() == "x = 1\n"
+
+
+async def test_what_one_child_read_does_not_let_another_child_edit(tmp_path: Path) -> None:
+    from kimik3.harness import SUBAGENT_INSTRUCTIONS
+    from kimik3.types import Message
+
+    (tmp_path / "f.py").write_text("x = 1\n")
+
+    def script(messages: list[Message]) -> str:
+        tools_done = [m for m in messages if m.role == "tool"]
+        if messages[0].content == SUBAGENT_INSTRUCTIONS:
+            prompt = str(next(m.content for m in messages if m.role == "user"))
+            if tools_done:
+                return answer(str(tools_done[-1].content))
+            return calls(("read_file", {"path": "f.py"}) if prompt == "read" else EDIT)
+        if len(tools_done) < 2:
+            return calls(("task", {"description": "step", "prompt": ["read", "edit"][len(tools_done)]}))
+        return answer("done")
+
+    h = CodingHarness(tmp_path, background=False, checkpoints=False)
+    result = await h.agent(engine=ScriptedEngine(script)).run("go")
+    edit_result = [str(m.content) for m in result.messages if m.role == "tool"][1]
+    assert edit_result.startswith("Error: f.py has not been read in this run; read it with read_file first")
+    assert (tmp_path / "f.py").read_text() == "x = 1\n"
