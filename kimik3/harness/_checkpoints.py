@@ -2,15 +2,15 @@
 :func:`undo` puts the files a run's later turns changed back as they were.
 
 In a git repository a snapshot is a commit of the whole working tree, untracked files included
-(ignored ones not), built in a temporary index (``GIT_INDEX_FILE``, seeded from the user's index
-for its stat cache) with ``git add -A``, ``write-tree`` and ``commit-tree``, and kept alive by a
-side ref ``refs/kimik3/<session>/turn-N`` (the "after" commit, its parent the "before" one); the
-user's index, HEAD, branches and working tree are never touched. Elsewhere the files a turn's file
-tools name are copied before the turn (``bash`` changes are then not covered). Each turn that
-changed files appends a ``{"checkpoint": {...}}`` record to the session: the turn, the snapshots
-and the changed paths. Like ``git stash -u``, untracked files that are not ignored are stored in the
-repository's object database; the refs stay until removed (``git for-each-ref refs/kimik3
---format='delete %(refname)' | git update-ref --stdin``, then ``git gc``).
+(ignored ones only when a file tool names them), built in a temporary index (``GIT_INDEX_FILE``,
+seeded from the user's index for its stat cache) with ``git add -A``, ``write-tree`` and
+``commit-tree``, and kept alive by a side ref ``refs/kimik3/<session>/turn-N`` (the "after" commit,
+its parent the "before" one); the user's index, HEAD, branches and working tree are never touched.
+Elsewhere the files a turn's file tools name are copied before the turn (``bash`` changes are then
+not covered). Each turn that changed files appends a ``{"checkpoint": {...}}`` record to the
+session: the turn, the snapshots and the changed paths. Like ``git stash -u``, untracked files that
+are not ignored are stored in the repository's object database; the refs stay until removed (``git
+for-each-ref refs/kimik3 --format='delete %(refname)' | git update-ref --stdin``, then ``git gc``).
 
 :func:`undo` restores only paths the undone turns changed; the user's other changes stay. It
 refuses (:class:`~kimik3.CheckpointError`) when one of those files changed after the agent's last
@@ -22,6 +22,7 @@ mixing line endings under ``eol=crlf`` comes back with CRLF throughout).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -62,13 +63,15 @@ def _git(cwd: Path, *args: str, env: dict[str, str] | None = None, data: bytes |
 
 
 def git_root(root: Path) -> Path | None:
-    """The git directory of the repository holding ``root``, or None (not a repository, no git)."""
+    """The git directory of the repository whose work tree holds ``root``, or None (not in a work
+    tree: no repository, a bare one, inside ``.git``; no git): then files are copied."""
     if shutil.which("git") is None:
         return None
     try:
-        return Path(_git(root, "rev-parse", "--absolute-git-dir").decode().strip())
-    except CheckpointError:
+        inside, gitdir = _git(root, "rev-parse", "--is-inside-work-tree", "--absolute-git-dir").decode().splitlines()
+    except (CheckpointError, ValueError):
         return None
+    return Path(gitdir) if inside == "true" else None
 
 
 class _GitSnapshots:
@@ -82,9 +85,14 @@ class _GitSnapshots:
             shutil.copy2(user_index, self.index)  # its mtime too: git's racy-clean check needs it
         self.env = {**os.environ, **_IDENTITY, "GIT_INDEX_FILE": str(self.index)}
 
-    def tree(self) -> str:
-        """The tree of the working tree under the workspace (``add -A`` into the private index)."""
+    def tree(self, named: Sequence[str] = ()) -> str:
+        """The tree of the working tree under the workspace (``add -A`` into the private index),
+        with the files of ``named`` (paths the file tools name) even when ``.gitignore`` skips them."""
         _git(self.root, "add", "-A", "--", ".", env=self.env)
+        files = [rel for p in named if (rel := _inside(self.root, p)) is not None and (self.root / rel).is_file()]
+        if files:
+            with contextlib.suppress(CheckpointError):  # e.g. in a nested repository: left uncovered
+                _git(self.root, "add", "-f", "--", *files, env=self.env)
         return _git(self.root, "write-tree", env=self.env).decode().strip()
 
     def commit(self, tree: str, parent: str | None, message: str) -> str:
@@ -95,18 +103,18 @@ class _GitSnapshots:
         """Point ``<ref_base>/<name>`` at ``commit`` (so gc keeps it and its parents)."""
         _git(self.root, "update-ref", f"{self.ref_base}/{name}", commit)
 
-    def snapshot(self, name: str) -> str:
-        """Commit the working tree and keep it under ``name``."""
-        commit = self.commit(self.tree(), None, f"kimik3 checkpoint {name}")
-        self.keep(name, commit)
-        return commit
-
     def changed(self, before: str, after: str) -> list[str]:
         out = _git(self.root, "diff-tree", "-r", "-z", "--no-renames", "--name-only", "--relative", before, after)
         return sorted(p for p in out.decode("utf-8", "surrogateescape").split("\0") if p)
 
     def close(self) -> None:
         shutil.rmtree(self._tmp, ignore_errors=True)
+
+
+def _inside(root: Path, path: str) -> str | None:
+    """``path`` relative to ``root`` (None outside it)."""
+    p = Path(os.path.normpath(root / path))
+    return p.relative_to(root).as_posix() if p.is_relative_to(root) and p != root else None
 
 
 def _digest(path: Path) -> str | None:
@@ -160,6 +168,7 @@ class Checkpoints(RunHooks):
         self._last: tuple[str, str] | None = None  # (tree, commit) after the last writing turn
         self._before_tree = ""
         self._copies: dict[str, str | None] = {}
+        self._named: list[str] = []
         self._tmp_store: Path | None = None
 
     async def run_start(self, session: SessionWriter | None) -> None:
@@ -189,6 +198,7 @@ class Checkpoints(RunHooks):
             return
         n = turn + self._offset
         if self._git is not None:
+            self._named = _call_paths(calls)
             self._before = await anyio.to_thread.run_sync(self._git_before, n)
             return
         assert self.store is not None
@@ -211,7 +221,7 @@ class Checkpoints(RunHooks):
         """The commit of the state before turn ``n``: the last turn's "after" when nothing changed
         since (no new object, no ref), else a new parentless commit."""
         assert self._git is not None
-        tree = self._before_tree = self._git.tree()
+        tree = self._before_tree = self._git.tree(self._named)
         if self._last is not None and self._last[0] == tree:
             return self._last[1]
         return self._git.commit(tree, None, f"kimik3 checkpoint before turn {n}")
@@ -221,7 +231,7 @@ class Checkpoints(RunHooks):
         ``turn-N``, on the "after" commit whose parent is the "before" one."""
         assert self._git is not None
         git = self._git
-        tree = git.tree()
+        tree = git.tree(self._named)
         if tree == self._before_tree:
             self._last = (tree, before)
             return None
@@ -323,7 +333,8 @@ def _restore_git(root: Path, first: dict[str, Any], later: list[dict[str, Any]],
         git = _GitSnapshots(root, Path(_git(root, "rev-parse", "--absolute-git-dir").decode().strip()),
                             "refs/kimik3/undo")
         try:
-            now = git.snapshot("now")
+            now = git.commit(git.tree(paths), None, "kimik3 undo check")
+            git.keep("now", now)
             last: dict[str, str] = {}
             for rec in later:
                 for p in rec["changed"]:

@@ -160,20 +160,24 @@ class CodingHarness:
         self.tools = self.tracker.wrap(tools) if self.tracker is not None else tools
 
     def parts(self, *, engine: Engine | None = None, client: Client | None = None,
-              instructions: str | None = CODING_INSTRUCTIONS,
-              settings: ModelSettings | None = None) -> tuple[list[Tool], str | None, list[RunHooks]]:
+              instructions: str | None = CODING_INSTRUCTIONS, settings: ModelSettings | None = None,
+              budgets: Budgets | None = None) -> tuple[list[Tool], str | None, list[RunHooks]]:
         """(tools, instructions, hooks) for an :class:`~kimik3.Agent` over ``engine`` / ``client``
-        (sub-agents use it): the root ``AGENTS.md`` is appended to ``instructions``."""
+        (sub-agents use it): the root ``AGENTS.md`` is appended to ``instructions``; the
+        children of a run spend at most ``budgets.tokens`` together (the parent's token budget)."""
         if self.instructions is not None:
             self.instructions.loaded.clear()
             self.instructions.given_bytes = 0
             instructions = self.instructions.system_prompt(instructions)
-        hooks: list[RunHooks] = [h for h in (self.checkpoints, self.instructions, self.processes) if h is not None]
+        hooks: list[RunHooks] = [h for h in (self.checkpoints, self.instructions, self.processes, self.tracker)
+                                 if h is not None]
         tools = list(self.tools)
         if self.subagents and (client is None) != (engine is None):
             shared = client if client is not None else Client(cast(Engine, engine))
-            child_tools = ReadTracker(self.root).wrap(self.base_tools) if self.read_before_edit else self.base_tools
-            subs = SubAgents(shared, child_tools, settings=settings, budgets=self.subagent_budgets)
+            root = self.root
+            subs = SubAgents(shared, self.base_tools, settings=settings, budgets=self.subagent_budgets,
+                             tokens=budgets.tokens if budgets is not None else None,
+                             per_child=(lambda ts: ReadTracker(root).wrap(ts)) if self.read_before_edit else None)
             hooks.append(subs)
             tools.append(subs.tool())
         return tools, instructions, hooks
@@ -188,6 +192,6 @@ class CodingHarness:
             UserError: neither or both of ``engine`` and ``client``.
         """
         tools, instructions, hooks = self.parts(engine=engine, client=client, instructions=instructions,
-                                                settings=settings)
+                                                settings=settings, budgets=budgets)
         return Agent(instructions=instructions, tools=tools, engine=engine, client=client, settings=settings,
                      budgets=budgets, hooks=hooks, **kwargs)

@@ -5,19 +5,21 @@ system_prompt`). A nested one (``pkg/AGENTS.md``) reaches the model the first ti
 touches its directory or a directory below it: its text is appended to that call's result, once
 per run. Each file is capped at ``max_bytes`` (cut on a line boundary, with a note saying how much
 was left out), and all files of a run together at ``max_total_bytes``: past it a nested file is
-only named, for the model to read if it needs it. Files are opened without following a final
-symlink and only inside the workspace.
+only named, for the model to read if it needs it. Files are opened through the coding tools'
+confined walk: a symlink (of the file or of a directory above it) that leads out of the workspace,
+a FIFO or a device is never read.
 """
 
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
+from .._exceptions import ToolError
 from ..agents import RunHooks
 from ..tools import ToolResult
+from ..tools.coding._paths import Workspace
 from ..types import TextPart, ToolCall
 
 __all__ = ["AGENTS_FILE", "MAX_INSTRUCTIONS_BYTES", "ProjectInstructions"]
@@ -28,18 +30,16 @@ MAX_TOTAL_INSTRUCTIONS_BYTES = 96 * 1024  # all files of a run together
 _PATH_ARGS = ("path", "file_path")
 
 
-def _read_capped(path: Path, cap: int) -> str | None:
-    """The text of a regular file (never through a final symlink), cut to ``cap`` bytes."""
+def _read_capped(ws: Workspace, path: str, cap: int) -> str | None:
+    """The text of the regular file ``path`` (confined to the workspace, symlinked directories
+    included), cut to ``cap`` bytes."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
+        fd, _, _ = ws.open_file(path)
+    except ToolError:
         return None
     with os.fdopen(fd, "rb") as f:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return None
         data = f.read(cap + 1)
-        size = st.st_size
+        size = os.fstat(fd).st_size
     if len(data) > cap:
         data = data[:cap]
         data = data[: data.rfind(b"\n") + 1] or data
@@ -66,6 +66,7 @@ class ProjectInstructions(RunHooks):
                  max_total_bytes: int = MAX_TOTAL_INSTRUCTIONS_BYTES,
                  on_load: Callable[[str], None] | None = None) -> None:
         self.root = Path(root).resolve()
+        self.ws = Workspace(self.root)
         self.max_bytes = max_bytes
         self.max_total_bytes = max_total_bytes
         self.given_bytes = 0
@@ -75,7 +76,7 @@ class ProjectInstructions(RunHooks):
 
     def system_prompt(self, base: str | None) -> str | None:
         """``base`` followed by the root ``AGENTS.md`` (when there is one) under a heading."""
-        text = _read_capped(self.root / AGENTS_FILE, self.max_bytes)
+        text = _read_capped(self.ws, AGENTS_FILE, self.max_bytes)
         if text is None or not text.strip():
             return base
         self._loaded(AGENTS_FILE)
@@ -113,7 +114,7 @@ class ProjectInstructions(RunHooks):
             if rel_dir in self._seen_dirs:
                 continue
             self._seen_dirs.add(rel_dir)
-            text = _read_capped(self.root / rel_dir / AGENTS_FILE, self.max_bytes)
+            text = _read_capped(self.ws, f"{rel_dir}/{AGENTS_FILE}", self.max_bytes)
             if text is not None and text.strip():
                 rel = f"{rel_dir}/{AGENTS_FILE}"
                 size = len(text.encode())

@@ -187,8 +187,9 @@ def parse_patch(patch: str) -> list[FilePatch]:
     ``@@`` or file header; a blank body line counts as a blank context line.
 
     Raises:
-        ToolError: no file header, a hunk before any file, or a body line that is not
-            " ", "-", "+" or "\\ No newline at end of file".
+        ToolError: no file header, a hunk before any file, a body line that is not
+            " ", "-", "+" or "\\ No newline at end of file", a binary change, or a ``diff --git``
+            block without a ``---``/``+++`` header (pure renames, mode changes, empty files).
     """
     files: list[FilePatch] = []
     lines = patch.replace("\r\n", "\n").split("\n")
@@ -196,6 +197,14 @@ def parse_patch(patch: str) -> list[FilePatch]:
         lines.pop()
     i = 0
     hunk: Hunk | None = None
+    block: tuple[int, int] | None = None  # ("diff --git" line number, len(files) there)
+
+    def close_block() -> None:  # a git block with no "---"/"+++" would be skipped: say so
+        if block is not None and len(files) == block[1]:
+            raise ToolError(f"patch line {block[0]}: {lines[block[0] - 1][:80]!r} has no '--- a/PATH' / "
+                            "'+++ b/PATH' header (a binary file, a pure rename, a mode change or an empty "
+                            "file); apply_patch cannot apply it: use bash (git apply); nothing was changed")
+
     while i < len(lines):
         line = lines[i]
         if line.startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ "):
@@ -209,6 +218,9 @@ def parse_patch(patch: str) -> list[FilePatch]:
                 raise ToolError(f"patch line {i + 1}: a hunk before any '--- a/PATH' / '+++ b/PATH' header")
             hunk = Hunk(int(m.group(1)))
             files[-1].hunks.append(hunk)
+        elif line.startswith(("Binary files ", "GIT binary patch")):
+            raise ToolError(f"patch line {i + 1}: {line[:80]!r}: apply_patch cannot apply binary changes; "
+                            "use bash (git apply); nothing was changed")
         elif hunk is not None and line.startswith((" ", "-", "+")):
             hunk.lines.append(line)
         elif hunk is not None and line == "":
@@ -220,10 +232,14 @@ def parse_patch(patch: str) -> list[FilePatch]:
                 hunk.no_newline_new = True
         elif line.startswith(("diff ", "index ", "new file mode", "deleted file mode", "similarity", "rename ",
                               "old mode", "new mode")) or hunk is None:
+            if line.startswith("diff --git "):
+                close_block()
+                block = (i + 1, len(files))
             hunk = None
         else:
             raise ToolError(f"patch line {i + 1}: {line[:80]!r} is not a diff line (' ', '-', '+' or '@@')")
         i += 1
+    close_block()
     if not files:
         raise ToolError("no '--- a/PATH' / '+++ b/PATH' file header in the patch")
     return files
@@ -232,7 +248,7 @@ def parse_patch(patch: str) -> list[FilePatch]:
 def patch_paths(patch: str) -> list[str]:
     """The paths a patch names (best effort, for instructions lookup; never raises)."""
     try:
-        return [p for f in parse_patch(patch) for p in (f.new_path or f.old_path,) if p]
+        return list(dict.fromkeys(p for f in parse_patch(patch) for p in (f.old_path, f.new_path) if p))
     except ToolError:
         return []
 
@@ -280,26 +296,45 @@ def _patch_text(text: str, crlf: bool, fp: FilePatch, name: str) -> str:
     return "".join(out)
 
 
+def _same(path: str) -> str:
+    """The key of a patch path (``./x``, ``d/../x`` and ``x`` are one file)."""
+    return os.path.normpath(path)
+
+
 def apply_patch_text(files: FileAccess, patch: str) -> str:
     """Apply a unified diff to the workspace, all or nothing (see the module docstring).
 
     Returns:
-        "Patched N file(s)" and one line per file: "M PATH", "A PATH" (created), "D PATH".
+        "Patched N file(s)" and one line per file: "M PATH", "A PATH" (created), "D PATH",
+        "R OLD -> NEW" (renamed, with its hunks applied).
 
     Raises:
         ToolError: a malformed patch, a path outside the workspace, a hunk that does not match,
-            a created file that exists, a deleted file whose text differs; nothing is written.
+            a created (or renamed-to) file that exists, a deleted file whose text differs, a
+            binary change; nothing is written.
     """
     plan: list[tuple[str, bytes | None, bytes | None, str]] = []  # (path, old, new, letter)
     seen: set[str] = set()
     for fp in parse_patch(patch):
         name = fp.new_path or fp.old_path
         assert name is not None
-        key = os.path.normpath(name)
-        if key in seen:
-            raise ToolError(f"{name} appears twice in the patch; put all its hunks under one header")
-        seen.add(key)
+        renamed = fp.old_path if fp.old_path and fp.new_path and _same(fp.old_path) != _same(fp.new_path) else None
+        for key in {_same(name), *([_same(renamed)] if renamed else [])}:
+            if key in seen:
+                raise ToolError(f"{key} appears twice in the patch; put all its hunks under one header")
+            seen.add(key)
         current = files.read(name)
+        if renamed is not None:  # "--- a/OLD" "+++ b/NEW": OLD's text, patched, becomes NEW
+            if current is not None:
+                raise ToolError(f"{name} already exists; the patch renames {renamed} to it; nothing was changed")
+            source = files.read(renamed)
+            if source is None:
+                raise ToolError(f"{renamed}: no such file (the patch renames it to {name}); nothing was changed")
+            t = _Text.of(source, renamed)
+            text = _patch_text(t.text, t.crlf, fp, renamed) if fp.hunks else t.text
+            plan.append((name, None, t.encode(text, name), f"R {_same(renamed)} ->"))
+            plan.append((renamed, source, None, ""))
+            continue
         if fp.old_path is None:  # created
             if current is not None:
                 raise ToolError(f"{name} already exists; the patch creates it (--- /dev/null); nothing was changed")
@@ -326,10 +361,12 @@ def apply_patch_text(files: FileAccess, patch: str) -> str:
         for name, old, new, letter in plan:
             if new is None:
                 files.delete(name)
-                shown.append(f"{letter} {os.path.normpath(name)}")
+                line = f"{letter} {_same(name)}"
             else:
-                shown.append(f"{letter} {files.write(name, new)}")
+                line = f"{letter} {files.write(name, new)}"
             done.append((name, old))
+            if letter:
+                shown.append(line)
     except (OSError, ToolError) as e:
         for name, old in reversed(done):  # put back what was written
             if old is None:
@@ -338,7 +375,7 @@ def apply_patch_text(files: FileAccess, patch: str) -> str:
                 files.write(name, old)
         why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
         raise ToolError(f"cannot write {plan[len(done)][0]}: {why}; nothing was changed") from None
-    return f"Patched {len(plan)} file{'s' if len(plan) != 1 else ''}\n" + "\n".join(shown)
+    return f"Patched {len(shown)} file{'s' if len(shown) != 1 else ''}\n" + "\n".join(shown)
 
 
 def multi_edit_file(files: FileAccess, path: str, edits: list[EditSpec]) -> str:

@@ -12,8 +12,9 @@ record linking it.
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,11 @@ class SubAgents(RunHooks):
         settings: children's model settings.
         budgets: each child's budgets (default 30 turns).
         instructions: children's system prompt.
+        per_child: applied to each child's tools (a fresh read-before-edit tracker: what one
+            child read does not let another edit it).
+        tokens: the tokens all children of a run may spend together (the parent's token budget,
+            so delegating cannot escape it); each child's token budget is at most what is left,
+            reserved while it runs; past it ``task`` is an error result. None: no shared cap.
 
     Attributes:
         children: ``(tool call id, child session path or None, RunResult or the exception)``
@@ -48,12 +54,16 @@ class SubAgents(RunHooks):
     """
 
     def __init__(self, client: Client, tools: Sequence[Tool], *, settings: ModelSettings | None = None,
-                 budgets: Budgets | None = None, instructions: str = SUBAGENT_INSTRUCTIONS) -> None:
+                 budgets: Budgets | None = None, instructions: str = SUBAGENT_INSTRUCTIONS,
+                 tokens: int | None = None, per_child: Callable[[list[Tool]], list[Tool]] | None = None) -> None:
+        self.per_child = per_child
         self.client = client
         self.child_tools = {t.name: t for t in tools if t.name != "task"}
         self.settings = settings
         self.budgets = budgets or Budgets(turns=30)
         self.instructions = instructions
+        self.tokens = tokens
+        self._tokens_left = tokens
         self.children: list[tuple[str, str | None, Any]] = []
         self._session: SessionWriter | None = None
         self._started = 0
@@ -62,6 +72,7 @@ class SubAgents(RunHooks):
         self._session = session
         self.children = []
         self._started = 0
+        self._tokens_left = self.tokens
 
     def tool(self) -> Tool:
         """The ``task`` tool."""
@@ -94,8 +105,19 @@ class SubAgents(RunHooks):
         if unknown:
             raise ToolError(f"unknown tool(s) for a sub-agent: {', '.join(unknown)}; available: "
                             f"{', '.join(sorted(self.child_tools)) or 'none'}")
-        child: Agent[str] = Agent(instructions=self.instructions, tools=[self.child_tools[n] for n in chosen],
-                                  client=self.client, settings=self.settings, budgets=self.budgets)
+        budgets, share = self.budgets, 0
+        if self._tokens_left is not None:  # reserve the child's share of the run's tokens
+            if self._tokens_left <= 0:
+                raise ToolError(f"the sub-agents of this run have used up the run's token budget ({self.tokens} "
+                                "tokens); do the rest yourself")
+            share = min(self._tokens_left, budgets.tokens if budgets.tokens is not None else self._tokens_left)
+            self._tokens_left -= share
+            budgets = dataclasses.replace(budgets, tokens=share)
+        child_tools = [self.child_tools[n] for n in chosen]
+        if self.per_child is not None:
+            child_tools = self.per_child(child_tools)
+        child: Agent[str] = Agent(instructions=self.instructions, tools=child_tools,
+                                  client=self.client, settings=self.settings, budgets=budgets)
         path: str | None = None
         self._started += 1
         if self._session is not None:  # numbered: servers may reuse call ids across turns
@@ -112,6 +134,8 @@ class SubAgents(RunHooks):
             return ToolResult(content=f"Error: the sub-agent failed: {type(e).__name__}: {e}", is_error=True)
         self.children.append((ctx.tool_call_id, path, result))
         u = result.usage
+        if self._tokens_left is not None:  # give back what it did not spend
+            self._tokens_left += max(share - u.total_tokens, 0)
         note = (f"[sub-agent: {result.turns} turns, {u.prompt_tokens} prompt + {u.completion_tokens} "
                 "completion tokens]")
         if result.stop_reason != "completed":

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .._exceptions import ToolError
+from ..agents import RunHooks, SessionWriter
 from ..tools import Tool, ToolContext, ToolResult
 from ..tools.coding._paths import Workspace
 
@@ -49,10 +50,11 @@ class _Guarded(Tool):
         return result
 
 
-class ReadTracker:
-    """What the model has read in this run: workspace-relative path -> SHA-256 of the bytes when
-    it read them. Files are opened through the coding tools' confined walk (never blocking, regular
-    files only), so a FIFO or a path outside the workspace is left to the tool to report.
+class ReadTracker(RunHooks):
+    """What the model has read in this run (forgotten when a run starts; a hook): workspace-relative
+    path -> SHA-256 of the bytes when it read them. Files are opened through the coding tools'
+    confined walk (never blocking, regular files only), so a FIFO or a path outside the workspace
+    is left to the tool to report.
 
     Args:
         root: the workspace root (relative paths resolve against it).
@@ -61,6 +63,9 @@ class ReadTracker:
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.ws = Workspace(Path(root).resolve())
         self.seen: dict[str, str] = {}
+
+    async def run_start(self, session: SessionWriter | None) -> None:
+        self.seen.clear()
 
     def _digest(self, path: str) -> tuple[str, str] | None:
         """(relative path, SHA-256) of the regular file ``path``; None when it cannot be opened."""

@@ -8,9 +8,11 @@ import socket
 import sys
 from pathlib import Path
 
+import anyio
 import pytest
 
 from kimik3 import ScriptedEngine
+from kimik3._exceptions import ToolError
 from kimik3.harness import BackgroundProcesses, CodingHarness, group_members
 
 from .helpers import answer, calls
@@ -107,3 +109,59 @@ async def test_a_run_that_crashes_still_ends_its_background_processes(tmp_path: 
     with pytest.raises(APIConnectionError):
         await harness.agent(engine=ScriptedEngine(script)).run("go")
     assert group_members(pgids[0]) == []
+
+
+async def test_read_output_of_a_flood_reads_only_head_and_tail(tmp_path: Path) -> None:
+    """40 MB of output: read_output returns max_output_chars at most and never holds the flood."""
+    import tracemalloc
+
+    procs = BackgroundProcesses(tmp_path, max_output_chars=1000)
+    pid = procs.start("printf 'FIRST\\n'; head -c 40000000 /dev/zero | tr '\\0' x; printf '\\nLAST\\n'")
+    procs._procs[pid].popen.wait()
+    tracemalloc.start()
+    try:
+        out = procs.read_output(pid)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+        await procs.close()
+    assert peak < 1_000_000
+    assert out.startswith("FIRST\nxxx") and out.endswith("xxx\nLAST\n[bg1: exited with code 0]")
+    head, marker, tail = out.partition("\n... [")
+    kept = len(head) + len(tail.split("] ...\n", 1)[1].removesuffix("\n[bg1: exited with code 0]")) + 1
+    assert marker and f"{40_000_012 - kept} bytes elided" in tail
+    assert len(out) <= 1000 + len("\n[bg1: exited with code 0]")
+
+
+async def test_children_that_leave_the_group_with_setsid_are_ended_too(tmp_path: Path) -> None:
+    """setsid (new session and group) and a double fork: close() still ends them (/proc)."""
+    procs = BackgroundProcesses(tmp_path)
+    pid = procs.start("setsid sh -c 'echo $$ > s.pid; exec sleep 300' & "
+                      "(sh -c 'echo $$ > d.pid; trap \"\" TERM; exec setsid sleep 301' &); sleep 302")
+    while not ((tmp_path / "s.pid").exists() and (tmp_path / "d.pid").exists()):
+        await anyio.sleep(0.02)
+    escaped = [int((tmp_path / n).read_text()) for n in ("s.pid", "d.pid")]
+    while not all(group_members(os.getpgid(p)) == [p] for p in escaped):  # both led their own group
+        await anyio.sleep(0.02)
+    assert all(os.getpgid(p) != procs._procs[pid].popen.pid for p in escaped)
+    assert procs.running() == ["bg1"]
+    await procs.close()
+    assert procs.running() == []
+    for p in escaped:
+        stat = Path(f"/proc/{p}/stat")
+        assert not stat.exists() or stat.read_text().rsplit(") ", 1)[1][0] in "ZX"  # gone or a zombie
+
+
+async def test_at_most_max_running_at_once(tmp_path: Path) -> None:
+    procs = BackgroundProcesses(tmp_path, max_running=2)
+    try:
+        procs.start("sleep 300")
+        procs.start("sleep 300")
+        with pytest.raises(ToolError, match=r"^2 background processes are running \(bg1, bg2\), the limit; stop"):
+            procs.start("sleep 300")
+        assert procs.running() == ["bg1", "bg2"]
+        await procs.stop("bg1")
+        assert procs.start("echo ok") == "bg3"
+    finally:
+        await procs.close()
+    assert procs.running() == []

@@ -191,3 +191,51 @@ async def test_a_cancelled_turn_still_records_what_it_changed(repo: Path, tmp_pa
     assert [(r["turn"], r["changed"]) for r in session_checkpoints(session)] == [(1, ["half.txt"])]
     assert undo(session) == ["half.txt"]
     assert not (repo / "half.txt").exists()
+
+
+async def test_ignored_files_the_file_tools_write_are_undone(tmp_path: Path) -> None:
+    """.gitignore'd files edited or created by file tools: recorded, restored/removed by undo."""
+    repo = make_repo(tmp_path / "repo")
+    (repo / ".gitignore").write_text(".env\nbuild/\n")
+    git(repo, "add", ".gitignore")
+    git(repo, "commit", "-q", "-m", "ignore")
+    (repo / ".env").write_bytes(b"SECRET=1\r\n")
+    session = tmp_path / "s.jsonl"
+    turns = [calls(("read_file", {"path": ".env"})),
+             calls(("edit_file", {"path": ".env", "old_string": "SECRET=1", "new_string": "SECRET=2"}),
+                   ("write_file", {"path": "build/out.txt", "content": "made\n"})),
+             answer("done")]
+    agent = CodingHarness(repo, background=False, subagents=False).agent(engine=ScriptedEngine(turns))
+    assert (await agent.run("work", session=session)).stop_reason == "completed"
+    assert (repo / ".env").read_bytes() == b"SECRET=2\r\n"
+    assert [r["changed"] for r in session_checkpoints(session)] == [[".env", "build/out.txt"]]
+    (repo / ".env").write_bytes(b"SECRET=user\n")  # the user's change after the run: undo refuses
+    with pytest.raises(CheckpointError, match=r"changed after the agent's last turn .*: \.env$"):
+        undo(session)
+    (repo / ".env").write_bytes(b"SECRET=2\r\n")
+    assert undo(session) == [".env", "build/out.txt"]
+    assert (repo / ".env").read_bytes() == b"SECRET=1\r\n"
+    assert not (repo / "build").exists()
+    assert git(repo, "status", "--porcelain", "--ignored") == "!! .env\n"
+
+
+@pytest.mark.parametrize("where", ["bare repo.git", "repo/.git"])
+async def test_no_work_tree_falls_back_to_copies(tmp_path: Path, where: str) -> None:
+    """A bare repository (or inside .git): no git snapshots (git add cannot run), copies instead."""
+    if where.startswith("bare"):
+        git(tmp_path, "init", "-q", "--bare", where)
+    else:
+        make_repo(tmp_path / "repo")
+    root = tmp_path / where
+    (root / "description").write_text("before\n")
+    session = tmp_path / "s.jsonl"
+    turns = [calls(("read_file", {"path": "description"})),
+             calls(("edit_file", {"path": "description", "old_string": "before", "new_string": "after"}),
+                   ("write_file", {"path": "new file.txt", "content": "x\n"})),
+             answer("done")]
+    agent = CodingHarness(root, background=False, subagents=False).agent(engine=ScriptedEngine(turns))
+    assert (await agent.run("work", session=session)).stop_reason == "completed"
+    assert [(r["kind"], r["changed"]) for r in session_checkpoints(session)] == [
+        ("copy", ["description", "new file.txt"])]
+    assert undo(session) == ["description", "new file.txt"]
+    assert (root / "description").read_text() == "before\n" and not (root / "new file.txt").exists()

@@ -78,4 +78,4 @@ def test_core_harness_tools_are_exactly_the_trained_coding_tools(tmp_path: Path)
     harness = CodingHarness(tmp_path, background=False, subagents=False, edit_tools=False)  # tracking on
     tools, _, hooks = harness.parts(engine=ScriptedEngine([]))
     assert [t.spec for t in tools] == [t.spec for t in coding_tools(tmp_path)]
-    assert [type(h).__name__ for h in hooks] == ["Checkpoints", "ProjectInstructions"]
+    assert [type(h).__name__ for h in hooks] == ["Checkpoints", "ProjectInstructions", "ReadTracker"]

@@ -234,3 +234,82 @@ def test_multi_edit_keeps_a_latin1_file_and_its_bom_free_bytes(tmp_path: Path) -
                                                           EditSpec(old_string="= 2", new_string="= 20")])
     assert out.startswith("Edited l.txt (2 replacements in 2 edits)")
     assert (tmp_path / "l.txt").read_bytes() == b"caf\xe9 = 10\nna\xefve = 20\n"
+
+
+@pytest.mark.parametrize("block", [
+    "diff --git a/img.png b/img.png\nBinary files a/img.png and b/img.png differ\n",
+    "diff --git a/img.png b/img.png\nGIT binary patch\nliteral 3\nKcmZ>}0000\n\n",
+    "diff --git a/f.py b/g.py\nsimilarity index 100%\nrename from f.py\nrename to g.py\n",
+    "diff --git a/empty.txt b/empty.txt\nnew file mode 100644\nindex 0000000..e69de29\n",
+])
+def test_apply_patch_refuses_git_blocks_it_would_skip(tmp_path: Path, block: str) -> None:
+    """A binary change, pure rename or empty new file beside a text hunk: refused, not skipped."""
+    (tmp_path / "f.py").write_text("x = 1\n")
+    text = "diff --git a/f.py b/f.py\n--- a/f.py\n+++ b/f.py\n@@ -1 +1 @@\n-x = 1\n+x = 2\n"
+    for patch in (block + text, text + block):
+        with pytest.raises(ToolError, match="nothing was changed"):
+            apply_patch_text(FileAccess(tmp_path), patch)
+    assert (tmp_path / "f.py").read_text() == "x = 1\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.py"]
+
+
+def test_apply_patch_renames_old_to_new(tmp_path: Path) -> None:
+    """'--- a/OLD +++ b/NEW': OLD's patched text becomes NEW and OLD goes (git's rename)."""
+    (tmp_path / "old.py").write_bytes(b"a\r\nb\r\n")
+    (tmp_path / "other.py").write_text("b\n")  # same text as the hunk's: must not be the one edited
+    patch = ("diff --git a/old.py b/new.py\nsimilarity index 50%\nrename from old.py\nrename to new.py\n"
+             "--- a/old.py\n+++ b/new.py\n@@ -1,2 +1,2 @@\n a\n-b\n+c\n")
+    assert apply_patch_text(FileAccess(tmp_path), patch) == "Patched 1 file\nR old.py -> new.py"
+    assert (tmp_path / "new.py").read_bytes() == b"a\r\nc\r\n"
+    assert not (tmp_path / "old.py").exists()
+    (tmp_path / "x.py").write_text("a\nb\n")
+    with pytest.raises(ToolError, match=r"other\.py already exists; the patch renames x\.py to it"):
+        apply_patch_text(FileAccess(tmp_path), patch.replace("old.py", "x.py").replace("new.py", "other.py"))
+    assert (tmp_path / "x.py").read_text() == "a\nb\n" and (tmp_path / "other.py").read_text() == "b\n"
+
+
+async def test_rename_patch_needs_the_old_file_read(tmp_path: Path) -> None:
+    (tmp_path / "old.py").write_text("a\n")
+    patch = "--- a/old.py\n+++ b/new.py\n@@ -1 +1 @@\n-a\n+b\n"
+    out = await run(tmp_path, calls(("apply_patch", {"patch": patch})))
+    assert out == ["Error: old.py has not been read in this run; read it with read_file first, then make the "
+                   "change (nothing was written)"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["old.py"]
+
+
+async def test_what_a_previous_run_read_does_not_count(tmp_path: Path) -> None:
+    """One agent, two runs: run 2 has not read f.py, whatever run 1 did."""
+    (tmp_path / "f.py").write_text("x = 1\n")
+    agent = harness(tmp_path).agent(engine=ScriptedEngine([
+        calls(("read_file", {"path": "f.py"})), answer("read"),
+        calls(EDIT), answer("edited?")]))
+    assert (await agent.run("read it")).output == "read"
+    second = await agent.run("edit it")
+    assert [str(m.content) for m in second.messages if m.role == "tool"] == [
+        "Error: f.py has not been read in this run; read it with read_file first, then make the change "
+        "(nothing was written)"]
+    assert (tmp_path / "f.py").read_text() == "x = 1\n"
+
+
+async def test_what_one_child_read_does_not_let_another_child_edit(tmp_path: Path) -> None:
+    from kimik3.harness import SUBAGENT_INSTRUCTIONS
+    from kimik3.types import Message
+
+    (tmp_path / "f.py").write_text("x = 1\n")
+
+    def script(messages: list[Message]) -> str:
+        tools_done = [m for m in messages if m.role == "tool"]
+        if messages[0].content == SUBAGENT_INSTRUCTIONS:
+            prompt = str(next(m.content for m in messages if m.role == "user"))
+            if tools_done:
+                return answer(str(tools_done[-1].content))
+            return calls(("read_file", {"path": "f.py"}) if prompt == "read" else EDIT)
+        if len(tools_done) < 2:
+            return calls(("task", {"description": "step", "prompt": ["read", "edit"][len(tools_done)]}))
+        return answer("done")
+
+    h = CodingHarness(tmp_path, background=False, checkpoints=False)
+    result = await h.agent(engine=ScriptedEngine(script)).run("go")
+    edit_result = [str(m.content) for m in result.messages if m.role == "tool"][1]
+    assert edit_result.startswith("Error: f.py has not been read in this run; read it with read_file first")
+    assert (tmp_path / "f.py").read_text() == "x = 1\n"

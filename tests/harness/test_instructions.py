@@ -83,3 +83,23 @@ def test_total_budget_names_the_files_past_it(tmp_path: Path) -> None:
     assert pi.pending("b/x.py") == [("b/AGENTS.md", "[not included: the run's 100 bytes of project instructions are "
                                                     "used up; read b/AGENTS.md with read_file if you need it]")]
     assert pi.loaded == ["AGENTS.md", "a/AGENTS.md"]
+
+
+def test_a_symlinked_directory_leading_out_is_not_read_one_inside_is(tmp_path: Path) -> None:
+    """ws/out -> a directory outside with its own AGENTS.md: never read; ws/alias -> ws/real: read."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "AGENTS.md").write_text("outside secret\n")
+    ws = tmp_path / "ws"
+    (ws / "real").mkdir(parents=True)
+    (ws / "real" / "AGENTS.md").write_text("real rules\n")
+    os.symlink(outside, ws / "out")
+    os.symlink(ws / "real", ws / "alias")
+    os.mkfifo(ws / "fifo")
+    (ws / "f").mkdir()
+    os.mkfifo(ws / "f" / "AGENTS.md")
+    pi = ProjectInstructions(ws)
+    assert pi.pending("out/x.py") == []
+    assert pi.pending("f/x.py") == []  # a FIFO: not read, and no hang
+    assert pi.pending("alias/x.py") == [("alias/AGENTS.md", "real rules")]
+    assert pi.loaded == ["alias/AGENTS.md"]

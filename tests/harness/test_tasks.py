@@ -8,7 +8,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from kimik3 import ScriptedEngine
+from kimik3 import Agent, RunResult, ScriptedEngine
 from kimik3._exceptions import APIConnectionError
 from kimik3.harness import SUBAGENT_INSTRUCTIONS, CodingHarness
 from kimik3.types import Message
@@ -158,3 +158,35 @@ async def test_child_sessions_are_numbered_in_start_order(tmp_path: Path) -> Non
     for n, link in enumerate(links):
         lines = Path(link["path"]).read_text().splitlines()
         assert json.loads(lines[-1])["message"]["content"] == f"child of job {n}"
+
+
+async def test_children_share_the_parents_token_budget(tmp_path: Path) -> None:
+    """A parent with tokens=T: its children together get at most T; past it task is an error."""
+    from kimik3 import Budgets
+
+    def script(messages: list[Message]) -> str:
+        if is_child(messages):
+            if messages[-1].role == "system":  # the budget's summary turn
+                return answer("partial")
+            return calls(("glob", {"pattern": "*"}))  # never done on its own
+        done = sum(m.role == "tool" for m in messages)
+        return calls(("task", {"description": f"job {done}", "prompt": "p"})) if done < 3 else answer("ok")
+
+    harness = CodingHarness(tmp_path, background=False, checkpoints=False, subagent_budgets=Budgets(turns=40))
+    agent = harness.agent(engine=ScriptedEngine(script), budgets=Budgets(tokens=6000))
+    result = await agent.run("go")
+    assert harness_children(agent)[0].stop_reason == "token_budget"
+    assert len(harness_children(agent)) == 1  # the later tasks were refused
+    # a budget ends a run after the call that crosses it, plus its summary call (~2.5k tokens each)
+    assert 6000 <= harness_children(agent)[0].usage.total_tokens < 6000 + 2 * 3000
+    results = [str(m.content) for m in result.messages if m.role == "tool"]
+    assert results[0].startswith("partial\n[the sub-agent stopped early: token_budget]")
+    assert len(results) == 3 and results[1] == results[2] == ("Error: ToolError: the sub-agents of this run have used up the run's token budget "
+                           "(6000 tokens); do the rest yourself")
+
+
+def harness_children(agent: Agent[str]) -> list[RunResult[str]]:
+    from kimik3.harness import SubAgents
+
+    subs = next(h for h in agent.hooks.hooks if isinstance(h, SubAgents))
+    return [r for _, _, r in subs.children if isinstance(r, RunResult)]
