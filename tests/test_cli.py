@@ -23,6 +23,8 @@ from click.testing import CliRunner, Result
 from rich.console import Console
 
 from kimik3 import Agent, ScriptedEngine, VLLMEngine
+from kimik3 import _cli_engine as cli_engine_module
+from kimik3 import _cli_progress as cli_progress_module
 from kimik3 import cli as cli_module
 from kimik3._exceptions import EngineNotAvailableError
 from kimik3.agents import CODING_INSTRUCTIONS, load_session
@@ -318,7 +320,7 @@ def test_chat_keeps_the_history_across_turns(tmp_path: Path, monkeypatch: pytest
             super().__init__(*args, **kwargs)
             engines.append(self)
 
-    monkeypatch.setattr(cli_module, "ScriptedEngine", Recording)
+    monkeypatch.setattr(cli_engine_module, "ScriptedEngine", Recording)
     script = write_script(tmp_path / "chat.json", [answer("Hi!"), answer("You said hello.")])
     session = tmp_path / "chat.jsonl"
     result = invoke(["chat", "--script", str(script), "--session", str(session)], tmp_path / "home",
@@ -473,7 +475,7 @@ async def test_terminal_progress_streams_reasoning_dimmed_and_shows_tools(tmp_pa
     repo = make_repo(tmp_path)
     out = io.StringIO()
     console = Console(file=out, force_terminal=True, width=100, color_system="standard")
-    progress = cli_module._RichProgress(console)
+    progress = cli_progress_module._RichProgress(console)
     engine = ScriptedEngine([call("read_file", {"path": "calc.py"}, "Look at calc.\nThen fix."),
                              answer("All good.\nBye.", reasoning="It is fine.")], chunk_size=3)
     agent = cli_module.Agent(instructions="x", tools=cli_module.coding_tools(repo), engine=engine)
@@ -570,7 +572,7 @@ def test_chat_says_when_an_answer_is_degraded(tmp_path: Path) -> None:
 def test_a_compaction_that_kept_the_history_says_so(capsys: pytest.CaptureFixture[str]) -> None:
     from kimik3.agents import CompactionEvent
 
-    progress = cli_module._PlainProgress()
+    progress = cli_progress_module._PlainProgress()
     why = "compaction kept the full history: the summary came back empty (no text, only reasoning)"
     progress.event(CompactionEvent(0, "", failed=why))
     progress.event(CompactionEvent(7, "SUMMARY"))

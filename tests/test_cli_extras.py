@@ -17,7 +17,8 @@ from click.testing import CliRunner, Result
 from rich.console import Console
 
 from kimik3 import ScriptedEngine
-from kimik3 import cli as cli_module
+from kimik3 import _cli_engine as cli_engine_module
+from kimik3 import _cli_progress as cli_progress_module
 from kimik3.agents import ToolResultEvent
 from kimik3.cli import main
 from kimik3.formats.k3 import render_output
@@ -63,7 +64,7 @@ def test_run_with_plan_prints_the_plan(tmp_path: Path, monkeypatch: pytest.Monke
             super().__init__(*args, **kwargs)
             engines.append(self)
 
-    monkeypatch.setattr(cli_module, "ScriptedEngine", Recording)
+    monkeypatch.setattr(cli_engine_module, "ScriptedEngine", Recording)
     s = script(tmp_path, [call("update_plan", {"plan": PLAN}), answer("ok")])
     result = invoke(["run", "plan it", "-w", str(tmp_path), "--script", s, "--plan"], tmp_path / "home")
     assert result.exit_code == 0, result.output
@@ -86,7 +87,7 @@ def test_run_with_plan_prints_the_plan(tmp_path: Path, monkeypatch: pytest.Monke
 def test_the_live_view_shows_the_plan() -> None:
     out = io.StringIO()
     console = Console(file=out, force_terminal=True, width=80, color_system=None)
-    progress = cli_module._RichProgress(console)
+    progress = cli_progress_module._RichProgress(console)
     text = "plan updated: 1 of 2 steps completed\n[x] read calc.py\n[>] fix it"
     progress.event(ToolResultEvent("c1", "update_plan", ToolResult(content=text)))
     console.print(progress)
@@ -190,14 +191,14 @@ def test_the_views_show_no_model_escapes_or_forged_plan_lines(capsys: pytest.Cap
     from kimik3.formats.k3 import ContentDelta
     from kimik3.types import AssistantMessage
 
-    plain = cli_module._PlainProgress()
+    plain = cli_progress_module._PlainProgress()
     plain.event(ToolResultEvent("c1", "ls\x1b[2J", ToolResult(content="\x1b[31mred\x1b[0m file\x07")))
     plain.event(ContentDelta(delta="done \x1b]0;pwned\x07now"))
     plain.event(TurnEndEvent(1, AssistantMessage(content="done \x1b]0;pwned\x07now"), Usage()))
     assert capsys.readouterr().out.splitlines() == ["[turn 1] result ls: red file", "[turn 1] answer: done now"]
     out = io.StringIO()
     console = Console(file=out, force_terminal=True, width=80, color_system=None)
-    rich = cli_module._RichProgress(console)
+    rich = cli_progress_module._RichProgress(console)
     rich.event(ContentDelta(delta="hi \x1b[31mthere\x1b[0m\n"))
     rich.event(ToolResultEvent("c1", "update_plan", ToolResult(content="plan updated\n[ ] a\x1b[1A\x1b[2K[x] b")))
     console.print(rich)

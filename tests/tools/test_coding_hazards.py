@@ -7,6 +7,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -163,16 +164,18 @@ print(r.stop_reason, r.output)
 print([m.content for m in r.messages if m.role == "tool"])
 """
     )  # and the interpreter exits although the tool's thread is still blocked
-    assert out.splitlines() == [
-        "time_budget summary",
-        "['Error: the tool call was cancelled before it finished']",
-    ]
+    first, second = out.splitlines()
+    assert first == "time_budget summary"
+    # the agent hands the tool what was left of the budget as its limit (how much depends on load)
+    assert re.fullmatch(r"\['Error: ToolTimeoutError: stuck did not finish within \d+(\.\d+)? s and was abandoned "
+                        r"\(its thread may still be running\)'\]", second), second
 
 
 def test_ctrl_c_in_the_cli_ends_a_run_blocked_in_a_sync_tool() -> None:
     code = AGENT + """
 import os, signal
-from kimik3.cli import _execute, _PlainProgress
+from kimik3._cli_progress import _PlainProgress
+from kimik3._cli_run import _execute
 
 async def main() -> int:
     engine = ScriptedEngine([calls, answer])

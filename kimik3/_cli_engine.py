@@ -1,0 +1,319 @@
+"""The `kimik3` command's engine options: the click options shared by run / resume / chat, and
+building the engine, model settings, MCP servers and the agent from them (split out of cli.py)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shlex
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+from urllib.parse import urlsplit
+
+import click
+from click.core import ParameterSource
+
+from ._defaults import REASONING_EFFORTS
+from .agents import (
+    Agent,
+    Budgets,
+    ModelSettings,
+    RunHooks,
+)
+from .engines import FEATURES, PRESETS, Engine, RemoteEngine, ScriptedEngine, VLLMEngine
+from .engines._presets import DEPRECATED_PRESETS
+from .tools import Plan, Tool, Toolset, plan_tool
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+_PRESET_NAMES = [*PRESETS, "auto", "auto-nvfp4", *DEPRECATED_PRESETS]
+
+
+_EMBEDDED_OPTIONS = ("preset", "tensor_parallel_size", "max_model_len", "enforce_eager",
+                     "gpu_memory_utilization", "dtype", "trust_remote_code")
+
+
+def parse_engine_arg(text: str) -> tuple[str, Any]:
+    """Parse one ``--engine-arg KEY=VALUE`` into a vLLM engine-arg name and value.
+
+    VALUE is read as JSON when it parses (``8`` -> 8, ``0.9`` -> 0.9, ``true`` -> True,
+    ``null`` -> None, ``[1, 2]``, ``{"a": 1}``, ``"8"`` -> the string "8"), else it is the raw
+    string (``fp8`` -> "fp8"). Dashes in KEY become underscores (``max-num-seqs`` ->
+    ``max_num_seqs``), the spelling of ``vllm.AsyncEngineArgs`` fields.
+
+    Raises:
+        click.BadParameter: no ``=``, a KEY that is not an identifier, or a KEY that has its own
+            option (``model``: ``--model-path``; ``preset``; ``k3_tokenizer``: ``--tokenizer``).
+    """
+    key, sep, value = text.partition("=")
+    key = key.strip().replace("-", "_")
+    if not sep or not key.isidentifier():
+        raise click.BadParameter(f"expected KEY=VALUE, got {text!r}", param_hint="'--engine-arg'")
+    own = {"model": "--model-path", "preset": "--preset", "k3_tokenizer": "--tokenizer"}
+    if key in own:
+        raise click.BadParameter(f"use {own[key]} instead of {key}=...", param_hint="'--engine-arg'")
+    try:
+        parsed: Any = json.loads(value)
+    except json.JSONDecodeError:
+        parsed = value
+    return key, parsed
+
+
+def _engine_arg_callback(ctx: click.Context, param: click.Parameter, values: Sequence[str]) -> list[tuple[str, Any]]:
+    return [parse_engine_arg(v) for v in values]
+
+
+@dataclass
+class _Options:
+    """The engine and model options every agent command shares."""
+
+    base_url: str | None
+    api_key: str | None
+    model: str | None
+    mode: str
+    tokenizer: str | None
+    model_path: str | None
+    preset: str | None
+    feature: tuple[str, ...]
+    tensor_parallel_size: int | None
+    max_model_len: int | None
+    enforce_eager: bool | None
+    gpu_memory_utilization: float | None
+    dtype: str | None
+    trust_remote_code: bool | None
+    engine_arg: list[tuple[str, Any]]
+    script: str | None
+    reasoning_effort: str | None
+    max_turns: int | None
+    max_tokens: int | None
+    temperature: float | None
+    top_p: float | None
+    seed: int | None
+    plain: bool
+    mcp: tuple[str, ...] = ()
+    otel: str | None = None
+    plan: bool = False
+    verbose: bool = False
+
+
+def _engine_options(f: F) -> F:
+    options = [
+        click.option("--base-url", envvar="KIMIK3_BASE_URL", metavar="URL",
+                     help="An OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 [env KIMIK3_BASE_URL]."),
+        click.option("--api-key", envvar="KIMIK3_API_KEY", metavar="KEY",
+                     help="The endpoint's API key [env KIMIK3_API_KEY, else OPENAI_API_KEY]."),
+        click.option("--model", envvar="KIMIK3_MODEL", metavar="NAME",
+                     help="The served model name (default: the endpoint's first model) [env KIMIK3_MODEL]."),
+        click.option("--mode", type=click.Choice(["chat", "raw"]), default="chat", show_default=True,
+                     help="chat: the server renders and parses K3; raw: kimik3 does (needs --tokenizer)."),
+        click.option("--tokenizer", type=click.Path(exists=True, file_okay=False), metavar="DIR",
+                     help="A K3 model directory with the tokenizer (raw mode; the embedded engine's "
+                          "default is --model-path)."),
+        click.option("--model-path", envvar="KIMIK3_MODEL_PATH", type=click.Path(exists=True), metavar="DIR",
+                     help="Run K3 embedded with vLLM from this model directory [env KIMIK3_MODEL_PATH]."),
+        click.option("--preset", type=click.Choice(_PRESET_NAMES),
+                     help="A launch preset of vLLM's K3 recipe, or auto: chosen from this node's GPUs (embedded "
+                          "engine; `kimik3 preflight --preset NAME` shows its env and command)."),
+        click.option("--feature", type=click.Choice(sorted(FEATURES)), multiple=True,
+                     help="An opt-in feature of the recipe on top of --preset (repeatable)."),
+        click.option("--tensor-parallel-size", type=click.IntRange(min=1), help="vLLM tensor_parallel_size."),
+        click.option("--max-model-len", type=click.IntRange(min=1), help="vLLM max_model_len (tokens)."),
+        click.option("--enforce-eager/--no-enforce-eager", default=None, help="vLLM enforce_eager."),
+        click.option("--gpu-memory-utilization", type=click.FloatRange(0, 1, min_open=True),
+                     help="vLLM gpu_memory_utilization (0-1]."),
+        click.option("--dtype", help="vLLM dtype (auto, bfloat16, float16, ...)."),
+        click.option("--trust-remote-code", is_flag=True, default=None,
+                     help="Let vLLM run the model directory's own tokenizer code (K3 checkpoints need it)."),
+        click.option("--engine-arg", multiple=True, metavar="KEY=VALUE", callback=_engine_arg_callback,
+                     help="Any other vLLM engine arg (repeatable); VALUE is JSON when it parses, else text. "
+                          "Overrides the preset and the options above."),
+        click.option("--script", type=click.Path(exists=True, dir_okay=False), metavar="FILE.json",
+                     help="Replay a JSON list of raw K3 output texts (ScriptedEngine): tests, dry runs."),
+        click.option("--reasoning-effort", type=click.Choice(list(REASONING_EFFORTS)),
+                     help="K3's thinking effort (default max); none turns thinking off."),
+        click.option("--max-turns", type=click.IntRange(min=1), help="Model calls that may use tools (default 50)."),
+        click.option("--max-tokens", type=click.IntRange(min=1), help="Completion tokens per model call."),
+        click.option("--temperature", type=click.FloatRange(min=0), help="Sampling temperature (default 1.0)."),
+        click.option("--top-p", type=click.FloatRange(0, 1, min_open=True), help="Nucleus sampling (default 1.0)."),
+        click.option("--seed", type=int, help="Sampling seed, where the engine supports one."),
+        click.option("--plain", is_flag=True, help="Plain progress lines even on a terminal."),
+        click.option("--mcp", multiple=True, metavar='"CMD ARGS" | URL', callback=_check_mcp,
+                     help="Give the agent the tools of an MCP server (repeatable): a command line started "
+                          "over stdio, or a Streamable HTTP URL."),
+        click.option("--otel", metavar="console | URL", callback=_check_otel,
+                     help="Export OpenTelemetry spans (run, model calls, tool calls) to the console (stderr) "
+                          "or an OTLP/HTTP endpoint, e.g. http://127.0.0.1:4318."),
+        click.option("--plan", is_flag=True,
+                     help="Give the agent the update_plan tool; the live view shows its plan."),
+        click.option("--verbose", "-v", is_flag=True,
+                     help="Show vLLM's, torch's and Python's logs and warnings (hidden by default)."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def _options(params: dict[str, Any]) -> _Options:
+    fields = _Options.__dataclass_fields__
+    return _Options(**{k: v for k, v in params.items() if k in fields})
+
+
+def _engine_source(o: _Options) -> str:
+    """Which engine the options ask for: "script", "model_path" or "base_url"."""
+    ctx = click.get_current_context()
+    given = [n for n in ("script", "model_path", "base_url") if getattr(o, n)]
+    explicit = [n for n in given if ctx.get_parameter_source(n) == ParameterSource.COMMANDLINE]
+    if len(explicit) > 1:
+        names = " and ".join("--" + n.replace("_", "-") for n in explicit)
+        raise click.UsageError(f"give one engine, not {names}")
+    if explicit:
+        return explicit[0]
+    if given:
+        return given[0]
+    raise click.UsageError(
+        "no engine: pass --base-url URL (an OpenAI-compatible endpoint), --model-path DIR (K3 embedded "
+        "with vLLM) or --script FILE.json (scripted replies); or set KIMIK3_BASE_URL / KIMIK3_MODEL_PATH"
+    )
+
+
+def _load_script(path: str) -> list[str]:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise click.BadParameter(f"cannot read {path}: {e}", param_hint="'--script'") from None
+    if not isinstance(data, list) or not all(isinstance(x, str) for x in data):
+        raise click.BadParameter(f"{path} must hold a JSON list of raw K3 output strings", param_hint="'--script'")
+    return data
+
+
+def _quiet(verbose: bool) -> None:
+    """Hide vLLM's, torch's and transformers' start-up logs and Python warnings unless ``verbose``.
+
+    Set in the environment too, so vLLM's engine-core process and multiprocessing's resource
+    tracker (whose "leaked shared_memory" warning comes at exit) inherit it. Variables the user
+    set are kept.
+    """
+    if verbose:
+        return
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("PYTHONWARNINGS", "ignore")
+    warnings.simplefilter("ignore")
+    # vLLM 0.32 warns (e.g. "Triton is installed, but doesn't include CPU backend") before it
+    # configures its logging from VLLM_LOGGING_LEVEL; this covers this process.
+    logging.getLogger("vllm").setLevel(logging.ERROR)
+
+
+def _build_engine(o: _Options) -> Engine:
+    """The engine the options describe (not started: vLLM starts on first use).
+
+    Raises:
+        click.UsageError: no engine, two engines, options of another engine, raw mode without a
+            tokenizer, an unreadable script.
+    """
+    source = _engine_source(o)
+    embedded = [n for n in _EMBEDDED_OPTIONS if getattr(o, n) is not None]
+    if source == "base_url" and o.mode == "raw" and "max_model_len" in embedded:
+        embedded.remove("max_model_len")  # raw mode's context window (default: the server's)
+    if o.feature:
+        embedded.append("feature")
+    if o.engine_arg:
+        embedded.append("engine_arg")
+    if source != "model_path" and embedded:
+        names = ", ".join("--" + n.replace("_", "-") for n in embedded)
+        raise click.UsageError(f"{names} apply only to the embedded engine (--model-path)")
+    if source == "script":
+        assert o.script is not None
+        return ScriptedEngine(_load_script(o.script))
+    if source == "model_path":
+        assert o.model_path is not None
+        args: dict[str, Any] = {n: getattr(o, n) for n in _EMBEDDED_OPTIONS[1:] if getattr(o, n) is not None}
+        args.update(dict(o.engine_arg))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", DeprecationWarning)  # an old --preset name says what it now means
+            engine = VLLMEngine(o.model_path, preset=o.preset, features=o.feature, k3_tokenizer=o.tokenizer, **args)
+        for w in caught:
+            click.echo(f"warning: {w.message}", err=True)
+        if engine.preset is not None and engine.preset.reason:
+            click.echo(f"preset {o.preset}: {engine.preset.name} for {engine.preset.reason}", err=True)
+        return engine
+    if o.mode == "raw" and o.tokenizer is None:
+        raise click.UsageError("--mode raw needs --tokenizer DIR (a K3 model directory)")
+    mode: Literal["chat", "raw"] = "raw" if o.mode == "raw" else "chat"
+    return RemoteEngine(base_url=o.base_url, api_key=o.api_key, model=o.model, mode=mode, tokenizer=o.tokenizer,
+                        max_model_len=o.max_model_len if mode == "raw" else None)
+
+
+def _settings(o: _Options) -> ModelSettings:
+    kw: dict[str, Any] = {}
+    for name in ("reasoning_effort", "max_tokens", "temperature", "top_p", "seed"):
+        value = getattr(o, name)
+        if value is not None:
+            kw[name] = value
+    return ModelSettings(**kw)
+
+
+def _check_mcp(ctx: click.Context, param: click.Parameter, specs: tuple[str, ...]) -> tuple[str, ...]:
+    """``--mcp`` values, checked before anything starts: an http(s) URL with a host, or a command
+    line that splits (balanced quotes) into a non-empty command."""
+    for spec in specs:
+        if spec.startswith(("http://", "https://")):
+            if not urlsplit(spec).hostname:
+                raise click.BadParameter(f"{spec!r} has no host", param=param)
+            continue
+        try:
+            argv = shlex.split(spec)
+        except ValueError as e:  # unbalanced quotes, a trailing backslash
+            raise click.BadParameter(f"cannot split {spec!r} into a command line: {e}", param=param) from None
+        if not argv or not argv[0]:
+            raise click.BadParameter("an empty command", param=param)
+    return specs
+
+
+def _check_otel(ctx: click.Context, param: click.Parameter, target: str | None) -> str | None:
+    """``--otel``: ``console`` or an http(s) URL with a host, checked before the run."""
+    if target is None or target == "console":
+        return target
+    parts = urlsplit(target)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise click.BadParameter(
+            f"expected 'console' or an http(s) URL such as http://127.0.0.1:4318, got {target!r}", param=param
+        )
+    return target
+
+
+def _mcp_server(spec: str) -> Toolset:
+    """``--mcp``: a Streamable HTTP URL, or a command line started over stdio."""
+    try:
+        from .tools import mcp
+    except ImportError as e:
+        raise click.UsageError(f"--mcp needs the MCP SDK ({e}): pip install 'kimik3[mcp]'") from None
+    if spec.startswith(("http://", "https://")):
+        return mcp.MCPServerStreamableHTTP(spec)
+    argv = shlex.split(spec)
+    if not argv or not argv[0]:
+        raise click.BadParameter("an empty command", param_hint="'--mcp'")
+    return mcp.MCPServerStdio(argv[0], argv[1:])
+
+
+def _agent(o: _Options, engine: Engine, tools: list[Tool], instructions: str | None,
+           hooks: Sequence[RunHooks] = ()) -> Agent[str]:
+    budgets = Budgets(turns=o.max_turns) if o.max_turns is not None else None
+    if o.otel:
+        try:
+            from ._tracing import configure_exporter
+
+            configure_exporter(o.otel)
+        except ImportError as e:
+            raise click.UsageError(f"--otel needs the OpenTelemetry SDK ({e}): "
+                                   "pip install 'kimik3[otel-export]'") from None
+    extra: list[Tool | Toolset] = [_mcp_server(spec) for spec in o.mcp]
+    if o.plan:
+        extra.append(plan_tool(Plan()))
+    return Agent(instructions=instructions, tools=[*tools, *extra], engine=engine, settings=_settings(o),
+                 budgets=budgets, hooks=hooks)

@@ -1,0 +1,301 @@
+"""What the `kimik3` command prints while an agent runs: plain flushed lines or a rich live view,
+the degraded-run report and one-line errors (split out of cli.py)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, Protocol
+
+import click
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.spinner import Spinner
+from rich.text import Text
+
+from ._exceptions import KimiK3Error
+from ._text import printable
+from .agents import (
+    AgentEvent,
+    CompactionEvent,
+    ContentDelta,
+    FinalEvent,
+    ReasoningDelta,
+    RunResult,
+    ToolCallDone,
+    ToolCallIncomplete,
+    ToolCallStarted,
+    ToolResultEvent,
+    TurnEndEvent,
+)
+from .tools import PLAN_TOOL_NAME, ToolResult
+from .types import message_text
+
+PREVIEW_CHARS = 100
+
+
+ARGUMENTS_CHARS = 200
+
+
+_STOP_REASONS = {
+    "turn_budget": "the turn budget ran out, see --max-turns; the answer is the model's summary so far",
+    "token_budget": "the token budget ran out; the answer is the model's summary so far",
+    "time_budget": "the time budget ran out; the answer is the model's summary so far",
+    "invalid_output": "the answer did not match the required output schema",
+    "unusable_output": "twice in a row the model's output had neither an answer nor a call that could run",
+    "no_progress": "the model's replies were cut by the token limit again and again, see --max-tokens",
+}
+
+
+MAX_ISSUES = 10
+
+
+def _preview(result: ToolResult) -> str:
+    """The first non-blank line of a result, whitespace collapsed, cut to PREVIEW_CHARS."""
+    for line in printable(result.text).splitlines():
+        if line.strip():
+            line = " ".join(line.split())
+            return line if len(line) <= PREVIEW_CHARS else line[:PREVIEW_CHARS] + "..."
+    if not isinstance(result.content, str) and result.content:
+        return "[image]"
+    return "(empty)"
+
+
+def _arguments(arguments: dict[str, Any]) -> str:
+    text = json.dumps(arguments, ensure_ascii=False)
+    return text if len(text) <= ARGUMENTS_CHARS else text[:ARGUMENTS_CHARS] + "..."
+
+
+def _degraded_lines(result: RunResult[Any]) -> list[str]:
+    """``degraded: ...`` and the run's issues, for a run whose answer is not clean ([] when it is)."""
+    if not result.issues:
+        return []
+    counts = [f"{n} {what} call{'' if n == 1 else 's'}" for n, what in
+              ((result.cut_calls, "cut"), (result.dropped_calls, "dropped"), (result.failed_calls, "failed")) if n]
+    issues = f"{len(result.issues)} issue{'' if len(result.issues) == 1 else 's'}"
+    lines = [f"degraded: {', '.join([*counts, issues])}", *(f"  {i}" for i in result.issues[:MAX_ISSUES])]
+    if len(result.issues) > MAX_ISSUES:
+        lines.append(f"  ... and {len(result.issues) - MAX_ISSUES} more")
+    return lines
+
+
+def _one_line(e: BaseException) -> str:
+    message = " ".join(str(e).split())
+    return f"{type(e).__name__}: {message}" if message else type(e).__name__
+
+
+class _Progress(Protocol):
+    def start(self) -> None: ...
+    def event(self, event: AgentEvent) -> None: ...
+    def stop(self) -> None: ...
+    def note(self, text: str) -> None: ...
+    def summary(self, result: RunResult[Any] | None, session: Path | None) -> None: ...
+    def error(self, e: BaseException) -> None: ...
+
+
+class _PlainProgress:
+    """Flushed plain lines (not a terminal): the stable format of the module docstring."""
+
+    def __init__(self) -> None:
+        self.turn = 1
+        self.tool_calls = 0
+        self._text = ""  # content of the current turn not yet shown
+
+    def _echo(self, line: str) -> None:
+        click.echo(printable(line))  # flushes; model text cannot send terminal escapes
+
+    def start(self) -> None:
+        self.turn = 1
+        self._text = ""
+
+    def event(self, event: AgentEvent) -> None:
+        if isinstance(event, ContentDelta):
+            self._text += event.delta
+        elif isinstance(event, ToolCallDone):
+            if self._text.strip():
+                self._echo(f"[turn {self.turn}] text: {self._text.strip()}")
+            self._text = ""
+            self._echo(f"[turn {self.turn}] tool {event.name} {_arguments(event.arguments)}")
+        elif isinstance(event, ToolCallIncomplete):
+            self._echo(f"[turn {self.turn}] dropped an incomplete call to {event.name}")
+        elif isinstance(event, ToolResultEvent):
+            self.tool_calls += 1
+            self._echo(f"[turn {self.turn}] result {event.name}: {_preview(event.result)}")
+            if event.name == PLAN_TOOL_NAME and not event.result.is_error:
+                for line in event.result.text.splitlines()[1:]:
+                    self._echo(f"[turn {self.turn}] plan {line}")
+        elif isinstance(event, TurnEndEvent):
+            text = message_text(event.message.content).strip()
+            if not event.message.tool_calls:
+                self._echo(f"[turn {event.turn}] answer: {text or '(no text)'}")
+            elif self._text.strip():
+                self._echo(f"[turn {event.turn}] text: {self._text.strip()}")
+            self._text = ""
+            self.turn = event.turn + 1
+        elif isinstance(event, CompactionEvent):
+            what = event.stopped or event.failed or f"compacted {event.removed_messages} earlier messages"
+            self._echo(f"[turn {self.turn}] {what}")
+
+    def stop(self) -> None:
+        pass
+
+    def note(self, text: str) -> None:
+        self._echo(text)
+
+    def summary(self, result: RunResult[Any] | None, session: Path | None) -> None:
+        if result is not None:
+            if result.stop_reason != "completed":
+                self._echo(f"stopped: {result.stop_reason} ({_STOP_REASONS.get(result.stop_reason, '')})")
+            for line in _degraded_lines(result):
+                self._echo(line)
+            self._echo(f"usage: {result.turns} turns, {self.tool_calls} tool calls, "
+                       f"{result.usage.total_tokens} tokens")
+        if session is not None:
+            self._echo(f"session: {session}")
+
+    def error(self, e: BaseException) -> None:
+        click.echo(f"error: {_one_line(e)}", err=True)
+
+
+class _RichProgress:
+    """Live progress on a terminal: a status line, dimmed reasoning, tool calls, the answer."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.turn = 1
+        self.tool_calls = 0
+        self.tokens = 0
+        self.phase = "waiting for the model"
+        self._started = time.monotonic()
+        self._buf = ""
+        self._style = ""
+        self._kind: str | None = None
+        self._spinner = Spinner("dots", style="cyan")
+        self._live: Live | None = None
+        self.plan = ""  # the last update_plan result, shown above the status line
+
+    def __rich__(self) -> RenderableType:
+        elapsed = time.monotonic() - self._started
+        status = (f"turn {self.turn} · {self.tool_calls} tool calls · {self.tokens:,} tokens · "
+                  f"{elapsed:.0f}s · {self.phase}")
+        self._spinner.update(text=Text(status, style="dim"))
+        parts: list[RenderableType] = [Text(self._buf, style=self._style)] if self._buf else []
+        if self.plan:
+            parts.append(Text(self.plan, style="cyan"))
+        return Group(*parts, self._spinner) if parts else self._spinner
+
+    def _print(self, renderable: RenderableType) -> None:
+        self.console.print(renderable)
+
+    def start(self) -> None:
+        self.turn = 1
+        self._started = time.monotonic()
+        self.phase = "waiting for the model"
+        self._live = Live(self, console=self.console, transient=True, refresh_per_second=8,
+                          redirect_stdout=False, redirect_stderr=False)
+        self._live.start()
+
+    def stop(self) -> None:
+        self._flush()
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+    def _flush(self) -> None:
+        if self._buf:
+            self._print(Text(self._buf, style=self._style))
+        self._buf = ""
+
+    def _stream(self, kind: str, delta: str) -> None:
+        delta = printable(delta)  # model text cannot send terminal escapes
+        if kind != self._kind:
+            self._flush()
+            if self._kind == "reasoning" and kind == "content":
+                self._print(Text(""))
+            self._kind = kind
+            self._style = "dim" if kind == "reasoning" else ""
+            self.phase = "thinking" if kind == "reasoning" else "answering"
+        self._buf += delta
+        *lines, self._buf = self._buf.split("\n")
+        for line in lines:
+            self._print(Text(line, style=self._style))
+        width = max(20, self.console.width - 1)
+        while len(self._buf) > width:  # commit long lines as they wrap
+            cut = self._buf.rfind(" ", 0, width)
+            cut = cut if cut > 0 else width
+            self._print(Text(self._buf[:cut], style=self._style))
+            self._buf = self._buf[cut:].lstrip(" ")
+
+    def event(self, event: AgentEvent) -> None:
+        if isinstance(event, ReasoningDelta):
+            self._stream("reasoning", event.delta)
+        elif isinstance(event, ContentDelta):
+            self._stream("content", event.delta)
+        elif isinstance(event, ToolCallStarted):
+            self._flush()
+            self._kind = None
+            self.phase = f"calling {event.name}"
+        elif isinstance(event, ToolCallDone):
+            self._print(Text.assemble(("→ ", "cyan"), (printable(event.name), "bold cyan"), " ",
+                                      (_arguments(event.arguments), "dim")))
+            self.phase = "running tools"
+        elif isinstance(event, ToolCallIncomplete):
+            self._print(Text(f"dropped an incomplete call to {printable(event.name)}", style="yellow"))
+        elif isinstance(event, ToolResultEvent):
+            self.tool_calls += 1
+            mark, style = ("✗", "red") if event.result.is_error else ("✓", "green")
+            self._print(Text.assemble(("  " + mark + " ", style), (printable(event.name), "bold"), ": ",
+                                      (_preview(event.result), "dim")))
+            if event.name == PLAN_TOOL_NAME and not event.result.is_error:
+                self.plan = printable(event.result.text)
+        elif isinstance(event, TurnEndEvent):
+            self._flush()
+            self._kind = None
+            self.tokens += event.usage.total_tokens
+            self.turn = event.turn + 1
+            self.phase = "waiting for the model"
+        elif isinstance(event, FinalEvent):
+            self.turn = event.result.turns
+            self.phase = "done"
+        elif isinstance(event, CompactionEvent):
+            text = event.stopped or event.failed or f"compacted {event.removed_messages} earlier messages"
+            self._print(Text(text, style="dim yellow"))
+
+    def note(self, text: str) -> None:
+        self._print(Text(text, style="dim"))
+
+    def summary(self, result: RunResult[Any] | None, session: Path | None) -> None:
+        if result is not None:
+            if result.stop_reason != "completed":
+                why = _STOP_REASONS.get(result.stop_reason, "")
+                self._print(Text(f"stopped: {result.stop_reason} ({why})", style="bold yellow"))
+            for line in _degraded_lines(result):
+                self._print(Text(line, style="yellow"))
+            self._print(Text(f"{result.turns} turns · {self.tool_calls} tool calls · "
+                             f"{result.usage.total_tokens:,} tokens", style="dim"))
+        if session is not None:
+            self._print(Text(f"session: {session}", style="dim"))
+
+    def error(self, e: BaseException) -> None:
+        Console(stderr=True).print(Text(f"error: {_one_line(e)}", style="bold red"))
+
+
+def _progress(plain: bool) -> _Progress:
+    console = Console(highlight=False)
+    if console.is_terminal and not plain:
+        return _RichProgress(console)
+    return _PlainProgress()
+
+
+def _typed_error(e: BaseException) -> BaseException | None:
+    """The kimik3 (or OS) error behind ``e``, unwrapping exception groups; None for others."""
+    if isinstance(e, (KimiK3Error, OSError)):
+        return e
+    inner = getattr(e, "exceptions", None)
+    if isinstance(inner, tuple):
+        for sub in inner:
+            found = _typed_error(sub)
+            if found is not None:
+                return found
+    return None

@@ -1,0 +1,141 @@
+"""Running an agent from the `kimik3` command: session paths, starting the engine quietly,
+driving the run with progress, exit codes (split out of cli.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+from collections.abc import Callable, Coroutine, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import click
+
+from ._cli_progress import (
+    _Progress,
+    _typed_error,
+)
+from ._exceptions import EngineError, KimiK3Error
+from .agents import (
+    Agent,
+    FinalEvent,
+    RunResult,
+    load_session,
+)
+from .engines import Engine, VLLMEngine
+from .types import AssistantMessage, Message
+
+
+def _home() -> Path:
+    """``${KIMIK3_HOME:-~/.kimik3}``."""
+    return Path(os.environ.get("KIMIK3_HOME") or "~/.kimik3").expanduser()
+
+
+def _new_session_path() -> Path:
+    """A new file under ``${KIMIK3_HOME:-~/.kimik3}/sessions/``, named by the local time."""
+    home = _home()
+    (home / "sessions").mkdir(parents=True, exist_ok=True)  # the default place: made on purpose
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path = home / "sessions" / f"{stamp}.jsonl"
+    n = 2
+    while path.exists():
+        path = home / "sessions" / f"{stamp}-{n}.jsonl"
+        n += 1
+    return path
+
+
+def _read_task(task: str) -> str:
+    if task == "-":
+        task = sys.stdin.read()
+    if not task.strip():
+        raise click.UsageError("the task is empty")
+    return task
+
+
+async def _drive(agent: Agent[str], task: str | None, messages: list[Message], session: Path,
+                 progress: _Progress) -> RunResult[Any]:
+    """One run, its events shown by ``progress``."""
+    result: RunResult[Any] | None = None
+    progress.start()
+    try:
+        async for event in agent.run_stream(task, messages=messages, session=session):
+            progress.event(event)
+            if isinstance(event, FinalEvent):
+                result = event.result
+    finally:
+        progress.stop()
+    assert result is not None
+    return result
+
+
+def _execute(main: Callable[[], Coroutine[Any, Any, int]], progress: _Progress) -> int:
+    """Run ``main`` on an event loop; typed errors become one line and exit code 1."""
+    try:
+        return anyio.run(main)
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        return 130
+    except Exception as e:
+        typed = _typed_error(e)
+        if typed is None:
+            raise
+        progress.error(typed)
+        return 1
+
+
+async def _start(engine: Engine, progress: _Progress, verbose: bool = True) -> None:
+    """Start an embedded engine now, so a model that does not load is one clear error.
+
+    Unless ``verbose``, what vLLM and its processes write to stdout / stderr while it starts (and
+    later, from the processes started then: the engine core, its workers, multiprocessing's
+    resource tracker) goes to ``${KIMIK3_HOME:-~/.kimik3}/logs/vllm.log`` instead: vLLM 0.32
+    prints warnings before its logging is configured, where ``VLLM_LOGGING_LEVEL`` cannot reach.
+    """
+    if not isinstance(engine, VLLMEngine):
+        return
+    log = None if verbose else _home() / "logs" / "vllm.log"
+    progress.note(f"starting vLLM with {engine.engine_args['model']} ...")
+    try:
+        with _output_to(log):
+            await engine.start()
+    except KimiK3Error:
+        raise
+    except Exception as e:  # vLLM raises anything from ValueError to RuntimeError here
+        where = f" (vLLM's log: {log})" if log is not None else ""
+        raise EngineError(f"vLLM did not start: {e}{where}") from e
+
+
+@contextlib.contextmanager
+def _output_to(path: Path | None) -> Iterator[None]:
+    """File descriptors 1 and 2 (this process's and its new children's) go to ``path`` (appended)."""
+    if path is None:
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = (os.dup(1), os.dup(2))
+    with open(path, "ab") as f:
+        os.dup2(f.fileno(), 1)
+        os.dup2(f.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd, copy in zip((1, 2), saved, strict=True):
+            os.dup2(copy, fd)
+            os.close(copy)
+
+
+def _drop_unanswered(session: Path) -> None:
+    """Remove a session file this run created when the model never answered in it (the run
+    failed before: no engine, a dead endpoint), so failed starts leave no sessions behind."""
+    try:
+        if not any(isinstance(m, AssistantMessage) for m in load_session(session)):
+            session.unlink()
+    except (KimiK3Error, OSError):
+        pass  # unreadable or already gone: leave it as it is
