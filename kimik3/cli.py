@@ -494,7 +494,8 @@ def verify_command(ctx: click.Context, base_url: str, model: str | None, api_key
 
     def row(r: CheckResult) -> None:  # each row as it is decided
         mark = r.status.upper() if r.status == "fail" else r.status
-        click.echo(f"{r.check + (' *' if r.needs_model else ''):<50}{mark:<8}{r.evidence}")
+        name = r.check + (" *" if r.needs_model else "")
+        click.echo(f"{name:<56}  {mark:<6}  {r.evidence}")  # two spaces at least: names can be long
 
     try:
         tokenizer = K3Tokenizer.from_pretrained(tokenizer_dir) if tokenizer_dir else None
