@@ -22,6 +22,9 @@ class NotRegularFileError(OSError):
     An ``OSError`` so callers that already turn read errors into their typed error keep doing so.
     """
 
+    def __str__(self) -> str:
+        return str(self.strerror)
+
 
 def _check(mode: int, path: str) -> None:
     if not stat.S_ISREG(mode):
