@@ -504,12 +504,13 @@ class Tool:
         """Validate ``arguments``, call the function and convert what it returns.
 
         Never raises for invalid arguments, for an exception inside the tool (any
-        :class:`Exception`, and an ``asyncio.CancelledError`` the tool raised itself, see
+        :class:`Exception`, ``SystemExit`` / ``GeneratorExit`` (e.g. an argparse main's
+        ``sys.exit(2)``), and an ``asyncio.CancelledError`` the tool raised itself, see
         :func:`~kimik3.tools._limits.stray_cancellation`) or for a call that overruns its time
         limit: those come back as ``ToolResult(is_error=True, content="Error: <ExceptionType>:
         <message>")``, e.g. ``"Error: ToolTimeoutError: grep did not finish within 60 s and was
-        abandoned"``. Cancellation of the caller (``asyncio.CancelledError``, anyio's cancellation) and other
-        ``BaseException`` s propagate.
+        abandoned"``. Cancellation of the caller (``asyncio.CancelledError``, anyio's
+        cancellation) and ``KeyboardInterrupt`` propagate.
 
         A sync function runs in a new daemon thread, an async one in the caller's task. When the
         time limit passes or the caller is cancelled, the call returns at once: an async function
@@ -552,7 +553,9 @@ class Tool:
                 context.add_tools(*new)
                 return ToolResult(content="new tools: " + ", ".join(t.name for t in new))
             return ToolResult.from_value(value)
-        except Exception as e:  # cancellation is a BaseException and is not caught
+        except (Exception, SystemExit, GeneratorExit) as e:  # cancellation, KeyboardInterrupt pass
+            # SystemExit (an argparse/click main's sys.exit) and GeneratorExit are the tool's
+            # failure, not the program's: the model reads "Error: SystemExit: 2".
             return ToolResult.from_exception(e)
         except BaseException as e:
             if not stray_cancellation(e):
