@@ -213,6 +213,8 @@ class Workspace:
             ToolError: see :meth:`locate`; a missing file (unless ``create``), a directory, a FIFO,
                 socket or device, or (``write`` without ``hard_links``) a file with several links.
         """
+        if path.endswith("/"):  # "zz/" names a directory: never create or open a file "zz"
+            raise ToolError(f"{path} names a directory (it ends with '/'); give a file path")
         for _ in range(_MAX_LINKS):
             with self.locate(path, create_dirs=create) as loc:
                 if loc.name is None:

@@ -115,6 +115,8 @@ def coding_tools(
             command: the command line; pipes, &&, redirections and heredocs work.
             timeout: seconds before the command and all its child processes are killed.
         """
+        if "\0" in command:  # exec would refuse it with a bare "embedded null byte"
+            raise ToolError("the command contains a NUL byte; a command line cannot hold one (use printf '\\0')")
         done = await _run_shell([shell, "-c", command], workspace, timeout, max_output_chars)
         lines = [done.output.rstrip("\n")] if done.output.strip("\n") else []
         if done.killed_background:
@@ -195,6 +197,8 @@ def coding_tools(
             glob: only search files matching this pattern, e.g. "*.py" (file name) or
                 "src/**/*.ts" (path).
         """
+        if glob:
+            _search.check_glob(glob)
         rg = _search.rg_path()
         with _os_errors("search", path):
             found = _search.grep_rg(rg, ws, pattern, path, glob) if rg else _search.grep_python(ws, pattern, path, glob)
