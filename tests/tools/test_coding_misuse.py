@@ -42,3 +42,25 @@ async def test_grep_glob_outside_the_workspace_is_the_glob_tools_error(
     expected = f"Error: ToolError: pattern {glob!r} must be relative to the workspace and not use '..'"
     assert (grep.is_error, grep.content) == (True, expected)
     assert (globbed.is_error, globbed.content) == (True, expected)
+
+
+async def test_names_differing_by_a_backslash_show_apart_and_read_back(tools: dict[str, Tool], tmp_path: Path) -> None:
+    (tmp_path / "a\\nb").write_text("literal\n")  # a backslash and an n
+    (tmp_path / "a\nb").write_text("newline\n")  # a line feed
+    (tmp_path / "t\\x41").write_text("not an A\n")
+    with open(bytes(tmp_path) + b"/c\xff", "w") as f:  # an undecodable byte
+        f.write("undecodable\n")
+    shown = (await tools["glob"].run({"pattern": "*"})).content.splitlines()
+    assert sorted(shown) == ["a\\\\nb", "a\\nb", "c\\xff", "t\\\\x41"]
+    read = {name: (await tools["read_file"].run({"path": name})).content for name in shown}
+    assert read == {
+        "a\\\\nb": "     1\tliteral",
+        "a\\nb": "     1\tnewline",
+        "c\\xff": "     1\tundecodable",
+        "t\\\\x41": "     1\tnot an A",
+    }
+    grep = (await tools["grep"].run({"pattern": "l"})).content.splitlines()
+    assert sorted(grep) == ["a\\\\nb:1:literal", "a\\nb:1:newline", "c\\xff:1:undecodable"]
+    wrote = await tools["write_file"].run({"path": "new\\\\x", "content": "y"})
+    assert wrote.content == "Wrote 1 bytes to new\\\\x"
+    assert (tmp_path / "new\\x").read_text() == "y"

@@ -15,7 +15,7 @@ import re
 
 from ..._exceptions import ToolError
 from .._truncate import truncate_middle
-from ._paths import Workspace
+from ._paths import Workspace, show_path
 
 _BINARY_SNIFF = 8192  # a NUL byte in the first block: binary
 _SNIFF_BLOCK = 65536  # encoding guessed from the first block (read_file)
@@ -184,7 +184,7 @@ def write_file(ws: Workspace, path: str, content: str, hard_links: bool) -> str:
         raise ToolError(f"cannot write {path}: {e.strerror or e}") from None
     finally:
         os.close(fd)
-    return f"Wrote {len(data)} bytes to {rel}"
+    return f"Wrote {len(data)} bytes to {show_path(rel)}"
 
 
 # -- edit_file -------------------------------------------------------------------------------

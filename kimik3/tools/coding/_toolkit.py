@@ -25,7 +25,10 @@ adds "[directories more than 128 levels deep were not searched]"; bash's environ
 editors, pagers and prompts fail fast (``_bash._FAIL_FAST_ENV``), its output has no terminal
 escape codes, a timeout ends every descendant (``setsid`` ones too, through a subreaper), and a
 line "[these processes survived the kill: PID...]" names any that could not be ended. File names
-are shown with control characters and undecodable bytes escaped (``\\n``, ``\\xNN``).
+are shown with control characters and undecodable bytes escaped (``\\n``, ``\\xNN``) and a backslash
+doubled (``\\\\``), so a name ``a<LF>b`` shows as ``a\\nb`` and a name ``a\\nb`` as ``a\\\\nb``; the file
+tools read a path argument in the same escaped form (``_paths.read_path``), so a name they print
+can be passed back as printed.
 
 Usage::
 
