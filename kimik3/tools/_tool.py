@@ -466,12 +466,17 @@ class Tool:
         args = dict(args)
         problems = []
         properties = self.parameters["properties"]
+        beyond_limits: dict[str, str] = {}  # parameter -> why its JSON text was not decoded
         for pname, value in args.items():
             if pname in self._json_params and isinstance(value, str):
-                with contextlib.suppress(json.JSONDecodeError, JSONLimitError):  # then left as text
+                try:
                     decoded = safe_loads(value)
-                    if isinstance(decoded, (list, dict)):
-                        args[pname] = value = decoded
+                except json.JSONDecodeError:
+                    decoded = None  # left as text
+                except JSONLimitError as e:  # left as text; the reason is shown if text is refused
+                    decoded, beyond_limits[pname] = None, f"its JSON text is beyond the JSON limits: {e}"
+                if isinstance(decoded, (list, dict)):
+                    args[pname] = value = decoded
             where = _boolean_for_number(value, properties.get(pname, {}), self.parameters, pname)
             if where is not None:
                 problems.append(f"{where}: Input should be a number, not a boolean (got {_format_input(value)})")
@@ -485,6 +490,8 @@ class Tool:
                 where = _loc(err["loc"])
                 if err["type"] == "missing":
                     problems.append(f"{where}: missing required argument")
+                elif len(err["loc"]) == 1 and where in beyond_limits:
+                    problems.append(f"{where}: {beyond_limits.pop(where)}")
                 else:
                     problems.append(f"{where}: {err['msg']} (got {_format_input(err.get('input'))})")
             raise ToolArgumentsError("; ".join(problems)) from e
