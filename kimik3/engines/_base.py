@@ -27,7 +27,7 @@ from collections.abc import AsyncGenerator, Callable, Sequence
 from types import TracebackType
 from typing import Any, TypeAlias
 
-from .._exceptions import EngineError, TokenizerError, UserError
+from .._exceptions import EngineError, MediaError, TokenizerError, UserError
 from ..formats.k3 import EncodedPrompt, Event, K3Codec, K3Tokenizer, RawChunk
 from ..types import ChatCompletion, ChatRequest, ImagePart
 
@@ -276,6 +276,13 @@ class TokenEngine(Engine):
     async def _call(self, request: ChatRequest) -> CallSource:
         codec = self.codec
         prompt = self.encode(request)
+        for part in prompt.images:  # the prompt is encoded here: nothing would fetch the URL
+            url = part.image_url.url
+            if url.startswith(("http://", "https://")):
+                raise MediaError(
+                    f"{type(self).__name__} encodes the prompt locally and fetches no image URL ({url[:60]!r}): "
+                    "download the image and send a data: URL (only a remote chat server fetches http(s) images)"
+                )
         images = self.prepare_images(prompt.images)
         decoder = codec.decoder(request, prompt)
         gen = self.generate(prompt.ids, prompt.request, images=images)

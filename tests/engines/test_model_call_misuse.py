@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from kimik3 import Client, ScriptedEngine, UserError
+from kimik3 import Client, MediaError, ScriptedEngine, UserError
 from kimik3.formats.k3 import ContentDelta, render_output
 
 
@@ -44,3 +44,12 @@ async def test_two_tasks_iterating_one_call_is_a_user_error() -> None:
                 return len([e async for e in call])
 
             await asyncio.gather(eat(), eat())
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:1/x.png", "https://example.com/cat.jpg"])
+async def test_token_engine_refuses_http_image_urls(url: str) -> None:
+    engine = ScriptedEngine([_answer("ok")])
+    message = {"role": "user", "content": [{"type": "text", "text": "describe"}, {"type": "image_url", "image_url": {"url": url}}]}
+    with pytest.raises(MediaError, match=r"ScriptedEngine encodes the prompt locally and fetches no image URL"):
+        await Client(engine).chat([message])
+    assert engine.remaining == 1  # nothing was generated
