@@ -64,3 +64,31 @@ async def test_names_differing_by_a_backslash_show_apart_and_read_back(tools: di
     wrote = await tools["write_file"].run({"path": "new\\\\x", "content": "y"})
     assert wrote.content == "Wrote 1 bytes to new\\\\x"
     assert (tmp_path / "new\\x").read_text() == "y"
+
+
+@pytest.mark.parametrize("codec", ["utf-16", "utf-16-be", "utf-32", "utf-32-be"])
+async def test_utf16_and_utf32_with_bom_are_read_and_edited_in_their_encoding(
+    tools: dict[str, Tool], tmp_path: Path, codec: str
+) -> None:
+    bom = {"utf-16": b"\xff\xfe", "utf-16-be": b"\xfe\xff", "utf-32": b"\xff\xfe\x00\x00", "utf-32-be": b"\x00\x00\xfe\xff"}
+    plain = codec if codec.endswith("be") else codec + "-le"
+    path = tmp_path / "w.txt"
+    path.write_bytes(bom[codec] + "héllo\r\nworld\r\n".encode(plain))
+    read = await tools["read_file"].run({"path": "w.txt"})
+    assert (read.is_error, read.content) == (False, "     1\théllo\n     2\tworld")
+    edit = await tools["edit_file"].run({"path": "w.txt", "old_string": "world", "new_string": "wörld ✓"})
+    assert not edit.is_error and edit.content.startswith("Edited w.txt (1 replacement)")
+    assert path.read_bytes() == bom[codec] + "héllo\r\nwörld ✓\r\n".encode(plain)
+
+
+@pytest.mark.parametrize("data", [b"\xff\xfe", b"\xfe\xff", b"\xff\xfe\x00\x00"])
+async def test_a_lone_wide_bom_is_an_empty_file_not_latin1(tools: dict[str, Tool], tmp_path: Path, data: bytes) -> None:
+    (tmp_path / "b.txt").write_bytes(data)
+    read = await tools["read_file"].run({"path": "b.txt"})
+    assert (read.is_error, read.content) == (False, "[empty file]")
+
+
+async def test_broken_utf16_after_its_bom_is_a_clear_error(tools: dict[str, Tool], tmp_path: Path) -> None:
+    (tmp_path / "b.txt").write_bytes(b"\xff\xfea\x00\x00\xd8")  # a lone high surrogate
+    read = await tools["read_file"].run({"path": "b.txt"})
+    assert read.is_error and read.content.startswith("Error: ToolError: b.txt starts with a utf-16-le BOM but is not valid")
