@@ -10,6 +10,7 @@ from typing import Any, TypedDict
 import anyio
 from typing_extensions import Unpack
 
+from ._checks import check_instance, check_int
 from ._defaults import (
     DEFAULT_REASONING_EFFORT,
     MAX_RETRIES,
@@ -113,6 +114,8 @@ class Client:
         model: str | None = None,
         max_retries: int = MAX_RETRIES,
     ) -> None:
+        check_instance("Client(engine=...)", engine, Engine, "an Engine (ScriptedEngine, VLLMEngine, RemoteEngine)")
+        check_int("Client(max_retries=...)", max_retries, minimum=0)
         if engine is None:
             engine = RemoteEngine(base_url=base_url, api_key=api_key, model=model)
         self.engine = engine

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from ._checks import check_int, check_number
 from ._defaults import DEFAULT_REASONING_EFFORT, REASONING_EFFORTS, SINGLE_STEP_SAMPLING, ReasoningEffort
 from ._exceptions import (
     InvalidArgumentsError,
@@ -550,6 +551,8 @@ class ChatRequest:
         InvalidRequestError: a request K3's endpoint contract says must be rejected
             (:func:`kimik3.formats.k3.check_request`), before any network call.
         MessageError: an unsupported ``tool_choice`` or ``response_format``.
+        UserError: a sampling value of the wrong type or out of range (``temperature`` < 0,
+            ``top_p`` outside (0, 1], ``max_tokens`` < 1).
     """
 
     messages: list[Message]
@@ -568,6 +571,10 @@ class ChatRequest:
     def __post_init__(self) -> None:
         self.messages = to_messages(self.messages)
         self.tools = to_tool_specs(self.tools)
+        check_number("temperature", self.temperature, minimum=0)
+        check_number("top_p", self.top_p, above=0, maximum=1)
+        check_int("max_tokens", self.max_tokens, minimum=1, optional=True)
+        check_int("seed", self.seed, minimum=-(2**63), optional=True)
         if self.reasoning_effort not in REASONING_EFFORTS:
             raise InvalidEffortError(
                 f"reasoning_effort must be low, high, max or none, got {self.reasoning_effort!r}"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -126,12 +128,15 @@ MALFORMED: list[tuple[str, Any, str]] = [
     ("missing rank", lambda p: _set_line(p / "tiktoken.model", 5, b"AA=="), r"tiktoken\.model:6: expected"),
     ("empty vocabulary", lambda p: (p / "tiktoken.model").write_bytes(b""), r"n = 0 tokens \(highest rank: None\)"),
     ("vocabulary is a directory", lambda p: ((p / "tiktoken.model").unlink(), (p / "tiktoken.model").mkdir()),
-     "cannot read tiktoken vocabulary .*Is a directory"),
+     "cannot read tiktoken vocabulary .*is a directory"),
     ("config missing", lambda p: (p / "tokenizer_config.json").unlink(), r"cannot read .*tokenizer_config\.json"),
     ("config a list", lambda p: (p / "tokenizer_config.json").write_text("[]"), r"must hold a JSON object, got list"),
     ("config null", lambda p: (p / "tokenizer_config.json").write_text("null"), r"must hold a JSON object, got NoneType"),
     ("added tokens a list", lambda p: _set_added(p, [1]), "added_tokens_decoder must be an object, got list"),
-    ("added token without content", lambda p: _set_added(p, {"400": {"x": 1}}), r"added_tokens_decoder\['400'\] has no content"),
+    ("added token without content", lambda p: _set_added(p, {"400": {"x": 1}}), r"added_tokens_decoder\['400'\] must be an object with a string 'content', got \{'x': 1\}"),
+    ("added token a bare string", lambda p: _set_added(p, {"360": "x"}),
+     r"added_tokens_decoder\['360'\] must be an object with a string 'content', got 'x'"),
+    ("added tokens an empty list", lambda p: _set_added(p, []), "added_tokens_decoder must be an object, got list"),
     ("added token id not a number", lambda p: _set_added(p, {"abc": {"content": "<|a|>"}}), "key 'abc' is not a token id"),
     ("special id inside the base vocabulary", lambda p: _set_added(p, {"5": {"content": "<|x|>"}}),
      r"special token '<\|x\|>' has id 5, outside the 256 special ids 360\.\.615 that follow the 360 base tokens"),
@@ -148,6 +153,31 @@ def test_malformed_model_directories_raise_tokenizer_error(tmp_path: Path, what:
     mutate(path)
     with pytest.raises(TokenizerError, match=message):
         K3Tokenizer.from_pretrained(path)
+
+
+_FIFO_CHILD = """
+import os, sys
+from kimik3 import K3Tokenizer, TokenizerError
+from tests.k3vocab import write_model_dir
+from pathlib import Path
+path = write_model_dir(Path(sys.argv[1]))
+os.unlink(os.path.join(path, sys.argv[2]))
+os.mkfifo(os.path.join(path, sys.argv[2]))
+try:
+    K3Tokenizer.from_pretrained(path)
+except TokenizerError as e:
+    print("TokenizerError:", e)
+"""
+
+
+@pytest.mark.parametrize("name", ["tiktoken.model", "tokenizer_config.json"])
+def test_fifo_in_model_directory_is_refused_not_waited_on(tmp_path: Path, name: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _FIFO_CHILD, str(tmp_path / "m"), name],
+        capture_output=True, text=True, timeout=120, cwd=Path(__file__).parent.parent,
+    )
+    assert done.stdout.startswith("TokenizerError: cannot read"), done.stdout + done.stderr
+    assert f"{name}' is not a regular file (a FIFO, device or socket)" in done.stdout
 
 
 def _reference_split(s: str, max_len: int) -> list[str]:

@@ -33,7 +33,7 @@ from contextlib import AsyncExitStack
 from typing import Any, Generic, cast
 
 import anyio
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ValidationError
 
 from .. import _tracing
 from .._client import Client
@@ -54,6 +54,7 @@ from ..types import (
     UserMessage,
     message_text,
 )
+from ._arguments import check_agent_arguments, output_adapter, run_messages, task_message
 from ._checks import EMPTY_TURN, answer_text, check_images, failed_call_errors, unrun_calls, unrun_note
 from ._compaction import compact
 from ._dynamic import Toolbox, restore_declared, undeclared
@@ -171,8 +172,8 @@ class Agent(Generic[OutputT]):
         name: str | None = None,
         hooks: Sequence[RunHooks] = (),
     ) -> None:
-        if (engine is None) == (client is None):
-            raise UserError("pass exactly one of engine=... or client=...")
+        check_agent_arguments(engine=engine, client=client, instructions=instructions, tools=tools, settings=settings,
+                              budgets=budgets, context=context, approval=approval, tokenizer=tokenizer)
         self.client = client if client is not None else Client(cast(Engine, engine))
         self.instructions = instructions
         self.name = name
@@ -185,7 +186,7 @@ class Agent(Generic[OutputT]):
         self.budgets = budgets
         self.context = context or ContextPolicy()
         self.output_type = output_type
-        self._output_adapter: TypeAdapter[Any] | None = TypeAdapter(output_type) if output_type is not None else None
+        self._output_adapter = output_adapter(output_type)
         # Fixed for the agent's life: built once, not on every model call.
         self._specs = [t.spec for t in self.tools.values()]
         self._response_format: dict[str, Any] | None = None
@@ -229,6 +230,8 @@ class Agent(Generic[OutputT]):
             task: the user's request (text or content parts); None to continue ``messages``.
             messages: the conversation to continue, extended IN PLACE as the run goes (so it
                 holds the history even if the run is cancelled). A new list when omitted.
+                OpenAI-shaped dicts (``{"role": "user", "content": "hi"}``) are converted to
+                typed messages in place, as :meth:`Client.chat` converts them.
             session: a JSONL file that receives every message as it happens (its directory must
                 exist; the run holds an exclusive lock on it, see :class:`SessionWriter`).
 
@@ -236,7 +239,9 @@ class Agent(Generic[OutputT]):
             The :class:`RunResult`.
 
         Raises:
-            UserError: nothing to do (no task and no pending conversation).
+            UserError: nothing to do (no task and no pending conversation), or an argument of
+                the wrong type (``task`` not text or content parts, ``session`` not a path).
+            MessageError: a ``messages`` dict that is not a valid message.
             SessionError: the session file is in use by another run (named), is not a session,
                 is not a regular file, or its directory does not exist; nothing is written then.
             KeyboardInterrupt: raised by a tool or the approval hook, as itself (every call still
@@ -273,8 +278,9 @@ class Agent(Generic[OutputT]):
         session: str | os.PathLike[str] | None = None,
     ) -> AsyncIterator[AgentEvent]:
         """:meth:`run`, yielding :data:`AgentEvent` s; the last one is a :class:`FinalEvent`."""
-        history: list[Message] = messages if messages is not None else []
-        if task is None and not any(isinstance(m, UserMessage) for m in history):
+        history = run_messages(messages, session)
+        user = task_message(task) if task is not None else None
+        if user is None and not any(isinstance(m, UserMessage) for m in history):
             raise UserError("nothing to do: pass a task, or a conversation to continue")
         writer = None
         if session is not None:
@@ -300,8 +306,8 @@ class Agent(Generic[OutputT]):
                     run.add(SystemMessage(content=self.instructions))
                 for answer in orphan_results(run.messages, "the run stopped before this call finished"):
                     run.add(answer)
-                if task is not None:
-                    run.add(UserMessage(content=task if isinstance(task, str) else list(task)))
+                if user is not None:
+                    run.add(user)
                 async for event in self._loop(run):
                     if isinstance(event, FinalEvent):
                         run.span.done(event.result)

@@ -11,7 +11,9 @@ Crash safety (a ``kill -9`` at any byte): a last line without its ``\\n`` that i
 record (cut anywhere, also inside a multi-byte UTF-8 character) is a torn write and is dropped,
 by :func:`load_session` and by :class:`SessionWriter` (which cuts it before appending). A last
 line that is a complete record and only lacks the ``\\n`` is kept by both: the writer adds the
-newline. Any other odd line is a :class:`~kimik3.SessionError` naming its line number.
+newline. A file whose only line is torn is an empty session only when that line holds the whole
+fixed header prefix ``{"kimik3_session"``; a shorter file that merely begins like it (``{``) is
+not a session and is never cut. Any other odd line is a :class:`~kimik3.SessionError` naming its line number.
 
 One writer at a time: :class:`SessionWriter` holds an exclusive ``flock`` on the file while it
 lives; a second writer (another process, or another run in this one) gets a SessionError naming
@@ -89,7 +91,7 @@ def _check_header(path: Path, record: dict[str, Any]) -> None:
     version = record.get("kimik3_session")
     if version is None:
         raise SessionError(f"{path} is not a kimik3 session file (line 1 is not a session header)")
-    if version != SESSION_VERSION:
+    if type(version) is not int or version != SESSION_VERSION:  # true == 1 in Python, not here
         raise SessionError(f"{path}: unsupported session version {version!r} (this kimik3 reads {SESSION_VERSION})")
 
 
@@ -130,7 +132,9 @@ def _parse(path: Path, data: bytes) -> tuple[list[Message], int, bool]:
         try:
             json.loads(tail.decode("utf-8"))
         except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
-            if not complete and tail[: len(_HEADER_START)] != _HEADER_START[: len(tail)]:
+            # A torn header must hold the whole fixed prefix: a file of a few bytes that merely
+            # begin like it ("{") is someone else's, and is never truncated into a session.
+            if not complete and not tail.startswith(_HEADER_START):
                 raise SessionError(f"{path} is not a kimik3 session file (no header line)") from None
             # else torn by a crash while it was written: dropped
         else:  # a complete record that only lacks its newline: kept

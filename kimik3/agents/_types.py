@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Generic, Literal, TypeAlias
+from typing import Any, Generic, Literal, TypeAlias, get_args
 
 from typing_extensions import TypeVar
 
+from .._checks import check_instance, check_int, check_number
 from .._defaults import AGENTIC_SAMPLING, DEFAULT_REASONING_EFFORT, ReasoningEffort
+from .._exceptions import UserError
 from ..formats.k3 import (
     ContentDelta,
     ReasoningDelta,
@@ -85,6 +87,18 @@ class ModelSettings:
     seed: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        """Raises UserError: an effort outside low / high / max / none, or a bad sampling value."""
+        if self.reasoning_effort not in get_args(ReasoningEffort):
+            raise UserError(
+                f"ModelSettings.reasoning_effort must be low, high, max or none, got {self.reasoning_effort!r:.80}"
+            )
+        check_number("ModelSettings.temperature", self.temperature, minimum=0)
+        check_number("ModelSettings.top_p", self.top_p, above=0, maximum=1)
+        check_int("ModelSettings.max_tokens", self.max_tokens, minimum=1, optional=True)
+        check_int("ModelSettings.seed", self.seed, minimum=-(2**63), optional=True)
+        check_instance("ModelSettings.extra", self.extra, dict, "a dict", optional=False)
+
 
 @dataclass(frozen=True)
 class Budgets:
@@ -102,6 +116,12 @@ class Budgets:
     turns: int = 50
     tokens: int | None = None
     seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        """Raises UserError: turns < 1, tokens < 1, seconds <= 0, or a value of the wrong type."""
+        check_int("Budgets.turns (max_turns)", self.turns, minimum=1)
+        check_int("Budgets.tokens", self.tokens, minimum=1, optional=True)
+        check_number("Budgets.seconds", self.seconds, above=0, optional=True)
 
 
 @dataclass(frozen=True)
@@ -130,6 +150,15 @@ class ContextPolicy:
     keep_recent_turns: int = 4
     max_images: int | None = None
     image_slack: int | None = None
+
+    def __post_init__(self) -> None:
+        """Raises UserError: a value of the wrong type or out of range."""
+        check_int("ContextPolicy.max_result_chars", self.max_result_chars, minimum=1)
+        check_int("ContextPolicy.context_window", self.context_window, minimum=1)
+        check_number("ContextPolicy.compact_at", self.compact_at, above=0, maximum=1)
+        check_int("ContextPolicy.keep_recent_turns", self.keep_recent_turns, minimum=0)
+        check_int("ContextPolicy.max_images", self.max_images, minimum=0, optional=True)
+        check_int("ContextPolicy.image_slack", self.image_slack, minimum=0, optional=True)
 
 
 @dataclass(frozen=True)

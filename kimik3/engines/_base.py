@@ -20,13 +20,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, Callable, Sequence
 from types import TracebackType
 from typing import Any, TypeAlias
 
-from .._exceptions import EngineError, TokenizerError, UserError
+from .._exceptions import EngineError, MediaError, TokenizerError, UserError
 from ..formats.k3 import EncodedPrompt, Event, K3Codec, K3Tokenizer, RawChunk
 from ..types import ChatCompletion, ChatRequest, ImagePart
 
@@ -49,6 +50,7 @@ class ModelCall:
         self._source = source
         self._completion: ChatCompletion | None = None
         self._closed = False
+        self._busy = False  # a task awaits the source's next event
 
     @property
     def completion(self) -> ChatCompletion:
@@ -62,25 +64,50 @@ class ModelCall:
         return self._completion
 
     async def get(self) -> ChatCompletion:
-        """Consume the remaining events and return the completion."""
-        async for _ in self:
-            pass
+        """Consume the remaining events and return the completion (again on a later call).
+
+        Raises:
+            UserError: the call was closed before its end, or another task is iterating it.
+        """
+        with contextlib.suppress(StopAsyncIteration):
+            while True:
+                await self.__anext__()
         return self.completion
 
     def __aiter__(self) -> ModelCall:
+        """The call's events, once: a loop may stop (``break``) and a later one go on.
+
+        Raises:
+            UserError: the events were already consumed to the end (or the call closed); the
+                completion is :attr:`completion`.
+        """
+        if self._closed:
+            raise UserError(
+                "this model call's events were already consumed (or the call was closed): they are "
+                "iterated once; read call.completion"
+            )
         return self
 
     async def __anext__(self) -> Event:
         if self._closed:
             raise StopAsyncIteration
+        if self._busy:
+            raise UserError("another task is iterating this model call: one consumer per call")
+        self._busy = True
         try:
             item = await self._source.__anext__()
         except StopAsyncIteration:
+            self._busy = False
             await self.aclose()
             raise EngineError("the engine's stream ended without a completion") from None
         except BaseException:
+            self._busy = False
             await self.aclose()
             raise
+        self._busy = False
+        if self._closed:  # closed by another task while this one awaited: close the source now
+            await self._source.aclose()
+            raise StopAsyncIteration
         if isinstance(item, ChatCompletion):
             self._completion = item
             await self.aclose()
@@ -88,10 +115,12 @@ class ModelCall:
         return item
 
     async def aclose(self) -> None:
-        """End the call; a request still running is aborted (idempotent)."""
+        """End the call; a request still running is aborted (idempotent). While another task
+        awaits the call's next event, that task closes it when the event arrives."""
         if not self._closed:
             self._closed = True
-            await self._source.aclose()
+            if not self._busy:
+                await self._source.aclose()
 
     async def __aenter__(self) -> ModelCall:
         return self
@@ -247,6 +276,13 @@ class TokenEngine(Engine):
     async def _call(self, request: ChatRequest) -> CallSource:
         codec = self.codec
         prompt = self.encode(request)
+        for part in prompt.images:  # the prompt is encoded here: nothing would fetch the URL
+            url = part.image_url.url
+            if url.startswith(("http://", "https://")):
+                raise MediaError(
+                    f"{type(self).__name__} encodes the prompt locally and fetches no image URL ({url[:60]!r}): "
+                    "download the image and send a data: URL (only a remote chat server fetches http(s) images)"
+                )
         images = self.prepare_images(prompt.images)
         decoder = codec.decoder(request, prompt)
         gen = self.generate(prompt.ids, prompt.request, images=images)

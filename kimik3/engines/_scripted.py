@@ -10,6 +10,7 @@ from typing import Any
 
 import anyio
 
+from .._checks import check_int
 from .._exceptions import EngineError, UserError
 from ..formats.k3 import (
     END_OF_MSG,
@@ -110,8 +111,12 @@ class ScriptedEngine(TokenEngine):
         model: str = "scripted-k3",
     ) -> None:
         super().__init__(tokenizer)
-        if chunk_size < 1:
-            raise UserError("chunk_size must be >= 1")
+        check_int("ScriptedEngine(chunk_size=...)", chunk_size, minimum=1)
+        if isinstance(responses, (str, bytes)):  # list("abc") would script three one-letter answers
+            raise UserError("ScriptedEngine(responses=...) takes a list of raw outputs (or a function): wrap one "
+                            "string in a list")
+        if not callable(responses) and not all(isinstance(r, str) for r in responses):
+            raise UserError("ScriptedEngine(responses=...) must be a list of raw output strings (or a function)")
         self._responses = responses if callable(responses) else list(responses)
         self._next = 0
         self.chunk_size = chunk_size

@@ -21,7 +21,8 @@ from typing import IO, TypeAlias
 
 from PIL import ExifTags, Image, UnidentifiedImageError
 
-from .._exceptions import ImageTooLargeError, MediaDecodeError
+from .._exceptions import ImageTooLargeError, MediaDecodeError, MediaError
+from .._files import NotRegularFileError, open_regular
 from ._config import MediaConfig
 
 __all__ = ["ImageSource", "decode_data_url"]
@@ -83,6 +84,19 @@ def decode_data_url(url: str) -> tuple[str, bytes]:
     return media_type, urllib.parse.unquote_to_bytes(payload)
 
 
+def _open_file(path: str | os.PathLike[str]) -> IO[bytes]:
+    """A media file opened for reading; a FIFO, device or directory is refused without blocking.
+
+    Raises:
+        MediaError: not a regular file.
+        OSError: missing or unreadable.
+    """
+    try:
+        return open_regular(path)
+    except NotRegularFileError as e:
+        raise MediaError(f"cannot read media from {e.strerror}: only regular files are read") from e
+
+
 @contextmanager
 def _opened(source: ImageSource) -> Iterator[tuple[Image.Image, bool]]:
     """Open ``source`` lazily (header only). Yields ``(image, owned)``; closes what it opened."""
@@ -94,7 +108,7 @@ def _opened(source: ImageSource) -> Iterator[tuple[Image.Image, bool]]:
     if isinstance(source, str) and source.startswith("data:"):
         fp = io.BytesIO(decode_data_url(source)[1])
     elif isinstance(source, (str, os.PathLike)):
-        fp = open(source, "rb")  # noqa: SIM115 - closed below; FileNotFoundError propagates
+        fp = _open_file(source)  # closed below; FileNotFoundError propagates
     elif isinstance(source, (bytes, bytearray, memoryview)):
         fp = io.BytesIO(source)
     elif hasattr(source, "read"):

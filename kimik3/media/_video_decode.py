@@ -24,7 +24,7 @@ import av
 from PIL import Image
 
 from .._exceptions import MediaDecodeError, NoVideoStreamError, VideoTooLongError
-from ._image_decode import decode_data_url
+from ._image_decode import _open_file, decode_data_url
 
 __all__ = ["VideoSource"]
 
@@ -111,10 +111,8 @@ class _Source:
         if isinstance(source, str) and source.startswith("data:"):
             self._data = decode_data_url(source)[1]
         elif isinstance(source, (str, os.PathLike)):
-            path = os.fspath(source)
-            if not os.path.isfile(path):
-                raise FileNotFoundError(path)
-            self._path = path
+            _open_file(source).close()  # refuses a FIFO or device before av.open could block on it
+            self._path = os.fspath(source)
         elif isinstance(source, (bytes, bytearray, memoryview)):
             self._data = bytes(source)
         elif hasattr(source, "read"):
@@ -130,6 +128,7 @@ class _Source:
     def open(self) -> Any:
         target: Any
         if self._path is not None:
+            _open_file(self._path).close()  # checked again: the path may have been swapped since
             target = self._path
         elif self._data is not None:
             target = io.BytesIO(self._data)

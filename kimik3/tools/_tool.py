@@ -466,12 +466,17 @@ class Tool:
         args = dict(args)
         problems = []
         properties = self.parameters["properties"]
+        beyond_limits: dict[str, str] = {}  # parameter -> why its JSON text was not decoded
         for pname, value in args.items():
             if pname in self._json_params and isinstance(value, str):
-                with contextlib.suppress(json.JSONDecodeError, JSONLimitError):  # then left as text
+                try:
                     decoded = safe_loads(value)
-                    if isinstance(decoded, (list, dict)):
-                        args[pname] = value = decoded
+                except json.JSONDecodeError:
+                    decoded = None  # left as text
+                except JSONLimitError as e:  # left as text; the reason is shown if text is refused
+                    decoded, beyond_limits[pname] = None, f"its JSON text is beyond the JSON limits: {e}"
+                if isinstance(decoded, (list, dict)):
+                    args[pname] = value = decoded
             where = _boolean_for_number(value, properties.get(pname, {}), self.parameters, pname)
             if where is not None:
                 problems.append(f"{where}: Input should be a number, not a boolean (got {_format_input(value)})")
@@ -485,6 +490,8 @@ class Tool:
                 where = _loc(err["loc"])
                 if err["type"] == "missing":
                     problems.append(f"{where}: missing required argument")
+                elif len(err["loc"]) == 1 and where in beyond_limits:
+                    problems.append(f"{where}: {beyond_limits.pop(where)}")
                 else:
                     problems.append(f"{where}: {err['msg']} (got {_format_input(err.get('input'))})")
             raise ToolArgumentsError("; ".join(problems)) from e
@@ -504,12 +511,13 @@ class Tool:
         """Validate ``arguments``, call the function and convert what it returns.
 
         Never raises for invalid arguments, for an exception inside the tool (any
-        :class:`Exception`, and an ``asyncio.CancelledError`` the tool raised itself, see
+        :class:`Exception`, ``SystemExit`` / ``GeneratorExit`` (e.g. an argparse main's
+        ``sys.exit(2)``), and an ``asyncio.CancelledError`` the tool raised itself, see
         :func:`~kimik3.tools._limits.stray_cancellation`) or for a call that overruns its time
         limit: those come back as ``ToolResult(is_error=True, content="Error: <ExceptionType>:
         <message>")``, e.g. ``"Error: ToolTimeoutError: grep did not finish within 60 s and was
-        abandoned"``. Cancellation of the caller (``asyncio.CancelledError``, anyio's cancellation) and other
-        ``BaseException`` s propagate.
+        abandoned"``. Cancellation of the caller (``asyncio.CancelledError``, anyio's
+        cancellation) and ``KeyboardInterrupt`` propagate.
 
         A sync function runs in a new daemon thread, an async one in the caller's task. When the
         time limit passes or the caller is cancelled, the call returns at once: an async function
@@ -552,7 +560,9 @@ class Tool:
                 context.add_tools(*new)
                 return ToolResult(content="new tools: " + ", ".join(t.name for t in new))
             return ToolResult.from_value(value)
-        except Exception as e:  # cancellation is a BaseException and is not caught
+        except (Exception, SystemExit, GeneratorExit) as e:  # cancellation, KeyboardInterrupt pass
+            # SystemExit (an argparse/click main's sys.exit) and GeneratorExit are the tool's
+            # failure, not the program's: the model reads "Error: SystemExit: 2".
             return ToolResult.from_exception(e)
         except BaseException as e:
             if not stray_cancellation(e):

@@ -214,3 +214,45 @@ async def test_compaction_that_cannot_get_under_the_threshold_stops_and_says_so_
                                 "100,000 tokens) cannot get under half of the 48,000-token threshold")
     final = events[-1]
     assert isinstance(final, FinalEvent) and final.result.turns == 13
+
+
+# -- SystemExit / GeneratorExit inside a tool: that tool's error, not the end of the run -----
+
+
+@tool
+def cli_main(argv: str) -> str:
+    """An argparse main: a bad argument exits with status 2."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="cli_main", add_help=False)
+    parser.add_argument("--n", type=int, required=True)
+    return str(parser.parse_args(argv.split()).n * 2)
+
+
+@tool
+async def async_exit(code: int) -> str:
+    """An async tool that calls sys.exit."""
+    sys.exit(code)
+
+
+@tool
+def gen_exit(x: int) -> str:
+    """A sync tool that raises GeneratorExit."""
+    raise GeneratorExit
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments", "expected"),
+    [
+        ("cli_main", {"argv": "--n nope"}, "Error: SystemExit: 2"),
+        ("async_exit", {"code": 4}, "Error: SystemExit: 4"),
+        ("gen_exit", {"x": 1}, "Error: GeneratorExit"),
+    ],
+)
+async def test_system_exit_and_generator_exit_become_the_tool_error(
+    name: str, arguments: dict[str, Any], expected: str
+) -> None:
+    engine = ScriptedEngine([calls((name, arguments), ("cli_main", {"argv": "--n 21"})), answer("fine")])
+    result = await Agent(tools=[cli_main, async_exit, gen_exit], engine=engine).run("x")
+    assert result.output == "fine"
+    assert [m.content for m in tool_messages(result.messages)] == [expected, "42"]

@@ -148,6 +148,12 @@ HEADER = b'{"kimik3_session": 1, "created": 0}\n'
         (HEADER + b'{"message": {"role": "user", "content": "a"}}\n' + b"[" * 5000 + b"]" * 5000 + b"\n",
          ":3: not a JSON line: maximum recursion depth exceeded"),
         (b'{"kimik3_session": 2}\n', ": unsupported session version 2 (this kimik3 reads 1)"),
+        (b'{"kimik3_session": true}\n', ": unsupported session version True (this kimik3 reads 1)"),
+        (b'{"kimik3_session": 1.0}\n', ": unsupported session version 1.0 (this kimik3 reads 1)"),
+        # bytes that merely begin like a header (shorter than its fixed prefix) are someone
+        # else's file: never cut and turned into a session
+        (b"{", " is not a kimik3 session file (no header line)"),
+        (b'{"kimik3_sess', " is not a kimik3 session file (no header line)"),
         (b"hello\n", " is not a kimik3 session file (line 1 is not a session header)"),
         (b"hello", " is not a kimik3 session file (no header line)"),
         (b'{"a": 1}\n', " is not a kimik3 session file (line 1 is not a session header)"),
@@ -268,7 +274,7 @@ async def test_a_run_never_appends_a_different_conversation_to_a_session(tmp_pat
 
 def test_a_torn_header_is_an_empty_session_the_writer_starts_again(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
-    path.write_bytes(b'{"kimik3_sess')  # killed while the header was written
+    path.write_bytes(b'{"kimik3_session": 1, "cre')  # killed while the header was written
     with pytest.raises(SessionError, match=r" is empty, not a kimik3 session$"):
         load_session(path)
     w = SessionWriter(path, {"instructions": "sys"})

@@ -81,7 +81,8 @@ async def test_model_call_holds_its_completion_once_consumed() -> None:
         deltas = [e async for e in call]
     assert "".join(e.delta for e in deltas if isinstance(e, ContentDelta)) == "Sunny."
     assert isinstance(call.completion, ChatCompletion) and call.completion.message.content == "Sunny."
-    assert [e async for e in call] == []  # a finished call yields nothing more
+    with pytest.raises(UserError, match="already consumed"):  # a finished call is not silently empty
+        [e async for e in call]
     got = await engine.stream(ChatRequest(messages=[{"role": "user", "content": "y"}])).get()
     assert got.message.reasoning_content == "ok"
 

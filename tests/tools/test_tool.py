@@ -693,3 +693,24 @@ async def test_a_tools_own_cancelled_error_is_its_error_result_a_callers_cancell
         await sleeper.run({})
         reached.append("after")
     assert scope.cancelled_caught and reached == []
+
+
+@tool
+def _takes_lists(xs: list[int], opts: dict[str, int] | None = None) -> str:
+    """Takes a list and a mapping."""
+    return repr((xs, opts))
+
+
+@pytest.mark.parametrize(
+    ("arguments", "reason"),
+    [
+        ({"xs": "[1e999]"}, "xs: its JSON text is beyond the JSON limits: the number 1e999 is out of range (it would be inf)"),
+        ({"xs": "[" + "9" * 700 + "]"}, "xs: its JSON text is beyond the JSON limits: an integer has more than 640 digits"),
+        ({"xs": "[" * 200 + "]" * 200}, "xs: its JSON text is beyond the JSON limits: nested deeper than 128 arrays/objects"),
+        ({"xs": [1], "opts": '{"a": 1e999}'}, "opts: its JSON text is beyond the JSON limits: the number 1e999 is out of range"),
+    ],
+)
+async def test_json_text_argument_beyond_limits_names_the_limit(arguments: dict[str, Any], reason: str) -> None:
+    result = await _takes_lists.run(arguments)
+    assert result.is_error
+    assert result.content.startswith("Error: ToolArgumentsError: " + reason)

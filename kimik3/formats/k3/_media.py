@@ -1,7 +1,9 @@
 """Images and video in requests: what each engine sends, and how many tokens they cost.
 
 - Sources: ``data:`` URLs always; http(s) image URLs are passed to a remote server (it fetches
-  them; the embedded engine refuses them); a local file path only when the engine allows it
+  them; every engine that encodes the prompt locally, the embedded engine and ScriptedEngine,
+  refuses them with :class:`~kimik3.MediaError`: nothing there fetches a URL); a local file
+  path only when the engine allows it
   (``engine.allow_local_files = True``), so a message from an untrusted source cannot make the
   client read files (the same :class:`~kimik3.MediaError` whether the path exists or not).
   Video URLs: ``data:video/...`` or, when allowed, a local path; an http(s) video must be

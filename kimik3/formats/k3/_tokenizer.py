@@ -32,6 +32,7 @@ from typing import Any
 import tiktoken
 
 from ..._exceptions import KimiK3Error, TokenizerError, UserError
+from ..._files import read_regular_bytes
 from ...types import Message, ToolSpec
 from ._encode import END_OF_MSG, Segment, ThinkingEffort, encode_segments
 
@@ -93,7 +94,7 @@ def load_tiktoken_bpe(path: str | os.PathLike[str]) -> dict[bytes, int]:
             ``0 .. n-1`` (tiktoken would report ``max rank + 1`` as the vocabulary size).
     """
     try:
-        data = Path(path).read_bytes()
+        data = read_regular_bytes(path)  # a FIFO or device is refused, not waited on
     except OSError as e:
         raise TokenizerError(f"cannot read tiktoken vocabulary {path}: {e}") from e
     ranks: dict[bytes, int] = {}
@@ -118,21 +119,24 @@ def load_tiktoken_bpe(path: str | os.PathLike[str]) -> dict[bytes, int]:
 
 def special_token_ids(num_base_tokens: int, added_tokens_decoder: Mapping[Any, Any]) -> dict[str, int]:
     """K3's special tokens: ids ``num_base_tokens + k`` for k in 0..255, named from
-    ``added_tokens_decoder`` (id -> ``{"content": name}``, an object with ``.content``, or the name)
+    ``added_tokens_decoder`` (id -> ``{"content": name}`` or an object with ``.content``)
     and ``<|reserved_token_{id}|>`` where unnamed (as the checkpoint's ``tokenization_kimi.py``).
 
     Raises:
-        TokenizerError: not a mapping, an entry without a name, an id that is not an integer or
-            lies outside ``num_base_tokens .. num_base_tokens + 255``, a name given twice.
+        TokenizerError: not a mapping, an entry that is not ``{"content": name}`` (a bare string
+            too), an id that is not an integer or lies outside
+            ``num_base_tokens .. num_base_tokens + 255``, a name given twice.
     """
     if not isinstance(added_tokens_decoder, Mapping):
         raise TokenizerError(f"added_tokens_decoder must be an object, got {type(added_tokens_decoder).__name__}")
     named: dict[str, int] = {}
     reserved = range(num_base_tokens, num_base_tokens + NUM_RESERVED_SPECIAL_TOKENS)
     for token_id, entry in added_tokens_decoder.items():
-        content = entry.get("content") if isinstance(entry, Mapping) else getattr(entry, "content", entry)
+        content = entry.get("content") if isinstance(entry, Mapping) else getattr(entry, "content", None)
         if not isinstance(content, str):
-            raise TokenizerError(f"added_tokens_decoder[{token_id!r}] has no content")
+            raise TokenizerError(
+                f"added_tokens_decoder[{token_id!r}] must be an object with a string 'content', got {entry!r:.80}"
+            )
         try:
             number = int(token_id)
         except (TypeError, ValueError):
@@ -249,12 +253,12 @@ class K3Tokenizer:
         ranks = load_tiktoken_bpe(root / "tiktoken.model")
         config_path = root / "tokenizer_config.json"
         try:
-            config = json.loads(config_path.read_text(encoding="utf-8"))
+            config = json.loads(read_regular_bytes(config_path).decode("utf-8"))
         except (OSError, ValueError) as e:
             raise TokenizerError(f"cannot read {config_path}: {e}") from e
         if not isinstance(config, dict):
             raise TokenizerError(f"{config_path} must hold a JSON object, got {type(config).__name__}")
-        specials = special_token_ids(len(ranks), config.get("added_tokens_decoder") or {})
+        specials = special_token_ids(len(ranks), config.get("added_tokens_decoder", {}))
         return cls(ranks, specials, name=f"kimi-k3:{root.name}")
 
     # -- ids -----------------------------------------------------------------------------

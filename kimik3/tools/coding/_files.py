@@ -3,19 +3,23 @@ keep every line's own ending and every undecodable byte.
 
 Encoding: a file is UTF-8 (a BOM is kept), its undecodable bytes carried as surrogates
 (``surrogateescape``) so they are written back byte for byte; a file with undecodable bytes and
-no valid multi-byte UTF-8 sequence at all is a legacy 8-bit file, read and written as Latin-1.
+no valid multi-byte UTF-8 sequence at all is a legacy 8-bit file, read and written as Latin-1. A
+file starting with a UTF-16 or UTF-32 BOM (either byte order) is read in that encoding and an edit
+writes it back in it, BOM first; a lone BOM is an empty file.
 """
 
 from __future__ import annotations
 
 import codecs
 import difflib
+import io
 import os
 import re
+from typing import IO
 
 from ..._exceptions import ToolError
 from .._truncate import truncate_middle
-from ._paths import Workspace
+from ._paths import Workspace, show_path
 
 _BINARY_SNIFF = 8192  # a NUL byte in the first block: binary
 _SNIFF_BLOCK = 65536  # encoding guessed from the first block (read_file)
@@ -29,10 +33,27 @@ _NON_ASCII_TEXT = re.compile("[\u0080-\udc7f\udd00-\U0010ffff]")  # not an escap
 _NEWLINE = re.compile(r"\r?\n")
 
 
+# UTF-32 first: its little-endian BOM begins with UTF-16's.
+_WIDE_BOMS = (
+    ("utf-32-le", codecs.BOM_UTF32_LE), ("utf-32-be", codecs.BOM_UTF32_BE),
+    ("utf-16-le", codecs.BOM_UTF16_LE), ("utf-16-be", codecs.BOM_UTF16_BE),
+)
+_WIDE = dict(_WIDE_BOMS)
+
+
+def wide_encoding(data: bytes) -> str | None:
+    """``"utf-16-le"`` etc. for a file starting with a UTF-16 / UTF-32 BOM, else None."""
+    return next((name for name, bom in _WIDE_BOMS if data.startswith(bom)), None)
+
+
 def sniff_encoding(data: bytes, complete: bool) -> str:
-    """``"utf-8-sig"``, ``"utf-8"`` or ``"latin-1"`` for a file starting with ``data``."""
+    """``"utf-8-sig"``, ``"utf-16-le"`` (and the other UTF-16 / UTF-32 byte orders, by their
+    BOM), ``"utf-8"`` or ``"latin-1"`` for a file starting with ``data``."""
     if data.startswith(codecs.BOM_UTF8):
         return "utf-8-sig"
+    wide = wide_encoding(data)
+    if wide is not None:
+        return wide
     if not complete:  # a multi-byte character may be cut at the end of the block
         data = data[: data.rfind(b"\n") + 1] or data[:-3]
     try:
@@ -44,7 +65,12 @@ def sniff_encoding(data: bytes, complete: bool) -> str:
     return "utf-8" if _NON_ASCII_TEXT.search(text) else "latin-1"
 
 
-def decode(data: bytes, encoding: str) -> str:
+def decode(data: bytes, encoding: str, path: str = "the file") -> str:
+    if encoding in _WIDE:
+        try:
+            return data[len(_WIDE[encoding]) :].decode(encoding)
+        except UnicodeDecodeError as e:
+            raise ToolError(f"{path} starts with a {encoding} BOM but is not valid {encoding} ({e.reason})") from None
     if encoding == "latin-1":
         return data.decode("latin-1")
     if encoding == "utf-8-sig":
@@ -53,6 +79,11 @@ def decode(data: bytes, encoding: str) -> str:
 
 
 def encode(text: str, encoding: str, path: str) -> bytes:
+    if encoding in _WIDE:  # written back in the file's own encoding, its BOM first
+        try:
+            return _WIDE[encoding] + text.encode(encoding)
+        except UnicodeEncodeError:
+            raise ToolError(f"{path} is {encoding} and new_string has a lone surrogate it cannot hold") from None
     if encoding == "latin-1":
         try:
             return text.encode("latin-1")
@@ -115,16 +146,21 @@ def read_file(ws: Workspace, path: str, offset: int, limit: int) -> str:
         head = os.pread(fd, _SNIFF_BLOCK, 0)
         if not head:
             return "[empty file]"
-        if is_binary(head):
-            raise ToolError(f"{path} is a binary file ({size} bytes)")
         encoding = sniff_encoding(head, complete=len(head) < _SNIFF_BLOCK)
-        if encoding == "utf-8-sig":
+        if encoding not in _WIDE and is_binary(head):  # UTF-16 / UTF-32 text is full of NULs
+            raise ToolError(f"{path} is a binary file ({size} bytes)")
+        src: IO[bytes] = f
+        if encoding in _WIDE:  # decoded whole and read on as UTF-8 (line ends are 2-4 bytes)
+            if size > MAX_EDIT_BYTES:
+                raise ToolError(f"{path} is {encoding}, over {MAX_EDIT_BYTES} bytes; convert it with iconv first")
+            src = io.BytesIO(to_utf8(decode(_read_all(fd, size), encoding, path), "the file"))
+        elif encoding == "utf-8-sig":
             f.seek(len(codecs.BOM_UTF8))
         out: list[str] = []
         number = 0
         codec = "latin-1" if encoding == "latin-1" else "utf-8"
         while len(out) < limit:
-            raw = f.readline(_LINE_BYTES)
+            raw = src.readline(_LINE_BYTES)
             if not raw:
                 break
             number += 1
@@ -135,7 +171,7 @@ def read_file(ws: Workspace, path: str, offset: int, limit: int) -> str:
                 decoder = codecs.getincrementaldecoder(codec)("surrogateescape")
                 text = decoder.decode(raw) if shown else ""
                 while True:
-                    piece = f.readline(_READ_CHUNK)
+                    piece = src.readline(_READ_CHUNK)
                     end = not piece or piece.endswith(b"\n")
                     if shown:
                         rest = decoder.decode(piece, end)
@@ -153,7 +189,7 @@ def read_file(ws: Workspace, path: str, offset: int, limit: int) -> str:
         following = counted = 0
         last = b"\n"
         while counted < _MAX_COUNT_BYTES:
-            chunk = f.read(_READ_CHUNK)
+            chunk = src.read(_READ_CHUNK)
             if not chunk:
                 break
             following += chunk.count(b"\n")
@@ -184,7 +220,7 @@ def write_file(ws: Workspace, path: str, content: str, hard_links: bool) -> str:
         raise ToolError(f"cannot write {path}: {e.strerror or e}") from None
     finally:
         os.close(fd)
-    return f"Wrote {len(data)} bytes to {rel}"
+    return f"Wrote {len(data)} bytes to {show_path(rel)}"
 
 
 # -- edit_file -------------------------------------------------------------------------------
@@ -299,10 +335,10 @@ def edit_file(ws: Workspace, path: str, old_string: str, new_string: str, replac
         data = _read_all(fd, size)
         if len(data) > MAX_EDIT_BYTES:  # grew meanwhile
             raise ToolError(f"{path} is over edit_file's limit of {MAX_EDIT_BYTES} bytes; use bash tools")
-        if is_binary(data):
-            raise ToolError(f"{path} is a binary file ({len(data)} bytes)")
         encoding = sniff_encoding(data, complete=True)
-        text = decode(data, encoding)
+        if encoding not in _WIDE and is_binary(data):
+            raise ToolError(f"{path} is a binary file ({len(data)} bytes)")
+        text = decode(data, encoding, path)
         updated, n = replace_keeping_endings(text, old_string, new_string, replace_all, path)
         encoded = encode(updated, encoding, path)
         try:

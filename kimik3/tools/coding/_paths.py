@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import stat
 from collections import deque
 from dataclasses import dataclass, field
@@ -39,15 +40,38 @@ _KINDS = (
     (stat.S_ISCHR, "a character device"),
     (stat.S_ISBLK, "a block device"),
 )
-_CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F]} | {ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"}
+_CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F]} | {
+    ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t", ord("\\"): "\\\\"
+}
+_ESCAPE = re.compile(r"\\(\\|n|r|t|x[0-9a-fA-F]{2})")
+_UNESCAPE = {"\\": "\\", "n": "\n", "r": "\r", "t": "\t"}
 
 
 def show_path(rel: str) -> str:
     """A workspace-relative path for tool output: control characters (a newline in a file name)
-    become visible escapes (``\\n``, ``\\x1b``), so one path is always one line. Undecodable
-    bytes (surrogates from :func:`os.fsdecode`) are escaped later as ``\\xNN`` by
-    :class:`~kimik3.tools.ToolResult`."""
+    become visible escapes (``\\n``, ``\\x1b``) and a backslash is doubled, so one path is always
+    one line and two names never show alike. Undecodable bytes (surrogates from
+    :func:`os.fsdecode`) are escaped later as ``\\xNN`` by :class:`~kimik3.tools.ToolResult`.
+    :func:`read_path` reads this form back."""
     return rel.translate(_CONTROL)
+
+
+def read_path(path: str) -> str:
+    """The file name a tool argument means: the escaped form :func:`show_path` prints read back
+    (``\\\\`` a backslash, ``\\n`` ``\\r`` ``\\t`` control characters, ``\\xNN`` the byte NN; 0x80 and
+    above as the undecodable byte :func:`os.fsdecode` gives). A backslash before anything else
+    stays as it is."""
+    if "\\" not in path:
+        return path
+
+    def one(m: re.Match[str]) -> str:
+        code = m.group(1)
+        if code[0] == "x":
+            byte = int(code[1:], 16)
+            return chr(byte) if byte < 0x80 else chr(0xDC00 + byte)
+        return _UNESCAPE[code]
+
+    return _ESCAPE.sub(one, path)
 
 
 def kind_of(mode: int) -> str | None:
@@ -115,6 +139,7 @@ class Workspace:
             ToolError: the path leaves the workspace, has a NUL, a symlink loop, or a missing or
                 non-directory component (missing directories are made when ``create_dirs``).
         """
+        path = read_path(path)  # the escaped form the tools print names the same file
         try:
             valid = "\x00" not in path and bool(os.fsencode(path))
         except UnicodeEncodeError:
@@ -213,6 +238,8 @@ class Workspace:
             ToolError: see :meth:`locate`; a missing file (unless ``create``), a directory, a FIFO,
                 socket or device, or (``write`` without ``hard_links``) a file with several links.
         """
+        if path.endswith("/"):  # "zz/" names a directory: never create or open a file "zz"
+            raise ToolError(f"{path} names a directory (it ends with '/'); give a file path")
         for _ in range(_MAX_LINKS):
             with self.locate(path, create_dirs=create) as loc:
                 if loc.name is None:

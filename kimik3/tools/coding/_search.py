@@ -267,6 +267,13 @@ class GlobResult:
     pruned: bool = False  # directories deeper than MAX_DEPTH were not entered
 
 
+def check_glob(pattern: str) -> None:
+    """Raises ToolError: an absolute glob or one with a ``..`` component (it could never match a
+    path in the workspace; glob and grep both refuse it rather than answer "no matches")."""
+    if pattern.startswith("/") or ".." in pattern.split("/"):
+        raise ToolError(f"pattern {pattern!r} must be relative to the workspace and not use '..'")
+
+
 def glob(ws: Workspace, pattern: str) -> GlobResult:
     """Match ``pattern`` ("*" within a component, "**" any number of directories) in one walk.
 
@@ -275,10 +282,8 @@ def glob(ws: Workspace, pattern: str) -> GlobResult:
     """
     if not pattern:
         raise ToolError("invalid glob pattern '': it is empty")
-    parts = pattern.split("/")
-    if pattern.startswith("/") or ".." in parts:
-        raise ToolError(f"pattern {pattern!r} must be relative to the workspace and not use '..'")
-    parts = [p for p in parts if p not in ("", ".")]
+    check_glob(pattern)
+    parts = [p for p in pattern.split("/") if p not in ("", ".")]
     result = GlobResult()
     if not parts:
         result.paths, result.total = ["."], 1

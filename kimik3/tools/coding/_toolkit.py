@@ -25,7 +25,10 @@ adds "[directories more than 128 levels deep were not searched]"; bash's environ
 editors, pagers and prompts fail fast (``_bash._FAIL_FAST_ENV``), its output has no terminal
 escape codes, a timeout ends every descendant (``setsid`` ones too, through a subreaper), and a
 line "[these processes survived the kill: PID...]" names any that could not be ended. File names
-are shown with control characters and undecodable bytes escaped (``\\n``, ``\\xNN``).
+are shown with control characters and undecodable bytes escaped (``\\n``, ``\\xNN``) and a backslash
+doubled (``\\\\``), so a name ``a<LF>b`` shows as ``a\\nb`` and a name ``a\\nb`` as ``a\\\\nb``; the file
+tools read a path argument in the same escaped form (``_paths.read_path``), so a name they print
+can be passed back as printed.
 
 Usage::
 
@@ -115,6 +118,8 @@ def coding_tools(
             command: the command line; pipes, &&, redirections and heredocs work.
             timeout: seconds before the command and all its child processes are killed.
         """
+        if "\0" in command:  # exec would refuse it with a bare "embedded null byte"
+            raise ToolError("the command contains a NUL byte; a command line cannot hold one (use printf '\\0')")
         done = await _run_shell([shell, "-c", command], workspace, timeout, max_output_chars)
         lines = [done.output.rstrip("\n")] if done.output.strip("\n") else []
         if done.killed_background:
@@ -195,6 +200,8 @@ def coding_tools(
             glob: only search files matching this pattern, e.g. "*.py" (file name) or
                 "src/**/*.ts" (path).
         """
+        if glob:
+            _search.check_glob(glob)
         rg = _search.rg_path()
         with _os_errors("search", path):
             found = _search.grep_rg(rg, ws, pattern, path, glob) if rg else _search.grep_python(ws, pattern, path, glob)
