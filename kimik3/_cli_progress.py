@@ -149,7 +149,7 @@ class _PlainProgress:
                 self._echo(f"stopped: {result.stop_reason} ({_STOP_REASONS.get(result.stop_reason, '')})")
             for line in _degraded_lines(result):
                 self._echo(line)
-            self._echo(f"usage: {result.turns} turns, {self.tool_calls} tool calls, "
+            self._echo(f"usage: {_n(result.turns, 'turn')}, {_n(self.tool_calls, 'tool call')}, "
                        f"{result.usage.total_tokens} tokens")
         if session is not None:
             self._echo(f"session: {session}")
@@ -272,7 +272,7 @@ class _RichProgress:
                 self._print(Text(f"stopped: {result.stop_reason} ({why})", style="bold yellow"))
             for line in _degraded_lines(result):
                 self._print(Text(line, style="yellow"))
-            self._print(Text(f"{result.turns} turns · {self.tool_calls} tool calls · "
+            self._print(Text(f"{_n(result.turns, 'turn')} · {_n(self.tool_calls, 'tool call')} · "
                              f"{result.usage.total_tokens:,} tokens", style="dim"))
         if session is not None:
             self._print(Text(f"session: {session}", style="dim"))
@@ -299,3 +299,8 @@ def _typed_error(e: BaseException) -> BaseException | None:
             if found is not None:
                 return found
     return None
+
+
+def _n(count: int, noun: str) -> str:
+    """``1 turn``, ``2 turns``."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"

@@ -23,7 +23,7 @@ CI) it is plain, flushed lines whose format is kept stable::
     [turn 1] plan [>] <step>                 after an update_plan result (--plan), one per step
     [turn 2] answer: <the final answer>
     stopped: turn_budget (<why>)            only when the run did not complete
-    usage: 2 turns, 1 tool calls, 1234 tokens
+    usage: 2 turns, 1 tool call, 1234 tokens
     session: /home/me/.kimik3/sessions/20260101-120000.jsonl
 
 Tool arguments are one-line JSON (``json.dumps``), cut after 200 characters with ``...``; the
@@ -465,8 +465,9 @@ def replay_command(ctx: click.Context, trajectory: str, html_out: str | None, gi
 
 
 @main.command(name="verify")
-@click.option("--base-url", required=True, envvar="OPENAI_BASE_URL", metavar="URL",
-              help="The endpoint's OpenAI base URL, e.g. http://127.0.0.1:8000/v1 (default $OPENAI_BASE_URL).")
+@click.option("--base-url", required=True, envvar=["KIMIK3_BASE_URL", "OPENAI_BASE_URL"], metavar="URL",
+              help="The endpoint's OpenAI base URL, e.g. http://127.0.0.1:8000/v1 "
+                   "(default $KIMIK3_BASE_URL, else $OPENAI_BASE_URL).")
 @click.option("--model", metavar="NAME", help="Served model name (default: the first one /models lists).")
 @click.option("--api-key", envvar="OPENAI_API_KEY", metavar="KEY", help="API key (default $OPENAI_API_KEY).")
 @click.option("--quick", is_flag=True, help="Wire-level checks only (no check that needs a capable model).")
@@ -506,7 +507,9 @@ def verify_command(ctx: click.Context, base_url: str, model: str | None, api_key
         click.echo(f"kimik3 verify: {type(e).__name__}: {' '.join(str(e).split())}", err=True)
         ctx.exit(1)
     fails = len(report.failures())
-    click.echo(f"(* needs a capable model; model {report.model})")
+    if any(r.needs_model for r in report.rows):
+        click.echo("(* needs a capable model)")
+    click.echo(f"model: {report.model}")
     click.echo("verify: " + ("OK" if report.ok else f"FAILED ({fails} row{'s' if fails != 1 else ''})"))
     ctx.exit(0 if report.ok else 1)
 

@@ -288,7 +288,7 @@ def test_run_against_a_remote_endpoint_passes_the_model_settings(
                      "--reasoning-effort", "low", "--temperature", "0.6", "--top-p", "0.9", "--max-tokens", "64",
                      "--seed", "7"], tmp_path / "home")
     assert result.exit_code == 0, result.output
-    assert result.stdout.splitlines()[:2] == ["[turn 1] answer: pong", "usage: 1 turns, 0 tool calls, 12 tokens"]
+    assert result.stdout.splitlines()[:2] == ["[turn 1] answer: pong", "usage: 1 turn, 0 tool calls, 12 tokens"]
     (body,) = bodies
     assert {k: body[k] for k in ("model", "reasoning_effort", "temperature", "top_p", "max_tokens", "seed")} == {
         "model": "k3", "reasoning_effort": "low", "temperature": 0.6, "top_p": 0.9, "max_tokens": 64, "seed": 7}
@@ -485,7 +485,7 @@ async def test_terminal_progress_streams_reasoning_dimmed_and_shows_tools(tmp_pa
     assert "\x1b[2mLook at calc.\x1b[0m" in raw and "\x1b[2mIt is fine.\x1b[0m" in raw  # reasoning is dim
     text = _ANSI.sub("", raw)
     for expected in ('→ read_file {"path": "calc.py"}', "✓ read_file: 1 def add(a, b):", "All good.", "Bye.",
-                     f"session: {tmp_path / 's.jsonl'}", "2 turns · 1 tool calls"):
+                     f"session: {tmp_path / 's.jsonl'}", "2 turns · 1 tool call"):
         assert expected in text
 
 
@@ -538,7 +538,7 @@ def test_a_degraded_run_says_what_went_wrong(tmp_path: Path) -> None:
         "degraded: 1 cut call, 1 issue",
         "  turn 1: the call to 'write_file' was cut by the output limit (max_tokens) before it finished and did not run",
     ]
-    assert lines[6].startswith("usage: 2 turns, 1 tool calls, ")
+    assert lines[6].startswith("usage: 2 turns, 1 tool call, ")
     assert not (repo / "new.py").exists()
 
 

@@ -118,7 +118,7 @@ def test_a_plain_scripted_reply_is_the_answer_on_the_command_line(tmp_path: Path
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
     assert lines[0] == "[turn 1] answer: Hello!"
-    assert lines[1].startswith("usage: 1 turns, 0 tool calls, ")
+    assert lines[1].startswith("usage: 1 turn, 0 tool calls, ")
     assert lines[2] == f"session: {sessions(tmp_path)[0]}" and run.stderr == ""
 
 

@@ -84,7 +84,7 @@ def test_kimik3_run_against_the_server_without_max_tokens(served: str, tmp_path:
                          f"[turn 1] result read_file: 1 {NOTES_FIRST_LINE}"]
     assert lines[2].startswith("[turn 2] answer: ") and NOTES_FIRST_LINE in run.stdout
     assert not any(line.startswith("stopped:") for line in lines)
-    assert lines[-2].startswith("usage: 2 turns, 1 tool calls, ")
+    assert lines[-2].startswith("usage: 2 turns, 1 tool call, ")
     assert run.stderr == ""
 
 
