@@ -21,7 +21,6 @@ Every message is appended to the JSONL session file as it happens.
 
 from __future__ import annotations
 
-import inspect
 import json
 import logging
 import math
@@ -38,11 +37,11 @@ from pydantic import ValidationError
 from .. import _tracing
 from .._client import Client
 from .._defaults import MAX_CONTINUES
-from .._exceptions import JSONLimitError, SessionError, UserError
+from .._exceptions import SessionError, UserError
 from ..engines import Engine
-from ..formats.k3 import K3Tokenizer, ToolCallDone, check_json_limits, default_tokenizer
+from ..formats.k3 import K3Tokenizer, ToolCallDone, default_tokenizer
 from ..tools import Tool, ToolContext, ToolResult, Toolset
-from ..tools._limits import STRAY_NOTE, stray_cancellation
+from ..tools._limits import STRAY_NOTE, stray_cancellation, unwrap_group
 from ..types import (
     AssistantMessage,
     ChatRequest,
@@ -54,6 +53,7 @@ from ..types import (
     UserMessage,
     message_text,
 )
+from ._approval import approve
 from ._arguments import check_agent_arguments, output_adapter, run_messages, task_message
 from ._checks import EMPTY_TURN, answer_text, check_images, failed_call_errors, unrun_calls, unrun_note
 from ._compaction import compact
@@ -65,19 +65,14 @@ from ._run import _Run
 from ._session import SessionWriter, load_session
 from ._types import (
     AgentEvent,
-    Allow,
-    ApprovalDecision,
     ApprovalHook,
     Budgets,
     ContextPolicy,
     ContinueWith,
-    Deny,
-    Edit,
     Final,
     FinalEvent,
     ModelSettings,
     OutputT,
-    PendingCall,
     RunResult,
     StopReason,
     ToolCallApprovedEvent,
@@ -461,7 +456,7 @@ class Agent(Generic[OutputT]):
         except BaseExceptionGroup as group_error:
             # Whatever else escaped a tool reaches the caller as itself when it is alone, not
             # wrapped in the task group's BaseExceptionGroup.
-            raise _unwrap(group_error) from None
+            raise unwrap_group(group_error) from None
         finally:
             # Whatever happened (a cancelled run, the time budget), every call id gets a result
             # message, in call order, so the history stays valid for the next request.
@@ -508,7 +503,7 @@ class Agent(Generic[OutputT]):
         if error is not None:  # a value beyond the JSON limits, or arguments a server sent broken
             results[i] = ToolResult(content=f"Error: the call was not run: {error}", is_error=True)
             return
-        decision = await self._approve(call)
+        decision = await approve(self.approval, call)
         if isinstance(decision, ToolResult):  # denied, or the check failed: the model sees why
             results[i] = decision
             return
@@ -524,40 +519,6 @@ class Agent(Generic[OutputT]):
             result = ToolResult(content=note + result.text if isinstance(result.content, str)
                                 else [TextPart(text=note), *result.content], is_error=result.is_error)
         results[i] = await self.hooks.tool_result(call, result)
-
-    async def _approve(self, call: ToolCall) -> ToolCallApprovedEvent | ToolResult:
-        """Approval, in one place: the call with its final arguments, or the error result the
-        model sees instead (denied, no decision, or the hook failed)."""
-        name = call.function.name
-        if self.approval is None:
-            return ToolCallApprovedEvent(call.id, name, call.function.arguments)
-        try:
-            parsed = call.function.parsed_arguments()
-        except ValueError:  # not JSON, not an object, or beyond the JSON limits
-            parsed = {}
-        try:
-            decision: ApprovalDecision | Any = self.approval(PendingCall(call.id, name, parsed))
-            if inspect.isawaitable(decision):
-                decision = await decision
-        except Exception as e:
-            log.exception("kimik3: the approval hook failed")
-            return ToolResult(content=f"Error: the approval check failed: {e}", is_error=True)
-        if isinstance(decision, Deny):
-            return ToolResult(content=f"Error: the user denied this call: {decision.reason}", is_error=True)
-        if isinstance(decision, Edit):
-            try:
-                if not isinstance(decision.arguments, dict):
-                    raise JSONLimitError(f"expected a dict, got {type(decision.arguments).__name__}")
-                check_json_limits(decision.arguments)
-            except JSONLimitError as e:
-                log.error("kimik3: approval hook returned Edit with unusable arguments: %s", e)
-                why = f"Error: the approval's edited arguments are not JSON data: {e}"
-                return ToolResult(content=why, is_error=True)
-            return ToolCallApprovedEvent(call.id, name, decision.arguments, edited=True)
-        if isinstance(decision, Allow):
-            return ToolCallApprovedEvent(call.id, name, call.function.arguments)
-        log.error("kimik3: approval hook returned %r; expected Allow(), Deny(...) or Edit(...)", decision)
-        return ToolResult(content="Error: the approval check gave no decision", is_error=True)
 
     # -- budgets, output, compaction ---------------------------------------------------------
 
@@ -619,16 +580,3 @@ class Agent(Generic[OutputT]):
     def _count(self, text: str) -> int:
         tok = self._tokenizer or self.client.engine.tokenizer or default_tokenizer()
         return len(tok.encode_text(text))
-
-
-def _unwrap(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    """The exception to re-raise for a task group's: its only exception, else the group."""
-    leaves: list[BaseException] = []
-    pending: list[BaseException] = [group]
-    while pending:
-        exc = pending.pop()
-        if isinstance(exc, BaseExceptionGroup):
-            pending.extend(reversed(exc.exceptions))
-        else:
-            leaves.append(exc)
-    return leaves[0] if len(leaves) == 1 else group

@@ -9,7 +9,10 @@ import sys
 
 import anyio
 
-__all__ = ["STRAY_NOTE", "stray_cancellation"]
+if sys.version_info < (3, 11):  # pragma: no cover - a backport anyio depends on there
+    from exceptiongroup import BaseExceptionGroup
+
+__all__ = ["STRAY_NOTE", "stray_cancellation", "unwrap_group"]
 
 STRAY_NOTE = "(raised by the code itself: nothing cancelled it)"
 """Appended to the error result of a stray ``CancelledError`` (see :func:`stray_cancellation`)."""
@@ -50,3 +53,15 @@ def stray_cancellation(exc: BaseException, *, scoped: bool = False) -> bool:
             task.uncancel()
         return True
     return False
+
+def unwrap_group(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The exception to re-raise for a task group's: its only exception, else the group."""
+    leaves: list[BaseException] = []
+    pending: list[BaseException] = [group]
+    while pending:
+        exc = pending.pop()
+        if isinstance(exc, BaseExceptionGroup):
+            pending.extend(reversed(exc.exceptions))
+        else:
+            leaves.append(exc)
+    return leaves[0] if len(leaves) == 1 else group

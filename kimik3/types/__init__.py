@@ -1,0 +1,88 @@
+"""Typed, OpenAI-shaped chat messages, content parts, tool calls and tool specs (pydantic v2),
+the request of one model call (:class:`ChatRequest`) and its result (:class:`ChatCompletion`,
+:class:`Choice`, :class:`Usage`).
+
+Every model accepts the OpenAI chat-completions dict shapes people already have and dumps back to
+them (:meth:`Message.to_openai`-style via :func:`dump_message`):
+
+- ``function.arguments`` may be a JSON string or a dict; it is stored as the JSON string, key order
+  kept, because that is what the OpenAI shape carries and what K3 renders argument by argument.
+- Reasoning is read from ``reasoning_content`` or ``reasoning`` (vLLM renamed the field) and dumped
+  under both names with the same value.
+- Unknown extra keys are kept and dumped back (nothing the caller sent is lost).
+- Text that is not valid Unicode (lone surrogates, e.g. a file name read with
+  ``surrogateescape``) is escaped visibly when a message is built, so every engine can encode it:
+  ``U+DC80``-``U+DCFF`` become ``\\xNN`` (the undecodable byte), other lone surrogates
+  ``\\udNNN`` (message contents, text parts and reasoning): the file name ``b"caf\\xe9.txt"``
+  decoded with ``surrogateescape`` reaches the model as the text ``caf\\xe9.txt``.
+
+Use :func:`to_message` / :func:`to_messages` to turn dicts (or models) into typed messages; an
+unknown role raises :class:`~kimik3.UnknownRoleError`, an unknown content part
+:class:`~kimik3.UnknownContentPartError`.
+"""
+
+from ._messages import (
+    AssistantMessage,
+    Content,
+    ContentPart,
+    FailedToolCall,
+    FunctionCall,
+    FunctionSpec,
+    ImagePart,
+    ImageURL,
+    Message,
+    SystemMessage,
+    TextPart,
+    ToolCall,
+    ToolMessage,
+    ToolSpec,
+    UserMessage,
+    VideoPart,
+    VideoURL,
+    dump_message,
+    dump_messages,
+    message_text,
+    to_message,
+    to_messages,
+    to_tool_specs,
+)
+from ._results import (
+    ChatCompletion,
+    ChatRequest,
+    Choice,
+    FinishReason,
+    PromptTokensDetails,
+    Usage,
+)
+
+__all__ = [
+    "Content",
+    "FinishReason",
+    "AssistantMessage",
+    "ChatCompletion",
+    "ChatRequest",
+    "Choice",
+    "ContentPart",
+    "FailedToolCall",
+    "FunctionCall",
+    "FunctionSpec",
+    "ImagePart",
+    "ImageURL",
+    "Message",
+    "PromptTokensDetails",
+    "SystemMessage",
+    "TextPart",
+    "ToolCall",
+    "ToolMessage",
+    "ToolSpec",
+    "Usage",
+    "UserMessage",
+    "VideoPart",
+    "VideoURL",
+    "dump_message",
+    "dump_messages",
+    "message_text",
+    "to_message",
+    "to_messages",
+    "to_tool_specs",
+]
