@@ -27,6 +27,7 @@ from ..tools.coding._files import (
     decode,
     encode,
     is_binary,
+    overwrite,
     replace_keeping_endings,
     sniff_encoding,
     split_lines,
@@ -87,10 +88,7 @@ class FileAccess:
         workspace-relative path."""
         fd, rel, _ = self.ws.open_file(path, write=True, read=False, create=True, hard_links=self.hard_links)
         try:
-            os.ftruncate(fd, 0)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            overwrite(fd, data, path)
         finally:
             os.close(fd)
         return rel
@@ -398,15 +396,7 @@ def multi_edit_file(files: FileAccess, path: str, edits: list[EditSpec]) -> str:
             raise ToolError(f"{path} is over the limit of {MAX_EDIT_BYTES} bytes for edits; use bash tools")
         t = _Text.of(data, path)
         new, count = apply_edits(t.text, edits, path)
-        encoded = t.encode(new, path)
-        try:
-            os.ftruncate(fd, 0)
-            os.lseek(fd, 0, os.SEEK_SET)
-            view = memoryview(encoded)
-            while view:
-                view = view[os.write(fd, view) :]
-        except OSError as e:
-            raise ToolError(f"cannot write {path}: {e.strerror or e}") from None
+        overwrite(fd, t.encode(new, path), path)
     finally:
         os.close(fd)
     diff = unified_diff(split_lines(t.text), split_lines(new), rel)

@@ -212,12 +212,7 @@ def write_file(ws: Workspace, path: str, content: str, hard_links: bool) -> str:
     data = to_utf8(content, "content")
     fd, rel, _ = ws.open_file(path, write=True, read=False, create=True, hard_links=hard_links)
     try:
-        os.ftruncate(fd, 0)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-    except OSError as e:
-        raise ToolError(f"cannot write {path}: {e.strerror or e}") from None
+        overwrite(fd, data, path)
     finally:
         os.close(fd)
     return f"Wrote {len(data)} bytes to {show_path(rel)}"
@@ -340,17 +335,26 @@ def edit_file(ws: Workspace, path: str, old_string: str, new_string: str, replac
             raise ToolError(f"{path} is a binary file ({len(data)} bytes)")
         text = decode(data, encoding, path)
         updated, n = replace_keeping_endings(text, old_string, new_string, replace_all, path)
-        encoded = encode(updated, encoding, path)
-        try:
-            os.ftruncate(fd, 0)
-            os.lseek(fd, 0, os.SEEK_SET)
-            view = memoryview(encoded)
-            while view:
-                view = view[os.write(fd, view) :]
-        except OSError as e:
-            raise ToolError(f"cannot write {path}: {e.strerror or e}") from None
+        overwrite(fd, encode(updated, encoding, path), path)
     finally:
         os.close(fd)
     diff = unified_diff(split_lines(text), split_lines(updated), rel)
     header = f"Edited {rel} ({n} replacement{'s' if n != 1 else ''})"
     return f"{header}\n{truncate_middle(diff, _MAX_DIFF_CHARS)}" if diff else header
+
+
+def overwrite(fd: int, data: bytes, path: str) -> None:
+    """Replace the whole content of the open file ``fd`` with ``data`` (truncate, seek to 0,
+    write all of it).
+
+    Raises:
+        ToolError: the write failed (disk full, I/O error), naming ``path``.
+    """
+    try:
+        os.ftruncate(fd, 0)
+        os.lseek(fd, 0, os.SEEK_SET)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    except OSError as e:
+        raise ToolError(f"cannot write {path}: {e.strerror or e}") from None
