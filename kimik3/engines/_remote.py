@@ -176,8 +176,7 @@ class RemoteEngine(TokenEngine):
 
     async def _model_name(self) -> str:
         if self._model is None:
-            with openai_errors():
-                models = await self._client.models.list()
+            models = await self._list_models()
             if not models.data:
                 raise EngineError("the endpoint serves no models; pass model=...")
             self._model = models.data[0].id
@@ -185,6 +184,20 @@ class RemoteEngine(TokenEngine):
                 window = _window(models.data[0])
                 self.max_model_len = window if isinstance(window, int) else None
         return self._model
+
+    async def _list_models(self) -> Any:
+        """``GET /models``, its answer checked: a body that is not a model list (an SSE stream,
+        an HTML page, JSON of another shape) is an :class:`APIResponseValidationError`."""
+        with openai_errors():
+            try:
+                models = await self._client.models.list()
+                data = list(models.data)
+                if not all(isinstance(getattr(m, "id", None), str) for m in data):
+                    raise TypeError("an entry without a string 'id'")
+            except (AttributeError, TypeError, ValueError, KeyError) as e:
+                why = f"/models answered with something that is not a model list: {e}"
+                raise APIResponseValidationError(why) from e
+        return models
 
     async def _raw_max_tokens(self, model: str, prompt_tokens: int) -> int:
         """What the prompt leaves of the context window (raw mode's default ``max_tokens``).
@@ -194,8 +207,7 @@ class RemoteEngine(TokenEngine):
             ContextLengthExceededError: the prompt fills the window.
         """
         if self.max_model_len is None:
-            with openai_errors():
-                models = await self._client.models.list()
+            models = await self._list_models()
             window = next((_window(m) for m in models.data if m.id == model), None)
             if not isinstance(window, int):
                 raise UserError(

@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
-from kimik3 import Client, K3Tokenizer
+from kimik3 import APIResponseValidationError, Client, K3Tokenizer
 from kimik3.types import PromptTokensDetails, Usage
 from tests.k3vocab import write_model_dir
 
@@ -55,7 +56,7 @@ async def test_raw_mode_reads_cached_tokens(tmp_path: Path) -> None:
         ])  # fmt: skip
 
     tok = K3Tokenizer.from_pretrained(write_model_dir(tmp_path / "k3", num_base_tokens=163_584))
-    engine = FakeServer(respond).engine(mode="raw", tokenizer=tok)
+    engine = FakeServer(respond).engine(mode="raw", tokenizer=tok, max_model_len=4096)
     out = await Client(engine).chat([{"role": "user", "content": "Hi"}], reasoning_effort="none")
     assert out.message.content == "Hello"
     assert out.usage.prompt_tokens == 99 and out.usage.cached_tokens == 64
@@ -69,3 +70,15 @@ def test_usage_sums_cached_tokens_and_keeps_unknown_unknown() -> None:
     assert (total.prompt_tokens, total.total_tokens, total.cached_tokens) == (220, 230, 80)
     assert (b + b).prompt_tokens_details is None
     assert Usage.model_validate({"prompt_tokens": 3, "prompt_tokens_details": {"cached_tokens": 2}}).cached_tokens == 2
+
+
+async def test_a_models_answer_that_is_not_a_model_list_is_typed(tmp_path: Path) -> None:
+    """Raw mode without max_tokens reads the window from /models; a server answering that with
+    its event stream (as this one does for every path), HTML or another JSON shape is an
+    APIResponseValidationError, not an AttributeError out of openai-python's page parser."""
+    tok = K3Tokenizer.from_pretrained(write_model_dir(tmp_path / "k3", num_base_tokens=163_584))
+    for body in (b'data: {"x": 1}\n\ndata: [DONE]\n\n', b"<html>hi</html>", b'{"data": [{"object": "model"}]}'):
+        server = FakeServer(lambda r, body=body: httpx.Response(200, content=body))
+        engine = server.engine(mode="raw", tokenizer=tok)
+        with pytest.raises(APIResponseValidationError, match="/models answered with something that is not a model list"):
+            await Client(engine, max_retries=0).chat([{"role": "user", "content": "Hi"}], reasoning_effort="none")
