@@ -18,7 +18,7 @@ from typing import Any
 
 from .._exceptions import SessionError, UserError
 from ..types import AssistantMessage, ImagePart, Message, TextPart, ToolMessage, Usage, to_message
-from ._session import _open_regular, _parse, _read_all, _record
+from ._session import _record, read_session
 
 __all__ = ["SessionRecord", "fork_session", "format_session", "read_session_records"]
 
@@ -57,16 +57,7 @@ def read_session_records(path: str | os.PathLike[str]) -> list[SessionRecord]:
             kimik3 session, or an odd line.
     """
     p = Path(path)
-    fd = _open_regular(p, os.O_RDONLY)
-    try:
-        data = _read_all(fd)
-    except OSError as e:
-        raise SessionError(f"cannot read session {p}: {e}") from e
-    finally:
-        os.close(fd)
-    _, keep, _ = _parse(p, data)  # validates every line as load_session does
-    if keep == 0:
-        raise SessionError(f"{p} is empty, not a kimik3 session")
+    _, keep, data = read_session(p)  # validates every line as load_session does
     lines = data[:keep].split(b"\n")
     if not lines[-1]:
         lines.pop()

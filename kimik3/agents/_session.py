@@ -166,7 +166,13 @@ def load_session(path: str | os.PathLike[str]) -> list[Message]:
         SessionError: missing or unreadable, not a regular file (a FIFO is refused without
             blocking), not a kimik3 session, or an odd line (``path:line: what is wrong``).
     """
-    p = Path(path)
+    messages, _, _ = read_session(Path(path))
+    return messages
+
+
+def read_session(p: Path) -> tuple[list[Message], int, bytes]:
+    """Read and validate a session file: its messages, the byte length of its complete lines
+    (a torn last line is left out) and its bytes. Raises as :func:`load_session`."""
     fd = _open_regular(p, os.O_RDONLY)
     try:
         data = _read_all(fd)
@@ -177,7 +183,7 @@ def load_session(path: str | os.PathLike[str]) -> list[Message]:
     messages, keep, _ = _parse(p, data)
     if keep == 0:
         raise SessionError(f"{p} is empty, not a kimik3 session")
-    return messages
+    return messages, keep, data
 
 
 def _lock_holder(fd: int) -> str:
