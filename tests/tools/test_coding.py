@@ -36,18 +36,6 @@ def _live_group_members(pgid: int) -> list[int]:
     return members
 
 
-@pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    root.mkdir()
-    return root
-
-
-@pytest.fixture
-def tools(ws: Path) -> dict[str, Tool]:
-    return {t.name: t for t in coding_tools(ws)}
-
-
 async def _ok(t: Tool, **args: object) -> str:
     result = await t.run(args)
     assert not result.is_error, result.content

@@ -47,18 +47,6 @@ def call(name, **args):
 """
 
 
-@pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    root.mkdir()
-    return root
-
-
-@pytest.fixture
-def tools(ws: Path) -> dict[str, Tool]:
-    return {t.name: t for t in coding_tools(ws)}
-
-
 async def _text(t: Tool, **args: object) -> str:
     result = await t.run(args)
     assert isinstance(result.content, str)
