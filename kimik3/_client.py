@@ -75,7 +75,6 @@ def chat_request(messages: Iterable[Message | Mapping[str, Any]], **options: Unp
         max_tokens=options.get("max_tokens"),
         seed=options.get("seed"),
         extra=dict(extra or {}),
-        prompt_cache=options.get("prompt_cache"),
     )
 
 
@@ -141,7 +140,7 @@ class Client:
             ContextLengthExceededError, BadRequestError, AuthenticationError, NotFoundError,
             RateLimitError, ServiceUnavailableError, APIConnectionError, APITimeoutError.
         """
-        return await self.complete(chat_request(messages, **options))
+        return await self.complete(chat_request(messages, **options), prompt_cache=options.get("prompt_cache"))
 
     def stream(self, messages: Iterable[Message | Mapping[str, Any]], **options: Unpack[ChatOptions]) -> ModelCall:
         """Start one completion: a :class:`~kimik3.engines.ModelCall` of reasoning / content /
@@ -150,23 +149,25 @@ class Client:
         Same arguments and errors as :meth:`chat` (the request errors at once; engine errors
         while iterating). Leaving the ``async with`` early (or cancelling) aborts the request.
         """
-        return self.stream_request(chat_request(messages, **options))
+        return self.stream_request(chat_request(messages, **options), prompt_cache=options.get("prompt_cache"))
 
-    async def complete(self, request: ChatRequest) -> ChatCompletion:
-        """:meth:`chat` for a prepared :class:`ChatRequest` (retries included)."""
-        async with self.stream_request(request) as call:
+    async def complete(self, request: ChatRequest, *, prompt_cache: PromptCache | None = None) -> ChatCompletion:
+        """:meth:`chat` for a prepared :class:`ChatRequest` (retries included); ``prompt_cache``
+        is handed to the engine call (:meth:`Engine.stream <kimik3.engines.Engine.stream>`)."""
+        async with self.stream_request(request, prompt_cache=prompt_cache) as call:
             return await call.get()
 
-    def stream_request(self, request: ChatRequest) -> ModelCall:
-        """:meth:`stream` for a prepared :class:`ChatRequest` (retries included)."""
-        return ModelCall(self._with_retries(request))
+    def stream_request(self, request: ChatRequest, *, prompt_cache: PromptCache | None = None) -> ModelCall:
+        """:meth:`stream` for a prepared :class:`ChatRequest` (retries included); ``prompt_cache``
+        is handed to the engine call."""
+        return ModelCall(self._with_retries(request, prompt_cache))
 
-    async def _with_retries(self, request: ChatRequest) -> CallSource:
+    async def _with_retries(self, request: ChatRequest, prompt_cache: PromptCache | None) -> CallSource:
         attempt = 0
         while True:
             started = False
             try:
-                async with self.engine.stream(request) as call:
+                async with self.engine.stream(request, prompt_cache=prompt_cache) as call:
                     async for event in call:
                         started = True
                         yield event

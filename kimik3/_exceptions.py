@@ -136,7 +136,7 @@ class InvalidRequestError(MessageError):
 
 
 class JSONLimitError(MessageError):
-    """JSON beyond the limits of :mod:`kimik3.formats.k3._json` (nesting depth, integer digits,
+    """JSON beyond the limits of :mod:`kimik3._json` (nesting depth, integer digits,
     non-finite numbers, non-JSON types): refused with the reason instead of failing later."""
 
 

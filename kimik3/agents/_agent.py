@@ -342,7 +342,7 @@ class Agent(Generic[OutputT]):
         await self._sync_tools(run)
         request = self._request(run)
         with _tracing.model_call(run.span, self.client.engine.model, request) as span:
-            async with self.client.stream_request(request) as call:
+            async with self.client.stream_request(request, prompt_cache=run.cache) as call:
                 async for event in call:
                     if isinstance(event, ToolCallDone) and event.error is not None:
                         run.call_errors[event.id] = event.error  # kept, but answered with the reason
@@ -406,7 +406,6 @@ class Agent(Generic[OutputT]):
             max_tokens=s.max_tokens,
             seed=s.seed,
             extra=dict(s.extra),
-            prompt_cache=run.cache if messages is None else None,
         )
 
     async def _sync_tools(self, run: _Run, *, start: bool = False) -> None:
@@ -542,7 +541,7 @@ class Agent(Generic[OutputT]):
         run.add(SystemMessage(content=SUMMARY_INSTRUCTIONS))
         request = self._request(run, tool_choice="none")
         with _tracing.model_call(run.span, self.client.engine.model, request) as span:
-            async with self.client.stream_request(request) as call:
+            async with self.client.stream_request(request, prompt_cache=run.cache) as call:
                 async for event in call:
                     yield event
             span.done(call.completion)

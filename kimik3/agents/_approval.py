@@ -7,7 +7,7 @@ import logging
 from typing import Any
 
 from .._exceptions import JSONLimitError
-from ..formats.k3 import check_json_limits
+from .._json import check_json_limits
 from ..tools import ToolResult
 from ..types import ToolCall
 from ._types import Allow, ApprovalDecision, ApprovalHook, Deny, Edit, PendingCall, ToolCallApprovedEvent

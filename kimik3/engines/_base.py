@@ -28,7 +28,7 @@ from types import TracebackType
 from typing import Any, TypeAlias
 
 from .._exceptions import EngineError, MediaError, TokenizerError, UserError
-from ..formats.k3 import EncodedPrompt, Event, K3Codec, K3Tokenizer, RawChunk
+from ..formats.k3 import EncodedPrompt, Event, K3Codec, K3Tokenizer, PromptCache, RawChunk
 from ..types import ChatCompletion, ChatRequest, ImagePart
 
 __all__ = ["CallSource", "Engine", "ModelCall", "TokenEngine"]
@@ -151,19 +151,39 @@ class Engine(ABC):
         return None
 
     @abstractmethod
-    def stream(self, request: ChatRequest) -> ModelCall:
+    def stream(
+        self,
+        request: ChatRequest,
+        *,
+        prompt_cache: PromptCache | None = None,
+        prompt_ids: Sequence[int] | None = None,
+    ) -> ModelCall:
         """Start one completion: a :class:`ModelCall` of parser events ending in a completion.
 
         Leaving its ``async with`` early (or cancelling the consumer) aborts the request.
+
+        Args:
+            request: the OpenAI-shaped request.
+            prompt_cache: K3's incremental encoding state of the conversation (token engines
+                tokenize only its new messages; chat engines have no use for it).
+            prompt_ids: an already encoded K3 prompt, sent instead of encoding ``request``'s
+                messages (token engines; its generation prefix must match
+                ``request.thinking``). Chat engines cannot take ids and raise UserError.
 
         Raises:
             APIStatusError and subclasses, APIConnectionError, EngineError: engine failures
             (raised while iterating).
         """
 
-    async def complete(self, request: ChatRequest) -> ChatCompletion:
-        """Run one completion to the end (non-streaming)."""
-        async with self.stream(request) as call:
+    async def complete(
+        self,
+        request: ChatRequest,
+        *,
+        prompt_cache: PromptCache | None = None,
+        prompt_ids: Sequence[int] | None = None,
+    ) -> ChatCompletion:
+        """Run one completion to the end (non-streaming); arguments as :meth:`stream`."""
+        async with self.stream(request, prompt_cache=prompt_cache, prompt_ids=prompt_ids) as call:
             return await call.get()
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
@@ -203,6 +223,7 @@ class TokenEngine(Engine):
     def __init__(self, tokenizer: TokenizerSource = None) -> None:
         self._tokenizer_source = tokenizer
         self._tokenizer: K3Tokenizer | None = tokenizer if isinstance(tokenizer, K3Tokenizer) else None
+        self._codec: K3Codec | None = None
 
     @property
     def tokenizer(self) -> K3Tokenizer | None:
@@ -236,8 +257,13 @@ class TokenEngine(Engine):
     @property
     def codec(self) -> K3Codec:
         """The K3 codec over this engine's tokenizer (loaded on first use; None-tokenizer
-        engines count tokens by estimate)."""
-        return K3Codec(self.tokenizer, allow_local_files=self.allow_local_files)
+        engines count tokens by estimate); built once, again only when the tokenizer or
+        :attr:`allow_local_files` changed."""
+        tok, local = self.tokenizer, self.allow_local_files
+        codec = self._codec
+        if codec is None or codec.tokenizer is not tok or codec.allow_local_files != local:
+            codec = self._codec = K3Codec(tok, allow_local_files=local)
+        return codec
 
     @abstractmethod
     def generate(
@@ -266,16 +292,30 @@ class TokenEngine(Engine):
             raise EngineError(f"{type(self).__name__} does not accept images")
         return []
 
-    def stream(self, request: ChatRequest) -> ModelCall:
-        return ModelCall(self._call(request))
+    def stream(
+        self,
+        request: ChatRequest,
+        *,
+        prompt_cache: PromptCache | None = None,
+        prompt_ids: Sequence[int] | None = None,
+    ) -> ModelCall:
+        return ModelCall(self._call(request, prompt_cache, prompt_ids))
 
-    def encode(self, request: ChatRequest) -> EncodedPrompt:
-        """The prompt of ``request`` (:meth:`K3Codec.encode`; incremental with its prompt cache)."""
-        return self.codec.encode(request)
+    def encode(
+        self,
+        request: ChatRequest,
+        *,
+        prompt_cache: PromptCache | None = None,
+        prompt_ids: Sequence[int] | None = None,
+    ) -> EncodedPrompt:
+        """The prompt of ``request`` (:meth:`K3Codec.encode`; incremental with ``prompt_cache``,
+        as it is with ``prompt_ids``)."""
+        return self.codec.encode(request, cache=prompt_cache, prompt_ids=prompt_ids)
 
-    async def _call(self, request: ChatRequest) -> CallSource:
-        codec = self.codec
-        prompt = self.encode(request)
+    async def _call(
+        self, request: ChatRequest, prompt_cache: PromptCache | None, prompt_ids: Sequence[int] | None
+    ) -> CallSource:
+        prompt = self.encode(request, prompt_cache=prompt_cache, prompt_ids=prompt_ids)
         for part in prompt.images:  # the prompt is encoded here: nothing would fetch the URL
             url = part.image_url.url
             if url.startswith(("http://", "https://")):
@@ -284,7 +324,7 @@ class TokenEngine(Engine):
                     "download the image and send a data: URL (only a remote chat server fetches http(s) images)"
                 )
         images = self.prepare_images(prompt.images)
-        decoder = codec.decoder(request, prompt)
+        decoder = self.codec.decoder(request, prompt)
         gen = self.generate(prompt.ids, prompt.request, images=images)
         try:
             async for chunk in gen:

@@ -41,7 +41,7 @@ from .._exceptions import (
     EngineError,
     UserError,
 )
-from ..formats.k3 import K3Codec, K3Tokenizer, RawChunk
+from ..formats.k3 import K3Codec, K3Tokenizer, PromptCache, RawChunk
 from ..formats.k3._codec import media_scan
 from ..formats.k3._media import upload_url
 from ..types import ChatRequest, ImagePart, Message, dump_message
@@ -228,18 +228,24 @@ class RemoteEngine(TokenEngine):
 
     # -- dispatch ----------------------------------------------------------------------------
 
-    def stream(self, request: ChatRequest) -> ModelCall:
+    def stream(
+        self,
+        request: ChatRequest,
+        *,
+        prompt_cache: PromptCache | None = None,
+        prompt_ids: Sequence[int] | None = None,
+    ) -> ModelCall:
         if self.mode == "raw":
-            index = request.prompt_cache.media if request.prompt_cache is not None else None
+            index = prompt_cache.media if prompt_cache is not None else None
             if not media_scan(request.messages, index).images:
-                return super().stream(request)
+                return super().stream(request, prompt_cache=prompt_cache, prompt_ids=prompt_ids)
             if self.force_raw:
                 raise EngineError(
                     "OpenAI-compatible completions endpoints take no images; this raw-mode request "
                     "has images (use mode='chat' or drop force_raw=True)"
                 )
             log.warning("kimik3: request has images; completions take none, so it goes through chat mode")
-        return ModelCall(self._chat_call(request))
+        return ModelCall(self._chat_call(request, prompt_ids))
 
     # -- raw mode ----------------------------------------------------------------------------
 
@@ -347,8 +353,8 @@ class RemoteEngine(TokenEngine):
             kwargs["extra_body"] = extra_body
         return kwargs
 
-    async def _chat_call(self, request: ChatRequest) -> CallSource:
-        if request.prompt_ids is not None:
+    async def _chat_call(self, request: ChatRequest, prompt_ids: Sequence[int] | None) -> CallSource:
+        if prompt_ids is not None:
             raise UserError("chat mode cannot send an encoded prompt; use mode='raw' for prompt_ids")
         request = K3Codec.expand(request, allow_local_files=self.allow_local_files)  # videos as timestamped frames
         model = await self._model_name()

@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic_core import PydanticUndefined
 
 from .._exceptions import JSONLimitError, ToolArgumentsError, ToolDefinitionError, ToolError, ToolTimeoutError
-from ..formats.k3 import safe_loads
+from .._json import safe_loads
 from ..types import ToolSpec
 from ._limits import STRAY_NOTE, stray_cancellation
 from ._result import ToolResult

@@ -50,7 +50,7 @@ async def test_exact_prompt_ids_reach_vllm_and_generation_stops_at_end_of_msg(ti
     assert chunks[-1].finish_reason == "stop"  # stopped by <|end_of_msg|>, not by max_tokens
     assert text.endswith("<|close|>message<|sep|>") and "<|end_of_msg|>" not in text
     # non-streaming from the encoded prompt, parsed by kimik3: the same greedy output
-    done = await engine.complete(ChatRequest(messages=[], prompt_ids=ids, temperature=0.0, max_tokens=300))
+    done = await engine.complete(ChatRequest(messages=[], temperature=0.0, max_tokens=300), prompt_ids=ids)
     assert done.raw_text == text and done.finish_reason == "tool_calls"
     assert done.message.tool_calls and done.message.tool_calls[0].function.name == "read_file"
     assert done.usage.prompt_tokens == len(ids)

@@ -35,6 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..._exceptions import JSONLimitError, ParserStateError
+from ..._json import JSON_MAX_DEPTH, safe_loads
 from ._encode import CLOSE, END_OF_MSG, OPEN, SEP
 from ._events import (
     ContentDelta,
@@ -49,7 +50,6 @@ from ._events import (
     ToolCallStarted,
     new_tool_call_id,
 )
-from ._json import JSON_MAX_DEPTH, safe_loads
 
 __all__ = ["StreamParser", "parse"]
 
