@@ -9,7 +9,7 @@ import os
 import shlex
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit
@@ -88,17 +88,14 @@ class _Options:
     trust_remote_code: bool | None
     engine_arg: list[tuple[str, Any]]
     script: str | None
-    reasoning_effort: str | None
     max_turns: int | None
-    max_tokens: int | None
-    temperature: float | None
-    top_p: float | None
-    seed: int | None
     plain: bool
     mcp: tuple[str, ...] = ()
     otel: str | None = None
     plan: bool = False
     verbose: bool = False
+    settings: ModelSettings = field(default_factory=ModelSettings)
+    """--reasoning-effort, --temperature, --top-p, --max-tokens, --seed (the agent level)."""
 
 
 def _engine_options(f: F) -> F:
@@ -159,8 +156,11 @@ def _engine_options(f: F) -> F:
 
 
 def _options(params: dict[str, Any]) -> _Options:
-    fields = _Options.__dataclass_fields__
-    return _Options(**{k: v for k, v in params.items() if k in fields})
+    """The command's options; the ModelSettings fields among them become :attr:`_Options.settings`."""
+    names = {f.name for f in fields(ModelSettings)}
+    settings = ModelSettings.of(**{k: v for k, v in params.items() if k in names})
+    known = {f.name for f in fields(_Options)} - {"settings"}
+    return _Options(**{k: v for k, v in params.items() if k in known}, settings=settings)
 
 
 def _engine_source(o: _Options) -> str:
@@ -249,15 +249,6 @@ def _build_engine(o: _Options) -> Engine:
                         max_model_len=o.max_model_len if mode == "raw" else None)
 
 
-def _settings(o: _Options) -> ModelSettings:
-    kw: dict[str, Any] = {}
-    for name in ("reasoning_effort", "max_tokens", "temperature", "top_p", "seed"):
-        value = getattr(o, name)
-        if value is not None:
-            kw[name] = value
-    return ModelSettings(**kw)
-
-
 def _check_mcp(ctx: click.Context, param: click.Parameter, specs: tuple[str, ...]) -> tuple[str, ...]:
     """``--mcp`` values, checked before anything starts: an http(s) URL with a host, or a command
     line that splits (balanced quotes) into a non-empty command."""
@@ -315,5 +306,5 @@ def _agent(o: _Options, engine: Engine, tools: list[Tool], instructions: str | N
     extra: list[Tool | Toolset] = [_mcp_server(spec) for spec in o.mcp]
     if o.plan:
         extra.append(plan_tool(Plan()))
-    return Agent(instructions=instructions, tools=[*tools, *extra], engine=engine, settings=_settings(o),
+    return Agent(instructions=instructions, tools=[*tools, *extra], engine=engine, settings=o.settings,
                  budgets=budgets, hooks=hooks)

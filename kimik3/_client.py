@@ -5,77 +5,21 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable, Mapping
 from types import TracebackType
-from typing import Any, TypedDict
+from typing import Any
 
 import anyio
-from typing_extensions import Unpack
 
 from ._checks import check_instance, check_int
-from ._defaults import (
-    DEFAULT_REASONING_EFFORT,
-    MAX_RETRIES,
-    RETRY_AFTER_MAX,
-    RETRY_BACKOFF_INITIAL,
-    RETRY_BACKOFF_MAX,
-    RETRY_JITTER,
-    SINGLE_STEP_SAMPLING,
-    ReasoningEffort,
-)
-from ._exceptions import APIConnectionError, RateLimitError, ServiceUnavailableError, UserError
+from ._defaults import MAX_RETRIES, RETRY_AFTER_MAX, RETRY_BACKOFF_INITIAL, RETRY_BACKOFF_MAX, RETRY_JITTER
+from ._exceptions import APIConnectionError, RateLimitError, ServiceUnavailableError
 from .engines._base import CallSource, Engine, ModelCall
 from .engines._remote import RemoteEngine
 from .formats.k3 import PromptCache
-from .types import ChatCompletion, ChatRequest, Message, ToolSpec
+from .types import ChatCompletion, ChatRequest, Message, ModelSettings, ResponseFormat, ToolChoice, ToolSpec
 
-__all__ = ["ChatOptions", "Client", "chat_request"]
+__all__ = ["Client"]
 
 _RETRYABLE = (RateLimitError, ServiceUnavailableError, APIConnectionError)
-
-
-class ChatOptions(TypedDict, total=False):
-    """Options of :meth:`Client.chat` / :meth:`Client.stream` (see :class:`ChatRequest`).
-
-    Defaults follow K3's model card for a single step (:mod:`kimik3._defaults`):
-    reasoning_effort "max", temperature 1.0, top_p 0.95.
-    """
-
-    tools: Iterable[ToolSpec | Mapping[str, Any] | Any] | None
-    reasoning_effort: ReasoningEffort
-    tool_choice: Any
-    response_format: Any
-    temperature: float
-    top_p: float
-    max_tokens: int | None
-    seed: int | None
-    extra: Mapping[str, Any] | None
-    prompt_cache: PromptCache | None
-
-
-def chat_request(messages: Iterable[Message | Mapping[str, Any]], **options: Unpack[ChatOptions]) -> ChatRequest:
-    """The :class:`ChatRequest` for :meth:`Client.chat`'s arguments.
-
-    Raises:
-        UserError: an unknown option (a typo would otherwise be ignored silently); also a
-            TypeError.
-        MessageError (and subclasses), InvalidEffortError: invalid messages or options.
-    """
-    unknown = sorted(set(options) - set(ChatOptions.__annotations__))
-    if unknown:
-        raise UserError(f"unexpected option(s) {', '.join(unknown)}; expected {', '.join(ChatOptions.__annotations__)}")
-    tools = options.get("tools")
-    extra = options.get("extra")
-    return ChatRequest(
-        messages=list(messages),  # type: ignore[arg-type]  # converted in __post_init__
-        tools=list(tools or ()),  # type: ignore[arg-type]  # normalised in __post_init__
-        reasoning_effort=options.get("reasoning_effort", DEFAULT_REASONING_EFFORT),
-        tool_choice=options.get("tool_choice"),
-        response_format=options.get("response_format"),
-        temperature=options.get("temperature", SINGLE_STEP_SAMPLING.temperature),
-        top_p=options.get("top_p", SINGLE_STEP_SAMPLING.top_p),
-        max_tokens=options.get("max_tokens"),
-        seed=options.get("seed"),
-        extra=dict(extra or {}),
-    )
 
 
 class Client:
@@ -89,7 +33,11 @@ class Client:
                 ...
         call.completion                # the ChatCompletion
 
-    Defaults follow K3's model card (temperature 1.0, top_p 0.95, reasoning_effort "max").
+    Settings: K3's card defaults for one call (temperature 1.0, top_p 0.95, reasoning_effort
+    "max"), then the client's ``settings``, then the call's (``settings=`` and the shorthand
+    keywords ``temperature=0, max_tokens=300, ...``), each level's fields winning over the one
+    before (:class:`~kimik3.ModelSettings`). An :class:`~kimik3.Agent` over this client merges
+    the client's settings under its own the same way.
 
     Retries: 429, 5xx and connection errors (timeouts included) are retried ``max_retries``
     times with exponential backoff (0.5 s doubling to 8 s, 25% jitter), honouring the server's
@@ -102,6 +50,11 @@ class Client:
         engine: any :class:`~kimik3.engines.Engine`. Without one, ``base_url``/``api_key``/
             ``model`` build a :class:`~kimik3.engines.RemoteEngine` (chat mode).
         max_retries: retries after the first attempt (default 2, like openai-python).
+        settings: the model level of :class:`~kimik3.ModelSettings` for every call through the
+            client (an agent's and a call's own settings win over it).
+
+    Raises:
+        UserError: an argument of the wrong type.
     """
 
     def __init__(
@@ -112,25 +65,70 @@ class Client:
         api_key: str | None = None,
         model: str | None = None,
         max_retries: int = MAX_RETRIES,
+        settings: ModelSettings | None = None,
     ) -> None:
         check_instance("Client(engine=...)", engine, Engine, "an Engine (ScriptedEngine, VLLMEngine, RemoteEngine)")
         check_int("Client(max_retries=...)", max_retries, minimum=0)
+        check_instance("Client(settings=...)", settings, ModelSettings, "a ModelSettings")
         if engine is None:
             engine = RemoteEngine(base_url=base_url, api_key=api_key, model=model)
         self.engine = engine
         self.max_retries = max_retries
+        self.settings = settings or ModelSettings()
+
+    def request(
+        self,
+        messages: Iterable[Message | Mapping[str, Any]],
+        *,
+        tools: Iterable[ToolSpec | Mapping[str, Any] | Any] | None = None,
+        tool_choice: ToolChoice | None = None,
+        response_format: ResponseFormat | Mapping[str, Any] | None = None,
+        settings: ModelSettings | None = None,
+        **options: Any,
+    ) -> ChatRequest:
+        """The :class:`ChatRequest` :meth:`chat` sends for these arguments (settings merged:
+        card defaults < the client's < ``settings`` < ``options``).
+
+        Raises:
+            UserError: an unknown option (a typo is never ignored silently), also a TypeError;
+                a bad setting.
+            MessageError (and subclasses): invalid messages, tools or directives.
+        """
+        check_instance("settings", settings, ModelSettings, "a ModelSettings")
+        merged = self.settings.merged(settings).merged(ModelSettings.of(**options) if options else None)
+        return ChatRequest(
+            messages=list(messages),  # type: ignore[arg-type]  # converted in __post_init__
+            tools=list(tools or ()),  # type: ignore[arg-type]  # normalised in __post_init__
+            settings=merged,
+            tool_choice=tool_choice,
+            response_format=response_format,
+        )
 
     async def chat(
-        self, messages: Iterable[Message | Mapping[str, Any]], **options: Unpack[ChatOptions]
+        self,
+        messages: Iterable[Message | Mapping[str, Any]],
+        *,
+        tools: Iterable[ToolSpec | Mapping[str, Any] | Any] | None = None,
+        tool_choice: ToolChoice | None = None,
+        response_format: ResponseFormat | Mapping[str, Any] | None = None,
+        settings: ModelSettings | None = None,
+        prompt_cache: PromptCache | None = None,
+        **options: Any,
     ) -> ChatCompletion:
         """One completion.
 
         Args:
             messages: OpenAI-shaped dicts or typed messages; every past assistant message must
                 carry its ``reasoning_content`` and ``tool_calls`` as received (K3 requires it).
-            **options: :class:`ChatOptions`: tools, reasoning_effort (low / high / max, or "none"
-                for thinking off), tool_choice ("auto" / "required" / "none"), response_format,
-                temperature, top_p, max_tokens, seed, extra (engine-specific), prompt_cache.
+            tools: tool declarations (:class:`ToolSpec`, OpenAI dicts, or tools).
+            tool_choice: "auto" (None) / "required" / "none".
+            response_format: ``{"type": "json_object"}`` or ``{"type": "json_schema", ...}``.
+            settings: this call's :class:`~kimik3.ModelSettings`.
+            prompt_cache: K3's incremental encoding state of a growing conversation, handed to
+                the engine call (token engines then tokenize only the new messages).
+            **options: :class:`~kimik3.ModelSettings` fields as keywords (``temperature=0``,
+                ``max_tokens=300``, ``reasoning_effort="none"`` for thinking off, ...); they
+                win over ``settings``.
 
         Returns:
             The completion (``.message``, ``.finish_reason``, ``.usage``).
@@ -140,16 +138,30 @@ class Client:
             ContextLengthExceededError, BadRequestError, AuthenticationError, NotFoundError,
             RateLimitError, ServiceUnavailableError, APIConnectionError, APITimeoutError.
         """
-        return await self.complete(chat_request(messages, **options), prompt_cache=options.get("prompt_cache"))
+        request = self.request(messages, tools=tools, tool_choice=tool_choice, response_format=response_format,
+                               settings=settings, **options)
+        return await self.complete(request, prompt_cache=prompt_cache)
 
-    def stream(self, messages: Iterable[Message | Mapping[str, Any]], **options: Unpack[ChatOptions]) -> ModelCall:
+    def stream(
+        self,
+        messages: Iterable[Message | Mapping[str, Any]],
+        *,
+        tools: Iterable[ToolSpec | Mapping[str, Any] | Any] | None = None,
+        tool_choice: ToolChoice | None = None,
+        response_format: ResponseFormat | Mapping[str, Any] | None = None,
+        settings: ModelSettings | None = None,
+        prompt_cache: PromptCache | None = None,
+        **options: Any,
+    ) -> ModelCall:
         """Start one completion: a :class:`~kimik3.engines.ModelCall` of reasoning / content /
         tool-call events; ``call.completion`` once consumed.
 
         Same arguments and errors as :meth:`chat` (the request errors at once; engine errors
         while iterating). Leaving the ``async with`` early (or cancelling) aborts the request.
         """
-        return self.stream_request(chat_request(messages, **options), prompt_cache=options.get("prompt_cache"))
+        request = self.request(messages, tools=tools, tool_choice=tool_choice, response_format=response_format,
+                               settings=settings, **options)
+        return self.stream_request(request, prompt_cache=prompt_cache)
 
     async def complete(self, request: ChatRequest, *, prompt_cache: PromptCache | None = None) -> ChatCompletion:
         """:meth:`chat` for a prepared :class:`ChatRequest` (retries included); ``prompt_cache``

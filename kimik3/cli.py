@@ -60,7 +60,6 @@ from ._cli_engine import (
     _Options,
     _options,
     _quiet,
-    _settings,
     parse_engine_arg,
 )
 from ._cli_harness import harness_options, harness_parts, undo_command
@@ -169,7 +168,7 @@ def _run_agent(o: _Options, workspace: str, task: str | None, history: list[Mess
     _quiet(o.verbose)
     engine = _build_engine(o)
     progress = _progress(o.plain)
-    agent = _agent(o, engine, *harness_parts(engine, workspace, _settings(o), progress.note))
+    agent = _agent(o, engine, *harness_parts(engine, workspace, o.settings, progress.note))
 
     existed = session.exists()
 

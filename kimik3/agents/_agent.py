@@ -35,6 +35,7 @@ import anyio
 from pydantic import ValidationError
 
 from .. import _tracing
+from .._checks import check_instance
 from .._client import Client
 from .._defaults import MAX_CONTINUES
 from .._exceptions import SessionError, UserError
@@ -43,6 +44,7 @@ from ..formats.k3 import K3Tokenizer, ToolCallDone, default_tokenizer
 from ..tools import Tool, ToolContext, ToolResult, Toolset
 from ..tools._limits import STRAY_NOTE, stray_cancellation, unwrap_group
 from ..types import (
+    AGENTIC_SETTINGS,
     AssistantMessage,
     ChatRequest,
     ImagePart,
@@ -50,6 +52,7 @@ from ..types import (
     SystemMessage,
     TextPart,
     ToolCall,
+    ToolChoice,
     UserMessage,
     message_text,
 )
@@ -129,7 +132,9 @@ class Agent(Generic[OutputT]):
             :class:`kimik3.tools.mcp.MCPServerStdio` (an unopened one is opened for each run).
         engine: where K3 runs (wrapped in a :class:`~kimik3.Client` with its retries); or
         client: a ready client.
-        settings: per-call :class:`ModelSettings`.
+        settings: the agent's :class:`~kimik3.ModelSettings`, merged over the client's and K3's
+            card defaults for agentic work (temperature 1.0, top_p 1.0, effort max); a run's
+            ``settings=`` merges over them (model < agent < run).
         max_turns: shortcut for ``budgets.turns``.
         budgets: :class:`Budgets` (turns, tokens, wall time).
         context: :class:`ContextPolicy` (result cap, compaction, screenshot pruning).
@@ -218,6 +223,7 @@ class Agent(Generic[OutputT]):
         *,
         messages: list[Message] | None = None,
         session: str | os.PathLike[str] | None = None,
+        settings: ModelSettings | None = None,
     ) -> RunResult[OutputT]:
         """Run the agent on ``task`` until it answers or a budget runs out.
 
@@ -229,6 +235,8 @@ class Agent(Generic[OutputT]):
                 typed messages in place, as :meth:`Client.chat` converts them.
             session: a JSONL file that receives every message as it happens (its directory must
                 exist; the run holds an exclusive lock on it, see :class:`SessionWriter`).
+            settings: this run's :class:`~kimik3.ModelSettings`: the fields it sets win over the
+                agent's (which win over the client's and the card's) for this run only.
 
         Returns:
             The :class:`RunResult`.
@@ -245,13 +253,15 @@ class Agent(Generic[OutputT]):
             retries. Tool errors never escape: the model sees them.
         """
         result: RunResult[OutputT] | None = None
-        async for event in self.run_stream(task, messages=messages, session=session):
+        async for event in self.run_stream(task, messages=messages, session=session, settings=settings):
             if isinstance(event, FinalEvent):
                 result = event.result
         assert result is not None
         return result
 
-    async def resume(self, path: str | os.PathLike[str], task: str | None = None) -> RunResult[OutputT]:
+    async def resume(
+        self, path: str | os.PathLike[str], task: str | None = None, *, settings: ModelSettings | None = None
+    ) -> RunResult[OutputT]:
         """Continue the session recorded in ``path`` (appending to it).
 
         Tool calls left without a result by a crash get an error result first, so the history
@@ -263,7 +273,7 @@ class Agent(Generic[OutputT]):
                 error.
         """
         history = load_session(path)
-        return await self.run(task, messages=history, session=path)
+        return await self.run(task, messages=history, session=path, settings=settings)
 
     async def run_stream(
         self,
@@ -271,8 +281,11 @@ class Agent(Generic[OutputT]):
         *,
         messages: list[Message] | None = None,
         session: str | os.PathLike[str] | None = None,
+        settings: ModelSettings | None = None,
     ) -> AsyncIterator[AgentEvent]:
         """:meth:`run`, yielding :data:`AgentEvent` s; the last one is a :class:`FinalEvent`."""
+        check_instance("run(settings=...)", settings, ModelSettings, "a ModelSettings")
+        run_settings = AGENTIC_SETTINGS.merged(self.client.settings).merged(self.settings).merged(settings)
         history = run_messages(messages, session)
         user = task_message(task) if task is not None else None
         if user is None and not any(isinstance(m, UserMessage) for m in history):
@@ -290,7 +303,7 @@ class Agent(Generic[OutputT]):
                     f"conversation of {len(history)}; continue the file's own with Agent.resume (another run "
                     "may have written it since it was read)"
                 )
-        run = _Run(history, writer, self.deps, self._count)
+        run = _Run(history, writer, self.deps, self._count, run_settings)
         try:
             await self.hooks.run_start(writer)
             async with AsyncExitStack() as stack:
@@ -393,20 +406,10 @@ class Agent(Generic[OutputT]):
             return
         yield Final(output, "completed" if error is None else "invalid_output")
 
-    def _request(self, run: _Run, *, tool_choice: Any = None, messages: list[Message] | None = None) -> ChatRequest:
-        s = self.settings
-        return ChatRequest(
-            messages=messages if messages is not None else run.messages,
-            tools=run.specs,
-            reasoning_effort=s.reasoning_effort,
-            tool_choice=tool_choice,
-            response_format=self._response_format,
-            temperature=s.temperature,
-            top_p=s.top_p,
-            max_tokens=s.max_tokens,
-            seed=s.seed,
-            extra=dict(s.extra),
-        )
+    def _request(self, run: _Run, *, tool_choice: ToolChoice | None = None,
+                 messages: list[Message] | None = None) -> ChatRequest:
+        return ChatRequest(messages=messages if messages is not None else run.messages, tools=run.specs,
+                           settings=run.settings, tool_choice=tool_choice, response_format=self._response_format)
 
     async def _sync_tools(self, run: _Run, *, start: bool = False) -> None:
         """Update the run's tool table from the agent's tools and its toolsets; at the start of a

@@ -11,7 +11,17 @@ from typing import Any
 from .. import _tracing
 from ..formats.k3 import PromptCache
 from ..tools import Tool
-from ..types import AssistantMessage, ChatCompletion, Message, SystemMessage, ToolSpec, Usage, message_text
+from ..types import (
+    AGENTIC_SETTINGS,
+    AssistantMessage,
+    ChatCompletion,
+    Message,
+    ModelSettings,
+    SystemMessage,
+    ToolSpec,
+    Usage,
+    message_text,
+)
 from ._checks import UnrunCall
 from ._session import SessionWriter
 
@@ -27,8 +37,9 @@ class _Run:
     """
 
     def __init__(self, messages: list[Message], session: SessionWriter | None, deps: Any,
-                 count: Callable[[str], int]) -> None:
+                 count: Callable[[str], int], settings: ModelSettings = AGENTIC_SETTINGS) -> None:
         self.messages = messages
+        self.settings = settings  # merged: card defaults < client < agent < run
         self.session = session
         self.deps = deps
         self.count = count

@@ -255,22 +255,23 @@ class RemoteEngine(TokenEngine):
         if images:
             raise EngineError("OpenAI-compatible completions endpoints take no images")
         model = await self._model_name()
-        max_tokens = request.max_tokens
+        s = request.settings
+        max_tokens = s.max_tokens
         if max_tokens is None:
             max_tokens = await self._raw_max_tokens(model, len(prompt_ids))
         extra_body: dict[str, Any] = {
             "skip_special_tokens": False,
             "spaces_between_special_tokens": False,
             "stop_token_ids": [self.load_tokenizer().end_of_msg_id],
-            **request.extra,
+            **s.extra,
         }
         kwargs: dict[str, Any] = {
             "model": model,
             "prompt": list(prompt_ids),
             "max_tokens": max_tokens,
-            "temperature": request.temperature,
-            "top_p": request.top_p,
-            "seed": request.seed,
+            "temperature": s.temperature,
+            "top_p": s.top_p,
+            "seed": s.seed,
             "stream": True,
             "stream_options": {"include_usage": True},
             "extra_body": extra_body,
@@ -325,19 +326,20 @@ class RemoteEngine(TokenEngine):
         return out
 
     def _chat_kwargs(self, request: ChatRequest, model: str) -> dict[str, Any]:
+        s = request.settings
         kwargs: dict[str, Any] = {
             "model": model,
             "messages": self._chat_messages(request.messages),
-            "temperature": request.temperature,
-            "top_p": request.top_p,
+            "temperature": s.temperature,
+            "top_p": s.top_p,
             "stream": True,
             "stream_options": {"include_usage": True},
         }
         extra_body: dict[str, Any] = {}
-        if request.max_tokens is not None:
-            kwargs["max_tokens"] = request.max_tokens
-        if request.seed is not None:
-            kwargs["seed"] = request.seed
+        if s.max_tokens is not None:
+            kwargs["max_tokens"] = s.max_tokens
+        if s.seed is not None:
+            kwargs["seed"] = s.seed
         if request.tools:
             kwargs["tools"] = [t.model_dump(mode="json", exclude_none=True) for t in request.tools]
         if request.tool_choice is not None:
@@ -345,10 +347,10 @@ class RemoteEngine(TokenEngine):
         if request.response_format is not None:
             kwargs["response_format"] = request.response_format
         if request.thinking:
-            kwargs["reasoning_effort"] = request.reasoning_effort
+            kwargs["reasoning_effort"] = s.reasoning_effort
         else:  # self-hosted servers: thinking off via the chat template (docs/k3-format.md § Request parameters)
             extra_body["chat_template_kwargs"] = {"thinking": False}
-        extra_body.update(request.extra)
+        extra_body.update(s.extra)
         if extra_body:
             kwargs["extra_body"] = extra_body
         return kwargs

@@ -179,10 +179,11 @@ class ScriptedEngine(TokenEngine):
             text = render_output({"content": text}, thinking=request.thinking)
         closed = "<|close|>message<|sep|>" in text or END_OF_MSG in text
         tok = self.tokenizer
-        if request.max_tokens is not None and tok is not None:
+        max_tokens = request.settings.max_tokens
+        if max_tokens is not None and tok is not None:
             ids = tok.encode_control(text)
-            if len(ids) > request.max_tokens:  # behave like a real max_tokens cut
-                text = tok.decode(ids[: request.max_tokens])
+            if len(ids) > max_tokens:  # behave like a real max_tokens cut
+                text = tok.decode(ids[:max_tokens])
                 closed = False
         step = self.chunk_size
         for i in range(0, len(text), step):

@@ -169,7 +169,9 @@ class VLLMEngine(TokenEngine):
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
-        extra = dict(request.extra)
+        s = request.settings
+        assert s.temperature is not None and s.top_p is not None  # a ChatRequest fills the card's defaults
+        extra = dict(s.extra)
         stop_ids = extra.pop("stop_token_ids", None)
         if stop_ids is None:
             try:
@@ -179,10 +181,10 @@ class VLLMEngine(TokenEngine):
                     "no K3 tokenizer for <|end_of_msg|>: pass extra={'stop_token_ids': [...]}"
                 ) from e
         return SamplingParams(
-            max_tokens=request.max_tokens,
-            temperature=request.temperature,
-            top_p=request.top_p,
-            seed=request.seed,
+            max_tokens=s.max_tokens,
+            temperature=s.temperature,
+            top_p=s.top_p,
+            seed=s.seed,
             skip_special_tokens=False,
             spaces_between_special_tokens=False,
             stop_token_ids=list(stop_ids),

@@ -1,6 +1,6 @@
 """Typed, OpenAI-shaped chat messages, content parts, tool calls and tool specs (pydantic v2),
 the request of one model call (:class:`ChatRequest`, with its validity rules
-:func:`check_request`) and its result (:class:`ChatCompletion`,
+:func:`check_request` and its :class:`ModelSettings`) and its result (:class:`ChatCompletion`,
 :class:`Choice`, :class:`Usage`).
 
 Every model accepts the OpenAI chat-completions dict shapes people already have and dumps back to
@@ -57,8 +57,11 @@ from ._request import (
     tool_choice_directive,
 )
 from ._results import ChatCompletion, Choice, FinishReason, PromptTokensDetails, Usage
+from ._settings import AGENTIC_SETTINGS, SINGLE_STEP_SETTINGS, ModelSettings
 
 __all__ = [
+    "AGENTIC_SETTINGS",
+    "SINGLE_STEP_SETTINGS",
     "AssistantMessage",
     "ChatCompletion",
     "ChatRequest",
@@ -73,6 +76,7 @@ __all__ = [
     "ImageURL",
     "JSONSchemaFormat",
     "Message",
+    "ModelSettings",
     "PromptTokensDetails",
     "ResponseFormat",
     "SystemMessage",

@@ -1,8 +1,8 @@
 """The request of one model call (:class:`ChatRequest`), OpenAI-shaped, and its validity rules
 (:func:`check_request`): what a request may hold whatever engine serves it.
 
-A request is data only: messages, tools, sampling, a typed ``tool_choice`` and
-``response_format``. How an engine turns it into a prompt (K3's encoding, a prompt cache,
+A request is data only: messages, tools, :class:`~kimik3.ModelSettings`, a typed
+``tool_choice`` and ``response_format``. How an engine turns it into a prompt (K3's encoding, a prompt cache,
 pre-encoded ids) is the engine's business (:mod:`kimik3.engines`, :mod:`kimik3.formats.k3`).
 """
 
@@ -14,11 +14,11 @@ from typing import Any, Literal, TypeAlias
 
 from typing_extensions import TypedDict
 
-from .._checks import check_int, check_number
-from .._defaults import DEFAULT_REASONING_EFFORT, REASONING_EFFORTS, SINGLE_STEP_SAMPLING, ReasoningEffort
-from .._exceptions import InvalidEffortError, InvalidRequestError, MessageError
+from .._checks import check_instance
+from .._exceptions import InvalidRequestError, MessageError
 from .._json import check_json_limits
 from ._messages import Message, SystemMessage, ToolMessage, ToolSpec, to_messages, to_tool_specs
+from ._settings import SINGLE_STEP_SETTINGS, ModelSettings
 
 __all__ = [
     "ChatRequest",
@@ -195,49 +195,35 @@ class ChatRequest:
     Attributes:
         messages: the conversation (typed; dicts are converted).
         tools: declared tools.
-        reasoning_effort: ``"low"``, ``"high"``, ``"max"`` (default) or ``"none"`` (thinking off).
+        settings: the call's :class:`~kimik3.ModelSettings`; what it leaves unset takes K3's
+            card defaults for one call (:data:`~kimik3.types.SINGLE_STEP_SETTINGS`: effort max,
+            temperature 1.0, top_p 0.95), so after construction ``reasoning_effort``,
+            ``temperature`` and ``top_p`` are always set.
         tool_choice: ``"auto"`` (None), ``"required"`` or ``"none"`` (:data:`ToolChoice`).
         response_format: ``{"type": "json_object"}`` or ``{"type": "json_schema", ...}``
             (:class:`ResponseFormat`).
-        temperature, top_p: sampling; defaults: K3's card, single step (1.0 / 0.95).
-        max_tokens: completion budget (None: the engine's default / the context's remainder).
-        seed: sampling seed, where the engine supports one.
-        extra: engine-specific extras (vLLM SamplingParams fields; extra JSON body fields).
 
     Raises:
-        InvalidEffortError: a ``reasoning_effort`` outside low / high / max / none.
         InvalidRequestError: a request K3's endpoint contract says must be rejected
             (:func:`check_request`), before any network call.
         MessageError: an unsupported ``tool_choice`` or ``response_format``.
-        UserError: a sampling value of the wrong type or out of range (``temperature`` < 0,
-            ``top_p`` outside (0, 1], ``max_tokens`` < 1).
+        UserError: ``settings`` is not a :class:`~kimik3.ModelSettings`.
     """
 
     messages: list[Message]
     tools: list[ToolSpec] = field(default_factory=list)
-    reasoning_effort: ReasoningEffort = DEFAULT_REASONING_EFFORT
+    settings: ModelSettings = field(default_factory=ModelSettings)
     tool_choice: ToolChoice | None = None
     response_format: ResponseFormat | Mapping[str, Any] | None = None
-    temperature: float = SINGLE_STEP_SAMPLING.temperature
-    top_p: float = SINGLE_STEP_SAMPLING.top_p
-    max_tokens: int | None = None
-    seed: int | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.messages = to_messages(self.messages)
         self.tools = to_tool_specs(self.tools)
-        check_number("temperature", self.temperature, minimum=0)
-        check_number("top_p", self.top_p, above=0, maximum=1)
-        check_int("max_tokens", self.max_tokens, minimum=1, optional=True)
-        check_int("seed", self.seed, minimum=-(2**63), optional=True)
-        if self.reasoning_effort not in REASONING_EFFORTS:
-            raise InvalidEffortError(
-                f"reasoning_effort must be low, high, max or none, got {self.reasoning_effort!r}"
-            )
+        check_instance("ChatRequest(settings=...)", self.settings, ModelSettings, "a ModelSettings", optional=False)
+        self.settings = SINGLE_STEP_SETTINGS.merged(self.settings)
         check_request(self.messages, self.tools, tool_choice=self.tool_choice, response_format=self.response_format)
 
     @property
     def thinking(self) -> bool:
-        """Thinking is on unless ``reasoning_effort == "none"``."""
-        return self.reasoning_effort != "none"
+        """Thinking is on unless ``settings.reasoning_effort == "none"``."""
+        return self.settings.reasoning_effort != "none"

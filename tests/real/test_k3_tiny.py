@@ -40,7 +40,7 @@ async def test_exact_prompt_ids_reach_vllm_and_generation_stops_at_end_of_msg(ti
     tools = [t.spec for t in coding_tools(workspace)]
     request = ChatRequest(
         messages=[{"role": "system", "content": CODING_INSTRUCTIONS}, {"role": "user", "content": TASK}],
-        tools=tools, temperature=0.0, max_tokens=300,
+        tools=tools, settings=GREEDY,
     )
     ids = engine.encode(request).ids
     assert list(ids) == tok.encode_messages(request.messages, tools)
@@ -50,7 +50,7 @@ async def test_exact_prompt_ids_reach_vllm_and_generation_stops_at_end_of_msg(ti
     assert chunks[-1].finish_reason == "stop"  # stopped by <|end_of_msg|>, not by max_tokens
     assert text.endswith("<|close|>message<|sep|>") and "<|end_of_msg|>" not in text
     # non-streaming from the encoded prompt, parsed by kimik3: the same greedy output
-    done = await engine.complete(ChatRequest(messages=[], temperature=0.0, max_tokens=300), prompt_ids=ids)
+    done = await engine.complete(ChatRequest(messages=[], settings=GREEDY), prompt_ids=ids)
     assert done.raw_text == text and done.finish_reason == "tool_calls"
     assert done.message.tool_calls and done.message.tool_calls[0].function.name == "read_file"
     assert done.usage.prompt_tokens == len(ids)
@@ -59,8 +59,8 @@ async def test_exact_prompt_ids_reach_vllm_and_generation_stops_at_end_of_msg(ti
 async def test_leaving_a_model_call_early_aborts_the_request(tiny_vllm: Any) -> None:
     engine: VLLMEngine = tiny_vllm
     request = ChatRequest(
-        messages=[{"role": "user", "content": TASK}], temperature=1.0, max_tokens=2000,
-        extra={"ignore_eos": True, "stop_token_ids": []},
+        messages=[{"role": "user", "content": TASK}],
+        settings=ModelSettings(temperature=1.0, max_tokens=2000, extra={"ignore_eos": True, "stop_token_ids": []}),
     )
     got = []
     async with engine.stream(request) as call:

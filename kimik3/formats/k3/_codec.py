@@ -399,7 +399,7 @@ class K3Codec:
         effort directive is the request's ``reasoning_effort``, none when thinking is off."""
         return {
             "thinking": request.thinking,
-            "thinking_effort": request.reasoning_effort if request.thinking else None,
+            "thinking_effort": request.settings.reasoning_effort if request.thinking else None,
             "tool_choice": request.tool_choice,
             "response_format": request.response_format,
         }
