@@ -21,7 +21,7 @@ from pydantic import Field
 from .._client import Client
 from ..agents import CODING_INSTRUCTIONS, Agent, Budgets, ModelSettings, RunHooks
 from ..engines import Engine
-from ..tools import Tool, ToolResult
+from ..tools import FunctionTool, Tool, ToolResult
 from ..tools.coding import coding_tools
 from ..tools.coding._toolkit import FILE_TOOL_TIMEOUT_S
 from ._background import BackgroundProcesses
@@ -65,7 +65,8 @@ def patch_tools(files: FileAccess) -> list[Tool]:
         """
         return apply_patch_text(files, patch)
 
-    return [Tool(multi_edit, timeout=FILE_TOOL_TIMEOUT_S), Tool(apply_patch, timeout=FILE_TOOL_TIMEOUT_S)]
+    return [FunctionTool(multi_edit, timeout=FILE_TOOL_TIMEOUT_S),
+            FunctionTool(apply_patch, timeout=FILE_TOOL_TIMEOUT_S)]
 
 
 def background_tools(procs: BackgroundProcesses, bash: Tool) -> list[Tool]:
@@ -106,7 +107,8 @@ def background_tools(procs: BackgroundProcesses, bash: Tool) -> list[Tool]:
         """
         return await procs.stop(id)
 
-    return [Tool(bash_, name="bash", description=bash.description + _BACKGROUND_NOTE), Tool(read_output), Tool(stop)]
+    bash_tool = FunctionTool(bash_, name="bash", description=bash.description + _BACKGROUND_NOTE)
+    return [bash_tool, FunctionTool(read_output), FunctionTool(stop)]
 
 
 class CodingHarness:

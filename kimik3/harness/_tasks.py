@@ -21,7 +21,7 @@ from typing import Any
 from .._client import Client
 from .._exceptions import ToolError
 from ..agents import Agent, Budgets, ModelSettings, RunHooks, SessionWriter
-from ..tools import Tool, ToolContext, ToolResult
+from ..tools import FunctionTool, Tool, ToolContext, ToolResult
 
 __all__ = ["SUBAGENT_INSTRUCTIONS", "SubAgents"]
 
@@ -94,7 +94,7 @@ class SubAgents(RunHooks):
             """
             return await self._run_child(ctx, description, prompt, tools)
 
-        t = Tool(task)
+        t = FunctionTool(task)
         t.description += f" Tools available to sub-agents: {names}."
         return t
 
