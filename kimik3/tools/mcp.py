@@ -171,10 +171,9 @@ def to_tool_result(result: mcp_types.CallToolResult) -> ToolResult:
 
 
 class MCPTool(Tool):
-    """One tool of an MCP server; the agent calls it like any :class:`~kimik3.tools.Tool`.
-
-    Built by :meth:`MCPServer.get_tools` (not :class:`Tool`'s constructor: the schema comes from
-    the server, not from a Python signature).
+    """One tool of an MCP server, implementing the :class:`~kimik3.tools.Tool` interface by
+    composition: it holds its server and the server's tool declaration, and a call goes to the
+    server (:meth:`MCPServer.call_tool`). Built by :meth:`MCPServer.get_tools`.
 
     Attributes:
         server: the server it belongs to.
@@ -187,12 +186,7 @@ class MCPTool(Tool):
         self.name = name
         self.description = tool.description or ""
         self.parameters: dict[str, Any] = dict(tool.input_schema)
-        self.takes_context = False
-        self.is_async = True
         self.timeout: float | None = None
-        self.function = self._call
-        properties = self.parameters.get("properties")
-        self._param_names = list(properties) if isinstance(properties, dict) else []
         cls = jsonschema.validators.validator_for(self.parameters, default=jsonschema.Draft202012Validator)
         try:
             cls.check_schema(self.parameters)
@@ -204,9 +198,6 @@ class MCPTool(Tool):
 
     def __repr__(self) -> str:
         return f"MCPTool(name={self.name!r}, server={self.server.name!r})"
-
-    async def _call(self, **arguments: Any) -> ToolResult:
-        return await self.server.call_tool(self.mcp_name, arguments)
 
     def validate(self, arguments: Mapping[str, Any] | str | None) -> dict[str, Any]:
         """Check call arguments against the server's input schema.
