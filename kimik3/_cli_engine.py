@@ -11,7 +11,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import click
@@ -24,7 +24,7 @@ from .agents import (
     ModelSettings,
     RunHooks,
 )
-from .engines import FEATURES, PRESETS, Engine, RemoteEngine, ScriptedEngine, VLLMEngine
+from .engines import FEATURES, PRESETS, Engine, RemoteCompletionsEngine, RemoteEngine, ScriptedEngine, VLLMEngine
 from .engines._presets import DEPRECATED_PRESETS
 from .tools import Plan, Tool, Toolset, plan_tool
 
@@ -242,11 +242,13 @@ def _build_engine(o: _Options) -> Engine:
         if engine.preset is not None and engine.preset.reason:
             click.echo(f"preset {o.preset}: {engine.preset.name} for {engine.preset.reason}", err=True)
         return engine
-    if o.mode == "raw" and o.tokenizer is None:
+    if o.mode != "raw":
+        return RemoteEngine(base_url=o.base_url, api_key=o.api_key, model=o.model)
+    if o.tokenizer is None:
         raise click.UsageError("--mode raw needs --tokenizer DIR (a K3 model directory)")
-    mode: Literal["chat", "raw"] = "raw" if o.mode == "raw" else "chat"
-    return RemoteEngine(base_url=o.base_url, api_key=o.api_key, model=o.model, mode=mode, tokenizer=o.tokenizer,
-                        max_model_len=o.max_model_len if mode == "raw" else None)
+    raw = RemoteCompletionsEngine(base_url=o.base_url, api_key=o.api_key, model=o.model, tokenizer=o.tokenizer,
+                                  max_model_len=o.max_model_len)
+    return raw.with_chat_for_images()  # completions take no images: those go through chat completions
 
 
 def _check_mcp(ctx: click.Context, param: click.Parameter, specs: tuple[str, ...]) -> tuple[str, ...]:

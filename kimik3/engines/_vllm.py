@@ -35,7 +35,6 @@ from .._exceptions import (
     EngineError,
     EngineNotAvailableError,
     EngineRequestError,
-    MediaError,
     TokenizerError,
     UserError,
 )
@@ -155,15 +154,8 @@ class VLLMEngine(TokenEngine):
     def prepare_images(self, parts: Sequence[ImagePart]) -> list[Any]:
         if not parts:
             return []
-        images = []
-        for part in parts:
-            url = part.image_url.url
-            if url.startswith(("http://", "https://")):
-                raise MediaError(
-                    f"the embedded engine takes data URLs (or allowed local files), not {url[:60]!r}: download it first"
-                )
-            images.append(prepare_request_image(url, allow_local_files=self.allow_local_files).image)
-        return images
+        # http(s) URLs never get here: TokenEngine refuses them before (the prompt is encoded locally)
+        return [prepare_request_image(p.image_url.url, allow_local_files=self.allow_local_files).image for p in parts]
 
     def _sampling_params(self, request: ChatRequest) -> Any:
         from vllm import SamplingParams

@@ -12,7 +12,7 @@ import pytest
 
 from kimik3 import Agent, Client, K3Tokenizer, ModelSettings, RemoteEngine, UserError, VLLMEngine
 from kimik3.agents import CODING_INSTRUCTIONS, FinalEvent, ToolResultEvent
-from kimik3.engines import ChatRequest
+from kimik3.engines import ChatRequest, RemoteCompletionsEngine
 from kimik3.formats.k3 import CLOSE, OPEN, SEP, ContentDelta, ReasoningDelta, ToolCallDone
 from kimik3.tools.coding import coding_tools
 
@@ -103,7 +103,7 @@ async def test_server_chat_mode_and_raw_mode_agree(tiny_server: str, workspace: 
     tools = [t.spec for t in coding_tools(workspace)]
     messages = [{"role": "system", "content": CODING_INSTRUCTIONS}, {"role": "user", "content": TASK}]
     chat = Client(RemoteEngine(base_url=url, model="k3-tiny"))  # vLLM renders and parses (kimi_k3)
-    raw = Client(RemoteEngine(base_url=url, model="k3-tiny", mode="raw", tokenizer=K3_TINY))  # kimik3 does
+    raw = Client(RemoteCompletionsEngine(base_url=url, model="k3-tiny", tokenizer=K3_TINY))  # kimik3 does
     c = await chat.chat(messages, tools=tools, temperature=0.0, max_tokens=300)
     r = await raw.chat(messages, tools=tools, temperature=0.0, max_tokens=300)
     assert r.message.tool_calls and c.message.tool_calls
@@ -126,8 +126,8 @@ async def test_server_chat_mode_and_raw_mode_agree(tiny_server: str, workspace: 
 
 @pytest.mark.parametrize("mode", ["chat", "raw"])
 async def test_agent_over_the_server(tiny_server: str, workspace: Path, mode: str) -> None:
-    engine = RemoteEngine(base_url=tiny_server + "/v1", model="k3-tiny", mode=mode,  # type: ignore[arg-type]
-                          tokenizer=K3_TINY if mode == "raw" else None)
+    engine = (RemoteCompletionsEngine(base_url=tiny_server + "/v1", model="k3-tiny", tokenizer=K3_TINY) if mode == "raw"
+              else RemoteEngine(base_url=tiny_server + "/v1", model="k3-tiny"))
     agent = Agent(instructions=CODING_INSTRUCTIONS, tools=coding_tools(workspace), engine=engine,
                   settings=GREEDY, max_turns=4)
     result = await agent.run(TASK)

@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 from kimik3 import Client, K3Tokenizer, ModelSettings, RemoteEngine, VLLMEngine
-from kimik3.engines import ChatRequest, RawChunk
+from kimik3.engines import ChatRequest, RawChunk, RemoteCompletionsEngine
 from kimik3.formats.k3 import ContentDelta, ReasoningDelta
 from tests.k3vocab import write_model_dir
 
@@ -129,7 +129,7 @@ async def test_remote_chat_mode_streaming_and_not(smol_server: str) -> None:
 
 
 async def test_remote_raw_mode_sends_k3_ids(smol_server: str, small_k3_tokenizer: K3Tokenizer) -> None:
-    engine = RemoteEngine(base_url=smol_server + "/v1", model=str(SMOLLM), mode="raw", tokenizer=small_k3_tokenizer)
+    engine = RemoteCompletionsEngine(base_url=smol_server + "/v1", model=str(SMOLLM), tokenizer=small_k3_tokenizer)
     messages = [{"role": "user", "content": "Hello world"}]
     # ignore_eos: the model may end at once on a K3 prompt it cannot read; plumbing wants 6 tokens
     request = ChatRequest(messages=messages, settings=ModelSettings(
