@@ -66,9 +66,9 @@ from .agents import (
     ToolResultEvent,
     TurnEndEvent,
 )
-from .engines import Engine, ModelCall, RemoteEngine, ScriptedEngine, VLLMEngine
+from .engines import Engine, ModelCall, RemoteCompletionsEngine, RemoteEngine, ScriptedEngine, VLLMEngine
 from .formats.k3 import K3Tokenizer, PromptEncoder
-from .tools import Tool, ToolResult, tool
+from .tools import FunctionTool, Tool, ToolResult, tool
 from .types import (
     AssistantMessage,
     ChatCompletion,
@@ -112,6 +112,7 @@ __all__ = [
     "EngineNotAvailableError",
     "EngineRequestError",
     "FinalEvent",
+    "FunctionTool",
     "ImageTooLargeError",
     "InvalidArgumentsError",
     "InvalidEffortError",
@@ -132,6 +133,7 @@ __all__ = [
     "PromptEncoder",
     "RateLimitError",
     "ReasoningDelta",
+    "RemoteCompletionsEngine",
     "RemoteEngine",
     "RunResult",
     "ScriptedEngine",
