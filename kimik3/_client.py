@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
 from collections.abc import Iterable, Mapping
 from types import TracebackType
@@ -9,12 +10,14 @@ from typing import Any
 
 import anyio
 
+from . import _tracing
 from ._checks import check_instance, check_int
 from ._defaults import MAX_RETRIES, RETRY_AFTER_MAX, RETRY_BACKOFF_INITIAL, RETRY_BACKOFF_MAX, RETRY_JITTER
 from ._exceptions import APIConnectionError, RateLimitError, ServiceUnavailableError
+from ._tracing import Span
 from .engines._base import CallSource, Engine, ModelCall
 from .engines._remote import RemoteEngine
-from .formats.k3 import PromptCache
+from .formats.k3 import K3Tokenizer, PromptCache
 from .types import ChatCompletion, ChatRequest, Message, ModelSettings, ResponseFormat, ToolChoice, ToolSpec
 
 __all__ = ["Client"]
@@ -163,16 +166,63 @@ class Client:
                                settings=settings, **options)
         return self.stream_request(request, prompt_cache=prompt_cache)
 
-    async def complete(self, request: ChatRequest, *, prompt_cache: PromptCache | None = None) -> ChatCompletion:
-        """:meth:`chat` for a prepared :class:`ChatRequest` (retries included); ``prompt_cache``
-        is handed to the engine call (:meth:`Engine.stream <kimik3.engines.Engine.stream>`)."""
-        async with self.stream_request(request, prompt_cache=prompt_cache) as call:
+    async def complete(
+        self, request: ChatRequest, *, prompt_cache: PromptCache | None = None, trace_parent: Span | None = None
+    ) -> ChatCompletion:
+        """:meth:`chat` for a prepared :class:`ChatRequest`; arguments as :meth:`stream_request`."""
+        async with self.stream_request(request, prompt_cache=prompt_cache, trace_parent=trace_parent) as call:
             return await call.get()
 
-    def stream_request(self, request: ChatRequest, *, prompt_cache: PromptCache | None = None) -> ModelCall:
-        """:meth:`stream` for a prepared :class:`ChatRequest` (retries included); ``prompt_cache``
-        is handed to the engine call."""
-        return ModelCall(self._with_retries(request, prompt_cache))
+    def stream_request(
+        self, request: ChatRequest, *, prompt_cache: PromptCache | None = None, trace_parent: Span | None = None
+    ) -> ModelCall:
+        """:meth:`stream` for a prepared :class:`ChatRequest`: the one path of every model call
+        (retries and tracing included).
+
+        Args:
+            request: the request.
+            prompt_cache: handed to the engine call (:meth:`Engine.stream
+                <kimik3.engines.Engine.stream>`).
+            trace_parent: the span the call's ``chat {model}`` span is a child of (an agent
+                passes its run's; default: the current span). Spans follow the OpenTelemetry
+                GenAI conventions (:mod:`kimik3._tracing`; a no-op without OpenTelemetry).
+        """
+        return ModelCall(self._traced(request, prompt_cache, trace_parent))
+
+    async def _traced(self, request: ChatRequest, prompt_cache: PromptCache | None, parent: Span | None) -> CallSource:
+        completion: ChatCompletion | None = None
+        with _tracing.model_call(parent, self.model, request) as span:
+            async with contextlib.aclosing(self._with_retries(request, prompt_cache)) as source:
+                async for item in source:
+                    if isinstance(item, ChatCompletion):
+                        completion = item
+                        break
+                    yield item
+            if completion is not None:
+                span.done(completion)
+        if completion is not None:  # after the span ended: the consumer closes the source on it
+            yield completion
+
+    @property
+    def model(self) -> str:
+        """The engine's model name ("" until a server names it)."""
+        return self.engine.model
+
+    @property
+    def tokenizer(self) -> K3Tokenizer | None:
+        """The engine's K3 tokenizer, when it has one."""
+        return self.engine.tokenizer
+
+    @property
+    def allow_local_files(self) -> bool:
+        """Whether the engine reads image / video parts that name local files."""
+        return self.engine.allow_local_files
+
+    def check_image(self, url: str) -> None:
+        """Raise if the engine could never show the image at ``url`` to the model
+        (:meth:`Engine.check_image <kimik3.engines.Engine.check_image>`; blocking: run it in a
+        worker thread)."""
+        self.engine.check_image(url)
 
     async def _with_retries(self, request: ChatRequest, prompt_cache: PromptCache | None) -> CallSource:
         attempt = 0

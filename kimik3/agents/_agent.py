@@ -39,13 +39,14 @@ from .._checks import check_instance
 from .._client import Client
 from .._defaults import MAX_CONTINUES
 from .._exceptions import SessionError, UserError
-from ..engines import Engine
+from ..engines import Engine, ModelCall
 from ..formats.k3 import K3Tokenizer, ToolCallDone, default_tokenizer
 from ..tools import Tool, ToolContext, ToolResult, Toolset
 from ..tools._limits import STRAY_NOTE, stray_cancellation, unwrap_group
 from ..types import (
     AGENTIC_SETTINGS,
     AssistantMessage,
+    ChatCompletion,
     ChatRequest,
     ImagePart,
     Message,
@@ -307,7 +308,7 @@ class Agent(Generic[OutputT]):
         try:
             await self.hooks.run_start(writer)
             async with AsyncExitStack() as stack:
-                run.span = stack.enter_context(_tracing.agent_run(self.name, self.client.engine.model))
+                run.span = stack.enter_context(_tracing.agent_run(self.name, self.client.model))
                 await self._toolbox.open(stack)  # toolsets not open yet: for this run only
                 await self._sync_tools(run, start=True)
                 if not history and self.instructions:
@@ -335,7 +336,7 @@ class Agent(Generic[OutputT]):
                 async for event in self._final_turn(run, exhausted):
                     yield event
                 return
-            async for event in compact(self, run):
+            async for event in compact(run, self.context, self._summarize):
                 yield event
             outcome: TurnOutcome | None = None
             async for item in self._turn(run):
@@ -353,14 +354,11 @@ class Agent(Generic[OutputT]):
         """One turn: a model call, its tools; ends with its named :data:`TurnOutcome` (calls that did
         not run are named to the model; a turn with no answer and no call is never the answer)."""
         await self._sync_tools(run)
-        request = self._request(run)
-        with _tracing.model_call(run.span, self.client.engine.model, request) as span:
-            async with self.client.stream_request(request, prompt_cache=run.cache) as call:
-                async for event in call:
-                    if isinstance(event, ToolCallDone) and event.error is not None:
-                        run.call_errors[event.id] = event.error  # kept, but answered with the reason
-                    yield event
-            span.done(call.completion)
+        async with self._model_call(run, self._request(run)) as call:
+            async for event in call:
+                if isinstance(event, ToolCallDone) and event.error is not None:
+                    run.call_errors[event.id] = event.error  # kept, but answered with the reason
+                yield event
         completion = call.completion
         message = completion.message
         if completion.failed_tool_calls:  # a chat server's undecodable calls: kept with {}, answered with why
@@ -410,6 +408,16 @@ class Agent(Generic[OutputT]):
                  messages: list[Message] | None = None) -> ChatRequest:
         return ChatRequest(messages=messages if messages is not None else run.messages, tools=run.specs,
                            settings=run.settings, tool_choice=tool_choice, response_format=self._response_format)
+
+    def _model_call(self, run: _Run, request: ChatRequest) -> ModelCall:
+        """The run's model call: the client's one path (retries, the ``chat`` span under the run's
+        span), incremental with the run's prompt cache."""
+        return self.client.stream_request(request, prompt_cache=run.cache, trace_parent=run.span)
+
+    async def _summarize(self, run: _Run, messages: list[Message]) -> ChatCompletion:
+        """A tool-free model call over ``messages`` (compaction's), traced under the run."""
+        request = self._request(run, tool_choice="none", messages=messages)
+        return await self.client.complete(request, trace_parent=run.span)
 
     async def _sync_tools(self, run: _Run, *, start: bool = False) -> None:
         """Update the run's tool table from the agent's tools and its toolsets; at the start of a
@@ -514,8 +522,7 @@ class Agent(Generic[OutputT]):
         left = self._deadline(run)  # rounded up to 0.1 s: the error names a readable limit
         limits = [t for t in (tool.timeout, left if left is None else math.ceil(left * 10) / 10) if t is not None]
         result = await tool.run(decision.arguments, context, timeout=min(limits) if limits else None)
-        local = bool(getattr(self.client.engine, "allow_local_files", False))
-        result = await check_images(result, allow_local_files=local)  # an image the model can't see: an error
+        result = await check_images(result, self.client.check_image)  # an image the model can't see: an error
         if decision.edited:
             note = f"[the user edited the arguments to {json.dumps(decision.arguments, ensure_ascii=False)}]\n"
             result = ToolResult(content=note + result.text if isinstance(result.content, str)
@@ -542,12 +549,9 @@ class Agent(Generic[OutputT]):
     async def _final_turn(self, run: _Run, reason: StopReason) -> AsyncIterator[AgentEvent]:
         """One tool-free turn for a summary, then the result."""
         run.add(SystemMessage(content=SUMMARY_INSTRUCTIONS))
-        request = self._request(run, tool_choice="none")
-        with _tracing.model_call(run.span, self.client.engine.model, request) as span:
-            async with self.client.stream_request(request, prompt_cache=run.cache) as call:
-                async for event in call:
-                    yield event
-            span.done(call.completion)
+        async with self._model_call(run, self._request(run, tool_choice="none")) as call:
+            async for event in call:
+                yield event
         completion = call.completion
         message = completion.message
         if message.tool_calls:  # tools are off for this turn: keep the words, drop the calls
@@ -580,5 +584,5 @@ class Agent(Generic[OutputT]):
                          cut_calls=run.cut_calls, dropped_calls=run.dropped_calls, issues=list(run.issues))
 
     def _count(self, text: str) -> int:
-        tok = self._tokenizer or self.client.engine.tokenizer or default_tokenizer()
+        tok = self._tokenizer or self.client.tokenizer or default_tokenizer()
         return len(tok.encode_text(text))

@@ -15,13 +15,13 @@ Each check returns the words the model sees (so it can retry) and the line
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
 import anyio.to_thread
 
 from .._exceptions import MediaError
-from ..formats.k3._media import prepare_request_image
 from ..tools import ToolResult
 from ..types import AssistantMessage, ChatCompletion, ImagePart, TextPart
 
@@ -118,12 +118,13 @@ def summary_problem(completion: ChatCompletion) -> str | None:
     return None
 
 
-async def check_images(result: ToolResult, *, allow_local_files: bool = False) -> ToolResult:
+async def check_images(result: ToolResult, check: Callable[[str], None]) -> ToolResult:
     """``result``, or a tool error when one of its images could never be shown to the model.
 
-    Each local or ``data:`` image is prepared the way an engine will prepare it (cached, so the
-    engine does not do the work twice; in a worker thread). http(s) images are left to the server;
-    local paths are refused unless ``allow_local_files`` (the engine's setting).
+    ``check`` is the engine's :meth:`~kimik3.engines.Engine.check_image` (through
+    :meth:`kimik3.Client.check_image`): each local or ``data:`` image is prepared the way the
+    engine will prepare it (cached; in a worker thread), so a local path is refused unless the
+    engine allows local files. http(s) images are left to the server.
 
     Returns:
         ``result`` itself, or ``ToolResult(is_error=True, content="Error: the tool's result holds an
@@ -135,8 +136,7 @@ async def check_images(result: ToolResult, *, allow_local_files: bool = False) -
         if not isinstance(part, ImagePart) or part.image_url.url.startswith(("http://", "https://")):
             continue
         try:
-            await anyio.to_thread.run_sync(
-                functools.partial(prepare_request_image, part.image_url.url, allow_local_files=allow_local_files))
+            await anyio.to_thread.run_sync(functools.partial(check, part.image_url.url))
         except (MediaError, OSError) as e:  # OSError: a path that cannot be read
             text = f"Error: the tool's result holds an image the model cannot be shown: {type(e).__name__}: {e}"
             return ToolResult(content=f"{text}\n{result.text}" if result.text else text, is_error=True)

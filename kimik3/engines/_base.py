@@ -32,6 +32,7 @@ from typing import Any, TypeAlias
 
 from .._exceptions import APIConnectionError, EngineError, MediaError, TokenizerError, UserError
 from ..formats.k3 import EncodedPrompt, Event, K3Codec, K3Tokenizer, PromptCache, RawChunk
+from ..formats.k3._media import prepare_request_image
 from ..types import ChatCompletion, ChatRequest, ImagePart
 from ._chat import ChatStreamChecker
 from ._http import Event as WireEvent
@@ -186,6 +187,19 @@ class Engine(ABC):
             APIStatusError and subclasses, APIConnectionError, EngineError: engine failures
             (raised while iterating).
         """
+
+    def check_image(self, url: str) -> None:
+        """Raise if this engine could never show the image at ``url`` to the model: it is
+        prepared the way the engine will prepare it (kept in a cache, so the call does not do the
+        work twice; blocking: run it in a worker thread). http(s) URLs are left to the server.
+
+        Raises:
+            MediaError: over the decompression-bomb limit, corrupt, or a local path while
+                :attr:`allow_local_files` is off.
+            OSError: a local path that cannot be read.
+        """
+        if not url.startswith(("http://", "https://")):
+            prepare_request_image(url, allow_local_files=self.allow_local_files)
 
     async def complete(
         self,
