@@ -42,7 +42,9 @@ from .._exceptions import SessionError, UserError
 from ..engines import Engine, ModelCall
 from ..formats.k3 import K3Tokenizer, ToolCallDone, default_tokenizer
 from ..tools import Tool, ToolContext, ToolResult, Toolset
-from ..tools._limits import STRAY_NOTE, stray_cancellation, unwrap_group
+from ..tools import _failures as failures
+from ..tools._failures import FailureText, default_failure_text
+from ..tools._limits import stray_cancellation, unwrap_group
 from ..types import (
     AGENTIC_SETTINGS,
     AssistantMessage,
@@ -149,6 +151,10 @@ class Agent(Generic[OutputT]):
         deps: handed to tools that take a :class:`~kimik3.tools.ToolContext`.
         name: the agent's name (``gen_ai.agent.name`` on its spans).
         hooks: :class:`~kimik3.agents.RunHooks` at the run's seams (:mod:`kimik3.harness`).
+        failure_text: words every failure the model reads as a tool's error result (an unknown
+            tool, a denial, a tool that raised or overran, ...): a function of a
+            :class:`~kimik3.tools.ToolFailure`, as openai-agents' ``failure_error_function``
+            (default ``"Error: <message>"``; every text is in :mod:`kimik3.tools._failures`).
 
     Raises:
         UserError: neither or both of ``engine`` and ``client``; duplicate tool names (for a
@@ -172,6 +178,7 @@ class Agent(Generic[OutputT]):
         deps: Any = None,
         name: str | None = None,
         hooks: Sequence[RunHooks] = (),
+        failure_text: FailureText | None = None,
     ) -> None:
         check_agent_arguments(engine=engine, client=client, instructions=instructions, tools=tools, settings=settings,
                               budgets=budgets, context=context, approval=approval, tokenizer=tokenizer)
@@ -198,6 +205,9 @@ class Agent(Generic[OutputT]):
         self.approval = approval
         self.deps = deps
         self.hooks = AllHooks(hooks)
+        if failure_text is not None and not callable(failure_text):
+            raise UserError(f"Agent(failure_text=...) must be a callable (failure) -> str, got {failure_text!r:.80}")
+        self.failure_text: FailureText = failure_text or default_failure_text
         if isinstance(tokenizer, K3Tokenizer) or tokenizer is None:
             self._tokenizer = tokenizer
         else:
@@ -313,7 +323,8 @@ class Agent(Generic[OutputT]):
                 await self._sync_tools(run, start=True)
                 if not history and self.instructions:
                     run.add(SystemMessage(content=self.instructions))
-                for answer in orphan_results(run.messages, "the run stopped before this call finished"):
+                for answer in orphan_results(run.messages, "the run stopped before this call finished",
+                                             self.failure_text):
                     run.add(answer)
                 if user is not None:
                     run.add(user)
@@ -470,12 +481,11 @@ class Agent(Generic[OutputT]):
         finally:
             # Whatever happened (a cancelled run, the time budget), every call id gets a result
             # message, in call order, so the history stays valid for the next request.
-            why = ("the run's time budget ran out before the tool call finished" if scope.cancel_called
-                   else "the tool call was cancelled before it finished")
+            why = failures.interrupted(by_time_budget=scope.cancel_called)
             for i, call in enumerate(calls):
                 result = results[i]
                 if result is None:
-                    result = ToolResult(content=f"Error: {why}", is_error=True)
+                    result = ToolResult.from_failure(why, self.failure_text)
                     results[i] = result
                 run.failed_calls += result.is_error
                 run.add(result_message(result, call, self.context.max_result_chars))
@@ -496,7 +506,7 @@ class Agent(Generic[OutputT]):
             except BaseException as e:  # a CancelledError the tool or the hook raised itself: its error
                 if not stray_cancellation(e, scoped=True):
                     raise  # the run's own cancellation (or KeyboardInterrupt...) cancels the tools
-                results[i] = ToolResult(content=f"{ToolResult.from_exception(e).text} {STRAY_NOTE}", is_error=True)
+                results[i] = ToolResult.from_failure(failures.stray_cancellation(e), self.failure_text)
             span.done(results[i])
 
     async def _call_tool(self, run: _Run, call: ToolCall, results: list[ToolResult | None],
@@ -504,25 +514,24 @@ class Agent(Generic[OutputT]):
         name = call.function.name
         tool = run.tools.get(name)
         if tool is None:
-            known = ", ".join(sorted(run.tools)) or "none"
-            why = " was declared in an earlier run and is not available now" if name in run.unavailable else ""
-            text = f"Error: unknown tool {name!r}{why}; available tools: {known}"
-            results[i] = ToolResult(content=text, is_error=True)
+            unknown = failures.unknown_tool(name, sorted(run.tools), declared_earlier=name in run.unavailable)
+            results[i] = ToolResult.from_failure(unknown, self.failure_text)
             return
         error = run.call_errors.pop(call.id, None)
         if error is not None:  # a value beyond the JSON limits, or arguments a server sent broken
-            results[i] = ToolResult(content=f"Error: the call was not run: {error}", is_error=True)
+            results[i] = ToolResult.from_failure(failures.not_run(error), self.failure_text)
             return
-        decision = await approve(self.approval, call)
+        decision = await approve(self.approval, call, self.failure_text)
         if isinstance(decision, ToolResult):  # denied, or the check failed: the model sees why
             results[i] = decision
             return
         approved[i] = decision
-        context = ToolContext(tool_call_id=call.id, deps=run.deps, add_tools=self.add_tools)
+        context = ToolContext(tool_call_id=call.id, deps=run.deps, add_tools=self.add_tools,
+                              failure_text=self.failure_text)
         left = self._deadline(run)  # rounded up to 0.1 s: the error names a readable limit
         limits = [t for t in (tool.timeout, left if left is None else math.ceil(left * 10) / 10) if t is not None]
         result = await tool.run(decision.arguments, context, timeout=min(limits) if limits else None)
-        result = await check_images(result, self.client.check_image)  # an image the model can't see: an error
+        result = await check_images(result, self.client.check_image, self.failure_text)  # the model can't see it
         if decision.edited:
             note = f"[the user edited the arguments to {json.dumps(decision.arguments, ensure_ascii=False)}]\n"
             result = ToolResult(content=note + result.text if isinstance(result.content, str)

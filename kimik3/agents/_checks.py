@@ -23,6 +23,8 @@ import anyio.to_thread
 
 from .._exceptions import MediaError
 from ..tools import ToolResult
+from ..tools import _failures as failures
+from ..tools._failures import FailureText, default_failure_text
 from ..types import AssistantMessage, ChatCompletion, ImagePart, TextPart
 
 __all__ = [
@@ -118,7 +120,8 @@ def summary_problem(completion: ChatCompletion) -> str | None:
     return None
 
 
-async def check_images(result: ToolResult, check: Callable[[str], None]) -> ToolResult:
+async def check_images(result: ToolResult, check: Callable[[str], None],
+                       text: FailureText = default_failure_text) -> ToolResult:
     """``result``, or a tool error when one of its images could never be shown to the model.
 
     ``check`` is the engine's :meth:`~kimik3.engines.Engine.check_image` (through
@@ -128,7 +131,8 @@ async def check_images(result: ToolResult, check: Callable[[str], None]) -> Tool
 
     Returns:
         ``result`` itself, or ``ToolResult(is_error=True, content="Error: the tool's result holds an
-        image the model cannot be shown: ImageTooLargeError: ...")`` followed by the result's text.
+        image the model cannot be shown: ImageTooLargeError: ...")`` (worded by ``text``) followed
+        by the result's text.
     """
     if isinstance(result.content, str):
         return result
@@ -138,8 +142,8 @@ async def check_images(result: ToolResult, check: Callable[[str], None]) -> Tool
         try:
             await anyio.to_thread.run_sync(functools.partial(check, part.image_url.url))
         except (MediaError, OSError) as e:  # OSError: a path that cannot be read
-            text = f"Error: the tool's result holds an image the model cannot be shown: {type(e).__name__}: {e}"
-            return ToolResult(content=f"{text}\n{result.text}" if result.text else text, is_error=True)
+            why = text(failures.unshowable_image(e))
+            return ToolResult(content=f"{why}\n{result.text}" if result.text else why, is_error=True)
     return result
 
 

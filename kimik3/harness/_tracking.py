@@ -19,6 +19,8 @@ from typing import Any
 from .._exceptions import ToolError
 from ..agents import RunHooks, SessionWriter
 from ..tools import Tool, ToolContext, ToolResult
+from ..tools import _failures as failures
+from ..tools._failures import default_failure_text
 from ..tools.coding._paths import Workspace
 from ..types import ToolSpec
 
@@ -56,7 +58,8 @@ class _Guarded(Tool):
             return await self.inner.run(arguments, context, timeout=timeout)
         refusal = self._check(parsed)
         if refusal is not None:
-            return ToolResult(content=f"Error: {refusal}", is_error=True)
+            text = context.failure_text if context is not None else default_failure_text
+            return ToolResult.from_failure(failures.refused(refusal), text)
         result = await self.inner.run(arguments, context, timeout=timeout)
         if not result.is_error:
             self._done(parsed)

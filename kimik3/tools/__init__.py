@@ -7,6 +7,7 @@ automation (screenshots in, mouse and keyboard actions out) is :mod:`kimik3.tool
 The tools of MCP servers come from :mod:`kimik3.tools.mcp` (the ``mcp`` extra).
 """
 
+from ._failures import FailureKind, FailureText, ToolFailure, default_failure_text
 from ._search import tool_search
 from ._todo import PLAN_TOOL_NAME, Plan, PlanStep, find_plan, plan_tool
 from ._tool import FunctionTool, Tool, ToolContext, ToolResult, tool
@@ -15,13 +16,17 @@ from ._truncate import truncate_middle
 
 __all__ = [
     "PLAN_TOOL_NAME",
+    "FailureKind",
+    "FailureText",
     "FunctionTool",
     "Plan",
     "PlanStep",
     "Tool",
     "ToolContext",
+    "ToolFailure",
     "ToolResult",
     "Toolset",
+    "default_failure_text",
     "find_plan",
     "plan_tool",
     "tool",

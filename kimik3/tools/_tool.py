@@ -46,7 +46,9 @@ from pydantic import ValidationError
 from .._exceptions import JSONLimitError, ToolArgumentsError, ToolDefinitionError, ToolError, ToolTimeoutError
 from .._json import safe_loads
 from ..types import ToolSpec
-from ._limits import STRAY_NOTE, stray_cancellation
+from . import _failures as failures
+from ._failures import FailureText, default_failure_text
+from ._limits import stray_cancellation
 from ._result import ToolResult
 from ._schema import boolean_for_number, error_location, format_input, function_signature
 
@@ -106,11 +108,14 @@ class ToolContext:
         deps: whatever the agent was given as dependencies (a workspace, a usage counter...).
         add_tools: inside an agent run, :meth:`kimik3.Agent.add_tools`: tools given to it are
             declared to the model dynamically before its next turn (None outside a run).
+        failure_text: words a failure as the error text the model reads (the run's
+            ``Agent(failure_text=...)``; default ``"Error: <message>"``, :mod:`._failures`).
     """
 
     tool_call_id: str = ""
     deps: Any = None
     add_tools: Callable[..., None] | None = None
+    failure_text: FailureText = default_failure_text
 
 
 def load_arguments(arguments: Mapping[str, Any] | str | None) -> Mapping[str, Any]:
@@ -423,11 +428,15 @@ class FunctionTool(Tool):
         except (Exception, SystemExit, GeneratorExit) as e:  # cancellation, KeyboardInterrupt pass
             # SystemExit (an argparse/click main's sys.exit) and GeneratorExit are the tool's
             # failure, not the program's: the model reads "Error: SystemExit: 2".
-            return ToolResult.from_exception(e)
+            return ToolResult.from_failure(failures.exception(e), _failure_text(context))
         except BaseException as e:
             if not stray_cancellation(e):
                 raise
-            return ToolResult(content=f"{ToolResult.from_exception(e).text} {STRAY_NOTE}", is_error=True)
+            return ToolResult.from_failure(failures.stray_cancellation(e), _failure_text(context))
+
+
+def _failure_text(context: ToolContext | None) -> FailureText:
+    return context.failure_text if context is not None else default_failure_text
 
 
 @overload

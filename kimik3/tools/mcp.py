@@ -70,6 +70,8 @@ from .._exceptions import (
 )
 from ..media import prepare_image
 from ..types import ImagePart, ImageURL, TextPart
+from . import _failures as failures
+from ._failures import FailureText, default_failure_text
 from ._tool import Tool, ToolContext, ToolResult, load_arguments
 from ._toolset import Toolset
 
@@ -145,23 +147,22 @@ def _block(block: Any) -> TextPart | ImagePart:
     return TextPart(text=f"[{type(block).__name__} content left out]")
 
 
-def to_tool_result(result: mcp_types.CallToolResult) -> ToolResult:
+def to_tool_result(result: mcp_types.CallToolResult, text: FailureText = default_failure_text) -> ToolResult:
     """Map an MCP ``CallToolResult`` to a :class:`ToolResult` (rules in the module docstring).
 
     Returns:
         Text content alone becomes one string (blocks joined with newlines); with images, a list
-        of text and image parts. ``isError`` results start with ``"Error: "`` and have
-        ``is_error=True``.
+        of text and image parts. ``isError`` results have ``is_error=True`` and their first text
+        worded by ``text`` (:mod:`kimik3.tools._failures`: ``"Error: "`` first by default).
     """
     parts = [_block(b) for b in result.content]
     if not parts and result.structured_content is not None:
-        text = json.dumps(result.structured_content, ensure_ascii=False, separators=(",", ":"))
-        parts = [TextPart(text=text)]
+        parts = [TextPart(text=json.dumps(result.structured_content, ensure_ascii=False, separators=(",", ":")))]
     if result.is_error:
         if parts and isinstance(parts[0], TextPart):
-            parts[0] = TextPart(text=f"Error: {parts[0].text}")
+            parts[0] = TextPart(text=text(failures.tool_reported(parts[0].text)))
         else:
-            parts.insert(0, TextPart(text="Error: the MCP tool reported an error"))
+            parts.insert(0, TextPart(text=text(failures.tool_reported(None))))
     if all(isinstance(p, TextPart) for p in parts):
         return ToolResult(content="\n".join(p.text for p in parts if isinstance(p, TextPart)), is_error=result.is_error)
     return ToolResult(content=parts, is_error=result.is_error)
@@ -223,12 +224,13 @@ class MCPTool(Tool):
         docstring), one over its time limit included (see :meth:`Tool.run`); cancellation
         propagates."""
         limit = self.timeout if timeout is None else timeout
+        text = context.failure_text if context is not None else default_failure_text
         try:
             with anyio.move_on_after(limit):
-                return await self.server.call_tool(self.mcp_name, self.validate(arguments))
+                return await self.server.call_tool(self.mcp_name, self.validate(arguments), text)
             raise ToolTimeoutError(f"{self.name} did not finish within {limit:g} s and was cancelled")
         except Exception as e:
-            return ToolResult.from_exception(e)
+            return ToolResult.from_exception(e, text)
 
 
 # -- servers ---------------------------------------------------------------------------------
@@ -442,8 +444,11 @@ class MCPServer(Toolset):
             out[name] = MCPTool(self, t, name)
         return list(out.values())
 
-    async def call_tool(self, name: str, arguments: dict[str, Any]) -> ToolResult:
-        """Call tool ``name`` (its name on the server) and map the result.
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], text: FailureText = default_failure_text
+    ) -> ToolResult:
+        """Call tool ``name`` (its name on the server) and map the result (an ``isError`` one
+        worded by ``text``, see :func:`to_tool_result`).
 
         Raises:
             MCPServerError: the server is not open or is gone, answered with an MCP error, did
@@ -465,7 +470,7 @@ class MCPServer(Toolset):
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError, httpx2.HTTPError) as e:
             self._gone = _describe(e)
             raise MCPServerError(f"the MCP server {self.name!r} cannot be reached: {self._gone}") from e
-        return to_tool_result(result)
+        return to_tool_result(result, text)
 
 
 def _file_with_fileno(stream: TextIO) -> TextIO:
