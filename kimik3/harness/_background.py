@@ -29,7 +29,7 @@ import anyio
 from .._exceptions import ToolError
 from ..agents import RunHooks
 from ..tools import truncate_middle
-from ..tools.coding._bash import shell_env
+from ..tools.coding._api import shell_env
 
 __all__ = ["BackgroundProcesses", "group_members"]
 

@@ -23,7 +23,7 @@ from ..agents import CODING_INSTRUCTIONS, Agent, Budgets, ModelSettings, RunHook
 from ..engines import Engine
 from ..tools import FunctionTool, Tool, ToolResult
 from ..tools.coding import coding_tools
-from ..tools.coding._toolkit import FILE_TOOL_TIMEOUT_S
+from ..tools.coding._api import FILE_TOOL_TIMEOUT_S
 from ._background import BackgroundProcesses
 from ._checkpoints import Checkpoints
 from ._instructions import ProjectInstructions

@@ -22,8 +22,9 @@ from pydantic import BaseModel, ConfigDict
 
 from .._exceptions import ToolError
 from ..tools._truncate import truncate_middle
-from ..tools.coding._files import (
+from ..tools.coding._api import (
     MAX_EDIT_BYTES,
+    Workspace,
     decode,
     encode,
     is_binary,
@@ -34,7 +35,6 @@ from ..tools.coding._files import (
     to_utf8,
     unified_diff,
 )
-from ..tools.coding._paths import Workspace
 
 __all__ = ["EditSpec", "FileAccess", "apply_edits", "apply_patch_text", "parse_patch", "patch_paths"]
 

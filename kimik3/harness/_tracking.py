@@ -21,7 +21,7 @@ from ..agents import RunHooks, SessionWriter
 from ..tools import Tool, ToolContext, ToolResult
 from ..tools import _failures as failures
 from ..tools._failures import default_failure_text
-from ..tools.coding._paths import Workspace
+from ..tools.coding._api import Workspace
 from ..types import ToolSpec
 
 __all__ = ["ReadTracker"]

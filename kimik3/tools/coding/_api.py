@@ -1,0 +1,46 @@
+"""The coding toolkit's internal API: what kimik3's other packages (the coding harness) may use of
+:mod:`kimik3.tools.coding` besides :func:`~kimik3.tools.coding.coding_tools`. Everything else in
+the package is private to it; ``tests/test_architecture.py`` checks that nothing outside imports
+its other modules.
+
+- :class:`Workspace`: confinement to the workspace root (paths resolved and opened from the
+  root's descriptor, no symlink followed out of it), file reading.
+- the file text rules of ``edit_file`` (encodings, line endings, binary files, the size limit,
+  in-place writes, diffs): :data:`MAX_EDIT_BYTES`, :func:`decode`, :func:`encode`,
+  :func:`is_binary`, :func:`overwrite`, :func:`replace_keeping_endings`, :func:`sniff_encoding`,
+  :func:`split_lines`, :func:`to_utf8`, :func:`unified_diff`;
+- :data:`FILE_TOOL_TIMEOUT_S`: the time limit of a file tool's call;
+- :func:`shell_env`: the environment a command runs with.
+"""
+
+from ._bash import shell_env
+from ._files import (
+    MAX_EDIT_BYTES,
+    decode,
+    encode,
+    is_binary,
+    overwrite,
+    replace_keeping_endings,
+    sniff_encoding,
+    split_lines,
+    to_utf8,
+    unified_diff,
+)
+from ._paths import Workspace
+from ._toolkit import FILE_TOOL_TIMEOUT_S
+
+__all__ = [
+    "FILE_TOOL_TIMEOUT_S",
+    "MAX_EDIT_BYTES",
+    "Workspace",
+    "decode",
+    "encode",
+    "is_binary",
+    "overwrite",
+    "replace_keeping_endings",
+    "shell_env",
+    "sniff_encoding",
+    "split_lines",
+    "to_utf8",
+    "unified_diff",
+]
