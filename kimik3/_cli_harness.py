@@ -16,7 +16,7 @@ import click
 
 from .agents import CODING_INSTRUCTIONS, ModelSettings, RunHooks
 from .engines import Engine
-from .harness import CodingHarness, undo
+from .harness import FEATURES, CodingHarness, Feature, undo
 from .tools import Tool
 
 __all__ = ["harness_options", "harness_parts", "undo_command"]
@@ -39,8 +39,10 @@ def harness_parts(engine: Engine, workspace: str, settings: ModelSettings,
     """(tools, instructions, hooks) of ``run`` / ``resume``'s coding agent, from the command's options."""
     params = click.get_current_context().params
     full = params.get("tool_set") == "full"
-    harness = CodingHarness(workspace, project_instructions=not params.get("no_agents_md"),
-                            read_before_edit=full, background=full, subagents=full, edit_tools=full,
+    features: set[Feature] = set(FEATURES) if full else {"project_instructions", "checkpoints"}
+    if params.get("no_agents_md"):
+        features.discard("project_instructions")
+    harness = CodingHarness(workspace, features=features,
                             on_instructions=lambda rel: note(f"project instructions: {rel}"))
     return harness.parts(engine=engine, instructions=CODING_INSTRUCTIONS, settings=settings)
 

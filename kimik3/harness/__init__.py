@@ -6,7 +6,7 @@ small module joined to the :class:`~kimik3.Agent` through :class:`~kimik3.agents
 
 from ._background import BackgroundProcesses, group_members
 from ._checkpoints import WRITING_TOOLS, Checkpoints, session_checkpoints, undo
-from ._harness import CodingHarness, background_tools, patch_tools
+from ._harness import FEATURES, CodingHarness, Feature, background_tools, patch_tools
 from ._instructions import AGENTS_FILE, MAX_INSTRUCTIONS_BYTES, MAX_TOTAL_INSTRUCTIONS_BYTES, ProjectInstructions
 from ._patch import EditSpec, FileAccess, apply_edits, apply_patch_text, parse_patch
 from ._tasks import SUBAGENT_INSTRUCTIONS, SubAgents
@@ -14,6 +14,7 @@ from ._tracking import ReadTracker
 
 __all__ = [
     "AGENTS_FILE",
+    "FEATURES",
     "MAX_INSTRUCTIONS_BYTES",
     "MAX_TOTAL_INSTRUCTIONS_BYTES",
     "SUBAGENT_INSTRUCTIONS",
@@ -22,6 +23,7 @@ __all__ = [
     "Checkpoints",
     "CodingHarness",
     "EditSpec",
+    "Feature",
     "FileAccess",
     "ProjectInstructions",
     "ReadTracker",

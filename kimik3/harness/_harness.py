@@ -1,9 +1,9 @@
 """``CodingHarness``: the coding toolkit plus what long-horizon runs need, assembled once.
 
-Features (each can be turned off):
+Features (:data:`Feature`; all on by default, ``features=`` picks them):
     project_instructions: ``AGENTS.md`` files reach the model (:mod:`._instructions`).
     read_before_edit: edits of unread or changed files are refused (:mod:`._tracking`).
-    multi_edit / apply_patch tools (:mod:`._patch`).
+    edit_tools: the multi_edit / apply_patch tools (:mod:`._patch`).
     checkpoints: the workspace recorded around writing turns; ``kimik3 undo`` (:mod:`._checkpoints`).
     background: ``bash(..., background=true)``, ``read_output``, ``stop`` (:mod:`._background`).
     subagents: the ``task`` tool (:mod:`._tasks`).
@@ -12,13 +12,15 @@ Features (each can be turned off):
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Annotated, Any, cast
+from typing import Annotated, Any, Literal, TypeAlias, cast, get_args
 
 from pydantic import Field
 
 from .._client import Client
+from .._exceptions import UserError
 from ..agents import CODING_INSTRUCTIONS, Agent, Budgets, ModelSettings, RunHooks
 from ..engines import Engine
 from ..tools import FunctionTool, Tool, ToolResult
@@ -31,7 +33,15 @@ from ._patch import EditSpec, FileAccess, apply_patch_text, multi_edit_file
 from ._tasks import SubAgents
 from ._tracking import ReadTracker
 
-__all__ = ["CodingHarness"]
+__all__ = ["FEATURES", "CodingHarness", "Feature"]
+
+Feature: TypeAlias = Literal["project_instructions", "read_before_edit", "checkpoints", "background", "subagents",
+                             "edit_tools"]
+"""A feature of :class:`CodingHarness` (see the module docstring)."""
+
+FEATURES: frozenset[Feature] = frozenset(get_args(Feature))
+"""Every feature: the default of ``CodingHarness(features=...)``; ``FEATURES - {"background"}``
+turns one off."""
 
 _BACKGROUND_NOTE = (
     " With background=true the command starts in its own process group and the call returns at once "
@@ -122,35 +132,41 @@ class CodingHarness:
 
     Args:
         root: the workspace root.
-        project_instructions, read_before_edit, checkpoints, background, subagents, edit_tools
-            (multi_edit and apply_patch): the features (see the module docstring); all on by
-            default. With background, subagents and edit_tools off, the tools (names,
-            descriptions, schemas) are exactly :func:`~kimik3.tools.coding.coding_tools`'s.
+        features: the features on (:data:`FEATURES`, all, by default; see the module docstring).
+            Without background, subagents and edit_tools, the tools (names, descriptions,
+            schemas) are exactly :func:`~kimik3.tools.coding.coding_tools`'s. The former
+            switches (``background=False``, ...) still work, with a DeprecationWarning.
         on_instructions: called with each ``AGENTS.md`` path as it reaches the model.
         bash_timeout, max_output_chars, write_hard_links: as
             :func:`~kimik3.tools.coding.coding_tools`.
         subagent_budgets: each child's budgets.
 
+    Attributes:
+        features: the features on.
+
     Raises:
         ToolDefinitionError: ``root`` is not a directory.
+        UserError: an unknown feature.
     """
 
-    def __init__(self, root: str | os.PathLike[str], *, project_instructions: bool = True,
-                 read_before_edit: bool = True, checkpoints: bool = True, background: bool = True,
-                 subagents: bool = True, edit_tools: bool = True, on_instructions: Callable[[str], None] | None = None,
-                 bash_timeout: int = 120, max_output_chars: int = 30_000, write_hard_links: bool = False,
-                 subagent_budgets: Budgets | None = None) -> None:
+    def __init__(self, root: str | os.PathLike[str], *, features: Iterable[Feature] = FEATURES,
+                 on_instructions: Callable[[str], None] | None = None, bash_timeout: int = 120,
+                 max_output_chars: int = 30_000, write_hard_links: bool = False,
+                 subagent_budgets: Budgets | None = None, **switches: bool) -> None:
+        self.features = _features(features, switches)
+        on = self.features.__contains__
         base = coding_tools(root, bash_timeout=bash_timeout, max_output_chars=max_output_chars,
                             write_hard_links=write_hard_links)
         self.root = Path(root).resolve()
-        self.instructions = ProjectInstructions(self.root, on_load=on_instructions) if project_instructions else None
-        self.processes = BackgroundProcesses(self.root, max_output_chars=max_output_chars) if background else None
-        self.checkpoints = Checkpoints(self.root) if checkpoints else None
-        self.read_before_edit = read_before_edit
-        self.subagents = subagents
+        self.instructions = ProjectInstructions(self.root, on_load=on_instructions) if on("project_instructions") \
+            else None
+        self.processes = BackgroundProcesses(self.root, max_output_chars=max_output_chars) if on("background") else None
+        self.checkpoints = Checkpoints(self.root) if on("checkpoints") else None
+        self.read_before_edit = on("read_before_edit")
+        self.subagents = on("subagents")
         self.subagent_budgets = subagent_budgets
         tools = list(base)
-        if edit_tools:
+        if on("edit_tools"):
             tools += patch_tools(FileAccess(self.root, hard_links=write_hard_links))
         if self.processes is not None:  # bash in its place; read_output and stop at the end
             at = next(i for i, t in enumerate(tools) if t.name == "bash")
@@ -158,7 +174,7 @@ class CodingHarness:
             tools[at] = bash
             tools += more
         self.base_tools = tools
-        self.tracker = ReadTracker(self.root) if read_before_edit else None
+        self.tracker = ReadTracker(self.root) if self.read_before_edit else None
         self.tools = self.tracker.wrap(tools) if self.tracker is not None else tools
 
     def parts(self, *, engine: Engine | None = None, client: Client | None = None,
@@ -168,8 +184,7 @@ class CodingHarness:
         (sub-agents use it): the root ``AGENTS.md`` is appended to ``instructions``; the
         children of a run spend at most ``budgets.tokens`` together (the parent's token budget)."""
         if self.instructions is not None:
-            self.instructions.loaded.clear()
-            self.instructions.given_bytes = 0
+            self.instructions.reset()
             instructions = self.instructions.system_prompt(instructions)
         hooks: list[RunHooks] = [h for h in (self.checkpoints, self.instructions, self.processes, self.tracker)
                                  if h is not None]
@@ -197,3 +212,23 @@ class CodingHarness:
                                                 settings=settings, budgets=budgets)
         return Agent(instructions=instructions, tools=tools, engine=engine, client=client, settings=settings,
                      budgets=budgets, hooks=hooks, **kwargs)
+
+
+def _features(features: Iterable[Feature], switches: dict[str, bool]) -> frozenset[Feature]:
+    """The feature set of ``features`` and the former boolean switches (deprecated).
+
+    Raises:
+        UserError: an unknown feature or keyword.
+    """
+    if isinstance(features, str):
+        raise UserError(f"CodingHarness(features=...) takes a set of features, not the string {features!r:.60}")
+    chosen: set[str] = set(features)
+    unknown = sorted(chosen - FEATURES) + sorted(set(switches) - FEATURES)
+    if unknown:
+        raise UserError(f"unknown CodingHarness feature(s) {', '.join(map(repr, unknown))}; "
+                        f"the features: {', '.join(sorted(FEATURES))}")
+    if switches:
+        warnings.warn("CodingHarness(name=bool) is deprecated: pass features=FEATURES - {...}",
+                      DeprecationWarning, stacklevel=3)
+        chosen = {f for f in chosen if switches.get(f, True)} | {f for f, on in switches.items() if on}
+    return frozenset(cast(set[Feature], chosen))

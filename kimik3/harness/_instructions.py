@@ -74,6 +74,12 @@ class ProjectInstructions(RunHooks):
         self.loaded: list[str] = []
         self._seen_dirs: set[str] = {"."}
 
+    def reset(self) -> None:
+        """Forget what was given: a new agent's prompt counts its files again (``loaded``, the
+        byte budget)."""
+        self.loaded.clear()
+        self.given_bytes = 0
+
     def system_prompt(self, base: str | None) -> str | None:
         """``base`` followed by the root ``AGENTS.md`` (when there is one) under a heading."""
         text = _read_capped(self.ws, AGENTS_FILE, self.max_bytes)

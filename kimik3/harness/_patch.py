@@ -155,8 +155,8 @@ def apply_edits(text: str, edits: list[EditSpec], path: str) -> tuple[str, int]:
 class Hunk:
     old_start: int
     lines: list[str] = field(default_factory=list)  # " x", "-x", "+x"
-    no_newline_old: bool = False
-    no_newline_new: bool = False
+    no_newline_old: bool = False  # the old text ends the file, without a final newline
+    no_newline_new: bool = False  # the new text ends the file, without a final newline
 
     def old(self) -> list[str]:
         return [line[1:] for line in self.lines if line[0] in " -"]
@@ -276,8 +276,11 @@ def _patch_text(text: str, crlf: bool, fp: FilePatch, name: str) -> str:
     pos = 0
     for n, h in enumerate(fp.hunks, 1):
         old = h.old()
-        # "@@ -L,0" inserts after line L, else the hunk starts at line L (of the original file)
-        at = _find(lines, old, h.old_start if not old else h.old_start - 1, pos)
+        if h.no_newline_old:  # "\ No newline at end of file" after an old line: the hunk ends the file
+            end = len(lines) - len(old)
+            at: int | None = end if end >= pos and lines[end:] == old and not had_final_newline else None
+        else:  # "@@ -L,0" inserts after line L, else the hunk starts at line L (of the original file)
+            at = _find(lines, old, h.old_start if not old else h.old_start - 1, pos)
         if at is None:
             first = old[0] if old else ""
             raise ToolError(f"{name}: hunk {n} (@@ -{h.old_start}) does not match the file (looking for "

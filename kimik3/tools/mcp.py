@@ -42,7 +42,7 @@ import re
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
-from typing import Any, TextIO, TypeVar
+from typing import Any, Literal, TextIO, TypeAlias, TypeVar
 
 import anyio
 import anyio.abc
@@ -56,7 +56,7 @@ try:
     from mcp.client.streamable_http import streamable_http_client
     from mcp.shared.exceptions import MCPError
     from mcp.types.jsonrpc import REQUEST_TIMEOUT
-    from mcp.types.version import MODERN_PROTOCOL_VERSIONS
+    from mcp.types.version import KNOWN_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError("kimik3.tools.mcp needs the MCP SDK: pip install 'kimik3[mcp]'") from e
 
@@ -67,6 +67,7 @@ from .._exceptions import (
     ToolArgumentsError,
     ToolDefinitionError,
     ToolTimeoutError,
+    UserError,
 )
 from ..media import prepare_image
 from ..types import ImagePart, ImageURL, TextPart
@@ -75,9 +76,13 @@ from ._failures import FailureText, default_failure_text
 from ._tool import Tool, ToolContext, ToolResult, load_arguments
 from ._toolset import Toolset
 
-__all__ = ["MCPServer", "MCPServerStdio", "MCPServerStreamableHTTP", "MCPTool"]
+__all__ = ["ConnectMode", "MCPServer", "MCPServerStdio", "MCPServerStreamableHTTP", "MCPTool"]
 
 log = logging.getLogger("kimik3.mcp")
+
+ConnectMode: TypeAlias = Literal["auto", "legacy", "2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"]
+"""How ``mcp.Client`` negotiates the protocol: ``"auto"``, ``"legacy"`` or a protocol version (the
+versions of ``mcp.types.version.KNOWN_PROTOCOL_VERSIONS``; a newer SDK's are accepted too)."""
 
 _UNSAFE = re.compile(r"[^\w.-]")  # \w: Unicode letters, digits and '_'
 _HASH_LEN = 8
@@ -249,7 +254,10 @@ class MCPServer(Toolset):
         connect_timeout: seconds to wait for each answer while connecting and listing tools.
         mode: how ``mcp.Client`` negotiates the protocol: ``"auto"`` (``server/discover``, falling
             back to the ``initialize`` handshake), ``"legacy"`` (the handshake only) or a
-            protocol version.
+            protocol version (:data:`ConnectMode`).
+
+    Raises:
+        UserError: a ``mode`` the SDK does not know.
     """
 
     def __init__(
@@ -259,13 +267,16 @@ class MCPServer(Toolset):
         tool_prefix: str | None = None,
         timeout: float | None = None,
         connect_timeout: float = 60.0,
-        mode: str = "auto",
+        mode: ConnectMode = "auto",
     ) -> None:
         self.name = name
         self.tool_prefix = tool_prefix
         self.timeout = timeout
         self.connect_timeout = connect_timeout
-        self.mode = mode
+        if mode not in ("auto", "legacy") and mode not in KNOWN_PROTOCOL_VERSIONS:
+            raise UserError(f"MCPServer(mode=...) must be 'auto', 'legacy' or a protocol version of the MCP SDK "
+                            f"({', '.join(KNOWN_PROTOCOL_VERSIONS)}); got {mode!r:.80}")
+        self.mode: ConnectMode = mode
         self.is_open = False
         self._client: mcp.Client | None = None
         self._stack: AsyncExitStack | None = None
@@ -508,7 +519,7 @@ class MCPServerStdio(MCPServer):
         tool_prefix: str | None = None,
         timeout: float | None = None,
         connect_timeout: float = 60.0,
-        mode: str = "auto",
+        mode: ConnectMode = "auto",
         errlog: TextIO | None = None,
     ) -> None:
         super().__init__(name=name or os.path.basename(command), tool_prefix=tool_prefix, timeout=timeout,
@@ -541,7 +552,7 @@ class MCPServerStreamableHTTP(MCPServer):
         tool_prefix: str | None = None,
         timeout: float | None = None,
         connect_timeout: float = 60.0,
-        mode: str = "auto",
+        mode: ConnectMode = "auto",
     ) -> None:
         super().__init__(name=name or url, tool_prefix=tool_prefix, timeout=timeout,
                          connect_timeout=connect_timeout, mode=mode)

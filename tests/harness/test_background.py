@@ -13,7 +13,7 @@ import pytest
 
 from kimik3 import ScriptedEngine
 from kimik3._exceptions import ToolError
-from kimik3.harness import BackgroundProcesses, CodingHarness, group_members
+from kimik3.harness import FEATURES, BackgroundProcesses, CodingHarness, group_members
 
 from .helpers import answer, calls
 
@@ -48,7 +48,7 @@ async def test_http_server_in_the_background_is_queried_later_and_ended_at_run_e
             return calls(("read_output", {"id": "bg1"}))
         return answer("served")
 
-    harness = CodingHarness(tmp_path, subagents=False)
+    harness = CodingHarness(tmp_path, features=FEATURES - {"subagents"})
     result = await harness.agent(engine=ScriptedEngine(script)).run("serve it")
     texts = [m.content for m in result.messages if m.role == "tool"]
     assert texts[0] == 'Started background process bg1; read_output("bg1") shows its output, stop("bg1") ends it'
@@ -105,7 +105,7 @@ async def test_a_run_that_crashes_still_ends_its_background_processes(tmp_path: 
         assert group_members(pgids[0])  # still running when the engine fails
         raise APIConnectionError("the engine went away")
 
-    harness = CodingHarness(tmp_path, subagents=False, checkpoints=False)
+    harness = CodingHarness(tmp_path, features=FEATURES - {"subagents", "checkpoints"})
     with pytest.raises(APIConnectionError):
         await harness.agent(engine=ScriptedEngine(script)).run("go")
     assert group_members(pgids[0]) == []
