@@ -188,7 +188,7 @@ async def run_attempt(task: EvalTask, number: int, engine: Engine, config: EvalC
                         costs.append(event.cost)
                     elif isinstance(event, FinalEvent):
                         final = event.result
-            if scope.cancelled_caught:
+            if scope.cancelled_caught and final is None:
                 result.stop_reason, result.error = "timeout", f"the run took more than {task.timeout:g} s"
         except KimiK3Error as e:
             if fatal(e):

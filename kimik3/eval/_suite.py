@@ -202,9 +202,12 @@ def suite_digest(root: Path) -> str:
             h.update(rel.encode("utf-8", "surrogateescape") + b"\0")
             if os.path.islink(full):
                 h.update(b"L" + os.readlink(full).encode("utf-8", "surrogateescape") + b"\0")
-            elif os.path.isfile(full):
+            elif os.path.isfile(full):  # a regular file (a FIFO or a device is never opened)
+                inner = hashlib.sha256()
                 with open(full, "rb") as f:
-                    h.update(b"F" + hashlib.sha256(f.read()).digest())
+                    while chunk := f.read(1 << 20):
+                        inner.update(chunk)
+                h.update(b"F" + inner.digest())
     return h.hexdigest()
 
 

@@ -14,6 +14,7 @@ import contextlib
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -88,13 +89,22 @@ def _git(what: str, *args: str) -> None:
         raise EvalError(f"git {what} took more than 600 s") from None
 
 
+def _copy_regular(src: str, dst: str) -> str:
+    """shutil.copy2 for regular files only: a FIFO would block the copy forever, a device would
+    copy its endless stream."""
+    if not stat.S_ISREG(os.lstat(src).st_mode):
+        raise EvalError(f"{src} is not a regular file; a task's files must be")
+    return str(shutil.copy2(src, dst))
+
+
 def _prepare(task: EvalTask) -> Attempt:
     root = Path(tempfile.mkdtemp(prefix=f"kimik3-eval-{task.name[:40]}-"))
     try:
         workspace, task_dir = root / "workspace", root / "task"
-        shutil.copytree(task.path, task_dir, symlinks=True, ignore=shutil.ignore_patterns("workspace"))
+        shutil.copytree(task.path, task_dir, symlinks=True, ignore=shutil.ignore_patterns("workspace"),
+                        copy_function=_copy_regular)
         if task.workspace is not None:
-            shutil.copytree(task.workspace, workspace, symlinks=True)
+            shutil.copytree(task.workspace, workspace, symlinks=True, copy_function=_copy_regular)
         elif task.repo is not None and task.commit is not None:
             source = task.repo if _is_url(task.repo) else str((task.path / task.repo).resolve())
             _git("clone", "clone", "--quiet", "--no-hardlinks", "--no-checkout", source, str(workspace))
@@ -113,7 +123,8 @@ async def prepare_attempt(task: EvalTask) -> Attempt:
     """A fresh directory for one attempt of ``task`` (in a worker thread).
 
     Raises:
-        EvalError: the repo cannot be cloned or the commit checked out.
+        EvalError: the repo cannot be cloned or the commit checked out, or the task holds a
+            file that is not a regular file (a FIFO, a socket, a device).
         OSError: the copy failed (disk full, an unreadable file in the suite).
     """
     return await anyio.to_thread.run_sync(_prepare, task)

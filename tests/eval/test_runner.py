@@ -339,3 +339,15 @@ def test_a_repo_task_works_on_a_checkout_of_its_commit(tmp_path: Path) -> None:
     (r,), _ = read_results(tmp_path / "out" / "results.jsonl")
     assert r.passed and r.check_output.strip() == first
     assert tree_hash(suite) == before  # the source repository was only read
+
+
+def test_a_tasks_cost_budget_ends_its_run_and_the_check_still_scores_it(tmp_path: Path) -> None:
+    suite = tmp_path / "suite"
+    write_task(suite, "t", "Read it.", "true", {"a.txt": "x\n"}, budgets={"usd": 0.001})
+    loop = calls(("read_file", {"path": "a.txt"}))
+    price = Pricing(input=2.0, cached_input=0.5, output=10.0)  # 0.0021 a call: over budget after one
+    summary = run(suite, tmp_path / "out", UsageEngine(by_task({"Read it.": [loop, "what I found"]}), (1000, 100, 600)),
+                  config=EvalConfig(pricing=price))
+    (r,), _ = read_results(tmp_path / "out" / "results.jsonl")
+    assert (r.stop_reason, r.turns, r.passed, r.degraded) == ("cost_budget", 2, True, True)
+    assert r.cost == pytest.approx(0.0042) and summary["stop_reasons"] == {"cost_budget": 1}

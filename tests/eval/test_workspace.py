@@ -117,3 +117,17 @@ def test_a_task_whose_repo_cannot_be_cloned_fails_its_attempts_only(tmp_path: Pa
     assert [(r.task, r.stop_reason, r.passed) for r in results] == [("a-broken", "setup_failed", False),
                                                                      ("b-fine", "completed", True)]
     assert results[0].error is not None and results[0].error.startswith("EvalError: git clone failed: fatal:")
+
+
+def test_a_fifo_in_a_workspace_fails_the_attempt_instead_of_blocking_it(tmp_path: Path) -> None:
+    from kimik3 import ScriptedEngine
+    from kimik3.eval import evaluate, read_results
+
+    folder = write_task(tmp_path / "suite", "t", "x", "true", {"a.txt": "x\n"})
+    os.mkfifo(folder / "workspace" / "pipe")
+    loaded = load_suite(tmp_path / "suite")  # the digest never opens it either
+    anyio.run(lambda: evaluate(loaded, ScriptedEngine(["done"]), tmp_path / "out"))
+    (r,), _ = read_results(tmp_path / "out" / "results.jsonl")
+    assert (r.stop_reason, r.passed) == ("setup_failed", False)
+    assert r.error is not None and r.error.startswith("EvalError: ") and r.error.endswith(
+        "pipe is not a regular file; a task's files must be")
