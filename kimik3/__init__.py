@@ -43,6 +43,7 @@ from ._exceptions import (
     UserError,
     VideoTooLongError,
 )
+from ._pricing import Pricing
 from ._verify import verify
 from .agents import (
     Agent,
@@ -129,6 +130,7 @@ __all__ = [
     "NoVideoStreamError",
     "NotFoundError",
     "ParserStateError",
+    "Pricing",
     "PromptEncoder",
     "RateLimitError",
     "ReasoningDelta",

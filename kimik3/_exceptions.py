@@ -39,9 +39,11 @@
     │   ├── TrajectoryError                a UI trajectory that cannot be recorded, read or replayed
     │   │   └── ReplayMismatchError        the screen no longer matches the recorded step
     │   └── MCPServerError                 an MCP server that cannot be started, reached or read
-    └── AgentError
-        ├── SessionError                   a session file that cannot be read or resumed
-        └── CheckpointError                a workspace checkpoint that cannot be taken or restored
+    ├── AgentError
+    │   ├── SessionError                   a session file that cannot be read or resumed
+    │   └── CheckpointError                a workspace checkpoint that cannot be taken or restored
+    └── EvalError                          an eval suite, or a results directory, that cannot be
+                                           read or continued (kimik3.eval)
 
 Malformed *model output* never raises: the parser recovers and reports what it dropped.
 """
@@ -61,6 +63,7 @@ __all__ = [
     "EngineError",
     "EngineNotAvailableError",
     "EngineRequestError",
+    "EvalError",
     "ImageTooLargeError",
     "InvalidArgumentsError",
     "InvalidEffortError",
@@ -323,3 +326,9 @@ class SessionError(AgentError):
 class CheckpointError(AgentError):
     """A workspace checkpoint could not be taken or restored (git failed, a file changed since the
     agent's turn, a session without checkpoints)."""
+
+
+class EvalError(KimiK3Error):
+    """An eval suite that cannot be read (a ``task.toml`` with a missing or unknown field, a task
+    folder without one), or a results directory that cannot be continued (another suite's, a
+    line that is not a result); :mod:`kimik3.eval` names the file and what is wrong."""

@@ -12,6 +12,8 @@
     kimik3 preflight                      # can this node serve K3? (--preset NAME: env, command)
     kimik3 replay runs/form [--html run.html]   # replay a recorded UI trajectory, or render it
     kimik3 serve models/k3-tiny --max-model-len 4096   # vLLM's OpenAI server with the kimi_k3 parsers
+    kimik3 eval evals/k3-tiny --out runs/a --model-path models/k3-tiny   # a task suite: pass rate, cost
+    kimik3 eval compare runs/a runs/b --max-drop 0.05                    # exit 1: b regressed
 
 Progress goes to stdout. On a terminal it is live (rich): a status line (turn, tool calls,
 tokens), reasoning dimmed, tool calls and results as they happen, the answer. Elsewhere (a pipe,
@@ -23,12 +25,15 @@ CI) it is plain, flushed lines whose format is kept stable::
     [turn 1] plan [>] <step>                 after an update_plan result (--plan), one per step
     [turn 2] answer: <the final answer>
     stopped: turn_budget (<why>)            only when the run did not complete
-    usage: 2 turns, 1 tool call, 1234 tokens
+    usage: 2 turns, 1 tool call, 1234 tokens, 45% cached, $0.0123
     session: /home/me/.kimik3/sessions/20260101-120000.jsonl
 
-Tool arguments are one-line JSON (``json.dumps``), cut after 200 characters with ``...``; the
-result preview collapses whitespace and is cut after 100 characters with ``...``. A ``text`` line
-comes only when the model wrote text beside its calls; the answer may span several lines.
+The usage line gives the share of prompt tokens served from the engine's prefix cache only when
+the engine reports it, and the USD cost only when the run is priced (Moonshot's hosted model ids,
+``kimik3._pricing``); the live view's status line shows both as the turns go. Tool arguments are
+one-line JSON (``json.dumps``), cut after 200 characters with ``...``; the result preview
+collapses whitespace and is cut after 100 characters with ``...``. A ``text`` line comes only
+when the model wrote text beside its calls; the answer may span several lines.
 
 vLLM's, torch's and Python's logs and warnings are hidden unless ``--verbose`` (what vLLM prints
 while it starts goes to ``${KIMIK3_HOME:-~/.kimik3}/logs/vllm.log``). A run that fails before
@@ -63,6 +68,7 @@ from ._cli_engine import (
     _settings,
     parse_engine_arg,
 )
+from ._cli_eval import eval_group
 from ._cli_harness import harness_options, harness_parts, undo_command
 from ._cli_progress import (
     _STOP_REASONS,
@@ -515,6 +521,7 @@ def verify_command(ctx: click.Context, base_url: str, model: str | None, api_key
 
 
 main.add_command(undo_command)
+main.add_command(eval_group)
 
 
 @main.command(context_settings={"ignore_unknown_options": True})

@@ -15,7 +15,7 @@ EXPECTED = [
     "EngineRequestError", "FinalEvent", "ImageTooLargeError", "InvalidArgumentsError",
     "InvalidEffortError", "InvalidRequestError", "JSONLimitError", "K3Tokenizer", "KimiK3Error", "MCPServerError", "MediaDecodeError", "MediaError", "Message",
     "MessageError", "ModelCall", "ModelSettings", "NoVideoStreamError", "NotFoundError",
-    "ParserStateError", "PromptEncoder", "RateLimitError", "ReasoningDelta", "RemoteEngine",
+    "ParserStateError", "Pricing", "PromptEncoder", "RateLimitError", "ReasoningDelta", "RemoteEngine",
     "RunResult", "ScriptedEngine", "ServiceUnavailableError", "SessionError", "SystemMessage",
     "TokenizerError", "Tool", "ToolArgumentsError", "ToolCall", "ToolCallApprovedEvent",
     "ToolCallArgumentsDelta", "ToolCallDone", "ToolCallIncomplete", "ToolCallStarted",

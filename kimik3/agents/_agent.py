@@ -29,7 +29,8 @@ import sys
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack
-from typing import Any, Generic, cast
+from dataclasses import replace
+from typing import Any, Generic, Literal, cast
 
 import anyio
 from pydantic import ValidationError
@@ -38,6 +39,7 @@ from .. import _tracing
 from .._client import Client
 from .._defaults import MAX_CONTINUES
 from .._exceptions import SessionError, UserError
+from .._pricing import Pricing
 from ..engines import Engine
 from ..formats.k3 import K3Tokenizer, ToolCallDone, default_tokenizer
 from ..tools import Tool, ToolContext, ToolResult, Toolset
@@ -143,10 +145,14 @@ class Agent(Generic[OutputT]):
         deps: handed to tools that take a :class:`~kimik3.tools.ToolContext`.
         name: the agent's name (``gen_ai.agent.name`` on its spans).
         hooks: :class:`~kimik3.agents.RunHooks` at the run's seams (:mod:`kimik3.harness`).
+        pricing: USD prices per 1M tokens for :attr:`RunResult.cost` and ``Budgets(usd=...)``:
+            ``"auto"`` (Moonshot's hosted prices by the model id, :mod:`kimik3._pricing`; none
+            for other ids), a :class:`~kimik3.Pricing`, or None (no cost counted).
 
     Raises:
         UserError: neither or both of ``engine`` and ``client``; duplicate tool names (for a
-            toolset's tools: when a run starts or its list changes).
+            toolset's tools: when a run starts or its list changes); ``Budgets(usd=...)`` without
+            prices (``pricing=None`` here; with "auto", when a run's model has no price).
     """
 
     def __init__(
@@ -166,9 +172,10 @@ class Agent(Generic[OutputT]):
         deps: Any = None,
         name: str | None = None,
         hooks: Sequence[RunHooks] = (),
+        pricing: Pricing | Literal["auto"] | None = "auto",
     ) -> None:
         check_agent_arguments(engine=engine, client=client, instructions=instructions, tools=tools, settings=settings,
-                              budgets=budgets, context=context, approval=approval, tokenizer=tokenizer)
+                              budgets=budgets, context=context, approval=approval, tokenizer=tokenizer, pricing=pricing)
         self.client = client if client is not None else Client(cast(Engine, engine))
         self.instructions = instructions
         self.name = name
@@ -177,8 +184,9 @@ class Agent(Generic[OutputT]):
         self.settings = settings or ModelSettings()
         budgets = budgets or Budgets()
         if max_turns is not None:
-            budgets = Budgets(turns=max_turns, tokens=budgets.tokens, seconds=budgets.seconds)
+            budgets = replace(budgets, turns=max_turns)
         self.budgets = budgets
+        self.pricing = pricing
         self.context = context or ContextPolicy()
         self.output_type = output_type
         self._output_adapter = output_adapter(output_type)
@@ -297,6 +305,7 @@ class Agent(Generic[OutputT]):
                 run.span = stack.enter_context(_tracing.agent_run(self.name, self.client.engine.model))
                 await self._toolbox.open(stack)  # toolsets not open yet: for this run only
                 await self._sync_tools(run, start=True)
+                run.start(self.pricing, self.client.engine.model, self.settings)
                 if not history and self.instructions:
                     run.add(SystemMessage(content=self.instructions))
                 for answer in orphan_results(run.messages, "the run stopped before this call finished"):
@@ -354,7 +363,7 @@ class Agent(Generic[OutputT]):
             run.call_errors.update(failed_call_errors(completion))
             calls = [*(message.tool_calls or ()), *(f.to_tool_call() for f in completion.failed_tool_calls)]
             message = message.model_copy(update={"tool_calls": calls})
-        run.model_turn(completion, message)  # the message exactly as received
+        cost = run.model_turn(completion, message)  # the message exactly as received
         note = unrun_note(run.unrun(unrun_calls(completion)))  # issues and counts recorded
         if message.tool_calls:
             run.cut_replies = 0
@@ -365,11 +374,11 @@ class Agent(Generic[OutputT]):
             finally:  # a cancelled turn's changes are recorded too
                 with anyio.CancelScope(shield=True):
                     await self.hooks.after_tools(run.turns, message.tool_calls)
-            yield TurnEndEvent(run.turns, message, completion.usage)
+            yield TurnEndEvent(run.turns, message, completion.usage, cost)
             run.unusable_turns = 0
             yield ContinueWith(note) if note else ToolsRan()
             return
-        yield TurnEndEvent(run.turns, message, completion.usage)
+        yield TurnEndEvent(run.turns, message, completion.usage, cost)
         if note is None and completion.truncated:
             run.cut_replies += 1
             if run.cut_replies >= MAX_CONTINUES:  # asking again does not help: stop, saying so
@@ -530,6 +539,11 @@ class Agent(Generic[OutputT]):
             return "token_budget"
         if b.seconds is not None and time.monotonic() - run.started >= b.seconds:
             return "time_budget"
+        if b.usd is not None and run.pricing is None:
+            raise UserError(f"Budgets(usd=...) needs prices: model {self.client.engine.model!r} has none in kimik3's "
+                            "table (kimik3._pricing.PRICES); pass Agent(pricing=kimik3.Pricing(...))")
+        if b.usd is not None and run.cost is not None and run.cost >= b.usd:
+            return "cost_budget"
         return None
 
     def _deadline(self, run: _Run) -> float | None:
@@ -550,8 +564,8 @@ class Agent(Generic[OutputT]):
         message = completion.message
         if message.tool_calls:  # tools are off for this turn: keep the words, drop the calls
             message = AssistantMessage(content=message.content, reasoning_content=message.reasoning_content)
-        run.model_turn(completion, message)
-        yield TurnEndEvent(run.turns, message, completion.usage)
+        cost = run.model_turn(completion, message)
+        yield TurnEndEvent(run.turns, message, completion.usage, cost)
         if not answer_text(message).strip():
             run.issue("the summary turn gave no text" + (" (cut by the output limit)" if completion.truncated else ""))
         output, _ = self._validate_output(message)
@@ -575,7 +589,8 @@ class Agent(Generic[OutputT]):
         path = str(run.session.path) if run.session is not None else None
         return RunResult(output=output, messages=run.messages, usage=run.usage, turns=run.turns,
                          stop_reason=reason, session_path=path, failed_calls=run.failed_calls,
-                         cut_calls=run.cut_calls, dropped_calls=run.dropped_calls, issues=list(run.issues))
+                         cut_calls=run.cut_calls, dropped_calls=run.dropped_calls, issues=list(run.issues),
+                         cost=run.cost)
 
     def _count(self, text: str) -> int:
         tok = self._tokenizer or self.client.engine.tokenizer or default_tokenizer()

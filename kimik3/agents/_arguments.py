@@ -13,6 +13,7 @@ from pydantic import TypeAdapter, ValidationError
 from .._checks import check_instance
 from .._client import Client
 from .._exceptions import KimiK3Error, UserError
+from .._pricing import Pricing
 from ..engines import Engine
 from ..formats.k3 import K3Tokenizer
 from ..types import Message, UserMessage, to_messages
@@ -32,6 +33,7 @@ def check_agent_arguments(
     context: Any,
     approval: Any,
     tokenizer: Any,
+    pricing: Any = "auto",
 ) -> None:
     """Raises UserError: an argument of ``Agent(...)`` of the wrong type (named)."""
     if (engine is None) == (client is None):
@@ -47,6 +49,10 @@ def check_agent_arguments(
     if approval is not None and not callable(approval):
         raise UserError(f"Agent(approval=...) must be a callable (call) -> decision, got {approval!r:.80}")
     check_instance("Agent(tokenizer=...)", tokenizer, (K3Tokenizer, str, os.PathLike), "a K3Tokenizer or a path")
+    if pricing != "auto":
+        check_instance("Agent(pricing=...)", pricing, Pricing, 'a kimik3.Pricing, "auto" or None')
+    if pricing is None and isinstance(budgets, Budgets) and budgets.usd is not None:
+        raise UserError("Budgets(usd=...) needs prices: pass Agent(pricing=kimik3.Pricing(...)), not pricing=None")
 
 
 def output_adapter(output_type: Any) -> TypeAdapter[Any] | None:
