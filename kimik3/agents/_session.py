@@ -2,10 +2,12 @@
 
 Format, one JSON object per line (UTF-8, each line ends with ``\\n``)::
 
-    {"kimik3_session": 1, "created": <unix seconds>, "instructions": "...", "tools": ["bash", ...]}
+    {"kimik3_session": 1, "created": <unix seconds>, "instructions": "...", "tools": ["bash", ...],
+     "sandbox": {"mode": "bwrap", ...}}                   (the run hooks' fields, e.g. the sandbox)
     {"message": {<OpenAI-shaped message>}, "usage": {<the model call's usage, assistant messages>}}
     {"compaction": {"messages": [<the whole history after compaction>], "summary": "..."}}
-    {"checkpoint": {...}} / {"child_session": {...}} / {"undo": {...}}   (kimik3.harness; skipped here)
+    {"checkpoint": {...}} / {"child_session": {...}} / {"undo": {...}} / {"sandbox": {...}}
+                                                          (kimik3.harness; skipped here)
 
 Crash safety (a ``kill -9`` at any byte): a last line without its ``\\n`` that is not a complete
 record (cut anywhere, also inside a multi-byte UTF-8 character) is a torn write and is dropped,
@@ -95,7 +97,7 @@ def _check_header(path: Path, record: dict[str, Any]) -> None:
         raise SessionError(f"{path}: unsupported session version {version!r} (this kimik3 reads {SESSION_VERSION})")
 
 
-SIDE_RECORDS = frozenset({"checkpoint", "child_session", "undo"})
+SIDE_RECORDS = frozenset({"checkpoint", "child_session", "sandbox", "undo"})
 """Record kinds of :mod:`kimik3.harness` (:meth:`SessionWriter.record`); not part of the history."""
 
 
