@@ -43,6 +43,7 @@ import anyio
 
 from ..._exceptions import SandboxUnavailableError, ToolError, UserError
 from . import _reaper
+from ._cgroup import PidsCgroup
 
 __all__ = ["ProcessLimits", "Sandbox", "SandboxMode"]
 
@@ -152,9 +153,10 @@ def _existing(paths: Any, what: str) -> list[str]:
 
 
 class _Supervisor:
-    """The running supervisor: its process (bwrap's, or its own), its socket, its stderr."""
+    """The running supervisor: its process (bwrap's, or its own), its socket, its stderr, and the
+    pids cgroup it runs in (None where none can be made)."""
 
-    def __init__(self, argv: list[str], root: Path) -> None:
+    def __init__(self, argv: list[str], root: Path, max_tasks: int | None) -> None:
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.stderr: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the sandbox
         try:
@@ -181,6 +183,15 @@ class _Supervisor:
             self.abandon()
             raise ToolError(f"the sandbox did not start: {why}")
         self.contained = ready == b"ready"
+        self.cgroup: PidsCgroup | None = None
+        if max_tasks:  # it forks nothing before the first request: move it (and bwrap's) in now
+            try:
+                self.cgroup = PidsCgroup(max_tasks)
+                self.cgroup.add([self.proc.pid, *_reaper.descendants(self.proc.pid)])
+            except OSError:
+                if self.cgroup is not None:
+                    self.cgroup.remove()
+                self.cgroup = None
 
     def alive(self) -> bool:
         return self.sock.fileno() >= 0 and self.proc.poll() is None
@@ -194,6 +205,20 @@ class _Supervisor:
         self.sock.close()
         self.stderr.close()
 
+    def release(self) -> None:
+        """:meth:`abandon`, then, in a thread, wait for the supervisor and end its cgroup (the
+        sandbox was garbage-collected without being closed)."""
+        self.abandon()
+        if self.cgroup is not None:
+            threading.Thread(target=self._wait_and_end, daemon=True, name="kimik3-sandbox-release").start()
+
+    def _wait_and_end(self) -> None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(_CLOSE_S)
+        if self.proc.poll() is None:
+            self.kill_now()
+        self.end_cgroup()
+
     def kill_now(self) -> None:
         """The supervisor did not exit in time: SIGKILL it (bwrap's: the namespace dies with it)
         and, without a PID namespace, every process below it first."""
@@ -202,6 +227,13 @@ class _Supervisor:
                 os.kill(pid, 9)
         with contextlib.suppress(OSError):
             self.proc.kill()
+
+    def end_cgroup(self) -> None:
+        """Whatever is still in the cgroup (a process that escaped the supervisor's tree): SIGKILL;
+        then remove it."""
+        if self.cgroup is not None:
+            self.cgroup.kill_all()
+            self.cgroup.remove()
 
 
 class Command:
@@ -230,7 +262,7 @@ class Command:
         self.survivors: list[int] = []
         self.limit: str | None = None
         self.error: str | None = None
-        self.contained = sandbox.mode == "bwrap"
+        self.contained = True
         self.closed = False
 
     def poll(self) -> None:
@@ -361,22 +393,37 @@ class Sandbox:
             args += ["--ro-bind-try", p, p]
         for p in (str(self.root), *self.write):
             args += ["--bind", p, p]
+        # What git run outside the sandbox (kimik3's checkpoints, the user's own git) executes from a
+        # repository (filters, hooks, fsmonitor, gpg.program) stays read-only: a command must not
+        # plant code that runs unsandboxed. Allowing the path itself (sandbox_write) lifts it.
+        # .git is made a mount point (bound onto itself) so it cannot be renamed away and replaced.
+        writable = [str(self.root), *self.write]
+        for p in writable:
+            git = os.path.join(p, ".git")
+            if not os.path.isdir(git) or os.path.islink(git) or git in self.write:
+                continue
+            args += ["--bind", git, git]
+            for name in ("config", "hooks"):
+                real = os.path.realpath(os.path.join(git, name))
+                if os.path.exists(real) and _under(real, writable) and real not in self.write:
+                    args += ["--ro-bind", real, real]
         return [*args, "--chdir", str(self.root)]
 
     def _supervisor(self) -> tuple[_Supervisor, str | None]:
         """The running supervisor, started now if needed; with a note when it had to be restarted."""
         note = None
         if self._sup is not None and not self._sup.alive():
-            self._sup.abandon()
+            self._sup.release()  # what it left in its cgroup goes too
             self._sup = None
             note = ("[the sandbox had ended (a command killed its supervisor?); a new one was started: processes "
                     "left by earlier commands are gone]")
         if self._sup is None:
-            self._sup = _Supervisor(self._argv(), self.root)
+            tasks = self.limits.processes
+            self._sup = _Supervisor(self._argv(), self.root, 4 * tasks + 64 if tasks else None)
             self._starts += 1
             if self._finalizer is not None:
                 self._finalizer.detach()
-            self._finalizer = weakref.finalize(self, self._sup.abandon)
+            self._finalizer = weakref.finalize(self, self._sup.release)
         return self._sup, note
 
     def spawn(self, argv: list[str], env: dict[str, str], *, grace: float = 1.0, cpu: bool = True) -> Command:
@@ -414,7 +461,8 @@ class Sandbox:
                 try:
                     sup.send(request, [out_w, status_w, control_r])
                 except OSError:  # it died just now: once more, in a new one
-                    sup.abandon()
+                    sup.release()
+                    self._sup = None
                     sup, note = self._supervisor()
                     sup.send(request, [out_w, status_w, control_r])
             command = Command(self, cid, out_r, status_r, control_w, note)
@@ -472,6 +520,7 @@ class Sandbox:
             sup.kill_now()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 sup.proc.wait(2.0)
+        sup.end_cgroup()
         sup.abandon()
 
     @property
