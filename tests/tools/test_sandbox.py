@@ -126,6 +126,12 @@ async def test_dev_shm_proc_sys_and_mounts_are_the_sandbox_own(tmp_path: Path) -
                           "grep -c . /proc/self/status >/dev/null; grep CapEff /proc/self/status")
     assert "unshare=1" in out and "mount=" in out and "mount=0" not in out
     assert "CapEff:\t0000000000000000" in out
+    # root owns /etc/shadow and reads it without capabilities: hidden; bwrap's own process (pid 1,
+    # dumpable) holds no environment worth reading and no file of the host
+    out = await run(bash, "cat /etc/shadow; tr '\\0' '\\n' < /proc/1/environ | cut -d= -f1; ls -l /proc/1/fd | "
+                          "grep -c ' -> /'")
+    lines = out.split("\n")
+    assert ("root:" not in out) and lines[1:3] == ["PATH", "1"]  # fd 1: /dev/null
     await box.aclose()
 
 

@@ -24,20 +24,20 @@ from __future__ import annotations
 import array
 import contextlib
 import functools
+import glob
 import json
 import os
 import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import warnings
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import Any, Literal
 
 import anyio
 
@@ -60,6 +60,8 @@ _USERNS_FIX = ("allow user namespaces: sysctl kernel.unprivileged_userns_clone=1
                "AppArmor profile for bwrap that allows userns, or sysctl "
                "kernel.apparmor_restrict_unprivileged_userns=0; in a container, one that permits unshare(2)")
 _GIB = 1 << 30
+_ROOT_SECRETS = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/ssh/ssh_host_*_key",
+                 "/etc/sudoers", "/etc/sudoers.d/*")
 
 
 @dataclass(frozen=True)
@@ -158,13 +160,13 @@ class _Supervisor:
 
     def __init__(self, argv: list[str], root: Path, max_tasks: int | None) -> None:
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.stderr: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the sandbox
+        self.cgroup: PidsCgroup | None = None
         try:
             self.proc = subprocess.Popen([*argv, str(theirs.fileno())], cwd=root, stdin=subprocess.PIPE,
-                                         stdout=subprocess.DEVNULL, stderr=self.stderr, pass_fds=(theirs.fileno(),),
-                                         start_new_session=True)
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, pass_fds=(theirs.fileno(),),
+                                         start_new_session=True, env={"PATH": os.environ.get("PATH", os.defpath)})
         except OSError as e:
-            self.abandon()
+            self.sock.close()
             raise ToolError(f"cannot start the command supervisor ({argv[0]}): {e}") from None
         finally:
             theirs.close()
@@ -177,13 +179,19 @@ class _Supervisor:
         except OSError:
             ready = b""
         self.sock.settimeout(None)
+        assert self.proc.stderr is not None
         if not ready.startswith(b"ready"):
-            self.stderr.seek(0)
-            why = self.stderr.read(4000).decode("utf-8", "replace").strip() or f"exit code {self.proc.poll()}"
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(5.0)
+            os.set_blocking(self.proc.stderr.fileno(), False)
+            said = b""
+            with contextlib.suppress(OSError):
+                said = self.proc.stderr.read(4000) or b""
+            why = said.decode("utf-8", "replace").strip() or f"exit code {self.proc.poll()}"
             self.abandon()
             raise ToolError(f"the sandbox did not start: {why}")
+        self.proc.stderr.close()  # read only if it does not start; a later writer gets EPIPE
         self.contained = ready == b"ready"
-        self.cgroup: PidsCgroup | None = None
         if max_tasks:  # it forks nothing before the first request: move it (and bwrap's) in now
             try:
                 self.cgroup = PidsCgroup(max_tasks)
@@ -203,7 +211,8 @@ class _Supervisor:
     def abandon(self) -> None:
         """Close the socket (the supervisor ends everything and exits); no waiting."""
         self.sock.close()
-        self.stderr.close()
+        if self.proc.stderr is not None:
+            self.proc.stderr.close()
 
     def release(self) -> None:
         """:meth:`abandon`, then, in a thread, wait for the supervisor and end its cgroup (the
@@ -391,6 +400,10 @@ class Sandbox:
                 visible.append(os.path.realpath(needed))
         for p in visible:
             args += ["--ro-bind-try", p, p]
+        for secret in _ROOT_SECRETS:  # readable by root (the owner) even without capabilities: hidden
+            for p in sorted(glob.glob(secret)):
+                if not _under(p, self.read):
+                    args += ["--ro-bind", "/dev/null", p]
         for p in (str(self.root), *self.write):
             args += ["--bind", p, p]
         # What git run outside the sandbox (kimik3's checkpoints, the user's own git) executes from a
