@@ -136,6 +136,17 @@ async def test_dev_shm_proc_sys_and_mounts_are_the_sandbox_own(tmp_path: Path) -
 
 
 @needs_bwrap
+async def test_files_in_memory_are_bounded_by_the_memory_limit(tmp_path: Path) -> None:
+    box = Sandbox(tmp_path, "bwrap", limits=ProcessLimits(memory_bytes=8 << 20))
+    bash = bash_in(box)
+    for where in ("/dev/shm", "/tmp", "~"):  # private tmpfs, in memory: at most 8 MiB each
+        out = await run(bash, f"mkdir {where}/fill && for i in $(seq 1 20); do head -c 1000000 /dev/zero > "
+                              f"{where}/fill/f$i || break; done; du -sk {where}/fill | cut -f1")
+        assert "No space left on device" in out and 7000 < int(out.split("\n")[-2]) <= 8192, where  # KiB
+    await box.aclose()
+
+
+@needs_bwrap
 async def test_git_config_and_hooks_cannot_plant_code_that_runs_outside(tmp_path: Path) -> None:
     """A clean filter in .git/config runs when kimik3's checkpoint does `git add -A` on the host,
     outside the sandbox; a hook runs when the user commits. Both stay read-only (and .git cannot

@@ -324,14 +324,15 @@ def _supervise(sock_fd: int) -> None:
         if sock.fileno() not in ready:
             continue
         try:
-            msg, ancdata, flags, _ = sock.recvmsg(_MAX_REQUEST, socket.CMSG_SPACE(_FDS_PER_SPAWN * 4),
-                                                  socket.MSG_CMSG_CLOEXEC)
+            msg, ancdata, flags, _ = sock.recvmsg(_MAX_REQUEST, socket.CMSG_SPACE(_FDS_PER_SPAWN * 4))
         except OSError:
             break
         if not msg:
             break  # the host is gone
         fds = [fd for level, kind, data in ancdata if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS
                for fd in memoryview(data).cast("i")[: len(data) // 4]]
+        for fd in fds:
+            os.set_inheritable(fd, False)  # the shell's exec closes them (its output is dup'ed to 1 and 2)
         try:
             req = json.loads(msg) if not flags & socket.MSG_TRUNC else {}
         except ValueError:

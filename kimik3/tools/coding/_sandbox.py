@@ -159,6 +159,8 @@ class _Supervisor:
     pids cgroup it runs in (None where none can be made)."""
 
     def __init__(self, argv: list[str], root: Path, max_tasks: int | None) -> None:
+        # Started from the calling thread (the event loop's): bwrap's --die-with-parent follows the
+        # thread that forked it, so a worker thread that exits would end the sandbox.
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.cgroup: PidsCgroup | None = None
         try:
@@ -381,15 +383,17 @@ class Sandbox:
 
     def _bwrap_args(self, python: str) -> list[str]:
         """bubblewrap's options: namespaces, then mounts in order (later ones cover earlier ones)."""
+        # each private tmpfs (memory) holds at most the memory limit: a balloon of files is bounded too
+        size = ["--size", str(self.limits.memory_bytes)] if self.limits.memory_bytes else []
         args = [*_NS_FLAGS, *(() if self.network else ("--unshare-net",)),
-                "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys",
-                "--ro-bind-try", "/proc/sysrq-trigger", "/proc/sysrq-trigger"]
+                "--ro-bind", "/", "/", "--dev", "/dev", *size, "--tmpfs", "/dev/shm", "--proc", "/proc",
+                "--ro-bind", "/proc/sys", "/proc/sys", "--ro-bind-try", "/proc/sysrq-trigger", "/proc/sysrq-trigger"]
         hidden = ["/tmp", *(d for d in ("/var/tmp", "/run") if os.path.isdir(d) and not os.path.islink(d))]
         home = os.path.realpath(os.path.expanduser("~"))
         if home != "/" and os.path.isdir(home):
             hidden.append(home)
         for d in hidden:
-            args += ["--tmpfs", d]
+            args += [*size, "--tmpfs", d]
         visible = list(self.read)
         if self.network:  # name resolution: /etc/resolv.conf may point into /run (systemd-resolved)
             resolv = os.path.realpath("/etc/resolv.conf")
