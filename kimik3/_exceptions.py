@@ -4,7 +4,8 @@
 
     KimiK3Error
     ├── UserError (ValueError, TypeError)  kimik3 used wrongly: a bad option, an unknown preset, ...
-    │   └── ToolDefinitionError            a function that cannot become a tool (at decoration time)
+    │   ├── ToolDefinitionError            a function that cannot become a tool (at decoration time)
+    │   └── SandboxUnavailableError        sandbox="bwrap" where bubblewrap cannot run (names the fix)
     ├── MessageError (ValueError)          bad input to the encoder / typed messages
     │   ├── UnknownRoleError
     │   ├── UnknownContentPartError
@@ -79,6 +80,7 @@ __all__ = [
     "ParserStateError",
     "RateLimitError",
     "ReplayMismatchError",
+    "SandboxUnavailableError",
     "ServiceUnavailableError",
     "SessionError",
     "TokenizerError",
@@ -281,6 +283,11 @@ class ToolArgumentsError(ToolError):
 
 class ToolDefinitionError(UserError):
     """A Python function that cannot be turned into a tool (raised when the tool is defined)."""
+
+
+class SandboxUnavailableError(UserError):
+    """``sandbox="bwrap"`` was asked for where bubblewrap cannot run (not installed, or user
+    namespaces disabled); the message names the fix. ``sandbox="auto"`` runs unsandboxed instead."""
 
 
 class ToolTimeoutError(ToolError):

@@ -19,6 +19,8 @@ Progress goes to stdout. On a terminal it is live (rich): a status line (turn, t
 tokens), reasoning dimmed, tool calls and results as they happen, the answer. Elsewhere (a pipe,
 CI) it is plain, flushed lines whose format is kept stable::
 
+    sandbox: bwrap (workspace read-write, the rest read-only, home hidden, network off)
+                                            first: where bash runs commands (--sandbox)
     [turn 1] text: <content the model wrote beside its tool calls>
     [turn 1] tool read_file {"path": "notes.txt"}
     [turn 1] result read_file: <first non-blank line of the result, at most 100 chars>
@@ -69,7 +71,7 @@ from ._cli_engine import (
     parse_engine_arg,
 )
 from ._cli_eval import eval_group
-from ._cli_harness import harness_options, harness_parts, undo_command
+from ._cli_harness import harness_options, harness_parts, sandbox_from_options, sandbox_options, undo_command
 from ._cli_progress import (
     _STOP_REASONS,
     _degraded_lines,
@@ -83,12 +85,14 @@ from ._exceptions import KimiK3Error
 from .agents import (
     CODING_INSTRUCTIONS,
     Agent,
+    RunHooks,
     RunResult,
     fork_session,
     format_session,
     load_session,
 )
 from .engines import FEATURES, Engine, preflight
+from .harness import SandboxHooks
 from .tools import Tool
 from .tools.coding import coding_tools
 from .types import AssistantMessage, Message
@@ -173,9 +177,14 @@ __all__ = ["build_agent", "build_engine", "engine_options", "main", "parse_engin
 
 def _run_agent(o: _Options, workspace: str, task: str | None, history: list[Message], session: Path) -> int:
     _quiet(o.verbose)
-    engine = _build_engine(o)
     progress = _progress(o.plain)
-    agent = _agent(o, engine, *harness_parts(engine, workspace, _settings(o), progress.note))
+    try:
+        sandbox = sandbox_from_options(workspace, progress.note)  # the first line: which sandbox runs
+    except KimiK3Error as e:
+        progress.error(e)
+        return 1
+    engine = _build_engine(o)
+    agent = _agent(o, engine, *harness_parts(engine, workspace, _settings(o), progress.note, sandbox))
 
     existed = session.exists()
 
@@ -319,6 +328,7 @@ def resume(ctx: click.Context, /, session: str, task: str | None, workspace: str
               help="The JSONL session file (an existing one is continued; default: a new one under "
                    "${KIMIK3_HOME:-~/.kimik3}/sessions/).")
 @_engine_options
+@sandbox_options
 @click.pass_context
 def chat(ctx: click.Context, /, workspace: str | None, session: str | None, **params: Any) -> None:
     """Chat with K3 (a REPL keeping the history; /exit or end of input quits).
@@ -327,11 +337,20 @@ def chat(ctx: click.Context, /, workspace: str | None, session: str | None, **pa
     """
     o = _options(params)
     _quiet(o.verbose)
-    engine = _build_engine(o)
-    tools = coding_tools(workspace) if workspace is not None else []
-    agent = _agent(o, engine, tools, CODING_INSTRUCTIONS if workspace is not None else None)
-    path = Path(session) if session is not None else _new_session_path()
     progress = _progress(o.plain)
+    tools: list[Tool] = []
+    hooks: list[RunHooks] = []
+    if workspace is not None:
+        try:
+            sandbox = sandbox_from_options(workspace, progress.note)  # the first line: which sandbox runs
+        except KimiK3Error as e:
+            progress.error(e)
+            ctx.exit(1)
+        tools = coding_tools(workspace, sandbox=sandbox)
+        hooks = [SandboxHooks(sandbox)]  # each turn is a run: what its commands left ends with it
+    engine = _build_engine(o)
+    agent = _agent(o, engine, tools, CODING_INSTRUCTIONS if workspace is not None else None, hooks)
+    path = Path(session) if session is not None else _new_session_path()
     interactive = sys.stdin.isatty()
     if interactive:
         with contextlib.suppress(ImportError):

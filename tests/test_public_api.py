@@ -16,7 +16,7 @@ EXPECTED = [
     "InvalidEffortError", "InvalidRequestError", "JSONLimitError", "K3Tokenizer", "KimiK3Error", "MCPServerError", "MediaDecodeError", "MediaError", "Message",
     "MessageError", "ModelCall", "ModelSettings", "NoVideoStreamError", "NotFoundError",
     "ParserStateError", "Pricing", "PromptEncoder", "RateLimitError", "ReasoningDelta", "RemoteEngine",
-    "RunResult", "ScriptedEngine", "ServiceUnavailableError", "SessionError", "SystemMessage",
+    "RunResult", "SandboxUnavailableError", "ScriptedEngine", "ServiceUnavailableError", "SessionError", "SystemMessage",
     "TokenizerError", "Tool", "ToolArgumentsError", "ToolCall", "ToolCallApprovedEvent",
     "ToolCallArgumentsDelta", "ToolCallDone", "ToolCallIncomplete", "ToolCallStarted",
     "ToolDefinitionError", "ToolError", "ToolMessage", "ToolNameError", "ToolResult", "ToolResultEvent",

@@ -287,7 +287,8 @@ class Agent(Generic[OutputT]):
             raise UserError("nothing to do: pass a task, or a conversation to continue")
         writer = None
         if session is not None:
-            writer = SessionWriter(session, {"instructions": self.instructions, "tools": sorted(self.tools)})
+            writer = SessionWriter(session, {"instructions": self.instructions, "tools": sorted(self.tools),
+                                             **self.hooks.session_header()})
             if writer.new:  # a new session file for an existing conversation: record it first
                 for m in history:
                     writer.message(m)

@@ -2,13 +2,15 @@
 
 Format, one JSON object per line (UTF-8, each line ends with ``\\n``)::
 
-    {"kimik3_session": 1, "created": <unix seconds>, "instructions": "...", "tools": ["bash", ...]}
+    {"kimik3_session": 1, "created": <unix seconds>, "instructions": "...", "tools": ["bash", ...],
+     "sandbox": {"mode": "bwrap", ...}}                   (the run hooks' fields, e.g. the sandbox)
     {"message": {<OpenAI-shaped message>}, "usage": {<the model call's usage, assistant messages>},
      "cost": <its USD cost, when priced>, "finish_reason": "stop" | "length" | "tool_calls"}
     {"run_start": {"tools": [<the tool declarations of the prompt's head>], "model": "...",
                    "settings": {<the run's ModelSettings>}}}   (once per run: what its requests carried)
     {"compaction": {"messages": [<the whole history after compaction>], "summary": "..."}}
-    {"checkpoint": {...}} / {"child_session": {...}} / {"undo": {...}}   (kimik3.harness; skipped here)
+    {"checkpoint": {...}} / {"child_session": {...}} / {"undo": {...}} / {"sandbox": {...}}
+                                                          (kimik3.harness; skipped here)
 
 Crash safety (a ``kill -9`` at any byte): a last line without its ``\\n`` that is not a complete
 record (cut anywhere, also inside a multi-byte UTF-8 character) is a torn write and is dropped,
@@ -98,7 +100,7 @@ def _check_header(path: Path, record: dict[str, Any]) -> None:
         raise SessionError(f"{path}: unsupported session version {version!r} (this kimik3 reads {SESSION_VERSION})")
 
 
-SIDE_RECORDS = frozenset({"checkpoint", "child_session", "undo", "run_start"})
+SIDE_RECORDS = frozenset({"checkpoint", "child_session", "run_start", "sandbox", "undo"})
 """Record kinds of :mod:`kimik3.harness` and the agent's ``run_start`` (:meth:`SessionWriter.record`);
 not part of the history."""
 
