@@ -7,14 +7,24 @@ in the same run (what the tools did before):
     vs the tool;
 (b) read_file of 5 lines of a 64 MB log: read_bytes + decode + split (the old tool) vs the tool;
 (c) grep "hit" over 3,000,000 matching lines (Python fallback): collect every match then show 200
-    (the old fallback) vs the tool, which stops counting at 100,000.
+    (the old fallback) vs the tool, which stops counting at 100,000;
+(d) one ``bash`` call (``true``): the old way (a Python reaper started per call, the code before the
+    sandbox, kept below as OLD_REAPER) vs the tool with ``sandbox="none"`` and ``sandbox="bwrap"``
+    (one supervisor per run forks a reaper per call), interleaved in rounds; wall time per call
+    (min / median / max) and CPU time per call (this process, plus the reapers, shells and
+    supervisor, read from /proc before the sandbox closes); and the sandbox's start, once per run.
 
-Run: .venv/bin/python bench/coding_tools.py
+Run: .venv/bin/python bench/coding_tools.py [bash]   (bash: only (d))
 """
 
 from __future__ import annotations
 
+import os
 import re
+import resource
+import shutil
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -28,7 +38,27 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from kimik3.tools import coding  # noqa: E402
-from kimik3.tools.coding import coding_tools  # noqa: E402
+from kimik3.tools.coding import Sandbox, coding_tools  # noqa: E402
+from kimik3.tools.coding._bash import shell_env  # noqa: E402
+from kimik3.tools.coding._reaper import descendants  # noqa: E402
+
+# The reaper as it was before the sandbox (one Python process per call): a subreaper that runs the
+# shell, reports its exit code on FD and exits when its stdin closes.
+OLD_REAPER = """
+import ctypes, os, sys
+fd, argv = int(sys.argv[1]), sys.argv[2:]
+ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)
+os.set_inheritable(fd, False)
+shell = os.fork()
+if shell == 0:
+    null = os.open(os.devnull, os.O_RDONLY); os.dup2(null, 0); os.close(null)
+    os.execv(argv[0], argv)
+null = os.open(os.devnull, os.O_WRONLY); os.dup2(null, 1); os.dup2(null, 2)
+_, status = os.waitpid(shell, 0)
+os.write(fd, b"exit %d\\n" % os.waitstatus_to_exitcode(status))
+while os.read(0, 1):
+    pass
+"""
 
 
 def best_of(n: int, fn: Callable[[], Any]) -> float:
@@ -93,5 +123,98 @@ def main() -> None:
           f"ratio {old / new:.1f}x")
 
 
+async def old_bash_call(argv: list[str], cwd: Path) -> None:
+    """One call the old way: start the Python reaper, read the output to its end and the exit
+    code, close its stdin, wait for it (what ``_run_shell`` did)."""
+    status_r, status_w = os.pipe()
+    proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", OLD_REAPER, str(status_w), *argv], cwd=cwd,
+                            env=shell_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            pass_fds=(status_w,), start_new_session=True)
+    os.close(status_w)
+    assert proc.stdout is not None and proc.stdin is not None
+    os.set_blocking(proc.stdout.fileno(), False)
+    while True:
+        await anyio.wait_readable(proc.stdout.fileno())
+        if not os.read(proc.stdout.fileno(), 65536):
+            break
+    await anyio.wait_readable(status_r)
+    assert os.read(status_r, 64).startswith(b"exit 0")
+    proc.stdin.close()
+    proc.wait()
+    proc.stdout.close()
+    os.close(status_r)
+
+
+def _tree_cpu(pid: int) -> float:
+    """CPU seconds of ``pid`` and its descendants, the children they reaped included (/proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for p in [pid, *descendants(pid)]:
+        try:
+            fields = Path(f"/proc/{p}/stat").read_bytes().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        total += sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+    return total / tick
+
+
+def _cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return sum(r.ru_utime + r.ru_stime for r in ru)
+
+
+async def bash_cost(rounds: int = 5, calls: int = 20) -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="kimik3-bench-bash-"))
+    argv = [shutil.which("bash") or "/bin/sh", "-c", "true"]
+    modes = ["old", "none"] + (["bwrap"] if Sandbox(tmp, "auto").mode == "bwrap" else [])
+    walls: dict[str, list[float]] = {m: [] for m in modes}
+    cpus: dict[str, list[float]] = {m: [] for m in modes}
+    starts: list[float] = []
+    for _ in range(rounds):
+        for mode in modes:
+            box = Sandbox(tmp, mode) if mode != "old" else None
+            bash = coding_tools(tmp, sandbox=box)[0] if box is not None else None
+            if box is not None and bash is not None:
+                start = time.perf_counter()
+                await bash.run({"command": "true"})  # starts the sandbox
+                if mode == "bwrap":
+                    starts.append(time.perf_counter() - start)
+            c0 = _cpu() + (_tree_cpu(box._sup.proc.pid) if box is not None and box._sup else 0.0)
+            for _ in range(calls):
+                t = time.perf_counter()
+                if bash is None:
+                    await old_bash_call(argv, tmp)
+                else:
+                    await bash.run({"command": "true"})
+                walls[mode].append(time.perf_counter() - t)
+            c1 = _cpu() + (_tree_cpu(box._sup.proc.pid) if box is not None and box._sup else 0.0)
+            cpus[mode].append((c1 - c0) / calls)
+            if box is not None:
+                await box.aclose()
+
+    def ms(xs: list[float]) -> str:
+        return f"{min(xs) * 1e3:6.1f} / {statistics.median(xs) * 1e3:6.1f} / {max(xs) * 1e3:6.1f} ms"
+
+    print(f"(d) one bash call ({rounds} rounds x {calls} calls, interleaved); wall min / median / max, CPU per call "
+          "(min / median / max of the rounds):")
+    for mode in modes:
+        label = {"old": "old: a Python reaper per call", "none": 'sandbox="none"', "bwrap": 'sandbox="bwrap"'}[mode]
+        print(f"    {label:32} wall {ms(walls[mode])}   cpu {ms(cpus[mode])}")
+    old = statistics.median(walls["old"])
+    for mode in modes[1:]:
+        print(f"    {mode} / old: wall {statistics.median(walls[mode]) / old:.2f}x, "
+              f"cpu {statistics.median(cpus[mode]) / statistics.median(cpus['old']):.2f}x")
+    if "bwrap" in modes:
+        print(f"    bwrap / none: wall {statistics.median(walls['bwrap']) / statistics.median(walls['none']):.2f}x, "
+              f"cpu {statistics.median(cpus['bwrap']) / statistics.median(cpus['none']):.2f}x; the sandbox's start "
+              f"(once per run, with the first call): {ms(starts)}")
+    else:
+        print("    (bubblewrap cannot run here: no sandboxed numbers)")
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["bash"]:
+        anyio.run(bash_cost)
+    else:
+        main()
+        anyio.run(bash_cost)

@@ -30,6 +30,7 @@ from ._exceptions import (
     NoVideoStreamError,
     ParserStateError,
     RateLimitError,
+    SandboxUnavailableError,
     ServiceUnavailableError,
     SessionError,
     TokenizerError,
@@ -43,6 +44,7 @@ from ._exceptions import (
     UserError,
     VideoTooLongError,
 )
+from ._pricing import Pricing
 from ._verify import verify
 from .agents import (
     Agent,
@@ -130,12 +132,14 @@ __all__ = [
     "NoVideoStreamError",
     "NotFoundError",
     "ParserStateError",
+    "Pricing",
     "PromptEncoder",
     "RateLimitError",
     "ReasoningDelta",
     "RemoteCompletionsEngine",
     "RemoteEngine",
     "RunResult",
+    "SandboxUnavailableError",
     "ScriptedEngine",
     "ServiceUnavailableError",
     "SessionError",

@@ -5,6 +5,8 @@ workspace's ``AGENTS.md`` files (``--no-agents-md`` opts out; each file is liste
 ``--tools core`` (the default) gives the six coding tools k3-tiny was trained on, unchanged;
 ``--tools full`` adds read-before-edit, ``multi_edit``, ``apply_patch``, background ``bash`` with
 ``read_output`` / ``stop`` and the ``task`` sub-agent tool (:class:`kimik3.harness.CodingHarness`).
+``--sandbox`` (``run``, ``resume``, ``chat``) picks where ``bash`` runs its commands; the first line
+printed says which sandbox is active (``docs/sandbox.md``).
 """
 
 from __future__ import annotations
@@ -18,14 +20,47 @@ from .agents import CODING_INSTRUCTIONS, ModelSettings, RunHooks
 from .engines import Engine
 from .harness import FEATURES, CodingHarness, Feature, undo
 from .tools import Tool
+from .tools.coding import Sandbox
 
-__all__ = ["harness_options", "harness_parts", "undo_command"]
+__all__ = ["harness_options", "harness_parts", "sandbox_from_options", "sandbox_options", "undo_command"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def sandbox_options(f: F) -> F:
+    """``--sandbox``, ``--network``, ``--allow-read``, ``--allow-write`` (``run``, ``resume``, ``chat``)."""
+    options = [
+        click.option("--sandbox", type=click.Choice(["auto", "bwrap", "none"]), default="auto", show_default=True,
+                     help="Where bash runs commands. bwrap: bubblewrap, the workspace writable, the rest read-only, "
+                          "$HOME hidden, no network; none: unsandboxed; auto: bwrap where it works, else none "
+                          "(the first line says which)."),
+        click.option("--network", is_flag=True, help="Let sandboxed commands reach the network (default: none)."),
+        click.option("--allow-read", multiple=True, type=click.Path(exists=True), metavar="PATH",
+                     help="Show PATH read-only in the sandbox too, e.g. ~/.gitconfig (repeatable)."),
+        click.option("--allow-write", multiple=True, type=click.Path(exists=True), metavar="PATH",
+                     help="Let sandboxed commands write PATH too, e.g. a cache directory (repeatable)."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def sandbox_from_options(workspace: str, note: Callable[[str], None]) -> Sandbox:
+    """The sandbox the command's options ask for; ``note`` gets the line that says which runs.
+
+    Raises:
+        SandboxUnavailableError: ``--sandbox bwrap`` where bubblewrap cannot run (the fix named).
+    """
+    params = click.get_current_context().params
+    box = Sandbox(workspace, params.get("sandbox") or "auto", network=bool(params.get("network")),
+                  read=list(params.get("allow_read") or ()), write=list(params.get("allow_write") or ()))
+    note(box.describe())
+    return box
+
+
 def harness_options(f: F) -> F:
     """The harness options of ``run`` / ``resume``."""
+    f = sandbox_options(f)
     f = click.option("--no-agents-md", "no_agents_md", is_flag=True,
                      help="Do not give the model the workspace's AGENTS.md files.")(f)
     return click.option("--tools", "tool_set", type=click.Choice(["core", "full"]), default="core",
@@ -34,16 +69,18 @@ def harness_options(f: F) -> F:
                              "background bash, read_output, stop and task (sub-agents).")(f)
 
 
-def harness_parts(engine: Engine, workspace: str, settings: ModelSettings,
-                  note: Callable[[str], None]) -> tuple[list[Tool], str | None, list[RunHooks]]:
-    """(tools, instructions, hooks) of ``run`` / ``resume``'s coding agent, from the command's options."""
+def harness_parts(engine: Engine, workspace: str, settings: ModelSettings, note: Callable[[str], None],
+                  sandbox: Sandbox | None = None) -> tuple[list[Tool], str | None, list[RunHooks]]:
+    """(tools, instructions, hooks) of ``run`` / ``resume``'s coding agent, from the command's
+    options (``sandbox``: made by :func:`sandbox_from_options` when not given)."""
     params = click.get_current_context().params
     full = params.get("tool_set") == "full"
     features: set[Feature] = set(FEATURES) if full else {"project_instructions", "checkpoints"}
     if params.get("no_agents_md"):
         features.discard("project_instructions")
     harness = CodingHarness(workspace, features=features,
-                            on_instructions=lambda rel: note(f"project instructions: {rel}"))
+                            on_instructions=lambda rel: note(f"project instructions: {rel}"),
+                            sandbox=sandbox if sandbox is not None else sandbox_from_options(workspace, note))
     return harness.parts(engine=engine, instructions=CODING_INSTRUCTIONS, settings=settings)
 
 

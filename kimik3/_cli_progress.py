@@ -15,6 +15,7 @@ from rich.spinner import Spinner
 from rich.text import Text
 
 from ._exceptions import KimiK3Error
+from ._pricing import format_usd
 from ._text import printable
 from .agents import (
     AgentEvent,
@@ -30,7 +31,7 @@ from .agents import (
     TurnEndEvent,
 )
 from .tools import PLAN_TOOL_NAME, ToolResult
-from .types import message_text
+from .types import Usage, message_text
 
 PREVIEW_CHARS = 100
 
@@ -42,6 +43,7 @@ _STOP_REASONS = {
     "turn_budget": "the turn budget ran out, see --max-turns; the answer is the model's summary so far",
     "token_budget": "the token budget ran out; the answer is the model's summary so far",
     "time_budget": "the time budget ran out; the answer is the model's summary so far",
+    "cost_budget": "the cost budget ran out; the answer is the model's summary so far",
     "invalid_output": "the answer did not match the required output schema",
     "unusable_output": "twice in a row the model's output had neither an answer nor a call that could run",
     "no_progress": "the model's replies were cut by the token limit again and again, see --max-tokens",
@@ -78,6 +80,17 @@ def _degraded_lines(result: RunResult[Any]) -> list[str]:
     if len(result.issues) > MAX_ISSUES:
         lines.append(f"  ... and {len(result.issues) - MAX_ISSUES} more")
     return lines
+
+
+def _spend(usage: Usage, cost: float | None) -> str:
+    """``, 45% cached, $0.0123``: the share of prompt tokens served from the prefix cache (when the
+    engine reports it) and the USD cost (when the run is priced); "" when neither is known."""
+    parts = []
+    if usage.prompt_tokens_details is not None and usage.prompt_tokens:
+        parts.append(f"{usage.cached_tokens / usage.prompt_tokens:.0%} cached")
+    if cost is not None:
+        parts.append(format_usd(cost))
+    return "".join(", " + p for p in parts)
 
 
 def _one_line(e: BaseException) -> str:
@@ -150,7 +163,7 @@ class _PlainProgress:
             for line in _degraded_lines(result):
                 self._echo(line)
             self._echo(f"usage: {_n(result.turns, 'turn')}, {_n(self.tool_calls, 'tool call')}, "
-                       f"{result.usage.total_tokens} tokens")
+                       f"{result.usage.total_tokens} tokens{_spend(result.usage, result.cost)}")
         if session is not None:
             self._echo(f"session: {session}")
 
@@ -166,6 +179,8 @@ class _RichProgress:
         self.turn = 1
         self.tool_calls = 0
         self.tokens = 0
+        self.usage = Usage()  # summed over the turns shown, for the cache-hit share
+        self.cost: float | None = None
         self.phase = "waiting for the model"
         self._started = time.monotonic()
         self._buf = ""
@@ -177,7 +192,8 @@ class _RichProgress:
 
     def __rich__(self) -> RenderableType:
         elapsed = time.monotonic() - self._started
-        status = (f"turn {self.turn} · {self.tool_calls} tool calls · {self.tokens:,} tokens · "
+        spend = "".join(f" · {p}" for p in _spend(self.usage, self.cost).split(", ") if p)
+        status = (f"turn {self.turn} · {self.tool_calls} tool calls · {self.tokens:,} tokens{spend} · "
                   f"{elapsed:.0f}s · {self.phase}")
         self._spinner.update(text=Text(status, style="dim"))
         parts: list[RenderableType] = [Text(self._buf, style=self._style)] if self._buf else []
@@ -253,6 +269,9 @@ class _RichProgress:
             self._flush()
             self._kind = None
             self.tokens += event.usage.total_tokens
+            self.usage = self.usage + event.usage
+            if event.cost is not None:
+                self.cost = (self.cost or 0.0) + event.cost
             self.turn = event.turn + 1
             self.phase = "waiting for the model"
         elif isinstance(event, FinalEvent):
@@ -272,8 +291,9 @@ class _RichProgress:
                 self._print(Text(f"stopped: {result.stop_reason} ({why})", style="bold yellow"))
             for line in _degraded_lines(result):
                 self._print(Text(line, style="yellow"))
+            spend = "".join(f" · {p}" for p in _spend(result.usage, result.cost).split(", ") if p)
             self._print(Text(f"{_n(result.turns, 'turn')} · {_n(self.tool_calls, 'tool call')} · "
-                             f"{result.usage.total_tokens:,} tokens", style="dim"))
+                             f"{result.usage.total_tokens:,} tokens{spend}", style="dim"))
         if session is not None:
             self._print(Text(f"session: {session}", style="dim"))
 

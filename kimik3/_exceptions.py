@@ -4,7 +4,8 @@
 
     KimiK3Error
     ├── UserError (ValueError, TypeError)  kimik3 used wrongly: a bad option, an unknown preset, ...
-    │   └── ToolDefinitionError            a function that cannot become a tool (at decoration time)
+    │   ├── ToolDefinitionError            a function that cannot become a tool (at decoration time)
+    │   └── SandboxUnavailableError        sandbox="bwrap" where bubblewrap cannot run (names the fix)
     ├── MessageError (ValueError)          bad input to the encoder / typed messages
     │   ├── UnknownRoleError
     │   ├── UnknownContentPartError
@@ -39,9 +40,11 @@
     │   ├── TrajectoryError                a UI trajectory that cannot be recorded, read or replayed
     │   │   └── ReplayMismatchError        the screen no longer matches the recorded step
     │   └── MCPServerError                 an MCP server that cannot be started, reached or read
-    └── AgentError
-        ├── SessionError                   a session file that cannot be read or resumed
-        └── CheckpointError                a workspace checkpoint that cannot be taken or restored
+    ├── AgentError
+    │   ├── SessionError                   a session file that cannot be read or resumed
+    │   └── CheckpointError                a workspace checkpoint that cannot be taken or restored
+    └── EvalError                          an eval suite, or a results directory, that cannot be
+                                           read or continued (kimik3.eval)
 
 Malformed *model output* never raises: the parser recovers and reports what it dropped.
 """
@@ -61,6 +64,7 @@ __all__ = [
     "EngineError",
     "EngineNotAvailableError",
     "EngineRequestError",
+    "EvalError",
     "ImageTooLargeError",
     "InvalidArgumentsError",
     "InvalidEffortError",
@@ -76,6 +80,7 @@ __all__ = [
     "ParserStateError",
     "RateLimitError",
     "ReplayMismatchError",
+    "SandboxUnavailableError",
     "ServiceUnavailableError",
     "SessionError",
     "TokenizerError",
@@ -281,6 +286,11 @@ class ToolDefinitionError(UserError):
     """A Python function that cannot be turned into a tool (raised when the tool is defined)."""
 
 
+class SandboxUnavailableError(UserError):
+    """``sandbox="bwrap"`` was asked for where bubblewrap cannot run (not installed, or user
+    namespaces disabled); the message names the fix. ``sandbox="auto"`` runs unsandboxed instead."""
+
+
 class ToolTimeoutError(ToolError):
     """A tool call that did not finish within its time limit; the call was cancelled, or its
     worker thread abandoned (Python cannot kill a thread). See :meth:`kimik3.tools.Tool.run`."""
@@ -324,3 +334,9 @@ class SessionError(AgentError):
 class CheckpointError(AgentError):
     """A workspace checkpoint could not be taken or restored (git failed, a file changed since the
     agent's turn, a session without checkpoints)."""
+
+
+class EvalError(KimiK3Error):
+    """An eval suite that cannot be read (a ``task.toml`` with a missing or unknown field, a task
+    folder without one), or a results directory that cannot be continued (another suite's, a
+    line that is not a result); :mod:`kimik3.eval` names the file and what is wrong."""

@@ -12,23 +12,30 @@
     kimik3 preflight                      # can this node serve K3? (--preset NAME: env, command)
     kimik3 replay runs/form [--html run.html]   # replay a recorded UI trajectory, or render it
     kimik3 serve models/k3-tiny --max-model-len 4096   # vLLM's OpenAI server with the kimi_k3 parsers
+    kimik3 eval evals/k3-tiny --out runs/a --model-path models/k3-tiny   # a task suite: pass rate, cost
+    kimik3 eval compare runs/a runs/b --max-drop 0.05                    # exit 1: b regressed
 
 Progress goes to stdout. On a terminal it is live (rich): a status line (turn, tool calls,
 tokens), reasoning dimmed, tool calls and results as they happen, the answer. Elsewhere (a pipe,
 CI) it is plain, flushed lines whose format is kept stable::
 
+    sandbox: bwrap (workspace read-write, the rest read-only, home hidden, network off)
+                                            first: where bash runs commands (--sandbox)
     [turn 1] text: <content the model wrote beside its tool calls>
     [turn 1] tool read_file {"path": "notes.txt"}
     [turn 1] result read_file: <first non-blank line of the result, at most 100 chars>
     [turn 1] plan [>] <step>                 after an update_plan result (--plan), one per step
     [turn 2] answer: <the final answer>
     stopped: turn_budget (<why>)            only when the run did not complete
-    usage: 2 turns, 1 tool call, 1234 tokens
+    usage: 2 turns, 1 tool call, 1234 tokens, 45% cached, $0.0123
     session: /home/me/.kimik3/sessions/20260101-120000.jsonl
 
-Tool arguments are one-line JSON (``json.dumps``), cut after 200 characters with ``...``; the
-result preview collapses whitespace and is cut after 100 characters with ``...``. A ``text`` line
-comes only when the model wrote text beside its calls; the answer may span several lines.
+The usage line gives the share of prompt tokens served from the engine's prefix cache only when
+the engine reports it, and the USD cost only when the run is priced (Moonshot's hosted model ids,
+``kimik3._pricing``); the live view's status line shows both as the turns go. Tool arguments are
+one-line JSON (``json.dumps``), cut after 200 characters with ``...``; the result preview
+collapses whitespace and is cut after 100 characters with ``...``. A ``text`` line comes only
+when the model wrote text beside its calls; the answer may span several lines.
 
 vLLM's, torch's and Python's logs and warnings are hidden unless ``--verbose`` (what vLLM prints
 while it starts goes to ``${KIMIK3_HOME:-~/.kimik3}/logs/vllm.log``). A run that fails before
@@ -62,7 +69,8 @@ from ._cli_engine import (
     _quiet,
     parse_engine_arg,
 )
-from ._cli_harness import harness_options, harness_parts, undo_command
+from ._cli_eval import eval_group
+from ._cli_harness import harness_options, harness_parts, sandbox_from_options, sandbox_options, undo_command
 from ._cli_progress import (
     _STOP_REASONS,
     _degraded_lines,
@@ -76,12 +84,14 @@ from ._exceptions import KimiK3Error
 from .agents import (
     CODING_INSTRUCTIONS,
     Agent,
+    RunHooks,
     RunResult,
     fork_session,
     format_session,
     load_session,
 )
 from .engines import FEATURES, Engine, preflight
+from .harness import SandboxHooks
 from .tools import Tool
 from .tools.coding import coding_tools
 from .types import AssistantMessage, Message
@@ -166,9 +176,14 @@ __all__ = ["build_agent", "build_engine", "engine_options", "main", "parse_engin
 
 def _run_agent(o: _Options, workspace: str, task: str | None, history: list[Message], session: Path) -> int:
     _quiet(o.verbose)
-    engine = _build_engine(o)
     progress = _progress(o.plain)
-    agent = _agent(o, engine, *harness_parts(engine, workspace, o.settings, progress.note))
+    try:
+        sandbox = sandbox_from_options(workspace, progress.note)  # the first line: which sandbox runs
+    except KimiK3Error as e:
+        progress.error(e)
+        return 1
+    engine = _build_engine(o)
+    agent = _agent(o, engine, *harness_parts(engine, workspace, o.settings, progress.note, sandbox))
 
     existed = session.exists()
 
@@ -312,6 +327,7 @@ def resume(ctx: click.Context, /, session: str, task: str | None, workspace: str
               help="The JSONL session file (an existing one is continued; default: a new one under "
                    "${KIMIK3_HOME:-~/.kimik3}/sessions/).")
 @_engine_options
+@sandbox_options
 @click.pass_context
 def chat(ctx: click.Context, /, workspace: str | None, session: str | None, **params: Any) -> None:
     """Chat with K3 (a REPL keeping the history; /exit or end of input quits).
@@ -320,11 +336,20 @@ def chat(ctx: click.Context, /, workspace: str | None, session: str | None, **pa
     """
     o = _options(params)
     _quiet(o.verbose)
-    engine = _build_engine(o)
-    tools = coding_tools(workspace) if workspace is not None else []
-    agent = _agent(o, engine, tools, CODING_INSTRUCTIONS if workspace is not None else None)
-    path = Path(session) if session is not None else _new_session_path()
     progress = _progress(o.plain)
+    tools: list[Tool] = []
+    hooks: list[RunHooks] = []
+    if workspace is not None:
+        try:
+            sandbox = sandbox_from_options(workspace, progress.note)  # the first line: which sandbox runs
+        except KimiK3Error as e:
+            progress.error(e)
+            ctx.exit(1)
+        tools = coding_tools(workspace, sandbox=sandbox)
+        hooks = [SandboxHooks(sandbox)]  # each turn is a run: what its commands left ends with it
+    engine = _build_engine(o)
+    agent = _agent(o, engine, tools, CODING_INSTRUCTIONS if workspace is not None else None, hooks)
+    path = Path(session) if session is not None else _new_session_path()
     interactive = sys.stdin.isatty()
     if interactive:
         with contextlib.suppress(ImportError):
@@ -514,6 +539,7 @@ def verify_command(ctx: click.Context, base_url: str, model: str | None, api_key
 
 
 main.add_command(undo_command)
+main.add_command(eval_group)
 
 
 @main.command(context_settings={"ignore_unknown_options": True})

@@ -238,7 +238,8 @@ def test_a_budget_stop_exits_0_and_says_so(tmp_path: Path) -> None:
     script = write_script(tmp_path / "s.json", [call("read_file", {"path": "calc.py"}), answer("Not done: fix calc.py.")])
     result = invoke(["run", "fix it", "-w", str(repo), "--script", str(script), "--max-turns", "1"], tmp_path / "home")
     assert result.exit_code == 0
-    lines = result.stdout.splitlines()
+    first, *lines = result.stdout.splitlines()
+    assert first.startswith("sandbox: ")  # the first line says where bash runs
     assert lines[2] == "[turn 2] answer: Not done: fix calc.py."
     assert lines[3].startswith("stopped: turn_budget (the turn budget ran out")
     assert roles(session_of(result.stdout))[-2:] == ["system", "assistant"]  # the summary instruction, the answer
@@ -289,7 +290,7 @@ def test_run_against_a_remote_endpoint_passes_the_model_settings(
                      "--reasoning-effort", "low", "--temperature", "0.6", "--top-p", "0.9", "--max-tokens", "64",
                      "--seed", "7"], tmp_path / "home")
     assert result.exit_code == 0, result.output
-    assert result.stdout.splitlines()[:2] == ["[turn 1] answer: pong", "usage: 1 turn, 0 tool calls, 12 tokens"]
+    assert result.stdout.splitlines()[1:3] == ["[turn 1] answer: pong", "usage: 1 turn, 0 tool calls, 12 tokens"]
     (body,) = bodies
     assert {k: body[k] for k in ("model", "reasoning_effort", "temperature", "top_p", "max_tokens", "seed")} == {
         "model": "k3", "reasoning_effort": "low", "temperature": 0.6, "top_p": 0.9, "max_tokens": 64, "seed": 7}
@@ -532,7 +533,8 @@ def test_a_degraded_run_says_what_went_wrong(tmp_path: Path) -> None:
     script = write_script(tmp_path / "s.json", [cut, answer("Read calc.py; new.py is not written.")])
     result = invoke(["run", "read and write", "-w", str(repo), "--script", str(script)], tmp_path / "home")
     assert result.exit_code == 0
-    lines = result.stdout.splitlines()
+    first, *lines = result.stdout.splitlines()
+    assert first.startswith("sandbox: ")  # the first line says where bash runs
     assert lines[:4] == [
         '[turn 1] tool read_file {"path": "calc.py"}',
         "[turn 1] dropped an incomplete call to write_file",
@@ -553,7 +555,8 @@ def test_an_unusable_run_stops_and_says_so(tmp_path: Path) -> None:
     script = write_script(tmp_path / "s.json", [empty, empty])
     result = invoke(["run", "do it", "-w", str(repo), "--script", str(script)], tmp_path / "home")
     assert result.exit_code == 0
-    lines = result.stdout.splitlines()
+    first, *lines = result.stdout.splitlines()
+    assert first.startswith("sandbox: ")  # the first line says where bash runs
     assert lines[2:6] == [
         "stopped: unusable_output (twice in a row the model's output had neither an answer nor a call that could run)",
         "degraded: 2 issues",

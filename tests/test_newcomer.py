@@ -116,7 +116,8 @@ def test_a_plain_scripted_reply_is_the_answer_on_the_command_line(tmp_path: Path
     (tmp_path / "replies.json").write_text(json.dumps(["Hello!"]))
     run = run_cli(tmp_path, "run", "Hi", "--script", "replies.json", "--plain")
     assert run.returncode == 0, run.stderr
-    lines = run.stdout.splitlines()
+    first, *lines = run.stdout.splitlines()
+    assert first.startswith("sandbox: ")  # where bash would run its commands
     assert lines[0] == "[turn 1] answer: Hello!"
     assert lines[1].startswith("usage: 1 turn, 0 tool calls, ")
     assert lines[2] == f"session: {sessions(tmp_path)[0]}" and run.stderr == ""

@@ -26,19 +26,19 @@ import logging
 import math
 import os
 import sys
-import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack
-from typing import Any, Generic, cast
+from dataclasses import replace
+from typing import Any, Generic, Literal, cast
 
 import anyio
-from pydantic import ValidationError
 
 from .. import _tracing
 from .._checks import check_instance
 from .._client import Client
 from .._defaults import MAX_CONTINUES
 from .._exceptions import SessionError, UserError
+from .._pricing import Pricing
 from ..engines import Engine, ModelCall
 from ..formats.k3 import K3Tokenizer, ToolCallDone, default_tokenizer
 from ..tools import Tool, ToolContext, ToolResult, Toolset
@@ -60,7 +60,7 @@ from ..types import (
     message_text,
 )
 from ._approval import approve
-from ._arguments import check_agent_arguments, output_adapter, run_messages, task_message
+from ._arguments import check_agent_arguments, output_adapter, run_messages, task_message, validate_output
 from ._checks import EMPTY_TURN, answer_text, check_images, failed_call_errors, unrun_calls, unrun_note
 from ._compaction import compact
 from ._dynamic import Toolbox, restore_declared, undeclared
@@ -151,6 +151,9 @@ class Agent(Generic[OutputT]):
         deps: handed to tools that take a :class:`~kimik3.tools.ToolContext`.
         name: the agent's name (``gen_ai.agent.name`` on its spans).
         hooks: :class:`~kimik3.agents.RunHooks` at the run's seams (:mod:`kimik3.harness`).
+        pricing: USD prices per 1M tokens for :attr:`RunResult.cost` and ``Budgets(usd=...)``:
+            ``"auto"`` (Moonshot's hosted prices by the model id, :mod:`kimik3._pricing`; none
+            for other ids), a :class:`~kimik3.Pricing`, or None (no cost counted).
         failure_text: words every failure the model reads as a tool's error result (an unknown
             tool, a denial, a tool that raised or overran, ...): a function of a
             :class:`~kimik3.tools.ToolFailure`, as openai-agents' ``failure_error_function``
@@ -158,7 +161,8 @@ class Agent(Generic[OutputT]):
 
     Raises:
         UserError: neither or both of ``engine`` and ``client``; duplicate tool names (for a
-            toolset's tools: when a run starts or its list changes).
+            toolset's tools: when a run starts or its list changes); ``Budgets(usd=...)`` without
+            prices (``pricing=None`` here; with "auto", when a run's model has no price).
     """
 
     def __init__(
@@ -178,10 +182,11 @@ class Agent(Generic[OutputT]):
         deps: Any = None,
         name: str | None = None,
         hooks: Sequence[RunHooks] = (),
+        pricing: Pricing | Literal["auto"] | None = "auto",
         failure_text: FailureText | None = None,
     ) -> None:
         check_agent_arguments(engine=engine, client=client, instructions=instructions, tools=tools, settings=settings,
-                              budgets=budgets, context=context, approval=approval, tokenizer=tokenizer)
+                              budgets=budgets, context=context, approval=approval, tokenizer=tokenizer, pricing=pricing)
         self.client = client if client is not None else Client(cast(Engine, engine))
         self.instructions = instructions
         self.name = name
@@ -190,8 +195,9 @@ class Agent(Generic[OutputT]):
         self.settings = settings or ModelSettings()
         budgets = budgets or Budgets()
         if max_turns is not None:
-            budgets = Budgets(turns=max_turns, tokens=budgets.tokens, seconds=budgets.seconds)
+            budgets = replace(budgets, turns=max_turns)
         self.budgets = budgets
+        self.pricing = pricing
         self.context = context or ContextPolicy()
         self.output_type = output_type
         self._output_adapter = output_adapter(output_type)
@@ -303,7 +309,8 @@ class Agent(Generic[OutputT]):
             raise UserError("nothing to do: pass a task, or a conversation to continue")
         writer = None
         if session is not None:
-            writer = SessionWriter(session, {"instructions": self.instructions, "tools": sorted(self.tools)})
+            writer = SessionWriter(session, {"instructions": self.instructions, "tools": sorted(self.tools),
+                                             **self.hooks.session_header()})
             if writer.new:  # a new session file for an existing conversation: record it first
                 for m in history:
                     writer.message(m)
@@ -321,6 +328,7 @@ class Agent(Generic[OutputT]):
                 run.span = stack.enter_context(_tracing.agent_run(self.name, self.client.model))
                 await self._toolbox.open(stack)  # toolsets not open yet: for this run only
                 await self._sync_tools(run, start=True)
+                run.start(self.pricing, self.client.model, run.settings)
                 if not history and self.instructions:
                     run.add(SystemMessage(content=self.instructions))
                 for answer in orphan_results(run.messages, "the run stopped before this call finished",
@@ -342,7 +350,7 @@ class Agent(Generic[OutputT]):
 
     async def _loop(self, run: _Run) -> AsyncIterator[AgentEvent]:
         while True:
-            exhausted = self._exhausted(run)
+            exhausted = run.exhausted(self.budgets, self.client.model)
             if exhausted is not None:
                 async for event in self._final_turn(run, exhausted):
                     yield event
@@ -376,7 +384,7 @@ class Agent(Generic[OutputT]):
             run.call_errors.update(failed_call_errors(completion))
             calls = [*(message.tool_calls or ()), *(f.to_tool_call() for f in completion.failed_tool_calls)]
             message = message.model_copy(update={"tool_calls": calls})
-        run.model_turn(completion, message)  # the message exactly as received
+        cost = run.model_turn(completion, message)  # the message exactly as received
         note = unrun_note(run.unrun(unrun_calls(completion)))  # issues and counts recorded
         if message.tool_calls:
             run.cut_replies = 0
@@ -387,11 +395,11 @@ class Agent(Generic[OutputT]):
             finally:  # a cancelled turn's changes are recorded too
                 with anyio.CancelScope(shield=True):
                     await self.hooks.after_tools(run.turns, message.tool_calls)
-            yield TurnEndEvent(run.turns, message, completion.usage)
+            yield TurnEndEvent(run.turns, message, completion.usage, cost)
             run.unusable_turns = 0
             yield ContinueWith(note) if note else ToolsRan()
             return
-        yield TurnEndEvent(run.turns, message, completion.usage)
+        yield TurnEndEvent(run.turns, message, completion.usage, cost)
         if note is None and completion.truncated:
             run.cut_replies += 1
             if run.cut_replies >= MAX_CONTINUES:  # asking again does not help: stop, saying so
@@ -407,7 +415,7 @@ class Agent(Generic[OutputT]):
             yield ContinueWith(note) if run.unusable_turns < 2 else Final(None, "unusable_output")
             return
         run.unusable_turns = 0
-        output, error = self._validate_output(message)
+        output, error = validate_output(self._output_adapter, message)
         if error is not None and not run.output_retry_used:
             run.output_retry_used = True
             yield ContinueWith(f"Your answer does not match the required JSON schema: {error}. "
@@ -453,7 +461,7 @@ class Agent(Generic[OutputT]):
     async def _run_tools(self, run: _Run, calls: Sequence[ToolCall]) -> AsyncIterator[AgentEvent]:
         results: list[ToolResult | None] = [None] * len(calls)
         approved: list[ToolCallApprovedEvent | None] = [None] * len(calls)
-        deadline = self._deadline(run)
+        deadline = run.deadline(self.budgets)
         interrupts: list[BaseException] = []
 
         async def one(call: ToolCall, i: int) -> None:
@@ -528,7 +536,7 @@ class Agent(Generic[OutputT]):
         approved[i] = decision
         context = ToolContext(tool_call_id=call.id, deps=run.deps, add_tools=self.add_tools,
                               failure_text=self.failure_text)
-        left = self._deadline(run)  # rounded up to 0.1 s: the error names a readable limit
+        left = run.deadline(self.budgets)  # rounded up to 0.1 s: the error names a readable limit
         limits = [t for t in (tool.timeout, left if left is None else math.ceil(left * 10) / 10) if t is not None]
         result = await tool.run(decision.arguments, context, timeout=min(limits) if limits else None)
         result = await check_images(result, self.client.check_image, self.failure_text)  # the model can't see it
@@ -538,22 +546,7 @@ class Agent(Generic[OutputT]):
                                 else [TextPart(text=note), *result.content], is_error=result.is_error)
         results[i] = await self.hooks.tool_result(call, result)
 
-    # -- budgets, output, compaction ---------------------------------------------------------
-
-    def _exhausted(self, run: _Run) -> StopReason | None:
-        b = self.budgets
-        if run.turns >= b.turns:
-            return "turn_budget"
-        if b.tokens is not None and run.usage.total_tokens >= b.tokens:
-            return "token_budget"
-        if b.seconds is not None and time.monotonic() - run.started >= b.seconds:
-            return "time_budget"
-        return None
-
-    def _deadline(self, run: _Run) -> float | None:
-        if self.budgets.seconds is None:
-            return None
-        return max(0.0, self.budgets.seconds - (time.monotonic() - run.started))
+    # -- the last turn, the result --------------------------------------------------------------
 
     async def _final_turn(self, run: _Run, reason: StopReason) -> AsyncIterator[AgentEvent]:
         """One tool-free turn for a summary, then the result."""
@@ -565,32 +558,19 @@ class Agent(Generic[OutputT]):
         message = completion.message
         if message.tool_calls:  # tools are off for this turn: keep the words, drop the calls
             message = AssistantMessage(content=message.content, reasoning_content=message.reasoning_content)
-        run.model_turn(completion, message)
-        yield TurnEndEvent(run.turns, message, completion.usage)
+        cost = run.model_turn(completion, message)
+        yield TurnEndEvent(run.turns, message, completion.usage, cost)
         if not answer_text(message).strip():
             run.issue("the summary turn gave no text" + (" (cut by the output limit)" if completion.truncated else ""))
-        output, _ = self._validate_output(message)
+        output, _ = validate_output(self._output_adapter, message)
         yield FinalEvent(self._result(run, output, reason))
-
-    def _validate_output(self, message: AssistantMessage) -> tuple[Any, str | None]:
-        text = answer_text(message)
-        if self._output_adapter is None:
-            return text, None
-        raw = text.strip()
-        if raw.startswith("```"):  # tolerate a fenced answer
-            raw = raw.split("\n", 1)[1] if "\n" in raw else ""
-            raw = raw.rsplit("```", 1)[0]
-        assert self._output_adapter is not None
-        try:
-            return self._output_adapter.validate_json(raw), None
-        except ValidationError as e:
-            return None, "; ".join(f"{'.'.join(map(str, err['loc'])) or 'answer'}: {err['msg']}" for err in e.errors())
 
     def _result(self, run: _Run, output: Any, reason: StopReason) -> RunResult[OutputT]:
         path = str(run.session.path) if run.session is not None else None
         return RunResult(output=output, messages=run.messages, usage=run.usage, turns=run.turns,
                          stop_reason=reason, session_path=path, failed_calls=run.failed_calls,
-                         cut_calls=run.cut_calls, dropped_calls=run.dropped_calls, issues=list(run.issues))
+                         cut_calls=run.cut_calls, dropped_calls=run.dropped_calls, issues=list(run.issues),
+                         cost=run.cost)
 
     def _count(self, text: str) -> int:
         tok = self._tokenizer or self.client.tokenizer or default_tokenizer()

@@ -13,12 +13,14 @@ from pydantic import TypeAdapter, ValidationError
 from .._checks import check_instance
 from .._client import Client
 from .._exceptions import KimiK3Error, UserError
+from .._pricing import Pricing
 from ..engines import Engine
 from ..formats.k3 import K3Tokenizer
-from ..types import Message, UserMessage, to_messages
+from ..types import AssistantMessage, Message, UserMessage, to_messages
+from ._checks import answer_text
 from ._types import Budgets, ContextPolicy, ModelSettings
 
-__all__ = ["check_agent_arguments", "output_adapter", "run_messages", "task_message"]
+__all__ = ["check_agent_arguments", "output_adapter", "run_messages", "task_message", "validate_output"]
 
 
 def check_agent_arguments(
@@ -32,6 +34,7 @@ def check_agent_arguments(
     context: Any,
     approval: Any,
     tokenizer: Any,
+    pricing: Any = "auto",
 ) -> None:
     """Raises UserError: an argument of ``Agent(...)`` of the wrong type (named)."""
     if (engine is None) == (client is None):
@@ -47,6 +50,10 @@ def check_agent_arguments(
     if approval is not None and not callable(approval):
         raise UserError(f"Agent(approval=...) must be a callable (call) -> decision, got {approval!r:.80}")
     check_instance("Agent(tokenizer=...)", tokenizer, (K3Tokenizer, str, os.PathLike), "a K3Tokenizer or a path")
+    if pricing != "auto":
+        check_instance("Agent(pricing=...)", pricing, Pricing, 'a kimik3.Pricing, "auto" or None')
+    if pricing is None and isinstance(budgets, Budgets) and budgets.usd is not None:
+        raise UserError("Budgets(usd=...) needs prices: pass Agent(pricing=kimik3.Pricing(...)), not pricing=None")
 
 
 def output_adapter(output_type: Any) -> TypeAdapter[Any] | None:
@@ -64,6 +71,22 @@ def output_adapter(output_type: Any) -> TypeAdapter[Any] | None:
         raise UserError(f"Agent(output_type=...) must be a type pydantic can validate, got {output_type!r:.80}: {e}") \
             from e
     return adapter
+
+
+def validate_output(adapter: TypeAdapter[Any] | None, message: AssistantMessage) -> tuple[Any, str | None]:
+    """(output, None) of an answer, or (None, why) when it fails ``adapter`` (a fenced answer is
+    read inside its fence); the text itself without an adapter."""
+    text = answer_text(message)
+    if adapter is None:
+        return text, None
+    raw = text.strip()
+    if raw.startswith("```"):  # tolerate a fenced answer
+        raw = raw.split("\n", 1)[1] if "\n" in raw else ""
+        raw = raw.rsplit("```", 1)[0]
+    try:
+        return adapter.validate_json(raw), None
+    except ValidationError as e:
+        return None, "; ".join(f"{'.'.join(map(str, err['loc'])) or 'answer'}: {err['msg']}" for err in e.errors())
 
 
 def task_message(task: Any) -> UserMessage:

@@ -72,7 +72,7 @@ async def compact(run: _Run, policy: ContextPolicy, summarize: Summarize) -> Asy
         except Exception as e:  # compaction is an optimisation: never the reason a run dies
             problem = f"could not be made ({type(e).__name__}: {e})"
             break
-        run.usage = run.usage + completion.usage
+        run.charge(completion)
         problem = summary_problem(completion) or ""
         if not problem:
             summary = answer_text(completion.message)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .._exceptions import SessionError, UserError
+from .._pricing import format_usd
 from ..types import AssistantMessage, ImagePart, Message, TextPart, ToolMessage, Usage, to_message
 from ._session import _record, read_session
 
@@ -35,6 +36,11 @@ class SessionRecord:
         usage: the usage of the model call that wrote it (assistant messages of sessions that
             record it).
         compaction: the ``compaction`` record's body (``messages``, ``summary``).
+        header: the header's fields (the first record).
+        cost: the model call's USD cost (assistant messages of priced runs).
+        finish_reason: the model call's finish reason (assistant messages, when recorded).
+        run_start: a ``run_start`` record's body (``tools``, ``model``, ``settings``): what the
+            requests of the run that follows carried.
     """
 
     line: int
@@ -44,6 +50,9 @@ class SessionRecord:
     usage: Usage | None = None
     compaction: dict[str, Any] | None = None
     header: dict[str, Any] = field(default_factory=dict)
+    cost: float | None = None
+    finish_reason: str | None = None
+    run_start: dict[str, Any] | None = None
 
 
 def read_session_records(path: str | os.PathLike[str]) -> list[SessionRecord]:
@@ -68,10 +77,18 @@ def read_session_records(path: str | os.PathLike[str]) -> list[SessionRecord]:
         try:
             if "message" in data_:
                 usage = Usage.model_validate(data_["usage"]) if "usage" in data_ else None
-                records.append(SessionRecord(number, raw.decode("utf-8"), index, to_message(data_["message"]), usage))
+                cost, finish = data_.get("cost"), data_.get("finish_reason")
+                if cost is not None and (isinstance(cost, bool) or not isinstance(cost, (int, float))):
+                    raise TypeError(f"cost must be a number, got {cost!r:.40}")
+                if finish is not None and not isinstance(finish, str):
+                    raise TypeError(f"finish_reason must be a string, got {finish!r:.40}")
+                records.append(SessionRecord(number, raw.decode("utf-8"), index, to_message(data_["message"]), usage,
+                                             cost=cost, finish_reason=finish))
                 index += 1
             elif "compaction" in data_:
                 records.append(SessionRecord(number, raw.decode("utf-8"), compaction=dict(data_["compaction"])))
+            elif "run_start" in data_:
+                records.append(SessionRecord(number, raw.decode("utf-8"), run_start=dict(data_["run_start"])))
         except (ValueError, TypeError) as e:  # pydantic's ValidationError is a ValueError
             raise SessionError(f"{p}:{number}: not a valid session record: {e}") from e
     return records
@@ -139,9 +156,13 @@ def _clip(text: str, max_lines: int | None, indent: str) -> list[str]:
     return [indent + line for line in lines]
 
 
-def _usage(u: Usage) -> str:
-    cached = f", {u.cached_tokens} cached" if u.prompt_tokens_details is not None else ""
-    return f"usage: {u.prompt_tokens} prompt{cached} + {u.completion_tokens} completion tokens"
+def _usage(u: Usage, cost: float | None = None) -> str:
+    cached = ""
+    if u.prompt_tokens_details is not None:
+        share = f" ({u.cached_tokens / u.prompt_tokens:.0%})" if u.prompt_tokens else ""
+        cached = f", {u.cached_tokens} cached{share}"
+    price = f", {format_usd(cost)}" if cost is not None else ""
+    return f"usage: {u.prompt_tokens} prompt{cached} + {u.completion_tokens} completion tokens{price}"
 
 
 def format_session(
@@ -153,6 +174,9 @@ def format_session(
     messages open a turn (``turn K``) with the call's usage when recorded, their reasoning folded
     to one line (its size and first words) unless ``reasoning``, then their text and tool calls
     (``-> name(arguments)  id``); tool results name their call. Compactions show their summary.
+    A turn's usage line gives its cached prompt tokens and their share (the cache-hit rate) when
+    the engine reported them, and its USD cost when the run was priced (``$0.0123``); the last
+    line sums the turns.
 
     Args:
         path: the session file.
@@ -176,6 +200,7 @@ def format_session(
         out.append("tools: " + ", ".join(map(str, header["tools"])))
     turn = 0
     total = Usage()
+    spent: float | None = None  # the turns' recorded costs
     for r in records[1:]:
         if r.compaction is not None:
             kept = len(r.compaction.get("messages", []))
@@ -187,9 +212,11 @@ def format_session(
             continue
         if isinstance(m, AssistantMessage):
             turn += 1
-            usage = f"  {_usage(r.usage)}" if r.usage is not None else ""
+            usage = f"  {_usage(r.usage, r.cost)}" if r.usage is not None else ""
             if r.usage is not None:
                 total = total + r.usage
+            if r.cost is not None:
+                spent = (spent or 0.0) + r.cost
             out.append(f"[{r.index}] assistant  turn {turn}{usage}")
             if m.reasoning_content:
                 if reasoning:
@@ -210,5 +237,5 @@ def format_session(
             out.append(f"[{r.index}] {m.role}")
             out.extend(_clip(_text(m.content), max_lines, "    "))
     if turn:
-        out.append(f"{turn} turns; total {_usage(total)}")
+        out.append(f"{turn} turns; total {_usage(total, spent)}")
     return "\n".join(out) + "\n"

@@ -4,6 +4,7 @@ sub-agents) join an :class:`~kimik3.Agent` run without living in the loop itself
 A hook object serves one run at a time. Every method has a no-op default; override what you need.
 Order within a run::
 
+    session_header() -> fields          when the run creates its session file
     run_start(session)                  once, before the first model call
     before_tools(turn, calls)           each turn that called tools, before any runs
     tool_result(call, result) -> result each call's result, before it enters the history
@@ -14,6 +15,7 @@ Order within a run::
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from ..tools import ToolResult
 from ..types import ToolCall
@@ -24,6 +26,10 @@ __all__ = ["RunHooks"]
 
 class RunHooks:
     """Base class of run hooks (see the module docstring for when each method is called)."""
+
+    def session_header(self) -> dict[str, Any]:
+        """Fields for the header of a session file the run creates (e.g. the sandbox)."""
+        return {}
 
     async def run_start(self, session: SessionWriter | None) -> None:
         """The run starts; ``session`` is its session writer (None when not recorded)."""
@@ -47,6 +53,9 @@ class AllHooks(RunHooks):
 
     def __init__(self, hooks: Sequence[RunHooks]) -> None:
         self.hooks = list(hooks)
+
+    def session_header(self) -> dict[str, Any]:
+        return {k: v for hook in self.hooks for k, v in hook.session_header().items()}
 
     async def run_start(self, session: SessionWriter | None) -> None:
         for hook in self.hooks:

@@ -3,12 +3,15 @@ session, prompt cache, the tools of the moment, and what went wrong on the way."
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from .. import _tracing
+from .._exceptions import UserError
+from .._pricing import Pricing, pricing_for
 from ..formats.k3 import PromptCache
 from ..tools import Tool
 from ..types import (
@@ -24,6 +27,7 @@ from ..types import (
 )
 from ._checks import UnrunCall
 from ._session import SessionWriter
+from ._types import Budgets, StopReason
 
 __all__ = ["_Run"]
 
@@ -59,6 +63,45 @@ class _Run:
         self.cut_replies = 0  # replies cut by max_tokens in a row (each answered with "continue")
         self.failed_calls = self.cut_calls = self.dropped_calls = 0
         self.issues: list[str] = []  # RunResult.issues
+        self.cost: float | None = None  # USD of the run's model calls (RunResult.cost)
+        # the prices of this run: "auto" until the first completion names its model
+        self.pricing: Pricing | Literal["auto"] | None = None
+
+    def start(self, pricing: Pricing | Literal["auto"] | None, model: str, settings: Any) -> None:
+        """Fix the run's prices (``"auto"``: by the engine's model id, or the first completion's
+        when the engine does not know it yet) and record what its requests carry (``run_start``:
+        the head's tool declarations, the model, the settings) in the session."""
+        self.pricing = (pricing_for(model) if model else "auto") if pricing == "auto" else pricing
+        if self.session is not None:
+            settings = json.loads(json.dumps(dataclasses.asdict(settings), ensure_ascii=False, default=repr))
+            tools = [t.model_dump(mode="json", exclude_none=True) for t in self.specs]
+            self.session.record("run_start", {"tools": tools, "model": model, "settings": settings})
+
+    def exhausted(self, budgets: Budgets, model: str) -> StopReason | None:
+        """The budget that ran out (None: none did).
+
+        Raises:
+            UserError: ``Budgets(usd=...)`` without prices for ``model``.
+        """
+        b = budgets
+        if self.turns >= b.turns:
+            return "turn_budget"
+        if b.tokens is not None and self.usage.total_tokens >= b.tokens:
+            return "token_budget"
+        if b.seconds is not None and time.monotonic() - self.started >= b.seconds:
+            return "time_budget"
+        if b.usd is not None and self.pricing is None:
+            raise UserError(f"Budgets(usd=...) needs prices: model {model!r} has none in kimik3's "
+                            "table (kimik3._pricing.PRICES); pass Agent(pricing=kimik3.Pricing(...))")
+        if b.usd is not None and self.cost is not None and self.cost >= b.usd:
+            return "cost_budget"
+        return None
+
+    def deadline(self, budgets: Budgets) -> float | None:
+        """Seconds left of the time budget (None: no time budget)."""
+        if budgets.seconds is None:
+            return None
+        return max(0.0, budgets.seconds - (time.monotonic() - self.started))
 
     def issue(self, text: str) -> None:
         """Record a problem of this turn (see :attr:`RunResult.issues`)."""
@@ -72,19 +115,37 @@ class _Run:
         self.dropped_calls += sum(c.kind in ("dropped", "failed") for c in calls)
         return calls
 
-    def add(self, message: Message, *, counted: bool = False, usage: Usage | None = None) -> None:
+    def add(self, message: Message, *, counted: bool = False, completion: ChatCompletion | None = None,
+            cost: float | None = None) -> None:
         self.messages.append(message)
         if not counted:
             self.context_tokens += self.message_tokens(message)
         if self.session is not None:
-            self.session.message(message, usage)
+            if completion is None:
+                self.session.message(message)
+            else:
+                self.session.message(message, completion.usage, cost=cost, finish_reason=completion.finish_reason)
 
-    def model_turn(self, completion: ChatCompletion, message: AssistantMessage) -> None:
-        """Record a model call: its usage, and its message (whose tokens the call counted)."""
+    def charge(self, completion: ChatCompletion) -> float | None:
+        """Add a model call's usage to the run's, and its cost at the run's prices (resolved from
+        the completion's model id while they are "auto"); returns the call's cost (None: no prices)."""
         self.usage = self.usage + completion.usage
+        if self.pricing == "auto":
+            self.pricing = pricing_for(completion.model)
+        if self.pricing is None:
+            return None
+        cost = self.pricing.cost(completion.usage)
+        self.cost = (self.cost or 0.0) + cost
+        return cost
+
+    def model_turn(self, completion: ChatCompletion, message: AssistantMessage) -> float | None:
+        """Record a model call: its usage and cost, and its message (whose tokens the call
+        counted) with them; returns the call's cost."""
+        cost = self.charge(completion)
         self.turns += 1
         self.context_tokens = completion.usage.prompt_tokens + completion.usage.completion_tokens
-        self.add(message, counted=True, usage=completion.usage)
+        self.add(message, counted=True, completion=completion, cost=cost)
+        return cost
 
     def message_tokens(self, message: Message) -> int:
         """Tokens a message adds to the context: its text, reasoning (once), tool calls and the

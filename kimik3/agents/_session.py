@@ -2,10 +2,15 @@
 
 Format, one JSON object per line (UTF-8, each line ends with ``\\n``)::
 
-    {"kimik3_session": 1, "created": <unix seconds>, "instructions": "...", "tools": ["bash", ...]}
-    {"message": {<OpenAI-shaped message>}, "usage": {<the model call's usage, assistant messages>}}
+    {"kimik3_session": 1, "created": <unix seconds>, "instructions": "...", "tools": ["bash", ...],
+     "sandbox": {"mode": "bwrap", ...}}                   (the run hooks' fields, e.g. the sandbox)
+    {"message": {<OpenAI-shaped message>}, "usage": {<the model call's usage, assistant messages>},
+     "cost": <its USD cost, when priced>, "finish_reason": "stop" | "length" | "tool_calls"}
+    {"run_start": {"tools": [<the tool declarations of the prompt's head>], "model": "...",
+                   "settings": {<the run's ModelSettings>}}}   (once per run: what its requests carried)
     {"compaction": {"messages": [<the whole history after compaction>], "summary": "..."}}
-    {"checkpoint": {...}} / {"child_session": {...}} / {"undo": {...}}   (kimik3.harness; skipped here)
+    {"checkpoint": {...}} / {"child_session": {...}} / {"undo": {...}} / {"sandbox": {...}}
+                                                          (kimik3.harness; skipped here)
 
 Crash safety (a ``kill -9`` at any byte): a last line without its ``\\n`` that is not a complete
 record (cut anywhere, also inside a multi-byte UTF-8 character) is a torn write and is dropped,
@@ -95,8 +100,9 @@ def _check_header(path: Path, record: dict[str, Any]) -> None:
         raise SessionError(f"{path}: unsupported session version {version!r} (this kimik3 reads {SESSION_VERSION})")
 
 
-SIDE_RECORDS = frozenset({"checkpoint", "child_session", "undo"})
-"""Record kinds of :mod:`kimik3.harness` (:meth:`SessionWriter.record`); not part of the history."""
+SIDE_RECORDS = frozenset({"checkpoint", "child_session", "run_start", "sandbox", "undo"})
+"""Record kinds of :mod:`kimik3.harness` and the agent's ``run_start`` (:meth:`SessionWriter.record`);
+not part of the history."""
 
 
 def _apply(path: Path, number: int, record: dict[str, Any], messages: list[Message]) -> list[Message]:
@@ -255,11 +261,17 @@ class SessionWriter:
     def _write(self, record: dict[str, Any]) -> None:
         self._write_bytes((json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8"))
 
-    def message(self, message: Message, usage: Usage | None = None) -> None:
-        """Append one message (with the usage of the model call that wrote it, if any)."""
+    def message(self, message: Message, usage: Usage | None = None, *, cost: float | None = None,
+                finish_reason: str | None = None) -> None:
+        """Append one message (with the usage, USD cost and finish reason of the model call
+        that wrote it, if any)."""
         record: dict[str, Any] = {"message": dump_message(message)}
         if usage is not None:
             record["usage"] = usage.model_dump(exclude_none=True)
+        if cost is not None:
+            record["cost"] = cost
+        if finish_reason is not None:
+            record["finish_reason"] = finish_reason
         self._write(record)
 
     def compaction(self, messages: Sequence[Message], summary: str) -> None:

@@ -56,12 +56,14 @@ __all__ = [
 OutputT = TypeVar("OutputT", default=str)
 
 StopReason = Literal[
-    "completed", "turn_budget", "token_budget", "time_budget", "invalid_output", "unusable_output", "no_progress"
+    "completed", "turn_budget", "token_budget", "time_budget", "cost_budget", "invalid_output", "unusable_output",
+    "no_progress",
 ]
-"""Why a run ended: the model answered (``completed``), a budget ran out (the agent then ran one
-tool-free summary turn), the answer failed ``output_type`` validation twice, twice in a row a
-turn gave neither an answer nor a call that could run (``unusable_output``: e.g. marker text inside
-a string argument broke every call, or every call was cut by the output limit), or
+"""Why a run ended: the model answered (``completed``), a budget ran out (turns, tokens, time or
+cost: :class:`Budgets`; the agent then ran one tool-free summary turn), the answer failed
+``output_type`` validation twice, twice in a row a turn gave neither an answer nor a call that
+could run (``unusable_output``: e.g. marker text inside a string argument broke every call, or
+every call was cut by the output limit), or
 (``no_progress``) :data:`~kimik3._defaults.MAX_CONTINUES` replies in a row were cut by
 ``max_tokens`` without a tool call (the output is the last reply's text)."""
 
@@ -77,17 +79,25 @@ class Budgets:
         seconds: wall time of the run, or None. Each tool call gets the rest of it as its time
             limit (:meth:`~kimik3.tools.Tool.run`): one still running then is cancelled (async)
             or abandoned in its thread (sync) and answered with an error result.
+        usd: cost of the run's model calls in USD (:attr:`RunResult.cost`, at the agent's
+            :class:`~kimik3.Pricing`), or None. Checked before each model call, like the token
+            budget: the call that crosses it finishes, then the summary turn (its cost comes on
+            top) and ``stop_reason="cost_budget"``. The agent needs prices for it: an agent
+            without any (``pricing=None``, or a model id outside :data:`kimik3._pricing.PRICES`)
+            raises :class:`~kimik3.UserError`.
     """
 
     turns: int = 50
     tokens: int | None = None
     seconds: float | None = None
+    usd: float | None = None
 
     def __post_init__(self) -> None:
-        """Raises UserError: turns < 1, tokens < 1, seconds <= 0, or a value of the wrong type."""
+        """Raises UserError: turns < 1, tokens < 1, seconds <= 0, usd <= 0, or a value of the wrong type."""
         check_int("Budgets.turns (max_turns)", self.turns, minimum=1)
         check_int("Budgets.tokens", self.tokens, minimum=1, optional=True)
         check_number("Budgets.seconds", self.seconds, above=0, optional=True)
+        check_number("Budgets.usd", self.usd, above=0, optional=True)
 
 
 @dataclass(frozen=True)
@@ -181,6 +191,10 @@ class RunResult(Generic[OutputT]):
         issues: one line per problem of the run, in order (``"turn 2: the call to 'write' was
             cut by the output limit (max_tokens) and did not run"``): failed, cut and dropped
             calls, unusable turns, compactions that kept the history.
+        cost: USD spent on the run's model calls (compaction summaries included) at the agent's
+            :class:`~kimik3.Pricing` (:meth:`Pricing.cost`: cached prompt tokens at the cached
+            price); None when the agent has no prices (a self-hosted engine without
+            ``pricing=``).
     """
 
     output: OutputT | None
@@ -193,6 +207,7 @@ class RunResult(Generic[OutputT]):
     cut_calls: int = 0
     dropped_calls: int = 0
     issues: list[str] = field(default_factory=list)
+    cost: float | None = None
 
     @property
     def degraded(self) -> bool:
@@ -226,11 +241,13 @@ class ToolResultEvent:
 
 @dataclass(frozen=True, slots=True)
 class TurnEndEvent:
-    """A model turn ended (after its tools ran)."""
+    """A model turn ended (after its tools ran); ``cost``: the model call's USD cost (None
+    without prices, see :attr:`RunResult.cost`)."""
 
     turn: int
     message: AssistantMessage
     usage: Usage
+    cost: float | None = None
     type: Literal["turn_end"] = field(default="turn_end", init=False)
 
 

@@ -4,7 +4,7 @@ small module joined to the :class:`~kimik3.Agent` through :class:`~kimik3.agents
 :class:`CodingHarness` assembles them (``kimik3 run`` uses it).
 """
 
-from ._background import BackgroundProcesses, group_members
+from ._background import BackgroundProcesses, SandboxHooks
 from ._checkpoints import WRITING_TOOLS, Checkpoints, session_checkpoints, undo
 from ._harness import FEATURES, CodingHarness, Feature, background_tools, patch_tools
 from ._instructions import AGENTS_FILE, MAX_INSTRUCTIONS_BYTES, MAX_TOTAL_INSTRUCTIONS_BYTES, ProjectInstructions
@@ -27,11 +27,11 @@ __all__ = [
     "FileAccess",
     "ProjectInstructions",
     "ReadTracker",
+    "SandboxHooks",
     "SubAgents",
     "apply_edits",
     "apply_patch_text",
     "background_tools",
-    "group_members",
     "parse_patch",
     "patch_tools",
     "session_checkpoints",

@@ -1,80 +1,95 @@
 """Background processes: long-running commands (a dev server, a watcher) the agent starts,
-reads and stops across tool calls.
+reads and stops across tool calls; and the hook that ends the run's sandbox.
 
-Each command runs in its own session and process group (``start_new_session``), with stdin empty,
-``bash``'s environment (editors, pagers and prompts fail fast) and stdout + stderr going to a log
-file the manager owns (a pipe nobody reads would block the
-process). :meth:`BackgroundProcesses.close` ends every group still alive (SIGTERM, then SIGKILL
-after a grace period) and removes the logs; as a :class:`~kimik3.agents.RunHooks` it runs when the
-run ends, however it ends. Membership of a group is read from ``/proc`` (Linux), so "ended" means
-no live process of the group is left, not that a signal was sent; a process that left the group
-(``setsid``, a daemonising double fork) is still found by an environment entry every command's
-processes inherit (``KIMIK3_BACKGROUND=...``) and ended too.
+Each command runs in the run's sandbox (:class:`~kimik3.tools.coding.Sandbox`, shared with
+``bash``: a server started here answers a later ``bash`` call on 127.0.0.1) under its own reaper,
+a child subreaper: every process the command starts stays its descendant, ``setsid`` and
+double-fork daemons included, whatever they do to their environment, so "ended" means the reaper
+found none left (``/proc`` and ``waitpid``), not that a signal was sent. Stdin is empty, the
+environment is ``bash``'s (editors, pagers and prompts fail fast), and stdout + stderr go to a
+pipe a thread reads as it comes (a pipe nobody reads would block the process) into a bounded
+buffer: the first and the last ``4 * max_output_chars`` bytes since the last read, the middle
+counted and dropped, so a flood costs neither memory nor disk. :meth:`BackgroundProcesses.close`
+ends every process (SIGTERM, then SIGKILL after a grace period); as a
+:class:`~kimik3.agents.RunHooks` it runs when the run ends, however it ends.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import signal
-import subprocess
-import tempfile
+import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
+from typing import Any
 
 import anyio
 
 from .._exceptions import ToolError
-from ..agents import RunHooks
+from ..agents import RunHooks, SessionWriter
 from ..tools import truncate_middle
-from ..tools.coding._api import shell_env
+from ..tools.coding import Sandbox, SandboxMode
+from ..tools.coding._api import Command, shell_env
 
-__all__ = ["BackgroundProcesses", "group_members"]
+__all__ = ["BackgroundProcesses", "SandboxHooks"]
 
 _GRACE_S = 2.0
+_KILL_S = 2.0 + 3.0  # the reaper's SIGKILL round, with room
 _POLL_S = 0.02
 
 
-def group_members(pgid: int, tag: bytes | None = None) -> list[int]:
-    """Pids of the live (not zombie) processes whose process group is ``pgid`` or, with ``tag``,
-    whose environment holds the entry ``tag`` (inherited by children that left the group with
-    ``setsid``), from ``/proc``."""
-    members = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
-            fields = stat[stat.rfind(b")") + 2 :].split()
-            if len(fields) < 3 or fields[0] in (b"Z", b"X"):
-                continue
-            if int(fields[2]) != pgid:
-                if tag is None:
-                    continue
-                with open(f"/proc/{entry}/environ", "rb") as f:
-                    if tag not in f.read().split(b"\0"):
-                        continue
-        except OSError:
-            continue
-        members.append(int(entry))
-    return members
+class _Capture(threading.Thread):
+    """Reads a process's output pipe until end of file, keeping the first and the last ``cap``
+    bytes since the last :meth:`take` and counting the rest."""
+
+    def __init__(self, fd: int, cap: int) -> None:
+        super().__init__(daemon=True, name="kimik3-background-output")
+        self.fd, self.cap = fd, cap
+        self.lock = threading.Lock()
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def run(self) -> None:
+        os.set_blocking(self.fd, True)
+        while True:
+            try:
+                chunk = os.read(self.fd, 65536)
+            except OSError:
+                return
+            if not chunk:
+                return
+            with self.lock:
+                self.total += len(chunk)
+                room = self.cap - len(self.head)
+                if room > 0:
+                    self.head += chunk[:room]
+                    chunk = chunk[room:]
+                self.tail += chunk
+                if len(self.tail) > self.cap:
+                    del self.tail[: len(self.tail) - self.cap]
+
+    def take(self) -> tuple[bytes, bytes, int]:
+        """(head, tail, total bytes) since the last take; the buffer starts again empty."""
+        with self.lock:
+            out = bytes(self.head), bytes(self.tail), self.total
+            self.head, self.tail, self.total = bytearray(), bytearray(), 0
+        return out
 
 
 @dataclass
 class _Process:
     id: str
     command: str
-    popen: subprocess.Popen[bytes]
-    log: Path
-    tag: bytes
-    read_to: int = 0
+    cmd: Command
+    capture: _Capture
     stopped: bool = False
 
-    def members(self) -> list[int]:
-        return group_members(self.popen.pid, self.tag)
+    def alive(self) -> bool:
+        """Whether a process of the command is left: its reaper reports until none is; if a
+        command killed its reaper, what still holds the output counts."""
+        self.cmd.poll()
+        return not self.cmd.closed or self.capture.is_alive()
 
 
 class BackgroundProcesses(RunHooks):
@@ -85,39 +100,41 @@ class BackgroundProcesses(RunHooks):
         shell: the shell (``bash`` when installed).
         max_output_chars: cap on the text one :meth:`read_output` returns (head and tail kept).
         max_running: how many may run at once; :meth:`start` refuses one more.
+        sandbox: where they run: a :class:`~kimik3.tools.coding.Sandbox` to share with ``bash``,
+            or a mode for one of their own ("auto", "bwrap", "none"), closed by :meth:`close`.
+
+    Raises:
+        SandboxUnavailableError: ``sandbox="bwrap"`` where bubblewrap cannot run.
     """
 
     def __init__(self, root: str | os.PathLike[str], *, shell: str | None = None,
-                 max_output_chars: int = 30_000, max_running: int = 16) -> None:
+                 max_output_chars: int = 30_000, max_running: int = 16,
+                 sandbox: SandboxMode | Sandbox = "auto") -> None:
         self.max_running = max_running
-        self.root = Path(root)
         self.shell = shell or shutil.which("bash") or "/bin/sh"
         self.max_output_chars = max_output_chars
+        self._own_sandbox = not isinstance(sandbox, Sandbox)
+        self.sandbox = sandbox if isinstance(sandbox, Sandbox) else Sandbox(root, sandbox)
+        self.root = self.sandbox.root
         self._procs: dict[str, _Process] = {}
-        self._dir: Path | None = None
         self._n = 0
 
     def start(self, command: str) -> str:
         """Start ``command``; returns its id (``bg1``, ``bg2``...).
 
         Raises:
-            ToolError: ``max_running`` are running already.
+            ToolError: ``max_running`` are running already, or the sandbox cannot start.
         """
         running = self.running()
         if len(running) >= self.max_running:
             raise ToolError(f"{len(running)} background processes are running ({', '.join(running)}), the "
                             f"limit; stop one with stop(id) first")
-        if self._dir is None:
-            self._dir = Path(tempfile.mkdtemp(prefix="kimik3-bg-"))
+        cmd = self.sandbox.spawn([self.shell, "-c", command], shell_env(), grace=_GRACE_S, cpu=False)
+        capture = _Capture(cmd.output, 4 * self.max_output_chars + 4)  # bytes that surely hold the chars
+        capture.start()
         self._n += 1
         pid = f"bg{self._n}"
-        log = self._dir / f"{pid}.log"
-        tag = f"KIMIK3_BACKGROUND={os.getpid()}-{id(self):x}-{pid}"
-        with open(log, "wb") as out:
-            popen = subprocess.Popen([self.shell, "-c", command], cwd=self.root, stdin=subprocess.DEVNULL,
-                                     stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                     env={**shell_env(), **dict([tag.split("=", 1)])})
-        self._procs[pid] = _Process(pid, command, popen, log, tag.encode())
+        self._procs[pid] = _Process(pid, command, cmd, capture)
         return pid
 
     def _get(self, pid: str) -> _Process:
@@ -127,76 +144,90 @@ class BackgroundProcesses(RunHooks):
             raise ToolError(f"no background process {pid!r}; started in this run: {known}")
         return proc
 
-    def _status(self, proc: _Process) -> str:
-        rc = proc.popen.poll()
-        if rc is None:
+    @staticmethod
+    def _status(proc: _Process) -> str:
+        alive = proc.alive()
+        code = proc.cmd.exit_code
+        if code is None and alive:
             return "running"
         if proc.stopped:
             return "stopped"
-        return f"exited with code {rc if rc >= 0 else 128 - rc}"
+        if code is None:
+            return "ended (its reaper was killed; exit code unknown)"
+        return f"exited with code {code if code >= 0 else 128 - code}"
 
     def read_output(self, pid: str) -> str:
         """The output since the last read, then a line "[bgN: running | exited with code N |
         stopped]"."""
         proc = self._get(pid)
-        cap = 4 * self.max_output_chars + 4  # bytes that surely hold max_output_chars characters
-        with open(proc.log, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            f.seek(proc.read_to)
-            if size - proc.read_to <= 2 * cap:
-                text = truncate_middle(f.read(size - proc.read_to).decode("utf-8", "replace"), self.max_output_chars)
-            else:  # a flood: read only its head and tail, memory stays bounded
-                half = max(self.max_output_chars // 2 - 40, 0)
-                head = f.read(cap).decode("utf-8", "replace")[:half]
-                f.seek(size - cap)
-                tail = f.read(cap).decode("utf-8", "replace")[-half:] if half else ""
-                elided = size - proc.read_to - len(head.encode()) - len(tail.encode())
-                text = f"{head}\n... [{elided} bytes elided] ...\n{tail}"
-        proc.read_to = size
+        if not proc.alive():
+            proc.capture.join(1.0)  # nothing writes any more: what is in the pipe is read first
+        head, tail, total = proc.capture.take()
+        if total <= len(head) + len(tail):
+            text = truncate_middle((head + tail).decode("utf-8", "replace"), self.max_output_chars)
+        else:  # a flood: only its head and tail were kept
+            half = max(self.max_output_chars // 2 - 40, 0)
+            first = head.decode("utf-8", "replace")[:half]
+            last = tail.decode("utf-8", "replace")[-half:] if half else ""
+            text = f"{first}\n... [{total - len(first.encode()) - len(last.encode())} bytes elided] ...\n{last}"
         text = text.rstrip("\n")
         status = f"[{pid}: {self._status(proc)}]"
         return f"{text}\n{status}" if text else f"[no new output]\n{status}"
 
     async def stop(self, pid: str) -> str:
-        """End the process group of ``pid``; returns its last output and status."""
+        """End ``pid`` and every process it started; returns its last output and status."""
         proc = self._get(pid)
         await self._end(proc)
         return self.read_output(pid)
 
     @staticmethod
-    def _signal(proc: _Process, sig: signal.Signals) -> None:
-        """``sig`` to the group and to every tagged process that left it (``setsid``)."""
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.popen.pid, sig)
-        for member in proc.members():
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(member, sig)
-
-    async def _end(self, proc: _Process) -> None:
-        if proc.members():
-            proc.stopped = proc.popen.poll() is None or proc.stopped
-            self._signal(proc, signal.SIGTERM)
-            end = time.monotonic() + _GRACE_S
-            while time.monotonic() < end and (proc.popen.poll() is None or proc.members()):
+    async def _end(proc: _Process) -> None:
+        if not proc.alive():
+            return
+        proc.stopped = proc.cmd.exit_code is None or proc.stopped
+        if proc.cmd.send(b"t"):  # the reaper: SIGTERM to all, the grace, SIGKILL, then it exits
+            end = time.monotonic() + _GRACE_S + _KILL_S
+            while proc.alive() and time.monotonic() < end:
                 await anyio.sleep(_POLL_S)
-            if proc.members():
-                self._signal(proc, signal.SIGKILL)
-        for _ in range(250):  # SIGKILL acts at once; reap the shell and see the group gone (<= 5 s)
-            if proc.popen.poll() is not None and not proc.members():
-                break
-            await anyio.sleep(_POLL_S)
+        if proc.alive() or proc.capture.is_alive():
+            proc.cmd.kill()  # its reaper is gone or stuck: the supervisor SIGKILLs what is left
+            end = time.monotonic() + _KILL_S
+            while (proc.alive() or proc.capture.is_alive()) and time.monotonic() < end:
+                await anyio.sleep(_POLL_S)
 
     def running(self) -> list[str]:
-        """Ids of the processes whose group (or a tagged process that left it) is still alive."""
-        return [p.id for p in self._procs.values() if p.members()]
+        """Ids of the commands with a process still alive (the shell, or anything it started)."""
+        return [p.id for p in self._procs.values() if p.alive()]
 
     async def close(self) -> None:
-        """End every process group and remove the logs."""
+        """End every process (and this object's own sandbox)."""
         for proc in self._procs.values():
             await self._end(proc)
-        if self._dir is not None:
-            shutil.rmtree(self._dir, ignore_errors=True)
-            self._dir = None
+        for proc in self._procs.values():
+            proc.capture.join(1.0)
+            if not proc.capture.is_alive():  # else a survivor holds the pipe: the fd stays open
+                proc.cmd.close()
+        if self._own_sandbox:
+            await self.sandbox.aclose()
 
     async def run_end(self) -> None:
         await self.close()
+
+
+class SandboxHooks(RunHooks):
+    """Run hooks of a :class:`~kimik3.tools.coding.Sandbox`: a new session's header records it
+    (``"sandbox": {...}``, see :meth:`~kimik3.tools.coding.Sandbox.info`; a continued one gets a
+    ``sandbox`` record at the run's start), and the run's end ends it, with every process in it."""
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        self.sandbox = sandbox
+
+    def session_header(self) -> dict[str, Any]:
+        return {"sandbox": self.sandbox.info()}
+
+    async def run_start(self, session: SessionWriter | None) -> None:
+        if session is not None and not session.new:
+            session.record("sandbox", self.sandbox.info())
+
+    async def run_end(self) -> None:
+        await self.sandbox.aclose()

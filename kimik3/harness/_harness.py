@@ -7,26 +7,29 @@ Features (:data:`Feature`; all on by default, ``features=`` picks them):
     checkpoints: the workspace recorded around writing turns; ``kimik3 undo`` (:mod:`._checkpoints`).
     background: ``bash(..., background=true)``, ``read_output``, ``stop`` (:mod:`._background`).
     subagents: the ``task`` tool (:mod:`._tasks`).
+
+Every command (foreground, background, a sub-agent's) runs in one sandbox per run
+(:class:`~kimik3.tools.coding.Sandbox`), ended with every process in it when the run ends.
 """
 
 from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeAlias, cast, get_args
 
 from pydantic import Field
 
 from .._client import Client
-from .._exceptions import UserError
+from .._exceptions import ToolDefinitionError, UserError
 from ..agents import CODING_INSTRUCTIONS, Agent, Budgets, ModelSettings, RunHooks
 from ..engines import Engine
 from ..tools import FunctionTool, Tool, ToolResult
-from ..tools.coding import coding_tools
+from ..tools.coding import Sandbox, SandboxMode, coding_tools
 from ..tools.coding._api import FILE_TOOL_TIMEOUT_S
-from ._background import BackgroundProcesses
+from ._background import BackgroundProcesses, SandboxHooks
 from ._checkpoints import Checkpoints
 from ._instructions import ProjectInstructions
 from ._patch import EditSpec, FileAccess, apply_patch_text, multi_edit_file
@@ -137,8 +140,11 @@ class CodingHarness:
             schemas) are exactly :func:`~kimik3.tools.coding.coding_tools`'s. The former
             switches (``background=False``, ...) still work, with a DeprecationWarning.
         on_instructions: called with each ``AGENTS.md`` path as it reaches the model.
-        bash_timeout, max_output_chars, write_hard_links: as
-            :func:`~kimik3.tools.coding.coding_tools`.
+        bash_timeout, max_output_chars, write_hard_links, network, sandbox_read, sandbox_write:
+            as :func:`~kimik3.tools.coding.coding_tools`.
+        sandbox: "auto", "bwrap", "none" or a :class:`~kimik3.tools.coding.Sandbox` (see
+            :func:`~kimik3.tools.coding.coding_tools`); its hooks end it when a run ends and
+            record it in the session header.
         subagent_budgets: each child's budgets.
 
     Attributes:
@@ -146,21 +152,29 @@ class CodingHarness:
 
     Raises:
         ToolDefinitionError: ``root`` is not a directory.
+        SandboxUnavailableError: ``sandbox="bwrap"`` where bubblewrap cannot run.
         UserError: an unknown feature.
     """
 
     def __init__(self, root: str | os.PathLike[str], *, features: Iterable[Feature] = FEATURES,
                  on_instructions: Callable[[str], None] | None = None, bash_timeout: int = 120,
                  max_output_chars: int = 30_000, write_hard_links: bool = False,
-                 subagent_budgets: Budgets | None = None, **switches: bool) -> None:
+                 subagent_budgets: Budgets | None = None, sandbox: SandboxMode | Sandbox = "auto",
+                 network: bool = False, sandbox_read: Sequence[str | os.PathLike[str]] = (),
+                 sandbox_write: Sequence[str | os.PathLike[str]] = (), **switches: bool) -> None:
         self.features = _features(features, switches)
         on = self.features.__contains__
-        base = coding_tools(root, bash_timeout=bash_timeout, max_output_chars=max_output_chars,
-                            write_hard_links=write_hard_links)
         self.root = Path(root).resolve()
+        if not self.root.is_dir():
+            raise ToolDefinitionError(f"workspace root {str(root)!r} is not a directory")
+        self.sandbox = sandbox if isinstance(sandbox, Sandbox) else Sandbox(
+            self.root, sandbox, network=network, read=sandbox_read, write=sandbox_write)
+        base = coding_tools(root, bash_timeout=bash_timeout, max_output_chars=max_output_chars,
+                            write_hard_links=write_hard_links, sandbox=self.sandbox)
         self.instructions = ProjectInstructions(self.root, on_load=on_instructions) if on("project_instructions") \
             else None
-        self.processes = BackgroundProcesses(self.root, max_output_chars=max_output_chars) if on("background") else None
+        self.processes = (BackgroundProcesses(self.root, max_output_chars=max_output_chars, sandbox=self.sandbox)
+                          if on("background") else None)
         self.checkpoints = Checkpoints(self.root) if on("checkpoints") else None
         self.read_before_edit = on("read_before_edit")
         self.subagents = on("subagents")
@@ -188,6 +202,7 @@ class CodingHarness:
             instructions = self.instructions.system_prompt(instructions)
         hooks: list[RunHooks] = [h for h in (self.checkpoints, self.instructions, self.processes, self.tracker)
                                  if h is not None]
+        hooks.append(SandboxHooks(self.sandbox))  # last: after the background processes' own stop
         tools = list(self.tools)
         if self.subagents and (client is None) != (engine is None):
             shared = client if client is not None else Client(cast(Engine, engine))

@@ -110,7 +110,9 @@ async def test_workspace_in_a_subdirectory_of_the_repository(tmp_path: Path) -> 
     engine = ScriptedEngine([calls(("read_file", {"path": "keep.txt"})),
                              calls(("edit_file", {"path": "keep.txt", "old_string": "keep", "new_string": "KEPT"})),
                              calls(("bash", {"command": "echo hi > ../a.txt"})), answer("ok")])
-    await CodingHarness(ws, features=FEATURES - {"background", "subagents"}).agent(engine=engine).run("go", session=session)
+    # unsandboxed, so that bash can write outside at all (the sandbox would refuse it)
+    await CodingHarness(ws, features=FEATURES - {"background", "subagents"}, sandbox="none").agent(engine=engine).run(
+        "go", session=session)
     assert [r["changed"] for r in session_checkpoints(session)] == [["keep.txt"]]  # ../a.txt is outside
     assert undo(session, 0) == ["keep.txt"]
     assert (ws / "keep.txt").read_text() == "keep\n"

@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from kimik3.cli import main
 
+from ..procs import needs_bwrap
 from .helpers import answer, calls, git, make_repo
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
@@ -25,6 +26,7 @@ def invoke(args: list[str], home: Path) -> tuple[int, str, str]:
     return r.exit_code, r.stdout, r.stderr
 
 
+@needs_bwrap
 def test_run_full_then_undo_to_turn_1(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "repo")
     (repo / "AGENTS.md").write_text("Be careful.\n")
@@ -41,7 +43,8 @@ def test_run_full_then_undo_to_turn_1(tmp_path: Path) -> None:
                            "--plain", "--tools", "full"], tmp_path / "home")
     assert code == 0, out
     lines = out.splitlines()
-    assert lines[0] == "project instructions: AGENTS.md"
+    assert lines[0] == "sandbox: bwrap (workspace read-write, the rest read-only, home hidden, network off)"
+    assert lines[1] == "project instructions: AGENTS.md"
     assert "project instructions: sub/AGENTS.md" in lines
     assert (repo / "sub/keep.txt").read_text() == "v3\n"
     code, out, _ = invoke(["undo", str(session), "--to", "2"], tmp_path / "home")
@@ -78,4 +81,38 @@ def test_core_harness_tools_are_exactly_the_trained_coding_tools(tmp_path: Path)
     harness = CodingHarness(tmp_path, features=FEATURES - {"background", "subagents", "edit_tools"})  # tracking on
     tools, _, hooks = harness.parts(engine=ScriptedEngine([]))
     assert [t.spec for t in tools] == [t.spec for t in coding_tools(tmp_path)]
-    assert [type(h).__name__ for h in hooks] == ["Checkpoints", "ProjectInstructions", "ReadTracker"]
+    assert [type(h).__name__ for h in hooks] == ["Checkpoints", "ProjectInstructions", "ReadTracker", "SandboxHooks"]
+
+
+@needs_bwrap
+def test_the_first_line_says_which_sandbox_runs_and_the_header_records_it(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from kimik3.tools.coding import _sandbox
+
+    repo = make_repo(tmp_path / "repo")
+    (tmp_path / "cache").mkdir()
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([calls(("bash", {"command": "echo hi > out.txt"})), answer("done")]))
+    session = tmp_path / "s.jsonl"
+    code, out, _ = invoke(["run", "go", "-w", str(repo), "--script", str(script), "--session", str(session), "--plain",
+                           "--network", "--allow-read", str(repo / "a.txt"), "--allow-write", str(tmp_path / "cache")],
+                          tmp_path / "home")
+    assert code == 0, out
+    assert out.splitlines()[0] == ("sandbox: bwrap (workspace read-write, the rest read-only, home hidden, 1 more "
+                                   "readable, 1 more writable, network on)")
+    assert json.loads(session.read_text().splitlines()[0])["sandbox"] == {
+        "mode": "bwrap", "requested": "auto", "network": True, "read": [str(repo / "a.txt")],
+        "write": [str(tmp_path / "cache")]}
+    assert (repo / "out.txt").read_text() == "hi\n"
+    code, out, _ = invoke(["chat", "-w", str(repo), "--script", str(script), "--plain", "--sandbox", "none",
+                           "--session", str(tmp_path / "chat.jsonl")], tmp_path / "home")
+    assert out.splitlines()[0] == "sandbox: none (commands run unsandboxed, with your rights)"
+    monkeypatch.setattr(_sandbox, "_bwrap", lambda: None)  # bubblewrap missing
+    code, out, err = invoke(["run", "go", "-w", str(repo), "--script", str(script), "--plain"], tmp_path / "home")
+    assert (code, out.splitlines()[0]) == (0, "sandbox: none (bubblewrap (bwrap) is not installed; commands run "
+                                              "unsandboxed, with your rights)")
+    code, out, err = invoke(["run", "go", "-w", str(repo), "--script", str(script), "--plain", "--sandbox", "bwrap"],
+                            tmp_path / "home")
+    assert code == 1 and out == ""
+    assert err.startswith("error: SandboxUnavailableError: sandbox='bwrap' but bubblewrap (bwrap) is not installed; "
+                          "to fix it, install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap;")

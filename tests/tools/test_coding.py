@@ -14,26 +14,12 @@ import pytest
 
 from kimik3 import ToolDefinitionError
 from kimik3.tools import Tool, ToolResult, coding, truncate_middle
-from kimik3.tools.coding import coding_tools
+from kimik3.tools.coding import Sandbox, coding_tools
+
+from ..procs import MODES, alive_with, marker
 
 HAS_PROC = os.path.isdir("/proc")
 STATUS_RE = re.compile(r"\[exit code: (\d+), \d+\.\d\d s\]")
-
-
-def _live_group_members(pgid: int) -> list[int]:
-    """Pids of non-zombie processes whose process group is ``pgid`` (Linux /proc)."""
-    members = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_bytes()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if fields[0] not in (b"Z", b"X") and int(fields[2]) == pgid:
-            members.append(int(entry))
-    return members
 
 
 async def _ok(t: Tool, **args: object) -> str:
@@ -109,55 +95,62 @@ async def test_bash_output_capped_head_and_tail_exactly(ws: Path) -> None:
     assert len(body) <= 200
 
 
-@pytest.mark.skipif(not HAS_PROC, reason="process-group check reads /proc")
+@pytest.mark.skipif(not HAS_PROC, reason="process check reads /proc")
 async def test_bash_timeout_kills_the_whole_group(tools: dict[str, Tool]) -> None:
     # The inner shell ignores SIGTERM, and so do its children; the background sleep also holds
-    # the output pipe. The call must still return, and leave no live process in the group.
-    command = "cut -d' ' -f5 /proc/$$/stat; sh -c 'trap \"\" TERM; sleep 30 & sleep 30'"
+    # the output pipe. The call must still return, and leave no live process behind.
+    m = marker()
+    command = f"sh -c 'trap \"\" TERM; sleep {m} & sleep {m}'"
     start = time.monotonic()
     out = await _ok(tools["bash"], command=command, timeout=1)
     print(f"bash timeout=1 returned after {time.monotonic() - start:.2f} s")
-    pgid_line, status = out.split("\n")
-    assert status == "[timed out after 1 s; process group killed]"
-    assert _live_group_members(int(pgid_line)) == []
+    assert out == "[timed out after 1 s; process group killed]"
+    assert alive_with(m) == []
 
 
-@pytest.mark.skipif(not HAS_PROC, reason="process-group check reads /proc")
+@pytest.mark.skipif(not HAS_PROC, reason="process check reads /proc")
 async def test_bash_background_process_holding_the_pipe(tools: dict[str, Tool]) -> None:
-    out = await _ok(tools["bash"], command="cut -d' ' -f5 /proc/$$/stat; sleep 30 & echo started")
-    pgid_line, started, note, status = out.split("\n")
+    m = marker()
+    out = await _ok(tools["bash"], command=f"sleep {m} & echo started")
+    started, note, status = out.split("\n")
     assert (started, note) == ("started", "[background processes holding the output were killed]")
     assert STATUS_RE.fullmatch(status) and STATUS_RE.fullmatch(status).group(1) == "0"  # type: ignore[union-attr]
-    assert _live_group_members(int(pgid_line)) == []
+    assert alive_with(m) == []
 
 
-@pytest.mark.skipif(not HAS_PROC, reason="process-group check reads /proc")
-async def test_bash_redirected_background_process_keeps_running(tools: dict[str, Tool]) -> None:
-    out = await _ok(tools["bash"], command="sleep 30 > /dev/null 2>&1 & echo $!")
-    pid_line, status = out.split("\n")
+@pytest.mark.skipif(not HAS_PROC, reason="process check reads /proc")
+@pytest.mark.parametrize("mode", MODES)
+async def test_bash_redirected_background_process_runs_until_the_sandbox_ends(ws: Path, mode: str) -> None:
+    """Redirected, it keeps running after the command (the result says so) and ends with the
+    sandbox (the run); no process outlives it."""
+    box = Sandbox(ws, mode)
+    bash = coding_tools(ws, sandbox=box)[0]
+    m = marker()
+    out = await _ok(bash, command=f"sleep {m} > /dev/null 2>&1 & echo $!")
+    pid_line, note, status = out.split("\n")
+    assert note == f"[still running after the command: {pid_line}; they end when the run ends]"
     assert STATUS_RE.fullmatch(status)
-    pid = int(pid_line)
-    try:
-        assert _live_group_members(os.getpgid(pid)) == [pid]
-    finally:
-        os.kill(pid, 9)
+    assert len(alive_with(m)) == 1
+    assert (await _ok(bash, command=f"kill -0 {pid_line} && echo alive")).startswith("alive\n")  # the same sandbox
+    await box.aclose()
+    assert alive_with(m) == []
 
 
-@pytest.mark.skipif(not HAS_PROC, reason="process-group check reads /proc")
+@pytest.mark.skipif(not HAS_PROC, reason="process check reads /proc")
 async def test_bash_cancellation_kills_the_group(tools: dict[str, Tool], ws: Path) -> None:
-    pid_file = ws / "pid.txt"
+    m = marker()
 
     async def cancel_when_started(scope: anyio.CancelScope) -> None:
-        while not pid_file.exists() or not pid_file.read_text().strip():
+        while len(alive_with(m)) < 2:
             await anyio.sleep(0.01)
         scope.cancel()
 
     async with anyio.create_task_group() as tg:
         with anyio.CancelScope() as scope:
             tg.start_soon(cancel_when_started, scope)
-            await tools["bash"].run({"command": "sleep 30 & cut -d' ' -f5 /proc/$$/stat > pid.txt; sleep 30"})
+            await tools["bash"].run({"command": f"sleep {m} & sleep {m}"})
     assert scope.cancelled_caught
-    assert _live_group_members(int(pid_file.read_text())) == []
+    assert alive_with(m) == []
 
 
 async def test_bash_invalid_timeout(tools: dict[str, Tool]) -> None:

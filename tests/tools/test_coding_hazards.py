@@ -19,7 +19,10 @@ from pathlib import Path
 import pytest
 
 from kimik3.tools import Tool, coding
-from kimik3.tools.coding import coding_tools
+from kimik3.tools.coding import Sandbox, coding_tools
+from kimik3.tools.coding._sandbox import Command
+
+from ..procs import alive_with, marker
 
 REPO = Path(__file__).resolve().parents[2]
 CHILD_LIMIT_S = 120
@@ -455,49 +458,45 @@ async def test_escape_codes_are_stripped(tools: dict[str, Tool]) -> None:
 # -- 6. setsid descendants -------------------------------------------------------------------
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return False
-    return state[state.rfind(b")") + 2 :].split()[0] not in (b"Z", b"X")
-
-
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc")
 async def test_setsid_descendants_are_killed_on_timeout(tools: dict[str, Tool], ws: Path) -> None:
+    m = marker()
     command = (
-        "setsid sleep 300 > /dev/null 2>&1 & echo $!; "
-        "(setsid sh -c 'sleep 301 & echo $! > daemon.pid; wait' > /dev/null 2>&1 &); "
+        f"setsid sleep {m} > /dev/null 2>&1 & "
+        f"(setsid sh -c 'sleep {m} & echo $! > daemon.pid; wait' > /dev/null 2>&1 &); "
         "while [ ! -s daemon.pid ]; do sleep 0.05; done; sleep 30"
     )
     out = await _text(tools["bash"], command=command, timeout=5)
-    first, status = out.split("\n")
-    assert status == "[timed out after 5 s; process group killed]"
-    pids = [int(first), int((ws / "daemon.pid").read_text())]
-    assert [_alive(p) for p in pids] == [False, False]
+    assert out == "[timed out after 5 s; process group killed]"
+    assert alive_with(m) == []
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc")
 async def test_setsid_process_holding_the_output_is_killed(tools: dict[str, Tool]) -> None:
-    out = await _text(tools["bash"], command="setsid sleep 300 & echo $!")
-    pid_line, note, status = out.split("\n")
-    assert note == "[background processes holding the output were killed]"
+    m = marker()
+    out = await _text(tools["bash"], command=f"setsid sleep {m} & echo started")
+    started, note, status = out.split("\n")
+    assert (started, note) == ("started", "[background processes holding the output were killed]")
     assert status.startswith("[exit code: 0, ")
-    assert not _alive(int(pid_line))
+    assert alive_with(m) == []
 
 
-def test_reaper_reports_are_parsed() -> None:
-    r, w = os.pipe()
-    os.set_blocking(r, False)
-    status = coding._bash._Status(r)
+def test_reaper_reports_are_parsed(ws: Path) -> None:
+    box = Sandbox(ws, "none")
+    fds = [os.pipe() for _ in range(3)]
+    (out_r, out_w), (r, w), (ctl_r, ctl_w) = fds
+    cmd = Command(box, 1, out_r, r, ctl_w, None)
     os.write(w, b"noreaper\nexit -9\nsurvi")
-    status.poll()
-    assert (status.exit_code, status.contained, status.survivors, status.closed) == (-9, False, [], False)
-    os.write(w, b"vors 12 34\n")
+    cmd.poll()
+    assert (cmd.exit_code, cmd.contained, cmd.survivors, cmd.closed) == (-9, False, [], False)
+    os.write(w, b"vors 12 34\nleft 5\nlimit processes 64\n")
     os.close(w)
-    status.poll()
-    assert (status.survivors, status.closed) == ([12, 34], True)
-    os.close(r)
+    cmd.poll()
+    assert (cmd.survivors, cmd.left, cmd.limit, cmd.closed) == ([12, 34], [5], "processes 64", True)
+    assert cmd.send(b"q") and os.read(ctl_r, 1) == b"q"
+    cmd.close()
+    for fd in (out_w, ctl_r):
+        os.close(fd)
 
 
 # -- 7. edits --------------------------------------------------------------------------------

@@ -10,7 +10,8 @@ its other modules.
   :func:`is_binary`, :func:`overwrite`, :func:`replace_keeping_endings`, :func:`sniff_encoding`,
   :func:`split_lines`, :func:`to_utf8`, :func:`unified_diff`;
 - :data:`FILE_TOOL_TIMEOUT_S`: the time limit of a file tool's call;
-- :func:`shell_env`: the environment a command runs with.
+- :func:`shell_env`: the environment a command runs with; :class:`Command`: a command started in
+  the run's :class:`~kimik3.tools.coding.Sandbox` (background processes).
 """
 
 from ._bash import shell_env
@@ -27,11 +28,13 @@ from ._files import (
     unified_diff,
 )
 from ._paths import Workspace
+from ._sandbox import Command
 from ._toolkit import FILE_TOOL_TIMEOUT_S
 
 __all__ = [
     "FILE_TOOL_TIMEOUT_S",
     "MAX_EDIT_BYTES",
+    "Command",
     "Workspace",
     "decode",
     "encode",

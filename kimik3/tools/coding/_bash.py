@@ -1,23 +1,20 @@
-"""``bash``'s process handling: run a shell in a fresh session under a subreaper (``_reaper``),
-with an environment where editors, pagers and prompts fail fast; collect capped output without
-terminal escape sequences; end every process it started on timeout or cancellation."""
+"""``bash``'s process handling: run a shell in the run's sandbox under its own reaper (``_sandbox``,
+``_reaper``), with an environment where editors, pagers and prompts fail fast; collect capped
+output without terminal escape sequences; end every process it started on timeout or
+cancellation; say what it left running and which limit it reached."""
 
 from __future__ import annotations
 
 import codecs
-import contextlib
 import os
 import re
-import signal
-import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import anyio
 
 from .._truncate import _truncate, truncate_middle
+from ._sandbox import Command, Sandbox
 
 _TERM_GRACE_S = 1.0  # SIGTERM -> SIGKILL
 _PIPE_GRACE_S = 1.0  # how long the output may stay open after the shell itself exited
@@ -25,7 +22,7 @@ _POLL_S = 0.05
 _READ_CHUNK = 65536
 _MAX_READ_PER_POLL = 1 << 20
 _REAPER_KILL_S = 3.0  # the reaper's own SIGKILL round and reaping
-_REAPER = str(Path(__file__).with_name("_reaper.py"))
+_SIGXCPU, _SIGXFSZ = 24, 25  # Linux numbers (the signals of RLIMIT_CPU and RLIMIT_FSIZE)
 
 _NO_EDITOR = (
     "sh -c 'echo \"kimik3: no interactive editor here (asked to edit $0). Give the text on the command "
@@ -120,52 +117,6 @@ def _drain(fd: int, out: _HeadTail) -> bool:
     return False
 
 
-def _group_members(pgid: int) -> list[int] | None:
-    """Pids of the live (not zombie) processes of group ``pgid``, from ``/proc``; None without
-    a Linux ``/proc``."""
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return None
-    members = []
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue  # exited meanwhile
-        fields = stat[stat.rfind(b")") + 2 :].split()  # after "pid (comm) "
-        if len(fields) > 2 and fields[0] not in (b"Z", b"X") and int(fields[2]) == pgid:
-            members.append(int(entry))
-    return members
-
-
-def _group_alive(pgid: int) -> bool:
-    """Whether group ``pgid`` has a live member (zombies left to a non-reaping init don't count)."""
-    members = _group_members(pgid)
-    if members is not None:
-        return bool(members)
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # pragma: no cover - a member changed credentials
-        return True
-    return True
-
-
-def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
-
-
-def _signal(pid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, sig)
-
-
 @dataclass
 class ShellResult:
     """What one ``bash`` call did.
@@ -178,6 +129,9 @@ class ShellResult:
         survivors: pids still alive after the kill (uninterruptible sleep, another user).
         contained: whether every descendant could be found (a subreaper); when False, processes
             that left the process group (``setsid``) may survive a kill unseen.
+        left: pids (as the command saw them) still running after it, ended with the run.
+        limit: "processes N" when the command reached the process limit and was killed.
+        note: a line about the sandbox itself (it had to be restarted), or None.
     """
 
     output: str
@@ -186,91 +140,68 @@ class ShellResult:
     killed_background: bool
     survivors: list[int] = field(default_factory=list)
     contained: bool = True
+    left: list[int] = field(default_factory=list)
+    limit: str | None = None
+    note: str | None = None
 
 
-class _Status:
-    """The reaper's reports (see ``_reaper``), read without blocking."""
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        self.buffer = b""
-        self.exit_code: int | None = None
-        self.survivors: list[int] = []
-        self.contained = True
-        self.closed = False  # the reaper has exited (end of file)
-
-    def poll(self) -> None:
-        with contextlib.suppress(BlockingIOError, OSError):
-            while chunk := os.read(self.fd, 4096):
-                self.buffer += chunk
-            self.closed = True
-        *lines, self.buffer = self.buffer.split(b"\n")
-        for line in lines:
-            word, _, rest = line.decode("ascii", "replace").partition(" ")
-            if word == "exit":
-                self.exit_code = int(rest)
-            elif word == "survivors":
-                self.survivors = [int(p) for p in rest.split()]
-            elif word == "noreaper":
-                self.contained = False
+async def _wait(fd: int, seconds: float) -> None:
+    with anyio.move_on_after(seconds):
+        await anyio.wait_readable(fd)
 
 
-async def _end_all(proc: subprocess.Popen[bytes], fd: int, out: _HeadTail, status: _Status, grace: float) -> None:
-    """End every process the shell started: the reaper kills its descendants (SIGTERM, ``grace``
-    seconds, SIGKILL; at once with ``grace`` 0) and exits; the process group is SIGKILLed after
-    it as a fallback. Output still in the pipe is read, never waited for."""
-    pgid = proc.pid  # the reaper leads the group (``start_new_session=True``)
-    if grace > 0:
-        _signal(pgid, signal.SIGTERM)
-        _signal_group(pgid, signal.SIGTERM)
-    else:
-        _signal(pgid, signal.SIGUSR1)
+async def _end_all(cmd: Command, out: _HeadTail, grace: float) -> None:
+    """End every process of ``cmd``: its reaper kills them (SIGTERM, ``grace`` seconds, SIGKILL;
+    at once with ``grace`` 0) and exits; if it does not (a command killed it), the supervisor
+    SIGKILLs its tree and whatever still holds the output pipe. Output still in the pipe is read,
+    never waited for."""
     end = time.monotonic() + grace + _REAPER_KILL_S
-    while time.monotonic() < end and proc.poll() is None:
-        _drain(fd, out)
-        await anyio.sleep(0.01)
-    if _group_alive(pgid):
-        _signal_group(pgid, signal.SIGKILL)
-    for _ in range(200):  # SIGKILL takes effect at once; reap the reaper, see the group gone (<= ~2 s)
-        if proc.poll() is not None and not _group_alive(pgid):
-            break
-        await anyio.sleep(0.01)
-    _drain(fd, out)
-    status.poll()
+    if cmd.send(b"t" if grace > 0 else b"k"):
+        while not cmd.closed and time.monotonic() < end:
+            _drain(cmd.output, out)
+            await _wait(cmd.status_fd, 0.01)
+            cmd.poll()
+    eof = _drain(cmd.output, out)
+    if not cmd.closed or not eof:
+        cmd.kill()
+        end = time.monotonic() + 2.0
+        while not eof and time.monotonic() < end:
+            await _wait(cmd.output, 0.01)
+            eof = _drain(cmd.output, out)
+    cmd.poll()
 
 
-async def _run_shell(argv: list[str], cwd: Path, timeout: float, max_chars: int) -> ShellResult:
-    """Run ``argv`` (a shell) under the reaper with :func:`shell_env`; see :class:`ShellResult`."""
+async def _left_running(cmd: Command) -> list[int]:
+    """The processes the command left running (its reaper still has descendants), if any."""
+    cmd.poll()
+    if cmd.closed or not cmd.send(b"q"):
+        return []
+    end = time.monotonic() + 2.0
+    while cmd.left is None and not cmd.closed and time.monotonic() < end:
+        await _wait(cmd.status_fd, 0.05)
+        cmd.poll()
+    return cmd.left or []
+
+
+async def _run_shell(sandbox: Sandbox, argv: list[str], timeout: float, max_chars: int) -> ShellResult:
+    """Run ``argv`` (a shell) in ``sandbox`` with :func:`shell_env`; see :class:`ShellResult`.
+
+    Raises:
+        ToolError: the sandbox cannot be started.
+    """
     start = time.monotonic()
-    status_r, status_w = os.pipe()
-    try:
-        proc = subprocess.Popen(  # fork/exec only; fast enough to call from the event loop
-            [sys.executable, "-I", "-S", _REAPER, str(status_w), *argv],
-            cwd=cwd,
-            env=shell_env(),
-            stdin=subprocess.PIPE,  # the reaper's control channel; the shell's stdin is /dev/null
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            pass_fds=(status_w,),
-            start_new_session=True,
-        )
-    finally:
-        os.close(status_w)
-    os.set_blocking(status_r, False)
-    status = _Status(status_r)
-    assert proc.stdout is not None and proc.stdin is not None
-    fd = proc.stdout.fileno()
-    os.set_blocking(fd, False)
+    cmd = sandbox.spawn(argv, shell_env(), grace=_TERM_GRACE_S)
     out = _HeadTail(max_chars)
     deadline = start + timeout
     eof = timed_out = killed_background = False
     exited_at: float | None = None
+    left: list[int] = []
     try:
         while True:
             if not eof:
-                eof = _drain(fd, out)
-            status.poll()
-            exited = status.exit_code is not None or proc.poll() is not None
+                eof = _drain(cmd.output, out)
+            cmd.poll()
+            exited = cmd.exit_code is not None or cmd.closed
             if eof and exited:
                 break
             now = time.monotonic()
@@ -282,37 +213,50 @@ async def _run_shell(argv: list[str], cwd: Path, timeout: float, max_chars: int)
             elif now >= deadline:
                 timed_out = True
                 break
-            wait = min(deadline - now, _POLL_S)
-            if eof:  # output closed; waiting for the exit status
-                with anyio.move_on_after(min(wait, 0.005) if status.closed else wait):
-                    await anyio.wait_readable(status.fd)
-            else:
-                with anyio.move_on_after(wait):
-                    await anyio.wait_readable(fd)
+            await _wait(cmd.status_fd if eof else cmd.output, min(deadline - now, _POLL_S))
         if timed_out or killed_background:
-            await _end_all(proc, fd, out, status, _TERM_GRACE_S)
+            await _end_all(cmd, out, _TERM_GRACE_S)
+        else:
+            left = await _left_running(cmd)
     except BaseException:  # cancelled: kill everything at once, then let the cancellation go on
         with anyio.CancelScope(shield=True):
-            await _end_all(proc, fd, out, status, 0.0)
+            await _end_all(cmd, out, 0.0)
         raise
     finally:
-        with contextlib.suppress(OSError):
-            proc.stdin.close()  # the reaper exits, leaving redirected background processes running
-        with anyio.CancelScope(shield=True):
-            end = time.monotonic() + 2.0
-            while not status.closed and time.monotonic() < end:  # the reaper closes it as it exits
-                with anyio.move_on_after(0.05):
-                    await anyio.wait_readable(status.fd)
-                status.poll()
-            if not status.closed:
-                _signal(proc.pid, signal.SIGKILL)
-            proc.wait()
-        proc.stdout.close()
-        status.poll()
-        os.close(status_r)
-    code = status.exit_code if status.exit_code is not None else proc.returncode
-    result_status = None if timed_out or code is None else (code if code >= 0 else 128 - code)
-    return ShellResult(
-        strip_escapes(out.text()), result_status, time.monotonic() - start, killed_background,
-        status.survivors, status.contained,
-    )
+        cmd.close()
+    note = cmd.note
+    if cmd.error is not None:
+        note = f"[the command could not be started: {cmd.error}]"
+    elif cmd.exit_code is None and not timed_out and not cmd.limit:
+        note = note or "[the command's reaper was killed, so its exit status is unknown]"
+    code = cmd.exit_code if cmd.exit_code is not None else -9
+    status = None if timed_out else (code if code >= 0 else 128 - code)
+    return ShellResult(strip_escapes(out.text()), status, time.monotonic() - start, killed_background,
+                       cmd.survivors, cmd.contained, left, cmd.limit, note)
+
+
+def result_lines(done: ShellResult, timeout: int, sandbox: Sandbox) -> list[str]:
+    """The lines of ``bash``'s result after its output: what was killed, left running or limited,
+    then "[exit code: N, T s]" or "[timed out after T s; process group killed]"."""
+    lines = [done.note] if done.note else []
+    if done.limit:
+        lines.append(f"[the command reached the limit of {done.limit.split()[-1]} processes; all of its processes "
+                     "were killed]")
+    if done.killed_background:
+        lines.append("[background processes holding the output were killed]")
+    if done.survivors:
+        lines.append(f"[these processes survived the kill: {' '.join(map(str, done.survivors))}]")
+    elif not done.contained and (done.status is None or done.killed_background):
+        lines.append("[processes that left the process group (setsid) may still be running]")
+    if done.left:
+        lines.append(f"[still running after the command: {' '.join(map(str, done.left))}; they end when the run ends]")
+    limits = sandbox.limits
+    if done.status == 128 + _SIGXCPU and limits.cpu_seconds:
+        lines.append(f"[killed at the CPU time limit ({limits.cpu_seconds} s per process)]")
+    elif done.status == 128 + _SIGXFSZ and limits.file_bytes:
+        lines.append(f"[killed at the file size limit ({limits.file_bytes} bytes per file)]")
+    if done.status is None:
+        lines.append(f"[timed out after {timeout} s; process group killed]")
+    else:
+        lines.append(f"[exit code: {done.status}, {done.seconds:.2f} s]")
+    return lines

@@ -6,9 +6,11 @@ anything that leads outside the root, ``..`` and absolute paths included, with a
 :class:`~kimik3.ToolError`; a directory swapped for a symlink mid-call cannot lead them out
 (see ``_paths``). They open regular files only (a FIFO, socket or device is refused before any
 open that could block), stream what they read, and each has a time limit (a call that overruns
-returns an error and its thread is abandoned, see :meth:`~kimik3.tools.Tool.run`). ``bash`` is
-*not* sandboxed: it runs in the root as the current user and can reach anything that user can;
-the path checks only keep the file tools honest. The argument names are the ones models already
+returns an error and its thread is abandoned, see :meth:`~kimik3.tools.Tool.run`). ``bash`` runs
+its commands in the root inside a bubblewrap sandbox where one works (``sandbox=``, see
+``_sandbox`` and ``docs/sandbox.md``): the workspace writable, the rest read-only, ``$HOME``
+hidden, no network; with ``sandbox="none"`` it runs as the current user and can reach anything
+that user can (the path checks only keep the file tools honest). The argument names are the ones models already
 know (Claude Code / mini-swe-agent style); the docstrings below are what the model reads, and they
 describe the exact output formats, which are kept stable on purpose. POSIX only (Linux for the
 full guarantees: ``/proc``, ``prctl``).
@@ -43,18 +45,19 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Annotated
 
 from pydantic import Field
 
-from ..._exceptions import ToolDefinitionError, ToolError
+from ..._exceptions import ToolDefinitionError, ToolError, UserError
 from .._tool import FunctionTool, Tool
 from . import _files, _search
-from ._bash import _run_shell
+from ._bash import _run_shell, result_lines
 from ._files import cap_line
 from ._paths import Workspace, show_path
+from ._sandbox import Sandbox, SandboxMode
 
 __all__ = ["coding_tools"]
 
@@ -77,6 +80,10 @@ def coding_tools(
     bash_timeout: int = 120,
     max_output_chars: int = 30_000,
     write_hard_links: bool = False,
+    sandbox: SandboxMode | Sandbox = "auto",
+    network: bool = False,
+    sandbox_read: Sequence[str | os.PathLike[str]] = (),
+    sandbox_write: Sequence[str | os.PathLike[str]] = (),
 ) -> list[Tool]:
     """The six coding tools bound to the workspace ``root``.
 
@@ -90,16 +97,31 @@ def coding_tools(
             :func:`~kimik3.tools.truncate_middle`).
         write_hard_links: let ``write_file`` / ``edit_file`` write a file that has more than one
             hard link (off by default: another link may be outside the workspace).
+        sandbox: where ``bash`` runs its commands: "auto" (bubblewrap where it works, else
+            unsandboxed with a one-line warning), "bwrap" (required), "none", or a
+            :class:`~kimik3.tools.coding.Sandbox` to share (with background processes).
+        network: let commands reach the network (bwrap; default a private loopback only).
+        sandbox_read, sandbox_write: more paths readable / writable inside the sandbox.
 
     Returns:
-        A list of :class:`~kimik3.tools.Tool`.
+        A list of :class:`~kimik3.tools.Tool`. The sandbox starts with the first command and
+        ends, with every process in it, when it is closed or garbage-collected.
 
     Raises:
         ToolDefinitionError: ``root`` is not an existing directory.
+        SandboxUnavailableError: ``sandbox="bwrap"`` where bubblewrap cannot run.
+        UserError: options for a :class:`Sandbox` given with one, or an allowed path that does
+            not exist.
     """
     workspace = Path(root).resolve()
     if not workspace.is_dir():
         raise ToolDefinitionError(f"workspace root {str(root)!r} is not a directory")
+    if isinstance(sandbox, Sandbox):
+        if network or sandbox_read or sandbox_write:
+            raise UserError("network, sandbox_read and sandbox_write are options of the Sandbox given; set them there")
+        box = sandbox
+    else:
+        box = Sandbox(workspace, sandbox, network=network, read=sandbox_read, write=sandbox_write)
     ws = Workspace(workspace)
     shell = shutil.which("bash") or "/bin/sh"
 
@@ -120,19 +142,9 @@ def coding_tools(
         """
         if "\0" in command:  # exec would refuse it with a bare "embedded null byte"
             raise ToolError("the command contains a NUL byte; a command line cannot hold one (use printf '\\0')")
-        done = await _run_shell([shell, "-c", command], workspace, timeout, max_output_chars)
+        done = await _run_shell(box, [shell, "-c", command], timeout, max_output_chars)
         lines = [done.output.rstrip("\n")] if done.output.strip("\n") else []
-        if done.killed_background:
-            lines.append("[background processes holding the output were killed]")
-        if done.survivors:
-            lines.append(f"[these processes survived the kill: {' '.join(map(str, done.survivors))}]")
-        elif not done.contained and (done.status is None or done.killed_background):
-            lines.append("[processes that left the process group (setsid) may still be running]")
-        if done.status is None:
-            lines.append(f"[timed out after {timeout} s; process group killed]")
-        else:
-            lines.append(f"[exit code: {done.status}, {done.seconds:.2f} s]")
-        return "\n".join(lines)
+        return "\n".join(lines + result_lines(done, timeout, box))
 
     def read_file(
         path: str,

@@ -1,0 +1,2 @@
+#!/bin/sh
+sha256sum -c checksum.list

@@ -1,0 +1,4 @@
+import sys
+
+def encode(text, tokenizer):
+    return tokenizer.encode(text)

@@ -1,0 +1,2 @@
+def compute_total(items):
+    return sum(items)

@@ -1,0 +1,236 @@
+"""Cost: the price table, the arithmetic against hand-computed values, RunResult.cost and the
+per-turn cost (events, session, ``kimik3 show``), and ``Budgets(usd=...)`` ending a run."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncGenerator, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from kimik3 import Agent, Budgets, Pricing, ScriptedEngine, TurnEndEvent, Usage, UserError, tool
+from kimik3._pricing import PRICES, pricing_for
+from kimik3.agents import FinalEvent, format_session, read_session_records
+from kimik3.formats.k3 import RawChunk, render_output
+from kimik3.types import ChatRequest, PromptTokensDetails
+
+
+class UsageEngine(ScriptedEngine):
+    """A ScriptedEngine whose calls report the given (prompt, completion, cached) usage, as vLLM
+    reports it (``RawChunk`` counts on the last chunk)."""
+
+    def __init__(self, responses: Sequence[str], usages: Sequence[tuple[int, int, int]], model: str = "x") -> None:
+        super().__init__(responses, model=model)
+        self.usages = list(usages)
+
+    async def generate(self, prompt_ids: Sequence[int], request: ChatRequest, *,
+                       images: Sequence[Any] = ()) -> AsyncGenerator[RawChunk, None]:
+        prompt, completion, cached = self.usages.pop(0)
+        async for chunk in super().generate(prompt_ids, request, images=images):
+            if chunk.finish_reason is not None:
+                chunk = RawChunk(finish_reason=chunk.finish_reason, prompt_tokens=prompt,
+                                 completion_tokens=completion, cached_tokens=cached)
+            yield chunk
+
+
+@tool
+def note(text: str) -> str:
+    """Keep a note.
+
+    Args:
+        text: the note.
+    """
+    return "kept"
+
+
+CALL = render_output({"reasoning_content": "note it", "tool_calls": [
+    {"id": "note:0", "function": {"name": "note", "arguments": '{"text": "a"}'}}]})
+K3 = Pricing(input=3.0, cached_input=0.30, output=15.0)
+
+
+def usage(prompt: int, completion: int, cached: int | None) -> Usage:
+    details = PromptTokensDetails(cached_tokens=cached) if cached is not None else None
+    return Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion,
+                 prompt_tokens_details=details)
+
+
+def test_costs_are_shown_with_their_significant_digits() -> None:
+    from kimik3._pricing import format_usd
+
+    assert [format_usd(x) for x in (0, 0.0492, 12.5, 0.000123, 0.0000042)] == [
+        "$0.0000", "$0.0492", "$12.5000", "$0.000123", "$4.20e-06"]
+
+
+def test_price_table_is_moonshots_hosted_prices_by_exact_id() -> None:
+    assert PRICES["kimi-k3"] == Pricing(input=3.0, cached_input=0.30, output=15.0)
+    assert PRICES["kimi-k3.1-pro"] == PRICES["kimi-k3.1-pro-highspeed"] == Pricing(2.0, 0.20, 10.0)
+    assert pricing_for("Kimi-K3.1-Pro") == Pricing(2.0, 0.20, 10.0)  # ids are case-insensitive
+    # self-hosted names are not Moonshot's API: no price
+    for model in ("moonshotai/Kimi-K3", "/models/Kimi-K3", "models/k3-tiny", "scripted-k3", "", None):
+        assert pricing_for(model) is None, model
+
+
+def test_cost_arithmetic_against_hand_computed_values() -> None:
+    # K3: 6,000 fresh prompt tokens * $3/M + 4,000 cached * $0.30/M + 2,000 completion * $15/M
+    #   = 0.018 + 0.0012 + 0.030 = 0.0492
+    assert K3.cost(usage(10_000, 2_000, 4_000)) == pytest.approx(0.0492, abs=1e-12)
+    # K3.1 Pro, nothing cached reported: 1M prompt * $2 + 0.5M completion * $10 = 2 + 5
+    assert PRICES["kimi-k3.1-pro"].cost(usage(1_000_000, 500_000, None)) == pytest.approx(7.0, abs=1e-12)
+    # all cached: 1M * $0.20
+    assert PRICES["kimi-k3.1-pro"].cost(usage(1_000_000, 0, 1_000_000)) == pytest.approx(0.2, abs=1e-12)
+    # a server claiming more cached than prompt tokens: billed as all cached, never negative
+    assert K3.cost(usage(100, 0, 150)) == pytest.approx(100 * 0.30 / 1e6, abs=1e-15)
+
+
+@pytest.mark.parametrize("bad", [{"input": -1, "cached_input": 0, "output": 0},
+                                 {"input": 1, "cached_input": float("nan"), "output": 0},
+                                 {"input": 1, "cached_input": 0, "output": "15"}])
+def test_pricing_refuses_prices_that_are_not_finite_non_negative_numbers(bad: dict[str, Any]) -> None:
+    with pytest.raises(UserError, match="Pricing"):
+        Pricing(**bad)
+
+
+def test_run_cost_and_per_turn_cost_include_cached_tokens(tmp_path: Path) -> None:
+    engine = UsageEngine([CALL, "done"], [(10_000, 2_000, 4_000), (12_100, 60, 10_000)])
+    agent = Agent(tools=[note], engine=engine, pricing=K3)
+    session = tmp_path / "s.jsonl"
+
+    async def main() -> tuple[list[TurnEndEvent], Any]:
+        ends, final = [], None
+        async for e in agent.run_stream("note a", session=session):
+            if isinstance(e, TurnEndEvent):
+                ends.append(e)
+            elif isinstance(e, FinalEvent):
+                final = e.result
+        return ends, final
+
+    ends, result = anyio.run(main)
+    turn2 = (2_100 * 3.0 + 10_000 * 0.30 + 60 * 15.0) / 1e6  # 0.0063 + 0.003 + 0.0009 = 0.0102
+    assert [e.cost for e in ends] == [pytest.approx(0.0492), pytest.approx(0.0102)]
+    assert turn2 == pytest.approx(0.0102)
+    assert result.cost == pytest.approx(0.0492 + 0.0102)
+    assert result.usage.cached_tokens == 14_000
+    # the session records each call's cost and finish reason, and what its requests carried
+    records = read_session_records(session)
+    turns = [r for r in records if r.usage is not None]
+    assert [r.cost for r in turns] == [pytest.approx(0.0492), pytest.approx(0.0102)]
+    assert [r.finish_reason for r in turns] == ["tool_calls", "stop"]
+    start = next(r.run_start for r in records if r.run_start is not None)
+    assert [t["function"]["name"] for t in start["tools"]] == ["note"]
+    assert start["model"] == "x" and start["settings"]["temperature"] == 1.0
+    # kimik3 show: per turn, the cache-hit share and the cost; the total sums the turns
+    text = format_session(session)
+    assert "usage: 10000 prompt, 4000 cached (40%) + 2000 completion tokens, $0.0492" in text
+    assert "usage: 12100 prompt, 10000 cached (83%) + 60 completion tokens, $0.0102" in text
+    assert "2 turns; total usage: 22100 prompt, 14000 cached (63%) + 2060 completion tokens, $0.0594" in text
+
+
+def test_auto_pricing_is_chosen_by_the_engines_model_id() -> None:
+    priced = UsageEngine(["hi"], [(1_000_000, 100_000, 0)], model="kimi-k3.1-pro")
+    result = anyio.run(Agent(engine=priced).run, "hi")
+    assert result.cost == pytest.approx(2.0 + 1.0)
+    unpriced = UsageEngine(["hi"], [(1_000_000, 100_000, 0)], model="/models/Kimi-K3")
+    result = anyio.run(Agent(engine=unpriced).run, "hi")
+    assert result.cost is None
+    off = UsageEngine(["hi"], [(1_000_000, 100_000, 0)], model="kimi-k3")
+    result = anyio.run(Agent(engine=off, pricing=None).run, "hi")  # self-hosted under a hosted name
+    assert result.cost is None
+
+
+def test_auto_pricing_waits_for_the_completions_model_when_the_engine_does_not_know_it() -> None:
+    engine = UsageEngine(["hi"], [(1_000_000, 0, 0)], model="")  # a RemoteEngine before /models
+    original = engine.generate
+
+    async def named(*a: Any, **kw: Any) -> AsyncGenerator[RawChunk, None]:
+        engine.model = "kimi-k3"  # the completion names its model
+        async for chunk in original(*a, **kw):
+            yield chunk
+
+    engine.generate = named  # type: ignore[method-assign]
+    result = anyio.run(Agent(engine=engine).run, "hi")
+    assert result.cost == pytest.approx(3.0)
+
+
+def test_cost_budget_ends_the_run_gracefully_with_a_summary_turn(tmp_path: Path) -> None:
+    # turn 1 costs 0.0492 > $0.04: no second tool turn; one summary turn, then cost_budget
+    engine = UsageEngine([CALL, "summary so far", CALL], [(10_000, 2_000, 4_000), (11_000, 20, 10_000),
+                                                           (11_000, 20, 10_000)])
+    agent = Agent(tools=[note], engine=engine, pricing=K3, budgets=Budgets(usd=0.04))
+    result = anyio.run(agent.run, "note a")
+    assert result.stop_reason == "cost_budget"
+    assert result.turns == 2 and result.output == "summary so far"
+    assert engine.calls[1].request.tool_choice == "none"  # the summary turn has no tools
+    assert engine.remaining == 1 and len(engine.calls) == 2  # no third call
+    summary = (1_000 * 3.0 + 10_000 * 0.30 + 20 * 15.0) / 1e6
+    assert result.cost == pytest.approx(0.0492 + summary)
+    assert result.degraded
+
+
+def test_cost_budget_not_reached_lets_the_run_finish() -> None:
+    engine = UsageEngine([CALL, "done"], [(1_000, 10, 0), (1_100, 10, 1_000)])
+    result = anyio.run(Agent(tools=[note], engine=engine, pricing=K3, budgets=Budgets(usd=1.0)).run, "note a")
+    assert result.stop_reason == "completed" and result.turns == 2
+
+
+def test_max_turns_keeps_the_cost_budget() -> None:
+    agent = Agent(engine=ScriptedEngine(["x"]), pricing=K3, budgets=Budgets(usd=0.5, tokens=9), max_turns=3)
+    assert agent.budgets == Budgets(turns=3, tokens=9, usd=0.5)
+
+
+def test_a_cost_budget_without_prices_is_a_user_error_before_any_call() -> None:
+    with pytest.raises(UserError, match=r"Budgets\(usd=...\) needs prices"):
+        Agent(engine=ScriptedEngine(["x"]), pricing=None, budgets=Budgets(usd=1.0))
+    engine = ScriptedEngine(["x"], model="/models/Kimi-K3")  # auto: this id has no price
+    with pytest.raises(UserError, match="model '/models/Kimi-K3' has none"):
+        anyio.run(Agent(engine=engine, budgets=Budgets(usd=1.0)).run, "hi")
+    assert engine.calls == []  # nothing was spent
+    with pytest.raises(UserError, match=r"Budgets\.usd"):
+        Budgets(usd=0)
+    with pytest.raises(UserError, match=r"Agent\(pricing=\.\.\.\)"):
+        Agent(engine=ScriptedEngine(["x"]), pricing={"input": 3})  # type: ignore[arg-type]
+
+
+def test_cli_usage_line_and_live_status_show_cache_share_and_cost() -> None:
+    from rich.console import Console
+
+    from kimik3._cli_progress import _PlainProgress, _RichProgress
+    from kimik3.agents import RunResult
+    from kimik3.types import AssistantMessage
+
+    result: RunResult[str] = RunResult(output="ok", messages=[], usage=usage(10_000, 2_000, 4_000), turns=1,
+                                       stop_reason="completed", cost=0.0492)
+    lines: list[str] = []
+    plain = _PlainProgress()
+    plain._echo = lines.append  # type: ignore[method-assign]
+    plain.summary(result, None)
+    assert lines == ["usage: 1 turn, 0 tool calls, 12000 tokens, 40% cached, $0.0492"]
+    unpriced: RunResult[str] = RunResult(output="ok", messages=[], usage=usage(10, 2, None), turns=1,
+                                         stop_reason="completed")
+    lines.clear()
+    plain.summary(unpriced, None)
+    assert lines == ["usage: 1 turn, 0 tool calls, 12 tokens"]  # nothing unknown is shown
+
+    console = Console(record=True, width=200, force_terminal=False)
+    live = _RichProgress(console)
+    live.event(TurnEndEvent(1, AssistantMessage(content="x"), usage(10_000, 2_000, 4_000), 0.0492))
+    live.event(TurnEndEvent(2, AssistantMessage(content="y"), usage(10_000, 0, 10_000), 0.003))
+    console.print(live)
+    status = console.export_text()
+    assert "turn 3 · 0 tool calls · 22,000 tokens · 70% cached · $0.0522 · " in status
+    console.print(live)  # (the status is rendered again each refresh)
+    live.summary(result, None)
+    assert "1 turn · 0 tool calls · 12,000 tokens · 40% cached · $0.0492" in console.export_text()
+
+
+def test_a_session_without_costs_still_shows(tmp_path: Path) -> None:
+    path = tmp_path / "old.jsonl"
+    lines = [{"kimik3_session": 1, "created": 0, "tools": []},
+             {"message": {"role": "user", "content": "hi"}},
+             {"message": {"role": "assistant", "content": "hello"}, "usage": {"prompt_tokens": 5,
+                                                                              "completion_tokens": 1,
+                                                                              "total_tokens": 6}}]
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
+    assert "[1] assistant  turn 1  usage: 5 prompt + 1 completion tokens\n" in format_session(path)

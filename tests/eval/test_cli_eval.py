@@ -1,0 +1,135 @@
+"""``kimik3 eval SUITE``: its output lines, its files, its usage errors."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from kimik3._pricing import format_usd
+from kimik3.cli import main
+from kimik3.eval import harness_supports_sandbox, read_results
+
+from .helpers import answer_has, calls, write_task
+
+_CLEAN = {k: None for k in ("KIMIK3_BASE_URL", "KIMIK3_API_KEY", "KIMIK3_MODEL", "KIMIK3_MODEL_PATH")}
+
+
+def invoke(*args: str) -> tuple[int, str]:
+    r = CliRunner().invoke(main, ["eval", *args], env=_CLEAN)
+    return r.exit_code, r.output
+
+
+def test_eval_runs_a_suite_and_prints_each_attempt_then_the_summary(tmp_path: Path) -> None:
+    suite = tmp_path / "suite"
+    write_task(suite, "a-read", "First line of x.txt?", answer_has("ex"), {"x.txt": "ex\n"})
+    write_task(suite, "b-plain", "Hi", answer_has("Hello"))
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([calls(("read_file", {"path": "x.txt"})), "It is: ex", "Bye"]))
+    out = tmp_path / "out"
+    code, text = invoke(str(suite), "--out", str(out), "--script", str(script), "--plain", "--price", "3,0.3,15")
+    assert code == 0, text
+    lines = text.splitlines()
+    results, _ = read_results(out / "results.jsonl")
+    assert results[0].cost is not None and results[0].cost > 0
+    assert re.fullmatch(rf"\[1/2\] a-read #1 passed · 2 turns, [0-9]+\.[0-9] s, {re.escape(format_usd(results[0].cost))}",
+                        lines[0])
+    assert lines[1].startswith("[2/2] b-plain #1 FAILED (completed) · 1 turn, ")
+    assert lines[2] == "pass rate: 50.0% (1/2 attempts, 2 tasks; pass@1 50.0%)"
+    assert lines[3].startswith("cost: $") and "cached prompt tokens n/a; valid tool calls 100.0%" in lines[3]
+    assert lines[4] == f"report: {out / 'report.md'} {out / 'report.html'}"
+    meta = json.loads((out / "eval.json").read_text())
+    assert meta["pricing"] == {"input": 3.0, "cached_input": 0.3, "output": 15.0} and meta["tools"] == "core"
+    assert meta["model"] == "scripted-k3" and meta["suite"] == "suite"
+    # continued: nothing left, the summary printed again
+    code, text = invoke(str(suite), "--out", str(out), "--script", str(script), "--plain", "--price", "3,0.3,15")
+    assert code == 0 and text.splitlines()[0] == "pass rate: 50.0% (1/2 attempts, 2 tasks; pass@1 50.0%)"
+    # other options into the same --out: refused, naming the difference
+    code, text = invoke(str(suite), "--out", str(out), "--script", str(script), "--plain")
+    assert code == 1 and "holds results of another run (pricing" in text
+
+
+def test_eval_usage_errors(tmp_path: Path) -> None:
+    suite = tmp_path / "suite"
+    write_task(suite, "t", "x", "true")
+    script = tmp_path / "s.json"
+    script.write_text('["x"]')
+    code, text = invoke(str(suite), "--script", str(script))
+    assert code == 2 and "Missing option '--out'" in text
+    code, text = invoke(str(suite), "--out", str(tmp_path / "o"), "--script", str(script), "--tasks", "zz")
+    assert code == 2 and "no task of" in text
+    code, text = invoke(str(suite), "--out", str(tmp_path / "o"), "--script", str(script), "--price", "3,0.3")
+    assert code == 2 and "expected INPUT,CACHED,OUTPUT" in text
+    code, text = invoke(str(tmp_path), "--out", str(tmp_path / "o"), "--script", str(script))
+    assert code == 2 and "a task folder without a task.toml" in text
+    code, text = invoke(str(suite), "--out", str(tmp_path / "o"))
+    assert code == 2 and "no engine" in text
+    if not harness_supports_sandbox():
+        code, text = invoke(str(suite), "--out", str(tmp_path / "o"), "--script", str(script), "--sandbox", "bwrap")
+        assert code == 2 and "has no sandbox" in text
+    assert not (tmp_path / "o").exists()  # nothing ran
+
+
+def test_eval_help_lists_its_subcommands() -> None:
+    code, text = invoke("--help")
+    assert code == 0 and "compare" in text and "replay" in text and "run" in text
+
+
+def test_ctrl_c_keeps_every_written_line_and_leaves_no_process(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    suite = tmp_path / "suite"
+    write_task(suite, "a", "A.", "true")
+    write_task(suite, "b", "B.", f"sleep 120 & echo $! > {tmp_path}/tmp.pid; mv {tmp_path}/tmp.pid {tmp_path}/check.pid; "
+               "wait")
+    script = tmp_path / "s.json"
+    script.write_text('["done a", "done b"]')
+    out = tmp_path / "out"
+    env = {**os.environ, **{k: "" for k in _CLEAN}, "KIMIK3_HOME": str(tmp_path / "home")}
+    proc = subprocess.Popen([sys.executable, "-m", "kimik3", "eval", str(suite), "--out", str(out), "--script",
+                             str(script), "--plain"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "check.pid").exists():
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)  # b's check is running
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, stdout + stderr
+    assert stdout.splitlines() == ["[1/2] a #1 passed · 1 turn, " + stdout.split("1 turn, ")[1].splitlines()[0]]
+    assert stderr.strip().endswith("interrupted")
+    results, _ = read_results(out / "results.jsonl")
+    assert [r.task for r in results] == ["a"]
+    assert json.loads((out / "summary.json").read_text())["attempts"] == 1
+    pid = int((tmp_path / "check.pid").read_text())
+    assert not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] == "Z"
+
+
+def test_on_a_terminal_a_progress_bar_runs_above_the_attempt_lines(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from rich.console import Console
+
+    import kimik3._cli_eval as cli_eval
+
+    screen = io.StringIO()
+    monkeypatch.setattr(cli_eval, "Console", lambda **kw: Console(file=screen, force_terminal=True, width=100, **kw))
+    suite = tmp_path / "suite"
+    write_task(suite, "t", "Hi", answer_has("Hello"))
+    script = tmp_path / "s.json"
+    script.write_text('["Hello"]')
+    code, text = invoke(str(suite), "--out", str(tmp_path / "out"), "--script", str(script))
+    assert code == 0, text
+    shown = screen.getvalue()
+    assert "[1/1] t #1 passed · 1 turn, " in shown and "attempts" in shown  # the line, and the bar's label
+    assert text.splitlines()[0] == "pass rate: 100.0% (1/1 attempts, 1 tasks; pass@1 100.0%)"

@@ -1,0 +1,83 @@
+"""The report (markdown, self-contained HTML with its plot, every task text escaped) and
+``compare``: per-task changes, deltas, the confidence note and the regression gate."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from kimik3.cli import main
+from kimik3.eval import AttemptResult, ResultsDir, compare, render_html, render_markdown, summarize
+
+HOSTILE = '<script>alert("x")</script> | a&b'
+
+
+def results(rates: dict[str, list[bool]], cost: float | None = 0.01) -> list[AttemptResult]:
+    return [AttemptResult(task=name, attempt=i + 1, passed=p, stop_reason="completed", turns=2, cost=cost,
+                          prompt_tokens=100, cached_tokens=50, tool_calls=2, valid_tool_calls=2,
+                          tags=[HOSTILE] if name == "t1" else [])
+            for name, outcome in rates.items() for i, p in enumerate(outcome)]
+
+
+def write(folder: Path, items: list[AttemptResult], digest: str = "d1") -> Path:
+    with ResultsDir(folder, {"suite": "s", "suite_digest": digest}) as out:
+        for r in items:
+            out.append(r)
+    return folder
+
+
+def test_the_html_report_is_self_contained_and_escapes_every_task_text() -> None:
+    summary = summarize(results({"t1": [True, False], HOSTILE: [True, True], "t3": [False, False]}),
+                        {"suite": HOSTILE, "model": "<m>"})
+    page = render_html(summary)
+    assert "<script" not in page and "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; | a&amp;b" in page
+    assert "http" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")  # nothing fetched
+    assert page.count("<svg") == 1
+    # one pass-rate bar per task, 220 px for 100%; cost bars relative to the costliest task
+    assert re.findall(r'class="pass"', page) and re.findall(r'width="([0-9.]+)" height="14" class="pass"', page) == [
+        "220.0", "110.0", "0.0"]
+    assert re.findall(r'width="([0-9.]+)" height="14" class="cost"', page) == ["220.0", "220.0", "220.0"]
+    md = render_markdown(summary)
+    assert "\\| a&b" in md and "| 2/2 | 100.0% |" in md and "| t3 |  | 0/2 | 0.0% |" in md
+    assert "pass@1 50.0%, pass@2 66.7%" in md  # (1/2 + 1 + 0) / 3 and (1 + 1 + 0) / 3
+
+
+def test_compare_names_changes_deltas_and_the_sign_test(tmp_path: Path) -> None:
+    a = write(tmp_path / "a", results({"t1": [True, True], "t2": [True, True], "t3": [True, False], "t4": [False, False],
+                                       "old": [True]}))
+    b = write(tmp_path / "b", results({"t1": [False, False], "t2": [True, False], "t3": [True, True],
+                                       "t4": [False, False], "new": [False]}, cost=0.02))
+    c = compare(a, b, max_drop=0.1)
+    assert c.tasks == [("t1", 1.0, 0.0), ("t2", 1.0, 0.5), ("t3", 0.5, 1.0), ("t4", 0.0, 0.0)]
+    assert c.only_a == ["old"] and c.only_b == ["new"] and c.same_suite
+    assert c.drop == pytest.approx(5 / 8 - 3 / 8) and c.regressed
+    assert c.worse == ["t1", "t2"] and c.better == ["t3"] and c.p_value == pytest.approx(1.0)  # 2 vs 1
+    lines = c.lines()
+    assert lines[:3] == ["broke   t1: 100% -> 0%", "worse   t2: 100% -> 50%", "better  t3: 50% -> 100%"]
+    assert "pass_rate: 62.5% -> 37.5% (-25.0%)" in lines
+    assert "cost_per_pass: 0.0160 -> 0.0533 (+0.0373)" in lines
+    assert lines[-2].startswith("95% Wilson intervals: A 30.6%-86.3%, B 13.7%-69.4%; exact sign test over the 3 tasks")
+    assert lines[-1] == "REGRESSION: B's pass rate is -25.0% against A's (allowed drop 10.0%) over 4 common tasks"
+    assert not compare(a, b, max_drop=0.25).regressed
+
+
+def test_eval_compare_exits_1_on_a_regression(tmp_path: Path) -> None:
+    a = write(tmp_path / "a", results({"t1": [True], "t2": [True]}))
+    b = write(tmp_path / "b", results({"t1": [True], "t2": [False]}), digest="d2")
+    r = CliRunner().invoke(main, ["eval", "compare", str(a), str(b), "--max-drop", "0.4"])
+    assert r.exit_code == 1, r.output
+    assert r.output.splitlines()[0] == "note: A and B ran different versions of the suite (digests differ)"
+    assert r.output.splitlines()[-1].startswith("REGRESSION: B's pass rate is -50.0%")
+    r = CliRunner().invoke(main, ["eval", "compare", str(a), str(b), "--max-drop", "0.5"])
+    assert r.exit_code == 0 and r.output.splitlines()[-1].startswith("ok: ")
+    r = CliRunner().invoke(main, ["eval", "compare", str(a), str(tmp_path)])
+    assert r.exit_code == 1 and "holds no results.jsonl" in r.output
+
+
+def test_summary_json_round_trips(tmp_path: Path) -> None:
+    summary = summarize(results({"t1": [True, False]}))
+    assert json.loads(json.dumps(summary)) == summary

@@ -1,0 +1,133 @@
+"""An attempt's directory and its shell commands: fresh copies (symlinks kept as links, never
+followed out of the suite), and commands whose whole process group ends with them."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+from kimik3.eval import load_suite
+from kimik3.eval._workspace import OUTPUT_CHARS, prepare_attempt, run_command
+
+from .helpers import tree_hash, write_task
+
+
+def gone(pid: int) -> bool:
+    """The process no longer runs (absent, or a zombie waiting for its reaper), polled for up to 10 s."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        if state == "Z":
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_command_that_exits_takes_what_it_left_running_with_it(tmp_path: Path) -> None:
+    result = anyio.run(lambda: run_command("sleep 60 & echo $! > bg.pid; echo started", tmp_path, timeout=30))
+    assert (result.exit_code, result.output, result.timed_out) == (0, "started\n", False)
+    assert gone(int((tmp_path / "bg.pid").read_text()))
+
+
+def test_a_command_over_its_limit_is_killed_with_its_children(tmp_path: Path) -> None:
+    result = anyio.run(lambda: run_command("sleep 60 & echo $! > bg.pid; echo waiting; sleep 60", tmp_path,
+                                           timeout=0.5))
+    assert (result.exit_code, result.timed_out, result.output, result.ok) == (None, True, "waiting\n", False)
+    assert gone(int((tmp_path / "bg.pid").read_text()))
+
+
+def test_a_cancelled_command_is_killed_before_the_cancellation_returns(tmp_path: Path) -> None:
+    async def main() -> None:
+        with anyio.move_on_after(0.5):
+            await run_command("echo $$ > sh.pid; sleep 60", tmp_path, timeout=30)
+
+    anyio.run(main)
+    assert gone(int((tmp_path / "sh.pid").read_text()))
+
+
+def test_a_commands_output_is_its_tail_and_its_exit_status_is_kept(tmp_path: Path) -> None:
+    result = anyio.run(lambda: run_command("seq 1 20000; echo 'é end' >&2; exit 7", tmp_path, timeout=30))
+    assert result.exit_code == 7 and len(result.output) == OUTPUT_CHARS
+    assert result.output.endswith("19999\n20000\né end\n")
+    env = anyio.run(lambda: run_command('printf %s "$X"', tmp_path, timeout=30, env={"X": "from env"}))
+    assert env.output == "from env"
+
+
+def test_an_attempt_is_a_fresh_copy_and_the_suite_is_only_read(tmp_path: Path) -> None:
+    suite = tmp_path / "suite"
+    folder = write_task(suite, "t", "x", "true", {"a.txt": "one\n", "sub/b.txt": "two\n"})
+    secret = tmp_path / "outside.txt"
+    secret.write_text("not the suite's\n")
+    os.symlink(secret, folder / "workspace" / "link.txt")
+    before = tree_hash(suite)
+    task = load_suite(suite).tasks[0]
+
+    async def twice() -> tuple[Path, Path]:
+        first, second = await prepare_attempt(task), await prepare_attempt(task)
+        (first.workspace / "a.txt").write_text("changed by attempt 1\n")
+        assert (second.workspace / "a.txt").read_text() == "one\n"  # each attempt has its own copy
+        assert os.readlink(first.workspace / "link.txt") == str(secret)  # a link stays a link
+        assert (first.task_dir / "task.toml").is_file() and not (first.task_dir / "workspace").exists()
+        assert first.answer.read_text() == ""
+        first.remove()
+        second.remove()
+        return first.root, second.root
+
+    roots = anyio.run(twice)
+    assert not any(r.exists() for r in roots)
+    assert secret.read_text() == "not the suite's\n"  # removing the copy did not follow the link
+    assert tree_hash(suite) == before
+
+
+def test_an_empty_workspace_when_the_task_has_none(tmp_path: Path) -> None:
+    write_task(tmp_path / "suite", "t", "x", "true")
+    attempt = anyio.run(prepare_attempt, load_suite(tmp_path / "suite").tasks[0])
+    try:
+        assert attempt.workspace.is_dir() and list(attempt.workspace.iterdir()) == []
+    finally:
+        attempt.remove()
+
+
+def test_a_repo_that_cannot_be_cloned_is_an_eval_error(tmp_path: Path) -> None:
+    from kimik3.eval import EvalError
+
+    write_task(tmp_path / "suite", "t", "x", "true", repo="../nowhere", commit="abc123")
+    task = load_suite(tmp_path / "suite").tasks[0]
+    with pytest.raises(EvalError, match="git clone failed: fatal: repository"):
+        anyio.run(prepare_attempt, task)
+
+
+def test_a_task_whose_repo_cannot_be_cloned_fails_its_attempts_only(tmp_path: Path) -> None:
+    from kimik3 import ScriptedEngine
+    from kimik3.eval import evaluate, read_results
+
+    suite = tmp_path / "suite"
+    write_task(suite, "a-broken", "x", "true", repo="../nowhere", commit="abc123")
+    write_task(suite, "b-fine", "y", "true")
+    loaded = load_suite(suite)
+    anyio.run(lambda: evaluate(loaded, ScriptedEngine(["done"]), tmp_path / "out"))
+    results, _ = read_results(tmp_path / "out" / "results.jsonl")
+    assert [(r.task, r.stop_reason, r.passed) for r in results] == [("a-broken", "setup_failed", False),
+                                                                     ("b-fine", "completed", True)]
+    assert results[0].error is not None and results[0].error.startswith("EvalError: git clone failed: fatal:")
+
+
+def test_a_fifo_in_a_workspace_fails_the_attempt_instead_of_blocking_it(tmp_path: Path) -> None:
+    from kimik3 import ScriptedEngine
+    from kimik3.eval import evaluate, read_results
+
+    folder = write_task(tmp_path / "suite", "t", "x", "true", {"a.txt": "x\n"})
+    os.mkfifo(folder / "workspace" / "pipe")
+    loaded = load_suite(tmp_path / "suite")  # the digest never opens it either
+    anyio.run(lambda: evaluate(loaded, ScriptedEngine(["done"]), tmp_path / "out"))
+    (r,), _ = read_results(tmp_path / "out" / "results.jsonl")
+    assert (r.stop_reason, r.passed) == ("setup_failed", False)
+    assert r.error is not None and r.error.startswith("EvalError: ") and r.error.endswith(
+        "pipe is not a regular file; a task's files must be")
