@@ -8,7 +8,9 @@ unless allowed. Text handling is ``edit_file``'s (:mod:`kimik3.tools.coding._fil
 undecodable bytes kept byte for byte, a BOM kept, legacy 8-bit files as Latin-1; ``multi_edit``
 matches line endings loosely and keeps each line's own ending; ``apply_patch`` compares lines
 without their endings and gives each new line the file's usual ending. If a write fails midway,
-the files already written are put back as they were and the call fails.
+the files already written are put back as they were and the call fails. Every file's new text is
+written to a temporary file first and renamed into place only while the call is live
+(:mod:`kimik3.tools.coding._write`): a call reported as timed out changes nothing afterwards.
 """
 
 from __future__ import annotations
@@ -21,13 +23,13 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from .._exceptions import ToolError
+from ..tools._limits import commit_point
 from ..tools._truncate import truncate_middle
 from ..tools.coding._files import (
     MAX_EDIT_BYTES,
     decode,
     encode,
     is_binary,
-    overwrite,
     replace_keeping_endings,
     sniff_encoding,
     split_lines,
@@ -35,6 +37,7 @@ from ..tools.coding._files import (
     unified_diff,
 )
 from ..tools.coding._paths import Workspace
+from ..tools.coding._write import Staged, replace, stage
 
 __all__ = ["EditSpec", "FileAccess", "apply_edits", "apply_patch_text", "parse_patch", "patch_paths"]
 
@@ -84,16 +87,17 @@ class FileAccess:
         return data
 
     def write(self, path: str, data: bytes) -> str:
-        """Write ``data`` to ``path`` in place (made, with its directories, when missing); its
-        workspace-relative path."""
-        fd, rel, _ = self.ws.open_file(path, write=True, read=False, create=True, hard_links=self.hard_links)
-        try:
-            overwrite(fd, data, path)
-        finally:
-            os.close(fd)
-        return rel
+        """Make ``data`` the content of ``path`` (made, with its directories, when missing), only
+        while the call is live (:mod:`kimik3.tools.coding._write`); its workspace-relative path."""
+        return replace(self.ws, path, data, hard_links=self.hard_links)
+
+    def stage(self, path: str, data: bytes) -> Staged:
+        """``data`` ready to become ``path``'s content (:func:`~kimik3.tools.coding._write.stage`)."""
+        return stage(self.ws, path, data, hard_links=self.hard_links)
 
     def delete(self, path: str) -> None:
+        """Remove the file ``path`` (only while the call is live)."""
+        commit_point()
         with self.ws.locate(path) as loc:
             if loc.name is None:
                 raise ToolError(f"{path} is a directory")
@@ -355,24 +359,36 @@ def apply_patch_text(files: FileAccess, patch: str) -> str:
         plan.append((name, current, t.encode(_patch_text(t.text, t.crlf, fp, name), name), "M"))
     done: list[tuple[str, bytes | None]] = []
     shown: list[str] = []
+    staged: list[Staged | None] = []
     try:
-        for name, old, new, letter in plan:
-            if new is None:
-                files.delete(name)
-                line = f"{letter} {_same(name)}"
-            else:
-                line = f"{letter} {files.write(name, new)}"
-            done.append((name, old))
-            if letter:
-                shown.append(line)
-    except (OSError, ToolError) as e:
-        for name, old in reversed(done):  # put back what was written
-            if old is None:
-                files.delete(name)
-            else:
-                files.write(name, old)
-        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-        raise ToolError(f"cannot write {plan[len(done)][0]}: {why}; nothing was changed") from None
+        for name, _, new, _ in plan:  # every new text in a temporary file first: nothing changed yet
+            try:
+                staged.append(files.stage(name, new) if new is not None else None)
+            except ToolError as e:
+                raise ToolError(f"cannot write {name}: {e}; nothing was changed") from None
+        commit_point()  # an abandoned call (its time limit passed) stops here
+        try:
+            for (name, old, _, letter), ready in zip(plan, staged, strict=True):
+                if ready is None:
+                    files.delete(name)
+                    line = f"{letter} {_same(name)}"
+                else:
+                    line = f"{letter} {ready.commit()}"
+                done.append((name, old))
+                if letter:
+                    shown.append(line)
+        except (OSError, ToolError) as e:
+            for name, old in reversed(done):  # put back what was written
+                if old is None:
+                    files.delete(name)
+                else:
+                    files.write(name, old)
+            why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+            raise ToolError(f"cannot write {plan[len(done)][0]}: {why}; nothing was changed") from None
+    finally:
+        for ready in staged:
+            if ready is not None:
+                ready.discard()
     return f"Patched {len(shown)} file{'s' if len(shown) != 1 else ''}\n" + "\n".join(shown)
 
 
@@ -396,9 +412,10 @@ def multi_edit_file(files: FileAccess, path: str, edits: list[EditSpec]) -> str:
             raise ToolError(f"{path} is over the limit of {MAX_EDIT_BYTES} bytes for edits; use bash tools")
         t = _Text.of(data, path)
         new, count = apply_edits(t.text, edits, path)
-        overwrite(fd, t.encode(new, path), path)
+        st = os.fstat(fd)
     finally:
         os.close(fd)
+    replace(files.ws, path, t.encode(new, path), hard_links=files.hard_links, same=(st.st_dev, st.st_ino))
     diff = unified_diff(split_lines(t.text), split_lines(new), rel)
     header = (f"Edited {rel} ({count} replacement{'s' if count != 1 else ''} in {len(edits)} "
               f"edit{'s' if len(edits) != 1 else ''})")

@@ -1,5 +1,5 @@
-"""``read_file`` / ``write_file`` / ``edit_file``: streaming reads, in-place writes, and edits that
-keep every line's own ending and every undecodable byte.
+"""``read_file`` / ``write_file`` / ``edit_file``: streaming reads, writes that happen only while the
+call is live (:mod:`._write`), and edits that keep every line's own ending and every undecodable byte.
 
 Encoding: a file is UTF-8 (a BOM is kept), its undecodable bytes carried as surrogates
 (``surrogateescape``) so they are written back byte for byte; a file with undecodable bytes and
@@ -20,6 +20,7 @@ from typing import IO
 from ..._exceptions import ToolError
 from .._truncate import truncate_middle
 from ._paths import Workspace, show_path
+from ._write import replace
 
 _BINARY_SNIFF = 8192  # a NUL byte in the first block: binary
 _SNIFF_BLOCK = 65536  # encoding guessed from the first block (read_file)
@@ -210,11 +211,7 @@ def read_file(ws: Workspace, path: str, offset: int, limit: int) -> str:
 
 def write_file(ws: Workspace, path: str, content: str, hard_links: bool) -> str:
     data = to_utf8(content, "content")
-    fd, rel, _ = ws.open_file(path, write=True, read=False, create=True, hard_links=hard_links)
-    try:
-        overwrite(fd, data, path)
-    finally:
-        os.close(fd)
+    rel = replace(ws, path, data, hard_links=hard_links)  # only while the call is live (see _write)
     return f"Wrote {len(data)} bytes to {show_path(rel)}"
 
 
@@ -335,26 +332,10 @@ def edit_file(ws: Workspace, path: str, old_string: str, new_string: str, replac
             raise ToolError(f"{path} is a binary file ({len(data)} bytes)")
         text = decode(data, encoding, path)
         updated, n = replace_keeping_endings(text, old_string, new_string, replace_all, path)
-        overwrite(fd, encode(updated, encoding, path), path)
+        st = os.fstat(fd)
     finally:
         os.close(fd)
+    replace(ws, path, encode(updated, encoding, path), hard_links=hard_links, same=(st.st_dev, st.st_ino))
     diff = unified_diff(split_lines(text), split_lines(updated), rel)
     header = f"Edited {rel} ({n} replacement{'s' if n != 1 else ''})"
     return f"{header}\n{truncate_middle(diff, _MAX_DIFF_CHARS)}" if diff else header
-
-
-def overwrite(fd: int, data: bytes, path: str) -> None:
-    """Replace the whole content of the open file ``fd`` with ``data`` (truncate, seek to 0,
-    write all of it).
-
-    Raises:
-        ToolError: the write failed (disk full, I/O error), naming ``path``.
-    """
-    try:
-        os.ftruncate(fd, 0)
-        os.lseek(fd, 0, os.SEEK_SET)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-    except OSError as e:
-        raise ToolError(f"cannot write {path}: {e.strerror or e}") from None
