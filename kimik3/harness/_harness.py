@@ -131,6 +131,7 @@ class CodingHarness:
 
     Raises:
         ToolDefinitionError: ``root`` is not a directory.
+        UserError: ``bash_timeout`` is not a whole number of seconds from 1 to a week.
     """
 
     def __init__(self, root: str | os.PathLike[str], *, project_instructions: bool = True,

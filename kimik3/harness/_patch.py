@@ -30,11 +30,13 @@ from ..tools.coding._files import (
     decode,
     encode,
     is_binary,
+    lines_and_endings,
     replace_keeping_endings,
     sniff_encoding,
     split_lines,
     to_utf8,
     unified_diff,
+    usual_ending,
 )
 from ..tools.coding._paths import Workspace
 from ..tools.coding._write import Staged, replace, stage
@@ -111,7 +113,7 @@ class FileAccess:
 class _Text:
     text: str
     encoding: str
-    crlf: bool
+    ending: str  # the usual line ending: "\n", "\r\n", or "\r" (a CR-only file)
 
     @classmethod
     def of(cls, data: bytes, path: str) -> _Text:
@@ -119,7 +121,7 @@ class _Text:
             raise ToolError(f"{path} is a binary file ({len(data)} bytes)")
         encoding = sniff_encoding(data, complete=True)
         text = decode(data, encoding)
-        return cls(text, encoding, text.count("\r\n") * 2 >= text.count("\n") > 0)
+        return cls(text, encoding, usual_ending(text))
 
     def encode(self, text: str, path: str) -> bytes:
         return encode(text, self.encoding, path)
@@ -266,16 +268,8 @@ def _find(lines: list[str], want: list[str], guess: int, start: int) -> int | No
     return best
 
 
-def _patch_text(text: str, crlf: bool, fp: FilePatch, name: str) -> str:
-    ending = "\r\n" if crlf else "\n"
-    raw = text.split("\n")
-    had_final_newline = raw[-1] == ""
-    if had_final_newline:
-        raw.pop()
-    lines = [line[:-1] if line.endswith("\r") else line for line in raw]
-    endings = ["\r\n" if line.endswith("\r") else "\n" for line in raw]
-    if raw and not had_final_newline:
-        endings[-1] = ""
+def _patch_text(text: str, ending: str, fp: FilePatch, name: str) -> str:
+    lines, endings = lines_and_endings(text)  # CR-only files too: their lines as read_file shows them
     out: list[str] = []
     pos = 0
     for n, h in enumerate(fp.hunks, 1):
@@ -333,7 +327,7 @@ def apply_patch_text(files: FileAccess, patch: str) -> str:
             if source is None:
                 raise ToolError(f"{renamed}: no such file (the patch renames it to {name}); nothing was changed")
             t = _Text.of(source, renamed)
-            text = _patch_text(t.text, t.crlf, fp, renamed) if fp.hunks else t.text
+            text = _patch_text(t.text, t.ending, fp, renamed) if fp.hunks else t.text
             plan.append((name, None, t.encode(text, name), f"R {_same(renamed)} ->"))
             plan.append((renamed, source, None, ""))
             continue
@@ -356,7 +350,7 @@ def apply_patch_text(files: FileAccess, patch: str) -> str:
             continue
         if not fp.hunks:
             raise ToolError(f"{name}: no hunks; nothing was changed")
-        plan.append((name, current, t.encode(_patch_text(t.text, t.crlf, fp, name), name), "M"))
+        plan.append((name, current, t.encode(_patch_text(t.text, t.ending, fp, name), name), "M"))
     done: list[tuple[str, bytes | None]] = []
     shown: list[str] = []
     staged: list[Staged | None] = []

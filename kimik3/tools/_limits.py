@@ -91,10 +91,23 @@ def stray_cancellation(exc: BaseException, *, scoped: bool = False) -> bool:
             cancel of the task itself (a tool calling ``current_task().cancel()``) is stray, and
             that cancel request is withdrawn (``uncancel``) so the task goes on.
 
+    An exception group (a task group inside the tool) counts the same way when it holds a
+    ``CancelledError`` and otherwise only the tool's own failures (``Exception``, ``SystemExit``,
+    ``GeneratorExit``): ``BaseExceptionGroup([CancelledError()])`` raised while nothing cancels
+    the task is the tool's error, not the run's cancellation. A group holding a
+    ``KeyboardInterrupt`` is never stray.
+
     On Python 3.10 (no ``Task.cancelling``) only ``scoped`` callers can tell: otherwise every
     ``CancelledError`` counts as a real cancellation, as before.
     """
-    if not isinstance(exc, asyncio.CancelledError):
+    if isinstance(exc, BaseExceptionGroup):
+        leaves = _leaves(exc)
+        own = (Exception, SystemExit, GeneratorExit, asyncio.CancelledError)
+        if not all(isinstance(leaf, own) for leaf in leaves):
+            return False
+        if not any(isinstance(leaf, asyncio.CancelledError) for leaf in leaves):
+            return False
+    elif not isinstance(exc, asyncio.CancelledError):
         return False
     try:
         task = asyncio.current_task()
@@ -113,8 +126,9 @@ def stray_cancellation(exc: BaseException, *, scoped: bool = False) -> bool:
         return True
     return False
 
-def unwrap_group(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    """The exception to re-raise for a task group's: its only exception, else the group."""
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    """The exceptions of a (nested) exception group, in order."""
     leaves: list[BaseException] = []
     pending: list[BaseException] = [group]
     while pending:
@@ -123,4 +137,10 @@ def unwrap_group(group: BaseExceptionGroup[BaseException]) -> BaseException:
             pending.extend(reversed(exc.exceptions))
         else:
             leaves.append(exc)
+    return leaves
+
+
+def unwrap_group(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The exception to re-raise for a task group's: its only exception, else the group."""
+    leaves = _leaves(group)
     return leaves[0] if len(leaves) == 1 else group

@@ -30,6 +30,7 @@ import contextvars
 import functools
 import inspect
 import json
+import math
 import re
 import threading
 from collections.abc import Callable, Mapping
@@ -110,6 +111,17 @@ async def _call_in_thread(function: Callable[[], _T], name: str, call: CallToken
     if ok:
         return value  # type: ignore[no-any-return]
     raise value
+
+
+def _seconds(value: float) -> float:
+    """``value`` as float seconds: ``inf`` for an int beyond any float (``10**400``), NaN for
+    what is not a number."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+    except (TypeError, ValueError):
+        return math.nan
 
 
 @dataclass
@@ -208,8 +220,8 @@ class Tool:
                 parameters, a misplaced :class:`ToolContext`), an invalid name, a parameter type
                 pydantic cannot describe, or a ``timeout`` that is not positive.
         """
-        if timeout is not None and not timeout > 0:
-            raise ToolDefinitionError(f"tool timeout must be a positive number of seconds, got {timeout!r}")
+        if timeout is not None and not _seconds(timeout) > 0:
+            raise ToolDefinitionError(f"tool timeout must be a positive number of seconds, got {timeout!r:.40}")
         if not callable(function):  # e.g. None, 5, an MCP server: say what it is, not "invalid name ''"
             what = f"{type(function).__name__} {function!r:.60}"
             if hasattr(function, "get_tools"):
@@ -428,7 +440,8 @@ class Tool:
             context: handed to a function whose first parameter is a :class:`ToolContext`
                 (``ToolContext()`` when omitted).
             timeout: this call's time limit in seconds (default: :attr:`timeout`; None and no
-                tool default: no limit). An agent passes what is left of its time budget.
+                tool default: no limit; a number beyond any float, ``10**400``, is no limit
+                either). An agent passes what is left of its time budget.
 
         Returns:
             The :class:`ToolResult` (see :meth:`ToolResult.from_value`). A function that returns
@@ -437,6 +450,8 @@ class Tool:
             mixing tools with other values adds none and is a tool error naming the other items.
         """
         limit = self.timeout if timeout is None else timeout
+        if limit is not None and _seconds(limit) == math.inf:  # beyond any float (10**400): no limit
+            limit = None
         try:
             kwargs = self.validate(arguments)
             call_args: tuple[Any, ...] = (context or ToolContext(),) if self.takes_context else ()
