@@ -131,6 +131,7 @@ class GitSnapshots:
         self.skipped: list[str] = []  # nested repositories without a commit (from the top): left out of ``add``
         self.prefix = git(root, "rev-parse", "--show-prefix").decode("utf-8", "surrogateescape").strip()
         self._nested: dict[str, GitSnapshots] = {}
+        self._links: tuple[str, set[str]] | None = None  # (tree, its gitlinks), see gitlinks()
         if self.index.exists():  # the disk as it is: no skip-worktree entry (a sparse checkout)
             tags = git(root, "ls-files", "-t", "-z", "--full-name", env=self.env).split(b"\0")
             sparse = b"".join(t[2:] + b"\0" for t in tags if t.startswith(b"S "))
@@ -168,15 +169,30 @@ class GitSnapshots:
         except (ToolError, OSError):
             return False
 
-    def nested_states(self) -> dict[str, str]:
+    def gitlinks(self, tree: str, changes: dict[str, tuple[str, str]] | None = None) -> set[str]:
+        """The workspace-relative paths of the gitlinks (submodules, nested repositories) in
+        ``tree``: listed once, then kept up to date from what changed since the last tree
+        (``changes``: :meth:`diff` from that tree to this one, when the caller has it)."""
+        if self._links is None:
+            listing = git(self.root, "ls-tree", "-r", "-z", tree, "--", ".").decode("utf-8", "surrogateescape")
+            links = {entry.split("\t", 1)[1] for entry in listing.split("\0") if entry.startswith("160000 ")}
+        elif self._links[0] != tree:
+            links = set(self._links[1])
+            for path, (_, new) in (changes if changes is not None else self.diff(self._links[0], tree)).items():
+                (links.add if new == "160000" else links.discard)(path)
+        else:
+            return self._links[1]
+        self._links = (tree, links)
+        return links
+
+    def nested_states(self, tree: str, changes: dict[str, tuple[str, str]] | None = None) -> dict[str, str]:
         """``{workspace-relative path: fingerprint}`` of each nested repository or submodule with
-        a work tree of its own (checked out), fingerprinted by the tree of its files (and of its
-        own nested ones), so any change inside it shows. Call after :meth:`tree`."""
-        listing = git(self.root, "ls-files", "-s", "-z", env=self.env).decode("utf-8", "surrogateescape")
-        paths = [entry.split("\t", 1)[1] for entry in listing.split("\0") if entry.startswith("160000 ")]
+        a work tree of its own (checked out) in the working tree whose :meth:`tree` is ``tree``,
+        fingerprinted by the tree of its files (and of its own nested ones), so any change inside
+        it shows (``changes``: as :meth:`gitlinks`)."""
         states: dict[str, str] = {}
         skipped = [p.removeprefix(self.prefix) for p in self.skipped if p.startswith(self.prefix)]
-        for rel in sorted({*paths, *skipped}):
+        for rel in sorted({*self.gitlinks(tree, changes), *skipped}):
             where = self.root / rel
             if self.depth >= _MAX_NESTED_DEPTH or not os.path.lexists(where / ".git") or where.is_symlink():
                 continue
@@ -188,7 +204,7 @@ class GitSnapshots:
                 snap = self._nested[rel] = GitSnapshots(where, gitdir, self.ref_base, self.depth + 1)
             try:
                 inner = snap.tree()
-                deeper = snap.nested_states()
+                deeper = snap.nested_states(inner)
             except CheckpointError as e:  # unreadable: a state that never equals another
                 states[rel] = f"error {e} {os.urandom(8).hex()}"
                 continue
@@ -390,7 +406,7 @@ class Checkpoints(RunHooks):
         since (no new object, no ref), else a new parentless commit."""
         assert self._git is not None
         tree = self._git.tree(self._named)
-        self._before_state = (tree, self._git.nested_states())
+        self._before_state = (tree, self._git.nested_states(tree))
         if self._last is not None and self._last[0] == tree:
             return self._last[1]
         return self._git.commit(tree, None, f"kimik3 checkpoint before turn {n}")
@@ -401,18 +417,20 @@ class Checkpoints(RunHooks):
         assert self._git is not None
         snap = self._git
         tree = snap.tree(self._named + self._pending_now())
-        nested = snap.nested_states()
         old_tree, old_nested = self._before_state
+        after, changes = before, {}
+        if tree != old_tree:
+            after = snap.commit(tree, before, f"kimik3 checkpoint after turn {n}")
+            changes = snap.diff(before, after)
+        nested = snap.nested_states(tree, changes)
         uncovered = {p: _NESTED_NOTE for p in sorted({*nested, *old_nested}) if nested.get(p) != old_nested.get(p)}
+        self._last = (tree, after, nested)
         if tree == old_tree:
-            self._last = (tree, before, nested)
             return {"turn": n, "kind": "git", "root": str(self.root), "before": before, "after": before,
                     "changed": [], "uncovered": uncovered} if uncovered else None
-        after = snap.commit(tree, before, f"kimik3 checkpoint after turn {n}")
         snap.keep(f"turn-{n}", after)
-        self._last = (tree, after, nested)
         changed = []
-        for path, modes in sorted(snap.diff(before, after).items()):
+        for path, modes in sorted(changes.items()):
             if "160000" in modes:  # a gitlink: a submodule's HEAD moved, or a repository appeared
                 uncovered[path] = _NESTED_NOTE
             else:

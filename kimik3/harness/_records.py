@@ -14,7 +14,7 @@ from typing import Any
 
 from .._exceptions import CheckpointError
 
-__all__ = ["open_session", "read_records", "session_checkpoints", "store_of"]
+__all__ = ["session_checkpoints", "store_of"]
 
 _COMMIT = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")  # SHA-1 or SHA-256 object ids
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -50,7 +50,7 @@ def _paths(value: Any, where: str, field: str, git_record: bool) -> list[str]:
     return [_relpath(v, where, field, git_record=git_record) for v in value]
 
 
-def _check(rec: Any, where: str, root: Path | None, store: Path | None) -> dict[str, Any]:
+def _check(rec: Any, where: str, root: Path | None, store: Path) -> dict[str, Any]:
     """The checkpoint record ``rec`` if it is valid (see the module docstring), else
     CheckpointError naming ``where`` (``session:line``)."""
     if not isinstance(rec, dict):
@@ -93,16 +93,13 @@ def _check(rec: Any, where: str, root: Path | None, store: Path | None) -> dict[
     folder = rec.get("dir")
     if not isinstance(folder, str):
         raise _bad(where, f"dir is {folder!r:.80}, not a path")
-    if store is not None:
-        own = store / f"turn-{turn}"
-        same = os.path.abspath(folder) == os.path.abspath(own)
-        if not same and os.path.isdir(folder) and os.path.isdir(own):
-            same = os.path.samefile(folder, own)
-        if not same:
-            raise _bad(where, f"dir is {folder!a:.160}, not kimik3's copy directory {str(own)!a}")
-        out["dir"] = own
-    else:
-        out["dir"] = Path(folder)
+    own = store / f"turn-{turn}"
+    same = os.path.abspath(folder) == os.path.abspath(own)
+    if not same and os.path.isdir(folder) and os.path.isdir(own):
+        same = os.path.samefile(folder, own)
+    if not same:
+        raise _bad(where, f"dir is {folder!a:.160}, not kimik3's copy directory {str(own)!a}")
+    out["dir"] = own
     out["files"], out["after"] = dict(files), dict(after)
     return out
 
@@ -118,9 +115,10 @@ def _session_lines(fd: int) -> Iterator[tuple[int, bytes, bool]]:
         yield number, line, number == len(lines)
 
 
-def open_session(session: str | os.PathLike[str], write: bool) -> int:
+def _open_session(session: str | os.PathLike[str]) -> int:
+    """The session file opened for reading (never blocking: a FIFO is refused)."""
     try:
-        fd = os.open(session, (os.O_RDWR | os.O_APPEND if write else os.O_RDONLY) | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(session, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as e:
         raise CheckpointError(f"cannot read session {session}: {e.strerror or e}") from e
     if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -130,8 +128,7 @@ def open_session(session: str | os.PathLike[str], write: bool) -> int:
     return fd
 
 
-def read_records(session: str | os.PathLike[str], fd: int, root: Path | None,
-                 store: Path | None) -> list[dict[str, Any]]:
+def _read_records(session: str | os.PathLike[str], fd: int, root: Path | None, store: Path) -> list[dict[str, Any]]:
     records: list[dict[str, Any]] = []
     for number, line, torn in _session_lines(fd):
         if not line.startswith((b'{"checkpoint"', b'{"undo"')):
@@ -170,9 +167,9 @@ def session_checkpoints(session: str | os.PathLike[str], *, workspace: str | os.
         CheckpointError: the file cannot be read, or a record is malformed (naming its line).
     """
     root = Path(workspace).resolve() if workspace is not None else None
-    fd = open_session(session, write=False)
+    fd = _open_session(session)
     try:
-        return read_records(session, fd, root, store_of(session, store))
+        return _read_records(session, fd, root, store_of(session, store))
     finally:
         os.close(fd)
 

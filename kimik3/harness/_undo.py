@@ -31,10 +31,7 @@ checkout would write them. Copies come back with their mode and times.
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import hashlib
-import json
 import logging
 import os
 import stat
@@ -42,9 +39,10 @@ from pathlib import Path
 from typing import Any
 
 from .._exceptions import CheckpointError, ToolError
+from ..agents import SessionWriter
 from ..tools.coding._paths import Workspace
 from ._checkpoints import GitSnapshots, copy_digest, digest, git, git_root
-from ._records import open_session, read_records, store_of
+from ._records import session_checkpoints
 from ._restore import ABSENT, Plan, State, Tree, apply, check_targets, depth, remove_empty_parents
 
 __all__ = ["undo"]
@@ -150,7 +148,7 @@ def undo(session: str | os.PathLike[str], to_turn: int = 0, *, force: bool = Fal
 
     Args:
         session: a session file with checkpoint records (not being written by a run: its lock
-            is taken).
+            is taken, as :class:`~kimik3.agents.SessionWriter` takes it).
         to_turn: the turn to go back to (0: before the first recorded change).
         force: overwrite files that changed after the agent's last turn (a directory holding
             other files where a file must go is still refused).
@@ -167,6 +165,8 @@ def undo(session: str | os.PathLike[str], to_turn: int = 0, *, force: bool = Fal
         ``{"undo": {...}}`` record is appended to the session, so a later undo starts from here.
 
     Raises:
+        SessionError: the session is being written by a run (the holder is named), or is not a
+            valid session file.
         CheckpointError: a malformed record or one for another workspace (its line named), no
             checkpoints after ``to_turn``, changes the checkpoints do not cover (without
             ``partial``), a drifted file (without ``force``), a target that cannot be written
@@ -176,19 +176,16 @@ def undo(session: str | os.PathLike[str], to_turn: int = 0, *, force: bool = Fal
     root = Path(workspace).resolve()
     if not root.is_dir():
         raise CheckpointError(f"workspace {workspace} is not a directory")
-    fd = open_session(session, write=True)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise CheckpointError(f"session {session} is in use by a run; undo when it has ended") from None
-            raise CheckpointError(f"cannot lock session {session}: {e}") from e
-        records = [r for r in read_records(session, fd, root, store_of(session, store)) if r["turn"] > to_turn]
-        restored = _undo_records(session, root, records, to_turn, force, partial)
-        os.write(fd, (json.dumps({"undo": {"to": to_turn, "paths": restored}}) + "\n").encode("ascii"))
+    later = [r for r in session_checkpoints(session, workspace=root, store=store) if r["turn"] > to_turn]
+    if not later:
+        raise CheckpointError(f"{session}: no recorded changes after turn {to_turn}; nothing to undo")
+    writer = SessionWriter(session)  # its lock: no run writes the session meanwhile (one that does is named)
+    try:  # read again under the lock
+        later = [r for r in session_checkpoints(session, workspace=root, store=store) if r["turn"] > to_turn]
+        restored = _undo_records(session, root, later, to_turn, force, partial)
+        writer.record("undo", {"to": to_turn, "paths": restored})
     finally:
-        os.close(fd)
+        writer.close()
     return restored
 
 

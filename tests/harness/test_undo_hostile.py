@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from kimik3 import ScriptedEngine
-from kimik3._exceptions import CheckpointError
+from kimik3._exceptions import CheckpointError, SessionError
 from kimik3.agents import SessionWriter, load_session
 from kimik3.harness import CodingHarness, session_checkpoints, undo
 from kimik3.harness import _undo as undo_module
@@ -80,6 +80,35 @@ async def test_a_tracked_symlink_made_a_directory_is_restored_without_writing_th
     assert os.readlink(repo / "link") == "../esc2"
     assert tree_bytes(tmp_path / "esc2") == {"f": b"the user's file outside the workspace\n"}
     assert git(repo, "status", "--porcelain") == ""
+
+
+async def test_the_symlink_attack_in_a_plain_directory_is_said_not_undone(tmp_path: Path) -> None:
+    """Copy kind: bash's changes are not recorded, so undo says so; ../esc2/f is never touched."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (tmp_path / "esc2").mkdir()
+    (tmp_path / "esc2" / "f").write_text("the user's file outside the workspace\n")
+    os.symlink("../esc2", ws / "link")
+    session = tmp_path / "s.jsonl"
+    await run(ws, session, bash("rm link && mkdir link && echo agent > link/f"))
+    for partial in (False, True):
+        with pytest.raises(CheckpointError, match=r"do not cover: \. \(turn 1: outside a git repository the changes "
+                                                  r"bash made are not recorded"):
+            undo(session, workspace=ws, partial=partial, force=True)
+    assert tree_bytes(tmp_path / "esc2") == {"f": b"the user's file outside the workspace\n"}
+    assert (ws / "link" / "f").read_text() == "agent\n"
+
+
+def test_a_git_record_naming_no_commit_of_the_repository_is_refused(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    missing = "1234567890" * 4
+    s = session_file(tmp_path, {"checkpoint": {"turn": 1, "kind": "git", "root": str(repo), "before": missing,
+                                               "after": missing, "changed": ["a.txt"]}})
+    with pytest.raises(CheckpointError) as e:
+        undo(s, workspace=repo, force=True)
+    assert str(e.value) == (f"the checkpoint of turn 1 names {missing}, which is not a commit of the repository of "
+                            f"{repo}; nothing was changed")
+    assert (repo / "a.txt").read_bytes() == b"alpha\r\nbeta\r\n"
 
 
 async def test_a_directory_swapped_for_an_outside_symlink_is_never_written_through(tmp_path: Path) -> None:
@@ -270,6 +299,19 @@ def test_a_torn_last_line_is_a_crash_not_an_error(tmp_path: Path) -> None:
         undo(s, workspace=repo)
 
 
+async def test_undo_after_a_crash_leaves_a_valid_session(tmp_path: Path) -> None:
+    """A session whose last line was torn by a crash: undo drops it (as a writer does) before
+    appending its own record, so the file stays a valid session."""
+    repo = make_repo(tmp_path / "repo")
+    session = tmp_path / "s.jsonl"
+    await run(repo, session, bash("echo x > a.txt"))
+    with open(session, "a") as f:
+        f.write('{"message": {"role": "ass')
+    assert undo(session, workspace=repo) == ["a.txt"]
+    assert load_session(session)[-1].content == "done"
+    assert json.loads(session.read_text().splitlines()[-1]) == {"undo": {"to": 0, "paths": ["a.txt"]}}
+
+
 async def test_undo_for_another_workspace_is_refused(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "repo")
     other = make_repo(tmp_path / "other")
@@ -287,7 +329,7 @@ async def test_undo_refuses_a_session_a_run_is_writing(tmp_path: Path) -> None:
     await run(repo, session, bash("echo x > a.txt"))
     writer = SessionWriter(session)
     try:
-        with pytest.raises(CheckpointError, match="is in use by a run; undo when it has ended"):
+        with pytest.raises(SessionError, match=r"is in use by pid \d+ \(this process\)"):
             undo(session, workspace=repo)
     finally:
         writer.close()
