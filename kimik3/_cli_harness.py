@@ -21,6 +21,7 @@ from .engines import Engine
 from .harness import FEATURES, CodingHarness, Feature, undo
 from .tools import Tool
 from .tools.coding import Sandbox
+from .tools.coding._api import show_path
 
 __all__ = ["harness_options", "harness_parts", "sandbox_from_options", "sandbox_options", "undo_command"]
 
@@ -88,20 +89,43 @@ def harness_parts(engine: Engine, workspace: str, settings: ModelSettings, note:
 @click.argument("session", type=click.Path(exists=True, dir_okay=False))
 @click.option("--to", "to_turn", type=click.IntRange(min=0), default=0, show_default=True,
               help="Go back to the workspace as it was after this turn (0: before the run's first change).")
+@click.option("--workspace", "-w", type=click.Path(exists=True, file_okay=False), default=".", show_default=True,
+              help="The workspace the session ran in; undo refuses checkpoints recorded for another one.")
 @click.option("--force", is_flag=True, help="Overwrite files that changed after the agent's last turn.")
+@click.option("--partial", is_flag=True,
+              help="Restore what the checkpoints cover even when some changes are not covered (a nested "
+                   "repository, bash outside git); those are listed as not undone.")
 @click.pass_context
-def undo_command(ctx: click.Context, session: str, to_turn: int, force: bool) -> None:
+def undo_command(ctx: click.Context, session: str, to_turn: int, workspace: str, force: bool, partial: bool) -> None:
     """Undo the file changes a session's turns made after --to TURN.
 
     Only files those turns changed are restored (from the checkpoints in SESSION); your other
-    changes, the git index and HEAD stay as they are. Prints one line per restored path.
+    changes, the git index and HEAD stay as they are. Nothing outside the workspace is touched
+    and no symlink is followed; if anything cannot be restored, nothing is. Prints one line per
+    restored path (and, with --partial, one "not undone" line on stderr per change the
+    checkpoints do not cover).
     """
+    import logging
+
     from ._exceptions import KimiK3Error
 
+    skipped: list[str] = []
+
+    class _Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            skipped.append(record.getMessage().removeprefix("kimik3 undo: "))
+
+    handler = _Collect(logging.WARNING)
+    logger = logging.getLogger("kimik3.harness")
+    logger.addHandler(handler)
     try:
-        paths = undo(session, to_turn, force=force)
+        paths = undo(session, to_turn, force=force, partial=partial, workspace=workspace)
     except KimiK3Error as e:
         click.echo(f"error: {e}", err=True)
         ctx.exit(1)
+    finally:
+        logger.removeHandler(handler)
     for p in paths:
-        click.echo(f"restored {p}")
+        click.echo(f"restored {show_path(p)}")
+    for line in skipped:
+        click.echo(line, err=True)

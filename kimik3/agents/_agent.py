@@ -61,12 +61,21 @@ from ..types import (
 )
 from ._approval import approve
 from ._arguments import check_agent_arguments, output_adapter, run_messages, task_message, validate_output
-from ._checks import EMPTY_TURN, answer_text, check_images, failed_call_errors, unrun_calls, unrun_note
+from ._checks import (
+    EMPTY_TURN,
+    answer_text,
+    check_images,
+    cut_by,
+    failed_call_errors,
+    failed_call_issue,
+    unrun_calls,
+    unrun_note,
+)
 from ._compaction import compact
 from ._dynamic import Toolbox, restore_declared, undeclared
 from ._history import orphan_results, prune_images, result_message
 from ._hooks import AllHooks, RunHooks
-from ._prompts import CONTINUE_REQUEST, SUMMARY_INSTRUCTIONS
+from ._prompts import CONTINUE_REQUEST, INTERRUPTED_REQUEST, SUMMARY_INSTRUCTIONS
 from ._run import _Run
 from ._session import SessionWriter, load_session
 from ._types import (
@@ -390,7 +399,8 @@ class Agent(Generic[OutputT]):
             run.cut_replies = 0
             await self.hooks.before_tools(run.turns, message.tool_calls)
             try:
-                async for tool_event in self._run_tools(run, message.tool_calls):
+                said = {f.id for f in completion.failed_tool_calls}  # their issue is recorded already
+                async for tool_event in self._run_tools(run, message.tool_calls, said):
                     yield tool_event
             finally:  # a cancelled turn's changes are recorded too
                 with anyio.CancelScope(shield=True):
@@ -402,10 +412,12 @@ class Agent(Generic[OutputT]):
         yield TurnEndEvent(run.turns, message, completion.usage, cost)
         if note is None and completion.truncated:
             run.cut_replies += 1
+            if completion.interrupted is not None:  # not the output limit: never silent
+                run.issue(f"the answer was cut by {completion.interrupted}")
             if run.cut_replies >= MAX_CONTINUES:  # asking again does not help: stop, saying so
                 yield Final(message_text(message.content) if self.output_type is None else None, "no_progress")
             else:
-                yield ContinueWith(CONTINUE_REQUEST)
+                yield ContinueWith(CONTINUE_REQUEST if completion.interrupted is None else INTERRUPTED_REQUEST)
             return
         if note is None and not answer_text(message).strip():
             run.issue("the model's message had neither an answer nor a tool call")
@@ -458,7 +470,7 @@ class Agent(Generic[OutputT]):
 
     # -- tools -------------------------------------------------------------------------------
 
-    async def _run_tools(self, run: _Run, calls: Sequence[ToolCall]) -> AsyncIterator[AgentEvent]:
+    async def _run_tools(self, run: _Run, calls: Sequence[ToolCall], said: set[str]) -> AsyncIterator[AgentEvent]:
         results: list[ToolResult | None] = [None] * len(calls)
         approved: list[ToolCallApprovedEvent | None] = [None] * len(calls)
         deadline = run.deadline(self.budgets)
@@ -496,6 +508,8 @@ class Agent(Generic[OutputT]):
                     result = ToolResult.from_failure(why, self.failure_text)
                     results[i] = result
                 run.failed_calls += result.is_error
+                if result.is_error and call.id not in said:  # raw and chat mode alike (RunResult.degraded)
+                    run.issue(failed_call_issue(call.function.name, result.text))
                 run.add(result_message(result, call, self.context.max_result_chars))
             prune_images(run.messages, self.context.max_images, self.context.image_slack)
         for i, call in enumerate(calls):
@@ -561,7 +575,8 @@ class Agent(Generic[OutputT]):
         cost = run.model_turn(completion, message)
         yield TurnEndEvent(run.turns, message, completion.usage, cost)
         if not answer_text(message).strip():
-            run.issue("the summary turn gave no text" + (" (cut by the output limit)" if completion.truncated else ""))
+            cut = f" (cut by {cut_by(completion)})" if completion.truncated else ""
+            run.issue(f"the summary turn gave no text{cut}")
         output, _ = validate_output(self._output_adapter, message)
         yield FinalEvent(self._result(run, output, reason))
 

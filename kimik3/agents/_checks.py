@@ -10,6 +10,8 @@ Each check returns the words the model sees (so it can retry) and the line
 - :func:`summary_problem`: a compaction summary that is empty (reasoning only) or cut.
 - :func:`check_images`: a tool result's image that could never be shown to the model (over the
   decompression-bomb limit, corrupt, a path that cannot be read): the result becomes a tool error.
+- :func:`failed_call_issue`: the issue line of a call answered with a tool error (the tool raised,
+  overran its limit, was denied, unknown, invalid arguments).
 """
 
 from __future__ import annotations
@@ -24,12 +26,12 @@ import anyio.to_thread
 from .._exceptions import MediaError
 from ..tools import ToolResult
 from ..tools import _failures as failures
-from ..tools._failures import FailureText, default_failure_text
+from ..tools._failures import ERROR_PREFIX, FailureText, default_failure_text
 from ..types import AssistantMessage, ChatCompletion, ImagePart, TextPart
 
 __all__ = [
-    "EMPTY_TURN", "UnrunCall", "answer_text", "check_images", "failed_call_errors", "summary_problem", "unrun_calls",
-    "unrun_note",
+    "EMPTY_TURN", "UnrunCall", "answer_text", "check_images", "cut_by", "failed_call_errors", "failed_call_issue",
+    "summary_problem", "unrun_calls", "unrun_note",
 ]  # fmt: skip
 
 EMPTY_TURN = (
@@ -75,8 +77,9 @@ def unrun_calls(completion: ChatCompletion) -> list[UnrunCall]:
     out: list[UnrunCall] = []
     for i, name in enumerate(names):
         if completion.truncated and i == len(names) - 1:
-            out.append(UnrunCall(name, "cut", "was cut by the output limit (max_tokens) before it finished",
-                                 "Make the call again; if its arguments are long, split the work into smaller calls."))
+            out.append(UnrunCall(name, "cut", f"was cut by {cut_by(completion)} before it finished",
+                                 "Make the call again; if its arguments are long, split the work into smaller calls."
+                                 if completion.interrupted is None else "Make the call again."))
         elif completion.raw_text is None:
             out.append(UnrunCall(name, "dropped", "came with arguments that are not one JSON object",
                                  "Make the call again with its arguments as one JSON object."))
@@ -89,9 +92,17 @@ def unrun_calls(completion: ChatCompletion) -> list[UnrunCall]:
     for f in completion.failed_tool_calls:
         out.append(UnrunCall(f.name, "failed", f"came with arguments that could not be decoded ({f.reason})", ""))
     if not out and completion.truncated and completion.message.tool_calls:  # e.g. cut in a call's header
-        out.append(UnrunCall("", "tail", "was cut by the output limit (max_tokens)",
+        out.append(UnrunCall("", "tail", f"was cut by {cut_by(completion)}",
                              "If you meant to make more calls, make them now."))
     return out
+
+
+def cut_by(completion: ChatCompletion) -> str:
+    """What cut a truncated answer, as a phrase: ``"the output limit (max_tokens)"``, or the
+    completion's :attr:`~kimik3.ChatCompletion.interrupted` (``"a closed connection (the stream
+    ended with no finish_reason)"``): a connection that closed mid-answer is never reported as
+    the output limit."""
+    return completion.interrupted or "the output limit (max_tokens)"
 
 
 def unrun_note(calls: list[UnrunCall]) -> str | None:
@@ -113,7 +124,7 @@ def answer_text(message: AssistantMessage) -> str:
 def summary_problem(completion: ChatCompletion) -> str | None:
     """Why a compaction summary cannot replace the history (None when it can): cut, or empty."""
     if completion.truncated:
-        return "was cut by the output limit (max_tokens)"
+        return f"was cut by {cut_by(completion)}"
     if not answer_text(completion.message).strip():
         only_reasoning = bool(completion.message.reasoning_content)
         return "came back empty (no text, only reasoning)" if only_reasoning else "came back empty"
@@ -156,3 +167,17 @@ def failed_call_errors(completion: ChatCompletion) -> dict[str, str]:
         errors[failed.id] = (f"{failed.reason}. The arguments you sent: {sent}. "
                              "Call the tool again with its arguments as one JSON object.")
     return errors
+
+
+_MAX_ISSUE_ERROR = 300  # characters of a failed call's error text kept in its issue line
+
+
+def failed_call_issue(name: str, error: str) -> str:
+    """The :attr:`~kimik3.RunResult.issues` line of a call answered with a tool error: ``"the call
+    to 'grep' failed: ToolTimeoutError: grep did not finish within 60 s ..."`` (the error's first
+    line, ``Error: `` left out, at most 300 characters)."""
+    first = error.removeprefix(ERROR_PREFIX).strip().split("\n", 1)[0]
+    if len(first) > _MAX_ISSUE_ERROR:
+        first = first[:_MAX_ISSUE_ERROR] + "..."
+    who = f"the call to {name!r}" if name else "a call without a tool name"
+    return f"{who} failed: {first}" if first else f"{who} failed"

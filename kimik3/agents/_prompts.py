@@ -7,7 +7,10 @@ changing either changes what that model sees (a test pins both).
 
 from __future__ import annotations
 
-__all__ = ["CODING_INSTRUCTIONS", "COMPACTION_REQUEST", "COMPACTION_RETRY", "CONTINUE_REQUEST", "SUMMARY_INSTRUCTIONS"]
+__all__ = [
+    "CODING_INSTRUCTIONS", "COMPACTION_REQUEST", "COMPACTION_RETRY", "CONTINUE_REQUEST", "INTERRUPTED_REQUEST",
+    "SUMMARY_INSTRUCTIONS",
+]  # fmt: skip
 
 CODING_INSTRUCTIONS = (
     "You are a coding agent. You work in a workspace directory through tools: read, write and "
@@ -33,3 +36,6 @@ COMPACTION_RETRY = "Your summary {problem}. Write the summary again, shorter, as
 
 CONTINUE_REQUEST = "Your last message was cut off by the output limit. Continue where you stopped."
 """Sent after a reply (no tool call) that ``max_tokens`` cut."""
+
+INTERRUPTED_REQUEST = "Your last message was cut off: the connection closed. Continue where you stopped."
+"""Sent instead after a reply (no tool call) whose stream ended before the server finished it."""

@@ -259,7 +259,12 @@ class SessionWriter:
             view = view[os.write(self._fd, view) :]
 
     def _write(self, record: dict[str, Any]) -> None:
-        self._write_bytes((json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8"))
+        text = json.dumps(record, ensure_ascii=False)
+        try:
+            data = text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate (a file name that is not UTF-8): JSON's \udcXX
+            data = json.dumps(record).encode("ascii")  # escape, which json.loads reads back as it was
+        self._write_bytes(data + b"\n")
 
     def message(self, message: Message, usage: Usage | None = None, *, cost: float | None = None,
                 finish_reason: str | None = None) -> None:
@@ -280,7 +285,9 @@ class SessionWriter:
 
     def record(self, kind: str, data: dict[str, Any]) -> None:
         """Append a ``{kind: data}`` record (checkpoints, child sessions); :func:`load_session`
-        skips kinds it does not know."""
+        skips kinds it does not know. Text that is not valid Unicode (a lone surrogate: a file
+        name decoded with ``surrogateescape``) is written as JSON's ``\\udcXX`` escape, so the
+        line is still UTF-8 and ``json.loads`` gives the same string back."""
         self._write({kind: data})
 
     def close(self) -> None:

@@ -63,6 +63,7 @@ from ..types import (
     ToolCall,
     Usage,
 )
+from ..types._results import CLOSED_MID_ANSWER
 from ._arguments import Escaper, decode_arguments, escape_controls
 from ._http import error_from_payload, is_error_payload
 
@@ -517,6 +518,7 @@ class ChatStreamChecker:
             choices=[Choice(message=message, finish_reason=finish)],
             usage=usage,
             truncated=self._truncated,
+            interrupted=CLOSED_MID_ANSWER if self._truncated and self._finish_reason is None else None,
             dropped_tool_calls=list(self._dropped),
             failed_tool_calls=list(self._failed),
         )

@@ -5,12 +5,14 @@ small module joined to the :class:`~kimik3.Agent` through :class:`~kimik3.agents
 """
 
 from ._background import BackgroundProcesses, SandboxHooks
-from ._checkpoints import WRITING_TOOLS, Checkpoints, session_checkpoints, undo
+from ._checkpoints import WRITING_TOOLS, Checkpoints
 from ._harness import FEATURES, CodingHarness, Feature, background_tools, patch_tools
 from ._instructions import AGENTS_FILE, MAX_INSTRUCTIONS_BYTES, MAX_TOTAL_INSTRUCTIONS_BYTES, ProjectInstructions
 from ._patch import EditSpec, FileAccess, apply_edits, apply_patch_text, parse_patch
+from ._records import session_checkpoints
 from ._tasks import SUBAGENT_INSTRUCTIONS, SubAgents
 from ._tracking import ReadTracker
+from ._undo import undo
 
 __all__ = [
     "AGENTS_FILE",

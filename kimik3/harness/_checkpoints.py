@@ -1,33 +1,45 @@
-"""Checkpoints and undo: the workspace is recorded around every turn that may write files, and
-:func:`undo` puts the files a run's later turns changed back as they were.
+"""Checkpoints: the workspace is recorded around every turn that may write files, so that
+:func:`~kimik3.harness.undo` (:mod:`._undo`) can put back what a run's later turns changed.
 
 In a git repository a snapshot is a commit of the whole working tree, untracked files included
 (ignored ones only when a file tool names them), built in a temporary index (``GIT_INDEX_FILE``,
 seeded from the user's index for its stat cache) with ``git add -A``, ``write-tree`` and
 ``commit-tree``, and kept alive by a side ref ``refs/kimik3/<session>/turn-N`` (the "after" commit,
-its parent the "before" one); the user's index, HEAD, branches and working tree are never touched.
-Elsewhere the files a turn's file tools name are copied before the turn (``bash`` changes are then
-not covered). Each turn that changed files appends a ``{"checkpoint": {...}}`` record to the
-session: the turn, the snapshots and the changed paths. Like ``git stash -u``, untracked files that
-are not ignored are stored in the repository's object database; the refs stay until removed (``git
-for-each-ref refs/kimik3 --format='delete %(refname)' | git update-ref --stdin``, then ``git gc``).
+its parent the "before" one; ``<session>`` is the session file's name with every character but
+letters, digits, ``_`` and ``-`` replaced, so any name makes a valid ref); the user's index, HEAD,
+branches and working tree are never touched. A sparse checkout is recorded as the files on disk
+are (the temporary index has no skip-worktree bits and ``core.sparseCheckout`` is off for it), so
+writes outside the cone are covered. Elsewhere the files a turn's file tools name are copied
+before the turn (each path resolved as the file tools resolve it), into ``<session
+file>.checkpoints/turn-N/``.
 
-:func:`undo` restores only paths the undone turns changed; the user's other changes stay. It
-refuses (:class:`~kimik3.CheckpointError`) when one of those files changed after the agent's last
-turn, unless ``force``. Bytes are kept exactly: ``core.autocrlf`` is off for snapshots and
-restores; a file under ``.gitattributes`` conversions (``text``, ``eol``, ``filter``: LFS) is
-restored through git's own filters (``cat-file --filters``), as a checkout would write it (a file
-mixing line endings under ``eol=crlf`` comes back with CRLF throughout).
+Each turn that changed files appends a ``{"checkpoint": {...}}`` record to the session::
+
+    {"turn": N, "kind": "git", "root": "<workspace>", "before": "<commit>", "after": "<commit>",
+     "changed": ["a.txt", ...], "uncovered": {"vendor/lib": "<why>"}}
+    {"turn": N, "kind": "copy", "root": "<workspace>", "dir": "<store>/turn-N",
+     "files": {"a.txt": "0.bin" | null}, "after": {"a.txt": "<sha256>" | null}, "changed": [...],
+     "uncovered": {".": "<why>"}}
+
+``uncovered`` names what the checkpoint could not record, so undo can say so instead of
+reporting success: a submodule or nested repository whose files changed (its own files are not
+in the outer snapshots; a gitlink that moved is not restored either), and, outside git, a turn
+that ran ``bash`` or a sub-agent (``"."``: what commands change is not known there). A turn
+whose only changes are uncovered still gets a record (``changed`` empty).
+
+Like ``git stash -u``, untracked files that are not ignored are stored in the repository's object
+database; the refs stay until removed (``git for-each-ref refs/kimik3 --format='delete
+%(refname)' | git update-ref --stdin``, then ``git gc``). Bytes are kept exactly:
+``core.autocrlf`` is off for snapshots and restores.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import tempfile
 from collections.abc import Sequence
@@ -36,27 +48,44 @@ from typing import Any
 
 import anyio.to_thread
 
-from .._exceptions import CheckpointError
+from .._exceptions import CheckpointError, ToolError
 from ..agents import RunHooks, SessionWriter
+from ..tools.coding._api import Workspace
 from ..types import ToolCall
 
-__all__ = ["WRITING_TOOLS", "Checkpoints", "undo"]
+__all__ = ["WRITING_TOOLS", "Checkpoints", "git_root"]
 
 WRITING_TOOLS = frozenset({"write_file", "edit_file", "multi_edit", "apply_patch", "bash", "task"})
 """Tools whose turn gets a checkpoint (``task``: sub-agents may write)."""
-_FILE_TOOLS = frozenset({"write_file", "edit_file", "multi_edit", "apply_patch"})
+FILE_TOOLS = frozenset({"write_file", "edit_file", "multi_edit", "apply_patch"})
 _GIT_CONFIG = ("-c", "core.autocrlf=false", "-c", "core.safecrlf=false", "-c", "core.fsmonitor=false",
-               "-c", "core.quotepath=false")
+               "-c", "core.quotepath=false", "-c", "core.sparseCheckout=false", "-c", "index.sparse=false")
 _IDENTITY = {"GIT_AUTHOR_NAME": "kimik3", "GIT_AUTHOR_EMAIL": "kimik3@localhost",
              "GIT_COMMITTER_NAME": "kimik3", "GIT_COMMITTER_EMAIL": "kimik3@localhost"}
+_NO_COMMIT = re.compile(r"error: '(.+)/' does not have a commit checked out")
+_MAX_NESTED_DEPTH = 4  # nested repositories inside nested repositories fingerprinted this deep
+_MAX_SKIPPED = 64  # nested repositories without a commit excluded from one ``git add``
+_NESTED_NOTE = ("a submodule or nested repository: the files inside it are not in the checkpoints, and "
+                "undo does not move its HEAD")
+_UNRECORDED_NOTE = ("outside a git repository the changes {tools} made are not recorded (only the files the file "
+                    "tools name are copied)")
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
-def _git(cwd: Path, *args: str, env: dict[str, str] | None = None, data: bytes | None = None) -> bytes:
+def git_run(cwd: Path, *args: str, env: dict[str, str] | None = None, data: bytes | None = None
+            ) -> subprocess.CompletedProcess[bytes]:
+    """``git <args>`` in ``cwd`` with kimik3's byte-exact settings; CheckpointError when git
+    cannot run at all."""
     try:
-        proc = subprocess.run(["git", *_GIT_CONFIG, *args], cwd=cwd, input=data, capture_output=True,
+        return subprocess.run(["git", *_GIT_CONFIG, *args], cwd=cwd, input=data, capture_output=True,
                               env=env, check=False)
     except OSError as e:
         raise CheckpointError(f"cannot run git: {e}") from e
+
+
+def git(cwd: Path, *args: str, env: dict[str, str] | None = None, data: bytes | None = None) -> bytes:
+    """The output of ``git <args>``; CheckpointError (git's message) when it fails."""
+    proc = git_run(cwd, *args, env=env, data=data)
     if proc.returncode != 0:
         raise CheckpointError(f"git {args[0]} failed: {proc.stderr.decode('utf-8', 'replace').strip()}")
     return proc.stdout
@@ -68,60 +97,152 @@ def git_root(root: Path) -> Path | None:
     if shutil.which("git") is None:
         return None
     try:
-        inside, gitdir = _git(root, "rev-parse", "--is-inside-work-tree", "--absolute-git-dir").decode().splitlines()
+        inside, gitdir = git(root, "rev-parse", "--is-inside-work-tree", "--absolute-git-dir").decode().splitlines()
     except (CheckpointError, ValueError):
         return None
     return Path(gitdir) if inside == "true" else None
 
 
-class _GitSnapshots:
-    def __init__(self, root: Path, gitdir: Path, ref_base: str) -> None:
+def literal(path: str) -> str:
+    """A pathspec that means exactly ``path`` (no glob, no magic)."""
+    return f":(literal){path}"
+
+
+class GitSnapshots:
+    """Snapshots of one work tree (or a part of it) in a private index.
+
+    Args:
+        root: the directory snapshotted (the workspace: a repository's top or a folder in it).
+        gitdir: the repository's git directory (its index seeds the private one).
+        ref_base: where :meth:`keep` puts refs (``refs/kimik3/<stamp>``).
+        depth: how deep this repository is nested in the workspace's (0: the workspace's own).
+    """
+
+    def __init__(self, root: Path, gitdir: Path, ref_base: str, depth: int = 0) -> None:
         self.root = root
         self.ref_base = ref_base
+        self.depth = depth
         self._tmp = Path(tempfile.mkdtemp(prefix="kimik3-index-"))
         self.index = self._tmp / "index"
         user_index = gitdir / "index"
         if user_index.is_file():
             shutil.copy2(user_index, self.index)  # its mtime too: git's racy-clean check needs it
         self.env = {**os.environ, **_IDENTITY, "GIT_INDEX_FILE": str(self.index)}
+        self.skipped: list[str] = []  # nested repositories without a commit (from the top): left out of ``add``
+        self.prefix = git(root, "rev-parse", "--show-prefix").decode("utf-8", "surrogateescape").strip()
+        self._nested: dict[str, GitSnapshots] = {}
+        self._links: tuple[str, set[str]] | None = None  # (tree, its gitlinks), see gitlinks()
+        if self.index.exists():  # the disk as it is: no skip-worktree entry (a sparse checkout)
+            tags = git(root, "ls-files", "-t", "-z", "--full-name", env=self.env).split(b"\0")
+            sparse = b"".join(t[2:] + b"\0" for t in tags if t.startswith(b"S "))
+            if sparse:
+                git(root, "update-index", "--no-skip-worktree", "-z", "--stdin", env=self.env, data=sparse)
 
     def tree(self, named: Sequence[str] = ()) -> str:
-        """The tree of the working tree under the workspace (``add -A`` into the private index),
-        with the files of ``named`` (paths the file tools name) even when ``.gitignore`` skips them."""
-        _git(self.root, "add", "-A", "--", ".", env=self.env)
-        files = [rel for p in named if (rel := _inside(self.root, p)) is not None and (self.root / rel).is_file()]
-        if files:
-            with contextlib.suppress(CheckpointError):  # e.g. in a nested repository: left uncovered
-                _git(self.root, "add", "-f", "--", *files, env=self.env)
-        return _git(self.root, "write-tree", env=self.env).decode().strip()
+        """The tree of the working tree under :attr:`root` (``add -A`` into the private index),
+        with the files of ``named`` (workspace-relative paths the file tools name) even when
+        ``.gitignore`` skips them. A nested repository without a commit (``git add`` refuses it)
+        is left out and fingerprinted like the others (:meth:`nested_states`)."""
+        for _ in range(_MAX_SKIPPED):
+            excludes = [f":(top,exclude,literal){p}" for p in self.skipped]
+            proc = git_run(self.root, "add", "-A", "--", ".", *excludes, env=self.env)
+            if proc.returncode == 0:
+                break
+            message = proc.stderr.decode("utf-8", "surrogateescape")
+            found = [p for p in _NO_COMMIT.findall(message) if p not in self.skipped]
+            if not found:
+                raise CheckpointError(f"git add failed: {message.strip()}")
+            self.skipped += found
+        else:
+            raise CheckpointError(f"git add failed: more than {_MAX_SKIPPED} nested repositories without a commit")
+        files = [literal(p) for p in named if self._is_file(p)]
+        if files and git_run(self.root, "add", "-f", "--", *files, env=self.env).returncode != 0:
+            for one in files:  # one by one: git refuses a path inside a nested repository (uncovered)
+                git_run(self.root, "add", "-f", "--", one, env=self.env)
+        return git(self.root, "write-tree", env=self.env).decode().strip()
+
+    def _is_file(self, rel: str) -> bool:
+        try:
+            with Workspace(self.root).locate(rel, follow_symlinks=False, literal=True) as loc:
+                return loc.name is not None and stat.S_ISREG(
+                    os.stat(loc.name, dir_fd=loc.dir_fd, follow_symlinks=False).st_mode)
+        except (ToolError, OSError):
+            return False
+
+    def gitlinks(self, tree: str, changes: dict[str, tuple[str, str]] | None = None) -> set[str]:
+        """The workspace-relative paths of the gitlinks (submodules, nested repositories) in
+        ``tree``: listed once, then kept up to date from what changed since the last tree
+        (``changes``: :meth:`diff` from that tree to this one, when the caller has it)."""
+        if self._links is None:
+            listing = git(self.root, "ls-tree", "-r", "-z", tree, "--", ".").decode("utf-8", "surrogateescape")
+            links = {entry.split("\t", 1)[1] for entry in listing.split("\0") if entry.startswith("160000 ")}
+        elif self._links[0] != tree:
+            links = set(self._links[1])
+            for path, (_, new) in (changes if changes is not None else self.diff(self._links[0], tree)).items():
+                (links.add if new == "160000" else links.discard)(path)
+        else:
+            return self._links[1]
+        self._links = (tree, links)
+        return links
+
+    def nested_states(self, tree: str, changes: dict[str, tuple[str, str]] | None = None) -> dict[str, str]:
+        """``{workspace-relative path: fingerprint}`` of each nested repository or submodule with
+        a work tree of its own (checked out) in the working tree whose :meth:`tree` is ``tree``,
+        fingerprinted by the tree of its files (and of its own nested ones), so any change inside
+        it shows (``changes``: as :meth:`gitlinks`)."""
+        states: dict[str, str] = {}
+        skipped = [p.removeprefix(self.prefix) for p in self.skipped if p.startswith(self.prefix)]
+        for rel in sorted({*self.gitlinks(tree, changes), *skipped}):
+            where = self.root / rel
+            if self.depth >= _MAX_NESTED_DEPTH or not os.path.lexists(where / ".git") or where.is_symlink():
+                continue
+            snap = self._nested.get(rel)
+            if snap is None:
+                gitdir = git_root(where)
+                if gitdir is None:
+                    continue
+                snap = self._nested[rel] = GitSnapshots(where, gitdir, self.ref_base, self.depth + 1)
+            try:
+                inner = snap.tree()
+                deeper = snap.nested_states(inner)
+            except CheckpointError as e:  # unreadable: a state that never equals another
+                states[rel] = f"error {e} {os.urandom(8).hex()}"
+                continue
+            states[rel] = hashlib.sha256(repr((inner, sorted(deeper.items()))).encode()).hexdigest()
+        return states
 
     def commit(self, tree: str, parent: str | None, message: str) -> str:
         parents = ["-p", parent] if parent else []
-        return _git(self.root, "commit-tree", tree, *parents, "-m", message, env=self.env).decode().strip()
+        return git(self.root, "commit-tree", tree, *parents, "-m", message, env=self.env).decode().strip()
 
     def keep(self, name: str, commit: str) -> None:
         """Point ``<ref_base>/<name>`` at ``commit`` (so gc keeps it and its parents)."""
-        _git(self.root, "update-ref", f"{self.ref_base}/{name}", commit)
+        git(self.root, "update-ref", f"{self.ref_base}/{name}", commit)
 
-    def changed(self, before: str, after: str) -> list[str]:
-        out = _git(self.root, "diff-tree", "-r", "-z", "--no-renames", "--name-only", "--relative", before, after)
-        return sorted(p for p in out.decode("utf-8", "surrogateescape").split("\0") if p)
+    def diff(self, before: str, after: str) -> dict[str, tuple[str, str]]:
+        """``{workspace-relative path: (mode before, mode after)}`` of what differs between two
+        commits (``000000``: absent; ``160000``: a gitlink)."""
+        out = git(self.root, "diff-tree", "-r", "-z", "--no-renames", "--relative", before, after)
+        fields = out.decode("utf-8", "surrogateescape").split("\0")
+        found: dict[str, tuple[str, str]] = {}
+        for meta, path in zip(fields[0::2], fields[1::2], strict=False):
+            modes = meta.lstrip(":").split(" ")
+            if path and len(modes) >= 2:
+                found[path] = (modes[0], modes[1])
+        return found
 
     def close(self) -> None:
+        for snap in self._nested.values():
+            snap.close()
         shutil.rmtree(self._tmp, ignore_errors=True)
 
 
-def _inside(root: Path, path: str) -> str | None:
-    """``path`` relative to ``root`` (None outside it)."""
-    p = Path(os.path.normpath(root / path))
-    return p.relative_to(root).as_posix() if p.is_relative_to(root) and p != root else None
-
-
-def _digest(path: Path) -> str | None:
-    try:
-        return hashlib.sha256(path.read_bytes()).hexdigest() if not path.is_symlink() else None
-    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-        return None
+def ref_stem(session: SessionWriter | None) -> str:
+    """The session's part of the ref names: its file name without ``.jsonl``, every character
+    but ASCII letters, digits, ``_`` and ``-`` replaced by ``_`` (git's ref-name rules forbid a
+    leading dot, ``..``, ``.lock`` and more; none of those can remain)."""
+    stem = session.path.name.removesuffix(".jsonl") if session is not None else "run"
+    return re.sub(r"[^A-Za-z0-9_-]", "_", stem) or "run"
 
 
 def _call_paths(calls: Sequence[ToolCall]) -> list[str]:
@@ -129,7 +250,7 @@ def _call_paths(calls: Sequence[ToolCall]) -> list[str]:
 
     paths: list[str] = []
     for call in calls:
-        if call.function.name not in _FILE_TOOLS:
+        if call.function.name not in FILE_TOOLS:
             continue
         try:
             args = call.function.parsed_arguments()
@@ -142,13 +263,47 @@ def _call_paths(calls: Sequence[ToolCall]) -> list[str]:
     return paths
 
 
+def _hash(fd: int) -> str | None:
+    """SHA-256 of the open file ``fd`` (closed here), None when it is not a regular file."""
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    with os.fdopen(fd, "rb") as f:
+        h = hashlib.sha256()
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def digest(ws: Workspace, rel: str) -> str | None:
+    """SHA-256 of the regular file ``rel`` (walked from the root, no symlink followed), None when
+    it is missing or not a regular file."""
+    try:
+        with ws.locate(rel, follow_symlinks=False, literal=True) as loc:
+            if loc.name is None:
+                return None
+            fd = os.open(loc.name, _READ_FLAGS, dir_fd=loc.dir_fd)
+    except (ToolError, OSError):
+        return None
+    return _hash(fd)
+
+
+def copy_digest(path: Path) -> str | None:
+    """SHA-256 of a checkpoint copy (never through a symlink), None when it cannot be read."""
+    try:
+        return _hash(os.open(path, _READ_FLAGS))
+    except OSError:
+        return None
+
+
 class Checkpoints(RunHooks):
     """Records the workspace around each turn that may write (see the module docstring).
 
     Args:
         root: the workspace root.
         store: where non-git copies go (default: ``<session file>.checkpoints/``; without a
-            session, a temporary directory removed at the end of the run).
+            session, a temporary directory removed at the end of the run). Pass the same
+            ``store`` to :func:`~kimik3.harness.undo`.
         writing_tools: names of the tools that trigger a checkpoint.
 
     Attributes:
@@ -158,17 +313,19 @@ class Checkpoints(RunHooks):
     def __init__(self, root: str | os.PathLike[str], *, store: str | os.PathLike[str] | None = None,
                  writing_tools: frozenset[str] = WRITING_TOOLS) -> None:
         self.root = Path(root).resolve()
+        self.ws = Workspace(self.root)
         self.store = Path(store) if store is not None else None
         self.writing_tools = writing_tools
         self.records: list[dict[str, Any]] = []
         self._session: SessionWriter | None = None
-        self._git: _GitSnapshots | None = None
+        self._git: GitSnapshots | None = None
         self._offset = 0
         self._before: str | None = None
-        self._last: tuple[str, str] | None = None  # (tree, commit) after the last writing turn
-        self._before_tree = ""
+        self._last: tuple[str, str, dict[str, str]] | None = None  # (tree, commit, nested) after the last turn
+        self._before_state: tuple[str, dict[str, str]] = ("", {})
         self._copies: dict[str, str | None] = {}
         self._named: list[str] = []
+        self._pending: list[str] = []
         self._tmp_store: Path | None = None
 
     async def run_start(self, session: SessionWriter | None) -> None:
@@ -178,9 +335,8 @@ class Checkpoints(RunHooks):
             self._offset = text.count('{"message": {"role": "assistant"')
         gitdir = await anyio.to_thread.run_sync(git_root, self.root)
         if gitdir is not None:
-            stem = re.sub(r"[^A-Za-z0-9._-]", "_", session.path.stem if session else "run")
-            stamp = f"{stem}-{os.getpid()}-{id(self):x}"
-            self._git = _GitSnapshots(self.root, gitdir, f"refs/kimik3/{stamp}")
+            stamp = f"{ref_stem(session)}-{os.getpid()}-{id(self):x}"
+            self._git = await anyio.to_thread.run_sync(GitSnapshots, self.root, gitdir, f"refs/kimik3/{stamp}")
         elif self.store is None:
             if session is not None:
                 self.store = session.path.with_name(session.path.name + ".checkpoints")
@@ -191,37 +347,66 @@ class Checkpoints(RunHooks):
     def _wants(self, calls: Sequence[ToolCall]) -> bool:
         return any(c.function.name in self.writing_tools for c in calls)
 
+    def _named_files(self, calls: Sequence[ToolCall]) -> tuple[list[str], list[str]]:
+        """The workspace-relative paths the turn's file tools name, resolved as those tools resolve
+        them (symlinks inside the workspace followed), and the paths that cannot be resolved now
+        (a directory on the way is missing: the tool may make it). Paths that lead outside the
+        workspace are never resolved."""
+        out: list[str] = []
+        pending: list[str] = []
+        for path in _call_paths(calls):
+            try:
+                with self.ws.locate(path) as loc:
+                    if loc.name is not None:
+                        out.append(loc.rel)
+            except ToolError:
+                pending.append(path)
+        return list(dict.fromkeys(out)), pending
+
     async def before_tools(self, turn: int, calls: Sequence[ToolCall]) -> None:
         self._before = None
         self._copies = {}
         if not self._wants(calls):
             return
         n = turn + self._offset
+        self._named, self._pending = await anyio.to_thread.run_sync(self._named_files, calls)
         if self._git is not None:
-            self._named = _call_paths(calls)
             self._before = await anyio.to_thread.run_sync(self._git_before, n)
-            return
+        else:
+            await anyio.to_thread.run_sync(self._copy_before, n)
+
+    def _copy_before(self, n: int) -> None:
         assert self.store is not None
         folder = self.store / f"turn-{n}"
-        for i, path in enumerate(dict.fromkeys(_call_paths(calls))):
-            p = Path(os.path.normpath(self.root / path))
-            if not p.is_relative_to(self.root) or (p.exists() and not p.is_file()):
+        for i, rel in enumerate(self._named):
+            try:
+                with self.ws.locate(rel, follow_symlinks=False, literal=True) as loc:
+                    assert loc.name is not None
+                    fd = os.open(loc.name, _READ_FLAGS, dir_fd=loc.dir_fd)
+            except FileNotFoundError:
+                self._copies[rel] = None  # made by the turn: undo removes it
                 continue
-            rel = p.relative_to(self.root).as_posix()
-            if rel in self._copies:
+            except (ToolError, OSError, AssertionError):
                 continue
-            if p.is_file():
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                os.close(fd)
+                continue
+            with os.fdopen(fd, "rb") as src:
                 folder.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(p, folder / f"{i}.bin", follow_symlinks=False)
-                self._copies[rel] = f"{i}.bin"
-            else:
-                self._copies[rel] = None
+                name = f"{i}.bin"
+                with open(folder / name, "xb") as dst:
+                    shutil.copyfileobj(src, dst)
+                    os.chmod(dst.fileno(), stat.S_IMODE(st.st_mode))
+                    os.utime(dst.fileno(), ns=(st.st_atime_ns, st.st_mtime_ns))
+            self._copies[rel] = name
 
     def _git_before(self, n: int) -> str:
         """The commit of the state before turn ``n``: the last turn's "after" when nothing changed
         since (no new object, no ref), else a new parentless commit."""
         assert self._git is not None
-        tree = self._before_tree = self._git.tree(self._named)
+        tree = self._git.tree(self._named)
+        self._before_state = (tree, self._git.nested_states(tree))
         if self._last is not None and self._last[0] == tree:
             return self._last[1]
         return self._git.commit(tree, None, f"kimik3 checkpoint before turn {n}")
@@ -230,16 +415,58 @@ class Checkpoints(RunHooks):
         """The record of turn ``n`` (None when it changed nothing). One ref per turn,
         ``turn-N``, on the "after" commit whose parent is the "before" one."""
         assert self._git is not None
-        git = self._git
-        tree = git.tree(self._named)
-        if tree == self._before_tree:
-            self._last = (tree, before)
+        snap = self._git
+        tree = snap.tree(self._named + self._pending_now())
+        old_tree, old_nested = self._before_state
+        after, changes = before, {}
+        if tree != old_tree:
+            after = snap.commit(tree, before, f"kimik3 checkpoint after turn {n}")
+            changes = snap.diff(before, after)
+        nested = snap.nested_states(tree, changes)
+        uncovered = {p: _NESTED_NOTE for p in sorted({*nested, *old_nested}) if nested.get(p) != old_nested.get(p)}
+        self._last = (tree, after, nested)
+        if tree == old_tree:
+            return {"turn": n, "kind": "git", "root": str(self.root), "before": before, "after": before,
+                    "changed": [], "uncovered": uncovered} if uncovered else None
+        snap.keep(f"turn-{n}", after)
+        changed = []
+        for path, modes in sorted(changes.items()):
+            if "160000" in modes:  # a gitlink: a submodule's HEAD moved, or a repository appeared
+                uncovered[path] = _NESTED_NOTE
+            else:
+                changed.append(path)
+        record = {"turn": n, "kind": "git", "root": str(self.root), "before": before, "after": after,
+                  "changed": changed}
+        return {**record, "uncovered": dict(sorted(uncovered.items()))} if uncovered else record
+
+    def _pending_now(self) -> list[str]:
+        """The paths that could not be resolved before the turn, resolved now (made by it)."""
+        out = []
+        for path in self._pending:
+            try:
+                with self.ws.locate(path) as loc:
+                    if loc.name is not None:
+                        out.append(loc.rel)
+            except ToolError:
+                continue
+        return out
+
+    def _copy_after(self, n: int, calls: Sequence[ToolCall]) -> dict[str, Any] | None:
+        assert self.store is not None
+        folder = self.store / f"turn-{n}"
+        for rel in self._pending_now():  # its directory did not exist before the turn: neither did it
+            self._copies.setdefault(rel, None)
+        digests = {rel: digest(self.ws, rel) for rel in self._copies}
+        changed = sorted(rel for rel, name in self._copies.items()
+                         if digests[rel] != (copy_digest(folder / name) if name else None))
+        others = sorted({c.function.name for c in calls if c.function.name not in FILE_TOOLS} & self.writing_tools)
+        uncovered = {".": _UNRECORDED_NOTE.format(tools=" and ".join(others))} if others else {}
+        if not changed and not uncovered:
             return None
-        after = git.commit(tree, before, f"kimik3 checkpoint after turn {n}")
-        git.keep(f"turn-{n}", after)
-        self._last = (tree, after)
-        return {"turn": n, "kind": "git", "root": str(self.root), "before": before, "after": after,
-                "changed": git.changed(before, after)}
+        record = {"turn": n, "kind": "copy", "root": str(self.root), "dir": str(folder.absolute()),
+                  "files": {rel: self._copies[rel] for rel in changed},
+                  "after": {rel: digests[rel] for rel in changed}, "changed": changed}
+        return {**record, "uncovered": uncovered} if uncovered else record
 
     async def after_tools(self, turn: int, calls: Sequence[ToolCall]) -> None:
         if not self._wants(calls):
@@ -248,18 +475,11 @@ class Checkpoints(RunHooks):
         record: dict[str, Any] | None
         if self._git is not None and self._before is not None:
             record = await anyio.to_thread.run_sync(self._git_after, n, self._before)
-        elif self._git is None and self._copies:
-            assert self.store is not None
-            digests = {rel: _digest(self.root / rel) for rel in self._copies}
-            folder = self.store / f"turn-{n}"
-            changed = sorted(rel for rel, name in self._copies.items()
-                             if digests[rel] != (_digest(folder / name) if name else None))
-            record = {"turn": n, "kind": "copy", "root": str(self.root), "dir": str(folder),
-                      "files": {rel: self._copies[rel] for rel in changed},
-                      "after": {rel: digests[rel] for rel in changed}, "changed": changed}
+        elif self._git is None:
+            record = await anyio.to_thread.run_sync(self._copy_after, n, calls)
         else:
             return
-        if record is None or not record["changed"]:
+        if record is None:
             return
         self.records.append(record)
         if self._session is not None:
@@ -270,149 +490,3 @@ class Checkpoints(RunHooks):
             self._git.close()
         if self._tmp_store is not None:
             shutil.rmtree(self._tmp_store, ignore_errors=True)
-
-
-# -- undo ------------------------------------------------------------------------------------
-
-
-def session_checkpoints(session: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """The checkpoint records of a session file, in order, without the turns an undo took back.
-
-    Raises:
-        CheckpointError: the file cannot be read.
-    """
-    try:
-        lines = Path(session).read_text(encoding="utf-8").splitlines()
-    except OSError as e:
-        raise CheckpointError(f"cannot read session {session}: {e}") from e
-    records: list[dict[str, Any]] = []
-    for line in lines:
-        if not line.startswith(('{"checkpoint"', '{"undo"')):
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a torn last line
-        if isinstance(record.get("checkpoint"), dict):
-            records.append(record["checkpoint"])
-        elif isinstance(record.get("undo"), dict):  # turns after an undo's target are undone
-            records = [r for r in records if r["turn"] <= record["undo"]["to"]]
-    return records
-
-
-def _write(path: Path, data: bytes, mode: str) -> None:
-    if path.is_symlink() or (path.exists() and not path.is_file()):
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        else:
-            path.unlink()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if mode == "120000":
-        path.unlink(missing_ok=True)
-        os.symlink(os.fsdecode(data), path)
-        return
-    path.write_bytes(data)
-    os.chmod(path, 0o755 if mode == "100755" else 0o644)
-
-
-def _remove(path: Path, root: Path) -> None:
-    if path.is_symlink() or path.is_file():
-        path.unlink()
-    parent = path.parent
-    while parent != root and parent.is_relative_to(root):  # directories the agent made, now empty
-        try:
-            parent.rmdir()
-        except OSError:
-            break
-        parent = parent.parent
-
-
-def _restore_git(root: Path, first: dict[str, Any], later: list[dict[str, Any]], paths: list[str],
-                 force: bool) -> None:
-    if not force:
-        git = _GitSnapshots(root, Path(_git(root, "rev-parse", "--absolute-git-dir").decode().strip()),
-                            "refs/kimik3/undo")
-        try:
-            now = git.commit(git.tree(paths), None, "kimik3 undo check")
-            git.keep("now", now)
-            last: dict[str, str] = {}
-            for rec in later:
-                for p in rec["changed"]:
-                    last[p] = rec["after"]
-            drifted = [p for p in paths if p in git.changed(last[p], now)]
-        finally:
-            _git(root, "update-ref", "-d", "refs/kimik3/undo/now")
-            git.close()
-        if drifted:
-            raise CheckpointError("changed after the agent's last turn (use --force to overwrite): "
-                                  + ", ".join(drifted))
-    listing = _git(root, "ls-tree", "-z", first["before"], "--", *paths).decode("utf-8", "surrogateescape")
-    entries = {}
-    for entry in filter(None, listing.split("\0")):
-        meta, name = entry.split("\t", 1)
-        mode, _, sha = meta.split()
-        entries[name] = (mode, sha)
-    prefix = _git(root, "rev-parse", "--show-prefix").decode().strip()
-    for p in paths:
-        target = root / p
-        found = entries.get(prefix + p) or entries.get(p)
-        if found is None:
-            _remove(target, root)
-        else:
-            name = prefix + p  # <rev>:<path> takes the path from the repository's top
-            # --filters: smudge and eol conversion as a checkout would write it (LFS, eol=crlf)
-            data = _git(root, "cat-file", "--filters", f"{first['before']}:{name}") if found[0] != "120000" \
-                else _git(root, "cat-file", "blob", found[1])
-            _write(target, data, found[0])
-
-
-def _restore_copies(root: Path, later: list[dict[str, Any]], paths: list[str], force: bool) -> None:
-    if not force:
-        last: dict[str, str | None] = {}
-        for rec in later:
-            last.update(rec["after"])
-        drifted = [p for p in paths if _digest(root / p) != last[p]]
-        if drifted:
-            raise CheckpointError("changed after the agent's last turn (use --force to overwrite): "
-                                  + ", ".join(drifted))
-    done: set[str] = set()
-    for rec in later:  # the first backup after the target turn holds the state to go back to
-        for rel, name in rec["files"].items():
-            if rel in done:
-                continue
-            done.add(rel)
-            if name is None:
-                _remove(root / rel, root)
-            else:
-                _write(root / rel, (Path(rec["dir"]) / name).read_bytes(), "100644")
-                shutil.copystat(Path(rec["dir"]) / name, root / rel)
-
-
-def undo(session: str | os.PathLike[str], to_turn: int = 0, *, force: bool = False) -> list[str]:
-    """Put back the files that turns after ``to_turn`` changed, as they were after ``to_turn``.
-
-    Args:
-        session: a session file with checkpoint records.
-        to_turn: the turn to go back to (0: before the first recorded change).
-        force: overwrite files that changed after the agent's last turn.
-
-    Returns:
-        The restored workspace-relative paths (removed ones included), sorted. An
-        ``{"undo": {...}}`` record is appended to the session, so a later undo starts from here.
-
-    Raises:
-        CheckpointError: no checkpoints after ``to_turn``, a drifted file (without ``force``),
-            git failing.
-    """
-    records = [r for r in session_checkpoints(session) if r["turn"] > to_turn]
-    if not records:
-        raise CheckpointError(f"{session}: no recorded changes after turn {to_turn}; nothing to undo")
-    root = Path(records[0]["root"])
-    paths = sorted({p for r in records for p in r["changed"]})
-    if records[0]["kind"] == "git":
-        _restore_git(root, records[0], records, paths, force)
-    else:
-        _restore_copies(root, records, paths, force)
-    with open(session, "a", encoding="utf-8") as f:
-        f.write(json.dumps({"undo": {"to": to_turn, "paths": paths}}) + "\n")
-    return paths

@@ -153,7 +153,8 @@ class CodingHarness:
     Raises:
         ToolDefinitionError: ``root`` is not a directory.
         SandboxUnavailableError: ``sandbox="bwrap"`` where bubblewrap cannot run.
-        UserError: an unknown feature.
+        UserError: an unknown feature; ``bash_timeout`` is not a whole number of seconds from 1
+            to a week.
     """
 
     def __init__(self, root: str | os.PathLike[str], *, features: Iterable[Feature] = FEATURES,

@@ -8,7 +8,9 @@ unless allowed. Text handling is ``edit_file``'s (:mod:`kimik3.tools.coding._fil
 undecodable bytes kept byte for byte, a BOM kept, legacy 8-bit files as Latin-1; ``multi_edit``
 matches line endings loosely and keeps each line's own ending; ``apply_patch`` compares lines
 without their endings and gives each new line the file's usual ending. If a write fails midway,
-the files already written are put back as they were and the call fails.
+the files already written are put back as they were and the call fails. Every file's new text is
+written to a temporary file first and renamed into place only while the call is live
+(:mod:`kimik3.tools.coding._write`): a call reported as timed out changes nothing afterwards.
 """
 
 from __future__ import annotations
@@ -21,19 +23,24 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from .._exceptions import ToolError
+from ..tools._limits import commit_point
 from ..tools._truncate import truncate_middle
 from ..tools.coding._api import (
     MAX_EDIT_BYTES,
+    Staged,
     Workspace,
     decode,
     encode,
     is_binary,
-    overwrite,
+    lines_and_endings,
+    replace,
     replace_keeping_endings,
     sniff_encoding,
     split_lines,
+    stage,
     to_utf8,
     unified_diff,
+    usual_ending,
 )
 
 __all__ = ["EditSpec", "FileAccess", "apply_edits", "apply_patch_text", "parse_patch", "patch_paths"]
@@ -84,16 +91,17 @@ class FileAccess:
         return data
 
     def write(self, path: str, data: bytes) -> str:
-        """Write ``data`` to ``path`` in place (made, with its directories, when missing); its
-        workspace-relative path."""
-        fd, rel, _ = self.ws.open_file(path, write=True, read=False, create=True, hard_links=self.hard_links)
-        try:
-            overwrite(fd, data, path)
-        finally:
-            os.close(fd)
-        return rel
+        """Make ``data`` the content of ``path`` (made, with its directories, when missing), only
+        while the call is live (:mod:`kimik3.tools.coding._write`); its workspace-relative path."""
+        return replace(self.ws, path, data, hard_links=self.hard_links)
+
+    def stage(self, path: str, data: bytes) -> Staged:
+        """``data`` ready to become ``path``'s content (:func:`~kimik3.tools.coding._write.stage`)."""
+        return stage(self.ws, path, data, hard_links=self.hard_links)
 
     def delete(self, path: str) -> None:
+        """Remove the file ``path`` (only while the call is live)."""
+        commit_point()
         with self.ws.locate(path) as loc:
             if loc.name is None:
                 raise ToolError(f"{path} is a directory")
@@ -107,7 +115,7 @@ class FileAccess:
 class _Text:
     text: str
     encoding: str
-    crlf: bool
+    ending: str  # the usual line ending: "\n", "\r\n", or "\r" (a CR-only file)
 
     @classmethod
     def of(cls, data: bytes, path: str) -> _Text:
@@ -115,7 +123,7 @@ class _Text:
             raise ToolError(f"{path} is a binary file ({len(data)} bytes)")
         encoding = sniff_encoding(data, complete=True)
         text = decode(data, encoding)
-        return cls(text, encoding, text.count("\r\n") * 2 >= text.count("\n") > 0)
+        return cls(text, encoding, usual_ending(text))
 
     def encode(self, text: str, path: str) -> bytes:
         return encode(text, self.encoding, path)
@@ -262,23 +270,16 @@ def _find(lines: list[str], want: list[str], guess: int, start: int) -> int | No
     return best
 
 
-def _patch_text(text: str, crlf: bool, fp: FilePatch, name: str) -> str:
-    ending = "\r\n" if crlf else "\n"
-    raw = text.split("\n")
-    had_final_newline = raw[-1] == ""
-    if had_final_newline:
-        raw.pop()
-    lines = [line[:-1] if line.endswith("\r") else line for line in raw]
-    endings = ["\r\n" if line.endswith("\r") else "\n" for line in raw]
-    if raw and not had_final_newline:
-        endings[-1] = ""
+def _patch_text(text: str, ending: str, fp: FilePatch, name: str) -> str:
+    lines, endings = lines_and_endings(text)  # CR-only files too: their lines as read_file shows them
     out: list[str] = []
     pos = 0
     for n, h in enumerate(fp.hunks, 1):
         old = h.old()
         if h.no_newline_old:  # "\ No newline at end of file" after an old line: the hunk ends the file
             end = len(lines) - len(old)
-            at: int | None = end if end >= pos and lines[end:] == old and not had_final_newline else None
+            no_final_newline = bool(endings) and endings[-1] == ""
+            at: int | None = end if end >= pos and lines[end:] == old and no_final_newline else None
         else:  # "@@ -L,0" inserts after line L, else the hunk starts at line L (of the original file)
             at = _find(lines, old, h.old_start if not old else h.old_start - 1, pos)
         if at is None:
@@ -332,7 +333,7 @@ def apply_patch_text(files: FileAccess, patch: str) -> str:
             if source is None:
                 raise ToolError(f"{renamed}: no such file (the patch renames it to {name}); nothing was changed")
             t = _Text.of(source, renamed)
-            text = _patch_text(t.text, t.crlf, fp, renamed) if fp.hunks else t.text
+            text = _patch_text(t.text, t.ending, fp, renamed) if fp.hunks else t.text
             plan.append((name, None, t.encode(text, name), f"R {_same(renamed)} ->"))
             plan.append((renamed, source, None, ""))
             continue
@@ -355,27 +356,39 @@ def apply_patch_text(files: FileAccess, patch: str) -> str:
             continue
         if not fp.hunks:
             raise ToolError(f"{name}: no hunks; nothing was changed")
-        plan.append((name, current, t.encode(_patch_text(t.text, t.crlf, fp, name), name), "M"))
+        plan.append((name, current, t.encode(_patch_text(t.text, t.ending, fp, name), name), "M"))
     done: list[tuple[str, bytes | None]] = []
     shown: list[str] = []
+    staged: list[Staged | None] = []
     try:
-        for name, old, new, letter in plan:
-            if new is None:
-                files.delete(name)
-                line = f"{letter} {_same(name)}"
-            else:
-                line = f"{letter} {files.write(name, new)}"
-            done.append((name, old))
-            if letter:
-                shown.append(line)
-    except (OSError, ToolError) as e:
-        for name, old in reversed(done):  # put back what was written
-            if old is None:
-                files.delete(name)
-            else:
-                files.write(name, old)
-        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-        raise ToolError(f"cannot write {plan[len(done)][0]}: {why}; nothing was changed") from None
+        for name, _, new, _ in plan:  # every new text in a temporary file first: nothing changed yet
+            try:
+                staged.append(files.stage(name, new) if new is not None else None)
+            except ToolError as e:
+                raise ToolError(f"cannot write {name}: {e}; nothing was changed") from None
+        commit_point()  # an abandoned call (its time limit passed) stops here
+        try:
+            for (name, old, _, letter), ready in zip(plan, staged, strict=True):
+                if ready is None:
+                    files.delete(name)
+                    line = f"{letter} {_same(name)}"
+                else:
+                    line = f"{letter} {ready.commit()}"
+                done.append((name, old))
+                if letter:
+                    shown.append(line)
+        except (OSError, ToolError) as e:
+            for name, old in reversed(done):  # put back what was written
+                if old is None:
+                    files.delete(name)
+                else:
+                    files.write(name, old)
+            why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+            raise ToolError(f"cannot write {plan[len(done)][0]}: {why}; nothing was changed") from None
+    finally:
+        for ready in staged:
+            if ready is not None:
+                ready.discard()
     return f"Patched {len(shown)} file{'s' if len(shown) != 1 else ''}\n" + "\n".join(shown)
 
 
@@ -399,9 +412,10 @@ def multi_edit_file(files: FileAccess, path: str, edits: list[EditSpec]) -> str:
             raise ToolError(f"{path} is over the limit of {MAX_EDIT_BYTES} bytes for edits; use bash tools")
         t = _Text.of(data, path)
         new, count = apply_edits(t.text, edits, path)
-        overwrite(fd, t.encode(new, path), path)
+        st = os.fstat(fd)
     finally:
         os.close(fd)
+    replace(files.ws, path, t.encode(new, path), hard_links=files.hard_links, same=(st.st_dev, st.st_ino))
     diff = unified_diff(split_lines(t.text), split_lines(new), rel)
     header = (f"Edited {rel} ({count} replacement{'s' if count != 1 else ''} in {len(edits)} "
               f"edit{'s' if len(edits) != 1 else ''})")

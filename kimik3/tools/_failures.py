@@ -19,6 +19,7 @@ from typing import Literal, TypeAlias
 from ._limits import STRAY_NOTE
 
 __all__ = [
+    "ERROR_PREFIX",
     "FailureKind",
     "FailureText",
     "ToolFailure",
@@ -70,10 +71,14 @@ FailureText: TypeAlias = Callable[[ToolFailure], str]
 """Words a failure as the text the model reads (``Agent(failure_text=...)``)."""
 
 
+ERROR_PREFIX = "Error: "
+"""What :func:`default_failure_text` puts before a failure's message."""
+
+
 def default_failure_text(failure: ToolFailure) -> str:
     """``"Error: <message>"``: what kimik3 sends by default (e.g. ``"Error: ToolTimeoutError: grep
     did not finish within 60 s and was abandoned"``)."""
-    return f"Error: {failure.message}"
+    return ERROR_PREFIX + failure.message
 
 
 def _described(exc: BaseException) -> str:

@@ -20,7 +20,12 @@ overruns, or whose run is cancelled (a time budget, Ctrl-C), returns at once; Py
 a thread, so that thread is *abandoned*: it runs on in the background until the function
 returns, and being a daemon it does not keep the interpreter from exiting. Tools that can block
 (files, sockets, subprocesses) should still bound their own work, so that an abandoned thread
-ends soon and leaves nothing behind.
+ends soon and leaves nothing behind. Each such call has a :class:`~kimik3.tools._limits.CallToken`
+that is marked abandoned then; tools that change files call
+:func:`~kimik3.tools._limits.commit_point` before their first change (the coding and patch tools
+do), so an abandoned call changes nothing afterwards, and a call abandoned after that point says
+so: ``"... was abandoned after it had begun writing its changes: they may be applied in part or
+in full; ..."``.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import contextvars
 import functools
 import inspect
 import json
+import math
 import re
 import threading
 from abc import ABC, abstractmethod
@@ -48,7 +54,7 @@ from .._json import safe_loads
 from ..types import ToolSpec
 from . import _failures as failures
 from ._failures import FailureText, default_failure_text
-from ._limits import stray_cancellation
+from ._limits import CURRENT_CALL, CallToken, stray_cancellation
 from ._result import ToolResult
 from ._schema import boolean_for_number, error_location, format_input, function_signature
 
@@ -61,12 +67,14 @@ _NAME_RE = re.compile(r"^[\w.-]{1,64}$")
 _T = TypeVar("_T")
 
 
-async def _call_in_thread(function: Callable[[], _T], name: str) -> _T:
+async def _call_in_thread(function: Callable[[], _T], name: str, call: CallToken | None = None) -> _T:
     """Run ``function`` in a new daemon thread and await its result (or its exception).
 
     Unlike ``anyio.to_thread.run_sync``, cancelling the caller returns at once: the thread is
-    abandoned (Python cannot kill a thread) and, being a daemon, never blocks interpreter exit.
-    The caller's context variables are copied into the thread.
+    abandoned (Python cannot kill a thread) and, being a daemon, never blocks interpreter exit;
+    ``call`` (the thread's :data:`~kimik3.tools._limits.CURRENT_CALL`) is marked abandoned then,
+    so the file tools write nothing afterwards. The caller's context variables are copied into
+    the thread.
     """
     token = anyio.lowlevel.current_token()
     try:
@@ -76,6 +84,7 @@ async def _call_in_thread(function: Callable[[], _T], name: str) -> _T:
     done = anyio.Event()
     outcome: list[tuple[bool, Any]] = []
     context = contextvars.copy_context()
+    context.run(CURRENT_CALL.set, call)
 
     def target() -> None:
         try:
@@ -89,11 +98,27 @@ async def _call_in_thread(function: Callable[[], _T], name: str) -> _T:
                 anyio.from_thread.run_sync(done.set, token=token)
 
     threading.Thread(target=target, name=f"kimik3 tool {name}", daemon=True).start()
-    await done.wait()
+    try:
+        await done.wait()
+    except BaseException:  # cancelled (a time limit, the run): the thread is abandoned
+        if call is not None and not outcome:
+            call.abandon()
+        raise
     ok, value = outcome[0]
     if ok:
         return value  # type: ignore[no-any-return]
     raise value
+
+
+def _seconds(value: float) -> float:
+    """``value`` as float seconds: ``inf`` for an int beyond any float (``10**400``), NaN for
+    what is not a number."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+    except (TypeError, ValueError):
+        return math.nan
 
 
 @dataclass
@@ -267,8 +292,8 @@ class FunctionTool(Tool):
                 parameters, a misplaced :class:`ToolContext`), an invalid name, a parameter type
                 pydantic cannot describe, or a ``timeout`` that is not positive.
         """
-        if timeout is not None and not timeout > 0:
-            raise ToolDefinitionError(f"tool timeout must be a positive number of seconds, got {timeout!r}")
+        if timeout is not None and not _seconds(timeout) > 0:
+            raise ToolDefinitionError(f"tool timeout must be a positive number of seconds, got {timeout!r:.40}")
         if not callable(function):  # e.g. None, 5, an MCP server: say what it is, not "invalid name ''"
             what = f"{type(function).__name__} {function!r:.60}"
             if hasattr(function, "get_tools"):
@@ -394,7 +419,8 @@ class FunctionTool(Tool):
             context: handed to a function whose first parameter is a :class:`ToolContext`
                 (``ToolContext()`` when omitted).
             timeout: this call's time limit in seconds (default: :attr:`timeout`; None and no
-                tool default: no limit). An agent passes what is left of its time budget.
+                tool default: no limit; a number beyond any float, ``10**400``, is no limit
+                either). An agent passes what is left of its time budget.
 
         Returns:
             The :class:`ToolResult` (see :meth:`ToolResult.from_value`). A function that returns
@@ -403,16 +429,23 @@ class FunctionTool(Tool):
             mixing tools with other values adds none and is a tool error naming the other items.
         """
         limit = self.timeout if timeout is None else timeout
+        if limit is not None and _seconds(limit) == math.inf:  # beyond any float (10**400): no limit
+            limit = None
         try:
             kwargs = self.validate(arguments)
             call_args: tuple[Any, ...] = (context or ToolContext(),) if self.takes_context else ()
+            live = CallToken()
             with anyio.move_on_after(limit) as scope:
                 if self.is_async:
                     value = await self.function(*call_args, **kwargs)
                 else:
-                    value = await _call_in_thread(functools.partial(self.function, *call_args, **kwargs), self.name)
+                    call = functools.partial(self.function, *call_args, **kwargs)
+                    value = await _call_in_thread(call, self.name, live)
             if scope.cancelled_caught:
                 how = "was cancelled" if self.is_async else "was abandoned (its thread may still be running)"
+                if live.state == "committing":
+                    how = ("was abandoned after it had begun writing its changes: they may be applied in part or "
+                           "in full; read the files before changing them again")
                 raise ToolTimeoutError(f"{self.name} did not finish within {limit:g} s and {how}")
             new = [value] if isinstance(value, Tool) else value if isinstance(value, list) else None
             if new and any(isinstance(t, Tool) for t in new) and not all(isinstance(t, Tool) for t in new):

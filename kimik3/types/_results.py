@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ._messages import AssistantMessage, FailedToolCall, dump_message
 
-__all__ = ["ChatCompletion", "Choice", "FinishReason", "PromptTokensDetails", "Usage"]
+__all__ = ["CLOSED_MID_ANSWER", "ChatCompletion", "Choice", "FinishReason", "PromptTokensDetails", "Usage"]
 
 
 class PromptTokensDetails(BaseModel):
@@ -65,6 +65,10 @@ class Choice(BaseModel):
     finish_reason: FinishReason
 
 
+CLOSED_MID_ANSWER = "a closed connection (the stream ended with no finish_reason)"
+""":attr:`ChatCompletion.interrupted` of an answer whose stream ended before the server finished it."""
+
+
 class ChatCompletion(BaseModel):
     """An OpenAI-shaped chat completion (one choice).
 
@@ -72,8 +76,11 @@ class ChatCompletion(BaseModel):
         choices: one :class:`Choice` with the assistant message (``reasoning_content``,
             ``content``, ``tool_calls``) and its ``finish_reason``.
         usage: token counts.
-        truncated: the output stopped before K3 closed the message (``max_tokens``); an
-            incomplete tool call is then dropped, never returned.
+        truncated: the output stopped before K3 closed the message (``max_tokens``, or what
+            :attr:`interrupted` names); an incomplete tool call is then dropped, never returned.
+        interrupted: what cut the answer when it was not the output limit, as a phrase:
+            :data:`CLOSED_MID_ANSWER` when the stream ended with neither a ``finish_reason`` nor
+            ``[DONE]`` (a closed connection); None otherwise.
         dropped_tool_calls: names of calls that were started but never completed.
         failed_tool_calls: calls a server finished whose arguments could not be decoded (chat
             mode); they are not in ``message.tool_calls`` and never executed. An agent answers
@@ -90,6 +97,7 @@ class ChatCompletion(BaseModel):
     choices: list[Choice]
     usage: Usage = Field(default_factory=Usage)
     truncated: bool = False
+    interrupted: str | None = None
     dropped_tool_calls: list[str] = Field(default_factory=list)
     failed_tool_calls: list[FailedToolCall] = Field(default_factory=list)
     raw_text: str | None = None

@@ -64,7 +64,7 @@ async def test_undo_to_turn_1_restores_exact_bytes_and_keeps_the_users_changes(r
         (2, ["a.txt", "notes.txt", "x.txt"]),
         (3, ["new/deep/f.bin", "x.txt"]),
     ]
-    restored = undo(session, 1)
+    restored = undo(session, 1, workspace=repo)
     assert restored == ["a.txt", "new/deep/f.bin", "notes.txt", "x.txt"]
     assert (repo / "a.txt").read_bytes() == b"alpha\r\nbeta\r\n"
     assert (repo / "notes.txt").read_bytes() == NOTES
@@ -77,7 +77,7 @@ async def test_undo_to_turn_1_restores_exact_bytes_and_keeps_the_users_changes(r
     assert git(repo, "rev-parse", "HEAD") == head_before
     assert git(repo, "status", "--porcelain") == status_before + "?? x.txt\n"
     # and all the way back: x.txt never existed
-    assert undo(session, 0) == ["x.txt"]
+    assert undo(session, 0, workspace=repo) == ["x.txt"]
     assert not (repo / "x.txt").exists()
     assert git(repo, "status", "--porcelain") == status_before
 
@@ -95,10 +95,10 @@ async def test_undo_refuses_a_file_changed_after_the_run_unless_forced(repo: Pat
     await run_three_turns(repo, session)
     (repo / "a.txt").write_bytes(b"the user edited after the run\n")
     with pytest.raises(CheckpointError, match=r"a\.txt"):
-        undo(session, 1)
+        undo(session, 1, workspace=repo)
     assert (repo / "x.txt").exists() is False  # nothing was restored
     assert (repo / "a.txt").read_bytes() == b"the user edited after the run\n"
-    undo(session, 1, force=True)
+    undo(session, 1, force=True, workspace=repo)
     assert (repo / "a.txt").read_bytes() == b"alpha\r\nbeta\r\n"
 
 
@@ -114,7 +114,7 @@ async def test_workspace_in_a_subdirectory_of_the_repository(tmp_path: Path) -> 
     await CodingHarness(ws, features=FEATURES - {"background", "subagents"}, sandbox="none").agent(engine=engine).run(
         "go", session=session)
     assert [r["changed"] for r in session_checkpoints(session)] == [["keep.txt"]]  # ../a.txt is outside
-    assert undo(session, 0) == ["keep.txt"]
+    assert undo(session, 0, workspace=ws) == ["keep.txt"]
     assert (ws / "keep.txt").read_text() == "keep\n"
     assert outside.read_text() == "hi\n"  # outside the workspace: not the agent's to undo
 
@@ -133,10 +133,10 @@ async def test_plain_directory_copies_the_touched_files(tmp_path: Path) -> None:
     await CodingHarness(ws, features=FEATURES - {"background", "subagents"}).agent(engine=engine).run("go", session=session)
     kinds = [(r["kind"], r["turn"], r["changed"]) for r in session_checkpoints(session)]
     assert kinds == [("copy", 2, ["f.txt"]), ("copy", 3, ["d/new.txt", "f.txt"])]
-    assert undo(session, 2) == ["d/new.txt", "f.txt"]
+    assert undo(session, 2, workspace=ws) == ["d/new.txt", "f.txt"]
     assert (ws / "f.txt").read_bytes() == b"v1\r\n"
     assert not (ws / "d").exists()
-    assert undo(session, 0) == ["f.txt"]
+    assert undo(session, 0, workspace=ws) == ["f.txt"]
     assert (ws / "f.txt").read_bytes() == b"v0\r\n"
 
 
@@ -147,7 +147,7 @@ async def test_no_changes_records_nothing_and_undo_says_so(repo: Path, tmp_path:
     lines = [json.loads(line) for line in session.read_text().splitlines()]
     assert not any("checkpoint" in rec for rec in lines)
     with pytest.raises(CheckpointError, match="no recorded changes after turn 0"):
-        undo(session, 0)
+        undo(session, 0, workspace=repo)
 
 
 async def test_a_resumed_session_goes_on_counting_turns(repo: Path, tmp_path: Path) -> None:
@@ -157,7 +157,7 @@ async def test_a_resumed_session_goes_on_counting_turns(repo: Path, tmp_path: Pa
     second = ScriptedEngine([calls(("bash", {"command": "echo 2 > n.txt"})), answer("two")])
     await CodingHarness(repo, features=FEATURES - {"background", "subagents"}).agent(engine=second).resume(session, "b")
     assert [(r["turn"], r["changed"]) for r in session_checkpoints(session)] == [(1, ["n.txt"]), (3, ["n.txt"])]
-    assert undo(session, 2) == ["n.txt"]
+    assert undo(session, 2, workspace=repo) == ["n.txt"]
     assert (repo / "n.txt").read_text() == "1\n"
 
 
@@ -171,7 +171,7 @@ async def test_gitattributes_eol_crlf_and_user_autocrlf_restore_the_same_bytes(t
     engine = ScriptedEngine([
         calls(("bash", {"command": "printf 'changed\\n' > w.crlf && printf 'x' > raw.txt"})), answer("ok")])
     await CodingHarness(repo, features=FEATURES - {"background", "subagents"}).agent(engine=engine).run("go", session=session)
-    assert undo(session) == ["raw.txt", "w.crlf"]
+    assert undo(session, workspace=repo) == ["raw.txt", "w.crlf"]
     assert (repo / "w.crlf").read_bytes() == b"one\r\ntwo\r\n"
     assert (repo / "raw.txt").read_bytes() == b"lf\nand crlf\r\n"
 
@@ -191,7 +191,7 @@ async def test_a_cancelled_turn_still_records_what_it_changed(repo: Path, tmp_pa
                 await anyio.sleep(0.01)
         group.cancel_scope.cancel()  # Ctrl-C while the command runs
     assert [(r["turn"], r["changed"]) for r in session_checkpoints(session)] == [(1, ["half.txt"])]
-    assert undo(session) == ["half.txt"]
+    assert undo(session, workspace=repo) == ["half.txt"]
     assert not (repo / "half.txt").exists()
 
 
@@ -213,9 +213,9 @@ async def test_ignored_files_the_file_tools_write_are_undone(tmp_path: Path) -> 
     assert [r["changed"] for r in session_checkpoints(session)] == [[".env", "build/out.txt"]]
     (repo / ".env").write_bytes(b"SECRET=user\n")  # the user's change after the run: undo refuses
     with pytest.raises(CheckpointError, match=r"changed after the agent's last turn .*: \.env$"):
-        undo(session)
+        undo(session, workspace=repo)
     (repo / ".env").write_bytes(b"SECRET=2\r\n")
-    assert undo(session) == [".env", "build/out.txt"]
+    assert undo(session, workspace=repo) == [".env", "build/out.txt"]
     assert (repo / ".env").read_bytes() == b"SECRET=1\r\n"
     assert not (repo / "build").exists()
     assert git(repo, "status", "--porcelain", "--ignored") == "!! .env\n"
@@ -239,5 +239,5 @@ async def test_no_work_tree_falls_back_to_copies(tmp_path: Path, where: str) -> 
     assert (await agent.run("work", session=session)).stop_reason == "completed"
     assert [(r["kind"], r["changed"]) for r in session_checkpoints(session)] == [
         ("copy", ["description", "new file.txt"])]
-    assert undo(session) == ["description", "new file.txt"]
+    assert undo(session, workspace=root) == ["description", "new file.txt"]
     assert (root / "description").read_text() == "before\n" and not (root / "new file.txt").exists()

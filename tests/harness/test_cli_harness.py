@@ -47,14 +47,14 @@ def test_run_full_then_undo_to_turn_1(tmp_path: Path) -> None:
     assert lines[1] == "project instructions: AGENTS.md"
     assert "project instructions: sub/AGENTS.md" in lines
     assert (repo / "sub/keep.txt").read_text() == "v3\n"
-    code, out, _ = invoke(["undo", str(session), "--to", "2"], tmp_path / "home")
+    code, out, _ = invoke(["undo", str(session), "--to", "2", "-w", str(repo)], tmp_path / "home")
     assert (code, out) == (0, "restored sub/keep.txt\n")
     assert (repo / "sub/keep.txt").read_text() == "v2\n"
-    code, out, _ = invoke(["undo", str(session)], tmp_path / "home")
+    code, out, _ = invoke(["undo", str(session), "-w", str(repo)], tmp_path / "home")
     assert (code, out) == (0, "restored sub/keep.txt\n")
     assert (repo / "sub/keep.txt").read_text() == "keep\n"
     assert git(repo, "status", "--porcelain") == "?? AGENTS.md\n?? sub/AGENTS.md\n"
-    code, _, err = invoke(["undo", str(session)], tmp_path / "home")
+    code, _, err = invoke(["undo", str(session), "-w", str(repo)], tmp_path / "home")
     assert (code, err) == (1, f"error: {session}: no recorded changes after turn 0; nothing to undo\n")
 
 

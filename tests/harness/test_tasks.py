@@ -134,7 +134,7 @@ async def test_a_childs_edits_are_in_the_parents_checkpoint(tmp_path: Path) -> N
     await agent.run("go", session=session)
     assert (tmp_path / "f.txt").read_text() == "child\n"
     assert [(r["turn"], r["changed"]) for r in session_checkpoints(session)] == [(1, ["f.txt"])]
-    assert undo(session) == ["f.txt"]
+    assert undo(session, workspace=tmp_path) == ["f.txt"]
     assert (tmp_path / "f.txt").read_text() == "before\n"
 
 

@@ -40,6 +40,7 @@ from ...types import (
     to_messages,
     to_tool_specs,
 )
+from ...types._results import CLOSED_MID_ANSWER
 from ._encode import (
     ThinkingEffort,
     message_segments,
@@ -534,6 +535,8 @@ class K3Decoder:
             choices=[Choice(message=parsed.to_message(), finish_reason=parsed.finish_reason)],
             usage=usage,
             truncated=parsed.truncated,
+            # no chunk said why the output ended: the stream stopped (a closed connection), not max_tokens
+            interrupted=CLOSED_MID_ANSWER if parsed.truncated and self.finish_reason is None else None,
             dropped_tool_calls=[c.name for c in parsed.incomplete_tool_calls],
             raw_text=text,
         )

@@ -29,6 +29,13 @@ _NO_EDITOR = (
     "line instead: git commit -m MSG, git merge --no-edit, git rebase without -i.\" >&2; exit 1'"
 )
 _NO_PROMPT = "false"
+# Vim (vi, view, vimdiff, rvim, ex; Neovim too) run directly: it reads $VIMINIT first, and with no
+# terminal it quits at once, with an error exit code, instead of painting a screen until the
+# timeout. ``vim -es`` / ``ex -s`` (scripted) skip $VIMINIT and still work.
+_NO_VIM = (
+    "if !has('ttyin') || !has('ttyout') | call writefile(['kimik3: no interactive editor here (vim needs a "
+    "terminal). Edit files with the file tools, or script it: vim -es, ex -s, sed -i.'], '/dev/stderr') | cquit | endif"
+)
 # What makes interactive programs fail fast instead of waiting for a terminal that is not there.
 # There is no controlling terminal either (a new session), so /dev/tty prompts (sudo, ssh) fail.
 _FAIL_FAST_ENV = {
@@ -37,6 +44,7 @@ _FAIL_FAST_ENV = {
     "GIT_EDITOR": _NO_EDITOR,
     "GIT_SEQUENCE_EDITOR": _NO_EDITOR,
     "GIT_MERGE_AUTOEDIT": "no",
+    "VIMINIT": _NO_VIM,
     "PAGER": "cat",
     "GIT_PAGER": "cat",
     "MANPAGER": "cat",

@@ -1,5 +1,5 @@
-"""``read_file`` / ``write_file`` / ``edit_file``: streaming reads, in-place writes, and edits that
-keep every line's own ending and every undecodable byte.
+"""``read_file`` / ``write_file`` / ``edit_file``: streaming reads, writes that happen only while the
+call is live (:mod:`._write`), and edits that keep every line's own ending and every undecodable byte.
 
 Encoding: a file is UTF-8 (a BOM is kept), its undecodable bytes carried as surrogates
 (``surrogateescape``) so they are written back byte for byte; a file with undecodable bytes and
@@ -15,11 +15,12 @@ import difflib
 import io
 import os
 import re
-from typing import IO
+from typing import IO, Any
 
 from ..._exceptions import ToolError
 from .._truncate import truncate_middle
 from ._paths import Workspace, show_path
+from ._write import replace
 
 _BINARY_SNIFF = 8192  # a NUL byte in the first block: binary
 _SNIFF_BLOCK = 65536  # encoding guessed from the first block (read_file)
@@ -31,6 +32,8 @@ MAX_EDIT_BYTES = 10 * 1024 * 1024
 _MAX_DIFF_CHARS = 4000
 _NON_ASCII_TEXT = re.compile("[\u0080-\udc7f\udd00-\U0010ffff]")  # not an escaped byte
 _NEWLINE = re.compile(r"\r?\n")
+_CR = re.compile(r"\r")
+_CR_TO_LF = bytes.maketrans(b"\r", b"\n")
 
 
 # UTF-32 first: its little-endian BOM begins with UTF-16's.
@@ -107,14 +110,68 @@ def to_utf8(text: str, what: str) -> bytes:
         raise ToolError(f"{what} has a lone surrogate {text[e.start]!a} that UTF-8 cannot hold") from None
 
 
+def line_breaks(text: str) -> re.Pattern[str]:
+    """How ``text`` breaks its lines: ``\\n`` or ``\\r\\n``; ``\\r`` alone in a text with a
+    carriage return and no ``\\n`` at all (classic Mac OS line endings; vim's rule for
+    ``fileformat=mac``). A lone ``\\r`` in a text that has ``\\n`` stays inside its line."""
+    return _CR if "\r" in text and "\n" not in text else _NEWLINE
+
+
+def cr_only(head: bytes) -> bool:
+    """Whether a file starting with ``head`` ends its lines with ``\\r`` alone (see :func:`line_breaks`)."""
+    return b"\r" in head and b"\n" not in head
+
+
+class CarriageReturns(io.RawIOBase):
+    """A byte stream read with every ``\\r`` as ``\\n``: a CR-only file read line by line
+    (``read_file`` and grep's Python fallback number its lines as the edit tools count them)."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self._raw = raw
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self._raw.read(len(buffer))
+        buffer[: len(data)] = data.translate(_CR_TO_LF)
+        return len(data)
+
+
 def split_lines(text: str) -> list[str]:
-    """Lines split on ``\\n`` only (like grep / rg numbering), without ``\\r\\n`` / ``\\n``."""
+    """Lines split as :func:`line_breaks` says (``\\n`` like grep / rg numbering; ``\\r`` in a
+    CR-only text), without their endings."""
     if not text:
         return []
-    lines = text.split("\n")
+    lines = line_breaks(text).split(text)
     if lines[-1] == "":
         lines.pop()
-    return [line[:-1] if line.endswith("\r") else line for line in lines]
+    return lines
+
+
+def lines_and_endings(text: str) -> tuple[list[str], list[str]]:
+    """``text``'s lines without their endings, and each line's ending (``""`` for a last line
+    without one), as :func:`line_breaks` splits them."""
+    if not text:
+        return [], []
+    brk = line_breaks(text)
+    lines, endings = brk.split(text), brk.findall(text)
+    if lines[-1] == "":
+        lines.pop()
+    else:
+        endings.append("")
+    return lines, endings
+
+
+def usual_ending(text: str) -> str:
+    """The line ending most of ``text``'s lines have (``\\n`` when none, or on a tie with ``\\r\\n``)."""
+    endings = line_breaks(text).findall(text)
+    if not endings:
+        return "\n"
+    if endings[0] == "\r":
+        return "\r"
+    crlf = endings.count("\r\n")
+    return "\r\n" if crlf and crlf * 2 >= len(endings) else "\n"
 
 
 def cap_line(line: str, limit: int, more: int = 0) -> str:
@@ -153,9 +210,12 @@ def read_file(ws: Workspace, path: str, offset: int, limit: int) -> str:
         if encoding in _WIDE:  # decoded whole and read on as UTF-8 (line ends are 2-4 bytes)
             if size > MAX_EDIT_BYTES:
                 raise ToolError(f"{path} is {encoding}, over {MAX_EDIT_BYTES} bytes; convert it with iconv first")
-            src = io.BytesIO(to_utf8(decode(_read_all(fd, size), encoding, path), "the file"))
+            utf8 = to_utf8(decode(_read_all(fd, size), encoding, path), "the file")
+            src, head = io.BytesIO(utf8), utf8[:_SNIFF_BLOCK]
         elif encoding == "utf-8-sig":
             f.seek(len(codecs.BOM_UTF8))
+        if cr_only(head):  # lines end with \r alone: read with each \r as \n
+            src = io.BufferedReader(CarriageReturns(src), _READ_CHUNK)
         out: list[str] = []
         number = 0
         codec = "latin-1" if encoding == "latin-1" else "utf-8"
@@ -210,11 +270,7 @@ def read_file(ws: Workspace, path: str, offset: int, limit: int) -> str:
 
 def write_file(ws: Workspace, path: str, content: str, hard_links: bool) -> str:
     data = to_utf8(content, "content")
-    fd, rel, _ = ws.open_file(path, write=True, read=False, create=True, hard_links=hard_links)
-    try:
-        overwrite(fd, data, path)
-    finally:
-        os.close(fd)
+    rel = replace(ws, path, data, hard_links=hard_links)  # only while the call is live (see _write)
     return f"Wrote {len(data)} bytes to {show_path(rel)}"
 
 
@@ -235,7 +291,8 @@ def replace_keeping_endings(text: str, old: str, new: str, replace_all: bool, pa
     """``text`` with ``old`` replaced by ``new``, matching line endings loosely.
 
     ``text`` is compared with its ``\\r\\n`` seen as ``\\n`` (so a CRLF file with a stray LF line
-    matches what read_file showed); ``old`` and ``new`` are read the same way. Each line keeps its
+    matches what read_file showed), and in a CR-only text each ``\\r`` as one (:func:`line_breaks`);
+    ``old`` and ``new`` are read the same way. Each line keeps its
     own ending: the k-th line break inside a replacement takes the ending of the k-th line break it
     replaces; extra ones take the file's usual ending.
 
@@ -246,10 +303,13 @@ def replace_keeping_endings(text: str, old: str, new: str, replace_all: bool, pa
         ToolError: ``old`` not found, or found several times (overlaps count) without
             ``replace_all``.
     """
-    contents = _NEWLINE.split(text)
-    endings = _NEWLINE.findall(text)
+    brk = line_breaks(text)
+    contents = brk.split(text)
+    endings = brk.findall(text)
     norm = "\n".join(contents)
     old_n, new_n = old.replace("\r\n", "\n"), new.replace("\r\n", "\n")
+    if brk is _CR:  # a CR-only file: its lines as the model reads them (read_file shows them split)
+        old_n, new_n = old_n.replace("\r", "\n"), new_n.replace("\r", "\n")
     starts = _occurrences(norm, old_n)
     if not starts:
         raise ToolError(f"old_string not found in {path}; it must match the file exactly")
@@ -258,8 +318,7 @@ def replace_keeping_endings(text: str, old: str, new: str, replace_all: bool, pa
             f"old_string matches {len(starts)} times in {path}; add surrounding lines to make it "
             "unique, or set replace_all to true"
         )
-    crlf = endings.count("\r\n")
-    usual = "\r\n" if crlf and crlf * 2 >= len(endings) else "\n"
+    usual = usual_ending(text)
     pieces: list[str] = []
     new_endings: list[str] = []
     pos = line = count = 0
@@ -335,26 +394,10 @@ def edit_file(ws: Workspace, path: str, old_string: str, new_string: str, replac
             raise ToolError(f"{path} is a binary file ({len(data)} bytes)")
         text = decode(data, encoding, path)
         updated, n = replace_keeping_endings(text, old_string, new_string, replace_all, path)
-        overwrite(fd, encode(updated, encoding, path), path)
+        st = os.fstat(fd)
     finally:
         os.close(fd)
+    replace(ws, path, encode(updated, encoding, path), hard_links=hard_links, same=(st.st_dev, st.st_ino))
     diff = unified_diff(split_lines(text), split_lines(updated), rel)
     header = f"Edited {rel} ({n} replacement{'s' if n != 1 else ''})"
     return f"{header}\n{truncate_middle(diff, _MAX_DIFF_CHARS)}" if diff else header
-
-
-def overwrite(fd: int, data: bytes, path: str) -> None:
-    """Replace the whole content of the open file ``fd`` with ``data`` (truncate, seek to 0,
-    write all of it).
-
-    Raises:
-        ToolError: the write failed (disk full, I/O error), naming ``path``.
-    """
-    try:
-        os.ftruncate(fd, 0)
-        os.lseek(fd, 0, os.SEEK_SET)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-    except OSError as e:
-        raise ToolError(f"cannot write {path}: {e.strerror or e}") from None

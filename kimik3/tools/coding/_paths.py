@@ -131,15 +131,28 @@ class Workspace:
             raise self.outside(path)
         return target[len(root) :].split("/")
 
-    def locate(self, path: str, *, create_dirs: bool = False) -> Located:
+    def locate(self, path: str, *, create_dirs: bool = False, follow_symlinks: bool = True,
+               literal: bool = False) -> Located:
         """Walk ``path`` from the root (symlinks followed, confined); the last component is not
         opened, and is None when the path names a directory through ``.`` or ``..``.
 
+        Args:
+            path: relative to the root (or absolute inside it), in the escaped form the tools
+                print (:func:`read_path`) unless ``literal``.
+            create_dirs: make missing directories on the way (``mkdir`` from the parent's
+                descriptor).
+            follow_symlinks: False: a symlink on the way to the last component is refused
+                instead of walked, and a last component that is a symlink is the symlink itself
+                (``kimik3 undo`` writes only where no symlink leads).
+            literal: ``path`` is the file name itself (a checkpoint record's), not escaped.
+
         Raises:
-            ToolError: the path leaves the workspace, has a NUL, a symlink loop, or a missing or
-                non-directory component (missing directories are made when ``create_dirs``).
+            ToolError: the path leaves the workspace, has a NUL, a symlink loop (or, without
+                ``follow_symlinks``, any symlink on the way), or a missing or non-directory
+                component (missing directories are made when ``create_dirs``).
         """
-        path = read_path(path)  # the escaped form the tools print names the same file
+        if not literal:
+            path = read_path(path)  # the escaped form the tools print names the same file
         try:
             valid = "\x00" not in path and bool(os.fsencode(path))
         except UnicodeEncodeError:
@@ -172,7 +185,7 @@ class Workspace:
                         st = None
                     except OSError as e:
                         raise ToolError(f"cannot open {path}: {e.strerror or e}") from None
-                    if st is None or not stat.S_ISLNK(st.st_mode):
+                    if st is None or not stat.S_ISLNK(st.st_mode) or not follow_symlinks:
                         located = Located(fds[-1], name, "/".join([*names, name]), fds)
                         fds = []
                         return located
@@ -203,6 +216,8 @@ class Workspace:
                     names.append(name)
                     continue
                 # ``name`` is a symlink: walk its target in its place.
+                if not follow_symlinks:
+                    raise ToolError(f"{path}: {'/'.join([*names, name])} is a symbolic link")
                 links += 1
                 if links > _MAX_LINKS:
                     raise ToolError(f"cannot resolve path {path!r}: too many levels of symbolic links")

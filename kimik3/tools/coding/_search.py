@@ -11,7 +11,10 @@ entered is not entered again), so its time is linear in the number of entries, a
 
 from __future__ import annotations
 
+import atexit
 import fnmatch
+import functools
+import io
 import os
 import re
 import select
@@ -22,11 +25,12 @@ import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import IO
 
 import regex
 
 from ..._exceptions import ToolError
-from ._files import _LINE_BYTES, _READ_CHUNK, decode, is_binary, sniff_encoding
+from ._files import _LINE_BYTES, _READ_CHUNK, CarriageReturns, cr_only, decode, is_binary, sniff_encoding
 from ._paths import _DIR_FLAGS, _FILE_FLAGS, Workspace, check_regular
 
 GREP_TIMEOUT_S = 60.0
@@ -38,6 +42,7 @@ MAX_GLOB_PATHS = 500
 _MAX_GLOB_KEPT = 10_000
 _MAX_GLOB_SCAN = 1_000_000
 MAX_DEPTH = 128  # directories below the start that grep and glob descend into
+_MAX_CR_FILES = 1_000  # CR-only files rg reads through its --pre filter (more: searched as rg reads them)
 
 
 @dataclass
@@ -85,6 +90,50 @@ def rg_path() -> str | None:
 # -- ripgrep ---------------------------------------------------------------------------------
 
 
+@functools.cache
+def _cr_filter() -> str:
+    """An executable printing the file it is given with each ``\\r`` as ``\\n``: ripgrep's
+    ``--pre`` for CR-only files (made once per process, removed at exit)."""
+    folder = tempfile.mkdtemp(prefix="kimik3-rg-")
+    atexit.register(shutil.rmtree, folder, True)
+    path = os.path.join(folder, "cr-lines")
+    with open(path, "w", encoding="ascii") as f:
+        f.write("#!/bin/sh\nexec tr '\\r' '\\n' < \"$1\"\n")
+    os.chmod(path, 0o700)
+    return path
+
+
+def _glob_literal(name: str) -> str:
+    """A ripgrep glob matching exactly ``name``."""
+    return re.sub(r"([\\*?\[\]{}!])", r"\\\1", name)
+
+
+def _cr_only_files(argv: list[str], cwd: str, dir_fd: int, deadline: float) -> list[str]:
+    """The CR-only text files among those ``argv`` (rg listing the files with no ``\\n``) finds:
+    those whose head holds a ``\\r`` and no NUL; paths as rg prints them, without ``./``."""
+    try:
+        proc = subprocess.run(argv, cwd=cwd, pass_fds=(dir_fd,), stdin=subprocess.DEVNULL, capture_output=True,
+                              timeout=max(0.1, deadline - time.monotonic()), check=False)
+    except subprocess.TimeoutExpired:
+        return []
+    found = []
+    for raw in proc.stdout.split(b"\0")[:_MAX_CR_FILES]:
+        try:
+            fd = os.open(raw, os.O_RDONLY | _FILE_FLAGS, dir_fd=dir_fd) if raw else -1
+        except OSError:
+            continue
+        if fd < 0:
+            continue
+        try:
+            head = os.pread(fd, _READ_CHUNK, 0) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+        finally:
+            os.close(fd)
+        if cr_only(head) and not is_binary(head):
+            name = os.fsdecode(raw)
+            found.append(name[2:] if name.startswith("./") else name)
+    return found
+
+
 def _parse_records(buffer: bytearray, rel_prefix: str, matches: Matches) -> bool:
     """Take the complete ``name\\0number:text\\n`` records off ``buffer`` (file names may hold
     newlines, texts never do); False once ``matches`` is full."""
@@ -112,16 +161,24 @@ def grep_rg(rg: str, ws: Workspace, pattern: str, path: str, glob: str | None) -
     """Run ripgrep in the directory (or on the file) ``path`` opened confined; stream its output."""
     dir_fd, rel, file_name = _open_target(ws, path)
     prefix = rel.rsplit("/", 1)[0] if file_name and "/" in rel else ("" if file_name else rel)
-    argv = [rg, "--no-config", "--line-number", "--no-heading", "--with-filename", "--null",
-            "--color", "never", "--sort", "path", "--max-columns", str(_MAX_GREP_RECORD)]
+    options = [rg, "--no-config", "--null", "--color", "never"]
     if glob:  # rg matches it from where it starts (the target); the tool's globs are from the root
-        argv += ["--glob", glob[len(prefix) + 1 :] if prefix and glob.startswith(prefix + "/") else glob]
-    argv += ["-e", pattern, "--", file_name or "."]
+        options += ["--glob", glob[len(prefix) + 1 :] if prefix and glob.startswith(prefix + "/") else glob]
+    target = file_name or "."
     # rg starts in the directory already opened confined (Linux: through /proc's magic link to the
     # descriptor, so a swapped path cannot redirect it; elsewhere by its path).
     cwd = f"/proc/self/fd/{dir_fd}" if os.path.isdir("/proc/self/fd") else str(ws.root / (prefix or "."))
     matches = Matches()
     deadline = time.monotonic() + GREP_TIMEOUT_S
+    argv = [*options, "--line-number", "--no-heading", "--with-filename", "--sort", "path", "--max-columns",
+            str(_MAX_GREP_RECORD)]
+    # rg counts \n-lines only: a CR-only file (lines ending with \r alone) is read through a filter
+    # turning each \r into \n, so its lines are numbered (and anchored) as read_file shows them.
+    cr_files = _cr_only_files([*options, "--files-without-match", "--multiline", "-e", "\\n", "--", target],
+                              cwd, dir_fd, deadline)
+    if cr_files:
+        argv += ["--pre", _cr_filter(), *(a for name in cr_files for a in ("--pre-glob", _glob_literal(name)))]
+    argv += ["-e", pattern, "--", target]
     with tempfile.TemporaryFile() as errors:  # a file: rg never blocks on a full stderr pipe
         try:
             proc = subprocess.Popen(argv, cwd=cwd, pass_fds=(dir_fd,), stdin=subprocess.DEVNULL,
@@ -207,11 +264,12 @@ def _search_file(fd: int, rel: str, rx: regex.Pattern[str], matches: Matches, de
         if is_binary(head):
             return True
         codec = "latin-1" if sniff_encoding(head, complete=len(head) < _READ_CHUNK) == "latin-1" else "utf-8"
+        src: IO[bytes] = io.BufferedReader(CarriageReturns(f), _READ_CHUNK) if cr_only(head) else f
         number = 0
-        while raw := f.readline(_LINE_BYTES):
+        while raw := src.readline(_LINE_BYTES):
             number += 1
             if not raw.endswith(b"\n") and len(raw) == _LINE_BYTES:  # a long line: its head is searched
-                while (piece := f.readline(_READ_CHUNK)) and not piece.endswith(b"\n"):
+                while (piece := src.readline(_READ_CHUNK)) and not piece.endswith(b"\n"):
                     pass
             line = decode(raw, codec).removesuffix("\n").removesuffix("\r")
             try:

@@ -19,12 +19,15 @@ The docstrings are frozen: they are the tool descriptions k3-tiny was trained on
 (``tests/test_k3_tiny.py`` pins the prompt's hash). What they do not say, the model learns from the
 results: a FIFO, socket or device is an error naming its kind; a file with several hard links is
 not written (``write_hard_links``); edits match line endings loosely, keep each line's own ending
-and every undecodable byte, and count overlapping matches; files over 10 MiB are not edited;
+and every undecodable byte, and count overlapping matches; a file whose lines end with a lone CR
+(no LF anywhere: classic Mac OS) is read, searched and edited line by line; a write lands only
+while its call is live (``_write``); files over 10 MiB are not edited;
 grep's Python fallback uses the ``regex`` module with a timeout; grep adds "[at least N more
 matching lines not shown]" and "[<why>; results are incomplete]" when it stops early (60 s, 100,000
 matching lines); glob follows a symlinked directory only when its target was not entered yet and
 adds "[directories more than 128 levels deep were not searched]"; bash's environment makes
-editors, pagers and prompts fail fast (``_bash._FAIL_FAST_ENV``), its output has no terminal
+editors (``vi`` / ``vim`` run directly too), pagers and prompts fail fast
+(``_bash._FAIL_FAST_ENV``); a ``timeout`` above a week is an error; its output has no terminal
 escape codes, a timeout ends every descendant (``setsid`` ones too, through a subreaper), and a
 line "[these processes survived the kill: PID...]" names any that could not be ended. File names
 are shown with control characters and undecodable bytes escaped (``\\n``, ``\\xNN``) and a backslash
@@ -72,6 +75,7 @@ def _os_errors(action: str, path: str) -> Iterator[None]:
     except OSError as e:
         raise ToolError(f"cannot {action} {path}: {e.strerror or e}") from None
 FILE_TOOL_TIMEOUT_S = 60.0  # read_file / write_file / edit_file
+MAX_BASH_TIMEOUT_S = 7 * 24 * 3600  # bash's timeout argument: at most a week
 
 
 def coding_tools(
@@ -92,7 +96,9 @@ def coding_tools(
 
     Args:
         root: the workspace directory (resolved once; the file tools refuse paths outside it).
-        bash_timeout: ``bash``'s default ``timeout`` in seconds.
+        bash_timeout: ``bash``'s default ``timeout`` in seconds (an int, 1 to
+            :data:`MAX_BASH_TIMEOUT_S`, a week). A call's own ``timeout`` above that is a tool
+            error, not a crash (``10**400`` cannot become a float).
         max_output_chars: cap on ``bash`` output (head and tail kept, see
             :func:`~kimik3.tools.truncate_middle`).
         write_hard_links: let ``write_file`` / ``edit_file`` write a file that has more than one
@@ -112,7 +118,12 @@ def coding_tools(
         SandboxUnavailableError: ``sandbox="bwrap"`` where bubblewrap cannot run.
         UserError: options for a :class:`Sandbox` given with one, or an allowed path that does
             not exist.
+        UserError: ``bash_timeout`` is not a whole number of seconds from 1 to a week (0 or a
+            negative number would kill every command at once).
     """
+    if type(bash_timeout) is not int or not 1 <= bash_timeout <= MAX_BASH_TIMEOUT_S:
+        raise UserError(f"bash_timeout must be a whole number of seconds from 1 to {MAX_BASH_TIMEOUT_S}, "
+                        f"got {bash_timeout!r}")
     workspace = Path(root).resolve()
     if not workspace.is_dir():
         raise ToolDefinitionError(f"workspace root {str(root)!r} is not a directory")
@@ -140,6 +151,9 @@ def coding_tools(
             command: the command line; pipes, &&, redirections and heredocs work.
             timeout: seconds before the command and all its child processes are killed.
         """
+        if timeout > MAX_BASH_TIMEOUT_S:  # the schema says only ge=1 (frozen); 10**400 is no float
+            shown = f"{timeout} s" if timeout < 10**30 else "beyond 10^30 s"
+            raise ToolError(f"timeout {shown} is too long: at most {MAX_BASH_TIMEOUT_S} s (a week)")
         if "\0" in command:  # exec would refuse it with a bare "embedded null byte"
             raise ToolError("the command contains a NUL byte; a command line cannot hold one (use printf '\\0')")
         done = await _run_shell(box, [shell, "-c", command], timeout, max_output_chars)
