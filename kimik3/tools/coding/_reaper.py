@@ -14,6 +14,11 @@ reports on descriptor ``FD``:
 Its own stdin is the control channel: ``k`` kills every descendant (SIGTERM, a grace second, then
 SIGKILL); end of file (the caller is done, or gone) leaves background processes running.
 SIGTERM kills every descendant the same way; SIGUSR1 does it with SIGKILL at once.
+
+``python -I -S _reaper.py --stdio CMD ARGS...`` runs an MCP stdio server (kimik3.tools.mcp)
+instead: CMD gets this process's stdin, stdout and stderr (the reaper keeps none of them open);
+when CMD ends, or on SIGTERM (the MCP SDK's shutdown), every descendant is killed as above and the
+reaper exits with CMD's exit code.
 """
 
 from __future__ import annotations
@@ -98,15 +103,53 @@ def _kill_all(grace: float) -> None:
         os.write(_status_fd, ("survivors " + " ".join(map(str, left)) + "\n").encode())
 
 
+def _subreaper() -> bool:
+    try:
+        return bool(ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
+    except (OSError, AttributeError):
+        return False
+
+
+def _stdio(argv: list[str]) -> None:
+    """``--stdio CMD ARGS``: see the module docstring."""
+    global _status_fd
+    _status_fd = 2  # "survivors ..." goes to the server's stderr
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGUSR1, _on_signal)
+    _subreaper()
+    code = 0
+    try:
+        server = os.fork()
+        if server == 0:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.signal(signal.SIGUSR1, signal.SIG_DFL)
+            try:
+                os.execvp(argv[0], argv)
+            except OSError as e:
+                os.write(2, f"kimik3: cannot run {argv[0]!r}: {e}\n".encode())
+            os._exit(127)
+        null = os.open(os.devnull, os.O_RDWR)  # the pipes are the server's: its end of file is its own
+        os.dup2(null, 0)
+        os.dup2(null, 1)
+        while True:  # orphans re-parented here are reaped on the way
+            pid, status = os.waitpid(-1, 0)
+            if pid == server:
+                code = os.waitstatus_to_exitcode(status)
+                break
+        _kill_all(1.0)
+    except _Kill as kill:
+        _kill_all(kill.grace)
+    os._exit(code if code >= 0 else 128 - code)
+
+
 def main(argv: list[str]) -> None:
     global _status_fd
+    if argv[:1] == ["--stdio"]:
+        _stdio(argv[1:])
     _status_fd, argv = int(argv[0]), argv[1:]
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGUSR1, _on_signal)
-    try:
-        reaper = ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
-    except (OSError, AttributeError):
-        reaper = False
+    reaper = _subreaper()
     os.set_inheritable(_status_fd, False)
     try:
         shell = os.fork()
