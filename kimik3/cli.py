@@ -479,10 +479,13 @@ def replay_command(ctx: click.Context, trajectory: str, html_out: str | None, gi
 @click.option("--concurrency", type=click.IntRange(min=1), default=8, show_default=True, help="Requests in flight.")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True, max=86400), default=60.0, show_default=True,
               metavar="SECONDS", help="Total time per request, connect to last byte.")
+@click.option("--max-body-bytes", type=click.IntRange(min=1024), default=4 * 1024 * 1024, show_default=True,
+              metavar="BYTES", help="The largest answer body read (a stream's chunks together); a larger one "
+                                    "is a failed row.")
 @click.pass_context
 def verify_command(ctx: click.Context, base_url: str, model: str | None, api_key: str | None, quick: bool,
                    tokenizer_dir: str | None, no_images: bool, max_tokens: int, concurrency: int,
-                   timeout: float) -> None:  # fmt: skip
+                   timeout: float, max_body_bytes: int) -> None:  # fmt: skip
     """Check a K3 endpoint against Moonshot's contract: exact prompt_tokens, reasoning round-trip,
     rejected requests, raw mode, and (without --quick) tool calls, JSON output and the walle schemas.
 
@@ -502,7 +505,7 @@ def verify_command(ctx: click.Context, base_url: str, model: str | None, api_key
         tokenizer = K3Tokenizer.from_pretrained(tokenizer_dir) if tokenizer_dir else None
         report = verify(base_url, model=model, api_key=api_key, quick=quick, tokenizer=tokenizer,
                         images=not no_images, max_tokens=max_tokens, concurrency=concurrency, timeout=timeout,
-                        progress=row)  # fmt: skip
+                        max_body_bytes=max_body_bytes, progress=row)  # fmt: skip
     except KimiK3Error as e:
         click.echo(f"kimik3 verify: {type(e).__name__}: {' '.join(str(e).split())}", err=True)
         ctx.exit(1)
