@@ -74,6 +74,7 @@ from ._cli_progress import (
 )
 from ._cli_run import _drive, _drop_unanswered, _execute, _new_session_path, _read_task, _start
 from ._exceptions import KimiK3Error
+from ._text import printable
 from .agents import (
     CODING_INSTRUCTIONS,
     Agent,
@@ -407,14 +408,14 @@ def preflight_command(
 @click.pass_context
 def show_command(ctx: click.Context, session: str, reasoning: bool, full: bool) -> None:
     """Print a recorded session as a transcript: numbered messages, turns with their usage,
-    reasoning folded, tool calls and results. Continue from message N with
-    `kimik3 resume SESSION --at N`."""
+    reasoning folded, tool calls and results (terminal control sequences stripped, as the live
+    view does). Continue from message N with `kimik3 resume SESSION --at N`."""
     try:
         text = format_session(session, reasoning=reasoning, max_lines=None if full else 12)
     except KimiK3Error as e:
         _progress(True).error(e)
         ctx.exit(1)
-    click.echo(text, nl=False)
+    click.echo(printable(text), nl=False)  # recorded model text cannot send terminal escapes
 
 
 @main.command(name="replay")
@@ -437,7 +438,8 @@ def replay_command(ctx: click.Context, trajectory: str, html_out: str | None, gi
     FILE is the trajectory directory or its trajectory.jsonl. The screen is opened as recorded
     (a headless Chromium page, or the X display) and each step runs once the screen matches the
     recorded screenshot; exits 1 naming the first step that does not. With --html / --gif the
-    recorded run is rendered instead.
+    recorded run is rendered instead (a screenshot too large to decode, over 8K UHD by its header,
+    is shown as a note).
     """
     from .tools.ui import computer_for, load_trajectory, render_gif, render_html, replay
 
