@@ -35,7 +35,8 @@ def _not_completion(reply: Reply) -> str | None:
     """Why ``reply`` (a 200 body) is not a completion; None when it is one."""
     if not reply.choices:
         return "no choices"
-    if not {"message", "text"} & reply.choices[0].model_fields_set:
+    first = reply.choices[0]
+    if "message" not in first.model_fields_set and first.text is None:
         return "choices.0 has neither a message nor a text"
     return None
 

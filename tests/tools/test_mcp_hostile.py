@@ -198,6 +198,24 @@ def test_a_pathological_pattern_neither_blocks_the_loop_nor_overruns_the_budget(
     assert out["fine"][0] == "ok"
 
 
+@pytest.mark.parametrize("schema", [
+    {"type": "object", "patternProperties": {"^(a|aa)+$": {"type": "string"}}},
+    {"type": "object", "patternProperties": {"^(a|aa)+$": {}}, "additionalProperties": False},
+    {"type": "object", "patternProperties": {"^(a|aa)+$": {}}, "unevaluatedProperties": False},
+    {"type": "object", "propertyNames": {"pattern": "^(a|aa)+$"}},
+    {"type": "object", "properties": {"s": {"type": "array", "items": {"pattern": "^(a|aa)+$"}}}},
+])  # fmt: skip
+def test_every_place_a_schema_matches_a_pattern_is_bounded(schema: dict[str, Any]) -> None:
+    from kimik3 import ToolArgumentsError
+    from kimik3.tools._mcp_schema import ArgumentsSchema
+
+    key = "a" * 60 + "!"  # the pattern backtracks exponentially on it (regex too)
+    with pytest.raises(ToolArgumentsError) as e:
+        ArgumentsSchema(schema, "MCP tool 't' of 's'").check({key: "x", "s": [key]}, budget_s=0.2)
+    assert str(e.value) == ("the arguments cannot be checked: the schema's pattern '^(a|aa)+$' took longer than "
+                            "the check's budget of 0.2 s")
+
+
 def test_the_bounded_search_is_plain_re_for_other_users_of_jsonschema() -> None:
     import jsonschema
 

@@ -148,6 +148,7 @@ def _transport(chat: Callable[[dict[str, Any]], httpx.Response]) -> httpx.MockTr
     ({"object": "error", "message": "no"}, 'no choices): {"object": "error", "message": "no"}'),
     ({"choices": []}, 'no choices): {"choices": []}'),
     ({"choices": [{"index": 0}]}, 'choices.0 has neither a message nor a text): {"choices": [{"index": 0}]}'),
+    ({"choices": [{"text": None}]}, 'choices.0 has neither a message nor a text): {"choices": [{"text": null}]}'),
 ])  # fmt: skip
 def test_a_200_that_is_not_a_completion_is_not_accepted(body: dict[str, Any], why: str) -> None:
     rep = verify("http://fake/v1", transport=_transport(lambda b: httpx.Response(200, json=body)), quick=True,
@@ -231,3 +232,11 @@ def test_the_cli_passes_max_body_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
     assert seen["max_body_bytes"] == 9999
     result = CliRunner().invoke(main, ["verify", "--base-url", "http://x/v1", "--max-body-bytes", "10"])
     assert result.exit_code == 2 and "Invalid value for '--max-body-bytes'" in result.output
+
+
+def test_a_body_nested_past_any_parser_limit_is_a_failed_row() -> None:
+    deep = "[" * 200_000 + "]" * 200_000  # 400 KB: under the size cap, past json's and pydantic's depth
+    rep = verify("http://fake/v1", transport=_transport(lambda b: httpx.Response(200, text=deep)), quick=True,
+                 images=False)  # fmt: skip
+    assert rep["prompt_tokens: plain"].status == "fail"
+    assert rep["prompt_tokens: plain"].evidence.startswith("HTTP 200, malformed answer: body: ")
