@@ -122,7 +122,8 @@ CHILD = textwrap.dedent("""
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     render_html(DIR, OUT + ".html")
     render_gif(DIR, OUT + ".gif")
-    print("ok", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    # VmHWM: this process's peak resident memory (ru_maxrss would carry the forking parent's)
+    print("ok", next(l for l in open("/proc/self/status") if l.startswith("VmHWM:")).split()[1])
 """)
 
 

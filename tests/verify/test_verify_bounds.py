@@ -4,13 +4,14 @@ is not a completion is not "accepted", and a model id with CR/LF is refused."""
 
 from __future__ import annotations
 
-import gzip
+import functools
 import json
 import os
 import subprocess
 import sys
 import textwrap
 import threading
+import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -29,7 +30,14 @@ from kimik3.cli import main
 ROOT = str(Path(__file__).resolve().parents[2])
 SCHEMAS = [("s#1", {"type": "object", "properties": {"a": {"type": "string"}}})]
 PIECE = b'{"choices":[{"message":{"content":"' + b"a" * 65536
-GZIP_BOMB = gzip.compress(PIECE + b"a" * (512 * 1024 * 1024), compresslevel=9)  # ~0.5 MB that inflates to 512 MiB
+
+
+@functools.cache
+def gzip_bomb() -> bytes:
+    """About 0.5 MB of gzip that inflates to 512 MiB (compressed a MiB at a time)."""
+    c = zlib.compressobj(9, zlib.DEFLATED, 31)  # 31: the gzip container
+    block = b"a" * (1 << 20)
+    return b"".join([c.compress(PIECE), *(c.compress(block) for _ in range(512)), c.flush()])
 
 
 class _Endless(BaseHTTPRequestHandler):
@@ -44,12 +52,14 @@ class _Endless(BaseHTTPRequestHandler):
         length = int(self.headers.get("content-length") or 0)
         self.rfile.read(length)
         self.send_response(200)
+        self.close_connection = True  # one answer per connection: the client abandons each one
         if self.path.startswith("/bomb/"):
             self.send_header("content-type", "application/json")
             self.send_header("content-encoding", "gzip")
-            self.send_header("content-length", str(len(GZIP_BOMB)))
+            self.send_header("content-length", str(len(gzip_bomb())))
+            self.send_header("connection", "close")
             self.end_headers()
-            self.wfile.write(GZIP_BOMB)
+            self.wfile.write(gzip_bomb())
             return
         self.send_header("content-type", "application/json")
         self.send_header("connection", "close")
@@ -63,9 +73,14 @@ class _Endless(BaseHTTPRequestHandler):
     do_GET = do_POST = _endless
 
 
+class _Quiet(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a client that hangs up mid-answer is the point here
+
+
 @contextmanager
 def endless_server() -> Iterator[str]:
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Endless)
+    httpd = _Quiet(("127.0.0.1", 0), _Endless)
     httpd.daemon_threads = True
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
