@@ -79,11 +79,11 @@ class Reply(_Strict):
 
 
 class _Model(_Strict):
-    id: str = Field(min_length=1)
+    id: str = Field(min_length=1, pattern=r"^[^\x00-\x1f\x7f-\x9f]+$")  # no CR/LF: it goes into requests and lines
 
 
 class ModelList(_Strict):
-    """``GET /models``: ``data[].id``, at least one."""
+    """``GET /models``: ``data[].id`` (no control characters), at least one."""
 
     data: list[_Model] = Field(min_length=1)
 

@@ -504,7 +504,8 @@ class Agent(Generic[OutputT]):
 
     async def _one_tool(self, run: _Run, call: ToolCall, results: list[ToolResult | None],
                         approved: list[ToolCallApprovedEvent | None], i: int) -> None:
-        with _tracing.tool_call(run.span, call.id, call.function.name, call.function.arguments) as span:
+        with _tracing.tool_call(run.span, call.id, call.function.name, call.function.arguments,
+                                declared=call.function.name in run.tools) as span:
             try:
                 await self._call_tool(run, call, results, approved, i)
             except BaseException as e:  # a CancelledError the tool or the hook raised itself: its error
