@@ -55,7 +55,7 @@ from ..types import (
 )
 from ._approval import approve
 from ._arguments import check_agent_arguments, output_adapter, run_messages, task_message
-from ._checks import EMPTY_TURN, answer_text, check_images, failed_call_errors, unrun_calls, unrun_note
+from ._checks import EMPTY_TURN, UnrunCall, answer_text, check_images, failed_call_errors, unrun_calls, unrun_note
 from ._compaction import compact
 from ._dynamic import Toolbox, restore_declared, undeclared
 from ._history import orphan_results, prune_images, result_message
@@ -341,11 +341,14 @@ class Agent(Generic[OutputT]):
         not run are named to the model; a turn with no answer and no call is never the answer)."""
         await self._sync_tools(run)
         request = self._request(run)
+        failed: list[UnrunCall] = []  # raw K3 calls that cannot run (their value could not be read)
         with _tracing.model_call(run.span, self.client.engine.model, request) as span:
             async with self.client.stream_request(request) as call:
                 async for event in call:
                     if isinstance(event, ToolCallDone) and event.error is not None:
                         run.call_errors[event.id] = event.error  # kept, but answered with the reason
+                        failed.append(UnrunCall(event.name, "failed",
+                                                f"came with arguments that could not be used ({event.error})", ""))
                     yield event
             span.done(call.completion)
         completion = call.completion
@@ -355,7 +358,7 @@ class Agent(Generic[OutputT]):
             calls = [*(message.tool_calls or ()), *(f.to_tool_call() for f in completion.failed_tool_calls)]
             message = message.model_copy(update={"tool_calls": calls})
         run.model_turn(completion, message)  # the message exactly as received
-        note = unrun_note(run.unrun(unrun_calls(completion)))  # issues and counts recorded
+        note = unrun_note(run.unrun([*failed, *unrun_calls(completion)]))  # issues and counts recorded
         if message.tool_calls:
             run.cut_replies = 0
             await self.hooks.before_tools(run.turns, message.tool_calls)

@@ -58,7 +58,7 @@ class _Run:
         for c in calls:
             self.issue(str(c))
         self.cut_calls += sum(c.kind == "cut" for c in calls)
-        self.dropped_calls += sum(c.kind in ("dropped", "failed") for c in calls)
+        self.dropped_calls += sum(c.kind in ("dropped", "failed", "misplaced") for c in calls)
         return calls
 
     def add(self, message: Message, *, counted: bool = False, usage: Usage | None = None) -> None:

@@ -210,8 +210,8 @@ class RunResult(Generic[OutputT]):
         failed_calls: tool calls answered with an error result (the tool raised or overran its
             time limit, invalid arguments, an unknown tool, a denial, a cancelled call).
         cut_calls: tool calls cut by the output limit (``max_tokens``); they never ran.
-        dropped_calls: tool calls the model started that could not run (marker text inside an
-            argument ended them, or a server sent arguments that are not a JSON object).
+        dropped_calls: tool calls the model started that could not run (never closed, written
+            outside the tools section, or a server sent arguments that are not a JSON object).
         issues: one line per problem of the run, in order (``"turn 2: the call to 'write' was
             cut by the output limit (max_tokens) and did not run"``): failed, cut and dropped
             calls, unusable turns, compactions that kept the history.

@@ -353,7 +353,7 @@ class RemoteEngine(TokenEngine):
         request = K3Codec.expand(request, allow_local_files=self.allow_local_files)  # videos as timestamped frames
         model = await self._model_name()
         while True:
-            chat = ChatStreamChecker(request.thinking, model)
+            chat = ChatStreamChecker.for_request(request, model)
             done = False
             try:
                 async for kind, data in self._events(self._client.chat.completions, self._chat_kwargs(request, model)):

@@ -41,6 +41,7 @@ from ._events import (
 )
 from ._json import JSON_MAX_DEPTH, JSON_MAX_INT_DIGITS, check_json_limits, safe_loads
 from ._parse import StreamParser, parse
+from ._recover import MarkedText, read_marked
 from ._tokenizer import (
     K3_PAT_STR,
     K3Tokenizer,
@@ -67,6 +68,7 @@ __all__ = [
     "K3Codec",
     "K3Decoder",
     "K3Tokenizer",
+    "MarkedText",
     "ParsedOutput",
     "ParsedToolCall",
     "PromptCache",
@@ -96,6 +98,7 @@ __all__ = [
     "prompt_header_segments",
     "prompt_trailer_segments",
     "protocol_bodies",
+    "read_marked",
     "render",
     "render_output",
     "special_token_ids",

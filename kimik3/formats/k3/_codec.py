@@ -513,5 +513,6 @@ class K3Decoder:
             usage=usage,
             truncated=parsed.truncated,
             dropped_tool_calls=[c.name for c in parsed.incomplete_tool_calls],
+            misplaced_tool_calls=list(parsed.misplaced_tool_calls),
             raw_text=text,
         )
