@@ -12,7 +12,8 @@ One run::
             ToolsRan          tool calls ran concurrently, one result message per call id
             ContinueWith(p)   cut by max_tokens, calls that did not run, a turn with neither an
                               answer nor a call, an answer that failed output_type: ask again
-                              (MAX_CONTINUES cut replies in a row: stop, "no_progress")
+                              (MAX_CONTINUES cut replies in a row, two when the last has no
+                              answer text: stop, "no_progress")
             Final(output)     the answer (validated against output_type), or a second unusable
                               turn in a row (stop_reason "unusable_output"): stop
 
@@ -347,8 +348,7 @@ class Agent(Generic[OutputT]):
                 async for event in call:
                     if isinstance(event, ToolCallDone) and event.error is not None:
                         run.call_errors[event.id] = event.error  # kept, but answered with the reason
-                        failed.append(UnrunCall(event.name, "failed",
-                                                f"came with arguments that could not be used ({event.error})", ""))
+                        failed.append(UnrunCall(event.name, "failed", f"could not be run ({event.error})", ""))
                     yield event
             span.done(call.completion)
         completion = call.completion
@@ -375,8 +375,12 @@ class Agent(Generic[OutputT]):
         yield TurnEndEvent(run.turns, message, completion.usage)
         if note is None and completion.truncated:
             run.cut_replies += 1
-            if run.cut_replies >= MAX_CONTINUES:  # asking again does not help: stop, saying so
-                yield Final(message_text(message.content) if self.output_type is None else None, "no_progress")
+            text = answer_text(message)
+            # asking again does not help: stop, saying so. A reply cut before any answer (reasoning
+            # only) gets one retry: twice is no progress (issue 27, shape (e)).
+            if run.cut_replies >= (MAX_CONTINUES if text.strip() else 2):
+                run.issue("the model's replies kept being cut by the output limit (max_tokens)")
+                yield Final(message_text(message.content) or None if self.output_type is None else None, "no_progress")
             else:
                 yield ContinueWith(CONTINUE_REQUEST)
             return

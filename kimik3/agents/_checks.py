@@ -44,7 +44,9 @@ class UnrunCall:
         name: the tool's name ("" when the model gave none).
         kind: ``"cut"`` (the output limit ended it), ``"dropped"`` (it could not be used),
             ``"tail"`` (the output was cut after the last complete call: a further call may be lost),
-            ``"failed"`` (a chat-mode call with undecodable arguments, answered with a tool error),
+            ``"failed"`` (a call that cannot run: arguments a server sent undecodable, a value that
+            cannot be read unambiguously, a call read from server text whose tool was not
+            declared; answered with a tool error),
             or ``"misplaced"`` (written outside the tools section: kept as text, never run).
         why: what happened, in words, as the model reads it.
         advice: what to do instead.
@@ -90,7 +92,7 @@ def unrun_calls(completion: ChatCompletion) -> list[UnrunCall]:
                              "Tool calls run only inside the tools section: make it again there if it is "
                              "still needed."))
     for f in completion.failed_tool_calls:
-        out.append(UnrunCall(f.name, "failed", f"came with arguments that could not be decoded ({f.reason})", ""))
+        out.append(UnrunCall(f.name, "failed", f"could not be run ({f.reason})", ""))
     if not out and completion.truncated and completion.message.tool_calls:  # e.g. cut in a call's header
         out.append(UnrunCall("", "tail", "was cut by the output limit (max_tokens)",
                              "If you meant to make more calls, make them now."))
@@ -154,6 +156,6 @@ def failed_call_errors(completion: ChatCompletion) -> dict[str, str]:
     errors = {}
     for failed in completion.failed_tool_calls:
         sent = failed.arguments if len(failed.arguments) <= 300 else failed.arguments[:300] + "..."
-        errors[failed.id] = f"{failed.reason}. The arguments you sent: {sent}." + (
-            f" {failed.advice}" if failed.advice else "")
+        errors[failed.id] = (f"{failed.reason}. The arguments you sent: {sent}. "
+                             "Call the tool again with its arguments as one JSON object.")
     return errors

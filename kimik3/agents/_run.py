@@ -4,6 +4,7 @@ session, prompt cache, the tools of the moment, and what went wrong on the way."
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -16,6 +17,8 @@ from ._checks import UnrunCall
 from ._session import SessionWriter
 
 __all__ = ["_Run"]
+
+log = logging.getLogger("kimik3.agent")
 
 
 class _Run:
@@ -69,11 +72,26 @@ class _Run:
             self.session.message(message, usage)
 
     def model_turn(self, completion: ChatCompletion, message: AssistantMessage) -> None:
-        """Record a model call: its usage, and its message (whose tokens the call counted)."""
-        self.usage = self.usage + completion.usage
+        """Record a model call: its usage, and its message (whose tokens the call counted).
+
+        Usage a server did not report (``Usage.unknown``: none, or zeros) is counted here
+        (:meth:`message_tokens` of the prompt's messages and tools, and of the answer), so token
+        budgets and compaction never see 0 for a call that used tokens; it stays marked unknown.
+        """
+        usage = completion.usage
+        if usage.unknown:
+            prompt = max(usage.prompt_tokens, sum(map(self.message_tokens, self.messages))
+                         + self.count(json.dumps([s.model_dump(mode="json", exclude_none=True) for s in self.specs])))
+            answer = max(usage.completion_tokens, self.message_tokens(message))
+            usage = usage.model_copy(update={"prompt_tokens": prompt, "completion_tokens": answer,
+                                             "total_tokens": prompt + answer})
+            if not self.usage.unknown:
+                log.warning("kimik3: the server reported no token usage; kimik3 counts it itself for budgets "
+                            "and compaction (RunResult.usage.unknown)")
+        self.usage = self.usage + usage
         self.turns += 1
-        self.context_tokens = completion.usage.prompt_tokens + completion.usage.completion_tokens
-        self.add(message, counted=True, usage=completion.usage)
+        self.context_tokens = usage.prompt_tokens + usage.completion_tokens
+        self.add(message, counted=True, usage=usage)
 
     def message_tokens(self, message: Message) -> int:
         """Tokens a message adds to the context: its text, reasoning (once), tool calls and the

@@ -488,15 +488,14 @@ class ChatStreamChecker:
         call_id = self._unique(None)
         name, arguments_json = parsed_call.name, parsed_call.arguments_json
         out: list[Event] = [ToolCallStarted(index, call_id, name)]
-        reason, advice = parsed_call.error, ""
+        reason = parsed_call.error
         if reason is None and name not in self._tools:
             declared = "the request declared no tools" if not self._tools else f"no tool named {name!r} is declared"
             reason = f"the server returned this call as text, and {declared}"
-            advice = "Answer without it, or call one of the declared tools." if self._tools else "Answer without it."
         if reason is not None:
             log.warning("kimik3: a call to %r read from text the server left is not run: %s", name, reason)
             self._failed.append(FailedToolCall(index=index, id=call_id, name=name, arguments=arguments_json,
-                                               reason=reason, advice=advice))
+                                               reason=reason))
             return [*out, ToolCallIncomplete(index, call_id, name)]
         out.append(ToolCallArgumentsDelta(index, call_id, arguments_json))
         out.append(ToolCallDone(index, call_id, name, parsed_call.arguments, arguments_json))

@@ -222,7 +222,7 @@ class ToolCall(_Model):
 class FailedToolCall(BaseModel):
     """A tool call a server finished whose arguments could not be decoded, or a call read from text
     a server left whose tool was not declared (chat mode): kept, never run. An agent answers it
-    with a tool error naming :attr:`reason`, then :attr:`advice`; the history carries it with
+    with a tool error naming :attr:`reason`; the history carries it with
     arguments ``{}`` (:meth:`to_tool_call`), never invalid JSON. :attr:`arguments` is the text as
     the server sent it, :attr:`index` the call's position in its turn, :attr:`name` ``""`` if none.
     """
@@ -234,7 +234,6 @@ class FailedToolCall(BaseModel):
     name: str
     arguments: str
     reason: str
-    advice: str = "Call the tool again with its arguments as one JSON object."
 
     def to_tool_call(self) -> ToolCall:
         """The call as the history keeps it: its id and name, arguments ``{}``."""

@@ -179,7 +179,7 @@ async def test_the_closer_inside_a_value_is_a_failed_call_the_model_is_told_abou
         "path": "c", "text": "use <|close|>argument<|sep|> here"}
     assert result.stop_reason == "completed" and result.output == "ok" and result.degraded
     assert result.issues == [
-        "turn 1: the call to 'write' came with arguments that could not be used (argument 'text' holds the text "
+        "turn 1: the call to 'write' could not be run (argument 'text' holds the text "
         "<|close|>argument<|sep|>, which is what ends a value, so where the value ends cannot be told. Write that "
         "text another way (for example split or escaped) and call again) and did not run"]
 

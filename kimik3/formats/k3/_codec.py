@@ -457,6 +457,11 @@ def _index(request: ChatRequest) -> MediaIndex | None:
     return request.prompt_cache.media if request.prompt_cache is not None else None
 
 
+def _count(value: Any) -> int | None:
+    """A token count a server sent, when it is one (a non-negative int)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
 class K3Decoder:
     """Raw K3 output chunks -> events (:class:`StreamParser`) and, at the end, the completion."""
 
@@ -493,11 +498,12 @@ class K3Decoder:
         """The completion of everything fed (after :meth:`finish`). Usage: the engine's counts
         when it gave them, else the codec's (prompt ids plus expanded image blocks)."""
         text = "".join(self._raw)
-        completion_tokens = self._completion_tokens
-        if completion_tokens is None:
+        # the engine's counts when they can be right, else kimik3's own: never 0 for a text or a prompt
+        completion_tokens = _count(self._completion_tokens)
+        if completion_tokens is None or (completion_tokens == 0 and text):
             completion_tokens = self._codec.count(text)
-        prompt_tokens = self._prompt_tokens
-        if prompt_tokens is None:  # the engine did not say: count the expanded image blocks
+        prompt_tokens = _count(self._prompt_tokens)
+        if not prompt_tokens:  # the engine did not say: the prompt ids plus the expanded image blocks
             prompt_tokens = len(self._prompt.ids) + self._codec.image_tokens(self._prompt.images)
         usage = Usage(
             prompt_tokens=prompt_tokens,
