@@ -212,7 +212,7 @@ class _Endpoint:
                     chunk: Reply = read(Reply, line[5:])
                 except Malformed as e:
                     return _Answer(200, line[5:], None, f"HTTP 200, stream chunk {e}")
-                usage = chunk.usage or usage
+                usage = chunk.counted or usage
                 for choice in chunk.choices:
                     delta = choice.delta
                     content.append(delta.content or "")
