@@ -5,7 +5,7 @@ Pure functions and incremental state machines; no I/O beyond reading a model dir
 """
 
 from ._codec import EncodedPrompt, K3Codec, K3Decoder, PromptCache, PromptEncoder, PromptIds, RawChunk
-from ._contract import check_request
+from ._contract import TOOL_NAME, check_request
 from ._encode import (
     CLOSE,
     END_OF_MSG,
@@ -61,6 +61,7 @@ __all__ = [
     "OPEN",
     "SEP",
     "THINKING_EFFORTS",
+    "TOOL_NAME",
     "ContentDelta",
     "EncodedPrompt",
     "Event",
