@@ -21,6 +21,7 @@ from itertools import islice
 from typing import Any, overload
 
 from ..._exceptions import TokenizerError
+from ..._text import visible_text
 from ...types import (
     AssistantMessage,
     ChatCompletion,
@@ -434,10 +435,11 @@ class K3Codec:
         return K3Decoder(self, request.thinking, prompt)
 
     def count(self, text: str) -> int:
-        """Tokens of raw output text (markers as single tokens), or an estimate without a tokenizer."""
+        """Tokens of raw output text (markers as single tokens), or an estimate without a tokenizer.
+        A lone surrogate (a server's ``"\\ud800"`` in JSON) is counted as its visible escape."""
         if self.tokenizer is None:
             return estimate_tokens(text)
-        return len(self.tokenizer.encode_control(text)) if text else 0
+        return len(self.tokenizer.encode_control(visible_text(text))) if text else 0
 
     def image_tokens(self, parts: Sequence[ImagePart]) -> int:
         """Extra prompt tokens of images: each placeholder token becomes a whole block

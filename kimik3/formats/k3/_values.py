@@ -142,7 +142,10 @@ class Call:
         """Text of the open value (a string value streams it, JSON-escaped piece by piece)."""
         self.parts.append(text)
         if self.string:
-            self._delta(out, dumps(text)[1:-1])
+            piece = dumps(text)[1:-1]
+            if not piece.isascii():  # a lone surrogate is written as its JSON escape: the text stays UTF-8
+                piece = _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", piece)
+            self._delta(out, piece)
 
     def reopen(self, out: list[Event]) -> None:
         """The closer (and what followed it so far) was text of the value: the value goes on,
