@@ -6,11 +6,7 @@ The model's output (the text generated after the generation prompt, decoded with
     [reasoning]<|close|>think<|sep|>                       thinking on (the prompt opened think)
     <|open|>response<|sep|>[text]<|close|>response<|sep|>   the prompt opened response when off
     [<|open|>tools<|sep|> (call)+ <|close|>tools<|sep|>]
-    <|close|>message<|sep|><|end_of_msg|>
-
-    call := <|open|>call tool="N" index="k"<|sep|>
-            (<|open|>argument key="K" type="T"<|sep|>V<|close|>argument<|sep|>)*
-            <|close|>call<|sep|>
+    <|close|>message<|sep|><|end_of_msg|>        (call: docs/k3-format.md § Typed arguments)
 
 :class:`StreamParser` is one incremental state machine; :func:`parse` is that machine fed the
 whole text at once, so streaming gives exactly the non-streaming result for every chunking.
@@ -22,9 +18,8 @@ spelled inside a value. After a closer only blank text, the next value's open ta
 close may follow; anything else shows the closer was text of the value, which then runs to the
 next closer, and the call fails (``error``: the model is told, the tool never runs).
 
-Work is linear in the output length: each character is scanned once by the lexer (a partial
-marker at a chunk end is at most 23 characters and is re-scanned once), text is kept as lists of
-pieces joined once, and string arguments are JSON-escaped piece by piece.
+Work is linear in the output: each character is scanned once (a partial marker held at a chunk
+end, at most 23 characters, once more), text is kept as pieces joined once.
 """
 
 from __future__ import annotations
@@ -49,9 +44,7 @@ from ._values import CLOSERS, Call, closer_overlap
 
 __all__ = ["StreamParser", "parse"]
 
-
 # -- machine states ----------------------------------------------------------------------------
-
 # Legend of the parser's states (where the text being read goes):
 #   _THINK     inside the think channel: text is reasoning
 #   _RESPONSE  inside the response channel: text is content
@@ -95,39 +88,26 @@ class StreamParser:
           reason (``ParsedToolCall.error``), never run.
         - Non-blank text between a call's header and its first value fails the call too.
 
-    Recovery (docs/k3-format.md § Known model slips):
-        - ``<|close|>think<|sep|>`` omitted: a later channel tag (open/close ``response``, open
-          ``tools``, close ``message``) ends the reasoning; the text before it stays reasoning.
-        - Think channel skipped (the output starts with ``<|open|>response<|sep|>`` or
-          ``<|open|>tools<|sep|>``): reasoning is ``""`` and the text is the answer.
-        - ``<|close|>response<|sep|>`` / ``<|close|>tools<|sep|>`` omitted: the next channel tag or
-          the message close ends them.
-        - Output cut (by ``max_tokens``) inside a call: complete calls are kept; the cut one is
-          reported in ``incomplete_tool_calls`` (and a :class:`ToolCallIncomplete` event), never
-          returned as a call.
-        - A partial marker at the very end is text (markers are single tokens: text that ends
-          in ``<`` or ``<|`` was written as text).
-        - Text after the message close (``<|close|>message<|sep|>``, ``<|end_of_msg|>`` or the
-          open of another ``message``) is ignored.
+    Recovery (docs/k3-format.md § Known model slips): a missed think close (a later channel tag
+    ends the reasoning), a skipped think channel (the text is the answer), a missed response or
+    tools close (the next channel tag or the message close ends them), output cut inside a call
+    (complete calls kept; the cut one in ``incomplete_tool_calls``, a :class:`ToolCallIncomplete`
+    event, never returned), a partial marker at the very end (text: markers are single tokens),
+    text after the message close (ignored).
 
-    Decisions where the spec is silent (kept in code comments too):
-        - Text between channels (after a channel closed, outside any tag) is content when it has
-          non-whitespace (the model forgot ``<|open|>response<|sep|>``); whitespace-only runs
-          there are layout and dropped. Text inside ``tools`` but outside a call is dropped.
-        - A call outside the tools section (in the think or response channel, between channels)
-          is never run: its text stays where it was written, as it was written, and its name is
-          reported in ``misplaced_tool_calls`` (the agent tells the model).
-        - With ``thinking=False`` a think channel opened anyway is parsed as reasoning
-          (``reasoning_content`` becomes a string); a stray ``<|close|>think<|sep|>`` is ignored.
-        - A call header without a ``tool`` attribute gives the name ``""``; the model's ``index``
-          attribute is ignored (calls are numbered in order). A ``json`` block inside a call (the
-          encoder's fallback for unparsable arguments) adds its keys when it decodes to an
-          object; otherwise the call is a failed one (``error``: "its json arguments block is a JSON
-          string, not an object"), never run without its arguments.
-        - A call counts only once its ``<|close|>call<|sep|>`` is seen. A call interrupted before
-          its first value by another structural tag is dropped as incomplete like a cut one.
-        - A tag header interrupted by another marker, an unknown tag and a stray ``<|sep|>`` are
-          ignored.
+    Decisions where the spec is silent (docs/k3-format.md § Decisions where the sources are silent,
+    and code comments):
+        - Text between channels is content when it has non-whitespace (a forgotten response
+          open); whitespace there is layout. Text in ``tools`` outside a call is dropped.
+        - A call outside the tools section is never run: its text stays where it was written, as
+          written, and its name is reported in ``misplaced_tool_calls``.
+        - With ``thinking=False`` a think channel opened anyway is reasoning; a stray think close
+          is ignored. A call without ``tool`` is named ``""``; ``index`` is ignored (calls are
+          numbered in order). A ``json`` block adds its keys when it decodes to an object, else
+          the call fails (``error``), never run without its arguments.
+        - A call counts once its ``<|close|>call<|sep|>`` is seen; one interrupted before its
+          first value by another structural tag is dropped as incomplete. A header interrupted by
+          a marker, an unknown tag and a stray ``<|sep|>`` are ignored.
 
     Args:
         thinking: whether the prompt opened the think channel (thinking on) or the response
@@ -188,6 +168,9 @@ class StreamParser:
         self._out = out
         buf = self._tail + delta if self._tail else delta
         self._tail = ""
+        if self._state in (_ARG, _JSON) and "<" not in buf:  # the hot path: a long value streaming
+            self._value_text(buf)
+            return out
         pos, n = 0, len(buf)
         while pos < n:
             pos = self._lex_value(buf, pos) if self._state in (_ARG, _JSON) else self._lex(buf, pos)
@@ -291,13 +274,14 @@ class StreamParser:
         closer = self._closer
         k = buf.find(closer, pos)
         if k < 0:
-            hold = closer_overlap(buf, pos, closer)
-            end = len(buf) - hold
+            n = len(buf)
+            hold = closer_overlap(buf, pos, closer) if buf.find("<", max(pos, n - len(closer) + 1)) >= 0 else 0
+            end = n - hold
             if end > pos:
                 self._value_text(buf[pos:end])
             if hold:
                 self._tail = buf[end:]
-            return len(buf)
+            return n
         if k > pos:
             self._value_text(buf[pos:k])
         call = self._call
@@ -362,8 +346,8 @@ class StreamParser:
     def _value_text(self, s: str, raw: bool = True) -> None:
         call = self._call
         assert call is not None
-        if raw:
-            self._raw(s)
+        if raw and call.raw is not None:
+            call.raw.append(s)
         call.value_text(self._out, s)
 
     def _emit_content(self, s: str) -> None:
@@ -371,8 +355,7 @@ class StreamParser:
         self._out.append(ContentDelta(s))
 
     def _ignored(self, s: str) -> None:
-        # Text after the message close is ignored (docs/k3-format.md § Known model slips); only its
-        # non-blank size is kept.
+        # Text after the message close is ignored (docs/k3-format.md § Known model slips): its size is kept.
         self._after_close += len(s.replace(END_OF_MSG, "").strip())
 
     # -- markers and tags --------------------------------------------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from json.encoder import encode_basestring
 from typing import Any
 
 from ..._exceptions import JSONLimitError
@@ -141,11 +142,13 @@ class Call:
     def value_text(self, out: list[Event], text: str) -> None:
         """Text of the open value (a string value streams it, JSON-escaped piece by piece)."""
         self.parts.append(text)
-        if self.string:
-            piece = dumps(text)[1:-1]
+        if self.string and self.raw is None:  # (inlined: the hot path of a long string value)
+            piece = encode_basestring(text)[1:-1]  # what dumps(text) does for a str, without its frame
             if not piece.isascii():  # a lone surrogate is written as its JSON escape: the text stays UTF-8
                 piece = _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", piece)
-            self._delta(out, piece)
+            if piece:
+                self.json_parts.append(piece)
+                out.append(ToolCallArgumentsDelta(self.index, self.id, piece))
 
     def reopen(self, out: list[Event]) -> None:
         """The closer (and what followed it so far) was text of the value: the value goes on,
