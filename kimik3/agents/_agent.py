@@ -108,9 +108,10 @@ class Agent(Generic[OutputT]):
           order. Cancelling the run cancels and awaits every tool and still leaves one result
           message for every call id.
         - Bad model output never crashes the run nor poisons the history: a call that never
-          completed (cut by ``max_tokens``, broken by marker text, undecodable) never runs and is
-          named to the model in a note so it can retry; an unknown tool or invalid arguments
-          become a tool-error result the model sees. A tool's own ``CancelledError`` is its error
+          completed (cut by ``max_tokens``, never closed, written outside the tools section) never
+          runs and is named to the model in a note so it can retry; a call that cannot run (a
+          value that cannot be read unambiguously, undecodable arguments), an unknown tool or
+          invalid arguments become a tool-error result the model sees. A tool's own ``CancelledError`` is its error
           result; only the run's cancellation cancels tools.
         - A turn that failed is never reported as success: a turn with neither an answer nor a
           call that ran is asked again once, then the run stops with ``unusable_output``; an

@@ -62,8 +62,8 @@ StopReason = Literal[
 ]
 """Why a run ended: the model answered (``completed``), a budget ran out (the agent then ran one
 tool-free summary turn), the answer failed ``output_type`` validation twice, twice in a row a
-turn gave neither an answer nor a call that could run (``unusable_output``: e.g. marker text inside
-a string argument broke every call, or every call was cut by the output limit), or
+turn gave neither an answer nor a call that could run (``unusable_output``: e.g. every call never
+closed, or every call was cut by the output limit), or
 (``no_progress``) :data:`~kimik3._defaults.MAX_CONTINUES` replies in a row were cut by
 ``max_tokens`` without a tool call, or two when the last was cut before any answer (reasoning
 only); the output is the last reply's text, None when it has none."""
