@@ -226,12 +226,13 @@ def test_tool_call_progress_is_incremental() -> None:
     assert p.feed("2<|close|>argument<|sep|>") == []
     args = {"text": 'line "one"\ntab\there', "n": 42}
     text = json.dumps(args, ensure_ascii=False)
-    assert p.feed("<|close|>call<|sep|>") == [
+    # the call's close right after a closer is confirmed by what may follow a call (here the tools close)
+    assert p.feed("<|close|>call<|sep|>") == []
+    assert p.feed("<|close|>tools<|sep|><|close|>message<|sep|>") == [
         ToolCallArgumentsDelta(0, "id0", "42"),
         ToolCallArgumentsDelta(0, "id0", "}"),
         ToolCallDone(0, "id0", "write", args, text),
     ]
-    assert p.feed("<|close|>tools<|sep|><|close|>message<|sep|>") == []
     assert p.finish("stop") == []
     assert p.result().tool_calls[0].arguments_json == text
 
@@ -320,7 +321,9 @@ def test_a_value_holding_its_own_closer_is_a_failed_call_read_up_to_the_last_clo
     tail = "<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|><|close|>message<|sep|>"
     arg = '<|open|>argument key="doc" type="string"<|sep|>'
     for value in ("ends with <|close|>argument<|sep|> here", "ends with <|close|>argument<|sep|>",
-                  "a <|close|>argument<|sep|>\n<|close|>argument<|sep|> b"):
+                  "a <|close|>argument<|sep|>\n<|close|>argument<|sep|> b",
+                  "x<|close|>argument<|sep|><|close|>call<|sep|> and more",  # the call's close spelled too
+                  "x<|close|>argument<|sep|> <|close|>call<|sep|><|open|>argument key=\"k\" type=\"string\"<|sep|>"):
         out = parse(HEADER + arg + value + tail)
         (call,) = out.tool_calls
         assert call.arguments == {"doc": value} and call.arguments_json == json.dumps({"doc": value}), value

@@ -11,15 +11,8 @@ The model's output (the text generated after the generation prompt, decoded with
 :class:`StreamParser` is one incremental state machine; :func:`parse` is that machine fed the
 whole text at once, so streaming gives exactly the non-streaming result for every chunking.
 
-Values are read exactly as written (Moonshot's encoder writes a string value raw, so marker text
-can occur inside one): inside a value only its exact closer ends it, and everything else is text
-of the value. The one text a parser of *text* cannot tell from structure is that closer itself
-spelled inside a value. After a closer only blank text, the next value's open tag or the call's
-close may follow; anything else shows the closer was text of the value, which then runs to the
-next closer, and the call fails (``error``: the model is told, the tool never runs).
-
-Work is linear in the output: each character is scanned once (a partial marker held at a chunk
-end, at most 23 characters, once more), text is kept as pieces joined once.
+Values are read exactly as written (:class:`StreamParser`, Values). Work is linear: each
+character is scanned once (a partial marker held at a chunk end, at most 23, once more).
 """
 
 from __future__ import annotations
@@ -65,28 +58,22 @@ class StreamParser:
     Feed text deltas as they arrive; each :meth:`feed` returns the typed events the new text
     completes. Call :meth:`finish` at the end of the stream, then :meth:`result`.
 
-    Guarantees:
-        - For every chunking of the same text, :meth:`result` is the same (ids aside, which come
-          from ``id_factory`` in call order), and equal to :func:`parse` of the whole text.
-        - No byte of a marker read as structure appears in a reasoning or content delta. A
-          partial marker at a chunk end is held back only while it can still become a marker.
-          (The text of a call written outside the tools section is kept as it was written.)
-        - Values are kept exactly as written: :func:`~kimik3.formats.k3.render_output` then
-          :func:`parse` gives every string value back, whatever marker text it holds, unless it
-          holds its own closer ``<|close|>argument<|sep|>``.
-        - The argument deltas of a call concatenate to its ``arguments_json``; string values are
-          streamed while they arrive.
-        - Total work is linear in the output length.
+    Guarantees: for every chunking the same :meth:`result` (ids aside, from ``id_factory`` in
+    call order), equal to :func:`parse` of the whole text; no byte of a marker read as structure
+    in a reasoning or content delta (a partial marker at a chunk end is held only while it can
+    still become one; a call outside the tools section keeps its text as written); a call's
+    argument deltas concatenate to its ``arguments_json``, string values streamed as they
+    arrive; work linear in the output.
 
-    Values (docs/k3-format.md § Output):
-        - Inside an ``argument`` value only ``<|close|>argument<|sep|>`` ends it (``json``
-          blocks: ``<|close|>json<|sep|>``); ``<|open|>``, ``<|sep|>``, ``<|close|>`` followed
-          by anything else, partial markers and would-be argument headers are text of it.
-        - After a closer only blank text, the next value's open tag or ``<|close|>call<|sep|>``
-          may follow. Anything else means the closer was text of the value: the value runs on
-          to the next closer (what the model most likely wrote), and the call fails with the
-          reason (``ParsedToolCall.error``), never run.
-        - Non-blank text between a call's header and its first value fails the call too.
+    Values (docs/k3-format.md § Typed arguments), kept exactly as written (Moonshot's encoder
+    writes a string value raw): only the exact closer (``<|close|>argument<|sep|>``; ``json``
+    blocks: ``<|close|>json<|sep|>``) ends a value; ``<|open|>``, ``<|sep|>``, ``<|close|>`` and
+    anything else, partial markers, would-be headers are text of it, so ``render_output`` then
+    :func:`parse` gives back every value that does not hold its closer. After a closer only blank
+    text, the next value's open tag or the call's close may follow, and after that close what
+    may follow a call (another call, the tools or message close); anything else shows the closer
+    was text of the value, which runs on to the next closer, and the call fails (``error``:
+    never run). Non-blank text between a call's header and its first value fails it too.
 
     Recovery (docs/k3-format.md § Known model slips): a missed think close (a later channel tag
     ends the reasoning), a skipped think channel (the text is the answer), a missed response or
@@ -95,19 +82,14 @@ class StreamParser:
     event, never returned), a partial marker at the very end (text: markers are single tokens),
     text after the message close (ignored).
 
-    Decisions where the spec is silent (docs/k3-format.md § Decisions where the sources are silent,
-    and code comments):
-        - Text between channels is content when it has non-whitespace (a forgotten response
-          open); whitespace there is layout. Text in ``tools`` outside a call is dropped.
-        - A call outside the tools section is never run: its text stays where it was written, as
-          written, and its name is reported in ``misplaced_tool_calls``.
-        - With ``thinking=False`` a think channel opened anyway is reasoning; a stray think close
-          is ignored. A call without ``tool`` is named ``""``; ``index`` is ignored (calls are
-          numbered in order). A ``json`` block adds its keys when it decodes to an object, else
-          the call fails (``error``), never run without its arguments.
-        - A call counts once its ``<|close|>call<|sep|>`` is seen; one interrupted before its
-          first value by another structural tag is dropped as incomplete. A header interrupted by
-          a marker, an unknown tag and a stray ``<|sep|>`` are ignored.
+    Decisions where the spec is silent (docs/k3-format.md § Decisions where the sources are
+    silent; code comments): non-blank text between channels is content, blank is layout; text in
+    ``tools`` outside a call is dropped; a call outside the tools section is never run (its text
+    stays as written, its name in ``misplaced_tool_calls``); a think channel opened with thinking
+    off is reasoning; a call without ``tool`` is named ``""`` and ``index`` is ignored; a ``json``
+    block adds its keys when it decodes to an object, else the call fails; a call interrupted
+    before its first value is dropped as incomplete; an interrupted header, an unknown tag and a
+    stray ``<|sep|>`` are ignored.
 
     Args:
         thinking: whether the prompt opened the think channel (thinking on) or the response
@@ -139,12 +121,10 @@ class StreamParser:
         self._truncated = False
         self._result: ParsedOutput | None = None
         self.regular = True
-        """Whether every marker so far was part of a well-formed K3 structure, with nothing
-        ignored, dropped, cut or failed (the model slips of the spec's list aside): what chat
-        mode asks before it reads marker text a server left in a field as structure."""
+        """Every marker so far was part of well-formed K3 structure, nothing ignored, dropped, cut or
+        failed (the spec's model slips aside): chat mode's test for markup a server left in a field."""
 
     # -- public ----------------------------------------------------------------------------
-
     def feed(self, delta: str) -> list[Event]:
         """Consume the next piece of output text.
 
@@ -195,6 +175,8 @@ class StreamParser:
             return []
         out: list[Event] = []
         self._out = out
+        if self._state == _AFTER and self._call is not None and self._call.closing:
+            self._confirm(self._call)  # the output ended after a call's close: it closed
         tail, self._tail = self._tail, ""
         if tail:  # a partial marker at the very end is text (decision, see class docstring)
             self.regular = False
@@ -230,7 +212,6 @@ class StreamParser:
         return self._result
 
     # -- lexers ------------------------------------------------------------------------------
-
     def _lex(self, buf: str, pos: int) -> int:
         """Markers and text from ``pos``; returns where it stopped (the end, or where a value
         starts or reopens: the rest is lexed as value text)."""
@@ -297,7 +278,6 @@ class StreamParser:
             call.raw.append(s)
 
     # -- text ------------------------------------------------------------------------------
-
     def _text(self, s: str) -> None:
         state = self._state
         if self._header is not None:
@@ -359,7 +339,6 @@ class StreamParser:
         self._after_close += len(s.replace(END_OF_MSG, "").strip())
 
     # -- markers and tags --------------------------------------------------------------------
-
     def _marker(self, kind: int) -> bool:
         """Handle one marker; False when it reopened a value and must be lexed as value text."""
         if self._state == _AFTER:
@@ -406,6 +385,10 @@ class StreamParser:
             self._header = []
             self._header_open = kind == K_OPEN
             return True
+        if kind == K_EOM and header is None and call.closing:  # the message ends after the call
+            self._confirm(call)
+            self._end_message(by_tag=False)
+            return True
         if kind != K_SEP or header is None:  # a stray <|sep|>, <|end_of_msg|>, an interrupted header
             self._header = None
             self._reopen()
@@ -414,21 +397,39 @@ class StreamParser:
         self._raw(SEP)
         text = "".join(header)
         name, attrs = parse_header(text)
-        if self._header_open and name in CLOSERS:
-            self._end_value(call)
-            self._start_value(call, name, attrs)
-        elif not self._header_open and name == "call":
-            self._end_value(call)
-            self._close_call(call)
-        elif not self._header_open and text == call.tag:  # a second closer: it may be the real one
+        if not self._header_open and text == call.tag:  # a second closer: it may be the real one
             del pending[call.pending_tag :]
             self._reopen()
             call.pending = [self._closer]
             self._state = _AFTER
+        elif call.closing:  # after the call's close: what may follow a call confirms both closes
+            if name == "message" or (self._header_open and name in _CHANNEL_TAGS) or (
+                    not self._header_open and name == "tools"):
+                self._confirm(call)
+                self._tag(self._header_open, text)
+            else:
+                pending.append(SEP)
+                self._reopen()
+        elif self._header_open and name in CLOSERS:
+            self._end_value(call)
+            self._start_value(call, name, attrs)
+        elif not self._header_open and name == "call":
+            if call.raw is not None:  # outside the tools section: it never runs, nothing to confirm
+                self._end_value(call)
+                self._close_call(call)
+            else:  # held until what follows the call confirms it (a closer spelled in the value?)
+                pending.append(SEP)
+                call.closing = True
         else:
             pending.append(SEP)
             self._reopen()
         return True
+
+    def _confirm(self, call: Call) -> None:
+        """What followed a call's close confirms it, and its last value's closer: commit."""
+        call.closing = False
+        self._end_value(call)
+        self._close_call(call)
 
     def _tag(self, is_open: bool, header: str) -> None:
         # Transitions on a complete tag (state -> tag -> new state); anything not listed is ignored:
@@ -503,7 +504,6 @@ class StreamParser:
         self._closed = True
 
     # -- calls -------------------------------------------------------------------------------
-
     def _open_call(self, attrs: dict[str, str], header: str, parent: int) -> None:
         name = attrs.get("tool", "")
         self._state = _CALL

@@ -83,6 +83,8 @@ class Call:
         pending: after a value's closer, the raw text since it (the closer first) until what
             follows shows whether the closer ended the value; None otherwise.
         pending_tag: the index in ``pending`` where a tag after the closer starts.
+        closing: the call's close came right after the closer (held in ``pending`` too): what
+            follows a call (another call, the tools or message close) confirms both.
         error: why the call cannot run (the first reason), or None.
         raw: for a call written outside the tools section, its raw text (it is kept as text,
             never run); None for a call in the tools section.
@@ -91,7 +93,7 @@ class Call:
     """
 
     __slots__ = (
-        "error", "id", "index", "items", "json_parts", "key", "name", "parent", "parts", "pending",
+        "closing", "error", "id", "index", "items", "json_parts", "key", "name", "parent", "parts", "pending",
         "pending_tag", "raw", "raw_tag", "string", "tag",
     )  # fmt: skip
 
@@ -108,6 +110,7 @@ class Call:
         self.parts: list[str] = []
         self.pending: list[str] | None = None
         self.pending_tag = 0
+        self.closing = False  # its close came after a value's closer, not yet confirmed
         self.error: str | None = None
         self.raw = raw
         self.raw_tag = 0
@@ -156,6 +159,7 @@ class Call:
         assert self.pending is not None
         text = "".join(self.pending)
         self.pending = None
+        self.closing = False
         self.fail(ambiguous_value(self.tag, self.key))
         self.value_text(out, text)
 
