@@ -197,7 +197,7 @@ class Endpoint:
                 chunk: Reply = read(Reply, line[5:])
             except Malformed as e:
                 return Answer(200, line[5:], None, f"HTTP 200, stream chunk {e}")
-            usage = chunk.usage or usage
+            usage = chunk.counted or usage
             chose = chose or bool(chunk.choices)
             for choice in chunk.choices:
                 delta = choice.delta

@@ -47,18 +47,20 @@ class Message(_Strict):
     tool_calls: list[ToolCall] | None = None
 
 
-class Choice(_Strict):
-    """One of ``choices``: a chat ``message``, a stream ``delta`` or a completion ``text``."""
-
-    message: Message = Message()
-    delta: Message = Message()
-    text: str | None = None
-
-
 class Usage(_Strict):
     """``usage``: only ``prompt_tokens`` (a non-negative int) is read."""
 
     prompt_tokens: int | None = Field(None, ge=0)
+
+
+class Choice(_Strict):
+    """One of ``choices``: a chat ``message``, a stream ``delta`` or a completion ``text``, and
+    the ``usage`` Kimi's API puts inside the choice."""
+
+    message: Message = Message()
+    delta: Message = Message()
+    text: str | None = None
+    usage: Usage | None = None
 
 
 class Reply(_Strict):
@@ -73,9 +75,17 @@ class Reply(_Strict):
         return self.choices[0].message if self.choices else Message()
 
     @property
+    def counted(self) -> Usage | None:
+        """The usage, where servers put it: ``choices[0].usage`` (Kimi's API; read first, as the
+        Vendor Verifier does), else the top-level ``usage``; None when neither."""
+        inner = self.choices[0].usage if self.choices else None
+        return inner if inner is not None else self.usage
+
+    @property
     def prompt_tokens(self) -> int | None:
-        """``usage.prompt_tokens``, None when absent."""
-        return self.usage.prompt_tokens if self.usage is not None else None
+        """``usage.prompt_tokens`` (see :attr:`counted`), None when absent."""
+        usage = self.counted
+        return usage.prompt_tokens if usage is not None else None
 
 
 class _Model(_Strict):

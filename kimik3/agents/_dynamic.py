@@ -110,13 +110,27 @@ def _clash(tools: Sequence[Tool], table: Mapping[str, Tool]) -> str | None:
 
 def undeclared(table: Mapping[str, Tool], head: Sequence[ToolSpec], messages: Sequence[Message]) -> list[ToolSpec]:
     """The specs of the tools in ``table`` that neither the prompt's head nor a dynamic
-    declaration in ``messages`` (``SystemMessage(content="", tools=[...])``; a later one wins)
-    declares as they are now."""
+    declaration in ``messages`` (``SystemMessage(content="", tools=[...])``) declares.
+
+    A tool declared before under its name but changed since is not declared again: a K3
+    endpoint takes each tool name once per request (the Vendor Verifier's contract,
+    :func:`~kimik3.formats.k3.check_request`), so the model keeps its first declaration; a
+    warning says so (give a changed tool a new name to declare it anew)."""
     declared = {s.function.name: s for s in head}
     for m in messages:
         if isinstance(m, SystemMessage) and m.tools and not m.content:
-            declared.update((s.function.name, s) for s in m.tools)
-    return [spec for spec in (t.spec for t in table.values()) if declared.get(spec.function.name) != spec]
+            for s in m.tools:
+                declared.setdefault(s.function.name, s)
+    new: list[ToolSpec] = []
+    for spec in (t.spec for t in table.values()):
+        first = declared.get(spec.function.name)
+        if first is None:
+            new.append(spec)
+        elif first != spec:
+            log.warning("kimik3: tool %r changed after it was declared; a K3 endpoint takes a name once per request, "
+                        "so the model keeps its first declaration (give the changed tool a new name)",
+                        spec.function.name)
+    return new
 
 
 def restore_declared(toolbox: Toolbox, table: Mapping[str, Tool], messages: Sequence[Message]) -> list[str]:

@@ -5,7 +5,7 @@ Pure functions and incremental state machines; no I/O beyond reading a model dir
 """
 
 from ._codec import EncodedPrompt, K3Codec, K3Decoder, PromptCache, PromptEncoder, PromptIds, RawChunk
-from ._contract import check_request
+from ._contract import TOOL_NAME, check_request
 from ._encode import (
     CLOSE,
     END_OF_MSG,
@@ -41,6 +41,7 @@ from ._events import (
 )
 from ._json import JSON_MAX_DEPTH, JSON_MAX_INT_DIGITS, check_json_limits, safe_loads
 from ._parse import StreamParser, parse
+from ._recover import MarkedText, read_marked
 from ._tokenizer import (
     K3_PAT_STR,
     K3Tokenizer,
@@ -60,6 +61,7 @@ __all__ = [
     "OPEN",
     "SEP",
     "THINKING_EFFORTS",
+    "TOOL_NAME",
     "ContentDelta",
     "EncodedPrompt",
     "Event",
@@ -67,6 +69,7 @@ __all__ = [
     "K3Codec",
     "K3Decoder",
     "K3Tokenizer",
+    "MarkedText",
     "ParsedOutput",
     "ParsedToolCall",
     "PromptCache",
@@ -96,6 +99,7 @@ __all__ = [
     "prompt_header_segments",
     "prompt_trailer_segments",
     "protocol_bodies",
+    "read_marked",
     "render",
     "render_output",
     "special_token_ids",
