@@ -91,6 +91,7 @@ class _Options:
     max_turns: int | None
     plain: bool
     mcp: tuple[str, ...] = ()
+    mcp_timeout: float | None = None
     otel: str | None = None
     plan: bool = False
     verbose: bool = False
@@ -142,6 +143,9 @@ def _engine_options(f: F) -> F:
         click.option("--mcp", multiple=True, metavar='"CMD ARGS" | URL', callback=_check_mcp,
                      help="Give the agent the tools of an MCP server (repeatable): a command line started "
                           "over stdio, or a Streamable HTTP URL."),
+        click.option("--mcp-timeout", type=click.FloatRange(min=0, min_open=True, max=86400), metavar="SECONDS",
+                     help="Time limit of each MCP request: opening a server, a tool listing, a tool call "
+                          "(default 60)."),
         click.option("--otel", metavar="console | URL", callback=_check_otel,
                      help="Export OpenTelemetry spans (run, model calls, tool calls) to the console (stderr) "
                           "or an OTLP/HTTP endpoint, e.g. http://127.0.0.1:4318."),
@@ -280,18 +284,20 @@ def _check_otel(ctx: click.Context, param: click.Parameter, target: str | None) 
     return target
 
 
-def _mcp_server(spec: str) -> Toolset:
-    """``--mcp``: a Streamable HTTP URL, or a command line started over stdio."""
+def _mcp_server(spec: str, timeout: float | None = None) -> Toolset:
+    """``--mcp``: a Streamable HTTP URL, or a command line started over stdio; ``timeout``:
+    ``--mcp-timeout`` (None: the MCP default)."""
     try:
         from .tools import mcp
     except ImportError as e:
         raise click.UsageError(f"--mcp needs the MCP SDK ({e}): pip install 'kimik3[mcp]'") from None
+    limit = mcp.DEFAULT_TIMEOUT_S if timeout is None else timeout
     if spec.startswith(("http://", "https://")):
-        return mcp.MCPServerStreamableHTTP(spec)
+        return mcp.MCPServerStreamableHTTP(spec, timeout=limit)
     argv = shlex.split(spec)
     if not argv or not argv[0]:
         raise click.BadParameter("an empty command", param_hint="'--mcp'")
-    return mcp.MCPServerStdio(argv[0], argv[1:])
+    return mcp.MCPServerStdio(argv[0], argv[1:], timeout=limit)
 
 
 def _agent(o: _Options, engine: Engine, tools: list[Tool], instructions: str | None,
@@ -305,7 +311,7 @@ def _agent(o: _Options, engine: Engine, tools: list[Tool], instructions: str | N
         except ImportError as e:
             raise click.UsageError(f"--otel needs the OpenTelemetry SDK ({e}): "
                                    "pip install 'kimik3[otel-export]'") from None
-    extra: list[Tool | Toolset] = [_mcp_server(spec) for spec in o.mcp]
+    extra: list[Tool | Toolset] = [_mcp_server(spec, o.mcp_timeout) for spec in o.mcp]
     if o.plan:
         extra.append(plan_tool(Plan()))
     return Agent(instructions=instructions, tools=[*tools, *extra], engine=engine, settings=o.settings,

@@ -7,7 +7,9 @@
     kimik3 eval compare runs/a runs/b --max-drop 0.05     # exit 1: B regressed
     kimik3 eval replay ~/.kimik3/sessions/ --base-url URL  # the Vendor Verifier on your traffic
 
-Running prints one line per attempt as it ends (a progress bar on a terminal), then the summary;
+Running prints which sandbox the attempts' commands run in (``--sandbox``, ``--network``,
+``--allow-read``, ``--allow-write``, as ``kimik3 run``: setup, the agent's bash and the check
+alike), one line per attempt as it ends (a progress bar on a terminal), then the summary;
 ``--out`` receives ``results.jsonl``, ``summary.json``, ``report.md``, ``report.html`` and the
 sessions, and an existing ``--out`` is continued (only the missing attempts run).
 """
@@ -101,8 +103,6 @@ def _summary_lines(s: dict[str, Any], out: Path) -> list[str]:
 @click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
               help="Attempts per task (pass@k up to K).")
 @click.option("--tasks", "pattern", metavar="GLOB", help="Only tasks whose name matches GLOB (or with that tag).")
-@click.option("--sandbox", type=click.Choice(["auto", "bwrap", "none"]),
-              help="The bash sandbox of the coding harness, where this kimik3 has one (default: auto).")
 @click.option("--price", callback=_price, metavar="IN,CACHED,OUT",
               help="USD per 1M input, cached input and output tokens (default: Moonshot's hosted prices by "
                    "model id; none for self-hosted models).")
@@ -110,20 +110,19 @@ def _summary_lines(s: dict[str, Any], out: Path) -> list[str]:
 @harness_options
 @click.pass_context
 def run_command(ctx: click.Context, /, suite: str, out: str, concurrency: int, repeat: int, pattern: str | None,
-                sandbox: str | None, price: Pricing | None, **params: Any) -> None:  # fmt: skip
-    """Run every task of SUITE (a folder of task folders with task.toml) and score it."""
-    from .eval import EvalConfig, EvalError, evaluate, harness_supports_sandbox, load_suite
+                price: Pricing | None, **params: Any) -> None:  # fmt: skip
+    """Run every task of SUITE (a folder of task folders with task.toml) and score it.
+
+    Each attempt's setup, bash commands and check run in the sandbox --sandbox picks (the
+    first line printed says which)."""
+    from .eval import EvalConfig, EvalError, evaluate, load_suite
 
     o = _options(params)
-    if sandbox is not None and not harness_supports_sandbox():
-        raise click.UsageError("--sandbox: this kimik3's coding harness has no sandbox")
     try:
         loaded = load_suite(suite)
         tasks = loaded.select(pattern)
     except (EvalError, KimiK3Error) as e:
         raise click.UsageError(str(e)) from None
-    _quiet(o.verbose)
-    engine = _build_engine(o)
     plain = _PlainProgress()
 
     def extra() -> Sequence[Tool | Toolset]:
@@ -132,9 +131,19 @@ def run_command(ctx: click.Context, /, suite: str, out: str, concurrency: int, r
 
     config = EvalConfig(settings=o.settings, tools="full" if params.get("tool_set") == "full" else "core",
                         max_turns=o.max_turns, pricing=price if price is not None else "auto",
-                        sandbox=sandbox or ("auto" if harness_supports_sandbox() else None),
+                        sandbox=params.get("sandbox") or "auto", network=bool(params.get("network")),
+                        sandbox_read=tuple(params.get("allow_read") or ()),
+                        sandbox_write=tuple(params.get("allow_write") or ()),
                         project_instructions=not params.get("no_agents_md"),
                         extra_tools=extra if o.mcp or o.plan else None)
+    try:
+        box = config.sandbox_for(loaded.path)  # described, not started
+    except KimiK3Error as e:  # --sandbox bwrap where bubblewrap cannot run: the fix named
+        plain.error(e)
+        ctx.exit(1)
+    _quiet(o.verbose)
+    engine = _build_engine(o)
+    plain.note(box.describe())  # the first line: which sandbox runs the commands
     if o.otel:
         _otel(o.otel)
     console = Console(highlight=False)

@@ -5,8 +5,8 @@ workspace's ``AGENTS.md`` files (``--no-agents-md`` opts out; each file is liste
 ``--tools core`` (the default) gives the six coding tools k3-tiny was trained on, unchanged;
 ``--tools full`` adds read-before-edit, ``multi_edit``, ``apply_patch``, background ``bash`` with
 ``read_output`` / ``stop`` and the ``task`` sub-agent tool (:class:`kimik3.harness.CodingHarness`).
-``--sandbox`` (``run``, ``resume``, ``chat``) picks where ``bash`` runs its commands; the first line
-printed says which sandbox is active (``docs/sandbox.md``).
+``--sandbox`` (``run``, ``resume``, ``chat``, ``eval``) picks where ``bash`` runs its commands; the first
+line printed says which sandbox is active (``docs/sandbox.md``).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def sandbox_options(f: F) -> F:
-    """``--sandbox``, ``--network``, ``--allow-read``, ``--allow-write`` (``run``, ``resume``, ``chat``)."""
+    """``--sandbox``, ``--network``, ``--allow-read``, ``--allow-write`` (``run``, ``resume``, ``chat``, ``eval``)."""
     options = [
         click.option("--sandbox", type=click.Choice(["auto", "bwrap", "none"]), default="auto", show_default=True,
                      help="Where bash runs commands. bwrap: bubblewrap, the workspace writable, the rest read-only, "
@@ -60,7 +60,8 @@ def sandbox_from_options(workspace: str, note: Callable[[str], None]) -> Sandbox
 
 
 def harness_options(f: F) -> F:
-    """The harness options of ``run`` / ``resume``."""
+    """The harness options of ``run`` / ``resume`` / ``eval``: :func:`sandbox_options`, ``--no-agents-md``,
+    ``--tools``."""
     f = sandbox_options(f)
     f = click.option("--no-agents-md", "no_agents_md", is_flag=True,
                      help="Do not give the model the workspace's AGENTS.md files.")(f)

@@ -15,7 +15,9 @@ Limits (a decision; no real tool call comes near them):
   ``sys.set_int_max_str_digits`` setting, so ``str(int)`` never fails under any setting);
 - numbers: finite (``1e999``, ``NaN`` and ``Infinity`` are refused);
 - types: ``dict`` with ``str`` keys, ``list`` / ``tuple``, ``str``, ``int``, ``float``, ``bool``,
-  ``None`` (no sets, bytes or objects).
+  ``None`` (no sets, bytes or objects);
+- strings (values and keys): text, so no lone UTF-16 surrogate (JSON's ``"\ud800"`` escape decodes
+  to one; it cannot be written as UTF-8, so a session file or a token count would fail on it).
 """
 
 from __future__ import annotations
@@ -37,7 +39,13 @@ JSON_MAX_INT_DIGITS = 640
 
 _INT_BOUND = 10**JSON_MAX_INT_DIGITS
 _NESTING_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')  # strings (skipped) and brackets
-_SCALARS = (str, bool, type(None))
+_SCALARS = (bool, type(None))
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _check_text(text: str) -> None:
+    if not text.isascii() and (m := _SURROGATE.search(text)) is not None:
+        raise JSONLimitError(f"a string holds a lone UTF-16 surrogate ({m.group()!a}), which is not text")
 
 
 def _int_too_long(value: int) -> bool:
@@ -55,14 +63,16 @@ def check_json_limits(value: Any, max_depth: int = JSON_MAX_DEPTH) -> None:
     Raises:
         JSONLimitError: a type JSON cannot hold, a non-string key, nesting deeper than
             :data:`JSON_MAX_DEPTH`, an integer longer than :data:`JSON_MAX_INT_DIGITS` digits,
-            or a float that is not finite.
+            a float that is not finite, or a string with a lone UTF-16 surrogate.
     """
     stack: list[tuple[Any, int]] = [(value, 0)]
     while stack:
         item, depth = stack.pop()
         if isinstance(item, _SCALARS):
             continue
-        if isinstance(item, int):
+        if isinstance(item, str):
+            _check_text(item)
+        elif isinstance(item, int):
             if _int_too_long(item):
                 raise JSONLimitError(f"an integer has more than {JSON_MAX_INT_DIGITS} digits")
         elif isinstance(item, float):
@@ -75,6 +85,7 @@ def check_json_limits(value: Any, max_depth: int = JSON_MAX_DEPTH) -> None:
                 for key in item:
                     if not isinstance(key, str):
                         raise JSONLimitError(f"an object key is {type(key).__name__} {key!r}, not a string")
+                    _check_text(key)
                 stack.extend((v, depth + 1) for v in item.values())
             else:
                 stack.extend((v, depth + 1) for v in item)

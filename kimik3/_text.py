@@ -28,18 +28,28 @@ def visible_text(text: str) -> str:
     return _SURROGATE_RE.sub(escape, text)
 
 
-# terminal escape sequences (CSI, OSC, two-character), C0/C1 controls but tab and newline, and
-# the bidirectional overrides: what could recolour, move the cursor or reorder a terminal line
+# what could recolour, move the cursor, set the clipboard or a link, or reorder a terminal line
+# (ECMA-48): control strings whole, payload included (OSC, e.g. OSC 52 clipboard writes and OSC 8
+# links; DCS, SOS, PM, APC), in their 7-bit (ESC x) and 8-bit (C1) forms, ended by ST or BEL or,
+# unterminated, at the end of the line; CSI sequences, both forms; other escapes; C0/C1 controls
+# but tab and newline; the bidirectional overrides and isolates
 _UNPRINTABLE = re.compile(
-    r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[ -/]*[0-~])?"
+    r"(?:\x1b[]PX^_]|[\x90\x98\x9d\x9e\x9f])[^\x07\x1b\x9c\n]*(?:\x07|\x1b\\|\x9c)?"
+    r"|(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]?"
+    r"|\x1b[ -/]*[0-~]?"
     r"|[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]"
 )
 
 
 def printable(text: str) -> str:
-    """``text`` without terminal escape sequences, control characters (tab and newline stay)
-    and bidirectional overrides: model-provided text that a terminal shows as it is.
+    """``text`` without terminal control sequences, control characters (tab and newline stay)
+    and bidirectional overrides: model-provided or recorded text that a terminal shows as it is
+    (``kimik3 run``'s live view, ``kimik3 show``).
 
-    Example: ``printable("a\\x1b[31mb\\rc")`` is ``"abc"``.
+    Control strings go whole, payload included: an OSC 52 clipboard write, an OSC 8 link's URL,
+    a DCS, SOS, PM or APC string (7-bit or 8-bit C1 form; one with no terminator ends at the end
+    of its line).
+
+    Example: ``printable("a\\x1b[31mb\\rc\\x1b]52;c;aGk=\\x07d")`` is ``"abcd"``.
     """
     return _UNPRINTABLE.sub("", text)

@@ -5,21 +5,32 @@ conventions' attributes (https://opentelemetry.io/docs/specs/semconv/gen-ai/gen-
 function here is a no-op and nothing is imported. With it, spans go to whatever tracer provider
 the application configured (none: the API's no-op provider). kimik3 emits:
 
-- ``invoke_agent`` (one per run, INTERNAL): ``gen_ai.operation.name``, ``gen_ai.agent.name``
-  (when the agent has one), ``gen_ai.request.model``; at the end ``gen_ai.usage.input_tokens`` /
-  ``output_tokens`` summed over the run and ``kimik3.stop_reason``;
+- ``invoke_agent`` (one per run, INTERNAL): ``gen_ai.operation.name``, ``gen_ai.provider.name``,
+  ``gen_ai.agent.name`` (when the agent has one), ``gen_ai.request.model``; at the end
+  ``gen_ai.usage.input_tokens`` / ``output_tokens`` summed over the run and ``kimik3.stop_reason``;
 - ``chat {model}`` (one per model call, CLIENT, a child of the run): ``gen_ai.operation.name =
-  "chat"``, ``gen_ai.request.model`` / ``temperature`` / ``top_p`` / ``max_tokens`` / ``seed``,
-  ``gen_ai.response.model`` / ``id`` / ``finish_reasons``, ``gen_ai.usage.input_tokens`` /
-  ``output_tokens``;
+  "chat"``, ``gen_ai.provider.name``, ``gen_ai.request.model`` / ``temperature`` / ``top_p`` /
+  ``max_tokens`` / ``seed``, ``gen_ai.response.model`` / ``id`` / ``finish_reasons``,
+  ``gen_ai.usage.input_tokens`` / ``output_tokens``;
 - ``execute_tool {name}`` (one per tool call, INTERNAL, a child of the run and the current span
   while the tool runs): ``gen_ai.tool.name``, ``gen_ai.tool.call.id``, ``gen_ai.tool.type``.
+  The name is the model's choice: it names the span only when it is a declared tool's (and then
+  it is one of 1-64 letters, digits, ``_``, ``.``, ``-``); a call to any other name is the span
+  ``execute_tool``, its name recorded (cut to 64 characters, others replaced by ``_``) only when
+  content capture is on. The call id is cut to 128 characters.
+
+``gen_ai.provider.name`` is :data:`PROVIDER_NAME` (``"moonshot_ai"``, K3's provider: the
+conventions list no value for Moonshot AI, so a custom one in the style of ``mistral_ai``).
 
 A failure sets ``error.type`` (the exception's class name, or ``"tool_error"`` for a tool's error
 result) and the span status ERROR. Message content (``gen_ai.input.messages``,
 ``gen_ai.output.messages``, ``gen_ai.tool.call.arguments`` / ``result``) is recorded only when
 capture is on: :func:`set_capture_content` or the GenAI instrumentations' environment variable
 ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``; off by default.
+
+:func:`configure_exporter` (``kimik3 run --otel``) exports in a background thread; at exit it
+waits at most :data:`EXIT_FLUSH_S` seconds for the last spans, so a dead or slow collector
+cannot hold the process (the spans left are dropped, with a line on stderr).
 """
 
 from __future__ import annotations
@@ -27,6 +38,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
@@ -34,6 +46,8 @@ from typing import Any
 from .types import AssistantMessage, Message, SystemMessage, TextPart, ToolMessage, UserMessage
 
 __all__ = [
+    "EXIT_FLUSH_S",
+    "PROVIDER_NAME",
     "Span",
     "agent_run",
     "capture_content",
@@ -43,7 +57,14 @@ __all__ = [
     "tool_call",
 ]
 
+PROVIDER_NAME = "moonshot_ai"
+"""``gen_ai.provider.name`` of kimik3's spans."""
+
+EXIT_FLUSH_S = 2.0
+"""Seconds :func:`configure_exporter`'s exporter may take to send the last spans at exit."""
+
 _CAPTURE_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+_UNSAFE = re.compile(r"[^\w.-]")  # what a tool name may not hold (kimik3's tool-name rule)
 _capture: bool | None = None
 _trace: Any = None  # the opentelemetry.trace module; False once known to be missing
 
@@ -193,6 +214,7 @@ def agent_run(agent_name: str | None, model: str | None) -> AbstractContextManag
     name = f"invoke_agent {agent_name}" if agent_name else "invoke_agent"
     span = _start(name, None, "INTERNAL", {
         "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.provider.name": PROVIDER_NAME,
         "gen_ai.agent.name": agent_name,
         "gen_ai.request.model": model or None,
     })
@@ -204,6 +226,7 @@ def model_call(parent: Span | None, model: str | None, request: Any) -> Abstract
     ``.done(completion)`` on it."""
     span = _start(f"chat {model}" if model else "chat", parent, "CLIENT", {
         "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": PROVIDER_NAME,
         "gen_ai.request.model": model or None,
         "gen_ai.request.temperature": request.settings.temperature,
         "gen_ai.request.top_p": request.settings.top_p,
@@ -215,17 +238,34 @@ def model_call(parent: Span | None, model: str | None, request: Any) -> Abstract
     return _ended(_Call(span, _model_done))
 
 
+def _tool_name(name: str) -> str:
+    """``name`` as a tool name: at most 64 characters, none but letters, digits, ``_ . -``."""
+    return _UNSAFE.sub("_", name[:64]) or "_"
+
+
 @contextmanager
-def tool_call(parent: Span | None, call_id: str, name: str, arguments: Any) -> Iterator[_Call]:
+def tool_call(parent: Span | None, call_id: str, name: str, arguments: Any, *,
+              declared: bool = True) -> Iterator[_Call]:  # fmt: skip
     """The ``execute_tool {name}`` span of one tool call, current inside the block; call
-    ``.done(tool_result)`` on it (an error result marks the span failed)."""
-    span = _start(f"execute_tool {name}", parent, "INTERNAL", {
+    ``.done(tool_result)`` on it (an error result marks the span failed).
+
+    Args:
+        parent: the run's span.
+        call_id: the call's id (cut to 128 characters).
+        name: the tool name the model chose.
+        arguments: the call's arguments (recorded only with content capture on).
+        declared: ``name`` is one of the run's tools; otherwise it is model text, kept out of the
+            span name and recorded (bounded) only with content capture on.
+    """
+    capture = capture_content()
+    known = _tool_name(name) if declared else None
+    span = _start(f"execute_tool {known}" if known else "execute_tool", parent, "INTERNAL", {
         "gen_ai.operation.name": "execute_tool",
-        "gen_ai.tool.name": name,
-        "gen_ai.tool.call.id": call_id,
+        "gen_ai.tool.name": known or (_tool_name(name) if capture else None),
+        "gen_ai.tool.call.id": call_id[:128],
         "gen_ai.tool.type": "function",
     })
-    if span.recording and capture_content():
+    if span.recording and capture:
         text = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
         span.set(gen_ai__tool__call__arguments=text)
     with _ended(_Call(span, _tool_done)) as call, call.current():
@@ -262,6 +302,9 @@ def _messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
 def configure_exporter(target: str) -> None:
     """Install a global tracer provider that exports kimik3's spans (used by ``kimik3 --otel``).
 
+    Spans are exported in batches by a background thread; at exit the last batch gets at most
+    :data:`EXIT_FLUSH_S` seconds (a dead or slow collector delays exit by no more).
+
     Args:
         target: ``"console"`` (spans printed to stderr as JSON) or an OTLP/HTTP endpoint such as
             ``http://127.0.0.1:4318`` (``/v1/traces`` is appended when the URL has no path).
@@ -288,7 +331,22 @@ def configure_exporter(target: str) -> None:
 
         endpoint = target if urlsplit(target).path.strip("/") else target.rstrip("/") + "/v1/traces"
         exporter = OTLPSpanExporter(endpoint=endpoint)
-    provider = TracerProvider(resource=Resource.create({"service.name": "kimik3"}))
+    # shut down by _flush_at_exit, not the SDK's own unbounded atexit hook
+    provider = TracerProvider(resource=Resource.create({"service.name": "kimik3"}), shutdown_on_exit=False)
     provider.add_span_processor(BatchSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
-    atexit.register(provider.shutdown)  # flush the last batch
+    atexit.register(_flush_at_exit, provider, target)
+
+
+def _flush_at_exit(provider: Any, target: str) -> None:
+    """Send the last spans at exit, waiting at most :data:`EXIT_FLUSH_S` (a daemon thread: one
+    stuck on a collector that never answers does not keep the process)."""
+    import sys
+    import threading
+
+    flush = threading.Thread(target=provider.shutdown, name="kimik3-otel-flush", daemon=True)
+    flush.start()
+    flush.join(EXIT_FLUSH_S)
+    if flush.is_alive():
+        print(f"kimik3: the OpenTelemetry collector at {target} did not take the last spans within "
+              f"{EXIT_FLUSH_S:g} s; they are dropped", file=sys.stderr)  # fmt: skip

@@ -81,6 +81,7 @@ from ._cli_progress import (
 )
 from ._cli_run import _drive, _drop_unanswered, _execute, _new_session_path, _read_task, _start
 from ._exceptions import KimiK3Error
+from ._text import printable
 from .agents import (
     CODING_INSTRUCTIONS,
     Agent,
@@ -431,14 +432,14 @@ def preflight_command(
 @click.pass_context
 def show_command(ctx: click.Context, session: str, reasoning: bool, full: bool) -> None:
     """Print a recorded session as a transcript: numbered messages, turns with their usage,
-    reasoning folded, tool calls and results. Continue from message N with
-    `kimik3 resume SESSION --at N`."""
+    reasoning folded, tool calls and results (terminal control sequences stripped, as the live
+    view does). Continue from message N with `kimik3 resume SESSION --at N`."""
     try:
         text = format_session(session, reasoning=reasoning, max_lines=None if full else 12)
     except KimiK3Error as e:
         _progress(True).error(e)
         ctx.exit(1)
-    click.echo(text, nl=False)
+    click.echo(printable(text), nl=False)  # recorded model text cannot send terminal escapes
 
 
 @main.command(name="replay")
@@ -461,7 +462,8 @@ def replay_command(ctx: click.Context, trajectory: str, html_out: str | None, gi
     FILE is the trajectory directory or its trajectory.jsonl. The screen is opened as recorded
     (a headless Chromium page, or the X display) and each step runs once the screen matches the
     recorded screenshot; exits 1 naming the first step that does not. With --html / --gif the
-    recorded run is rendered instead.
+    recorded run is rendered instead (a screenshot too large to decode, over 8K UHD by its header,
+    is shown as a note).
     """
     from .tools.ui import computer_for, load_trajectory, render_gif, render_html, replay
 
@@ -503,10 +505,13 @@ def replay_command(ctx: click.Context, trajectory: str, html_out: str | None, gi
 @click.option("--concurrency", type=click.IntRange(min=1), default=8, show_default=True, help="Requests in flight.")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True, max=86400), default=60.0, show_default=True,
               metavar="SECONDS", help="Total time per request, connect to last byte.")
+@click.option("--max-body-bytes", type=click.IntRange(min=1024), default=4 * 1024 * 1024, show_default=True,
+              metavar="BYTES", help="The largest answer body read (a stream's chunks together); a larger one "
+                                    "is a failed row.")
 @click.pass_context
 def verify_command(ctx: click.Context, base_url: str, model: str | None, api_key: str | None, quick: bool,
                    tokenizer_dir: str | None, no_images: bool, max_tokens: int, concurrency: int,
-                   timeout: float) -> None:  # fmt: skip
+                   timeout: float, max_body_bytes: int) -> None:  # fmt: skip
     """Check a K3 endpoint against Moonshot's contract: exact prompt_tokens, reasoning round-trip,
     rejected requests, raw mode, and (without --quick) tool calls, JSON output and the walle schemas.
 
@@ -526,7 +531,7 @@ def verify_command(ctx: click.Context, base_url: str, model: str | None, api_key
         tokenizer = K3Tokenizer.from_pretrained(tokenizer_dir) if tokenizer_dir else None
         report = verify(base_url, model=model, api_key=api_key, quick=quick, tokenizer=tokenizer,
                         images=not no_images, max_tokens=max_tokens, concurrency=concurrency, timeout=timeout,
-                        progress=row)  # fmt: skip
+                        max_body_bytes=max_body_bytes, progress=row)  # fmt: skip
     except KimiK3Error as e:
         click.echo(f"kimik3 verify: {type(e).__name__}: {' '.join(str(e).split())}", err=True)
         ctx.exit(1)

@@ -97,9 +97,10 @@ def test_the_live_view_shows_the_plan() -> None:
     assert progress.plan == text  # an error result leaves the plan as it was
 
 
-def test_run_with_an_mcp_server(tmp_path: Path) -> None:
+@pytest.mark.parametrize("limit", [[], ["--mcp-timeout", "30"]])
+def test_run_with_an_mcp_server(tmp_path: Path, limit: list[str]) -> None:
     s = script(tmp_path, [call("add", {"a": 40, "b": 2}), answer("42")])
-    result = invoke(["run", "add", "-w", str(tmp_path), "--script", s, "--mcp", MCP_SERVER], tmp_path / "home")
+    result = invoke(["run", "add", "-w", str(tmp_path), "--script", s, "--mcp", MCP_SERVER, *limit], tmp_path / "home")
     assert result.exit_code == 0, result.output
     assert progress_lines(result.stdout) == [
         '[turn 1] tool add {"a": 40, "b": 2}',
@@ -213,6 +214,7 @@ def test_the_views_show_no_model_escapes_or_forged_plan_lines(capsys: pytest.Cap
         ("--mcp", "python3 x\\", "Invalid value for '--mcp': cannot split 'python3 x\\\\' into a command line: "
                                  "No escaped character"),
         ("--mcp", "http://", "Invalid value for '--mcp': 'http://' has no host"),
+        ("--mcp-timeout", "0", "Invalid value for '--mcp-timeout': 0.0 is not in the range"),
         ("--otel", "notaurl", "Invalid value for '--otel': expected 'console' or an http(s) URL such as "
                               "http://127.0.0.1:4318, got 'notaurl'"),
         ("--otel", "ftp://x", "got 'ftp://x'"),

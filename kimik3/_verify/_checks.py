@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from importlib import resources
@@ -28,11 +29,13 @@ from .._exceptions import KimiK3Error, UserError
 from ..formats.k3 import K3Tokenizer, default_tokenizer
 from ..types import ChatRequest, ModelSettings
 from ._probes import ANSWER_SCHEMA, CONVENTIONS, WEATHER, Convention, Probe, expected_counts, probes, tool
-from ._wire import Choice, Function, Malformed, Message, ModelList, Reply, ToolCall, Usage, read
+from ._transport import DEFAULT_MAX_BODY_BYTES, Answer, Endpoint
+from ._wire import Malformed
 
 __all__ = ["CheckResult", "VerifyReport", "averify", "malformed_requests", "verify", "walle_schemas"]
 
 Status = Literal["pass", "fail", "warn", "skip"]
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # what a header or a terminal line must not carry
 
 
 @dataclass(frozen=True)
@@ -111,131 +114,11 @@ def walle_schemas() -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-# -- transport -------------------------------------------------------------------------------
-
-
-@dataclass
-class _Answer:
-    """One HTTP answer: ``status`` 0 when none came; ``reply`` the typed body of a 200 answer
-    (None with ``problem`` set when that body is malformed, see :mod:`._wire`)."""
-
-    status: int  # 0: no HTTP answer
-    body: Any  # parsed JSON, or the text
-    reply: Reply | None = None
-    problem: str | None = None
-
-    @classmethod
-    def of(cls, status: int, body: Any) -> _Answer:
-        if status != 200:
-            return cls(status, body)
-        try:
-            return cls(status, body, read(Reply, body))
-        except Malformed as e:
-            return cls(status, body, None, f"HTTP 200, {e}")
-
-    @property
-    def ok(self) -> bool:
-        """An HTTP 200 answer of the documented shape."""
-        return self.reply is not None
-
-    @property
-    def error(self) -> str:
-        if self.problem:
-            return self.problem
-        if isinstance(self.body, Mapping):
-            err = self.body.get("error")
-            msg = err.get("message") if isinstance(err, Mapping) else err or self.body.get("message")
-            text = str(msg) if msg else json.dumps(self.body)
-        else:
-            text = str(self.body)
-        text = " ".join(text.split())
-        return f"HTTP {self.status}: {text[:160]}" if self.status else text[:200]
-
-    @property
-    def prompt_tokens(self) -> int | None:
-        return self.reply.prompt_tokens if self.reply is not None else None
-
-    @property
-    def message(self) -> Message:
-        return self.reply.message if self.reply is not None else Message()
-
-
-class _Endpoint:
-    def __init__(self, client: httpx.AsyncClient, concurrency: int, timeout: float) -> None:
-        self.client = client
-        self.limit = asyncio.Semaphore(concurrency)
-        self.timeout = timeout
-
-    def _late(self) -> _Answer:
-        return _Answer(0, f"no complete answer within {self.timeout:g} s (timeout)")
-
-    async def post(self, path: str, body: Mapping[str, Any]) -> _Answer:
-        async with self.limit:
-            try:
-                async with asyncio.timeout(self.timeout):
-                    r = await self.client.post(path, json=body)
-            except TimeoutError:
-                return self._late()
-            except httpx.HTTPError as e:
-                return _Answer(0, f"{type(e).__name__}: {e}")
-        try:
-            return _Answer.of(r.status_code, r.json())
-        except ValueError:
-            return _Answer.of(r.status_code, r.text)
-
-    async def stream(self, path: str, body: Mapping[str, Any]) -> _Answer:
-        """A streamed chat completion, accumulated into the non-streamed shape."""
-        async with self.limit:
-            try:
-                async with asyncio.timeout(self.timeout):
-                    return await self._stream(path, body)
-            except TimeoutError:
-                return self._late()
-            except httpx.HTTPError as e:
-                return _Answer(0, f"{type(e).__name__}: {e}")
-
-    async def _stream(self, path: str, body: Mapping[str, Any]) -> _Answer:
-        content, reasoning, reasoning_field = [], [], None
-        calls: dict[int, list[str]] = {}
-        usage: Usage | None = None
-        async with self.client.stream("POST", path, json=body) as r:
-            if r.status_code != 200:
-                await r.aread()
-                try:
-                    return _Answer.of(r.status_code, r.json())
-                except ValueError:
-                    return _Answer.of(r.status_code, r.text)
-            async for line in r.aiter_lines():
-                if not line.startswith("data:") or line[5:].strip() == "[DONE]":
-                    continue
-                try:
-                    chunk: Reply = read(Reply, line[5:])
-                except Malformed as e:
-                    return _Answer(200, line[5:], None, f"HTTP 200, stream chunk {e}")
-                usage = chunk.usage or usage
-                for choice in chunk.choices:
-                    delta = choice.delta
-                    content.append(delta.content or "")
-                    for name in ("reasoning_content", "reasoning"):
-                        if getattr(delta, name):
-                            reasoning.append(getattr(delta, name))
-                            reasoning_field = name
-                    for tc in delta.tool_calls or ():
-                        call = calls.setdefault(tc.index, ["", ""])
-                        call[0] += tc.function.name or ""
-                        call[1] += tc.function.arguments or ""
-        tool_calls = [ToolCall(index=k, function=Function(name=calls[k][0], arguments=calls[k][1]))
-                      for k in sorted(calls)]  # fmt: skip
-        fields: dict[str, Any] = {reasoning_field: "".join(reasoning)} if reasoning_field else {}
-        message = Message(content="".join(content), tool_calls=tool_calls, **fields)
-        return _Answer(200, None, Reply(choices=[Choice(message=message)], usage=usage))
-
-
 # -- checks ----------------------------------------------------------------------------------
 
 
 def _prompt_rows(
-    answers: Sequence[tuple[Probe, _Answer, dict[str, int]]], tok: K3Tokenizer
+    answers: Sequence[tuple[Probe, Answer, dict[str, int]]], tok: K3Tokenizer
 ) -> tuple[list[CheckResult], Convention | None]:
     """One row per probe, plus the convention row (first)."""
     counted = [(p, a.prompt_tokens, exp) for p, a, exp in answers if a.prompt_tokens is not None]
@@ -279,7 +162,7 @@ def _prompt_rows(
 
 
 def _reasoning_replay_row(
-    with_r: tuple[Probe, _Answer, dict[str, int]], without_r: dict[str, int], conv: Convention | None
+    with_r: tuple[Probe, Answer, dict[str, int]], without_r: dict[str, int], conv: Convention | None
 ) -> CheckResult:
     check = "reasoning round-trip (replayed turn)"
     _, answer, exp = with_r
@@ -299,7 +182,7 @@ def _reasoning_replay_row(
 
 
 async def _raw_rows(
-    ep: _Endpoint, model: str, tok: K3Tokenizer, chat: Sequence[tuple[Probe, _Answer, dict[str, int]]]
+    ep: Endpoint, model: str, tok: K3Tokenizer, chat: Sequence[tuple[Probe, Answer, dict[str, int]]]
 ) -> list[CheckResult]:
     rows = []
     for probe, answer, exp in chat:
@@ -350,7 +233,7 @@ def _client_side(body: Mapping[str, Any]) -> str:
     return "kimik3 would send it (a kimik3 bug)"
 
 
-async def _reject_rows(ep: _Endpoint, model: str) -> list[CheckResult]:
+async def _reject_rows(ep: Endpoint, model: str) -> list[CheckResult]:
     cases = malformed_requests()
     answers = await asyncio.gather(
         *(ep.post("/chat/completions", {"model": model, "max_tokens": 1, **b}) for _, b in cases)
@@ -360,7 +243,7 @@ async def _reject_rows(ep: _Endpoint, model: str) -> list[CheckResult]:
         mine = _client_side(body)
         if a.status == 400 or a.status == 422:
             rows.append(CheckResult(check, "pass", f"{a.error}; {mine}"))
-        elif a.status == 200:
+        elif a.ok:
             rows.append(CheckResult(check, "warn", f"accepted (HTTP 200), K3's contract says 400; {mine}"))
         else:
             rows.append(CheckResult(check, "fail", f"{a.error} (a 400 was due); {mine}"))
@@ -382,7 +265,7 @@ def _validate(text: str, schema: Mapping[str, Any], what: str = "arguments") -> 
 
 
 async def _model_rows(
-    ep: _Endpoint, model: str, max_tokens: int, schemas: Sequence[tuple[str, dict[str, Any]]]
+    ep: Endpoint, model: str, max_tokens: int, schemas: Sequence[tuple[str, dict[str, Any]]]
 ) -> list[CheckResult]:
     hello = [{"role": "user", "content": "Hello! Say hi back in one word."}]
     weather = [{"role": "user", "content": "What is the weather in Paris? Call get_weather."}]
@@ -391,17 +274,17 @@ async def _model_rows(
     def body(p: Probe) -> dict[str, Any]:
         return p.body(model, max_tokens=max_tokens)
 
-    async def run(check: str, p: Probe, judge: Callable[[_Answer], tuple[Status, str]]) -> CheckResult:
+    async def run(check: str, p: Probe, judge: Callable[[Answer], tuple[Status, str]]) -> CheckResult:
         a = await ep.post("/chat/completions", body(p))
         if not a.ok:
             return CheckResult(check, "fail", a.error, True)
         status, evidence = judge(a)
         return CheckResult(check, status, evidence, True)
 
-    def calls_of(a: _Answer) -> list[str]:
+    def calls_of(a: Answer) -> list[str]:
         return [str(c.function.name) for c in a.message.tool_calls or ()]
 
-    def reasoning(a: _Answer) -> tuple[Status, str]:
+    def reasoning(a: Answer) -> tuple[Status, str]:
         for name in ("reasoning_content", "reasoning"):
             text = getattr(a.message, name)
             if text:
@@ -409,21 +292,21 @@ async def _model_rows(
         fields = sorted(k for k, v in a.message.model_dump(exclude_none=True).items() if v)
         return "fail", f"no reasoning under reasoning_content or reasoning; message fields: {fields}"
 
-    def required(a: _Answer) -> tuple[Status, str]:
+    def required(a: Answer) -> tuple[Status, str]:
         names = calls_of(a)
         content = str(a.message.content)[:80]
         return ("pass", f"called {names}") if names else ("fail", f"no tool call; content {content!r}")
 
-    def none(a: _Answer) -> tuple[Status, str]:
+    def none(a: Answer) -> tuple[Status, str]:
         names = calls_of(a)
         return ("fail", f"called {names} despite tool_choice none") if names else ("pass", "no tool call")
 
-    def dynamic(a: _Answer) -> tuple[Status, str]:
+    def dynamic(a: Answer) -> tuple[Status, str]:
         names = calls_of(a)
         ok = names and all(n == "get_weather" for n in names)
         return ("pass", f"called {names}") if ok else ("fail", f"expected a get_weather call, got {names or 'none'}")
 
-    def json_out(a: _Answer) -> tuple[Status, str]:
+    def json_out(a: Answer) -> tuple[Status, str]:
         text = a.message.content or ""
         why = _validate(text if text.strip() else "null", ANSWER_SCHEMA, "content")
         return ("pass", f"valid JSON: {text[:60]}") if why is None else ("fail", f"{why}; content {text[:60]!r}")
@@ -463,15 +346,21 @@ async def _model_rows(
     return rows
 
 
-def _options(base_url: Any, concurrency: Any, timeout: Any, max_tokens: Any, schemas: Any) -> httpx.URL:
+def _options(base_url: Any, concurrency: Any, timeout: Any, max_tokens: Any, schemas: Any, model: Any = None,
+             api_key: Any = None, max_body_bytes: Any = DEFAULT_MAX_BODY_BYTES) -> httpx.URL:  # fmt: skip
     """The checked base URL; :class:`UserError` for a bad option value."""
+    for name, text in (("model", model), ("api_key", api_key)):
+        if text is not None and (not isinstance(text, str) or not text or _CONTROL.search(text)):
+            raise UserError(f"verify: {name} must be a non-empty string without control characters (CR, LF, ...), "
+                            f"got {text!r:.80}")  # fmt: skip
     if schemas is not None and (
         isinstance(schemas, (str, bytes, Mapping))
         or not isinstance(schemas, Sequence)
         or not all(isinstance(s, (tuple, list)) and len(s) == 2 and isinstance(s[1], Mapping) for s in schemas)
     ):
         raise UserError(f"verify: schemas must be a list of (name, JSON Schema dict) pairs, got {str(schemas)[:80]}")
-    for name, value, low in (("concurrency", concurrency, 1), ("max_tokens", max_tokens, 1)):
+    for name, value, low in (("concurrency", concurrency, 1), ("max_tokens", max_tokens, 1),
+                             ("max_body_bytes", max_body_bytes, 1024)):
         if not isinstance(value, int) or isinstance(value, bool) or value < low:
             raise UserError(f"verify: {name} must be an int >= {low}, got {value!r}")
     if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not 0 < timeout < float("inf"):
@@ -500,11 +389,12 @@ async def averify(
     concurrency: int = 8,
     timeout: float = 60.0,
     schemas: Sequence[tuple[str, dict[str, Any]]] | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     transport: httpx.AsyncBaseTransport | None = None,
     progress: Callable[[CheckResult], None] | None = None,
 ) -> VerifyReport:
     """Check a K3 endpoint against Moonshot's contract; see :func:`verify` (same arguments)."""
-    url = _options(base_url, concurrency, timeout, max_tokens, schemas)
+    url = _options(base_url, concurrency, timeout, max_tokens, schemas, model, api_key, max_body_bytes)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     report = VerifyReport(base_url, model or "?", quick=quick)
 
@@ -515,15 +405,12 @@ async def averify(
                 progress(row)
 
     async with httpx.AsyncClient(base_url=url, headers=headers, timeout=timeout, transport=transport) as client:
-        ep = _Endpoint(client, concurrency, timeout)
+        ep = Endpoint(client, concurrency, timeout, max_body_bytes)
         if model is None:
             try:
-                async with asyncio.timeout(timeout):
-                    r = await client.get("/models")
-                r.raise_for_status()
-                model = read(ModelList, r.content).data[0].id
+                model = (await ep.get_models()).data[0].id
             except TimeoutError:
-                add([CheckResult("endpoint", "fail", f"GET {base_url}/models: {ep._late().error}")])
+                add([CheckResult("endpoint", "fail", f"GET {base_url}/models: {ep.late().error}")])
                 return report
             except (httpx.HTTPError, Malformed) as e:
                 add([CheckResult("endpoint", "fail", f"GET {base_url}/models: {type(e).__name__}: {e}")])
@@ -564,20 +451,25 @@ def verify(base_url: str, **options: Any) -> VerifyReport:
             give the served model's when it has another, e.g. models/k3-tiny), ``images`` (send
             the image probes, default True), ``max_tokens`` (per generation, int >= 1, default
             1024), ``concurrency`` (requests in flight, int >= 1, default 8), ``timeout`` (total
-            seconds per request, connect to last byte, > 0, default 60), ``schemas``
+            seconds per request, connect to last byte, > 0, default 60), ``max_body_bytes``
+            (the largest answer body read, a stream's chunks together; int >= 1024, default
+            4 MiB; a larger one is a failed row), ``schemas``
             (``[(name, schema)]``; default the 212 walle schemas), ``progress`` (called with
             each :class:`CheckResult` as it is decided), ``transport`` (an
             ``httpx.AsyncBaseTransport``, for tests).
 
     Returns:
         The :class:`VerifyReport`; ``report.ok`` is False when a row failed. Transport failures,
-        timeouts and malformed server JSON become failed rows with the evidence, never
-        exceptions; an endpoint that does not answer its first request ends the run with one
-        failed ``endpoint`` row.
+        timeouts, oversized bodies, malformed server JSON and a 200 whose body is not a
+        completion become failed rows with the evidence, never exceptions; an endpoint that
+        does not answer its first request ends the run with one failed ``endpoint`` row (so does
+        a ``/models`` list whose id holds control characters).
 
     Raises:
         UserError: an unknown option, or a bad option value (``concurrency`` or ``max_tokens``
-            below 1, a non-positive ``timeout``, a ``base_url`` that is not an http(s) URL).
+            below 1, a non-positive ``timeout``, ``max_body_bytes`` below 1024, a ``model`` or
+            ``api_key`` with a control character such as CR or LF, a ``base_url`` that is not
+            an http(s) URL).
     """
     unknown = sorted(set(options) - set(inspect.signature(averify).parameters))
     if unknown:

@@ -47,18 +47,20 @@ class Message(_Strict):
     tool_calls: list[ToolCall] | None = None
 
 
-class Choice(_Strict):
-    """One of ``choices``: a chat ``message``, a stream ``delta`` or a completion ``text``."""
-
-    message: Message = Message()
-    delta: Message = Message()
-    text: str | None = None
-
-
 class Usage(_Strict):
     """``usage``: only ``prompt_tokens`` (a non-negative int) is read."""
 
     prompt_tokens: int | None = Field(None, ge=0)
+
+
+class Choice(_Strict):
+    """One of ``choices``: a chat ``message``, a stream ``delta`` or a completion ``text``, and
+    the ``usage`` Kimi's API puts inside the choice."""
+
+    message: Message = Message()
+    delta: Message = Message()
+    text: str | None = None
+    usage: Usage | None = None
 
 
 class Reply(_Strict):
@@ -73,17 +75,25 @@ class Reply(_Strict):
         return self.choices[0].message if self.choices else Message()
 
     @property
+    def counted(self) -> Usage | None:
+        """The usage, where servers put it: ``choices[0].usage`` (Kimi's API; read first, as the
+        Vendor Verifier does), else the top-level ``usage``; None when neither."""
+        inner = self.choices[0].usage if self.choices else None
+        return inner if inner is not None else self.usage
+
+    @property
     def prompt_tokens(self) -> int | None:
-        """``usage.prompt_tokens``, None when absent."""
-        return self.usage.prompt_tokens if self.usage is not None else None
+        """``usage.prompt_tokens`` (see :attr:`counted`), None when absent."""
+        usage = self.counted
+        return usage.prompt_tokens if usage is not None else None
 
 
 class _Model(_Strict):
-    id: str = Field(min_length=1)
+    id: str = Field(min_length=1, pattern=r"^[^\x00-\x1f\x7f-\x9f]+$")  # no CR/LF: it goes into requests and lines
 
 
 class ModelList(_Strict):
-    """``GET /models``: ``data[].id``, at least one."""
+    """``GET /models``: ``data[].id`` (no control characters), at least one."""
 
     data: list[_Model] = Field(min_length=1)
 

@@ -12,7 +12,8 @@ One run::
             ToolsRan          tool calls ran concurrently, one result message per call id
             ContinueWith(p)   cut by max_tokens, calls that did not run, a turn with neither an
                               answer nor a call, an answer that failed output_type: ask again
-                              (MAX_CONTINUES cut replies in a row: stop, "no_progress")
+                              (MAX_CONTINUES cut replies in a row, two when the last has no
+                              answer text: stop, "no_progress")
             Final(output)     the answer (validated against output_type), or a second unusable
                               turn in a row (stop_reason "unusable_output"): stop
 
@@ -122,9 +123,10 @@ class Agent(Generic[OutputT]):
           order. Cancelling the run cancels and awaits every tool and still leaves one result
           message for every call id.
         - Bad model output never crashes the run nor poisons the history: a call that never
-          completed (cut by ``max_tokens``, broken by marker text, undecodable) never runs and is
-          named to the model in a note so it can retry; an unknown tool or invalid arguments
-          become a tool-error result the model sees. A tool's own ``CancelledError`` is its error
+          completed (cut by ``max_tokens``, never closed, written outside the tools section) never
+          runs and is named to the model in a note so it can retry; a call that cannot run (a
+          value that cannot be read unambiguously, undecodable arguments), an unknown tool or
+          invalid arguments become a tool-error result the model sees. A tool's own ``CancelledError`` is its error
           result; only the run's cancellation cancels tools.
         - A turn that failed is never reported as success: a turn with neither an answer nor a
           call that ran is asked again once, then the run stops with ``unusable_output``; an
@@ -414,8 +416,12 @@ class Agent(Generic[OutputT]):
             run.cut_replies += 1
             if completion.interrupted is not None:  # not the output limit: never silent
                 run.issue(f"the answer was cut by {completion.interrupted}")
-            if run.cut_replies >= MAX_CONTINUES:  # asking again does not help: stop, saying so
-                yield Final(message_text(message.content) if self.output_type is None else None, "no_progress")
+            # asking again does not help: stop, saying so. A reply cut before any answer (reasoning
+            # only) gets one retry: twice is no progress (issue 27, shape (e)).
+            if run.cut_replies >= (MAX_CONTINUES if answer_text(message).strip() else 2):
+                if completion.interrupted is None:
+                    run.issue("the model's replies kept being cut by the output limit (max_tokens)")
+                yield Final(message_text(message.content) or None if self.output_type is None else None, "no_progress")
             else:
                 yield ContinueWith(CONTINUE_REQUEST if completion.interrupted is None else INTERRUPTED_REQUEST)
             return
@@ -522,7 +528,8 @@ class Agent(Generic[OutputT]):
 
     async def _one_tool(self, run: _Run, call: ToolCall, results: list[ToolResult | None],
                         approved: list[ToolCallApprovedEvent | None], i: int) -> None:
-        with _tracing.tool_call(run.span, call.id, call.function.name, call.function.arguments) as span:
+        with _tracing.tool_call(run.span, call.id, call.function.name, call.function.arguments,
+                                declared=call.function.name in run.tools) as span:
             try:
                 await self._call_tool(run, call, results, approved, i)
             except BaseException as e:  # a CancelledError the tool or the hook raised itself: its error

@@ -3,10 +3,10 @@
 Each check returns the words the model sees (so it can retry) and the line
 :attr:`~kimik3.RunResult.issues` keeps (so a degraded answer is never reported as a clean one):
 
-- :func:`unrun_calls`: tool calls the model started that never ran: cut by the output limit, or
-  ended early by marker text inside an argument (raw K3), or sent with arguments that are not a
-  JSON object (chat mode). The parser / chat checker report them in
-  ``ChatCompletion.dropped_tool_calls``.
+- :func:`unrun_calls`: tool calls the model started that never ran: cut by the output limit, never
+  closed (raw K3), sent with arguments that are not a JSON object (chat mode), or written outside
+  the tools section. The parser / chat checker report them in ``ChatCompletion.dropped_tool_calls``
+  and ``misplaced_tool_calls``.
 - :func:`summary_problem`: a compaction summary that is empty (reasoning only) or cut.
 - :func:`check_images`: a tool result's image that could never be shown to the model (over the
   decompression-bomb limit, corrupt, a path that cannot be read): the result becomes a tool error.
@@ -46,15 +46,18 @@ class UnrunCall:
 
     Attributes:
         name: the tool's name ("" when the model gave none).
-        kind: ``"cut"`` (the output limit ended it), ``"dropped"`` (it could not be used), or
+        kind: ``"cut"`` (the output limit ended it), ``"dropped"`` (it could not be used),
             ``"tail"`` (the output was cut after the last complete call: a further call may be lost),
-            ``"failed"`` (a chat-mode call with undecodable arguments, answered with a tool error).
+            ``"failed"`` (a call that cannot run: arguments a server sent undecodable, a value that
+            cannot be read unambiguously, a call read from server text whose tool was not
+            declared; answered with a tool error),
+            or ``"misplaced"`` (written outside the tools section: kept as text, never run).
         why: what happened, in words, as the model reads it.
         advice: what to do instead.
     """
 
     name: str
-    kind: Literal["cut", "dropped", "tail", "failed"]
+    kind: Literal["cut", "dropped", "tail", "failed", "misplaced"]
     why: str
     advice: str
 
@@ -69,9 +72,10 @@ def unrun_calls(completion: ChatCompletion) -> list[UnrunCall]:
     """The calls of ``completion`` that never ran, from ``dropped_tool_calls`` (in call order).
 
     When the output was cut (``truncated``), the last dropped call is the one the cut ended; the
-    others were ended early by marker text (raw K3) or came with arguments that are not a JSON
-    object (chat mode, where ``raw_text`` is None). Output cut after its complete calls with no
-    call dropped (cut inside a call's header, say) gives one ``"tail"`` entry.
+    others never closed (raw K3: the message ended or moved on first) or came with arguments that
+    are not a JSON object (chat mode, where ``raw_text`` is None). Calls written outside the tools
+    section follow (``misplaced_tool_calls``). Output cut after its complete calls with no call
+    dropped (cut inside a call's header, say) gives one ``"tail"`` entry.
     """
     names = completion.dropped_tool_calls
     out: list[UnrunCall] = []
@@ -85,12 +89,15 @@ def unrun_calls(completion: ChatCompletion) -> list[UnrunCall]:
                                  "Make the call again with its arguments as one JSON object."))
         else:
             out.append(UnrunCall(name, "dropped",
-                                 "never closed: text spelling one of the format's control markers inside an "
-                                 "argument ended it early",
-                                 "Make the call again, writing that text another way (for example escaped or "
-                                 "split), or write it with a tool in smaller pieces."))
+                                 "never closed: the message ended or moved on before the call (or one of its "
+                                 "argument values) was closed",
+                                 "Make the call again, closing each argument and the call."))
+    for name in completion.misplaced_tool_calls:
+        out.append(UnrunCall(name, "misplaced", "was written outside the tools section, as text",
+                             "Tool calls run only inside the tools section: make it again there if it is "
+                             "still needed."))
     for f in completion.failed_tool_calls:
-        out.append(UnrunCall(f.name, "failed", f"came with arguments that could not be decoded ({f.reason})", ""))
+        out.append(UnrunCall(f.name, "failed", f"could not be run ({f.reason})", ""))
     if not out and completion.truncated and completion.message.tool_calls:  # e.g. cut in a call's header
         out.append(UnrunCall("", "tail", f"was cut by {cut_by(completion)}",
                              "If you meant to make more calls, make them now."))

@@ -3,6 +3,7 @@ which tools a conversation has not declared yet."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from typing import Any
@@ -12,6 +13,8 @@ from ..tools import Tool, Toolset
 from ..types import Message, SystemMessage, ToolSpec
 
 __all__ = ["Toolbox", "restore_declared", "undeclared"]
+
+log = logging.getLogger("kimik3.agents")
 
 
 class Toolbox:
@@ -28,6 +31,8 @@ class Toolbox:
     def __init__(self, tools: Sequence[Tool | Toolset | Callable[..., Any]]) -> None:
         self.tools: dict[str, Tool] = {}
         self.toolsets: list[Toolset] = []
+        self._last_good: dict[int, list[Tool]] = {}  # id(toolset) -> its last list without a clash
+        self._refused: dict[int, list[int]] = {}  # id(toolset) -> the ids of the tools of its refused list
         for t in tools:
             if isinstance(t, Toolset):
                 if t in self.toolsets:
@@ -53,41 +58,79 @@ class Toolbox:
             self.tools[t.name] = t
 
     async def open(self, stack: AsyncExitStack) -> None:
-        """Open the toolsets that are not open yet, closed when ``stack`` closes."""
+        """Enter every toolset for the length of ``stack`` (one not open yet is opened, and
+        closed by its last user: see :class:`~kimik3.tools.Toolset`)."""
         for toolset in self.toolsets:
-            if not toolset.is_open:
-                await stack.enter_async_context(toolset)
+            await stack.enter_async_context(toolset)
 
     async def current(self) -> tuple[dict[str, Tool], list[Tool]]:
         """The tools the model may call now: the own ones plus every toolset's current tools.
+
+        A toolset's changed list in which a tool has the name of another tool is not used: its
+        last list without a clash stays, with a warning.
 
         Returns:
             ``({name: tool}, the toolsets' tools in order)``.
 
         Raises:
-            UserError: a toolset's tool has the name of another tool.
+            UserError: a toolset's tool has the name of another tool, and no earlier list of that
+                toolset is free of the clash.
         """
         table = dict(self.tools)
         from_toolsets: list[Tool] = []
         for toolset in self.toolsets:
-            for t in await toolset.get_tools():
-                if t.name in table:
-                    raise UserError(f"tool {t.name!r} of {toolset.name!r} clashes with another tool of that "
-                                     "name (give the toolset a tool_prefix)")
+            tools = await toolset.get_tools()
+            clash = _clash(tools, table)
+            last = self._last_good.get(id(toolset))
+            if clash is not None and last is not None and _clash(last, table) is None:
+                if self._refused.get(id(toolset)) != [id(t) for t in tools]:  # once per list, not every turn
+                    self._refused[id(toolset)] = [id(t) for t in tools]
+                    log.warning("kimik3: the new tool list of %r is not used: its tool %r clashes with another tool "
+                                "of that name; its last list stays", toolset.name, clash)  # fmt: skip
+                tools, clash = last, None
+            if clash is not None:
+                raise UserError(f"tool {clash!r} of {toolset.name!r} clashes with another tool of that "
+                                "name (give the toolset a tool_prefix)")
+            self._last_good[id(toolset)] = tools
+            for t in tools:
                 table[t.name] = t
                 from_toolsets.append(t)
         return table, from_toolsets
 
 
+def _clash(tools: Sequence[Tool], table: Mapping[str, Tool]) -> str | None:
+    """The first name in ``tools`` that ``table`` or an earlier tool of ``tools`` already has."""
+    seen = set(table)
+    for t in tools:
+        if t.name in seen:
+            return t.name
+        seen.add(t.name)
+    return None
+
+
 def undeclared(table: Mapping[str, Tool], head: Sequence[ToolSpec], messages: Sequence[Message]) -> list[ToolSpec]:
     """The specs of the tools in ``table`` that neither the prompt's head nor a dynamic
-    declaration in ``messages`` (``SystemMessage(content="", tools=[...])``; a later one wins)
-    declares as they are now."""
+    declaration in ``messages`` (``SystemMessage(content="", tools=[...])``) declares.
+
+    A tool declared before under its name but changed since is not declared again: a K3
+    endpoint takes each tool name once per request (the Vendor Verifier's contract,
+    :func:`~kimik3.formats.k3.check_request`), so the model keeps its first declaration; a
+    warning says so (give a changed tool a new name to declare it anew)."""
     declared = {s.function.name: s for s in head}
     for m in messages:
         if isinstance(m, SystemMessage) and m.tools and not m.content:
-            declared.update((s.function.name, s) for s in m.tools)
-    return [spec for spec in (t.spec for t in table.values()) if declared.get(spec.function.name) != spec]
+            for s in m.tools:
+                declared.setdefault(s.function.name, s)
+    new: list[ToolSpec] = []
+    for spec in (t.spec for t in table.values()):
+        first = declared.get(spec.function.name)
+        if first is None:
+            new.append(spec)
+        elif first != spec:
+            log.warning("kimik3: tool %r changed after it was declared; a K3 endpoint takes a name once per request, "
+                        "so the model keeps its first declaration (give the changed tool a new name)",
+                        spec.function.name)
+    return new
 
 
 def restore_declared(toolbox: Toolbox, table: Mapping[str, Tool], messages: Sequence[Message]) -> list[str]:

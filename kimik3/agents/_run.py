@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import time
 from collections.abc import Callable
 from typing import Any, Literal
@@ -30,6 +31,8 @@ from ._session import SessionWriter
 from ._types import Budgets, StopReason
 
 __all__ = ["_Run"]
+
+log = logging.getLogger("kimik3.agent")
 
 
 class _Run:
@@ -112,7 +115,7 @@ class _Run:
         for c in calls:
             self.issue(str(c))
         self.cut_calls += sum(c.kind == "cut" for c in calls)
-        self.dropped_calls += sum(c.kind in ("dropped", "failed") for c in calls)
+        self.dropped_calls += sum(c.kind in ("dropped", "failed", "misplaced") for c in calls)
         return calls
 
     def add(self, message: Message, *, counted: bool = False, completion: ChatCompletion | None = None,
@@ -138,9 +141,28 @@ class _Run:
         self.cost = (self.cost or 0.0) + cost
         return cost
 
+    def counted(self, completion: ChatCompletion, message: AssistantMessage) -> ChatCompletion:
+        """``completion`` with usage a server did not report (``Usage.unknown``: none, or zeros)
+        counted here (:meth:`message_tokens` of the prompt's messages and tools, and of the
+        answer), so token budgets, cost and compaction never see 0 for a call that used tokens; it
+        stays marked unknown."""
+        usage = completion.usage
+        if not usage.unknown:
+            return completion
+        prompt = max(usage.prompt_tokens, sum(map(self.message_tokens, self.messages))
+                     + self.count(json.dumps([s.model_dump(mode="json", exclude_none=True) for s in self.specs])))
+        answer = max(usage.completion_tokens, self.message_tokens(message))
+        usage = usage.model_copy(update={"prompt_tokens": prompt, "completion_tokens": answer,
+                                         "total_tokens": prompt + answer})
+        if not self.usage.unknown:
+            log.warning("kimik3: the server reported no token usage; kimik3 counts it itself for budgets "
+                        "and compaction (RunResult.usage.unknown)")
+        return completion.model_copy(update={"usage": usage})
+
     def model_turn(self, completion: ChatCompletion, message: AssistantMessage) -> float | None:
-        """Record a model call: its usage and cost, and its message (whose tokens the call
-        counted) with them; returns the call's cost."""
+        """Record a model call: its usage (:meth:`counted`) and cost, and its message (whose
+        tokens the call counted) with them; returns the call's cost."""
+        completion = self.counted(completion, message)
         cost = self.charge(completion)
         self.turns += 1
         self.context_tokens = completion.usage.prompt_tokens + completion.usage.completion_tokens

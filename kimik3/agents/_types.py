@@ -62,10 +62,11 @@ StopReason = Literal[
 """Why a run ended: the model answered (``completed``), a budget ran out (turns, tokens, time or
 cost: :class:`Budgets`; the agent then ran one tool-free summary turn), the answer failed
 ``output_type`` validation twice, twice in a row a turn gave neither an answer nor a call that
-could run (``unusable_output``: e.g. marker text inside a string argument broke every call, or
-every call was cut by the output limit), or
+could run (``unusable_output``: e.g. every call never closed, or every call was cut by the output
+limit), or
 (``no_progress``) :data:`~kimik3._defaults.MAX_CONTINUES` replies in a row were cut by
-``max_tokens`` without a tool call (the output is the last reply's text)."""
+``max_tokens`` without a tool call, or two when the last was cut before any answer (reasoning
+only); the output is the last reply's text, None when it has none."""
 
 
 @dataclass(frozen=True)
@@ -186,8 +187,8 @@ class RunResult(Generic[OutputT]):
         failed_calls: tool calls answered with an error result (the tool raised or overran its
             time limit, invalid arguments, an unknown tool, a denial, a cancelled call).
         cut_calls: tool calls cut by the output limit (``max_tokens``); they never ran.
-        dropped_calls: tool calls the model started that could not run (marker text inside an
-            argument ended them, or a server sent arguments that are not a JSON object).
+        dropped_calls: tool calls the model started that could not run (never closed, written
+            outside the tools section, or a server sent arguments that are not a JSON object).
         issues: one line per problem of the run, in order (``"turn 2: the call to 'write' was
             cut by the output limit (max_tokens) and did not run"``): failed, cut and dropped
             calls, unusable turns, compactions that kept the history.

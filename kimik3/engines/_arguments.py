@@ -70,8 +70,8 @@ def decode_arguments(text: str) -> tuple[dict[str, Any] | None, str]:
 
     Returns:
         ``(arguments, "")`` for a JSON object, else ``(None, reason)`` with the reason in words
-        (not JSON, not an object, beyond the limits: nesting, integer digits, NaN / Infinity, or
-        a string with a lone UTF-16 surrogate escape such as ``"\\ud800"``).
+        (not JSON, not an object, beyond the limits: nesting, integer digits, NaN / Infinity, a
+        string with a lone UTF-16 surrogate escape such as ``"\\ud800"``).
     """
     try:
         value = safe_loads(text)
@@ -81,8 +81,4 @@ def decode_arguments(text: str) -> tuple[dict[str, Any] | None, str]:
         return None, f"arguments are not valid JSON ({e})"
     if not isinstance(value, dict):
         return None, f"arguments are JSON but not an object ({type(value).__name__})"
-    try:
-        json.dumps(value, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError as e:  # "\ud800": JSON allows the escape, Unicode text has no such character
-        return None, f"arguments hold a lone UTF-16 surrogate ({e.object[e.start]!a}), which is not text"
     return value, ""

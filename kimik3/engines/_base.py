@@ -394,7 +394,7 @@ class ChatEngine(Engine):
                             "send prompt_ids; use a token engine (RemoteCompletionsEngine, VLLMEngine)")
         request = K3Codec.expand(request, allow_local_files=self.allow_local_files)  # videos as timestamped frames
         model = await self.model_name()
-        chat = ChatStreamChecker(request.thinking, model)
+        chat = ChatStreamChecker.for_request(request, model)
         done = False
         async with contextlib.aclosing(self.chat_events(request, model)) as events:
             async for kind, data in events:

@@ -7,8 +7,11 @@ In chat mode the server renders K3's prompt and parses K3's output; kimik3 check
 where servers disagree, are in ``docs/chat-mode.md``; in short:
 
 - Text a server parsed arrives intact (a trailing ``<``, a quoted marker). Only marker text that
-  forms a complete, valid K3 structure (a whole call block or channel a server leaked) is
-  recovered as structure, with kimik3's K3 parser.
+  is K3 structure (a channel or tools section a server leaked) is read as structure, by the K3
+  package's own reader (:mod:`kimik3.formats.k3._recover`, on the raw parser); a call read that
+  way runs only when the request declared its tool, and a call outside a tools section never.
+- ``tool_choice="required"`` answered with a ``{"name": ..., "parameters": ...}`` JSON object as
+  content and no call (SGLang #33192): that object is the call.
 - Tool-call deltas: one without ``index`` continues the open call; a new ``id`` starts a new one
   (not mid-arguments: servers that mint an id per chunk); a name may come in pieces; id, name and
   arguments may come in any order. The deltas of a call concatenate to its final
@@ -22,27 +25,27 @@ where servers disagree, are in ``docs/chat-mode.md``; in short:
 - Channels: thinking off, reasoning-only text is the answer; thinking on, a cut answer with no
   reasoning is unclosed thinking (the raw parser's rules). kimik3 logs a warning when it relabels.
 
-Interface: ``check = ChatStreamChecker(thinking, model)``; ``check.feed(chunk)`` per chunk (or
-``check.feed_response(body)``) returns events; ``check.finish(done=...)`` the last ones; then
-``check.completion()``.
+- Usage is read where servers put it (``choices[0].usage`` first, as Kimi's API and the Vendor
+  Verifier do, then the top-level ``usage``); none at all, or zeros for an answer with text, is a
+  :class:`~kimik3.types.Usage` marked ``unknown``.
+
+Interface: ``check = ChatStreamChecker.for_request(request, model)``; ``check.feed(chunk)`` per
+chunk (or ``check.feed_response(body)``) returns events; ``check.finish(done=...)`` the last
+ones; then ``check.completion()``.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
 from .._exceptions import APIResponseValidationError
 from ..formats.k3 import (
-    CLOSE,
-    END_OF_MSG,
-    OPEN,
-    SEP,
     ContentDelta,
     Event,
+    MarkedText,
     ParsedToolCall,
     ReasoningDelta,
     ToolCallArgumentsDelta,
@@ -50,16 +53,18 @@ from ..formats.k3 import (
     ToolCallIncomplete,
     ToolCallStarted,
     new_tool_call_id,
-    parse,
+    read_marked,
 )
 from ..types import (
     AssistantMessage,
     ChatCompletion,
+    ChatRequest,
     Choice,
     FailedToolCall,
     FinishReason,
     FunctionCall,
     PromptTokensDetails,
+    SystemMessage,
     ToolCall,
     Usage,
 )
@@ -98,71 +103,6 @@ class _Call:
         return last.rstrip().endswith("}") and decode_arguments("".join(self.pieces))[0] is not None
 
 
-# -- leaked K3 structure -----------------------------------------------------------------------
-
-_MARKERS = (OPEN, CLOSE, SEP, END_OF_MSG)
-_PREFIXES = frozenset(m[:i] for m in _MARKERS for i in range(1, len(m)))
-_MAX_PREFIX = max(map(len, _PREFIXES))
-_O, _C, _S, _E = (re.escape(m) for m in _MARKERS)
-_TEXT = rf"(?:(?!{_O}|{_C}|{_S}|{_E}).)*"
-_ATTRS = r'(?:[ \t]+[A-Za-z_]+="[^"<]*")*'
-_VALUE = rf"{_O}(argument|json){_ATTRS}{_S}{_TEXT}{_C}\1{_S}"
-_CALL = rf"{_O}call{_ATTRS}{_S}\s*(?:{_VALUE}\s*)*{_C}call{_S}"
-_ITEM = rf"{_O}response{_S}{_TEXT}{_C}response{_S}|{_O}tools{_S}\s*(?:{_CALL}\s*)+{_C}tools{_S}|{_CALL}"
-_TAIL = rf"\s*(?:(?:{_ITEM})\s*)*(?:{_C}message{_S}\s*)?(?:{_E}\s*)?"
-_STRUCTURE = {
-    "reasoning": re.compile(rf"(?:{_C}think{_S})?{_TAIL}", re.DOTALL),
-    "content": re.compile(rf"(?:{_C}response{_S})?{_TAIL}", re.DOTALL),
-}
-"""A complete, valid K3 tail a server leaked into a field: from its first marker to its end."""
-
-
-class _Text:
-    """One text field of the server's (reasoning or content). Text passes through at once, except
-    a trailing partial marker (held until the next piece; released intact at the end) and
-    everything from the first complete marker on (held to the end, then recovered as structure
-    when it is a complete K3 tail, else released intact)."""
-
-    __slots__ = ("held", "sent", "tail")
-
-    def __init__(self) -> None:
-        self.sent: list[str] = []
-        self.tail = ""
-        self.held: list[str] | None = None
-
-    def feed(self, text: str) -> str:
-        if self.held is not None:
-            self.held.append(text)
-            return ""
-        buf = self.tail + text
-        self.tail = ""
-        first = min((k for k in (buf.find(m) for m in _MARKERS) if k >= 0), default=-1)
-        if first >= 0:
-            self.held = [buf[first:]]
-            buf = buf[:first]
-        else:
-            for n in range(min(len(buf), _MAX_PREFIX), 0, -1):
-                if buf[-n:] in _PREFIXES:
-                    self.tail = buf[-n:]
-                    buf = buf[:-n]
-                    break
-        if buf:
-            self.sent.append(buf)
-        return buf
-
-    def release(self) -> str:
-        """The held text, as plain text (the end of the stream)."""
-        text = self.tail + "".join(self.held or ())
-        self.tail, self.held = "", None
-        if text:
-            self.sent.append(text)
-        return text
-
-    @property
-    def text(self) -> str:
-        return "".join(self.sent)
-
-
 # -- the assembler ---------------------------------------------------------------------------
 
 
@@ -176,6 +116,10 @@ class ChatStreamChecker:
     Args:
         thinking: whether thinking was on for the request.
         model: the model name for the completion (a chunk's ``model`` wins).
+        tools: the names of the tools the request declared (its ``tools`` and its messages'
+            dynamic declarations): a call read from markup or JSON a server left in the text
+            runs only when its name is one of them, else it is a failed call.
+        tool_choice: the request's ``tool_choice`` (``"required"``: see the module docstring).
         id_factory: makes kimik3's tool-call ids (default :func:`~kimik3.formats.k3.new_tool_call_id`).
 
     Raises:
@@ -183,12 +127,23 @@ class ChatStreamChecker:
         APIResponseValidationError: a chunk that is not the chat-completions shape.
     """
 
-    def __init__(self, thinking: bool, model: str = "", *, id_factory: Callable[[], str] | None = None) -> None:
+    def __init__(
+        self,
+        thinking: bool,
+        model: str = "",
+        *,
+        tools: Iterable[str] = (),
+        tool_choice: Any = None,
+        id_factory: Callable[[], str] | None = None,
+    ) -> None:
         self.thinking = thinking
         self.model = model
+        self._tools = frozenset(tools)
+        self._tool_choice = tool_choice
         self._new_id = id_factory or new_tool_call_id
-        self._reasoning = _Text()
-        self._content = _Text()
+        self._reasoning = MarkedText()
+        self._content = MarkedText()
+        self._misplaced: list[str] = []
         self._held_reasoning: list[str] = []  # thinking off: reasoning not yet known to be reasoning
         self._held_content: list[str] = []  # thinking on: content not yet known to be content
         self._saw_reasoning = False
@@ -207,6 +162,13 @@ class ChatStreamChecker:
         self._failed: list[FailedToolCall] = []
         self._dropped: list[str] = []
         self._truncated = False
+
+    @classmethod
+    def for_request(cls, request: ChatRequest, model: str = "") -> ChatStreamChecker:
+        """The checker of one request's answer (its thinking, declared tools and tool_choice)."""
+        tools = [t.function.name for t in request.tools]
+        tools += [t.function.name for m in request.messages if isinstance(m, SystemMessage) for t in m.tools or ()]
+        return cls(request.thinking, model, tools=tools, tool_choice=request.tool_choice)
 
     # -- input -----------------------------------------------------------------------------------
 
@@ -231,18 +193,21 @@ class ChatStreamChecker:
         self.received = True
         if isinstance(chunk.get("model"), str) and chunk["model"]:
             self.model = chunk["model"]
-        usage = chunk.get("usage")
-        if isinstance(usage, Mapping):
+        out: list[Event] = []
+        choices = chunk.get("choices") or []
+        if not isinstance(choices, list):
+            raise APIResponseValidationError(f"'choices' is not a list: {choices!r:.200}")
+        # usage where servers put it: choices[0].usage (Kimi's API; read first, as the Vendor
+        # Verifier does), else the chunk's own
+        usages = [c.get("usage") for c in choices if isinstance(c, Mapping) and c.get("index") in (0, None)]
+        usage = next((u for u in (*usages, chunk.get("usage")) if isinstance(u, Mapping)), None)
+        if usage is not None:
             self._usage = Usage(
                 prompt_tokens=_int(usage.get("prompt_tokens")),
                 completion_tokens=_int(usage.get("completion_tokens")),
                 total_tokens=_int(usage.get("total_tokens")),
                 prompt_tokens_details=prompt_details(usage),
             )
-        out: list[Event] = []
-        choices = chunk.get("choices") or []
-        if not isinstance(choices, list):
-            raise APIResponseValidationError(f"'choices' is not a list: {choices!r:.200}")
         for choice in choices:
             if not isinstance(choice, Mapping) or choice.get("index") not in (0, None):
                 continue  # kimik3 asks for one choice
@@ -289,8 +254,10 @@ class ChatStreamChecker:
         return out + ([ReasoningDelta(delta)] if delta else [])
 
     def _on_content(self, text: str) -> list[Event]:
-        if self.thinking and not self._saw_reasoning and not self._calls:
-            self._held_content.append(text)  # may be unclosed thinking, mislabelled (decided at the end)
+        if ((self.thinking and not self._saw_reasoning) or self._tool_choice == "required") and not self._calls:
+            # may be unclosed thinking, mislabelled, or (tool_choice "required") a call sent as
+            # JSON text: decided at the end
+            self._held_content.append(text)
             return []
         self._saw_content = True
         out = self._flush_held()
@@ -424,44 +391,116 @@ class ChatStreamChecker:
                 log.warning("kimik3: finish_reason %r: the answer is treated as truncated", reason)
         self._truncated = cut
         out: list[Event] = []
+        no_reasoning = self.thinking and not self._saw_reasoning  # the server sent no reasoning
         if self._held_reasoning:  # thinking off, only reasoning came: it is the answer
             log.warning("kimik3: thinking is off but the server labelled the answer reasoning; relabelled as content")
             text, self._held_reasoning = "".join(self._held_reasoning), []
             self._saw_content = True
             if delta := self._content.feed(text):
                 out.append(ContentDelta(delta))
+        fresh = ""  # content first passed on now: text that may yet turn out to be reasoning
+        recovered: list[ParsedToolCall] = []
         if self._held_content:
-            if cut:  # thinking on, cut, no reasoning: unclosed thinking the server called content
+            text, self._held_content = "".join(self._held_content), []
+            if cut and no_reasoning:  # thinking on, cut, no reasoning: unclosed thinking the server called content
                 log.warning("kimik3: the server labelled unclosed thinking (a cut answer) content; now reasoning")
-                text, self._held_content = "".join(self._held_content), []
                 self._saw_reasoning = True
                 if delta := self._reasoning.feed(text):
                     out.append(ReasoningDelta(delta))
+            elif (json_call := self._json_call(text)) is not None:
+                log.warning("kimik3: tool_choice is 'required' and the server sent the call as JSON content; "
+                            "read as a call")
+                recovered.append(json_call)
             else:
-                out += self._flush_held()
-        recovered: list[ParsedToolCall] = []
-        for kind, field in (("reasoning", self._reasoning), ("content", self._content)):
-            held = "".join(field.held or ())
-            if held and _STRUCTURE[kind].fullmatch(held):
-                parsed = parse(field.text + held, thinking=kind == "reasoning", finish_reason="stop")
-                field.held = None
-                if kind == "reasoning" and parsed.content:
-                    self._content.sent.append(parsed.content)
-                    out.append(ContentDelta(parsed.content))
-                recovered += parsed.tool_calls
-                log.warning("kimik3: K3 markup left in %s; %d call(s) recovered", kind, len(parsed.tool_calls))
-            elif text := field.release():
-                out.append(ReasoningDelta(text) if kind == "reasoning" else ContentDelta(text))
+                self._saw_content = True
+                fresh = self._content.feed(text)
+        out += self._read_markup(fresh, no_reasoning, recovered)
         for call in self._calls:
             out += self._end_call(call, cut)
-        for k, parsed_call in enumerate(recovered):
-            index = len(self._calls) + k
-            call_id = self._unique(None)
-            out.append(ToolCallStarted(index, call_id, parsed_call.name))
-            out.append(ToolCallArgumentsDelta(index, call_id, parsed_call.arguments_json))
-            name, arguments_json = parsed_call.name, parsed_call.arguments_json
-            out.append(ToolCallDone(index, call_id, name, parsed_call.arguments, arguments_json, parsed_call.error))
-            self._final.append(ToolCall(id=call_id, function=FunctionCall(name=name, arguments=arguments_json)))
+        for parsed_call in recovered:
+            out += self._end_recovered(parsed_call)
+        return out
+
+    def _read_markup(self, fresh: str, no_reasoning: bool, recovered: list[ParsedToolCall]) -> list[Event]:
+        """Each field's held text: K3 structure a server left in it (read by the K3 package's
+        reader), else text, released intact. ``fresh``: content not passed on yet, which is
+        reasoning when the content reads as K3 output from the think channel (a server that
+        never split the reasoning off: SGLang #32677)."""
+        out: list[Event] = []
+        for kind, field in (("reasoning", self._reasoning), ("content", self._content)):
+            held = "".join(field.held or ())
+            parsed = read_marked(field.text, held, thinking=kind == "reasoning") if held else None
+            from_think = False
+            if parsed is None and held and kind == "content" and no_reasoning and field.text == fresh:
+                parsed = read_marked(fresh, held, thinking=True)
+                from_think = parsed is not None
+            if parsed is None:
+                if kind == "content" and fresh:
+                    out.append(ContentDelta(fresh))
+                if text := field.release():
+                    out.append(ReasoningDelta(text) if kind == "reasoning" else ContentDelta(text))
+                continue
+            field.held, field.tail = None, ""
+            sent = "" if from_think else field.text
+            if from_think:
+                field.sent.clear()
+            elif kind == "content" and fresh:
+                out.append(ContentDelta(fresh))
+            reasoning = parsed.reasoning_content or ""
+            out += self._add_text("reasoning", reasoning[len(sent):] if kind == "reasoning" else reasoning)
+            out += self._add_text("content", parsed.content[len(sent):] if kind == "content" else parsed.content)
+            recovered += parsed.tool_calls
+            self._misplaced += parsed.misplaced_tool_calls
+            log.warning("kimik3: K3 markup left in %s read as K3 output: %d call(s)%s", kind, len(parsed.tool_calls),
+                        f", {len(parsed.misplaced_tool_calls)} outside a tools section (not run)"
+                        if parsed.misplaced_tool_calls else "")
+        return out
+
+    def _add_text(self, kind: str, text: str) -> list[Event]:
+        if not text:
+            return []
+        if kind == "reasoning":
+            self._saw_reasoning = True
+            self._reasoning.sent.append(text)
+            return [ReasoningDelta(text)]
+        self._saw_content = True
+        self._content.sent.append(text)
+        return [ContentDelta(text)]
+
+    def _json_call(self, text: str) -> ParsedToolCall | None:
+        """Under ``tool_choice="required"`` with no call: content that is one ``{"name": ...,
+        "parameters": {...}}`` object (``"arguments"`` too, as an object or JSON text) is the
+        call (SGLang #33192), else None."""
+        if self._tool_choice != "required" or self._calls or not text.lstrip().startswith("{"):
+            return None
+        value = _loads(text)
+        if not isinstance(value, dict) or not isinstance(value.get("name"), str) or set(value) - {
+            "name", "parameters", "arguments", "type"}:
+            return None
+        args = value.get("parameters", value.get("arguments", {}))
+        arguments, _ = decode_arguments(args if isinstance(args, str) else json.dumps(args, ensure_ascii=False))
+        if arguments is None:
+            return None
+        return ParsedToolCall(-1, "", value["name"], arguments, json.dumps(arguments, ensure_ascii=False))
+
+    def _end_recovered(self, parsed_call: ParsedToolCall) -> list[Event]:
+        """A call read from text a server left: run only when its tool was declared."""
+        index, self._started = self._started, self._started + 1
+        call_id = self._unique(None)
+        name, arguments_json = parsed_call.name, parsed_call.arguments_json
+        out: list[Event] = [ToolCallStarted(index, call_id, name)]
+        reason = parsed_call.error
+        if reason is None and name not in self._tools:
+            declared = "the request declared no tools" if not self._tools else f"no tool named {name!r} is declared"
+            reason = f"the server returned this call as text, and {declared}"
+        if reason is not None:
+            log.warning("kimik3: a call to %r read from text the server left is not run: %s", name, reason)
+            self._failed.append(FailedToolCall(index=index, id=call_id, name=name, arguments=arguments_json,
+                                               reason=reason))
+            return [*out, ToolCallIncomplete(index, call_id, name)]
+        out.append(ToolCallArgumentsDelta(index, call_id, arguments_json))
+        out.append(ToolCallDone(index, call_id, name, parsed_call.arguments, arguments_json))
+        self._final.append(ToolCall(id=call_id, function=FunctionCall(name=name, arguments=arguments_json)))
         return out
 
     def _end_call(self, call: _Call, cut: bool) -> list[Event]:
@@ -510,9 +549,15 @@ class ChatStreamChecker:
         finish: FinishReason = (
             "tool_calls" if self._final else "length" if self._truncated else "stop"
         )
-        usage = self._usage or Usage()
+        usage = self._usage or Usage(unknown=True)
         if usage.total_tokens == 0:
             usage.total_tokens = usage.prompt_tokens + usage.completion_tokens
+        produced = bool(reasoning or message.content or self._final or self._failed or self._dropped)
+        if not usage.unknown and (usage.prompt_tokens == 0 or (produced and usage.completion_tokens == 0)):
+            usage.unknown = True  # counts that cannot be right: no prompt, or no tokens for an answer
+        if usage.unknown:
+            log.warning("kimik3: the server reported no usable token usage (%s); usage is marked unknown",
+                        "none at all" if self._usage is None else "zeros")
         return ChatCompletion(
             model=self.model,
             choices=[Choice(message=message, finish_reason=finish)],
@@ -521,6 +566,7 @@ class ChatStreamChecker:
             interrupted=CLOSED_MID_ANSWER if self._truncated and self._finish_reason is None else None,
             dropped_tool_calls=list(self._dropped),
             failed_tool_calls=list(self._failed),
+            misplaced_tool_calls=list(self._misplaced),
         )
 
 

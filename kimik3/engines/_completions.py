@@ -251,8 +251,10 @@ def _raw_chunks(data: Any) -> list[RawChunk]:
                 prompt_token_ids=echoed if isinstance(echoed, list) else None,
             )
         )
-    usage = data.get("usage")
-    if isinstance(usage, Mapping):
+    # usage where servers put it: choices[0].usage (Kimi's API) first, else the chunk's own
+    usages = [c.get("usage") for c in choices if isinstance(c, Mapping) and c.get("index") in (0, None)]
+    usage = next((u for u in (*usages, data.get("usage")) if isinstance(u, Mapping)), None)
+    if usage is not None:
         details = prompt_details(usage)
         out.append(RawChunk(prompt_tokens=usage.get("prompt_tokens"), completion_tokens=usage.get("completion_tokens"),
                             cached_tokens=details.cached_tokens if details is not None else None))

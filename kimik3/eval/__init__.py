@@ -14,7 +14,7 @@ model requests against an endpoint (the Vendor Verifier's tool-call evaluation).
     print(summary["pass_rate"], summary["pass_at_k"], summary["cost_per_pass"])
 
 Modules: :mod:`._suite` (the suite format: ``task.toml``), :mod:`._workspace` (an attempt's
-fresh directory, ``setup`` / ``check`` commands), :mod:`._runner` (attempts, concurrency,
+fresh directory, ``setup`` / ``check`` commands in a sandbox), :mod:`._runner` (attempts, concurrency,
 resuming), :mod:`._results` (``results.jsonl``), :mod:`._summary`, :mod:`._stats` (pass@k,
 Wilson, sign test), :mod:`._report` (markdown and HTML), :mod:`._compare`, :mod:`._replay`,
 :mod:`._validity` (tool calls against their schemas), :mod:`._timing` (time to first token).
@@ -26,7 +26,7 @@ from ._compare import Comparison, compare
 from ._replay import RecordedRequest, ReplayRow, recorded_requests, replay, replay_summary
 from ._report import render_html, render_markdown, write_report
 from ._results import AttemptResult, ResultsDir, read_results
-from ._runner import EvalConfig, evaluate, harness_supports_sandbox, run_attempt, run_suite, write_summary
+from ._runner import EvalConfig, evaluate, run_attempt, run_suite, write_summary
 from ._stats import pass_at_k, sign_test, wilson_interval
 from ._suite import EvalTask, Suite, load_suite
 from ._summary import summarize
@@ -47,7 +47,6 @@ __all__ = [
     "call_problem",
     "compare",
     "evaluate",
-    "harness_supports_sandbox",
     "load_suite",
     "pass_at_k",
     "read_results",

@@ -73,6 +73,9 @@ class Comparison:
         out = []
         if not self.same_suite:
             out.append("note: A and B ran different versions of the suite (digests differ)")
+        box_a, box_b = self.a.get("sandbox"), self.b.get("sandbox")
+        if box_a and box_b and box_a != box_b:
+            out.append(f"note: A and B ran in different sandboxes (A {box_a}; B {box_b})")
         for name, ra, rb in self.tasks:
             if ra != rb:
                 what = "fixed" if ra == 0 and rb == 1 else "broke" if ra == 1 and rb == 0 else \

@@ -45,6 +45,7 @@ def _headline(s: dict[str, Any]) -> list[tuple[str, str]]:
         ("degraded runs", str(s["degraded"])),
         ("stop reasons", ", ".join(f"{k} {v}" for k, v in s["stop_reasons"].items()) or "n/a"),
         ("time to first token (median)", ttft),
+        ("sandbox", (s.get("sandbox") or "not recorded").removeprefix("sandbox: ")),
     ]
 
 

@@ -10,6 +10,10 @@ One attempt::
     the answer written to $KIMIK3_EVAL_ANSWER; check (unless timeout / error) -> passed
     the directory removed; the result line appended
 
+``setup``, the agent's ``bash`` and ``check`` each run in a sandbox of the config's policy over
+the attempt's workspace (:meth:`EvalConfig.sandbox_for`: bubblewrap by default, where it works);
+``setup`` and ``check`` also see the copy of the task folder, the answer and the session, read-only.
+
 An engine that cannot be reached (connection, authentication, 404, 5xx, rate limit after the
 client's retries, vLLM missing) stops the whole eval with that error: its attempts are not
 results. Any other kimik3 error ends only its attempt (``stop_reason = "error"``). Ctrl-C keeps
@@ -19,7 +23,6 @@ partial session is kept aside, see :meth:`ResultsDir.session_path`).
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import sys
@@ -43,6 +46,7 @@ from .._exceptions import (
     NotFoundError,
     RateLimitError,
     ServiceUnavailableError,
+    ToolError,
 )
 from .._pricing import Pricing
 from ..agents import Agent, Budgets, FinalEvent, ModelSettings, RunResult, TurnEndEvent, read_session_records
@@ -50,6 +54,7 @@ from ..engines import Engine
 from ..harness import FEATURES, CodingHarness
 from ..tools import Tool, Toolset
 from ..tools._limits import unwrap_group
+from ..tools.coding import Sandbox, SandboxMode
 from ..types import AGENTIC_SETTINGS, Message, Usage
 from ._report import write_report
 from ._results import AttemptResult, ResultsDir
@@ -57,13 +62,12 @@ from ._suite import EvalTask, Suite
 from ._summary import summarize
 from ._timing import TimedClient
 from ._validity import count_calls, declared_schemas
-from ._workspace import prepare_attempt, run_command
+from ._workspace import Attempt, CommandResult, prepare_attempt, run_command
 
 if sys.version_info < (3, 11):  # pragma: no cover - a backport anyio depends on there
     from exceptiongroup import BaseExceptionGroup
 
-__all__ = ["EvalConfig", "evaluate", "harness_supports_sandbox", "run_attempt", "run_meta", "run_suite",
-           "write_summary"]
+__all__ = ["EvalConfig", "evaluate", "run_attempt", "run_meta", "run_suite", "write_summary"]
 
 _FATAL = (APIConnectionError, APIResponseValidationError, AuthenticationError, NotFoundError, RateLimitError,
           ServiceUnavailableError, EngineNotAvailableError)
@@ -72,11 +76,6 @@ _FATAL = (APIConnectionError, APIResponseValidationError, AuthenticationError, N
 def fatal(e: BaseException) -> bool:
     """An engine error that would fail every attempt alike: the eval stops instead of scoring it."""
     return isinstance(e, _FATAL) or type(e) is EngineError
-
-
-def harness_supports_sandbox() -> bool:
-    """Whether this kimik3's :class:`~kimik3.harness.CodingHarness` takes ``sandbox=``."""
-    return "sandbox" in inspect.signature(CodingHarness).parameters
 
 
 @dataclass(frozen=True)
@@ -89,8 +88,11 @@ class EvalConfig:
             ``multi_edit``, ``apply_patch``, background ``bash``, ``task``), as ``kimik3 run --tools``.
         max_turns: caps each task's turn budget.
         pricing: the agent's prices (:class:`~kimik3.Agent`'s ``pricing``).
-        sandbox: passed to ``CodingHarness(sandbox=...)`` when the harness takes it (None: its
-            default); see :func:`harness_supports_sandbox`.
+        sandbox, network, sandbox_read, sandbox_write: the sandbox policy of every command of
+            an attempt, the agent's ``bash`` and the task's ``setup`` and ``check`` alike:
+            "auto" (bubblewrap where it works, else none), "bwrap" (required) or "none", and
+            the network and more paths readable / writable, as ``kimik3 run --sandbox
+            --network --allow-read --allow-write`` (:class:`~kimik3.tools.coding.Sandbox`).
         project_instructions: give the model the workspace's ``AGENTS.md``.
         extra_tools: called once per attempt for more tools (MCP servers, the plan tool).
     """
@@ -99,9 +101,23 @@ class EvalConfig:
     tools: Literal["core", "full"] = "core"
     max_turns: int | None = None
     pricing: Pricing | Literal["auto"] | None = "auto"
-    sandbox: str | None = None
+    sandbox: SandboxMode = "auto"
+    network: bool = False
+    sandbox_read: Sequence[str | os.PathLike[str]] = ()
+    sandbox_write: Sequence[str | os.PathLike[str]] = ()
     project_instructions: bool = True
     extra_tools: Callable[[], Sequence[Tool | Toolset]] | None = None
+
+    def sandbox_for(self, workspace: Path, *, read: Sequence[Path] = ()) -> Sandbox:
+        """A sandbox of this policy over ``workspace`` (not started yet), ``read`` visible
+        read-only too.
+
+        Raises:
+            SandboxUnavailableError: ``sandbox="bwrap"`` where bubblewrap cannot run.
+            UserError: a ``sandbox_read`` / ``sandbox_write`` path that does not exist.
+        """
+        return Sandbox(workspace, self.sandbox, network=self.network, read=[*self.sandbox_read, *read],
+                       write=list(self.sandbox_write))
 
     def budgets(self, task: EvalTask) -> Budgets:
         """The task's budgets, turns capped by :attr:`max_turns`."""
@@ -112,13 +128,13 @@ class EvalConfig:
 
     def agent(self, workspace: Path, client: TimedClient, task: EvalTask) -> Agent[str]:
         """The attempt's agent: the coding harness over ``workspace`` (no checkpoints: the
-        workspace is thrown away and the session holds every change)."""
+        workspace is thrown away and the session holds every change), its commands in
+        :meth:`sandbox_for` ``workspace`` (ended by the harness's hook when the run ends)."""
         full = self.tools == "full"
-        options: dict[str, Any] = {"sandbox": self.sandbox} if self.sandbox is not None else {}
         features = set(FEATURES - {"checkpoints"}) if full else set()
         if self.project_instructions:
             features.add("project_instructions")
-        harness = CodingHarness(workspace, features=features, **options)
+        harness = CodingHarness(workspace, features=features, sandbox=self.sandbox_for(workspace))
         budgets = self.budgets(task)
         tools, instructions, hooks = harness.parts(client=client, settings=self.settings, budgets=budgets)
         extra = list(self.extra_tools()) if self.extra_tools is not None else []
@@ -141,6 +157,15 @@ def _tool_counts(session: Path, messages: Sequence[Message], cut: int, dropped: 
                 head = record.run_start["tools"]
     made, valid = count_calls(messages, declared_schemas(head, messages))
     return made + cut + dropped, valid
+
+
+async def _task_command(command: str, task: EvalTask, config: EvalConfig, attempt: Attempt, session: Path,
+                        env: dict[str, str]) -> CommandResult:
+    """``setup`` or ``check`` in a sandbox of the config's policy over the attempt's workspace, the
+    copy of the task folder, the answer and the session (once written) visible read-only."""
+    inputs = [p for p in (attempt.task_dir, attempt.answer, session) if p.exists()]
+    box = config.sandbox_for(attempt.workspace, read=inputs)
+    return await run_command(command, box, timeout=task.check_timeout, env=env)
 
 
 async def run_attempt(task: EvalTask, number: int, engine: Engine, config: EvalConfig, session: Path,
@@ -167,10 +192,14 @@ async def run_attempt(task: EvalTask, number: int, engine: Engine, config: EvalC
         result.stop_reason, result.error, result.session = "setup_failed", _one_line(e), None
         return result
     try:
-        env = {"KIMIK3_EVAL_ANSWER": str(attempt.answer), "KIMIK3_EVAL_SESSION": str(session.resolve()),
-               "KIMIK3_EVAL_TASK_DIR": str(attempt.task_dir), "KIMIK3_EVAL_STOP_REASON": ""}
+        env = {"KIMIK3_EVAL_ANSWER": str(attempt.answer.resolve()), "KIMIK3_EVAL_SESSION": str(session.resolve()),
+               "KIMIK3_EVAL_TASK_DIR": str(attempt.task_dir.resolve()), "KIMIK3_EVAL_STOP_REASON": ""}  # as mounted
         if task.setup is not None:
-            setup = await run_command(task.setup, attempt.workspace, timeout=task.check_timeout, env=env)
+            try:
+                setup = await _task_command(task.setup, task, config, attempt, session, env)
+            except ToolError as e:  # the sandbox did not start
+                result.stop_reason, result.error, result.session = "setup_failed", f"setup: {_one_line(e)}", None
+                return result
             if not setup.ok:
                 why = "timed out" if setup.timed_out else f"exited {setup.exit_code}"
                 result.stop_reason, result.error = "setup_failed", f"setup {why}"
@@ -180,7 +209,7 @@ async def run_attempt(task: EvalTask, number: int, engine: Engine, config: EvalC
         messages: list[Message] = []
         usage, costs, final = Usage(), [], None
         started = time.monotonic()
-        try:
+        try:  # the harness's run-end hook closes its sandbox, however the run ends
             agent = config.agent(attempt.workspace, client, task)
             with anyio.move_on_after(task.timeout) as scope:
                 async for event in agent.run_stream(task.instruction, messages=messages, session=session):
@@ -203,7 +232,11 @@ async def run_attempt(task: EvalTask, number: int, engine: Engine, config: EvalC
         answer = final.output if final is not None and isinstance(final.output, str) else ""
         attempt.answer.write_text(answer, encoding="utf-8")
         env["KIMIK3_EVAL_STOP_REASON"] = result.stop_reason
-        check = await run_command(task.check, attempt.workspace, timeout=task.check_timeout, env=env)
+        try:
+            check = await _task_command(task.check, task, config, attempt, session, env)
+        except ToolError as e:  # the sandbox did not start: no score
+            result.stop_reason, result.error = "error", f"check: {_one_line(e)}"
+            return result
         result.check_exit, result.check_timed_out, result.check_output = check.exit_code, check.timed_out, check.output
         result.passed = check.ok
         return result
@@ -288,14 +321,24 @@ async def run_suite(
 
 def run_meta(suite: Suite, engine: Engine, config: EvalConfig) -> dict[str, Any]:
     """What ``eval.json`` records of a run (JSON values): the suite and its digest, the model,
-    the tools, settings, turn cap and prices (a continued run must match them), the sandbox."""
+    the tools, settings, turn cap, prices and sandbox policy (a continued run must match them),
+    and the sandbox as the harness describes it (``sandbox``: the line of
+    :meth:`~kimik3.tools.coding.Sandbox.describe`, e.g. ``sandbox: bwrap (workspace read-write,
+    ...)``; ``sandbox_policy``: what runs, ``{"mode": "bwrap", "network": false, "read": [...],
+    "write": [...]}`` or ``{"mode": "none"}``, ``"auto"`` resolved).
+
+    Raises:
+        SandboxUnavailableError: ``sandbox="bwrap"`` where bubblewrap cannot run.
+        UserError: a ``sandbox_read`` / ``sandbox_write`` path that does not exist.
+    """
     settings = asdict(AGENTIC_SETTINGS.merged(config.settings))  # what the agent's requests carry
     settings = json.loads(json.dumps(settings, default=repr))
     pricing = asdict(config.pricing) if isinstance(config.pricing, Pricing) else config.pricing
-    sandbox = config.sandbox if harness_supports_sandbox() else None
+    box = config.sandbox_for(suite.path)  # described, never started
+    policy = {k: v for k, v in box.info().items() if k not in ("requested", "reason")}
     return {"suite": suite.name, "suite_path": str(suite.path), "suite_digest": suite.digest, "model": engine.model,
             "tools": config.tools, "settings": settings, "max_turns": config.max_turns, "pricing": pricing,
-            "sandbox": sandbox or ("default" if harness_supports_sandbox() else "none (this kimik3 has none)")}
+            "sandbox": box.describe(), "sandbox_policy": policy}
 
 
 async def evaluate(

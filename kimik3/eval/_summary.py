@@ -48,7 +48,7 @@ def task_rows(results: Sequence[AttemptResult]) -> dict[str, dict[str, Any]]:
 def summarize(results: Sequence[AttemptResult], meta: dict[str, Any] | None = None) -> dict[str, Any]:
     """The summary of ``results`` (see the module docstring).
 
-    Keys: ``suite``, ``suite_digest``, ``model``, ``tools`` (from ``meta``); ``tasks``,
+    Keys: ``suite``, ``suite_digest``, ``model``, ``tools``, ``sandbox`` (from ``meta``); ``tasks``,
     ``attempts``, ``passed``, ``pass_rate``, ``pass_rate_ci95`` (Wilson), ``pass_at_k``
     (``{"1": ..., "k": ...}`` for k up to the fewest attempts any task has; the unbiased
     estimator averaged over tasks, :func:`~kimik3.eval.pass_at_k`), ``cost`` (USD, None when
@@ -82,6 +82,7 @@ def summarize(results: Sequence[AttemptResult], meta: dict[str, Any] | None = No
         "suite_digest": meta.get("suite_digest"),
         "model": meta.get("model"),
         "tools": meta.get("tools"),
+        "sandbox": meta.get("sandbox"),
         "tasks": len(rows),
         "attempts": n,
         "passed": passed,

@@ -4,16 +4,16 @@ of the task folder, and shell commands (``setup``, ``check``) run there with a t
 The suite is only read: ``workspace/`` is copied with its symlinks as symlinks (never followed
 out of the suite), a ``repo`` is cloned with ``--no-hardlinks`` (no file of the clone shares an
 inode with the suite's), and the check's ``$KIMIK3_EVAL_TASK_DIR`` is a copy too. A command runs
-in its own session (process group); when it ends, overruns its limit or is cancelled, the whole
-group is killed, so nothing it started outlives it.
+in a :class:`~kimik3.tools.coding.Sandbox` of its own (bubblewrap, or ``"none"``: the same
+process supervisor unsandboxed), under the supervisor's reaper: when the command ends, overruns
+its limit or is cancelled, the sandbox is closed and every process it started is ended with it
+(``setsid`` and double-forked daemons included).
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import signal
 import stat
 import subprocess
 import tempfile
@@ -24,6 +24,8 @@ import anyio
 import anyio.to_thread
 
 from .._exceptions import EvalError
+from ..tools.coding import Sandbox
+from ..tools.coding._api import Command
 from ._suite import EvalTask
 
 __all__ = ["Attempt", "CommandResult", "prepare_attempt", "run_command"]
@@ -130,52 +132,99 @@ async def prepare_attempt(task: EvalTask) -> Attempt:
     return await anyio.to_thread.run_sync(_prepare, task)
 
 
-def _kill_group(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
+class _Tail:
+    """The last bytes of a command's output: about 4 a character of :data:`OUTPUT_CHARS` (room
+    for UTF-8)."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+
+    def read(self, fd: int) -> bool:
+        """Append what the pipe ``fd`` holds now; True at end of file."""
+        while True:
+            try:
+                chunk = os.read(fd, 65536)
+            except BlockingIOError:
+                return False
+            except OSError:
+                return True
+            if not chunk:
+                return True
+            self.data += chunk
+            if len(self.data) > 8 * OUTPUT_CHARS:
+                del self.data[: -4 * OUTPUT_CHARS]
+
+    def text(self) -> str:
+        return self.data.decode("utf-8", "replace")
 
 
-async def run_command(command: str, cwd: Path, *, timeout: float, env: dict[str, str] | None = None) -> CommandResult:
-    """Run ``bash -c command`` in ``cwd`` with stdin from /dev/null, in its own process group.
+async def _wait_readable(fd: int, seconds: float) -> None:
+    with anyio.move_on_after(seconds):
+        await anyio.wait_readable(fd)
+
+
+def _note(cmd: Command, timed_out: bool) -> str:
+    """A line to add to the output when the command did not simply exit (or time out)."""
+    if cmd.error is not None:
+        return f"[kimik3: the command could not be started: {cmd.error}]\n"
+    if cmd.limit:
+        return f"[kimik3: the command reached the limit of {cmd.limit.split()[-1]} processes; all were killed]\n"
+    if cmd.exit_code is None and not timed_out:
+        return "[kimik3: the command's reaper was killed, so its exit status is unknown]\n"
+    return ""
+
+
+async def run_command(command: str, sandbox: Sandbox, *, timeout: float,
+                      env: dict[str, str] | None = None) -> CommandResult:
+    """Run ``bash -c command`` in ``sandbox`` (its root the working directory, stdin /dev/null),
+    then close the sandbox.
 
     Args:
         command: the shell command.
-        cwd: its working directory.
-        timeout: seconds before it (and everything it started) is killed.
+        sandbox: where it runs (bubblewrap, or ``"none"``); closed before this returns, ending
+            every process the command started (SIGTERM, a second, SIGKILL), also on timeout
+            and on cancellation.
+        timeout: seconds before it (and everything it started) is ended.
         env: extra environment variables (over this process's).
 
     Returns:
-        The :class:`CommandResult`. When the command exits, anything it left running in its
-        process group is killed too; on cancellation the group is killed before this returns.
+        The :class:`CommandResult` (a command the sandbox could not start, or whose reaper was
+        killed, has a line saying so in its output).
+
+    Raises:
+        ToolError: the sandbox cannot be started (bubblewrap's or Python's message).
     """
     shell = shutil.which("bash") or "/bin/sh"
-    process = await anyio.open_process([shell, "-c", command], cwd=cwd, env={**os.environ, **(env or {})},
-                                       stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                       stderr=subprocess.STDOUT, start_new_session=True)
-    chunks: list[bytes] = []
-    kept = 0
-
-    async def read() -> None:
-        nonlocal kept
-        assert process.stdout is not None
-        async for chunk in process.stdout:
-            chunks.append(chunk)
-            kept += len(chunk)
-            while kept - len(chunks[0]) >= 4 * OUTPUT_CHARS:  # keep 4 bytes a character: room for UTF-8
-                kept -= len(chunks.pop(0))
-
+    tail = _Tail()
+    timed_out = False
     try:
-        async with anyio.create_task_group() as group:
-            group.start_soon(read)
-            with anyio.move_on_after(timeout):
-                await process.wait()
-            timed_out = process.returncode is None
-            _kill_group(process.pid)  # what it left running (or all of it, timed out): the pipe closes
-            group.cancel_scope.deadline = anyio.current_time() + 30  # a process that left the group
-    finally:
-        _kill_group(process.pid)
+        cmd = sandbox.spawn([shell, "-c", command], {**os.environ, **(env or {})})
+    except BaseException:
         with anyio.CancelScope(shield=True):
-            await process.wait()
-            await process.aclose()
-    output = b"".join(chunks).decode("utf-8", "replace")[-OUTPUT_CHARS:]
-    return CommandResult(exit_code=None if timed_out else process.returncode, output=output, timed_out=timed_out)
+            await sandbox.aclose()
+        raise
+    try:
+        deadline = anyio.current_time() + timeout
+        eof = False
+        while True:
+            if not eof:
+                eof = tail.read(cmd.output)
+            cmd.poll()
+            if cmd.exit_code is not None or cmd.closed:  # the shell exited (or its reaper is gone)
+                break
+            now = anyio.current_time()
+            if now >= deadline:
+                timed_out = True
+                break
+            await _wait_readable(cmd.status_fd if eof else cmd.output, min(deadline - now, 0.05))
+    finally:
+        with anyio.CancelScope(shield=True):
+            await sandbox.aclose()  # what it left running (or all of it, timed out or cancelled)
+            end = anyio.current_time() + 2.0
+            while not tail.read(cmd.output) and anyio.current_time() < end:  # every writer is gone
+                await _wait_readable(cmd.output, 0.01)
+            cmd.poll()
+            cmd.close()
+    output = (tail.text() + _note(cmd, timed_out))[-OUTPUT_CHARS:]
+    code = None if timed_out else cmd.exit_code if cmd.exit_code is not None else -9
+    return CommandResult(exit_code=code, output=output, timed_out=timed_out)

@@ -55,15 +55,22 @@ def format_timestamp(seconds: Fraction | float, mode: str = "hh:mm:ss.fff") -> s
     """``HH:MM:SS.mmm`` of a time in seconds, milliseconds truncated (docs/k3-format.md § Video).
 
     Args:
-        seconds: a non-negative time in seconds (exact when a ``Fraction``).
+        seconds: a non-negative, finite time in seconds (exact when a ``Fraction``).
         mode: ``timestamp_mode`` of the config; only "hh:mm:ss.fff" is defined.
 
     Raises:
-        MediaError: another ``mode``.
+        MediaError: another ``mode``; a negative time (``-1`` would print as ``-1:59:59.000``),
+            NaN or infinity.
     """
     if mode != "hh:mm:ss.fff":
         raise MediaError(f"unsupported timestamp_mode {mode!r} (only 'hh:mm:ss.fff')")
-    ms = math.floor(Fraction(seconds) * 1000)
+    try:
+        exact = Fraction(seconds)
+    except (ValueError, OverflowError, TypeError):
+        raise MediaError(f"a timestamp must be a finite number of seconds, got {seconds!r}") from None
+    if exact < 0:
+        raise MediaError(f"a timestamp cannot be negative, got {seconds!r} s")
+    ms = math.floor(exact * 1000)
     hours, rest = divmod(ms, 3_600_000)
     minutes, rest = divmod(rest, 60_000)
     secs, millis = divmod(rest, 1000)

@@ -9,16 +9,20 @@
 
 How a server's tools and results become kimik3's (each rule is tested in tests/tools/test_mcp.py):
 
-- a tool's ``inputSchema`` is declared to the model unchanged and checked with ``jsonschema``
-  before the call (a schema that is not valid JSON Schema is passed through unchecked, with a
-  warning); its name becomes ``<tool_prefix>_<name>`` when a prefix is set; any Unicode letter or digit,
+- a tool's ``inputSchema`` is declared to the model unchanged (plain JSON within kimik3's limits:
+  finite numbers, nesting up to 128) and checked before each call off the event loop, its
+  regular expressions under a time budget (:mod:`kimik3.tools._mcp_schema`; a schema that is not
+  valid JSON Schema is passed through unchecked, with a warning); its name becomes
+  ``<tool_prefix>_<name>`` when a prefix is set; any Unicode letter or digit,
   ``_``, ``.`` and ``-`` are kept (``搜索`` stays ``搜索``: K3 escapes the name attribute, and
   OpenAI-compatible servers such as vLLM do not check names; OpenAI's own API accepts ASCII
   only), other characters become ``_`` and it is cut to 64 characters (:func:`tool_name`). When
   that makes two tools of a server share a name, each changed name gets ``_`` and the first 8 hex
   digits of the SHA-256 of its full original name (stable, whatever the list order); two tools
-  are never merged into one (a server listing one name twice raises
-  :class:`~kimik3.ToolDefinitionError`);
+  are never merged into one;
+- a first tool list that breaks these rules (a name listed twice, a schema with ``1e999`` or
+  nested too deep) raises :class:`~kimik3.ToolDefinitionError`; a refetched one is not used: the
+  last good list stays, with a warning;
 - text content -> text; images -> resized for K3 by :func:`kimik3.media.prepare_image`; embedded
   text resources -> their text, image blobs -> images; resource links, audio and other blobs ->
   a one-line note saying what was left out; a result with no content but
@@ -26,33 +30,41 @@ How a server's tools and results become kimik3's (each rule is tested in tests/t
 - ``isError`` results, MCP error responses, a timeout and a server that dies during a call ->
   the call's tool-error result (``"Error: ..."``); the run goes on, and later calls to a server
   that is gone fail at once with the reason;
+- every request has a time limit (``timeout``, default :data:`DEFAULT_TIMEOUT_S`): opening
+  (start, handshake and first listing together), each listing, each call;
 - the server's ``notifications/tools/list_changed`` (a ``subscriptions/listen`` stream on
   2026-07-28 connections) marks the list stale: the next :meth:`MCPServer.get_tools` refetches it.
+
+A server is shared: runs that enter it while it is open (``async with``, or an agent's run) use
+the one session, and the last to leave closes it if the first one opened it. Its session lives
+in an asyncio task of its own, so whichever task leaves last can close it. A stdio server runs
+under a child subreaper (Linux; ``kimik3/tools/coding/_reaper.py``): processes it leaves behind,
+``setsid`` daemons included, are ended with it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
-import hashlib
-import json
 import logging
 import math
 import os
-import re
+import shutil
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
+from pathlib import Path
 from typing import Any, Literal, TextIO, TypeAlias, TypeVar
 
 import anyio
-import anyio.abc
-import jsonschema
+import anyio.to_thread
+from pydantic import ValidationError
 
 try:
     import httpx2
     import mcp
     import mcp.types as mcp_types
-    from mcp.client.stdio import StdioServerParameters, stdio_client
+    from mcp.client.stdio import StdioServerParameters, get_default_environment, stdio_client
     from mcp.client.streamable_http import streamable_http_client
     from mcp.shared.exceptions import MCPError
     from mcp.types.jsonrpc import REQUEST_TIMEOUT
@@ -60,23 +72,16 @@ try:
 except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError("kimik3.tools.mcp needs the MCP SDK: pip install 'kimik3[mcp]'") from e
 
-from .._exceptions import (
-    KimiK3Error,
-    MCPServerError,
-    MediaError,
-    ToolArgumentsError,
-    ToolDefinitionError,
-    ToolTimeoutError,
-    UserError,
-)
-from ..media import prepare_image
-from ..types import ImagePart, ImageURL, TextPart
-from . import _failures as failures
+from .._exceptions import KimiK3Error, MCPServerError, ToolDefinitionError, ToolTimeoutError, UserError
+from ..types import ToolSpec
 from ._failures import FailureText, default_failure_text
+from ._mcp_content import to_tool_result, tool_name, unique_names
+from ._mcp_schema import CHECK_BUDGET_S, ArgumentsSchema
 from ._tool import Tool, ToolContext, ToolResult, load_arguments
 from ._toolset import Toolset
 
-__all__ = ["ConnectMode", "MCPServer", "MCPServerStdio", "MCPServerStreamableHTTP", "MCPTool"]
+__all__ = ["DEFAULT_TIMEOUT_S", "ConnectMode", "MCPServer", "MCPServerStdio", "MCPServerStreamableHTTP", "MCPTool",
+           "to_tool_result", "tool_name"]
 
 log = logging.getLogger("kimik3.mcp")
 
@@ -84,8 +89,11 @@ ConnectMode: TypeAlias = Literal["auto", "legacy", "2024-11-05", "2025-03-26", "
 """How ``mcp.Client`` negotiates the protocol: ``"auto"``, ``"legacy"`` or a protocol version (the
 versions of ``mcp.types.version.KNOWN_PROTOCOL_VERSIONS``; a newer SDK's are accepted too)."""
 
-_UNSAFE = re.compile(r"[^\w.-]")  # \w: Unicode letters, digits and '_'
-_HASH_LEN = 8
+DEFAULT_TIMEOUT_S = 60.0
+"""Seconds an MCP request may wait for its answer unless the server's ``timeout`` says otherwise."""
+
+_CLOSE_LIMIT_S = 10.0  # a session's own shutdown (a stdio server's takes up to ~6 s), then it is cancelled
+_REAPER = str(Path(__file__).parent / "coding" / "_reaper.py")
 _T = TypeVar("_T")
 
 
@@ -101,76 +109,15 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+def _seconds(name: str, value: object) -> float:
+    """``value`` as a time limit: a positive finite number of seconds, else :class:`UserError`."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        raise UserError(f"MCP server {name} must be a positive number of seconds, got {value!r}")
+    return float(value)
+
+
 async def _list_page(client: mcp.Client, cursor: str | None) -> mcp_types.ListToolsResult:
     return await client.list_tools(cursor=cursor)
-
-
-def tool_name(name: str, prefix: str | None = None) -> str:
-    """The kimik3 name of MCP tool ``name``: ``<prefix>_<name>``, characters other than Unicode
-    letters, digits, ``_``, ``.`` and ``-`` replaced by ``_``, cut to 64 characters (a server's
-    clashing results get a hash suffix: see :meth:`MCPServer.get_tools`)."""
-    full = f"{prefix}_{name}" if prefix else name
-    return (_UNSAFE.sub("_", full) or "_")[:64]
-
-
-def _hashed(name: str, prefix: str | None) -> str:
-    full = f"{prefix}_{name}" if prefix else name
-    digest = hashlib.sha256(full.encode("utf-8", "surrogatepass")).hexdigest()[:_HASH_LEN]
-    return f"{tool_name(name, prefix)[: 64 - _HASH_LEN - 1]}_{digest}"
-
-
-# -- results ---------------------------------------------------------------------------------
-
-
-def _image(data: str, mime: str) -> TextPart | ImagePart:
-    try:
-        prepared = prepare_image(f"data:{mime};base64,{data}")
-    except (MediaError, ValueError) as e:
-        return TextPart(text=f"[an image ({mime}) could not be read: {e}]")
-    return ImagePart(image_url=ImageURL(url=prepared.data_url()))
-
-
-def _block(block: Any) -> TextPart | ImagePart:
-    if isinstance(block, mcp_types.TextContent):
-        return TextPart(text=block.text)
-    if isinstance(block, mcp_types.ImageContent):
-        return _image(block.data, block.mime_type)
-    if isinstance(block, mcp_types.AudioContent):
-        return TextPart(text=f"[audio ({block.mime_type}) left out: K3 takes no audio]")
-    if isinstance(block, mcp_types.ResourceLink):
-        about = f": {block.description}" if block.description else ""
-        return TextPart(text=f"[resource {block.uri} ({block.name}){about}]")
-    if isinstance(block, mcp_types.EmbeddedResource):
-        res = block.resource
-        if isinstance(res, mcp_types.TextResourceContents):
-            return TextPart(text=res.text)
-        mime = res.mime_type or "application/octet-stream"
-        if mime.startswith("image/"):
-            return _image(res.blob, mime)
-        size = len(res.blob) * 3 // 4 - res.blob.count("=")  # base64: 4 characters hold 3 bytes
-        return TextPart(text=f"[binary resource {res.uri} ({mime}, {size} bytes) left out]")
-    return TextPart(text=f"[{type(block).__name__} content left out]")
-
-
-def to_tool_result(result: mcp_types.CallToolResult, text: FailureText = default_failure_text) -> ToolResult:
-    """Map an MCP ``CallToolResult`` to a :class:`ToolResult` (rules in the module docstring).
-
-    Returns:
-        Text content alone becomes one string (blocks joined with newlines); with images, a list
-        of text and image parts. ``isError`` results have ``is_error=True`` and their first text
-        worded by ``text`` (:mod:`kimik3.tools._failures`: ``"Error: "`` first by default).
-    """
-    parts = [_block(b) for b in result.content]
-    if not parts and result.structured_content is not None:
-        parts = [TextPart(text=json.dumps(result.structured_content, ensure_ascii=False, separators=(",", ":")))]
-    if result.is_error:
-        if parts and isinstance(parts[0], TextPart):
-            parts[0] = TextPart(text=text(failures.tool_reported(parts[0].text)))
-        else:
-            parts.insert(0, TextPart(text=text(failures.tool_reported(None))))
-    if all(isinstance(p, TextPart) for p in parts):
-        return ToolResult(content="\n".join(p.text for p in parts if isinstance(p, TextPart)), is_error=result.is_error)
-    return ToolResult(content=parts, is_error=result.is_error)
 
 
 # -- tools -----------------------------------------------------------------------------------
@@ -184,6 +131,11 @@ class MCPTool(Tool):
     Attributes:
         server: the server it belongs to.
         mcp_name: the tool's name on the server (``name`` is the one the model sees).
+
+    Raises:
+        pydantic.ValidationError: the declaration is not plain JSON within kimik3's limits (a
+            ``1e999``, nesting beyond 128); :meth:`MCPServer.get_tools` reports it as a
+            :class:`~kimik3.ToolDefinitionError`.
     """
 
     def __init__(self, server: MCPServer, tool: mcp_types.Tool, name: str) -> None:
@@ -193,46 +145,45 @@ class MCPTool(Tool):
         self.description = tool.description or ""
         self.parameters: dict[str, Any] = dict(tool.input_schema)
         self.timeout: float | None = None
-        cls = jsonschema.validators.validator_for(self.parameters, default=jsonschema.Draft202012Validator)
-        try:
-            cls.check_schema(self.parameters)
-            self._schema_validator: jsonschema.protocols.Validator | None = cls(self.parameters)
-        except jsonschema.SchemaError as e:
-            log.warning("kimik3: MCP tool %r of %r has an invalid input schema (%s); arguments go unchecked",
-                        tool.name, server.name, e.message)
-            self._schema_validator = None
+        self._spec = super().spec  # checked once here (plain JSON within the limits), then reused every turn
+        self._schema = ArgumentsSchema(self.parameters, f"MCP tool {tool.name!r} of {server.name!r}")
 
     def __repr__(self) -> str:
         return f"MCPTool(name={self.name!r}, server={self.server.name!r})"
 
+    @property
+    def spec(self) -> ToolSpec:
+        """The declaration sent to the model (built once, when the server listed the tool)."""
+        return self._spec
+
     def validate(self, arguments: Mapping[str, Any] | str | None) -> dict[str, Any]:
-        """Check call arguments against the server's input schema.
+        """Check call arguments against the server's input schema (blocking: :meth:`run` does it
+        in a worker thread; see :mod:`kimik3.tools._mcp_schema`).
 
         Raises:
-            ToolArgumentsError: not a JSON object, or values the schema rejects
-                (``"<field>: <message>"`` joined with ``"; "``).
+            ToolArgumentsError: not a JSON object, values the schema rejects
+                (``"<field>: <message>"`` joined with ``"; "``), or a pattern of the schema that
+                cannot be matched within :data:`~kimik3.tools._mcp_schema.CHECK_BUDGET_S`.
         """
         args = dict(load_arguments(arguments))
-        if self._schema_validator is not None:
-            errors = sorted(self._schema_validator.iter_errors(args), key=lambda err: list(map(str, err.path)))
-            if errors:
-                raise ToolArgumentsError(
-                    "; ".join(f"{'.'.join(map(str, e.path)) or '<arguments>'}: {e.message}" for e in errors)
-                )
+        self._schema.check(args)
         return args
 
     async def run(
         self, arguments: Mapping[str, Any] | str | None, context: ToolContext | None = None, *,
         timeout: float | None = None,
     ) -> ToolResult:
-        """Validate and call the tool on its server; never raises for a failed call (see the module
-        docstring), one over its time limit included (see :meth:`Tool.run`); cancellation
-        propagates."""
+        """Validate (in a worker thread) and call the tool on its server; never raises for a
+        failed call (see the module docstring), one over its time limit included (see
+        :meth:`Tool.run`); cancellation propagates."""
         limit = self.timeout if timeout is None else timeout
+        budget = CHECK_BUDGET_S if limit is None else min(CHECK_BUDGET_S, limit)
         text = context.failure_text if context is not None else default_failure_text
         try:
             with anyio.move_on_after(limit):
-                return await self.server.call_tool(self.mcp_name, self.validate(arguments), text)
+                args = dict(load_arguments(arguments))
+                await anyio.to_thread.run_sync(self._schema.check, args, budget, abandon_on_cancel=True)
+                return await self.server.call_tool(self.mcp_name, args, text)
             raise ToolTimeoutError(f"{self.name} did not finish within {limit:g} s and was cancelled")
         except Exception as e:
             return ToolResult.from_exception(e, text)
@@ -244,20 +195,25 @@ class MCPTool(Tool):
 class MCPServer(Toolset):
     """Base of :class:`MCPServerStdio` and :class:`MCPServerStreamableHTTP`: an ``mcp.Client``
     session whose tools are kimik3 tools. Use it as an async context manager, or hand it to
-    ``Agent(tools=[...])`` unopened and the agent opens it for each run.
+    ``Agent(tools=[...])`` unopened and the agent opens it for each run (runs at the same time
+    share one session; see :class:`~kimik3.tools.Toolset`).
 
     Args:
         name: a label for errors, logs and traces.
         tool_prefix: prepended to every tool name (``<prefix>_<name>``), to keep the tools of two
             servers apart.
-        timeout: seconds a tool call may take (None: no limit).
-        connect_timeout: seconds to wait for each answer while connecting and listing tools.
+        timeout: seconds any one request may wait for its answer: each tool call, each tool
+            listing (all its pages together), and opening when ``connect_timeout`` is None
+            (default :data:`DEFAULT_TIMEOUT_S`; a positive finite number).
+        connect_timeout: seconds :meth:`open` may take in all: starting or reaching the server,
+            the handshake and the first tool listing (None: ``timeout``).
         mode: how ``mcp.Client`` negotiates the protocol: ``"auto"`` (``server/discover``, falling
             back to the ``initialize`` handshake), ``"legacy"`` (the handshake only) or a
             protocol version (:data:`ConnectMode`).
 
     Raises:
-        UserError: a ``mode`` the SDK does not know.
+        UserError: a time limit that is not a positive finite number of seconds; a ``mode`` the
+            SDK does not know.
     """
 
     def __init__(
@@ -265,22 +221,23 @@ class MCPServer(Toolset):
         *,
         name: str,
         tool_prefix: str | None = None,
-        timeout: float | None = None,
-        connect_timeout: float = 60.0,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        connect_timeout: float | None = None,
         mode: ConnectMode = "auto",
     ) -> None:
         self.name = name
         self.tool_prefix = tool_prefix
-        self.timeout = timeout
-        self.connect_timeout = connect_timeout
+        self.timeout = _seconds("timeout", timeout)
+        self.connect_timeout = self.timeout if connect_timeout is None else _seconds("connect_timeout", connect_timeout)
         if mode not in ("auto", "legacy") and mode not in KNOWN_PROTOCOL_VERSIONS:
             raise UserError(f"MCPServer(mode=...) must be 'auto', 'legacy' or a protocol version of the MCP SDK "
                             f"({', '.join(KNOWN_PROTOCOL_VERSIONS)}); got {mode!r:.80}")
         self.mode: ConnectMode = mode
         self.is_open = False
         self._client: mcp.Client | None = None
-        self._stack: AsyncExitStack | None = None
+        self._session: asyncio.Task[None] | None = None
         self._tools: list[MCPTool] = []
+        self._listed = False  # a first list was built (a bad refetch then keeps it)
         self._stale = True
         self._gone: str | None = None  # why the server cannot be used any more
         self._gone_event = anyio.Event()
@@ -292,49 +249,53 @@ class MCPServer(Toolset):
         raise NotImplementedError
 
     async def open(self) -> None:
-        """Start or reach the server, negotiate the protocol and list its tools.
+        """Start or reach the server, negotiate the protocol and list its tools, within
+        ``connect_timeout`` seconds.
 
-        The session lives in a task of its own: when its transport fails (a crashed HTTP server
-        makes the SDK's transport raise), that task ends and records why, and the caller's task
-        is never cancelled by it; calls in flight and later calls get the reason as their error.
+        The session lives in an asyncio task of its own: when its transport fails (a crashed
+        HTTP server makes the SDK's transport raise), that task ends and records why, and the
+        caller's task is never cancelled by it; calls in flight and later calls get the reason as
+        their error.
 
         Raises:
-            MCPServerError: the server cannot be started or reached, or the handshake or the
-                first tool listing failed; already open.
-            ToolDefinitionError: two of its tools end up with the same name.
+            MCPServerError: the server cannot be started or reached, the handshake or the first
+                tool listing failed or did not finish within ``connect_timeout``; already open.
+            ToolDefinitionError: its first tool list cannot be used (two tools end up with one
+                name, a schema that is not plain JSON within kimik3's limits).
         """
-        if self.is_open:
+        if self.is_open or self._session is not None:
             raise MCPServerError(f"the MCP server {self.name!r} is already open")
-        self._gone, self._stale, self._tools = None, True, []
+        self._gone, self._stale, self._tools, self._listed = None, True, [], False
         self._gone_event, self._closing = anyio.Event(), anyio.Event()
-        stack = AsyncExitStack()
+        started = anyio.Event()
+        failed: list[Exception] = []
+        self._session = asyncio.get_running_loop().create_task(self._serve(started, failed))
         try:
-            group = await stack.enter_async_context(anyio.create_task_group())
-            stack.callback(self._closing.set)  # runs first on close: the session task ends
-            await group.start(self._serve)
-            self._stack = stack
-            self.is_open = True
-            await self.get_tools()
+            with anyio.move_on_after(self.connect_timeout) as deadline:
+                await started.wait()
+                if failed:
+                    raise failed[0]
+                self.is_open = True
+                await self.get_tools()
+            if deadline.cancelled_caught:
+                raise MCPServerError(f"cannot open the MCP server {self.name!r}: no answer within "
+                                     f"{self.connect_timeout:g} s")  # fmt: skip
         except BaseException as e:
-            self.is_open, self._stack = False, None
+            self.is_open = False
             with anyio.CancelScope(shield=True):
-                try:
-                    await stack.aclose()
-                except Exception as close_error:  # the first error is the one to report
-                    log.debug("kimik3: closing MCP server %r after a failed open: %s", self.name, close_error)
+                await self._stop()
             if isinstance(e, KimiK3Error) or not isinstance(e, Exception):
                 raise
             raise MCPServerError(f"cannot open the MCP server {self.name!r}: {_describe(e)}") from e
 
-    async def _serve(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+    async def _serve(self, started: anyio.Event, failed: list[Exception]) -> None:
         """The session's task: connect, then hold the session until :meth:`close`."""
-        started = False
         try:
             async with AsyncExitStack() as stack:
                 client = mcp.Client(
                     await self._target(stack),
                     message_handler=self._on_message,
-                    read_timeout_seconds=self.connect_timeout,  # the handshake and tool listings
+                    read_timeout_seconds=self.connect_timeout,  # the handshake (and listings: see _list_all)
                     mode=self.mode,
                     client_info=mcp_types.Implementation(name="kimik3", version="0.1.0"),
                     cache=None,  # a refetch after list_changed must reach the server
@@ -345,28 +306,45 @@ class MCPServer(Toolset):
                     # 2026-07-28: list changes arrive only on a subscription (teed to _on_message)
                     await stack.enter_async_context(client.listen(tools_list_changed=True))
                 self._client = client
-                started = True
-                task_status.started()
+                started.set()
                 await self._closing.wait()
         except Exception as e:
-            if not started:
-                raise  # open() reports it
-            self._gone = f"its session failed: {_describe(e)}"
-            log.warning("kimik3: the MCP server %r is gone: %s", self.name, self._gone)
+            if not started.is_set():
+                failed.append(e)  # open() reports it
+            else:
+                self._gone = f"its session failed: {_describe(e)}"
+                log.warning("kimik3: the MCP server %r is gone: %s", self.name, self._gone)
         finally:
             self._client = None
             if self._gone is None and not self._closing.is_set():
                 self._gone = "its session ended"
             self._gone_event.set()
+            started.set()
+
+    async def _stop(self) -> None:
+        """End the session task: let an established session shut its transport down (cancel it
+        when that takes longer than a few seconds); cancel one still connecting at once."""
+        task, self._session = self._session, None
+        if task is None:
+            return
+        self._closing.set()
+        if self._client is not None:
+            with anyio.move_on_after(_CLOSE_LIMIT_S):
+                await asyncio.wait({task})
+        if not task.done():
+            if self._client is not None:
+                log.warning("kimik3: the MCP server %r did not shut down within %g s; its session is cancelled",
+                            self.name, _CLOSE_LIMIT_S)  # fmt: skip
+            task.cancel()
+            with anyio.move_on_after(_CLOSE_LIMIT_S):
+                await asyncio.wait({task})
 
     async def close(self) -> None:
-        """End the session (and stop a stdio server's process); safe to call twice."""
-        stack, self._stack, self.is_open = self._stack, None, False
-        if stack is not None:
-            try:
-                await stack.aclose()
-            except Exception as e:  # a server that already died may fail its own shutdown
-                log.warning("kimik3: closing the MCP server %r: %s", self.name, _describe(e))
+        """End the session (and stop a stdio server's process and what it left behind); safe to
+        call twice."""
+        self.is_open = False
+        with anyio.CancelScope(shield=True):
+            await self._stop()
 
     async def _guarded(self, request: Callable[[mcp.Client], Awaitable[_T]]) -> _T:
         """Run ``request`` on the session, cut short when the session's task ends.
@@ -407,53 +385,63 @@ class MCPServer(Toolset):
     async def get_tools(self) -> list[Tool]:
         """The server's tools, refetched when it announced a change since the last listing.
 
-        A refetch that fails (the server died) keeps the last list, with a warning: calls to
-        those tools then return the failure as their error result.
+        A refetch that fails (the server died, did not answer within ``timeout``, sent what the
+        SDK cannot parse) or lists tools that cannot be used (two tools with one name, a schema
+        beyond kimik3's JSON limits) keeps the last good list, with a warning, and is not tried
+        again until the server announces its next change (so it costs a run at most one
+        ``timeout`` per change). Calls to tools of a server that is gone return the failure as
+        their error result.
 
         Raises:
-            MCPServerError: the server is not open.
-            ToolDefinitionError: two tools end up with the same name.
+            MCPServerError: the server is not open; its first listing failed.
+            ToolDefinitionError: its first list cannot be used.
         """
         if not self.is_open:
             raise MCPServerError(f"the MCP server {self.name!r} is not open (use `async with server:`)")
         async with self._lock:
             if self._stale and self._gone is None:
                 try:
-                    listed = await self._list_all()
+                    tools = self._build(await self._list_all())
                 except Exception as e:
-                    if not self._tools:
+                    if not self._listed:
                         raise
-                    log.warning("kimik3: refreshing the tools of MCP server %r failed: %s", self.name, _describe(e))
+                    self._stale = False  # not again at every turn: at the server's next announced change
+                    log.warning("kimik3: the refetched tool list of MCP server %r is not used (%s); the last good "
+                                "list of %d tools stays", self.name, _describe(e), len(self._tools))  # fmt: skip
                 else:
-                    self._stale = False
-                    self._tools = self._build(listed)
+                    self._stale, self._listed, self._tools = False, True, tools
         return list(self._tools)
 
     async def _list_all(self) -> list[mcp_types.Tool]:
         tools: list[mcp_types.Tool] = []
         cursor: str | None = None
-        for _ in range(1000):  # a server whose cursor never ends cannot hang the run
-            page = await self._guarded(functools.partial(_list_page, cursor=cursor))
-            tools.extend(page.tools)
-            cursor = page.next_cursor
-            if cursor is None:
-                break
+        with anyio.move_on_after(self.timeout) as deadline:
+            for _ in range(1000):  # a server whose cursor never ends cannot hang the run
+                page = await self._guarded(functools.partial(_list_page, cursor=cursor))
+                tools.extend(page.tools)
+                cursor = page.next_cursor
+                if cursor is None:
+                    break
+        if deadline.cancelled_caught:
+            raise MCPServerError(f"the MCP server {self.name!r} did not list its tools within {self.timeout:g} s")
         return tools
 
     def _build(self, listed: Sequence[mcp_types.Tool]) -> list[MCPTool]:
-        plain = [tool_name(t.name, self.tool_prefix) for t in listed]
-        full = [f"{self.tool_prefix}_{t.name}" if self.tool_prefix else t.name for t in listed]
-        clashing = {n for n in plain if plain.count(n) > 1}
-        out: dict[str, MCPTool] = {}
-        for t, name, original in zip(listed, plain, full, strict=True):
-            if name in clashing and name != original:  # changed, and now shared: make it unique
-                name = _hashed(t.name, self.tool_prefix)
-            if name in out:
-                raise ToolDefinitionError(
-                    f"MCP server {self.name!r}: tools {out[name].mcp_name!r} and {t.name!r} both become {name!r}"
-                )
-            out[name] = MCPTool(self, t, name)
-        return list(out.values())
+        """kimik3 tools of a listing (linear in its length).
+
+        Raises:
+            ToolDefinitionError: two tools end up with one name; a tool's declaration is not
+                plain JSON within kimik3's limits.
+        """
+        names = unique_names([t.name for t in listed], self.tool_prefix, self.name)
+        out: list[MCPTool] = []
+        for t, name in zip(listed, names, strict=True):
+            try:
+                out.append(MCPTool(self, t, name))
+            except (ValidationError, KimiK3Error) as e:
+                why = e.errors(include_url=False)[0]["msg"] if isinstance(e, ValidationError) else str(e)
+                raise ToolDefinitionError(f"MCP server {self.name!r}: tool {t.name!r} cannot be declared: {why}") from e
+        return out
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], text: FailureText = default_failure_text
@@ -465,19 +453,18 @@ class MCPServer(Toolset):
             MCPServerError: the server is not open or is gone, answered with an MCP error, did
                 not answer within ``timeout``, or closed the connection during the call.
         """
-        # (the SDK reads None as "the client's default", the connect timeout: no limit is inf)
-        limit = self.timeout if self.timeout is not None else math.inf
         try:
-            result = await self._guarded(lambda client: client.call_tool(name, arguments, read_timeout_seconds=limit))
+            result = await self._guarded(
+                lambda client: client.call_tool(name, arguments, read_timeout_seconds=self.timeout))
         except MCPError as e:
             if e.code == REQUEST_TIMEOUT:
-                raise MCPServerError(f"the MCP server {self.name!r} did not answer within {self.timeout} s") from e
+                raise MCPServerError(f"the MCP server {self.name!r} did not answer within {self.timeout:g} s") from e
             if e.code == mcp_types.CONNECTION_CLOSED:
                 self._gone = f"it closed the connection during a call to {name!r}"
                 raise MCPServerError(f"the MCP server {self.name!r} closed the connection during the call") from e
             raise MCPServerError(f"the MCP server {self.name!r} answered with MCP error {e.code}: {e.message}") from e
         except TimeoutError as e:
-            raise MCPServerError(f"the MCP server {self.name!r} did not answer within {self.timeout} s") from e
+            raise MCPServerError(f"the MCP server {self.name!r} did not answer within {self.timeout:g} s") from e
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError, httpx2.HTTPError) as e:
             self._gone = _describe(e)
             raise MCPServerError(f"the MCP server {self.name!r} cannot be reached: {self._gone}") from e
@@ -496,6 +483,10 @@ def _file_with_fileno(stream: TextIO) -> TextIO:
 
 class MCPServerStdio(MCPServer):
     """An MCP server started as a subprocess and spoken to over its stdin / stdout.
+
+    On Linux the process runs under kimik3's child subreaper (``_reaper.py --stdio``): when the
+    server ends (closed, crashed or killed) every process it left behind is ended too, ``setsid``
+    / double-fork daemons included (elsewhere: those that stay in its process group, as the SDK does).
 
     Args:
         command: the executable (looked up on ``PATH``).
@@ -517,8 +508,8 @@ class MCPServerStdio(MCPServer):
         cwd: str | os.PathLike[str] | None = None,
         name: str | None = None,
         tool_prefix: str | None = None,
-        timeout: float | None = None,
-        connect_timeout: float = 60.0,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        connect_timeout: float | None = None,
         mode: ConnectMode = "auto",
         errlog: TextIO | None = None,
     ) -> None:
@@ -530,7 +521,14 @@ class MCPServerStdio(MCPServer):
         self.errlog = errlog
 
     async def _target(self, stack: AsyncExitStack) -> Any:
-        return stdio_client(self.params, errlog=_file_with_fileno(self.errlog or sys.stderr))
+        params = self.params
+        if sys.platform.startswith("linux"):  # a subreaper (Windows: the SDK's job object ends the tree)
+            path = (get_default_environment() | (params.env or {})).get("PATH")
+            if os.sep not in params.command and shutil.which(params.command, path=path) is None:
+                raise FileNotFoundError(f"{params.command!r} is not on PATH")
+            params = params.model_copy(update={
+                "command": sys.executable, "args": ["-I", "-S", _REAPER, "--stdio", params.command, *params.args]})
+        return stdio_client(params, errlog=_file_with_fileno(self.errlog or sys.stderr))
 
 
 class MCPServerStreamableHTTP(MCPServer):
@@ -550,8 +548,8 @@ class MCPServerStreamableHTTP(MCPServer):
         headers: Mapping[str, str] | None = None,
         name: str | None = None,
         tool_prefix: str | None = None,
-        timeout: float | None = None,
-        connect_timeout: float = 60.0,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        connect_timeout: float | None = None,
         mode: ConnectMode = "auto",
     ) -> None:
         super().__init__(name=name or url, tool_prefix=tool_prefix, timeout=timeout,
@@ -560,7 +558,9 @@ class MCPServerStreamableHTTP(MCPServer):
         self.headers = dict(headers or {})
 
     async def _target(self, stack: AsyncExitStack) -> Any:
-        # the SDK's default timeouts: 30 s to connect / write, 300 s to read a held-open stream
-        http = httpx2.AsyncClient(headers=self.headers, timeout=httpx2.Timeout(30.0, read=300.0))
+        # connecting and writing: the SDK's 30 s at most; reading a held-open stream: its 300 s, or
+        # longer for a tool call that may take longer (the request's own limit is `timeout`)
+        limits = httpx2.Timeout(min(30.0, self.connect_timeout), read=max(300.0, self.timeout))
+        http = httpx2.AsyncClient(headers=self.headers, timeout=limits)
         await stack.enter_async_context(http)
         return streamable_http_client(self.url, http_client=http)

@@ -48,6 +48,7 @@ from ._messages import (
     to_tool_specs,
 )
 from ._request import (
+    TOOL_NAME,
     ChatRequest,
     JSONSchemaFormat,
     ResponseFormat,
@@ -62,6 +63,7 @@ from ._settings import AGENTIC_SETTINGS, SINGLE_STEP_SETTINGS, ModelSettings
 __all__ = [
     "AGENTIC_SETTINGS",
     "SINGLE_STEP_SETTINGS",
+    "TOOL_NAME",
     "AssistantMessage",
     "ChatCompletion",
     "ChatRequest",

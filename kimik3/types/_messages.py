@@ -5,10 +5,11 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, StrictBool, ValidationError, field_validator, model_validator
 
 from .._exceptions import (
     InvalidArgumentsError,
+    InvalidRequestError,
     MessageError,
     UnknownContentPartError,
     UnknownRoleError,
@@ -214,8 +215,9 @@ class ToolCall(_Model):
 
 
 class FailedToolCall(BaseModel):
-    """A tool call a server finished whose arguments could not be decoded (chat mode): kept, never
-    run. An agent answers it with a tool error naming :attr:`reason`; the history carries it with
+    """A tool call a server finished whose arguments could not be decoded, or a call read from text
+    a server left whose tool was not declared (chat mode): kept, never run. An agent answers it
+    with a tool error naming :attr:`reason`; the history carries it with
     arguments ``{}`` (:meth:`to_tool_call`), never invalid JSON. :attr:`arguments` is the text as
     the server sent it, :attr:`index` the call's position in its turn, :attr:`name` ``""`` if none.
     """
@@ -239,7 +241,7 @@ class FunctionSpec(_Model):
     name: str
     description: str | None = None
     parameters: dict[str, Any] | None = None
-    strict: bool | None = None
+    strict: StrictBool | None = None  # "yes" is refused, not read as True (Vendor Verifier: 400)
 
     @field_validator("parameters", mode="before")
     @classmethod
@@ -264,6 +266,7 @@ def to_tool_specs(tools: Iterable[ToolSpec | Mapping[str, Any] | Any] | None) ->
 
     Raises:
         JSONLimitError: a declaration that is not plain JSON (:mod:`kimik3._json`).
+        InvalidRequestError: an OpenAI-shaped ``{"function": ...}`` dict without ``type``.
         MessageError: a declaration that is none of those.
     """
     out: list[ToolSpec] = []
@@ -276,6 +279,8 @@ def to_tool_specs(tools: Iterable[ToolSpec | Mapping[str, Any] | Any] | None) ->
             out.append(spec)
             continue
         if isinstance(t, Mapping):
+            if "function" in t and "type" not in t:  # the OpenAI shape needs its type (Vendor Verifier: 400)
+                raise InvalidRequestError(f"tool declaration {str(t)[:80]} has no 'type' (use 'function')")
             raw = dict(t) if "function" in t else {"type": "function", "function": dict(t)}
             check_json_limits(raw)  # a set, a non-string key, nesting beyond 128: JSONLimitError
             try:

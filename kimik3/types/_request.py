@@ -8,6 +8,7 @@ pre-encoded ids) is the engine's business (:mod:`kimik3.engines`, :mod:`kimik3.f
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
@@ -21,6 +22,7 @@ from ._messages import Message, SystemMessage, ToolMessage, ToolSpec, to_message
 from ._settings import SINGLE_STEP_SETTINGS, ModelSettings
 
 __all__ = [
+    "TOOL_NAME",
     "ChatRequest",
     "JSONSchemaFormat",
     "ResponseFormat",
@@ -113,8 +115,15 @@ def response_format_schema(
     raise MessageError(f"unknown response_format type {kind!r}; expected text, json_object or json_schema")
 
 
-def _duplicates(tools: Iterable[ToolSpec]) -> list[str]:
-    seen: set[str] = set()
+TOOL_NAME = re.compile(r"[^\W\d][\w.-]{0,255}")
+"""A tool name a K3 endpoint accepts (fullmatch): a letter or ``_`` first, then letters, digits,
+``_``, ``.`` or ``-``, 256 characters at most. The Vendor Verifier's cases fix the bounds
+(``tests/k3_features/test_dynamic_tools.py``: ``1bad_name``, ``bad@name``, ``""`` and 257 ``a``
+are refused); the characters are kimik3's own tool-name set, which Moonshot's documented
+``[a-zA-Z0-9_-]`` is part of."""
+
+
+def _duplicates(tools: Iterable[ToolSpec], seen: set[str]) -> list[str]:
     dup: list[str] = []
     for t in tools:
         name = t.function.name
@@ -122,6 +131,28 @@ def _duplicates(tools: Iterable[ToolSpec]) -> list[str]:
             dup.append(name)
         seen.add(name)
     return dup
+
+
+def _check_names(tools: Iterable[ToolSpec], where: str) -> None:
+    for t in tools:
+        if not TOOL_NAME.fullmatch(t.function.name):
+            raise InvalidRequestError(
+                f"tool name {t.function.name[:60]!r} in {where} is not one a K3 endpoint accepts: a letter or "
+                "'_' first, then letters, digits, '_', '.' or '-', at most 256 characters"
+            )
+
+
+def _check_json_schema(response_format: Any) -> None:
+    if hasattr(response_format, "model_dump"):
+        response_format = response_format.model_dump(mode="json", exclude_none=True)
+    spec = response_format.get("json_schema") if isinstance(response_format, Mapping) else None
+    if not isinstance(spec, Mapping) or response_format.get("type") != "json_schema":
+        return
+    name = spec.get("name")
+    if not isinstance(name, str) or not name:
+        raise InvalidRequestError("response_format json_schema needs a 'name' (a non-empty string), as OpenAI's does")
+    if "strict" in spec and not isinstance(spec["strict"], bool):
+        raise InvalidRequestError(f"response_format json_schema 'strict' must be true or false, got {spec['strict']!r}")
 
 
 def check_request(
@@ -133,15 +164,17 @@ def check_request(
 ) -> None:
     """Raise if the request is one a K3 endpoint must reject (issue 17), before any network call.
 
-    Rules (Moonshot's K3 endpoint contract, the Kimi Vendor Verifier; ``kimik3 verify`` checks
-    that the endpoint rejects them too): tool names unique within a declaration (the request's
-    ``tools``, and each dynamic declaration); ``tools`` only on a system message, and only
+    Rules (Moonshot's K3 endpoint contract, as the Kimi Vendor Verifier's ``tests/k3_features``
+    checks it; ``kimik3 verify`` checks that the endpoint rejects them too): every tool name
+    matches :data:`TOOL_NAME` and is declared once in the whole request (the request's ``tools``
+    and every dynamic declaration together); ``tools`` only on a system message, and only
     without content (send the text in another system message); every tool message carries a
     ``tool_call_id``; ``tool_choice`` is auto / required / none, and ``required`` needs a
-    declared tool; ``response_format`` is text, json_object or json_schema with a ``schema``
-    object (or vLLM's ``json_schema`` key) that is plain JSON within :mod:`kimik3._json`'s
-    limits. A system message with ``tools: []`` and content declares nothing: a plain system
-    message.
+    declared tool; ``response_format`` is text, json_object or json_schema with a ``name``, a
+    boolean ``strict`` if any, and a ``schema`` object (or vLLM's ``json_schema`` key) that is
+    plain JSON within :mod:`kimik3._json`'s limits. A system message with ``tools: []`` and
+    content declares nothing: a plain system message. (A tool declaration without ``type`` is
+    refused when it is typed: :func:`kimik3.types.to_tool_specs`.)
 
     Args:
         messages: typed messages (:func:`kimik3.types.to_messages`).
@@ -154,7 +187,9 @@ def check_request(
             beyond 128).
         MessageError: an unsupported ``tool_choice`` or ``response_format``.
     """
-    dup = _duplicates(tools)
+    declared: set[str] = set()
+    _check_names(tools, "tools")
+    dup = _duplicates(tools, declared)
     if dup:
         raise InvalidRequestError(f"duplicate tool name(s) in tools: {', '.join(map(repr, dup))}")
     for i, msg in enumerate(messages):
@@ -170,22 +205,26 @@ def check_request(
                     f"system message #{i} carries both tools and content; send the tools in a "
                     "system message without content and the text in another system message"
                 )
-            dup = _duplicates(msg.tools)
+            _check_names(msg.tools, f"system message #{i}")
+            dup = _duplicates(msg.tools, declared)
             if dup:
-                raise InvalidRequestError(f"duplicate tool name(s) in system message #{i}: {', '.join(map(repr, dup))}")
+                raise InvalidRequestError(
+                    f"duplicate tool name(s) in system message #{i}: {', '.join(map(repr, dup))} (declared before "
+                    "in this request: a K3 endpoint takes each name once; give a changed tool a new name)"
+                )
         if isinstance(msg, ToolMessage) and not msg.tool_call_id:
             raise InvalidRequestError(
                 f"tool message #{i} has no tool_call_id: K3 endpoints reject it; give the id of "
                 "the assistant tool call it answers"
             )
     tool_choice_directive(tool_choice)
-    declared = bool(tools) or any(isinstance(m, SystemMessage) and m.tools for m in messages)
     if tool_choice == "required" and not declared:
         raise InvalidRequestError(
             "tool_choice 'required' with no tools declared (request tools or a system message's "
             "tools): the model could call nothing; OpenAI and vLLM answer 400"
         )
     response_format_schema(response_format)
+    _check_json_schema(response_format)
 
 
 @dataclass

@@ -31,12 +31,18 @@ class Usage(BaseModel):
     ``prompt_tokens_details.cached_tokens`` is filled when the engine reports it (the embedded
     vLLM engine always, a server when it sends it); None when unknown. :attr:`cached_tokens`
     reads it as an int (0 when unknown).
+
+    ``unknown`` is True when the server reported no usage at all, or counts that cannot be right
+    (no prompt tokens; no completion tokens for an answer with text): the counts are then only
+    what it said (0 when nothing), and an :class:`~kimik3.Agent` counts the tokens itself for
+    its budgets and context (``estimate_tokens``); a sum is unknown when any part is.
     """
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
     prompt_tokens_details: PromptTokensDetails | None = None
+    unknown: bool = False
 
     @property
     def cached_tokens(self) -> int:
@@ -51,6 +57,7 @@ class Usage(BaseModel):
             total_tokens=self.total_tokens + other.total_tokens,
             prompt_tokens_details=PromptTokensDetails(cached_tokens=self.cached_tokens + other.cached_tokens)
             if known else None,
+            unknown=self.unknown or other.unknown,
         )
 
 
@@ -82,9 +89,12 @@ class ChatCompletion(BaseModel):
             :data:`CLOSED_MID_ANSWER` when the stream ended with neither a ``finish_reason`` nor
             ``[DONE]`` (a closed connection); None otherwise.
         dropped_tool_calls: names of calls that were started but never completed.
-        failed_tool_calls: calls a server finished whose arguments could not be decoded (chat
-            mode); they are not in ``message.tool_calls`` and never executed. An agent answers
-            each with a tool error (see :class:`FailedToolCall`).
+        failed_tool_calls: calls a server finished whose arguments could not be decoded, or a
+            call read from text a server left whose tool was not declared (chat mode); they are
+            not in ``message.tool_calls`` and never executed. An agent answers each with a tool
+            error (see :class:`FailedToolCall`).
+        misplaced_tool_calls: tool names of calls the model wrote outside the tools section:
+            their text stays where it was written, they never run (an agent tells the model).
         raw_text: the raw K3 output for token engines (None in chat mode).
     """
 
@@ -100,6 +110,7 @@ class ChatCompletion(BaseModel):
     interrupted: str | None = None
     dropped_tool_calls: list[str] = Field(default_factory=list)
     failed_tool_calls: list[FailedToolCall] = Field(default_factory=list)
+    misplaced_tool_calls: list[str] = Field(default_factory=list)
     raw_text: str | None = None
 
     @property

@@ -128,7 +128,9 @@ async def test_add_tools_between_runs_declares_in_the_continued_conversation() -
     assert [c.request.tools for c in engine.calls] == [[get_weather.spec]] * 3
 
 
-async def test_a_changed_tool_is_declared_again_and_clashes_raise() -> None:
+async def test_a_changed_tool_is_not_declared_twice_and_clashes_raise(caplog: pytest.LogCaptureFixture) -> None:
+    # a K3 endpoint refuses one name in two declarations (Vendor Verifier, issue 27): a changed tool
+    # keeps its first declaration, and a warning says so
     engine = ScriptedEngine([answer("a"), answer("b")])
     agent = Agent(tools=[], engine=engine)
     agent.add_tools(get_weather)
@@ -137,10 +139,11 @@ async def test_a_changed_tool_is_declared_again_and_clashes_raise() -> None:
     with pytest.raises(UserError, match="two tools are named 'get_weather'"):
         agent.add_tools(Tool(get_time.function, name="get_weather"))
     agent.tools["get_weather"] = Tool(get_weather.function, description="Weather, v2.")
-    second = await agent.run("y", messages=first.messages)
-    assert declarations(second.messages) == [["get_weather"], ["get_weather"]]
-    last = [m for m in second.messages if isinstance(m, SystemMessage) and m.tools][-1]
-    assert last.tools is not None and last.tools[0].function.description == "Weather, v2."
+    with caplog.at_level("WARNING", logger="kimik3.agent"):
+        second = await agent.run("y", messages=first.messages)
+    assert declarations(second.messages) == [["get_weather"]]
+    assert "tool 'get_weather' changed after it was declared" in caplog.text
+    assert second.output == "b"  # the request was valid (check_request refuses a second declaration)
 
 
 # -- tool search -----------------------------------------------------------------------------

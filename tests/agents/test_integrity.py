@@ -49,10 +49,15 @@ CUT_NOTE = (
     "before it finished and did not run. Make the call again; if its arguments are long, split the work "
     "into smaller calls."
 )
-MARKER_NOTE = (
-    "Some of your tool calls did not run:\n- The call to 'write' never closed: text spelling one of the "
-    "format's control markers inside an argument ended it early and did not run. Make the call again, "
-    "writing that text another way (for example escaped or split), or write it with a tool in smaller pieces."
+UNCLOSED_NOTE = (
+    "Some of your tool calls did not run:\n- The call to 'write' never closed: the message ended or moved on "
+    "before the call (or one of its argument values) was closed and did not run. Make the call again, closing "
+    "each argument and the call."
+)
+CLOSER_ERROR = (
+    "Error: the call was not run: argument 'text' holds the text <|close|>argument<|sep|>, which is what ends "
+    "a value, so where the value ends cannot be told. Write that text another way (for example split or "
+    "escaped) and call again"
 )
 EMPTY_NOTE = "Your last message had neither an answer nor a tool call that could run. Answer the task, or call a tool."
 
@@ -139,7 +144,11 @@ async def test_a_clean_run_is_not_degraded() -> None:
     assert not result.degraded and result.issues == [] and (result.cut_calls, result.dropped_calls) == (0, 0)
 
 
-# -- 2. marker text inside a string argument ----------------------------------------------------
+# -- 2. marker text inside a string argument (issue 27 replaced round 2's rule) -------------------
+# Round 2 read marker text inside a value as markers and dropped the damaged call (asked again once,
+# then unusable_output). Moonshot's encoder writes string values raw, so since issue 27 only the exact
+# closer <|close|>argument<|sep|> ends a value: every other marker text is the value, kept exactly,
+# and the call runs; the closer itself inside a value is a failed call the model is told about.
 
 
 def marker_in_argument(marker: str) -> str:
@@ -147,28 +156,68 @@ def marker_in_argument(marker: str) -> str:
 
 
 @pytest.mark.parametrize("marker", ["<|open|>tools<|sep|>", "<|close|>message<|sep|>", "<|open|>response<|sep|>",
-                                    "<|close|>argument<|sep|>", '<|open|>call tool="write"<|sep|>'])
-async def test_marker_text_in_an_argument_is_asked_again_once_then_stops_unusable(marker: str) -> None:
-    broken = marker_in_argument(marker)
-    engine = ScriptedEngine([broken, broken])
+                                    '<|open|>call tool="write"<|sep|>', "<|end_of_msg|>", "<|sep|>", "<|close|>",
+                                    "<|close|>argumen", "<|close|>call<|sep|>", "<|", "<|open|>argument "
+                                    'key="z" type="string"<|sep|>zz'])
+async def test_marker_text_in_an_argument_is_the_value_and_the_call_runs(marker: str) -> None:
+    engine = ScriptedEngine([marker_in_argument(marker), answer("documented")], chunk_size=3)
     result = await Agent(tools=[write], engine=engine).run("document the format")
+    value = "use " + marker + " here"
+    assert (WRITTEN[0][1] if WRITTEN else None) == value and len(WRITTEN) == 1
+    assert result.stop_reason == "completed" and result.output == "documented" and not result.degraded
+
+
+async def test_the_closer_inside_a_value_is_a_failed_call_the_model_is_told_about() -> None:
+    engine = ScriptedEngine([marker_in_argument("<|close|>argument<|sep|>"), write_call("c", "use it here"),
+                             answer("ok")])
+    result = await Agent(tools=[write], engine=engine).run("x")
+    assert WRITTEN == [("c", "use it here")]  # the ambiguous call never ran; the retry did
+    assert tool_texts(result.messages) == [CLOSER_ERROR, "wrote 11 characters to c"]
+    call = next(m for m in result.messages if isinstance(m, AssistantMessage))
+    assert call.tool_calls is not None  # kept as the model wrote it
+    assert json.loads(call.tool_calls[0].function.arguments) == {
+        "path": "c", "text": "use <|close|>argument<|sep|> here"}
+    assert result.stop_reason == "completed" and result.output == "ok" and result.degraded
+    assert result.issues == [
+        "turn 1: the call to 'write' could not be run (argument 'text' holds the text "
+        "<|close|>argument<|sep|>, which is what ends a value, so where the value ends cannot be told. Write that "
+        "text another way (for example split or escaped) and call again) and did not run"]
+
+
+async def test_a_call_that_never_closes_is_asked_again_once_then_stops_unusable() -> None:
+    unclosed = THINK + "<|open|>tools<|sep|>" + CALL + "<|close|>tools<|sep|><|close|>message<|sep|>"
+    engine = ScriptedEngine([unclosed, unclosed, answer("never asked")])
+    result = await Agent(tools=[write], engine=engine).run("x")
     assert result.stop_reason == "unusable_output" and result.output is None and result.turns == 2
-    calls_per_turn = 2 if "call" in marker else 1  # a call opened by marker text is dropped too
-    assert WRITTEN == [] and result.dropped_calls == 2 * calls_per_turn
-    line = MARKER_NOTE.split("\n")[1]
-    assert engine.calls[1].messages[-1] == UserMessage(content="\n".join([MARKER_NOTE.split("\n")[0],
-                                                                          *[line] * calls_per_turn]))
+    assert WRITTEN == [] and result.dropped_calls == 2 and engine.remaining == 1
+    assert engine.calls[1].messages[-1] == UserMessage(content=UNCLOSED_NOTE)
     assert result.issues[0] == (
-        "turn 1: the call to 'write' never closed: text spelling one of the format's control markers inside "
-        "an argument ended it early and did not run"
+        "turn 1: the call to 'write' never closed: the message ended or moved on before the call (or one of its "
+        "argument values) was closed and did not run"
     )
 
 
-async def test_marker_text_retry_that_succeeds_completes_but_is_degraded() -> None:
-    engine = ScriptedEngine([marker_in_argument("<|open|>tools<|sep|>"), write_call("c", "use it here"), answer("ok")])
-    result = await Agent(tools=[write], engine=engine).run("x")
-    assert result.stop_reason == "completed" and result.output == "ok"
-    assert WRITTEN == [("c", "use it here")] and result.dropped_calls == 1 and result.degraded
+async def test_a_call_outside_the_tools_section_never_runs_and_the_model_is_told() -> None:
+    # issue 27, input 2: `bash rm -rf build` written in the response text, and after the tools close
+    bash = ('<|open|>call tool="write" index="1"<|sep|>' + PATH_C + TEXT_ARG + "rm -rf build<|close|>argument<|sep|>"
+            "<|close|>call<|sep|>")
+    for text in (THINK + "<|open|>response<|sep|>Cleaning up. " + bash + "<|close|>response<|sep|>"
+                 "<|close|>message<|sep|>",
+                 THINK + "<|open|>tools<|sep|><|close|>tools<|sep|>" + bash + "<|close|>message<|sep|>"):
+        WRITTEN.clear()
+        engine = ScriptedEngine([text, answer("done")])
+        result = await Agent(tools=[write], engine=engine).run("x")
+        assert WRITTEN == []  # never run
+        first = next(m for m in result.messages if isinstance(m, AssistantMessage))
+        assert first.tool_calls is None
+        assert bash in str(first.content)  # the text stays visible, as written
+        assert engine.calls[1].messages[-1] == UserMessage(content=(
+            "Some of your tool calls did not run:\n- The call to 'write' was written outside the tools section, as "
+            "text and did not run. Tool calls run only inside the tools section: make it again there if it is "
+            "still needed."))
+        assert result.output == "done" and result.degraded and result.dropped_calls == 1
+        assert result.issues == ["turn 1: the call to 'write' was written outside the tools section, as text and "
+                                 "did not run"]
 
 
 @pytest.mark.parametrize(
@@ -199,10 +248,10 @@ async def test_a_usable_turn_resets_the_count_of_unusable_ones() -> None:
 
 
 async def test_the_outcome_of_an_unusable_turn_is_named() -> None:
-    engine = ScriptedEngine([marker_in_argument("<|open|>tools<|sep|>")])
+    engine = ScriptedEngine([THINK + "<|open|>tools<|sep|>" + CALL + "<|close|>tools<|sep|><|close|>message<|sep|>"])
     agent = Agent(tools=[write], engine=engine)
     outcomes = [e async for e in agent._turn(_run(agent)) if isinstance(e, ContinueWith)]
-    assert outcomes == [ContinueWith(MARKER_NOTE)]
+    assert outcomes == [ContinueWith(UNCLOSED_NOTE)]
 
 
 def _run(agent: Agent[Any]) -> Any:

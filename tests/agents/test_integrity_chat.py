@@ -57,7 +57,7 @@ async def test_an_undecodable_call_beside_a_good_one_is_answered_with_a_tool_err
         ("tool", "c1", "ran ls"), ("tool", "c2", FAILED)]
     assert (result.dropped_calls, result.failed_calls, result.degraded) == (1, 1, True)
     assert result.issues == [
-        "turn 1: the call to 'exec' came with arguments that could not be decoded (arguments are not valid JSON "
+        "turn 1: the call to 'exec' could not be run (arguments are not valid JSON "
         "(Expecting property name enclosed in double quotes: line 1 column 31 (char 30))) and did not run"]
 
 

@@ -63,3 +63,31 @@ async def test_chat_mode_sends_a_surrogate_task_as_valid_json() -> None:
     result = await Agent(engine=RemoteEngine(model="k3", client=client)).run("summarise " + NAME)
     assert result.output == "ok"
     assert bodies[0]["messages"] == [{"role": "user", "content": "summarise caf\\xe9.txt"}]
+
+
+RAN: list[Any] = []
+
+
+@tool
+def store(x: Any) -> str:
+    """Stores a value."""
+    RAN.append(x)
+    return "stored"
+
+
+async def test_raw_mode_a_lone_surrogate_in_an_argument_is_a_failed_call_as_in_chat_mode(tmp_path: Any) -> None:
+    # issue 27, item 4: {"x": "\ud800"} inside an object argument raised UnicodeEncodeError out of
+    # Agent.run (estimate_tokens, the session writer); chat mode already made it a failed call
+    head = 'r<|close|>think<|sep|><|open|>tools<|sep|><|open|>call tool="store" index="1"<|sep|>'
+    tail = "<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|><|close|>message<|sep|>"
+    for arg in ('<|open|>argument key="x" type="object"<|sep|>{"x": "\\ud800"}',
+                '<|open|>argument key="x" type="array"<|sep|>["\\udc80"]',
+                '<|open|>argument key="x" type="string"<|sep|>a\ud800b'):
+        RAN.clear()
+        path = tmp_path / f"s{len(arg)}.jsonl"
+        engine = ScriptedEngine([head + arg + tail, render_output({"reasoning_content": "r", "content": "ok"})])
+        result = await Agent(tools=[store], engine=engine).run("store it", session=path)
+        assert RAN == [] and result.output == "ok" and result.failed_calls == 1
+        (error,) = [m.content for m in result.messages if isinstance(m, ToolMessage)]
+        assert str(error).startswith("Error: the call was not run: argument 'x': ") and "lone UTF-16 surrogate" in str(error)
+        path.read_text(encoding="utf-8")  # the session file was written and is valid UTF-8

@@ -48,7 +48,7 @@ def test_server_text_keeps_a_trailing_partial_marker(tail: str) -> None:
 
 
 def test_server_text_still_recovers_complete_leaked_markers() -> None:
-    check = ChatStreamChecker(thinking=False)
+    check = ChatStreamChecker(thinking=False, tools=["read"])
     leaked = ('A<|open|>tools<|sep|><|open|>call tool="read" index="1"<|sep|><|open|>argument key="p" '
               'type="string"<|sep|>x<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|>')
     events = [e for part in (leaked[:7], leaked[7:]) for e in check.feed(chunk({"content": part}))]
@@ -58,11 +58,14 @@ def test_server_text_still_recovers_complete_leaked_markers() -> None:
     assert check.completion().message.content == "A"
 
 
-def test_raw_token_output_still_drops_a_cut_marker() -> None:
-    # the raw-token rule is unchanged: a partial marker at the end of generated text is a cut
+def test_raw_token_output_keeps_a_trailing_partial_marker_too() -> None:
+    # markers are single tokens: text that ends in a marker's first characters was written as text
+    # (issue 27, input 3); chat mode and raw output agree
     from kimik3.formats.k3 import parse
 
-    assert parse("answer<|clo", thinking=False).content == "answer"
+    assert parse("answer<|clo", thinking=False).content == "answer<|clo"
+    assert parse("is 3 < 4? yes <", thinking=False).content == "is 3 < 4? yes <"
+    assert parse("all done<|open|>", thinking=False).content == "all done"  # a whole marker: an unfinished tag
 
 
 async def test_chat_mode_reply_ending_in_lt_is_kept_end_to_end() -> None:

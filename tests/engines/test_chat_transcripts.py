@@ -75,6 +75,9 @@ class Row:
     thinking: bool = True
     dropped: list[str] = field(default_factory=list)
     failed: list[tuple[str, str, str, str]] = field(default_factory=list)  # id, name, raw, reason start
+    tools: tuple[str, ...] = ("lookup",)  # the tools the request declared
+    tool_choice: str | None = None
+    misplaced: list[str] = field(default_factory=list)
 
 
 ROWS = [
@@ -376,7 +379,7 @@ ROWS = [
         "a lone UTF-16 surrogate escape in the arguments: failed, not run",
         [d(tc(index=0, id="a", name="f", arguments='{"s": "\\ud800"}')), d({}, "tool_calls")],
         [("start", 0, "a", "f"), ("args", 0, '{"s": "\\ud800"}'), ("incomplete", 0, "a", "f")],
-        failed=[("a", "f", '{"s": "\\ud800"}', "arguments hold a lone UTF-16 surrogate ('\\ud800')")],
+        failed=[("a", "f", '{"s": "\\ud800"}', "arguments beyond kimik3's JSON limits: a string holds a lone UTF-16 surrogate ('\\ud800')")],
     ),
     Row(
         "a surrogate pair escape is one character: the call runs",
@@ -391,6 +394,82 @@ ROWS = [
             "tool_calls": [{"id": "a", "type": "function", "function": {"name": "f", "arguments": '{"k": 1}'}}]}}]}, DONE],
         [("r", "r"), ("c", "Checking."), ("start", 0, "a", "f"), ("args", 0, '{"k": 1}'), ("done", 0, "a", "f", {"k": 1})],
         content="Checking.", reasoning="r", calls=[("a", "f", '{"k": 1}')], finish="tool_calls",
+    ),
+    # -- issue 27: the server shapes reported since (a)-(e), and K3 text rules in chat mode ----------
+    Row(
+        "vllm #57689 (a): a response-only answer streamed entirely as reasoning, markers and all: the answer",
+        [d({"reasoning": "<|open|>resp"}), d({"reasoning": "onse<|sep|>The answer"}),
+         d({"reasoning": " is 4.<|close|>response<|sep|><|close|>mess"}), d({"reasoning": "age<|sep|>"}, "stop"), DONE],
+        [("c", "The answer is 4.")],
+        content="The answer is 4.", reasoning="",
+    ),
+    Row(
+        "sglang #39583 (b): a tools section returned as content for a request with no tools: never run",
+        [d({"reasoning_content": "use the calculator"}), d({"content": LEAK + "<|close|>message<|sep|>"}, "stop"), DONE],
+        [("r", "use the calculator"), ("start", 0, "k3_0", "lookup"), ("incomplete", 0, "k3_0", "lookup")],
+        reasoning="use the calculator", tools=(),
+        failed=[("k3_0", "lookup", '{"q": "x"}', "the server returned this call as text, and the request declared no tools")],
+    ),
+    Row(
+        "sglang #33192 (c): tool_choice required answered with the call as JSON content: the call",
+        [d({"reasoning_content": "weather"}), d({"content": '{"name": "lookup", '}),
+         d({"content": '"parameters": {"q": "Paris"}}'}, "stop"), DONE],
+        [("r", "weather"), ("start", 0, "k3_0", "lookup"), ("args", 0, '{"q": "Paris"}'),
+         ("done", 0, "k3_0", "lookup", {"q": "Paris"})],
+        reasoning="weather", tool_choice="required", calls=[("k3_0", "lookup", '{"q": "Paris"}')], finish="tool_calls",
+    ),
+    Row(
+        "sglang #33192 (c): the JSON call names a tool not declared: a failed call, never the answer",
+        [d({"content": '{"name": "get_weather", "arguments": "{\\"city\\": \\"Paris\\"}"}'}, "stop"), DONE],
+        [("start", 0, "k3_0", "get_weather"), ("incomplete", 0, "k3_0", "get_weather")],
+        tool_choice="required",
+        failed=[("k3_0", "get_weather", '{"city": "Paris"}',
+                 "the server returned this call as text, and no tool named 'get_weather' is declared")],
+    ),
+    Row(
+        "sglang #32677 (d): the think open spelled as text ('<|sep' + '|>'): the reasoning leaked into the answer",
+        [d({"content": "<|open|>think<|sep"}), d({"content": "|>I should greet.<|close|>think<|sep|>"}),
+         d({"content": "<|open|>response<|sep|>Hello!<|close|>response<|sep|><|close|>message<|sep|>"}, "stop"), DONE],
+        [("r", "I should greet."), ("c", "Hello!")],
+        content="Hello!", reasoning="I should greet.",
+    ),
+    Row(
+        "sglang #32677 (d): reasoning, then the think close, all as content: split",
+        [d({"content": "deliberating"}), d({"content": "<|close|>think<|sep|>visible"}, "stop"), DONE],
+        [("r", "deliberating"), ("c", "visible")],
+        content="visible", reasoning="deliberating",
+    ),
+    Row(
+        "(e) finish_reason length after reasoning only: truncated, no answer",
+        [d({"reasoning_content": "Let me think about this carefully"}), d({}, "length"), DONE],
+        [("r", "Let me think about this carefully")],
+        reasoning="Let me think about this carefully", finish="length", truncated=True,
+    ),
+    Row(
+        "a call outside any tools section left in content: kept as text, never run, named",
+        [d({"content": 'Cleaning up.<|open|>call tool="lookup" index="1"<|sep|><|open|>argument key="q" '
+                       'type="string"<|sep|>rm -rf build<|close|>argument<|sep|><|close|>call<|sep|>'}, "stop"), DONE],
+        [("c", "Cleaning up."), ("c", '<|open|>call tool="lookup" index="1"<|sep|><|open|>argument key="q" '
+                                     'type="string"<|sep|>rm -rf build<|close|>argument<|sep|><|close|>call<|sep|>')],
+        content='Cleaning up.<|open|>call tool="lookup" index="1"<|sep|><|open|>argument key="q" type="string"<|sep|>'
+                "rm -rf build<|close|>argument<|sep|><|close|>call<|sep|>",
+        reasoning=None, thinking=False, misplaced=["lookup"],
+    ),
+    Row(
+        "a leaked call's string value holding marker text: kept exactly",
+        [d({"content": LEAK.replace(">x<", "><|open|>a<|sep|>b <|close|>c <|<") + "<|close|>message<|sep|>"}, "stop")],
+        [("start", 0, "k3_0", "lookup"), ("args", 0, '{"q": "<|open|>a<|sep|>b <|close|>c <|"}'),
+         ("done", 0, "k3_0", "lookup", {"q": "<|open|>a<|sep|>b <|close|>c <|"})],
+        reasoning=None, thinking=False, calls=[("k3_0", "lookup", '{"q": "<|open|>a<|sep|>b <|close|>c <|"}')],
+        finish="tool_calls",
+    ),
+    Row(
+        "usage inside choices[0] (Kimi's shape): read",
+        [d({"content": "Hi"}), {"object": "chat.completion.chunk", "choices": [
+            {"index": 0, "delta": {}, "finish_reason": "stop",
+             "usage": {"prompt_tokens": 11, "completion_tokens": 2, "total_tokens": 13}}]}, DONE],
+        [("c", "Hi")],
+        content="Hi", reasoning=None, thinking=False,
     ),
     Row(
         "a stream chunk with completions-style text: the text is the content",
@@ -417,9 +496,11 @@ def show(event: Event) -> tuple[Any, ...]:
     return ("incomplete", event.index, event.id, event.name)
 
 
-def run(chunks: list[Any], *, thinking: bool) -> tuple[list[Event], ChatCompletion]:
+def run(chunks: list[Any], *, thinking: bool, tools: tuple[str, ...] = ("lookup",),
+        tool_choice: str | None = None) -> tuple[list[Event], ChatCompletion]:
     counter = itertools.count()
-    chat = ChatStreamChecker(thinking=thinking, model="k3", id_factory=lambda: f"k3_{next(counter)}")
+    chat = ChatStreamChecker(thinking=thinking, model="k3", tools=tools, tool_choice=tool_choice,
+                             id_factory=lambda: f"k3_{next(counter)}")
     events: list[Event] = []
     done = False
     for chunk in chunks:
@@ -446,7 +527,7 @@ def merge_text(events: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
 
 @pytest.mark.parametrize("row", ROWS, ids=[r.name for r in ROWS])
 def test_transcript(row: Row) -> None:
-    events, completion = run(row.chunks, thinking=row.thinking)
+    events, completion = run(row.chunks, thinking=row.thinking, tools=row.tools, tool_choice=row.tool_choice)
     assert [show(e) for e in events] == row.events
     msg = completion.message
     assert msg.content == row.content
@@ -458,6 +539,7 @@ def test_transcript(row: Row) -> None:
     assert [g[:3] for g in got_failed] == [f[:3] for f in row.failed]
     for got, want in zip(got_failed, row.failed, strict=True):
         assert got[3].startswith(want[3]), got[3]
+    assert completion.misplaced_tool_calls == row.misplaced
     # the contract every row keeps: a call's argument deltas join to its final arguments JSON
     for done in (e for e in events if isinstance(e, ToolCallDone)):
         joined = "".join(e.delta for e in events if isinstance(e, ToolCallArgumentsDelta) and e.id == done.id)
@@ -487,7 +569,7 @@ def test_transcript_rechunked_one_character_at_a_time(row: Row) -> None:
                 fine += [d({key: ch}) for ch in delta[key]]
                 delta = {k: v for k, v in delta.items() if k != key}
         fine.append(d(delta, choice["finish_reason"]))
-    events, completion = run(fine, thinking=row.thinking)
+    events, completion = run(fine, thinking=row.thinking, tools=row.tools, tool_choice=row.tool_choice)
     assert merge_text([show(e) for e in events]) == merge_text(row.events)
     assert (completion.message.content, completion.message.reasoning_content) == (row.content, row.reasoning)
 
@@ -548,7 +630,11 @@ def test_chunks_of_the_wrong_shape_raise_a_typed_error(chunk: Any) -> None:
         ("two calls of one turn share an id: the second gets a unique one (input 7)",
          ["kimik3: the server sent tool-call id 'call00003' twice in one turn; renamed the second"]),
         ("a whole call block a server leaked into content is recovered",
-         ["kimik3: K3 markup left in content; 1 call(s) recovered"]),
+         ["kimik3: K3 markup left in content read as K3 output: 1 call(s)"]),
+        ("sglang #39583 (b): a tools section returned as content for a request with no tools: never run",
+         ["kimik3: K3 markup left in content read as K3 output: 1 call(s)",
+          "kimik3: a call to 'lookup' read from text the server left is not run: the server returned this call "
+          "as text, and the request declared no tools"]),
         ("a connection closed mid-answer: no finish_reason, no [DONE] -> truncated (input 3)",
          ["kimik3: the stream ended with no finish_reason and no [DONE]: the answer is truncated"]),
         ("vllm: reasoning_content then content, usage chunk, [DONE]", []),
@@ -557,8 +643,9 @@ def test_chunks_of_the_wrong_shape_raise_a_typed_error(chunk: Any) -> None:
 def test_what_kimik3_changes_it_says(name: str, warnings: list[str], caplog: pytest.LogCaptureFixture) -> None:
     row = next(r for r in ROWS if r.name == name)
     with caplog.at_level(logging.WARNING, logger="kimik3.engines.chat"):
-        run(row.chunks, thinking=row.thinking)
-    assert [r.getMessage() for r in caplog.records] == warnings
+        run(row.chunks, thinking=row.thinking, tools=row.tools, tool_choice=row.tool_choice)
+    no_usage = "kimik3: the server reported no usable token usage (none at all); usage is marked unknown"
+    assert [r.getMessage() for r in caplog.records] == warnings + ([no_usage] if USAGE not in row.chunks else [])
 
 
 JSON_VALUES = st.recursive(

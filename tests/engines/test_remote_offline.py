@@ -159,7 +159,8 @@ async def test_chat_mode_recovers_markers_leaked_by_the_server_parser() -> None:
         "<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|><|close|>message<|sep|>"
     )
     server = FakeServer(lambda r: sse([chat_chunk({"reasoning": leaked[:20]}), chat_chunk({"reasoning": leaked[20:]}, finish="stop")]))
-    async with Client(server.engine()).stream([{"role": "user", "content": "x"}]) as call:
+    read = {"type": "function", "function": {"name": "read", "parameters": {"type": "object"}}}
+    async with Client(server.engine()).stream([{"role": "user", "content": "x"}], tools=[read]) as call:
         events = [e async for e in call]
     assert "".join(e.delta for e in events if isinstance(e, ContentDelta)) == "Reading."
     completion = call.completion

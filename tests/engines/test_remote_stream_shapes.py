@@ -61,9 +61,11 @@ def reply_for(row: Row) -> Reply:
 
 @pytest.mark.parametrize("row", ROWS, ids=[r.name for r in ROWS])
 async def test_every_transcript_end_to_end(row: Row) -> None:
+    tools = [{"type": "function", "function": {"name": n, "parameters": {"type": "object"}}} for n in row.tools]
     async with SSEServer([reply_for(row)]) as server:
         client = Client(RemoteEngine(base_url=server.base_url, model="k3"), max_retries=0)
-        async with client.stream(USER, reasoning_effort="high" if row.thinking else "none") as call:
+        async with client.stream(USER, reasoning_effort="high" if row.thinking else "none", tools=tools,
+                                 tool_choice=row.tool_choice) as call:
             events = [e async for e in call]
     out = call.completion
     assert len(events) >= len(row.events)
@@ -76,6 +78,7 @@ async def test_every_transcript_end_to_end(row: Row) -> None:
         assert call.id == want[0] if not want[0].startswith("k3_") else call.id.startswith("call_")
     assert (out.finish_reason, out.truncated, out.dropped_tool_calls) == (row.finish, row.truncated, row.dropped)
     assert [(f.name, f.arguments) for f in out.failed_tool_calls] == [f[1:3] for f in row.failed]
+    assert out.misplaced_tool_calls == row.misplaced
 
 
 async def test_tool_call_without_index_gives_one_call() -> None:

@@ -1,4 +1,5 @@
-"""``kimik3 eval SUITE``: its output lines, its files, its usage errors."""
+"""``kimik3 eval SUITE``: its output lines, its files, its usage errors, its sandbox options
+(the harness's, taken once: run these with ``-W error::UserWarning``)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,14 @@ from click.testing import CliRunner
 
 from kimik3._pricing import format_usd
 from kimik3.cli import main
-from kimik3.eval import harness_supports_sandbox, read_results
+from kimik3.eval import read_results
 
+from ..procs import BWRAP_WORKS, MODES, alive_with, marker
 from .helpers import answer_has, calls, write_task
 
 _CLEAN = {k: None for k in ("KIMIK3_BASE_URL", "KIMIK3_API_KEY", "KIMIK3_MODEL", "KIMIK3_MODEL_PATH")}
+BWRAP_LINE = "sandbox: bwrap (workspace read-write, the rest read-only, home hidden, network off)"
+NONE_LINE = "sandbox: none (commands run unsandboxed, with your rights)"
 
 
 def invoke(*args: str) -> tuple[int, str]:
@@ -32,7 +36,9 @@ def test_eval_runs_a_suite_and_prints_each_attempt_then_the_summary(tmp_path: Pa
     out = tmp_path / "out"
     code, text = invoke(str(suite), "--out", str(out), "--script", str(script), "--plain", "--price", "3,0.3,15")
     assert code == 0, text
-    lines = text.splitlines()
+    first, *lines = text.splitlines()
+    if BWRAP_WORKS:  # the default: auto
+        assert first == BWRAP_LINE
     results, _ = read_results(out / "results.jsonl")
     assert results[0].cost is not None and results[0].cost > 0
     assert re.fullmatch(rf"\[1/2\] a-read #1 passed · 2 turns, [0-9]+\.[0-9] s, {re.escape(format_usd(results[0].cost))}",
@@ -44,9 +50,10 @@ def test_eval_runs_a_suite_and_prints_each_attempt_then_the_summary(tmp_path: Pa
     meta = json.loads((out / "eval.json").read_text())
     assert meta["pricing"] == {"input": 3.0, "cached_input": 0.3, "output": 15.0} and meta["tools"] == "core"
     assert meta["model"] == "scripted-k3" and meta["suite"] == "suite"
+    assert meta["sandbox"] == first and json.loads((out / "summary.json").read_text())["sandbox"] == first
     # continued: nothing left, the summary printed again
     code, text = invoke(str(suite), "--out", str(out), "--script", str(script), "--plain", "--price", "3,0.3,15")
-    assert code == 0 and text.splitlines()[0] == "pass rate: 50.0% (1/2 attempts, 2 tasks; pass@1 50.0%)"
+    assert code == 0 and text.splitlines()[1] == "pass rate: 50.0% (1/2 attempts, 2 tasks; pass@1 50.0%)"
     # other options into the same --out: refused, naming the difference
     code, text = invoke(str(suite), "--out", str(out), "--script", str(script), "--plain")
     assert code == 1 and "holds results of another run (pricing" in text
@@ -67,10 +74,76 @@ def test_eval_usage_errors(tmp_path: Path) -> None:
     assert code == 2 and "a task folder without a task.toml" in text
     code, text = invoke(str(suite), "--out", str(tmp_path / "o"))
     assert code == 2 and "no engine" in text
-    if not harness_supports_sandbox():
-        code, text = invoke(str(suite), "--out", str(tmp_path / "o"), "--script", str(script), "--sandbox", "bwrap")
-        assert code == 2 and "has no sandbox" in text
+    code, text = invoke(str(suite), "--out", str(tmp_path / "o"), "--script", str(script), "--sandbox", "box")
+    assert code == 2 and "Invalid value for '--sandbox': 'box' is not one of 'auto', 'bwrap', 'none'." in text
+    code, text = invoke(str(suite), "--out", str(tmp_path / "o"), "--script", str(script), "--allow-read",
+                        str(tmp_path / "nowhere"))
+    assert code == 2 and "Invalid value for '--allow-read'" in text and "does not exist" in text
     assert not (tmp_path / "o").exists()  # nothing ran
+
+
+def test_a_sandbox_that_cannot_run_is_named_before_anything_runs(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from kimik3.tools.coding import _sandbox
+
+    monkeypatch.setattr(_sandbox, "_bwrap", lambda: None)  # as on a machine without bubblewrap
+    suite = tmp_path / "suite"
+    write_task(suite, "t", "x", "true")
+    script = tmp_path / "s.json"
+    script.write_text('["x"]')
+    r = CliRunner().invoke(main, ["eval", str(suite), "--out", str(tmp_path / "o"), "--script", str(script),
+                                  "--sandbox", "bwrap"], env=_CLEAN)
+    assert r.exit_code == 1 and r.output.startswith("error: SandboxUnavailableError: sandbox='bwrap' but bubblewrap "
+                                                    "(bwrap) is not installed; to fix it, install bubblewrap")
+    assert not (tmp_path / "o").exists()
+
+
+def test_eval_takes_the_harness_sandbox_options_once() -> None:
+    import warnings
+
+    from kimik3._cli_eval import run_command
+
+    names = [p.name for p in run_command.params]
+    assert len(names) == len(set(names)), names
+    assert {"sandbox", "network", "allow_read", "allow_write", "tool_set", "no_agents_md"} <= set(names)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # click: "The parameter --sandbox is used more than once"
+        code, text = invoke("run", "--help")
+    assert code == 0 and text.count("--sandbox [auto|bwrap|none]") == 1
+    assert "--network" in text and "--allow-read PATH" in text and "--allow-write PATH" in text
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_sandbox_options_reach_every_check_and_are_recorded(tmp_path: Path, host_dir: Path, mode: str) -> None:
+    suite = tmp_path / "suite"
+    write_task(suite, "t", "Hi", f"echo from-the-check > {host_dir}/written.txt")  # outside the workspace
+    script = tmp_path / "s.json"
+    script.write_text('["Hello"]')
+    out = tmp_path / "out"
+    code, text = invoke(str(suite), "--out", str(out), "--script", str(script), "--plain", "--sandbox", mode)
+    (r,), _ = read_results(out / "results.jsonl")
+    meta = json.loads((out / "eval.json").read_text())
+    if mode == "none":  # the point: unsandboxed, the check writes where it likes
+        assert code == 0 and text.splitlines()[:2] == [NONE_LINE, f"[1/1] t #1 passed · 1 turn, {r.seconds:.1f} s"]
+        assert (host_dir / "written.txt").read_text() == "from-the-check\n"
+        assert (meta["sandbox"], meta["sandbox_policy"]) == (NONE_LINE, {"mode": "none"})
+        return
+    assert code == 0 and text.splitlines()[0] == BWRAP_LINE
+    assert (r.passed, r.check_exit) == (False, 1) and "Read-only file system" in r.check_output
+    assert list(host_dir.iterdir()) == []
+    assert meta["sandbox_policy"] == {"mode": "bwrap", "network": False, "read": [], "write": []}
+    # allowed: --allow-write (and --network) reach the check; another policy needs another --out
+    code, text = invoke(str(suite), "--out", str(out), "--script", str(script), "--plain", "--allow-write",
+                        str(host_dir), "--network")
+    assert code == 1 and "holds results of another run (sandbox_policy: {'mode': 'bwrap', 'network': False" in text
+    code, text = invoke(str(suite), "--out", str(tmp_path / "out2"), "--script", str(script), "--plain",
+                        "--allow-write", str(host_dir), "--network")
+    assert code == 0 and text.splitlines()[0] == ("sandbox: bwrap (workspace read-write, the rest read-only, home "
+                                                  "hidden, 1 more writable, network on)")
+    (r,), _ = read_results(tmp_path / "out2" / "results.jsonl")
+    assert r.passed and (host_dir / "written.txt").read_text() == "from-the-check\n"
+    assert json.loads((tmp_path / "out2" / "eval.json").read_text())["sandbox_policy"] == {
+        "mode": "bwrap", "network": True, "read": [], "write": [str(host_dir)]}
 
 
 def test_eval_help_lists_its_subcommands() -> None:
@@ -78,7 +151,8 @@ def test_eval_help_lists_its_subcommands() -> None:
     assert code == 0 and "compare" in text and "replay" in text and "run" in text
 
 
-def test_ctrl_c_keeps_every_written_line_and_leaves_no_process(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", MODES)
+def test_ctrl_c_keeps_every_written_line_and_leaves_no_process(tmp_path: Path, mode: str) -> None:
     import os
     import signal
     import subprocess
@@ -86,18 +160,21 @@ def test_ctrl_c_keeps_every_written_line_and_leaves_no_process(tmp_path: Path) -
     import time
 
     suite = tmp_path / "suite"
+    shared = tmp_path / "shared"  # where the check tells the test it runs (allowed to write)
+    shared.mkdir()
+    mark = marker()
     write_task(suite, "a", "A.", "true")
-    write_task(suite, "b", "B.", f"sleep 120 & echo $! > {tmp_path}/tmp.pid; mv {tmp_path}/tmp.pid {tmp_path}/check.pid; "
-               "wait")
+    write_task(suite, "b", "B.", f"sleep {mark} & (setsid sleep {mark} &); echo x > {shared}/started; wait")
     script = tmp_path / "s.json"
     script.write_text('["done a", "done b"]')
     out = tmp_path / "out"
     env = {**os.environ, **{k: "" for k in _CLEAN}, "KIMIK3_HOME": str(tmp_path / "home")}
     proc = subprocess.Popen([sys.executable, "-m", "kimik3", "eval", str(suite), "--out", str(out), "--script",
-                             str(script), "--plain"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                             str(script), "--plain", "--sandbox", mode, "--allow-write", str(shared)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         deadline = time.monotonic() + 120
-        while not (tmp_path / "check.pid").exists():
+        while not (shared / "started").exists() or len(alive_with(mark)) < 2:
             assert proc.poll() is None and time.monotonic() < deadline
             time.sleep(0.1)
         proc.send_signal(signal.SIGINT)  # b's check is running
@@ -105,13 +182,12 @@ def test_ctrl_c_keeps_every_written_line_and_leaves_no_process(tmp_path: Path) -
     finally:
         proc.kill()
     assert proc.returncode == 130, stdout + stderr
-    assert stdout.splitlines() == ["[1/2] a #1 passed · 1 turn, " + stdout.split("1 turn, ")[1].splitlines()[0]]
+    assert stdout.splitlines()[1:] == ["[1/2] a #1 passed · 1 turn, " + stdout.split("1 turn, ")[1].splitlines()[0]]
     assert stderr.strip().endswith("interrupted")
     results, _ = read_results(out / "results.jsonl")
     assert [r.task for r in results] == ["a"]
     assert json.loads((out / "summary.json").read_text())["attempts"] == 1
-    pid = int((tmp_path / "check.pid").read_text())
-    assert not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] == "Z"
+    assert alive_with(mark) == []  # the check's processes, the setsid one too, ended with the eval
 
 
 def test_on_a_terminal_a_progress_bar_runs_above_the_attempt_lines(tmp_path: Path,
@@ -132,4 +208,5 @@ def test_on_a_terminal_a_progress_bar_runs_above_the_attempt_lines(tmp_path: Pat
     assert code == 0, text
     shown = screen.getvalue()
     assert "[1/1] t #1 passed · 1 turn, " in shown and "attempts" in shown  # the line, and the bar's label
-    assert text.splitlines()[0] == "pass rate: 100.0% (1/1 attempts, 1 tasks; pass@1 100.0%)"
+    assert text.splitlines()[0].startswith("sandbox: ")  # which sandbox, then the summary
+    assert text.splitlines()[1] == "pass rate: 100.0% (1/1 attempts, 1 tasks; pass@1 100.0%)"

@@ -23,8 +23,8 @@ def results(rates: dict[str, list[bool]], cost: float | None = 0.01) -> list[Att
             for name, outcome in rates.items() for i, p in enumerate(outcome)]
 
 
-def write(folder: Path, items: list[AttemptResult], digest: str = "d1") -> Path:
-    with ResultsDir(folder, {"suite": "s", "suite_digest": digest}) as out:
+def write(folder: Path, items: list[AttemptResult], digest: str = "d1", sandbox: str | None = None) -> Path:
+    with ResultsDir(folder, {"suite": "s", "suite_digest": digest, "sandbox": sandbox}) as out:
         for r in items:
             out.append(r)
     return folder
@@ -81,3 +81,17 @@ def test_eval_compare_exits_1_on_a_regression(tmp_path: Path) -> None:
 def test_summary_json_round_trips(tmp_path: Path) -> None:
     summary = summarize(results({"t1": [True, False]}))
     assert json.loads(json.dumps(summary)) == summary
+
+
+def test_compare_notes_runs_in_different_sandboxes_and_the_report_names_its_own(tmp_path: Path) -> None:
+    bwrap = "sandbox: bwrap (workspace read-write, the rest read-only, home hidden, network off)"
+    none = "sandbox: none (commands run unsandboxed, with your rights)"
+    a = write(tmp_path / "a", results({"t1": [True]}), sandbox=bwrap)
+    b = write(tmp_path / "b", results({"t1": [True]}), sandbox=none)
+    assert compare(a, b).lines()[0] == f"note: A and B ran in different sandboxes (A {bwrap}; B {none})"
+    assert not compare(a, a).lines()[0].startswith("note:")
+    summary = summarize(results({"t1": [True]}), {"sandbox": bwrap})
+    assert "| sandbox | bwrap (workspace read-write, the rest read-only, home hidden, network off) |" in \
+        render_markdown(summary)
+    assert "<tr><th>sandbox</th><td>none (commands run unsandboxed, with your rights)</td></tr>" in render_html(
+        summarize(results({"t1": [True]}), {"sandbox": none}))

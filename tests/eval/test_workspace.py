@@ -1,5 +1,7 @@
 """An attempt's directory and its shell commands: fresh copies (symlinks kept as links, never
-followed out of the suite), and commands whose whole process group ends with them."""
+followed out of the suite), and commands in a sandbox (bubblewrap, or none) that ends every
+process they started (daemons that left the process group too) when they end, time out or are
+cancelled: checked by the host's /proc."""
 
 from __future__ import annotations
 
@@ -12,52 +14,91 @@ import pytest
 
 from kimik3.eval import load_suite
 from kimik3.eval._workspace import OUTPUT_CHARS, prepare_attempt, run_command
+from kimik3.tools.coding import Sandbox
 
+from ..procs import BWRAP_WORKS, MODES, alive_with, marker
 from .helpers import tree_hash, write_task
 
 
-def gone(pid: int) -> bool:
-    """The process no longer runs (absent, or a zombie waiting for its reaper), polled for up to 10 s."""
+def gone(mark: str) -> bool:
+    """No live process has ``mark`` in its command line (polled for up to 10 s: a process may
+    take a moment to be reaped)."""
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (FileNotFoundError, ProcessLookupError):
-            return True
-        if state == "Z":
-            return True
+    while alive_with(mark):
+        if time.monotonic() > deadline:
+            return False
         time.sleep(0.05)
-    return False
+    return True
 
 
-def test_a_command_that_exits_takes_what_it_left_running_with_it(tmp_path: Path) -> None:
-    result = anyio.run(lambda: run_command("sleep 60 & echo $! > bg.pid; echo started", tmp_path, timeout=30))
+def box(root: Path, mode: str) -> Sandbox:
+    return Sandbox(root, "bwrap" if mode == "bwrap" else "none")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_command_that_exits_takes_what_it_left_running_with_it(tmp_path: Path, mode: str) -> None:
+    mark, daemon = marker(), marker()
+    result = anyio.run(lambda: run_command(f"sleep {mark} & setsid sleep {daemon} & echo started", box(tmp_path, mode),
+                                           timeout=30))
     assert (result.exit_code, result.output, result.timed_out) == (0, "started\n", False)
-    assert gone(int((tmp_path / "bg.pid").read_text()))
+    assert gone(mark) and gone(daemon)  # setsid left the process group, not the reaper
 
 
-def test_a_command_over_its_limit_is_killed_with_its_children(tmp_path: Path) -> None:
-    result = anyio.run(lambda: run_command("sleep 60 & echo $! > bg.pid; echo waiting; sleep 60", tmp_path,
+@pytest.mark.parametrize("mode", MODES)
+def test_a_command_over_its_limit_is_killed_with_its_children(tmp_path: Path, mode: str) -> None:
+    mark = marker()
+    result = anyio.run(lambda: run_command(f"(setsid sleep {mark} &); echo waiting; sleep {mark}", box(tmp_path, mode),
                                            timeout=0.5))
     assert (result.exit_code, result.timed_out, result.output, result.ok) == (None, True, "waiting\n", False)
-    assert gone(int((tmp_path / "bg.pid").read_text()))
+    assert gone(mark)
 
 
-def test_a_cancelled_command_is_killed_before_the_cancellation_returns(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", MODES)
+def test_a_cancelled_command_is_killed_before_the_cancellation_returns(tmp_path: Path, mode: str) -> None:
+    mark = marker()
+    seen: list[int] = []
+
     async def main() -> None:
-        with anyio.move_on_after(0.5):
-            await run_command("echo $$ > sh.pid; sleep 60", tmp_path, timeout=30)
+        with anyio.move_on_after(2):
+            await run_command(f"(setsid sleep {mark} &); sleep {mark}", box(tmp_path, mode), timeout=30)
+        seen.extend(alive_with(mark))  # right after the cancellation returned
 
     anyio.run(main)
-    assert gone(int((tmp_path / "sh.pid").read_text()))
+    assert seen == []
 
 
-def test_a_commands_output_is_its_tail_and_its_exit_status_is_kept(tmp_path: Path) -> None:
-    result = anyio.run(lambda: run_command("seq 1 20000; echo 'é end' >&2; exit 7", tmp_path, timeout=30))
+@pytest.mark.parametrize("mode", MODES)
+def test_a_commands_output_is_its_tail_and_its_exit_status_is_kept(tmp_path: Path, mode: str) -> None:
+    result = anyio.run(lambda: run_command("seq 1 20000; echo 'é end' >&2; exit 7", box(tmp_path, mode), timeout=30))
     assert result.exit_code == 7 and len(result.output) == OUTPUT_CHARS
     assert result.output.endswith("19999\n20000\né end\n")
-    env = anyio.run(lambda: run_command('printf %s "$X"', tmp_path, timeout=30, env={"X": "from env"}))
+    env = anyio.run(lambda: run_command('printf %s "$X"', box(tmp_path, mode), timeout=30, env={"X": "from env"}))
     assert env.output == "from env"
+    killed = anyio.run(lambda: run_command("kill -TERM $$", box(tmp_path, mode), timeout=30))
+    assert (killed.exit_code, killed.timed_out) == (-15, False)
+
+
+def test_a_sandboxed_command_writes_its_workspace_only(tmp_path: Path, host_dir: Path) -> None:
+    if not BWRAP_WORKS:
+        pytest.skip("bubblewrap cannot run here")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    command = f"echo in > inside.txt; echo out > {host_dir}/outside.txt"
+    result = anyio.run(lambda: run_command(command, Sandbox(ws, "bwrap"), timeout=30))
+    assert result.exit_code == 1 and "Read-only file system" in result.output
+    assert (ws / "inside.txt").read_text() == "in\n" and list(host_dir.iterdir()) == []
+    result = anyio.run(lambda: run_command(command, Sandbox(ws, "none"), timeout=30))
+    assert (result.exit_code, (host_dir / "outside.txt").read_text()) == (0, "out\n")  # unsandboxed: it can
+
+
+def test_a_sandbox_that_cannot_start_is_a_tool_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kimik3 import ToolError
+
+    sandbox = Sandbox(tmp_path, "none")
+    monkeypatch.setattr(sandbox, "_argv", lambda: ["/nonexistent/python"])
+    with pytest.raises(ToolError, match="cannot start the command supervisor"):
+        anyio.run(lambda: run_command("true", sandbox, timeout=30))
+    assert not sandbox.running
 
 
 def test_an_attempt_is_a_fresh_copy_and_the_suite_is_only_read(tmp_path: Path) -> None:

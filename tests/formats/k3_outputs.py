@@ -25,7 +25,7 @@ SLIPS = (
     "cut_reasoning",  # max_tokens inside the reasoning
     "cut_content",  # max_tokens inside the response text
     "cut_in_call",  # max_tokens inside the last call's string argument
-    "partial_marker_end",  # output ends with a partial marker
+    "partial_marker_end",  # output ends with a partial marker (it is text)
     "text_after_close",  # a hallucinated next turn after the message close
     "end_of_msg",  # <|end_of_msg|> kept in the text
 )
@@ -185,9 +185,13 @@ def generate(seed: int) -> Sample:
         if "no_tools_close" not in slips:
             out.append(_close("tools"))
     if "partial_marker_end" in slips:
-        # The message close is cut: the output ends with a partial marker.
+        # The message close is cut: the output ends with a partial marker, which is text (markers
+        # are single tokens): content, unless it is inside an unclosed tools section (dropped).
         marker = rng.choice((OPEN, CLOSE, SEP, EOM))
-        out.append(marker[: rng.randint(1, len(marker) - 1)])
+        partial = marker[: rng.randint(1, len(marker) - 1)]
+        out.append(partial)
+        if not (calls and "no_tools_close" in slips):
+            exp_content += partial
         truncated = True
         finish_reason = "length"
     else:

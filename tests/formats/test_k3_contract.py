@@ -56,8 +56,9 @@ def test_conforming_requests_pass() -> None:
     ]
     request = ChatRequest(messages=msgs, tools=[_tool("a"), _tool("b")], tool_choice="required")  # type: ignore[arg-type]
     assert len(request.messages) == 5 and [t.function.name for t in request.tools] == ["a", "b"]
-    # the same name in the request's tools and in a dynamic declaration is two declarations
-    check_request(to_messages(msgs), to_tool_specs([_tool("w")]))
+    # the same name in the request's tools and in a dynamic declaration: refused (Vendor Verifier)
+    with pytest.raises(InvalidRequestError, match=r"duplicate tool name\(s\) in system message #0: 'w'"):
+        check_request(to_messages(msgs), to_tool_specs([_tool("w")]))
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from typing import Any
 
 import pytest
@@ -27,6 +28,7 @@ from tests.data_paths import load_json
 SMG = load_json("k3/smg_render_ids.json")
 EXTRA = {k: v for k, v in load_json("k3/extra_goldens.json").items() if not k.startswith("_")}
 
+USER = [{"role": "user", "content": "go"}]
 EFFORT_MAX = (
     '<|open|>message role="system" type="thinking-effort"<|sep|>`thinking_effort` guides on how much to '
     "think in your thinking channel (not including the response channel), supported values include "
@@ -159,6 +161,31 @@ def test_unmatched_tool_run_keeps_order_and_names_from_calls() -> None:
     text = render(msgs, thinking=False)
     assert text.index("first") < text.index("second")
     assert _tool_headers(text) == ['role="tool" tool="a" index="1"', 'role="tool" tool="b" index="2"']
+
+
+def test_a_duplicated_tool_call_id_labels_each_result_with_its_own_call_or_is_refused() -> None:
+    # issue 27, item 5: two results with one id were both labelled the first call
+    def calls(*ids: str) -> dict[str, Any]:
+        return {"role": "assistant", "content": "", "tool_calls": [
+            {"id": i, "type": "function", "function": {"name": n, "arguments": "{}"}} for i, n in zip(ids, "fgh", strict=False)]}
+
+    def results(*ids: str) -> list[dict[str, Any]]:
+        return [{"role": "tool", "tool_call_id": i, "content": c} for i, c in zip(ids, "ABC", strict=False)]
+
+    def labels(text: str) -> list[str]:
+        return re.findall(r'role="tool" tool="(\w)" index="(\d)"<\|sep\|>(\w)', text)  # type: ignore[return-value]
+
+    # calls sharing an id take its results in order: each result its own call (name and index)
+    text = render([*USER, calls("x", "x"), *results("x", "x")], add_generation_prompt=False)
+    assert labels(text) == [("f", "1", "A"), ("g", "2", "B")]
+    text = render([*USER, calls("x", "y", "x"), *results("x", "y", "x")], add_generation_prompt=False)
+    assert labels(text) == [("f", "1", "A"), ("g", "2", "B"), ("h", "3", "C")]
+    # two results for one call: refused, never two results labelled the same call
+    for ids, dup in ((("x", "x"), "'x'"), (("x", "f:0"), "'f:0'"), (("y", "x", "y"), "'y'")):
+        with pytest.raises(MessageError, match=f"both answer tool call {dup}"):
+            render([*USER, calls("x", "y"), *results(*ids)])
+    with pytest.raises(MessageError, match=r"tool messages #1 and #2 after the last assistant message both answer"):
+        encode_segments([*USER, calls("x", "y"), *results("x", "x")])
 
 
 def test_tool_call_id_is_never_rendered() -> None:

@@ -218,18 +218,21 @@ def test_tool_call_progress_is_incremental() -> None:
     # a long string argument streams while it arrives, JSON-escaped piece by piece
     assert p.feed('line "one"\n') == [ToolCallArgumentsDelta(0, "id0", 'line \\"one\\"\\n')]
     assert p.feed("tab\there<|clo") == [ToolCallArgumentsDelta(0, "id0", "tab\\there")]
-    assert p.feed("se|>argument<|sep|>") == [ToolCallArgumentsDelta(0, "id0", '"')]
+    # the closer is confirmed by what follows it (the next value's open tag, or the call's close)
+    assert p.feed("se|>argument<|sep|>") == []
     assert p.feed('<|open|>argument key="n" type="number"<|sep|>4') == [
-        ToolCallArgumentsDelta(0, "id0", ', "n": ')
+        ToolCallArgumentsDelta(0, "id0", '"'), ToolCallArgumentsDelta(0, "id0", ', "n": ')
     ]
-    assert p.feed("2<|close|>argument<|sep|>") == [ToolCallArgumentsDelta(0, "id0", "42")]
+    assert p.feed("2<|close|>argument<|sep|>") == []
     args = {"text": 'line "one"\ntab\there', "n": 42}
     text = json.dumps(args, ensure_ascii=False)
-    assert p.feed("<|close|>call<|sep|>") == [
+    # the call's close right after a closer is confirmed by what may follow a call (here the tools close)
+    assert p.feed("<|close|>call<|sep|>") == []
+    assert p.feed("<|close|>tools<|sep|><|close|>message<|sep|>") == [
+        ToolCallArgumentsDelta(0, "id0", "42"),
         ToolCallArgumentsDelta(0, "id0", "}"),
         ToolCallDone(0, "id0", "write", args, text),
     ]
-    assert p.feed("<|close|>tools<|sep|><|close|>message<|sep|>") == []
     assert p.finish("stop") == []
     assert p.result().tool_calls[0].arguments_json == text
 
@@ -246,15 +249,25 @@ def test_cut_call_is_reported_never_returned() -> None:
 
 
 def test_interrupted_call_is_dropped_and_the_next_kept() -> None:
+    # interrupted before its first value: dropped (incomplete), the next call kept
+    text = (
+        HEADER + '<|open|>call tool="read" index="2"<|sep|><|close|>call<|sep|><|close|>tools<|sep|>'
+        "<|close|>message<|sep|>"
+    )
+    out = parse(text, id_factory=counter_ids())
+    assert [(c.index, c.id, c.name, c.arguments) for c in out.tool_calls] == [(1, "id1", "read", {})]
+    assert [(c.index, c.name, c.arguments) for c in out.incomplete_tool_calls] == [(0, "write", {})]
+    assert not out.truncated
+    # after a value, another call's header is text of that value (only the call close may follow a
+    # closer): the value runs to the next closer, and the call fails, never run
     text = (
         HEADER + '<|open|>argument key="a" type="number"<|sep|>1<|close|>argument<|sep|>'
         '<|open|>call tool="read" index="2"<|sep|><|close|>call<|sep|><|close|>tools<|sep|>'
         "<|close|>message<|sep|>"
     )
-    out = parse(text, id_factory=counter_ids())
-    assert [(c.index, c.id, c.name, c.arguments) for c in out.tool_calls] == [(1, "id1", "read", {})]
-    assert [(c.index, c.name, c.arguments) for c in out.incomplete_tool_calls] == [(0, "write", {"a": 1})]
-    assert not out.truncated
+    out = parse(text, finish_reason="stop", id_factory=counter_ids())
+    assert out.tool_calls == () and [(c.name, c.arguments) for c in out.incomplete_tool_calls] == [("write", {})]
+    assert not out.truncated and out.content == ""
 
 
 def test_finish_reason_stop_with_unclosed_message_is_not_truncated() -> None:
@@ -301,21 +314,33 @@ def test_json_block_inside_call() -> None:
     assert (call.arguments, call.error) == ({"a": 1}, "its json arguments block is a JSON array, not an object")
 
 
-def test_marker_text_inside_a_string_argument_is_read_as_a_marker() -> None:
-    # The documented ambiguity: text spelling a marker cannot be told from the marker token. The
-    # damage it leaves (the value's rest, a second close, inside the call) drops the call: it is
-    # never run with the cut argument {"doc": "ends with "}.
+def test_a_value_holding_its_own_closer_is_a_failed_call_read_up_to_the_last_closer() -> None:
+    # The one text a text parser cannot tell from structure: the closer spelled inside a value. What
+    # follows it (text, not the next value or the call close) shows it was text: the value runs on to
+    # the last closer (what the model most likely wrote) and the call fails, never run.
     tail = "<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|><|close|>message<|sep|>"
     arg = '<|open|>argument key="doc" type="string"<|sep|>'
-    for value in ("ends with <|close|>argument<|sep|> here", "ends with <|close|>argument<|sep|>"):
+    for value in ("ends with <|close|>argument<|sep|> here", "ends with <|close|>argument<|sep|>",
+                  "a <|close|>argument<|sep|>\n<|close|>argument<|sep|> b",
+                  "x<|close|>argument<|sep|><|close|>call<|sep|> and more",  # the call's close spelled too
+                  "x<|close|>argument<|sep|> <|close|>call<|sep|><|open|>argument key=\"k\" type=\"string\"<|sep|>"):
         out = parse(HEADER + arg + value + tail)
-        assert out.tool_calls == () and [c.name for c in out.incomplete_tool_calls] == ["write"], value
-    # a json block's value closed early by its own marker text: the same
+        (call,) = out.tool_calls
+        assert call.arguments == {"doc": value} and call.arguments_json == json.dumps({"doc": value}), value
+        assert call.error == (
+            "argument 'doc' holds the text <|close|>argument<|sep|>, which is what ends a value, so where "
+            "the value ends cannot be told. Write that text another way (for example split or escaped) "
+            "and call again"
+        )
+    # a json block holding its own closer: the same
     text = HEADER + '<|open|>json<|sep|>{"doc": "<|close|>json<|sep|>"}<|close|>json<|sep|>' + tail[24:]
-    assert parse(text).tool_calls == ()
+    (call,) = parse(text).tool_calls
+    assert call.arguments == {"doc": "<|close|>json<|sep|>"}
+    assert call.error is not None and call.error.startswith("its json arguments block holds the text <|close|>json")
     # blank text between values is layout, not damage
     ok = HEADER + arg + "fine<|close|>argument<|sep|>\n  " + tail[24:]
-    assert parse(ok).tool_calls[0].arguments == {"doc": "fine"}
+    (call,) = parse(ok).tool_calls
+    assert (call.arguments, call.error) == ({"doc": "fine"}, None)
 
 
 # -- result shape ------------------------------------------------------------------------------

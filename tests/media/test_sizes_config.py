@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -111,6 +112,13 @@ def test_format_timestamp_truncates_milliseconds() -> None:
     assert format_timestamp(0.125) == "00:00:00.125"
     assert format_timestamp(0.9999) == "00:00:00.999"
     assert format_timestamp(3725.0409) == "01:02:05.040"
+    # a negative or non-finite time is refused, never printed as "-1:59:59.000" (issue 27, item 7)
+    for bad, why in ((-1, "cannot be negative, got -1 s"), (-0.0005, "cannot be negative"),
+                     (Fraction(-1, 3), "cannot be negative"), (float("nan"), "must be a finite number of seconds"),
+                     (float("inf"), "must be a finite number of seconds")):
+        with pytest.raises(MediaError, match=why):
+            format_timestamp(bad)
+    assert format_timestamp(-0.0) == "00:00:00.000"  # minus zero is zero
     with pytest.raises(MediaError):
         format_timestamp(1.0, "seconds")
 

@@ -54,6 +54,7 @@ def test_the_shipped_suite_on_the_embedded_engine(tmp_path: Path) -> None:
     assert summary["passed"] == sum(r.passed for r in results) and summary["attempts"] == len(results)
     assert summary["cached_share"] is not None and summary["cached_share"] > 0.5  # one engine's prefix cache
     lines = proc.stdout.splitlines()
-    assert lines[0] == f"starting vLLM with {K3_TINY} ..." and len(lines) == 1 + len(results) + 3
+    assert lines[0] == meta["sandbox"] and lines[0].startswith("sandbox: ")  # which sandbox ran the commands
+    assert lines[1] == f"starting vLLM with {K3_TINY} ..." and len(lines) == 2 + len(results) + 3
     assert lines[-3].startswith(f"pass rate: {summary['pass_rate']:.1%} ({summary['passed']}/{len(results)} attempts")
     assert load_suite(SUITE).digest == suite.digest  # the suite was only read

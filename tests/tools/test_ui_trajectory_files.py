@@ -165,8 +165,10 @@ def test_not_utf8_and_decompression_bomb(tmp_path: Path) -> None:
         load_trajectory(d)
     d = write(tmp_path / "bomb", step())
     Image.new("1", (20000, 20000)).save(d / "shots" / "0001.png")  # 400 M pixels, a few KB of PNG
-    with pytest.raises(TrajectoryError, match=r"cannot read screenshot shots/0001\.png .*exceeds limit"):
-        render_html(d, tmp_path / "o.html")
+    with pytest.raises(TrajectoryError, match=r"screenshot shots/0001\.png is not decoded: .*exceeds limit"):
+        load_trajectory(d).image("shots/0001.png")
+    page = render_html(d, tmp_path / "o.html").read_text()  # rendered with a note in its place, never decoded
+    assert "<p class='note'>screenshot shots/0001.png is not decoded: Image size (400000000 pixels) exceeds limit" in page
 
 
 def test_a_screenshot_symlinked_out_of_the_directory(tmp_path: Path) -> None:

@@ -71,6 +71,19 @@ def test_malformed_chat_answer_is_a_failed_row_naming_the_field(message: Any, us
     assert not rep.ok
 
 
+def test_usage_inside_choices_is_read_like_the_vendor_verifier_reads_it() -> None:
+    # Kimi's API puts usage inside choices[0]; the Vendor Verifier reads it there first (issue 27)
+    inner = lambda body: httpx.Response(200, json={"choices": [{"message": {"content": "hi"},  # noqa: E731
+                                                                "usage": {"prompt_tokens": 10}}]})
+    stream = _sse('{"choices":[{"index":0,"delta":{"content":"hi"}}]}',
+                  '{"choices":[{"index":0,"delta":{},"usage":{"prompt_tokens":10}}],"usage":{"prompt_tokens":99}}')
+    rep = verify("http://fake/v1", transport=_transport(inner, stream), schemas=SCHEMAS, images=False)
+    row = rep["prompt_tokens: plain"]
+    assert "no usage.prompt_tokens" not in row.evidence and row.evidence.startswith("server 10, kimik3 ")
+    top = verify("http://fake/v1", transport=_transport(_chat({"content": "hi"})), schemas=SCHEMAS, images=False)
+    assert top["prompt_tokens: plain"].evidence.startswith("server 10, kimik3 ")
+
+
 @pytest.mark.parametrize(
     ("chunk", "where"),
     [

@@ -2,12 +2,12 @@
 tokens, output parsing, and the codec token engines use (docs/k3-format.md).
 
 Pure functions and incremental state machines; no I/O beyond reading a model directory.
-``check_request`` (the request's validity rules, :mod:`kimik3.types`) and the JSON limits
+``check_request`` and ``TOOL_NAME`` (the request's validity rules, :mod:`kimik3.types`) and the JSON limits
 (:mod:`kimik3._json`) are re-exported here under their former names.
 """
 
 from ..._json import JSON_MAX_DEPTH, JSON_MAX_INT_DIGITS, check_json_limits, safe_loads
-from ...types import check_request
+from ...types import TOOL_NAME, check_request
 from ._codec import EncodedPrompt, K3Codec, K3Decoder, PromptCache, PromptEncoder, PromptIds, RawChunk
 from ._encode import (
     CLOSE,
@@ -43,6 +43,7 @@ from ._events import (
     new_tool_call_id,
 )
 from ._parse import StreamParser, parse
+from ._recover import MarkedText, read_marked
 from ._tokenizer import (
     K3_PAT_STR,
     K3Tokenizer,
@@ -62,6 +63,7 @@ __all__ = [
     "OPEN",
     "SEP",
     "THINKING_EFFORTS",
+    "TOOL_NAME",
     "ContentDelta",
     "EncodedPrompt",
     "Event",
@@ -69,6 +71,7 @@ __all__ = [
     "K3Codec",
     "K3Decoder",
     "K3Tokenizer",
+    "MarkedText",
     "ParsedOutput",
     "ParsedToolCall",
     "PromptCache",
@@ -98,6 +101,7 @@ __all__ = [
     "prompt_header_segments",
     "prompt_trailer_segments",
     "protocol_bodies",
+    "read_marked",
     "render",
     "render_output",
     "special_token_ids",

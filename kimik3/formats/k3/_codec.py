@@ -24,6 +24,7 @@ from itertools import islice
 from typing import Any, overload
 
 from ..._exceptions import TokenizerError
+from ..._text import visible_text
 from ...types import (
     AssistantMessage,
     ChatCompletion,
@@ -461,10 +462,11 @@ class K3Codec:
         return K3Decoder(self, request.thinking, prompt)
 
     def count(self, text: str) -> int:
-        """Tokens of raw output text (markers as single tokens), or an estimate without a tokenizer."""
+        """Tokens of raw output text (markers as single tokens), or an estimate without a tokenizer.
+        A lone surrogate (a server's ``"\\ud800"`` in JSON) is counted as its visible escape."""
         if self.tokenizer is None:
             return estimate_tokens(text)
-        return len(self.tokenizer.encode_control(text)) if text else 0
+        return len(self.tokenizer.encode_control(visible_text(text))) if text else 0
 
     def image_tokens(self, parts: Sequence[ImagePart]) -> int:
         """Extra prompt tokens of images: each placeholder token becomes a whole block
@@ -478,6 +480,11 @@ class K3Codec:
             width, height = prepared.size
             extra += image_prompt_tokens(self.tokenizer, width, height, prepared.token_count) - 1
         return extra
+
+
+def _count(value: Any) -> int | None:
+    """A token count a server sent, when it is one (a non-negative int)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 class K3Decoder:
@@ -516,11 +523,12 @@ class K3Decoder:
         """The completion of everything fed (after :meth:`finish`). Usage: the engine's counts
         when it gave them, else the codec's (prompt ids plus expanded image blocks)."""
         text = "".join(self._raw)
-        completion_tokens = self._completion_tokens
-        if completion_tokens is None:
+        # the engine's counts when they can be right, else kimik3's own: never 0 for a text or a prompt
+        completion_tokens = _count(self._completion_tokens)
+        if completion_tokens is None or (completion_tokens == 0 and text):
             completion_tokens = self._codec.count(text)
-        prompt_tokens = self._prompt_tokens
-        if prompt_tokens is None:  # the engine did not say: count the expanded image blocks
+        prompt_tokens = _count(self._prompt_tokens)
+        if not prompt_tokens:  # the engine did not say: the prompt ids plus the expanded image blocks
             prompt_tokens = len(self._prompt.ids) + self._codec.image_tokens(self._prompt.images)
         usage = Usage(
             prompt_tokens=prompt_tokens,
@@ -538,5 +546,6 @@ class K3Decoder:
             # no chunk said why the output ended: the stream stopped (a closed connection), not max_tokens
             interrupted=CLOSED_MID_ANSWER if parsed.truncated and self.finish_reason is None else None,
             dropped_tool_calls=[c.name for c in parsed.incomplete_tool_calls],
+            misplaced_tool_calls=list(parsed.misplaced_tool_calls),
             raw_text=text,
         )

@@ -75,7 +75,6 @@ END_OF_MSG = "<|end_of_msg|>"
 IMAGE_PLACEHOLDER = "<|kimi_image_placeholder|>"
 
 
-
 class Segment(NamedTuple):
     """One piece of a K3 prompt.
 
@@ -281,31 +280,32 @@ class RenderedMessage:
     tool_index: int | None = None
 
 
-def _calls_of(message: AssistantMessage | None) -> list[Any]:
-    return list(message.tool_calls or ()) if message is not None else []
-
-
 def _resolve_tool_run(run: list[ToolMessage], assistant: AssistantMessage | None) -> list[RenderedMessage]:
     """Re-order one run of consecutive tool messages into the order of the preceding assistant's
     tool_calls, matching ``tool_call_id`` or the alias ``"NAME:zero_based_index"``; if any message
-    does not match, keep the run's order (vLLM 0.32 ``_normalize_k3_tool_messages``)."""
-    calls = _calls_of(assistant)
-    targets: dict[str, tuple[int, str]] = {}
-    for position, call in enumerate(calls):
-        name = call.function.name
-        if not name:
+    does not match, keep the run's order (vLLM 0.32 ``_normalize_k3_tool_messages``). Decision:
+    calls sharing an id take its results in order; a result for an answered call is a MessageError."""
+    calls = list(assistant.tool_calls or ()) if assistant is not None else []
+    targets: dict[str, list[int]] = {}
+    for k, call in enumerate(calls):
+        if not (call_name := call.function.name):
             continue
         if call.id:
-            targets.setdefault(str(call.id), (position, name))
-        targets.setdefault(f"{name}:{position}", (position, name))
+            targets.setdefault(str(call.id), []).append(k)
+        targets.setdefault(f"{call_name}:{k}", []).append(k)
     resolved: list[tuple[int, int, RenderedMessage]] = []
+    answered: dict[int, int] = {}  # call position -> the run order of the result that answers it
     for order, msg in enumerate(run):
-        target = targets.get(str(msg.tool_call_id)) if msg.tool_call_id is not None else None
-        if target is None:
+        positions = targets.get(str(msg.tool_call_id)) if msg.tool_call_id is not None else None
+        if positions is None:
             break
-        position, name = target
-        # Matched: like vLLM's renderer, the call's name and 1-based position win.
-        resolved.append((position, order, RenderedMessage(msg, name, position + 1)))
+        position = next((p for p in positions if p not in answered), None)
+        if position is None:  # vLLM labels both with the first call; never two results for one call
+            raise MessageError(f"tool messages #{answered[positions[0]] + 1} and #{order + 1} after the last "
+                               f"assistant message both answer tool call {msg.tool_call_id!r} (call #"
+                               f"{positions[0] + 1}, {calls[positions[0]].function.name!r}): one result per call")
+        answered[position] = order  # matched: like vLLM's renderer, the call's name and position win
+        resolved.append((position, order, RenderedMessage(msg, calls[position].function.name, position + 1)))
     else:
         resolved.sort(key=lambda item: (item[0], item[1]))
         return [item[2] for item in resolved]
@@ -348,7 +348,8 @@ def normalize_messages(
             mid-conversation (used to resolve a leading tool-message run).
 
     Raises:
-        UnknownRoleError, UnknownContentPartError, MessageError: malformed messages.
+        UnknownRoleError, UnknownContentPartError, MessageError: malformed messages (and two
+            tool results answering one call).
         ToolNameError: a tool message whose name cannot be resolved.
     """
     run: list[ToolMessage] = []

@@ -58,9 +58,10 @@ class ParsedToolCall:
             renders it.
         error: why the call cannot run, or None: a value beyond the JSON limits of
             :func:`~kimik3.formats.k3.safe_loads` (``1e999``, a 5,000-digit integer, nesting
-            deeper than 128). The value is then kept as its raw text (a string, as for any value
-            that does not decode) and the agent answers the call with this reason instead of
-            running the tool.
+            deeper than 128, a lone UTF-16 surrogate), or a value that holds its own closer's
+            text (where it ends cannot be told; it is read up to the last closer). The value is
+            then kept as its raw text (a string, as for any value that does not decode) and the
+            agent answers the call with this reason instead of running the tool.
     """
 
     index: int
@@ -108,6 +109,9 @@ class ParsedOutput:
             normal stop (``finish_reason`` ``"length"`` or unknown). An incomplete call is then in
             :attr:`incomplete_tool_calls`, not in :attr:`tool_calls`.
         incomplete_tool_calls: calls dropped because they never closed.
+        misplaced_tool_calls: the tool names of calls written outside the tools section (in
+            the think or response channel, or between channels): never run, their text kept
+            where it was written, as it was written.
     """
 
     reasoning_content: str | None
@@ -115,6 +119,7 @@ class ParsedOutput:
     tool_calls: tuple[ParsedToolCall, ...] = ()
     truncated: bool = False
     incomplete_tool_calls: tuple[IncompleteToolCall, ...] = ()
+    misplaced_tool_calls: tuple[str, ...] = ()
 
     @property
     def finish_reason(self) -> Literal["tool_calls", "length", "stop"]:

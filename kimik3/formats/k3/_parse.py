@@ -6,37 +6,21 @@ The model's output (the text generated after the generation prompt, decoded with
     [reasoning]<|close|>think<|sep|>                       thinking on (the prompt opened think)
     <|open|>response<|sep|>[text]<|close|>response<|sep|>   the prompt opened response when off
     [<|open|>tools<|sep|> (call)+ <|close|>tools<|sep|>]
-    <|close|>message<|sep|><|end_of_msg|>
-
-    call := <|open|>call tool="N" index="k"<|sep|>
-            (<|open|>argument key="K" type="T"<|sep|>V<|close|>argument<|sep|>)*
-            <|close|>call<|sep|>
+    <|close|>message<|sep|><|end_of_msg|>        (call: docs/k3-format.md § Typed arguments)
 
 :class:`StreamParser` is one incremental state machine; :func:`parse` is that machine fed the
 whole text at once, so streaming gives exactly the non-streaming result for every chunking.
 
-Work is linear in the output length: each character is scanned once by the marker lexer (a
-partial marker at a chunk end is at most 13 characters and is re-scanned once), text is kept as
-lists of pieces joined once, and string arguments are JSON-escaped piece by piece.
-
-The unavoidable ambiguity: K3's markers are single special tokens, but a parser of *text* sees only
-their spelling. Text that spells a marker (for example a string argument holding a file that
-documents this format, where the model wrote ``<|close|>argument<|sep|>`` as plain BPE) cannot be
-told from a real marker, and is parsed as one. Only a token-id level parser could tell them apart.
-What a text parser can do is notice the damage: a value closed early leaves non-blank text, or a
-second close, inside the call outside any value; such a call is dropped as incomplete (reported,
-never run with a cut argument).
+Values are read exactly as written (:class:`StreamParser`, Values). Work is linear: each
+character is scanned once (a partial marker held at a chunk end, at most 23, once more).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from typing import Any
 
-from ..._exceptions import JSONLimitError, ParserStateError
-from ..._json import JSON_MAX_DEPTH, safe_loads
-from ._encode import CLOSE, END_OF_MSG, OPEN, SEP
+from ..._exceptions import ParserStateError
+from ._encode import END_OF_MSG, OPEN, SEP
 from ._events import (
     ContentDelta,
     Event,
@@ -44,97 +28,28 @@ from ._events import (
     ParsedOutput,
     ParsedToolCall,
     ReasoningDelta,
-    ToolCallArgumentsDelta,
-    ToolCallDone,
     ToolCallIncomplete,
     ToolCallStarted,
     new_tool_call_id,
 )
+from ._markers import K_CLOSE, K_EOM, K_OPEN, K_SEP, MARKERS, MAX_PREFIX, PREFIXES, TEXT, parse_header
+from ._values import CLOSERS, Call, closer_overlap
 
 __all__ = ["StreamParser", "parse"]
 
-
-# -- lexer tables ----------------------------------------------------------------------------
-
-_K_OPEN, _K_CLOSE, _K_SEP, _K_EOM = 0, 1, 2, 3
-_MARKERS: tuple[tuple[str, int], ...] = (
-    (OPEN, _K_OPEN),
-    (CLOSE, _K_CLOSE),
-    (SEP, _K_SEP),
-    (END_OF_MSG, _K_EOM),
-)
-# Every proper prefix of a marker: the text a chunk may end with while it can still become one.
-_PREFIXES = frozenset(m[:i] for m, _ in _MARKERS for i in range(1, len(m)))
-_MAX_PREFIX = max(len(m) for m, _ in _MARKERS) - 1
-
 # -- machine states ----------------------------------------------------------------------------
-
 # Legend of the parser's states (where the text being read goes):
 #   _THINK     inside the think channel: text is reasoning
 #   _RESPONSE  inside the response channel: text is content
 #   _TOP       between channels, inside the message: non-blank text is content (decision)
 #   _TOOLS     inside <tools>, outside any call: text is dropped
-#   _CALL      inside a call, outside any value: blank text is dropped; other text breaks the call
+#   _CALL      inside a call, before its first value: blank text is dropped; other text fails the call
 #   _ARG       inside an <argument>: text is the value (streamed when its type is string)
 #   _JSON      inside a <json> block (the encoder's fallback for unparsable arguments)
+#   _AFTER     after a value's closer: held until what follows shows whether the closer ended it
 #   _DONE      the message is over: everything after is ignored
-_THINK, _RESPONSE, _TOP, _TOOLS, _CALL, _ARG, _JSON, _DONE = range(8)
-
-def _unescape_attr(value: str) -> str:
-    # docs/k3-format.md § Typed arguments: "&quot;" first, then "&amp;" (the reverse of the encoder's order).
-    return value.replace("&quot;", '"').replace("&amp;", "&")
-
-
-def _parse_header(header: str) -> tuple[str, dict[str, str]]:
-    # `name k="v" k2="v2"`: scanned once with str.find (a backtracking regex would be quadratic on
-    # a long malformed header). A key is the last word before `="`; values have no raw `"`.
-    parts = header.split(None, 1)
-    if not parts:
-        return "", {}
-    attrs: dict[str, str] = {}
-    rest = parts[1] if len(parts) > 1 else ""
-    pos = 0
-    while (eq := rest.find('="', pos)) >= 0 and (end := rest.find('"', eq + 2)) >= 0:
-        words = rest[pos:eq].split()
-        attrs[words[-1] if words else ""] = _unescape_attr(rest[eq + 2 : end])
-        pos = end + 1
-    return parts[0], attrs
-
-
-def _decode_value(raw: str, max_depth: int) -> tuple[Any, str | None]:
-    """``(value, error)``. docs/k3-format.md § Typed arguments: non-string types are JSON, else the
-    raw text; JSON beyond the shared limits (:func:`safe_loads`) also falls back, with the reason."""
-    try:
-        return safe_loads(raw, max_depth), None
-    except JSONLimitError as e:
-        return raw, str(e)
-    except ValueError:
-        return raw, None
-
-
-_JSON_KINDS = {str: "string", list: "array", int: "number", float: "number", bool: "boolean", type(None): "null"}
-_dumps: Callable[[Any], str] = json.JSONEncoder(ensure_ascii=False).encode
-"""``json.dumps(value, ensure_ascii=False)`` without building an encoder per call."""
-
-
-class _Call:
-    __slots__ = (
-        "arg_key", "arg_parts", "arg_string", "broken", "error", "id", "index", "items", "json_parts", "name",
-        "parent",
-    )  # fmt: skip
-
-    def __init__(self, index: int, id: str, name: str, parent: int) -> None:
-        self.index = index
-        self.id = id
-        self.name = name
-        self.parent = parent  # the state a close (or an interruption) returns to
-        self.items: list[tuple[str, Any]] = []
-        self.json_parts: list[str] = []  # every arguments-delta fragment, in order
-        self.arg_key = ""
-        self.arg_string = False
-        self.arg_parts: list[str] = []
-        self.error: str | None = None  # the first value beyond the JSON limits, if any
-        self.broken = False  # marker text ended a value early: dropped at its close, never run
+_THINK, _RESPONSE, _TOP, _TOOLS, _CALL, _ARG, _JSON, _AFTER, _DONE = range(9)
+_CHANNEL_TAGS = ("think", "response", "tools", "call")
 
 
 class StreamParser:
@@ -143,54 +58,38 @@ class StreamParser:
     Feed text deltas as they arrive; each :meth:`feed` returns the typed events the new text
     completes. Call :meth:`finish` at the end of the stream, then :meth:`result`.
 
-    Guarantees:
-        - For every chunking of the same text, :meth:`result` is the same (ids aside, which come
-          from ``id_factory`` in call order), and equal to :func:`parse` of the whole text.
-        - No byte of a marker appears in a reasoning or content delta. A partial marker at a
-          chunk end is held back only while it can still become a marker.
-        - The argument deltas of a call concatenate to its ``arguments_json``; string values are
-          streamed while they arrive.
-        - Total work is linear in the output length.
+    Guarantees: for every chunking the same :meth:`result` (ids aside, from ``id_factory`` in
+    call order), equal to :func:`parse` of the whole text; no byte of a marker read as structure
+    in a reasoning or content delta (a partial marker at a chunk end is held only while it can
+    still become one; a call outside the tools section keeps its text as written); a call's
+    argument deltas concatenate to its ``arguments_json``, string values streamed as they
+    arrive; work linear in the output.
 
-    Recovery (docs/k3-format.md § Known model slips):
-        - ``<|close|>think<|sep|>`` omitted: a later channel tag (open/close ``response``, open
-          ``tools``/``call``, close ``message``) ends the reasoning; the text before it stays
-          reasoning.
-        - Think channel skipped (the output starts with ``<|open|>response<|sep|>`` or
-          ``<|open|>tools<|sep|>``): reasoning is ``""`` and the text is the answer.
-        - ``<|close|>response<|sep|>`` / ``<|close|>tools<|sep|>`` omitted: the next channel tag or
-          the message close ends them.
-        - Output cut (by ``max_tokens``) inside a call: complete calls are kept; the cut one is
-          reported in ``incomplete_tool_calls`` (and a :class:`ToolCallIncomplete` event), never
-          returned as a call. A missing ``<|close|>argument<|sep|>`` is implied by the next
-          argument or by ``<|close|>call<|sep|>``.
-        - A partial marker at the very end is dropped (markers are single tokens: a partial one is
-          an artefact of a cut stream).
-        - Text after the message close (``<|close|>message<|sep|>``, ``<|end_of_msg|>`` or the
-          open of another ``message``) is ignored.
+    Values (docs/k3-format.md § Typed arguments), kept exactly as written (Moonshot's encoder
+    writes a string value raw): only the exact closer (``<|close|>argument<|sep|>``; ``json``
+    blocks: ``<|close|>json<|sep|>``) ends a value; ``<|open|>``, ``<|sep|>``, ``<|close|>`` and
+    anything else, partial markers, would-be headers are text of it, so ``render_output`` then
+    :func:`parse` gives back every value that does not hold its closer. After a closer only blank
+    text, the next value's open tag or the call's close may follow, and after that close what
+    may follow a call (another call, the tools or message close); anything else shows the closer
+    was text of the value, which runs on to the next closer, and the call fails (``error``:
+    never run). Non-blank text between a call's header and its first value fails it too.
 
-    Decisions where the spec is silent (kept in code comments too):
-        - Text between channels (after a channel closed, outside any tag) is content when it has
-          non-whitespace (the model forgot ``<|open|>response<|sep|>``); whitespace-only runs
-          there are layout and dropped. Text inside ``tools`` but outside a call, and blank text
-          inside a call outside any value, are dropped.
-        - Non-blank text inside a call outside any value, or a close of a value that is not open,
-          is what marker text inside a string argument leaves behind (it closed the value early):
-          the call is dropped as incomplete at its close, never run with a cut argument.
-        - With ``thinking=False`` a think channel opened anyway is parsed as reasoning
-          (``reasoning_content`` becomes a string); a stray ``<|close|>think<|sep|>`` is ignored.
-        - A call header without a ``tool`` attribute gives the name ``""``; the model's ``index``
-          attribute is ignored (calls are numbered in order). A ``json`` block inside a call (the
-          encoder's fallback for unparsable arguments) adds its keys when it decodes to an
-          object; otherwise the call is a failed one (``error``: "its json arguments block is a JSON
-          string, not an object"), never run without its arguments. An
-          ``<|open|>call`` outside ``tools`` is accepted.
-        - A call counts only once its ``<|close|>call<|sep|>`` is seen. A call interrupted by
-          another structural tag (a new call, ``<|close|>tools<|sep|>``, a channel open, the
-          message close) is dropped as incomplete like a cut one: running a call whose end was never
-          confirmed risks running it with a cut argument. The output is not ``truncated`` for that.
-        - A tag header interrupted by another marker, an unknown tag and a stray ``<|sep|>`` are
-          ignored.
+    Recovery (docs/k3-format.md § Known model slips): a missed think close (a later channel tag
+    ends the reasoning), a skipped think channel (the text is the answer), a missed response or
+    tools close (the next channel tag or the message close ends them), output cut inside a call
+    (complete calls kept; the cut one in ``incomplete_tool_calls``, a :class:`ToolCallIncomplete`
+    event, never returned), a partial marker at the very end (text: markers are single tokens),
+    text after the message close (ignored).
+
+    Decisions where the spec is silent (docs/k3-format.md § Decisions where the sources are
+    silent; code comments): non-blank text between channels is content, blank is layout; text in
+    ``tools`` outside a call is dropped; a call outside the tools section is never run (its text
+    stays as written, its name in ``misplaced_tool_calls``); a think channel opened with thinking
+    off is reasoning; a call without ``tool`` is named ``""`` and ``index`` is ignored; a ``json``
+    block adds its keys when it decodes to an object, else the call fails; a call interrupted
+    before its first value is dropped as incomplete; an interrupted header, an unknown tag and a
+    stray ``<|sep|>`` are ignored.
 
     Args:
         thinking: whether the prompt opened the think channel (thinking on) or the response
@@ -206,21 +105,26 @@ class StreamParser:
         self._content: list[str] = []
         self._calls: list[ParsedToolCall] = []
         self._incomplete: list[IncompleteToolCall] = []
-        self._call: _Call | None = None
+        self._misplaced: list[str] = []
+        self._call: Call | None = None
+        self._closer = ""  # the open value's closer
         self._next_index = 0
-        self._tail = ""  # held-back partial marker (at most _MAX_PREFIX chars)
+        self._tail = ""  # held-back partial marker (or partial closer, inside a value)
         self._header: list[str] | None = None  # pieces of a tag header awaiting its <|sep|>
         self._header_open = False
         self._top_ws: list[str] = []  # whitespace between channels, held until we know its fate
         self._top_live = False  # non-whitespace text seen between channels since the last marker
         self._out: list[Event] = []
         self._closed = False  # the message closed
+        self._after_close = 0  # non-blank characters after the message close
         self._finished = False
         self._truncated = False
         self._result: ParsedOutput | None = None
+        self.regular = True
+        """Every marker so far was part of well-formed K3 structure, nothing ignored, dropped, cut or
+        failed (the spec's model slips aside): chat mode's test for markup a server left in a field."""
 
     # -- public ----------------------------------------------------------------------------
-
     def feed(self, delta: str) -> list[Event]:
         """Consume the next piece of output text.
 
@@ -235,40 +139,24 @@ class StreamParser:
         """
         if self._finished:
             raise ParserStateError("StreamParser.feed() called after finish()")
-        if self._state == _DONE or not delta:
-            return []  # text after the message close is ignored
+        if not delta:
+            return []
+        if self._state == _DONE:
+            self._ignored(delta)
+            return []
         out: list[Event] = []
         self._out = out
         buf = self._tail + delta if self._tail else delta
         self._tail = ""
-        n = len(buf)
-        start = 0  # start of the text not yet handed on
-        pos = 0
-        find = buf.find
-        startswith = buf.startswith
-        while True:
-            j = find("<", pos)
-            if j < 0:
+        if self._state in (_ARG, _JSON) and "<" not in buf:  # the hot path: a long value streaming
+            self._value_text(buf)
+            return out
+        pos, n = 0, len(buf)
+        while pos < n:
+            pos = self._lex_value(buf, pos) if self._state in (_ARG, _JSON) else self._lex(buf, pos)
+            if self._state == _DONE:
+                self._ignored(buf[pos:])
                 break
-            for marker, kind in _MARKERS:
-                if startswith(marker, j):
-                    if j > start:
-                        self._text(buf[start:j])
-                    start = pos = j + len(marker)
-                    self._marker(kind)
-                    if self._state == _DONE:
-                        return out
-                    break
-            else:
-                if n - j <= _MAX_PREFIX and buf[j:] in _PREFIXES:
-                    # may still become a marker: hold back (this is the only text re-scanned)
-                    if j > start:
-                        self._text(buf[start:j])
-                    self._tail = buf[j:]
-                    return out
-                pos = j + 1
-        if start < n:
-            self._text(buf[start:] if start else buf)
         return out
 
     def finish(self, finish_reason: str | None = None) -> list[Event]:
@@ -287,16 +175,25 @@ class StreamParser:
             return []
         out: list[Event] = []
         self._out = out
-        # Decision: a partial marker at the very end of raw token output is dropped, not text
-        # (see class docstring); an unterminated tag header and held whitespace between channels
-        # are dropped too.
-        self._tail = ""
-        self._header = None
+        if self._state == _AFTER and self._call is not None and self._call.closing:
+            self._confirm(self._call)  # the output ended after a call's close: it closed
+        tail, self._tail = self._tail, ""
+        if tail:  # a partial marker at the very end is text (decision, see class docstring)
+            self.regular = False
+            if self._state in (_ARG, _JSON):
+                self._value_text(tail)
+            else:
+                self._text(tail)
+        if self._header is not None:  # an unfinished tag is dropped
+            self.regular = False
+            self._header = None
         self._top_ws.clear()
         if self._call is not None:
-            self._abandon_call()
+            self._drop_call()
         self._finished = True
         self._truncated = not self._closed and finish_reason in (None, "length")
+        if self._after_close:
+            self.regular = False
         return out
 
     def result(self) -> ParsedOutput:
@@ -310,16 +207,86 @@ class StreamParser:
                 tool_calls=tuple(self._calls),
                 truncated=self._truncated,
                 incomplete_tool_calls=tuple(self._incomplete),
+                misplaced_tool_calls=tuple(self._misplaced),
             )
         return self._result
 
-    # -- text ------------------------------------------------------------------------------
+    # -- lexers ------------------------------------------------------------------------------
+    def _lex(self, buf: str, pos: int) -> int:
+        """Markers and text from ``pos``; returns where it stopped (the end, or where a value
+        starts or reopens: the rest is lexed as value text)."""
+        n = len(buf)
+        start = pos
+        find = buf.find
+        startswith = buf.startswith
+        while True:
+            j = find("<", pos)
+            if j < 0:
+                break
+            for marker, kind in MARKERS:
+                if startswith(marker, j):
+                    if j > start:
+                        self._text(buf[start:j])
+                        if self._state in (_ARG, _JSON):  # the text reopened a value
+                            return j
+                    if not self._marker(kind):  # it reopened a value: the marker is value text
+                        return j
+                    start = pos = j + len(marker)
+                    if self._state in (_ARG, _JSON, _DONE):
+                        return pos
+                    break
+            else:
+                if n - j <= MAX_PREFIX and buf[j:] in PREFIXES:
+                    # may still become a marker: hold back (this is the only text re-scanned)
+                    if j > start:
+                        self._text(buf[start:j])
+                        if self._state in (_ARG, _JSON):
+                            return j
+                    self._tail = buf[j:]
+                    return n
+                pos = j + 1
+        if start < n:
+            self._text(buf[start:] if start else buf)
+        return n
 
+    def _lex_value(self, buf: str, pos: int) -> int:
+        """Value text from ``pos`` up to the value's exact closer; returns the position after it
+        (or the end, holding back a partial closer)."""
+        closer = self._closer
+        k = buf.find(closer, pos)
+        if k < 0:
+            n = len(buf)
+            hold = closer_overlap(buf, pos, closer) if buf.find("<", max(pos, n - len(closer) + 1)) >= 0 else 0
+            end = n - hold
+            if end > pos:
+                self._value_text(buf[pos:end])
+            if hold:
+                self._tail = buf[end:]
+            return n
+        if k > pos:
+            self._value_text(buf[pos:k])
+        call = self._call
+        assert call is not None
+        self._raw(closer)
+        call.pending = [closer]
+        self._state = _AFTER
+        return k + len(closer)
+
+    def _raw(self, s: str) -> None:
+        call = self._call
+        if call is not None and call.raw is not None:
+            call.raw.append(s)
+
+    # -- text ------------------------------------------------------------------------------
     def _text(self, s: str) -> None:
+        state = self._state
         if self._header is not None:
             self._header.append(s)
+            if state == _AFTER:
+                assert self._call is not None and self._call.pending is not None
+                self._call.pending.append(s)
+            self._raw(s)
             return
-        state = self._state
         if state == _THINK:
             assert self._reasoning is not None
             self._reasoning.append(s)
@@ -327,15 +294,6 @@ class StreamParser:
         elif state == _RESPONSE:
             self._content.append(s)
             self._out.append(ContentDelta(s))
-        elif state == _ARG:
-            call = self._call
-            assert call is not None
-            call.arg_parts.append(s)
-            if call.arg_string:
-                self._args_delta(call, _dumps(s)[1:-1])  # JSON escaping is per character
-        elif state == _JSON:
-            assert self._call is not None
-            self._call.arg_parts.append(s)
         elif state == _TOP:
             # Decision (spec silent): text between channels is content when it has
             # non-whitespace (a forgotten <|open|>response<|sep|>); whitespace-only runs
@@ -349,79 +307,172 @@ class StreamParser:
                 self._top_ws.append(s)
                 self._emit_content("".join(self._top_ws))
                 self._top_ws.clear()
-        elif state == _CALL and not s.isspace():
-            # Decision: a value closed early by marker text leaves its rest here; the call is broken.
-            assert self._call is not None
-            self._call.broken = True
-        # _TOOLS, blank _CALL text: text outside a call / between values is dropped (decision).
+        elif state == _AFTER:
+            call = self._call
+            assert call is not None and call.pending is not None
+            self._raw(s)
+            if s.isspace():  # layout between values, unless what follows shows otherwise
+                call.pending.append(s)
+            else:  # text after a closer: the closer was text of the value
+                self._reopen()
+                self._value_text(s, raw=False)
+        elif state == _CALL:
+            self._raw(s)
+            if not s.isspace():  # Decision: text before the first value fails the call
+                self._fail(self._call, "it has text outside any argument")
+        elif state == _TOOLS and not s.isspace():
+            self.regular = False  # text inside tools, outside a call, is dropped (decision)
+
+    def _value_text(self, s: str, raw: bool = True) -> None:
+        call = self._call
+        assert call is not None
+        if raw and call.raw is not None:
+            call.raw.append(s)
+        call.value_text(self._out, s)
 
     def _emit_content(self, s: str) -> None:
         self._content.append(s)
         self._out.append(ContentDelta(s))
 
-    # -- markers and tags --------------------------------------------------------------------
+    def _ignored(self, s: str) -> None:
+        # Text after the message close is ignored (docs/k3-format.md § Known model slips): its size is kept.
+        self._after_close += len(s.replace(END_OF_MSG, "").strip())
 
-    def _marker(self, kind: int) -> None:
+    # -- markers and tags --------------------------------------------------------------------
+    def _marker(self, kind: int) -> bool:
+        """Handle one marker; False when it reopened a value and must be lexed as value text."""
+        if self._state == _AFTER:
+            return self._marker_after(kind)
         self._top_ws.clear()
         self._top_live = False
-        if kind == _K_SEP:
+        call = self._call
+        if kind == K_SEP:
+            self._raw(SEP)
             header = self._header
-            if header is not None:  # a stray <|sep|> outside a header is ignored
-                self._header = None
-                self._tag(self._header_open, "".join(header))
-        elif kind == _K_EOM:
+            if header is None:  # a stray <|sep|> outside a header is ignored
+                self.regular = False
+                return True
             self._header = None
-            self._end_message()
+            self._tag(self._header_open, "".join(header))
+        elif kind == K_EOM:
+            if self._header is not None:
+                self.regular = False
+            self._header = None
+            self._end_message(by_tag=False)
         else:  # open / close; an unfinished header before it is dropped
+            if self._header is not None:
+                self.regular = False
+            if call is not None and call.raw is not None:
+                call.raw_tag = len(call.raw)
+            self._raw(TEXT[kind])
             self._header = []
-            self._header_open = kind == _K_OPEN
+            self._header_open = kind == K_OPEN
+        return True
+
+    def _marker_after(self, kind: int) -> bool:
+        # After a value's closer: the next value's open tag or the call's close confirm it; a
+        # second closer moves it on; anything else shows it was text of the value.
+        call = self._call
+        assert call is not None and call.pending is not None
+        pending = call.pending
+        header = self._header
+        if kind in (K_OPEN, K_CLOSE) and header is None:
+            call.pending_tag = len(pending)
+            pending.append(TEXT[kind])
+            if call.raw is not None:
+                call.raw_tag = len(call.raw)
+            self._raw(TEXT[kind])
+            self._header = []
+            self._header_open = kind == K_OPEN
+            return True
+        if kind == K_EOM and header is None and call.closing:  # the message ends after the call
+            self._confirm(call)
+            self._end_message(by_tag=False)
+            return True
+        if kind != K_SEP or header is None:  # a stray <|sep|>, <|end_of_msg|>, an interrupted header
+            self._header = None
+            self._reopen()
+            return False
+        self._header = None
+        self._raw(SEP)
+        text = "".join(header)
+        name, attrs = parse_header(text)
+        if not self._header_open and text == call.tag:  # a second closer: it may be the real one
+            del pending[call.pending_tag :]
+            self._reopen()
+            call.pending = [self._closer]
+            self._state = _AFTER
+        elif call.closing:  # after the call's close: what may follow a call confirms both closes
+            if name == "message" or (self._header_open and name in _CHANNEL_TAGS) or (
+                    not self._header_open and name == "tools"):
+                self._confirm(call)
+                self._tag(self._header_open, text)
+            else:
+                pending.append(SEP)
+                self._reopen()
+        elif self._header_open and name in CLOSERS:
+            self._end_value(call)
+            self._start_value(call, name, attrs)
+        elif not self._header_open and name == "call":
+            if call.raw is not None:  # outside the tools section: it never runs, nothing to confirm
+                self._end_value(call)
+                self._close_call(call)
+            else:  # held until what follows the call confirms it (a closer spelled in the value?)
+                pending.append(SEP)
+                call.closing = True
+        else:
+            pending.append(SEP)
+            self._reopen()
+        return True
+
+    def _confirm(self, call: Call) -> None:
+        """What followed a call's close confirms it, and its last value's closer: commit."""
+        call.closing = False
+        self._end_value(call)
+        self._close_call(call)
 
     def _tag(self, is_open: bool, header: str) -> None:
         # Transitions on a complete tag (state -> tag -> new state); anything not listed is ignored:
         #   any          open/close message  -> _DONE (end of the message; a new message is a slip)
-        #   _CALL/_ARG/_JSON  open argument|json -> _ARG/_JSON (an open value is closed first)
-        #   _ARG/_JSON   close argument|json -> _CALL (_CALL: a second close, the call is broken)
-        #   _CALL/_ARG/_JSON  close call     -> the call is committed (abandoned when broken)
-        #                                       -> _TOOLS or _TOP (its parent)
-        #   _CALL/_ARG/_JSON  open think|response|tools|call, close tools
-        #                                    -> the call is abandoned (incomplete), then as below
+        #   _CALL        open argument|json  -> _ARG/_JSON
+        #   _CALL        close call          -> the call is committed (failed when damaged) -> its parent
+        #   _CALL        close argument|json -> the call fails (a close without a value)
+        #   _CALL        open think|response|tools|call, close tools
+        #                                    -> the call is dropped (incomplete), then as below
         #   any          open think          -> _THINK (reasoning starts even with thinking off)
         #   any          open response       -> _RESPONSE
         #   any          open tools          -> _TOOLS
-        #   _TOOLS/other open call           -> _CALL (parent _TOOLS, or _TOP for a call outside tools)
+        #   _TOOLS       open call           -> _CALL (parent _TOOLS)
+        #   _THINK/_RESPONSE/_TOP  open call -> _CALL, a call outside the tools section: kept as
+        #                                       text of the channel, never run (parent: that state)
         #   _THINK       close think         -> _TOP
         #   _RESPONSE/_THINK  close response -> _TOP (a think close omitted)
         #   _TOOLS       close tools         -> _TOP
-        name, attrs = _parse_header(header)
+        # (_ARG/_JSON see no tags: only their closer ends them; _AFTER: see _marker_after.)
+        name, attrs = parse_header(header)
         if name == "message":
             # Close of the message, or (a slip) the open of another one: the message is over.
-            self._end_message()
+            self._end_message(by_tag=True)
             return
         state = self._state
-        if state in (_CALL, _ARG, _JSON):
+        if state == _CALL:
             call = self._call
             assert call is not None
-            if name in ("argument", "json"):
-                if state != _CALL:
-                    self._end_value(call)  # a missing close of the previous value is implied
+            if name in CLOSERS:
                 if is_open:
                     self._start_value(call, name, attrs)
-                elif state == _CALL:  # a second close: marker text closed the value early
-                    call.broken = True
+                else:
+                    self._fail(call, f"it closes {name!r} with no value open")
                 return
             if name == "call" and not is_open:
-                if state != _CALL:
-                    self._end_value(call)
-                if call.broken:
-                    self._abandon_call()
-                else:
-                    self._commit_call(call)
+                self._close_call(call)
                 return
-            if not (name in ("think", "response", "tools", "call") and (is_open or name == "tools")):
-                return  # unknown tag, stray close think/response/call: ignored
-            # Another channel or call starts (or tools close) before this call closed: the call is
-            # dropped as incomplete and the tag handled where the call was opened.
-            self._abandon_call()
+            if not (name in _CHANNEL_TAGS and (is_open or name == "tools")):
+                self.regular = False
+                return  # unknown tag, stray close think/response: ignored
+            # Another channel or call starts (or tools close) before this call's first value:
+            # the call is dropped as incomplete and the tag handled where the call was opened.
+            self._drop_call(by_tag=True)
             state = self._state
         if is_open:
             if name == "think":
@@ -433,8 +484,9 @@ class StreamParser:
             elif name == "tools":
                 self._state = _TOOLS
             elif name == "call":
-                # Decision: a call outside <|open|>tools<|sep|> is accepted.
-                self._open_call(attrs, _TOOLS if state == _TOOLS else _TOP)
+                self._open_call(attrs, header, state)
+            else:
+                self.regular = False
             return
         if (
             (name == "think" and state == _THINK)
@@ -442,84 +494,81 @@ class StreamParser:
             or (name == "tools" and state == _TOOLS)
         ):
             self._state = _TOP
+        else:
+            self.regular = False
 
-    def _end_message(self) -> None:
+    def _end_message(self, *, by_tag: bool) -> None:
         if self._call is not None:
-            self._abandon_call()
+            self._drop_call(by_tag=by_tag)
         self._state = _DONE
         self._closed = True
 
     # -- calls -------------------------------------------------------------------------------
-
-    def _args_delta(self, call: _Call, text: str) -> None:
-        if text:
-            call.json_parts.append(text)
-            self._out.append(ToolCallArgumentsDelta(call.index, call.id, text))
-
-    def _open_call(self, attrs: dict[str, str], parent: int) -> None:
-        call = _Call(self._next_index, self._id_factory(), attrs.get("tool", ""), parent)
-        self._next_index += 1
-        self._call = call
+    def _open_call(self, attrs: dict[str, str], header: str, parent: int) -> None:
+        name = attrs.get("tool", "")
         self._state = _CALL
-        self._out.append(ToolCallStarted(call.index, call.id, call.name))
-
-    def _key_prefix(self, call: _Call, key: str) -> str:
-        return ("{" if not call.json_parts else ", ") + _dumps(key) + ": "
-
-    def _start_value(self, call: _Call, tag: str, attrs: dict[str, str]) -> None:
-        call.arg_parts = []
-        if tag == "json":
-            self._state = _JSON
+        if parent != _TOOLS:  # Decision: a call outside the tools section is text, never run
+            self._call = Call(-1, "", name, parent, [OPEN, header, SEP])
             return
-        call.arg_key = attrs.get("key", "")
-        call.arg_string = attrs.get("type") == "string"
-        self._args_delta(call, self._key_prefix(call, call.arg_key) + ('"' if call.arg_string else ""))
-        self._state = _ARG
+        self._call = Call(self._next_index, self._id_factory(), name, parent)
+        self._next_index += 1
+        self._out.append(ToolCallStarted(self._call.index, self._call.id, name))
 
-    def _end_value(self, call: _Call) -> None:
-        raw = "".join(call.arg_parts)
-        call.arg_parts = []
-        if self._state == _JSON:
-            value, error = _decode_value(raw, JSON_MAX_DEPTH)
-            if error is not None and call.error is None:
-                call.error = f"its json arguments block: {error}"
-            if isinstance(value, dict):
-                for key, item in value.items():
-                    self._args_delta(call, self._key_prefix(call, key) + _dumps(item))
-                    call.items.append((key, item))
-            elif call.error is None:
-                # Decision: a json block that is not an object (a JSON string holding the arguments,
-                # a list, text that is not JSON) makes the call a failed one with the reason, like
-                # JSON beyond the limits: it is never run without its arguments.
-                kind = "not JSON" if value is raw else f"a JSON {_JSON_KINDS.get(type(value), 'value')}, not an object"
-                call.error = f"its json arguments block is {kind}"
-        elif call.arg_string:
-            self._args_delta(call, '"')  # docs/k3-format.md § Typed arguments: a string is the raw text, no unescaping
-            call.items.append((call.arg_key, raw))
-        else:
-            value, error = _decode_value(raw, JSON_MAX_DEPTH - 1)  # it sits inside the arguments object
-            if error is not None and call.error is None:
-                call.error = f"argument {call.arg_key!r}: {error}"
-            self._args_delta(call, _dumps(value))
-            call.items.append((call.arg_key, value))
-        self._state = _CALL
+    def _start_value(self, call: Call, tag: str, attrs: dict[str, str]) -> None:
+        call.start_value(self._out, tag, attrs)
+        self._closer = CLOSERS[tag]
+        self._state = _JSON if tag == "json" else _ARG
 
-    def _commit_call(self, call: _Call) -> None:
-        self._args_delta(call, "}" if call.json_parts else "{}")
-        arguments_json = "".join(call.json_parts)
-        arguments = dict(call.items)
-        self._calls.append(ParsedToolCall(call.index, call.id, call.name, arguments, arguments_json, call.error))
-        self._out.append(ToolCallDone(call.index, call.id, call.name, arguments, arguments_json, call.error))
-        self._call = None
-        self._state = call.parent
-
-    def _abandon_call(self) -> None:
+    def _reopen(self) -> None:
         call = self._call
         assert call is not None
-        self._incomplete.append(IncompleteToolCall(call.index, call.id, call.name, dict(call.items)))
-        self._out.append(ToolCallIncomplete(call.index, call.id, call.name))
+        self.regular = False
+        self._state = _JSON if call.tag == "json" else _ARG
+        call.reopen(self._out)
+
+    def _end_value(self, call: Call) -> None:
+        call.end_value(self._out)
+        self._state = _CALL
+
+    def _fail(self, call: Call | None, why: str) -> None:
+        assert call is not None
+        self.regular = False
+        call.fail(why)
+
+    def _close_call(self, call: Call) -> None:
         self._call = None
         self._state = call.parent
+        if call.raw is not None:
+            self._misplaced_text(call, call.raw)
+            return
+        if call.error is not None:
+            self.regular = False
+        self._calls.append(call.done(self._out))
+
+    def _drop_call(self, *, by_tag: bool = False) -> None:
+        """The call never closed (cut, or interrupted: ``by_tag``): reported, never run."""
+        call = self._call
+        assert call is not None
+        self._call = None
+        self._state = call.parent
+        if call.raw is not None:  # an interrupting tag is not the call's text
+            self._misplaced_text(call, call.raw[: call.raw_tag] if by_tag else call.raw)
+            return
+        self.regular = False
+        self._incomplete.append(call.incomplete())
+        self._out.append(ToolCallIncomplete(call.index, call.id, call.name))
+
+    def _misplaced_text(self, call: Call, raw: list[str]) -> None:
+        self._misplaced.append(call.name)
+        text = "".join(raw)
+        if self._state == _THINK:
+            assert self._reasoning is not None
+            self._reasoning.append(text)
+            self._out.append(ReasoningDelta(text))
+        elif self._state == _RESPONSE:
+            self._emit_content(text)
+        else:
+            self._text(text)  # between channels: content, as any text there
 
 
 def parse(
@@ -541,10 +590,10 @@ def parse(
 
     Returns:
         The :class:`ParsedOutput`; never raises on malformed output (see :class:`StreamParser`
-        for the recovery rules, the decisions where the spec is silent, and the one ambiguity:
-        marker text inside a string argument cannot be told from a real marker).
+        for the value rule, the recovery rules and the decisions where the spec is silent).
     """
     parser = StreamParser(thinking, id_factory=id_factory)
     parser.feed(text)
     parser.finish(finish_reason)
     return parser.result()
+

@@ -80,9 +80,10 @@ def estimate_tokens(text: str) -> int:
 
     Used where no model directory is at hand (remote endpoints without a tokenizer, the scripted
     engine). K3's BPE averages about 4 bytes per token on English prose and code and fewer on
-    CJK text, so this errs towards counting more tokens for CJK (safe for budgets).
+    CJK text, so this errs towards counting more tokens for CJK (safe for budgets). A lone
+    surrogate counts as 3 bytes (it is never an error: a server can send one in JSON).
     """
-    return (len(text.encode("utf-8")) + 3) // 4
+    return (len(text.encode("utf-8", "surrogatepass")) + 3) // 4
 
 
 def load_tiktoken_bpe(path: str | os.PathLike[str]) -> dict[bytes, int]:

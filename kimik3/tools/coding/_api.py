@@ -1,5 +1,5 @@
-"""The coding toolkit's internal API: what kimik3's other packages (the coding harness, the CLI)
-may use of :mod:`kimik3.tools.coding` besides its public names (:func:`coding_tools`,
+"""The coding toolkit's internal API: what kimik3's other packages (the coding harness, eval, the
+CLI) may use of :mod:`kimik3.tools.coding` besides its public names (:func:`coding_tools`,
 :class:`Sandbox`). Everything else in the package is private to it; ``tests/test_architecture.py``
 checks that nothing outside imports its other modules.
 

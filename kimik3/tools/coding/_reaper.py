@@ -36,6 +36,10 @@ Its control fd takes single bytes: ``q`` (query), ``t`` (end everything: SIGTERM
 seconds, SIGKILL), ``k`` (SIGKILL at once); end of file changes nothing. The reaper exits when no
 descendant is left, so end of file on the status fd means the command and everything it started
 are gone.
+**MCP stdio servers.** ``python -I -S _reaper.py --stdio CMD ARGS...`` runs an MCP stdio server
+(:mod:`kimik3.tools.mcp`) instead: CMD gets this process's stdin, stdout and stderr (the reaper
+keeps none of them open); when CMD ends, or on SIGTERM (the MCP SDK's shutdown), every descendant
+is ended as above (SIGTERM, a grace second, SIGKILL) and the reaper exits with CMD's exit code.
 """
 
 from __future__ import annotations
@@ -358,6 +362,47 @@ def _supervise(sock_fd: int) -> None:
     os._exit(0)
 
 
+
+def _stdio(argv: list[str]) -> None:
+    """``--stdio CMD ARGS``: see the module docstring."""
+    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+    terminated = False
+
+    def on_term(signum: int, frame: object) -> None:
+        nonlocal terminated
+        terminated = True
+
+    signal.signal(signal.SIGTERM, on_term)
+    server = os.fork()
+    if server == 0:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        try:
+            os.execvp(argv[0], argv)
+        except OSError as e:
+            _report(2, f"kimik3: cannot run {argv[0]!r}: {e}")
+        os._exit(127)
+    null = os.open(os.devnull, os.O_RDWR)  # the pipes are the server's: its end of file is its own
+    os.dup2(null, 0)
+    os.dup2(null, 1)
+    code = 0
+    while not terminated:  # orphans re-parented here are reaped on the way
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except InterruptedError:
+            continue
+        except ChildProcessError:
+            break
+        if pid == server:
+            code = os.waitstatus_to_exitcode(status)
+            break
+    left = _end_all(_SHUTDOWN_GRACE_S)
+    if left:
+        _report(2, "kimik3: survivors " + " ".join(map(str, left)))
+    os._exit(code if code >= 0 else 128 - code)
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--stdio"]:
+        _stdio(sys.argv[2:])
     if sys.argv[1:2] == ["supervise"]:
         _supervise(int(sys.argv[2]))

@@ -10,15 +10,22 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+from PIL import Image
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..._exceptions import TrajectoryError
 
-__all__ = ["TrajectoryStep", "check_step", "screen_point"]
+__all__ = ["MAX_SCREENSHOT_PIXELS", "TrajectoryStep", "check_step", "oversized", "screen_point"]
+
+MAX_SCREENSHOT_PIXELS = 7680 * 4320
+"""The most pixels a recorded screenshot may have to be decoded (8K UHD, 33,177,600): its
+header is read first, a larger one is never decoded (an RGB decode costs 3 bytes a pixel; a
+450 KB PNG of 12000x12000 took 1.3 GB and 6 s)."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +81,25 @@ def _inside(directory: Path, name: str, where: object) -> Path:
     if not target.resolve().is_relative_to(directory.resolve()):
         raise TrajectoryError(f"{where}: screenshot {name!r} leads outside the trajectory directory")
     return target
+
+
+def oversized(path: Path, name: str) -> str | None:
+    """Why screenshot ``path`` (``name`` in the trajectory) is not decoded, from its header
+    alone: more pixels than :data:`MAX_SCREENSHOT_PIXELS`, or Pillow's decompression-bomb
+    limit. None when it is within the limit, or unreadable (decoding it reports that)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the size is checked here
+            with Image.open(path) as im:
+                width, height = im.size
+    except Image.DecompressionBombError as e:
+        return f"screenshot {name} is not decoded: {e}"
+    except OSError:
+        return None
+    if width * height <= MAX_SCREENSHOT_PIXELS:
+        return None
+    return (f"screenshot {name} is not decoded: {width}x{height} pixels, over the {MAX_SCREENSHOT_PIXELS:,}-pixel "
+            "limit")  # fmt: skip
 
 
 # -- the JSON records, validated at one place (load_trajectory) ------------------------------

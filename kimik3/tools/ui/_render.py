@@ -3,6 +3,10 @@
 Each step shows its ``before`` screenshot with the action drawn on it (a red ring at a click, two
 for a double click, the path of a drag from a green start to a red end, an arrow for a scroll, a
 banner with the typed text or the keys) and, on the page, the model's reasoning and call beside it.
+
+A screenshot whose header gives more pixels than
+:data:`~kimik3.tools.ui._records.MAX_SCREENSHOT_PIXELS` (or Pillow's decompression-bomb limit) is
+never decoded: its place shows a grey frame saying why (on the page, the reason in text too).
 """
 
 from __future__ import annotations
@@ -79,6 +83,34 @@ def annotate_step(image: Image.Image, step: TrajectoryStep, width: int | None = 
     return out
 
 
+def _note(text: str, traj: Trajectory, width: int) -> Image.Image:
+    """A grey frame of the recorded screen's shape (``width`` wide) that says ``text``."""
+    sw, sh = traj.screen_size
+    width = min(width, max(320, sw))
+    out = Image.new("RGB", (width, max(120, min(2 * width, round(width * sh / max(1, sw))))), (225, 225, 225))
+    draw = ImageDraw.Draw(out)
+    font = ImageFont.load_default(size=16)
+    words, lines = text.split(), [""]
+    for word in words:  # wrapped to the frame
+        line = f"{lines[-1]} {word}".strip()
+        if lines[-1] and draw.textlength(line, font=font) > width - 24:
+            lines.append(word)
+        else:
+            lines[-1] = line
+    draw.multiline_text((12, 12), "\n".join(lines), fill=(90, 0, 0), font=font)
+    return out
+
+
+def _shot(traj: Trajectory, name: str, width: int, step: TrajectoryStep | None = None) -> tuple[Image.Image, str]:
+    """Screenshot ``name`` shrunk to ``width`` (with ``step`` drawn on it), and a note: why it is
+    not shown ("" when it is)."""
+    why = traj.oversized(name)
+    if why is not None:
+        return _note(why, traj, width), why
+    image = traj.image(name)
+    return (annotate_step(image, step, width) if step is not None else _scaled(image, width)[0]), ""
+
+
 def _data_url(image: Image.Image) -> str:
     buf = io.BytesIO()
     image.save(buf, "JPEG", quality=85)
@@ -88,7 +120,7 @@ def _data_url(image: Image.Image) -> str:
 _STYLE = """body{font-family:sans-serif;margin:24px;background:#f6f6f6;color:#111}
 .step,.end{background:#fff;border:1px solid #ddd;border-radius:6px;margin:0 0 24px;padding:12px}
 .row{display:flex;gap:16px;align-items:flex-start}.row img{max-width:70%;height:auto;border:1px solid #ccc}
-.side{flex:1;min-width:240px}pre{white-space:pre-wrap;word-break:break-word;background:#f0f0f0;padding:8px}
+.side{flex:1;min-width:240px}.note{color:#900;font-weight:bold}pre{white-space:pre-wrap;word-break:break-word;background:#f0f0f0;padding:8px}
 h1{font-size:22px}h2{font-size:18px;margin:0 0 8px}.meta{color:#555;font-size:13px}"""
 
 
@@ -107,7 +139,8 @@ def render_html(trajectory: Trajectory | str | os.PathLike[str], out: str | os.P
         ``out`` as a Path.
 
     Raises:
-        TrajectoryError: an unreadable trajectory or screenshot.
+        TrajectoryError: an unreadable trajectory or screenshot (one too large to decode is shown
+            as a note instead, see the module docstring).
     """
     traj = trajectory if isinstance(trajectory, Trajectory) else load_trajectory(trajectory)
     esc = html.escape
@@ -116,11 +149,11 @@ def render_html(trajectory: Trajectory | str | os.PathLike[str], out: str | os.P
              f"<p class='meta'>{esc(json.dumps(traj.computer, ensure_ascii=False))}, screen "
              f"{traj.screen_size[0]}x{traj.screen_size[1]}</p>"]  # fmt: skip
     for step in traj.steps:
-        shot = annotate_step(traj.image(step.before), step, _PAGE_WIDTH)
-        model = ""
+        shot, note = _shot(traj, step.before, _PAGE_WIDTH, step)
+        model = f"<p class='note'>{esc(note)}</p>" if note else ""
         if step.model is not None:
             call = f"{step.model['tool']}({json.dumps(step.model['arguments'], ensure_ascii=False)})"
-            model = f"<h3>Model call</h3><pre class='call'>{esc(call)}</pre>"
+            model += f"<h3>Model call</h3><pre class='call'>{esc(call)}</pre>"
         reasoning = f"<h3>Reasoning</h3><pre class='reasoning'>{esc(step.reasoning)}</pre>" if step.reasoning else ""
         parts.append(
             f"<section class='step' id='step-{step.index}'><h2>Step {step.index}: {esc(step.describe())}</h2>"
@@ -130,8 +163,9 @@ def render_html(trajectory: Trajectory | str | os.PathLike[str], out: str | os.P
         )
     last = traj.end or (traj.steps[-1].after if traj.steps else None)
     if last is not None:
-        end, _ = _scaled(traj.image(last), _PAGE_WIDTH)
-        parts.append(f"<section class='end'><h2>End state</h2><img alt='end' src='{_data_url(end)}'></section>")
+        end, note = _shot(traj, last, _PAGE_WIDTH)
+        note = f"<p class='note'>{esc(note)}</p>" if note else ""
+        parts.append(f"<section class='end'><h2>End state</h2>{note}<img alt='end' src='{_data_url(end)}'></section>")
     parts.append("</body></html>")
     path = Path(out)
     path.write_text("".join(parts), encoding="utf-8")
@@ -153,13 +187,14 @@ def render_gif(
         ``out`` as a Path.
 
     Raises:
-        TrajectoryError: an unreadable trajectory or screenshot, or one without steps.
+        TrajectoryError: an unreadable trajectory or screenshot (one too large to decode is a
+            frame saying so), or one without steps.
     """
     traj = trajectory if isinstance(trajectory, Trajectory) else load_trajectory(trajectory)
-    frames = [annotate_step(traj.image(step.before), step, _GIF_WIDTH) for step in traj.steps]
+    frames = [_shot(traj, step.before, _GIF_WIDTH, step)[0] for step in traj.steps]
     last = traj.end or (traj.steps[-1].after if traj.steps else None)
     if traj.steps and last is not None:
-        frames.append(_scaled(traj.image(last), _GIF_WIDTH)[0])
+        frames.append(_shot(traj, last, _GIF_WIDTH)[0])
     if not frames:
         raise TrajectoryError(f"{traj.path} has no steps to render")
     path = Path(out)

@@ -41,9 +41,21 @@ from pydantic import ValidationError
 from ..._exceptions import ReplayMismatchError, ToolError, TrajectoryError
 from ...formats.k3 import ReasoningDelta
 from ._computer import Computer, KeyCombo, MouseButton
-from ._records import TrajectoryStep, _End, _errors, _Header, _inside, _Step, check_step, screen_point
+from ._records import (
+    MAX_SCREENSHOT_PIXELS,
+    TrajectoryStep,
+    _End,
+    _errors,
+    _Header,
+    _inside,
+    _Step,
+    check_step,
+    oversized,
+    screen_point,
+)
 
 __all__ = [
+    "MAX_SCREENSHOT_PIXELS",
     "TRAJECTORY_FILE",
     "Trajectory",
     "TrajectoryRecorder",
@@ -90,15 +102,27 @@ class Trajectory:
         """The directory holding the JSONL file and the screenshots."""
         return self.path.parent
 
+    def oversized(self, name: str) -> str | None:
+        """Why screenshot ``name`` is not decoded (too many pixels, from its header), or None.
+
+        Raises:
+            TrajectoryError: ``name`` is not a relative path inside the trajectory directory.
+        """
+        return oversized(_inside(self.directory, name, self.path), name)
+
     def image(self, name: str) -> Image.Image:
         """A recorded screenshot (RGB) by its relative path.
 
         Raises:
-            TrajectoryError: the file is missing, unreadable, too large to decode (Pillow's
-                decompression-bomb limit), or ``name`` is not a relative path inside the
-                trajectory directory (no absolute path, no ``..``, no symlink out).
+            TrajectoryError: the file is missing, unreadable, too large to decode (its header
+                gives more than :data:`MAX_SCREENSHOT_PIXELS` pixels, checked before decoding),
+                or ``name`` is not a relative path inside the trajectory directory (no absolute
+                path, no ``..``, no symlink out).
         """
         target = _inside(self.directory, name, self.path)
+        too_large = oversized(target, name)
+        if too_large is not None:
+            raise TrajectoryError(f"{too_large} ({self.path})")
         try:
             with Image.open(target) as im:
                 return im.convert("RGB")

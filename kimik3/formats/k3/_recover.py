@@ -1,0 +1,99 @@
+"""K3 markup a chat server left in a text field: held while it streams, read back as structure
+only when it is K3 structure (docs/chat-mode.md § Leaked markup).
+
+In chat mode the server parses K3's output, but servers leak: a missed think close sends the rest
+of the message as reasoning (vLLM #57689: a response-only answer streamed as reasoning, markers
+included), a marker spelled as ordinary text sends the reasoning into the answer (SGLang #32677),
+a request without tools gets its tools section back as content (SGLang #39583). Text a server
+parsed is also legitimately full of ``<`` and quoted markers. The rule, built on the raw parser
+(:class:`~kimik3.formats.k3.StreamParser`) so that every K3 rule lives in this package:
+
+- :class:`MarkedText` passes a field's text through at once, except a trailing partial marker
+  (held until the next piece; released intact at the end) and everything from the first complete
+  marker on (held to the end of the stream).
+- :func:`read_marked` then parses the field's whole text with the raw parser. When the parse is
+  :attr:`~kimik3.formats.k3.StreamParser.regular` (every marker part of a well-formed K3
+  structure, nothing ignored, dropped, cut or failed; the model slips of the spec's list aside),
+  the held text was K3 structure and its parse is the answer; otherwise it was text, and is
+  released intact.
+"""
+
+from __future__ import annotations
+
+from ._events import ParsedOutput
+from ._markers import MARKERS, MAX_PREFIX, PREFIXES
+from ._parse import StreamParser
+
+__all__ = ["MarkedText", "read_marked"]
+
+
+class MarkedText:
+    """One text field of a chat server's answer (its reasoning or its content), as it streams.
+
+    Attributes:
+        sent: the pieces passed on so far.
+        held: the text from the first complete marker on, held to the end (None until a marker
+            appears).
+    """
+
+    __slots__ = ("held", "sent", "tail")
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+        self.tail = ""  # a partial marker at the end of the text so far
+        self.held: list[str] | None = None
+
+    def feed(self, text: str) -> str:
+        """The next piece of the field; returns what can be passed on now ("" while held)."""
+        if self.held is not None:
+            self.held.append(text)
+            return ""
+        buf = self.tail + text
+        self.tail = ""
+        first = min((k for k in (buf.find(m) for m, _ in MARKERS) if k >= 0), default=-1)
+        if first >= 0:
+            self.held = [buf[first:]]
+            buf = buf[:first]
+        else:
+            for n in range(min(len(buf), MAX_PREFIX), 0, -1):
+                if buf[-n:] in PREFIXES:
+                    self.tail = buf[-n:]
+                    buf = buf[:-n]
+                    break
+        if buf:
+            self.sent.append(buf)
+        return buf
+
+    def release(self) -> str:
+        """The held text, as plain text (the end of the stream)."""
+        text = self.tail + "".join(self.held or ())
+        self.tail, self.held = "", None
+        if text:
+            self.sent.append(text)
+        return text
+
+    @property
+    def text(self) -> str:
+        """Everything passed on so far."""
+        return "".join(self.sent)
+
+
+def read_marked(sent: str, held: str, *, thinking: bool) -> ParsedOutput | None:
+    """The parse of a field's text ``sent + held`` when ``held`` is K3 structure, else None.
+
+    Args:
+        sent: the field's text already passed on (no marker in it).
+        held: the text from its first complete marker on.
+        thinking: where the text starts: in the think channel (True: a reasoning field, or
+            content a server never split the reasoning off) or in the response channel.
+
+    Returns:
+        The :class:`~kimik3.formats.k3.ParsedOutput` (its reasoning starts with ``sent`` when
+        ``thinking``, its content otherwise), or None when the parse is not regular: then the
+        held text is text (a quoted marker, a ``<|`` that is not structure) and stays as it is.
+    """
+    parser = StreamParser(thinking)
+    parser.feed(sent)
+    parser.feed(held)
+    parser.finish("stop")
+    return parser.result() if parser.regular else None
