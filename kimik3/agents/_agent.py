@@ -137,7 +137,8 @@ class Agent(Generic[OutputT]):
         instructions: the system prompt.
         tools: :class:`~kimik3.Tool` s, plain typed functions (wrapped with
             :meth:`Tool.from_function`), or :class:`~kimik3.tools.Toolset` s such as
-            :class:`kimik3.tools.mcp.MCPServerStdio` (an unopened one is opened for each run).
+            :class:`kimik3.tools.mcp.MCPServerStdio` (an unopened one is opened for each run); a
+            toolset that is a :class:`~kimik3.agents.RunHooks` too (:class:`kimik3.harness.Skills`) gets its calls.
         engine: where K3 runs (wrapped in a :class:`~kimik3.Client` with its retries); or
         client: a ready client.
         settings: per-call :class:`ModelSettings`.
@@ -208,7 +209,7 @@ class Agent(Generic[OutputT]):
             self._response_format = {"type": "json_schema", "json_schema": {"name": name, "schema": schema}}
         self.approval = approval
         self.deps = deps
-        self.hooks = AllHooks(hooks)
+        self.hooks = AllHooks([*hooks, *self._toolbox.hooks(hooks)])
         if isinstance(tokenizer, K3Tokenizer) or tokenizer is None:
             self._tokenizer = tokenizer
         else:
