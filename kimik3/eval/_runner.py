@@ -47,7 +47,7 @@ from .._exceptions import (
 from .._pricing import Pricing
 from ..agents import Agent, Budgets, FinalEvent, ModelSettings, RunResult, TurnEndEvent, read_session_records
 from ..engines import Engine
-from ..harness import CodingHarness
+from ..harness import CodingHarness, Skills
 from ..tools import Tool, Toolset
 from ..tools._limits import unwrap_group
 from ..types import Message, Usage
@@ -112,11 +112,13 @@ class EvalConfig:
 
     def agent(self, workspace: Path, client: TimedClient, task: EvalTask) -> Agent[str]:
         """The attempt's agent: the coding harness over ``workspace`` (no checkpoints: the
-        workspace is thrown away and the session holds every change)."""
+        workspace is thrown away and the session holds every change; only the workspace's own
+        skills, so the user's ``~/.kimik3/skills`` never change a suite's results)."""
         full = self.tools == "full"
         options: dict[str, Any] = {"sandbox": self.sandbox} if self.sandbox is not None else {}
         harness = CodingHarness(workspace, project_instructions=self.project_instructions, read_before_edit=full,
-                                checkpoints=False, background=full, subagents=full, edit_tools=full, **options)
+                                checkpoints=False, background=full, subagents=full, edit_tools=full,
+                                skills=Skills(workspace=workspace), **options)  # not the user's own skills
         budgets = self.budgets(task)
         tools, instructions, hooks = harness.parts(client=client, settings=self.settings, budgets=budgets)
         extra = list(self.extra_tools()) if self.extra_tools is not None else []
