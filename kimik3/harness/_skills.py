@@ -331,9 +331,13 @@ class Skills(Toolset, RunHooks):
         candidates = [*self.folders, *([user_skills_folder()] if self.user else [])]
         out = [Path(os.path.realpath(p)) for p in candidates if os.path.isdir(p)]
         out += [s.folder for s in self.found.values() if s.source != "workspace"]
-        inside = str(self.workspace) + "/" if self.workspace is not None else None
-        unique = dict.fromkeys(p for p in out if inside is None or not (str(p) + "/").startswith(inside))
-        return list(unique)
+        unique = list(dict.fromkeys(out))
+        covered = [*unique, *([self.workspace] if self.workspace is not None else [])]
+
+        def under(p: Path, q: Path) -> bool:  # q holds p (q readable already)
+            return p != q and (str(p) + "/").startswith(str(q).rstrip("/") + "/")
+
+        return [p for p in unique if p != self.workspace and not any(under(p, q) for q in covered)]
 
     # -- the catalog and the tool -----------------------------------------------------------
 

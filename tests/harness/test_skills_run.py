@@ -26,6 +26,7 @@ from kimik3.types import SystemMessage
 from tests.k3vocab import write_model_dir
 from tests.test_k3_tiny import TRAINED_PROMPT_SHA256
 
+from ..procs import needs_bwrap
 from .helpers import answer, calls
 from .test_skills import GOOD, make_skill
 
@@ -275,6 +276,24 @@ async def test_a_skills_script_goes_through_the_approval_hook(ws: Path) -> None:
     assert [m.content for m in result.messages if isinstance(m, ToolMessage)][1] == (
         "Error: the user denied this call: no deploys")
     assert not (ws / "deployed").exists()
+
+
+@needs_bwrap
+async def test_the_skills_folders_are_readable_never_writable_in_the_sandbox(ws: Path, tmp_path: Path) -> None:
+    folder = word_count_skill(user_skills_folder() / "word-count")  # under /tmp, which bwrap hides
+    (tmp_path / "other.txt").write_text("not a skill\n")
+    engine = ScriptedEngine([
+        calls(("bash", {"command": f"bash {folder}/scripts/count.sh notes.txt; cat {tmp_path}/other.txt; "
+                                   f"touch {folder}/new || echo read-only"})),
+        answer("done")])
+    harness = CodingHarness(ws, **{**CORE, "sandbox": "bwrap"})  # type: ignore[arg-type]
+    assert harness.sandbox.mode == "bwrap" and harness.sandbox.read == [str(user_skills_folder())]
+    result = await harness.agent(engine=engine).run("count")
+    out = next(m.content for m in result.messages if isinstance(m, ToolMessage))
+    assert isinstance(out, str)
+    lines = out.splitlines()
+    assert lines[0] == "4" and "No such file or directory" in lines[1] and lines[-2] == "read-only", out
+    assert not (folder / "new").exists()
 
 
 # -- the toolset at the Agent level ----------------------------------------------------------
