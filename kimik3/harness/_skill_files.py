@@ -131,7 +131,8 @@ def parse_front_matter(data: bytes, complete: bool) -> tuple[dict[str, Any], int
             except RecursionError:
                 raise FrontMatterError("its front matter nests too deeply") from None
             if not isinstance(loaded, dict):
-                raise FrontMatterError(f"its front matter is not a YAML mapping (it is {type(loaded).__name__})")
+                what = "empty" if loaded is None else type(loaded).__name__
+                raise FrontMatterError(f"its front matter is not a YAML mapping (it is {what})")
             return loaded, skip + offset + len(line) + 1, number + 1
         offset += len(line) + 1
     if complete:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import os
+import unicodedata
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,6 +74,16 @@ _HEAD = (
     "files with read_file and run its scripts with bash, by the absolute paths given."
 )
 _NONE_NOW = "No skills are available now."
+
+
+def _one_line(text: str) -> str:
+    """``text`` with control characters and undecodable bytes (surrogates) escaped: one printable line."""
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
+def _shown(path: Path) -> str:
+    """A path as text a session can hold (undecodable bytes as ``\\xNN``)."""
+    return str(path).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def user_skills_folder() -> Path:
@@ -139,6 +150,9 @@ class Skills(Toolset, RunHooks):
             resumed session that is gone); default: the ``kimik3.skills`` logger. Each line is
             given once.
 
+    One run at a time (as :class:`~kimik3.agents.RunHooks`): the catalog and the records are the
+    current run's.
+
     Attributes:
         found: the skills found by the last look at the folders, by name.
         warnings: every warning line given so far.
@@ -179,6 +193,7 @@ class Skills(Toolset, RunHooks):
     # -- finding skills ---------------------------------------------------------------------
 
     def _warn(self, line: str) -> None:
+        line = _one_line(line)
         if line in self.warnings or line in self._pending:
             return
         if self._quiet:
@@ -267,7 +282,7 @@ class Skills(Toolset, RunHooks):
 
     def _outside_one(self, base: Path, name: str, source: Source) -> Skill | None:
         real = Path(os.path.realpath(base / name))
-        if not real.is_dir() or not os.path.lexists(real / SKILL_FILE):
+        if not os.path.isdir(real) or not os.path.lexists(real / SKILL_FILE):
             return None  # not a skill folder (a README, a folder without SKILL.md)
         return self._read(Workspace(real, "the skill's folder"), SKILL_FILE, base / name / SKILL_FILE, real,
                           name, source)
@@ -315,7 +330,11 @@ class Skills(Toolset, RunHooks):
             self._warn(f"skills folder {base}: only its first {MAX_FOLDER_ENTRIES} of {len(names)} entries were "
                        "looked at")
         for name in names[:MAX_FOLDER_ENTRIES]:
-            skill = one(name)
+            try:
+                skill = one(name)
+            except OSError as e:  # e.g. a folder that cannot be searched (EACCES)
+                self._warn(f"skill skipped: {base / name}: {e.strerror or e}")
+                continue
             if skill is not None:
                 yield skill
 
@@ -344,7 +363,7 @@ class Skills(Toolset, RunHooks):
     def _catalog(self, found: dict[str, Skill]) -> Catalog:
         entries, size, left = [], 0, []
         for name in sorted(found):
-            entry = _Entry(name, found[name].description, str(found[name].file))
+            entry = _Entry(name, found[name].description, _shown(found[name].file))
             size += len(entry.line().encode()) + 1
             if size > MAX_CATALOG_BYTES:
                 left.append(name)
@@ -364,8 +383,8 @@ class Skills(Toolset, RunHooks):
             name: the skill's name, as listed.
             """
             text, body, skill = await self._in_thread(lambda: self._load(name))
-            self.loaded.append(name)
-            self._record({"loaded": {"name": name, "file": str(skill.file), "sha256": digest(body)}})
+            self.loaded.append(skill.name)
+            self._record({"loaded": {"name": skill.name, "file": _shown(skill.file), "sha256": digest(body)}})
             return text
 
         tool = Tool(load_skill, description=_description(catalog), timeout=FILE_TOOL_TIMEOUT_S)
@@ -384,6 +403,7 @@ class Skills(Toolset, RunHooks):
 
     def _load(self, name: str) -> tuple[str, str, Skill]:
         """``load_skill``'s (result, instructions, skill) (blocking file I/O)."""
+        name = unicodedata.normalize("NFKC", name.strip())
         skill = self.found.get(name)
         if skill is None:
             gone = name in self._names

@@ -85,6 +85,8 @@ BAD = [
     ("never closed", None, "---\nname: bad\ndescription: x\n", "its front matter is not closed by a '---' line"),
     ("yaml error", "name: bad\ndescription: Use it when: a colon\n", "", "its front matter is not valid YAML: mapping values"),
     ("a list", "- name\n- description\n", "", "its front matter is not a YAML mapping (it is list)"),
+    ("empty", "", "", "its front matter is not a YAML mapping (it is empty)"),
+    ("null name", f"name:\ndescription: {GOOD}\n", "", "'name' must be a string, not NoneType (quote it)"),
     ("no name", f"description: {GOOD}\n", "", "its front matter has no 'name'"),
     ("uppercase", f"name: Bad\ndescription: {GOOD}\n", "", "'name' 'Bad' must be lowercase"),
     ("underscore", f"name: bad_one\ndescription: {GOOD}\n", "", "'name' 'bad_one' may hold only lowercase letters"),
@@ -129,6 +131,15 @@ def test_name_must_match_its_folder(ws: Path) -> None:
     assert found(Skills(workspace=ws, on_warning=warnings.append)) == {}
     assert warnings == [f"skill skipped: {ws}/.agents/skills/word-count/SKILL.md: 'name' 'wordcount' does not "
                         "match its folder 'word-count'"]
+
+
+def test_a_warning_is_one_printable_line_whatever_the_folder_is_called(ws: Path) -> None:
+    odd = ws / ".agents/skills" / "bad\nname\x1b[31m"
+    make_skill(odd, f"name: bad\ndescription: {GOOD}\n")
+    warnings: list[str] = []
+    assert found(Skills(workspace=ws, on_warning=warnings.append)) == {}
+    assert warnings == [f"skill skipped: {ws}/.agents/skills/bad\\nname\\x1b[31m/SKILL.md: 'name' 'bad' does not "
+                        "match its folder 'bad\\nname\\x1b[31m'"]
 
 
 def test_the_limits_themselves_are_valid(ws: Path) -> None:
