@@ -135,10 +135,9 @@ class Agent(Generic[OutputT]):
 
     Args:
         instructions: the system prompt.
-        tools: :class:`~kimik3.Tool` s, plain typed functions (wrapped with
-            :meth:`Tool.from_function`), or :class:`~kimik3.tools.Toolset` s such as
-            :class:`kimik3.tools.mcp.MCPServerStdio` (an unopened one is opened for each run); a
-            toolset that is a :class:`~kimik3.agents.RunHooks` too (:class:`kimik3.harness.Skills`) gets its calls.
+        tools: :class:`~kimik3.Tool` s, plain typed functions (wrapped with :meth:`Tool.from_function`),
+            or :class:`~kimik3.tools.Toolset` s such as :class:`kimik3.tools.mcp.MCPServerStdio` (an unopened
+            one is opened for each run; one that is a :class:`RunHooks` too, as ``Skills``, gets its calls).
         engine: where K3 runs (wrapped in a :class:`~kimik3.Client` with its retries); or
         client: a ready client.
         settings: per-call :class:`ModelSettings`.

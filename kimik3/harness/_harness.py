@@ -148,8 +148,8 @@ class CodingHarness:
     Raises:
         ToolDefinitionError: ``root`` is not a directory.
         SandboxUnavailableError: ``sandbox="bwrap"`` where bubblewrap cannot run.
-        UserError: ``bash_timeout`` is not a whole number of seconds from 1 to a week.
-        UserError: ``skills`` is one path instead of a list.
+        UserError: ``bash_timeout`` is not a whole number of seconds from 1 to a week; ``skills``
+            is one path instead of a list.
     """
 
     def __init__(self, root: str | os.PathLike[str], *, project_instructions: bool = True,
