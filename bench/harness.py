@@ -7,12 +7,14 @@ with bash; 49 tool turns and one answer. It reads before it edits, so it runs un
 read-before-edit on.
 
 Per configuration (baseline: ``coding_tools`` + CODING_INSTRUCTIONS, no hooks; then each feature
-alone; then everything):
+alone; then everything; then Agent Skills with 20 skills in the repository, whose catalog is in
+every prompt's head, so not gated):
     tokens/turn   prompt tokens sent per model call (exact: K3's real vocabulary), and its ratio
                   to the baseline; each feature alone must stay within +5% (PASS / FAIL; the
                   exit status is 1 on a FAIL). The new tools cost their declarations.
     overhead/turn kimik3's own time per turn: wall time of the run minus the time spent inside
-                  the tool functions (median of REPEATS runs), and its ratio to the baseline.
+                  the tool functions (median of REPEATS runs, the configurations interleaved),
+                  and its ratio to the baseline.
 
 Run: .venv/bin/python bench/harness.py
 """
@@ -20,6 +22,7 @@ Run: .venv/bin/python bench/harness.py
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -117,7 +120,9 @@ def timed(tool: Tool, spent: list[float]) -> None:
         tool.function = sfn
 
 
-FEATURES = ("project_instructions", "read_before_edit", "checkpoints", "background", "subagents", "edit_tools")
+FEATURES = ("project_instructions", "read_before_edit", "checkpoints", "background", "subagents", "edit_tools",
+            "skills")
+SKILLS = 20  # skill folders in .agents/skills for the last configuration
 CONFIGS: dict[str, dict[str, bool] | None] = {
     "baseline (coding_tools, no hooks)": None,
     "+ AGENTS.md instructions": {"project_instructions": True},
@@ -126,7 +131,9 @@ CONFIGS: dict[str, dict[str, bool] | None] = {
     "+ multi_edit, apply_patch": {"edit_tools": True},
     "+ background bash, read_output, stop": {"background": True},
     "+ task (sub-agents)": {"subagents": True},
+    "+ skills (none found: looked for every turn)": {"skills": True},
     "everything (--tools full)": dict.fromkeys(FEATURES, True),
+    f"with {SKILLS} skills (their catalog)": {"skills": True, "skills_in_repo": True},
 }
 GATED = tuple(name for name in CONFIGS if name.startswith("+ "))
 
@@ -148,6 +155,13 @@ def build(features: dict[str, bool] | None, repo: Path, engine: ScriptedEngine,
 async def one_run(features: dict[str, bool] | None, work: Path) -> tuple[float, float, int, list[int]]:
     repo = Path(tempfile.mkdtemp(dir=work))
     make_repo(repo)
+    features = dict(features) if features is not None else None
+    if features is not None and features.pop("skills_in_repo", False):
+        for i in range(SKILLS):
+            folder = repo / ".agents" / "skills" / f"skill-{i:02d}"
+            folder.mkdir(parents=True)
+            (folder / "SKILL.md").write_text(f"---\nname: skill-{i:02d}\ndescription: Does task {i} of the "
+                                             f"project. Use when asked for task {i}.\n---\nSteps for task {i}.\n")
     spent: list[float] = []
     engine = ScriptedEngine(session(), tokenizer=default_tokenizer())
     agent = build(features, repo, engine, spent)
@@ -165,16 +179,18 @@ async def one_run(features: dict[str, bool] | None, work: Path) -> tuple[float, 
 
 async def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="kimik3-bench-harness-"))
+    os.environ["KIMIK3_HOME"] = str(work / "home")  # none of the user's own skills
     rows = []
     try:
         await one_run(None, work)  # warm-up: tokenizer, imports
-        for name, features in CONFIGS.items():
-            overheads, tokens = [], 0.0
-            for _ in range(REPEATS):
+        overheads: dict[str, list[float]] = {name: [] for name in CONFIGS}
+        measured: dict[str, tuple[int, float]] = {}
+        for _ in range(REPEATS):  # configurations interleaved: a busy machine slows them alike
+            for name, features in CONFIGS.items():
                 wall, tools, turns, prompts = await one_run(features, work)
-                overheads.append((wall - tools) / turns)
-                tokens = sum(prompts) / turns
-            rows.append((name, turns, tokens, statistics.median(overheads)))
+                overheads[name].append((wall - tools) / turns)
+                measured[name] = (turns, sum(prompts) / turns)
+        rows = [(name, *measured[name], statistics.median(overheads[name])) for name in CONFIGS]
     finally:
         shutil.rmtree(work, ignore_errors=True)
     base_tokens, base_over = rows[0][2], rows[0][3]

@@ -300,7 +300,7 @@ def _mcp_server(spec: str, timeout: float | None = None) -> Toolset:
     return mcp.MCPServerStdio(argv[0], argv[1:], timeout=limit)
 
 
-def _agent(o: _Options, engine: Engine, tools: list[Tool], instructions: str | None,
+def _agent(o: _Options, engine: Engine, tools: Sequence[Tool | Toolset], instructions: str | None,
            hooks: Sequence[RunHooks] = ()) -> Agent[str]:
     budgets = Budgets(turns=o.max_turns) if o.max_turns is not None else None
     if o.otel:

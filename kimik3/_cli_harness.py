@@ -7,23 +7,26 @@ workspace's ``AGENTS.md`` files (``--no-agents-md`` opts out; each file is liste
 ``read_output`` / ``stop`` and the ``task`` sub-agent tool (:class:`kimik3.harness.CodingHarness`).
 ``--sandbox`` (``run``, ``resume``, ``chat``, ``eval``) picks where ``bash`` runs its commands; the first
 line printed says which sandbox is active (``docs/sandbox.md``).
+Agent Skills come from ``<workspace>/.agents/skills``, ``${KIMIK3_HOME:-~/.kimik3}/skills`` and each
+``--skills DIR`` (looked at first); ``--no-skills`` turns them off; a skipped skill is one line.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, TypeVar
 
 import click
 
 from .agents import CODING_INSTRUCTIONS, ModelSettings, RunHooks
 from .engines import Engine
-from .harness import FEATURES, CodingHarness, Feature, undo
-from .tools import Tool
+from .harness import FEATURES, CodingHarness, Feature, Skills, undo
+from .tools import Tool, Toolset
 from .tools.coding import Sandbox
 from .tools.coding._api import show_path
 
-__all__ = ["harness_options", "harness_parts", "sandbox_from_options", "sandbox_options", "undo_command"]
+__all__ = ["harness_options", "harness_parts", "sandbox_from_options", "sandbox_options", "skills_from_options",
+           "undo_command"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -46,16 +49,25 @@ def sandbox_options(f: F) -> F:
     return f
 
 
-def sandbox_from_options(workspace: str, note: Callable[[str], None]) -> Sandbox:
-    """The sandbox the command's options ask for; ``note`` gets the line that says which runs.
+def sandbox_from_options(workspace: str, note: Callable[[str], None], skills: Skills | bool = False) -> Sandbox:
+    """The sandbox the command's options ask for, the folders of ``skills`` readable in it too;
+    ``note`` gets the line that says which runs (first, before the skills' warnings).
 
     Raises:
         SandboxUnavailableError: ``--sandbox bwrap`` where bubblewrap cannot run (the fix named).
     """
     params = click.get_current_context().params
+    held: list[str] = []
+    extra = []
+    if isinstance(skills, Skills):
+        said, skills.on_warning = skills.on_warning, held.append
+        extra = skills.read_paths()
+        skills.on_warning = said
     box = Sandbox(workspace, params.get("sandbox") or "auto", network=bool(params.get("network")),
-                  read=list(params.get("allow_read") or ()), write=list(params.get("allow_write") or ()))
+                  read=[*(params.get("allow_read") or ()), *extra], write=list(params.get("allow_write") or ()))
     note(box.describe())
+    for line in held:
+        note(line)
     return box
 
 
@@ -63,6 +75,11 @@ def harness_options(f: F) -> F:
     """The harness options of ``run`` / ``resume`` / ``eval``: :func:`sandbox_options`, ``--no-agents-md``,
     ``--tools``."""
     f = sandbox_options(f)
+    f = click.option("--no-skills", "no_skills", is_flag=True,
+                     help="Give the model no Agent Skills (not even the workspace's or ~/.kimik3/skills').")(f)
+    f = click.option("--skills", "skill_folders", multiple=True, type=click.Path(exists=True, file_okay=False),
+                     metavar="DIR", help="A skill folder (with a SKILL.md) or a folder of them, looked at before "
+                                         "<workspace>/.agents/skills and ~/.kimik3/skills (repeatable).")(f)
     f = click.option("--no-agents-md", "no_agents_md", is_flag=True,
                      help="Do not give the model the workspace's AGENTS.md files.")(f)
     return click.option("--tools", "tool_set", type=click.Choice(["core", "full"]), default="core",
@@ -71,18 +88,39 @@ def harness_options(f: F) -> F:
                              "background bash, read_output, stop and task (sub-agents).")(f)
 
 
+def skills_from_options(workspace: str, note: Callable[[str], None]) -> Skills | Literal[False]:
+    """The skills ``--skills`` / ``--no-skills`` ask for (False: none); ``note`` gets each warning.
+
+    Raises:
+        click.UsageError: ``--skills`` with ``--no-skills``.
+    """
+    params = click.get_current_context().params
+    folders: Sequence[str] = params.get("skill_folders") or ()
+    if folders and params.get("no_skills"):
+        raise click.UsageError("--skills and --no-skills exclude each other")
+    return False if params.get("no_skills") else Skills(folders, workspace=workspace, user=True, on_warning=note)
+
+
 def harness_parts(engine: Engine, workspace: str, settings: ModelSettings, note: Callable[[str], None],
-                  sandbox: Sandbox | None = None) -> tuple[list[Tool], str | None, list[RunHooks]]:
+                  sandbox: Sandbox | None = None,
+                  skills: Skills | bool = True) -> tuple[list[Tool | Toolset], str | None, list[RunHooks]]:
     """(tools, instructions, hooks) of ``run`` / ``resume``'s coding agent, from the command's
-    options (``sandbox``: made by :func:`sandbox_from_options` when not given)."""
+    options (``sandbox``: made by :func:`sandbox_from_options` when not given; ``skills`` True:
+    made by :func:`skills_from_options`).
+
+    Raises:
+        click.UsageError: ``--skills`` with ``--no-skills``.
+    """
     params = click.get_current_context().params
     full = params.get("tool_set") == "full"
     features: set[Feature] = set(FEATURES) if full else {"project_instructions", "checkpoints"}
     if params.get("no_agents_md"):
         features.discard("project_instructions")
+    if skills is True:
+        skills = skills_from_options(workspace, note)
     harness = CodingHarness(workspace, features=features,
-                            on_instructions=lambda rel: note(f"project instructions: {rel}"),
-                            sandbox=sandbox if sandbox is not None else sandbox_from_options(workspace, note))
+                            on_instructions=lambda rel: note(f"project instructions: {rel}"), skills=skills,
+                            sandbox=sandbox if sandbox is not None else sandbox_from_options(workspace, note, skills))
     return harness.parts(engine=engine, instructions=CODING_INSTRUCTIONS, settings=settings)
 
 

@@ -70,7 +70,14 @@ from ._cli_engine import (
     parse_engine_arg,
 )
 from ._cli_eval import eval_group
-from ._cli_harness import harness_options, harness_parts, sandbox_from_options, sandbox_options, undo_command
+from ._cli_harness import (
+    harness_options,
+    harness_parts,
+    sandbox_from_options,
+    sandbox_options,
+    skills_from_options,
+    undo_command,
+)
 from ._cli_progress import (
     _STOP_REASONS,
     _degraded_lines,
@@ -178,13 +185,14 @@ __all__ = ["build_agent", "build_engine", "engine_options", "main", "parse_engin
 def _run_agent(o: _Options, workspace: str, task: str | None, history: list[Message], session: Path) -> int:
     _quiet(o.verbose)
     progress = _progress(o.plain)
-    try:
-        sandbox = sandbox_from_options(workspace, progress.note)  # the first line: which sandbox runs
+    skills = skills_from_options(workspace, progress.note)
+    try:  # the first line: which sandbox runs (the skills' folders readable in it)
+        sandbox = sandbox_from_options(workspace, progress.note, skills)
     except KimiK3Error as e:
         progress.error(e)
         return 1
     engine = _build_engine(o)
-    agent = _agent(o, engine, *harness_parts(engine, workspace, o.settings, progress.note, sandbox))
+    agent = _agent(o, engine, *harness_parts(engine, workspace, o.settings, progress.note, sandbox, skills))
 
     existed = session.exists()
 

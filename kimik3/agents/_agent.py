@@ -141,9 +141,9 @@ class Agent(Generic[OutputT]):
 
     Args:
         instructions: the system prompt.
-        tools: :class:`~kimik3.Tool` s, plain typed functions (wrapped with
-            :meth:`Tool.from_function`), or :class:`~kimik3.tools.Toolset` s such as
-            :class:`kimik3.tools.mcp.MCPServerStdio` (an unopened one is opened for each run).
+        tools: :class:`~kimik3.Tool` s, plain typed functions (wrapped with :meth:`Tool.from_function`),
+            or :class:`~kimik3.tools.Toolset` s such as :class:`kimik3.tools.mcp.MCPServerStdio` (an unopened
+            one is opened for each run; one that is a :class:`RunHooks` too, as ``Skills``, gets its calls).
         engine: where K3 runs (wrapped in a :class:`~kimik3.Client` with its retries); or
         client: a ready client.
         settings: the agent's :class:`~kimik3.ModelSettings`, merged over the client's and K3's
@@ -221,7 +221,7 @@ class Agent(Generic[OutputT]):
             self._response_format = {"type": "json_schema", "json_schema": {"name": name, "schema": schema}}
         self.approval = approval
         self.deps = deps
-        self.hooks = AllHooks(hooks)
+        self.hooks = AllHooks([*hooks, *self._toolbox.hooks(hooks)])
         if failure_text is not None and not callable(failure_text):
             raise UserError(f"Agent(failure_text=...) must be a callable (failure) -> str, got {failure_text!r:.80}")
         self.failure_text: FailureText = failure_text or default_failure_text

@@ -11,6 +11,7 @@ from typing import Any
 from .._exceptions import UserError
 from ..tools import Tool, Toolset
 from ..types import Message, SystemMessage, ToolSpec
+from ._hooks import RunHooks
 
 __all__ = ["Toolbox", "restore_declared", "undeclared"]
 
@@ -56,6 +57,10 @@ class Toolbox:
             if known is not None and known is not t:
                 raise UserError(f"two tools are named {t.name!r}")
             self.tools[t.name] = t
+
+    def hooks(self, given: Sequence[RunHooks]) -> list[RunHooks]:
+        """The toolsets that are run hooks too (:class:`kimik3.harness.Skills`) and not in ``given``."""
+        return [t for t in self.toolsets if isinstance(t, RunHooks) and not any(t is h for h in given)]
 
     async def open(self, stack: AsyncExitStack) -> None:
         """Enter every toolset for the length of ``stack`` (one not open yet is opened, and

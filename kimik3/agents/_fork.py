@@ -41,6 +41,8 @@ class SessionRecord:
         finish_reason: the model call's finish reason (assistant messages, when recorded).
         run_start: a ``run_start`` record's body (``tools``, ``model``, ``settings``): what the
             requests of the run that follows carried.
+        skills: a ``skills`` record's body (:class:`kimik3.harness.Skills`: ``listed``,
+            ``declared`` or ``loaded``); a fork keeps it.
     """
 
     line: int
@@ -53,6 +55,7 @@ class SessionRecord:
     cost: float | None = None
     finish_reason: str | None = None
     run_start: dict[str, Any] | None = None
+    skills: dict[str, Any] | None = None
 
 
 def read_session_records(path: str | os.PathLike[str]) -> list[SessionRecord]:
@@ -89,6 +92,8 @@ def read_session_records(path: str | os.PathLike[str]) -> list[SessionRecord]:
                 records.append(SessionRecord(number, raw.decode("utf-8"), compaction=dict(data_["compaction"])))
             elif "run_start" in data_:
                 records.append(SessionRecord(number, raw.decode("utf-8"), run_start=dict(data_["run_start"])))
+            elif "skills" in data_:
+                records.append(SessionRecord(number, raw.decode("utf-8"), skills=dict(data_["skills"])))
         except (ValueError, TypeError) as e:  # pydantic's ValidationError is a ValueError
             raise SessionError(f"{p}:{number}: not a valid session record: {e}") from e
     return records
@@ -165,6 +170,16 @@ def _usage(u: Usage, cost: float | None = None) -> str:
     return f"usage: {u.prompt_tokens} prompt{cached} + {u.completion_tokens} completion tokens{price}"
 
 
+def _skills_line(body: dict[str, Any]) -> list[str]:
+    """``--- skills listed: a, b`` / ``--- skill loaded: a`` for a ``skills`` record."""
+    for kind in ("listed", "declared"):
+        if isinstance(body.get(kind), list):
+            names = [str(e.get("name")) for e in body[kind] if isinstance(e, dict)]
+            return [f"--- skills {kind}: {', '.join(names) or 'none'}"]
+    loaded = body.get("loaded")
+    return [f"--- skill loaded: {loaded.get('name')}"] if isinstance(loaded, dict) else []
+
+
 def format_session(
     path: str | os.PathLike[str], *, reasoning: bool = False, max_lines: int | None = 12
 ) -> str:
@@ -206,6 +221,9 @@ def format_session(
             kept = len(r.compaction.get("messages", []))
             out.append(f"--- compaction: the history became {kept} messages; summary:")
             out.extend(_clip(str(r.compaction.get("summary", "")), max_lines, "    "))
+            continue
+        if r.skills is not None:
+            out.extend(_skills_line(r.skills))
             continue
         m = r.message
         if m is None:

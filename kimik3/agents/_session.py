@@ -9,7 +9,7 @@ Format, one JSON object per line (UTF-8, each line ends with ``\\n``)::
     {"run_start": {"tools": [<the tool declarations of the prompt's head>], "model": "...",
                    "settings": {<the run's ModelSettings>}}}   (once per run: what its requests carried)
     {"compaction": {"messages": [<the whole history after compaction>], "summary": "..."}}
-    {"checkpoint": {...}} / {"child_session": {...}} / {"undo": {...}} / {"sandbox": {...}}
+    {"checkpoint": {...}} / {"child_session": {...}} / {"undo": {...}} / {"sandbox": {...}} / {"skills": {...}}
                                                           (kimik3.harness; skipped here)
 
 Crash safety (a ``kill -9`` at any byte): a last line without its ``\\n`` that is not a complete
@@ -100,7 +100,7 @@ def _check_header(path: Path, record: dict[str, Any]) -> None:
         raise SessionError(f"{path}: unsupported session version {version!r} (this kimik3 reads {SESSION_VERSION})")
 
 
-SIDE_RECORDS = frozenset({"checkpoint", "child_session", "run_start", "sandbox", "undo"})
+SIDE_RECORDS = frozenset({"checkpoint", "child_session", "run_start", "sandbox", "skills", "undo"})
 """Record kinds of :mod:`kimik3.harness` and the agent's ``run_start`` (:meth:`SessionWriter.record`);
 not part of the history."""
 
@@ -289,6 +289,18 @@ class SessionWriter:
         name decoded with ``surrogateescape``) is written as JSON's ``\\udcXX`` escape, so the
         line is still UTF-8 and ``json.loads`` gives the same string back."""
         self._write({kind: data})
+
+    def records(self, kind: str) -> list[tuple[int, Any]]:
+        """(line number, body) of the file's ``{kind: body}`` records so far, in order, read
+        through the writer's own descriptor (a hook reading what earlier runs recorded)."""
+        start = json.dumps({kind: 0})[:-2].encode("utf-8")  # b'{"kind": '
+        out = []
+        for number, line in enumerate(_read_all(self._fd).split(b"\n"), start=1):
+            if line.startswith(start):
+                record = _record(self.path, number, line)
+                if len(record) == 1:
+                    out.append((number, record[kind]))
+        return out
 
     def close(self) -> None:
         """Release the lock and close the file (idempotent)."""

@@ -51,7 +51,7 @@ from .._exceptions import (
 from .._pricing import Pricing
 from ..agents import Agent, Budgets, FinalEvent, ModelSettings, RunResult, TurnEndEvent, read_session_records
 from ..engines import Engine
-from ..harness import FEATURES, CodingHarness
+from ..harness import FEATURES, CodingHarness, Skills
 from ..tools import Tool, Toolset
 from ..tools._limits import unwrap_group
 from ..tools.coding import Sandbox, SandboxMode
@@ -129,12 +129,14 @@ class EvalConfig:
     def agent(self, workspace: Path, client: TimedClient, task: EvalTask) -> Agent[str]:
         """The attempt's agent: the coding harness over ``workspace`` (no checkpoints: the
         workspace is thrown away and the session holds every change), its commands in
-        :meth:`sandbox_for` ``workspace`` (ended by the harness's hook when the run ends)."""
+        :meth:`sandbox_for` ``workspace`` (ended by the harness's hook when the run ends); only the
+        workspace's own skills, so the user's ``~/.kimik3/skills`` never change a suite's results."""
         full = self.tools == "full"
         features = set(FEATURES - {"checkpoints"}) if full else set()
         if self.project_instructions:
             features.add("project_instructions")
-        harness = CodingHarness(workspace, features=features, sandbox=self.sandbox_for(workspace))
+        harness = CodingHarness(workspace, features=features, sandbox=self.sandbox_for(workspace),
+                                skills=Skills(workspace=workspace))  # not the user's own skills
         budgets = self.budgets(task)
         tools, instructions, hooks = harness.parts(client=client, settings=self.settings, budgets=budgets)
         extra = list(self.extra_tools()) if self.extra_tools is not None else []

@@ -1,6 +1,7 @@
-"""The coding harness for long-horizon runs: project instructions (``AGENTS.md``), read-before-edit,
-``multi_edit`` / ``apply_patch``, checkpoints and undo, background processes and sub-agents, each a
-small module joined to the :class:`~kimik3.Agent` through :class:`~kimik3.agents.RunHooks`.
+"""The coding harness for long-horizon runs: project instructions (``AGENTS.md``), Agent Skills,
+read-before-edit, ``multi_edit`` / ``apply_patch``, checkpoints and undo, background processes and
+sub-agents, each a small module joined to the :class:`~kimik3.Agent` through
+:class:`~kimik3.agents.RunHooks`.
 :class:`CodingHarness` assembles them (``kimik3 run`` uses it).
 """
 
@@ -10,6 +11,8 @@ from ._harness import FEATURES, CodingHarness, Feature, background_tools, patch_
 from ._instructions import AGENTS_FILE, MAX_INSTRUCTIONS_BYTES, MAX_TOTAL_INSTRUCTIONS_BYTES, ProjectInstructions
 from ._patch import EditSpec, FileAccess, apply_edits, apply_patch_text, parse_patch
 from ._records import session_checkpoints
+from ._skill_files import MAX_DESCRIPTION_CHARS, MAX_NAME_CHARS, MAX_SKILL_BYTES, SKILL_FILE, Skill
+from ._skills import MAX_CATALOG_BYTES, WORKSPACE_SKILLS, Skills, user_skills_folder
 from ._tasks import SUBAGENT_INSTRUCTIONS, SubAgents
 from ._tracking import ReadTracker
 from ._undo import undo
@@ -17,9 +20,15 @@ from ._undo import undo
 __all__ = [
     "AGENTS_FILE",
     "FEATURES",
+    "MAX_CATALOG_BYTES",
+    "MAX_DESCRIPTION_CHARS",
     "MAX_INSTRUCTIONS_BYTES",
+    "MAX_NAME_CHARS",
+    "MAX_SKILL_BYTES",
     "MAX_TOTAL_INSTRUCTIONS_BYTES",
+    "SKILL_FILE",
     "SUBAGENT_INSTRUCTIONS",
+    "WORKSPACE_SKILLS",
     "WRITING_TOOLS",
     "BackgroundProcesses",
     "Checkpoints",
@@ -30,6 +39,8 @@ __all__ = [
     "ProjectInstructions",
     "ReadTracker",
     "SandboxHooks",
+    "Skill",
+    "Skills",
     "SubAgents",
     "apply_edits",
     "apply_patch_text",
@@ -38,4 +49,5 @@ __all__ = [
     "patch_tools",
     "session_checkpoints",
     "undo",
+    "user_skills_folder",
 ]

@@ -7,6 +7,7 @@ Features (:data:`Feature`; all on by default, ``features=`` picks them):
     checkpoints: the workspace recorded around writing turns; ``kimik3 undo`` (:mod:`._checkpoints`).
     background: ``bash(..., background=true)``, ``read_output``, ``stop`` (:mod:`._background`).
     subagents: the ``task`` tool (:mod:`._tasks`).
+    skills: Agent Skills, ``load_skill`` and the skills' folders readable (:mod:`._skills`).
 
 Every command (foreground, background, a sub-agent's) runs in one sandbox per run
 (:class:`~kimik3.tools.coding.Sandbox`), ended with every process in it when the run ends.
@@ -26,13 +27,14 @@ from .._client import Client
 from .._exceptions import ToolDefinitionError, UserError
 from ..agents import CODING_INSTRUCTIONS, Agent, Budgets, ModelSettings, RunHooks
 from ..engines import Engine
-from ..tools import FunctionTool, Tool, ToolResult
+from ..tools import FunctionTool, Tool, ToolResult, Toolset
 from ..tools.coding import Sandbox, SandboxMode, coding_tools
 from ..tools.coding._api import FILE_TOOL_TIMEOUT_S
 from ._background import BackgroundProcesses, SandboxHooks
 from ._checkpoints import Checkpoints
 from ._instructions import ProjectInstructions
 from ._patch import EditSpec, FileAccess, apply_patch_text, multi_edit_file
+from ._skills import Skills
 from ._tasks import SubAgents
 from ._tracking import ReadTracker
 
@@ -146,6 +148,13 @@ class CodingHarness:
             :func:`~kimik3.tools.coding.coding_tools`); its hooks end it when a run ends and
             record it in the session header.
         subagent_budgets: each child's budgets.
+        skills: Agent Skills (:class:`~kimik3.harness.Skills`): True (the default) finds them in
+            ``<root>/.agents/skills`` and ``${KIMIK3_HOME:-~/.kimik3}/skills``; a list of folders
+            looks there first, then in those two; a :class:`Skills` is used as it is; False: none.
+            With no skill found, the prompt is exactly as without skills. The skills' folders
+            (:meth:`Skills.read_paths`) are readable by the file tools and, read-only, inside the
+            sandbox this harness makes (a :class:`~kimik3.tools.coding.Sandbox` given is used as it
+            is: give it ``read=skills.read_paths()``).
 
     Attributes:
         features: the features on.
@@ -154,7 +163,7 @@ class CodingHarness:
         ToolDefinitionError: ``root`` is not a directory.
         SandboxUnavailableError: ``sandbox="bwrap"`` where bubblewrap cannot run.
         UserError: an unknown feature; ``bash_timeout`` is not a whole number of seconds from 1
-            to a week.
+            to a week; ``skills`` is one path instead of a list.
     """
 
     def __init__(self, root: str | os.PathLike[str], *, features: Iterable[Feature] = FEATURES,
@@ -162,16 +171,26 @@ class CodingHarness:
                  max_output_chars: int = 30_000, write_hard_links: bool = False,
                  subagent_budgets: Budgets | None = None, sandbox: SandboxMode | Sandbox = "auto",
                  network: bool = False, sandbox_read: Sequence[str | os.PathLike[str]] = (),
-                 sandbox_write: Sequence[str | os.PathLike[str]] = (), **switches: bool) -> None:
+                 sandbox_write: Sequence[str | os.PathLike[str]] = (),
+                 skills: bool | Sequence[str | os.PathLike[str]] | Skills = True, **switches: bool) -> None:
         self.features = _features(features, switches)
         on = self.features.__contains__
         self.root = Path(root).resolve()
         if not self.root.is_dir():
             raise ToolDefinitionError(f"workspace root {str(root)!r} is not a directory")
+        self.skills: Skills | None
+        if isinstance(skills, Skills):
+            self.skills = skills
+        elif skills is False:
+            self.skills = None
+        else:
+            self.skills = Skills(() if skills is True else skills, workspace=self.root, user=True)
+        skill_folders = self.skills.read_paths() if self.skills is not None else []
         self.sandbox = sandbox if isinstance(sandbox, Sandbox) else Sandbox(
-            self.root, sandbox, network=network, read=sandbox_read, write=sandbox_write)
+            self.root, sandbox, network=network, read=[*sandbox_read, *skill_folders], write=sandbox_write)
         base = coding_tools(root, bash_timeout=bash_timeout, max_output_chars=max_output_chars,
-                            write_hard_links=write_hard_links, sandbox=self.sandbox)
+                            write_hard_links=write_hard_links, sandbox=self.sandbox,
+                            read_only=self.skills.read_paths if self.skills is not None else ())
         self.instructions = ProjectInstructions(self.root, on_load=on_instructions) if on("project_instructions") \
             else None
         self.processes = (BackgroundProcesses(self.root, max_output_chars=max_output_chars, sandbox=self.sandbox)
@@ -194,17 +213,18 @@ class CodingHarness:
 
     def parts(self, *, engine: Engine | None = None, client: Client | None = None,
               instructions: str | None = CODING_INSTRUCTIONS, settings: ModelSettings | None = None,
-              budgets: Budgets | None = None) -> tuple[list[Tool], str | None, list[RunHooks]]:
+              budgets: Budgets | None = None) -> tuple[list[Tool | Toolset], str | None, list[RunHooks]]:
         """(tools, instructions, hooks) for an :class:`~kimik3.Agent` over ``engine`` / ``client``
         (sub-agents use it): the root ``AGENTS.md`` is appended to ``instructions``; the
-        children of a run spend at most ``budgets.tokens`` together (the parent's token budget)."""
+        children of a run spend at most ``budgets.tokens`` together (the parent's token budget).
+        The tools end with the :class:`Skills` toolset (also a run hook, which the agent calls)."""
         if self.instructions is not None:
             self.instructions.reset()
             instructions = self.instructions.system_prompt(instructions)
         hooks: list[RunHooks] = [h for h in (self.checkpoints, self.instructions, self.processes, self.tracker)
                                  if h is not None]
         hooks.append(SandboxHooks(self.sandbox))  # last: after the background processes' own stop
-        tools = list(self.tools)
+        tools: list[Tool | Toolset] = list(self.tools)
         if self.subagents and (client is None) != (engine is None):
             shared = client if client is not None else Client(cast(Engine, engine))
             root = self.root
@@ -213,6 +233,8 @@ class CodingHarness:
                              per_child=(lambda ts: ReadTracker(root).wrap(ts)) if self.read_before_edit else None)
             hooks.append(subs)
             tools.append(subs.tool())
+        if self.skills is not None:
+            tools.append(self.skills)
         return tools, instructions, hooks
 
     def agent(self, *, engine: Engine | None = None, client: Client | None = None,

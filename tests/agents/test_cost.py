@@ -141,7 +141,7 @@ def test_auto_pricing_is_chosen_by_the_engines_model_id() -> None:
 
 
 def test_auto_pricing_waits_for_the_completions_model_when_the_engine_does_not_know_it() -> None:
-    engine = UsageEngine(["hi"], [(1_000_000, 0, 0)], model="")  # a RemoteEngine before /models
+    engine = UsageEngine(["hi"], [(1_000_000, 100_000, 0)], model="")  # a RemoteEngine before /models
     original = engine.generate
 
     async def named(*a: Any, **kw: Any) -> AsyncGenerator[RawChunk, None]:
@@ -151,7 +151,7 @@ def test_auto_pricing_waits_for_the_completions_model_when_the_engine_does_not_k
 
     engine.generate = named  # type: ignore[method-assign]
     result = anyio.run(Agent(engine=engine).run, "hi")
-    assert result.cost == pytest.approx(3.0)
+    assert result.cost == pytest.approx(3.0 + 1.5)  # 1M input at $3, 100k output at $15 per 1M
 
 
 def test_cost_budget_ends_the_run_gracefully_with_a_summary_turn(tmp_path: Path) -> None:

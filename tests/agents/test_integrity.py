@@ -179,9 +179,10 @@ async def test_the_closer_inside_a_value_is_a_failed_call_the_model_is_told_abou
         "path": "c", "text": "use <|close|>argument<|sep|> here"}
     assert result.stop_reason == "completed" and result.output == "ok" and result.degraded
     assert result.issues == [
-        "turn 1: the call to 'write' could not be run (argument 'text' holds the text "
+        "turn 1: the call to 'write' failed: the call was not run: argument 'text' holds the text "
         "<|close|>argument<|sep|>, which is what ends a value, so where the value ends cannot be told. Write that "
-        "text another way (for example split or escaped) and call again) and did not run"]
+        "text another way (for example split or escaped) and call again"]
+    assert result.failed_calls == 1
 
 
 async def test_a_call_that_never_closes_is_asked_again_once_then_stops_unusable() -> None:

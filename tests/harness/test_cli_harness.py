@@ -6,10 +6,12 @@ import json
 import shutil
 from pathlib import Path
 
+import anyio
 import pytest
 from click.testing import CliRunner
 
 from kimik3.cli import main
+from kimik3.tools import Tool
 
 from ..procs import needs_bwrap
 from .helpers import answer, calls, git, make_repo
@@ -79,8 +81,10 @@ def test_core_harness_tools_are_exactly_the_trained_coding_tools(tmp_path: Path)
     from kimik3.tools.coding import coding_tools
 
     harness = CodingHarness(tmp_path, features=FEATURES - {"background", "subagents", "edit_tools"})  # tracking on
-    tools, _, hooks = harness.parts(engine=ScriptedEngine([]))
-    assert [t.spec for t in tools] == [t.spec for t in coding_tools(tmp_path)]
+    *tools, skills = harness.parts(engine=ScriptedEngine([]))[0]
+    assert [t.spec for t in tools if isinstance(t, Tool)] == [t.spec for t in coding_tools(tmp_path)]
+    assert skills is harness.skills and anyio.run(skills.get_tools) == []  # no skill: nothing more declared
+    _, _, hooks = harness.parts(engine=ScriptedEngine([]))
     assert [type(h).__name__ for h in hooks] == ["Checkpoints", "ProjectInstructions", "ReadTracker", "SandboxHooks"]
 
 

@@ -11,7 +11,8 @@ checks that nothing outside imports its other modules.
   :func:`lines_and_endings`, :func:`replace_keeping_endings`, :func:`sniff_encoding`,
   :func:`split_lines`, :func:`to_utf8`, :func:`unified_diff`, :func:`usual_ending`;
 - writes that land only while their call is live: :class:`Staged`, :func:`stage`, :func:`replace`;
-- :data:`FILE_TOOL_TIMEOUT_S`: the time limit of a file tool's call;
+- :data:`FILE_TOOL_TIMEOUT_S`: the time limit of a file tool's call; :func:`walk_files`: the
+  regular files below a directory descriptor as grep and glob walk them;
 - :func:`shell_env`: the environment a command runs with; :class:`Command`: a command started in
   the run's :class:`~kimik3.tools.coding.Sandbox` (background processes).
 """
@@ -32,6 +33,7 @@ from ._files import (
 )
 from ._paths import Workspace, show_path
 from ._sandbox import Command
+from ._search import _files as walk_files
 from ._toolkit import FILE_TOOL_TIMEOUT_S
 from ._write import Staged, replace, stage
 
@@ -55,4 +57,5 @@ __all__ = [
     "to_utf8",
     "unified_diff",
     "usual_ending",
+    "walk_files",
 ]

@@ -26,6 +26,7 @@ import os
 import re
 import stat
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -113,14 +114,41 @@ class Located:
         self._fds.clear()
 
 
-class Workspace:
-    """The workspace root and the confined walk of paths inside it."""
+def _under(path: str, folder: str) -> bool:
+    """Whether the absolute ``path`` names ``folder`` or something below it (lexically)."""
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
 
-    def __init__(self, root: Path) -> None:
+
+class Workspace:
+    """The workspace root and the confined walk of paths inside it.
+
+    Args:
+        root: the root, absolute and free of symlinks.
+        what: how errors name it ("the workspace"; "the read-only folder" for :meth:`reading`'s).
+    """
+
+    def __init__(self, root: Path, what: str = "the workspace") -> None:
         self.root = root  # absolute and free of symlinks
+        self.what = what
 
     def outside(self, path: str) -> ToolError:
-        return ToolError(f"path {path!r} is outside the workspace {self.root}; use a path inside it")
+        return ToolError(f"path {path!r} is outside {self.what} {self.root}; use a path inside it")
+
+    def reading(self, path: str, folders: Iterable[str | os.PathLike[str]]) -> Workspace:
+        """Where a *read* of ``path`` walks: this workspace, or, for an absolute path outside its
+        root that lies in one of ``folders`` (folders the file tools may read but never write, such
+        as skills' folders), a workspace rooted at that folder (the deepest one holding it; each
+        resolved first). The walk is then confined to that folder: ``..`` or a symlink that leaves
+        it is refused as one leaving the workspace is. Writes never call this."""
+        p = read_path(path)
+        if not p.startswith("/") or _under(p, str(self.root)):
+            return self
+        best = None
+        for folder in folders:
+            real = os.path.realpath(os.fspath(folder))
+            if os.path.isabs(real) and _under(p, real) and (best is None or len(real) > len(best)):
+                best = real
+        return self if best is None else Workspace(Path(best), "the read-only folder")
 
     def _relative_parts(self, target: str, path: str) -> list[str]:
         """The components of ``target`` relative to the root; ``target`` may be absolute."""

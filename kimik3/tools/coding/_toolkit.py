@@ -48,7 +48,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -88,6 +88,7 @@ def coding_tools(
     network: bool = False,
     sandbox_read: Sequence[str | os.PathLike[str]] = (),
     sandbox_write: Sequence[str | os.PathLike[str]] = (),
+    read_only: Sequence[str | os.PathLike[str]] | Callable[[], Iterable[str | os.PathLike[str]]] = (),
 ) -> list[Tool]:
     """The six coding tools bound to the workspace ``root``.
 
@@ -108,6 +109,11 @@ def coding_tools(
             :class:`~kimik3.tools.coding.Sandbox` to share (with background processes).
         network: let commands reach the network (bwrap; default a private loopback only).
         sandbox_read, sandbox_write: more paths readable / writable inside the sandbox.
+        read_only: folders outside the workspace that ``read_file``, ``grep`` and ``glob`` may
+            read, by absolute path (a skill's folder, :class:`kimik3.harness.Skills`); never
+            written, and a symlink or ``..`` leading out of such a folder is refused as one
+            leading out of the workspace is. A callable is asked at every call (folders that
+            appear mid-run). Paths printed from them are absolute.
 
     Returns:
         A list of :class:`~kimik3.tools.Tool`. The sandbox starts with the first command and
@@ -135,6 +141,11 @@ def coding_tools(
         box = Sandbox(workspace, sandbox, network=network, read=sandbox_read, write=sandbox_write)
     ws = Workspace(workspace)
     shell = shutil.which("bash") or "/bin/sh"
+
+    def reader(path: str) -> tuple[Workspace, str]:
+        """(where a read of ``path`` walks, the prefix of the paths it prints)."""
+        w = ws.reading(path, read_only() if callable(read_only) else read_only)
+        return w, ("" if w is ws else f"{w.root}/")
 
     async def bash(command: str, timeout: Annotated[int, Field(ge=1)] = bash_timeout) -> str:
         """Run a shell command (bash) in the workspace root and return its output.
@@ -179,7 +190,7 @@ def coding_tools(
             limit: maximum number of lines to show.
         """
         with _os_errors("read", path):
-            return _files.read_file(ws, path, offset, limit)
+            return _files.read_file(reader(path)[0], path, offset, limit)
 
     def write_file(path: str, content: str) -> str:
         """Create or overwrite a file with the given content (UTF-8), creating parent directories.
@@ -229,12 +240,13 @@ def coding_tools(
         if glob:
             _search.check_glob(glob)
         rg = _search.rg_path()
+        w, shown = reader(path)
         with _os_errors("search", path):
-            found = _search.grep_rg(rg, ws, pattern, path, glob) if rg else _search.grep_python(ws, pattern, path, glob)
+            found = _search.grep_rg(rg, w, pattern, path, glob) if rg else _search.grep_python(w, pattern, path, glob)
         if not found.total:
             return f"[no matches; {found.stopped}]" if found.stopped else "[no matches]"
         out = [
-            f"{show_path(rel)}:{n}:{cap_line(text, _MAX_GREP_LINE_CHARS)}" for rel, n, text in found.kept
+            f"{show_path(shown + rel)}:{n}:{cap_line(text, _MAX_GREP_LINE_CHARS)}" for rel, n, text in found.kept
         ]
         more = found.total - len(found.kept)
         if more:
@@ -256,10 +268,11 @@ def coding_tools(
         Args:
             pattern: the glob pattern, relative to the workspace root.
         """
+        w, shown = reader(pattern)
         with _os_errors("list", pattern):
-            found = _search.glob(ws, pattern)
+            found = _search.glob(w, (pattern[len(shown) :] or ".") if shown else pattern)
         paths = sorted(found.paths, key=lambda p: p.split("/"))
-        out = [show_path(p) for p in paths[: _search.MAX_GLOB_PATHS]] or ["[no matches]"]
+        out = [show_path(shown + p) for p in paths[: _search.MAX_GLOB_PATHS]] or ["[no matches]"]
         more = found.total - len(paths[: _search.MAX_GLOB_PATHS])
         if more:
             out.append(f"[{more} more path{'s' if more != 1 else ''} not shown]")

@@ -1,0 +1,507 @@
+"""Agent Skills (https://agentskills.io): folders of instructions, scripts and resources, disclosed
+to the model progressively without breaking the prefix cache.
+
+Where skills are found (the first place that has a name wins; a shadowed one is named in a
+warning): the folders passed in (each a skill folder holding a ``SKILL.md``, or a folder of skill
+folders), ``<workspace>/.agents/skills/*/SKILL.md`` and ``${KIMIK3_HOME:-~/.kimik3}/skills/*/SKILL.md``.
+Workspace skills are read through the coding tools' confined walk: a skill folder there that is a
+symlink leading out of the workspace is skipped with a warning. A skill folder among the user's or
+passed-in folders may be a symlink to anywhere (they are the user's own choice); inside the folder
+the walk is confined to it. Each ``SKILL.md`` is checked against the format
+(:mod:`._skill_files`); a bad one is skipped with one warning line naming the file.
+
+Disclosure: one tool, ``load_skill(name)``, whose description lists every skill's name and
+description (the catalog, at most :data:`MAX_CATALOG_BYTES`). The tool is declared in the
+prompt's head only when the run starts with at least one skill: with none, the prompt is exactly
+what it is without skills. The catalog is fixed at the start of a run; the folders are looked at
+again before every model call, and a catalog that changed (a skill added, removed, or its
+description edited) is declared with K3's dynamic tool declaration (a message appended to the
+history, see :class:`kimik3.Agent`), never by rewriting the head. ``load_skill`` returns the
+instructions (the body of ``SKILL.md``), the skill's folder and its other files, which the model
+reads with ``read_file`` and runs with ``bash``, by absolute path (:meth:`Skills.read_paths`: the
+folders the tools must be able to read; nothing else runs a skill's scripts, so the approval hook
+and the sandbox apply as to any command).
+
+Sessions: ``{"skills": {"listed": [...]}}`` at the start of each run (the catalog of its head),
+``{"skills": {"declared": [...]}}`` when the catalog changed, ``{"skills": {"loaded": {...}}}``
+for each load. A continued session starts with the catalog it last listed, so the resumed run's
+prompt extends the earlier ones; skills that changed since are declared at once, and a listed skill
+that is gone, or a loaded one whose instructions changed, is named in a warning.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import unicodedata
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+
+from .._exceptions import SessionError, ToolError, UserError
+from ..agents import RunHooks, SessionWriter
+from ..tools import FunctionTool, Tool, Toolset
+from ..tools.coding._api import FILE_TOOL_TIMEOUT_S, Workspace
+from ._skill_files import (
+    MAX_DESCRIPTION_CHARS,
+    SKILL_FILE,
+    FrontMatterError,
+    Skill,
+    Source,
+    check_front_matter,
+    digest,
+    instructions,
+    other_files,
+    parse_front_matter,
+    read_head,
+)
+
+__all__ = ["MAX_CATALOG_BYTES", "WORKSPACE_SKILLS", "Skills", "user_skills_folder"]
+
+log = logging.getLogger("kimik3.skills")
+
+WORKSPACE_SKILLS = ".agents/skills"
+MAX_CATALOG_BYTES = 32 * 1024  # the catalog's lines together (as one AGENTS.md file)
+MAX_FOLDER_ENTRIES = 1000  # entries of one skills folder looked at
+_HEAD = (
+    "Load a skill: the full instructions (SKILL.md) of one of the skills below, its folder and the "
+    "list of its other files (scripts, references, templates). When a task matches a skill's "
+    "description, load the skill before you start and follow its instructions. Read the skill's "
+    "files with read_file and run its scripts with bash, by the absolute paths given."
+)
+_NONE_NOW = "No skills are available now."
+
+
+def _one_line(text: str) -> str:
+    """``text`` with control characters and undecodable bytes (surrogates) escaped: one printable line."""
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
+def _shown(path: Path) -> str:
+    """A path as text a session can hold (undecodable bytes as ``\\xNN``)."""
+    return str(path).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def user_skills_folder() -> Path:
+    """``${KIMIK3_HOME:-~/.kimik3}/skills``."""
+    return Path(os.environ.get("KIMIK3_HOME") or "~/.kimik3").expanduser() / "skills"
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """One line of the catalog: what the model is told of a skill."""
+
+    name: str
+    description: str
+    file: str
+
+    def line(self) -> str:
+        return f"- {self.name}: {' '.join(self.description.split())}"
+
+    def record(self) -> dict[str, str]:
+        return {"name": self.name, "description": self.description, "file": self.file}
+
+
+Catalog = tuple[_Entry, ...]
+T = TypeVar("T")
+
+
+def _description(catalog: Catalog) -> str:
+    listing = "\n".join(e.line() for e in catalog) if catalog else _NONE_NOW
+    return f"{_HEAD}\n\nAvailable skills:\n{listing}" if catalog else f"{_HEAD}\n\n{listing}"
+
+
+def _entries(path: Path, number: int, value: Any) -> Catalog:
+    """A recorded catalog, checked (a session file is data from outside)."""
+    if not isinstance(value, list):
+        raise SessionError(f"{path}:{number}: not a valid skills record: its catalog is not a list")
+    out = []
+    for item in value:
+        ok = isinstance(item, dict) and all(isinstance(item.get(k), str) for k in ("name", "description", "file"))
+        if not ok or len(item["description"]) > MAX_DESCRIPTION_CHARS:
+            raise SessionError(f"{path}:{number}: not a valid skills record: entry {item!r:.80}")
+        try:
+            check_front_matter({"name": item["name"], "description": item["description"]}, item["name"])
+        except FrontMatterError as e:
+            raise SessionError(f"{path}:{number}: not a valid skills record: {e}") from None
+        out.append(_Entry(item["name"], item["description"], item["file"]))
+    return tuple(out)
+
+
+class Skills(Toolset, RunHooks):
+    """Agent Skills as a toolset (``load_skill``) and run hooks (the session records); see the
+    module docstring for where skills are found and how they reach the model.
+
+    Usage::
+
+        skills = Skills(["./skills"])                  # any agent
+        agent = Agent(instructions=..., tools=[*tools, skills], engine=engine)
+        harness = CodingHarness(root, skills=["./skills"])  # the coding harness (and its defaults)
+
+    Args:
+        folders: skill folders, or folders of skill folders, looked at first.
+        workspace: a workspace whose ``.agents/skills`` holds skills (read confined to it).
+        user: look at ``${KIMIK3_HOME:-~/.kimik3}/skills`` too.
+        on_warning: called with each warning line (a skipped skill, a shadowed name, a skill of a
+            resumed session that is gone); default: the ``kimik3.skills`` logger. Each line is
+            given once.
+
+    One run at a time (as :class:`~kimik3.agents.RunHooks`): the catalog and the records are the
+    current run's.
+
+    Attributes:
+        found: the skills found by the last look at the folders, by name.
+        warnings: every warning line given so far.
+        loaded: the names ``load_skill`` loaded in the current run, in order.
+
+    Raises:
+        UserError: ``folders`` is one path instead of a list.
+    """
+
+    name = "skills"
+
+    def __init__(self, folders: Sequence[str | os.PathLike[str]] = (), *,
+                 workspace: str | os.PathLike[str] | None = None, user: bool = False,
+                 on_warning: Callable[[str], None] | None = None) -> None:
+        if isinstance(folders, (str, os.PathLike)):
+            raise UserError(f"Skills takes a list of folders, not one path ({folders!r})")
+        self.folders = [Path(os.path.abspath(Path(f).expanduser())) for f in folders]
+        self.workspace = Path(workspace).resolve() if workspace is not None else None
+        self._ws = Workspace(self.workspace) if self.workspace is not None else None
+        self.user = user
+        self.on_warning = on_warning
+        self.found: dict[str, Skill] = {}
+        self.warnings: list[str] = []
+        self.loaded: list[str] = []
+        self._cache: dict[str, tuple[tuple[int, int, int, int], Skill | str]] = {}
+        self._session: SessionWriter | None = None
+        self._listed: Catalog | None = None  # the head's catalog (None: no run started)
+        self._shown: Catalog = ()  # the catalog the model has now
+        self._recorded: Catalog | None = None  # the last catalog the session records
+        self._head_given = False
+        self._ever_shown = False  # load_skill was declared in this conversation
+        self._names: set[str] = set()  # the skills ever listed to the model in it
+        self._tool: tuple[Catalog, Tool] | None = None
+        self._scanned = False
+        self._quiet = False  # warnings held while a worker thread looks at the folders
+        self._pending: list[str] = []
+
+    # -- finding skills ---------------------------------------------------------------------
+
+    def _warn(self, line: str) -> None:
+        line = _one_line(line)
+        if line in self.warnings or line in self._pending:
+            return
+        if self._quiet:
+            self._pending.append(line)
+            return
+        self.warnings.append(line)
+        (self.on_warning or log.warning)(line)
+
+    async def _in_thread(self, work: Callable[[], T]) -> T:
+        """``work()`` in a worker thread, its warnings given afterwards in this one."""
+        self._quiet = True
+        try:
+            return await anyio.to_thread.run_sync(work)
+        finally:
+            self._quiet = False
+            pending, self._pending = self._pending, []
+            for line in pending:
+                self._warn(line)
+
+    def scan(self) -> dict[str, Skill]:
+        """Look at the folders now (blocking file I/O); sets and returns :attr:`found`."""
+        found: dict[str, Skill] = {}
+        for skill in self._candidates():
+            known = found.get(skill.name)
+            if known is not None:
+                self._warn(f"skill {skill.name!r} at {skill.file} is shadowed by the one at {known.file}")
+                continue
+            found[skill.name] = skill
+        self.found, self._scanned = found, True
+        return found
+
+    def _candidates(self) -> Iterator[Skill]:
+        for folder in self.folders:
+            yield from self._outside(folder, "given", missing_ok=False)
+        if self._ws is not None:
+            yield from self._in_workspace(self._ws)
+        if self.user:
+            yield from self._outside(user_skills_folder(), "user", missing_ok=True)
+
+    def _read(self, ws: Workspace, rel: str, shown: Path, folder: Path, name: str, source: Source) -> Skill | None:
+        """The skill whose ``SKILL.md`` is ``rel`` in ``ws`` (a warning naming ``shown`` if bad)."""
+        key = f"{ws.root}\0{rel}\0{name}\0{source}"
+        try:
+            data, complete, stamp = read_head(ws, rel)
+            cached = self._cache.get(key)
+            if cached is not None and cached[0] == stamp:
+                result = cached[1]
+            else:
+                try:
+                    front, _, _ = parse_front_matter(data, complete)
+                    title, description = check_front_matter(front, name)
+                    result = Skill(title, description, folder, source, stamp, front)
+                except FrontMatterError as e:
+                    result = str(e)
+                self._cache[key] = (stamp, result)
+        except ToolError as e:
+            result = str(e)
+        except OSError as e:
+            result = f"cannot read it: {e.strerror or e}"
+        if isinstance(result, str):
+            self._warn(f"skill skipped: {shown}: {result}")
+            return None
+        return result
+
+    def _outside(self, base: Path, source: Source, *, missing_ok: bool) -> Iterator[Skill]:
+        """Skills of a folder of the user's: ``base`` itself when it holds a SKILL.md, else its
+        sub-folders (symlinks followed: the user's own)."""
+        if os.path.isfile(base / SKILL_FILE):
+            real = Path(os.path.realpath(base))
+            skill = self._read(Workspace(real, "the skill's folder"), SKILL_FILE, base / SKILL_FILE, real,
+                               base.name, source)
+            if skill is not None:
+                yield skill
+            return
+        real_base = os.path.realpath(base)
+        try:
+            names = sorted(e.name for e in os.scandir(real_base))
+        except FileNotFoundError:
+            if not missing_ok:
+                self._warn(f"skills folder {base} skipped: it does not exist")
+            return
+        except OSError as e:
+            self._warn(f"skills folder {base} skipped: {e.strerror or e}")
+            return
+        yield from self._many(base, names, lambda name: self._outside_one(base, name, source))
+
+    def _outside_one(self, base: Path, name: str, source: Source) -> Skill | None:
+        real = Path(os.path.realpath(base / name))
+        if not os.path.isdir(real) or not os.path.lexists(real / SKILL_FILE):
+            return None  # not a skill folder (a README, a folder without SKILL.md)
+        return self._read(Workspace(real, "the skill's folder"), SKILL_FILE, base / name / SKILL_FILE, real,
+                          name, source)
+
+    def _in_workspace(self, ws: Workspace) -> Iterator[Skill]:
+        """Skills of ``<workspace>/.agents/skills``, read through the confined walk."""
+        try:
+            fd, _ = ws.open_dir(WORKSPACE_SKILLS)
+        except ToolError as e:
+            if os.path.lexists(ws.root / WORKSPACE_SKILLS):  # there, but not a folder inside the workspace
+                self._warn(f"skills folder {ws.root / WORKSPACE_SKILLS} skipped: {e}")
+            return
+        try:
+            names = sorted(os.listdir(fd))
+        except OSError as e:
+            self._warn(f"skills folder {ws.root / WORKSPACE_SKILLS} skipped: {e.strerror or e}")
+            return
+        finally:
+            os.close(fd)
+        yield from self._many(ws.root / WORKSPACE_SKILLS, names, lambda name: self._workspace_one(ws, name))
+
+    def _workspace_one(self, ws: Workspace, name: str) -> Skill | None:
+        rel = f"{WORKSPACE_SKILLS}/{name}"
+        shown = ws.root / rel
+        try:
+            fd, _ = ws.open_dir(rel)
+        except ToolError as e:
+            if os.path.islink(shown) and not ws.inside(rel):
+                self._warn(f"skill skipped: {shown}: it is a symlink leading out of the workspace (a workspace "
+                           "skill must lie inside it)")
+            elif os.path.isdir(shown):
+                self._warn(f"skill skipped: {shown}: {e}")
+            return None  # else a file: not a skill folder
+        try:
+            os.stat(SKILL_FILE, dir_fd=fd, follow_symlinks=False)
+        except OSError:
+            return None  # a folder without SKILL.md: not a skill
+        finally:
+            os.close(fd)
+        return self._read(ws, f"{rel}/{SKILL_FILE}", shown / SKILL_FILE, shown, name, "workspace")
+
+    def _many(self, base: Path, names: list[str], one: Callable[[str], Skill | None]) -> Iterator[Skill]:
+        names = [n for n in names if not n.startswith(".")]
+        if len(names) > MAX_FOLDER_ENTRIES:
+            self._warn(f"skills folder {base}: only its first {MAX_FOLDER_ENTRIES} of {len(names)} entries were "
+                       "looked at")
+        for name in names[:MAX_FOLDER_ENTRIES]:
+            try:
+                skill = one(name)
+            except OSError as e:  # e.g. a folder that cannot be searched (EACCES)
+                self._warn(f"skill skipped: {base / name}: {e.strerror or e}")
+                continue
+            if skill is not None:
+                yield skill
+
+    def read_paths(self) -> list[Path]:
+        """The folders outside the workspace that the tools must be able to read (never write):
+        the passed-in folders and the user's skills folder (those that exist, resolved) and the
+        real folder of each skill found (the folders are looked at first if they never were).
+        :class:`~kimik3.harness.CodingHarness` gives this method to the file tools
+        (``coding_tools(read_only=...)``, asked at every call); a sandbox for ``bash`` needs the
+        same paths readable inside it."""
+        if not self._scanned:
+            self.scan()
+        candidates = [*self.folders, *([user_skills_folder()] if self.user else [])]
+        out = [Path(os.path.realpath(p)) for p in candidates if os.path.isdir(p)]
+        out += [s.folder for s in self.found.values() if s.source != "workspace"]
+        unique = list(dict.fromkeys(out))
+        covered = [*unique, *([self.workspace] if self.workspace is not None else [])]
+
+        def under(p: Path, q: Path) -> bool:  # q holds p (q readable already)
+            return p != q and (str(p) + "/").startswith(str(q).rstrip("/") + "/")
+
+        return [p for p in unique if p != self.workspace and not any(under(p, q) for q in covered)]
+
+    # -- the catalog and the tool -----------------------------------------------------------
+
+    def _catalog(self, found: dict[str, Skill]) -> Catalog:
+        entries, size, left = [], 0, []
+        for name in sorted(found):
+            entry = _Entry(name, found[name].description, _shown(found[name].file))
+            size += len(entry.line().encode()) + 1
+            if size > MAX_CATALOG_BYTES:
+                left.append(name)
+                continue
+            entries.append(entry)
+        if left:
+            self._warn(f"skills not listed to the model (the catalog's {MAX_CATALOG_BYTES} bytes are used up): "
+                       f"{', '.join(left)}")
+        return tuple(entries)
+
+    def _tool_for(self, catalog: Catalog) -> Tool:
+        if self._tool is not None and self._tool[0] == catalog:
+            return self._tool[1]
+
+        async def load_skill(name: str) -> str:
+            """Args:
+            name: the skill's name, as listed.
+            """
+            text, body, skill = await self._in_thread(lambda: self._load(name))
+            self.loaded.append(skill.name)
+            self._record({"loaded": {"name": skill.name, "file": _shown(skill.file), "sha256": digest(body)}})
+            return text
+
+        tool = FunctionTool(load_skill, description=_description(catalog), timeout=FILE_TOOL_TIMEOUT_S)
+        self._tool = (catalog, tool)
+        return tool
+
+    def _where(self, skill: Skill) -> tuple[Workspace, str]:
+        """(the workspace its files are read in, its folder relative to it)."""
+        if skill.source == "workspace" and self._ws is not None:
+            return self._ws, skill.folder.relative_to(self._ws.root).as_posix()
+        return Workspace(skill.folder, "the skill's folder"), "."
+
+    def _instructions(self, skill: Skill) -> str:
+        ws, rel = self._where(skill)
+        return instructions(ws, f"{rel}/{SKILL_FILE}" if rel != "." else SKILL_FILE, skill.file)
+
+    def _load(self, name: str) -> tuple[str, str, Skill]:
+        """``load_skill``'s (result, instructions, skill) (blocking file I/O)."""
+        name = unicodedata.normalize("NFKC", name.strip())
+        skill = self.found.get(name)
+        if skill is None:
+            gone = name in self._names
+            why = "is no longer available (its SKILL.md was removed or is no longer valid)" if gone else "is unknown"
+            raise ToolError(f"skill {name!r} {why}; available skills: {', '.join(sorted(self.found)) or 'none'}")
+        ws, rel = self._where(skill)
+        body = self._instructions(skill)
+        files, more = other_files(ws, rel)
+        lines = [f'<skill_content name="{skill.name}">', body, "", f"Skill directory: {skill.folder}",
+                 "Relative paths in this skill are relative to the skill directory; give read_file and bash "
+                 "absolute paths."]
+        if files:
+            lines += ["", "<skill_resources>", *(f"  <file>{f}</file>" for f in files)]
+            if more:
+                lines.append(f"  [{more}{'+' if len(files) + more >= 2000 else ''} more files not listed]")
+            lines.append("</skill_resources>")
+        return "\n".join([*lines, "</skill_content>"]), body, skill
+
+    # -- the toolset ------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        self.is_open = True
+
+    async def close(self) -> None:
+        self.is_open = False
+
+    async def get_tools(self) -> list[Tool]:
+        """``[load_skill]`` with the catalog of the moment: the run's head catalog on the first
+        call of a run, then the folders as they are now; ``[]`` while the conversation never had
+        a skill."""
+        if self._listed is not None and not self._head_given:
+            self._head_given = True
+            catalog = self._listed
+        else:
+            catalog = await self._in_thread(lambda: self._catalog(self.scan()))
+            if self._listed is not None and catalog != self._recorded:
+                self._record({"declared": [e.record() for e in catalog]})
+                self._recorded = catalog
+        self._shown = catalog
+        self._names.update(e.name for e in catalog)
+        self._ever_shown = self._ever_shown or bool(catalog)
+        return [self._tool_for(catalog)] if self._ever_shown else []
+
+    # -- the run's hooks: the session -------------------------------------------------------
+
+    def _record(self, body: dict[str, Any]) -> None:
+        if self._session is not None:
+            self._session.record("skills", body)
+
+    async def run_start(self, session: SessionWriter | None) -> None:
+        """Look at the folders and fix the run's catalog: the one the session last listed when it
+        continues one (gone or changed skills warned about), else the skills found now."""
+        self._session, self._head_given, self.loaded, self._names = session, False, [], set()
+        catalog = await self._in_thread(lambda: self._catalog(self.scan()))
+        if session is None or session.new:
+            self._listed, self._recorded, self._ever_shown = catalog, catalog, False
+        else:
+            self._listed, self._recorded, self._ever_shown = await self._in_thread(lambda: self._resumed(session))
+        if self._listed:
+            self._record({"listed": [e.record() for e in self._listed]})
+
+    def _resumed(self, session: SessionWriter) -> tuple[Catalog, Catalog, bool]:
+        """(the head catalog, the last recorded one, whether load_skill was ever declared) of a
+        continued session; warns about listed skills that are gone and loaded ones that changed."""
+        listed: Catalog = ()
+        last: Catalog = ()
+        ever = False
+        loads: dict[str, tuple[str, str]] = {}
+        for number, body in session.records("skills"):
+            if not isinstance(body, dict) or len(body) != 1:
+                raise SessionError(f"{session.path}:{number}: not a valid skills record")
+            (kind, value), = body.items()
+            if kind in ("listed", "declared"):
+                last = _entries(session.path, number, value)
+                listed = last if kind == "listed" else listed
+                ever = ever or bool(last)
+            elif kind == "loaded" and isinstance(value, dict) and all(
+                    isinstance(value.get(k), str) for k in ("name", "file", "sha256")):
+                loads[value["name"]] = (value["file"], value["sha256"])
+            else:
+                raise SessionError(f"{session.path}:{number}: not a valid skills record ({kind!r})")
+        starts = [body for _, body in session.records("run_start") if isinstance(body, dict)]
+        if starts and not any(isinstance(t, dict) and isinstance(t.get("function"), dict)
+                              and t["function"].get("name") == "load_skill" for t in starts[-1].get("tools") or ()):
+            listed = ()  # the last run's head had no load_skill (it ran without skills)
+        self._names.update(e.name for e in (*listed, *last))
+        for entry in dict.fromkeys((*listed, *last)):
+            if entry.name not in self.found:
+                self._warn(f"skill {entry.name!r} of session {session.path} is gone (it was {entry.file}); "
+                           "loading it gives an error")
+        for name, (file, sha) in loads.items():
+            skill = self.found.get(name)
+            if skill is None:
+                continue
+            try:
+                now = digest(self._instructions(skill))
+            except ToolError:
+                now = ""
+            if now != sha:
+                self._warn(f"skill {name!r} changed since session {session.path} loaded it ({file}); the model "
+                           "has the old instructions until it loads the skill again")
+        return listed, last, ever
