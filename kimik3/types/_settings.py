@@ -85,6 +85,11 @@ class ModelSettings:
         ``extra`` keys are added (replacing the same keys). ``self`` when ``override`` is None."""
         if override is None:
             return self
+        # the common cases without building (and checking) a new object: one side decides alone
+        if not self.extra and all(getattr(override, n) is not None or getattr(self, n) is None for n in _SCALARS):
+            return override
+        if not override.extra and all(getattr(override, n) is None for n in _SCALARS):
+            return self
         values: dict[str, Any] = {}
         for f in fields(self):
             mine, theirs = getattr(self, f.name), getattr(override, f.name)
@@ -94,6 +99,8 @@ class ModelSettings:
                 values[f.name] = mine if theirs is None else theirs
         return ModelSettings(**values)
 
+
+_SCALARS = tuple(f.name for f in fields(ModelSettings) if f.name != "extra")
 
 SINGLE_STEP_SETTINGS = ModelSettings(
     reasoning_effort=DEFAULT_REASONING_EFFORT,
