@@ -5,7 +5,7 @@ a fixed number of generated tokens (ignore_eos), 1 and 64 concurrent requests:
 
 - embedded: kimik3 ``Client(VLLMEngine)`` (K3 encoding + streaming + K3 parsing) vs vLLM's
   ``AsyncLLM.generate`` on the same ids;
-- remote: kimik3 ``Client(RemoteEngine(mode="raw"))`` vs ``openai.AsyncOpenAI.completions`` on the
+- remote: kimik3 ``Client(RemoteCompletionsEngine(...))`` vs ``openai.AsyncOpenAI.completions`` on the
   same ids, against vLLM's OpenAI server.
 
 Sampling is identical on both sides (greedy, top_p 1.0). Prints time-to-first-token and throughput ratios (kimik3 / baseline; goal <= 1.05x). The
@@ -32,7 +32,8 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from kimik3 import Client, K3Tokenizer, RemoteEngine, VLLMEngine  # noqa: E402
+from kimik3 import Client, K3Tokenizer, VLLMEngine  # noqa: E402
+from kimik3.engines import RemoteCompletionsEngine  # noqa: E402
 from tests.k3vocab import write_model_dir  # noqa: E402
 
 SMOLLM = ROOT / ".cache" / "smollm2-135m-instruct"
@@ -119,7 +120,7 @@ async def remote(tok: K3Tokenizer, tokens: int, reps: int) -> None:
 
     proc, url = start_server(SMOLLM, "--max-num-seqs", "64", log_name="bench-engine-server")
     try:
-        engine = RemoteEngine(base_url=url + "/v1", model=str(SMOLLM), mode="raw", tokenizer=tok)
+        engine = RemoteCompletionsEngine(base_url=url + "/v1", model=str(SMOLLM), tokenizer=tok)
         client = Client(engine)
         raw = openai.AsyncOpenAI(base_url=url + "/v1", api_key="EMPTY", max_retries=0)
         ids = list(tok.encode_messages(MESSAGES))

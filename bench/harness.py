@@ -146,8 +146,7 @@ def build(features: dict[str, bool] | None, repo: Path, engine: ScriptedEngine,
         for t in tools:
             timed(t, spent)
         return Agent(instructions=CODING_INSTRUCTIONS, tools=tools, engine=engine, budgets=budgets)
-    flags = dict.fromkeys(FEATURES, False) | features
-    harness = CodingHarness(repo, **flags)
+    harness = CodingHarness(repo, features={name for name, on in features.items() if on})
     for t in harness.base_tools:
         timed(t, spent)
     return harness.agent(engine=engine, budgets=budgets)

@@ -68,9 +68,9 @@ from .agents import (
     ToolResultEvent,
     TurnEndEvent,
 )
-from .engines import Engine, ModelCall, RemoteEngine, ScriptedEngine, VLLMEngine
+from .engines import Engine, ModelCall, RemoteCompletionsEngine, RemoteEngine, ScriptedEngine, VLLMEngine
 from .formats.k3 import K3Tokenizer, PromptEncoder
-from .tools import Tool, ToolResult, tool
+from .tools import FunctionTool, Tool, ToolResult, tool
 from .types import (
     AssistantMessage,
     ChatCompletion,
@@ -114,6 +114,7 @@ __all__ = [
     "EngineNotAvailableError",
     "EngineRequestError",
     "FinalEvent",
+    "FunctionTool",
     "ImageTooLargeError",
     "InvalidArgumentsError",
     "InvalidEffortError",
@@ -135,6 +136,7 @@ __all__ = [
     "PromptEncoder",
     "RateLimitError",
     "ReasoningDelta",
+    "RemoteCompletionsEngine",
     "RemoteEngine",
     "RunResult",
     "SandboxUnavailableError",

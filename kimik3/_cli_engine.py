@@ -9,9 +9,9 @@ import os
 import shlex
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import click
@@ -24,7 +24,7 @@ from .agents import (
     ModelSettings,
     RunHooks,
 )
-from .engines import FEATURES, PRESETS, Engine, RemoteEngine, ScriptedEngine, VLLMEngine
+from .engines import FEATURES, PRESETS, Engine, RemoteCompletionsEngine, RemoteEngine, ScriptedEngine, VLLMEngine
 from .engines._presets import DEPRECATED_PRESETS
 from .tools import Plan, Tool, Toolset, plan_tool
 
@@ -88,18 +88,15 @@ class _Options:
     trust_remote_code: bool | None
     engine_arg: list[tuple[str, Any]]
     script: str | None
-    reasoning_effort: str | None
     max_turns: int | None
-    max_tokens: int | None
-    temperature: float | None
-    top_p: float | None
-    seed: int | None
     plain: bool
     mcp: tuple[str, ...] = ()
     mcp_timeout: float | None = None
     otel: str | None = None
     plan: bool = False
     verbose: bool = False
+    settings: ModelSettings = field(default_factory=ModelSettings)
+    """--reasoning-effort, --temperature, --top-p, --max-tokens, --seed (the agent level)."""
 
 
 def _engine_options(f: F) -> F:
@@ -163,8 +160,11 @@ def _engine_options(f: F) -> F:
 
 
 def _options(params: dict[str, Any]) -> _Options:
-    fields = _Options.__dataclass_fields__
-    return _Options(**{k: v for k, v in params.items() if k in fields})
+    """The command's options; the ModelSettings fields among them become :attr:`_Options.settings`."""
+    names = {f.name for f in fields(ModelSettings)}
+    settings = ModelSettings.of(**{k: v for k, v in params.items() if k in names})
+    known = {f.name for f in fields(_Options)} - {"settings"}
+    return _Options(**{k: v for k, v in params.items() if k in known}, settings=settings)
 
 
 def _engine_source(o: _Options) -> str:
@@ -246,20 +246,13 @@ def _build_engine(o: _Options) -> Engine:
         if engine.preset is not None and engine.preset.reason:
             click.echo(f"preset {o.preset}: {engine.preset.name} for {engine.preset.reason}", err=True)
         return engine
-    if o.mode == "raw" and o.tokenizer is None:
+    if o.mode != "raw":
+        return RemoteEngine(base_url=o.base_url, api_key=o.api_key, model=o.model)
+    if o.tokenizer is None:
         raise click.UsageError("--mode raw needs --tokenizer DIR (a K3 model directory)")
-    mode: Literal["chat", "raw"] = "raw" if o.mode == "raw" else "chat"
-    return RemoteEngine(base_url=o.base_url, api_key=o.api_key, model=o.model, mode=mode, tokenizer=o.tokenizer,
-                        max_model_len=o.max_model_len if mode == "raw" else None)
-
-
-def _settings(o: _Options) -> ModelSettings:
-    kw: dict[str, Any] = {}
-    for name in ("reasoning_effort", "max_tokens", "temperature", "top_p", "seed"):
-        value = getattr(o, name)
-        if value is not None:
-            kw[name] = value
-    return ModelSettings(**kw)
+    raw = RemoteCompletionsEngine(base_url=o.base_url, api_key=o.api_key, model=o.model, tokenizer=o.tokenizer,
+                                  max_model_len=o.max_model_len)
+    return raw.with_chat_for_images()  # completions take no images: those go through chat completions
 
 
 def _check_mcp(ctx: click.Context, param: click.Parameter, specs: tuple[str, ...]) -> tuple[str, ...]:
@@ -321,5 +314,5 @@ def _agent(o: _Options, engine: Engine, tools: Sequence[Tool | Toolset], instruc
     extra: list[Tool | Toolset] = [_mcp_server(spec, o.mcp_timeout) for spec in o.mcp]
     if o.plan:
         extra.append(plan_tool(Plan()))
-    return Agent(instructions=instructions, tools=[*tools, *extra], engine=engine, settings=_settings(o),
+    return Agent(instructions=instructions, tools=[*tools, *extra], engine=engine, settings=o.settings,
                  budgets=budgets, hooks=hooks)

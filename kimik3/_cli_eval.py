@@ -26,14 +26,14 @@ import click
 from rich.console import Console
 from rich.progress import Progress
 
-from ._cli_engine import _build_engine, _engine_options, _mcp_server, _options, _quiet, _settings
+from ._cli_engine import _build_engine, _engine_options, _mcp_server, _options, _quiet
 from ._cli_harness import harness_options
 from ._cli_progress import _PlainProgress
 from ._cli_run import _execute, _start
 from ._exceptions import KimiK3Error
 from ._pricing import Pricing, format_usd
 from ._text import printable
-from .engines import RemoteEngine
+from .engines import Engine, RemoteCompletionsEngine, RemoteEngine
 from .tools import Plan, Tool, Toolset, plan_tool
 
 __all__ = ["eval_group"]
@@ -129,7 +129,7 @@ def run_command(ctx: click.Context, /, suite: str, out: str, concurrency: int, r
         tools: list[Tool | Toolset] = [_mcp_server(spec) for spec in o.mcp]
         return [*tools, plan_tool(Plan())] if o.plan else tools
 
-    config = EvalConfig(settings=_settings(o), tools="full" if params.get("tool_set") == "full" else "core",
+    config = EvalConfig(settings=o.settings, tools="full" if params.get("tool_set") == "full" else "core",
                         max_turns=o.max_turns, pricing=price if price is not None else "auto",
                         sandbox=params.get("sandbox") or "auto", network=bool(params.get("network")),
                         sandbox_read=tuple(params.get("allow_read") or ()),
@@ -244,8 +244,10 @@ def replay_command(ctx: click.Context, sessions: tuple[str, ...], base_url: str,
         ctx.exit(1)
     if not requests:
         raise click.UsageError("the sessions hold no recorded model request")
-    engine = RemoteEngine(base_url=base_url, api_key=api_key, model=model, mode="raw" if mode == "raw" else "chat",
-                          tokenizer=tokenizer)
+    engine: Engine = RemoteEngine(base_url=base_url, api_key=api_key, model=model)
+    if mode == "raw":
+        engine = RemoteCompletionsEngine(base_url=base_url, api_key=api_key, model=model,
+                                         tokenizer=tokenizer).with_chat_for_images()
 
     def row(r: Any) -> None:
         if r.error or r.skipped:

@@ -20,10 +20,10 @@ import click
 
 from .agents import CODING_INSTRUCTIONS, ModelSettings, RunHooks
 from .engines import Engine
-from .harness import CodingHarness, Skills, undo
+from .harness import FEATURES, CodingHarness, Feature, Skills, undo
 from .tools import Tool, Toolset
 from .tools.coding import Sandbox
-from .tools.coding._paths import show_path
+from .tools.coding._api import show_path
 
 __all__ = ["harness_options", "harness_parts", "sandbox_from_options", "sandbox_options", "skills_from_options",
            "undo_command"]
@@ -113,10 +113,12 @@ def harness_parts(engine: Engine, workspace: str, settings: ModelSettings, note:
     """
     params = click.get_current_context().params
     full = params.get("tool_set") == "full"
+    features: set[Feature] = set(FEATURES) if full else {"project_instructions", "checkpoints"}
+    if params.get("no_agents_md"):
+        features.discard("project_instructions")
     if skills is True:
         skills = skills_from_options(workspace, note)
-    harness = CodingHarness(workspace, project_instructions=not params.get("no_agents_md"),
-                            read_before_edit=full, background=full, subagents=full, edit_tools=full,
+    harness = CodingHarness(workspace, features=features,
                             on_instructions=lambda rel: note(f"project instructions: {rel}"), skills=skills,
                             sandbox=sandbox if sandbox is not None else sandbox_from_options(workspace, note, skills))
     return harness.parts(engine=engine, instructions=CODING_INSTRUCTIONS, settings=settings)

@@ -2,81 +2,27 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
 from collections.abc import Iterable, Mapping
 from types import TracebackType
-from typing import Any, TypedDict
+from typing import Any
 
 import anyio
-from typing_extensions import Unpack
 
+from . import _tracing
 from ._checks import check_instance, check_int
-from ._defaults import (
-    DEFAULT_REASONING_EFFORT,
-    MAX_RETRIES,
-    RETRY_AFTER_MAX,
-    RETRY_BACKOFF_INITIAL,
-    RETRY_BACKOFF_MAX,
-    RETRY_JITTER,
-    SINGLE_STEP_SAMPLING,
-    ReasoningEffort,
-)
-from ._exceptions import APIConnectionError, RateLimitError, ServiceUnavailableError, UserError
+from ._defaults import MAX_RETRIES, RETRY_AFTER_MAX, RETRY_BACKOFF_INITIAL, RETRY_BACKOFF_MAX, RETRY_JITTER
+from ._exceptions import APIConnectionError, RateLimitError, ServiceUnavailableError
+from ._tracing import Span
 from .engines._base import CallSource, Engine, ModelCall
 from .engines._remote import RemoteEngine
-from .formats.k3 import PromptCache
-from .types import ChatCompletion, ChatRequest, Message, ToolSpec
+from .formats.k3 import K3Tokenizer, PromptCache
+from .types import ChatCompletion, ChatRequest, Message, ModelSettings, ResponseFormat, ToolChoice, ToolSpec
 
-__all__ = ["ChatOptions", "Client", "chat_request"]
+__all__ = ["Client"]
 
 _RETRYABLE = (RateLimitError, ServiceUnavailableError, APIConnectionError)
-
-
-class ChatOptions(TypedDict, total=False):
-    """Options of :meth:`Client.chat` / :meth:`Client.stream` (see :class:`ChatRequest`).
-
-    Defaults follow K3's model card for a single step (:mod:`kimik3._defaults`):
-    reasoning_effort "max", temperature 1.0, top_p 0.95.
-    """
-
-    tools: Iterable[ToolSpec | Mapping[str, Any] | Any] | None
-    reasoning_effort: ReasoningEffort
-    tool_choice: Any
-    response_format: Any
-    temperature: float
-    top_p: float
-    max_tokens: int | None
-    seed: int | None
-    extra: Mapping[str, Any] | None
-    prompt_cache: PromptCache | None
-
-
-def chat_request(messages: Iterable[Message | Mapping[str, Any]], **options: Unpack[ChatOptions]) -> ChatRequest:
-    """The :class:`ChatRequest` for :meth:`Client.chat`'s arguments.
-
-    Raises:
-        UserError: an unknown option (a typo would otherwise be ignored silently); also a
-            TypeError.
-        MessageError (and subclasses), InvalidEffortError: invalid messages or options.
-    """
-    unknown = sorted(set(options) - set(ChatOptions.__annotations__))
-    if unknown:
-        raise UserError(f"unexpected option(s) {', '.join(unknown)}; expected {', '.join(ChatOptions.__annotations__)}")
-    tools = options.get("tools")
-    extra = options.get("extra")
-    return ChatRequest(
-        messages=list(messages),  # type: ignore[arg-type]  # converted in __post_init__
-        tools=list(tools or ()),  # type: ignore[arg-type]  # normalised in __post_init__
-        reasoning_effort=options.get("reasoning_effort", DEFAULT_REASONING_EFFORT),
-        tool_choice=options.get("tool_choice"),
-        response_format=options.get("response_format"),
-        temperature=options.get("temperature", SINGLE_STEP_SAMPLING.temperature),
-        top_p=options.get("top_p", SINGLE_STEP_SAMPLING.top_p),
-        max_tokens=options.get("max_tokens"),
-        seed=options.get("seed"),
-        extra=dict(extra or {}),
-        prompt_cache=options.get("prompt_cache"),
-    )
 
 
 class Client:
@@ -90,7 +36,11 @@ class Client:
                 ...
         call.completion                # the ChatCompletion
 
-    Defaults follow K3's model card (temperature 1.0, top_p 0.95, reasoning_effort "max").
+    Settings: K3's card defaults for one call (temperature 1.0, top_p 0.95, reasoning_effort
+    "max"), then the client's ``settings``, then the call's (``settings=`` and the shorthand
+    keywords ``temperature=0, max_tokens=300, ...``), each level's fields winning over the one
+    before (:class:`~kimik3.ModelSettings`). An :class:`~kimik3.Agent` over this client merges
+    the client's settings under its own the same way.
 
     Retries: 429, 5xx and connection errors (timeouts included) are retried ``max_retries``
     times with exponential backoff (0.5 s doubling to 8 s, 25% jitter), honouring the server's
@@ -103,6 +53,11 @@ class Client:
         engine: any :class:`~kimik3.engines.Engine`. Without one, ``base_url``/``api_key``/
             ``model`` build a :class:`~kimik3.engines.RemoteEngine` (chat mode).
         max_retries: retries after the first attempt (default 2, like openai-python).
+        settings: the model level of :class:`~kimik3.ModelSettings` for every call through the
+            client (an agent's and a call's own settings win over it).
+
+    Raises:
+        UserError: an argument of the wrong type.
     """
 
     def __init__(
@@ -113,25 +68,70 @@ class Client:
         api_key: str | None = None,
         model: str | None = None,
         max_retries: int = MAX_RETRIES,
+        settings: ModelSettings | None = None,
     ) -> None:
         check_instance("Client(engine=...)", engine, Engine, "an Engine (ScriptedEngine, VLLMEngine, RemoteEngine)")
         check_int("Client(max_retries=...)", max_retries, minimum=0)
+        check_instance("Client(settings=...)", settings, ModelSettings, "a ModelSettings")
         if engine is None:
             engine = RemoteEngine(base_url=base_url, api_key=api_key, model=model)
         self.engine = engine
         self.max_retries = max_retries
+        self.settings = settings or ModelSettings()
+
+    def request(
+        self,
+        messages: Iterable[Message | Mapping[str, Any]],
+        *,
+        tools: Iterable[ToolSpec | Mapping[str, Any] | Any] | None = None,
+        tool_choice: ToolChoice | None = None,
+        response_format: ResponseFormat | Mapping[str, Any] | None = None,
+        settings: ModelSettings | None = None,
+        **options: Any,
+    ) -> ChatRequest:
+        """The :class:`ChatRequest` :meth:`chat` sends for these arguments (settings merged:
+        card defaults < the client's < ``settings`` < ``options``).
+
+        Raises:
+            UserError: an unknown option (a typo is never ignored silently), also a TypeError;
+                a bad setting.
+            MessageError (and subclasses): invalid messages, tools or directives.
+        """
+        check_instance("settings", settings, ModelSettings, "a ModelSettings")
+        merged = self.settings.merged(settings).merged(ModelSettings.of(**options) if options else None)
+        return ChatRequest(
+            messages=list(messages),  # type: ignore[arg-type]  # converted in __post_init__
+            tools=list(tools or ()),  # type: ignore[arg-type]  # normalised in __post_init__
+            settings=merged,
+            tool_choice=tool_choice,
+            response_format=response_format,
+        )
 
     async def chat(
-        self, messages: Iterable[Message | Mapping[str, Any]], **options: Unpack[ChatOptions]
+        self,
+        messages: Iterable[Message | Mapping[str, Any]],
+        *,
+        tools: Iterable[ToolSpec | Mapping[str, Any] | Any] | None = None,
+        tool_choice: ToolChoice | None = None,
+        response_format: ResponseFormat | Mapping[str, Any] | None = None,
+        settings: ModelSettings | None = None,
+        prompt_cache: PromptCache | None = None,
+        **options: Any,
     ) -> ChatCompletion:
         """One completion.
 
         Args:
             messages: OpenAI-shaped dicts or typed messages; every past assistant message must
                 carry its ``reasoning_content`` and ``tool_calls`` as received (K3 requires it).
-            **options: :class:`ChatOptions`: tools, reasoning_effort (low / high / max, or "none"
-                for thinking off), tool_choice ("auto" / "required" / "none"), response_format,
-                temperature, top_p, max_tokens, seed, extra (engine-specific), prompt_cache.
+            tools: tool declarations (:class:`ToolSpec`, OpenAI dicts, or tools).
+            tool_choice: "auto" (None) / "required" / "none".
+            response_format: ``{"type": "json_object"}`` or ``{"type": "json_schema", ...}``.
+            settings: this call's :class:`~kimik3.ModelSettings`.
+            prompt_cache: K3's incremental encoding state of a growing conversation, handed to
+                the engine call (token engines then tokenize only the new messages).
+            **options: :class:`~kimik3.ModelSettings` fields as keywords (``temperature=0``,
+                ``max_tokens=300``, ``reasoning_effort="none"`` for thinking off, ...); they
+                win over ``settings``.
 
         Returns:
             The completion (``.message``, ``.finish_reason``, ``.usage``).
@@ -141,32 +141,95 @@ class Client:
             ContextLengthExceededError, BadRequestError, AuthenticationError, NotFoundError,
             RateLimitError, ServiceUnavailableError, APIConnectionError, APITimeoutError.
         """
-        return await self.complete(chat_request(messages, **options))
+        request = self.request(messages, tools=tools, tool_choice=tool_choice, response_format=response_format,
+                               settings=settings, **options)
+        return await self.complete(request, prompt_cache=prompt_cache)
 
-    def stream(self, messages: Iterable[Message | Mapping[str, Any]], **options: Unpack[ChatOptions]) -> ModelCall:
+    def stream(
+        self,
+        messages: Iterable[Message | Mapping[str, Any]],
+        *,
+        tools: Iterable[ToolSpec | Mapping[str, Any] | Any] | None = None,
+        tool_choice: ToolChoice | None = None,
+        response_format: ResponseFormat | Mapping[str, Any] | None = None,
+        settings: ModelSettings | None = None,
+        prompt_cache: PromptCache | None = None,
+        **options: Any,
+    ) -> ModelCall:
         """Start one completion: a :class:`~kimik3.engines.ModelCall` of reasoning / content /
         tool-call events; ``call.completion`` once consumed.
 
         Same arguments and errors as :meth:`chat` (the request errors at once; engine errors
         while iterating). Leaving the ``async with`` early (or cancelling) aborts the request.
         """
-        return self.stream_request(chat_request(messages, **options))
+        request = self.request(messages, tools=tools, tool_choice=tool_choice, response_format=response_format,
+                               settings=settings, **options)
+        return self.stream_request(request, prompt_cache=prompt_cache)
 
-    async def complete(self, request: ChatRequest) -> ChatCompletion:
-        """:meth:`chat` for a prepared :class:`ChatRequest` (retries included)."""
-        async with self.stream_request(request) as call:
+    async def complete(
+        self, request: ChatRequest, *, prompt_cache: PromptCache | None = None, trace_parent: Span | None = None
+    ) -> ChatCompletion:
+        """:meth:`chat` for a prepared :class:`ChatRequest`; arguments as :meth:`stream_request`."""
+        async with self.stream_request(request, prompt_cache=prompt_cache, trace_parent=trace_parent) as call:
             return await call.get()
 
-    def stream_request(self, request: ChatRequest) -> ModelCall:
-        """:meth:`stream` for a prepared :class:`ChatRequest` (retries included)."""
-        return ModelCall(self._with_retries(request))
+    def stream_request(
+        self, request: ChatRequest, *, prompt_cache: PromptCache | None = None, trace_parent: Span | None = None
+    ) -> ModelCall:
+        """:meth:`stream` for a prepared :class:`ChatRequest`: the one path of every model call
+        (retries and tracing included).
 
-    async def _with_retries(self, request: ChatRequest) -> CallSource:
+        Args:
+            request: the request.
+            prompt_cache: handed to the engine call (:meth:`Engine.stream
+                <kimik3.engines.Engine.stream>`).
+            trace_parent: the span the call's ``chat {model}`` span is a child of (an agent
+                passes its run's; default: the current span). Spans follow the OpenTelemetry
+                GenAI conventions (:mod:`kimik3._tracing`; a no-op without OpenTelemetry).
+        """
+        return ModelCall(self._traced(request, prompt_cache, trace_parent))
+
+    async def _traced(self, request: ChatRequest, prompt_cache: PromptCache | None, parent: Span | None) -> CallSource:
+        completion: ChatCompletion | None = None
+        with _tracing.model_call(parent, self.model, request) as span:
+            async with contextlib.aclosing(self._with_retries(request, prompt_cache)) as source:
+                async for item in source:
+                    if isinstance(item, ChatCompletion):
+                        completion = item
+                        break
+                    yield item
+            if completion is not None:
+                span.done(completion)
+        if completion is not None:  # after the span ended: the consumer closes the source on it
+            yield completion
+
+    @property
+    def model(self) -> str:
+        """The engine's model name ("" until a server names it)."""
+        return self.engine.model
+
+    @property
+    def tokenizer(self) -> K3Tokenizer | None:
+        """The engine's K3 tokenizer, when it has one."""
+        return self.engine.tokenizer
+
+    @property
+    def allow_local_files(self) -> bool:
+        """Whether the engine reads image / video parts that name local files."""
+        return self.engine.allow_local_files
+
+    def check_image(self, url: str) -> None:
+        """Raise if the engine could never show the image at ``url`` to the model
+        (:meth:`Engine.check_image <kimik3.engines.Engine.check_image>`; blocking: run it in a
+        worker thread)."""
+        self.engine.check_image(url)
+
+    async def _with_retries(self, request: ChatRequest, prompt_cache: PromptCache | None) -> CallSource:
         attempt = 0
         while True:
             started = False
             try:
-                async with self.engine.stream(request) as call:
+                async with self.engine.stream(request, prompt_cache=prompt_cache) as call:
                     async for event in call:
                         started = True
                         yield event

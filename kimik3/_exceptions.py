@@ -9,7 +9,7 @@
     ├── MessageError (ValueError)          bad input to the encoder / typed messages
     │   ├── UnknownRoleError
     │   ├── UnknownContentPartError
-    │   ├── InvalidEffortError
+    │   ├── InvalidEffortError (UserError)  a reasoning effort outside low / high / max / none
     │   ├── ToolNameError                  a tool message whose tool name cannot be resolved
     │   ├── InvalidArgumentsError          tool-call arguments that are JSON but not an object
     │   ├── InvalidRequestError            a request K3's endpoint contract says must be rejected
@@ -122,8 +122,9 @@ class UnknownContentPartError(MessageError):
     """A content part whose ``type`` is not text, image_url / image or video_url / video."""
 
 
-class InvalidEffortError(MessageError):
-    """A ``thinking_effort`` / ``reasoning_effort`` outside low / high / max (or "none")."""
+class InvalidEffortError(MessageError, UserError):
+    """A ``thinking_effort`` / ``reasoning_effort`` outside low / high / max (or "none"); also a
+    :class:`UserError`, since :class:`~kimik3.ModelSettings` raises it for a bad option."""
 
 
 class ToolNameError(MessageError):
@@ -141,7 +142,7 @@ class InvalidRequestError(MessageError):
 
 
 class JSONLimitError(MessageError):
-    """JSON beyond the limits of :mod:`kimik3.formats.k3._json` (nesting depth, integer digits,
+    """JSON beyond the limits of :mod:`kimik3._json` (nesting depth, integer digits,
     non-finite numbers, non-JSON types): refused with the reason instead of failing later."""
 
 

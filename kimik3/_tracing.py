@@ -228,10 +228,10 @@ def model_call(parent: Span | None, model: str | None, request: Any) -> Abstract
         "gen_ai.operation.name": "chat",
         "gen_ai.provider.name": PROVIDER_NAME,
         "gen_ai.request.model": model or None,
-        "gen_ai.request.temperature": request.temperature,
-        "gen_ai.request.top_p": request.top_p,
-        "gen_ai.request.max_tokens": request.max_tokens,
-        "gen_ai.request.seed": request.seed,
+        "gen_ai.request.temperature": request.settings.temperature,
+        "gen_ai.request.top_p": request.settings.top_p,
+        "gen_ai.request.max_tokens": request.settings.max_tokens,
+        "gen_ai.request.seed": request.settings.seed,
     })
     if span.recording and capture_content():
         span.set(gen_ai__input__messages=json.dumps(_messages(request.messages), ensure_ascii=False))

@@ -67,7 +67,6 @@ from ._cli_engine import (
     _Options,
     _options,
     _quiet,
-    _settings,
     parse_engine_arg,
 )
 from ._cli_eval import eval_group
@@ -193,7 +192,7 @@ def _run_agent(o: _Options, workspace: str, task: str | None, history: list[Mess
         progress.error(e)
         return 1
     engine = _build_engine(o)
-    agent = _agent(o, engine, *harness_parts(engine, workspace, _settings(o), progress.note, sandbox, skills))
+    agent = _agent(o, engine, *harness_parts(engine, workspace, o.settings, progress.note, sandbox, skills))
 
     existed = session.exists()
 

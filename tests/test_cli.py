@@ -29,8 +29,9 @@ from kimik3 import cli as cli_module
 from kimik3._exceptions import EngineNotAvailableError
 from kimik3.agents import CODING_INSTRUCTIONS, load_session
 from kimik3.cli import main, parse_engine_arg
-from kimik3.engines import PRESETS, RemoteEngine
+from kimik3.engines import PRESETS, ChatForImages, RemoteCompletionsEngine, RemoteEngine
 from kimik3.formats.k3 import render_output
+from tests.k3vocab import write_model_dir
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git for the workspace repository")
 
@@ -428,8 +429,12 @@ def test_engine_choice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for name in _CLEAN:
         monkeypatch.delenv(name, raising=False)
     remote = build(["--base-url", "http://127.0.0.1:9/v1", "--model", "k3", "--api-key", "k"])
-    assert isinstance(remote, RemoteEngine) and remote.model == "k3" and remote.mode == "chat"
-    assert str(remote._client.base_url) == "http://127.0.0.1:9/v1/"
+    assert isinstance(remote, RemoteEngine) and remote.model == "k3"  # chat completions
+    assert str(remote.endpoint.client.base_url) == "http://127.0.0.1:9/v1/"
+    raw = build(["--base-url", "http://127.0.0.1:9/v1", "--model", "k3", "--mode", "raw", "--tokenizer",
+                 str(write_model_dir(tmp_path / "k3"))])
+    assert isinstance(raw, ChatForImages) and isinstance(raw.engine, RemoteCompletionsEngine)
+    assert raw.chat.endpoint is raw.engine.endpoint and raw.model == "k3"
     monkeypatch.setenv("KIMIK3_BASE_URL", "http://127.0.0.1:9/v1")
     assert isinstance(build([]), RemoteEngine)  # from the environment
     assert isinstance(build(["--script", str(script)]), ScriptedEngine)  # the command line wins

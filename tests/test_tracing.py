@@ -20,7 +20,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from kimik3 import Agent, EngineError, ScriptedEngine, ToolMessage, tool
+from kimik3 import Agent, Client, EngineError, ScriptedEngine, ToolMessage, tool
 from kimik3._tracing import set_capture_content
 from kimik3.agents import FinalEvent, TurnEndEvent
 from kimik3.engines import Usage
@@ -120,6 +120,17 @@ async def test_spans_of_a_run_with_genai_attributes(spans: InMemorySpanExporter)
         "gen_ai.usage.output_tokens": result.usage.completion_tokens,
     }
     assert run.status.status_code == StatusCode.UNSET
+
+
+async def test_a_client_call_is_the_same_traced_path(spans: InMemorySpanExporter) -> None:
+    # one model-call path (the client's): a direct call gets the chat span an agent's turn gets
+    client = Client(ScriptedEngine(["hello"], model="m"))
+    out = await client.chat([{"role": "user", "content": "hi"}], temperature=0.5, max_tokens=40)
+    (chat,) = spans.get_finished_spans()
+    assert chat.name == "chat m" and chat.kind == SpanKind.CLIENT and chat.parent is None
+    assert attrs(chat)["gen_ai.request.temperature"] == 0.5 and attrs(chat)["gen_ai.request.top_p"] == 0.95
+    assert attrs(chat)["gen_ai.request.max_tokens"] == 40 and attrs(chat)["gen_ai.response.id"] == out.id
+    assert "error.type" not in attrs(chat) and chat.status.status_code == StatusCode.UNSET
 
 
 async def test_a_failed_model_call_sets_error_type(spans: InMemorySpanExporter) -> None:

@@ -27,7 +27,7 @@ import jsonschema
 
 from .._exceptions import KimiK3Error, UserError
 from ..formats.k3 import K3Tokenizer, default_tokenizer
-from ..types import ChatRequest
+from ..types import ChatRequest, ModelSettings
 from ._probes import ANSWER_SCHEMA, CONVENTIONS, WEATHER, Convention, Probe, expected_counts, probes, tool
 from ._transport import DEFAULT_MAX_BODY_BYTES, Answer, Endpoint
 from ._wire import Malformed
@@ -227,7 +227,7 @@ def _client_side(body: Mapping[str, Any]) -> str:
     """What kimik3 itself does with the request (it must refuse it before any network call)."""
     try:
         ChatRequest(messages=body["messages"], tools=body.get("tools") or [],
-                    reasoning_effort=body.get("reasoning_effort", "max"))  # fmt: skip
+                    settings=ModelSettings(reasoning_effort=body.get("reasoning_effort", "max")))  # fmt: skip
     except KimiK3Error as e:
         return f"kimik3 refuses it client-side ({type(e).__name__})"
     return "kimik3 would send it (a kimik3 bug)"

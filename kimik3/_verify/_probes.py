@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import base64
 import io
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -250,8 +250,3 @@ def probes(*, images: bool = True) -> list[Probe]:
             out.append(Probe(f"image {w}x{h}", [{"role": "user", "content": content}], images=[(w, h)]))
     return out
 
-
-def first_tool_calls(message: Mapping[str, Any]) -> Sequence[Mapping[str, Any]]:
-    """``message["tool_calls"]`` or ``[]``."""
-    calls = message.get("tool_calls") or []
-    return calls if isinstance(calls, list) else []

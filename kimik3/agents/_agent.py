@@ -27,37 +27,41 @@ import logging
 import math
 import os
 import sys
-import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import replace
 from typing import Any, Generic, Literal, cast
 
 import anyio
-from pydantic import ValidationError
 
 from .. import _tracing
+from .._checks import check_instance
 from .._client import Client
 from .._defaults import MAX_CONTINUES
 from .._exceptions import SessionError, UserError
 from .._pricing import Pricing
-from ..engines import Engine
+from ..engines import Engine, ModelCall
 from ..formats.k3 import K3Tokenizer, ToolCallDone, default_tokenizer
 from ..tools import Tool, ToolContext, ToolResult, Toolset
-from ..tools._limits import STRAY_NOTE, stray_cancellation, unwrap_group
+from ..tools import _failures as failures
+from ..tools._failures import FailureText, default_failure_text
+from ..tools._limits import stray_cancellation, unwrap_group
 from ..types import (
+    AGENTIC_SETTINGS,
     AssistantMessage,
+    ChatCompletion,
     ChatRequest,
     ImagePart,
     Message,
     SystemMessage,
     TextPart,
     ToolCall,
+    ToolChoice,
     UserMessage,
     message_text,
 )
 from ._approval import approve
-from ._arguments import check_agent_arguments, output_adapter, run_messages, task_message
+from ._arguments import check_agent_arguments, output_adapter, run_messages, task_message, validate_output
 from ._checks import (
     EMPTY_TURN,
     answer_text,
@@ -142,7 +146,9 @@ class Agent(Generic[OutputT]):
             one is opened for each run; one that is a :class:`RunHooks` too, as ``Skills``, gets its calls).
         engine: where K3 runs (wrapped in a :class:`~kimik3.Client` with its retries); or
         client: a ready client.
-        settings: per-call :class:`ModelSettings`.
+        settings: the agent's :class:`~kimik3.ModelSettings`, merged over the client's and K3's
+            card defaults for agentic work (temperature 1.0, top_p 1.0, effort max); a run's
+            ``settings=`` merges over them (model < agent < run).
         max_turns: shortcut for ``budgets.turns``.
         budgets: :class:`Budgets` (turns, tokens, wall time).
         context: :class:`ContextPolicy` (result cap, compaction, screenshot pruning).
@@ -159,6 +165,10 @@ class Agent(Generic[OutputT]):
         pricing: USD prices per 1M tokens for :attr:`RunResult.cost` and ``Budgets(usd=...)``:
             ``"auto"`` (Moonshot's hosted prices by the model id, :mod:`kimik3._pricing`; none
             for other ids), a :class:`~kimik3.Pricing`, or None (no cost counted).
+        failure_text: words every failure the model reads as a tool's error result (an unknown
+            tool, a denial, a tool that raised or overran, ...): a function of a
+            :class:`~kimik3.tools.ToolFailure`, as openai-agents' ``failure_error_function``
+            (default ``"Error: <message>"``; every text is in :mod:`kimik3.tools._failures`).
 
     Raises:
         UserError: neither or both of ``engine`` and ``client``; duplicate tool names (for a
@@ -184,6 +194,7 @@ class Agent(Generic[OutputT]):
         name: str | None = None,
         hooks: Sequence[RunHooks] = (),
         pricing: Pricing | Literal["auto"] | None = "auto",
+        failure_text: FailureText | None = None,
     ) -> None:
         check_agent_arguments(engine=engine, client=client, instructions=instructions, tools=tools, settings=settings,
                               budgets=budgets, context=context, approval=approval, tokenizer=tokenizer, pricing=pricing)
@@ -211,6 +222,9 @@ class Agent(Generic[OutputT]):
         self.approval = approval
         self.deps = deps
         self.hooks = AllHooks([*hooks, *self._toolbox.hooks(hooks)])
+        if failure_text is not None and not callable(failure_text):
+            raise UserError(f"Agent(failure_text=...) must be a callable (failure) -> str, got {failure_text!r:.80}")
+        self.failure_text: FailureText = failure_text or default_failure_text
         if isinstance(tokenizer, K3Tokenizer) or tokenizer is None:
             self._tokenizer = tokenizer
         else:
@@ -237,6 +251,7 @@ class Agent(Generic[OutputT]):
         *,
         messages: list[Message] | None = None,
         session: str | os.PathLike[str] | None = None,
+        settings: ModelSettings | None = None,
     ) -> RunResult[OutputT]:
         """Run the agent on ``task`` until it answers or a budget runs out.
 
@@ -248,6 +263,8 @@ class Agent(Generic[OutputT]):
                 typed messages in place, as :meth:`Client.chat` converts them.
             session: a JSONL file that receives every message as it happens (its directory must
                 exist; the run holds an exclusive lock on it, see :class:`SessionWriter`).
+            settings: this run's :class:`~kimik3.ModelSettings`: the fields it sets win over the
+                agent's (which win over the client's and the card's) for this run only.
 
         Returns:
             The :class:`RunResult`.
@@ -264,13 +281,15 @@ class Agent(Generic[OutputT]):
             retries. Tool errors never escape: the model sees them.
         """
         result: RunResult[OutputT] | None = None
-        async for event in self.run_stream(task, messages=messages, session=session):
+        async for event in self.run_stream(task, messages=messages, session=session, settings=settings):
             if isinstance(event, FinalEvent):
                 result = event.result
         assert result is not None
         return result
 
-    async def resume(self, path: str | os.PathLike[str], task: str | None = None) -> RunResult[OutputT]:
+    async def resume(
+        self, path: str | os.PathLike[str], task: str | None = None, *, settings: ModelSettings | None = None
+    ) -> RunResult[OutputT]:
         """Continue the session recorded in ``path`` (appending to it).
 
         Tool calls left without a result by a crash get an error result first, so the history
@@ -282,7 +301,7 @@ class Agent(Generic[OutputT]):
                 error.
         """
         history = load_session(path)
-        return await self.run(task, messages=history, session=path)
+        return await self.run(task, messages=history, session=path, settings=settings)
 
     async def run_stream(
         self,
@@ -290,8 +309,11 @@ class Agent(Generic[OutputT]):
         *,
         messages: list[Message] | None = None,
         session: str | os.PathLike[str] | None = None,
+        settings: ModelSettings | None = None,
     ) -> AsyncIterator[AgentEvent]:
         """:meth:`run`, yielding :data:`AgentEvent` s; the last one is a :class:`FinalEvent`."""
+        check_instance("run(settings=...)", settings, ModelSettings, "a ModelSettings")
+        run_settings = AGENTIC_SETTINGS.merged(self.client.settings).merged(self.settings).merged(settings)
         history = run_messages(messages, session)
         user = task_message(task) if task is not None else None
         if user is None and not any(isinstance(m, UserMessage) for m in history):
@@ -310,17 +332,18 @@ class Agent(Generic[OutputT]):
                     f"conversation of {len(history)}; continue the file's own with Agent.resume (another run "
                     "may have written it since it was read)"
                 )
-        run = _Run(history, writer, self.deps, self._count)
+        run = _Run(history, writer, self.deps, self._count, run_settings)
         try:
             await self.hooks.run_start(writer)
             async with AsyncExitStack() as stack:
-                run.span = stack.enter_context(_tracing.agent_run(self.name, self.client.engine.model))
+                run.span = stack.enter_context(_tracing.agent_run(self.name, self.client.model))
                 await self._toolbox.open(stack)  # toolsets not open yet: for this run only
                 await self._sync_tools(run, start=True)
-                run.start(self.pricing, self.client.engine.model, self.settings)
+                run.start(self.pricing, self.client.model, run.settings)
                 if not history and self.instructions:
                     run.add(SystemMessage(content=self.instructions))
-                for answer in orphan_results(run.messages, "the run stopped before this call finished"):
+                for answer in orphan_results(run.messages, "the run stopped before this call finished",
+                                             self.failure_text):
                     run.add(answer)
                 if user is not None:
                     run.add(user)
@@ -338,12 +361,12 @@ class Agent(Generic[OutputT]):
 
     async def _loop(self, run: _Run) -> AsyncIterator[AgentEvent]:
         while True:
-            exhausted = self._exhausted(run)
+            exhausted = run.exhausted(self.budgets, self.client.model)
             if exhausted is not None:
                 async for event in self._final_turn(run, exhausted):
                     yield event
                 return
-            async for event in compact(self, run):
+            async for event in compact(run, self.context, self._summarize):
                 yield event
             outcome: TurnOutcome | None = None
             async for item in self._turn(run):
@@ -361,14 +384,11 @@ class Agent(Generic[OutputT]):
         """One turn: a model call, its tools; ends with its named :data:`TurnOutcome` (calls that did
         not run are named to the model; a turn with no answer and no call is never the answer)."""
         await self._sync_tools(run)
-        request = self._request(run)
-        with _tracing.model_call(run.span, self.client.engine.model, request) as span:
-            async with self.client.stream_request(request) as call:
-                async for event in call:
-                    if isinstance(event, ToolCallDone) and event.error is not None:
-                        run.call_errors[event.id] = event.error  # kept, but answered with the reason
-                    yield event
-            span.done(call.completion)
+        async with self._model_call(run, self._request(run)) as call:
+            async for event in call:
+                if isinstance(event, ToolCallDone) and event.error is not None:
+                    run.call_errors[event.id] = event.error  # kept, but answered with the reason
+                yield event
         completion = call.completion
         message = completion.message
         if completion.failed_tool_calls:  # a chat server's undecodable calls: kept with {}, answered with why
@@ -413,7 +433,7 @@ class Agent(Generic[OutputT]):
             yield ContinueWith(note) if run.unusable_turns < 2 else Final(None, "unusable_output")
             return
         run.unusable_turns = 0
-        output, error = self._validate_output(message)
+        output, error = validate_output(self._output_adapter, message)
         if error is not None and not run.output_retry_used:
             run.output_retry_used = True
             yield ContinueWith(f"Your answer does not match the required JSON schema: {error}. "
@@ -421,21 +441,20 @@ class Agent(Generic[OutputT]):
             return
         yield Final(output, "completed" if error is None else "invalid_output")
 
-    def _request(self, run: _Run, *, tool_choice: Any = None, messages: list[Message] | None = None) -> ChatRequest:
-        s = self.settings
-        return ChatRequest(
-            messages=messages if messages is not None else run.messages,
-            tools=run.specs,
-            reasoning_effort=s.reasoning_effort,
-            tool_choice=tool_choice,
-            response_format=self._response_format,
-            temperature=s.temperature,
-            top_p=s.top_p,
-            max_tokens=s.max_tokens,
-            seed=s.seed,
-            extra=dict(s.extra),
-            prompt_cache=run.cache if messages is None else None,
-        )
+    def _request(self, run: _Run, *, tool_choice: ToolChoice | None = None,
+                 messages: list[Message] | None = None) -> ChatRequest:
+        return ChatRequest(messages=messages if messages is not None else run.messages, tools=run.specs,
+                           settings=run.settings, tool_choice=tool_choice, response_format=self._response_format)
+
+    def _model_call(self, run: _Run, request: ChatRequest) -> ModelCall:
+        """The run's model call: the client's one path (retries, the ``chat`` span under the run's
+        span), incremental with the run's prompt cache."""
+        return self.client.stream_request(request, prompt_cache=run.cache, trace_parent=run.span)
+
+    async def _summarize(self, run: _Run, messages: list[Message]) -> ChatCompletion:
+        """A tool-free model call over ``messages`` (compaction's), traced under the run."""
+        request = self._request(run, tool_choice="none", messages=messages)
+        return await self.client.complete(request, trace_parent=run.span)
 
     async def _sync_tools(self, run: _Run, *, start: bool = False) -> None:
         """Update the run's tool table from the agent's tools and its toolsets; at the start of a
@@ -460,7 +479,7 @@ class Agent(Generic[OutputT]):
     async def _run_tools(self, run: _Run, calls: Sequence[ToolCall], said: set[str]) -> AsyncIterator[AgentEvent]:
         results: list[ToolResult | None] = [None] * len(calls)
         approved: list[ToolCallApprovedEvent | None] = [None] * len(calls)
-        deadline = self._deadline(run)
+        deadline = run.deadline(self.budgets)
         interrupts: list[BaseException] = []
 
         async def one(call: ToolCall, i: int) -> None:
@@ -488,12 +507,11 @@ class Agent(Generic[OutputT]):
         finally:
             # Whatever happened (a cancelled run, the time budget), every call id gets a result
             # message, in call order, so the history stays valid for the next request.
-            why = ("the run's time budget ran out before the tool call finished" if scope.cancel_called
-                   else "the tool call was cancelled before it finished")
+            why = failures.interrupted(by_time_budget=scope.cancel_called)
             for i, call in enumerate(calls):
                 result = results[i]
                 if result is None:
-                    result = ToolResult(content=f"Error: {why}", is_error=True)
+                    result = ToolResult.from_failure(why, self.failure_text)
                     results[i] = result
                 run.failed_calls += result.is_error
                 if result.is_error and call.id not in said:  # raw and chat mode alike (RunResult.degraded)
@@ -517,7 +535,7 @@ class Agent(Generic[OutputT]):
             except BaseException as e:  # a CancelledError the tool or the hook raised itself: its error
                 if not stray_cancellation(e, scoped=True):
                     raise  # the run's own cancellation (or KeyboardInterrupt...) cancels the tools
-                results[i] = ToolResult(content=f"{ToolResult.from_exception(e).text} {STRAY_NOTE}", is_error=True)
+                results[i] = ToolResult.from_failure(failures.stray_cancellation(e), self.failure_text)
             span.done(results[i])
 
     async def _call_tool(self, run: _Run, call: ToolCall, results: list[ToolResult | None],
@@ -525,63 +543,38 @@ class Agent(Generic[OutputT]):
         name = call.function.name
         tool = run.tools.get(name)
         if tool is None:
-            known = ", ".join(sorted(run.tools)) or "none"
-            why = " was declared in an earlier run and is not available now" if name in run.unavailable else ""
-            text = f"Error: unknown tool {name!r}{why}; available tools: {known}"
-            results[i] = ToolResult(content=text, is_error=True)
+            unknown = failures.unknown_tool(name, sorted(run.tools), declared_earlier=name in run.unavailable)
+            results[i] = ToolResult.from_failure(unknown, self.failure_text)
             return
         error = run.call_errors.pop(call.id, None)
         if error is not None:  # a value beyond the JSON limits, or arguments a server sent broken
-            results[i] = ToolResult(content=f"Error: the call was not run: {error}", is_error=True)
+            results[i] = ToolResult.from_failure(failures.not_run(error), self.failure_text)
             return
-        decision = await approve(self.approval, call)
+        decision = await approve(self.approval, call, self.failure_text)
         if isinstance(decision, ToolResult):  # denied, or the check failed: the model sees why
             results[i] = decision
             return
         approved[i] = decision
-        context = ToolContext(tool_call_id=call.id, deps=run.deps, add_tools=self.add_tools)
-        left = self._deadline(run)  # rounded up to 0.1 s: the error names a readable limit
+        context = ToolContext(tool_call_id=call.id, deps=run.deps, add_tools=self.add_tools,
+                              failure_text=self.failure_text)
+        left = run.deadline(self.budgets)  # rounded up to 0.1 s: the error names a readable limit
         limits = [t for t in (tool.timeout, left if left is None else math.ceil(left * 10) / 10) if t is not None]
         result = await tool.run(decision.arguments, context, timeout=min(limits) if limits else None)
-        local = bool(getattr(self.client.engine, "allow_local_files", False))
-        result = await check_images(result, allow_local_files=local)  # an image the model can't see: an error
+        result = await check_images(result, self.client.check_image, self.failure_text)  # the model can't see it
         if decision.edited:
             note = f"[the user edited the arguments to {json.dumps(decision.arguments, ensure_ascii=False)}]\n"
             result = ToolResult(content=note + result.text if isinstance(result.content, str)
                                 else [TextPart(text=note), *result.content], is_error=result.is_error)
         results[i] = await self.hooks.tool_result(call, result)
 
-    # -- budgets, output, compaction ---------------------------------------------------------
-
-    def _exhausted(self, run: _Run) -> StopReason | None:
-        b = self.budgets
-        if run.turns >= b.turns:
-            return "turn_budget"
-        if b.tokens is not None and run.usage.total_tokens >= b.tokens:
-            return "token_budget"
-        if b.seconds is not None and time.monotonic() - run.started >= b.seconds:
-            return "time_budget"
-        if b.usd is not None and run.pricing is None:
-            raise UserError(f"Budgets(usd=...) needs prices: model {self.client.engine.model!r} has none in kimik3's "
-                            "table (kimik3._pricing.PRICES); pass Agent(pricing=kimik3.Pricing(...))")
-        if b.usd is not None and run.cost is not None and run.cost >= b.usd:
-            return "cost_budget"
-        return None
-
-    def _deadline(self, run: _Run) -> float | None:
-        if self.budgets.seconds is None:
-            return None
-        return max(0.0, self.budgets.seconds - (time.monotonic() - run.started))
+    # -- the last turn, the result --------------------------------------------------------------
 
     async def _final_turn(self, run: _Run, reason: StopReason) -> AsyncIterator[AgentEvent]:
         """One tool-free turn for a summary, then the result."""
         run.add(SystemMessage(content=SUMMARY_INSTRUCTIONS))
-        request = self._request(run, tool_choice="none")
-        with _tracing.model_call(run.span, self.client.engine.model, request) as span:
-            async with self.client.stream_request(request) as call:
-                async for event in call:
-                    yield event
-            span.done(call.completion)
+        async with self._model_call(run, self._request(run, tool_choice="none")) as call:
+            async for event in call:
+                yield event
         completion = call.completion
         message = completion.message
         if message.tool_calls:  # tools are off for this turn: keep the words, drop the calls
@@ -591,22 +584,8 @@ class Agent(Generic[OutputT]):
         if not answer_text(message).strip():
             cut = f" (cut by {cut_by(completion)})" if completion.truncated else ""
             run.issue(f"the summary turn gave no text{cut}")
-        output, _ = self._validate_output(message)
+        output, _ = validate_output(self._output_adapter, message)
         yield FinalEvent(self._result(run, output, reason))
-
-    def _validate_output(self, message: AssistantMessage) -> tuple[Any, str | None]:
-        text = answer_text(message)
-        if self._output_adapter is None:
-            return text, None
-        raw = text.strip()
-        if raw.startswith("```"):  # tolerate a fenced answer
-            raw = raw.split("\n", 1)[1] if "\n" in raw else ""
-            raw = raw.rsplit("```", 1)[0]
-        assert self._output_adapter is not None
-        try:
-            return self._output_adapter.validate_json(raw), None
-        except ValidationError as e:
-            return None, "; ".join(f"{'.'.join(map(str, err['loc'])) or 'answer'}: {err['msg']}" for err in e.errors())
 
     def _result(self, run: _Run, output: Any, reason: StopReason) -> RunResult[OutputT]:
         path = str(run.session.path) if run.session is not None else None
@@ -616,5 +595,5 @@ class Agent(Generic[OutputT]):
                          cost=run.cost)
 
     def _count(self, text: str) -> int:
-        tok = self._tokenizer or self.client.engine.tokenizer or default_tokenizer()
+        tok = self._tokenizer or self.client.tokenizer or default_tokenizer()
         return len(tok.encode_text(text))

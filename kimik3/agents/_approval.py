@@ -7,8 +7,10 @@ import logging
 from typing import Any
 
 from .._exceptions import JSONLimitError
-from ..formats.k3 import check_json_limits
+from .._json import check_json_limits
 from ..tools import ToolResult
+from ..tools import _failures as failures
+from ..tools._failures import FailureText, default_failure_text
 from ..types import ToolCall
 from ._types import Allow, ApprovalDecision, ApprovalHook, Deny, Edit, PendingCall, ToolCallApprovedEvent
 
@@ -17,9 +19,10 @@ __all__ = ["approve"]
 log = logging.getLogger("kimik3.agent")
 
 
-async def approve(hook: ApprovalHook | None, call: ToolCall) -> ToolCallApprovedEvent | ToolResult:
+async def approve(hook: ApprovalHook | None, call: ToolCall,
+                  text: FailureText = default_failure_text) -> ToolCallApprovedEvent | ToolResult:
     """Approval, in one place: the call with its final arguments, or the error result the
-    model sees instead (denied, no decision, or the hook failed)."""
+    model sees instead (denied, no decision, or the hook failed), worded by ``text``."""
     name = call.function.name
     if hook is None:
         return ToolCallApprovedEvent(call.id, name, call.function.arguments)
@@ -33,9 +36,9 @@ async def approve(hook: ApprovalHook | None, call: ToolCall) -> ToolCallApproved
             decision = await decision
     except Exception as e:
         log.exception("kimik3: the approval hook failed")
-        return ToolResult(content=f"Error: the approval check failed: {e}", is_error=True)
+        return ToolResult.from_failure(failures.approval_failed(e), text)
     if isinstance(decision, Deny):
-        return ToolResult(content=f"Error: the user denied this call: {decision.reason}", is_error=True)
+        return ToolResult.from_failure(failures.denied(decision.reason), text)
     if isinstance(decision, Edit):
         try:
             if not isinstance(decision.arguments, dict):
@@ -43,10 +46,9 @@ async def approve(hook: ApprovalHook | None, call: ToolCall) -> ToolCallApproved
             check_json_limits(decision.arguments)
         except JSONLimitError as e:
             log.error("kimik3: approval hook returned Edit with unusable arguments: %s", e)
-            why = f"Error: the approval's edited arguments are not JSON data: {e}"
-            return ToolResult(content=why, is_error=True)
+            return ToolResult.from_failure(failures.edit_not_json(e), text)
         return ToolCallApprovedEvent(call.id, name, decision.arguments, edited=True)
     if isinstance(decision, Allow):
         return ToolCallApprovedEvent(call.id, name, call.function.arguments)
     log.error("kimik3: approval hook returned %r; expected Allow(), Deny(...) or Edit(...)", decision)
-    return ToolResult(content="Error: the approval check gave no decision", is_error=True)
+    return ToolResult.from_failure(failures.no_decision(), text)

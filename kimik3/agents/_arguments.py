@@ -16,10 +16,11 @@ from .._exceptions import KimiK3Error, UserError
 from .._pricing import Pricing
 from ..engines import Engine
 from ..formats.k3 import K3Tokenizer
-from ..types import Message, UserMessage, to_messages
+from ..types import AssistantMessage, Message, UserMessage, to_messages
+from ._checks import answer_text
 from ._types import Budgets, ContextPolicy, ModelSettings
 
-__all__ = ["check_agent_arguments", "output_adapter", "run_messages", "task_message"]
+__all__ = ["check_agent_arguments", "output_adapter", "run_messages", "task_message", "validate_output"]
 
 
 def check_agent_arguments(
@@ -70,6 +71,22 @@ def output_adapter(output_type: Any) -> TypeAdapter[Any] | None:
         raise UserError(f"Agent(output_type=...) must be a type pydantic can validate, got {output_type!r:.80}: {e}") \
             from e
     return adapter
+
+
+def validate_output(adapter: TypeAdapter[Any] | None, message: AssistantMessage) -> tuple[Any, str | None]:
+    """(output, None) of an answer, or (None, why) when it fails ``adapter`` (a fenced answer is
+    read inside its fence); the text itself without an adapter."""
+    text = answer_text(message)
+    if adapter is None:
+        return text, None
+    raw = text.strip()
+    if raw.startswith("```"):  # tolerate a fenced answer
+        raw = raw.split("\n", 1)[1] if "\n" in raw else ""
+        raw = raw.rsplit("```", 1)[0]
+    try:
+        return adapter.validate_json(raw), None
+    except ValidationError as e:
+        return None, "; ".join(f"{'.'.join(map(str, err['loc'])) or 'answer'}: {err['msg']}" for err in e.errors())
 
 
 def task_message(task: Any) -> UserMessage:

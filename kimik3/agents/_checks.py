@@ -17,14 +17,16 @@ Each check returns the words the model sees (so it can retry) and the line
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
 import anyio.to_thread
 
 from .._exceptions import MediaError
-from ..formats.k3._media import prepare_request_image
 from ..tools import ToolResult
+from ..tools import _failures as failures
+from ..tools._failures import ERROR_PREFIX, FailureText, default_failure_text
 from ..types import AssistantMessage, ChatCompletion, ImagePart, TextPart
 
 __all__ = [
@@ -136,16 +138,19 @@ def summary_problem(completion: ChatCompletion) -> str | None:
     return None
 
 
-async def check_images(result: ToolResult, *, allow_local_files: bool = False) -> ToolResult:
+async def check_images(result: ToolResult, check: Callable[[str], None],
+                       text: FailureText = default_failure_text) -> ToolResult:
     """``result``, or a tool error when one of its images could never be shown to the model.
 
-    Each local or ``data:`` image is prepared the way an engine will prepare it (cached, so the
-    engine does not do the work twice; in a worker thread). http(s) images are left to the server;
-    local paths are refused unless ``allow_local_files`` (the engine's setting).
+    ``check`` is the engine's :meth:`~kimik3.engines.Engine.check_image` (through
+    :meth:`kimik3.Client.check_image`): each local or ``data:`` image is prepared the way the
+    engine will prepare it (cached; in a worker thread), so a local path is refused unless the
+    engine allows local files. http(s) images are left to the server.
 
     Returns:
         ``result`` itself, or ``ToolResult(is_error=True, content="Error: the tool's result holds an
-        image the model cannot be shown: ImageTooLargeError: ...")`` followed by the result's text.
+        image the model cannot be shown: ImageTooLargeError: ...")`` (worded by ``text``) followed
+        by the result's text.
     """
     if isinstance(result.content, str):
         return result
@@ -153,11 +158,10 @@ async def check_images(result: ToolResult, *, allow_local_files: bool = False) -
         if not isinstance(part, ImagePart) or part.image_url.url.startswith(("http://", "https://")):
             continue
         try:
-            await anyio.to_thread.run_sync(
-                functools.partial(prepare_request_image, part.image_url.url, allow_local_files=allow_local_files))
+            await anyio.to_thread.run_sync(functools.partial(check, part.image_url.url))
         except (MediaError, OSError) as e:  # OSError: a path that cannot be read
-            text = f"Error: the tool's result holds an image the model cannot be shown: {type(e).__name__}: {e}"
-            return ToolResult(content=f"{text}\n{result.text}" if result.text else text, is_error=True)
+            why = text(failures.unshowable_image(e))
+            return ToolResult(content=f"{why}\n{result.text}" if result.text else why, is_error=True)
     return result
 
 
@@ -179,7 +183,7 @@ def failed_call_issue(name: str, error: str) -> str:
     """The :attr:`~kimik3.RunResult.issues` line of a call answered with a tool error: ``"the call
     to 'grep' failed: ToolTimeoutError: grep did not finish within 60 s ..."`` (the error's first
     line, ``Error: `` left out, at most 300 characters)."""
-    first = error.removeprefix("Error: ").strip().split("\n", 1)[0]
+    first = error.removeprefix(ERROR_PREFIX).strip().split("\n", 1)[0]
     if len(first) > _MAX_ISSUE_ERROR:
         first = first[:_MAX_ISSUE_ERROR] + "..."
     who = f"the call to {name!r}" if name else "a call without a tool name"

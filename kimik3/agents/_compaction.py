@@ -4,27 +4,26 @@ summary is never applied), or the history kept and the reason said."""
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Awaitable, Callable
 
-from .. import _tracing
 from ..formats.k3 import PromptCache
-from ..types import AssistantMessage, UserMessage
+from ..types import AssistantMessage, ChatCompletion, Message, UserMessage
 from ._checks import answer_text, summary_problem
 from ._prompts import COMPACTION_REQUEST, COMPACTION_RETRY
 from ._run import _Run
-from ._types import AgentEvent, CompactionEvent
+from ._types import AgentEvent, CompactionEvent, ContextPolicy
 
-if TYPE_CHECKING:
-    from ._agent import Agent
+__all__ = ["Summarize", "compact"]
 
-__all__ = ["compact"]
+Summarize = Callable[[_Run, list[Message]], Awaitable[ChatCompletion]]
+"""A tool-free model call over the given messages (the agent's, traced under its run)."""
 
 log = logging.getLogger("kimik3.agent")
 
 
-async def compact(agent: Agent[Any], run: _Run) -> AsyncIterator[AgentEvent]:
-    """Summarise older turns once the context reaches ``compact_at`` of the window.
+async def compact(run: _Run, policy: ContextPolicy, summarize: Summarize) -> AsyncIterator[AgentEvent]:
+    """Summarise older turns once the context reaches ``compact_at`` of the window, with
+    ``summarize`` (the model call; compaction knows nothing else of the agent).
 
     What is kept verbatim (the system prompt and first task, then up to ``keep_recent_turns``
     recent turns) is shrunk until its count is at most half the threshold, so the next
@@ -33,7 +32,6 @@ async def compact(agent: Agent[Any], run: _Run) -> AsyncIterator[AgentEvent]:
     the run and says so once (a :class:`CompactionEvent` with ``stopped``) instead of
     calling the model on every turn.
     """
-    policy = agent.context
     threshold = policy.compact_at * policy.context_window
     if run.context_tokens < threshold or run.compaction_stopped:
         return
@@ -69,11 +67,8 @@ async def compact(agent: Agent[Any], run: _Run) -> AsyncIterator[AgentEvent]:
         ask = COMPACTION_REQUEST if attempt == 0 else COMPACTION_RETRY.format(problem=problem)
         # the whole history, then the request: this prompt extends the previous one (a prefix
         # cache serves it), and the summary may repeat the recent turns kept below
-        request = agent._request(run, tool_choice="none", messages=[*msgs, UserMessage(content=ask)])
         try:
-            with _tracing.model_call(run.span, agent.client.engine.model, request) as span:
-                completion = await agent.client.complete(request)
-                span.done(completion)
+            completion = await summarize(run, [*msgs, UserMessage(content=ask)])
         except Exception as e:  # compaction is an optimisation: never the reason a run dies
             problem = f"could not be made ({type(e).__name__}: {e})"
             break

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..tools import ToolResult, truncate_middle
+from ..tools import _failures as failures
+from ..tools._failures import FailureText, default_failure_text
 from ..types import AssistantMessage, ImagePart, Message, TextPart, ToolCall, ToolMessage
 
 __all__ = ["IMAGE_DROPPED", "orphan_results", "prune_images", "result_message"]
@@ -25,9 +27,10 @@ def result_message(result: ToolResult, call: ToolCall, cap: int) -> ToolMessage:
     return ToolMessage(content=content, tool_call_id=call.id, name=call.function.name)
 
 
-def orphan_results(messages: Sequence[Message], why: str) -> list[ToolMessage]:
-    """After a crash during tools: an error result (``"Error: <why>"``) for every call of the last
-    assistant message that has none, so the history is valid again."""
+def orphan_results(messages: Sequence[Message], why: str,
+                   text: FailureText = default_failure_text) -> list[ToolMessage]:
+    """After a crash during tools: an error result (``"Error: <why>"``, worded by ``text``) for
+    every call of the last assistant message that has none, so the history is valid again."""
     last = len(messages) - 1
     while last >= 0 and isinstance(messages[last], ToolMessage):
         last -= 1
@@ -35,7 +38,7 @@ def orphan_results(messages: Sequence[Message], why: str) -> list[ToolMessage]:
     if not isinstance(message, AssistantMessage) or not message.tool_calls:
         return []
     answered = {m.tool_call_id for m in messages[last + 1 :] if isinstance(m, ToolMessage)}
-    return [ToolMessage(content=f"Error: {why}", tool_call_id=call.id, name=call.function.name)
+    return [ToolMessage(content=text(failures.orphaned(why)), tool_call_id=call.id, name=call.function.name)
             for call in message.tool_calls if call.id not in answered]
 
 

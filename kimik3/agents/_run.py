@@ -11,12 +11,24 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from .. import _tracing
+from .._exceptions import UserError
 from .._pricing import Pricing, pricing_for
 from ..formats.k3 import PromptCache
 from ..tools import Tool
-from ..types import AssistantMessage, ChatCompletion, Message, SystemMessage, ToolSpec, Usage, message_text
+from ..types import (
+    AGENTIC_SETTINGS,
+    AssistantMessage,
+    ChatCompletion,
+    Message,
+    ModelSettings,
+    SystemMessage,
+    ToolSpec,
+    Usage,
+    message_text,
+)
 from ._checks import UnrunCall
 from ._session import SessionWriter
+from ._types import Budgets, StopReason
 
 __all__ = ["_Run"]
 
@@ -32,8 +44,9 @@ class _Run:
     """
 
     def __init__(self, messages: list[Message], session: SessionWriter | None, deps: Any,
-                 count: Callable[[str], int]) -> None:
+                 count: Callable[[str], int], settings: ModelSettings = AGENTIC_SETTINGS) -> None:
         self.messages = messages
+        self.settings = settings  # merged: card defaults < client < agent < run
         self.session = session
         self.deps = deps
         self.count = count
@@ -66,6 +79,32 @@ class _Run:
             settings = json.loads(json.dumps(dataclasses.asdict(settings), ensure_ascii=False, default=repr))
             tools = [t.model_dump(mode="json", exclude_none=True) for t in self.specs]
             self.session.record("run_start", {"tools": tools, "model": model, "settings": settings})
+
+    def exhausted(self, budgets: Budgets, model: str) -> StopReason | None:
+        """The budget that ran out (None: none did).
+
+        Raises:
+            UserError: ``Budgets(usd=...)`` without prices for ``model``.
+        """
+        b = budgets
+        if self.turns >= b.turns:
+            return "turn_budget"
+        if b.tokens is not None and self.usage.total_tokens >= b.tokens:
+            return "token_budget"
+        if b.seconds is not None and time.monotonic() - self.started >= b.seconds:
+            return "time_budget"
+        if b.usd is not None and self.pricing is None:
+            raise UserError(f"Budgets(usd=...) needs prices: model {model!r} has none in kimik3's "
+                            "table (kimik3._pricing.PRICES); pass Agent(pricing=kimik3.Pricing(...))")
+        if b.usd is not None and self.cost is not None and self.cost >= b.usd:
+            return "cost_budget"
+        return None
+
+    def deadline(self, budgets: Budgets) -> float | None:
+        """Seconds left of the time budget (None: no time budget)."""
+        if budgets.seconds is None:
+            return None
+        return max(0.0, budgets.seconds - (time.monotonic() - self.started))
 
     def issue(self, text: str) -> None:
         """Record a problem of this turn (see :attr:`RunResult.issues`)."""

@@ -1,18 +1,16 @@
-"""Settings, budgets, context policy, approval decisions, run results, turn outcomes and the
+"""Budgets, context policy, approval decisions, run results, turn outcomes and the
 events of the Agent (the agent owns its event vocabulary: model deltas are re-exported here and
-from ``kimik3``)."""
+from ``kimik3``). :class:`ModelSettings` (:mod:`kimik3.types`) is re-exported here too."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Generic, Literal, TypeAlias, get_args
+from typing import Any, Generic, Literal, TypeAlias
 
 from typing_extensions import TypeVar
 
-from .._checks import check_instance, check_int, check_number
-from .._defaults import AGENTIC_SAMPLING, DEFAULT_REASONING_EFFORT, ReasoningEffort
-from .._exceptions import UserError
+from .._checks import check_int, check_number
 from ..formats.k3 import (
     ContentDelta,
     ReasoningDelta,
@@ -22,7 +20,7 @@ from ..formats.k3 import (
     ToolCallStarted,
 )
 from ..tools import ToolResult
-from ..types import AssistantMessage, Message, Usage
+from ..types import AssistantMessage, Message, ModelSettings, Usage
 
 __all__ = [
     "AgentEvent",
@@ -69,38 +67,6 @@ limit), or
 (``no_progress``) :data:`~kimik3._defaults.MAX_CONTINUES` replies in a row were cut by
 ``max_tokens`` without a tool call, or two when the last was cut before any answer (reasoning
 only); the output is the last reply's text, None when it has none."""
-
-
-@dataclass(frozen=True)
-class ModelSettings:
-    """Per-call model settings. Defaults: K3's card for agentic work (temperature 1.0, top_p 1.0;
-    :mod:`kimik3._defaults`).
-
-    Attributes:
-        reasoning_effort: low / high / max, or "none" (thinking off).
-        temperature, top_p, seed: sampling.
-        max_tokens: completion budget per model call (None: the engine's default).
-        extra: engine-specific extras (vLLM SamplingParams fields / extra request body).
-    """
-
-    reasoning_effort: ReasoningEffort = DEFAULT_REASONING_EFFORT
-    temperature: float = AGENTIC_SAMPLING.temperature
-    top_p: float = AGENTIC_SAMPLING.top_p
-    max_tokens: int | None = None
-    seed: int | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        """Raises UserError: an effort outside low / high / max / none, or a bad sampling value."""
-        if self.reasoning_effort not in get_args(ReasoningEffort):
-            raise UserError(
-                f"ModelSettings.reasoning_effort must be low, high, max or none, got {self.reasoning_effort!r:.80}"
-            )
-        check_number("ModelSettings.temperature", self.temperature, minimum=0)
-        check_number("ModelSettings.top_p", self.top_p, above=0, maximum=1)
-        check_int("ModelSettings.max_tokens", self.max_tokens, minimum=1, optional=True)
-        check_int("ModelSettings.seed", self.seed, minimum=-(2**63), optional=True)
-        check_instance("ModelSettings.extra", self.extra, dict, "a dict", optional=False)
 
 
 @dataclass(frozen=True)

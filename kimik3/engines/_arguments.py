@@ -8,7 +8,7 @@ import re
 from typing import Any
 
 from .._exceptions import JSONLimitError
-from ..formats.k3 import safe_loads
+from .._json import safe_loads
 
 __all__ = ["Escaper", "decode_arguments", "escape_controls"]
 
@@ -66,7 +66,7 @@ def escape_controls(text: str) -> str:
 
 
 def decode_arguments(text: str) -> tuple[dict[str, Any] | None, str]:
-    """Decode tool-call arguments strictly, within kimik3's JSON limits (:mod:`kimik3.formats.k3._json`).
+    """Decode tool-call arguments strictly, within kimik3's JSON limits (:mod:`kimik3._json`).
 
     Returns:
         ``(arguments, "")`` for a JSON object, else ``(None, reason)`` with the reason in words

@@ -11,11 +11,14 @@
 
   Leaving the ``async with`` early (or ``await call.aclose()``) aborts the request.
 - :class:`TokenEngine`: engines that take K3 prompt ids and generate raw K3 text (embedded vLLM,
-  ``/v1/completions`` raw mode, the scripted engine). They implement one method,
+  a ``/v1/completions`` endpoint, the scripted engine). They implement one method,
   :meth:`TokenEngine.generate`; K3 itself (prompt ids, images, parsing, usage) is
   :class:`~kimik3.formats.k3.K3Codec`'s job.
-- Chat engines (``RemoteEngine`` in chat mode) stream deltas a server already parsed, checked by
-  :mod:`kimik3.engines._chat`.
+- :class:`ChatEngine`: engines whose server renders K3's prompt and parses its output
+  (OpenAI chat completions, :class:`~kimik3.engines.RemoteEngine`). They implement
+  :meth:`ChatEngine.model_name` and :meth:`ChatEngine.chat_events` (one request's answer as
+  events); every stream shape servers send is checked by
+  :class:`~kimik3.engines._chat.ChatStreamChecker` (docs/chat-mode.md).
 """
 
 from __future__ import annotations
@@ -27,11 +30,15 @@ from collections.abc import AsyncGenerator, Callable, Sequence
 from types import TracebackType
 from typing import Any, TypeAlias
 
-from .._exceptions import EngineError, MediaError, TokenizerError, UserError
-from ..formats.k3 import EncodedPrompt, Event, K3Codec, K3Tokenizer, RawChunk
+from .._exceptions import APIConnectionError, EngineError, MediaError, TokenizerError, UserError
+from ..formats.k3 import EncodedPrompt, Event, K3Codec, K3Tokenizer, PromptCache, RawChunk
+from ..formats.k3._media import prepare_request_image
 from ..types import ChatCompletion, ChatRequest, ImagePart
+from ._chat import ChatStreamChecker
+from ._http import Event as WireEvent
+from ._http import error_from_payload
 
-__all__ = ["CallSource", "Engine", "ModelCall", "TokenEngine"]
+__all__ = ["CallSource", "ChatEngine", "Engine", "ModelCall", "TokenEngine"]
 
 CallSource: TypeAlias = AsyncGenerator["Event | ChatCompletion", None]
 """What an engine's call generator yields: events, then exactly one completion (last)."""
@@ -134,16 +141,22 @@ class ModelCall:
 class Engine(ABC):
     """An async K3 backend. Use it as ``async with engine: ...`` or call :meth:`aclose`.
 
-    Implementations: :class:`~kimik3.engines.RemoteEngine`, :class:`~kimik3.engines.VLLMEngine`,
-    :class:`~kimik3.ScriptedEngine`.
+    Implementations: :class:`TokenEngine` s (:class:`~kimik3.engines.VLLMEngine`,
+    :class:`~kimik3.engines.RemoteCompletionsEngine`, :class:`~kimik3.ScriptedEngine`) and
+    :class:`ChatEngine` s (:class:`~kimik3.engines.RemoteEngine`).
 
     Attributes:
         model: the model name reported in completions.
         tokenizer: the K3 tokenizer when the engine has one loaded (token engines), else None;
             the agent counts tokens with it.
+        allow_local_files: let image / video parts name local files (default False: only
+            ``data:`` URLs, and http(s) image URLs where the engine passes them on). Set it
+            (``engine.allow_local_files = True``) only when every message is trusted: a path in
+            a message makes the client read that file and send it to the model.
     """
 
     model: str = ""
+    allow_local_files: bool = False
 
     @property
     def tokenizer(self) -> K3Tokenizer | None:
@@ -151,19 +164,52 @@ class Engine(ABC):
         return None
 
     @abstractmethod
-    def stream(self, request: ChatRequest) -> ModelCall:
+    def stream(
+        self,
+        request: ChatRequest,
+        *,
+        prompt_cache: PromptCache | None = None,
+        prompt_ids: Sequence[int] | None = None,
+    ) -> ModelCall:
         """Start one completion: a :class:`ModelCall` of parser events ending in a completion.
 
         Leaving its ``async with`` early (or cancelling the consumer) aborts the request.
+
+        Args:
+            request: the OpenAI-shaped request.
+            prompt_cache: K3's incremental encoding state of the conversation (token engines
+                tokenize only its new messages; chat engines have no use for it).
+            prompt_ids: an already encoded K3 prompt, sent instead of encoding ``request``'s
+                messages (token engines; its generation prefix must match
+                ``request.thinking``). Chat engines cannot take ids and raise UserError.
 
         Raises:
             APIStatusError and subclasses, APIConnectionError, EngineError: engine failures
             (raised while iterating).
         """
 
-    async def complete(self, request: ChatRequest) -> ChatCompletion:
-        """Run one completion to the end (non-streaming)."""
-        async with self.stream(request) as call:
+    def check_image(self, url: str) -> None:
+        """Raise if this engine could never show the image at ``url`` to the model: it is
+        prepared the way the engine will prepare it (kept in a cache, so the call does not do the
+        work twice; blocking: run it in a worker thread). http(s) URLs are left to the server.
+
+        Raises:
+            MediaError: over the decompression-bomb limit, corrupt, or a local path while
+                :attr:`allow_local_files` is off.
+            OSError: a local path that cannot be read.
+        """
+        if not url.startswith(("http://", "https://")):
+            prepare_request_image(url, allow_local_files=self.allow_local_files)
+
+    async def complete(
+        self,
+        request: ChatRequest,
+        *,
+        prompt_cache: PromptCache | None = None,
+        prompt_ids: Sequence[int] | None = None,
+    ) -> ChatCompletion:
+        """Run one completion to the end (non-streaming); arguments as :meth:`stream`."""
+        async with self.stream(request, prompt_cache=prompt_cache, prompt_ids=prompt_ids) as call:
             return await call.get()
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
@@ -190,19 +236,12 @@ class TokenEngine(Engine):
     Args:
         tokenizer: the K3 tokenizer, or a model directory to load it from, or a zero-argument
             callable returning one (loaded on first use).
-
-    Attributes:
-        allow_local_files: let image / video parts name local files (default False: only
-            ``data:`` URLs, and http(s) image URLs where the engine passes them on). Set it
-            (``engine.allow_local_files = True``) only when every message is trusted: a path in
-            a message makes the client read that file and send it to the model.
     """
-
-    allow_local_files: bool = False
 
     def __init__(self, tokenizer: TokenizerSource = None) -> None:
         self._tokenizer_source = tokenizer
         self._tokenizer: K3Tokenizer | None = tokenizer if isinstance(tokenizer, K3Tokenizer) else None
+        self._codec: K3Codec | None = None
 
     @property
     def tokenizer(self) -> K3Tokenizer | None:
@@ -236,8 +275,13 @@ class TokenEngine(Engine):
     @property
     def codec(self) -> K3Codec:
         """The K3 codec over this engine's tokenizer (loaded on first use; None-tokenizer
-        engines count tokens by estimate)."""
-        return K3Codec(self.tokenizer, allow_local_files=self.allow_local_files)
+        engines count tokens by estimate); built once, again only when the tokenizer or
+        :attr:`allow_local_files` changed."""
+        tok, local = self.tokenizer, self.allow_local_files
+        codec = self._codec
+        if codec is None or codec.tokenizer is not tok or codec.allow_local_files != local:
+            codec = self._codec = K3Codec(tok, allow_local_files=local)
+        return codec
 
     @abstractmethod
     def generate(
@@ -266,16 +310,30 @@ class TokenEngine(Engine):
             raise EngineError(f"{type(self).__name__} does not accept images")
         return []
 
-    def stream(self, request: ChatRequest) -> ModelCall:
-        return ModelCall(self._call(request))
+    def stream(
+        self,
+        request: ChatRequest,
+        *,
+        prompt_cache: PromptCache | None = None,
+        prompt_ids: Sequence[int] | None = None,
+    ) -> ModelCall:
+        return ModelCall(self._call(request, prompt_cache, prompt_ids))
 
-    def encode(self, request: ChatRequest) -> EncodedPrompt:
-        """The prompt of ``request`` (:meth:`K3Codec.encode`; incremental with its prompt cache)."""
-        return self.codec.encode(request)
+    def encode(
+        self,
+        request: ChatRequest,
+        *,
+        prompt_cache: PromptCache | None = None,
+        prompt_ids: Sequence[int] | None = None,
+    ) -> EncodedPrompt:
+        """The prompt of ``request`` (:meth:`K3Codec.encode`; incremental with ``prompt_cache``,
+        as it is with ``prompt_ids``)."""
+        return self.codec.encode(request, cache=prompt_cache, prompt_ids=prompt_ids)
 
-    async def _call(self, request: ChatRequest) -> CallSource:
-        codec = self.codec
-        prompt = self.encode(request)
+    async def _call(
+        self, request: ChatRequest, prompt_cache: PromptCache | None, prompt_ids: Sequence[int] | None
+    ) -> CallSource:
+        prompt = self.encode(request, prompt_cache=prompt_cache, prompt_ids=prompt_ids)
         for part in prompt.images:  # the prompt is encoded here: nothing would fetch the URL
             url = part.image_url.url
             if url.startswith(("http://", "https://")):
@@ -284,7 +342,7 @@ class TokenEngine(Engine):
                     "download the image and send a data: URL (only a remote chat server fetches http(s) images)"
                 )
         images = self.prepare_images(prompt.images)
-        decoder = codec.decoder(request, prompt)
+        decoder = self.codec.decoder(request, prompt)
         gen = self.generate(prompt.ids, prompt.request, images=images)
         try:
             async for chunk in gen:
@@ -295,3 +353,60 @@ class TokenEngine(Engine):
         for event in decoder.finish():
             yield event
         yield decoder.completion(self.model)
+
+
+class ChatEngine(Engine):
+    """Base of engines whose server renders K3's prompt and parses its output (OpenAI chat
+    completions): kimik3 sends the OpenAI-shaped request and checks the server's answer with
+    :class:`~kimik3.engines._chat.ChatStreamChecker` (every stream shape servers send, calls a
+    server parser leaked into text recovered; docs/chat-mode.md).
+
+    Subclasses implement :meth:`model_name` and :meth:`chat_events`; :meth:`stream` is the
+    checker around them. Videos reach :meth:`chat_events` already sampled into timestamped frames.
+    """
+
+    @abstractmethod
+    async def model_name(self) -> str:
+        """The served model's name (asked of the server when needed)."""
+
+    @abstractmethod
+    def chat_events(self, request: ChatRequest, model: str) -> AsyncGenerator[WireEvent, None]:
+        """Send ``request`` and yield its answer: ``("chunk", dict)`` per streamed chunk,
+        ``("response", dict)`` for a whole non-streaming body, ``("error", dict)`` for an
+        in-band error event, ``("done", None)`` for the end marker.
+
+        Raises:
+            APIStatusError and subclasses, APIConnectionError, APITimeoutError: the request failed.
+        """
+
+    def stream(
+        self,
+        request: ChatRequest,
+        *,
+        prompt_cache: PromptCache | None = None,
+        prompt_ids: Sequence[int] | None = None,
+    ) -> ModelCall:
+        return ModelCall(self._call(request, prompt_ids))
+
+    async def _call(self, request: ChatRequest, prompt_ids: Sequence[int] | None) -> CallSource:
+        if prompt_ids is not None:
+            raise UserError(f"{type(self).__name__} is a chat engine: the server encodes the prompt, so it cannot "
+                            "send prompt_ids; use a token engine (RemoteCompletionsEngine, VLLMEngine)")
+        request = K3Codec.expand(request, allow_local_files=self.allow_local_files)  # videos as timestamped frames
+        model = await self.model_name()
+        chat = ChatStreamChecker.for_request(request, model)
+        done = False
+        async with contextlib.aclosing(self.chat_events(request, model)) as events:
+            async for kind, data in events:
+                if kind == "done":
+                    done = True
+                    break
+                if kind == "error":
+                    raise error_from_payload(data)
+                for event in chat.feed_response(data) if kind == "response" else chat.feed(data):
+                    yield event
+        if not chat.received:
+            raise APIConnectionError("the endpoint ended the answer before sending any chunk")
+        for event in chat.finish(done=done):
+            yield event
+        yield chat.completion()

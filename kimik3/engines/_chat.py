@@ -19,7 +19,7 @@ where servers disagree, are in ``docs/chat-mode.md``; in short:
 - Arguments are decoded leniently only where the intent is unambiguous (a raw control character
   inside a string, one extra level of JSON encoding); otherwise the call is kept as a
   :class:`~kimik3.types.FailedToolCall`, as is a call beyond kimik3's JSON limits
-  (:mod:`kimik3.formats.k3._json`: nesting, integer digits, NaN / Infinity).
+  (:mod:`kimik3._json`: nesting, integer digits, NaN / Infinity).
 - A stream that ends with neither ``finish_reason`` nor ``[DONE]`` was cut: the completion is
   ``truncated``. An in-band error object raises the typed error its code names.
 - Channels: thinking off, reasoning-only text is the answer; thinking on, a cut answer with no

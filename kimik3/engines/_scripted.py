@@ -17,6 +17,7 @@ from ..formats.k3 import (
     EncodedPrompt,
     K3Codec,
     K3Tokenizer,
+    PromptCache,
     RawChunk,
     estimate_tokens,
     render,
@@ -48,7 +49,7 @@ class ScriptedCall:
 
         Without a tokenizer the engine reads it on every call (its length is the prompt's token
         estimate); with one it is rendered only when a test asks for it."""
-        return render(self.messages, self.request.tools, **self.request.encoding_options())
+        return render(self.messages, self.request.tools, **K3Codec.encoding_options(self.request))
 
 
 class ScriptedEngine(TokenEngine):
@@ -133,17 +134,23 @@ class ScriptedEngine(TokenEngine):
     def prepare_images(self, parts: Sequence[ImagePart]) -> list[Any]:
         return []  # placeholders are rendered; the script sees the messages themselves
 
-    def encode(self, request: ChatRequest) -> EncodedPrompt:
-        if request.prompt_ids is not None:  # already encoded: nothing to record
-            return super().encode(request) if self._tokenizer_source is not None else EncodedPrompt(
-                request.prompt_ids, media_scan(request.messages).images, request
+    def encode(
+        self,
+        request: ChatRequest,
+        *,
+        prompt_cache: PromptCache | None = None,
+        prompt_ids: Sequence[int] | None = None,
+    ) -> EncodedPrompt:
+        if prompt_ids is not None:  # already encoded: nothing to record
+            return super().encode(request, prompt_ids=prompt_ids) if self._tokenizer_source is not None else (
+                EncodedPrompt(prompt_ids, media_scan(request.messages).images, request)
             )
         # the script sees videos as their frames, like an engine
-        request = K3Codec.expand(request, allow_local_files=self.allow_local_files)
+        request = K3Codec.expand(request, allow_local_files=self.allow_local_files, cache=prompt_cache)
         call = ScriptedCall(request, tuple(request.messages))
         self.calls.append(call)
         if self._tokenizer_source is not None:
-            return super().encode(request)  # incremental with the request's PromptCache
+            return super().encode(request, prompt_cache=prompt_cache)  # incremental with the cache
         images = media_scan(request.messages).images
         # only the ids' length is used (usage.prompt_tokens): the rendered prompt's estimate
         return EncodedPrompt([0] * estimate_tokens(call.prompt), images, request)
@@ -172,10 +179,11 @@ class ScriptedEngine(TokenEngine):
             text = render_output({"content": text}, thinking=request.thinking)
         closed = "<|close|>message<|sep|>" in text or END_OF_MSG in text
         tok = self.tokenizer
-        if request.max_tokens is not None and tok is not None:
+        max_tokens = request.settings.max_tokens
+        if max_tokens is not None and tok is not None:
             ids = tok.encode_control(text)
-            if len(ids) > request.max_tokens:  # behave like a real max_tokens cut
-                text = tok.decode(ids[: request.max_tokens])
+            if len(ids) > max_tokens:  # behave like a real max_tokens cut
+                text = tok.decode(ids[:max_tokens])
                 closed = False
         step = self.chunk_size
         for i in range(0, len(text), step):

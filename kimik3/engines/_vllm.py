@@ -35,7 +35,6 @@ from .._exceptions import (
     EngineError,
     EngineNotAvailableError,
     EngineRequestError,
-    MediaError,
     TokenizerError,
     UserError,
 )
@@ -155,21 +154,16 @@ class VLLMEngine(TokenEngine):
     def prepare_images(self, parts: Sequence[ImagePart]) -> list[Any]:
         if not parts:
             return []
-        images = []
-        for part in parts:
-            url = part.image_url.url
-            if url.startswith(("http://", "https://")):
-                raise MediaError(
-                    f"the embedded engine takes data URLs (or allowed local files), not {url[:60]!r}: download it first"
-                )
-            images.append(prepare_request_image(url, allow_local_files=self.allow_local_files).image)
-        return images
+        # http(s) URLs never get here: TokenEngine refuses them before (the prompt is encoded locally)
+        return [prepare_request_image(p.image_url.url, allow_local_files=self.allow_local_files).image for p in parts]
 
     def _sampling_params(self, request: ChatRequest) -> Any:
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
-        extra = dict(request.extra)
+        s = request.settings
+        assert s.temperature is not None and s.top_p is not None  # a ChatRequest fills the card's defaults
+        extra = dict(s.extra)
         stop_ids = extra.pop("stop_token_ids", None)
         if stop_ids is None:
             try:
@@ -179,10 +173,10 @@ class VLLMEngine(TokenEngine):
                     "no K3 tokenizer for <|end_of_msg|>: pass extra={'stop_token_ids': [...]}"
                 ) from e
         return SamplingParams(
-            max_tokens=request.max_tokens,
-            temperature=request.temperature,
-            top_p=request.top_p,
-            seed=request.seed,
+            max_tokens=s.max_tokens,
+            temperature=s.temperature,
+            top_p=s.top_p,
+            seed=s.seed,
             skip_special_tokens=False,
             spaces_between_special_tokens=False,
             stop_token_ids=list(stop_ids),

@@ -123,11 +123,8 @@ def recorded_requests(path: str | os.PathLike[str]) -> list[RecordedRequest]:
                 else:
                     summary = bool(history) and isinstance(history[-1], SystemMessage) and \
                         history[-1].content == SUMMARY_INSTRUCTIONS
-                    request = ChatRequest(messages=list(history), tools=list(tools),
-                                          reasoning_effort=settings.reasoning_effort,
-                                          tool_choice="none" if summary else None, temperature=settings.temperature,
-                                          top_p=settings.top_p, max_tokens=settings.max_tokens, seed=settings.seed,
-                                          extra=dict(settings.extra))
+                    request = ChatRequest(messages=list(history), tools=list(tools), settings=settings,
+                                          tool_choice="none" if summary else None)
                     found.append(RecordedRequest(str(p), r.index, request, r.message, finish))
             history.append(r.message)
     return found
@@ -217,8 +214,8 @@ async def replay(requests: Sequence[RecordedRequest], client: Client, *, concurr
         else:
             request = rec.request
             if temperature is not None or max_tokens is not None:
-                request = replace(request, temperature=request.temperature if temperature is None else temperature,
-                                  max_tokens=request.max_tokens if max_tokens is None else max_tokens)
+                override = ModelSettings(temperature=temperature, max_tokens=max_tokens)
+                request = replace(request, settings=request.settings.merged(override))
             try:
                 async with limiter:
                     completion = await client.complete(request)

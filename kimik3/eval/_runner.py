@@ -51,11 +51,11 @@ from .._exceptions import (
 from .._pricing import Pricing
 from ..agents import Agent, Budgets, FinalEvent, ModelSettings, RunResult, TurnEndEvent, read_session_records
 from ..engines import Engine
-from ..harness import CodingHarness, Skills
+from ..harness import FEATURES, CodingHarness, Skills
 from ..tools import Tool, Toolset
 from ..tools._limits import unwrap_group
 from ..tools.coding import Sandbox, SandboxMode
-from ..types import Message, Usage
+from ..types import AGENTIC_SETTINGS, Message, Usage
 from ._report import write_report
 from ._results import AttemptResult, ResultsDir
 from ._suite import EvalTask, Suite
@@ -132,9 +132,10 @@ class EvalConfig:
         :meth:`sandbox_for` ``workspace`` (ended by the harness's hook when the run ends); only the
         workspace's own skills, so the user's ``~/.kimik3/skills`` never change a suite's results."""
         full = self.tools == "full"
-        harness = CodingHarness(workspace, project_instructions=self.project_instructions, read_before_edit=full,
-                                checkpoints=False, background=full, subagents=full, edit_tools=full,
-                                sandbox=self.sandbox_for(workspace),
+        features = set(FEATURES - {"checkpoints"}) if full else set()
+        if self.project_instructions:
+            features.add("project_instructions")
+        harness = CodingHarness(workspace, features=features, sandbox=self.sandbox_for(workspace),
                                 skills=Skills(workspace=workspace))  # not the user's own skills
         budgets = self.budgets(task)
         tools, instructions, hooks = harness.parts(client=client, settings=self.settings, budgets=budgets)
@@ -332,7 +333,7 @@ def run_meta(suite: Suite, engine: Engine, config: EvalConfig) -> dict[str, Any]
         SandboxUnavailableError: ``sandbox="bwrap"`` where bubblewrap cannot run.
         UserError: a ``sandbox_read`` / ``sandbox_write`` path that does not exist.
     """
-    settings = asdict(config.settings or ModelSettings())
+    settings = asdict(AGENTIC_SETTINGS.merged(config.settings))  # what the agent's requests carry
     settings = json.loads(json.dumps(settings, default=repr))
     pricing = asdict(config.pricing) if isinstance(config.pricing, Pricing) else config.pricing
     box = config.sandbox_for(suite.path)  # described, never started

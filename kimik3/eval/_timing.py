@@ -12,8 +12,10 @@ import statistics
 import time
 
 from .._client import Client
+from .._tracing import Span
 from ..engines import Engine, ModelCall
 from ..engines._base import CallSource
+from ..formats.k3 import PromptCache
 from ..types import ChatRequest
 
 __all__ = ["TimedClient"]
@@ -31,9 +33,12 @@ class TimedClient(Client):
         super().__init__(engine)
         self.ttfts: list[float] = []
 
-    def stream_request(self, request: ChatRequest) -> ModelCall:
+    def stream_request(
+        self, request: ChatRequest, *, prompt_cache: PromptCache | None = None, trace_parent: Span | None = None
+    ) -> ModelCall:
         """:meth:`Client.stream_request`, timed."""
-        return ModelCall(self._timed(super().stream_request(request)))
+        call = super().stream_request(request, prompt_cache=prompt_cache, trace_parent=trace_parent)
+        return ModelCall(self._timed(call))
 
     async def _timed(self, call: ModelCall) -> CallSource:
         started = time.monotonic()

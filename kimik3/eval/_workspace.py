@@ -25,7 +25,7 @@ import anyio.to_thread
 
 from .._exceptions import EvalError
 from ..tools.coding import Sandbox
-from ..tools.coding._sandbox import Command
+from ..tools.coding._api import Command
 from ._suite import EvalTask
 
 __all__ = ["Attempt", "CommandResult", "prepare_attempt", "run_command"]

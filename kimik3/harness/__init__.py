@@ -7,7 +7,7 @@ sub-agents, each a small module joined to the :class:`~kimik3.Agent` through
 
 from ._background import BackgroundProcesses, SandboxHooks
 from ._checkpoints import WRITING_TOOLS, Checkpoints
-from ._harness import CodingHarness, background_tools, patch_tools
+from ._harness import FEATURES, CodingHarness, Feature, background_tools, patch_tools
 from ._instructions import AGENTS_FILE, MAX_INSTRUCTIONS_BYTES, MAX_TOTAL_INSTRUCTIONS_BYTES, ProjectInstructions
 from ._patch import EditSpec, FileAccess, apply_edits, apply_patch_text, parse_patch
 from ._records import session_checkpoints
@@ -19,6 +19,7 @@ from ._undo import undo
 
 __all__ = [
     "AGENTS_FILE",
+    "FEATURES",
     "MAX_CATALOG_BYTES",
     "MAX_DESCRIPTION_CHARS",
     "MAX_INSTRUCTIONS_BYTES",
@@ -33,6 +34,7 @@ __all__ = [
     "Checkpoints",
     "CodingHarness",
     "EditSpec",
+    "Feature",
     "FileAccess",
     "ProjectInstructions",
     "ReadTracker",

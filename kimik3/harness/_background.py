@@ -26,12 +26,10 @@ from typing import Any
 import anyio
 
 from .._exceptions import ToolError
-from ..agents import RunHooks
-from ..agents._session import SessionWriter
+from ..agents import RunHooks, SessionWriter
 from ..tools import truncate_middle
 from ..tools.coding import Sandbox, SandboxMode
-from ..tools.coding._bash import shell_env
-from ..tools.coding._sandbox import Command
+from ..tools.coding._api import Command, shell_env
 
 __all__ = ["BackgroundProcesses", "SandboxHooks"]
 

@@ -50,7 +50,7 @@ import anyio.to_thread
 
 from .._exceptions import CheckpointError, ToolError
 from ..agents import RunHooks, SessionWriter
-from ..tools.coding._paths import Workspace
+from ..tools.coding._api import Workspace
 from ..types import ToolCall
 
 __all__ = ["WRITING_TOOLS", "Checkpoints", "git_root"]

@@ -1,9 +1,9 @@
 """``CodingHarness``: the coding toolkit plus what long-horizon runs need, assembled once.
 
-Features (each can be turned off):
+Features (:data:`Feature`; all on by default, ``features=`` picks them):
     project_instructions: ``AGENTS.md`` files reach the model (:mod:`._instructions`).
     read_before_edit: edits of unread or changed files are refused (:mod:`._tracking`).
-    multi_edit / apply_patch tools (:mod:`._patch`).
+    edit_tools: the multi_edit / apply_patch tools (:mod:`._patch`).
     checkpoints: the workspace recorded around writing turns; ``kimik3 undo`` (:mod:`._checkpoints`).
     background: ``bash(..., background=true)``, ``read_output``, ``stop`` (:mod:`._background`).
     subagents: the ``task`` tool (:mod:`._tasks`).
@@ -16,19 +16,20 @@ Every command (foreground, background, a sub-agent's) runs in one sandbox per ru
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Annotated, Any, cast
+from typing import Annotated, Any, Literal, TypeAlias, cast, get_args
 
 from pydantic import Field
 
 from .._client import Client
-from .._exceptions import ToolDefinitionError
+from .._exceptions import ToolDefinitionError, UserError
 from ..agents import CODING_INSTRUCTIONS, Agent, Budgets, ModelSettings, RunHooks
 from ..engines import Engine
-from ..tools import Tool, ToolResult, Toolset
+from ..tools import FunctionTool, Tool, ToolResult, Toolset
 from ..tools.coding import Sandbox, SandboxMode, coding_tools
-from ..tools.coding._toolkit import FILE_TOOL_TIMEOUT_S
+from ..tools.coding._api import FILE_TOOL_TIMEOUT_S
 from ._background import BackgroundProcesses, SandboxHooks
 from ._checkpoints import Checkpoints
 from ._instructions import ProjectInstructions
@@ -37,7 +38,15 @@ from ._skills import Skills
 from ._tasks import SubAgents
 from ._tracking import ReadTracker
 
-__all__ = ["CodingHarness"]
+__all__ = ["FEATURES", "CodingHarness", "Feature"]
+
+Feature: TypeAlias = Literal["project_instructions", "read_before_edit", "checkpoints", "background", "subagents",
+                             "edit_tools"]
+"""A feature of :class:`CodingHarness` (see the module docstring)."""
+
+FEATURES: frozenset[Feature] = frozenset(get_args(Feature))
+"""Every feature: the default of ``CodingHarness(features=...)``; ``FEATURES - {"background"}``
+turns one off."""
 
 _BACKGROUND_NOTE = (
     " With background=true the command starts in its own process group and the call returns at once "
@@ -71,7 +80,8 @@ def patch_tools(files: FileAccess) -> list[Tool]:
         """
         return apply_patch_text(files, patch)
 
-    return [Tool(multi_edit, timeout=FILE_TOOL_TIMEOUT_S), Tool(apply_patch, timeout=FILE_TOOL_TIMEOUT_S)]
+    return [FunctionTool(multi_edit, timeout=FILE_TOOL_TIMEOUT_S),
+            FunctionTool(apply_patch, timeout=FILE_TOOL_TIMEOUT_S)]
 
 
 def background_tools(procs: BackgroundProcesses, bash: Tool) -> list[Tool]:
@@ -112,7 +122,8 @@ def background_tools(procs: BackgroundProcesses, bash: Tool) -> list[Tool]:
         """
         return await procs.stop(id)
 
-    return [Tool(bash_, name="bash", description=bash.description + _BACKGROUND_NOTE), Tool(read_output), Tool(stop)]
+    bash_tool = FunctionTool(bash_, name="bash", description=bash.description + _BACKGROUND_NOTE)
+    return [bash_tool, FunctionTool(read_output), FunctionTool(stop)]
 
 
 class CodingHarness:
@@ -126,10 +137,10 @@ class CodingHarness:
 
     Args:
         root: the workspace root.
-        project_instructions, read_before_edit, checkpoints, background, subagents, edit_tools
-            (multi_edit and apply_patch): the features (see the module docstring); all on by
-            default. With background, subagents and edit_tools off, the tools (names,
-            descriptions, schemas) are exactly :func:`~kimik3.tools.coding.coding_tools`'s.
+        features: the features on (:data:`FEATURES`, all, by default; see the module docstring).
+            Without background, subagents and edit_tools, the tools (names, descriptions,
+            schemas) are exactly :func:`~kimik3.tools.coding.coding_tools`'s. The former
+            switches (``background=False``, ...) still work, with a DeprecationWarning.
         on_instructions: called with each ``AGENTS.md`` path as it reaches the model.
         bash_timeout, max_output_chars, write_hard_links, network, sandbox_read, sandbox_write:
             as :func:`~kimik3.tools.coding.coding_tools`.
@@ -145,21 +156,25 @@ class CodingHarness:
             sandbox this harness makes (a :class:`~kimik3.tools.coding.Sandbox` given is used as it
             is: give it ``read=skills.read_paths()``).
 
+    Attributes:
+        features: the features on.
+
     Raises:
         ToolDefinitionError: ``root`` is not a directory.
         SandboxUnavailableError: ``sandbox="bwrap"`` where bubblewrap cannot run.
-        UserError: ``bash_timeout`` is not a whole number of seconds from 1 to a week; ``skills``
-            is one path instead of a list.
+        UserError: an unknown feature; ``bash_timeout`` is not a whole number of seconds from 1
+            to a week; ``skills`` is one path instead of a list.
     """
 
-    def __init__(self, root: str | os.PathLike[str], *, project_instructions: bool = True,
-                 read_before_edit: bool = True, checkpoints: bool = True, background: bool = True,
-                 subagents: bool = True, edit_tools: bool = True, on_instructions: Callable[[str], None] | None = None,
-                 bash_timeout: int = 120, max_output_chars: int = 30_000, write_hard_links: bool = False,
+    def __init__(self, root: str | os.PathLike[str], *, features: Iterable[Feature] = FEATURES,
+                 on_instructions: Callable[[str], None] | None = None, bash_timeout: int = 120,
+                 max_output_chars: int = 30_000, write_hard_links: bool = False,
                  subagent_budgets: Budgets | None = None, sandbox: SandboxMode | Sandbox = "auto",
                  network: bool = False, sandbox_read: Sequence[str | os.PathLike[str]] = (),
                  sandbox_write: Sequence[str | os.PathLike[str]] = (),
-                 skills: bool | Sequence[str | os.PathLike[str]] | Skills = True) -> None:
+                 skills: bool | Sequence[str | os.PathLike[str]] | Skills = True, **switches: bool) -> None:
+        self.features = _features(features, switches)
+        on = self.features.__contains__
         self.root = Path(root).resolve()
         if not self.root.is_dir():
             raise ToolDefinitionError(f"workspace root {str(root)!r} is not a directory")
@@ -176,15 +191,16 @@ class CodingHarness:
         base = coding_tools(root, bash_timeout=bash_timeout, max_output_chars=max_output_chars,
                             write_hard_links=write_hard_links, sandbox=self.sandbox,
                             read_only=self.skills.read_paths if self.skills is not None else ())
-        self.instructions = ProjectInstructions(self.root, on_load=on_instructions) if project_instructions else None
+        self.instructions = ProjectInstructions(self.root, on_load=on_instructions) if on("project_instructions") \
+            else None
         self.processes = (BackgroundProcesses(self.root, max_output_chars=max_output_chars, sandbox=self.sandbox)
-                          if background else None)
-        self.checkpoints = Checkpoints(self.root) if checkpoints else None
-        self.read_before_edit = read_before_edit
-        self.subagents = subagents
+                          if on("background") else None)
+        self.checkpoints = Checkpoints(self.root) if on("checkpoints") else None
+        self.read_before_edit = on("read_before_edit")
+        self.subagents = on("subagents")
         self.subagent_budgets = subagent_budgets
         tools = list(base)
-        if edit_tools:
+        if on("edit_tools"):
             tools += patch_tools(FileAccess(self.root, hard_links=write_hard_links))
         if self.processes is not None:  # bash in its place; read_output and stop at the end
             at = next(i for i, t in enumerate(tools) if t.name == "bash")
@@ -192,7 +208,7 @@ class CodingHarness:
             tools[at] = bash
             tools += more
         self.base_tools = tools
-        self.tracker = ReadTracker(self.root) if read_before_edit else None
+        self.tracker = ReadTracker(self.root) if self.read_before_edit else None
         self.tools = self.tracker.wrap(tools) if self.tracker is not None else tools
 
     def parts(self, *, engine: Engine | None = None, client: Client | None = None,
@@ -203,8 +219,7 @@ class CodingHarness:
         children of a run spend at most ``budgets.tokens`` together (the parent's token budget).
         The tools end with the :class:`Skills` toolset (also a run hook, which the agent calls)."""
         if self.instructions is not None:
-            self.instructions.loaded.clear()
-            self.instructions.given_bytes = 0
+            self.instructions.reset()
             instructions = self.instructions.system_prompt(instructions)
         hooks: list[RunHooks] = [h for h in (self.checkpoints, self.instructions, self.processes, self.tracker)
                                  if h is not None]
@@ -235,3 +250,23 @@ class CodingHarness:
                                                 settings=settings, budgets=budgets)
         return Agent(instructions=instructions, tools=tools, engine=engine, client=client, settings=settings,
                      budgets=budgets, hooks=hooks, **kwargs)
+
+
+def _features(features: Iterable[Feature], switches: dict[str, bool]) -> frozenset[Feature]:
+    """The feature set of ``features`` and the former boolean switches (deprecated).
+
+    Raises:
+        UserError: an unknown feature or keyword.
+    """
+    if isinstance(features, str):
+        raise UserError(f"CodingHarness(features=...) takes a set of features, not the string {features!r:.60}")
+    chosen: set[str] = set(features)
+    unknown = sorted(chosen - FEATURES) + sorted(set(switches) - FEATURES)
+    if unknown:
+        raise UserError(f"unknown CodingHarness feature(s) {', '.join(map(repr, unknown))}; "
+                        f"the features: {', '.join(sorted(FEATURES))}")
+    if switches:
+        warnings.warn("CodingHarness(name=bool) is deprecated: pass features=FEATURES - {...}",
+                      DeprecationWarning, stacklevel=3)
+        chosen = {f for f in chosen if switches.get(f, True)} | {f for f, on in switches.items() if on}
+    return frozenset(cast(set[Feature], chosen))

@@ -19,7 +19,7 @@ from pathlib import Path, PurePosixPath
 from .._exceptions import ToolError
 from ..agents import RunHooks
 from ..tools import ToolResult
-from ..tools.coding._paths import Workspace
+from ..tools.coding._api import Workspace
 from ..types import TextPart, ToolCall
 
 __all__ = ["AGENTS_FILE", "MAX_INSTRUCTIONS_BYTES", "ProjectInstructions"]
@@ -73,6 +73,12 @@ class ProjectInstructions(RunHooks):
         self.on_load = on_load
         self.loaded: list[str] = []
         self._seen_dirs: set[str] = {"."}
+
+    def reset(self) -> None:
+        """Forget what was given: a new agent's prompt counts its files again (``loaded``, the
+        byte budget)."""
+        self.loaded.clear()
+        self.given_bytes = 0
 
     def system_prompt(self, base: str | None) -> str | None:
         """``base`` followed by the root ``AGENTS.md`` (when there is one) under a heading."""

@@ -25,21 +25,23 @@ from pydantic import BaseModel, ConfigDict
 from .._exceptions import ToolError
 from ..tools._limits import commit_point
 from ..tools._truncate import truncate_middle
-from ..tools.coding._files import (
+from ..tools.coding._api import (
     MAX_EDIT_BYTES,
+    Staged,
+    Workspace,
     decode,
     encode,
     is_binary,
     lines_and_endings,
+    replace,
     replace_keeping_endings,
     sniff_encoding,
     split_lines,
+    stage,
     to_utf8,
     unified_diff,
     usual_ending,
 )
-from ..tools.coding._paths import Workspace
-from ..tools.coding._write import Staged, replace, stage
 
 __all__ = ["EditSpec", "FileAccess", "apply_edits", "apply_patch_text", "parse_patch", "patch_paths"]
 
@@ -161,8 +163,8 @@ def apply_edits(text: str, edits: list[EditSpec], path: str) -> tuple[str, int]:
 class Hunk:
     old_start: int
     lines: list[str] = field(default_factory=list)  # " x", "-x", "+x"
-    no_newline_old: bool = False
-    no_newline_new: bool = False
+    no_newline_old: bool = False  # the old text ends the file, without a final newline
+    no_newline_new: bool = False  # the new text ends the file, without a final newline
 
     def old(self) -> list[str]:
         return [line[1:] for line in self.lines if line[0] in " -"]
@@ -274,8 +276,12 @@ def _patch_text(text: str, ending: str, fp: FilePatch, name: str) -> str:
     pos = 0
     for n, h in enumerate(fp.hunks, 1):
         old = h.old()
-        # "@@ -L,0" inserts after line L, else the hunk starts at line L (of the original file)
-        at = _find(lines, old, h.old_start if not old else h.old_start - 1, pos)
+        if h.no_newline_old:  # "\ No newline at end of file" after an old line: the hunk ends the file
+            end = len(lines) - len(old)
+            no_final_newline = bool(endings) and endings[-1] == ""
+            at: int | None = end if end >= pos and lines[end:] == old and no_final_newline else None
+        else:  # "@@ -L,0" inserts after line L, else the hunk starts at line L (of the original file)
+            at = _find(lines, old, h.old_start if not old else h.old_start - 1, pos)
         if at is None:
             first = old[0] if old else ""
             raise ToolError(f"{name}: hunk {n} (@@ -{h.old_start}) does not match the file (looking for "

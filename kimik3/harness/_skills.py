@@ -43,9 +43,8 @@ import anyio
 
 from .._exceptions import SessionError, ToolError, UserError
 from ..agents import RunHooks, SessionWriter
-from ..tools import Tool, Toolset
-from ..tools.coding._paths import Workspace
-from ..tools.coding._toolkit import FILE_TOOL_TIMEOUT_S
+from ..tools import FunctionTool, Tool, Toolset
+from ..tools.coding._api import FILE_TOOL_TIMEOUT_S, Workspace
 from ._skill_files import (
     MAX_DESCRIPTION_CHARS,
     SKILL_FILE,
@@ -387,7 +386,7 @@ class Skills(Toolset, RunHooks):
             self._record({"loaded": {"name": skill.name, "file": _shown(skill.file), "sha256": digest(body)}})
             return text
 
-        tool = Tool(load_skill, description=_description(catalog), timeout=FILE_TOOL_TIMEOUT_S)
+        tool = FunctionTool(load_skill, description=_description(catalog), timeout=FILE_TOOL_TIMEOUT_S)
         self._tool = (catalog, tool)
         return tool
 

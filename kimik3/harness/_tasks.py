@@ -21,7 +21,8 @@ from typing import Any
 from .._client import Client
 from .._exceptions import ToolError
 from ..agents import Agent, Budgets, ModelSettings, RunHooks, SessionWriter
-from ..tools import Tool, ToolContext, ToolResult
+from ..tools import FunctionTool, Tool, ToolContext, ToolResult
+from ..tools import _failures as failures
 
 __all__ = ["SUBAGENT_INSTRUCTIONS", "SubAgents"]
 
@@ -94,7 +95,7 @@ class SubAgents(RunHooks):
             """
             return await self._run_child(ctx, description, prompt, tools)
 
-        t = Tool(task)
+        t = FunctionTool(task)
         t.description += f" Tools available to sub-agents: {names}."
         return t
 
@@ -131,7 +132,7 @@ class SubAgents(RunHooks):
             result = await child.run(prompt, session=path)
         except Exception as e:
             self.children.append((ctx.tool_call_id, path, e))
-            return ToolResult(content=f"Error: the sub-agent failed: {type(e).__name__}: {e}", is_error=True)
+            return ToolResult.from_failure(failures.subagent_failed(e), ctx.failure_text)
         self.children.append((ctx.tool_call_id, path, result))
         u = result.usage
         if self._tokens_left is not None:  # give back what it did not spend

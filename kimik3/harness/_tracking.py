@@ -19,7 +19,10 @@ from typing import Any
 from .._exceptions import ToolError
 from ..agents import RunHooks, SessionWriter
 from ..tools import Tool, ToolContext, ToolResult
-from ..tools.coding._paths import Workspace
+from ..tools import _failures as failures
+from ..tools._failures import default_failure_text
+from ..tools.coding._api import Workspace
+from ..types import ToolSpec
 
 __all__ = ["ReadTracker"]
 
@@ -28,23 +31,36 @@ _WRITES = frozenset({"write_file", "edit_file", "multi_edit"})
 
 
 class _Guarded(Tool):
-    """A tool that runs ``check`` before and ``done`` after the wrapped tool (same spec)."""
+    """A tool that runs ``check`` before and ``done`` after the wrapped tool, by composition: its
+    name, description, schema, time limit and validation are the wrapped tool's."""
 
     def __init__(self, inner: Tool, check: Callable[[dict[str, Any]], str | None],
                  done: Callable[[dict[str, Any]], None]) -> None:
-        self.__dict__.update(inner.__dict__)
-        self._inner, self._check, self._done = inner, check, done
+        self.inner, self._check, self._done = inner, check, done
+        self.name, self.description, self.parameters = inner.name, inner.description, inner.parameters
+        self.timeout = inner.timeout
 
-    async def run(self, arguments: Mapping[str, Any] | str | None, context: ToolContext | None = None,
-                  **kwargs: Any) -> ToolResult:
+    def __repr__(self) -> str:
+        return f"_Guarded({self.inner!r})"
+
+    @property
+    def spec(self) -> ToolSpec:
+        return self.inner.spec
+
+    def validate(self, arguments: Mapping[str, Any] | str | None) -> dict[str, Any]:
+        return self.inner.validate(arguments)
+
+    async def run(self, arguments: Mapping[str, Any] | str | None, context: ToolContext | None = None, *,
+                  timeout: float | None = None) -> ToolResult:
         try:
-            parsed = self.validate(arguments)
-        except Exception:
-            return await self._inner.run(arguments, context, **kwargs)  # the tool reports it
+            parsed = self.inner.validate(arguments)
+        except Exception:  # the wrapped tool validates the same way: its run reports the problem
+            return await self.inner.run(arguments, context, timeout=timeout)
         refusal = self._check(parsed)
         if refusal is not None:
-            return ToolResult(content=f"Error: {refusal}", is_error=True)
-        result = await self._inner.run(arguments, context, **kwargs)
+            text = context.failure_text if context is not None else default_failure_text
+            return ToolResult.from_failure(failures.refused(refusal), text)
+        result = await self.inner.run(arguments, context, timeout=timeout)
         if not result.is_error:
             self._done(parsed)
         return result

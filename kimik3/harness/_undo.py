@@ -40,7 +40,7 @@ from typing import Any
 
 from .._exceptions import CheckpointError, ToolError
 from ..agents import SessionWriter
-from ..tools.coding._paths import Workspace
+from ..tools.coding._api import Workspace
 from ._checkpoints import GitSnapshots, copy_digest, digest, git, git_root
 from ._records import session_checkpoints
 from ._restore import ABSENT, Plan, State, Tree, apply, check_targets, depth, remove_empty_parents

@@ -1,4 +1,5 @@
-"""Typed tools for K3 agents: ``@tool`` turns a typed Python function into a :class:`Tool`.
+"""Typed tools for K3 agents: :class:`Tool` is the interface every tool implements; ``@tool``
+turns a typed Python function into one (a :class:`FunctionTool`).
 
 The coding toolkit (bash, read_file, write_file, edit_file, grep, glob bound to a workspace) is
 the submodule :mod:`kimik3.tools.coding` (import it explicitly; it is not imported here). Visual UI
@@ -6,20 +7,26 @@ automation (screenshots in, mouse and keyboard actions out) is :mod:`kimik3.tool
 The tools of MCP servers come from :mod:`kimik3.tools.mcp` (the ``mcp`` extra).
 """
 
+from ._failures import FailureKind, FailureText, ToolFailure, default_failure_text
 from ._search import tool_search
 from ._todo import PLAN_TOOL_NAME, Plan, PlanStep, find_plan, plan_tool
-from ._tool import Tool, ToolContext, ToolResult, tool
+from ._tool import FunctionTool, Tool, ToolContext, ToolResult, tool
 from ._toolset import Toolset
 from ._truncate import truncate_middle
 
 __all__ = [
     "PLAN_TOOL_NAME",
+    "FailureKind",
+    "FailureText",
+    "FunctionTool",
     "Plan",
     "PlanStep",
     "Tool",
     "ToolContext",
+    "ToolFailure",
     "ToolResult",
     "Toolset",
+    "default_failure_text",
     "find_plan",
     "plan_tool",
     "tool",

@@ -16,6 +16,8 @@ import mcp.types as mcp_types
 from .._exceptions import MediaError, ToolDefinitionError
 from ..media import prepare_image
 from ..types import ImagePart, ImageURL, TextPart
+from . import _failures as failures
+from ._failures import FailureText, default_failure_text
 from ._tool import ToolResult
 
 __all__ = ["to_tool_result", "tool_name", "unique_names"]
@@ -92,23 +94,22 @@ def _block(block: Any) -> TextPart | ImagePart:
     return TextPart(text=f"[{type(block).__name__} content left out]")
 
 
-def to_tool_result(result: mcp_types.CallToolResult) -> ToolResult:
+def to_tool_result(result: mcp_types.CallToolResult, text: FailureText = default_failure_text) -> ToolResult:
     """Map an MCP ``CallToolResult`` to a :class:`ToolResult` (rules in :mod:`kimik3.tools.mcp`).
 
     Returns:
         Text content alone becomes one string (blocks joined with newlines); with images, a list
-        of text and image parts. ``isError`` results start with ``"Error: "`` and have
-        ``is_error=True``.
+        of text and image parts. ``isError`` results have ``is_error=True`` and their first text
+        worded by ``text`` (:mod:`kimik3.tools._failures`: ``"Error: "`` first by default).
     """
     parts = [_block(b) for b in result.content]
     if not parts and result.structured_content is not None:
-        text = json.dumps(result.structured_content, ensure_ascii=False, separators=(",", ":"))
-        parts = [TextPart(text=text)]
+        parts = [TextPart(text=json.dumps(result.structured_content, ensure_ascii=False, separators=(",", ":")))]
     if result.is_error:
         if parts and isinstance(parts[0], TextPart):
-            parts[0] = TextPart(text=f"Error: {parts[0].text}")
+            parts[0] = TextPart(text=text(failures.tool_reported(parts[0].text)))
         else:
-            parts.insert(0, TextPart(text="Error: the MCP tool reported an error"))
+            parts.insert(0, TextPart(text=text(failures.tool_reported(None))))
     if all(isinstance(p, TextPart) for p in parts):
         return ToolResult(content="\n".join(p.text for p in parts if isinstance(p, TextPart)), is_error=result.is_error)
     return ToolResult(content=parts, is_error=result.is_error)

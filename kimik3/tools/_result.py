@@ -13,6 +13,7 @@ from pydantic import BaseModel, field_validator
 from pydantic_core import to_jsonable_python
 
 from ..types import ImagePart, ImageURL, TextPart, ToolMessage
+from ._failures import FailureText, ToolFailure, default_failure_text, exception
 from ._truncate import visible_text
 
 __all__ = ["ToolResult"]
@@ -116,12 +117,16 @@ class ToolResult(BaseModel):
         return cls(content=_json_text(value))
 
     @classmethod
-    def from_exception(cls, exc: BaseException) -> ToolResult:
+    def from_exception(cls, exc: BaseException, text: FailureText = default_failure_text) -> ToolResult:
         """An error result ``"Error: <ExceptionType>: <message>"`` (``": <message>"`` left out
-        when the message is empty)."""
-        message = str(exc)
-        text = f"Error: {type(exc).__name__}: {message}" if message else f"Error: {type(exc).__name__}"
-        return cls(content=text, is_error=True)
+        when the message is empty), worded by ``text`` (:mod:`kimik3.tools._failures`)."""
+        return cls.from_failure(exception(exc), text)
+
+    @classmethod
+    def from_failure(cls, failure: ToolFailure, text: FailureText = default_failure_text) -> ToolResult:
+        """The error result the model reads for ``failure``: ``text(failure)`` (default
+        ``"Error: <message>"``), ``is_error=True``."""
+        return cls(content=text(failure), is_error=True)
 
     @property
     def text(self) -> str:

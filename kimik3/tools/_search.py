@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._exceptions import ToolDefinitionError, ToolError, UserError
-from ._tool import Tool, ToolContext
+from ._tool import FunctionTool, Tool, ToolContext
 
 __all__ = ["tool_search"]
 
@@ -89,6 +89,6 @@ def tool_search(
         "keywords; the matching tools' full specs are then declared and you can call them.\n\n"
         f"Tools:\n{index}"
     )
-    search = Tool(search_tools, name=name, description=description)
+    search = FunctionTool(search_tools, name=name, description=description)
     search.catalog = dict(catalog)  # type: ignore[attr-defined]  # read on resume (agents/_dynamic.py)
     return search

@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from .._exceptions import ToolArgumentsError
 from .._text import printable
-from ._tool import Tool
+from ._tool import FunctionTool, Tool
 
 __all__ = ["PLAN_TOOL_NAME", "Plan", "PlanStep", "find_plan", "plan_tool"]
 
@@ -90,13 +90,13 @@ class Plan:
 def plan_tool(plan: Plan | None = None) -> Tool:
     """The ``update_plan`` tool bound to ``plan`` (a new :class:`Plan` when omitted; get it back
     with :func:`find_plan`)."""
-    return Tool((plan or Plan()).update, name=PLAN_TOOL_NAME)
+    return FunctionTool((plan or Plan()).update, name=PLAN_TOOL_NAME)
 
 
 def find_plan(tools: Sequence[object]) -> Plan | None:
     """The :class:`Plan` behind the ``update_plan`` tool among ``tools``, if there is one."""
     for t in tools:
-        if isinstance(t, Tool) and t.name == PLAN_TOOL_NAME:
+        if isinstance(t, FunctionTool) and t.name == PLAN_TOOL_NAME:
             owner = getattr(t.function, "__self__", None)
             if isinstance(owner, Plan):
                 return owner

@@ -1,13 +1,19 @@
-"""Typed tools: a Python function (sync or async) becomes a tool the model can call.
+"""Tools: the :class:`Tool` interface every tool implements, and the function tool
+(:class:`FunctionTool`: a Python function, sync or async, that the model can call).
 
-The JSON schema comes from the signature and the Google-style docstring through pydantic (the
-design follows pydantic-ai's function tools); arguments are coerced by pydantic in lax mode
-(``"60"`` or ``60.0`` for an ``int`` becomes ``60``) and then checked with ``jsonschema`` against
-the declared schema. :meth:`Tool.run` never raises for bad arguments or for an exception inside
-the tool: it returns a :class:`ToolResult` with ``is_error=True`` whose text the agent sends back
-to the model as the tool message. Cancellation still propagates.
+:class:`Tool` is what the agent sees: ``name``, ``description``, ``parameters`` (a JSON Schema),
+``spec`` (the declaration sent to the model), ``validate`` and ``run``; a function tool, an MCP
+server's tool (:mod:`kimik3.tools.mcp`) and the harness's guarded tools implement it, each with
+its own constructor. Build a function tool with :func:`tool` (or ``FunctionTool(function)``).
 
-Time limits: a tool may have a time limit (``Tool(..., timeout=S)``, or per call
+The function tool's JSON schema comes from the signature and the Google-style docstring through
+pydantic (the design follows pydantic-ai's function tools); arguments are coerced by pydantic in
+lax mode (``"60"`` or ``60.0`` for an ``int`` becomes ``60``) and then checked with ``jsonschema``
+against the declared schema. :meth:`Tool.run` never raises for bad arguments or for an exception
+inside the tool: it returns a :class:`ToolResult` with ``is_error=True`` whose text the agent sends
+back to the model as the tool message. Cancellation still propagates.
+
+Time limits: a tool may have a time limit (``tool(timeout=S)``, or per call
 ``tool.run(args, timeout=S)``). A call that overruns returns ``"Error: ToolTimeoutError: <name>
 did not finish within S s ..."``. A sync function runs in its own daemon thread, so a call that
 overruns, or whose run is cancelled (a time budget, Ctrl-C), returns at once; Python cannot kill
@@ -33,35 +39,26 @@ import json
 import math
 import re
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar, get_type_hints, overload
+from typing import Any, TypeVar, overload
 
 import anyio
 import anyio.from_thread
 import anyio.lowlevel
-import jsonschema
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
-from pydantic_core import PydanticUndefined
+from pydantic import ValidationError
 
 from .._exceptions import JSONLimitError, ToolArgumentsError, ToolDefinitionError, ToolError, ToolTimeoutError
-from ..formats.k3 import safe_loads
+from .._json import safe_loads
 from ..types import ToolSpec
-from ._limits import CURRENT_CALL, STRAY_NOTE, CallToken, stray_cancellation
+from . import _failures as failures
+from ._failures import FailureText, default_failure_text
+from ._limits import CURRENT_CALL, CallToken, stray_cancellation
 from ._result import ToolResult
-from ._schema import (
-    _annotated_target,
-    _boolean_for_number,
-    _clean_schema,
-    _format_input,
-    _has_description,
-    _loc,
-    _parse_docstring,
-    _top_level_order,
-    _wants_container,
-)
+from ._schema import boolean_for_number, error_location, format_input, function_signature
 
-__all__ = ["Tool", "ToolContext", "ToolResult", "load_arguments", "tool"]
+__all__ = ["FunctionTool", "Tool", "ToolContext", "ToolResult", "load_arguments", "tool"]
 
 # OpenAI's rule for function names, with Unicode letters and digits (\w) and '.' (common in MCP
 # names: "github.create_issue"): K3 carries the name in an escaped attribute, so any of these
@@ -136,22 +133,14 @@ class ToolContext:
         deps: whatever the agent was given as dependencies (a workspace, a usage counter...).
         add_tools: inside an agent run, :meth:`kimik3.Agent.add_tools`: tools given to it are
             declared to the model dynamically before its next turn (None outside a run).
+        failure_text: words a failure as the error text the model reads (the run's
+            ``Agent(failure_text=...)``; default ``"Error: <message>"``, :mod:`._failures`).
     """
 
     tool_call_id: str = ""
     deps: Any = None
     add_tools: Callable[..., None] | None = None
-
-
-# -- results ---------------------------------------------------------------------------------
-
-
-
-
-
-
-
-
+    failure_text: FailureText = default_failure_text
 
 
 def load_arguments(arguments: Mapping[str, Any] | str | None) -> Mapping[str, Any]:
@@ -181,13 +170,96 @@ def load_arguments(arguments: Mapping[str, Any] | str | None) -> Mapping[str, An
     return args
 
 
-# -- tools -----------------------------------------------------------------------------------
+class Tool(ABC):
+    """The interface of every tool the agent can call (a function tool, an MCP server's tool, a
+    wrapper such as the harness's read-before-edit guard).
+
+    Implementations set the attributes in their own constructor and implement :meth:`validate`
+    and :meth:`run`; :attr:`spec` is built from the attributes. ``Tool(function, ...)`` still
+    builds a :class:`FunctionTool` (the former meaning of the name; prefer :func:`tool` or
+    ``FunctionTool``).
+
+    Attributes:
+        name: the name the model calls: 1-64 Unicode letters or digits, ``_``, ``.`` or ``-``.
+        description: what the model reads about the tool, possibly "".
+        parameters: the JSON Schema of the arguments (an object schema).
+        timeout: the time limit of one call in seconds, or None (no limit); see :meth:`run`.
+    """
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    timeout: float | None = None
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        # ``Tool(function)``: the function tool, as the name meant before it was the interface.
+        return super().__new__(FunctionTool if cls is Tool else cls)
+
+    @classmethod
+    def from_function(
+        cls,
+        function: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        timeout: float | None = None,
+    ) -> FunctionTool:
+        """Wrap ``function`` as a :class:`FunctionTool` (``name`` defaults to its ``__name__``,
+        ``description`` to its docstring without the ``Args:`` / ``Raises:`` sections, ``timeout``
+        in seconds to no limit).
+
+        Raises:
+            ToolDefinitionError: see :class:`FunctionTool`.
+        """
+        return FunctionTool(function, name=name, description=description, timeout=timeout)
+
+    @property
+    def spec(self) -> ToolSpec:
+        """The declaration sent to the model: ``{"type": "function", "function": {"name",
+        "description", "parameters"}}`` (``description`` left out when empty)."""
+        return ToolSpec.model_validate(
+            {
+                "type": "function",
+                "function": {
+                    "name": self.name,
+                    "description": self.description or None,
+                    "parameters": self.parameters,
+                },
+            }
+        )
+
+    @abstractmethod
+    def validate(self, arguments: Mapping[str, Any] | str | None) -> dict[str, Any]:
+        """Check (and coerce) call arguments: a dict, or its JSON text ("" and None: none).
+
+        Returns:
+            The arguments the call runs with.
+
+        Raises:
+            ToolArgumentsError: arguments the tool cannot run with (the message says why).
+        """
+
+    @abstractmethod
+    async def run(
+        self,
+        arguments: Mapping[str, Any] | str | None,
+        context: ToolContext | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> ToolResult:
+        """Validate ``arguments`` and run the tool.
+
+        Never raises for invalid arguments, a failure inside the tool or a call over its time
+        limit (``timeout``, default :attr:`timeout`): those are a ``ToolResult(is_error=True)``
+        whose text the model reads. Cancellation of the caller and ``KeyboardInterrupt``
+        propagate.
+        """
 
 
-class Tool:
+class FunctionTool(Tool):
     """A Python function (sync or async) the model can call.
 
-    Build one with :func:`tool` or :meth:`from_function`. Every parameter needs a type
+    Build one with :func:`tool` or :meth:`Tool.from_function`. Every parameter needs a type
     annotation; its description comes from the docstring's ``Args:`` section (or from an
     ``Annotated[..., Field(description=...)]``), and a parameter without a default is required.
     An optional first parameter annotated :class:`ToolContext` receives the run context and is not
@@ -212,7 +284,7 @@ class Tool:
         description: str | None = None,
         timeout: float | None = None,
     ) -> None:
-        """Wrap ``function``; same as :meth:`from_function`.
+        """Wrap ``function``; same as :meth:`Tool.from_function`.
 
         Raises:
             ToolDefinitionError: ``function`` is not callable (the message names its type), an
@@ -234,118 +306,25 @@ class Tool:
             raise ToolDefinitionError(
                 f"invalid tool name {self.name!r}: use 1-64 letters, digits, '_', '.' or '-' (pass name=...)"
             )
-        doc_description, doc_params = _parse_docstring(inspect.getdoc(function))
-        self.description = description if description is not None else doc_description
-
-        try:
-            signature = inspect.signature(function)
-            hints = get_type_hints(_annotated_target(function), include_extras=True)
-        except NameError as e:
-            raise ToolDefinitionError(
-                f"cannot read the signature of tool {self.name!r}: {e} (the types of its annotations "
-                "must be importable from its module; local classes are not)"
-            ) from e
-        except (TypeError, ValueError) as e:
-            raise ToolDefinitionError(f"cannot read the signature of tool {self.name!r}: {e}") from e
-
-        self.takes_context = False
-        self._param_names: list[str] = []
-        fields: dict[str, Any] = {}
-        for index, (pname, param) in enumerate(signature.parameters.items()):
-            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-                raise ToolDefinitionError(f"tool {self.name!r}: *args / **kwargs are not supported ({pname})")
-            if param.kind is param.POSITIONAL_ONLY:
-                raise ToolDefinitionError(f"tool {self.name!r}: positional-only parameter {pname!r}")
-            if pname not in hints:
-                raise ToolDefinitionError(f"tool {self.name!r}: parameter {pname!r} has no type annotation")
-            annotation = hints[pname]
-            if annotation is ToolContext:
-                if index != 0:
-                    raise ToolDefinitionError(
-                        f"tool {self.name!r}: the ToolContext parameter {pname!r} must come first"
-                    )
-                self.takes_context = True
-                continue
-            default = PydanticUndefined if param.default is param.empty else param.default
-            doc = None if _has_description(annotation) else doc_params.get(pname)
-            # Internal field names avoid clashes with BaseModel attributes; the alias is the
-            # argument name the model sees.
-            # description=None given explicitly would hide an Annotated Field's description
-            info = Field(default, alias=pname, description=doc) if doc else Field(default, alias=pname)
-            fields[f"f{len(self._param_names)}"] = (annotation, info)
-            self._param_names.append(pname)
-
-        try:
-            self._model: type[BaseModel] = create_model(
-                f"{self.name}_arguments",
-                __config__=ConfigDict(
-                    extra="forbid",
-                    coerce_numbers_to_str=True,
-                    arbitrary_types_allowed=False,
-                    protected_namespaces=(),
-                ),
-                **fields,
-            )
-            schema = self._model.model_json_schema()
-        except Exception as e:  # pydantic raises several types for unsupported annotations
-            raise ToolDefinitionError(f"tool {self.name!r}: unsupported parameter type: {e}") from e
-        schema = _top_level_order(_clean_schema(schema))
-        schema.setdefault("properties", {})
-        self.parameters: dict[str, Any] = schema
-        try:
-            jsonschema.Draft202012Validator.check_schema(schema)
-        except jsonschema.SchemaError as e:  # pragma: no cover - pydantic emits valid schemas
-            raise ToolDefinitionError(f"tool {self.name!r}: invalid JSON schema: {e.message}") from e
-        self._validator = jsonschema.Draft202012Validator(schema)
-        properties: dict[str, Any] = schema["properties"]
-        # Parameters whose value may arrive as JSON text (an array or object sent as a string by a
-        # server that double-encodes, or a model that typed it so).
-        self._json_params = {p for p in self._param_names if _wants_container(properties.get(p, {}), schema)}
-
+        sig = function_signature(function, self.name, ToolContext)
+        self.description = description if description is not None else sig.description
+        self.parameters: dict[str, Any] = sig.parameters
+        self.takes_context = sig.takes_context
+        self._param_names = sig.param_names
+        self._model = sig.model
+        self._validator = sig.validator
+        self._json_params = sig.json_params
         self.is_async = inspect.iscoroutinefunction(function) or (
             not inspect.isroutine(function)  # an object with an async __call__
             and inspect.iscoroutinefunction(type(function).__call__)
         )
 
-    @classmethod
-    def from_function(
-        cls,
-        function: Callable[..., Any],
-        *,
-        name: str | None = None,
-        description: str | None = None,
-        timeout: float | None = None,
-    ) -> Tool:
-        """Wrap ``function`` as a tool (``name`` defaults to its ``__name__``, ``description`` to
-        its docstring without the ``Args:`` / ``Raises:`` sections, ``timeout`` in seconds to no
-        limit).
-
-        Raises:
-            ToolDefinitionError: see :class:`Tool`.
-        """
-        return cls(function, name=name, description=description, timeout=timeout)
-
     def __repr__(self) -> str:
-        return f"Tool(name={self.name!r}, parameters={list(self._param_names)!r})"
+        return f"FunctionTool(name={self.name!r}, parameters={list(self._param_names)!r})"
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the wrapped function directly (no validation)."""
         return self.function(*args, **kwargs)
-
-    @property
-    def spec(self) -> ToolSpec:
-        """The declaration sent to the model: ``{"type": "function", "function": {"name",
-        "description", "parameters"}}`` (``description`` left out when empty)."""
-        return ToolSpec.model_validate(
-            {
-                "type": "function",
-                "function": {
-                    "name": self.name,
-                    "description": self.description or None,
-                    "parameters": self.parameters,
-                },
-            }
-        )
 
     def validate(self, arguments: Mapping[str, Any] | str | None) -> dict[str, Any]:
         """Check and coerce call arguments.
@@ -388,9 +367,9 @@ class Tool:
                     decoded, beyond_limits[pname] = None, f"its JSON text is beyond the JSON limits: {e}"
                 if isinstance(decoded, (list, dict)):
                     args[pname] = value = decoded
-            where = _boolean_for_number(value, properties.get(pname, {}), self.parameters, pname)
+            where = boolean_for_number(value, properties.get(pname, {}), self.parameters, pname)
             if where is not None:
-                problems.append(f"{where}: Input should be a number, not a boolean (got {_format_input(value)})")
+                problems.append(f"{where}: Input should be a number, not a boolean (got {format_input(value)})")
         if problems:
             raise ToolArgumentsError("; ".join(problems))
         try:
@@ -398,18 +377,18 @@ class Tool:
         except ValidationError as e:
             problems = []
             for err in e.errors():
-                where = _loc(err["loc"])
+                where = error_location(err["loc"])
                 if err["type"] == "missing":
                     problems.append(f"{where}: missing required argument")
                 elif len(err["loc"]) == 1 and where in beyond_limits:
                     problems.append(f"{where}: {beyond_limits.pop(where)}")
                 else:
-                    problems.append(f"{where}: {err['msg']} (got {_format_input(err.get('input'))})")
+                    problems.append(f"{where}: {err['msg']} (got {format_input(err.get('input'))})")
             raise ToolArgumentsError("; ".join(problems)) from e
         coerced = model.model_dump(mode="json", by_alias=True, exclude_unset=True)
         errors = sorted(self._validator.iter_errors(coerced), key=lambda err: list(map(str, err.path)))
         if errors:
-            raise ToolArgumentsError("; ".join(f"{_loc(tuple(err.path))}: {err.message}" for err in errors))
+            raise ToolArgumentsError("; ".join(f"{error_location(tuple(err.path))}: {err.message}" for err in errors))
         return {pname: getattr(model, f"f{i}") for i, pname in enumerate(self._param_names)}
 
     async def run(
@@ -482,21 +461,25 @@ class Tool:
         except (Exception, SystemExit, GeneratorExit) as e:  # cancellation, KeyboardInterrupt pass
             # SystemExit (an argparse/click main's sys.exit) and GeneratorExit are the tool's
             # failure, not the program's: the model reads "Error: SystemExit: 2".
-            return ToolResult.from_exception(e)
+            return ToolResult.from_failure(failures.exception(e), _failure_text(context))
         except BaseException as e:
             if not stray_cancellation(e):
                 raise
-            return ToolResult(content=f"{ToolResult.from_exception(e).text} {STRAY_NOTE}", is_error=True)
+            return ToolResult.from_failure(failures.stray_cancellation(e), _failure_text(context))
+
+
+def _failure_text(context: ToolContext | None) -> FailureText:
+    return context.failure_text if context is not None else default_failure_text
 
 
 @overload
-def tool(function: Callable[..., Any], /) -> Tool: ...
+def tool(function: Callable[..., Any], /) -> FunctionTool: ...
 
 
 @overload
 def tool(
     *, name: str | None = None, description: str | None = None, timeout: float | None = None
-) -> Callable[[Callable[..., Any]], Tool]: ...
+) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 
 
 def tool(
@@ -506,8 +489,8 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     timeout: float | None = None,
-) -> Tool | Callable[[Callable[..., Any]], Tool]:
-    """Turn a typed function into a :class:`Tool`; use bare (``@tool``) or with options
+) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
+    """Turn a typed function into a :class:`FunctionTool`; use bare (``@tool``) or with options
     (``@tool(name="search", description="...", timeout=30)``; ``timeout`` is each call's time
     limit in seconds, see :meth:`Tool.run`).
 
@@ -523,12 +506,12 @@ def tool(
             \"\"\"
 
     Raises:
-        ToolDefinitionError: see :class:`Tool`.
+        ToolDefinitionError: see :class:`FunctionTool`.
     """
     if function is not None:
-        return Tool(function, name=name, description=description, timeout=timeout)
+        return FunctionTool(function, name=name, description=description, timeout=timeout)
 
-    def decorate(fn: Callable[..., Any]) -> Tool:
-        return Tool(fn, name=name, description=description, timeout=timeout)
+    def decorate(fn: Callable[..., Any]) -> FunctionTool:
+        return FunctionTool(fn, name=name, description=description, timeout=timeout)
 
     return decorate

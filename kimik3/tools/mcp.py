@@ -54,7 +54,7 @@ import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import Any, TextIO, TypeVar
+from typing import Any, Literal, TextIO, TypeAlias, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -68,21 +68,26 @@ try:
     from mcp.client.streamable_http import streamable_http_client
     from mcp.shared.exceptions import MCPError
     from mcp.types.jsonrpc import REQUEST_TIMEOUT
-    from mcp.types.version import MODERN_PROTOCOL_VERSIONS
+    from mcp.types.version import KNOWN_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError("kimik3.tools.mcp needs the MCP SDK: pip install 'kimik3[mcp]'") from e
 
 from .._exceptions import KimiK3Error, MCPServerError, ToolDefinitionError, ToolTimeoutError, UserError
 from ..types import ToolSpec
+from ._failures import FailureText, default_failure_text
 from ._mcp_content import to_tool_result, tool_name, unique_names
 from ._mcp_schema import CHECK_BUDGET_S, ArgumentsSchema
 from ._tool import Tool, ToolContext, ToolResult, load_arguments
 from ._toolset import Toolset
 
-__all__ = ["DEFAULT_TIMEOUT_S", "MCPServer", "MCPServerStdio", "MCPServerStreamableHTTP", "MCPTool",
+__all__ = ["DEFAULT_TIMEOUT_S", "ConnectMode", "MCPServer", "MCPServerStdio", "MCPServerStreamableHTTP", "MCPTool",
            "to_tool_result", "tool_name"]
 
 log = logging.getLogger("kimik3.mcp")
+
+ConnectMode: TypeAlias = Literal["auto", "legacy", "2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"]
+"""How ``mcp.Client`` negotiates the protocol: ``"auto"``, ``"legacy"`` or a protocol version (the
+versions of ``mcp.types.version.KNOWN_PROTOCOL_VERSIONS``; a newer SDK's are accepted too)."""
 
 DEFAULT_TIMEOUT_S = 60.0
 """Seconds an MCP request may wait for its answer unless the server's ``timeout`` says otherwise."""
@@ -119,10 +124,9 @@ async def _list_page(client: mcp.Client, cursor: str | None) -> mcp_types.ListTo
 
 
 class MCPTool(Tool):
-    """One tool of an MCP server; the agent calls it like any :class:`~kimik3.tools.Tool`.
-
-    Built by :meth:`MCPServer.get_tools` (not :class:`Tool`'s constructor: the schema comes from
-    the server, not from a Python signature).
+    """One tool of an MCP server, implementing the :class:`~kimik3.tools.Tool` interface by
+    composition: it holds its server and the server's tool declaration, and a call goes to the
+    server (:meth:`MCPServer.call_tool`). Built by :meth:`MCPServer.get_tools`.
 
     Attributes:
         server: the server it belongs to.
@@ -140,12 +144,7 @@ class MCPTool(Tool):
         self.name = name
         self.description = tool.description or ""
         self.parameters: dict[str, Any] = dict(tool.input_schema)
-        self.takes_context = False
-        self.is_async = True
         self.timeout: float | None = None
-        self.function = self._call
-        properties = self.parameters.get("properties")
-        self._param_names = list(properties) if isinstance(properties, dict) else []
         self._spec = super().spec  # checked once here (plain JSON within the limits), then reused every turn
         self._schema = ArgumentsSchema(self.parameters, f"MCP tool {tool.name!r} of {server.name!r}")
 
@@ -156,9 +155,6 @@ class MCPTool(Tool):
     def spec(self) -> ToolSpec:
         """The declaration sent to the model (built once, when the server listed the tool)."""
         return self._spec
-
-    async def _call(self, **arguments: Any) -> ToolResult:
-        return await self.server.call_tool(self.mcp_name, arguments)
 
     def validate(self, arguments: Mapping[str, Any] | str | None) -> dict[str, Any]:
         """Check call arguments against the server's input schema (blocking: :meth:`run` does it
@@ -182,14 +178,15 @@ class MCPTool(Tool):
         :meth:`Tool.run`); cancellation propagates."""
         limit = self.timeout if timeout is None else timeout
         budget = CHECK_BUDGET_S if limit is None else min(CHECK_BUDGET_S, limit)
+        text = context.failure_text if context is not None else default_failure_text
         try:
             with anyio.move_on_after(limit):
                 args = dict(load_arguments(arguments))
                 await anyio.to_thread.run_sync(self._schema.check, args, budget, abandon_on_cancel=True)
-                return await self.server.call_tool(self.mcp_name, args)
+                return await self.server.call_tool(self.mcp_name, args, text)
             raise ToolTimeoutError(f"{self.name} did not finish within {limit:g} s and was cancelled")
         except Exception as e:
-            return ToolResult.from_exception(e)
+            return ToolResult.from_exception(e, text)
 
 
 # -- servers ---------------------------------------------------------------------------------
@@ -212,10 +209,11 @@ class MCPServer(Toolset):
             the handshake and the first tool listing (None: ``timeout``).
         mode: how ``mcp.Client`` negotiates the protocol: ``"auto"`` (``server/discover``, falling
             back to the ``initialize`` handshake), ``"legacy"`` (the handshake only) or a
-            protocol version.
+            protocol version (:data:`ConnectMode`).
 
     Raises:
-        UserError: a time limit that is not a positive finite number of seconds.
+        UserError: a time limit that is not a positive finite number of seconds; a ``mode`` the
+            SDK does not know.
     """
 
     def __init__(
@@ -225,13 +223,16 @@ class MCPServer(Toolset):
         tool_prefix: str | None = None,
         timeout: float = DEFAULT_TIMEOUT_S,
         connect_timeout: float | None = None,
-        mode: str = "auto",
+        mode: ConnectMode = "auto",
     ) -> None:
         self.name = name
         self.tool_prefix = tool_prefix
         self.timeout = _seconds("timeout", timeout)
         self.connect_timeout = self.timeout if connect_timeout is None else _seconds("connect_timeout", connect_timeout)
-        self.mode = mode
+        if mode not in ("auto", "legacy") and mode not in KNOWN_PROTOCOL_VERSIONS:
+            raise UserError(f"MCPServer(mode=...) must be 'auto', 'legacy' or a protocol version of the MCP SDK "
+                            f"({', '.join(KNOWN_PROTOCOL_VERSIONS)}); got {mode!r:.80}")
+        self.mode: ConnectMode = mode
         self.is_open = False
         self._client: mcp.Client | None = None
         self._session: asyncio.Task[None] | None = None
@@ -442,8 +443,11 @@ class MCPServer(Toolset):
                 raise ToolDefinitionError(f"MCP server {self.name!r}: tool {t.name!r} cannot be declared: {why}") from e
         return out
 
-    async def call_tool(self, name: str, arguments: dict[str, Any]) -> ToolResult:
-        """Call tool ``name`` (its name on the server) and map the result.
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], text: FailureText = default_failure_text
+    ) -> ToolResult:
+        """Call tool ``name`` (its name on the server) and map the result (an ``isError`` one
+        worded by ``text``, see :func:`to_tool_result`).
 
         Raises:
             MCPServerError: the server is not open or is gone, answered with an MCP error, did
@@ -464,7 +468,7 @@ class MCPServer(Toolset):
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError, httpx2.HTTPError) as e:
             self._gone = _describe(e)
             raise MCPServerError(f"the MCP server {self.name!r} cannot be reached: {self._gone}") from e
-        return to_tool_result(result)
+        return to_tool_result(result, text)
 
 
 def _file_with_fileno(stream: TextIO) -> TextIO:
@@ -506,7 +510,7 @@ class MCPServerStdio(MCPServer):
         tool_prefix: str | None = None,
         timeout: float = DEFAULT_TIMEOUT_S,
         connect_timeout: float | None = None,
-        mode: str = "auto",
+        mode: ConnectMode = "auto",
         errlog: TextIO | None = None,
     ) -> None:
         super().__init__(name=name or os.path.basename(command), tool_prefix=tool_prefix, timeout=timeout,
@@ -546,7 +550,7 @@ class MCPServerStreamableHTTP(MCPServer):
         tool_prefix: str | None = None,
         timeout: float = DEFAULT_TIMEOUT_S,
         connect_timeout: float | None = None,
-        mode: str = "auto",
+        mode: ConnectMode = "auto",
     ) -> None:
         super().__init__(name=name or url, tool_prefix=tool_prefix, timeout=timeout,
                          connect_timeout=connect_timeout, mode=mode)

@@ -1,5 +1,6 @@
 """Typed, OpenAI-shaped chat messages, content parts, tool calls and tool specs (pydantic v2),
-the request of one model call (:class:`ChatRequest`) and its result (:class:`ChatCompletion`,
+the request of one model call (:class:`ChatRequest`, with its validity rules
+:func:`check_request` and its :class:`ModelSettings`) and its result (:class:`ChatCompletion`,
 :class:`Choice`, :class:`Usage`).
 
 Every model accepts the OpenAI chat-completions dict shapes people already have and dumps back to
@@ -46,43 +47,57 @@ from ._messages import (
     to_messages,
     to_tool_specs,
 )
-from ._results import (
-    ChatCompletion,
+from ._request import (
+    TOOL_NAME,
     ChatRequest,
-    Choice,
-    FinishReason,
-    PromptTokensDetails,
-    Usage,
+    JSONSchemaFormat,
+    ResponseFormat,
+    ToolChoice,
+    check_request,
+    response_format_schema,
+    tool_choice_directive,
 )
+from ._results import ChatCompletion, Choice, FinishReason, PromptTokensDetails, Usage
+from ._settings import AGENTIC_SETTINGS, SINGLE_STEP_SETTINGS, ModelSettings
 
 __all__ = [
-    "Content",
-    "FinishReason",
+    "AGENTIC_SETTINGS",
+    "SINGLE_STEP_SETTINGS",
+    "TOOL_NAME",
     "AssistantMessage",
     "ChatCompletion",
     "ChatRequest",
     "Choice",
+    "Content",
     "ContentPart",
     "FailedToolCall",
+    "FinishReason",
     "FunctionCall",
     "FunctionSpec",
     "ImagePart",
     "ImageURL",
+    "JSONSchemaFormat",
     "Message",
+    "ModelSettings",
     "PromptTokensDetails",
+    "ResponseFormat",
     "SystemMessage",
     "TextPart",
     "ToolCall",
+    "ToolChoice",
     "ToolMessage",
     "ToolSpec",
     "Usage",
     "UserMessage",
     "VideoPart",
     "VideoURL",
+    "check_request",
     "dump_message",
     "dump_messages",
     "message_text",
+    "response_format_schema",
     "to_message",
     "to_messages",
     "to_tool_specs",
+    "tool_choice_directive",
 ]

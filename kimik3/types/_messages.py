@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, StrictBool, ValidationError, field_validator, model_validator
 
@@ -14,10 +14,8 @@ from .._exceptions import (
     UnknownContentPartError,
     UnknownRoleError,
 )
+from .._json import check_json_limits, safe_loads
 from .._text import visible_text
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = [
     "AssistantMessage",
@@ -180,8 +178,6 @@ class FunctionCall(_Model):
         if v is None:
             return "{}"
         if isinstance(v, Mapping):
-            from ..formats.k3._json import check_json_limits
-
             check_json_limits(dict(v))  # JSONLimitError, a ValueError: pydantic reports it
             return json.dumps(dict(v), ensure_ascii=False)
         return v
@@ -194,8 +190,6 @@ class FunctionCall(_Model):
             json.JSONDecodeError: the text is not JSON at all.
             JSONLimitError: JSON beyond the limits of :func:`~kimik3.formats.k3.safe_loads`.
         """
-        from ..formats.k3._json import safe_loads
-
         value = safe_loads(self.arguments) if self.arguments.strip() else {}
         if not isinstance(value, dict):
             raise InvalidArgumentsError(
@@ -252,9 +246,7 @@ class FunctionSpec(_Model):
     @field_validator("parameters", mode="before")
     @classmethod
     def _plain_json(cls, value: Any) -> Any:
-        """The schema is rendered as JSON: plain JSON within :mod:`kimik3.formats.k3._json`'s limits."""
-        from ..formats.k3._json import check_json_limits
-
+        """The schema is rendered as JSON: plain JSON within :mod:`kimik3._json`'s limits."""
         if isinstance(value, Mapping):
             check_json_limits(value)
         return value
@@ -273,12 +265,10 @@ def to_tool_specs(tools: Iterable[ToolSpec | Mapping[str, Any] | Any] | None) ->
     A bare ``{"name":..., "parameters":...}`` dict (no ``function`` wrapper) is wrapped.
 
     Raises:
-        JSONLimitError: a declaration that is not plain JSON (:mod:`kimik3.formats.k3._json`).
+        JSONLimitError: a declaration that is not plain JSON (:mod:`kimik3._json`).
         InvalidRequestError: an OpenAI-shaped ``{"function": ...}`` dict without ``type``.
         MessageError: a declaration that is none of those.
     """
-    from ..formats.k3._json import check_json_limits
-
     out: list[ToolSpec] = []
     for t in tools or ():
         if isinstance(t, ToolSpec):
@@ -493,19 +483,3 @@ def message_text(content: Content | None) -> str:
     if isinstance(content, str):
         return content
     return "".join(p.text for p in content if isinstance(p, TextPart))
-
-
-
-# -- one model call: the request and its result ------------------------------------------------
-
-
-
-
-
-
-
-
-
-
-
-

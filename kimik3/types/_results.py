@@ -1,108 +1,17 @@
-"""One model call: the request (:class:`ChatRequest`) and its OpenAI-shaped result
-(:class:`ChatCompletion`, :class:`Choice`, :class:`Usage`)."""
+"""The OpenAI-shaped result of one model call (:class:`ChatCompletion`, :class:`Choice`,
+:class:`Usage`)."""
 
 from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .._checks import check_int, check_number
-from .._defaults import DEFAULT_REASONING_EFFORT, REASONING_EFFORTS, SINGLE_STEP_SAMPLING, ReasoningEffort
-from .._exceptions import (
-    InvalidEffortError,
-)
+from ._messages import AssistantMessage, FailedToolCall, dump_message
 
-if TYPE_CHECKING:
-    from ..formats.k3 import PromptCache
-
-from ._messages import AssistantMessage, FailedToolCall, Message, ToolSpec, dump_message, to_messages, to_tool_specs
-
-__all__ = ["CLOSED_MID_ANSWER", "ChatCompletion", "ChatRequest", "Choice", "PromptTokensDetails", "Usage"]
-
-
-@dataclass
-class ChatRequest:
-    """One model call, engine-independent.
-
-    Attributes:
-        messages: the conversation (typed; dicts are converted).
-        tools: declared tools.
-        reasoning_effort: ``"low"``, ``"high"``, ``"max"`` (default) or ``"none"`` (thinking off).
-        tool_choice: ``"auto"`` (None), ``"required"`` or ``"none"``.
-        response_format: ``{"type": "json_object"}`` or ``{"type": "json_schema", ...}``.
-        temperature, top_p: sampling; defaults: K3's card, single step (1.0 / 0.95).
-        max_tokens: completion budget (None: the engine's default / the context's remainder).
-        seed: sampling seed, where the engine supports one.
-        extra: engine-specific extras (vLLM SamplingParams fields; extra JSON body fields).
-        prompt_cache: a :class:`~kimik3.formats.k3.PromptCache` for incremental encoding.
-        prompt_ids: an already encoded K3 prompt: token engines send it instead of encoding
-            ``messages``; ``thinking`` must match the prompt's generation prefix. Chat engines
-            cannot take ids and raise UserError.
-
-    Raises:
-        InvalidEffortError: a ``reasoning_effort`` outside low / high / max / none.
-        InvalidRequestError: a request K3's endpoint contract says must be rejected
-            (:func:`kimik3.formats.k3.check_request`), before any network call.
-        MessageError: an unsupported ``tool_choice`` or ``response_format``.
-        UserError: a sampling value of the wrong type or out of range (``temperature`` < 0,
-            ``top_p`` outside (0, 1], ``max_tokens`` < 1).
-    """
-
-    messages: list[Message]
-    tools: list[ToolSpec] = field(default_factory=list)
-    reasoning_effort: ReasoningEffort = DEFAULT_REASONING_EFFORT
-    tool_choice: Any = None
-    response_format: Any = None
-    temperature: float = SINGLE_STEP_SAMPLING.temperature
-    top_p: float = SINGLE_STEP_SAMPLING.top_p
-    max_tokens: int | None = None
-    seed: int | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-    prompt_cache: PromptCache | None = None
-    prompt_ids: Sequence[int] | None = None
-
-    def __post_init__(self) -> None:
-        self.messages = to_messages(self.messages)
-        self.tools = to_tool_specs(self.tools)
-        check_number("temperature", self.temperature, minimum=0)
-        check_number("top_p", self.top_p, above=0, maximum=1)
-        check_int("max_tokens", self.max_tokens, minimum=1, optional=True)
-        check_int("seed", self.seed, minimum=-(2**63), optional=True)
-        if self.reasoning_effort not in REASONING_EFFORTS:
-            raise InvalidEffortError(
-                f"reasoning_effort must be low, high, max or none, got {self.reasoning_effort!r}"
-            )
-        # Requests K3's endpoint contract says must be rejected: refused before any network call.
-        # Imported here: formats/k3 imports this module.
-        from ..formats.k3 import check_request
-
-        check_request(self.messages, self.tools, tool_choice=self.tool_choice, response_format=self.response_format)
-
-    @property
-    def thinking(self) -> bool:
-        """Thinking is on unless ``reasoning_effort == "none"``."""
-        return self.reasoning_effort != "none"
-
-    @property
-    def thinking_effort(self) -> str | None:
-        """The effort directive to render (None when thinking is off)."""
-        return None if self.reasoning_effort == "none" else self.reasoning_effort
-
-    def encoding_options(self) -> dict[str, Any]:
-        """The K3 encoder's options for this request (``thinking``, ``thinking_effort``,
-        ``tool_choice``, ``response_format``), as keyword arguments of
-        :func:`~kimik3.formats.k3.encode_segments` / :func:`~kimik3.formats.k3.render`."""
-        return {
-            "thinking": self.thinking,
-            "thinking_effort": self.thinking_effort,
-            "tool_choice": self.tool_choice,
-            "response_format": self.response_format,
-        }
+__all__ = ["CLOSED_MID_ANSWER", "ChatCompletion", "Choice", "FinishReason", "PromptTokensDetails", "Usage"]
 
 
 class PromptTokensDetails(BaseModel):

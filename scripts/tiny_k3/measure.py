@@ -119,8 +119,8 @@ async def decode_speed(engine: VLLMEngine, episode: dict[str, Any], tokens: int 
     """Steady decode rate of one sequence: tokens after the first, over the time after the first."""
     from kimik3.engines import ChatRequest
 
-    request = ChatRequest(messages=episode["messages"][:2], max_tokens=tokens, temperature=1.0,
-                          extra={"ignore_eos": True})
+    request = ChatRequest(messages=episode["messages"][:2],
+                          settings=ModelSettings(max_tokens=tokens, temperature=1.0, extra={"ignore_eos": True}))
     stamps: list[float] = []
     count = 0
     async for chunk in engine.generate(engine.encode(request), request):

@@ -41,7 +41,7 @@ CASES: list[tuple[str, Callable[[], Any], str]] = [
     ("Budgets(tokens='x')", lambda: Budgets(tokens="x"), r"Budgets\.tokens must be an integer >= 1 or None, got 'x'"),
     ("ModelSettings(reasoning_effort='ultra')", lambda: ModelSettings(reasoning_effort="ultra"),  # type: ignore[arg-type]
      r"ModelSettings\.reasoning_effort must be low, high, max or none, got 'ultra'"),
-    ("ModelSettings(top_p=0)", lambda: ModelSettings(top_p=0), r"ModelSettings\.top_p must be a finite number > 0 and <= 1, got 0"),
+    ("ModelSettings(top_p=0)", lambda: ModelSettings(top_p=0), r"ModelSettings\.top_p must be a finite number > 0 and <= 1 or None, got 0"),
     ("ContextPolicy(compact_at=2)", lambda: ContextPolicy(compact_at=2), r"ContextPolicy\.compact_at must be a finite number > 0 and <= 1"),
     ("ScriptedEngine('abc')", lambda: ScriptedEngine("abc"), r"takes a list of raw outputs \(or a function\): wrap one string"),
     ("ScriptedEngine([1])", lambda: ScriptedEngine([1]), "must be a list of raw output strings"),
@@ -57,9 +57,10 @@ def test_misuse_at_construction_is_a_user_error(what: str, make: Callable[[], An
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"temperature": "hot"}, r"temperature must be a finite number >= 0, got 'hot'"),
-        ({"max_tokens": -5}, r"max_tokens must be an integer >= 1 or None, got -5"),
-        ({"top_p": 1.5}, r"top_p must be a finite number > 0 and <= 1, got 1\.5"),
+        ({"temperature": "hot"}, r"ModelSettings\.temperature must be a finite number >= 0 or None, got 'hot'"),
+        ({"max_tokens": -5}, r"ModelSettings\.max_tokens must be an integer >= 1 or None, got -5"),
+        ({"top_p": 1.5}, r"ModelSettings\.top_p must be a finite number > 0 and <= 1 or None, got 1\.5"),
+        ({"settings": {"temperature": 0}}, r"settings must be a ModelSettings, got dict"),
     ],
 )
 async def test_chat_option_misuse_is_a_user_error(options: dict[str, Any], message: str) -> None:

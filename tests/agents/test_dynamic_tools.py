@@ -15,7 +15,7 @@ import openai
 import pytest
 
 from kimik3 import Agent, ChatRequest, K3Tokenizer, RemoteEngine, ScriptedEngine, ToolMessage, UserError, tool
-from kimik3.formats.k3 import EncodedPrompt, render_output
+from kimik3.formats.k3 import EncodedPrompt, K3Codec, render_output
 from kimik3.tools import Tool, ToolContext, tool_search
 from kimik3.types import SystemMessage
 from tests.k3vocab import write_model_dir
@@ -99,8 +99,8 @@ async def test_prompt_ids_stay_prefixes_with_incremental_encoding(tmp_path: Path
     ids: list[list[int]] = []
 
     class Recording(ScriptedEngine):
-        def encode(self, request: ChatRequest) -> EncodedPrompt:
-            out = super().encode(request)
+        def encode(self, request: ChatRequest, **k3: Any) -> EncodedPrompt:
+            out = super().encode(request, **k3)
             ids.append(list(out.ids))
             return out
 
@@ -110,7 +110,7 @@ async def test_prompt_ids_stay_prefixes_with_incremental_encoding(tmp_path: Path
     assert len(ids) == 3 and len(ids[0]) < len(ids[1]) < len(ids[2])
     assert_prefixes(ids)
     full = tok.encode_messages(engine.calls[2].messages, engine.calls[2].request.tools,
-                               **engine.calls[2].request.encoding_options())
+                               **K3Codec.encoding_options(engine.calls[2].request))
     assert list(full) == ids[2]  # incremental == from scratch
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from kimik3 import Agent, Client, K3Tokenizer, RemoteEngine, ScriptedEngine, tool
 from kimik3.agents._prompts import CONTINUE_REQUEST, INTERRUPTED_REQUEST
+from kimik3.engines import Engine, RemoteCompletionsEngine
 from kimik3.formats.k3 import render_output
 from tests.engines.sse_server import Reply, SSEServer, sse
 from tests.engines.test_chat_transcripts import d
@@ -28,10 +29,10 @@ def load_tokenizer(model_dir: Path) -> K3Tokenizer:
     return K3Tokenizer.from_pretrained(model_dir)
 
 
-def engine(server: SSEServer, mode: str, model_dir: Path) -> RemoteEngine:
+def engine(server: SSEServer, mode: str, model_dir: Path) -> Engine:
     if mode == "raw":
-        return RemoteEngine(base_url=server.base_url, model="k3", mode="raw", tokenizer=load_tokenizer(model_dir),
-                            max_model_len=8192)
+        return RemoteCompletionsEngine(base_url=server.base_url, model="k3", tokenizer=load_tokenizer(model_dir),
+                                       max_model_len=8192)
     return RemoteEngine(base_url=server.base_url, model="k3")
 
 

@@ -1,5 +1,5 @@
 """Raw mode always sends an explicit max_tokens: the request's, else what the prompt leaves of the
-served context window (``max_model_len`` from /v1/models, or RemoteEngine(max_model_len=...)).
+served context window (``max_model_len`` from /v1/models, or RemoteCompletionsEngine(max_model_len=...)).
 A completions endpoint's own default is 16 tokens (issue 16, item 2)."""
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ async def test_window_given_as_an_option_and_explicit_max_tokens_need_no_lookup(
 
 async def test_unknown_window_is_a_user_error_naming_the_fix(tok: K3Tokenizer) -> None:
     s = server(None)
-    with pytest.raises(UserError, match=r"reports no max_model_len .* RemoteEngine\(max_model_len=...\) or max_tokens"):
+    with pytest.raises(UserError, match=r"reports no max_model_len .* RemoteCompletionsEngine\(max_model_len=...\) or max_tokens"):
         await Client(s.engine(mode="raw", tokenizer=tok)).chat(MESSAGES)
     assert paths(s) == ["/v1/models"]  # nothing was sent without a max_tokens
 

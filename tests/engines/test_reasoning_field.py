@@ -56,7 +56,8 @@ async def test_a_rust_frontend_400_switches_to_one_name_and_sends_again(caplog: 
         first = await client.chat(HISTORY)
         second = await client.chat(HISTORY)
     assert (first.message.content, second.message.content) == ("ok", "ok")
-    assert engine.reasoning_field == "reasoning"
+    assert engine.reasoning_field == "both"  # the configuration is never rewritten
+    assert engine.endpoint.refuses_both_reasoning_fields and engine.wire_reasoning_field == "reasoning"
     assert [r["body"]["messages"][1].keys() >= {"reasoning", "reasoning_content"} for r in server.requests] == [
         True, False, False]  # one refused request, then one name for good
     assert assistant_keys(server.requests[1]["body"]) == [{"reasoning": "thought"}, {"reasoning": ""}]
@@ -78,7 +79,7 @@ async def test_other_400s_are_not_taken_for_it() -> None:
         engine = RemoteEngine(base_url=server.base_url, model="k3")
         with pytest.raises(BadRequestError, match="unknown field"):
             await Client(engine, max_retries=0).chat(HISTORY)
-    assert engine.reasoning_field == "both" and len(server.requests) == 1
+    assert engine.wire_reasoning_field == "both" and len(server.requests) == 1
 
 
 def test_an_unknown_field_name_is_misuse() -> None:

@@ -24,6 +24,7 @@ from kimik3 import (
     RemoteEngine,
     ServiceUnavailableError,
 )
+from kimik3.engines import ChatForImages, RemoteCompletionsEngine
 from kimik3.formats.k3 import ContentDelta, ToolCallDone, ToolCallIncomplete
 from tests.k3vocab import write_model_dir
 
@@ -65,13 +66,16 @@ class FakeServer:
         self.requests.append({"path": request.url.path, "body": json.loads(request.content or b"{}")})
         return self.respond(request)
 
-    def engine(self, **kwargs: Any) -> RemoteEngine:
+    def engine(self, *, mode: str = "chat", **kwargs: Any) -> Any:
+        """A RemoteEngine (chat) or, with ``mode="raw"``, a RemoteCompletionsEngine over this server."""
         client = openai.AsyncOpenAI(
             base_url="http://fake/v1",
             api_key="k",
             max_retries=0,
             http_client=httpx.AsyncClient(transport=httpx.MockTransport(self)),
         )
+        if mode == "raw":
+            return RemoteCompletionsEngine(model="k3", client=client, **kwargs)
         return RemoteEngine(model="k3", client=client, **kwargs)
 
 
@@ -236,12 +240,19 @@ async def test_raw_mode_sends_ids_and_parses_with_kimik3(model_dir: Path) -> Non
     assert out.raw_text == text and out.usage.prompt_tokens == 99 and out.usage.completion_tokens == 20
 
 
-async def test_raw_mode_with_images_uses_chat_or_raises_when_forced(model_dir: Path) -> None:
+async def test_raw_mode_with_images_raises_or_goes_through_chat_when_composed(
+    model_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     server = FakeServer(lambda r: sse([chat_chunk({"content": "a cat"}, finish="stop")]))
     image_msg = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "https://x/cat.png"}}, {"type": "text", "text": "what?"}]}]
-    out = await Client(server.engine(mode="raw", tokenizer=str(model_dir))).chat(image_msg)
+    raw = server.engine(mode="raw", tokenizer=str(model_dir))
+    with pytest.raises(EngineError, match=r"take no images.*with_chat_for_images"):
+        await Client(raw).chat(image_msg)
+    assert server.requests == []  # refused before anything was sent
+    both = raw.with_chat_for_images()
+    assert isinstance(both, ChatForImages) and both.chat.endpoint is raw.endpoint  # one client, one pool
+    out = await Client(both).chat(image_msg)
     assert server.requests[0]["path"] == "/v1/chat/completions" and out.message.content == "a cat"
-    with pytest.raises(EngineError, match="take no images"):
-        await Client(server.engine(mode="raw", tokenizer=str(model_dir), force_raw=True)).chat(image_msg)
+    assert "request has images; completions take none" in caplog.text
     with pytest.raises(EngineError, match="needs the K3 tokenizer"):
-        RemoteEngine(base_url="http://x/v1", mode="raw")
+        RemoteCompletionsEngine(base_url="http://x/v1", tokenizer=None)

@@ -24,6 +24,7 @@ from kimik3 import (
     RemoteEngine,
     ServiceUnavailableError,
 )
+from kimik3.engines import Engine, RemoteCompletionsEngine
 from kimik3.engines._http import retry_after
 from kimik3.formats.k3 import ContentDelta, ToolCallDone
 from tests.engines.sse_server import Reply, SSEServer, sse
@@ -44,11 +45,11 @@ def load_tokenizer(model_dir: Path) -> K3Tokenizer:
     return K3Tokenizer.from_pretrained(model_dir)
 
 
-def engine(server: SSEServer, mode: str, model_dir: Path) -> RemoteEngine:
+def engine(server: SSEServer, mode: str, model_dir: Path) -> Engine:
     if mode == "raw":
         # the fake server answers completions only: the context window is given (raw mode sends max_tokens)
-        return RemoteEngine(base_url=server.base_url, model="k3", mode="raw", tokenizer=load_tokenizer(model_dir),
-                            max_model_len=8192)
+        return RemoteCompletionsEngine(base_url=server.base_url, model="k3", tokenizer=load_tokenizer(model_dir),
+                                       max_model_len=8192)
     return RemoteEngine(base_url=server.base_url, model="k3")
 
 

@@ -91,7 +91,7 @@ class FlakyEngine(Engine):
         self.attempts = 0
         self.fail_after_first_event = fail_after_first_event
 
-    def stream(self, request: ChatRequest) -> ModelCall:
+    def stream(self, request: ChatRequest, **k3: Any) -> ModelCall:
         return ModelCall(self._call(request))
 
     async def _call(self, request: ChatRequest) -> AsyncGenerator[Event | ChatCompletion, None]:
@@ -148,12 +148,12 @@ async def test_reasoning_effort_none_turns_thinking_off() -> None:
 
 async def test_generate_from_an_encoded_prompt_streaming_and_not() -> None:
     engine = ScriptedEngine([CALL, CALL])
-    request = ChatRequest(messages=[], prompt_ids=[1, 2, 3])
-    async with engine.stream(request) as call:
+    request = ChatRequest(messages=[])
+    async with engine.stream(request, prompt_ids=[1, 2, 3]) as call:
         events = [e async for e in call]
     assert events and isinstance(call.completion, ChatCompletion) and call.completion.usage.prompt_tokens == 3
     assert call.completion.message.tool_calls is not None
-    done = await engine.complete(ChatRequest(messages=[], prompt_ids=[1, 2, 3, 4]))
+    done = await engine.complete(ChatRequest(messages=[]), prompt_ids=[1, 2, 3, 4])
     assert done.finish_reason == "tool_calls" and done.usage.prompt_tokens == 4
     assert engine.calls == []  # nothing was encoded
 

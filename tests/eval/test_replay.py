@@ -84,8 +84,9 @@ def test_recorded_requests_are_exactly_what_the_engine_was_sent(tmp_path: Path) 
         assert dumped(rec.request.messages) == dumped(sent.messages)
         assert rec.request.tools == sent.request.tools
         got = rec.request
-        assert (got.tool_choice, got.reasoning_effort, got.temperature, got.max_tokens) == (
+        assert (got.tool_choice, got.settings.reasoning_effort, got.settings.temperature, got.settings.max_tokens) == (
             sent.request.tool_choice, "high", 0.3, 500)
+        assert got.settings == sent.request.settings  # top_p, seed, extra too
     assert [r.request.tool_choice for r in recorded if r.request] == [None, None, None, "none"]  # the summary turn
     assert [r.finish_reason for r in recorded] == ["tool_calls", "tool_calls", "tool_calls", "stop"]
 

@@ -17,7 +17,7 @@ import pytest
 
 from kimik3 import ScriptedEngine
 from kimik3._exceptions import ToolError
-from kimik3.harness import BackgroundProcesses, CodingHarness
+from kimik3.harness import FEATURES, BackgroundProcesses, CodingHarness
 
 from ..procs import MODES, alive_with, marker
 from .helpers import answer, calls
@@ -64,7 +64,7 @@ async def test_http_server_in_the_background_is_queried_later_and_ended_at_run_e
             return calls(("read_output", {"id": "bg1"}))
         return answer("served")
 
-    harness = CodingHarness(tmp_path, subagents=False, sandbox=mode)
+    harness = CodingHarness(tmp_path, features=FEATURES - {"subagents"}, sandbox=mode)
     result = await harness.agent(engine=ScriptedEngine(script)).run("serve it")
     texts = [m.content for m in result.messages if m.role == "tool"]
     assert texts[0] == 'Started background process bg1; read_output("bg1") shows its output, stop("bg1") ends it'
@@ -118,7 +118,7 @@ async def test_a_run_that_crashes_still_ends_its_background_processes(tmp_path: 
         during.append(alive_with(m))  # ... and still runs when the engine fails
         raise APIConnectionError("the engine went away")
 
-    harness = CodingHarness(tmp_path, subagents=False, checkpoints=False)
+    harness = CodingHarness(tmp_path, features=FEATURES - {"subagents", "checkpoints"})
     with pytest.raises(APIConnectionError):
         await harness.agent(engine=ScriptedEngine(script)).run("go")
     assert during[0] and alive_with(m) == []

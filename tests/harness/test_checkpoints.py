@@ -10,7 +10,7 @@ import pytest
 
 from kimik3 import ScriptedEngine
 from kimik3._exceptions import CheckpointError
-from kimik3.harness import CodingHarness, session_checkpoints, undo
+from kimik3.harness import FEATURES, CodingHarness, session_checkpoints, undo
 
 from .helpers import answer, calls, git, make_repo
 
@@ -45,7 +45,7 @@ def repo(tmp_path: Path) -> Path:
 
 
 async def run_three_turns(repo: Path, session: Path) -> None:
-    agent = CodingHarness(repo, background=False, subagents=False).agent(engine=ScriptedEngine(script()))
+    agent = CodingHarness(repo, features=FEATURES - {"background", "subagents"}).agent(engine=ScriptedEngine(script()))
     result = await agent.run("work", session=session)
     assert result.stop_reason == "completed"
 
@@ -111,7 +111,7 @@ async def test_workspace_in_a_subdirectory_of_the_repository(tmp_path: Path) -> 
                              calls(("edit_file", {"path": "keep.txt", "old_string": "keep", "new_string": "KEPT"})),
                              calls(("bash", {"command": "echo hi > ../a.txt"})), answer("ok")])
     # unsandboxed, so that bash can write outside at all (the sandbox would refuse it)
-    await CodingHarness(ws, background=False, subagents=False, sandbox="none").agent(engine=engine).run(
+    await CodingHarness(ws, features=FEATURES - {"background", "subagents"}, sandbox="none").agent(engine=engine).run(
         "go", session=session)
     assert [r["changed"] for r in session_checkpoints(session)] == [["keep.txt"]]  # ../a.txt is outside
     assert undo(session, 0, workspace=ws) == ["keep.txt"]
@@ -130,7 +130,7 @@ async def test_plain_directory_copies_the_touched_files(tmp_path: Path) -> None:
         calls(("edit_file", {"path": "f.txt", "old_string": "v1", "new_string": "v2"}),
               ("write_file", {"path": "d/new.txt", "content": "new"})),
         answer("ok")])
-    await CodingHarness(ws, background=False, subagents=False).agent(engine=engine).run("go", session=session)
+    await CodingHarness(ws, features=FEATURES - {"background", "subagents"}).agent(engine=engine).run("go", session=session)
     kinds = [(r["kind"], r["turn"], r["changed"]) for r in session_checkpoints(session)]
     assert kinds == [("copy", 2, ["f.txt"]), ("copy", 3, ["d/new.txt", "f.txt"])]
     assert undo(session, 2, workspace=ws) == ["d/new.txt", "f.txt"]
@@ -143,7 +143,7 @@ async def test_plain_directory_copies_the_touched_files(tmp_path: Path) -> None:
 async def test_no_changes_records_nothing_and_undo_says_so(repo: Path, tmp_path: Path) -> None:
     session = tmp_path / "s.jsonl"
     engine = ScriptedEngine([calls(("bash", {"command": "true"})), answer("ok")])
-    await CodingHarness(repo, background=False, subagents=False).agent(engine=engine).run("go", session=session)
+    await CodingHarness(repo, features=FEATURES - {"background", "subagents"}).agent(engine=engine).run("go", session=session)
     lines = [json.loads(line) for line in session.read_text().splitlines()]
     assert not any("checkpoint" in rec for rec in lines)
     with pytest.raises(CheckpointError, match="no recorded changes after turn 0"):
@@ -153,9 +153,9 @@ async def test_no_changes_records_nothing_and_undo_says_so(repo: Path, tmp_path:
 async def test_a_resumed_session_goes_on_counting_turns(repo: Path, tmp_path: Path) -> None:
     session = tmp_path / "s.jsonl"
     first = ScriptedEngine([calls(("write_file", {"path": "n.txt", "content": "1\n"})), answer("one")])
-    await CodingHarness(repo, background=False, subagents=False).agent(engine=first).run("a", session=session)
+    await CodingHarness(repo, features=FEATURES - {"background", "subagents"}).agent(engine=first).run("a", session=session)
     second = ScriptedEngine([calls(("bash", {"command": "echo 2 > n.txt"})), answer("two")])
-    await CodingHarness(repo, background=False, subagents=False).agent(engine=second).resume(session, "b")
+    await CodingHarness(repo, features=FEATURES - {"background", "subagents"}).agent(engine=second).resume(session, "b")
     assert [(r["turn"], r["changed"]) for r in session_checkpoints(session)] == [(1, ["n.txt"]), (3, ["n.txt"])]
     assert undo(session, 2, workspace=repo) == ["n.txt"]
     assert (repo / "n.txt").read_text() == "1\n"
@@ -170,7 +170,7 @@ async def test_gitattributes_eol_crlf_and_user_autocrlf_restore_the_same_bytes(t
     session = tmp_path / "s.jsonl"
     engine = ScriptedEngine([
         calls(("bash", {"command": "printf 'changed\\n' > w.crlf && printf 'x' > raw.txt"})), answer("ok")])
-    await CodingHarness(repo, background=False, subagents=False).agent(engine=engine).run("go", session=session)
+    await CodingHarness(repo, features=FEATURES - {"background", "subagents"}).agent(engine=engine).run("go", session=session)
     assert undo(session, workspace=repo) == ["raw.txt", "w.crlf"]
     assert (repo / "w.crlf").read_bytes() == b"one\r\ntwo\r\n"
     assert (repo / "raw.txt").read_bytes() == b"lf\nand crlf\r\n"
@@ -183,7 +183,7 @@ async def test_a_cancelled_turn_still_records_what_it_changed(repo: Path, tmp_pa
 
     session = tmp_path / "s.jsonl"
     engine = ScriptedEngine([calls(("bash", {"command": "echo partial > half.txt && sleep 60"})), answer("x")])
-    agent = CodingHarness(repo, background=False, subagents=False).agent(engine=engine)
+    agent = CodingHarness(repo, features=FEATURES - {"background", "subagents"}).agent(engine=engine)
     async with anyio.create_task_group() as group:
         group.start_soon(functools.partial(agent.run, "go", session=session))
         with anyio.fail_after(30):
@@ -207,7 +207,7 @@ async def test_ignored_files_the_file_tools_write_are_undone(tmp_path: Path) -> 
              calls(("edit_file", {"path": ".env", "old_string": "SECRET=1", "new_string": "SECRET=2"}),
                    ("write_file", {"path": "build/out.txt", "content": "made\n"})),
              answer("done")]
-    agent = CodingHarness(repo, background=False, subagents=False).agent(engine=ScriptedEngine(turns))
+    agent = CodingHarness(repo, features=FEATURES - {"background", "subagents"}).agent(engine=ScriptedEngine(turns))
     assert (await agent.run("work", session=session)).stop_reason == "completed"
     assert (repo / ".env").read_bytes() == b"SECRET=2\r\n"
     assert [r["changed"] for r in session_checkpoints(session)] == [[".env", "build/out.txt"]]
@@ -235,7 +235,7 @@ async def test_no_work_tree_falls_back_to_copies(tmp_path: Path, where: str) -> 
              calls(("edit_file", {"path": "description", "old_string": "before", "new_string": "after"}),
                    ("write_file", {"path": "new file.txt", "content": "x\n"})),
              answer("done")]
-    agent = CodingHarness(root, background=False, subagents=False).agent(engine=ScriptedEngine(turns))
+    agent = CodingHarness(root, features=FEATURES - {"background", "subagents"}).agent(engine=ScriptedEngine(turns))
     assert (await agent.run("work", session=session)).stop_reason == "completed"
     assert [(r["kind"], r["changed"]) for r in session_checkpoints(session)] == [
         ("copy", ["description", "new file.txt"])]

@@ -77,10 +77,10 @@ def test_core_tools_keep_the_trained_prompt_and_no_agents_md_opts_out(tmp_path: 
 
 def test_core_harness_tools_are_exactly_the_trained_coding_tools(tmp_path: Path) -> None:
     from kimik3 import ScriptedEngine
-    from kimik3.harness import CodingHarness
+    from kimik3.harness import FEATURES, CodingHarness
     from kimik3.tools.coding import coding_tools
 
-    harness = CodingHarness(tmp_path, background=False, subagents=False, edit_tools=False)  # tracking on
+    harness = CodingHarness(tmp_path, features=FEATURES - {"background", "subagents", "edit_tools"})  # tracking on
     *tools, skills = harness.parts(engine=ScriptedEngine([]))[0]
     assert [t.spec for t in tools if isinstance(t, Tool)] == [t.spec for t in coding_tools(tmp_path)]
     assert skills is harness.skills and anyio.run(skills.get_tools) == []  # no skill: nothing more declared

@@ -9,14 +9,14 @@ import pytest
 
 from kimik3 import ScriptedEngine
 from kimik3._exceptions import ToolError
-from kimik3.harness import CodingHarness, EditSpec, FileAccess, apply_patch_text
+from kimik3.harness import FEATURES, CodingHarness, EditSpec, FileAccess, apply_patch_text
 from kimik3.harness._patch import multi_edit_file
 
 from .helpers import answer, calls
 
 
 def harness(root: Path) -> CodingHarness:
-    return CodingHarness(root, background=False, subagents=False, checkpoints=False)
+    return CodingHarness(root, features=FEATURES - {"background", "subagents", "checkpoints"})
 
 
 async def run(root: Path, *turns: str) -> list[str]:
@@ -145,6 +145,20 @@ def test_apply_patch_crlf_file_offset_hunk_and_no_newline_marker(tmp_path: Path)
     patch = "--- a/w.txt\n+++ b/w.txt\n@@ -9,2 +9,2 @@\n 3\n-4\n\\ No newline at end of file\n+four\n"
     assert apply_patch_text(FileAccess(tmp_path), patch) == "Patched 1 file\nM w.txt"
     assert (tmp_path / "w.txt").read_bytes() == b"0\r\n1\r\n2\r\n3\r\nfour\r\n"
+
+
+def test_apply_patch_holds_the_old_files_missing_final_newline_to_its_word(tmp_path: Path) -> None:
+    # "\ No newline at end of file" after an old line says where the old file ends: a file that
+    # goes on, or that ends with a newline, is not the file the patch was made from
+    patch = "--- a/w.txt\n+++ b/w.txt\n@@ -1,2 +1,2 @@\n 1\n-2\n\\ No newline at end of file\n+two\n"
+    for before in (b"1\n2\n", b"1\n2\n3"):
+        (tmp_path / "w.txt").write_bytes(before)
+        with pytest.raises(ToolError, match=r"hunk 1 .* does not match the file"):
+            apply_patch_text(FileAccess(tmp_path), patch)
+        assert (tmp_path / "w.txt").read_bytes() == before
+    (tmp_path / "w.txt").write_bytes(b"1\n2")
+    assert apply_patch_text(FileAccess(tmp_path), patch) == "Patched 1 file\nM w.txt"
+    assert (tmp_path / "w.txt").read_bytes() == b"1\ntwo\n"
 
 
 def test_apply_patch_rejects_garbage(tmp_path: Path) -> None:
@@ -308,7 +322,7 @@ async def test_what_one_child_read_does_not_let_another_child_edit(tmp_path: Pat
             return calls(("task", {"description": "step", "prompt": ["read", "edit"][len(tools_done)]}))
         return answer("done")
 
-    h = CodingHarness(tmp_path, background=False, checkpoints=False)
+    h = CodingHarness(tmp_path, features=FEATURES - {"background", "checkpoints"})
     result = await h.agent(engine=ScriptedEngine(script)).run("go")
     edit_result = [str(m.content) for m in result.messages if m.role == "tool"][1]
     assert edit_result.startswith("Error: f.py has not been read in this run; read it with read_file first")

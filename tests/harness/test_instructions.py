@@ -7,7 +7,7 @@ from pathlib import Path
 
 from kimik3 import ScriptedEngine
 from kimik3.agents import CODING_INSTRUCTIONS
-from kimik3.harness import CodingHarness, ProjectInstructions
+from kimik3.harness import FEATURES, CodingHarness, ProjectInstructions
 
 from .helpers import answer, calls
 
@@ -28,7 +28,7 @@ async def test_root_in_system_prompt_nested_once_when_first_touched(tmp_path: Pa
     listed: list[str] = []
     engine = ScriptedEngine([calls(("read_file", {"path": "pkg/deep/m.py"})),
                              calls(("grep", {"pattern": "x", "path": "pkg"})), answer("ok")])
-    harness = CodingHarness(root, background=False, subagents=False, checkpoints=False, on_instructions=listed.append)
+    harness = CodingHarness(root, features=FEATURES - {"background", "subagents", "checkpoints"}, on_instructions=listed.append)
     result = await harness.agent(engine=engine).run("go")
     assert result.messages[0].content == (CODING_INSTRUCTIONS + "\n\nProject instructions (AGENTS.md at the "
                                           "workspace root):\n\nRun tests with `make test`.")
@@ -43,7 +43,7 @@ async def test_root_in_system_prompt_nested_once_when_first_touched(tmp_path: Pa
 async def test_opt_out_and_no_file(tmp_path: Path) -> None:
     root = workspace(tmp_path)
     engine = ScriptedEngine([calls(("read_file", {"path": "pkg/deep/m.py"})), answer("ok")])
-    off = CodingHarness(root, project_instructions=False, background=False, subagents=False, checkpoints=False)
+    off = CodingHarness(root, features=FEATURES - {"project_instructions", "background", "subagents", "checkpoints"})
     result = await off.agent(engine=engine).run("go")
     assert result.messages[0].content == CODING_INSTRUCTIONS
     assert [str(m.content) for m in result.messages if m.role == "tool"] == ["     1\tx = 1"]

@@ -11,6 +11,7 @@ import anyio
 import pytest
 
 from kimik3.harness import (
+    FEATURES,
     MAX_CATALOG_BYTES,
     MAX_SKILL_BYTES,
     CodingHarness,
@@ -242,7 +243,7 @@ def test_a_link_inside_a_skill_folder_never_leads_out(ws: Path, tmp_path: Path) 
     skills.scan()
     text, _, _ = skills._load("demo")
     assert "<file>reference.md</file>" in text and "leak.md" not in text and "up/" not in text
-    tools = {t.name: t for t in CodingHarness(ws, skills=skills, checkpoints=False).tools}
+    tools = {t.name: t for t in CodingHarness(ws, features=FEATURES - {"checkpoints"}, skills=skills).tools}
 
     def call(name: str, **args: object) -> str:
         return anyio.run(tools[name].run, args).text
@@ -267,7 +268,7 @@ def test_a_link_inside_a_skill_folder_never_leads_out(ws: Path, tmp_path: Path) 
 
 def test_the_file_tools_without_skills_are_unchanged(ws: Path, tmp_path: Path) -> None:
     folder = make_skill(tmp_path / "skills" / "demo")
-    plain = {t.name: t for t in CodingHarness(ws, skills=False, checkpoints=False).tools}
+    plain = {t.name: t for t in CodingHarness(ws, features=FEATURES - {"checkpoints"}, skills=False).tools}
     out = anyio.run(plain["read_file"].run, {"path": f"{folder}/SKILL.md"}).text
     assert out == f"Error: ToolError: path '{folder}/SKILL.md' is outside the workspace {ws}; use a path inside it"
     tool: Tool = plain["glob"]

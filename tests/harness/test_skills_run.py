@@ -30,7 +30,7 @@ from ..procs import needs_bwrap
 from .helpers import answer, calls
 from .test_skills import GOOD, make_skill
 
-CORE = {"read_before_edit": False, "background": False, "subagents": False, "edit_tools": False, "checkpoints": False}
+CORE: dict[str, Any] = {"features": {"project_instructions"}}  # the six coding tools, AGENTS.md
 
 
 @pytest.fixture
@@ -67,8 +67,8 @@ class Recording(ScriptedEngine):
         super().__init__(responses, tokenizer=tokenizer)
         self.ids: list[list[int]] = []
 
-    def encode(self, request: ChatRequest) -> EncodedPrompt:
-        out = super().encode(request)
+    def encode(self, request: ChatRequest, **k3: Any) -> EncodedPrompt:
+        out = super().encode(request, **k3)
         self.ids.append(list(out.ids))
         return out
 
@@ -87,7 +87,7 @@ async def test_without_a_skill_the_prompt_is_byte_identical(ws: Path) -> None:
     prompts = []
     for skills in (True, False):
         engine = ScriptedEngine([answer("hi")])
-        harness = CodingHarness(ws, **CORE, skills=skills)  # type: ignore[arg-type]
+        harness = CodingHarness(ws, **CORE, skills=skills)
         await harness.agent(engine=engine).run("hi")
         prompts.append((engine.calls[0].prompt, engine.calls[0].request.tools))
     assert prompts[0] == prompts[1]
@@ -108,7 +108,7 @@ async def test_a_scripted_run_loads_a_skill_outside_the_workspace_and_follows_it
         calls(("bash", {"command": f"bash {folder}/scripts/count.sh notes.txt"})),
         answer("notes.txt has 4 words."),
     ], tok)
-    harness = CodingHarness(ws, **CORE)  # type: ignore[arg-type]
+    harness = CodingHarness(ws, **CORE)
     session = ws.parent / "s.jsonl"
     result = await harness.agent(engine=engine).run("How many words are in notes.txt?", session=session)
     assert (result.output, result.stop_reason) == ("notes.txt has 4 words.", "completed")
@@ -143,7 +143,7 @@ async def test_a_scripted_run_loads_a_skill_outside_the_workspace_and_follows_it
 async def test_an_unknown_skill_is_an_error_the_model_sees(ws: Path) -> None:
     make_skill(ws / ".agents/skills/lint")
     engine = ScriptedEngine([calls(("load_skill", {"name": "nope"})), answer("ok")])
-    result = await CodingHarness(ws, **CORE).agent(engine=engine).run("go")  # type: ignore[arg-type]
+    result = await CodingHarness(ws, **CORE).agent(engine=engine).run("go")
     assert [m.content for m in result.messages if isinstance(m, ToolMessage)] == [
         "Error: ToolError: skill 'nope' is unknown; available skills: lint"]
 
@@ -161,7 +161,7 @@ async def test_skills_found_or_changed_mid_run_are_declared_never_in_the_head(ws
         answer("fresh"),
     ], tok)
     session = ws.parent / "s.jsonl"
-    result = await CodingHarness(ws, **CORE).agent(engine=engine).run("go", session=session)  # type: ignore[arg-type]
+    result = await CodingHarness(ws, **CORE).agent(engine=engine).run("go", session=session)
     assert result.output == "fresh"
     core = [t.spec for t in coding_tools(ws)]
     assert [c.request.tools for c in engine.calls] == [core] * 4  # no skill at the start: no load_skill in the head
@@ -182,7 +182,7 @@ async def test_a_skill_removed_mid_run_is_declared_gone(ws: Path) -> None:
     make_skill(ws / ".agents/skills/lint")
     engine = ScriptedEngine([calls(("bash", {"command": "rm -r .agents/skills/lint"})),
                              calls(("load_skill", {"name": "lint"})), answer("ok")])
-    result = await CodingHarness(ws, **CORE).agent(engine=engine).run("go")  # type: ignore[arg-type]
+    result = await CodingHarness(ws, **CORE).agent(engine=engine).run("go")
     (declared,) = [m for m in result.messages if isinstance(m, SystemMessage) and m.tools]
     assert declared.tools is not None and declared.tools[0].function.description is not None
     assert declared.tools[0].function.description.endswith("\n\nNo skills are available now.")
@@ -199,7 +199,7 @@ async def test_resume_lists_the_same_skills_and_names_what_changed(ws: Path, tmp
     make_skill(ws / ".agents/skills/beta")
     session = tmp_path / "s.jsonl"
     engine = ScriptedEngine([calls(("load_skill", {"name": "alpha"})), answer("done")])
-    await CodingHarness(ws, **CORE).agent(engine=engine).run("go", session=session)  # type: ignore[arg-type]
+    await CodingHarness(ws, **CORE).agent(engine=engine).run("go", session=session)
     head = engine.calls[0].request.tools
     shutil.rmtree(ws / ".agents/skills/beta")
     make_skill(ws / ".agents/skills/alpha", body="Changed steps.\n")
@@ -207,7 +207,7 @@ async def test_resume_lists_the_same_skills_and_names_what_changed(ws: Path, tmp
     warnings: list[str] = []
     skills = Skills(workspace=ws, user=True, on_warning=warnings.append)
     again = ScriptedEngine([calls(("load_skill", {"name": "beta"})), answer("resumed")])
-    result = await CodingHarness(ws, **CORE, skills=skills).agent(engine=again).resume(session, "more")  # type: ignore[arg-type]
+    result = await CodingHarness(ws, **CORE, skills=skills).agent(engine=again).resume(session, "more")
     assert result.output == "resumed"
     assert warnings == [
         f"skill 'beta' of session {session} is gone (it was {ws}/.agents/skills/beta/SKILL.md); loading it gives "
@@ -231,10 +231,10 @@ async def test_resume_lists_the_same_skills_and_names_what_changed(ws: Path, tmp
 async def test_resume_of_a_session_without_skills_keeps_its_head(ws: Path, tmp_path: Path) -> None:
     session = tmp_path / "s.jsonl"
     engine = ScriptedEngine([answer("done")])
-    await CodingHarness(ws, **CORE, skills=False).agent(engine=engine).run("go", session=session)  # type: ignore[arg-type]
+    await CodingHarness(ws, **CORE, skills=False).agent(engine=engine).run("go", session=session)
     make_skill(ws / ".agents/skills/alpha")
     again = ScriptedEngine([answer("resumed")])
-    result = await CodingHarness(ws, **CORE).agent(engine=again).resume(session, "more")  # type: ignore[arg-type]
+    result = await CodingHarness(ws, **CORE).agent(engine=again).resume(session, "more")
     assert again.calls[0].request.tools == engine.calls[0].request.tools
     assert declarations(result.messages) == [["load_skill"]]
 
@@ -248,11 +248,11 @@ async def test_resume_of_a_session_without_skills_keeps_its_head(ws: Path, tmp_p
 async def test_a_bad_skills_record_is_a_session_error_naming_its_line(ws: Path, tmp_path: Path,
                                                                       record: dict[str, Any]) -> None:
     session = tmp_path / "s.jsonl"
-    await CodingHarness(ws, **CORE).agent(engine=ScriptedEngine([answer("a")])).run("go", session=session)  # type: ignore[arg-type]
+    await CodingHarness(ws, **CORE).agent(engine=ScriptedEngine([answer("a")])).run("go", session=session)
     with session.open("a") as f:
         f.write(json.dumps(record) + "\n")
     line = len(session.read_text().splitlines())
-    agent = CodingHarness(ws, **CORE).agent(engine=ScriptedEngine([answer("b")]))  # type: ignore[arg-type]
+    agent = CodingHarness(ws, **CORE).agent(engine=ScriptedEngine([answer("b")]))
     with pytest.raises(SessionError, match=f"^{session}:{line}: not a valid skills record"):
         await agent.resume(session, "more")
 
@@ -271,7 +271,7 @@ async def test_a_skills_script_goes_through_the_approval_hook(ws: Path) -> None:
 
     engine = ScriptedEngine([calls(("load_skill", {"name": "deploy"})),
                              calls(("bash", {"command": f"bash {folder}/run.sh"})), answer("not deployed")])
-    result = await CodingHarness(ws, **CORE).agent(engine=engine, approval=hook).run("deploy")  # type: ignore[arg-type]
+    result = await CodingHarness(ws, **CORE).agent(engine=engine, approval=hook).run("deploy")
     assert [c.name for c in seen] == ["load_skill", "bash"]
     assert [m.content for m in result.messages if isinstance(m, ToolMessage)][1] == (
         "Error: the user denied this call: no deploys")
@@ -286,7 +286,7 @@ async def test_the_skills_folders_are_readable_never_writable_in_the_sandbox(ws:
         calls(("bash", {"command": f"bash {folder}/scripts/count.sh notes.txt; cat {tmp_path}/other.txt; "
                                    f"touch {folder}/new || echo read-only"})),
         answer("done")])
-    harness = CodingHarness(ws, **{**CORE, "sandbox": "bwrap"})  # type: ignore[arg-type]
+    harness = CodingHarness(ws, **{**CORE, "sandbox": "bwrap"})
     assert harness.sandbox.mode == "bwrap" and harness.sandbox.read == [str(user_skills_folder())]
     result = await harness.agent(engine=engine).run("count")
     out = next(m.content for m in result.messages if isinstance(m, ToolMessage))
@@ -347,10 +347,10 @@ async def test_a_fork_keeps_the_skills_records_and_show_names_them(ws: Path, tmp
     make_skill(ws / ".agents/skills/alpha")
     session = tmp_path / "s.jsonl"
     engine = ScriptedEngine([calls(("load_skill", {"name": "alpha"})), answer("done")])
-    await CodingHarness(ws, **CORE).agent(engine=engine).run("go", session=session)  # type: ignore[arg-type]
+    await CodingHarness(ws, **CORE).agent(engine=engine).run("go", session=session)
     shown = format_session(session)
     assert "--- skills listed: alpha\n" in shown and "--- skill loaded: alpha\n" in shown
     fork = fork_session(session, -1, tmp_path / "fork.jsonl")
     again = ScriptedEngine([answer("forked")])
-    await CodingHarness(ws, **CORE).agent(engine=again).resume(fork, "more")  # type: ignore[arg-type]
+    await CodingHarness(ws, **CORE).agent(engine=again).resume(fork, "more")
     assert again.calls[0].request.tools == engine.calls[0].request.tools

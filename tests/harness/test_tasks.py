@@ -10,7 +10,7 @@ import pytest
 
 from kimik3 import Agent, RunResult, ScriptedEngine
 from kimik3._exceptions import APIConnectionError
-from kimik3.harness import SUBAGENT_INSTRUCTIONS, CodingHarness
+from kimik3.harness import FEATURES, SUBAGENT_INSTRUCTIONS, CodingHarness
 from kimik3.types import Message
 
 from .helpers import answer, calls
@@ -48,7 +48,7 @@ async def test_parallel_children_really_run_concurrently_and_their_answers_retur
         return answer(f"{task.split()[-1]} says " + str(messages[-1].content).split("\t")[1])
 
     session = tmp_path / "parent.jsonl"
-    agent = CodingHarness(tmp_path, background=False, checkpoints=False).agent(engine=ScriptedEngine(script))
+    agent = CodingHarness(tmp_path, features=FEATURES - {"background", "checkpoints"}).agent(engine=ScriptedEngine(script))
     result = await agent.run("read both", session=session)
     assert result.output == "both read"
     results = [m.content for m in result.messages if m.role == "tool"]
@@ -74,7 +74,7 @@ async def test_a_failing_child_gives_an_error_result_and_the_parent_goes_on(tmp_
             return calls(("task", {"description": "doomed", "prompt": "do it"}))
         return answer("the sub-agent failed")
 
-    agent = CodingHarness(tmp_path, background=False, checkpoints=False).agent(engine=ScriptedEngine(script))
+    agent = CodingHarness(tmp_path, features=FEATURES - {"background", "checkpoints"}).agent(engine=ScriptedEngine(script))
     result = await agent.run("go")
     tool_msg = next(m for m in result.messages if m.role == "tool")
     assert tool_msg.content == "Error: the sub-agent failed: APIConnectionError: engine went away"
@@ -87,7 +87,7 @@ async def test_unknown_tool_for_a_child_and_no_recursion(tmp_path: Path) -> None
             return calls(("task", {"description": "x", "prompt": "p", "tools": ["task"]}))
         return answer("ok")
 
-    agent = CodingHarness(tmp_path, background=False, checkpoints=False).agent(engine=ScriptedEngine(script))
+    agent = CodingHarness(tmp_path, features=FEATURES - {"background", "checkpoints"}).agent(engine=ScriptedEngine(script))
     result = await agent.run("go")
     tool_msg = next(m for m in result.messages if m.role == "tool")
     assert str(tool_msg.content).startswith("Error: ToolError: unknown tool(s) for a sub-agent: task; available: ")
@@ -106,7 +106,7 @@ async def test_a_child_out_of_budget_returns_its_summary_with_a_note(tmp_path: P
             return calls(("task", {"description": "long", "prompt": "p"}))
         return answer("ok")
 
-    harness = CodingHarness(tmp_path, background=False, checkpoints=False, subagent_budgets=Budgets(turns=turns))
+    harness = CodingHarness(tmp_path, features=FEATURES - {"background", "checkpoints"}, subagent_budgets=Budgets(turns=turns))
     result = await harness.agent(engine=ScriptedEngine(script)).run("go")
     tool_msg = next(m for m in result.messages if m.role == "tool")
     assert str(tool_msg.content).startswith("partial result\n[the sub-agent stopped early: turn_budget]\n[sub-agent: 2 turns")
@@ -130,7 +130,7 @@ async def test_a_childs_edits_are_in_the_parents_checkpoint(tmp_path: Path) -> N
         return answer("ok") if done else calls(("task", {"description": "write", "prompt": "overwrite f.txt"}))
 
     session = tmp_path.parent / f"{tmp_path.name}.jsonl"
-    agent = CodingHarness(tmp_path, background=False, read_before_edit=False).agent(engine=ScriptedEngine(script))
+    agent = CodingHarness(tmp_path, features=FEATURES - {"background", "read_before_edit"}).agent(engine=ScriptedEngine(script))
     await agent.run("go", session=session)
     assert (tmp_path / "f.txt").read_text() == "child\n"
     assert [(r["turn"], r["changed"]) for r in session_checkpoints(session)] == [(1, ["f.txt"])]
@@ -149,7 +149,7 @@ async def test_child_sessions_are_numbered_in_start_order(tmp_path: Path) -> Non
         return calls(("task", {"description": f"job {n}", "prompt": f"job {n}"})) if n < 2 else answer("ok")
 
     session = tmp_path / "p.jsonl"
-    agent = CodingHarness(tmp_path, background=False, checkpoints=False).agent(engine=ScriptedEngine(script))
+    agent = CodingHarness(tmp_path, features=FEATURES - {"background", "checkpoints"}).agent(engine=ScriptedEngine(script))
     await agent.run("go", session=session)
     links = [json.loads(line)["child_session"] for line in session.read_text().splitlines()
              if line.startswith('{"child_session"')]
@@ -172,7 +172,7 @@ async def test_children_share_the_parents_token_budget(tmp_path: Path) -> None:
         done = sum(m.role == "tool" for m in messages)
         return calls(("task", {"description": f"job {done}", "prompt": "p"})) if done < 3 else answer("ok")
 
-    harness = CodingHarness(tmp_path, background=False, checkpoints=False, subagent_budgets=Budgets(turns=40))
+    harness = CodingHarness(tmp_path, features=FEATURES - {"background", "checkpoints"}, subagent_budgets=Budgets(turns=40))
     agent = harness.agent(engine=ScriptedEngine(script), budgets=Budgets(tokens=6000))
     result = await agent.run("go")
     assert harness_children(agent)[0].stop_reason == "token_budget"

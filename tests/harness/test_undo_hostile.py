@@ -16,7 +16,7 @@ import pytest
 from kimik3 import ScriptedEngine
 from kimik3._exceptions import CheckpointError, SessionError
 from kimik3.agents import SessionWriter, load_session
-from kimik3.harness import CodingHarness, session_checkpoints, undo
+from kimik3.harness import FEATURES, CodingHarness, session_checkpoints, undo
 from kimik3.harness import _undo as undo_module
 
 from .helpers import answer, calls, git, make_repo
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 
 
 async def run(ws: Path, session: Path, *turns: str) -> None:
-    agent = CodingHarness(ws, background=False, subagents=False, read_before_edit=False).agent(
+    agent = CodingHarness(ws, features=FEATURES - {"background", "subagents", "read_before_edit"}).agent(
         engine=ScriptedEngine([*turns, answer("done")]))
     result = await agent.run("go", session=session)
     assert result.stop_reason == "completed"

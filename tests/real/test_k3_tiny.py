@@ -12,7 +12,7 @@ import pytest
 
 from kimik3 import Agent, Client, K3Tokenizer, ModelSettings, RemoteEngine, UserError, VLLMEngine
 from kimik3.agents import CODING_INSTRUCTIONS, FinalEvent, ToolResultEvent
-from kimik3.engines import ChatRequest
+from kimik3.engines import ChatRequest, RemoteCompletionsEngine
 from kimik3.formats.k3 import CLOSE, OPEN, SEP, ContentDelta, ReasoningDelta, ToolCallDone
 from kimik3.tools.coding import coding_tools
 
@@ -40,7 +40,7 @@ async def test_exact_prompt_ids_reach_vllm_and_generation_stops_at_end_of_msg(ti
     tools = [t.spec for t in coding_tools(workspace)]
     request = ChatRequest(
         messages=[{"role": "system", "content": CODING_INSTRUCTIONS}, {"role": "user", "content": TASK}],
-        tools=tools, temperature=0.0, max_tokens=300,
+        tools=tools, settings=GREEDY,
     )
     ids = engine.encode(request).ids
     assert list(ids) == tok.encode_messages(request.messages, tools)
@@ -50,7 +50,7 @@ async def test_exact_prompt_ids_reach_vllm_and_generation_stops_at_end_of_msg(ti
     assert chunks[-1].finish_reason == "stop"  # stopped by <|end_of_msg|>, not by max_tokens
     assert text.endswith("<|close|>message<|sep|>") and "<|end_of_msg|>" not in text
     # non-streaming from the encoded prompt, parsed by kimik3: the same greedy output
-    done = await engine.complete(ChatRequest(messages=[], prompt_ids=ids, temperature=0.0, max_tokens=300))
+    done = await engine.complete(ChatRequest(messages=[], settings=GREEDY), prompt_ids=ids)
     assert done.raw_text == text and done.finish_reason == "tool_calls"
     assert done.message.tool_calls and done.message.tool_calls[0].function.name == "read_file"
     assert done.usage.prompt_tokens == len(ids)
@@ -59,8 +59,8 @@ async def test_exact_prompt_ids_reach_vllm_and_generation_stops_at_end_of_msg(ti
 async def test_leaving_a_model_call_early_aborts_the_request(tiny_vllm: Any) -> None:
     engine: VLLMEngine = tiny_vllm
     request = ChatRequest(
-        messages=[{"role": "user", "content": TASK}], temperature=1.0, max_tokens=2000,
-        extra={"ignore_eos": True, "stop_token_ids": []},
+        messages=[{"role": "user", "content": TASK}],
+        settings=ModelSettings(temperature=1.0, max_tokens=2000, extra={"ignore_eos": True, "stop_token_ids": []}),
     )
     got = []
     async with engine.stream(request) as call:
@@ -103,7 +103,7 @@ async def test_server_chat_mode_and_raw_mode_agree(tiny_server: str, workspace: 
     tools = [t.spec for t in coding_tools(workspace)]
     messages = [{"role": "system", "content": CODING_INSTRUCTIONS}, {"role": "user", "content": TASK}]
     chat = Client(RemoteEngine(base_url=url, model="k3-tiny"))  # vLLM renders and parses (kimi_k3)
-    raw = Client(RemoteEngine(base_url=url, model="k3-tiny", mode="raw", tokenizer=K3_TINY))  # kimik3 does
+    raw = Client(RemoteCompletionsEngine(base_url=url, model="k3-tiny", tokenizer=K3_TINY))  # kimik3 does
     c = await chat.chat(messages, tools=tools, temperature=0.0, max_tokens=300)
     r = await raw.chat(messages, tools=tools, temperature=0.0, max_tokens=300)
     assert r.message.tool_calls and c.message.tool_calls
@@ -126,8 +126,8 @@ async def test_server_chat_mode_and_raw_mode_agree(tiny_server: str, workspace: 
 
 @pytest.mark.parametrize("mode", ["chat", "raw"])
 async def test_agent_over_the_server(tiny_server: str, workspace: Path, mode: str) -> None:
-    engine = RemoteEngine(base_url=tiny_server + "/v1", model="k3-tiny", mode=mode,  # type: ignore[arg-type]
-                          tokenizer=K3_TINY if mode == "raw" else None)
+    engine = (RemoteCompletionsEngine(base_url=tiny_server + "/v1", model="k3-tiny", tokenizer=K3_TINY) if mode == "raw"
+              else RemoteEngine(base_url=tiny_server + "/v1", model="k3-tiny"))
     agent = Agent(instructions=CODING_INSTRUCTIONS, tools=coding_tools(workspace), engine=engine,
                   settings=GREEDY, max_turns=4)
     result = await agent.run(TASK)

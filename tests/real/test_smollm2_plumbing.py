@@ -10,8 +10,8 @@ from typing import Any
 import anyio
 import pytest
 
-from kimik3 import Client, K3Tokenizer, RemoteEngine, VLLMEngine
-from kimik3.engines import ChatRequest, RawChunk
+from kimik3 import Client, K3Tokenizer, ModelSettings, RemoteEngine, VLLMEngine
+from kimik3.engines import ChatRequest, RawChunk, RemoteCompletionsEngine
 from kimik3.formats.k3 import ContentDelta, ReasoningDelta
 from tests.k3vocab import write_model_dir
 
@@ -30,7 +30,8 @@ def smol_ids(text: str) -> tuple[list[int], int]:
 
 
 def greedy(max_tokens: int, stop: list[int]) -> ChatRequest:
-    return ChatRequest(messages=[], max_tokens=max_tokens, temperature=0.0, top_p=1.0, extra={"stop_token_ids": stop})
+    settings = ModelSettings(max_tokens=max_tokens, temperature=0.0, top_p=1.0, extra={"stop_token_ids": stop})
+    return ChatRequest(messages=[], settings=settings)
 
 
 async def collect(engine: VLLMEngine, ids: list[int], request: ChatRequest) -> list[RawChunk]:
@@ -128,12 +129,11 @@ async def test_remote_chat_mode_streaming_and_not(smol_server: str) -> None:
 
 
 async def test_remote_raw_mode_sends_k3_ids(smol_server: str, small_k3_tokenizer: K3Tokenizer) -> None:
-    engine = RemoteEngine(base_url=smol_server + "/v1", model=str(SMOLLM), mode="raw", tokenizer=small_k3_tokenizer)
+    engine = RemoteCompletionsEngine(base_url=smol_server + "/v1", model=str(SMOLLM), tokenizer=small_k3_tokenizer)
     messages = [{"role": "user", "content": "Hello world"}]
     # ignore_eos: the model may end at once on a K3 prompt it cannot read; plumbing wants 6 tokens
-    request = ChatRequest(
-        messages=messages, max_tokens=6, temperature=0.0, extra={"return_token_ids": True, "ignore_eos": True}
-    )
+    request = ChatRequest(messages=messages, settings=ModelSettings(
+        max_tokens=6, temperature=0.0, extra={"return_token_ids": True, "ignore_eos": True}))
     ids = engine.encode(request).ids
     chunks = [c async for c in engine.generate(ids, request)]
     echoed = next(c.prompt_token_ids for c in chunks if c.prompt_token_ids is not None)

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from kimik3 import Agent, ScriptedEngine
-from kimik3.harness import CodingHarness, _patch
+from kimik3.harness import FEATURES, CodingHarness, _patch
 from kimik3.tools import Tool
 from kimik3.tools.coding import _files, _write
 
@@ -64,7 +64,7 @@ def ws(tmp_path: Path) -> Path:
 
 
 def tools_of(ws: Path) -> dict[str, Tool]:
-    harness = CodingHarness(ws, background=False, subagents=False, read_before_edit=False, checkpoints=False)
+    harness = CodingHarness(ws, features=FEATURES - {"background", "subagents", "read_before_edit", "checkpoints"})
     return {t.name: t for t in harness.tools}
 
 
@@ -115,7 +115,7 @@ async def test_an_agent_run_ends_before_the_abandoned_patch_and_the_file_stays(
     """The issue's input: apply_patch overruns its limit inside a run; the run ends; the file is
     never written (nor by the checkpoint-less tail of the thread)."""
     monkeypatch.setattr(_patch, "_patch_text", gate.hold(_patch._patch_text))
-    harness = CodingHarness(ws, background=False, subagents=False, read_before_edit=False)
+    harness = CodingHarness(ws, features=FEATURES - {"background", "subagents", "read_before_edit"})
     tools = harness.tools
     for t in tools:
         if t.name == "apply_patch":
@@ -146,8 +146,7 @@ async def test_a_file_with_hard_links_is_written_in_place_when_allowed(tmp_path:
     ws.mkdir()
     (tmp_path / "outside.txt").write_bytes(ORIGINAL)
     os.link(tmp_path / "outside.txt", ws / "f.txt")
-    harness = CodingHarness(ws, background=False, subagents=False, read_before_edit=False, checkpoints=False,
-                            write_hard_links=True)
+    harness = CodingHarness(ws, features=FEATURES - {"background", "subagents", "read_before_edit", "checkpoints"}, write_hard_links=True)
     tool = next(t for t in harness.tools if t.name == "write_file")
     assert (await tool.run({"path": "f.txt", "content": "both\n"})).text == "Wrote 5 bytes to f.txt"
     assert (tmp_path / "outside.txt").read_bytes() == b"both\n"  # one file, two names: as before

@@ -430,3 +430,11 @@ async def test_a_cjk_tool_name_round_trips_through_k3() -> None:
     assert result.output == "done"
     tool_messages = [m for m in result.messages if isinstance(m, ToolMessage)]
     assert [m.content for m in tool_messages] == ["found 猫"]
+
+
+def test_an_unknown_connect_mode_is_misuse_at_construction() -> None:
+    for mode in ("auto", "legacy", "2025-06-18"):
+        assert stdio(mode=mode).mode == mode
+    with pytest.raises(UserError, match=r"MCPServer\(mode=\.\.\.\) must be 'auto', 'legacy' or a protocol version "
+                                        r"of the MCP SDK \(2024-11-05, .*\); got 'Auto'"):
+        stdio(mode="Auto")  # type: ignore[arg-type]

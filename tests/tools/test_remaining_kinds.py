@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from kimik3 import Agent, ScriptedEngine, UserError, tool
-from kimik3.harness import CodingHarness
+from kimik3.harness import FEATURES, CodingHarness
 from kimik3.tools import Tool, coding
 from kimik3.tools.coding import coding_tools
 
@@ -35,7 +35,7 @@ def grep_impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
 
 
 def harness_tools(ws: Path) -> dict[str, Tool]:
-    harness = CodingHarness(ws, background=False, subagents=False, read_before_edit=False, checkpoints=False)
+    harness = CodingHarness(ws, features=FEATURES - {"background", "subagents", "read_before_edit", "checkpoints"})
     return {t.name: t for t in harness.tools}
 
 

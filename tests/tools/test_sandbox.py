@@ -20,7 +20,7 @@ import pytest
 
 from kimik3 import SandboxUnavailableError, ScriptedEngine, UserError
 from kimik3.agents import load_session
-from kimik3.harness import CodingHarness
+from kimik3.harness import FEATURES, CodingHarness
 from kimik3.tools import Tool
 from kimik3.tools.coding import ProcessLimits, Sandbox, _cgroup, _sandbox, coding_tools
 
@@ -161,7 +161,7 @@ async def test_git_config_and_hooks_cannot_plant_code_that_runs_outside(tmp_path
         n = sum(m.role == "assistant" for m in messages)
         return calls(("bash", {"command": plant})) if n == 0 else answer("done")
 
-    harness = CodingHarness(ws, subagents=False, sandbox="bwrap")
+    harness = CodingHarness(ws, features=FEATURES - {"subagents"}, sandbox="bwrap")
     result = await harness.agent(engine=ScriptedEngine(script)).run("go", session=tmp_path / "s.jsonl")
     out = next(m.content for m in result.messages if m.role == "tool")
     assert "could not write config file .git/config: Device or resource busy" in out
@@ -237,7 +237,7 @@ async def test_what_a_command_leaves_running_is_named_and_ends_with_the_run(tmp_
         return answer("done")
 
     seen: list[list[int]] = []
-    harness = CodingHarness(tmp_path, subagents=False, checkpoints=False, background=False, sandbox=mode)
+    harness = CodingHarness(tmp_path, features=FEATURES - {"subagents", "checkpoints", "background"}, sandbox=mode)
     result = await harness.agent(engine=ScriptedEngine(script)).run("go")
     out = next(x.content for x in result.messages if x.role == "tool")
     assert "[still running after the command: " in out and out.split("\n")[-2].endswith("they end when the run ends]")
@@ -394,13 +394,13 @@ async def test_the_session_header_records_the_sandbox(tmp_path: Path) -> None:
     def script(messages: list) -> str:  # type: ignore[type-arg]
         return calls(("bash", {"command": "echo hi"})) if messages[-1].role == "user" else answer("ok")
 
-    harness = CodingHarness(ws, subagents=False, sandbox="bwrap")
+    harness = CodingHarness(ws, features=FEATURES - {"subagents"}, sandbox="bwrap")
     await harness.agent(engine=ScriptedEngine(script)).run("go", session=session)
     import json
 
     header = json.loads(session.read_text().split("\n")[0])
     assert header["sandbox"] == {"mode": "bwrap", "requested": "bwrap", "network": False, "read": [], "write": []}
-    other = CodingHarness(ws, subagents=False, sandbox="none")
+    other = CodingHarness(ws, features=FEATURES - {"subagents"}, sandbox="none")
     await other.agent(engine=ScriptedEngine(script)).run("again", messages=load_session(session), session=session)
     records = [json.loads(line) for line in session.read_text().splitlines()]
     assert [r["sandbox"] for r in records[1:] if "sandbox" in r] == [{"mode": "none", "requested": "none"}]

@@ -133,11 +133,12 @@ def test_image_probe_counts_follow_k3s_processor() -> None:
 
 
 def test_every_malformed_request_is_refused_by_kimik3_itself() -> None:
+    from kimik3 import ModelSettings
     from kimik3.engines import ChatRequest
 
     for name, body in malformed_requests():
         with pytest.raises(Exception) as info:
             ChatRequest(messages=body["messages"], tools=body.get("tools") or [],
-                        reasoning_effort=body.get("reasoning_effort", "max"))  # fmt: skip
+                        settings=ModelSettings(reasoning_effort=body.get("reasoning_effort", "max")))  # fmt: skip
         assert type(info.value).__name__ in ("InvalidRequestError", "InvalidEffortError"), name
 

@@ -2,10 +2,13 @@
 tokens, output parsing, and the codec token engines use (docs/k3-format.md).
 
 Pure functions and incremental state machines; no I/O beyond reading a model directory.
+``check_request`` and ``TOOL_NAME`` (the request's validity rules, :mod:`kimik3.types`) and the JSON limits
+(:mod:`kimik3._json`) are re-exported here under their former names.
 """
 
+from ..._json import JSON_MAX_DEPTH, JSON_MAX_INT_DIGITS, check_json_limits, safe_loads
+from ...types import TOOL_NAME, check_request
 from ._codec import EncodedPrompt, K3Codec, K3Decoder, PromptCache, PromptEncoder, PromptIds, RawChunk
-from ._contract import TOOL_NAME, check_request
 from ._encode import (
     CLOSE,
     END_OF_MSG,
@@ -39,7 +42,6 @@ from ._events import (
     ToolCallStarted,
     new_tool_call_id,
 )
-from ._json import JSON_MAX_DEPTH, JSON_MAX_INT_DIGITS, check_json_limits, safe_loads
 from ._parse import StreamParser, parse
 from ._recover import MarkedText, read_marked
 from ._tokenizer import (

@@ -2,14 +2,17 @@
 completion. Everything a token engine needs from K3, behind two calls (docs/k3-format.md)::
 
     codec = K3Codec(tokenizer)
-    prompt = codec.encode(request)            # prompt.ids, prompt.images (image parts, in order)
+    prompt = codec.encode(request, cache=cache)   # prompt.ids, prompt.images (image parts, in order)
     decoder = codec.decoder(request, prompt)
     for chunk in engine_output: events = decoder.feed(chunk)
     events = decoder.finish(); completion = decoder.completion(model)
 
-Incremental encoding: :class:`PromptEncoder` keeps the ids of a growing conversation and
-tokenizes only new messages; :class:`PromptCache` holds one per conversation (with its media
-index), handed along in :attr:`~kimik3.types.ChatRequest.prompt_cache`.
+The request is OpenAI-shaped (:class:`~kimik3.types.ChatRequest`); K3's own state travels beside
+it, never inside: incremental encoding (:class:`PromptEncoder` keeps the ids of a growing
+conversation and tokenizes only new messages; :class:`PromptCache` holds one per conversation,
+with its media index) and a pre-encoded prompt are handed to the engine call
+(``engine.stream(request, prompt_cache=..., prompt_ids=...)``), which hands them to
+:meth:`K3Codec.encode`. :meth:`K3Codec.encoding_options` reads the encoder's options off a request.
 """
 
 from __future__ import annotations
@@ -390,9 +393,30 @@ class K3Codec:
         self.tokenizer = tokenizer
         self.allow_local_files = allow_local_files
 
-    def encode(self, request: ChatRequest) -> EncodedPrompt:
-        """The prompt of ``request``: ids (incremental with ``request.prompt_cache``; taken as is
-        from ``request.prompt_ids``) and the image parts in prompt order.
+    @staticmethod
+    def encoding_options(request: ChatRequest) -> dict[str, Any]:
+        """The K3 encoder's options for ``request`` (``thinking``, ``thinking_effort``,
+        ``tool_choice``, ``response_format``), as keyword arguments of
+        :func:`~kimik3.formats.k3.encode_segments` / :func:`~kimik3.formats.k3.render`: the
+        effort directive is the request's ``reasoning_effort``, none when thinking is off."""
+        return {
+            "thinking": request.thinking,
+            "thinking_effort": request.settings.reasoning_effort if request.thinking else None,
+            "tool_choice": request.tool_choice,
+            "response_format": request.response_format,
+        }
+
+    def encode(
+        self, request: ChatRequest, *, cache: PromptCache | None = None, prompt_ids: Sequence[int] | None = None
+    ) -> EncodedPrompt:
+        """The prompt of ``request``: ids (incremental with ``cache``; taken as they are from
+        ``prompt_ids``, whose generation prefix must match ``request.thinking``) and the image
+        parts in prompt order.
+
+        Args:
+            request: the request.
+            cache: the conversation's :class:`PromptCache` (only new messages are tokenized).
+            prompt_ids: an already encoded K3 prompt, sent instead of encoding the messages.
 
         Raises:
             MessageError (and subclasses): messages K3's format cannot express.
@@ -401,33 +425,35 @@ class K3Codec:
             MediaError: a local file path while local files are not allowed.
             TokenizerError: no tokenizer.
         """
-        scan = media_scan(request.messages, _index(request))
+        scan = media_scan(request.messages, cache.media if cache is not None else None)
         if scan.has_video:
             messages = expand_videos(request.messages, allow_local_files=self.allow_local_files)
             request = replace(request, messages=messages)
             scan = media_scan(request.messages)
         images = scan.images
-        if request.prompt_ids is not None:
-            return EncodedPrompt(request.prompt_ids, images, request)
+        if prompt_ids is not None:
+            return EncodedPrompt(prompt_ids, images, request)
         tok = self.tokenizer
         if tok is None:
             raise TokenizerError("encoding a K3 prompt needs the K3 tokenizer (a model directory)")
-        cache = request.prompt_cache
+        options = self.encoding_options(request)
         if cache is not None:
-            enc = cache.encoder(tok, request.tools, request.thinking, request.thinking_effort)
+            enc = cache.encoder(tok, request.tools, options["thinking"], options["thinking_effort"])
             ids: Sequence[int] = enc.encode(
                 request.messages, tool_choice=request.tool_choice, response_format=request.response_format
             )
         else:
-            ids = tok.encode_messages(request.messages, request.tools, **request.encoding_options())
+            ids = tok.encode_messages(request.messages, request.tools, **options)
         return EncodedPrompt(ids, images, request)
 
     @staticmethod
-    def expand(request: ChatRequest, *, allow_local_files: bool = False) -> ChatRequest:
+    def expand(
+        request: ChatRequest, *, allow_local_files: bool = False, cache: PromptCache | None = None
+    ) -> ChatRequest:
         """``request`` with every video part replaced by its sampled frames (the same object
         when there is no video; docs/k3-format.md § Media); local video files only when
-        ``allow_local_files``."""
-        if media_scan(request.messages, _index(request)).has_video:
+        ``allow_local_files``; ``cache``'s media index makes the scan incremental."""
+        if media_scan(request.messages, cache.media if cache is not None else None).has_video:
             return replace(request, messages=expand_videos(request.messages, allow_local_files=allow_local_files))
         return request
 
@@ -454,10 +480,6 @@ class K3Codec:
             width, height = prepared.size
             extra += image_prompt_tokens(self.tokenizer, width, height, prepared.token_count) - 1
         return extra
-
-
-def _index(request: ChatRequest) -> MediaIndex | None:
-    return request.prompt_cache.media if request.prompt_cache is not None else None
 
 
 def _count(value: Any) -> int | None:

@@ -28,6 +28,7 @@ from ..._exceptions import (
     ToolNameError,
     UnknownContentPartError,
 )
+from ..._json import check_json_limits, safe_loads
 from ...types import (
     AssistantMessage,
     Content,
@@ -39,11 +40,12 @@ from ...types import (
     ToolSpec,
     UserMessage,
     VideoPart,
+    response_format_schema,
     to_message,
     to_messages,
     to_tool_specs,
+    tool_choice_directive,
 )
-from ._json import check_json_limits, safe_loads
 
 __all__ = [
     "CLOSE",
@@ -216,48 +218,21 @@ def prompt_header_segments(
 
 
 def _tool_choice_body(tool_choice: Any) -> str | None:
-    if tool_choice is None or tool_choice == "auto":
-        return None
-    if tool_choice == "required":
+    directive = tool_choice_directive(tool_choice)  # MessageError for what K3 cannot express
+    if directive == "required":
         return protocol_bodies()["TOOL_CHOICE_REQUIRED"]
-    if tool_choice == "none":
+    if directive == "none":
         return protocol_bodies()["TOOL_CHOICE_NONE"]
-    # Decision (spec silent): K3's protocol has no "call this named tool" directive, and
-    # inventing one would put text the checkpoint never saw into the prompt.
-    raise MessageError(
-        f"K3 supports tool_choice 'auto', 'required' or 'none', got {tool_choice!r}; to force one "
-        "tool, declare only that tool and use tool_choice='required'"
-    )
+    return None
 
 
 def _response_format_body(response_format: Any) -> str | None:
-    if response_format is None:
-        return None
-    if hasattr(response_format, "model_dump"):
-        response_format = response_format.model_dump(mode="json", exclude_none=True)
-    if not isinstance(response_format, Mapping):
-        raise MessageError(f"response_format must be a dict, got {type(response_format).__name__}")
-    kind = response_format.get("type")
-    if kind in (None, "text"):
-        return None
+    kind, schema = response_format_schema(response_format)  # the request's rules (kimik3.types)
     if kind == "json_object":
         return protocol_bodies()["RF_JSON_OBJECT"]
     if kind == "json_schema":
-        spec = response_format.get("json_schema")
-        if not isinstance(spec, Mapping):
-            raise InvalidRequestError("response_format json_schema needs a 'json_schema' object")
-        # OpenAI shape {"name":..., "schema": {...}}; vLLM 0.32's renderer hands the schema over
-        # under "json_schema" (its pydantic alias is not applied). Nothing else: without a schema
-        # there is nothing to render (OpenAI and vLLM answer 400).
-        schema = spec.get("schema", spec.get("json_schema"))
-        if not isinstance(schema, Mapping):
-            got = "no 'schema'" if schema is None else f"a {type(schema).__name__} 'schema'"
-            raise InvalidRequestError(
-                f"response_format json_schema needs a 'schema' object (a JSON Schema), got {got}; "
-                "use {'type': 'json_object'} for JSON without a schema"
-            )
         return protocol_bodies()["RF_JSON_SCHEMA"].replace("{SCHEMA}", _compact_sorted_json(schema))
-    raise MessageError(f"unknown response_format type {kind!r}; expected text, json_object or json_schema")
+    return None
 
 
 def prompt_trailer_segments(

@@ -15,9 +15,9 @@ from json.encoder import encode_basestring
 from typing import Any
 
 from ..._exceptions import JSONLimitError
+from ..._json import JSON_MAX_DEPTH, safe_loads
 from ._encode import CLOSE, SEP
 from ._events import Event, IncompleteToolCall, ParsedToolCall, ToolCallArgumentsDelta, ToolCallDone
-from ._json import JSON_MAX_DEPTH, safe_loads
 
 __all__ = ["CLOSERS", "Call", "ambiguous_value", "closer_overlap", "decode_value", "dumps", "lone_surrogate"]
 

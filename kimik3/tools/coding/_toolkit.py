@@ -55,7 +55,7 @@ from typing import Annotated
 from pydantic import Field
 
 from ..._exceptions import ToolDefinitionError, ToolError, UserError
-from .._tool import Tool
+from .._tool import FunctionTool, Tool
 from . import _files, _search
 from ._bash import _run_shell, result_lines
 from ._files import cap_line
@@ -283,8 +283,8 @@ def coding_tools(
         return "\n".join(out)
 
     return [
-        Tool(bash),  # bounded by its own ``timeout`` (and async: cancelled with the run)
-        *(Tool(f, timeout=FILE_TOOL_TIMEOUT_S) for f in (read_file, write_file, edit_file)),
-        Tool(grep, timeout=_search.GREP_TIMEOUT_S + 30),  # grep stops itself at GREP_TIMEOUT_S
-        Tool(glob, timeout=_search.GLOB_TIMEOUT_S + 30),
+        FunctionTool(bash),  # bounded by its own ``timeout`` (and async: cancelled with the run)
+        *(FunctionTool(f, timeout=FILE_TOOL_TIMEOUT_S) for f in (read_file, write_file, edit_file)),
+        FunctionTool(grep, timeout=_search.GREP_TIMEOUT_S + 30),  # grep stops itself at GREP_TIMEOUT_S
+        FunctionTool(glob, timeout=_search.GLOB_TIMEOUT_S + 30),
     ]

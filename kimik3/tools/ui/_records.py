@@ -1,4 +1,5 @@
-"""The JSON records of a trajectory file, validated at one place (:func:`load_trajectory`).
+"""The JSON records of a trajectory file, validated at one place (:func:`load_trajectory`), and
+the step they become (:class:`TrajectoryStep`).
 
 Pydantic models per record (header, step, end) and per action's ``args``/``screen``; strict
 numbers (no booleans, no strings, no NaN); screenshots are relative paths that stay inside the
@@ -7,25 +8,67 @@ trajectory directory.
 
 from __future__ import annotations
 
+import json
 import math
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 from PIL import Image
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..._exceptions import TrajectoryError
 
-if TYPE_CHECKING:
-    from ._trajectory import TrajectoryStep
-
-__all__ = ["MAX_SCREENSHOT_PIXELS", "check_step", "oversized", "screen_point"]
+__all__ = ["MAX_SCREENSHOT_PIXELS", "TrajectoryStep", "check_step", "oversized", "screen_point"]
 
 MAX_SCREENSHOT_PIXELS = 7680 * 4320
 """The most pixels a recorded screenshot may have to be decoded (8K UHD, 33,177,600): its
 header is read first, a larger one is never decoded (an RGB decode costs 3 bytes a pixel; a
 450 KB PNG of 12000x12000 took 1.3 GB and 6 s)."""
+
+
+@dataclass(frozen=True)
+class TrajectoryStep:
+    """One recorded action (its JSON form: the docstring of :mod:`kimik3.tools.ui._trajectory`).
+
+    Attributes:
+        index: 1-based position in the trajectory.
+        action: the :class:`Computer` method: click, double_click, type_text, key, scroll, drag.
+        args: its arguments, in input units (JSON types: a drag path is a list of ``[x, y]``).
+        screen: the positions in screen pixels (``{"x", "y"}`` or ``{"path"}``), empty for keys.
+        before, after: screenshot paths relative to the trajectory directory (``after`` is None
+            only when the recording stopped before any screenshot followed the action).
+        started_s, duration_s: when the action began (seconds since the recording began) and
+            how long the backend took.
+        model: what the model asked for when the action came from :func:`ui_tools` (tool name,
+            arguments in model pixels, the coordinate space), else None.
+        reasoning: the model's reasoning for the turn that made the call, when known.
+    """
+
+    index: int
+    action: str
+    args: dict[str, Any]
+    screen: dict[str, Any]
+    before: str
+    after: str | None
+    started_s: float
+    duration_s: float
+    model: dict[str, Any] | None = None
+    reasoning: str | None = None
+
+    def describe(self) -> str:
+        """One line for people: ``click left at screen (240, 128)``, ``type "Ada"``, ..."""
+        a, s = self.args, self.screen
+        if self.action in ("click", "double_click"):
+            return f"{self.action} {a.get('button', 'left')} at screen ({s['x']}, {s['y']})"
+        if self.action == "scroll":
+            return f"scroll ({a['dx']}, {a['dy']}) notches at screen ({s['x']}, {s['y']})"
+        if self.action == "drag":
+            return "drag " + " -> ".join(f"({x}, {y})" for x, y in s["path"])
+        if self.action == "type_text":
+            return f"type {json.dumps(a['text'], ensure_ascii=False)}"
+        return "key " + " ".join("+".join(c) for c in a["combos"])
 
 
 def _inside(directory: Path, name: str, where: object) -> Path:

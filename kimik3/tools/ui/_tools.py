@@ -15,7 +15,7 @@ from pydantic import Field
 
 from ..._exceptions import ToolError, UserError
 from ...media import MediaConfig, PreparedImage, image_token_count, prepare_image
-from .._tool import Tool
+from .._tool import FunctionTool, Tool
 from ._computer import Computer, parse_keys
 from ._coords import CoordinateSpace, media_config_for_tokens
 from ._grounding import Mark, accessibility_text, draw_marks, marks_for, parse_aria_snapshot
@@ -493,4 +493,4 @@ def ui_tools(
     ]  # fmt: skip
     if grounding == "marks":
         functions.append(click_mark)
-    return [Tool(f) for f in functions]
+    return [FunctionTool(f) for f in functions]

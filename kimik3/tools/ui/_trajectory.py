@@ -43,6 +43,7 @@ from ...formats.k3 import ReasoningDelta
 from ._computer import Computer, KeyCombo, MouseButton
 from ._records import (
     MAX_SCREENSHOT_PIXELS,
+    TrajectoryStep,
     _End,
     _errors,
     _Header,
@@ -71,49 +72,6 @@ TRAJECTORY_FILE = "trajectory.jsonl"
 _LEVEL = 32  # a channel must differ by more than this (0-255) for a pixel to count as changed
 _RADIUS = 48  # half the side of the region checked around a pointer target, in input units
 _VERSION = 1
-
-
-@dataclass(frozen=True)
-class TrajectoryStep:
-    """One recorded action (see the module docstring for the JSON form).
-
-    Attributes:
-        index: 1-based position in the trajectory.
-        action: the :class:`Computer` method: click, double_click, type_text, key, scroll, drag.
-        args: its arguments, in input units (JSON types: a drag path is a list of ``[x, y]``).
-        screen: the positions in screen pixels (``{"x", "y"}`` or ``{"path"}``), empty for keys.
-        before, after: screenshot paths relative to the trajectory directory (``after`` is None
-            only when the recording stopped before any screenshot followed the action).
-        started_s, duration_s: when the action began (seconds since the recording began) and
-            how long the backend took.
-        model: what the model asked for when the action came from :func:`ui_tools` (tool name,
-            arguments in model pixels, the coordinate space), else None.
-        reasoning: the model's reasoning for the turn that made the call, when known.
-    """
-
-    index: int
-    action: str
-    args: dict[str, Any]
-    screen: dict[str, Any]
-    before: str
-    after: str | None
-    started_s: float
-    duration_s: float
-    model: dict[str, Any] | None = None
-    reasoning: str | None = None
-
-    def describe(self) -> str:
-        """One line for people: ``click left at screen (240, 128)``, ``type "Ada"``, ..."""
-        a, s = self.args, self.screen
-        if self.action in ("click", "double_click"):
-            return f"{self.action} {a.get('button', 'left')} at screen ({s['x']}, {s['y']})"
-        if self.action == "scroll":
-            return f"scroll ({a['dx']}, {a['dy']}) notches at screen ({s['x']}, {s['y']})"
-        if self.action == "drag":
-            return "drag " + " -> ".join(f"({x}, {y})" for x, y in s["path"])
-        if self.action == "type_text":
-            return f"type {json.dumps(a['text'], ensure_ascii=False)}"
-        return "key " + " ".join("+".join(c) for c in a["combos"])
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""The one set of limits on JSON values in K3 tool calls, shared by everything that reads or writes them.
+"""The one set of limits on JSON values in tool calls, shared by everything that reads or writes them
+(typed messages, the K3 codec, tools, chat-mode checks): a neutral module both sides import.
 
 The K3 parser decodes argument values with :func:`safe_loads`, the encoder re-reads arguments
 with it, tools validate with it and chat-mode streams can check server JSON with it, so whatever
@@ -26,7 +27,7 @@ import math
 import re
 from typing import Any
 
-from ..._exceptions import JSONLimitError
+from ._exceptions import JSONLimitError
 
 __all__ = ["JSON_MAX_DEPTH", "JSON_MAX_INT_DIGITS", "JSONLimitError", "check_json_limits", "safe_loads"]
 
