@@ -17,11 +17,18 @@ from kimik3.formats.k3 import render
 
 MODEL = Path(__file__).resolve().parents[1] / "models" / "k3-tiny"
 
-# sha256 of render([system CODING_INSTRUCTIONS, user "hi"], coding_tools(...)): the prompt header
-# the model was trained on. If this fails, kimik3's coding tools (their docstrings are the tool
-# descriptions) or CODING_INSTRUCTIONS changed: regenerate the data and retrain the model
-# (models/k3-tiny/README.md), then update this value.
+# sha256 of render([system CODING_INSTRUCTIONS, user "hi"], tools): the prompt headers the model
+# was trained on. HARNESS: the full coding harness, what `kimik3 run` sends by default
+# (CodingHarness(root).parts(...): the six coding tools with background bash, multi_edit,
+# apply_patch, read_output, stop and task); CORE: the six coding tools alone (`--tools core`,
+# `kimik3 chat --workspace`). If one fails, kimik3's coding or harness tools (their docstrings are
+# the tool descriptions), CODING_INSTRUCTIONS or the rendering of the header changed: regenerate
+# the data and retrain the model (models/k3-tiny/README.md), then update the value. Features that
+# are not in use (e.g. skills when there are none) must add nothing to these prompts.
 TRAINED_PROMPT_SHA256 = "e4f826b650f66142c762298aa2fb40cb452d7056a86829729e977ae0a9f9dfb1"
+TRAINED_HARNESS_PROMPT_SHA256 = "7b860058eedb27b254824748d2c1f76bb3092d6067c907c1a0e815dbd097035f"
+HARNESS_TOOLS = ["bash", "read_file", "write_file", "edit_file", "grep", "glob", "multi_edit", "apply_patch",
+                 "read_output", "stop", "task"]
 
 CONVERSATION: list[dict[str, Any]] = [
     {"role": "system", "content": CODING_INSTRUCTIONS},
@@ -91,6 +98,17 @@ def test_trained_prompt_is_current(tmp_path: Path) -> None:
     text = render([{"role": "system", "content": CODING_INSTRUCTIONS}, {"role": "user", "content": "hi"}],
                   coding_tools(tmp_path))
     assert hashlib.sha256(text.encode("utf-8")).hexdigest() == TRAINED_PROMPT_SHA256
+
+
+def test_trained_harness_prompt_is_current(tmp_path: Path) -> None:
+    from kimik3.engines import ScriptedEngine
+    from kimik3.harness import CodingHarness
+
+    tools, instructions, _ = CodingHarness(tmp_path).parts(engine=ScriptedEngine([]), instructions=CODING_INSTRUCTIONS)
+    assert instructions == CODING_INSTRUCTIONS  # no AGENTS.md in the workspace: nothing appended
+    assert [t.name for t in tools] == HARNESS_TOOLS
+    text = render([{"role": "system", "content": CODING_INSTRUCTIONS}, {"role": "user", "content": "hi"}], tools)
+    assert hashlib.sha256(text.encode("utf-8")).hexdigest() == TRAINED_HARNESS_PROMPT_SHA256
 
 
 def test_hf_tokenizer_class_delegates_to_kimik3(tok: K3Tokenizer) -> None:
