@@ -489,7 +489,6 @@ def verify_command(ctx: click.Context, base_url: str, model: str | None, api_key
     Prints one row per check with its evidence. Exits 0 when no row failed, 1 otherwise.
     """
     from ._verify import CheckResult, verify
-    from .formats.k3 import K3Tokenizer
 
     click.echo(f"kimik3 verify {base_url}{' --quick' if quick else ''} (timeout {timeout:g} s per request)")
 
@@ -499,8 +498,7 @@ def verify_command(ctx: click.Context, base_url: str, model: str | None, api_key
         click.echo(f"{name:<56}  {mark:<6}  {r.evidence}")  # two spaces at least: names can be long
 
     try:
-        tokenizer = K3Tokenizer.from_pretrained(tokenizer_dir) if tokenizer_dir else None
-        report = verify(base_url, model=model, api_key=api_key, quick=quick, tokenizer=tokenizer,
+        report = verify(base_url, model=model, api_key=api_key, quick=quick, tokenizer=tokenizer_dir,
                         images=not no_images, max_tokens=max_tokens, concurrency=concurrency, timeout=timeout,
                         progress=row)  # fmt: skip
     except KimiK3Error as e:
@@ -510,6 +508,8 @@ def verify_command(ctx: click.Context, base_url: str, model: str | None, api_key
     if any(r.needs_model for r in report.rows):
         click.echo("(* needs a capable model)")
     click.echo(f"model: {report.model}")
+    if report.hint:
+        click.echo(f"hint: {report.hint}")
     click.echo("verify: " + ("OK" if report.ok else f"FAILED ({fails} row{'s' if fails != 1 else ''})"))
     ctx.exit(0 if report.ok else 1)
 

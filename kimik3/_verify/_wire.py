@@ -80,6 +80,7 @@ class Reply(_Strict):
 
 class _Model(_Strict):
     id: str = Field(min_length=1)
+    root: str | None = None  # vLLM: the model's path or name
 
 
 class ModelList(_Strict):
