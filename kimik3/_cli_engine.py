@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 import click
 from click.core import ParameterSource
 
-from ._defaults import REASONING_EFFORTS
+from ._defaults import MAX_REPLY_TOKENS, REASONING_EFFORTS
 from .agents import (
     Agent,
     Budgets,
@@ -236,7 +236,8 @@ def _build_engine(o: _Options) -> Engine:
         args.update(dict(o.engine_arg))
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", DeprecationWarning)  # an old --preset name says what it now means
-            engine = VLLMEngine(o.model_path, preset=o.preset, features=o.feature, k3_tokenizer=o.tokenizer, **args)
+            engine = VLLMEngine(o.model_path, preset=o.preset, features=o.feature, k3_tokenizer=o.tokenizer,
+                                verbose=o.verbose, **args)
         for w in caught:
             click.echo(f"warning: {w.message}", err=True)
         if engine.preset is not None and engine.preset.reason:
@@ -249,12 +250,26 @@ def _build_engine(o: _Options) -> Engine:
                         max_model_len=o.max_model_len if mode == "raw" else None)
 
 
-def _settings(o: _Options) -> ModelSettings:
+def _window(engine: Engine | None) -> int | None:
+    """The engine's context window when the options gave it (``--max-model-len``), else None."""
+    if isinstance(engine, VLLMEngine):
+        window = engine.engine_args.get("max_model_len")
+        return window if isinstance(window, int) else None
+    return engine.max_model_len if isinstance(engine, RemoteEngine) else None
+
+
+def _settings(o: _Options, engine: Engine | None = None) -> ModelSettings:
+    """The model settings of the options; without ``--max-tokens``, a reply gets at most a
+    quarter of a known context window (:data:`~kimik3._defaults.MAX_REPLY_TOKENS` at most), so a
+    reply that would run to the window is cut and reported (``no_progress``), not an error."""
     kw: dict[str, Any] = {}
     for name in ("reasoning_effort", "max_tokens", "temperature", "top_p", "seed"):
         value = getattr(o, name)
         if value is not None:
             kw[name] = value
+    window = _window(engine)
+    if "max_tokens" not in kw and window is not None:
+        kw["max_tokens"] = max(1, min(MAX_REPLY_TOKENS, window // 4))
     return ModelSettings(**kw)
 
 
@@ -315,5 +330,5 @@ def _agent(o: _Options, engine: Engine, tools: list[Tool], instructions: str | N
     extra: list[Tool | Toolset] = [_mcp_server(spec) for spec in o.mcp]
     if o.plan:
         extra.append(plan_tool(Plan()))
-    return Agent(instructions=instructions, tools=[*tools, *extra], engine=engine, settings=_settings(o),
+    return Agent(instructions=instructions, tools=[*tools, *extra], engine=engine, settings=_settings(o, engine),
                  budgets=budgets, hooks=hooks)

@@ -169,7 +169,7 @@ def _run_agent(o: _Options, workspace: str, task: str | None, history: list[Mess
     _quiet(o.verbose)
     engine = _build_engine(o)
     progress = _progress(o.plain)
-    agent = _agent(o, engine, *harness_parts(engine, workspace, _settings(o), progress.note))
+    agent = _agent(o, engine, *harness_parts(engine, workspace, _settings(o, engine), progress.note))
 
     existed = session.exists()
 

@@ -399,6 +399,25 @@ def test_embedded_engine_args_from_options_preset_and_engine_args(
     assert "VLLM_CPU_KVCACHE_SPACE" not in os.environ  # VLLMEngine sizes the CPU KV cache itself
 
 
+def settings(args: list[str]) -> Any:
+    ctx = cli_module.run.make_context("run", ["task", *args])
+    with ctx:
+        o = cli_module._options(ctx.params)
+        return cli_module._build_engine(o), cli_module._settings(o, cli_module._build_engine(o))
+
+
+def test_a_reply_gets_a_quarter_of_a_known_window_unless_max_tokens_says(tmp_path: Path) -> None:
+    engine, s = settings(["--model-path", str(tmp_path), "--max-model-len", "8192"])
+    assert isinstance(engine, VLLMEngine) and engine.verbose is False and s.max_tokens == 2048
+    assert settings(["--model-path", str(tmp_path), "--max-model-len", "1000000"])[1].max_tokens == 32768
+    assert settings(["--model-path", str(tmp_path), "--max-model-len", "8192", "--max-tokens", "100"])[1].max_tokens == 100
+    assert settings(["--model-path", str(tmp_path)])[1].max_tokens is None  # the window is the model's: vLLM caps
+    assert settings(["--base-url", "http://127.0.0.1:9/v1"])[1].max_tokens is None  # chat mode: the server's
+    raw = ["--base-url", "http://127.0.0.1:9/v1", "--mode", "raw", "--tokenizer", "models/k3-tiny"]
+    assert settings([*raw, "--max-model-len", "4096"])[1].max_tokens == 1024
+    assert settings(["--model-path", str(tmp_path), "-v"])[0].verbose is True
+
+
 def test_old_preset_name_warns_on_stderr_and_auto_says_what_it_found(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

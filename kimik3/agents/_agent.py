@@ -12,7 +12,8 @@ One run::
             ToolsRan          tool calls ran concurrently, one result message per call id
             ContinueWith(p)   cut by max_tokens, calls that did not run, a turn with neither an
                               answer nor a call, an answer that failed output_type: ask again
-                              (MAX_CONTINUES cut replies in a row: stop, "no_progress")
+                              (MAX_CONTINUES cut replies in a row, or no room left in the
+                              context window to continue one: stop, "no_progress")
             Final(output)     the answer (validated against output_type), or a second unusable
                               turn in a row (stop_reason "unusable_output"): stop
 
@@ -37,7 +38,7 @@ from pydantic import ValidationError
 from .. import _tracing
 from .._client import Client
 from .._defaults import MAX_CONTINUES
-from .._exceptions import SessionError, UserError
+from .._exceptions import ContextLengthExceededError, SessionError, UserError
 from ..engines import Engine
 from ..formats.k3 import K3Tokenizer, ToolCallDone, default_tokenizer
 from ..tools import Tool, ToolContext, ToolResult, Toolset
@@ -341,13 +342,21 @@ class Agent(Generic[OutputT]):
         not run are named to the model; a turn with no answer and no call is never the answer)."""
         await self._sync_tools(run)
         request = self._request(run)
-        with _tracing.model_call(run.span, self.client.engine.model, request) as span:
-            async with self.client.stream_request(request) as call:
-                async for event in call:
-                    if isinstance(event, ToolCallDone) and event.error is not None:
-                        run.call_errors[event.id] = event.error  # kept, but answered with the reason
-                    yield event
-            span.done(call.completion)
+        try:
+            with _tracing.model_call(run.span, self.client.engine.model, request) as span:
+                async with self.client.stream_request(request) as call:
+                    async for event in call:
+                        if isinstance(event, ToolCallDone) and event.error is not None:
+                            run.call_errors[event.id] = event.error  # kept, but answered with the reason
+                        yield event
+                span.done(call.completion)
+        except ContextLengthExceededError:
+            if not run.cut_replies:
+                raise
+            # a reply cut by max_tokens filled the context window: no room to continue it
+            run.issue("the reply was cut by max_tokens and the context window has no room to continue it")
+            yield Final(run.cut_text, "no_progress")
+            return
         completion = call.completion
         message = completion.message
         if completion.failed_tool_calls:  # a chat server's undecodable calls: kept with {}, answered with why
@@ -372,6 +381,7 @@ class Agent(Generic[OutputT]):
         yield TurnEndEvent(run.turns, message, completion.usage)
         if note is None and completion.truncated:
             run.cut_replies += 1
+            run.cut_text = message_text(message.content) if self.output_type is None else None
             if run.cut_replies >= MAX_CONTINUES:  # asking again does not help: stop, saying so
                 yield Final(message_text(message.content) if self.output_type is None else None, "no_progress")
             else:

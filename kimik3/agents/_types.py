@@ -65,7 +65,8 @@ tool-free summary turn), the answer failed ``output_type`` validation twice, twi
 turn gave neither an answer nor a call that could run (``unusable_output``: e.g. marker text inside
 a string argument broke every call, or every call was cut by the output limit), or
 (``no_progress``) :data:`~kimik3._defaults.MAX_CONTINUES` replies in a row were cut by
-``max_tokens`` without a tool call (the output is the last reply's text)."""
+``max_tokens`` without a tool call, or a cut reply left the context window no room to continue
+(an issue says so); the output is the last reply's text."""
 
 
 @dataclass(frozen=True)

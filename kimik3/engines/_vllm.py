@@ -21,6 +21,7 @@ refuses to start on a machine already in use.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import os
@@ -44,6 +45,7 @@ from ..formats.k3._media import prepare_request_image
 from ..types import ChatRequest, ImagePart
 from ._base import TokenEngine
 from ._presets import PRESETS, Preset, applied_env, get_preset
+from ._quiet import quiet_start, vllm_log_path
 
 __all__ = ["PRESETS", "VLLMEngine", "cpu_kv_cache_bytes", "server_command"]
 
@@ -70,6 +72,9 @@ class VLLMEngine(TokenEngine):
             ``"text_only"``, ``"decode_context_parallelism"``); one name as a ``str``, None for none.
         env: environment variables for vLLM's start on top of the preset's (``None`` unsets one);
             they are set while the engine starts and restored afterwards.
+        verbose: show what vLLM, torch and transformers print while the engine starts; by
+            default it goes to ``${KIMIK3_HOME:-~/.kimik3}/logs/vllm.log`` (:attr:`log_path`)
+            and vLLM's logger stays at ERROR (:mod:`kimik3.engines._quiet`).
         **engine_args: any ``vllm.AsyncEngineArgs`` field (tokenizer, tensor_parallel_size,
             data_parallel_size, enable_expert_parallel, max_model_len, kv_cache_dtype,
             quantization, gpu_memory_utilization, enforce_eager, ...). They override the preset.
@@ -94,6 +99,7 @@ class VLLMEngine(TokenEngine):
         preset: str | None = None,
         features: str | Sequence[str] | None = (),
         env: Mapping[str, str | None] | None = None,
+        verbose: bool = False,
         **engine_args: Any,
     ) -> None:
         if features and preset is None:
@@ -108,6 +114,8 @@ class VLLMEngine(TokenEngine):
         self.engine_args = args
         super().__init__(k3_tokenizer or args.get("tokenizer") or args["model"])
         self.model = args.get("served_model_name") or args["model"]
+        self.verbose = verbose
+        self.log_path = None if verbose else vllm_log_path()
         self._llm: Any = None
 
     @classmethod
@@ -142,7 +150,8 @@ class VLLMEngine(TokenEngine):
             engine_args = AsyncEngineArgs(**args)
         except TypeError as e:
             raise EngineError(f"invalid vLLM engine args: {e}") from e
-        with applied_env(self.env):  # vLLM's processes inherit it as they start
+        quiet = quiet_start(self.log_path) if self.log_path is not None else contextlib.nullcontext()
+        with quiet, applied_env(self.env):  # vLLM's processes inherit both as they start
             self._llm = AsyncLLM.from_engine_args(engine_args)
 
     @property
