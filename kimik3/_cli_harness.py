@@ -2,9 +2,10 @@
 
 ``kimik3 run`` always records checkpoints (``kimik3 undo`` needs them) and gives the model the
 workspace's ``AGENTS.md`` files (``--no-agents-md`` opts out; each file is listed as it loads).
-``--tools core`` (the default) gives the six coding tools k3-tiny was trained on, unchanged;
-``--tools full`` adds read-before-edit, ``multi_edit``, ``apply_patch``, background ``bash`` with
-``read_output`` / ``stop`` and the ``task`` sub-agent tool (:class:`kimik3.harness.CodingHarness`).
+``--tools full`` (the default; what k3-tiny v3 was trained on) gives the full coding harness
+(:class:`kimik3.harness.CodingHarness`): the six coding tools with read-before-edit,
+``multi_edit``, ``apply_patch``, background ``bash`` with ``read_output`` / ``stop`` and the
+``task`` sub-agent tool; ``--tools core`` keeps the six coding tools alone, unchanged.
 """
 
 from __future__ import annotations
@@ -28,17 +29,18 @@ def harness_options(f: F) -> F:
     """The harness options of ``run`` / ``resume``."""
     f = click.option("--no-agents-md", "no_agents_md", is_flag=True,
                      help="Do not give the model the workspace's AGENTS.md files.")(f)
-    return click.option("--tools", "tool_set", type=click.Choice(["core", "full"]), default="core",
+    return click.option("--tools", "tool_set", type=click.Choice(["core", "full"]), default="full",
                         show_default=True,
-                        help="core: the six coding tools; full: plus read-before-edit, multi_edit, apply_patch, "
-                             "background bash, read_output, stop and task (sub-agents).")(f)
+                        help="full: the coding harness (the six coding tools with read-before-edit, multi_edit, "
+                             "apply_patch, background bash, read_output, stop and task sub-agents); core: the six "
+                             "coding tools alone.")(f)
 
 
 def harness_parts(engine: Engine, workspace: str, settings: ModelSettings,
                   note: Callable[[str], None]) -> tuple[list[Tool], str | None, list[RunHooks]]:
     """(tools, instructions, hooks) of ``run`` / ``resume``'s coding agent, from the command's options."""
     params = click.get_current_context().params
-    full = params.get("tool_set") == "full"
+    full = params.get("tool_set", "full") == "full"
     harness = CodingHarness(workspace, project_instructions=not params.get("no_agents_md"),
                             read_before_edit=full, background=full, subagents=full, edit_tools=full,
                             on_instructions=lambda rel: note(f"project instructions: {rel}"))

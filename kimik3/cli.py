@@ -45,7 +45,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -75,16 +75,16 @@ from ._cli_progress import (
 from ._cli_run import _drive, _drop_unanswered, _execute, _new_session_path, _read_task, _start
 from ._exceptions import KimiK3Error
 from .agents import (
-    CODING_INSTRUCTIONS,
     Agent,
+    RunHooks,
     RunResult,
     fork_session,
     format_session,
     load_session,
 )
 from .engines import FEATURES, Engine, preflight
+from .harness import CodingHarness
 from .tools import Tool
-from .tools.coding import coding_tools
 from .types import AssistantMessage, Message
 
 __all__ = ["build_agent", "build_engine", "engine_options", "main", "parse_engine_arg", "run_script", "start_engine"]
@@ -209,10 +209,12 @@ def build_engine(options: Mapping[str, Any]) -> Engine:
     return _build_engine(o)
 
 
-def build_agent(options: Mapping[str, Any], engine: Engine, tools: list[Tool], instructions: str | None) -> Agent[str]:
+def build_agent(options: Mapping[str, Any], engine: Engine, tools: list[Tool], instructions: str | None,
+                hooks: Sequence[RunHooks] = ()) -> Agent[str]:
     """The agent ``kimik3 run`` builds: ``engine`` with the options' sampling settings
-    (``--temperature``, ``--max-tokens``, ...) and turn budget (``--max-turns``)."""
-    return _agent(_options(dict(options)), engine, tools, instructions)
+    (``--temperature``, ``--max-tokens``, ...) and turn budget (``--max-turns``); ``tools``,
+    ``instructions`` and ``hooks`` as :meth:`kimik3.harness.CodingHarness.parts` gives them."""
+    return _agent(_options(dict(options)), engine, tools, instructions, hooks)
 
 
 async def start_engine(engine: Engine, options: Mapping[str, Any]) -> None:
@@ -308,7 +310,7 @@ def resume(ctx: click.Context, /, session: str, task: str | None, workspace: str
 
 @main.command()
 @click.option("--workspace", "-w", type=click.Path(exists=True, file_okay=False),
-              help="Give the model the coding tools in this directory (default: no tools).")
+              help="Give the model the coding harness in this directory, as kimik3 run (default: no tools).")
 @click.option("--session", type=click.Path(dir_okay=False), metavar="FILE",
               help="The JSONL session file (an existing one is continued; default: a new one under "
                    "${KIMIK3_HOME:-~/.kimik3}/sessions/).")
@@ -322,8 +324,10 @@ def chat(ctx: click.Context, /, workspace: str | None, session: str | None, **pa
     o = _options(params)
     _quiet(o.verbose)
     engine = _build_engine(o)
-    tools = coding_tools(workspace) if workspace is not None else []
-    agent = _agent(o, engine, tools, CODING_INSTRUCTIONS if workspace is not None else None)
+    if workspace is not None:  # the full coding harness, as `kimik3 run` gives it
+        agent = _agent(o, engine, *CodingHarness(workspace).parts(engine=engine, settings=_settings(o, engine)))
+    else:
+        agent = _agent(o, engine, [], None)
     path = Path(session) if session is not None else _new_session_path()
     progress = _progress(o.plain)
     interactive = sys.stdin.isatty()

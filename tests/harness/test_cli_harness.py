@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -10,6 +11,10 @@ import pytest
 from click.testing import CliRunner
 
 from kimik3.cli import main
+from kimik3.engines import ScriptedEngine
+from kimik3.formats.k3 import render
+from kimik3.harness import CodingHarness
+from tests.test_k3_tiny import HARNESS_TOOLS, TRAINED_HARNESS_PROMPT_SHA256
 
 from .helpers import answer, calls, git, make_repo
 
@@ -62,12 +67,28 @@ def test_core_tools_keep_the_trained_prompt_and_no_agents_md_opts_out(tmp_path: 
     script.write_text(json.dumps([answer("hi")]))
     session = tmp_path / "s.jsonl"
     code, out, _ = invoke(["run", "go", "-w", str(repo), "--script", str(script), "--session", str(session),
-                           "--plain", "--no-agents-md"], tmp_path / "home")
+                           "--plain", "--no-agents-md", "--tools", "core"], tmp_path / "home")
     assert code == 0
     header = json.loads(session.read_text().splitlines()[0])
     assert header["tools"] == ["bash", "edit_file", "glob", "grep", "read_file", "write_file"]
     assert "project instructions" not in out
     assert "Be careful" not in header["instructions"]
+
+
+def test_run_gives_the_full_harness_by_default_with_the_prompt_k3_tiny_was_trained_on(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([answer("hi")]))
+    session = tmp_path / "s.jsonl"
+    code, _, _ = invoke(["run", "hi", "-w", str(repo), "--script", str(script), "--session", str(session), "--plain"],
+                        tmp_path / "home")
+    assert code == 0
+    header = json.loads(session.read_text().splitlines()[0])
+    assert header["tools"] == sorted(HARNESS_TOOLS)
+    tools, instructions, _ = CodingHarness(repo).parts(engine=ScriptedEngine([]))
+    assert header["instructions"] == instructions
+    text = render([{"role": "system", "content": instructions}, {"role": "user", "content": "hi"}], tools)
+    assert hashlib.sha256(text.encode()).hexdigest() == TRAINED_HARNESS_PROMPT_SHA256
 
 
 def test_core_harness_tools_are_exactly_the_trained_coding_tools(tmp_path: Path) -> None:
