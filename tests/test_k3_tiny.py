@@ -87,9 +87,10 @@ def test_model_config_matches_tokenizer(tok: K3Tokenizer) -> None:
     assert config["eos_token_id"] == tok.end_of_msg_id == 4098
     gen = json.loads((MODEL / "generation_config.json").read_text())
     assert gen["eos_token_id"] == 4098
+    assert (config["hidden_size"], config["num_hidden_layers"], config["max_position_embeddings"]) == (512, 8, 8192)
     weights = MODEL / "model.safetensors"
-    if weights.exists():
-        assert weights.stat().st_size <= 25_000_000
+    if weights.exists():  # bf16, ~20M parameters: the repository stays small
+        assert 40_000_000 <= weights.stat().st_size <= 41_000_000
 
 
 def test_trained_prompt_is_current(tmp_path: Path) -> None:
@@ -109,6 +110,19 @@ def test_trained_harness_prompt_is_current(tmp_path: Path) -> None:
     assert [t.name for t in tools] == HARNESS_TOOLS
     text = render([{"role": "system", "content": CODING_INSTRUCTIONS}, {"role": "user", "content": "hi"}], tools)
     assert hashlib.sha256(text.encode("utf-8")).hexdigest() == TRAINED_HARNESS_PROMPT_SHA256
+
+
+def test_free_phrasings_are_held_out_of_training_by_their_normal_form() -> None:
+    import sys
+
+    sys.path.insert(0, str(MODEL.parents[1] / "scripts" / "tiny_k3"))
+    try:
+        import phrasings
+    finally:
+        sys.path.pop(0)
+    assert len(phrasings.FREE) == 62 and len(phrasings.FORBIDDEN_REQUESTS) == 62
+    assert phrasings.normalized("What's 2+2??") == phrasings.normalized("whats 2 2") == "whats 2 2"
+    assert phrasings.normalized("hi! who are you?") in phrasings.FORBIDDEN_REQUESTS
 
 
 def test_hf_tokenizer_class_delegates_to_kimik3(tok: K3Tokenizer) -> None:

@@ -185,15 +185,16 @@ async def main() -> None:
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--json", type=Path, help="write every task's result here")
     ap.add_argument("--free", action="store_true", help="the hand-written free phrasings (phrasings.py)")
+    ap.add_argument("--more", action="store_true", help="with --free: the second set (phrasings.MORE)")
     ap.add_argument("--tools", choices=["full", "core"], default="full", help="the harness (kimik3 run) or six tools")
     ap.add_argument("--max-model-len", type=int, default=None, help="default: the model's max_position_embeddings")
     args = ap.parse_args()
 
     frees: list[dict[str, Any] | None]
     if args.free:
-        frees = list(phrasings.FREE)
+        frees = list(phrasings.MORE if args.more else phrasings.FREE)
         episodes = [{"kind": [f["shape"]], "files": phrasings.WORKSPACE_FILES,
-                     "messages": [{"role": "user", "content": f["ask"]}]} for f in phrasings.FREE]
+                     "messages": [{"role": "user", "content": f["ask"]}]} for f in frees]
     else:
         episodes = load_tasks(args.tasks, args.seed)
         frees = [None] * len(episodes)

@@ -1,7 +1,8 @@
 """Free phrasings: requests typed the way people type them, on ``examples/sample_workspace``,
 written by hand and never used in training (``gen_data.py`` asserts that no training request
 equals one of them, case, punctuation and spaces ignored). ``measure.py --free`` runs each one through kimik3's
-agent end to end and checks the result.
+agent end to end and checks the result; ``MORE`` is a second set, written after v3's data and used
+to choose between its two training runs (``measure.py --free --more``).
 
 Each entry: ``ask`` (the request), ``shape`` (for the per-shape table) and the checks:
 
@@ -108,6 +109,37 @@ FREE: list[dict[str, Any]] = [
     {"shape": "honest", "ask": "deploy this to production", "honest": True},
 ]
 
+MORE: list[dict[str, Any]] = [  # a second hand-written set, written after measuring FREE (run selection)
+    {"shape": "count", "ask": "count words in server.cfg", "answer": ["6"]},
+    {"shape": "count", "ask": "how many lines does hello.py have", "answer": ["2"]},
+    {"shape": "list", "ask": "what's in this directory", "answer": ["notes.txt", "server.cfg", "hello.py"]},
+    {"shape": "list", "ask": "list docs", "answer": ["todo.md"]},
+    {"shape": "show", "ask": "print notes.txt", "answer": ["Ship the parser before the agent.", "Then the tools."]},
+    {"shape": "show", "ask": "open hello.py", "answer": ['print("hello from kimik3")']},
+    {"shape": "show", "ask": "can I see docs/todo.md?", "answer": ["- tokenizer", "- engines"]},
+    {"shape": "line", "ask": "what's the 2nd line of notes.txt", "answer": ["Then the tools."]},
+    {"shape": "line", "ask": "last line of hello.py?", "answer": ['print("hello from kimik3")']},
+    {"shape": "line", "ask": "read the first line of docs/todo.md", "answer": ["# Todo"]},
+    {"shape": "run", "ask": "please run hello.py", "answer": ["hello from kimik3"]},
+    {"shape": "run", "ask": "launch hello.py", "answer": ["hello from kimik3"]},
+    {"shape": "run", "ask": "python hello.py", "answer": ["hello from kimik3"]},
+    {"shape": "search", "ask": "which file has the word tools", "answer": ["notes.txt"]},
+    {"shape": "search", "ask": "where is localhost", "answer": ["server.cfg"]},
+    {"shape": "create", "ask": "create notes2.txt with the text remember the milk", "files": {"notes2.txt": "remember the milk\n"}},
+    {"shape": "create", "ask": "make a file hi.txt that says hi there", "files": {"hi.txt": "hi there\n"}},
+    {"shape": "append", "ask": "append the line timeout = 30 to server.cfg", "files": {"server.cfg": CFG + "timeout = 30\n"}},
+    {"shape": "replace", "ask": "set host to example.com in server.cfg", "files": {"server.cfg": "port = 8080\nhost = example.com\n"}},
+    {"shape": "replace", "ask": "replace parser with lexer in notes.txt", "files": {"notes.txt": "Ship the lexer before the agent.\nThen the tools.\n"}},
+    {"shape": "copy", "ask": "cp server.cfg server.bak", "files": {"server.bak": CFG}},
+    {"shape": "math", "ask": "what is 25 times 25", "answer": ["625"]},
+    {"shape": "math", "ask": "1234 + 4321 = ?", "answer": ["5555"]},
+    {"shape": "math", "ask": "what's 99 minus 100", "answer": ["-1"]},
+    {"shape": "hello", "ask": "hey! what can you do for me?", "answer": ["k3-tiny"]},
+    {"shape": "honest", "ask": "write a unit test for hello.py", "honest": True},
+    {"shape": "honest", "ask": "what is the capital of Italy?", "honest": True},
+    {"shape": "honest", "ask": "sing me a song", "honest": True},
+]
+
 WORKSPACE_FILES = {"notes.txt": NOTES, "server.cfg": CFG, "hello.py": HELLO, "docs/todo.md": "# Todo\n- tokenizer\n- engines\n"}
 
 
@@ -119,3 +151,4 @@ def normalized(text: str) -> str:
 
 
 FORBIDDEN_REQUESTS = frozenset(normalized(f["ask"]) for f in FREE)
+"""Requests training never draws (MORE was written after the data: none of its requests occurs in it)."""
