@@ -132,6 +132,11 @@ class VLLMEngine(TokenEngine):
         """
         if self._llm is not None:
             return
+        quiet = quiet_start(self.log_path) if self.log_path is not None else contextlib.nullcontext()
+        with quiet:  # vLLM prints from its import on (and its processes inherit the output)
+            self._llm = self._build()
+
+    def _build(self) -> Any:
         try:
             from vllm import AsyncEngineArgs
             from vllm.v1.engine.async_llm import AsyncLLM
@@ -150,9 +155,8 @@ class VLLMEngine(TokenEngine):
             engine_args = AsyncEngineArgs(**args)
         except TypeError as e:
             raise EngineError(f"invalid vLLM engine args: {e}") from e
-        quiet = quiet_start(self.log_path) if self.log_path is not None else contextlib.nullcontext()
-        with quiet, applied_env(self.env):  # vLLM's processes inherit both as they start
-            self._llm = AsyncLLM.from_engine_args(engine_args)
+        with applied_env(self.env):  # vLLM's processes inherit it as they start
+            return AsyncLLM.from_engine_args(engine_args)
 
     @property
     def llm(self) -> Any:
