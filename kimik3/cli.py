@@ -11,7 +11,7 @@
     kimik3 chat --base-url ...            # a REPL; --workspace DIR gives it the coding tools
     kimik3 preflight                      # can this node serve K3? (--preset NAME: env, command)
     kimik3 replay runs/form [--html run.html]   # replay a recorded UI trajectory, or render it
-    kimik3 serve models/k3-tiny --max-model-len 4096   # vLLM's OpenAI server with the kimi_k3 parsers
+    kimik3 serve models/k3-tiny --max-model-len 8192   # vLLM's OpenAI server with the kimi_k3 parsers
 
 Progress goes to stdout. On a terminal it is live (rich): a status line (turn, tool calls,
 tokens), reasoning dimmed, tool calls and results as they happen, the answer. Elsewhere (a pipe,
@@ -533,7 +533,7 @@ def serve(model_dir: str, vllm_args: tuple[str, ...], host: str, port: int, dry_
     Runs ``python -m vllm.entrypoints.openai.api_server`` with vLLM's kimi_k3 tokenizer mode,
     tool-call and reasoning parsers (chat mode) and, on a CPU, --enforce-eager and a KV-cache
     size kimik3 picks (as VLLMEngine does). Any other vLLM server flag goes after MODEL_DIR,
-    e.g. ``kimik3 serve models/k3-tiny --max-model-len 4096``. Then: ``kimik3 run TASK
+    e.g. ``kimik3 serve models/k3-tiny --max-model-len 8192``. Then: ``kimik3 run TASK
     --base-url http://HOST:PORT/v1`` (chat mode) or ``--mode raw --tokenizer MODEL_DIR``.
     """
     from .engines._vllm import server_command
