@@ -101,8 +101,9 @@ def test_readme_sdk_snippet_with_its_remote_engine_line(served: str, tmp_path: P
     run = run_python(home, "sdk.py")
     assert run.returncode == 0, run.stderr
     assert NOTES_FIRST_LINE in run.stdout and " completed " in run.stdout
-    assert run.stdout.splitlines()[-1] == "final"  # the streamed follow-up ended with its FinalEvent
-    assert (home / "run.jsonl").exists()
+    lines = run.stdout.splitlines()
+    assert lines[-2:] == ["final", "server.cfg has 2 lines."]  # the streamed follow-up, then Agent.resume's answer
+    assert len(list(home.glob("run-*.jsonl"))) == 1
 
 
 def test_coding_agent_example_against_the_server(served: str, tmp_path: Path) -> None:
