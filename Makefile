@@ -43,14 +43,14 @@ install: $(TEST_STAMP)
 TASK ?= What are the first lines of notes.txt and server.cfg?
 demo: $(DEMO_STAMP)
 	$(VENV)/bin/kimik3 run "$(TASK)" --workspace examples/sample_workspace --plain \
-		--model-path models/k3-tiny --trust-remote-code --enforce-eager --max-model-len 4096 --temperature 0
+		--model-path models/k3-tiny --trust-remote-code --enforce-eager --max-model-len 8192 --temperature 0
 
 # k3-tiny behind vLLM's OpenAI server with the kimi_k3 parsers (Ctrl-C stops it); then
 # `kimik3 run TASK --base-url http://127.0.0.1:$(PORT)/v1` talks to it. MODEL=DIR serves another,
 # SERVE_ARGS="..." passes vLLM server flags.
 MODEL ?= models/k3-tiny
 PORT ?= 8000
-SERVE_ARGS ?= --max-model-len 4096
+SERVE_ARGS ?= --max-model-len 8192
 serve: $(DEMO_STAMP)
 	$(VENV)/bin/kimik3 serve $(MODEL) --port $(PORT) $(SERVE_ARGS)
 

@@ -1,13 +1,14 @@
 """A K3 coding agent in a workspace: `kimik3 run` as a script to copy.
 
 It takes the CLI's engine and model options (`python examples/coding_agent.py --help`) and builds
-the engine and agent the CLI's way (`kimik3.cli.build_engine` / `build_agent`); errors are one
-line on stderr (exit 1), as with `kimik3 run`. From the repository root:
+the engine and agent the CLI's way (`kimik3.cli.build_engine` / `build_agent`, with the full coding
+harness: `kimik3.harness.CodingHarness`); errors are one line on stderr (exit 1), as with
+`kimik3 run`. From the repository root:
 
     # k3-tiny embedded with vLLM on this machine (what `make demo` runs)
     python examples/coding_agent.py "What are the first lines of notes.txt and server.cfg?" examples/sample_workspace \
-        --model-path models/k3-tiny --trust-remote-code --enforce-eager --max-model-len 4096 --temperature 0
-    # an OpenAI-compatible endpoint serving K3 (e.g. `kimik3 serve models/k3-tiny --max-model-len 4096`)
+        --model-path models/k3-tiny --trust-remote-code --enforce-eager --max-model-len 8192 --temperature 0
+    # an OpenAI-compatible endpoint serving K3 (e.g. `kimik3 serve models/k3-tiny --max-model-len 8192`)
     python examples/coding_agent.py "Which file mentions tokenizer?" examples/sample_workspace \
         --base-url http://127.0.0.1:8000/v1 --temperature 0
 
@@ -23,9 +24,9 @@ from typing import Any
 import click
 
 from kimik3 import Agent, Engine
-from kimik3.agents import CODING_INSTRUCTIONS, FinalEvent, ToolCallDone, ToolResultEvent
+from kimik3.agents import FinalEvent, ToolCallDone, ToolResultEvent
 from kimik3.cli import build_agent, build_engine, engine_options, run_script, start_engine
-from kimik3.tools.coding import coding_tools
+from kimik3.harness import CodingHarness
 
 
 async def main(task: str, engine: Engine, agent: Agent[str], options: dict[str, Any] | None = None) -> int:
@@ -51,7 +52,7 @@ async def main(task: str, engine: Engine, agent: Agent[str], options: dict[str, 
 def cli(task: str, workspace: str, **options: Any) -> None:
     """Run the coding agent on TASK in WORKSPACE (default: the current directory)."""
     engine = build_engine(options)
-    agent = build_agent(options, engine, coding_tools(workspace), CODING_INSTRUCTIONS)
+    agent = build_agent(options, engine, *CodingHarness(workspace).parts(engine=engine))  # tools, instructions, hooks
     sys.exit(run_script(lambda: main(task, engine, agent, options)))
 
 

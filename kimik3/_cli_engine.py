@@ -17,14 +17,23 @@ from urllib.parse import urlsplit
 import click
 from click.core import ParameterSource
 
-from ._defaults import REASONING_EFFORTS
+from ._defaults import MAX_REPLY_TOKENS, REASONING_EFFORTS
 from .agents import (
     Agent,
     Budgets,
     ModelSettings,
     RunHooks,
 )
-from .engines import FEATURES, PRESETS, Engine, RemoteCompletionsEngine, RemoteEngine, ScriptedEngine, VLLMEngine
+from .engines import (
+    FEATURES,
+    PRESETS,
+    ChatForImages,
+    Engine,
+    RemoteCompletionsEngine,
+    RemoteEngine,
+    ScriptedEngine,
+    VLLMEngine,
+)
 from .engines._presets import DEPRECATED_PRESETS
 from .tools import Plan, Tool, Toolset, plan_tool
 
@@ -240,7 +249,8 @@ def _build_engine(o: _Options) -> Engine:
         args.update(dict(o.engine_arg))
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", DeprecationWarning)  # an old --preset name says what it now means
-            engine = VLLMEngine(o.model_path, preset=o.preset, features=o.feature, k3_tokenizer=o.tokenizer, **args)
+            engine = VLLMEngine(o.model_path, preset=o.preset, features=o.feature, k3_tokenizer=o.tokenizer,
+                                verbose=o.verbose, **args)
         for w in caught:
             click.echo(f"warning: {w.message}", err=True)
         if engine.preset is not None and engine.preset.reason:
@@ -253,6 +263,30 @@ def _build_engine(o: _Options) -> Engine:
     raw = RemoteCompletionsEngine(base_url=o.base_url, api_key=o.api_key, model=o.model, tokenizer=o.tokenizer,
                                   max_model_len=o.max_model_len)
     return raw.with_chat_for_images()  # completions take no images: those go through chat completions
+
+
+def _window(engine: Engine | None) -> int | None:
+    """The engine's context window when the options gave it (``--max-model-len``, a preset's, an
+    ``--engine-arg``), else None (the model's or the server's own: unknown here)."""
+    if isinstance(engine, ChatForImages):
+        engine = engine.engine
+    if isinstance(engine, VLLMEngine):
+        window = engine.engine_args.get("max_model_len")
+        return window if isinstance(window, int) else None
+    if isinstance(engine, RemoteCompletionsEngine):
+        return engine.max_model_len
+    return None
+
+
+def _settings(o: _Options, engine: Engine | None) -> ModelSettings:
+    """The options' model settings (:attr:`_Options.settings`); without ``--max-tokens``, a reply
+    gets at most a quarter of a known context window (:data:`~kimik3._defaults.MAX_REPLY_TOKENS`
+    at most), so a reply that would run to the window is cut and reported (``no_progress``), not
+    an error."""
+    window = _window(engine)
+    if o.settings.max_tokens is not None or window is None:
+        return o.settings
+    return ModelSettings(max_tokens=max(1, min(MAX_REPLY_TOKENS, window // 4))).merged(o.settings)
 
 
 def _check_mcp(ctx: click.Context, param: click.Parameter, specs: tuple[str, ...]) -> tuple[str, ...]:
@@ -314,5 +348,5 @@ def _agent(o: _Options, engine: Engine, tools: Sequence[Tool | Toolset], instruc
     extra: list[Tool | Toolset] = [_mcp_server(spec, o.mcp_timeout) for spec in o.mcp]
     if o.plan:
         extra.append(plan_tool(Plan()))
-    return Agent(instructions=instructions, tools=[*tools, *extra], engine=engine, settings=o.settings,
+    return Agent(instructions=instructions, tools=[*tools, *extra], engine=engine, settings=_settings(o, engine),
                  budgets=budgets, hooks=hooks)

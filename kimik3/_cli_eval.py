@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ import click
 from rich.console import Console
 from rich.progress import Progress
 
-from ._cli_engine import _build_engine, _engine_options, _mcp_server, _options, _quiet
+from ._cli_engine import _build_engine, _engine_options, _mcp_server, _options, _quiet, _settings
 from ._cli_harness import harness_options
 from ._cli_progress import _PlainProgress
 from ._cli_run import _execute, _start
@@ -143,6 +144,7 @@ def run_command(ctx: click.Context, /, suite: str, out: str, concurrency: int, r
         ctx.exit(1)
     _quiet(o.verbose)
     engine = _build_engine(o)
+    config = replace(config, settings=_settings(o, engine))  # a reply: a quarter of a known window
     plain.note(box.describe())  # the first line: which sandbox runs the commands
     if o.otel:
         _otel(o.otel)

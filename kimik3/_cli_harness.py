@@ -2,9 +2,10 @@
 
 ``kimik3 run`` always records checkpoints (``kimik3 undo`` needs them) and gives the model the
 workspace's ``AGENTS.md`` files (``--no-agents-md`` opts out; each file is listed as it loads).
-``--tools core`` (the default) gives the six coding tools k3-tiny was trained on, unchanged;
-``--tools full`` adds read-before-edit, ``multi_edit``, ``apply_patch``, background ``bash`` with
-``read_output`` / ``stop`` and the ``task`` sub-agent tool (:class:`kimik3.harness.CodingHarness`).
+``--tools full`` (the default; what k3-tiny v3 was trained on) gives the full coding harness
+(:class:`kimik3.harness.CodingHarness`): the six coding tools with read-before-edit,
+``multi_edit``, ``apply_patch``, background ``bash`` with ``read_output`` / ``stop`` and the
+``task`` sub-agent tool; ``--tools core`` keeps the six coding tools alone, unchanged.
 ``--sandbox`` (``run``, ``resume``, ``chat``, ``eval``) picks where ``bash`` runs its commands; the first
 line printed says which sandbox is active (``docs/sandbox.md``).
 Agent Skills come from ``<workspace>/.agents/skills``, ``${KIMIK3_HOME:-~/.kimik3}/skills`` and each
@@ -82,10 +83,11 @@ def harness_options(f: F) -> F:
                                          "<workspace>/.agents/skills and ~/.kimik3/skills (repeatable).")(f)
     f = click.option("--no-agents-md", "no_agents_md", is_flag=True,
                      help="Do not give the model the workspace's AGENTS.md files.")(f)
-    return click.option("--tools", "tool_set", type=click.Choice(["core", "full"]), default="core",
+    return click.option("--tools", "tool_set", type=click.Choice(["core", "full"]), default="full",
                         show_default=True,
-                        help="core: the six coding tools; full: plus read-before-edit, multi_edit, apply_patch, "
-                             "background bash, read_output, stop and task (sub-agents).")(f)
+                        help="full: the coding harness (the six coding tools with read-before-edit, multi_edit, "
+                             "apply_patch, background bash, read_output, stop and task sub-agents); core: the six "
+                             "coding tools alone.")(f)
 
 
 def skills_from_options(workspace: str, note: Callable[[str], None]) -> Skills | Literal[False]:
@@ -112,7 +114,7 @@ def harness_parts(engine: Engine, workspace: str, settings: ModelSettings, note:
         click.UsageError: ``--skills`` with ``--no-skills``.
     """
     params = click.get_current_context().params
-    full = params.get("tool_set") == "full"
+    full = params.get("tool_set", "full") == "full"
     features: set[Feature] = set(FEATURES) if full else {"project_instructions", "checkpoints"}
     if params.get("no_agents_md"):
         features.discard("project_instructions")

@@ -3,11 +3,9 @@ driving the run with progress, exit codes (split out of cli.py)."""
 
 from __future__ import annotations
 
-import contextlib
-import os
 import sys
 import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +24,10 @@ from .agents import (
     load_session,
 )
 from .engines import Engine, VLLMEngine
+from .engines._quiet import kimik3_home, output_to, vllm_log_path
 from .types import AssistantMessage, Message
 
-
-def _home() -> Path:
-    """``${KIMIK3_HOME:-~/.kimik3}``."""
-    return Path(os.environ.get("KIMIK3_HOME") or "~/.kimik3").expanduser()
+_home = kimik3_home
 
 
 def _new_session_path() -> Path:
@@ -90,45 +86,21 @@ async def _start(engine: Engine, progress: _Progress, verbose: bool = True) -> N
     """Start an embedded engine now, so a model that does not load is one clear error.
 
     Unless ``verbose``, what vLLM and its processes write to stdout / stderr while it starts (and
-    later, from the processes started then: the engine core, its workers, multiprocessing's
-    resource tracker) goes to ``${KIMIK3_HOME:-~/.kimik3}/logs/vllm.log`` instead: vLLM 0.32
-    prints warnings before its logging is configured, where ``VLLM_LOGGING_LEVEL`` cannot reach.
+    later, from the processes started then) goes to ``${KIMIK3_HOME:-~/.kimik3}/logs/vllm.log``
+    (:mod:`kimik3.engines._quiet`; the engine's own ``verbose=False`` does the same).
     """
     if not isinstance(engine, VLLMEngine):
         return
-    log = None if verbose else _home() / "logs" / "vllm.log"
+    log = None if verbose else engine.log_path or vllm_log_path()
     progress.note(f"starting vLLM with {engine.engine_args['model']} ...")
     try:
-        with _output_to(log):
+        with output_to(log if engine.log_path is None else None):  # a quiet engine redirects itself
             await engine.start()
     except KimiK3Error:
         raise
     except Exception as e:  # vLLM raises anything from ValueError to RuntimeError here
         where = f" (vLLM's log: {log})" if log is not None else ""
         raise EngineError(f"vLLM did not start: {e}{where}") from e
-
-
-@contextlib.contextmanager
-def _output_to(path: Path | None) -> Iterator[None]:
-    """File descriptors 1 and 2 (this process's and its new children's) go to ``path`` (appended)."""
-    if path is None:
-        yield
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = (os.dup(1), os.dup(2))
-    with open(path, "ab") as f:
-        os.dup2(f.fileno(), 1)
-        os.dup2(f.fileno(), 2)
-    try:
-        yield
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        for fd, copy in zip((1, 2), saved, strict=True):
-            os.dup2(copy, fd)
-            os.close(copy)
 
 
 def _drop_unanswered(session: Path) -> None:

@@ -17,6 +17,7 @@ __all__ = [
     "CPU_KV_CACHE_MAX_BYTES",
     "CPU_KV_CACHE_MIN_BYTES",
     "MAX_CONTINUES",
+    "MAX_REPLY_TOKENS",
     "MAX_RETRIES",
     "REASONING_EFFORTS",
     "RETRY_AFTER_MAX",
@@ -91,3 +92,7 @@ CPU_KV_CACHE_MAX_BYTES = 2 * 2**30
 MAX_CONTINUES = 3
 """An agent answers a reply cut by ``max_tokens`` (no tool calls) with "continue"; after this
 many such replies in a row the run stops with ``stop_reason="no_progress"``."""
+
+MAX_REPLY_TOKENS = 32_768
+"""``kimik3 run`` / ``chat`` without ``--max-tokens``: a reply gets a quarter of a known context
+window, at most this many tokens (2,048 for k3-tiny's 8,192)."""

@@ -11,7 +11,7 @@
     kimik3 chat --base-url ...            # a REPL; --workspace DIR gives it the coding tools
     kimik3 preflight                      # can this node serve K3? (--preset NAME: env, command)
     kimik3 replay runs/form [--html run.html]   # replay a recorded UI trajectory, or render it
-    kimik3 serve models/k3-tiny --max-model-len 4096   # vLLM's OpenAI server with the kimi_k3 parsers
+    kimik3 serve models/k3-tiny --max-model-len 8192   # vLLM's OpenAI server with the kimi_k3 parsers
     kimik3 eval evals/k3-tiny --out runs/a --model-path models/k3-tiny   # a task suite: pass rate, cost
     kimik3 eval compare runs/a runs/b --max-drop 0.05                    # exit 1: b regressed
 
@@ -52,7 +52,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +67,7 @@ from ._cli_engine import (
     _Options,
     _options,
     _quiet,
+    _settings,
     parse_engine_arg,
 )
 from ._cli_eval import eval_group
@@ -90,7 +91,6 @@ from ._cli_run import _drive, _drop_unanswered, _execute, _new_session_path, _re
 from ._exceptions import KimiK3Error
 from ._text import printable
 from .agents import (
-    CODING_INSTRUCTIONS,
     Agent,
     RunHooks,
     RunResult,
@@ -99,9 +99,8 @@ from .agents import (
     load_session,
 )
 from .engines import FEATURES, Engine, preflight
-from .harness import SandboxHooks
-from .tools import Tool
-from .tools.coding import coding_tools
+from .harness import CodingHarness, Skills
+from .tools import Tool, Toolset
 from .types import AssistantMessage, Message
 
 __all__ = ["build_agent", "build_engine", "engine_options", "main", "parse_engine_arg", "run_script", "start_engine"]
@@ -192,7 +191,7 @@ def _run_agent(o: _Options, workspace: str, task: str | None, history: list[Mess
         progress.error(e)
         return 1
     engine = _build_engine(o)
-    agent = _agent(o, engine, *harness_parts(engine, workspace, o.settings, progress.note, sandbox, skills))
+    agent = _agent(o, engine, *harness_parts(engine, workspace, _settings(o, engine), progress.note, sandbox, skills))
 
     existed = session.exists()
 
@@ -232,10 +231,12 @@ def build_engine(options: Mapping[str, Any]) -> Engine:
     return _build_engine(o)
 
 
-def build_agent(options: Mapping[str, Any], engine: Engine, tools: list[Tool], instructions: str | None) -> Agent[str]:
+def build_agent(options: Mapping[str, Any], engine: Engine, tools: Sequence[Tool | Toolset], instructions: str | None,
+                hooks: Sequence[RunHooks] = ()) -> Agent[str]:
     """The agent ``kimik3 run`` builds: ``engine`` with the options' sampling settings
-    (``--temperature``, ``--max-tokens``, ...) and turn budget (``--max-turns``)."""
-    return _agent(_options(dict(options)), engine, tools, instructions)
+    (``--temperature``, ``--max-tokens``, ...) and turn budget (``--max-turns``); ``tools``,
+    ``instructions`` and ``hooks`` as :meth:`kimik3.harness.CodingHarness.parts` gives them."""
+    return _agent(_options(dict(options)), engine, tools, instructions, hooks)
 
 
 async def start_engine(engine: Engine, options: Mapping[str, Any]) -> None:
@@ -331,7 +332,7 @@ def resume(ctx: click.Context, /, session: str, task: str | None, workspace: str
 
 @main.command()
 @click.option("--workspace", "-w", type=click.Path(exists=True, file_okay=False),
-              help="Give the model the coding tools in this directory (default: no tools).")
+              help="Give the model the coding harness in this directory, as kimik3 run (default: no tools).")
 @click.option("--session", type=click.Path(dir_okay=False), metavar="FILE",
               help="The JSONL session file (an existing one is continued; default: a new one under "
                    "${KIMIK3_HOME:-~/.kimik3}/sessions/).")
@@ -346,18 +347,21 @@ def chat(ctx: click.Context, /, workspace: str | None, session: str | None, **pa
     o = _options(params)
     _quiet(o.verbose)
     progress = _progress(o.plain)
-    tools: list[Tool] = []
-    hooks: list[RunHooks] = []
-    if workspace is not None:
+    harness: CodingHarness | None = None
+    if workspace is not None:  # the full coding harness, as `kimik3 run` gives it
+        skills = Skills(workspace=workspace, user=True, on_warning=progress.note)
         try:
-            sandbox = sandbox_from_options(workspace, progress.note)  # the first line: which sandbox runs
+            sandbox = sandbox_from_options(workspace, progress.note, skills)  # the first line: which sandbox runs
         except KimiK3Error as e:
             progress.error(e)
             ctx.exit(1)
-        tools = coding_tools(workspace, sandbox=sandbox)
-        hooks = [SandboxHooks(sandbox)]  # each turn is a run: what its commands left ends with it
+        harness = CodingHarness(workspace, sandbox=sandbox, skills=skills,
+                                on_instructions=lambda rel: progress.note(f"project instructions: {rel}"))
     engine = _build_engine(o)
-    agent = _agent(o, engine, tools, CODING_INSTRUCTIONS if workspace is not None else None, hooks)
+    if harness is not None:  # each turn is a run: what its commands left ends with it (the sandbox's hook)
+        agent = _agent(o, engine, *harness.parts(engine=engine, settings=_settings(o, engine)))
+    else:
+        agent = _agent(o, engine, [], None)
     path = Path(session) if session is not None else _new_session_path()
     interactive = sys.stdin.isatty()
     if interactive:
@@ -526,7 +530,6 @@ def verify_command(ctx: click.Context, base_url: str, model: str | None, api_key
     Prints one row per check with its evidence. Exits 0 when no row failed, 1 otherwise.
     """
     from ._verify import CheckResult, verify
-    from .formats.k3 import K3Tokenizer
 
     click.echo(f"kimik3 verify {base_url}{' --quick' if quick else ''} (timeout {timeout:g} s per request)")
 
@@ -536,8 +539,7 @@ def verify_command(ctx: click.Context, base_url: str, model: str | None, api_key
         click.echo(f"{name:<56}  {mark:<6}  {r.evidence}")  # two spaces at least: names can be long
 
     try:
-        tokenizer = K3Tokenizer.from_pretrained(tokenizer_dir) if tokenizer_dir else None
-        report = verify(base_url, model=model, api_key=api_key, quick=quick, tokenizer=tokenizer,
+        report = verify(base_url, model=model, api_key=api_key, quick=quick, tokenizer=tokenizer_dir,
                         images=not no_images, max_tokens=max_tokens, concurrency=concurrency, timeout=timeout,
                         max_body_bytes=max_body_bytes, progress=row)  # fmt: skip
     except KimiK3Error as e:
@@ -547,6 +549,8 @@ def verify_command(ctx: click.Context, base_url: str, model: str | None, api_key
     if any(r.needs_model for r in report.rows):
         click.echo("(* needs a capable model)")
     click.echo(f"model: {report.model}")
+    if report.hint:
+        click.echo(f"hint: {report.hint}")
     click.echo("verify: " + ("OK" if report.ok else f"FAILED ({fails} row{'s' if fails != 1 else ''})"))
     ctx.exit(0 if report.ok else 1)
 
@@ -567,7 +571,7 @@ def serve(model_dir: str, vllm_args: tuple[str, ...], host: str, port: int, dry_
     Runs ``python -m vllm.entrypoints.openai.api_server`` with vLLM's kimi_k3 tokenizer mode,
     tool-call and reasoning parsers (chat mode) and, on a CPU, --enforce-eager and a KV-cache
     size kimik3 picks (as VLLMEngine does). Any other vLLM server flag goes after MODEL_DIR,
-    e.g. ``kimik3 serve models/k3-tiny --max-model-len 4096``. Then: ``kimik3 run TASK
+    e.g. ``kimik3 serve models/k3-tiny --max-model-len 8192``. Then: ``kimik3 run TASK
     --base-url http://HOST:PORT/v1`` (chat mode) or ``--mode raw --tokenizer MODEL_DIR``.
     """
     from .engines._vllm import server_command

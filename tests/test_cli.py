@@ -31,6 +31,7 @@ from kimik3.agents import CODING_INSTRUCTIONS, load_session
 from kimik3.cli import main, parse_engine_arg
 from kimik3.engines import PRESETS, ChatForImages, RemoteCompletionsEngine, RemoteEngine
 from kimik3.formats.k3 import render_output
+from kimik3.tools.coding import coding_tools
 from tests.k3vocab import write_model_dir
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git for the workspace repository")
@@ -49,27 +50,36 @@ def call(name: str, arguments: dict[str, Any], reasoning: str = "plan", content:
                           "tool_calls": [{"id": "x", "function": {"name": name, "arguments": arguments}}]})
 
 
+def reads(*paths: str, reasoning: str = "plan", content: str = "") -> str:
+    """A raw K3 output reading files in parallel (the full harness refuses edits of unread files)."""
+    return render_output({"reasoning_content": reasoning, "content": content, "tool_calls": [
+        {"id": f"r{i}", "function": {"name": "read_file", "arguments": {"path": p}}} for i, p in enumerate(paths)]})
+
+
 def answer(text: str, reasoning: str = "done") -> str:
     return render_output({"reasoning_content": reasoning, "content": text})
 
 
 FIX_SCRIPT = [
-    call("read_file", {"path": "test_calc.py"}, "The test imports add from calc.", "I'll read the failing test first."),
+    reads("test_calc.py", "calc.py", reasoning="The test imports add from calc.",
+          content="I'll read the failing test and calc.py first."),
     call("edit_file", {"path": "calc.py", "old_string": "return a - b", "new_string": "return a + b"}),
     call("bash", {"command": f"{sys.executable} test_calc.py"}),
     answer("Fixed add in calc.py (it subtracted); test_calc.py passes."),
 ]
 FIX_LINES = [
-    "[turn 1] text: I'll read the failing test first.",
+    "[turn 1] text: I'll read the failing test and calc.py first.",
     '[turn 1] tool read_file {"path": "test_calc.py"}',
+    '[turn 1] tool read_file {"path": "calc.py"}',
     "[turn 1] result read_file: 1 from calc import add",
+    "[turn 1] result read_file: 1 def add(a, b):",
     '[turn 2] tool edit_file {"path": "calc.py", "old_string": "return a - b", "new_string": "return a + b"}',
     "[turn 2] result edit_file: Edited calc.py (1 replacement)",
     f"[turn 3] tool bash {json.dumps({'command': f'{sys.executable} test_calc.py'})}",
     "[turn 3] result bash: ok",
     "[turn 4] answer: Fixed add in calc.py (it subtracted); test_calc.py passes.",
 ]
-FIX_ROLES = ["system", "user", "assistant", "tool", "assistant", "tool", "assistant", "tool", "assistant"]
+FIX_ROLES = ["system", "user", "assistant", "tool", "tool", "assistant", "tool", "assistant", "tool", "assistant"]
 
 
 def git(repo: Path, *args: str) -> str:
@@ -144,7 +154,7 @@ def test_run_fixes_the_failing_test_as_a_subprocess(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
     assert progress_lines(proc.stdout) == FIX_LINES
-    assert proc.stdout.splitlines()[-2].startswith("usage: 4 turns, 3 tool calls, ")
+    assert proc.stdout.splitlines()[-2].startswith("usage: 4 turns, 4 tool calls, ")
     session = session_of(proc.stdout)
     assert session.parent == home / "sessions"
     assert re.fullmatch(r"\d{8}-\d{6}(-\d+)?\.jsonl", session.name)
@@ -294,7 +304,9 @@ def test_run_against_a_remote_endpoint_passes_the_model_settings(
     (body,) = bodies
     assert {k: body[k] for k in ("model", "reasoning_effort", "temperature", "top_p", "max_tokens", "seed")} == {
         "model": "k3", "reasoning_effort": "low", "temperature": 0.6, "top_p": 0.9, "max_tokens": 64, "seed": 7}
-    assert [t["function"]["name"] for t in body["tools"]] == ["bash", "read_file", "write_file", "edit_file", "grep", "glob"]
+    assert [t["function"]["name"] for t in body["tools"]] == [  # the full coding harness, by default
+        "bash", "read_file", "write_file", "edit_file", "grep", "glob", "multi_edit", "apply_patch", "read_output",
+        "stop", "task"]
     assert [m["role"] for m in body["messages"]] == ["system", "user"]
     messages = load_session(session_of(result.stdout))
     assert messages[-1].content == "pong" and getattr(messages[-1], "reasoning_content", None) == "A ping."
@@ -401,6 +413,25 @@ def test_embedded_engine_args_from_options_preset_and_engine_args(
     assert "VLLM_CPU_KVCACHE_SPACE" not in os.environ  # VLLMEngine sizes the CPU KV cache itself
 
 
+def settings(args: list[str]) -> Any:
+    ctx = cli_module.run.make_context("run", ["task", *args])
+    with ctx:
+        o = cli_module._options(ctx.params)
+        return cli_module._build_engine(o), cli_module._settings(o, cli_module._build_engine(o))
+
+
+def test_a_reply_gets_a_quarter_of_a_known_window_unless_max_tokens_says(tmp_path: Path) -> None:
+    engine, s = settings(["--model-path", str(tmp_path), "--max-model-len", "8192"])
+    assert isinstance(engine, VLLMEngine) and engine.verbose is False and s.max_tokens == 2048
+    assert settings(["--model-path", str(tmp_path), "--max-model-len", "1000000"])[1].max_tokens == 32768
+    assert settings(["--model-path", str(tmp_path), "--max-model-len", "8192", "--max-tokens", "100"])[1].max_tokens == 100
+    assert settings(["--model-path", str(tmp_path)])[1].max_tokens is None  # the window is the model's: vLLM caps
+    assert settings(["--base-url", "http://127.0.0.1:9/v1"])[1].max_tokens is None  # chat mode: the server's
+    raw = ["--base-url", "http://127.0.0.1:9/v1", "--mode", "raw", "--tokenizer", "models/k3-tiny"]
+    assert settings([*raw, "--max-model-len", "4096"])[1].max_tokens == 1024
+    assert settings(["--model-path", str(tmp_path), "-v"])[0].verbose is True
+
+
 def test_old_preset_name_warns_on_stderr_and_auto_says_what_it_found(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -484,7 +515,7 @@ async def test_terminal_progress_streams_reasoning_dimmed_and_shows_tools(tmp_pa
     progress = cli_progress_module._RichProgress(console)
     engine = ScriptedEngine([call("read_file", {"path": "calc.py"}, "Look at calc.\nThen fix."),
                              answer("All good.\nBye.", reasoning="It is fine.")], chunk_size=3)
-    agent = cli_module.Agent(instructions="x", tools=cli_module.coding_tools(repo), engine=engine)
+    agent = cli_module.Agent(instructions="x", tools=coding_tools(repo), engine=engine)
     result = await cli_module._drive(agent, "check", [], tmp_path / "s.jsonl", progress)
     progress.summary(result, tmp_path / "s.jsonl")
     raw = out.getvalue()
@@ -506,12 +537,14 @@ async def test_example_is_import_safe_and_runs_a_scripted_engine(
     spec.loader.exec_module(example)  # import-safe: nothing runs
     assert capsys.readouterr().out == ""
     engine = ScriptedEngine(FIX_SCRIPT)
-    agent = Agent(instructions=CODING_INSTRUCTIONS, tools=cli_module.coding_tools(repo), engine=engine)
+    agent = Agent(instructions=CODING_INSTRUCTIONS, tools=coding_tools(repo), engine=engine)
     assert await example.main("fix the failing test", engine, agent) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[:6] == [
+    assert out[:8] == [
         'tool read_file {"path": "test_calc.py"}',
+        'tool read_file {"path": "calc.py"}',
         "  -> " + "     1\tfrom calc import add",
+        "  -> " + "     1\tdef add(a, b):",
         'tool edit_file {"path": "calc.py", "old_string": "return a - b", "new_string": "return a + b"}',
         "  -> Edited calc.py (1 replacement)",
         f"tool bash {json.dumps({'command': f'{sys.executable} test_calc.py'})}",

@@ -76,8 +76,9 @@ def test_run_with_plan_prints_the_plan(tmp_path: Path, monkeypatch: pytest.Monke
         "[turn 2] answer: ok",
     ]
     names = [t.function.name for t in engines[0].calls[0].request.tools]
-    assert names == ["bash", "read_file", "write_file", "edit_file", "grep", "glob", "update_plan"]
-    # without --plan the coding agent's tools are unchanged (k3-tiny was trained on them)
+    assert names == ["bash", "read_file", "write_file", "edit_file", "grep", "glob", "multi_edit", "apply_patch",
+                     "read_output", "stop", "task", "update_plan"]
+    # without --plan the coding agent's tools are unchanged (the full harness's: k3-tiny was trained on them)
     engines.clear()
     plain = invoke(["run", "x", "-w", str(tmp_path), "--script", script(tmp_path, [answer("ok")])], tmp_path / "home")
     assert plain.exit_code == 0

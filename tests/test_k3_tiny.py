@@ -17,11 +17,18 @@ from kimik3.formats.k3 import render
 
 MODEL = Path(__file__).resolve().parents[1] / "models" / "k3-tiny"
 
-# sha256 of render([system CODING_INSTRUCTIONS, user "hi"], coding_tools(...)): the prompt header
-# the model was trained on. If this fails, kimik3's coding tools (their docstrings are the tool
-# descriptions) or CODING_INSTRUCTIONS changed: regenerate the data and retrain the model
-# (models/k3-tiny/README.md), then update this value.
+# sha256 of render([system CODING_INSTRUCTIONS, user "hi"], tools): the prompt headers the model
+# was trained on. HARNESS: the full coding harness, what `kimik3 run` sends by default
+# (CodingHarness(root).parts(...): the six coding tools with background bash, multi_edit,
+# apply_patch, read_output, stop and task); CORE: the six coding tools alone (`--tools core`,
+# `kimik3 chat --workspace`). If one fails, kimik3's coding or harness tools (their docstrings are
+# the tool descriptions), CODING_INSTRUCTIONS or the rendering of the header changed: regenerate
+# the data and retrain the model (models/k3-tiny/README.md), then update the value. Features that
+# are not in use (e.g. skills when there are none) must add nothing to these prompts.
 TRAINED_PROMPT_SHA256 = "e4f826b650f66142c762298aa2fb40cb452d7056a86829729e977ae0a9f9dfb1"
+TRAINED_HARNESS_PROMPT_SHA256 = "7b860058eedb27b254824748d2c1f76bb3092d6067c907c1a0e815dbd097035f"
+HARNESS_TOOLS = ["bash", "read_file", "write_file", "edit_file", "grep", "glob", "multi_edit", "apply_patch",
+                 "read_output", "stop", "task"]
 
 CONVERSATION: list[dict[str, Any]] = [
     {"role": "system", "content": CODING_INSTRUCTIONS},
@@ -80,9 +87,10 @@ def test_model_config_matches_tokenizer(tok: K3Tokenizer) -> None:
     assert config["eos_token_id"] == tok.end_of_msg_id == 4098
     gen = json.loads((MODEL / "generation_config.json").read_text())
     assert gen["eos_token_id"] == 4098
+    assert (config["hidden_size"], config["num_hidden_layers"], config["max_position_embeddings"]) == (512, 8, 8192)
     weights = MODEL / "model.safetensors"
-    if weights.exists():
-        assert weights.stat().st_size <= 25_000_000
+    if weights.exists():  # bf16, ~20M parameters: the repository stays small
+        assert 40_000_000 <= weights.stat().st_size <= 41_000_000
 
 
 def test_trained_prompt_is_current(tmp_path: Path) -> None:
@@ -91,6 +99,39 @@ def test_trained_prompt_is_current(tmp_path: Path) -> None:
     text = render([{"role": "system", "content": CODING_INSTRUCTIONS}, {"role": "user", "content": "hi"}],
                   coding_tools(tmp_path))
     assert hashlib.sha256(text.encode("utf-8")).hexdigest() == TRAINED_PROMPT_SHA256
+
+
+def test_trained_harness_prompt_is_current(tmp_path: Path) -> None:
+    import anyio
+
+    from kimik3.engines import ScriptedEngine
+    from kimik3.harness import CodingHarness, Skills
+
+    (tmp_path / "home").mkdir()
+    with pytest.MonkeyPatch.context() as m:  # no skill anywhere (the workspace, the user's home)
+        m.setenv("KIMIK3_HOME", str(tmp_path / "home"))
+        (tmp_path / "ws").mkdir()
+        tools, instructions, _ = CodingHarness(tmp_path / "ws").parts(engine=ScriptedEngine([]),
+                                                                      instructions=CODING_INSTRUCTIONS)
+        *own, skills = tools
+        assert isinstance(skills, Skills) and anyio.run(skills.get_tools) == []  # no skill: nothing declared
+    assert instructions == CODING_INSTRUCTIONS  # no AGENTS.md in the workspace: nothing appended
+    assert [t.name for t in own] == HARNESS_TOOLS
+    text = render([{"role": "system", "content": CODING_INSTRUCTIONS}, {"role": "user", "content": "hi"}], own)
+    assert hashlib.sha256(text.encode("utf-8")).hexdigest() == TRAINED_HARNESS_PROMPT_SHA256
+
+
+def test_free_phrasings_are_held_out_of_training_by_their_normal_form() -> None:
+    import sys
+
+    sys.path.insert(0, str(MODEL.parents[1] / "scripts" / "tiny_k3"))
+    try:
+        import phrasings
+    finally:
+        sys.path.pop(0)
+    assert len(phrasings.FREE) == 62 and len(phrasings.FORBIDDEN_REQUESTS) == 62
+    assert phrasings.normalized("What's 2+2??") == phrasings.normalized("whats 2 2") == "whats 2 2"
+    assert phrasings.normalized("hi! who are you?") in phrasings.FORBIDDEN_REQUESTS
 
 
 def test_hf_tokenizer_class_delegates_to_kimik3(tok: K3Tokenizer) -> None:

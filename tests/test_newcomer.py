@@ -54,7 +54,7 @@ def test_make_demo_installs_only_the_demos_needs() -> None:
 @pytest.mark.parametrize(("target", "needs"), [
     ("test", ["setup_engine.sh", "setup_test_model.sh", "setup_ui.sh", "ruff check", "mypy", "KIMIK3_REQUIRE_ENGINE=1"]),
     ("bench", ["setup_engine.sh", "setup_test_model.sh", "setup_bench.sh", "bench/*.py"]),
-    ("serve", ["setup_engine.sh", "kimik3 serve models/k3-tiny --port 8000 --max-model-len 4096"]),
+    ("serve", ["setup_engine.sh", "kimik3 serve models/k3-tiny --port 8000 --max-model-len 8192"]),
 ])
 def test_make_test_and_bench_install_what_they_need(target: str, needs: list[str]) -> None:
     plan = make_plan(target)
@@ -89,8 +89,11 @@ def test_serve_dry_run_is_vllms_api_server_with_the_kimi_k3_parsers(monkeypatch:
     assert argv[:14] == [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", "models/k3-tiny",
                          "--host", "127.0.0.1", "--port", "8123", "--trust-remote-code", "--tokenizer-mode",
                          "kimi_k3", "--tool-call-parser", "kimi_k3"]
-    assert argv[14:18] == ["--reasoning-parser", "kimi_k3", "--enable-auto-tool-choice", *argv[17:18]]
+    # served as "k3-tiny": a "/" in the name reads as a provider prefix to OpenAI-compatible clients
+    assert argv[14:19] == ["--reasoning-parser", "kimi_k3", "--enable-auto-tool-choice", "--served-model-name", "k3-tiny"]
     assert argv[-2:] == ["--max-model-len", "4096"]  # the user's flags come last (they win)
+    named = serve_dry_run("--served-model-name", "tiny")
+    assert named.count("--served-model-name") == 1 and named[-2:] == ["--served-model-name", "tiny"]
     if not _on_cpu():
         return
     kv = int(argv[argv.index("--kv-cache-memory-bytes") + 1])

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -28,7 +29,7 @@ import jsonschema
 from .._exceptions import KimiK3Error, UserError
 from ..formats.k3 import K3Tokenizer, default_tokenizer
 from ..types import ChatRequest, ModelSettings
-from ._probes import ANSWER_SCHEMA, CONVENTIONS, WEATHER, Convention, Probe, expected_counts, probes, tool
+from ._probes import ANSWER_SCHEMA, CONVENTIONS, WEATHER, Convention, Probe, expected_counts, probes, tool, vocab_hint
 from ._transport import DEFAULT_MAX_BODY_BYTES, Answer, Endpoint
 from ._wire import Malformed
 
@@ -67,6 +68,7 @@ class VerifyReport:
         rows: one :class:`CheckResult` per check, in order.
         convention: the ``prompt_tokens`` convention the server follows (None: undetermined).
         quick: only wire-level rows were run.
+        hint: what the failures likely mean, when verify can tell (e.g. another vocabulary).
     """
 
     base_url: str
@@ -74,6 +76,7 @@ class VerifyReport:
     rows: list[CheckResult] = field(default_factory=list)
     convention: Convention | None = None
     quick: bool = False
+    hint: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -99,6 +102,8 @@ class VerifyReport:
             lines.append(f"{r.check + (' *' if r.needs_model else ''):<{width + 2}}{mark:<8}{r.evidence}")
         fails = len(self.failures())
         lines.append("(* needs a capable model)")
+        if self.hint:
+            lines.append(f"hint: {self.hint}")
         lines.append("verify: " + ("OK" if self.ok else f"FAILED ({fails} row{'s' if fails != 1 else ''})"))
         return "\n".join(lines)
 
@@ -383,7 +388,7 @@ async def averify(
     model: str | None = None,
     api_key: str | None = None,
     quick: bool = False,
-    tokenizer: K3Tokenizer | None = None,
+    tokenizer: K3Tokenizer | str | os.PathLike[str] | None = None,
     images: bool = True,
     max_tokens: int = 1024,
     concurrency: int = 8,
@@ -395,6 +400,7 @@ async def averify(
 ) -> VerifyReport:
     """Check a K3 endpoint against Moonshot's contract; see :func:`verify` (same arguments)."""
     url = _options(base_url, concurrency, timeout, max_tokens, schemas, model, api_key, max_body_bytes)
+    tokenizer = K3Tokenizer.from_pretrained(tokenizer) if isinstance(tokenizer, (str, os.PathLike)) else tokenizer
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     report = VerifyReport(base_url, model or "?", quick=quick)
 
@@ -406,9 +412,11 @@ async def averify(
 
     async with httpx.AsyncClient(base_url=url, headers=headers, timeout=timeout, transport=transport) as client:
         ep = Endpoint(client, concurrency, timeout, max_body_bytes)
+        root: str | None = None  # vLLM's /models: the served model's path
         if model is None:
             try:
-                model = (await ep.get_models()).data[0].id
+                card = (await ep.get_models()).data[0]
+                model, root = card.id, card.root
             except TimeoutError:
                 add([CheckResult("endpoint", "fail", f"GET {base_url}/models: {ep.late().error}")])
                 return report
@@ -427,6 +435,9 @@ async def averify(
         chat = [(p, a, expected_counts(p, tok)) for p, a in zip(ps, [first, *rest], strict=True)]
         rows, report.convention = _prompt_rows(chat, tok)
         add(rows)
+        if tokenizer is None:  # K3's vocabulary: a served model with another one miscounts every request
+            counted = [r.status for r in rows if r.check.startswith("prompt_tokens: ") and r.status != "skip"]
+            report.hint = vocab_hint(counted.count("fail"), len(counted), root)
         by_name = {p.name: (p, a, exp) for p, a, exp in chat}
         without = by_name["history without reasoning"]
         with_r = by_name["tool history with reasoning"]
@@ -447,8 +458,9 @@ def verify(base_url: str, **options: Any) -> VerifyReport:
     Args:
         base_url: the OpenAI base URL, e.g. ``"http://127.0.0.1:8000/v1"`` (http or https).
         **options: ``model`` (default: the first of ``/models``), ``api_key``, ``quick``
-            (wire-level rows only), ``tokenizer`` (default: K3's vocabulary shipped with kimik3;
-            give the served model's when it has another, e.g. models/k3-tiny), ``images`` (send
+            (wire-level rows only), ``tokenizer`` (a :class:`~kimik3.K3Tokenizer` or a model
+            directory; default: K3's vocabulary shipped with kimik3; give the served model's when
+            it has another, e.g. ``tokenizer="models/k3-tiny"``), ``images`` (send
             the image probes, default True), ``max_tokens`` (per generation, int >= 1, default
             1024), ``concurrency`` (requests in flight, int >= 1, default 8), ``timeout`` (total
             seconds per request, connect to last byte, > 0, default 60), ``max_body_bytes``
@@ -459,7 +471,8 @@ def verify(base_url: str, **options: Any) -> VerifyReport:
             ``httpx.AsyncBaseTransport``, for tests).
 
     Returns:
-        The :class:`VerifyReport`; ``report.ok`` is False when a row failed. Transport failures,
+        The :class:`VerifyReport`; ``report.ok`` is False when a row failed (``report.hint``
+        says what most of them likely mean, e.g. another vocabulary). Transport failures,
         timeouts, oversized bodies, malformed server JSON and a 200 whose body is not a
         completion become failed rows with the evidence, never exceptions; an endpoint that
         does not answer its first request ends the run with one failed ``endpoint`` row (so does
@@ -470,6 +483,7 @@ def verify(base_url: str, **options: Any) -> VerifyReport:
             below 1, a non-positive ``timeout``, ``max_body_bytes`` below 1024, a ``model`` or
             ``api_key`` with a control character such as CR or LF, a ``base_url`` that is not
             an http(s) URL).
+        TokenizerError: ``tokenizer`` names a directory without a K3 tokenizer.
     """
     unknown = sorted(set(options) - set(inspect.signature(averify).parameters))
     if unknown:

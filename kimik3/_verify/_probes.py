@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import io
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -250,3 +251,16 @@ def probes(*, images: bool = True) -> list[Probe]:
             out.append(Probe(f"image {w}x{h}", [{"role": "user", "content": content}], images=[(w, h)]))
     return out
 
+
+def vocab_hint(failed: int, counted: int, root: str | None) -> str | None:
+    """The hint for a report where ``failed`` of ``counted`` ``prompt_tokens`` rows failed with
+    K3's own vocabulary: more than half means the served model most likely has another one
+    (k3-tiny's, say). ``root``: the served model's path as ``/models`` gave it (vLLM), named
+    when it is a printable path to a model directory on this machine."""
+    if counted < 3 or 2 * failed <= counted:
+        return None
+    local = root is not None and root.isprintable() and os.path.isfile(os.path.join(root, "tiktoken.model"))
+    where = root if local and root is not None else "DIR"
+    return (f"{failed} of {counted} prompt_tokens counts differ from K3's vocabulary: the served model may have "
+            f"its own (e.g. k3-tiny); pass its tokenizer: kimik3 verify --tokenizer {where} "
+            f"(kimik3.verify(url, tokenizer={where!r}))")

@@ -90,6 +90,7 @@ class Reply(_Strict):
 
 class _Model(_Strict):
     id: str = Field(min_length=1, pattern=r"^[^\x00-\x1f\x7f-\x9f]+$")  # no CR/LF: it goes into requests and lines
+    root: str | None = None  # vLLM: the model's path or name
 
 
 class ModelList(_Strict):

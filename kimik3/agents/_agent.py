@@ -13,7 +13,8 @@ One run::
             ContinueWith(p)   cut by max_tokens, calls that did not run, a turn with neither an
                               answer nor a call, an answer that failed output_type: ask again
                               (MAX_CONTINUES cut replies in a row, two when the last has no
-                              answer text: stop, "no_progress")
+                              answer text, or no room left in the context window to continue
+                              one: stop, "no_progress"; :mod:`._cut`)
             Final(output)     the answer (validated against output_type), or a second unusable
                               turn in a row (stop_reason "unusable_output"): stop
 
@@ -37,8 +38,7 @@ import anyio
 from .. import _tracing
 from .._checks import check_instance
 from .._client import Client
-from .._defaults import MAX_CONTINUES
-from .._exceptions import SessionError, UserError
+from .._exceptions import ContextLengthExceededError, SessionError, UserError
 from .._pricing import Pricing
 from ..engines import Engine, ModelCall
 from ..formats.k3 import K3Tokenizer, ToolCallDone, default_tokenizer
@@ -58,7 +58,6 @@ from ..types import (
     ToolCall,
     ToolChoice,
     UserMessage,
-    message_text,
 )
 from ._approval import approve
 from ._arguments import check_agent_arguments, output_adapter, run_messages, task_message, validate_output
@@ -73,10 +72,11 @@ from ._checks import (
     unrun_note,
 )
 from ._compaction import compact
+from ._cut import cut_outcome, no_room_to_continue
 from ._dynamic import Toolbox, restore_declared, undeclared
 from ._history import orphan_results, prune_images, result_message
 from ._hooks import AllHooks, RunHooks
-from ._prompts import CONTINUE_REQUEST, INTERRUPTED_REQUEST, SUMMARY_INSTRUCTIONS
+from ._prompts import SUMMARY_INSTRUCTIONS
 from ._run import _Run
 from ._session import SessionWriter, load_session
 from ._types import (
@@ -384,11 +384,17 @@ class Agent(Generic[OutputT]):
         """One turn: a model call, its tools; ends with its named :data:`TurnOutcome` (calls that did
         not run are named to the model; a turn with no answer and no call is never the answer)."""
         await self._sync_tools(run)
-        async with self._model_call(run, self._request(run)) as call:
-            async for event in call:
-                if isinstance(event, ToolCallDone) and event.error is not None:
-                    run.call_errors[event.id] = event.error  # kept, but answered with the reason
-                yield event
+        try:
+            async with self._model_call(run, self._request(run)) as call:
+                async for event in call:
+                    if isinstance(event, ToolCallDone) and event.error is not None:
+                        run.call_errors[event.id] = event.error  # kept, but answered with the reason
+                    yield event
+        except ContextLengthExceededError:
+            if (end := no_room_to_continue(run)) is None:
+                raise
+            yield end
+            return
         completion = call.completion
         message = completion.message
         if completion.failed_tool_calls:  # a chat server's undecodable calls: kept with {}, answered with why
@@ -412,18 +418,8 @@ class Agent(Generic[OutputT]):
             yield ContinueWith(note) if note else ToolsRan()
             return
         yield TurnEndEvent(run.turns, message, completion.usage, cost)
-        if note is None and completion.truncated:
-            run.cut_replies += 1
-            if completion.interrupted is not None:  # not the output limit: never silent
-                run.issue(f"the answer was cut by {completion.interrupted}")
-            # asking again does not help: stop, saying so. A reply cut before any answer (reasoning
-            # only) gets one retry: twice is no progress (issue 27, shape (e)).
-            if run.cut_replies >= (MAX_CONTINUES if answer_text(message).strip() else 2):
-                if completion.interrupted is None:
-                    run.issue("the model's replies kept being cut by the output limit (max_tokens)")
-                yield Final(message_text(message.content) or None if self.output_type is None else None, "no_progress")
-            else:
-                yield ContinueWith(CONTINUE_REQUEST if completion.interrupted is None else INTERRUPTED_REQUEST)
+        if note is None and completion.truncated:  # continue, or stop: no progress
+            yield cut_outcome(run, completion, message, self.output_type)
             return
         if note is None and not answer_text(message).strip():
             run.issue("the model's message had neither an answer nor a tool call")

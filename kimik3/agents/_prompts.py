@@ -1,8 +1,9 @@
 """Default instructions of kimik3's built-in agents, and the requests the agent writes itself.
 
 The tiny K3-speaking test model (``models/k3-tiny``) was trained on prompts that use
-:data:`CODING_INSTRUCTIONS` verbatim with the tools of :func:`kimik3.tools.coding.coding_tools`:
-changing either changes what that model sees (a test pins both).
+:data:`CODING_INSTRUCTIONS` verbatim with the tools of the full coding harness
+(:class:`kimik3.harness.CodingHarness`, what ``kimik3 run`` sends): changing either changes what
+that model sees (``tests/test_k3_tiny.py`` pins the prompt).
 """
 
 from __future__ import annotations

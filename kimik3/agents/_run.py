@@ -64,6 +64,7 @@ class _Run:
         self.unavailable: list[str] = []  # declared by an earlier run of the conversation, gone now
         self.unusable_turns = 0  # turns in a row with neither an answer nor a call that ran
         self.cut_replies = 0  # replies cut by max_tokens in a row (each answered with "continue")
+        self.cut_text: Any = None  # the last cut reply's text (the output when the window ends the run)
         self.failed_calls = self.cut_calls = self.dropped_calls = 0
         self.issues: list[str] = []  # RunResult.issues
         self.cost: float | None = None  # USD of the run's model calls (RunResult.cost)

@@ -66,7 +66,8 @@ could run (``unusable_output``: e.g. every call never closed, or every call was 
 limit), or
 (``no_progress``) :data:`~kimik3._defaults.MAX_CONTINUES` replies in a row were cut by
 ``max_tokens`` without a tool call, or two when the last was cut before any answer (reasoning
-only); the output is the last reply's text, None when it has none."""
+only), or a cut reply left the context window no room to continue (an issue says so); the output
+is the last reply's text, None when it has none."""
 
 
 @dataclass(frozen=True)

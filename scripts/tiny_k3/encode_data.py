@@ -14,14 +14,17 @@ folder to carry to the training machine):
 - ``dataset.npz``: ``tokens`` (uint16, all episode bodies concatenated), ``mask`` (uint8, same
   length), ``offsets`` (int64, n+1), ``header`` (int16 per episode: index of its header),
   ``header_tokens`` / ``header_offsets`` (the headers);
-- ``eval.json``: the held-out evaluation: per task the prompt ids (header, conversation so far
-  and the generation prompt), the expected tool calls (name + arguments), and for tool-free
-  turns the text the answer must contain; ``group`` is ``synthetic`` / ``realistic`` /
-  ``sample_workspace`` (see gen_data.py) and ``turn`` is ``first`` (the first assistant turn:
-  tool names and arguments, i.e. copying paths and words from the request) or ``next`` (for
-  first_line, copy_line and two_files: the turn after the first tool results, i.e. copying the
-  read line into write_file's content or into the answer);
+- ``eval.json``: the held-out evaluation: per task the prompt (``header``: the index of its
+  header in ``dataset.npz``; ``body_ids``: the conversation so far and the generation prompt),
+  the expected tool calls (name + arguments), and for tool-free turns the text the answer must
+  contain; ``group`` is ``synthetic`` / ``realistic`` / ``sample_workspace`` (see gen_data.py)
+  and ``turn`` is ``first`` (the first assistant turn: tool names and arguments, i.e. copying
+  paths, words and texts from the request) or ``next`` (for every shape with tools: the turn after
+  the first tool results, i.e. the edit after the read, or the answer that copies the result);
 - ``dataset_meta.json``: vocabulary, special ids and sizes.
+
+Training reads ``episodes_train.jsonl`` and, when present, ``episodes_long.jsonl`` (the long
+conversations); episodes longer than ``--max-len`` (the model's window) are left out.
 
 Usage: python scripts/tiny_k3/encode_data.py [--data .cache/tiny_k3] [--model models/k3-tiny]
 """
@@ -41,7 +44,6 @@ from kimik3.formats.k3._tokenizer import K3Tokenizer
 from kimik3.types import AssistantMessage, to_tool_specs
 
 REPO = Path(__file__).resolve().parents[2]
-NEXT_TURN_KINDS = ("first_line", "copy_line", "two_files")
 
 
 def encode_episode(
@@ -68,12 +70,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=REPO / ".cache" / "tiny_k3")
     ap.add_argument("--model", type=Path, default=REPO / "models" / "k3-tiny")
-    ap.add_argument("--max-len", type=int, default=4096)
+    ap.add_argument("--max-len", type=int, default=None, help="default: the model's max_position_embeddings")
     args = ap.parse_args()
     t0 = time.time()
     dev = args.data / "device"  # what the training machine needs (carry this folder)
     dev.mkdir(parents=True, exist_ok=True)
     tok = K3Tokenizer.from_pretrained(args.model)
+    if args.max_len is None:
+        args.max_len = json.loads((args.model / "config.json").read_text())["max_position_embeddings"]
     meta = json.loads((args.data / "episodes_meta.json").read_text())
     tools = to_tool_specs(meta["tools"])
     gen_prompt = {th: tok.encode_segments(prompt_trailer_segments(thinking=th)) for th in (True, False)}
@@ -93,22 +97,31 @@ def main() -> None:
     hidx: list[int] = []
     lengths: list[int] = []
     n_target = 0
-    with (args.data / "episodes_train.jsonl").open(encoding="utf-8") as f:
-        for line in f:
-            ep = json.loads(line)
-            h = header_of(ep["thinking"], ep["effort"])
-            ids, mask = encode_episode(tok, ep, gen_prompt)
-            total = len(header_ids[h]) + len(ids)
-            if total > args.max_len:
-                continue
-            tokens.append(np.asarray(ids, dtype=np.uint16))
-            masks.append(np.asarray(mask, dtype=np.uint8))
-            offsets.append(offsets[-1] + len(ids))
-            hidx.append(h)
-            lengths.append(total)
-            n_target += sum(mask)
-            if len(hidx) % 10000 == 0:
-                print(f"  {len(hidx)} episodes ({time.time() - t0:.0f}s)", flush=True)
+    sources = [args.data / "episodes_train.jsonl", args.data / "episodes_long.jsonl"]
+    dropped = 0
+
+    def train_lines() -> Any:
+        for path in sources:
+            if path.exists():
+                with path.open(encoding="utf-8") as f:
+                    yield from f
+
+    for line in train_lines():
+        ep = json.loads(line)
+        h = header_of(ep["thinking"], ep["effort"])
+        ids, mask = encode_episode(tok, ep, gen_prompt)
+        total = len(header_ids[h]) + len(ids)
+        if total > args.max_len:
+            dropped += 1
+            continue
+        tokens.append(np.asarray(ids, dtype=np.uint16))
+        masks.append(np.asarray(mask, dtype=np.uint8))
+        offsets.append(offsets[-1] + len(ids))
+        hidx.append(h)
+        lengths.append(total)
+        n_target += sum(mask)
+        if len(hidx) % 10000 == 0:
+            print(f"  {len(hidx)} episodes ({time.time() - t0:.0f}s)", flush=True)
     assert tok.vocab_size < 65536
     header_offsets = np.cumsum([0] + [len(h) for h in header_ids]).astype(np.int64)
     np.savez_compressed(
@@ -131,7 +144,7 @@ def main() -> None:
             first_user = next(i for i, m in enumerate(msgs) if m["role"] == "user")
             turns = [i for i, m in enumerate(msgs) if m["role"] == "assistant"]
             picks = [("first", turns[0])]
-            if kind in NEXT_TURN_KINDS and len(turns) > 1:
+            if len(turns) > 1:
                 picks.append(("next", turns[1]))
             for turn, at in picks:
                 prompt = tok.encode_messages(msgs[:at], tools, thinking=ep["thinking"], thinking_effort=ep["effort"])
@@ -153,7 +166,8 @@ def main() -> None:
                         "kind": kind,
                         "group": ep.get("group", "synthetic"),
                         "turn": turn,
-                        "prompt_ids": prompt,
+                        "header": h,
+                        "body_ids": prompt[len(header_ids[h]):],
                         "expected_calls": calls,
                         "answer_contains": [] if calls else ep["goals"][0].get("answer_contains", []),
                         "expected_text": answer.get("content", ""),
@@ -175,6 +189,8 @@ def main() -> None:
         "length": {p: int(np.percentile(lens, p)) for p in (0, 50, 90, 99, 100)},
         "eval_tasks": len(evals),
         "max_len": args.max_len,
+        "dropped_over_max_len": dropped,
+        "long_episodes": len(sources[1].read_text(encoding="utf-8").splitlines()) if sources[1].exists() else 0,
     }
     (dev / "dataset_meta.json").write_text(json.dumps(info, indent=2) + "\n")
     print(json.dumps(info, indent=2))

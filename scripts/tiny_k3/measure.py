@@ -12,7 +12,16 @@ VLLMEngine("models/k3-tiny"))``. Reported:
   and/or the files the task should write hold the expected content) (goal >= 80%);
 - decode speed: generated tokens per second, one task alone and all tasks at once.
 
+``--free``: instead, the hand-written free phrasings of ``phrasings.py`` on
+examples/sample_workspace (requests typed as people type them, never in training), each checked
+(answer text, files written, the honest reply), reported per shape.
+
+``--tools full`` (the default) gives the agent what ``kimik3 run`` gives it: the full coding
+harness (``CodingHarness(dir).agent(...)``); ``--tools core``: the six coding tools alone (what
+k3-tiny v1/v2 were trained on).
+
 Run: .venv/bin/python scripts/tiny_k3/measure.py [--tasks 50] [--temperature 1.0] [--json OUT]
+     .venv/bin/python scripts/tiny_k3/measure.py --free --temperature 0 [--tools core] [--json OUT]
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ import argparse
 import json
 import os
 import random
+import re
 import sys
 import tempfile
 import time
@@ -29,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import phrasings
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -42,6 +53,7 @@ from kimik3 import (  # noqa: E402
 )
 from kimik3.agents import CODING_INSTRUCTIONS, FinalEvent  # noqa: E402
 from kimik3.formats.k3 import ToolCallDone, ToolCallIncomplete  # noqa: E402
+from kimik3.harness import CodingHarness  # noqa: E402
 from kimik3.tools.coding import coding_tools  # noqa: E402
 
 MODEL = ROOT / "models" / "k3-tiny"
@@ -78,15 +90,47 @@ def goal_met(goal: dict[str, Any], output: str, root: Path) -> bool:
     return True
 
 
-async def run_task(engine: VLLMEngine, episode: dict[str, Any], settings: ModelSettings) -> dict[str, Any]:
+def contains(answer: str, text: str) -> bool:
+    """``text`` in ``answer``, case-insensitively, not glued to a letter or digit at an edge that
+    is one ("2" is not found in "12", "port = 8080" is found in "port = 8080.")."""
+    pattern = re.escape(text.lower())
+    if text[:1].isalnum():
+        pattern = r"(?<![0-9a-z])" + pattern
+    if text[-1:].isalnum():
+        pattern += r"(?![0-9a-z])"
+    return re.search(pattern, answer.lower()) is not None
+
+
+def free_goal_met(entry: dict[str, Any], output: str, root: Path) -> bool:
+    """The checks of one free phrasing (``phrasings.py``): answer texts, written files, the honest
+    reply; every file not named stays as it was."""
+    expected = {**phrasings.WORKSPACE_FILES, **entry.get("files", {})}
+    found = {p.relative_to(root).as_posix(): p.read_text(errors="replace") for p in root.rglob("*") if p.is_file()}
+    if found != expected:
+        return False
+    answer = ["k3-tiny"] if entry.get("honest") else entry.get("answer", [])
+    return all(contains(output, a) for a in answer)
+
+
+def make_agent(root: Path, engine: VLLMEngine, settings: ModelSettings, tool_set: str) -> tuple[Agent[str], list[Any]]:
+    """The agent ``kimik3 run`` builds (``full``: the coding harness; ``core``: the six tools)."""
+    if tool_set == "full":
+        harness = CodingHarness(root, checkpoints=False)
+        agent = harness.agent(engine=engine, settings=settings, max_turns=6)
+        return agent, list(agent.tools.values())
+    tools = coding_tools(root)
+    return Agent(instructions=CODING_INSTRUCTIONS, tools=tools, engine=engine, settings=settings, max_turns=6), tools
+
+
+async def run_task(engine: VLLMEngine, episode: dict[str, Any], settings: ModelSettings,
+                   tool_set: str = "full", free: dict[str, Any] | None = None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         for path, content in episode["files"].items():
             (root / path).parent.mkdir(parents=True, exist_ok=True)
             (root / path).write_text(content)
-        tools = coding_tools(root)
+        agent, tools = make_agent(root, engine, settings, tool_set)
         by_name = {t.name: t for t in tools}
-        agent = Agent(instructions=CODING_INSTRUCTIONS, tools=tools, engine=engine, settings=settings, max_turns=6)
         task = next(m["content"] for m in episode["messages"] if m["role"] == "user")
         calls = valid = 0
         output = ""
@@ -110,7 +154,10 @@ async def run_task(engine: VLLMEngine, episode: dict[str, Any], settings: ModelS
                 stop = event.result.stop_reason
                 completion_tokens = event.result.usage.completion_tokens
         seconds = time.perf_counter() - t0
-        ok = stop == "completed" and goal_met(episode["goals"][0], output, root)
+        if free is not None:
+            ok = stop == "completed" and free_goal_met(free, output, root)
+        else:
+            ok = stop == "completed" and goal_met(episode["goals"][0], output, root)
     return {"kind": episode["kind"][0], "task": task, "calls": calls, "valid": valid, "success": ok,
             "stop": stop, "output": output, "completion_tokens": completion_tokens, "seconds": seconds}
 
@@ -123,7 +170,7 @@ async def decode_speed(engine: VLLMEngine, episode: dict[str, Any], tokens: int 
                           settings=ModelSettings(max_tokens=tokens, temperature=1.0, extra={"ignore_eos": True}))
     stamps: list[float] = []
     count = 0
-    async for chunk in engine.generate(engine.encode(request), request):
+    async for chunk in engine.generate(engine.encode(request).ids, request):
         if chunk.completion_tokens is not None and chunk.completion_tokens > count:
             count = chunk.completion_tokens
             stamps.append(time.perf_counter())
@@ -137,14 +184,26 @@ async def main() -> None:
     ap.add_argument("--temperature", type=float, default=1.0, help="kimik3's default (the model card's)")
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--json", type=Path, help="write every task's result here")
+    ap.add_argument("--free", action="store_true", help="the hand-written free phrasings (phrasings.py)")
+    ap.add_argument("--more", action="store_true", help="with --free: the second set (phrasings.MORE)")
+    ap.add_argument("--tools", choices=["full", "core"], default="full", help="the harness (kimik3 run) or six tools")
+    ap.add_argument("--max-model-len", type=int, default=None, help="default: the model's max_position_embeddings")
     args = ap.parse_args()
 
-    episodes = load_tasks(args.tasks, args.seed)
+    frees: list[dict[str, Any] | None]
+    if args.free:
+        frees = list(phrasings.MORE if args.more else phrasings.FREE)
+        episodes = [{"kind": [f["shape"]], "files": phrasings.WORKSPACE_FILES,
+                     "messages": [{"role": "user", "content": f["ask"]}]} for f in frees]
+    else:
+        episodes = load_tasks(args.tasks, args.seed)
+        frees = [None] * len(episodes)
     settings = ModelSettings(temperature=args.temperature, seed=args.seed, max_tokens=400)
-    engine = VLLMEngine(MODEL, enforce_eager=True, trust_remote_code=True, max_model_len=4096)
+    window = args.max_model_len or json.loads((MODEL / "config.json").read_text())["max_position_embeddings"]
+    engine = VLLMEngine(MODEL, enforce_eager=True, trust_remote_code=True, max_model_len=window)
     await engine.start()
     try:
-        await run_task(engine, episodes[0], settings)  # warm-up
+        await run_task(engine, episodes[0], settings, args.tools, frees[0])  # warm-up
         decode = await decode_speed(engine, episodes[0])
         results: list[dict[str, Any]] = [{}] * len(episodes)
         limiter = anyio.CapacityLimiter(args.concurrency)
@@ -152,7 +211,7 @@ async def main() -> None:
 
         async def one(i: int) -> None:
             async with limiter:
-                results[i] = await run_task(engine, episodes[i], settings)
+                results[i] = await run_task(engine, episodes[i], settings, args.tools, frees[i])
 
         async with anyio.create_task_group() as tg:
             for i in range(len(episodes)):
@@ -165,9 +224,14 @@ async def main() -> None:
     valid = sum(r["valid"] for r in results)
     ok = sum(r["success"] for r in results)
     tokens = sum(r["completion_tokens"] for r in results)
-    print(f"tiny K3 model, embedded vLLM on CPU, {len(results)} held-out tasks, temperature {args.temperature}")
+    what = "free phrasings (phrasings.py)" if args.free else "held-out tasks"
+    print(f"tiny K3 model, embedded vLLM on CPU, {len(results)} {what}, temperature {args.temperature}, "
+          f"tools {args.tools}")
     print(f"  tool calls parsed and valid: {valid}/{calls} = {valid / max(calls, 1):.1%} (goal >= 99%)")
     print(f"  tasks succeeded: {ok}/{len(results)} = {ok / len(results):.1%} (goal >= 80%)")
+    if args.free:
+        for r in results:
+            print(f"    [{'ok' if r['success'] else 'NO'}] {r['task']!r} -> {r['output'][:120]!r}")
     per_kind = Counter(r["kind"] for r in results)
     won = Counter(r["kind"] for r in results if r["success"])
     print("  by kind: " + ", ".join(f"{k} {won[k]}/{per_kind[k]}" for k in sorted(per_kind)))

@@ -1,8 +1,9 @@
 """Write the tiny model's ``config.json`` and ``generation_config.json`` (step 2b; after
 ``build_tokenizer.py``, which fixes the vocabulary).
 
-Architecture: a standard Llama decoder (vLLM runs it on CPU), tied embeddings, sized so the bf16
-weights stay under 25 MB. Special ids are read from the model directory's
+Architecture: a standard Llama decoder (vLLM runs it on CPU), tied embeddings; v3 is ~20M
+parameters (bf16 weights ~40 MB) with an 8,192-token window (RoPE), trained on conversations up
+to that length. Special ids are read from the model directory's
 ``tokenizer_config.json``: ``eos_token_id`` is ``<|end_of_msg|>`` (K3's stop token).
 
 Usage: python scripts/tiny_k3/model_config.py [--model models/k3-tiny]
@@ -16,14 +17,14 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 
-ARCH = {
-    "hidden_size": 384,
-    "intermediate_size": 768,
+ARCH = {  # v3 (v1/v2: hidden 384, MLP 768, 6 heads, 4096 positions: 11.9M parameters)
+    "hidden_size": 512,
+    "intermediate_size": 1024,
     "num_hidden_layers": 8,
-    "num_attention_heads": 6,
+    "num_attention_heads": 8,
     "num_key_value_heads": 2,
     "head_dim": 64,
-    "max_position_embeddings": 4096,
+    "max_position_embeddings": 8192,  # the full harness's header is ~2,400 tokens
     "rms_norm_eps": 1e-6,
     "rope_theta": 10000.0,
 }

@@ -35,7 +35,7 @@ def main() -> None:
         r = curve[i]
         print(f"| {r['step']} | {r['time_s']:.0f} | {r['loss']:.4f} | {r['lr']:.2e} |")
     print("\nHeld-out first-turn accuracy, synthetic group (unseen file names and words; exact tool names "
-          "and arguments):\n")
+          "and arguments; intermediate evaluations on a sample):\n")
     kinds = sorted(log["final_eval"]["by_kind"])
     print("| step | tasks | all | " + " | ".join(kinds) + " |")
     print("|---:|---:|---:|" + "---:|" * len(kinds))
@@ -54,6 +54,12 @@ def main() -> None:
         for e in [*log["evals"], f]:
             cells = " | ".join(f"{e.get('by_group', {}).get(g, float('nan')):.3f}" for g in groups)
             print(f"| {e['step']} | {cells} |")
+    if "by_shape" in f:
+        print("\nBy shape, every evaluated turn (first and next) of all three groups:\n")
+        print("| shape | right | of | rate |")
+        print("|---|---:|---:|---:|")
+        for k, (right, n) in f["by_shape"].items():
+            print(f"| {k} | {right} | {n} | {right / n:.1%} |")
     max_new = s.get("max_new", 200)
     print(f"\nFinal: {f['accuracy']:.1%} of {f['n']} held-out tasks; {f['ended']:.1%} of the turns ended "
           f"with `<|end_of_msg|>` within {max_new} tokens.")

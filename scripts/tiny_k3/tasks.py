@@ -38,8 +38,9 @@ import re
 import shutil
 import string
 import tempfile
+import time
 import uuid
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -129,6 +130,8 @@ class Pools:
     comment: tuple[str, ...]  # comment lines ("# ...")
     prose: tuple[str, ...]  # docstring, licence and documentation lines
     names: tuple[str, ...]  # common file names
+    spaced: tuple[str, ...] = ()  # words the vocabulary has as one token with a leading space (" hello")
+    spaced_p: float = 0.0  # the share of drawn words taken from ``spaced``
     forbidden_paths: frozenset[str] = frozenset()  # never generated (training: the README demo's)
     forbidden_lines: frozenset[str] = frozenset()
 
@@ -136,8 +139,28 @@ class Pools:
 _POOLS_FILE = Path(__file__).resolve().parents[2] / ".cache" / "tiny_k3" / "pools.json"
 
 
-def make_pools(path: Path | None = None) -> dict[str, Pools]:
-    """The ``train`` and ``heldout`` pools, from ``textpool.py``'s file (built when missing)."""
+def spaced_words(model: Path | None = None) -> tuple[str, ...]:
+    """The words (3+ lower-case letters) that k3-tiny's vocabulary has as one token with a
+    leading space, e.g. " hello" (while "hello" is "he" + "llo"). A request says "run hello.py"
+    with that token; the path argument must spell "hello" without it. k3-tiny v3's first run
+    copied the spaced token into arguments (" hello.py") for words rare in names, so data v3 draws
+    names, words and texts from this list too."""
+    import base64
+
+    model = model or Path(__file__).resolve().parents[2] / "models" / "k3-tiny"
+    words = []
+    for line in (model / "tiktoken.model").read_text().splitlines():
+        if line.strip():
+            raw = base64.b64decode(line.split()[0])
+            if re.fullmatch(rb" [a-z]{3,}", raw):
+                words.append(raw[1:].decode())
+    return tuple(sorted(words))
+
+
+def make_pools(path: Path | None = None, spaced_p: float = 0.0) -> dict[str, Pools]:
+    """The ``train`` and ``heldout`` pools, from ``textpool.py``'s file (built when missing);
+    ``spaced_p``: the share of words drawn from :func:`spaced_words` (0: none, as data v2 and v3's
+    seed-0 set)."""
     path = path or _POOLS_FILE
     if not path.exists():
         import textpool
@@ -148,13 +171,15 @@ def make_pools(path: Path | None = None) -> dict[str, Pools]:
     bad_paths = frozenset(d["forbidden"]["paths"])
     bad_lines = frozenset(d["forbidden"]["lines"])
     names = sorted(set(COMMON_NAMES.split()))
+    spaced = spaced_words() if spaced_p > 0 else ()
     out = {}
     for split in ("train", "heldout"):
         p = d[split]
         out[split] = Pools(
             words=tuple(p["words"]), idents=tuple(p["idents"]), code=tuple(p["code"]),
             comment=tuple(p["comment"]), prose=tuple(p["prose"]),
-            names=tuple(n for n in names if split == "heldout" or n not in bad_paths),
+            names=tuple(n for n in names if split == "heldout" or n not in bad_paths), spaced=spaced,
+            spaced_p=spaced_p,
             forbidden_paths=bad_paths if split == "train" else frozenset(),
             forbidden_lines=bad_lines if split == "train" else frozenset(),
         )
@@ -187,7 +212,12 @@ class Ctx:
     def _any_word(self) -> str:
         r = self.rng
         p = self.pools
-        w = r.choice(p.idents) if r.random() < 0.3 else r.choice(p.words)
+        if not p.spaced:  # v2's draw: an identifier 30% of the time, else a word
+            w = r.choice(p.idents) if r.random() < 0.3 else r.choice(p.words)
+        else:  # a spaced word spaced_p of the time, then v2's shares
+            roll = r.random()
+            w = (r.choice(p.spaced) if roll < p.spaced_p else r.choice(p.idents)
+                 if roll < p.spaced_p + 0.3 * (1 - p.spaced_p) else r.choice(p.words))
         roll = r.random()
         if roll < 0.08:
             w = w.upper()
@@ -482,297 +512,6 @@ class Task:
     first_calls: list[Call]  # the calls of the first assistant turn (the held-out target)
 
 
-def _q(rng: random.Random, options: Sequence[str], **kw: str) -> str:
-    return rng.choice(options).format(**kw)
-
-
-def task_first_line(c: Ctx) -> Task:
-    c.fill()
-    if c.rng.random() < 0.08:
-        return _missing_file(c)
-    path = c.pick()
-    line = c.files[path].splitlines()[0]
-    prompt = _q(
-        c.rng,
-        [
-            "What is the first line of {p}?",
-            "Tell me the first line of {p}.",
-            "Show me the first line in {p}.",
-            "Read {p} and report its first line.",
-            "what's the first line of {p}",
-            "Print the first line of the file {p}.",
-        ],
-        p=path,
-    )
-    calls = [Call("read_file", {"path": path})]
-
-    def script() -> Script:
-        (out,) = yield Step(f"The user wants the first line of {path}. I will read the file.", "", calls)
-        assert line in out, (path, line, out)
-        yield Step(
-            f"The first line of {path} is: {line}",
-            f"The first line of {path} is:\n{line}",
-        )
-
-    return Task("first_line", prompt, script, {"answer_contains": [line]}, calls)
-
-
-def _missing_file(c: Ctx) -> Task:
-    path = c.file_name()  # not created
-    prompt = _q(c.rng, ["What is the first line of {p}?", "Tell me the first line of {p}."], p=path)
-    calls = [Call("read_file", {"path": path})]
-
-    def script() -> Script:
-        (out,) = yield Step(f"The user wants the first line of {path}. I will read the file.", "", calls)
-        assert out.startswith("Error:"), out
-        yield Step(
-            f"Reading {path} failed: the file does not exist.",
-            f"I could not read {path}: the file does not exist in the workspace.",
-        )
-
-    return Task("first_line", prompt, script, {"answer_contains": ["does not exist"]}, calls)
-
-
-def _unique_words(c: Ctx, target: str) -> list[str]:
-    """Words of ``target`` (regex-safe, 3+ characters) that no other file contains."""
-    others = [t for p, t in c.files.items() if p != target]
-    return sorted({w for w in _SAFE_WORD.findall(c.files[target])
-                   if len(w) >= 4 and not w.isdigit() and not any(w in o for o in others)})
-
-
-def task_grep(c: Ctx) -> Task:
-    w = ""
-    if c.fixed or c.rng.random() < 0.35:  # a word already in one file only
-        c.fill(c.rng.randint(2, 5))
-        for target in c.rng.sample(sorted(c.files), len(c.files)):
-            found = _unique_words(c, target)
-            if found:
-                w = c.rng.choice(found)
-                break
-    if not w:
-        c.fill(c.rng.randint(1, 4))
-        target = c.add_file()  # a new file, so earlier tasks on the same sandbox keep their files
-        for _ in range(100):
-            w = c.word()
-            if not any(w in t for t in c.files.values()):
-                break
-        lines = c.files[target].splitlines()
-        i = c.rng.randrange(len(lines))
-        ws = lines[i].split(" ")
-        ws.insert(c.rng.randint(0, len(ws)), w)
-        lines[i] = " ".join(ws)
-        c.files[target] = "".join(x + "\n" for x in lines)
-        assert not any(w in t for p, t in c.files.items() if p != target), w
-    prompt = _q(
-        c.rng,
-        [
-            "Which file contains the word {w}?",
-            "Find the file that mentions {w}.",
-            "In which file does {w} appear?",
-            "Search the workspace for {w} and tell me which file has it.",
-            "where is {w} mentioned",
-        ],
-        w=w,
-    )
-    calls = [Call("grep", {"pattern": w})]
-
-    def script() -> Script:
-        (out,) = yield Step(f"The user wants the file that contains {w}. I will search for it with grep.", "", calls)
-        assert target in out and all(line.startswith(target + ":") for line in out.splitlines()), (target, w, out)
-        yield Step(
-            f"The search found {w} in {target}.",
-            f"The word {w} appears in {target}.",
-        )
-
-    return Task("grep", prompt, script, {"answer_contains": [target]}, calls)
-
-
-def _bash_command(c: Ctx) -> tuple[str, str]:
-    """A simple command and a short phrase describing it."""
-    r = c.rng
-    kind = r.choice(["echo", "wc", "ls", "python", "head", "cat", "echo"])
-    if kind == "echo":
-        if r.random() < 0.4:
-            for _ in range(20):
-                text = r.choice([c.sentence(), c.wild(), c._pool_line("prose")])
-                if "'" not in text and "\\" not in text and not text.startswith("-"):
-                    return f"echo '{text}'", "print some text"
-        return f"echo {' '.join(c.word() for _ in range(r.randint(1, 4)))}", "print some words"
-    if kind == "wc":
-        return f"wc -l {c.pick()}", "count the lines"
-    if kind == "ls":
-        d = sorted({p.split("/")[0] + "/" for p in c.files if "/" in p})
-        if d and r.random() < 0.4:
-            return f"ls {r.choice(d)}", "list a directory"
-        return "ls", "list the files"
-    if kind == "python":
-        a, b = r.randint(0, 999), r.randint(1, 99)
-        op = r.choice(["+", "-", "*"])
-        return f"python3 -c 'print({a} {op} {b})'", "compute a number"
-    if kind == "head":
-        return f"head -n {r.randint(1, 2)} {c.pick()}", "show the first lines"
-    return f"cat {c.pick()}", "show a file"
-
-
-def task_bash(c: Ctx) -> Task:
-    c.fill()
-    cmd, _ = _bash_command(c)
-    prompt = _q(
-        c.rng,
-        [
-            "Run `{cmd}` and tell me the output.",
-            "What does `{cmd}` print?",
-            "Please run {cmd} and report what it prints.",
-            "Execute `{cmd}`.",
-            "run {cmd}",
-        ],
-        cmd=cmd,
-    )
-    calls = [Call("bash", {"command": cmd})]
-    goal: dict[str, Any] = {"answer_contains": []}  # the output, filled in when the command runs
-
-    def script() -> Script:
-        (out,) = yield Step(f"The user wants the output of {cmd}. I will run it.", "", calls)
-        text, code = bash_output(out)
-        text = text.strip("\n")
-        assert code == 0 and text, out
-        goal["answer_contains"].append(text)
-        content = f"The command printed:\n{text}" if "\n" in text else f"The command printed: {text}"
-        yield Step(f"The command finished with exit code {code}. I will report its output.", content)
-
-    return Task("bash", prompt, script, goal, calls)
-
-
-def task_copy_line(c: Ctx) -> Task:
-    c.fill()
-    src = c.pick()
-    dst = c.file_name()
-    if c.rng.random() < 0.2:  # copy.cfg, notes_copy.txt, ...
-        stem, ext = os.path.splitext(src.rsplit("/", 1)[-1])
-        for cand in (c.rng.choice(["copy", "copy2", f"{stem}_copy", f"{stem}-copy", f"{stem}.bak", "backup"]) + ext,):
-            if cand not in c.files and cand not in c.pools.forbidden_paths and _SAFE_NAME.fullmatch(cand):
-                dst = cand
-    line = c.files[src].splitlines()[0]
-    prompt = _q(
-        c.rng,
-        [
-            "Copy the first line of {s} into a new file {d}.",
-            "Write the first line of {s} to {d}.",
-            "Create {d} containing the first line of {s}.",
-            "Put the first line of {s} in {d}.",
-        ],
-        s=src,
-        d=dst,
-    )
-    calls = [Call("read_file", {"path": src})]
-
-    def script() -> Script:
-        (out,) = yield Step(
-            f"The user wants the first line of {src} copied into {dst}. First I will read {src}.", "", calls
-        )
-        assert line in out
-        yield Step(
-            f"The first line of {src} is: {line}\nNow I will write it to {dst}.",
-            "",
-            [Call("write_file", {"path": dst, "content": line + "\n"})],
-        )
-        yield Step(
-            f"I wrote the line to {dst}.",
-            f"Done: {dst} now contains the first line of {src}:\n{line}",
-        )
-
-    return Task("copy_line", prompt, script, {"files": {dst: line + "\n"}}, calls)
-
-
-def task_two_files(c: Ctx) -> Task:
-    c.fill(c.rng.randint(2, 5))
-    a, b = c.rng.sample(sorted(c.files), 2)
-    la, lb = c.files[a].splitlines()[0], c.files[b].splitlines()[0]
-    prompt = _q(
-        c.rng,
-        [
-            "Read {a} and {b} and tell me the first line of each.",
-            "What are the first lines of {a} and {b}?",
-            "Show me the first line of {a} and the first line of {b}.",
-            "first lines of {a} and {b}?",
-        ],
-        a=a,
-        b=b,
-    )
-    calls = [Call("read_file", {"path": a}), Call("read_file", {"path": b})]
-
-    def script() -> Script:
-        out_a, out_b = yield Step(
-            f"The user wants the first lines of {a} and {b}. I will read both files at once.", "", calls
-        )
-        assert la in out_a and lb in out_b
-        yield Step(
-            f"The first line of {a} is: {la}\nThe first line of {b} is: {lb}",
-            f"{a}: {la}\n{b}: {lb}",
-        )
-
-    return Task("two_files", prompt, script, {"answer_contains": [la, lb]}, calls)
-
-
-def task_plain(c: Ctx) -> Task:
-    r = c.rng
-    kind = r.choice(["add", "add", "greet", "repeat", "hello", "sub"])
-    if kind in ("add", "sub"):  # single digits: v1's two-digit sums were too hard for 12M parameters
-        a, b = r.randint(0, 9), r.randint(0, 9)
-        if kind == "add":
-            ans = str(a + b)
-            prompt = r.choice([f"What is {a} plus {b}?", f"What is {a} + {b}?", f"Compute {a}+{b}.", f"{a}+{b}=?"])
-            reasoning = f"This is simple arithmetic: {a} + {b} = {ans}. No tools are needed."
-        else:
-            a, b = max(a, b), min(a, b)
-            ans = str(a - b)
-            prompt = r.choice([f"What is {a} minus {b}?", f"What is {a} - {b}?", f"Compute {a}-{b}."])
-            reasoning = f"This is simple arithmetic: {a} - {b} = {ans}. No tools are needed."
-        content = ans
-    elif kind == "greet":
-        ws = [c.word() for _ in range(1 if r.random() < 0.75 else 2)]
-        name = " ".join(w if w[:1].isupper() else w.capitalize() for w in ws)
-        prompt = r.choice([f"Say hello to {name}.", f"Greet {name}.", f"Please greet {name}.", f"say hi to {name}"])
-        reasoning = f"The user wants me to greet {name}. No tools are needed."
-        content = ans = f"Hello, {name}!"
-    elif kind == "repeat":
-        roll = r.random()
-        if roll < 0.3:
-            words = " ".join(c.filler() for _ in range(r.randint(1, 5)))
-        elif roll < 0.55:
-            words = c._pool_line("prose")
-        elif roll < 0.7:
-            words = c._pool_line("code")
-        elif roll < 0.85:
-            words = c.sentence()
-        else:
-            words = c.wild()
-        prompt = r.choice([f"Repeat after me: {words}", f"Say exactly this: {words}", f"Repeat this text: {words}"])
-        reasoning = "The user wants me to repeat some words. No tools are needed."
-        content = ans = words
-    else:
-        prompt = r.choice(["Hello!", "Hi", "hello", "Hi there!", "Who are you?", "What can you do?"])
-        reasoning = "The user is greeting me. No tools are needed."
-        content = "Hello! I am a coding agent. I can read, write and search files in this workspace and run commands."
-        ans = "Hello"
-    c.fill()  # a workspace exists even when it is not needed
-
-    def script() -> Script:
-        yield Step(reasoning, content)
-
-    return Task("plain", prompt, script, {"answer_contains": [ans]}, [])
-
-
-TASKS: dict[str, Callable[[Ctx], Task]] = {
-    "first_line": task_first_line,
-    "grep": task_grep,
-    "bash": task_bash,
-    "copy_line": task_copy_line,
-    "two_files": task_two_files,
-    "plain": task_plain,
-}
-WEIGHTS = {"first_line": 3, "grep": 3, "bash": 3, "copy_line": 2, "two_files": 2, "plain": 1.5}
-
 
 # -- running episodes with the real tools ------------------------------------------------------
 
@@ -788,42 +527,98 @@ class Episode:
     first_calls: list[dict[str, Any]]  # calls of the first assistant turn of the LAST task
 
 
-def _load_tools(root: Path) -> Any:
-    from kimik3.tools.coding import coding_tools
+def _harness(root: Path) -> Any:
+    from kimik3.harness import CodingHarness
 
-    return coding_tools(root)
+    # what `kimik3 run` builds (checkpoints change no text the model sees)
+    return CodingHarness(root, checkpoints=False)
 
 
 def tool_specs(root: Path | None = None) -> list[dict[str, Any]]:
-    """The coding tools' declarations as OpenAI dicts (what the prompt header renders)."""
+    """The full harness's tool declarations as OpenAI dicts (what the prompt header renders and
+    what ``kimik3 run`` sends: ``CodingHarness(root).parts(engine=...)``, the ``task`` tool included)."""
+    from kimik3.agents import CODING_INSTRUCTIONS
+    from kimik3.engines import ScriptedEngine
+
     with tempfile.TemporaryDirectory() as tmp:
-        tools = _load_tools(Path(root or tmp))
+        tools, _, _ = _harness(Path(root or tmp)).parts(engine=ScriptedEngine([]), instructions=CODING_INSTRUCTIONS)
         return [t.spec.model_dump(mode="json", exclude_none=True) for t in tools]
 
 
-async def _run_call(tools: dict[str, Any], call: Call) -> str:
-    result = await tools[call.name].run(dict(call.arguments))
-    text = getattr(result, "text", None)
-    if callable(text):
-        text = text()
-    if text is None:
-        text = result.content
-    assert isinstance(text, str), type(text)
-    return text
-
-
 _EXIT_LINE = re.compile(r"\[exit code: (\d+), \d+\.\d\d s\]\Z")
-_WORKSPACE: tuple[Path, dict[str, Any]] | None = None
 
 
-def _workspace() -> tuple[Path, dict[str, Any]]:
-    """One workspace directory and its tools per process (building the tools is the slow part)."""
-    global _WORKSPACE
-    if _WORKSPACE is None:
-        root = Path(tempfile.mkdtemp(prefix="k3tiny_"))
-        atexit.register(shutil.rmtree, root, True)
-        _WORKSPACE = (root, {t.spec.function.name: t for t in _load_tools(root)})
-    return _WORKSPACE
+class Sandbox:
+    """One workspace directory and kimik3's full coding harness over it, per process (building
+    the tools is the slow part). Each task of an episode is a new run of the agent, as each
+    ``kimik3 run`` / ``resume`` is: what the model read is forgotten (read-before-edit) and
+    background ids start again at bg1."""
+
+    def __init__(self) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="k3tiny_"))
+        atexit.register(shutil.rmtree, self.root, True)
+        self.harness = _harness(self.root)
+        self.tools = {t.name: t for t in self.harness.tools}
+        self.loop = asyncio.new_event_loop()
+
+    def reset(self, files: dict[str, str]) -> None:
+        for child in self.root.iterdir():
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
+        self.sync(files)
+
+    def sync(self, files: dict[str, str]) -> None:
+        """Write the files that are new or differ from the disk (the user's own changes between runs)."""
+        for path, text in files.items():
+            p = self.root / path
+            if p.is_file() and p.read_text(encoding="utf-8") == text:
+                continue
+            try:
+                p.parent.mkdir(parents=True, exist_ok=True)
+                p.write_text(text, encoding="utf-8")
+            except OSError as e:  # e.g. a file where an earlier run left an (empty) directory: draw again
+                raise AssertionError(f"cannot write {path}: {e}") from None
+
+    def state(self) -> dict[str, str]:
+        return {p.relative_to(self.root).as_posix(): p.read_text(encoding="utf-8")
+                for p in sorted(self.root.rglob("*")) if p.is_file()}
+
+    def system_prompt(self, base: str) -> str:
+        """``base`` with the root AGENTS.md appended, as the harness does."""
+        inst = self.harness.instructions
+        return inst.system_prompt(base) if inst is not None else base
+
+    def new_run(self) -> None:
+        h = self.harness
+        if h.tracker is not None:
+            h.tracker.seen.clear()
+        if h.processes is not None:
+            self.loop.run_until_complete(h.processes.close())
+            h.processes._procs.clear()
+            h.processes._n = 0
+
+    def call(self, call: Call) -> str:
+        if call.name == "read_output":  # the model's next turn comes later: let the process finish
+            proc = self.harness.processes._procs.get(call.arguments.get("id"))
+            end = time.monotonic() + 10
+            while proc is not None and (proc.popen.poll() is None or proc.members()) and time.monotonic() < end:
+                time.sleep(0.01)
+        result = self.loop.run_until_complete(self.tools[call.name].run(dict(call.arguments)))
+        text = result.text() if callable(getattr(result, "text", None)) else result.content
+        assert isinstance(text, str), type(text)
+        return text
+
+
+_SANDBOX: Sandbox | None = None
+
+
+def sandbox() -> Sandbox:
+    global _SANDBOX
+    if _SANDBOX is None:
+        _SANDBOX = Sandbox()
+    return _SANDBOX
 
 
 def bash_output(tool_text: str) -> tuple[str, int | None]:
@@ -836,125 +631,57 @@ def bash_output(tool_text: str) -> tuple[str, int | None]:
     return head, int(m.group(1))
 
 
-def run_episode(
-    tasks: list[Task],
-    files: dict[str, str],
-    *,
-    system: str,
-    thinking: bool,
-    effort: str | None,
-    rng: random.Random,
-) -> Episode:
-    """Run the scripted tasks in order against a fresh sandbox with kimik3's real coding tools.
+def numbered(read_text: str) -> list[str]:
+    """The lines of a read_file result (``cat -n`` format), without their numbers."""
+    return [m.group(1) for m in re.finditer(r"(?m)^ *\d+\t(.*)$", read_text)]
+
+
+def run_task(sb: Sandbox, task: Task, messages: list[dict[str, Any]], *, thinking: bool,
+             rng: random.Random) -> list[dict[str, Any]]:
+    """Run one scripted task (a new run of the agent) on the sandbox; append its messages.
+    Returns the calls of its first assistant turn.
 
     The one thing not taken verbatim from the tools is the wall-clock time in bash's last line
-    (``[exit code: 0, 0.01 s]``): it is redrawn from ``rng`` so episodes are reproducible.
-    """
-    messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
-    n_calls = 0
-    first_calls: list[dict[str, Any]] = []
-    root, tools = _workspace()
-    for child in root.iterdir():
-        if child.is_dir() and not child.is_symlink():
-            shutil.rmtree(child)
-        else:
-            child.unlink()
-    for path, text in files.items():
-        p = root / path
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text, encoding="utf-8")
-    loop = asyncio.new_event_loop()
-    try:
-        for task in tasks:
-            messages.append({"role": "user", "content": task.prompt})
-            gen = task.script()
-            step = next(gen)
-            first = True
-            while True:
-                msg: dict[str, Any] = {"role": "assistant", "content": step.content}
-                if thinking:
-                    msg["reasoning_content"] = step.reasoning
-                if first:
-                    first_calls = [{"name": c.name, "arguments": c.arguments} for c in step.calls]
-                    first = False
-                if not step.calls:
-                    messages.append(msg)
-                    break
-                ids = []
-                for _ in step.calls:
-                    n_calls += 1
-                    ids.append(f"call_{n_calls}")
-                msg["tool_calls"] = [
-                    {
-                        "id": i,
-                        "type": "function",
-                        "function": {"name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)},
-                    }
-                    for i, c in zip(ids, step.calls, strict=True)
-                ]
-                messages.append(msg)
-                outs = [loop.run_until_complete(_run_call(tools, c)) for c in step.calls]
-                for k, c in enumerate(step.calls):
-                    if c.name == "bash":
-                        out, code = bash_output(outs[k])
-                        assert code is not None, outs[k]
-                        secs = rng.choice([0.0, 0.0, 0.01, 0.01, 0.01, 0.02, 0.03, 0.05])
-                        outs[k] = (out + "\n" if out else "") + f"[exit code: {code}, {secs:.2f} s]"
-                for i, c, out in zip(ids, step.calls, outs, strict=True):
-                    messages.append({"role": "tool", "tool_call_id": i, "name": c.name, "content": out})
-                try:
-                    step = gen.send(outs)
-                except StopIteration:
-                    raise AssertionError(f"{task.kind}: script ended after tool calls") from None
-            for path, text in task.goal.get("files", {}).items():
-                got = (root / path).read_text(encoding="utf-8")
-                assert got == text, (path, got, text)
-    finally:
-        loop.close()
-    return Episode(
-        kind=[t.kind for t in tasks],
-        messages=messages,
-        thinking=thinking,
-        effort=effort,
-        goals=[t.goal for t in tasks],
-        files=dict(files),
-        first_calls=first_calls,
-    )
-
-
-def sample_settings(rng: random.Random) -> tuple[bool, str | None]:
-    """Thinking on/off and effort: mostly what kimik3's Agent sends (thinking on, effort max)."""
-    r = rng.random()
-    if r < 0.70:
-        return True, "max"
-    if r < 0.78:
-        return True, "high"
-    if r < 0.86:
-        return True, "low"
-    if r < 0.90:
-        return True, None
-    return False, None
-
-
-def sample_episode(rng: random.Random, pools: Pools, *, system: str, kinds: Sequence[str] | None = None,
-                   multi_turn: float = 0.15, settings: tuple[bool, str | None] | None = None,
-                   realistic: float = 0.2, files: dict[str, str] | None = None) -> Episode:
-    """One random episode (one task, or two on the same sandbox with probability ``multi_turn``).
-
-    ``realistic``: probability of a sandbox of common file names and harvested lines only;
-    ``files``: a given sandbox (e.g. examples/sample_workspace) instead of a random one."""
-    names = list(kinds or TASKS)
-    weights = [WEIGHTS[k] for k in names]
-    c = Ctx(rng, pools, realistic=rng.random() < realistic, files=files)
-    n = 2 if rng.random() < multi_turn else 1
-    thinking, effort = settings or sample_settings(rng)
-    for attempt in range(20):  # a rare clash (e.g. a later file also holds grep's word): draw again
-        c = Ctx(rng, pools, realistic=c.realistic, files=files)
+    (``[exit code: 0, 0.01 s]``): it is redrawn from ``rng`` so episodes are reproducible."""
+    sb.new_run()
+    n_calls = sum(len(m.get("tool_calls") or []) for m in messages)
+    messages.append({"role": "user", "content": task.prompt})
+    gen = task.script()
+    step = next(gen)
+    first_calls: list[dict[str, Any]] | None = None
+    while True:
+        msg: dict[str, Any] = {"role": "assistant", "content": step.content}
+        if thinking:
+            msg["reasoning_content"] = step.reasoning
+        if first_calls is None:
+            first_calls = [{"name": c.name, "arguments": c.arguments} for c in step.calls]
+        if not step.calls:
+            messages.append(msg)
+            break
+        ids = []
+        for _ in step.calls:
+            n_calls += 1
+            ids.append(f"call_{n_calls}")
+        msg["tool_calls"] = [
+            {"id": i, "type": "function",
+             "function": {"name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)}}
+            for i, c in zip(ids, step.calls, strict=True)
+        ]
+        messages.append(msg)
+        outs = [sb.call(c) for c in step.calls]
+        for k, c in enumerate(step.calls):
+            if c.name == "bash" and not c.arguments.get("background"):
+                out, code = bash_output(outs[k])
+                assert code is not None, outs[k]
+                secs = rng.choice([0.0, 0.0, 0.01, 0.01, 0.01, 0.02, 0.03, 0.05])
+                outs[k] = (out + "\n" if out else "") + f"[exit code: {code}, {secs:.2f} s]"
+        for i, c, out in zip(ids, step.calls, outs, strict=True):
+            messages.append({"role": "tool", "tool_call_id": i, "name": c.name, "content": out})
         try:
-            tasks = [TASKS[rng.choices(names, weights)[0]](c) for _ in range(n)]
-            # the second task's sandbox edits (e.g. grep's inserted word) happen before the run: freeze now
-            return run_episode(tasks, dict(c.files), system=system, thinking=thinking, effort=effort, rng=rng)
-        except AssertionError:
-            if attempt == 19:
-                raise
-    raise AssertionError("unreachable")
+            step = gen.send(outs)
+        except StopIteration:
+            raise AssertionError(f"{task.kind}: script ended after tool calls") from None
+    for path, text in task.goal.get("files", {}).items():
+        got = (sb.root / path).read_text(encoding="utf-8")
+        assert got == text, (path, got, text)
+    return first_calls

@@ -14,10 +14,11 @@ progress = seconds trained / training budget (``--max-minutes`` less the time ke
 evaluation and saving), so the cosine ends when the time does on any machine; a hard guard stops
 the loop if the wall clock runs out anyway.
 
-Evaluation (held-out words and file names): greedy decoding of the first assistant turn; a task
-counts as correct when the parsed tool calls (name and typed arguments, in order) equal the
-expected ones, or, for a task answered without tools, when no tool is called and the answer
-contains the expected text.
+Evaluation (held-out words and file names): greedy decoding of the evaluated assistant turn (the
+first one, and the one after the first tool results); a turn counts as correct when the parsed
+tool calls (name and typed arguments, in order) equal the expected ones, or, for a turn without
+tools, when no tool is called and the answer contains the expected text. The weights are saved
+before the final evaluation, so a run that is cut short there still returns them.
 
 Writes to ``--out``: ``config.json``, ``generation_config.json``, the bf16 weights (sharded
 safetensors under ``--max-shard-size``: the device tool returns files of at most 16 MiB; join
@@ -161,13 +162,18 @@ def parse_turn(text: str) -> tuple[list[dict[str, Any]], str]:
 
 @torch.no_grad()
 def evaluate(model: Any, tasks: list[dict[str, Any]], detok: Detok, device: torch.device, *,
-             batch: int, max_new: int, amp: bool) -> dict[str, Any]:
+             batch: int, max_new: int, amp: bool, deadline: float = float("inf")) -> dict[str, Any]:
     model.eval()
     eom, pad = detok.id_of["<|end_of_msg|>"], detok.id_of["[PAD]"]
     results = []
     order = sorted(range(len(tasks)), key=lambda i: len(tasks[i]["prompt_ids"]))
     for s in range(0, len(order), batch):
         chunk = [tasks[i] for i in order[s : s + batch]]
+        if time.time() > deadline:
+            results.extend({"kind": t["kind"], "group": f"{t.get('group', 'synthetic')}/{t.get('turn', 'first')}",
+                            "ok": False, "ended": False, "text": "[not evaluated: out of time]",
+                            "expected": t["expected_calls"] or t["answer_contains"]} for t in chunk)
+            continue
         n = max(len(t["prompt_ids"]) for t in chunk)
         ids = torch.full((len(chunk), n), pad, dtype=torch.long)
         att = torch.zeros((len(chunk), n), dtype=torch.long)
@@ -196,17 +202,21 @@ def evaluate(model: Any, tasks: list[dict[str, Any]], detok: Detok, device: torc
     model.train()
     by_kind: dict[str, list[bool]] = {}  # first turns of the synthetic group (v1's measure)
     by_group: dict[str, list[bool]] = {}  # group/turn (see encode_data.py)
+    by_shape: dict[str, list[bool]] = {}  # every evaluated turn of a shape, all groups
     for r in results:
         if r["group"] == "synthetic/first":
             by_kind.setdefault(r["kind"], []).append(r["ok"])
         by_group.setdefault(r["group"], []).append(r["ok"])
+        by_shape.setdefault(r["kind"], []).append(r["ok"])
     return {
         "n": len(results),
         "accuracy": sum(r["ok"] for r in results) / max(1, len(results)),
         "ended": sum(r["ended"] for r in results) / max(1, len(results)),
         "by_kind": {k: sum(v) / len(v) for k, v in sorted(by_kind.items())},
         "by_group": {k: sum(v) / len(v) for k, v in sorted(by_group.items())},
-        "failures": [r for r in results if not r["ok"]][:8],
+        "by_shape": {k: [sum(v), len(v)] for k, v in sorted(by_shape.items())},
+        "not_evaluated": sum(r["text"] == "[not evaluated: out of time]" for r in results),
+        "failures": [r for r in results if not r["ok"] and not r["text"].startswith("[not evaluated")][:60],
     }
 
 
@@ -357,6 +367,8 @@ def main() -> None:
     ap.add_argument("--max-new", type=int, default=256)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-shard-size", default="15MB")
+    ap.add_argument("--hard-limit-s", type=float, default=1e9,
+                    help="the final evaluation stops here (seconds from the start; the rest counts as not evaluated)")
     ap.add_argument("--smoke", action="store_true", help="CPU smoke test: a few tiny steps")
     args = ap.parse_args()
     if args.smoke:
@@ -375,6 +387,8 @@ def main() -> None:
     meta = json.loads((args.data / "dataset_meta.json").read_text())
     data = Data(args.data)
     eval_tasks = json.loads((args.data / "eval.json").read_text())
+    for t in eval_tasks:  # the prompt: its header (stored once, in dataset.npz) and its body
+        t["prompt_ids"] = data.headers[t["header"]].tolist() + t["body_ids"]
     detok = Detok(args.model_dir)
     pad = detok.id_of["[PAD]"]
     log(f"data: {data.n} episodes, {int(data.lengths.sum())} tokens, {int(data.mask.sum())} target tokens, "
@@ -404,9 +418,10 @@ def main() -> None:
     if args.smoke:
         eval_tasks = eval_tasks[:: max(1, len(eval_tasks) // 3)][:3]
 
-    def run_eval(tasks_: list[dict[str, Any]]) -> dict[str, Any]:
+    def run_eval(tasks_: list[dict[str, Any]], deadline: float = float("inf")) -> dict[str, Any]:
         hf.load_state_dict(model.hf_state_dict())
-        return evaluate(hf, tasks_, detok, device, batch=args.eval_batch, max_new=args.max_new, amp=amp)
+        return evaluate(hf, tasks_, detok, device, batch=args.eval_batch, max_new=args.max_new, amp=amp,
+                        deadline=deadline)
 
     # Schedule on the training clock (evaluation time excluded): progress = trained seconds /
     # training budget, so the cosine ends when the time does, whatever the speed of the machine.
@@ -489,19 +504,22 @@ def main() -> None:
         epoch += 1
     train_s = train_clock
 
+    args.out.mkdir(parents=True, exist_ok=True)  # the weights first: the final eval may run out of time
+    hf.load_state_dict(model.hf_state_dict())
+    hf.config.architectures = ["LlamaForCausalLM"]
+    hf.to(torch.bfloat16).save_pretrained(args.out, max_shard_size=args.max_shard_size, safe_serialization=True)
+    GenerationConfig.from_pretrained(args.model_dir).save_pretrained(args.out)
+    hf.to(torch.float32)
+    log(f"saved the weights to {args.out}")
+
     te = time.time()
-    final = run_eval(eval_tasks)
+    final = run_eval(eval_tasks, deadline=T0 + args.hard_limit_s)
     final.update(step=step, time_s=time.time() - T0)
     log(f"final eval: accuracy {final['accuracy']:.3f} on {final['n']} held-out tasks (ended {final['ended']:.2f}) "
         f"{final['by_kind']} {final['by_group']} [{time.time() - te:.1f}s]")
     for f in final["failures"][:4]:
         log(f"  failure [{f['kind']}] expected {json.dumps(f['expected'])[:200]} got {f['text'][:300]!r}")
 
-    args.out.mkdir(parents=True, exist_ok=True)
-    hf.load_state_dict(model.hf_state_dict())
-    hf.config.architectures = ["LlamaForCausalLM"]
-    hf.to(torch.bfloat16).save_pretrained(args.out, max_shard_size=args.max_shard_size, safe_serialization=True)
-    GenerationConfig.from_pretrained(args.model_dir).save_pretrained(args.out)
     result = {
         "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "device": torch.cuda.get_device_name(0) if amp else "cpu",

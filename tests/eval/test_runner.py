@@ -138,8 +138,8 @@ def test_an_out_of_another_suite_or_other_options_is_refused(tmp_path: Path) -> 
     run(suite, out, ScriptedEngine(by_task(REPLIES)))
     loaded = load_suite(suite)
     engine = ScriptedEngine(by_task(REPLIES))
-    with pytest.raises(EvalError, match="tools: 'core' there, 'full' now"):
-        anyio.run(lambda: evaluate(loaded, engine, out, config=EvalConfig(tools="full")))
+    with pytest.raises(EvalError, match="tools: 'full' there, 'core' now"):
+        anyio.run(lambda: evaluate(loaded, engine, out, config=EvalConfig(tools="core")))
     (suite / "answer" / "workspace" / "notes.txt").write_text("changed\n")
     with pytest.raises(EvalError, match="suite_digest"):
         anyio.run(lambda: evaluate(load_suite(suite), engine, out))

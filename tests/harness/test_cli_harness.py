@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 from click.testing import CliRunner
 
+from kimik3.agents import CODING_INSTRUCTIONS
 from kimik3.cli import main
+from kimik3.engines import ScriptedEngine
+from kimik3.formats.k3 import render
+from kimik3.harness import CodingHarness
 from kimik3.tools import Tool
+from tests.test_k3_tiny import HARNESS_TOOLS, TRAINED_HARNESS_PROMPT_SHA256
 
 from ..procs import needs_bwrap
 from .helpers import answer, calls, git, make_repo
@@ -67,12 +74,45 @@ def test_core_tools_keep_the_trained_prompt_and_no_agents_md_opts_out(tmp_path: 
     script.write_text(json.dumps([answer("hi")]))
     session = tmp_path / "s.jsonl"
     code, out, _ = invoke(["run", "go", "-w", str(repo), "--script", str(script), "--session", str(session),
-                           "--plain", "--no-agents-md"], tmp_path / "home")
+                           "--plain", "--no-agents-md", "--tools", "core"], tmp_path / "home")
     assert code == 0
     header = json.loads(session.read_text().splitlines()[0])
     assert header["tools"] == ["bash", "edit_file", "glob", "grep", "read_file", "write_file"]
     assert "project instructions" not in out
     assert "Be careful" not in header["instructions"]
+
+
+def test_run_gives_the_full_harness_by_default_with_the_prompt_k3_tiny_was_trained_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kimik3 import _cli_engine
+
+    engines: list[ScriptedEngine] = []
+
+    class Recording(ScriptedEngine):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            engines.append(self)
+
+    monkeypatch.setattr(_cli_engine, "ScriptedEngine", Recording)
+    repo = make_repo(tmp_path / "repo")
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([answer("hi")]))
+    session = tmp_path / "s.jsonl"
+    code, _, _ = invoke(["run", "hi", "-w", str(repo), "--script", str(script), "--session", str(session), "--plain"],
+                        tmp_path / "home")
+    assert code == 0
+    header = json.loads(session.read_text().splitlines()[0])
+    assert header["tools"] == sorted(HARNESS_TOOLS)
+    # what the command sent (sandbox, skills, cost and all on): byte for byte the trained prompt
+    (sent,) = engines[0].calls
+    assert [m.role for m in sent.messages] == ["system", "user"] and sent.messages[0].content == CODING_INSTRUCTIONS
+    assert hashlib.sha256(sent.prompt.encode()).hexdigest() == TRAINED_HARNESS_PROMPT_SHA256
+    tools, instructions, _ = CodingHarness(repo).parts(engine=ScriptedEngine([]))
+    assert header["instructions"] == instructions
+    own = [t for t in tools if isinstance(t, Tool)]
+    text = render([{"role": "system", "content": instructions}, {"role": "user", "content": "hi"}], own)
+    assert hashlib.sha256(text.encode()).hexdigest() == TRAINED_HARNESS_PROMPT_SHA256
 
 
 def test_core_harness_tools_are_exactly_the_trained_coding_tools(tmp_path: Path) -> None:

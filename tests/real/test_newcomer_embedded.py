@@ -1,5 +1,5 @@
 """The paths a new user takes with k3-tiny embedded through vLLM on this CPU (issue 16): the
-README's SDK snippet as written, `make demo`'s command (quiet: nothing on stderr), and
+README's SDK snippet as written (twice: it runs again, issue 35), `make demo`'s command (quiet: nothing on stderr), and
 examples/coding_agent.py as its docstring says. Each starts vLLM in a child process, one at a
 time, without VLLM_CPU_KVCACHE_SPACE (kimik3 sizes the KV cache). Run under
 ``flock /tmp/kimik3-engine.lock``."""
@@ -22,18 +22,22 @@ DEMO_ANSWER = [
 ]
 
 
-def test_readme_sdk_snippet_runs_as_written(tmp_path: Path) -> None:
+def test_readme_sdk_snippet_runs_as_written_and_again(tmp_path: Path) -> None:
     require_engine("VLLMEngine", K3_TINY)
     home = new_user_dir(tmp_path)
     (home / "sdk.py").write_text(sdk_snippet())
-    run = run_python(home, "sdk.py")
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert NOTES_FIRST_LINE in run.stdout and " completed " in run.stdout
-    first_call = re.search(r"completion_tokens=(\d+)", run.stdout)
-    assert first_call is not None and int(first_call.group(1)) < 300  # the one call's reply ended by itself
-    lines = run.stdout.splitlines()  # (vLLM logs at INFO to stdout unless VLLM_LOGGING_LEVEL says otherwise)
-    assert lines.index("final") > next(i for i, line in enumerate(lines) if " completed " in line)
-    assert (home / "run.jsonl").exists()
+    for n in (1, 2):  # a second run in the same directory works too (issue 35: "holds 5 messages")
+        run = run_python(home, "sdk.py")
+        assert run.returncode == 0, run.stderr[-3000:]
+        assert run.stderr == ""  # quiet: vLLM's start-up output went to the log
+        assert NOTES_FIRST_LINE in run.stdout and " completed " in run.stdout
+        first_call = re.search(r"completion_tokens=(\d+)", run.stdout)
+        assert first_call is not None and int(first_call.group(1)) < 300  # the one call's reply ended by itself
+        lines = run.stdout.splitlines()
+        assert lines.index("final") > next(i for i, line in enumerate(lines) if " completed " in line)
+        assert lines[-1] == "server.cfg has 2 lines."  # Agent.resume continued the recorded session
+        assert len(list(home.glob("run-*.jsonl"))) == n
+    assert (home / ".kimik3" / "logs" / "vllm.log").stat().st_size > 0
 
 
 def test_make_demo_command_answers_quietly(tmp_path: Path) -> None:

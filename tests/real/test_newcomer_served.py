@@ -26,7 +26,7 @@ TASK = "What is the first line of notes.txt?"
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """`kimik3 serve models/k3-tiny --max-model-len 4096` as the README says; its base URL."""
+    """`kimik3 serve models/k3-tiny --max-model-len 8192` as the README says; its base URL."""
     require_engine("kimik3 serve", K3_TINY)
     port = free_port()
     log_path = tmp_path_factory.mktemp("serve") / "serve.log"
@@ -34,7 +34,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     env.pop("VLLM_CPU_KVCACHE_SPACE", None)
     with open(log_path, "wb") as log:
         proc = subprocess.Popen([sys.executable, "-m", "kimik3", "serve", "models/k3-tiny", "--port", str(port),
-                                 "--max-model-len", "4096"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+                                 "--max-model-len", "8192"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 300
     while True:
@@ -58,7 +58,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 def test_kimik3_serve_answers_a_chat_request_with_the_kimi_k3_parsers(served: str) -> None:
     tools = [t.spec.model_dump(exclude_none=True) for t in coding_tools(ROOT / "examples" / "sample_workspace")]
-    body = {"model": "models/k3-tiny", "messages": [{"role": "user", "content": TASK}], "tools": tools,
+    body = {"model": "k3-tiny", "messages": [{"role": "user", "content": TASK}], "tools": tools,
             "temperature": 0, "max_tokens": 300}
     req = urllib.request.Request(served + "/chat/completions", data=json.dumps(body).encode(),
                                  headers={"content-type": "application/json"})
@@ -69,7 +69,9 @@ def test_kimik3_serve_answers_a_chat_request_with_the_kimi_k3_parsers(served: st
     (call,) = choice["message"]["tool_calls"]
     assert call["function"]["name"] == "read_file" and json.loads(call["function"]["arguments"]) == {"path": "notes.txt"}
     with urllib.request.urlopen(served + "/models", timeout=30) as r:
-        assert json.load(r)["data"][0]["max_model_len"] == 4096  # raw mode's default window
+        card = json.load(r)["data"][0]
+    assert card["id"] == "k3-tiny"  # kimik3 serve names it (no "/": clients read one as a provider prefix)
+    assert card["max_model_len"] == 8192  # raw mode's default window
 
 
 @pytest.mark.parametrize("mode", ["chat", "raw"])
@@ -99,8 +101,9 @@ def test_readme_sdk_snippet_with_its_remote_engine_line(served: str, tmp_path: P
     run = run_python(home, "sdk.py")
     assert run.returncode == 0, run.stderr
     assert NOTES_FIRST_LINE in run.stdout and " completed " in run.stdout
-    assert run.stdout.splitlines()[-1] == "final"  # the streamed follow-up ended with its FinalEvent
-    assert (home / "run.jsonl").exists()
+    lines = run.stdout.splitlines()
+    assert lines[-2:] == ["final", "server.cfg has 2 lines."]  # the streamed follow-up, then Agent.resume's answer
+    assert len(list(home.glob("run-*.jsonl"))) == 1
 
 
 def test_coding_agent_example_against_the_server(served: str, tmp_path: Path) -> None:

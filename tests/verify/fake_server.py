@@ -25,14 +25,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from kimik3 import MessageError
-from kimik3.formats.k3 import default_tokenizer
+from kimik3.formats.k3 import K3Tokenizer, default_tokenizer
 from kimik3.types import ImagePart, to_messages
 
 IMAGE_TOKENS = 256
 
 
-def _prompt_tokens(body: dict[str, Any]) -> int:
-    tok = default_tokenizer()
+def _prompt_tokens(body: dict[str, Any], tok: K3Tokenizer) -> int:
     messages = []
     for m in body["messages"]:
         m = {k: v for k, v in m.items() if k not in ("reasoning_content", "reasoning")}  # drops reasoning
@@ -66,6 +65,9 @@ def _message(body: dict[str, Any]) -> dict[str, Any]:
 
 
 class _Handler(BaseHTTPRequestHandler):
+    tokenizer: K3Tokenizer | None = None  # the served model's vocabulary (default: K3's)
+    root: str | None = None  # what /models reports as the model's path (vLLM's "root")
+
     def log_message(self, format: str, *args: Any) -> None:  # quiet
         pass
 
@@ -79,7 +81,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         if self.path == "/v1/models":
-            self._send(200, {"object": "list", "data": [{"id": "fake-k3", "object": "model"}]})
+            card = {"id": "fake-k3", "object": "model", **({"root": self.root} if self.root else {})}
+            self._send(200, {"object": "list", "data": [card]})
         else:
             self._send(404, {"error": {"message": "not found"}})
 
@@ -101,7 +104,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(400, {"error": {"message": "tools are only allowed on system messages"}})
             return
         try:
-            n = _prompt_tokens(body)
+            n = _prompt_tokens(body, self.tokenizer or default_tokenizer())
         except MessageError as e:  # what kimik3's encoder refuses, this server refuses too (400)
             self._send(400, {"error": {"message": str(e)}})
             return
@@ -125,9 +128,11 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 @contextmanager
-def fake_server() -> Iterator[str]:
-    """Serve on 127.0.0.1 (a free port) in a thread; yields the base URL (``.../v1``)."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+def fake_server(tokenizer: K3Tokenizer | None = None, root: str | None = None) -> Iterator[str]:
+    """Serve on 127.0.0.1 (a free port) in a thread; yields the base URL (``.../v1``).
+    ``tokenizer``: the served model's vocabulary (default K3's); ``root``: its path in /models."""
+    handler = type("Handler", (_Handler,), {"tokenizer": tokenizer, "root": root})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

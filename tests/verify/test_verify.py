@@ -5,14 +5,15 @@ conventions are recognised, and what conforms passes."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from kimik3 import verify
+from kimik3 import TokenizerError, verify
 from kimik3._verify import CONVENTIONS, VerifyReport, expected_counts, malformed_requests, probes, walle_schemas
 from kimik3.cli import main
-from kimik3.formats.k3 import default_tokenizer
+from kimik3.formats.k3 import K3Tokenizer, default_tokenizer
 from tests.verify.fake_server import fake_server
 
 
@@ -99,6 +100,31 @@ def test_cli_quick_runs_wire_rows_only_and_exits_1() -> None:
     assert "prompt_tokens: tool history with reasoning" in result.output
     assert "image" not in result.output and "walle" not in result.output and " *  " not in result.output
     assert result.output.rstrip().endswith("verify: FAILED (5 rows)")
+
+
+TINY = Path(__file__).resolve().parents[2] / "models" / "k3-tiny"
+
+
+def test_a_served_model_with_its_own_vocabulary_gets_the_tokenizer_hint() -> None:
+    tiny = K3Tokenizer.from_pretrained(TINY)
+    with fake_server(tokenizer=tiny, root=str(TINY)) as url:
+        result = CliRunner().invoke(main, ["verify", "--base-url", url, "--quick", "--no-images"])
+        report = verify(url, quick=True, images=False)
+        given = verify(url, quick=True, images=False, tokenizer=str(TINY))  # a path, as the docstring shows
+    assert result.exit_code == 1, result.output
+    hint = (f"14 of 17 prompt_tokens counts differ from K3's vocabulary: the served model may have its own (e.g. "
+            f"k3-tiny); pass its tokenizer: kimik3 verify --tokenizer {TINY} (kimik3.verify(url, tokenizer='{TINY}'))")
+    assert report.hint == hint and f"hint: {hint}" in result.output and str(report).endswith(f"hint: {hint}\nverify: FAILED (19 rows)")
+    assert given.hint is None and len(given.failures()) == 5  # the fake's own departures, as with K3's vocabulary
+    rows = [r for r in given.rows if r.check.startswith("prompt_tokens: ")]
+    assert len(rows) == 17 and [r.check for r in rows if r.status != "pass"] == ["prompt_tokens: tool history with reasoning"]
+    with fake_server(tokenizer=tiny) as url:  # no path from /models: the hint says DIR
+        assert verify(url, quick=True, images=False).hint.endswith("--tokenizer DIR (kimik3.verify(url, tokenizer='DIR'))")
+
+
+def test_verify_tokenizer_must_be_a_model_directory(tmp_path: Path) -> None:
+    with pytest.raises(TokenizerError):
+        verify("http://127.0.0.1:9/v1", quick=True, tokenizer=str(tmp_path))
 
 
 def test_unreachable_endpoint_is_a_failed_row_not_an_exception() -> None:
