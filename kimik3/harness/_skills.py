@@ -523,15 +523,20 @@ class Skills(Toolset, RunHooks):
         for number, body in session.records("skills"):
             kinds = [k for k in ("listed", "declared", "loaded") if isinstance(body, dict) and k in body]
             kind = kinds[0] if len(kinds) == 1 else ""
-            if not kind or set(body) != ({"declared", "tool"} if kind == "declared" else {kind}):
+            if not kind or set(body) - {kind, *(["tool"] if kind == "declared" else [])}:
                 raise SessionError(f"{session.path}:{number}: not a valid skills record")
             value = body[kind]
             if kind in ("listed", "declared"):
                 catalog = _entries(session.path, number, value)
                 name = _loader_name(len(self._loaders))
-                if kind == "declared" and body["tool"] != name:
+                # without "tool": written before loaders had names of their own, the first loader or
+                # a change the endpoint never got (its name was taken)
+                tool = body.get("tool", name if not self._loaders else None) if kind == "declared" else name
+                if tool is None:
+                    continue
+                if tool != name:
                     raise SessionError(f"{session.path}:{number}: not a valid skills record: it declares "
-                                       f"{body['tool']!r:.80}, the session's next loader is {name!r}")
+                                       f"{tool!r:.80}, the session's next loader is {name!r}")
                 if kind == "declared" or not self._loaders:  # a later run's listing repeats the head
                     first = catalog if kind == "listed" else first
                     self._add_loader(name, catalog)

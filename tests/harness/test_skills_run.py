@@ -293,6 +293,27 @@ async def test_resume_lists_the_same_skills_and_names_what_changed(ws: Path, tmp
         assert_valid_requests(third)
 
 
+async def test_a_session_written_before_loaders_had_names_resumes(ws: Path, tmp_path: Path) -> None:
+    """Sessions written before each loader had a name of its own recorded ``{"declared": [...]}``
+    alone: the first one declared ``load_skill`` (no skill at the start), a later one a change the
+    endpoint never got (the name was taken)."""
+    session = tmp_path / "s.jsonl"
+    engine = ScriptedEngine([calls(("write_file", {"path": ".agents/skills/alpha/SKILL.md", "content": (
+        f"---\nname: alpha\ndescription: {GOOD}\n---\nSteps.\n")})), answer("done")])
+    await CodingHarness(ws, **CORE).agent(engine=engine).run("go", session=session)  # type: ignore[arg-type]
+    lines = session.read_text().splitlines()
+    old = [line.replace(', "tool": "load_skill"}}', "}}") for line in lines]  # the record as it was written then
+    old.append(json.dumps({"skills": {"declared": [{"name": "alpha", "description": "Later.", "file": "/x"}]}}))
+    assert old[:-1] != lines
+    session.write_text("\n".join(old) + "\n")
+    again = ScriptedEngine([calls(("load_skill", {"name": "alpha"})), answer("resumed")])
+    result = await CodingHarness(ws, **CORE).agent(engine=again).resume(session, "more")  # type: ignore[arg-type]
+    assert declarations(result.messages) == [["load_skill"]]  # restored as declared: nothing new to say
+    assert [m.content for m in result.messages if isinstance(m, ToolMessage)][-1].startswith(
+        '<skill_content name="alpha">')
+    assert_valid_requests(again)
+
+
 async def test_resume_of_a_session_without_skills_keeps_its_head(ws: Path, tmp_path: Path) -> None:
     session = tmp_path / "s.jsonl"
     engine = ScriptedEngine([answer("done")])
@@ -309,7 +330,6 @@ async def test_resume_of_a_session_without_skills_keeps_its_head(ws: Path, tmp_p
     {"skills": {"listed": [{"name": "Bad", "description": "x", "file": "/x"}]}},
     {"skills": {"loaded": {"name": 5}}},
     {"skills": {"frobbed": []}},
-    {"skills": {"declared": []}},  # which loader it declared is not said
     {"skills": {"declared": [], "tool": "load_skill_9"}},  # not the session's next loader
     {"skills": {"declared": [], "tool": "load_skill", "more": 1}},
 ])
