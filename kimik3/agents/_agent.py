@@ -73,7 +73,7 @@ from ._checks import (
 )
 from ._compaction import compact
 from ._cut import cut_outcome, no_room_to_continue
-from ._dynamic import Toolbox, restore_declared, undeclared
+from ._dynamic import Toolbox, dynamic_names, restore_declared, undeclared
 from ._history import orphan_results, prune_images, result_message
 from ._hooks import AllHooks, RunHooks
 from ._prompts import SUMMARY_INSTRUCTIONS
@@ -456,8 +456,9 @@ class Agent(Generic[OutputT]):
         """Update the run's tool table from the agent's tools and its toolsets; at the start of a
         run fix the head's declaration, later declare new or changed tools dynamically."""
         run.tools, from_toolsets = await self._toolbox.current()
-        if start:
-            run.specs = [*self._specs, *(t.spec for t in from_toolsets)]
+        if start:  # a tool the history declares already stays declared there: the head is the earlier one's
+            known = dynamic_names(run.messages)
+            run.specs = [s for s in (*self._specs, *(t.spec for t in from_toolsets)) if s.function.name not in known]
             own = len(self._toolbox.tools)
             run.unavailable = restore_declared(self._toolbox, run.tools, run.messages)
             if len(self._toolbox.tools) != own:  # a tool search knew some: restored

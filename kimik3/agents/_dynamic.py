@@ -13,7 +13,7 @@ from ..tools import Tool, Toolset
 from ..types import Message, SystemMessage, ToolSpec
 from ._hooks import RunHooks
 
-__all__ = ["Toolbox", "restore_declared", "undeclared"]
+__all__ = ["Toolbox", "dynamic_names", "restore_declared", "undeclared"]
 
 log = logging.getLogger("kimik3.agents")
 
@@ -113,6 +113,19 @@ def _clash(tools: Sequence[Tool], table: Mapping[str, Tool]) -> str | None:
     return None
 
 
+def _declarations(messages: Sequence[Message]) -> list[ToolSpec]:
+    """The specs of the dynamic declarations in ``messages``, in order."""
+    return [s for m in messages if isinstance(m, SystemMessage) and m.tools and not m.content for s in m.tools]
+
+
+def dynamic_names(messages: Sequence[Message]) -> set[str]:
+    """The names of the tools a dynamic declaration in ``messages`` declares: on resume these
+    stay declared where they are and are left out of the prompt's head (a K3 endpoint takes each
+    name once per request, :func:`~kimik3.formats.k3.check_request`), so the resumed prompt
+    extends the earlier one."""
+    return {s.function.name for s in _declarations(messages)}
+
+
 def undeclared(table: Mapping[str, Tool], head: Sequence[ToolSpec], messages: Sequence[Message]) -> list[ToolSpec]:
     """The specs of the tools in ``table`` that neither the prompt's head nor a dynamic
     declaration in ``messages`` (``SystemMessage(content="", tools=[...])``) declares.
@@ -122,10 +135,8 @@ def undeclared(table: Mapping[str, Tool], head: Sequence[ToolSpec], messages: Se
     :func:`~kimik3.formats.k3.check_request`), so the model keeps its first declaration; a
     warning says so (give a changed tool a new name to declare it anew)."""
     declared = {s.function.name: s for s in head}
-    for m in messages:
-        if isinstance(m, SystemMessage) and m.tools and not m.content:
-            for s in m.tools:
-                declared.setdefault(s.function.name, s)
+    for s in _declarations(messages):
+        declared.setdefault(s.function.name, s)
     new: list[ToolSpec] = []
     for spec in (t.spec for t in table.values()):
         first = declared.get(spec.function.name)
@@ -143,9 +154,7 @@ def restore_declared(toolbox: Toolbox, table: Mapping[str, Tool], messages: Sequ
     earlier run loaded them). Those a ``tool_search`` among ``table``'s tools knows are added to
     ``toolbox`` again; the rest are returned (in declaration order), for a warning and a clear
     error when the model calls one."""
-    declared = [s.function.name for m in messages if isinstance(m, SystemMessage) and m.tools and not m.content
-                for s in m.tools]  # fmt: skip
-    missing = [n for n in dict.fromkeys(declared) if n not in table]
+    missing = [n for n in dict.fromkeys(s.function.name for s in _declarations(messages)) if n not in table]
     catalogs = [c for t in table.values() if isinstance(c := getattr(t, "catalog", None), dict)]
     gone: list[str] = []
     for name in missing:

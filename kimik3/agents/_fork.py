@@ -171,11 +171,13 @@ def _usage(u: Usage, cost: float | None = None) -> str:
 
 
 def _skills_line(body: dict[str, Any]) -> list[str]:
-    """``--- skills listed: a, b`` / ``--- skill loaded: a`` for a ``skills`` record."""
+    """``--- skills listed: a, b`` / ``--- skills declared with load_skill_2: a, c`` / ``--- skill
+    loaded: a`` for a ``skills`` record."""
     for kind in ("listed", "declared"):
         if isinstance(body.get(kind), list):
             names = [str(e.get("name")) for e in body[kind] if isinstance(e, dict)]
-            return [f"--- skills {kind}: {', '.join(names) or 'none'}"]
+            tool = f" with {body['tool']}" if isinstance(body.get("tool"), str) else ""
+            return [f"--- skills {kind}{tool}: {', '.join(names) or 'none'}"]
     loaded = body.get("loaded")
     return [f"--- skill loaded: {loaded.get('name')}"] if isinstance(loaded, dict) else []
 

@@ -2,8 +2,11 @@
 of the task folder, and shell commands (``setup``, ``check``) run there with a time limit.
 
 The suite is only read: ``workspace/`` is copied with its symlinks as symlinks (never followed
-out of the suite), a ``repo`` is cloned with ``--no-hardlinks`` (no file of the clone shares an
-inode with the suite's), and the check's ``$KIMIK3_EVAL_TASK_DIR`` is a copy too. A command runs
+out of the suite), a ``repo`` that is a directory is cloned with ``--no-local`` (git's sanitized
+clone, gitsecurityboundary(7): through ``upload-pack``, which runs nothing the source repository
+names, and no file of the clone shares an inode with the suite's; the clone's checkout runs no
+hook, and its checkpoints run git without its configuration, :mod:`kimik3.harness._git`), and
+the check's ``$KIMIK3_EVAL_TASK_DIR`` is a copy too. A command runs
 in a :class:`~kimik3.tools.coding.Sandbox` of its own (bubblewrap, or ``"none"``: the same
 process supervisor unsandboxed), under the supervisor's reaper: when the command ends, overruns
 its limit or is cancelled, the sandbox is closed and every process it started is ended with it
@@ -24,6 +27,7 @@ import anyio
 import anyio.to_thread
 
 from .._exceptions import EvalError
+from ..harness._git import SAFE_CONFIG, clean_env
 from ..tools.coding import Sandbox
 from ..tools.coding._api import Command
 from ._suite import EvalTask
@@ -80,9 +84,12 @@ def _is_url(repo: str) -> bool:
 
 
 def _git(what: str, *args: str) -> None:
+    """``git <args>`` as kimik3 runs git on a workspace (:mod:`kimik3.harness._git`): no hook, fsmonitor
+    or other program of a configuration's runs (the user's own included), no ``GIT_*`` variable of
+    kimik3's environment leaks in, no prompt."""
     try:
-        subprocess.run(["git", *args], check=True, capture_output=True, text=True, timeout=600,
-                       stdin=subprocess.DEVNULL, env={**os.environ, "GIT_TERMINAL_PROMPT": "0"})
+        subprocess.run(["git", "--no-pager", *SAFE_CONFIG, *args], check=True, capture_output=True, text=True,
+                       timeout=600, stdin=subprocess.DEVNULL, env=clean_env(network=True))
     except FileNotFoundError:
         raise EvalError("the task's repo needs git, which is not installed") from None
     except subprocess.CalledProcessError as e:
@@ -109,7 +116,8 @@ def _prepare(task: EvalTask) -> Attempt:
             shutil.copytree(task.workspace, workspace, symlinks=True, copy_function=_copy_regular)
         elif task.repo is not None and task.commit is not None:
             source = task.repo if _is_url(task.repo) else str((task.path / task.repo).resolve())
-            _git("clone", "clone", "--quiet", "--no-hardlinks", "--no-checkout", source, str(workspace))
+            local = [] if _is_url(task.repo) else ["--no-local"]  # git's sanitized clone of a directory
+            _git("clone", "clone", "--quiet", *local, "--no-checkout", source, str(workspace))
             _git("checkout", "-C", str(workspace), "checkout", "--quiet", "--detach", task.commit)
         else:
             workspace.mkdir()

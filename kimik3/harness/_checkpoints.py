@@ -31,6 +31,10 @@ Like ``git stash -u``, untracked files that are not ignored are stored in the re
 database; the refs stay until removed (``git for-each-ref refs/kimik3 --format='delete
 %(refname)' | git update-ref --stdin``, then ``git gc``). Bytes are kept exactly:
 ``core.autocrlf`` is off for snapshots and restores.
+
+A workspace's repository (and each nested one) is the model's to write, so git runs there
+without the repository's configuration (:mod:`._git`): no filter driver, hook, fsmonitor,
+promisor remote or other program the repository names ever runs for a snapshot or an undo.
 """
 
 from __future__ import annotations
@@ -52,14 +56,13 @@ from .._exceptions import CheckpointError, ToolError
 from ..agents import RunHooks, SessionWriter
 from ..tools.coding._api import Workspace
 from ..types import ToolCall
+from ._git import Isolated, Repository, find_repository, private_folder
 
-__all__ = ["WRITING_TOOLS", "Checkpoints", "git_root"]
+__all__ = ["WRITING_TOOLS", "Checkpoints", "GitSnapshots"]
 
 WRITING_TOOLS = frozenset({"write_file", "edit_file", "multi_edit", "apply_patch", "bash", "task"})
 """Tools whose turn gets a checkpoint (``task``: sub-agents may write)."""
 FILE_TOOLS = frozenset({"write_file", "edit_file", "multi_edit", "apply_patch"})
-_GIT_CONFIG = ("-c", "core.autocrlf=false", "-c", "core.safecrlf=false", "-c", "core.fsmonitor=false",
-               "-c", "core.quotepath=false", "-c", "core.sparseCheckout=false", "-c", "index.sparse=false")
 _IDENTITY = {"GIT_AUTHOR_NAME": "kimik3", "GIT_AUTHOR_EMAIL": "kimik3@localhost",
              "GIT_COMMITTER_NAME": "kimik3", "GIT_COMMITTER_EMAIL": "kimik3@localhost"}
 _NO_COMMIT = re.compile(r"error: '(.+)/' does not have a commit checked out")
@@ -72,80 +75,81 @@ _UNRECORDED_NOTE = ("outside a git repository the changes {tools} made are not r
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
-def git_run(cwd: Path, *args: str, env: dict[str, str] | None = None, data: bytes | None = None
-            ) -> subprocess.CompletedProcess[bytes]:
-    """``git <args>`` in ``cwd`` with kimik3's byte-exact settings; CheckpointError when git
-    cannot run at all."""
-    try:
-        return subprocess.run(["git", *_GIT_CONFIG, *args], cwd=cwd, input=data, capture_output=True,
-                              env=env, check=False)
-    except OSError as e:
-        raise CheckpointError(f"cannot run git: {e}") from e
-
-
-def git(cwd: Path, *args: str, env: dict[str, str] | None = None, data: bytes | None = None) -> bytes:
-    """The output of ``git <args>``; CheckpointError (git's message) when it fails."""
-    proc = git_run(cwd, *args, env=env, data=data)
-    if proc.returncode != 0:
-        raise CheckpointError(f"git {args[0]} failed: {proc.stderr.decode('utf-8', 'replace').strip()}")
-    return proc.stdout
-
-
-def git_root(root: Path) -> Path | None:
-    """The git directory of the repository whose work tree holds ``root``, or None (not in a work
-    tree: no repository, a bare one, inside ``.git``; no git): then files are copied."""
-    if shutil.which("git") is None:
-        return None
-    try:
-        inside, gitdir = git(root, "rev-parse", "--is-inside-work-tree", "--absolute-git-dir").decode().splitlines()
-    except (CheckpointError, ValueError):
-        return None
-    return Path(gitdir) if inside == "true" else None
-
-
 def literal(path: str) -> str:
     """A pathspec that means exactly ``path`` (no glob, no magic)."""
     return f":(literal){path}"
 
 
 class GitSnapshots:
-    """Snapshots of one work tree (or a part of it) in a private index.
+    """Snapshots of one work tree (or a part of it) in a private index, through git isolated from
+    the repository's configuration (:class:`._git.Isolated`: no program the repository names runs).
 
     Args:
         root: the directory snapshotted (the workspace: a repository's top or a folder in it).
-        gitdir: the repository's git directory (its index seeds the private one).
+        repo: the repository (its index seeds the private one).
         ref_base: where :meth:`keep` puts refs (``refs/kimik3/<stamp>``).
         depth: how deep this repository is nested in the workspace's (0: the workspace's own).
+
+    Raises:
+        CheckpointError: git cannot run there.
     """
 
-    def __init__(self, root: Path, gitdir: Path, ref_base: str, depth: int = 0) -> None:
+    def __init__(self, root: Path, repo: Repository, ref_base: str, depth: int = 0) -> None:
         self.root = root
         self.ref_base = ref_base
         self.depth = depth
-        self._tmp = Path(tempfile.mkdtemp(prefix="kimik3-index-"))
+        self._tmp = private_folder()
+        try:
+            self._start(repo)
+        except BaseException:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            raise
+
+    def _start(self, repo: Repository) -> None:
+        self.isolated = Isolated(repo, self._tmp)
         self.index = self._tmp / "index"
-        user_index = gitdir / "index"
-        if user_index.is_file():
+        user_index = repo.gitdir / "index"
+        if user_index.is_file() and not user_index.is_symlink():
             shutil.copy2(user_index, self.index)  # its mtime too: git's racy-clean check needs it
-        self.env = {**os.environ, **_IDENTITY, "GIT_INDEX_FILE": str(self.index)}
+        self.env = {**_IDENTITY, "GIT_INDEX_FILE": str(self.index)}
         self.skipped: list[str] = []  # nested repositories without a commit (from the top): left out of ``add``
-        self.prefix = git(root, "rev-parse", "--show-prefix").decode("utf-8", "surrogateescape").strip()
+        self.prefix = self.git("rev-parse", "--show-prefix").decode("utf-8", "surrogateescape").strip()
         self._nested: dict[str, GitSnapshots] = {}
         self._links: tuple[str, set[str]] | None = None  # (tree, its gitlinks), see gitlinks()
         if self.index.exists():  # the disk as it is: no skip-worktree entry (a sparse checkout)
-            tags = git(root, "ls-files", "-t", "-z", "--full-name", env=self.env).split(b"\0")
-            sparse = b"".join(t[2:] + b"\0" for t in tags if t.startswith(b"S "))
+            listed = self.run("ls-files", "-t", "-z", "--full-name")
+            if listed.returncode != 0:  # a split index (its shared part is the repository's): no seed
+                self.index.unlink()
+                return
+            sparse = b"".join(t[2:] + b"\0" for t in listed.stdout.split(b"\0") if t.startswith(b"S "))
             if sparse:
-                git(root, "update-index", "--no-skip-worktree", "-z", "--stdin", env=self.env, data=sparse)
+                self.git("update-index", "--no-skip-worktree", "-z", "--stdin", data=sparse)
+
+    def run(self, *args: str, data: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+        """``git <args>`` in :attr:`root` on the private index, isolated."""
+        return self.isolated.run(self.root, *args, env=self.env, data=data)
+
+    def git(self, *args: str, data: bytes | None = None) -> bytes:
+        """The output of :meth:`run`; CheckpointError (git's message) when it fails."""
+        return self.isolated.git(self.root, *args, env=self.env, data=data)
 
     def tree(self, named: Sequence[str] = ()) -> str:
         """The tree of the working tree under :attr:`root` (``add -A`` into the private index),
         with the files of ``named`` (workspace-relative paths the file tools name) even when
         ``.gitignore`` skips them. A nested repository without a commit (``git add`` refuses it)
-        is left out and fingerprinted like the others (:meth:`nested_states`)."""
+        is left out and fingerprinted like the others (:meth:`nested_states`).
+
+        Gitlinks (nested repositories, submodules) are taken out of the private index first:
+        ``git add`` runs ``git status`` inside each one it holds (to see if it is dirty), with
+        that repository's own configuration; a gitlink added anew records the repository's HEAD
+        and runs nothing there."""
+        staged = self.git("ls-files", "-s", "-z")
+        links = b"".join(e.split(b"\t", 1)[1] + b"\0" for e in staged.split(b"\0") if e.startswith(b"160000 "))
+        if links:
+            self.git("update-index", "--force-remove", "-z", "--stdin", data=links)
         for _ in range(_MAX_SKIPPED):
             excludes = [f":(top,exclude,literal){p}" for p in self.skipped]
-            proc = git_run(self.root, "add", "-A", "--", ".", *excludes, env=self.env)
+            proc = self.run("add", "-A", "--", ".", *excludes)
             if proc.returncode == 0:
                 break
             message = proc.stderr.decode("utf-8", "surrogateescape")
@@ -156,10 +160,10 @@ class GitSnapshots:
         else:
             raise CheckpointError(f"git add failed: more than {_MAX_SKIPPED} nested repositories without a commit")
         files = [literal(p) for p in named if self._is_file(p)]
-        if files and git_run(self.root, "add", "-f", "--", *files, env=self.env).returncode != 0:
+        if files and self.run("add", "-f", "--", *files).returncode != 0:
             for one in files:  # one by one: git refuses a path inside a nested repository (uncovered)
-                git_run(self.root, "add", "-f", "--", one, env=self.env)
-        return git(self.root, "write-tree", env=self.env).decode().strip()
+                self.run("add", "-f", "--", one)
+        return self.git("write-tree").decode().strip()
 
     def _is_file(self, rel: str) -> bool:
         try:
@@ -174,7 +178,7 @@ class GitSnapshots:
         ``tree``: listed once, then kept up to date from what changed since the last tree
         (``changes``: :meth:`diff` from that tree to this one, when the caller has it)."""
         if self._links is None:
-            listing = git(self.root, "ls-tree", "-r", "-z", tree, "--", ".").decode("utf-8", "surrogateescape")
+            listing = self.git("ls-tree", "-r", "-z", tree, "--", ".").decode("utf-8", "surrogateescape")
             links = {entry.split("\t", 1)[1] for entry in listing.split("\0") if entry.startswith("160000 ")}
         elif self._links[0] != tree:
             links = set(self._links[1])
@@ -197,12 +201,18 @@ class GitSnapshots:
             if self.depth >= _MAX_NESTED_DEPTH or not os.path.lexists(where / ".git") or where.is_symlink():
                 continue
             snap = self._nested.get(rel)
-            if snap is None:
-                gitdir = git_root(where)
-                if gitdir is None:
-                    continue
-                snap = self._nested[rel] = GitSnapshots(where, gitdir, self.ref_base, self.depth + 1)
             try:
+                if snap is None:
+                    repo = find_repository(where)
+                    if repo is None:
+                        continue
+                    if not self._holds(repo, where):
+                        states[rel] = f"outside {os.urandom(8).hex()}"  # never looked into: a state no other equals
+                        continue
+                    snap = self._nested[rel] = GitSnapshots(where, repo, self.ref_base, self.depth + 1)
+                if not self._holds(snap.isolated.repo, where):  # its .git was swapped since
+                    states[rel] = f"outside {os.urandom(8).hex()}"
+                    continue
                 inner = snap.tree()
                 deeper = snap.nested_states(inner)
             except CheckpointError as e:  # unreadable: a state that never equals another
@@ -211,18 +221,29 @@ class GitSnapshots:
             states[rel] = hashlib.sha256(repr((inner, sorted(deeper.items()))).encode()).hexdigest()
         return states
 
+    def _holds(self, repo: Repository, where: Path) -> bool:
+        """A nested repository kimik3 may run git on: its work tree is ``where`` itself and its
+        objects lie inside it, or in this repository's git directory (a submodule's under
+        ``.git/modules``, a linked worktree's); never one whose ``core.worktree`` or ``.git`` file
+        leads elsewhere (its snapshot would read or write files outside the workspace)."""
+        real = Path(os.path.realpath(where))
+        common = Path(os.path.realpath(repo.common))
+        return (Path(os.path.realpath(repo.top)) == real and common == repo.common
+                and (common.is_relative_to(real) or common.is_relative_to(os.path.realpath(self.isolated.repo.common))))
+
     def commit(self, tree: str, parent: str | None, message: str) -> str:
         parents = ["-p", parent] if parent else []
-        return git(self.root, "commit-tree", tree, *parents, "-m", message, env=self.env).decode().strip()
+        return self.git("commit-tree", "--no-gpg-sign", tree, *parents, "-m", message).decode().strip()
 
     def keep(self, name: str, commit: str) -> None:
         """Point ``<ref_base>/<name>`` at ``commit`` (so gc keeps it and its parents)."""
-        git(self.root, "update-ref", f"{self.ref_base}/{name}", commit)
+        self.isolated.update_ref(f"{self.ref_base}/{name}", commit)
 
     def diff(self, before: str, after: str) -> dict[str, tuple[str, str]]:
         """``{workspace-relative path: (mode before, mode after)}`` of what differs between two
         commits (``000000``: absent; ``160000``: a gitlink)."""
-        out = git(self.root, "diff-tree", "-r", "-z", "--no-renames", "--relative", before, after)
+        out = self.git("diff-tree", "-r", "-z", "--no-renames", "--no-ext-diff", "--no-textconv", "--relative",
+                       before, after)
         fields = out.decode("utf-8", "surrogateescape").split("\0")
         found: dict[str, tuple[str, str]] = {}
         for meta, path in zip(fields[0::2], fields[1::2], strict=False):
@@ -333,10 +354,10 @@ class Checkpoints(RunHooks):
         if session is not None and not session.new:  # a resumed session: turns go on counting
             text = session.path.read_text(encoding="utf-8", errors="replace")
             self._offset = text.count('{"message": {"role": "assistant"')
-        gitdir = await anyio.to_thread.run_sync(git_root, self.root)
-        if gitdir is not None:
+        repo = await anyio.to_thread.run_sync(find_repository, self.root)
+        if repo is not None:
             stamp = f"{ref_stem(session)}-{os.getpid()}-{id(self):x}"
-            self._git = await anyio.to_thread.run_sync(GitSnapshots, self.root, gitdir, f"refs/kimik3/{stamp}")
+            self._git = await anyio.to_thread.run_sync(GitSnapshots, self.root, repo, f"refs/kimik3/{stamp}")
         elif self.store is None:
             if session is not None:
                 self.store = session.path.with_name(session.path.name + ".checkpoints")

@@ -10,23 +10,29 @@ passed-in folders may be a symlink to anywhere (they are the user's own choice);
 the walk is confined to it. Each ``SKILL.md`` is checked against the format
 (:mod:`._skill_files`); a bad one is skipped with one warning line naming the file.
 
-Disclosure: one tool, ``load_skill(name)``, whose description lists every skill's name and
-description (the catalog, at most :data:`MAX_CATALOG_BYTES`). The tool is declared in the
-prompt's head only when the run starts with at least one skill: with none, the prompt is exactly
-what it is without skills. The catalog is fixed at the start of a run; the folders are looked at
-again before every model call, and a catalog that changed (a skill added, removed, or its
-description edited) is declared with K3's dynamic tool declaration (a message appended to the
-history, see :class:`kimik3.Agent`), never by rewriting the head. ``load_skill`` returns the
+Disclosure: a tool ``load_skill(name)`` whose description lists every skill's name and
+description (the catalog, at most :data:`MAX_CATALOG_BYTES`). It is declared in the prompt's head
+only when the run starts with at least one skill: with none, the prompt is exactly what it is
+without skills. The catalog of the head is fixed; the folders are looked at again before every
+model call, and when what the model is told changed (a skill added, removed, or its description
+edited) a new loader is declared with K3's dynamic tool declaration (a message appended to the
+history, see :class:`kimik3.Agent`), never by rewriting the head, and under a new name, since a K3
+endpoint takes each tool name once per request (:func:`kimik3.formats.k3.check_request`):
+``load_skill_2``, ``load_skill_3``, ..., each describing the skills new or changed since the last
+list and naming those removed. Every loader loads any skill found now; the first one is
+``load_skill`` even when it is declared mid-run (no skill at the start). ``load_skill`` returns the
 instructions (the body of ``SKILL.md``), the skill's folder and its other files, which the model
 reads with ``read_file`` and runs with ``bash``, by absolute path (:meth:`Skills.read_paths`: the
 folders the tools must be able to read; nothing else runs a skill's scripts, so the approval hook
 and the sandbox apply as to any command).
 
-Sessions: ``{"skills": {"listed": [...]}}`` at the start of each run (the catalog of its head),
-``{"skills": {"declared": [...]}}`` when the catalog changed, ``{"skills": {"loaded": {...}}}``
-for each load. A continued session starts with the catalog it last listed, so the resumed run's
-prompt extends the earlier ones; skills that changed since are declared at once, and a listed skill
-that is gone, or a loaded one whose instructions changed, is named in a warning.
+Sessions: ``{"skills": {"listed": [...]}}`` at the start of each run whose head has a loader (its
+catalog), ``{"skills": {"declared": [...], "tool": "load_skill_2"}}`` for each loader declared
+mid-run (the whole catalog the model has from then on), ``{"skills": {"loaded": {...}}}`` for each
+load. A continued (or forked) session gets its loaders back from these records, rebuilt as they
+were declared, so the resumed run's prompt extends the earlier ones and every name stays declared
+once; what changed since is declared at once with the next loader, and a skill the model was
+last told of that is gone, or a loaded one whose instructions changed, is named in a warning.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ import anyio
 
 from .._exceptions import SessionError, ToolError, UserError
 from ..agents import RunHooks, SessionWriter
+from ..agents._dynamic import dynamic_names
 from ..tools import FunctionTool, Tool, Toolset
 from ..tools.coding._api import FILE_TOOL_TIMEOUT_S, Workspace
 from ._skill_files import (
@@ -73,6 +80,9 @@ _HEAD = (
     "files with read_file and run its scripts with bash, by the absolute paths given."
 )
 _NONE_NOW = "No skills are available now."
+_AGAIN = ("Load a skill, as load_skill does: every load_skill tool loads any skill available now. The skills "
+          "available changed since they were last listed.")
+FIRST_LOADER = "load_skill"
 
 
 def _one_line(text: str) -> str:
@@ -112,6 +122,31 @@ T = TypeVar("T")
 def _description(catalog: Catalog) -> str:
     listing = "\n".join(e.line() for e in catalog) if catalog else _NONE_NOW
     return f"{_HEAD}\n\nAvailable skills:\n{listing}" if catalog else f"{_HEAD}\n\n{listing}"
+
+
+def _loader_name(n: int) -> str:
+    """The name of a conversation's loader after ``n`` others: ``load_skill``, ``load_skill_2``, ..."""
+    return FIRST_LOADER if n == 0 else f"{FIRST_LOADER}_{n + 1}"
+
+
+def _lines(catalog: Catalog) -> list[str]:
+    """What the model is told of ``catalog``."""
+    return [e.line() for e in catalog]
+
+
+def _changes(before: Catalog, after: Catalog) -> str:
+    """A later loader's description: the skills of ``after`` new or changed since ``before``,
+    and those of ``before`` removed."""
+    was = {e.name: e.line() for e in before}
+    changed = [e.line() for e in after if was.get(e.name) != e.line()]
+    gone = sorted(set(was) - {e.name for e in after})
+    parts = [_AGAIN]
+    if changed:
+        parts.append("New or changed skills:\n" + "\n".join(changed))
+    if gone:
+        parts.append(f"Removed skills (loading one gives an error): {', '.join(gone)}")
+    parts.append("The other skills listed before are unchanged." if after else _NONE_NOW)
+    return "\n\n".join(parts)
 
 
 def _entries(path: Path, number: int, value: Any) -> Catalog:
@@ -178,13 +213,12 @@ class Skills(Toolset, RunHooks):
         self.loaded: list[str] = []
         self._cache: dict[str, tuple[tuple[int, int, int, int], Skill | str]] = {}
         self._session: SessionWriter | None = None
-        self._listed: Catalog | None = None  # the head's catalog (None: no run started)
-        self._shown: Catalog = ()  # the catalog the model has now
-        self._recorded: Catalog | None = None  # the last catalog the session records
-        self._head_given = False
-        self._ever_shown = False  # load_skill was declared in this conversation
+        self._in_run = False
+        self._first_call = True  # get_tools not called yet in this run
+        self._loaders: list[Tool] = []  # this conversation's load_skill tools, in declaration order
+        self._view: Catalog = ()  # the catalog the model has now (all loaders together)
+        self._had: set[str] | None = None  # the loaders the model had at the run's start (None: all)
         self._names: set[str] = set()  # the skills ever listed to the model in it
-        self._tool: tuple[Catalog, Tool] | None = None
         self._scanned = False
         self._quiet = False  # warnings held while a worker thread looks at the folders
         self._pending: list[str] = []
@@ -373,9 +407,8 @@ class Skills(Toolset, RunHooks):
                        f"{', '.join(left)}")
         return tuple(entries)
 
-    def _tool_for(self, catalog: Catalog) -> Tool:
-        if self._tool is not None and self._tool[0] == catalog:
-            return self._tool[1]
+    def _loader(self, tool_name: str, description: str) -> Tool:
+        """A ``load_skill`` tool named ``tool_name`` (every loader loads any skill found now)."""
 
         async def load_skill(name: str) -> str:
             """Args:
@@ -386,9 +419,7 @@ class Skills(Toolset, RunHooks):
             self._record({"loaded": {"name": skill.name, "file": _shown(skill.file), "sha256": digest(body)}})
             return text
 
-        tool = FunctionTool(load_skill, description=_description(catalog), timeout=FILE_TOOL_TIMEOUT_S)
-        self._tool = (catalog, tool)
-        return tool
+        return FunctionTool(load_skill, name=tool_name, description=description, timeout=FILE_TOOL_TIMEOUT_S)
 
     def _where(self, skill: Skill) -> tuple[Workspace, str]:
         """(the workspace its files are read in, its folder relative to it)."""
@@ -430,21 +461,30 @@ class Skills(Toolset, RunHooks):
         self.is_open = False
 
     async def get_tools(self) -> list[Tool]:
-        """``[load_skill]`` with the catalog of the moment: the run's head catalog on the first
-        call of a run, then the folders as they are now; ``[]`` while the conversation never had
-        a skill."""
-        if self._listed is not None and not self._head_given:
-            self._head_given = True
-            catalog = self._listed
-        else:
+        """This conversation's loaders: on the first call of a run the ones the model has already
+        (the head's and those its history declares), later all of them, with a new one when the
+        catalog changed since the last (:func:`_changes`); ``[]`` while the conversation never
+        had a skill. Outside a run: a loader with the catalog of the moment."""
+        if not self._in_run:
             catalog = await self._in_thread(lambda: self._catalog(self.scan()))
-            if self._listed is not None and catalog != self._recorded:
-                self._record({"declared": [e.record() for e in catalog]})
-                self._recorded = catalog
-        self._shown = catalog
+            return [self._loader(FIRST_LOADER, _description(catalog))] if catalog else []
+        if self._first_call:
+            self._first_call = False
+            return [t for t in self._loaders if self._had is None or t.name in self._had]
+        catalog = await self._in_thread(lambda: self._catalog(self.scan()))
+        if _lines(catalog) != _lines(self._view):
+            name = _loader_name(len(self._loaders))
+            self._record({"declared": [e.record() for e in catalog], "tool": name})
+            self._add_loader(name, catalog)
+        return list(self._loaders)
+
+    def _add_loader(self, name: str, catalog: Catalog) -> None:
+        """Append the loader ``name`` telling the model ``catalog`` (in full for the first one,
+        else what changed since :attr:`_view`)."""
+        text = _description(catalog) if not self._loaders else _changes(self._view, catalog)
+        self._loaders.append(self._loader(name, text))
+        self._view = catalog
         self._names.update(e.name for e in catalog)
-        self._ever_shown = self._ever_shown or bool(catalog)
-        return [self._tool_for(catalog)] if self._ever_shown else []
 
     # -- the run's hooks: the session -------------------------------------------------------
 
@@ -453,43 +493,62 @@ class Skills(Toolset, RunHooks):
             self._session.record("skills", body)
 
     async def run_start(self, session: SessionWriter | None) -> None:
-        """Look at the folders and fix the run's catalog: the one the session last listed when it
-        continues one (gone or changed skills warned about), else the skills found now."""
-        self._session, self._head_given, self.loaded, self._names = session, False, [], set()
+        """Look at the folders and fix the run's head: a new conversation's head lists the skills
+        found now; a continued session gets its loaders back from its records (gone or changed
+        skills warned about) and the model is told what changed since at the next model call."""
+        self._session, self.loaded, self._first_call, self._in_run = session, [], True, True
         catalog = await self._in_thread(lambda: self._catalog(self.scan()))
+        self._loaders, self._view, self._names, self._had = [], (), set(), None
         if session is None or session.new:
-            self._listed, self._recorded, self._ever_shown = catalog, catalog, False
-        else:
-            self._listed, self._recorded, self._ever_shown = await self._in_thread(lambda: self._resumed(session))
-        if self._listed:
-            self._record({"listed": [e.record() for e in self._listed]})
+            if catalog:
+                self._add_loader(FIRST_LOADER, catalog)
+                self._record({"listed": [e.record() for e in catalog]})
+            return
+        listed = await self._in_thread(lambda: self._resumed(session))
+        if listed is not None:
+            self._record({"listed": [e.record() for e in listed]})
 
-    def _resumed(self, session: SessionWriter) -> tuple[Catalog, Catalog, bool]:
-        """(the head catalog, the last recorded one, whether load_skill was ever declared) of a
-        continued session; warns about listed skills that are gone and loaded ones that changed."""
-        listed: Catalog = ()
-        last: Catalog = ()
-        ever = False
+    async def run_end(self) -> None:
+        self._in_run = False
+
+    def _resumed(self, session: SessionWriter) -> Catalog | None:
+        """Rebuild a continued session's loaders from its records (each ``listed`` or
+        ``declared`` catalog in order, as :meth:`get_tools` made them) and note which of them the
+        model has (:attr:`_had`: the last run's head and the history's declarations); warn about
+        listed skills that are gone and loaded ones that changed. Returns the head's catalog
+        (None: the head has no loader)."""
         loads: dict[str, tuple[str, str]] = {}
+        first: Catalog | None = None  # the catalog of the first loader, when it was in a head
         for number, body in session.records("skills"):
-            if not isinstance(body, dict) or len(body) != 1:
+            kinds = [k for k in ("listed", "declared", "loaded") if isinstance(body, dict) and k in body]
+            kind = kinds[0] if len(kinds) == 1 else ""
+            if not kind or set(body) - {kind, *(["tool"] if kind == "declared" else [])}:
                 raise SessionError(f"{session.path}:{number}: not a valid skills record")
-            (kind, value), = body.items()
+            value = body[kind]
             if kind in ("listed", "declared"):
-                last = _entries(session.path, number, value)
-                listed = last if kind == "listed" else listed
-                ever = ever or bool(last)
+                catalog = _entries(session.path, number, value)
+                name = _loader_name(len(self._loaders))
+                # without "tool": written before loaders had names of their own, the first loader or
+                # a change the endpoint never got (its name was taken)
+                tool = body.get("tool", name if not self._loaders else None) if kind == "declared" else name
+                if tool is None:
+                    continue
+                if tool != name:
+                    raise SessionError(f"{session.path}:{number}: not a valid skills record: it declares "
+                                       f"{tool!r:.80}, the session's next loader is {name!r}")
+                if kind == "declared" or not self._loaders:  # a later run's listing repeats the head
+                    first = catalog if kind == "listed" else first
+                    self._add_loader(name, catalog)
             elif kind == "loaded" and isinstance(value, dict) and all(
                     isinstance(value.get(k), str) for k in ("name", "file", "sha256")):
                 loads[value["name"]] = (value["file"], value["sha256"])
             else:
                 raise SessionError(f"{session.path}:{number}: not a valid skills record ({kind!r})")
         starts = [body for _, body in session.records("run_start") if isinstance(body, dict)]
-        if starts and not any(isinstance(t, dict) and isinstance(t.get("function"), dict)
-                              and t["function"].get("name") == "load_skill" for t in starts[-1].get("tools") or ()):
-            listed = ()  # the last run's head had no load_skill (it ran without skills)
-        self._names.update(e.name for e in (*listed, *last))
-        for entry in dict.fromkeys((*listed, *last)):
+        head = {t["function"].get("name") for t in (starts[-1].get("tools") or ()) if isinstance(t, dict)
+                and isinstance(t.get("function"), dict)} if starts else {FIRST_LOADER}  # fmt: skip
+        self._had = {n for n in head if isinstance(n, str)} | dynamic_names(session.messages)
+        for entry in self._view:
             if entry.name not in self.found:
                 self._warn(f"skill {entry.name!r} of session {session.path} is gone (it was {entry.file}); "
                            "loading it gives an error")
@@ -504,4 +563,4 @@ class Skills(Toolset, RunHooks):
             if now != sha:
                 self._warn(f"skill {name!r} changed since session {session.path} loaded it ({file}); the model "
                            "has the old instructions until it loads the skill again")
-        return listed, last, ever
+        return first if first is not None and FIRST_LOADER in head else None

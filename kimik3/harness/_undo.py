@@ -25,8 +25,10 @@
   are logged as not undone).
 
 Git checkpoints are restored from the repository's objects; ``.gitattributes`` conversions
-(``text``, ``eol``, ``filter``: LFS) go through git's own filters (``cat-file --filters``), as a
-checkout would write them. Copies come back with their mode and times.
+(``text``, ``eol``, and ``filter`` drivers of the user's own configuration: LFS) go through git's
+own filters (``cat-file --filters``), as a checkout would write them; git runs without the
+repository's configuration (:mod:`._git`), so no driver, hook or remote the repository names runs.
+Copies come back with their mode and times.
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ from typing import Any
 from .._exceptions import CheckpointError, ToolError
 from ..agents import SessionWriter
 from ..tools.coding._api import Workspace
-from ._checkpoints import GitSnapshots, copy_digest, digest, git, git_root
+from ._checkpoints import GitSnapshots, copy_digest, digest
+from ._git import find_repository
 from ._records import session_checkpoints
 from ._restore import ABSENT, Plan, State, Tree, apply, check_targets, depth, remove_empty_parents
 
@@ -54,28 +57,32 @@ _FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 def _git_plan(root: Path, records: list[dict[str, Any]], paths: list[str]) -> Plan:
-    gitdir = git_root(root)
-    if gitdir is None:
+    repo = find_repository(root)
+    if repo is None:
         raise CheckpointError(f"{root} is not in a git work tree any more; its git checkpoints cannot be restored")
+    snap = GitSnapshots(root, repo, "refs/kimik3/undo")
+    try:
+        return _git_targets(snap, records, paths)
+    finally:
+        snap.close()
+
+
+def _git_targets(snap: GitSnapshots, records: list[dict[str, Any]], paths: list[str]) -> Plan:
     before = records[0]["before"]
     last = {p: rec["after"] for rec in records for p in rec["changed"]}
     for rec in records:
         for sha in {rec["before"], rec["after"]}:
             try:
-                is_commit = git(root, "cat-file", "-t", sha).strip() == b"commit"
+                is_commit = snap.git("cat-file", "-t", sha).strip() == b"commit"
             except CheckpointError:
                 is_commit = False
             if not is_commit:
                 raise CheckpointError(f"the checkpoint of turn {rec['turn']} names {sha}, which is not a commit of "
-                                      f"the repository of {root}; nothing was changed")
-    snap = GitSnapshots(root, gitdir, "refs/kimik3/undo")
-    try:
-        now = snap.commit(snap.tree(paths), None, "kimik3 undo check")
-        from_before = snap.diff(before, now)
-        from_after = {sha: snap.diff(sha, now) for sha in set(last.values())}
-    finally:
-        snap.close()
-    listing = git(root, "ls-tree", "-r", "-z", before, "--", ".").decode("utf-8", "surrogateescape")
+                                      f"the repository of {snap.root}; nothing was changed")
+    now = snap.commit(snap.tree(paths), None, "kimik3 undo check")
+    from_before = snap.diff(before, now)
+    from_after = {sha: snap.diff(sha, now) for sha in set(last.values())}
+    listing = snap.git("ls-tree", "-r", "-z", before, "--", ".").decode("utf-8", "surrogateescape")
     entries: dict[str, tuple[str, str]] = {}
     known_dirs: set[str] = set()
     for entry in filter(None, listing.split("\0")):
@@ -89,16 +96,15 @@ def _git_plan(root: Path, records: list[dict[str, Any]], paths: list[str]) -> Pl
         if "160000" in modes:
             uncovered[p] = "a gitlink (submodule or nested repository): undo does not move its HEAD"
     covered = [p for p in paths if p not in uncovered]
-    prefix = git(root, "rev-parse", "--show-prefix").decode("utf-8", "surrogateescape").strip()
     targets: dict[str, State] = {}
     for p in covered:
         found = entries.get(p)
         if found is None:
             targets[p] = ABSENT
         elif found[0] == "120000":
-            targets[p] = State("link", link=os.fsdecode(git(root, "cat-file", "blob", found[1])))
+            targets[p] = State("link", link=os.fsdecode(snap.git("cat-file", "blob", found[1])))
         else:  # --filters: smudge and eol conversion as a checkout would write it (LFS, eol=crlf)
-            data = git(root, "cat-file", "--filters", f"{before}:{prefix}{p}")
+            data = snap.git("cat-file", "--filters", f"{before}:{snap.prefix}{p}")
             targets[p] = State("file", data, create=_GIT_MODES.get(found[0], 0o666))
     done = {p for p in covered if p not in from_before}
     drifted = [p for p in covered if p not in done and p in from_after[last[p]]]

@@ -16,7 +16,7 @@ import pytest
 
 from kimik3 import Agent, ChatRequest, K3Tokenizer, RemoteEngine, ScriptedEngine, ToolMessage, UserError, tool
 from kimik3.formats.k3 import EncodedPrompt, K3Codec, render_output
-from kimik3.tools import Tool, ToolContext, tool_search
+from kimik3.tools import Tool, ToolContext, Toolset, tool_search
 from kimik3.types import SystemMessage
 from tests.k3vocab import write_model_dir
 
@@ -375,3 +375,46 @@ async def test_resume_warns_about_declared_tools_it_cannot_restore(
         result = await restored.resume(session, "again")
     assert caplog.records == []
     assert [m.content for m in result.messages if isinstance(m, ToolMessage)][-1] == "noon in Oslo"
+
+
+class Growing(Toolset):
+    """A toolset whose list grows when its ``grow`` tool is called (as an MCP server's may)."""
+
+    name = "growing"
+
+    def __init__(self, grown: bool = False) -> None:
+        self.grown = grown
+
+    async def open(self) -> None:
+        self.is_open = True
+
+    async def close(self) -> None:
+        self.is_open = False
+
+    async def get_tools(self) -> list[Tool]:
+        return [self.grow_tool(), get_weather, *([get_time] if self.grown else [])]
+
+    def grow_tool(self) -> Tool:
+        def grow() -> str:
+            """Grow the list."""
+            self.grown = True
+            return "grown"
+
+        return Tool(grow)
+
+
+async def test_resume_keeps_a_toolsets_dynamically_declared_tool_out_of_the_head(tmp_path: Path) -> None:
+    """Before: the resumed head declared get_time again, beside its declaration in the history:
+    InvalidRequestError (a K3 endpoint takes each name once per request)."""
+    session = tmp_path / "s.jsonl"
+    first = ScriptedEngine([calls(("grow", {})), answer("grown")])
+    done = await Agent(tools=[Growing()], engine=first).run("grow", session=session)
+    assert declarations(done.messages) == [["get_time"]]
+    again = ScriptedEngine([calls(("get_time", {"city": "Oslo"})), answer("noon")])
+    resumed = await Agent(tools=[Growing(grown=True)], engine=again).resume(session, "time?")
+    assert [t.function.name for t in again.calls[0].request.tools] == ["grow", "get_weather"]  # the first head
+    assert again.calls[0].request.tools == first.calls[0].request.tools
+    assert declarations(resumed.messages) == [["get_time"]]
+    assert [m.content for m in resumed.messages if isinstance(m, ToolMessage)][-1] == "noon in Oslo"
+    before = first.calls[-1].prompt
+    assert again.calls[0].prompt.startswith(before[: before.rindex('<|open|>message role="assistant"')])

@@ -172,3 +172,53 @@ def test_a_fifo_in_a_workspace_fails_the_attempt_instead_of_blocking_it(tmp_path
     assert (r.stop_reason, r.passed) == ("setup_failed", False)
     assert r.error is not None and r.error.startswith("EvalError: ") and r.error.endswith(
         "pipe is not a regular file; a task's files must be")
+
+
+def test_a_repo_checkout_runs_no_hook_or_filter_and_takes_no_git_variable(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The checkout of a task's repo runs no hook (the user's template hooks copied into the clone:
+    before, post-checkout ran), no filter the source repository names, and no ``GIT_*`` variable of
+    kimik3's environment reaches git (before: ``GIT_DIR`` sent the clone's checkout elsewhere)."""
+    import shlex
+    import subprocess
+
+    marker = tmp_path / "marker"
+    mark = tmp_path / "mark"
+    mark.write_text(f'#!/bin/sh\necho "$0 $*" >> {shlex.quote(str(marker))}\nexec cat\n')
+    mark.chmod(0o755)
+    templates = tmp_path / "templates" / "hooks"
+    templates.mkdir(parents=True)
+    for hook in ("post-checkout", "reference-transaction", "post-index-change"):
+        (templates / hook).write_bytes(mark.read_bytes())
+        (templates / hook).chmod(0o755)
+    source = tmp_path / "suite" / "_repos" / "r"
+    source.mkdir(parents=True)
+
+    def git(*args: str, cwd: Path = source) -> str:
+        return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
+
+    git("init", "-q")
+    (source / "a.txt").write_text("alpha\n")
+    (source / ".gitattributes").write_text("*.txt filter=k\n")
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@x", "commit", "-qm", "one")
+    git("config", "filter.k.smudge", str(mark))  # the source's: never copied by a clone
+    (source / ".git" / "hooks" / "post-checkout").write_bytes(mark.read_bytes())
+    (source / ".git" / "hooks" / "post-checkout").chmod(0o755)
+    write_task(tmp_path / "suite", "t", "x", "true", repo="../_repos/r", commit=git("rev-parse", "HEAD").strip())
+    task = load_suite(tmp_path / "suite").tasks[0]
+    (tmp_path / "gitconfig").write_text(f"[init]\n\ttemplateDir = {tmp_path / 'templates'}\n")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(tmp_path / "gitconfig"))  # the user's own: still read
+    for name in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):
+        monkeypatch.setenv(name, str(tmp_path / "elsewhere"))
+    attempt = anyio.run(prepare_attempt, task)
+    try:
+        assert (attempt.workspace / "a.txt").read_text() == "alpha\n"
+        assert not marker.exists(), marker.read_text()
+        assert not (tmp_path / "elsewhere").exists()
+        for name in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):
+            monkeypatch.delenv(name)
+        git("clone", "-q", str(source), str(tmp_path / "plain"), cwd=tmp_path)  # control: plain git runs the hook
+        assert f"{tmp_path}/plain/.git/hooks/post-checkout " in marker.read_text()
+    finally:
+        attempt.remove()

@@ -16,9 +16,9 @@ import pytest
 from click.testing import CliRunner
 
 from kimik3 import Agent, Allow, ChatRequest, Deny, K3Tokenizer, ScriptedEngine, SessionError, ToolMessage
-from kimik3.agents import CODING_INSTRUCTIONS, PendingCall
+from kimik3.agents import CODING_INSTRUCTIONS, PendingCall, fork_session
 from kimik3.cli import main
-from kimik3.formats.k3 import EncodedPrompt, render
+from kimik3.formats.k3 import EncodedPrompt, check_request, render
 from kimik3.harness import CodingHarness, Skills, user_skills_folder
 from kimik3.harness._skill_files import digest
 from kimik3.tools.coding import coding_tools
@@ -151,6 +151,22 @@ async def test_an_unknown_skill_is_an_error_the_model_sees(ws: Path) -> None:
 # -- found or changed mid-run: declared dynamically ---------------------------------------
 
 
+AGAIN = ("Load a skill, as load_skill does: every load_skill tool loads any skill available now. The skills "
+         "available changed since they were last listed.")
+
+
+def assert_valid_requests(engine: ScriptedEngine) -> None:
+    """Every request a K3 endpoint takes: each tool name declared once (the Vendor Verifier's contract)."""
+    assert engine.calls
+    for c in engine.calls:
+        check_request(c.request.messages, c.request.tools, tool_choice=c.request.tool_choice)
+
+
+def declared_specs(messages: Sequence[Any]) -> dict[str, str | None]:
+    return {t.function.name: t.function.description for m in messages
+            if isinstance(m, SystemMessage) and m.tools and not m.content for t in m.tools}
+
+
 async def test_skills_found_or_changed_mid_run_are_declared_never_in_the_head(ws: Path, tok: K3Tokenizer) -> None:
     new = f"---\nname: fresh\ndescription: {GOOD}\n---\nSay fresh.\n"
     engine = Recording([
@@ -158,24 +174,26 @@ async def test_skills_found_or_changed_mid_run_are_declared_never_in_the_head(ws
         calls(("load_skill", {"name": "fresh"})),
         calls(("edit_file", {"path": ".agents/skills/fresh/SKILL.md", "old_string": GOOD,
                              "new_string": "Says fresh."})),
+        calls(("load_skill_2", {"name": "fresh"}), ("load_skill", {"name": "fresh"})),  # either loader: one skill
         answer("fresh"),
     ], tok)
     session = ws.parent / "s.jsonl"
     result = await CodingHarness(ws, **CORE).agent(engine=engine).run("go", session=session)
     assert result.output == "fresh"
     core = [t.spec for t in coding_tools(ws)]
-    assert [c.request.tools for c in engine.calls] == [core] * 4  # no skill at the start: no load_skill in the head
-    assert declarations(result.messages) == [["load_skill"], ["load_skill"]]
-    first, second = [m.tools[0].function.description for m in result.messages
-                     if isinstance(m, SystemMessage) and m.tools]
-    assert first is not None and first.endswith(f"- fresh: {GOOD}")
-    assert second is not None and second.endswith("- fresh: Says fresh.")
-    assert [m.content for m in result.messages if isinstance(m, ToolMessage)][1].startswith(
-        '<skill_content name="fresh">\nSay fresh.\n')
+    assert [c.request.tools for c in engine.calls] == [core] * 5  # no skill at the start: no load_skill in the head
+    assert declarations(result.messages) == [["load_skill"], ["load_skill_2"]]  # a new name for each change
+    first, second = declared_specs(result.messages).values()
+    assert first is not None and first.endswith(f"Available skills:\n- fresh: {GOOD}")
+    assert second == f"{AGAIN}\n\nNew or changed skills:\n- fresh: Says fresh.\n\nThe other skills listed before are unchanged."
+    loads = [m.content for m in result.messages if isinstance(m, ToolMessage)][1::2]
+    assert len(loads) == 2 and loads[0] is not None and loads[0].startswith('<skill_content name="fresh">\nSay fresh.\n')
+    assert [m.content for m in result.messages if isinstance(m, ToolMessage)][3:] == [loads[0], loads[0]]
     assert_prefixes(engine.ids)
-    kinds = [next(iter(json.loads(line)["skills"])) for line in session.read_text().splitlines()
-             if line.startswith('{"skills"')]
-    assert kinds == ["declared", "loaded", "declared"]
+    assert_valid_requests(engine)
+    records = [json.loads(line)["skills"] for line in session.read_text().splitlines() if line.startswith('{"skills"')]
+    assert [(next(iter(r)), r.get("tool")) for r in records] == [
+        ("declared", "load_skill"), ("loaded", None), ("declared", "load_skill_2"), ("loaded", None), ("loaded", None)]
 
 
 async def test_a_skill_removed_mid_run_is_declared_gone(ws: Path) -> None:
@@ -183,12 +201,34 @@ async def test_a_skill_removed_mid_run_is_declared_gone(ws: Path) -> None:
     engine = ScriptedEngine([calls(("bash", {"command": "rm -r .agents/skills/lint"})),
                              calls(("load_skill", {"name": "lint"})), answer("ok")])
     result = await CodingHarness(ws, **CORE).agent(engine=engine).run("go")
-    (declared,) = [m for m in result.messages if isinstance(m, SystemMessage) and m.tools]
-    assert declared.tools is not None and declared.tools[0].function.description is not None
-    assert declared.tools[0].function.description.endswith("\n\nNo skills are available now.")
+    assert declared_specs(result.messages) == {
+        "load_skill_2": f"{AGAIN}\n\nRemoved skills (loading one gives an error): lint\n\nNo skills are available now."}
     assert [m.content for m in result.messages if isinstance(m, ToolMessage)][1] == (
         "Error: ToolError: skill 'lint' is no longer available (its SKILL.md was removed or is no longer valid); "
         "available skills: none")
+    assert_valid_requests(engine)
+
+
+async def test_a_description_changed_back_and_forth_gets_a_loader_each_time(ws: Path) -> None:
+    make_skill(ws / ".agents/skills/lint")
+    edit = ".agents/skills/lint/SKILL.md"
+    engine = ScriptedEngine([
+        calls(("edit_file", {"path": edit, "old_string": GOOD, "new_string": "Lints."})),
+        calls(("edit_file", {"path": edit, "old_string": "Lints.", "new_string": GOOD})),
+        calls(("bash", {"command": "mkdir .agents/skills/b && cp .agents/skills/lint/SKILL.md .agents/skills/b/ && "
+                                   "sed -i 's/name: lint/name: b/' .agents/skills/b/SKILL.md"})),
+        calls(("load_skill_4", {"name": "b"})), answer("ok")])
+    result = await CodingHarness(ws, **CORE).agent(engine=engine).run("go")
+    assert [t.function.name for t in engine.calls[0].request.tools][-1] == "load_skill"
+    assert declarations(result.messages) == [["load_skill_2"], ["load_skill_3"], ["load_skill_4"]]
+    unchanged = "The other skills listed before are unchanged."
+    assert list(declared_specs(result.messages).values()) == [
+        f"{AGAIN}\n\nNew or changed skills:\n- lint: Lints.\n\n{unchanged}",
+        f"{AGAIN}\n\nNew or changed skills:\n- lint: {GOOD}\n\n{unchanged}",
+        f"{AGAIN}\n\nNew or changed skills:\n- b: {GOOD}\n\n{unchanged}"]
+    last = [m.content for m in result.messages if isinstance(m, ToolMessage)][-1]
+    assert isinstance(last, str) and last.startswith('<skill_content name="b">')
+    assert_valid_requests(engine)
 
 
 # -- sessions and resume -------------------------------------------------------------------
@@ -218,14 +258,60 @@ async def test_resume_lists_the_same_skills_and_names_what_changed(ws: Path, tmp
     assert again.calls[0].request.tools == head  # the same catalog in the head: the prefix cache holds
     before = engine.calls[-1].prompt
     assert again.calls[0].prompt.startswith(before[: before.rindex('<|open|>message role="assistant"')])
-    (declared,) = [m for m in result.messages if isinstance(m, SystemMessage) and m.tools]
-    assert declared.tools is not None and declared.tools[0].function.description is not None
-    assert declared.tools[0].function.description.endswith(f"- alpha: {GOOD}\n- gamma: {GOOD}")
+    assert declared_specs(result.messages) == {"load_skill_2": (
+        f"{AGAIN}\n\nNew or changed skills:\n- gamma: {GOOD}\n\nRemoved skills (loading one gives an error): beta\n\n"
+        "The other skills listed before are unchanged.")}
     assert [m.content for m in result.messages if isinstance(m, ToolMessage)][-1].startswith(
         "Error: ToolError: skill 'beta' is no longer available")
     lines = [json.loads(line)["skills"] for line in session.read_text().splitlines() if line.startswith('{"skills"')]
     assert [next(iter(r)) for r in lines] == ["listed", "loaded", "listed", "declared"]
-    assert lines[0] == lines[2]
+    assert lines[0] == lines[2] and lines[3]["tool"] == "load_skill_2"
+    assert [e["name"] for e in lines[3]["declared"]] == ["alpha", "gamma"]
+    assert_valid_requests(again)
+    # resumed again (and forked after the declaration): the same head, load_skill_2 restored as it was
+    # declared (no warning, no second declaration), a new change gets load_skill_3
+    shutil.rmtree(ws / ".agents/skills/gamma")
+    for target in (session, fork_session(session, -1, tmp_path / "fork.jsonl")):
+        warnings.clear()
+        third = ScriptedEngine([calls(("load_skill_2", {"name": "alpha"})), answer("third")])
+        with_skills = Skills(workspace=ws, user=True, on_warning=warnings.append)
+        resumed = await CodingHarness(ws, **CORE, skills=with_skills).agent(engine=third).resume(target, "again")
+        assert third.calls[0].request.tools == head
+        previous = again.calls[-1].prompt
+        assert third.calls[0].prompt.startswith(previous[: previous.rindex('<|open|>message role="assistant"')])
+        assert declarations(resumed.messages) == [["load_skill_2"], ["load_skill_3"]]
+        assert declared_specs(resumed.messages)["load_skill_3"] == (
+            f"{AGAIN}\n\nRemoved skills (loading one gives an error): gamma\n\nThe other skills listed before are "
+            "unchanged.")
+        assert [m.content for m in resumed.messages if isinstance(m, ToolMessage)][-1].startswith(
+            '<skill_content name="alpha">\nChanged steps.')
+        assert warnings == [
+            f"skill 'gamma' of session {target} is gone (it was {ws}/.agents/skills/gamma/SKILL.md); loading it gives "
+            "an error",
+            f"skill 'alpha' changed since session {target} loaded it ({ws}/.agents/skills/alpha/SKILL.md); the model "
+            "has the old instructions until it loads the skill again"]
+        assert_valid_requests(third)
+
+
+async def test_a_session_written_before_loaders_had_names_resumes(ws: Path, tmp_path: Path) -> None:
+    """Sessions written before each loader had a name of its own recorded ``{"declared": [...]}``
+    alone: the first one declared ``load_skill`` (no skill at the start), a later one a change the
+    endpoint never got (the name was taken)."""
+    session = tmp_path / "s.jsonl"
+    engine = ScriptedEngine([calls(("write_file", {"path": ".agents/skills/alpha/SKILL.md", "content": (
+        f"---\nname: alpha\ndescription: {GOOD}\n---\nSteps.\n")})), answer("done")])
+    await CodingHarness(ws, **CORE).agent(engine=engine).run("go", session=session)
+    lines = session.read_text().splitlines()
+    old = [line.replace(', "tool": "load_skill"}}', "}}") for line in lines]  # the record as it was written then
+    old.append(json.dumps({"skills": {"declared": [{"name": "alpha", "description": "Later.", "file": "/x"}]}}))
+    assert old[:-1] != lines
+    session.write_text("\n".join(old) + "\n")
+    again = ScriptedEngine([calls(("load_skill", {"name": "alpha"})), answer("resumed")])
+    result = await CodingHarness(ws, **CORE).agent(engine=again).resume(session, "more")
+    assert declarations(result.messages) == [["load_skill"]]  # restored as declared: nothing new to say
+    assert [m.content for m in result.messages if isinstance(m, ToolMessage)][-1].startswith(
+        '<skill_content name="alpha">')
+    assert_valid_requests(again)
 
 
 async def test_resume_of_a_session_without_skills_keeps_its_head(ws: Path, tmp_path: Path) -> None:
@@ -244,6 +330,8 @@ async def test_resume_of_a_session_without_skills_keeps_its_head(ws: Path, tmp_p
     {"skills": {"listed": [{"name": "Bad", "description": "x", "file": "/x"}]}},
     {"skills": {"loaded": {"name": 5}}},
     {"skills": {"frobbed": []}},
+    {"skills": {"declared": [], "tool": "load_skill_9"}},  # not the session's next loader
+    {"skills": {"declared": [], "tool": "load_skill", "more": 1}},
 ])
 async def test_a_bad_skills_record_is_a_session_error_naming_its_line(ws: Path, tmp_path: Path,
                                                                       record: dict[str, Any]) -> None:
@@ -354,3 +442,26 @@ async def test_a_fork_keeps_the_skills_records_and_show_names_them(ws: Path, tmp
     again = ScriptedEngine([answer("forked")])
     await CodingHarness(ws, **CORE).agent(engine=again).resume(fork, "more")
     assert again.calls[0].request.tools == engine.calls[0].request.tools
+
+
+async def test_a_fork_before_a_declaration_names_its_own_next_loader(ws: Path, tmp_path: Path) -> None:
+    from kimik3.agents import fork_session, format_session, load_session
+
+    make_skill(ws / ".agents/skills/alpha")
+    session = tmp_path / "s.jsonl"
+    engine = ScriptedEngine([calls(("bash", {"command": "rm -r .agents/skills/alpha"})), answer("done")])
+    await CodingHarness(ws, **CORE).agent(engine=engine).run("go", session=session)
+    assert "--- skills declared with load_skill_2: none\n" in format_session(session)
+    history = load_session(session)
+    at = next(i for i, m in enumerate(history) if isinstance(m, SystemMessage) and m.tools) - 1
+    fork = fork_session(session, at, tmp_path / "fork.jsonl")  # the bash call's result, before the declaration
+    make_skill(ws / ".agents/skills/beta")
+    again = ScriptedEngine([calls(("load_skill_2", {"name": "beta"})), answer("forked")])
+    result = await CodingHarness(ws, **CORE).agent(engine=again).resume(fork, "more")
+    assert again.calls[0].request.tools == engine.calls[0].request.tools
+    assert declared_specs(result.messages) == {"load_skill_2": (
+        f"{AGAIN}\n\nNew or changed skills:\n- beta: {GOOD}\n\nRemoved skills (loading one gives an error): alpha\n\n"
+        "The other skills listed before are unchanged.")}
+    assert [m.content for m in result.messages if isinstance(m, ToolMessage)][-1].startswith(
+        '<skill_content name="beta">')
+    assert_valid_requests(again)

@@ -1,0 +1,218 @@
+"""Git on a workspace's repository without running anything the repository names.
+
+A repository's configuration, hooks and attributes name programs git runs: a filter driver
+(``filter.<name>.clean`` / ``smudge`` / ``process``, chosen by ``.gitattributes`` or
+``.git/info/attributes``, defined in ``.git/config`` or a file it includes), hooks
+(``.git/hooks/*``, ``core.hooksPath``: ``post-index-change`` runs on ``git add``,
+``reference-transaction`` on ``git update-ref``), ``core.fsmonitor``, a promisor remote's
+``remote.<name>.uploadpack`` or ``core.sshCommand`` (a partial clone fetches a missing object
+lazily), ``diff.external`` and textconv drivers, signing and pager programs. Git's own SECURITY
+section (git(1)) says it is not safe to run git in a ``.git`` directory that comes from an
+untrusted source, and gitsecurityboundary(7) that such a repository is to be used only through a
+sanitized clone. A workspace's repository is the model's to write: the sandbox keeps the top
+``.git/config`` and ``.git/hooks`` read-only, but a repository made by ``git init`` in a
+subfolder, a nested one, a submodule's, ``.git/info/attributes`` or a file an ``include.path``
+names are not. What kimik3's own git runs there runs outside the sandbox.
+
+So kimik3 runs git on a workspace's repository the sanitized way, without the repository's
+configuration (:class:`Isolated`): ``GIT_DIR`` is a private git directory kimik3 writes (its
+``config`` holds only the repository's object format and the settings that change what a snapshot
+records, read as data; its ``info/exclude`` a copy of the repository's), ``GIT_WORK_TREE`` the work
+tree and ``GIT_OBJECT_DIRECTORY`` the repository's objects. The repository's config, what it
+includes, its hooks, ``info/attributes``, grafts, replace refs and promisor remotes are never read,
+so nothing they name exists for git. Only two things act on the repository itself: finding it
+(``rev-parse``, reading the settings) and keeping a snapshot alive (``update-ref``); for those git
+reads the repository's configuration, and the only programs it could start there, hooks, are off.
+
+Every command also runs with a clean environment (no ``GIT_*`` variable of kimik3's own process
+but the user's choice of config files: ``GIT_CONFIG_GLOBAL``, ``GIT_CONFIG_SYSTEM``,
+``GIT_CONFIG_NOSYSTEM``), no transport at all (``GIT_ALLOW_PROTOCOL`` empty, ``GIT_NO_LAZY_FETCH``:
+no fetch, ssh or remote helper), no terminal prompt, stdin from ``/dev/null``, no pager, and
+:data:`SAFE_CONFIG` over the user's own configuration too (hooks, fsmonitor, automatic maintenance
+off), within :data:`GIT_TIMEOUT_S`. The user's global and system configuration are the user's own:
+still read, so a filter installed there (Git LFS) applies as before, with its store the
+repository's own (``lfs.storage``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from .._exceptions import CheckpointError
+
+__all__ = ["GIT_TIMEOUT_S", "SAFE_CONFIG", "Isolated", "Repository", "clean_env", "find_repository", "git_command",
+           "private_folder"]
+
+GIT_TIMEOUT_S = 300.0
+"""A git command of kimik3's that runs longer is ended (a FIFO where a config file should be)."""
+SAFE_CONFIG = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "core.untrackedCache=false",
+               "-c", "commit.gpgSign=false", "-c", "gc.auto=0", "-c", "maintenance.auto=false",
+               "-c", "submodule.recurse=false", "-c", "core.autocrlf=false", "-c", "core.safecrlf=false",
+               "-c", "core.quotepath=false", "-c", "core.sparseCheckout=false", "-c", "index.sparse=false")
+"""``-c`` settings of every command: nothing it may start (hooks, an fsmonitor daemon, automatic
+maintenance, a signing program, commands in submodules), bytes kept exactly (no CRLF conversion of
+kimik3's own), a sparse checkout recorded as the files on disk are."""
+_KEPT_GIT_VARIABLES = frozenset({"GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM", "GIT_CONFIG_NOSYSTEM"})
+_BOOLEAN_SETTINGS = ("core.filemode", "core.symlinks", "core.ignorecase", "core.precomposeunicode")
+_TRUE, _FALSE = frozenset({"true", "yes", "on", "1"}), frozenset({"false", "no", "off", "0", ""})
+_MAX_EXCLUDE_BYTES = 1 << 20
+
+
+def clean_env(*, network: bool = False) -> dict[str, str]:
+    """kimik3's environment without its ``GIT_*`` variables (but the user's choice of config
+    files), no terminal prompt, no pager; without ``network``, no transport (``file`` and local
+    paths included: a promisor remote is never asked for an object)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") or k in _KEPT_GIT_VARIABLES}
+    env.update(GIT_TERMINAL_PROMPT="0", GIT_PAGER="cat")
+    if not network:
+        env.update(GIT_ALLOW_PROTOCOL="", GIT_NO_LAZY_FETCH="1")
+    return env
+
+
+def git_command(cwd: Path, args: tuple[str, ...], env: dict[str, str], data: bytes | None = None,
+                timeout: float | None = None) -> subprocess.CompletedProcess[bytes]:
+    """``git --no-pager <SAFE_CONFIG> <args>`` in ``cwd`` with ``env`` (stdin ``data`` or
+    ``/dev/null``).
+
+    Raises:
+        CheckpointError: git cannot run, or ran past ``timeout`` seconds (default
+            :data:`GIT_TIMEOUT_S`; it is ended).
+    """
+    timeout = GIT_TIMEOUT_S if timeout is None else timeout
+    try:
+        return subprocess.run(["git", "--no-pager", *SAFE_CONFIG, *args], cwd=cwd, input=data, capture_output=True,
+                              stdin=None if data is not None else subprocess.DEVNULL, env=env, timeout=timeout,
+                              check=False)
+    except subprocess.TimeoutExpired:
+        raise CheckpointError(f"git {args[0]} took more than {timeout:g} s in {cwd}") from None
+    except OSError as e:
+        raise CheckpointError(f"cannot run git: {e}") from e
+
+
+def _output(proc: subprocess.CompletedProcess[bytes], what: str) -> bytes:
+    if proc.returncode != 0:
+        raise CheckpointError(f"git {what} failed: {proc.stderr.decode('utf-8', 'replace').strip()}")
+    return proc.stdout
+
+
+@dataclass(frozen=True)
+class Repository:
+    """Where a work tree's repository is.
+
+    Attributes:
+        top: the top of the work tree.
+        gitdir: its git directory (a linked worktree's own, a submodule's under ``.git/modules``).
+        common: the directory of its objects, refs and ``info/exclude`` (``gitdir`` but for a
+            linked worktree).
+    """
+
+    top: Path
+    gitdir: Path
+    common: Path
+
+    def env(self) -> dict[str, str]:
+        """:func:`clean_env` naming this repository's git directory (no discovery)."""
+        return {**clean_env(), "GIT_DIR": str(self.gitdir)}
+
+
+def find_repository(root: Path) -> Repository | None:
+    """The repository whose work tree holds ``root``, or None (not in a work tree: no
+    repository, a bare one, inside ``.git``; no git; a repository git refuses, such as one owned by
+    another user)."""
+    if shutil.which("git") is None:
+        return None
+    try:
+        out = _output(git_command(root, ("rev-parse", "--is-inside-work-tree", "--absolute-git-dir",
+                                         "--show-toplevel", "--git-common-dir"), clean_env()), "rev-parse")
+        inside, gitdir, top, common = os.fsdecode(out).splitlines()
+    except (CheckpointError, ValueError):
+        return None
+    if inside != "true":
+        return None
+    return Repository(Path(top), Path(gitdir), (root / common).resolve())
+
+
+def _settings(repo: Repository) -> list[str]:
+    """The lines of the private ``config``: the repository's object format and the settings of
+    :data:`_BOOLEAN_SETTINGS` (values checked: only booleans, only ``sha1`` / ``sha256``)."""
+    keys = "|".join(k.replace(".", r"\.") for k in (*_BOOLEAN_SETTINGS, "extensions.objectformat"))
+    proc = git_command(repo.top, ("config", "-z", "--get-regexp", f"^({keys})$"), repo.env())
+    found: dict[str, str] = {}
+    for item in proc.stdout.split(b"\0") if proc.returncode == 0 else ():
+        key, _, value = os.fsdecode(item).partition("\n")
+        found[key.lower()] = value.strip().lower()
+    lines = ["[core]", "\tbare = false"]
+    lines += [f"\t{k.split('.')[1]} = {'true' if found[k] in _TRUE else 'false'}" for k in _BOOLEAN_SETTINGS
+              if found.get(k) is not None and found[k] in _TRUE | _FALSE]  # fmt: skip
+    objects = found.get("extensions.objectformat")
+    if objects not in (None, "sha1", "sha256"):
+        raise CheckpointError(f"the repository of {repo.top} has an object format git checkpoints do not know "
+                              f"({objects!r:.40})")
+    lines += ["\trepositoryformatversion = 1", "[extensions]", f"\tobjectformat = {objects}"] if objects else [
+        "\trepositoryformatversion = 0"]
+    lfs = str(repo.common / "lfs").replace("\\", "\\\\").replace('"', '\\"')
+    return [*lines, "[lfs]", f'\tstorage = "{lfs}"']
+
+
+def _copy_exclude(src: Path, dst: Path) -> None:
+    """Copy the repository's ``info/exclude`` (a regular file, at most 1 MiB, never through a
+    symlink or a FIFO)."""
+    try:
+        fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return
+    with os.fdopen(fd, "rb") as f:
+        if stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            dst.write_bytes(f.read(_MAX_EXCLUDE_BYTES))
+
+
+class Isolated:
+    """Git on ``repo``'s work tree and objects through a private git directory (see the module
+    docstring): the repository's configuration, hooks and attributes files are never read.
+
+    Args:
+        repo: the repository.
+        folder: an empty directory of kimik3's own for the private git directory (removed by the
+            caller).
+
+    Attributes:
+        env: the environment of its commands (add ``GIT_INDEX_FILE`` for a private index).
+
+    Raises:
+        CheckpointError: the repository's object format is unknown.
+    """
+
+    def __init__(self, repo: Repository, folder: Path) -> None:
+        self.repo = repo
+        shadow = folder / "git"
+        for sub in ("objects", "refs", "info"):
+            (shadow / sub).mkdir(parents=True)
+        (shadow / "HEAD").write_text("ref: refs/heads/kimik3\n", encoding="utf-8")
+        (shadow / "config").write_text("\n".join(_settings(repo)) + "\n", encoding="utf-8")
+        _copy_exclude(repo.common / "info" / "exclude", shadow / "info" / "exclude")
+        self.env = {**clean_env(), "GIT_DIR": str(shadow), "GIT_WORK_TREE": str(repo.top),
+                    "GIT_OBJECT_DIRECTORY": str(repo.common / "objects")}
+
+    def run(self, cwd: Path, *args: str, env: dict[str, str] | None = None,
+            data: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+        """``git <args>`` in ``cwd`` (inside the work tree), isolated; ``env`` adds to :attr:`env`."""
+        return git_command(cwd, args, {**self.env, **(env or {})}, data)
+
+    def git(self, cwd: Path, *args: str, env: dict[str, str] | None = None, data: bytes | None = None) -> bytes:
+        """The output of :meth:`run`; CheckpointError (git's message) when it fails."""
+        return _output(self.run(cwd, *args, env=env, data=data), args[0])
+
+    def update_ref(self, ref: str, commit: str) -> None:
+        """Point ``ref`` of the repository itself at ``commit`` (hooks off)."""
+        _output(git_command(self.repo.top, ("update-ref", ref, commit), self.repo.env()), "update-ref")
+
+
+def private_folder() -> Path:
+    """A new temporary directory for an :class:`Isolated` git directory and private indexes."""
+    return Path(tempfile.mkdtemp(prefix="kimik3-git-"))
