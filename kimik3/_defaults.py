@@ -17,7 +17,9 @@ __all__ = [
     "CPU_KV_CACHE_MAX_BYTES",
     "CPU_KV_CACHE_MIN_BYTES",
     "MAX_CONTINUES",
+    "MAX_OVERFLOW_RECOVERIES",
     "MAX_RETRIES",
+    "RAW_MAX_TOKENS_FALLBACK",
     "REASONING_EFFORTS",
     "RETRY_AFTER_MAX",
     "RETRY_BACKOFF_INITIAL",
@@ -91,3 +93,14 @@ CPU_KV_CACHE_MAX_BYTES = 2 * 2**30
 MAX_CONTINUES = 3
 """An agent answers a reply cut by ``max_tokens`` (no tool calls) with "continue"; after this
 many such replies in a row the run stops with ``stop_reason="no_progress"``."""
+
+MAX_OVERFLOW_RECOVERIES = 4
+"""An agent whose request a server refused as too big (a token overflow, a request over its
+byte limit) drops old images or compacts and sends it again, at most this many times in a row;
+then the error is raised."""
+
+RAW_MAX_TOKENS_FALLBACK = 32_768
+"""Raw mode's ``max_tokens`` for a request without one when the context window is unknown
+because ``GET /models`` failed (404, 501, an HTML page): K3's output budget for a long answer
+with reasoning (kimi-cli sends 32,000). A server that finds it too big says so with its window,
+which then bounds the next request."""
