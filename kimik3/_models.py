@@ -82,7 +82,7 @@ def model_info(model: str | None, base_url: str | None = None) -> ModelInfo | No
         return None
     original = (model or "").strip()
     if key.startswith("kimi-k3.1-pro"):
-        speed = " (highspeed)" if key.startswith("kimi-k3.1-pro-highspeed") else ""
+        speed = " highspeed" if key.startswith("kimi-k3.1-pro-highspeed") else ""
         return ModelInfo(original, f"Kimi K3.1 Pro{speed}", _1M)
     if _api(base_url) == "kimi-code":
         if key == "k3":

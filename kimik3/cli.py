@@ -546,7 +546,7 @@ def verify_command(ctx: click.Context, base_url: str, model: str | None, api_key
     fails = len(report.failures())
     if any(r.needs_model for r in report.rows):
         click.echo("(* needs a capable model)")
-    click.echo(f"model: {report.model}")
+    click.echo(f"model: {report.model_line}")
     click.echo("verify: " + ("OK" if report.ok else f"FAILED ({fails} row{'s' if fails != 1 else ''})"))
     ctx.exit(0 if report.ok else 1)
 
