@@ -8,7 +8,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 from ..formats.k3 import PromptCache
-from ..types import AssistantMessage, ChatCompletion, Message, ToolMessage, UserMessage, dump_message
+from ..types import AssistantMessage, ChatCompletion, Message, UserMessage, dump_message
 from ._checks import answer_text, summary_problem
 from ._prompts import COMPACTION_REQUEST, COMPACTION_RETRY
 from ._run import _Run
@@ -38,8 +38,9 @@ async def compact(
     The window is the policy's, or the smaller one a server stated (``run.window``). The
     summary request is the whole history plus the request when that fits the threshold (it
     extends the previous prompt); when it does not (a server refused the history as too big),
-    it carries the first task and the most recent of the older messages that fit, and the
-    run's issues say how many earlier messages the summary could not see.
+    it carries the first task, the older user messages (an earlier summary among them) and the
+    most recent older turns that fit (:func:`summary_input`), and the run's issues say how many
+    earlier messages the summary could not see.
 
     Args:
         force: compact now, whatever the count (a server refused the request as too big).
@@ -112,8 +113,8 @@ async def compact(
         yield CompactionEvent(0, "", failed=failed)
         return
     if unseen:
-        run.issue(f"compaction summarised {len(older) - unseen} of {len(older)} earlier messages: the first "
-                  f"{unseen} did not fit in the summary request and are not in the summary")
+        run.issue(f"compaction summarised {len(older) - unseen} of {len(older)} earlier messages: {unseen} "
+                  f"older ones did not fit in the summary request and are not in the summary")
     note = UserMessage(content=f"[Summary of {len(older)} earlier messages, written by you]\n{summary}")
     new = [*msgs[:head], note, *msgs[split:]]
     msgs[:] = new  # in place: the caller's list is the live history
@@ -136,22 +137,51 @@ def summary_input(
     """The messages a summary request carries, and how many of the older ones it leaves out.
 
     The whole history when its count (``fixed`` tokens beside the messages, ``sizes`` of each)
-    is within ``budget`` and its JSON within ``max_bytes``; else the head (``msgs[:head]``) and
-    the most recent older messages (``msgs[start:split]``) that fit, ``start`` never a tool
-    result (whose call would be left out).
+    is within ``budget`` and its JSON within ``max_bytes``; else the head (``msgs[:head]``), the
+    user messages among the older ones (``msgs[head:split]``: an earlier compaction's summary,
+    the user's follow-ups) while they fit, oldest first, and the most recent older assistant and
+    tool messages that fit with them (whole turns: a tool result never without its call).
+
+    Args:
+        msgs: the history.
+        head: how many leading messages always stay (system prompts, the first task).
+        split: where the recent turns that compaction keeps begin.
+        sizes: each message's tokens.
+        fixed: tokens beside the messages (tool declarations, the template, the request).
+        budget: the request's largest size in tokens.
+        max_bytes: its largest size in bytes as its messages' JSON (None: no byte limit).
+
+    Returns:
+        ``(messages, unseen)``: the request's messages in history order, and how many of
+        ``msgs[head:split]`` are not among them.
     """
     def nbytes(m: Message) -> int:
-        return len(json.dumps(dump_message(m), ensure_ascii=False).encode())
+        return len(json.dumps(dump_message(m), ensure_ascii=False).encode()) if max_bytes is not None else 0
 
-    if fixed + sum(sizes) <= budget and (max_bytes is None or sum(map(nbytes, msgs)) <= max_bytes):
+    def fits(tokens: float, size: int) -> bool:
+        return tokens <= budget and (max_bytes is None or size <= max_bytes)
+
+    if fits(fixed + sum(sizes), sum(map(nbytes, msgs))):
         return list(msgs), 0
-    total = fixed + sum(sizes[:split])
-    size = sum(map(nbytes, msgs[:split])) if max_bytes is not None else 0
-    start = head
-    while start < split and (
-        total > budget or (max_bytes is not None and size > max_bytes) or isinstance(msgs[start], ToolMessage)
-    ):
-        total -= sizes[start]
-        size -= nbytes(msgs[start]) if max_bytes is not None else 0
-        start += 1
-    return [*msgs[:head], *msgs[start:split]], start - head
+    tokens: float = fixed + sum(sizes[:head])
+    size = sum(map(nbytes, msgs[:head]))
+    chosen = set(range(head))
+    for i in range(head, split):  # user messages first: small, and what the user or a summary said
+        if isinstance(msgs[i], UserMessage) and fits(tokens + sizes[i], size + nbytes(msgs[i])):
+            chosen.add(i)
+            tokens, size = tokens + sizes[i], size + nbytes(msgs[i])
+    start = split
+    turn_tokens: float = 0
+    turn_size = 0
+    for i in range(split - 1, head - 1, -1):  # then the most recent turns, whole
+        if isinstance(msgs[i], UserMessage):
+            continue
+        turn_tokens, turn_size = turn_tokens + sizes[i], turn_size + nbytes(msgs[i])
+        if not isinstance(msgs[i], AssistantMessage):
+            continue  # a tool result: only with its call
+        if not fits(tokens + turn_tokens, size + turn_size):
+            break
+        tokens, size, turn_tokens, turn_size, start = tokens + turn_tokens, size + turn_size, 0, 0, i
+    chosen.update(i for i in range(start, split) if not isinstance(msgs[i], UserMessage))
+    given = [m for i, m in enumerate(msgs[:split]) if i in chosen]
+    return given, split - head - (len(given) - head)
