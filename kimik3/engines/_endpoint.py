@@ -35,10 +35,10 @@ from .._exceptions import (
     EngineError,
     KimiK3Error,
 )
-from .._models import model_info
+from .._models import MOONSHOT_HOSTS, host_of, model_info
 from ._http import Event, read_events, retry_after, status_error, transport_error, within
 
-__all__ = ["OpenAIEndpoint", "map_openai_error", "openai_errors"]
+__all__ = ["OpenAIEndpoint", "default_api_key", "map_openai_error", "openai_errors"]
 
 log = logging.getLogger("kimik3.engines.remote")
 
@@ -79,6 +79,17 @@ def openai_errors() -> Iterator[None]:
         raise map_openai_error(e) from e
 
 
+def default_api_key(base_url: str | None) -> str:
+    """The key an endpoint gets when none is given: ``$MOONSHOT_API_KEY`` (the name Moonshot's
+    quickstart uses) first for Moonshot's API (``base_url``, else ``$OPENAI_BASE_URL``, on
+    ``api.moonshot.ai`` / ``api.moonshot.cn``); else ``$OPENAI_API_KEY``; else ``"EMPTY"`` (a
+    server without auth)."""
+    url = base_url or os.environ.get("OPENAI_BASE_URL")
+    if host_of(url) in MOONSHOT_HOSTS:
+        return os.environ.get("MOONSHOT_API_KEY") or os.environ.get("OPENAI_API_KEY") or "EMPTY"
+    return os.environ.get("OPENAI_API_KEY") or "EMPTY"
+
+
 def _window(card: Any) -> Any:
     """A /v1/models entry's window: ``max_model_len`` (vLLM / SGLang) or ``context_length``
     (Moonshot's APIs, OpenRouter); None when absent."""
@@ -97,7 +108,8 @@ class OpenAIEndpoint:
     Args:
         base_url: the endpoint, e.g. ``"http://127.0.0.1:8000/v1"`` (default:
             ``$OPENAI_BASE_URL``).
-        api_key: the key (default ``$OPENAI_API_KEY``, else ``"EMPTY"`` for servers without auth).
+        api_key: the key (default: :func:`default_api_key`: ``$MOONSHOT_API_KEY`` for Moonshot's
+            API, else ``$OPENAI_API_KEY``, else ``"EMPTY"`` for servers without auth).
         model: the served model name (default: the first model ``/v1/models`` lists).
         timeout: seconds for a whole request, from sending it to the last byte of the answer
             (default 600): a total deadline, whatever the server trickles.
@@ -134,7 +146,7 @@ class OpenAIEndpoint:
         self.timeout = timeout
         self.client = client or openai.AsyncOpenAI(
             base_url=base_url,
-            api_key=api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY",
+            api_key=api_key or default_api_key(base_url),
             timeout=openai.Timeout(min(idle_timeout, timeout), connect=min(connect_timeout, timeout)),
             max_retries=0,  # kimik3.Client retries, with kimik3's typed errors
             default_headers=dict(headers or {}),

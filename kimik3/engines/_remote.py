@@ -51,7 +51,8 @@ class RemoteEngine(ChatEngine):
     Args:
         base_url: the endpoint, e.g. ``"http://127.0.0.1:8000/v1"`` (default:
             ``$OPENAI_BASE_URL``).
-        api_key: the key (default ``$OPENAI_API_KEY``, else ``"EMPTY"`` for servers without auth).
+        api_key: the key (default ``$MOONSHOT_API_KEY`` for Moonshot's API, else
+            ``$OPENAI_API_KEY``, else ``"EMPTY"`` for servers without auth).
         model: the served model name (default: the first model ``/v1/models`` lists).
         timeout: seconds for a whole request, from sending it to the last byte of the answer
             (default 600): a total deadline, whatever the server trickles.

@@ -307,3 +307,22 @@ def test_an_unknown_profile_is_a_user_error() -> None:
     with pytest.raises(UserError, match="profile must be one of vllm, sglang, openai, moonshot; got 'hosted'"):
         RemoteEngine(base_url="http://127.0.0.1:1/v1", profile="hosted")  # type: ignore[arg-type]
     assert sorted(PROFILES) == ["moonshot", "openai", "sglang", "vllm"]
+
+
+@pytest.mark.parametrize(("base_url", "env", "key"), [
+    ("https://api.moonshot.ai/v1", {"MOONSHOT_API_KEY": "sk-moon", "OPENAI_API_KEY": "sk-oai"}, "sk-moon"),
+    ("https://api.moonshot.cn/v1", {"OPENAI_API_KEY": "sk-oai"}, "sk-oai"),
+    (None, {"OPENAI_BASE_URL": "https://api.moonshot.ai/v1", "MOONSHOT_API_KEY": "sk-moon"}, "sk-moon"),
+    ("http://127.0.0.1:8000/v1", {"MOONSHOT_API_KEY": "sk-moon", "OPENAI_API_KEY": "sk-oai"}, "sk-oai"),
+    ("https://api.moonshot.ai.evil.com/v1", {"MOONSHOT_API_KEY": "sk-moon"}, "EMPTY"),
+    ("http://127.0.0.1:8000/v1", {}, "EMPTY"),
+])  # fmt: skip
+def test_the_default_key_is_moonshots_on_moonshots_hosts(
+    base_url: str | None, env: dict[str, str], key: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("MOONSHOT_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    engine = RemoteEngine(base_url=base_url, model="kimi-k3")
+    assert engine.endpoint.client.api_key == key
