@@ -1,13 +1,14 @@
 """A request the server refused as too big, recovered from inside the run.
 
 - a token overflow (:class:`~kimik3.ContextLengthExceededError`): the window the server stated
-  becomes the run's (``_Run.window``: compaction works against it from now on), and the run
+  becomes the run's (``_Run.window``: compaction works against it from now on; a server that
+  states none has a window below the refused request's tokens, and that bounds it), and the run
   compacts at once;
 - a request over the server's byte limit (:class:`~kimik3.RequestTooLargeError`, Moonshot's
   "total message size N exceeds limit M"): the oldest images leave the context first (each
   becomes the note :data:`~kimik3.agents._history.IMAGE_DROPPED`), as many as cover what the
   request is over by; with no image left to drop, the run compacts, its summary request kept
-  under the byte limit.
+  under the byte limit (a 413 states none: under the refused request's size).
 
 Then the turn is sent again. What was dropped is one of the run's issues (the result is
 degraded, never silently); when nothing could be made smaller, or after
@@ -16,12 +17,13 @@ degraded, never silently); when nothing could be made smaller, or after
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import AsyncIterator
 
 from .._defaults import MAX_OVERFLOW_RECOVERIES
 from .._exceptions import ContextLengthExceededError, RequestTooLargeError
-from ..types import ImagePart, Message, TextPart, ToolMessage, UserMessage
+from ..types import ImagePart, Message, TextPart, ToolMessage, UserMessage, dump_message
 from ._compaction import Summarize, compact
 from ._history import IMAGE_DROPPED
 from ._run import _Run
@@ -80,15 +82,24 @@ async def recover(
             log.warning("kimik3: %s", what)
             run.issue(what)
             return
-        max_bytes = int(error.limit * (1 - _MARGIN)) if error.limit else None
-    elif error.limit is not None:
-        run.window_limit = error.limit if run.window_limit is None else min(run.window_limit, error.limit)
+        # the summary request must be smaller than what was refused: under the stated limit, else
+        # under the refused request's own size (a 413 states none)
+        max_bytes = int((error.limit or _nbytes(run.messages)) * (1 - _MARGIN))
+    else:
+        # the stated window; where the server states none, the refused request's size bounds it
+        limit = error.limit or error.requested or run.context_tokens
+        run.window_limit = limit if run.window_limit is None else min(run.window_limit, limit)
     compacted = False
     async for event in compact(run, policy, summarize, force=True, max_bytes=max_bytes):
         compacted = compacted or (isinstance(event, CompactionEvent) and event.removed_messages > 0)
         yield event
     if not compacted:
         raise error
+
+
+def _nbytes(messages: list[Message]) -> int:
+    """The messages' size as JSON, in bytes (what a byte limit measures)."""
+    return sum(len(json.dumps(dump_message(m), ensure_ascii=False).encode()) for m in messages)
 
 
 def _excess(error: RequestTooLargeError) -> int | None:
