@@ -19,7 +19,7 @@ from kimik3.agents._history import IMAGE_DROPPED
 from kimik3.agents._prompts import COMPACTION_REQUEST
 from kimik3.media import prepare_image
 from kimik3.types import ImagePart, TextPart, ToolMessage
-from tests.engines.hosted_server import HostedAPI, message_size, tokens
+from tests.engines.hosted_server import HostedAPI, message_size, refused, tokens
 from tests.engines.sse_server import SSEServer
 
 LOREM = "lorem " * 800
@@ -143,6 +143,69 @@ async def test_a_first_task_too_big_for_the_window_is_raised_typed_after_one_req
         with pytest.raises(ContextLengthExceededError) as e:
             await agent.run("word " * 400)
     assert e.value.limit == 100 and e.value.requested == tokens(api.seen[0]) and len(api.seen) == 1
+
+
+def unstated(body: dict[str, Any]) -> str | None:
+    """A server whose overflow names no number (its window: 3,000 of its tokens)."""
+    return "Invalid request: the prompt is longer than the model's context length" if tokens(body) > 3000 else None
+
+
+async def test_an_overflow_stating_no_window_is_bounded_by_the_refused_request() -> None:
+    api = HostedAPI(rules={"window": unstated}, reply=script(4, "read"))
+    events, result = await run(api, [read], "Read the report.", keep_recent_turns=1)
+    assert result.output == "done"
+    (n, _), = api.refusals
+    # the summary request is smaller than the refused one, and fits the server's (unstated) window
+    assert tokens(api.seen[n + 1]) < tokens(api.seen[n]) and tokens(api.seen[n + 1]) <= 3000
+    assert api.seen[n + 1]["messages"][-1]["content"] == COMPACTION_REQUEST
+    # the run's window is now the refused request's size (kimik3's count: 3 x 1,605 + the rest): the
+    # newest turn fits in half its threshold and stays, the 4 messages before it are summarised
+    assert [e.removed_messages for e in events if isinstance(e, CompactionEvent)] == [4]
+    assert len(api.seen) == n + 4  # the summary, the turn again (calls part 4), its result: no second refusal
+
+
+class Proxy413:
+    """A proxy in front of the hosted API that answers 413 (no sizes) above ``limit`` bytes."""
+
+    def __init__(self, api: HostedAPI, limit: int) -> None:
+        self.api, self.limit = api, limit
+
+    def __call__(self, n: int, body: dict[str, Any]) -> Any:
+        if message_size(body) > self.limit:
+            self.api.seen.append(body)
+            self.api.refusals.append((n, "413"))
+            return refused("<html><body>413 Request Entity Too Large</body></html>", 413)
+        return self.api(n, body)
+
+
+async def test_a_413_without_sizes_drops_the_oldest_half_of_the_images() -> None:
+    image = len(prepare_image(noise(1)).data_url())
+    api = HostedAPI(reply=script(4, "screenshot"))
+    proxy = Proxy413(api, int(3.5 * image))
+    async with SSEServer(proxy) as server:
+        engine = RemoteEngine(base_url=server.base_url, model="kimi-k3", profile="moonshot")
+        agent = Agent(tools=[screenshot], engine=engine)
+        result = await agent.run("Watch the screen.")
+    assert result.output == "done" and [n for n, _ in api.refusals] == [4]
+    results = [m for m in result.messages if isinstance(m, ToolMessage)]
+    kept = [sum(isinstance(p, ImagePart) for p in m.content) for m in results]  # type: ignore[union-attr]
+    assert kept == [0, 0, 1, 1]  # 4 images, the oldest 2 dropped
+    assert [i.split(": ", 1)[1] for i in result.issues] == [
+        "the server refused the request as too large (HTTP 413): the 2 oldest images left the context"]
+
+
+async def test_a_413_without_images_compacts_under_the_refused_size() -> None:
+    api = HostedAPI(reply=script(4, "read"))
+    proxy = Proxy413(api, 15_000)
+    async with SSEServer(proxy) as server:
+        agent = Agent(tools=[read], engine=RemoteEngine(base_url=server.base_url, model="kimi-k3", profile="moonshot"),
+                      context=ContextPolicy(keep_recent_turns=1))
+        result = await agent.run("Read the report.")
+    assert result.output == "done"
+    (n, _), = api.refusals
+    assert api.seen[n + 1]["messages"][-1]["content"] == COMPACTION_REQUEST
+    assert message_size(api.seen[n + 1]) < 0.95 * message_size(api.seen[n])
+    assert all(message_size(body) <= 15_000 for body in api.seen[n + 1 :])
 
 
 def over_by_one(body: dict[str, Any]) -> str:
