@@ -113,7 +113,8 @@ def _engine_options(f: F) -> F:
         click.option("--base-url", envvar="KIMIK3_BASE_URL", metavar="URL",
                      help="An OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 [env KIMIK3_BASE_URL]."),
         click.option("--api-key", envvar="KIMIK3_API_KEY", metavar="KEY",
-                     help="The endpoint's API key [env KIMIK3_API_KEY, else OPENAI_API_KEY]."),
+                     help="The endpoint's API key [env KIMIK3_API_KEY, else MOONSHOT_API_KEY for Moonshot's API, "
+                          "else OPENAI_API_KEY]."),
         click.option("--model", envvar="KIMIK3_MODEL", metavar="NAME",
                      help="The served model name (default: the endpoint's first model) [env KIMIK3_MODEL]."),
         click.option("--mode", type=click.Choice(["chat", "raw"]), default="chat", show_default=True,

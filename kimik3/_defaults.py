@@ -17,8 +17,10 @@ __all__ = [
     "CPU_KV_CACHE_MAX_BYTES",
     "CPU_KV_CACHE_MIN_BYTES",
     "MAX_CONTINUES",
+    "MAX_OVERFLOW_RECOVERIES",
     "MAX_REPLY_TOKENS",
     "MAX_RETRIES",
+    "RAW_MAX_TOKENS_FALLBACK",
     "REASONING_EFFORTS",
     "RETRY_AFTER_MAX",
     "RETRY_BACKOFF_INITIAL",
@@ -96,3 +98,14 @@ many such replies in a row the run stops with ``stop_reason="no_progress"``."""
 MAX_REPLY_TOKENS = 32_768
 """``kimik3 run`` / ``chat`` without ``--max-tokens``: a reply gets a quarter of a known context
 window, at most this many tokens (2,048 for k3-tiny's 8,192)."""
+
+MAX_OVERFLOW_RECOVERIES = 4
+"""An agent whose request a server refused as too big (a token overflow, a request over its
+byte limit) drops old images or compacts and sends it again, at most this many times in a row;
+then the error is raised."""
+
+RAW_MAX_TOKENS_FALLBACK = 32_768
+"""Raw mode's ``max_tokens`` for a request without one when the context window is unknown
+because ``GET /models`` failed (404, 501, an HTML page): K3's output budget for a long answer
+with reasoning (kimi-cli sends 32,000). A server that finds it too big says so with its window,
+which then bounds the next request."""

@@ -29,7 +29,8 @@
     │   ├── APIResponseValidationError     a 2xx answer that is not the protocol (HTML, bad JSON)
     │   └── APIStatusError                 the server answered with an error status (HTTP or in-band)
     │       ├── BadRequestError            400
-    │       │   └── ContextLengthExceededError  (also an EngineRequestError: raised in-process too)
+    │       │   ├── ContextLengthExceededError  (also an EngineRequestError: raised in-process too)
+    │       │   └── RequestTooLargeError   the request's bytes over the server's limit (413 too)
     │       ├── AuthenticationError        401 / 403
     │       ├── NotFoundError              404
     │       ├── RateLimitError             429
@@ -80,6 +81,7 @@ __all__ = [
     "ParserStateError",
     "RateLimitError",
     "ReplayMismatchError",
+    "RequestTooLargeError",
     "SandboxUnavailableError",
     "ServiceUnavailableError",
     "SessionError",
@@ -252,7 +254,59 @@ class BadRequestError(APIStatusError):
 
 class ContextLengthExceededError(BadRequestError, EngineRequestError):
     """The prompt plus ``max_tokens`` does not fit the model's context window (from a server:
-    ``status_code`` 400; from the in-process engine: ``status_code`` None)."""
+    ``status_code`` 400; from the in-process engine: ``status_code`` None).
+
+    Attributes:
+        limit: the window in tokens the server stated ("Your request exceeded model token
+            limit: 262144 (requested: 263932)" gives 262144; vLLM's "maximum context length is
+            4096 tokens" gives 4096); None when the message names none.
+        requested: the tokens the server counted for the request (263932 above), when it said.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status_code: int | None,
+        body: object = None,
+        retry_after: float | None = None,
+        response: object = None,
+        request_id: str | None = None,
+        limit: int | None = None,
+        requested: int | None = None,
+    ) -> None:
+        super().__init__(message, status_code=status_code, body=body, retry_after=retry_after, response=response,
+                         request_id=request_id)
+        self.limit = limit
+        self.requested = requested
+
+
+class RequestTooLargeError(BadRequestError):
+    """The request's size in bytes is over what the server takes (Moonshot's hosted API: "total
+    message size 2100954 exceeds limit 2097152"; a proxy's HTTP 413). Not a token overflow:
+    large images fill it first, so the agent drops the oldest images, then compacts.
+
+    Attributes:
+        limit: the largest request the server takes, in bytes (None: not stated).
+        size: the size the server measured for this request, in bytes (None: not stated).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status_code: int | None,
+        body: object = None,
+        retry_after: float | None = None,
+        response: object = None,
+        request_id: str | None = None,
+        limit: int | None = None,
+        size: int | None = None,
+    ) -> None:
+        super().__init__(message, status_code=status_code, body=body, retry_after=retry_after, response=response,
+                         request_id=request_id)
+        self.limit = limit
+        self.size = size
 
 
 class AuthenticationError(APIStatusError):

@@ -548,7 +548,7 @@ def verify_command(ctx: click.Context, base_url: str, model: str | None, api_key
     fails = len(report.failures())
     if any(r.needs_model for r in report.rows):
         click.echo("(* needs a capable model)")
-    click.echo(f"model: {report.model}")
+    click.echo(f"model: {report.model_line}")
     if report.hint:
         click.echo(f"hint: {report.hint}")
     click.echo("verify: " + ("OK" if report.ok else f"FAILED ({fails} row{'s' if fails != 1 else ''})"))

@@ -27,6 +27,7 @@ import httpx
 import jsonschema
 
 from .._exceptions import KimiK3Error, UserError
+from .._models import KIMI_CODE_HOSTS, MOONSHOT_HOSTS, host_of, model_info
 from ..formats.k3 import K3Tokenizer, default_tokenizer
 from ..types import ChatRequest, ModelSettings
 from ._probes import ANSWER_SCHEMA, CONVENTIONS, WEATHER, Convention, Probe, expected_counts, probes, tool, vocab_hint
@@ -93,9 +94,22 @@ class VerifyReport:
         """The failed rows."""
         return [r for r in self.rows if r.status == "fail"]
 
+    @property
+    def model_line(self) -> str:
+        """The model as the report names it: its id, and what kimik3 knows of it
+        (:mod:`kimik3._models`): ``kimi-k3.1-pro (Kimi K3.1 Pro, 1,048,576-token window,
+        Moonshot's API)``."""
+        info = model_info(self.model, self.base_url)
+        host = host_of(self.base_url)
+        where = ("Moonshot's API" if host in MOONSHOT_HOSTS else "the Kimi Code API" if host in KIMI_CODE_HOSTS
+                 else "")  # fmt: skip
+        known = [info.name, f"{info.window:,}-token window"] if info is not None and info.window else []
+        known += [where] if where else []
+        return f"{self.model} ({', '.join(known)})" if known else self.model
+
     def __str__(self) -> str:
         width = max((len(r.check) for r in self.rows), default=5)
-        lines = [f"kimik3 verify {self.base_url} (model {self.model}){' --quick' if self.quick else ''}",
+        lines = [f"kimik3 verify {self.base_url} (model {self.model_line}){' --quick' if self.quick else ''}",
                  f"{'check':<{width}}  status  evidence"]  # fmt: skip
         for r in self.rows:
             mark = r.status.upper() if r.status == "fail" else r.status

@@ -5,7 +5,7 @@ One run::
     messages = [system instructions, user task]
     loop:
         budget out?  -> one tool-free summary turn, stop
-        context near the window? -> compact older turns (model-written summary)
+        context near the window (or a request refused as too big)? -> compact older turns (model-written summary)
         tools added since the last call? -> declared by a message appended to the history
         one turn (:meth:`Agent._turn`): a model call (streamed; the assistant message kept
         exactly as received), then one of three named outcomes:
@@ -71,11 +71,11 @@ from ._checks import (
     unrun_calls,
     unrun_note,
 )
-from ._compaction import compact
 from ._cut import cut_outcome, no_room_to_continue
 from ._dynamic import Toolbox, dynamic_names, restore_declared, undeclared
 from ._history import orphan_results, prune_images, result_message
 from ._hooks import AllHooks, RunHooks
+from ._overflow import fitted_turn
 from ._prompts import SUMMARY_INSTRUCTIONS
 from ._run import _Run
 from ._session import SessionWriter, load_session
@@ -366,10 +366,8 @@ class Agent(Generic[OutputT]):
                 async for event in self._final_turn(run, exhausted):
                     yield event
                 return
-            async for event in compact(run, self.context, self._summarize):
-                yield event
-            outcome: TurnOutcome | None = None
-            async for item in self._turn(run):
+            outcome: TurnOutcome | None = None  # none: the request was too big, made smaller (send it again)
+            async for item in fitted_turn(run, self.context, self._turn(run), self._summarize):
                 if isinstance(item, (ToolsRan, ContinueWith, Final)):
                     outcome = item
                 else:

@@ -61,6 +61,8 @@ class _Run:
         self.span = _tracing.Span()
         self.call_errors: dict[str, str] = {}  # call id -> why its arguments cannot be used
         self.compaction_stopped = False  # compaction cannot bring the context under its threshold
+        self.window_limit: int | None = None  # the window a server's overflow error stated (agents/_overflow.py)
+        self.overflows = 0  # requests refused as too big in a row, each recovered from (agents/_overflow.py)
         self.unavailable: list[str] = []  # declared by an earlier run of the conversation, gone now
         self.unusable_turns = 0  # turns in a row with neither an answer nor a call that ran
         self.cut_replies = 0  # replies cut by max_tokens in a row (each answered with "continue")
@@ -100,6 +102,11 @@ class _Run:
         if b.usd is not None and self.cost is not None and self.cost >= b.usd:
             return "cost_budget"
         return None
+
+    def window(self, configured: int) -> int:
+        """The context window compaction works against: ``configured`` (``ContextPolicy``), or
+        the smaller window a server's overflow error stated during the run."""
+        return configured if self.window_limit is None else min(configured, self.window_limit)
 
     def deadline(self, budgets: Budgets) -> float | None:
         """Seconds left of the time budget (None: no time budget)."""
@@ -166,6 +173,7 @@ class _Run:
         completion = self.counted(completion, message)
         cost = self.charge(completion)
         self.turns += 1
+        self.overflows = 0
         self.context_tokens = completion.usage.prompt_tokens + completion.usage.completion_tokens
         self.add(message, counted=True, completion=completion, cost=cost)
         return cost

@@ -21,6 +21,7 @@ from typing import Any
 
 import openai
 
+from .._defaults import RAW_MAX_TOKENS_FALLBACK
 from .._exceptions import APIResponseValidationError, ContextLengthExceededError, EngineError, UserError
 from ..formats.k3 import K3Tokenizer, PromptCache, RawChunk
 from ..formats.k3._codec import media_scan
@@ -46,7 +47,10 @@ class RemoteCompletionsEngine(TokenEngine):
         max_model_len: the served context window in tokens (default: ``max_model_len`` of the
             model in ``/v1/models``, which vLLM and SGLang report). Every request carries an
             explicit ``max_tokens``: the request's, else what the prompt leaves of this window
-            (a completions endpoint's own default is 16 tokens).
+            (a completions endpoint's own default is 16 tokens). A server whose overflow error
+            states a smaller window shrinks it. Where ``/v1/models`` fails (404, 501, an HTML
+            page) and nothing else knows the window, a request without ``max_tokens`` gets
+            :data:`~kimik3._defaults.RAW_MAX_TOKENS_FALLBACK` (32,768), said once in a warning.
         endpoint: an :class:`~kimik3.engines.OpenAIEndpoint` shared with another engine (then
             the connection arguments are ignored).
 
@@ -77,6 +81,7 @@ class RemoteCompletionsEngine(TokenEngine):
                               "kimik3 encodes the prompt")
         super().__init__(tokenizer)
         self._max_model_len = max_model_len
+        self._fallback_said = False
         self.endpoint = endpoint or OpenAIEndpoint(
             base_url=base_url, api_key=api_key, model=model, timeout=timeout, idle_timeout=idle_timeout,
             connect_timeout=connect_timeout, headers=headers, client=client,
@@ -89,10 +94,13 @@ class RemoteCompletionsEngine(TokenEngine):
     @property
     def max_model_len(self) -> int | None:
         """The context window: the one given, else what ``/v1/models`` reported (None before
-        it was asked, or when the server does not say)."""
-        if self._max_model_len is not None:
-            return self._max_model_len
-        return self.endpoint.known_window(self.endpoint.model) if self.endpoint.model else None
+        it was asked, or when the server does not say); never above a limit the server's
+        overflow error stated."""
+        model = self.endpoint.model
+        if self._max_model_len is None:
+            return self.endpoint.known_window(model) if model else None
+        limit = self.endpoint.stated_limit(model) if model else None
+        return self._max_model_len if limit is None else min(limit, self._max_model_len)
 
     def with_chat_for_images(self, **chat: Any) -> ChatForImages:
         """This engine, with requests that hold images sent through a
@@ -104,13 +112,23 @@ class RemoteCompletionsEngine(TokenEngine):
         await self.endpoint.aclose()
 
     async def _max_tokens(self, model: str, prompt_tokens: int) -> int:
-        """What the prompt leaves of the context window (the default ``max_tokens``).
+        """What the prompt leaves of the context window (the default ``max_tokens``); where
+        ``/v1/models`` failed and the window is unknown, :data:`RAW_MAX_TOKENS_FALLBACK` (one
+        warning).
 
         Raises:
             UserError: the window is unknown (the server does not report ``max_model_len``).
             ContextLengthExceededError: the prompt fills the window.
         """
-        window = self._max_model_len if self._max_model_len is not None else await self.endpoint.window(model)
+        window = self.max_model_len if self._max_model_len is not None else await self.endpoint.window(model)
+        if window is None and self.endpoint.models_unavailable is not None:
+            if not self._fallback_said:
+                self._fallback_said = True
+                log.warning("kimik3: GET /models failed (%s), so %r's context window is unknown; raw-mode requests "
+                            "without max_tokens send max_tokens=%d (pass max_tokens, or "
+                            "RemoteCompletionsEngine(max_model_len=...))", self.endpoint.models_unavailable, model,
+                            RAW_MAX_TOKENS_FALLBACK)  # fmt: skip
+            return RAW_MAX_TOKENS_FALLBACK
         if window is None:
             raise UserError(
                 f"raw mode needs max_tokens or the context window: {model!r} reports no max_model_len "
@@ -119,7 +137,8 @@ class RemoteCompletionsEngine(TokenEngine):
         left = window - prompt_tokens
         if left < 1:
             raise ContextLengthExceededError(
-                f"the prompt ({prompt_tokens} tokens) fills the context window ({window})", status_code=None
+                f"the prompt ({prompt_tokens} tokens) fills the context window ({window})", status_code=None,
+                limit=window, requested=prompt_tokens,
             )
         return left
 
@@ -150,13 +169,17 @@ class RemoteCompletionsEngine(TokenEngine):
             "stream_options": {"include_usage": True},
             "extra_body": extra_body,
         }
-        async for kind, data in self.endpoint.events(self.endpoint.client.completions, kwargs):
-            if kind == "done":
-                return
-            if kind == "error":
-                raise error_from_payload(data)
-            for chunk in _raw_chunks(data):
-                yield chunk
+        try:
+            async for kind, data in self.endpoint.events(self.endpoint.client.completions, kwargs):
+                if kind == "done":
+                    return
+                if kind == "error":
+                    raise error_from_payload(data)
+                for chunk in _raw_chunks(data):
+                    yield chunk
+        except ContextLengthExceededError as e:  # an in-band overflow states the window too
+            self.endpoint.learn_limit(model, e)
+            raise
 
     def stream(
         self,

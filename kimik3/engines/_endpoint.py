@@ -8,6 +8,11 @@ context window (from ``/v1/models`` when not given), and the reading of a stream
 object or ``event: error`` each raise a typed error, and ``timeout`` is a total deadline beside
 ``idle_timeout`` (decisions: ``docs/chat-mode.md``). :func:`openai_errors` is the one place
 ``openai`` exceptions become kimik3's typed errors.
+
+The context window of a served model is, in this order: the limit a server stated when a request
+overflowed (it wins: a ``/v1/models`` may advertise 1,048,576 for a server that accepts 262,144,
+catwalk #474), what ``/v1/models`` reports (``max_model_len``, vLLM and SGLang; ``context_length``,
+Moonshot's APIs and OpenRouter), else what :mod:`kimik3._models` knows of the id on that host.
 """
 
 from __future__ import annotations
@@ -21,10 +26,19 @@ from typing import Any
 import anyio
 import openai
 
-from .._exceptions import APIConnectionError, APIResponseValidationError, APITimeoutError, EngineError, KimiK3Error
+from .._exceptions import (
+    APIConnectionError,
+    APIResponseValidationError,
+    APIStatusError,
+    APITimeoutError,
+    ContextLengthExceededError,
+    EngineError,
+    KimiK3Error,
+)
+from .._models import MOONSHOT_HOSTS, host_of, model_info
 from ._http import Event, read_events, retry_after, status_error, transport_error, within
 
-__all__ = ["OpenAIEndpoint", "map_openai_error", "openai_errors"]
+__all__ = ["OpenAIEndpoint", "default_api_key", "map_openai_error", "openai_errors"]
 
 log = logging.getLogger("kimik3.engines.remote")
 
@@ -65,9 +79,26 @@ def openai_errors() -> Iterator[None]:
         raise map_openai_error(e) from e
 
 
+def default_api_key(base_url: str | None) -> str:
+    """The key an endpoint gets when none is given: ``$MOONSHOT_API_KEY`` (the name Moonshot's
+    quickstart uses) first for Moonshot's API (``base_url``, else ``$OPENAI_BASE_URL``, on
+    ``api.moonshot.ai`` / ``api.moonshot.cn``); else ``$OPENAI_API_KEY``; else ``"EMPTY"`` (a
+    server without auth)."""
+    url = base_url or os.environ.get("OPENAI_BASE_URL")
+    if host_of(url) in MOONSHOT_HOSTS:
+        return os.environ.get("MOONSHOT_API_KEY") or os.environ.get("OPENAI_API_KEY") or "EMPTY"
+    return os.environ.get("OPENAI_API_KEY") or "EMPTY"
+
+
 def _window(card: Any) -> Any:
-    """A /v1/models entry's ``max_model_len`` (a vLLM / SGLang extra field; None when absent)."""
-    return getattr(card, "max_model_len", None) or (getattr(card, "model_extra", None) or {}).get("max_model_len")
+    """A /v1/models entry's window: ``max_model_len`` (vLLM / SGLang) or ``context_length``
+    (Moonshot's APIs, OpenRouter); None when absent."""
+    extra = getattr(card, "model_extra", None) or {}
+    for name in ("max_model_len", "context_length"):
+        found = getattr(card, name, None) or extra.get(name)
+        if found:
+            return found
+    return None
 
 
 class OpenAIEndpoint:
@@ -77,7 +108,8 @@ class OpenAIEndpoint:
     Args:
         base_url: the endpoint, e.g. ``"http://127.0.0.1:8000/v1"`` (default:
             ``$OPENAI_BASE_URL``).
-        api_key: the key (default ``$OPENAI_API_KEY``, else ``"EMPTY"`` for servers without auth).
+        api_key: the key (default: :func:`default_api_key`: ``$MOONSHOT_API_KEY`` for Moonshot's
+            API, else ``$OPENAI_API_KEY``, else ``"EMPTY"`` for servers without auth).
         model: the served model name (default: the first model ``/v1/models`` lists).
         timeout: seconds for a whole request, from sending it to the last byte of the answer
             (default 600): a total deadline, whatever the server trickles.
@@ -94,6 +126,8 @@ class OpenAIEndpoint:
         refuses_both_reasoning_fields: learned from the server, never configured: True once it
             refused a message carrying ``reasoning_content`` and ``reasoning`` together (vLLM's
             Rust frontend); the chat engine then sends one name.
+        models_unavailable: why ``GET /models`` failed (a 404, a 501, an HTML page), once it
+            did; it is not asked again (None: it answered, or was not asked).
     """
 
     def __init__(
@@ -112,13 +146,16 @@ class OpenAIEndpoint:
         self.timeout = timeout
         self.client = client or openai.AsyncOpenAI(
             base_url=base_url,
-            api_key=api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY",
+            api_key=api_key or default_api_key(base_url),
             timeout=openai.Timeout(min(idle_timeout, timeout), connect=min(connect_timeout, timeout)),
             max_retries=0,  # kimik3.Client retries, with kimik3's typed errors
             default_headers=dict(headers or {}),
         )
         self._windows: dict[str, int] = {}  # served model -> max_model_len, as /v1/models reported it
+        self._limits: dict[str, int] = {}  # served model -> the window a server's overflow error stated
         self.refuses_both_reasoning_fields = False
+        self.models_unavailable: str | None = None
+        self._listed = False  # /v1/models answered once
 
     @property
     def model(self) -> str:
@@ -140,16 +177,50 @@ class OpenAIEndpoint:
         return self._model
 
     def known_window(self, model: str) -> int | None:
-        """``max_model_len`` of ``model`` as ``/v1/models`` reported it (None: not asked yet, or
-        not reported)."""
-        return self._windows.get(model)
+        """The context window of ``model`` as far as it is known without asking (see the module
+        docstring: a stated limit, else ``/v1/models``' figure once asked, else
+        :mod:`kimik3._models`' for the id); None when nothing says."""
+        reported = self._windows.get(model)
+        if reported is None:
+            info = model_info(model, str(self.client.base_url))
+            reported = info.window if info is not None else None
+        limit = self._limits.get(model)
+        if limit is None:
+            return reported
+        return limit if reported is None else min(limit, reported)
+
+    def stated_limit(self, model: str) -> int | None:
+        """The window a server's overflow error stated for ``model`` (None: none did)."""
+        return self._limits.get(model)
 
     async def window(self, model: str) -> int | None:
-        """``max_model_len`` of ``model`` from ``/v1/models`` (asked once; None when the server
-        does not report it)."""
-        if model not in self._windows:
-            await self._list_models()
-        return self._windows.get(model)
+        """The context window of ``model`` (:meth:`known_window`), ``/v1/models`` asked first,
+        once. A ``/v1/models`` that fails (404, 501, an HTML page) is kept in
+        :attr:`models_unavailable` and not asked again; the window is then what else is known
+        (the caller says so: raw mode falls back on a default ``max_tokens`` with a warning).
+
+        Raises:
+            APIConnectionError: the endpoint cannot be reached at all.
+        """
+        if not self._listed and self.models_unavailable is None:
+            try:
+                await self._list_models()
+            except (APIStatusError, APIResponseValidationError) as e:
+                self.models_unavailable = f"{type(e).__name__}: {str(e)[:300]}"
+        return self.known_window(model)
+
+    def learn_limit(self, model: str, error: ContextLengthExceededError) -> None:
+        """Keep the window ``error`` states for ``model`` (it shrinks, never grows), saying once
+        when it is below what was known."""
+        if not model or error.limit is None:
+            return
+        before = self.known_window(model)
+        if model in self._limits and self._limits[model] <= error.limit:
+            return
+        self._limits[model] = error.limit
+        if before is not None and error.limit < before:
+            log.warning("kimik3: the server's limit for %r is %s tokens, not the %s it was taken to have; "
+                        "using %s from now on", model, f"{error.limit:,}", f"{before:,}", f"{error.limit:,}")
 
     async def _list_models(self) -> Any:
         """``GET /models``, its answer checked: a body that is not a model list (an SSE stream,
@@ -166,8 +237,9 @@ class OpenAIEndpoint:
                 raise APIResponseValidationError(why) from e
         for card in data:
             found = _window(card)
-            if isinstance(found, int):
+            if isinstance(found, int) and not isinstance(found, bool) and found > 0:
                 self._windows.setdefault(card.id, found)
+        self._listed = True
         return models
 
     async def events(self, resource: Any, kwargs: dict[str, Any]) -> AsyncIterator[Event]:
@@ -187,6 +259,9 @@ class OpenAIEndpoint:
                     async for event in read_events(response, deadline=deadline):
                         received = True
                         yield event
+        except ContextLengthExceededError as e:
+            self.learn_limit(str(kwargs.get("model") or ""), e)
+            raise
         except KimiK3Error:
             raise
         except Exception as e:

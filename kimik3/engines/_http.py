@@ -24,12 +24,12 @@ from .._exceptions import (
     APITimeoutError,
     AuthenticationError,
     BadRequestError,
-    ContextLengthExceededError,
     EngineError,
     NotFoundError,
     RateLimitError,
     ServiceUnavailableError,
 )
+from ._overflow import overflow_error
 
 _NEWLINE = re.compile(r"\r\n|\r|\n")
 _KEEPALIVE_EVENTS = frozenset({"ping", "keep-alive", "keepalive", "heartbeat"})
@@ -38,10 +38,6 @@ _KEEPALIVE_EVENTS = frozenset({"ping", "keep-alive", "keepalive", "heartbeat"})
 __all__ = [
     "error_from_payload", "is_error_payload", "read_events", "retry_after", "status_error", "transport_error", "within",
 ]
-
-_CONTEXT_PHRASES = (
-    "maximum context length", "context length", "context_length", "too long", "max_model_len", "context window",
-)
 
 # Error ``type`` / ``code`` words servers put in error objects, by the HTTP status they stand for
 # (OpenAI, vLLM / SGLang exception class names, Anthropic-style gateways), lower case, letters only.
@@ -67,14 +63,19 @@ def status_error(
 ) -> APIStatusError:
     """The typed error for an error status (HTTP, or the ``code`` of an in-band error object).
 
-    400 / 422 -> :class:`BadRequestError` (:class:`ContextLengthExceededError` when the text says
-    so), 401 / 403 -> :class:`AuthenticationError`, 404 -> :class:`NotFoundError`, 429 ->
+    400 / 422 -> :class:`BadRequestError` (:class:`ContextLengthExceededError` or
+    :class:`RequestTooLargeError`, with the limit the server stated, when the text says so:
+    :func:`~kimik3.engines._overflow.overflow_error`), 413 -> :class:`RequestTooLargeError`,
+    401 / 403 -> :class:`AuthenticationError`, 404 -> :class:`NotFoundError`, 429 ->
     :class:`RateLimitError`, 5xx -> :class:`ServiceUnavailableError`, else :class:`APIStatusError`.
     """
+    too_big = overflow_error(status, message, message + " " + json.dumps(body, default=str), body=body,
+                             retry_after=retry_after, response=response, request_id=request_id)
+    if too_big is not None:
+        return too_big
     cls: type[APIStatusError]
     if status in (400, 422):
-        text = message.lower() + " " + json.dumps(body, default=str).lower()
-        cls = ContextLengthExceededError if any(p in text for p in _CONTEXT_PHRASES) else BadRequestError
+        cls = BadRequestError
     elif status in (401, 403):
         cls = AuthenticationError
     elif status == 404:

@@ -12,6 +12,10 @@ takes the two names as aliases and refuses a message carrying both ("duplicate f
 sends the request again with ``reasoning`` alone, and does so from then on; its configuration
 (``reasoning_field``) is never rewritten.
 
+What the request looks like on the wire is the endpoint's profile's (:mod:`kimik3.engines._profiles`,
+``docs/endpoints.md``): the request as Moonshot's K3 contract writes it for self-hosted servers,
+reshaped for Moonshot's hosted API (chosen by its host name).
+
 Raw mode (kimik3 encodes the prompt, the server only generates) is another engine over the same
 endpoint: :class:`~kimik3.engines.RemoteCompletionsEngine`.
 """
@@ -30,6 +34,7 @@ from ..types import ChatRequest, ImagePart, Message, dump_message
 from ._base import ChatEngine
 from ._endpoint import OpenAIEndpoint
 from ._http import Event
+from ._profiles import EndpointProfile, Profile, detect_profile
 
 __all__ = ["ReasoningField", "RemoteEngine"]
 
@@ -46,7 +51,8 @@ class RemoteEngine(ChatEngine):
     Args:
         base_url: the endpoint, e.g. ``"http://127.0.0.1:8000/v1"`` (default:
             ``$OPENAI_BASE_URL``).
-        api_key: the key (default ``$OPENAI_API_KEY``, else ``"EMPTY"`` for servers without auth).
+        api_key: the key (default ``$MOONSHOT_API_KEY`` for Moonshot's API, else
+            ``$OPENAI_API_KEY``, else ``"EMPTY"`` for servers without auth).
         model: the served model name (default: the first model ``/v1/models`` lists).
         timeout: seconds for a whole request, from sending it to the last byte of the answer
             (default 600): a total deadline, whatever the server trickles.
@@ -55,20 +61,26 @@ class RemoteEngine(ChatEngine):
         connect_timeout: seconds for connecting (default 10).
         headers: extra HTTP headers.
         reasoning_field: the name(s) past assistant reasoning goes out under: ``"both"``
-            (default: ``reasoning_content`` and ``reasoning``, read by every server kimik3 knows
-            but vllm-rs, for which the engine sends ``"reasoning"`` once the server refused
-            both), ``"reasoning"`` or ``"reasoning_content"``.
+            (``reasoning_content`` and ``reasoning``, read by every server kimik3 knows but
+            vllm-rs, for which the engine sends ``"reasoning"`` once the server refused both),
+            ``"reasoning"`` or ``"reasoning_content"``; default: the profile's (``"both"``;
+            ``"reasoning_content"`` for Moonshot's API).
         client: a ready ``openai.AsyncOpenAI`` (then base_url, api_key, idle / connect timeouts
             and headers are ignored; ``timeout`` still bounds each request).
         endpoint: an :class:`~kimik3.engines.OpenAIEndpoint` to share with another engine (a
             :class:`~kimik3.engines.RemoteCompletionsEngine` over the same server); then the
             connection arguments above are ignored.
+        profile: what the request looks like on the wire (``docs/endpoints.md``): ``"moonshot"``
+            (Moonshot's API, the Kimi Code API), ``"vllm"``, ``"sglang"`` or ``"openai"`` (a
+            third-party host); default: chosen by the endpoint's host
+            (:func:`~kimik3.engines._profiles.detect_profile`).
 
     Attributes:
         endpoint: the :class:`~kimik3.engines.OpenAIEndpoint` (client, served model, reader).
+        profile: the profile's name.
 
     Raises:
-        UserError: an unknown ``reasoning_field``.
+        UserError: an unknown ``reasoning_field`` or ``profile``.
     """
 
     def __init__(
@@ -81,17 +93,23 @@ class RemoteEngine(ChatEngine):
         idle_timeout: float = 300.0,
         connect_timeout: float = 10.0,
         headers: Mapping[str, str] | None = None,
-        reasoning_field: ReasoningField = "both",
+        reasoning_field: ReasoningField | None = None,
         client: openai.AsyncOpenAI | None = None,
         endpoint: OpenAIEndpoint | None = None,
+        profile: Profile | None = None,
     ) -> None:
-        if reasoning_field not in _REASONING_FIELDS:
+        if reasoning_field is not None and reasoning_field not in _REASONING_FIELDS:
             raise UserError(f"reasoning_field must be one of {', '.join(_REASONING_FIELDS)}; got {reasoning_field!r}")
-        self.reasoning_field: ReasoningField = reasoning_field
         self.endpoint = endpoint or OpenAIEndpoint(
             base_url=base_url, api_key=api_key, model=model, timeout=timeout, idle_timeout=idle_timeout,
             connect_timeout=connect_timeout, headers=headers, client=client,
         )  # fmt: skip
+        self._wire = EndpointProfile(profile or detect_profile(str(self.endpoint.client.base_url)))
+        self.reasoning_field: ReasoningField = reasoning_field or self._wire.rules.reasoning_field
+
+    @property
+    def profile(self) -> Profile:
+        return self._wire.name
 
     @property
     def model(self) -> str:  # type: ignore[override]
@@ -120,9 +138,18 @@ class RemoteEngine(ChatEngine):
             if field != "both" and "reasoning" in d:
                 d.pop("reasoning_content" if field == "reasoning" else "reasoning")
             if isinstance(msg.content, list) and any(isinstance(p, ImagePart) for p in msg.content):
-                d["content"] = [_upload_part(p, self.allow_local_files) for p in d["content"]]
+                d["content"] = [self._upload_part(p) for p in d["content"]]
             out.append(d)
-        return out
+        return self._wire.messages(out)
+
+    def _upload_part(self, part: dict[str, Any]) -> dict[str, Any]:
+        """An image part as uploaded: prepared the way K3 sees images (see ``_media.upload_url``),
+        unless the profile sends it as it is."""
+        if part.get("type") != "image_url":
+            return part
+        url = part["image_url"]["url"]
+        url = self._wire.image_url(url) or upload_url(url, allow_local_files=self.allow_local_files)
+        return {**part, "image_url": {**part["image_url"], "url": url}}
 
     def chat_body(self, request: ChatRequest, model: str, field: ReasoningField | None = None) -> dict[str, Any]:
         """The chat-completions request for ``request`` (``openai``'s keyword arguments; reasoning
@@ -142,21 +169,22 @@ class RemoteEngine(ChatEngine):
         if s.seed is not None:
             kwargs["seed"] = s.seed
         if request.tools:
-            kwargs["tools"] = [t.model_dump(mode="json", exclude_none=True) for t in request.tools]
+            kwargs["tools"] = self._wire.tools([t.model_dump(mode="json", exclude_none=True) for t in request.tools])
         if request.tool_choice is not None:
             kwargs["tool_choice"] = request.tool_choice
         if request.response_format is not None:
             kwargs["response_format"] = request.response_format
         if request.thinking:
             kwargs["reasoning_effort"] = s.reasoning_effort
-        else:  # self-hosted servers: thinking off via the chat template (docs/k3-format.md § Request parameters)
-            extra_body["chat_template_kwargs"] = {"thinking": False}
+        else:  # thinking off via the chat template: its keyword is the profile's (docs/endpoints.md)
+            extra_body["chat_template_kwargs"] = dict(self._wire.rules.thinking_off or {})
         extra_body.update(s.extra)
         if extra_body:
             kwargs["extra_body"] = extra_body
-        return kwargs
+        return self._wire.body(kwargs)
 
     async def chat_events(self, request: ChatRequest, model: str) -> AsyncGenerator[Event, None]:
+        self._wire.check(request)  # what the profile's API cannot serve: refused before anything is sent
         field = self.wire_reasoning_field
         while True:
             received = False
@@ -174,10 +202,3 @@ class RemoteEngine(ChatEngine):
                 self.endpoint.refuses_both_reasoning_fields = True  # learned of the server, not configured
                 field = "reasoning"
 
-
-def _upload_part(part: dict[str, Any], allow_local_files: bool) -> dict[str, Any]:
-    """An image part as uploaded: prepared the way K3 sees images (see ``_media.upload_url``)."""
-    if part.get("type") != "image_url":
-        return part
-    url = upload_url(part["image_url"]["url"], allow_local_files=allow_local_files)
-    return {**part, "image_url": {**part["image_url"], "url": url}}

@@ -43,6 +43,7 @@ from ..formats.k3 import K3Tokenizer, RawChunk
 from ..formats.k3._media import prepare_request_image
 from ..types import ChatRequest, ImagePart
 from ._base import TokenEngine
+from ._overflow import CONTEXT_PHRASES, parse_token_limit
 from ._presets import PRESETS, Preset, applied_env, get_preset
 from ._quiet import quiet_start, vllm_log_path
 
@@ -348,8 +349,9 @@ def vllm_errors() -> Iterator[None]:
             raise e from None
         message = str(e)
         if isinstance(e, VLLMClientError):
-            if "maximum context length" in message or "max_model_len" in message:
-                raise ContextLengthExceededError(message, status_code=None) from e
+            if any(p in message.lower() for p in CONTEXT_PHRASES):
+                limit, requested = parse_token_limit(message)
+                raise ContextLengthExceededError(message, status_code=None, limit=limit, requested=requested) from e
             raise EngineRequestError(message) from e
         if isinstance(e, VLLMServerError):
             raise EngineError(f"vLLM engine failed: {message}") from e

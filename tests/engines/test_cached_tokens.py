@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from kimik3 import APIResponseValidationError, Client, K3Tokenizer
+from kimik3.engines import RemoteCompletionsEngine
 from kimik3.types import PromptTokensDetails, Usage
 from tests.k3vocab import write_model_dir
 
@@ -73,12 +74,23 @@ def test_usage_sums_cached_tokens_and_keeps_unknown_unknown() -> None:
 
 
 async def test_a_models_answer_that_is_not_a_model_list_is_typed(tmp_path: Path) -> None:
-    """Raw mode without max_tokens reads the window from /models; a server answering that with
-    its event stream (as this one does for every path), HTML or another JSON shape is an
-    APIResponseValidationError, not an AttributeError out of openai-python's page parser."""
+    """/models answered with the server's event stream (as this one does for every path), HTML or
+    another JSON shape is an APIResponseValidationError, not an AttributeError out of
+    openai-python's page parser: raised where the model's name is needed from it; for raw mode's
+    window (issue 31) kept as the reason /models is unavailable, and the request falls back on
+    RAW_MAX_TOKENS_FALLBACK."""
     tok = K3Tokenizer.from_pretrained(write_model_dir(tmp_path / "k3", num_base_tokens=163_584))
+    why = "APIResponseValidationError: /models answered with something that is not a model list"
     for body in (b'data: {"x": 1}\n\ndata: [DONE]\n\n', b"<html>hi</html>", b'{"data": [{"object": "model"}]}'):
         server = FakeServer(lambda r, body=body: httpx.Response(200, content=body))
-        engine = server.engine(mode="raw", tokenizer=tok)
+        unnamed = RemoteCompletionsEngine(tokenizer=tok, client=server.engine(mode="raw", tokenizer=tok).endpoint.client)
         with pytest.raises(APIResponseValidationError, match="/models answered with something that is not a model list"):
+            await Client(unnamed, max_retries=0).chat([{"role": "user", "content": "Hi"}], reasoning_effort="none")
+        engine = server.engine(mode="raw", tokenizer=tok)
+        try:
             await Client(engine, max_retries=0).chat([{"role": "user", "content": "Hi"}], reasoning_effort="none")
+        except APIResponseValidationError as e:  # this server's completions answer is no stream either
+            assert "no server-sent events" in str(e)
+        assert engine.endpoint.models_unavailable.startswith(why)
+        assert [(r["path"], r["body"].get("max_tokens")) for r in server.requests[-2:]] == [
+            ("/v1/models", None), ("/v1/completions", 32_768)]

@@ -1,0 +1,142 @@
+"""A request the server refused as too big, recovered from inside the run.
+
+- a token overflow (:class:`~kimik3.ContextLengthExceededError`): the window the server stated
+  becomes the run's (``_Run.window``: compaction works against it from now on; a server that
+  states none has a window below the refused request's tokens, and that bounds it), and the run
+  compacts at once;
+- a request over the server's byte limit (:class:`~kimik3.RequestTooLargeError`, Moonshot's
+  "total message size N exceeds limit M"): the oldest images leave the context first (each
+  becomes the note :data:`~kimik3.agents._history.IMAGE_DROPPED`), as many as cover what the
+  request is over by; with no image left to drop, the run compacts, its summary request kept
+  under the byte limit (a 413 states none: under the refused request's size).
+
+Then the turn is sent again. What was dropped is one of the run's issues (the result is
+degraded, never silently); when nothing could be made smaller, or after
+:data:`~kimik3._defaults.MAX_OVERFLOW_RECOVERIES` refusals in a row, the error is raised.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+
+from .._defaults import MAX_OVERFLOW_RECOVERIES
+from .._exceptions import ContextLengthExceededError, RequestTooLargeError
+from ..types import ImagePart, Message, TextPart, ToolMessage, UserMessage, dump_message
+from ._compaction import Summarize, compact
+from ._history import IMAGE_DROPPED
+from ._run import _Run
+from ._types import AgentEvent, CompactionEvent, ContextPolicy, TurnOutcome
+
+__all__ = ["OVERFLOW", "drop_oldest_images", "fitted_turn", "recover"]
+
+log = logging.getLogger("kimik3.agent")
+
+OVERFLOW = (ContextLengthExceededError, RequestTooLargeError)
+"""The errors a run recovers from by making its request smaller."""
+
+_MARGIN = 0.05
+"""Images dropped cover what the request was over by plus this share of the limit."""
+
+
+async def fitted_turn(
+    run: _Run, policy: ContextPolicy, turn: AsyncIterator[AgentEvent | TurnOutcome], summarize: Summarize
+) -> AsyncIterator[AgentEvent | TurnOutcome]:
+    """``turn`` (one agent turn, not started) with its context kept inside the window: the run
+    compacts first when due; a request the server refuses as too big is made smaller
+    (:func:`recover`) and the turn ends without an outcome, so the loop sends it again.
+
+    Raises:
+        ContextLengthExceededError, RequestTooLargeError: as :func:`recover`.
+    """
+    async for event in compact(run, policy, summarize):
+        yield event
+    try:
+        async for item in turn:
+            yield item
+    except OVERFLOW as e:
+        async for event in recover(run, policy, e, summarize):
+            yield event
+
+
+async def recover(
+    run: _Run, policy: ContextPolicy, error: ContextLengthExceededError | RequestTooLargeError, summarize: Summarize
+) -> AsyncIterator[AgentEvent]:
+    """Make the run's next request smaller after ``error`` (the module's docstring), yielding
+    compaction's events; the caller then sends the turn again.
+
+    Raises:
+        ContextLengthExceededError, RequestTooLargeError: ``error`` itself, when nothing could
+            be made smaller or it came :data:`MAX_OVERFLOW_RECOVERIES` times in a row.
+    """
+    run.overflows += 1
+    if run.overflows > MAX_OVERFLOW_RECOVERIES:
+        raise error
+    max_bytes = None
+    if isinstance(error, RequestTooLargeError):
+        dropped = drop_oldest_images(run.messages, _excess(error))
+        if dropped:
+            what = (f"the server refused the request as too large ({_sizes(error)}): the {dropped} oldest "
+                    f"image{'s' if dropped != 1 else ''} left the context")
+            log.warning("kimik3: %s", what)
+            run.issue(what)
+            return
+        # the summary request must be smaller than what was refused: under the stated limit, else
+        # under the refused request's own size (a 413 states none)
+        max_bytes = int((error.limit or _nbytes(run.messages)) * (1 - _MARGIN))
+    else:
+        # the stated window; where the server states none, the refused request's size bounds it
+        limit = error.limit or error.requested or run.context_tokens
+        run.window_limit = limit if run.window_limit is None else min(run.window_limit, limit)
+    compacted = False
+    async for event in compact(run, policy, summarize, force=True, max_bytes=max_bytes):
+        compacted = compacted or (isinstance(event, CompactionEvent) and event.removed_messages > 0)
+        yield event
+    if not compacted:
+        raise error
+
+
+def _nbytes(messages: list[Message]) -> int:
+    """The messages' size as JSON, in bytes (what a byte limit measures)."""
+    return sum(len(json.dumps(dump_message(m), ensure_ascii=False).encode()) for m in messages)
+
+
+def _excess(error: RequestTooLargeError) -> int | None:
+    """Bytes the request is over its limit by, plus a margin (None: the server did not say)."""
+    if error.size is None or error.limit is None:
+        return None
+    return max(1, error.size - error.limit) + int(error.limit * _MARGIN)
+
+
+def _sizes(error: RequestTooLargeError) -> str:
+    if error.size is not None and error.limit is not None:
+        return f"{error.size:,} bytes, over its limit of {error.limit:,}"
+    return f"HTTP {error.status_code}" if error.status_code else "its size limit"
+
+
+def drop_oldest_images(messages: list[Message], excess: int | None) -> int:
+    """Replace the oldest images of user and tool messages by :data:`IMAGE_DROPPED` until the
+    dropped data URLs add up to ``excess`` bytes (None: the size is not known, the oldest half
+    of the images go, at least one). Messages are replaced, not mutated. Returns how many."""
+    spots = [(i, j) for i, m in enumerate(messages) if isinstance(m, (UserMessage, ToolMessage))
+             and isinstance(m.content, list) for j, p in enumerate(m.content) if isinstance(p, ImagePart)]  # fmt: skip
+    if not spots:
+        return 0
+    chosen: list[tuple[int, int]] = []
+    freed = 0
+    for spot in spots:
+        if excess is None and len(chosen) >= max(1, len(spots) // 2):
+            break
+        if excess is not None and freed >= excess:
+            break
+        chosen.append(spot)
+        part = messages[spot[0]].content[spot[1]]  # type: ignore[index]
+        freed += len(part.image_url.url) if isinstance(part, ImagePart) else 0
+    for i in sorted({i for i, _ in chosen}):
+        msg = messages[i]
+        assert isinstance(msg, (UserMessage, ToolMessage)) and isinstance(msg.content, list)
+        drop = {j for k, j in chosen if k == i}
+        parts = [TextPart(text=IMAGE_DROPPED) if j in drop else p for j, p in enumerate(msg.content)]
+        messages[i] = msg.model_copy(update={"content": parts})
+    return len(chosen)
