@@ -53,7 +53,8 @@ def test_make_demo_command_answers_quietly(tmp_path: Path) -> None:
     run = run_python(home, "-m", "kimik3", *args)
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stderr == ""  # vLLM's, torch's and Python's noise went to the log
-    lines = run.stdout.splitlines()
+    sandbox, *lines = run.stdout.splitlines()
+    assert sandbox.startswith("sandbox: ")  # what bash runs in, said before the engine starts
     assert lines[0] == "starting vLLM with models/k3-tiny ..."
     assert lines[1:7] == DEMO_ANSWER
     assert lines[7].startswith("usage: 2 turns, 2 tool calls, ") and lines[8].startswith("session: ")

@@ -81,7 +81,8 @@ def test_kimik3_run_against_the_server_without_max_tokens(served: str, tmp_path:
     run = run_python(home, "-m", "kimik3", "run", TASK, "-w", "examples/sample_workspace", "--plain",
                      "--temperature", "0", "--base-url", served, *raw)
     assert run.returncode == 0, run.stderr
-    lines = run.stdout.splitlines()
+    sandbox, *lines = run.stdout.splitlines()
+    assert sandbox.startswith("sandbox: ")  # what bash runs in, said before the first turn
     assert lines[:2] == ['[turn 1] tool read_file {"path": "notes.txt"}',
                          f"[turn 1] result read_file: 1 {NOTES_FIRST_LINE}"]
     assert lines[2].startswith("[turn 2] answer: ") and NOTES_FIRST_LINE in run.stdout

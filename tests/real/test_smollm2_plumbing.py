@@ -46,7 +46,12 @@ async def test_vllm_engine_streams_exact_prompt_ids(smol_vllm: Any) -> None:
     assert len([c for c in chunks if c.text]) >= 2  # streamed in several deltas
     assert chunks[-1].finish_reason in ("stop", "length")
     assert chunks[-1].completion_tokens is not None and 1 <= chunks[-1].completion_tokens <= 12
-    assert "Paris" in "".join(c.text for c in chunks)
+    text = "".join(c.text for c in chunks)
+    assert text.strip() and "<|im_end|>" not in text
+    # what the model says depends on the CPU's kernels (CI once answered "L'Etoile, ..."), not on
+    # kimik3: greedy decoding of the same ids streams the same text again
+    again = await collect(engine, ids, greedy(12, [im_end]))
+    assert "".join(c.text for c in again) == text
 
 
 async def test_vllm_engine_honours_stop_ids(smol_vllm: Any) -> None:
