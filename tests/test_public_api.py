@@ -11,7 +11,7 @@ EXPECTED = [
     "APIConnectionError", "APIResponseValidationError", "APIStatusError", "APITimeoutError", "Agent", "AgentError", "AgentEvent",
     "Allow", "AssistantMessage", "AuthenticationError", "BadRequestError", "Budgets", "ChatCompletion",
     "ChatRequest", "CheckpointError", "Client", "CompactionEvent", "ContentDelta", "ContextLengthExceededError",
-    "ContextPolicy", "Deny", "Edit", "Engine", "EngineError", "EngineNotAvailableError",
+    "ContextPolicy", "Defer", "Deny", "Edit", "Engine", "EngineError", "EngineNotAvailableError",
     "EngineRequestError", "FinalEvent", "FunctionTool", "ImageTooLargeError", "InvalidArgumentsError",
     "InvalidEffortError", "InvalidRequestError", "JSONLimitError", "K3Tokenizer", "KimiK3Error", "MCPServerError", "MediaDecodeError", "MediaError", "Message",
     "MessageError", "ModelCall", "ModelSettings", "NoVideoStreamError", "NotFoundError",
