@@ -90,6 +90,7 @@ class _Options:
     script: str | None
     max_turns: int | None
     plain: bool
+    max_usd: float | None = None
     mcp: tuple[str, ...] = ()
     mcp_timeout: float | None = None
     otel: str | None = None
@@ -135,6 +136,9 @@ def _engine_options(f: F) -> F:
         click.option("--reasoning-effort", type=click.Choice(list(REASONING_EFFORTS)),
                      help="K3's thinking effort (default max); none turns thinking off."),
         click.option("--max-turns", type=click.IntRange(min=1), help="Model calls that may use tools (default 50)."),
+        click.option("--max-usd", type=click.FloatRange(min=0, min_open=True), metavar="USD",
+                     help="End the run gracefully (a summary turn) once its model calls, sub-agents' included, "
+                          "cost this much (needs prices: Moonshot's hosted model ids)."),
         click.option("--max-tokens", type=click.IntRange(min=1), help="Completion tokens per model call."),
         click.option("--temperature", type=click.FloatRange(min=0), help="Sampling temperature (default 1.0)."),
         click.option("--top-p", type=click.FloatRange(0, 1, min_open=True), help="Nucleus sampling (default 1.0)."),
@@ -302,7 +306,7 @@ def _mcp_server(spec: str, timeout: float | None = None) -> Toolset:
 
 def _agent(o: _Options, engine: Engine, tools: Sequence[Tool | Toolset], instructions: str | None,
            hooks: Sequence[RunHooks] = ()) -> Agent[str]:
-    budgets = Budgets(turns=o.max_turns) if o.max_turns is not None else None
+    budgets = Budgets(usd=o.max_usd) if o.max_turns is None else Budgets(turns=o.max_turns, usd=o.max_usd)
     if o.otel:
         try:
             from ._tracing import configure_exporter

@@ -130,7 +130,7 @@ def run_command(ctx: click.Context, /, suite: str, out: str, concurrency: int, r
         return [*tools, plan_tool(Plan())] if o.plan else tools
 
     config = EvalConfig(settings=o.settings, tools="full" if params.get("tool_set") == "full" else "core",
-                        max_turns=o.max_turns, pricing=price if price is not None else "auto",
+                        max_turns=o.max_turns, max_usd=o.max_usd, pricing=price if price is not None else "auto",
                         sandbox=params.get("sandbox") or "auto", network=bool(params.get("network")),
                         sandbox_read=tuple(params.get("allow_read") or ()),
                         sandbox_write=tuple(params.get("allow_write") or ()),
