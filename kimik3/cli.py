@@ -33,7 +33,7 @@ CI) it is plain, flushed lines whose format is kept stable::
 
 The usage line gives the share of prompt tokens served from the engine's prefix cache only when
 the engine reports it, and the USD cost only when the run is priced (Moonshot's hosted model ids,
-``kimik3._pricing``); the live view's status line shows both as the turns go. Tool arguments are
+``kimik3._pricing``, or ``--price``); the live view's status line shows both as the turns go. Tool arguments are
 one-line JSON (``json.dumps``), cut after 200 characters with ``...``; the result preview
 collapses whitespace and is cut after 100 characters with ``...``. A ``text`` line comes only
 when the model wrote text beside its calls; the answer may span several lines.

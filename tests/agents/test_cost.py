@@ -312,8 +312,20 @@ def test_max_usd_is_a_budget_option_of_run_resume_chat_and_eval(tmp_path: Path) 
                                "--sandbox", "none", "--workspace", str(tmp_path), "--session", str(tmp_path / "s.jsonl")])
     assert out.exit_code == 1  # the budget reached the agent: the scripted model has no prices
     assert "error: UserError: Budgets(usd=...) needs prices: model 'scripted-k3' has none" in out.output
+    # --price gives a self-hosted model its prices: 1,512 prompt tokens at $3 and 24 completion
+    # tokens at $15 per 1M = $0.004536 + $0.00036 = $0.004896
+    priced = tmp_path / "priced.jsonl"
+    out = runner.invoke(main, ["run", "say hi", "--script", str(script), "--max-usd", "0.5", "--price", "3,0.3,15",
+                               "--plain", "--sandbox", "none", "--workspace", str(tmp_path), "--session", str(priced)])
+    assert out.exit_code == 0, out.output
+    assert "usage: 1 turn, 0 tool calls, 1536 tokens, $0.0049" in out.output.splitlines()
+    [cost] = [r.cost for r in read_session_records(priced) if r.cost is not None]
+    assert cost == pytest.approx(1_512 * 3.0 / 1e6 + 24 * 15.0 / 1e6)
+    bad = runner.invoke(main, ["run", "x", "--script", str(script), "--price", "3,0.3"])
+    assert bad.exit_code == 2 and "expected INPUT,CACHED,OUTPUT in USD per 1M tokens" in bad.output
     for command in (["resume"], ["chat"], ["eval", "run"]):
-        assert "--max-usd USD" in runner.invoke(main, [*command, "--help"]).output
+        help_text = runner.invoke(main, [*command, "--help"]).output
+        assert "--max-usd USD" in help_text and "--price IN,CACHED,OUT" in help_text
     assert runner.invoke(main, ["run", "x", "--max-usd", "0"]).exit_code == 2
     task = EvalTask(name="t", path=tmp_path, instruction="i", check="true", budgets=Budgets(usd=0.2))
     assert EvalConfig(max_usd=0.5).budgets(task).usd == 0.2
