@@ -18,6 +18,8 @@ import click
 from click.core import ParameterSource
 
 from ._defaults import MAX_REPLY_TOKENS, REASONING_EFFORTS
+from ._exceptions import KimiK3Error
+from ._pricing import Pricing
 from .agents import (
     Agent,
     Budgets,
@@ -99,6 +101,8 @@ class _Options:
     script: str | None
     max_turns: int | None
     plain: bool
+    max_usd: float | None = None
+    price: Pricing | None = None
     mcp: tuple[str, ...] = ()
     mcp_timeout: float | None = None
     otel: str | None = None
@@ -106,6 +110,20 @@ class _Options:
     verbose: bool = False
     settings: ModelSettings = field(default_factory=ModelSettings)
     """--reasoning-effort, --temperature, --top-p, --max-tokens, --seed (the agent level)."""
+
+
+def _price(ctx: click.Context, param: click.Parameter, value: str | None) -> Pricing | None:
+    """``--price IN,CACHED,OUT``: a :class:`~kimik3.Pricing` (USD per 1M tokens)."""
+    if value is None:
+        return None
+    try:
+        numbers = [float(x) for x in value.split(",")]
+        if len(numbers) != 3:
+            raise ValueError
+        return Pricing(input=numbers[0], cached_input=numbers[1], output=numbers[2])
+    except (ValueError, KimiK3Error):
+        raise click.BadParameter(f"expected INPUT,CACHED,OUTPUT in USD per 1M tokens (e.g. 3,0.3,15), got {value!r}",
+                                 param=param) from None
 
 
 def _engine_options(f: F) -> F:
@@ -145,6 +163,12 @@ def _engine_options(f: F) -> F:
         click.option("--reasoning-effort", type=click.Choice(list(REASONING_EFFORTS)),
                      help="K3's thinking effort (default max); none turns thinking off."),
         click.option("--max-turns", type=click.IntRange(min=1), help="Model calls that may use tools (default 50)."),
+        click.option("--max-usd", type=click.FloatRange(min=0, min_open=True), metavar="USD",
+                     help="End the run gracefully (a summary turn) once its model calls, sub-agents' included, "
+                          "cost this much (needs prices: Moonshot's hosted model ids, or --price)."),
+        click.option("--price", callback=_price, metavar="IN,CACHED,OUT",
+                     help="USD per 1M input, cached input and output tokens (default: Moonshot's hosted prices by "
+                          "model id; none for self-hosted models)."),
         click.option("--max-tokens", type=click.IntRange(min=1), help="Completion tokens per model call."),
         click.option("--temperature", type=click.FloatRange(min=0), help="Sampling temperature (default 1.0)."),
         click.option("--top-p", type=click.FloatRange(0, 1, min_open=True), help="Nucleus sampling (default 1.0)."),
@@ -337,7 +361,7 @@ def _mcp_server(spec: str, timeout: float | None = None) -> Toolset:
 
 def _agent(o: _Options, engine: Engine, tools: Sequence[Tool | Toolset], instructions: str | None,
            hooks: Sequence[RunHooks] = ()) -> Agent[str]:
-    budgets = Budgets(turns=o.max_turns) if o.max_turns is not None else None
+    budgets = Budgets(usd=o.max_usd) if o.max_turns is None else Budgets(turns=o.max_turns, usd=o.max_usd)
     if o.otel:
         try:
             from ._tracing import configure_exporter
@@ -350,4 +374,4 @@ def _agent(o: _Options, engine: Engine, tools: Sequence[Tool | Toolset], instruc
     if o.plan:
         extra.append(plan_tool(Plan()))
     return Agent(instructions=instructions, tools=[*tools, *extra], engine=engine, settings=_settings(o, engine),
-                 budgets=budgets, hooks=hooks)
+                 budgets=budgets, hooks=hooks, pricing=o.price if o.price is not None else "auto")

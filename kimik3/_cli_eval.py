@@ -32,7 +32,7 @@ from ._cli_harness import harness_options
 from ._cli_progress import _PlainProgress
 from ._cli_run import _execute, _start
 from ._exceptions import KimiK3Error
-from ._pricing import Pricing, format_usd
+from ._pricing import format_usd
 from ._text import printable
 from .engines import Engine, RemoteCompletionsEngine, RemoteEngine
 from .tools import Plan, Tool, Toolset, plan_tool
@@ -58,19 +58,6 @@ def eval_group() -> None:
 
 def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.1%}"
-
-
-def _price(ctx: click.Context, param: click.Parameter, value: str | None) -> Pricing | None:
-    if value is None:
-        return None
-    try:
-        numbers = [float(x) for x in value.split(",")]
-        if len(numbers) != 3:
-            raise ValueError
-        return Pricing(input=numbers[0], cached_input=numbers[1], output=numbers[2])
-    except (ValueError, KimiK3Error):
-        raise click.BadParameter(f"expected INPUT,CACHED,OUTPUT in USD per 1M tokens (e.g. 3,0.3,15), got {value!r}",
-                                 param=param) from None
 
 
 def _otel(target: str) -> None:
@@ -104,14 +91,11 @@ def _summary_lines(s: dict[str, Any], out: Path) -> list[str]:
 @click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
               help="Attempts per task (pass@k up to K).")
 @click.option("--tasks", "pattern", metavar="GLOB", help="Only tasks whose name matches GLOB (or with that tag).")
-@click.option("--price", callback=_price, metavar="IN,CACHED,OUT",
-              help="USD per 1M input, cached input and output tokens (default: Moonshot's hosted prices by "
-                   "model id; none for self-hosted models).")
 @_engine_options
 @harness_options
 @click.pass_context
 def run_command(ctx: click.Context, /, suite: str, out: str, concurrency: int, repeat: int, pattern: str | None,
-                price: Pricing | None, **params: Any) -> None:  # fmt: skip
+                **params: Any) -> None:  # fmt: skip
     """Run every task of SUITE (a folder of task folders with task.toml) and score it.
 
     Each attempt's setup, bash commands and check run in the sandbox --sandbox picks (the
@@ -131,7 +115,7 @@ def run_command(ctx: click.Context, /, suite: str, out: str, concurrency: int, r
         return [*tools, plan_tool(Plan())] if o.plan else tools
 
     config = EvalConfig(settings=o.settings, tools="full" if params.get("tool_set") == "full" else "core",
-                        max_turns=o.max_turns, pricing=price if price is not None else "auto",
+                        max_turns=o.max_turns, max_usd=o.max_usd, pricing=o.price if o.price is not None else "auto",
                         sandbox=params.get("sandbox") or "auto", network=bool(params.get("network")),
                         sandbox_read=tuple(params.get("allow_read") or ()),
                         sandbox_write=tuple(params.get("allow_write") or ()),

@@ -43,7 +43,8 @@ _STOP_REASONS = {
     "turn_budget": "the turn budget ran out, see --max-turns; the answer is the model's summary so far",
     "token_budget": "the token budget ran out; the answer is the model's summary so far",
     "time_budget": "the time budget ran out; the answer is the model's summary so far",
-    "cost_budget": "the cost budget ran out; the answer is the model's summary so far",
+    "cost_budget": "the cost budget ran out, see --max-usd; the answer is the model's summary so far",
+    "approval_required": "tool calls await a person's decision: kimik3 approve SESSION, then kimik3 resume SESSION",
     "invalid_output": "the answer did not match the required output schema",
     "unusable_output": "twice in a row the model's output had neither an answer nor a call that could run",
     "no_progress": "the model's replies were cut by the token limit again and again, see --max-tokens",
@@ -70,13 +71,15 @@ def _arguments(arguments: dict[str, Any]) -> str:
 
 
 def _degraded_lines(result: RunResult[Any]) -> list[str]:
-    """``degraded: ...`` and the run's issues, for a run whose answer is not clean ([] when it is)."""
+    """The calls awaiting approval, and ``degraded: ...`` with the run's issues, for a run whose
+    answer is not clean ([] when it is)."""
+    waiting = [f"awaiting approval: {p.name} {_arguments(p.arguments)}  id={p.id}" for p in result.pending_approvals]
     if not result.issues:
-        return []
+        return waiting
     counts = [f"{n} {what} call{'' if n == 1 else 's'}" for n, what in
               ((result.cut_calls, "cut"), (result.dropped_calls, "dropped"), (result.failed_calls, "failed")) if n]
     issues = f"{len(result.issues)} issue{'' if len(result.issues) == 1 else 's'}"
-    lines = [f"degraded: {', '.join([*counts, issues])}", *(f"  {i}" for i in result.issues[:MAX_ISSUES])]
+    lines = [*waiting, f"degraded: {', '.join([*counts, issues])}", *(f"  {i}" for i in result.issues[:MAX_ISSUES])]
     if len(result.issues) > MAX_ISSUES:
         lines.append(f"  ... and {len(result.issues) - MAX_ISSUES} more")
     return lines

@@ -1,8 +1,9 @@
 """Running an agent from the `kimik3` command: session paths, starting the engine quietly,
-driving the run with progress, exit codes (split out of cli.py)."""
+driving the run with progress, exit codes, and ``kimik3 approve`` (split out of cli.py)."""
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections.abc import Callable, Coroutine
@@ -13,15 +14,22 @@ import anyio
 import click
 
 from ._cli_progress import (
+    _arguments,
+    _PlainProgress,
     _Progress,
     _typed_error,
 )
-from ._exceptions import EngineError, KimiK3Error
+from ._exceptions import EngineError, KimiK3Error, UserError
 from .agents import (
     Agent,
+    Allow,
+    Deny,
+    Edit,
     FinalEvent,
     RunResult,
     load_session,
+    pending_approvals,
+    record_approvals,
 )
 from .engines import Engine, VLLMEngine
 from .engines._quiet import kimik3_home, output_to, vllm_log_path
@@ -111,3 +119,63 @@ def _drop_unanswered(session: Path) -> None:
             session.unlink()
     except (KimiK3Error, OSError):
         pass  # unreadable or already gone: leave it as it is
+
+
+@click.command(name="approve")
+@click.argument("session", type=click.Path(exists=True, dir_okay=False))
+@click.option("--deny", multiple=True, metavar="ID", help="Deny this call (repeatable); the model reads the reason.")
+@click.option("--reason", multiple=True, metavar="R",
+              help="Why: one for every --deny, or one per --deny in their order (default: denied by the user).")
+@click.option("--edit", nargs=2, multiple=True, metavar="ID JSON",
+              help="Run this call with these arguments instead, a JSON object (repeatable); the model is told.")
+@click.pass_context
+def approve_command(ctx: click.Context, session: str, deny: tuple[str, ...], reason: tuple[str, ...],
+                    edit: tuple[tuple[str, str], ...]) -> None:
+    """Decide the tool calls that SESSION's run deferred for approval (a Defer() of its approval
+    hook; `kimik3 show SESSION` lists them): each is approved, unless denied (--deny) or run
+    with other arguments (--edit). The decisions are recorded in SESSION; `kimik3 resume SESSION`
+    then runs each approved call once and the model sees the denials. Exits 1 when no call awaits.
+    """
+    plain = _PlainProgress()
+    try:
+        pending = pending_approvals(session)
+    except KimiK3Error as e:
+        plain.error(e)
+        ctx.exit(1)
+    if not pending:
+        plain.error(UserError(f"no tool call awaits approval in {session}"))
+        ctx.exit(1)
+    ids = [p.id for p in pending]
+    named = [*deny, *(i for i, _ in edit)]
+    for call_id in named:
+        if call_id not in ids:
+            raise click.UsageError(f"no call {call_id!r} awaits approval in {session}; awaiting: {', '.join(ids)}")
+        if named.count(call_id) > 1:
+            raise click.UsageError(f"call {call_id!r} is named twice (--deny / --edit)")
+    if len(reason) not in (0, 1, len(deny)):
+        raise click.UsageError(f"give one --reason for all {len(deny)} --deny, or one per --deny")
+    reasons = dict(zip(deny, reason if len(reason) == len(deny) else reason * len(deny), strict=False))
+    decisions: dict[str, Allow | Deny | Edit] = {}
+    for call_id, text in edit:
+        try:
+            arguments = json.loads(text)
+        except ValueError as e:
+            raise click.UsageError(f"--edit {call_id}: not JSON: {e}") from None
+        if not isinstance(arguments, dict):
+            raise click.UsageError(f"--edit {call_id}: the arguments must be a JSON object, got {text!r:.60}")
+        decisions[call_id] = Edit(arguments)
+    for call_id in deny:
+        decisions[call_id] = Deny(reasons[call_id]) if call_id in reasons else Deny()
+    for p in pending:
+        decisions.setdefault(p.id, Allow())
+    try:
+        record_approvals(session, decisions)
+    except KimiK3Error as e:
+        plain.error(e)
+        ctx.exit(1)
+    for p in pending:
+        d = decisions[p.id]
+        what = ("denied" if isinstance(d, Deny) else f"edited to {_arguments(d.arguments)}" if isinstance(d, Edit)
+                else "approved")
+        plain.note(f"{what}: {p.name} {_arguments(p.arguments)}  id={p.id}")
+    plain.note(f"continue with: kimik3 resume {session}")

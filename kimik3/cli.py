@@ -8,6 +8,7 @@
     kimik3 resume ~/.kimik3/sessions/20260101-120000.jsonl "now add a test" --base-url ...
     kimik3 show SESSION                   # a session as a transcript, messages numbered
     kimik3 resume SESSION "try B" --at 7  # fork: continue from message 7 in a new session
+    kimik3 approve SESSION --deny ID      # decide the calls a run deferred for approval, then resume
     kimik3 chat --base-url ...            # a REPL; --workspace DIR gives it the coding tools
     kimik3 preflight                      # can this node serve K3? (--preset NAME: env, command)
     kimik3 replay runs/form [--html run.html]   # replay a recorded UI trajectory, or render it
@@ -32,7 +33,7 @@ CI) it is plain, flushed lines whose format is kept stable::
 
 The usage line gives the share of prompt tokens served from the engine's prefix cache only when
 the engine reports it, and the USD cost only when the run is priced (Moonshot's hosted model ids,
-``kimik3._pricing``); the live view's status line shows both as the turns go. Tool arguments are
+``kimik3._pricing``, or ``--price``); the live view's status line shows both as the turns go. Tool arguments are
 one-line JSON (``json.dumps``), cut after 200 characters with ``...``; the result preview
 collapses whitespace and is cut after 100 characters with ``...``. A ``text`` line comes only
 when the model wrote text beside its calls; the answer may span several lines.
@@ -87,7 +88,7 @@ from ._cli_progress import (
     _progress,
     _typed_error,
 )
-from ._cli_run import _drive, _drop_unanswered, _execute, _new_session_path, _read_task, _start
+from ._cli_run import _drive, _drop_unanswered, _execute, _new_session_path, _read_task, _start, approve_command
 from ._exceptions import KimiK3Error
 from ._text import printable
 from .agents import (
@@ -556,6 +557,7 @@ def verify_command(ctx: click.Context, base_url: str, model: str | None, api_key
 
 
 main.add_command(undo_command)
+main.add_command(approve_command)
 main.add_command(eval_group)
 
 

@@ -3,6 +3,7 @@ decisions, results, turn outcomes and events (model deltas included: the agent o
 vocabulary, so consumers never import :mod:`kimik3.formats`)."""
 
 from ._agent import Agent
+from ._deferred import pending_approvals, record_approvals
 from ._fork import SessionRecord, fork_session, format_session, read_session_records
 from ._hooks import RunHooks
 from ._prefix import PrefixStats, prefix_stats
@@ -18,6 +19,7 @@ from ._types import (
     ContentDelta,
     ContextPolicy,
     ContinueWith,
+    Defer,
     Deny,
     Edit,
     Final,
@@ -51,6 +53,7 @@ __all__ = [
     "ContentDelta",
     "ContextPolicy",
     "ContinueWith",
+    "Defer",
     "Deny",
     "Edit",
     "Final",
@@ -76,6 +79,8 @@ __all__ = [
     "fork_session",
     "format_session",
     "load_session",
+    "pending_approvals",
     "prefix_stats",
     "read_session_records",
+    "record_approvals",
 ]

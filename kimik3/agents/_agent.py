@@ -23,7 +23,6 @@ Every message is appended to the JSONL session file as it happens.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -38,11 +37,11 @@ import anyio
 from .. import _tracing
 from .._checks import check_instance
 from .._client import Client
-from .._exceptions import ContextLengthExceededError, SessionError, UserError
+from .._exceptions import ContextLengthExceededError, UserError
 from .._pricing import Pricing
 from ..engines import Engine, ModelCall
 from ..formats.k3 import K3Tokenizer, ToolCallDone, default_tokenizer
-from ..tools import Tool, ToolContext, ToolResult, Toolset
+from ..tools import Tool, ToolResult, Toolset
 from ..tools import _failures as failures
 from ..tools._failures import FailureText, default_failure_text
 from ..tools._limits import stray_cancellation, unwrap_group
@@ -59,7 +58,7 @@ from ..types import (
     ToolChoice,
     UserMessage,
 )
-from ._approval import approve
+from ._approval import edit_note
 from ._arguments import check_agent_arguments, output_adapter, run_messages, task_message, validate_output
 from ._checks import (
     EMPTY_TURN,
@@ -72,8 +71,9 @@ from ._checks import (
     unrun_note,
 )
 from ._cut import cut_outcome, no_room_to_continue
+from ._deferred import Approvals, decide, prepare_resume, settle
 from ._dynamic import Toolbox, dynamic_names, restore_declared, undeclared
-from ._history import orphan_results, prune_images, result_message
+from ._history import nothing_to_do, prune_images, result_message
 from ._hooks import AllHooks, RunHooks
 from ._overflow import fitted_turn
 from ._prompts import SUMMARY_INSTRUCTIONS
@@ -155,7 +155,8 @@ class Agent(Generic[OutputT]):
         output_type: a pydantic model the final answer must match (sent as K3's json_schema
             response format, validated, retried once with the error shown to the model).
         approval: called before each tool call: :class:`Allow`, :class:`Deny` (reason shown to
-            the model) or :class:`Edit` (run with other arguments).
+            the model), :class:`Edit` (run with other arguments) or :class:`Defer` (a person
+            decides later, in any process: :meth:`resume` with ``approvals=``).
         tokenizer: a K3 tokenizer or model directory for exact token accounting; default: the
             engine's, else K3's real vocabulary shipped with kimik3
             (:func:`~kimik3.formats.k3.default_tokenizer`): exact counts against any K3 endpoint.
@@ -270,8 +271,8 @@ class Agent(Generic[OutputT]):
             The :class:`RunResult`.
 
         Raises:
-            UserError: nothing to do (no task and no pending conversation), or an argument of
-                the wrong type (``task`` not text or content parts, ``session`` not a path).
+            UserError: nothing to do (no task, and no conversation or one that ends with the agent's
+                answer), or an argument of the wrong type (``task`` not text or parts, ``session`` not a path).
             MessageError: a ``messages`` dict that is not a valid message.
             SessionError: the session file is in use by another run (named), is not a session,
                 is not a regular file, or its directory does not exist; nothing is written then.
@@ -288,18 +289,25 @@ class Agent(Generic[OutputT]):
         return result
 
     async def resume(
-        self, path: str | os.PathLike[str], task: str | None = None, *, settings: ModelSettings | None = None
+        self, path: str | os.PathLike[str], task: str | None = None, *, settings: ModelSettings | None = None,
+        approvals: Approvals | None = None,
     ) -> RunResult[OutputT]:
         """Continue the session recorded in ``path`` (appending to it).
 
-        Tool calls left without a result by a crash get an error result first, so the history
-        is valid; then the run continues (with ``task`` as a new user message, if given).
+        ``approvals`` (``{call id: Allow() | Deny(reason) | Edit(arguments)}``) decide the calls
+        the approval hook deferred (:attr:`RunResult.pending_approvals`): recorded first, then
+        each approved call runs once (:mod:`kimik3.agents._deferred`: across crashes too), a
+        denied one gets its error result; undecided ones keep the run at ``approval_required``.
+        Calls a crash left without a result get an error result; then the run continues (with
+        ``task`` as a new user message, if given).
 
         Raises:
+            UserError: no ``task`` and the session ends with the agent's answer (nothing to do); a
+                ``task`` while calls await a decision; bad ``approvals`` (:func:`.record_approvals`).
             SessionError: an unreadable session file (the line is named), or one another run is
-                writing (the holder is named). A torn last line of a crash is dropped, never an
-                error.
+                writing (the holder is named). A torn last line of a crash is dropped, never an error.
         """
+        prepare_resume(path, approvals or {}, task)
         history = load_session(path)
         return await self.run(task, messages=history, session=path, settings=settings)
 
@@ -316,22 +324,12 @@ class Agent(Generic[OutputT]):
         run_settings = AGENTIC_SETTINGS.merged(self.client.settings).merged(self.settings).merged(settings)
         history = run_messages(messages, session)
         user = task_message(task) if task is not None else None
-        if user is None and not any(isinstance(m, UserMessage) for m in history):
-            raise UserError("nothing to do: pass a task, or a conversation to continue")
+        if user is None and (why := nothing_to_do(history)):
+            raise UserError(why)
         writer = None
         if session is not None:
-            writer = SessionWriter(session, {"instructions": self.instructions, "tools": sorted(self.tools),
-                                             **self.hooks.session_header()})
-            if writer.new:  # a new session file for an existing conversation: record it first
-                for m in history:
-                    writer.message(m)
-            elif len(writer.messages) != len(history):  # read under the lock: appending would mix two
-                writer.close()
-                raise SessionError(
-                    f"session {writer.path} holds {len(writer.messages)} messages, but this run continues a "
-                    f"conversation of {len(history)}; continue the file's own with Agent.resume (another run "
-                    "may have written it since it was read)"
-                )
+            header = {"instructions": self.instructions, "tools": sorted(self.tools), **self.hooks.session_header()}
+            writer = SessionWriter.for_run(session, header, history)
         run = _Run(history, writer, self.deps, self._count, run_settings)
         try:
             await self.hooks.run_start(writer)
@@ -342,9 +340,8 @@ class Agent(Generic[OutputT]):
                 run.start(self.pricing, self.client.model, run.settings)
                 if not history and self.instructions:
                     run.add(SystemMessage(content=self.instructions))
-                for answer in orphan_results(run.messages, "the run stopped before this call finished",
-                                             self.failure_text):
-                    run.add(answer)
+                async for event in settle(run, self._run_tools, self.hooks, self.failure_text, task=user is not None):
+                    yield event  # the calls a crash or a deferral left without a result
                 if user is not None:
                     run.add(user)
                 async for event in self._loop(run):
@@ -361,6 +358,9 @@ class Agent(Generic[OutputT]):
 
     async def _loop(self, run: _Run) -> AsyncIterator[AgentEvent]:
         while True:
+            if run.deferred:  # calls await a person's decision (Defer): stop; a resume goes on
+                yield FinalEvent(self._result(run, None, "approval_required"))
+                return
             exhausted = run.exhausted(self.budgets, self.client.model)
             if exhausted is not None:
                 async for event in self._final_turn(run, exhausted):
@@ -505,6 +505,8 @@ class Agent(Generic[OutputT]):
             why = failures.interrupted(by_time_budget=scope.cancel_called)
             for i, call in enumerate(calls):
                 result = results[i]
+                if result is None and call.id in run.deferred:
+                    continue  # no result: it waits for a decision (a resume answers it)
                 if result is None:
                     result = ToolResult.from_failure(why, self.failure_text)
                     results[i] = result
@@ -515,7 +517,8 @@ class Agent(Generic[OutputT]):
             prune_images(run.messages, self.context.max_images, self.context.image_slack)
         for i, call in enumerate(calls):
             result = results[i]
-            assert result is not None
+            if result is None:  # deferred
+                continue
             ran = approved[i]
             if ran is not None:
                 yield ran
@@ -545,22 +548,19 @@ class Agent(Generic[OutputT]):
         if error is not None:  # a value beyond the JSON limits, or arguments a server sent broken
             results[i] = ToolResult.from_failure(failures.not_run(error), self.failure_text)
             return
-        decision = await approve(self.approval, call, self.failure_text)
+        decision = await decide(run, self.approval, call, self.failure_text)  # the hook's, or a recorded one
+        if decision is None:  # deferred (Defer): recorded in the session; a resume decides it
+            return
         if isinstance(decision, ToolResult):  # denied, or the check failed: the model sees why
             results[i] = decision
             return
         approved[i] = decision
-        context = ToolContext(tool_call_id=call.id, deps=run.deps, add_tools=self.add_tools,
-                              failure_text=self.failure_text)
+        context = run.tool_context(call.id, self.add_tools, self.failure_text, self.budgets)
         left = run.deadline(self.budgets)  # rounded up to 0.1 s: the error names a readable limit
         limits = [t for t in (tool.timeout, left if left is None else math.ceil(left * 10) / 10) if t is not None]
         result = await tool.run(decision.arguments, context, timeout=min(limits) if limits else None)
         result = await check_images(result, self.client.check_image, self.failure_text)  # the model can't see it
-        if decision.edited:
-            note = f"[the user edited the arguments to {json.dumps(decision.arguments, ensure_ascii=False)}]\n"
-            result = ToolResult(content=note + result.text if isinstance(result.content, str)
-                                else [TextPart(text=note), *result.content], is_error=result.is_error)
-        results[i] = await self.hooks.tool_result(call, result)
+        results[i] = await self.hooks.tool_result(call, edit_note(result, decision))
 
     # -- the last turn, the result --------------------------------------------------------------
 
@@ -587,7 +587,7 @@ class Agent(Generic[OutputT]):
         return RunResult(output=output, messages=run.messages, usage=run.usage, turns=run.turns,
                          stop_reason=reason, session_path=path, failed_calls=run.failed_calls,
                          cut_calls=run.cut_calls, dropped_calls=run.dropped_calls, issues=list(run.issues),
-                         cost=run.cost)
+                         cost=run.cost, pending_approvals=list(run.deferred.values()))
 
     def _count(self, text: str) -> int:
         tok = self._tokenizer or self.client.tokenizer or default_tokenizer()

@@ -19,7 +19,8 @@ from typing import Any
 from .._exceptions import SessionError, UserError
 from .._pricing import format_usd
 from ..types import AssistantMessage, ImagePart, Message, TextPart, ToolMessage, Usage, to_message
-from ._session import _record, read_session
+from ._deferred import pending_approvals
+from ._session import JOURNAL_RECORDS, JournalRecord, _record, read_session
 
 __all__ = ["SessionRecord", "fork_session", "format_session", "read_session_records"]
 
@@ -43,6 +44,8 @@ class SessionRecord:
             requests of the run that follows carried.
         skills: a ``skills`` record's body (:class:`kimik3.harness.Skills`: ``listed``,
             ``declared`` or ``loaded``); a fork keeps it.
+        journal: an approval-journal record (``deferred``, ``decision``, ``tool_started``:
+            :mod:`._deferred`), as read.
     """
 
     line: int
@@ -56,6 +59,7 @@ class SessionRecord:
     finish_reason: str | None = None
     run_start: dict[str, Any] | None = None
     skills: dict[str, Any] | None = None
+    journal: JournalRecord | None = None
 
 
 def read_session_records(path: str | os.PathLike[str]) -> list[SessionRecord]:
@@ -94,6 +98,9 @@ def read_session_records(path: str | os.PathLike[str]) -> list[SessionRecord]:
                 records.append(SessionRecord(number, raw.decode("utf-8"), run_start=dict(data_["run_start"])))
             elif "skills" in data_:
                 records.append(SessionRecord(number, raw.decode("utf-8"), skills=dict(data_["skills"])))
+            elif (kind := next(iter(data_), None)) in JOURNAL_RECORDS:
+                journal = JournalRecord(number, str(kind), data_[kind])
+                records.append(SessionRecord(number, raw.decode("utf-8"), journal=journal))
         except (ValueError, TypeError) as e:  # pydantic's ValidationError is a ValueError
             raise SessionError(f"{p}:{number}: not a valid session record: {e}") from e
     return records
@@ -182,6 +189,23 @@ def _skills_line(body: dict[str, Any]) -> list[str]:
     return [f"--- skill loaded: {loaded.get('name')}"] if isinstance(loaded, dict) else []
 
 
+def _journal_line(record: JournalRecord) -> str:
+    """``--- deferred for approval: write {...}  id=X`` and the like, for a journal record."""
+    body = record.body if isinstance(record.body, dict) else {}
+    call = f"id={body.get('call_id')}"
+    if record.kind == "deferred":
+        arguments = json.dumps(body.get("arguments"), ensure_ascii=False)
+        return f"--- deferred for approval: {body.get('name')}({arguments})  {call}"
+    if record.kind == "tool_started":
+        return f"--- approved call started: {body.get('name')}  {call}"
+    decision = body.get("decision")
+    if decision == "deny":
+        return f"--- denied: {call} ({body.get('reason')})"
+    if decision == "edit":
+        return f"--- approved with edited arguments {json.dumps(body.get('arguments'), ensure_ascii=False)}: {call}"
+    return f"--- approved: {call}"
+
+
 def format_session(
     path: str | os.PathLike[str], *, reasoning: bool = False, max_lines: int | None = 12
 ) -> str:
@@ -190,7 +214,9 @@ def format_session(
     One block per message, numbered as :func:`fork_session` takes them: ``[N] role``; assistant
     messages open a turn (``turn K``) with the call's usage when recorded, their reasoning folded
     to one line (its size and first words) unless ``reasoning``, then their text and tool calls
-    (``-> name(arguments)  id``); tool results name their call. Compactions show their summary.
+    (``-> name(arguments)  id``); tool results name their call. Compactions show their summary;
+    the approval journal its records (``--- deferred for approval: ...``, ``--- approved: ...``)
+    and, last, the calls that await a decision with how to give it (``kimik3 approve``).
     A turn's usage line gives its cached prompt tokens and their share (the cache-hit rate) when
     the engine reported them, and its USD cost when the run was priced (``$0.0123``); the last
     line sums the turns.
@@ -227,6 +253,9 @@ def format_session(
         if r.skills is not None:
             out.extend(_skills_line(r.skills))
             continue
+        if r.journal is not None:
+            out.append(_journal_line(r.journal))
+            continue
         m = r.message
         if m is None:
             continue
@@ -258,4 +287,9 @@ def format_session(
             out.extend(_clip(_text(m.content), max_lines, "    "))
     if turn:
         out.append(f"{turn} turns; total {_usage(total, spent)}")
+    pending = pending_approvals(path)
+    if pending:
+        out.append(f"awaiting approval: {len(pending)} call{'' if len(pending) == 1 else 's'} (kimik3 approve {path} "
+                   f"[--deny ID] [--edit ID JSON], then kimik3 resume {path})")
+        out.extend(f"    {p.name}({json.dumps(p.arguments, ensure_ascii=False)})  id={p.id}" for p in pending)
     return "\n".join(out) + "\n"

@@ -9,9 +9,9 @@ from typing import Any
 from ..tools import ToolResult, truncate_middle
 from ..tools import _failures as failures
 from ..tools._failures import FailureText, default_failure_text
-from ..types import AssistantMessage, ImagePart, Message, TextPart, ToolCall, ToolMessage
+from ..types import AssistantMessage, ImagePart, Message, TextPart, ToolCall, ToolMessage, UserMessage
 
-__all__ = ["IMAGE_DROPPED", "orphan_results", "prune_images", "result_message"]
+__all__ = ["IMAGE_DROPPED", "nothing_to_do", "orphan_results", "prune_images", "result_message"]
 
 IMAGE_DROPPED = "[an older screenshot was dropped from the context]"
 
@@ -25,6 +25,17 @@ def result_message(result: ToolResult, call: ToolCall, cap: int) -> ToolMessage:
         content = [TextPart(text=truncate_middle(p.text, cap)) if isinstance(p, TextPart) else p
                    for p in result.content]
     return ToolMessage(content=content, tool_call_id=call.id, name=call.function.name)
+
+
+def nothing_to_do(history: Sequence[Message]) -> str | None:
+    """Why a run without a new task has nothing to do on ``history`` (None: it has): there is no
+    request in it, or it ends with the agent's answer (an assistant message without tool calls)."""
+    if not any(isinstance(m, UserMessage) for m in history):
+        return "nothing to do: pass a task, or a conversation to continue"
+    last = history[-1]
+    if isinstance(last, AssistantMessage) and not last.tool_calls:
+        return "nothing to do: the conversation ends with the agent's answer; pass a task to continue it"
+    return None
 
 
 def orphan_results(messages: Sequence[Message], why: str,

@@ -14,7 +14,8 @@ from .. import _tracing
 from .._exceptions import UserError
 from .._pricing import Pricing, pricing_for
 from ..formats.k3 import PromptCache
-from ..tools import Tool
+from ..tools import Tool, ToolContext
+from ..tools._failures import FailureText
 from ..types import (
     AGENTIC_SETTINGS,
     AssistantMessage,
@@ -28,7 +29,7 @@ from ..types import (
 )
 from ._checks import UnrunCall
 from ._session import SessionWriter
-from ._types import Budgets, StopReason
+from ._types import Allow, Budgets, Deny, Edit, PendingCall, StopReason
 
 __all__ = ["_Run"]
 
@@ -72,6 +73,8 @@ class _Run:
         self.cost: float | None = None  # USD of the run's model calls (RunResult.cost)
         # the prices of this run: "auto" until the first completion names its model
         self.pricing: Pricing | Literal["auto"] | None = None
+        self.deferred: dict[str, PendingCall] = {}  # calls awaiting a person's decision (RunResult.pending_approvals)
+        self.decisions: dict[str, Allow | Deny | Edit] = {}  # recorded decisions on the calls a resume runs
 
     def start(self, pricing: Pricing | Literal["auto"] | None, model: str, settings: Any) -> None:
         """Fix the run's prices (``"auto"``: by the engine's model id, or the first completion's
@@ -148,6 +151,23 @@ class _Run:
         cost = self.pricing.cost(completion.usage)
         self.cost = (self.cost or 0.0) + cost
         return cost
+
+    def spend(self, usd: float) -> None:
+        """Add USD a tool spent on model calls of its own (a sub-agent's run) to the run's cost,
+        which its ``Budgets(usd=...)`` counts (:attr:`~kimik3.tools.ToolContext.charge`)."""
+        if usd > 0:
+            self.cost = (self.cost or 0.0) + usd
+
+    def usd_left(self, budgets: Budgets) -> float | None:
+        """What is left of the run's USD budget (None: it has none)."""
+        return None if budgets.usd is None else max(0.0, budgets.usd - (self.cost or 0.0))
+
+    def tool_context(self, call_id: str, add_tools: Callable[..., None], failure_text: FailureText,
+                     budgets: Budgets) -> ToolContext:
+        """The :class:`~kimik3.tools.ToolContext` of call ``call_id``: the run's deps, prices, USD
+        budget left and :meth:`spend` (a sub-agent's cost counts as the run's)."""
+        return ToolContext(tool_call_id=call_id, deps=self.deps, add_tools=add_tools, failure_text=failure_text,
+                           pricing=self.pricing, usd_left=self.usd_left(budgets), charge=self.spend)
 
     def counted(self, completion: ChatCompletion, message: AssistantMessage) -> ChatCompletion:
         """``completion`` with usage a server did not report (``Usage.unknown``: none, or zeros)

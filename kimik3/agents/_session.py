@@ -11,6 +11,10 @@ Format, one JSON object per line (UTF-8, each line ends with ``\\n``)::
     {"compaction": {"messages": [<the whole history after compaction>], "summary": "..."}}
     {"checkpoint": {...}} / {"child_session": {...}} / {"undo": {...}} / {"sandbox": {...}} / {"skills": {...}}
                                                           (kimik3.harness; skipped here)
+    {"deferred": {"call_id": "...", "name": "...", "arguments": {...}}}     a call the approval hook deferred
+    {"decision": {"call_id": "...", "decision": "allow" | "deny" | "edit", "reason": "...", "arguments": {...}}}
+    {"tool_started": {"call_id": "...", "name": "..."}}   an approved call is about to run (before it does)
+                          (the approval journal of the last turn: :mod:`kimik3.agents._deferred`)
 
 Crash safety (a ``kill -9`` at any byte): a last line without its ``\\n`` that is not a complete
 record (cut anywhere, also inside a multi-byte UTF-8 character) is a torn write and is dropped,
@@ -38,14 +42,14 @@ import stat
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
 from .._exceptions import KimiK3Error, SessionError
-from ..types import Message, Usage, dump_message, to_message
+from ..types import AssistantMessage, Message, Usage, dump_message, to_message
 
-__all__ = ["SessionWriter", "load_session"]
+__all__ = ["JournalRecord", "SessionWriter", "load_session", "load_turn"]
 
 SESSION_VERSION = 1
 _HEADER_START = b'{"kimik3_session"'  # how every header line begins (json.dumps of the header)
@@ -100,9 +104,29 @@ def _check_header(path: Path, record: dict[str, Any]) -> None:
         raise SessionError(f"{path}: unsupported session version {version!r} (this kimik3 reads {SESSION_VERSION})")
 
 
-SIDE_RECORDS = frozenset({"checkpoint", "child_session", "run_start", "sandbox", "skills", "undo"})
-"""Record kinds of :mod:`kimik3.harness` and the agent's ``run_start`` (:meth:`SessionWriter.record`);
-not part of the history."""
+JOURNAL_RECORDS = frozenset({"deferred", "decision", "tool_started"})
+"""The approval journal (:mod:`._deferred`): a call deferred to a person, the decision on it, an
+approved call about to run; each is durable before the step it announces."""
+
+SIDE_RECORDS = frozenset({"checkpoint", "child_session", "run_start", "sandbox", "skills", "undo", *JOURNAL_RECORDS})
+"""Record kinds of :mod:`kimik3.harness`, the agent's ``run_start`` and the approval journal
+(:meth:`SessionWriter.record`); not part of the history."""
+
+
+class JournalRecord(NamedTuple):
+    """An approval-journal record of the session's last turn: its line number, kind
+    (:data:`JOURNAL_RECORDS`) and body as read (validated by :mod:`._deferred`)."""
+
+    line: int
+    kind: str
+    body: Any
+
+
+class _Parsed(NamedTuple):
+    messages: list[Message]
+    keep: int  # the byte length of the valid part (a torn last line excluded)
+    needs_newline: bool  # the kept part ends with a complete record that lacks its newline
+    journal: list[JournalRecord]  # the journal records after the last assistant message
 
 
 def _apply(path: Path, number: int, record: dict[str, Any], messages: list[Message]) -> list[Message]:
@@ -120,13 +144,15 @@ def _apply(path: Path, number: int, record: dict[str, Any], messages: list[Messa
     raise SessionError(f"{path}:{number}: unknown record (keys: {', '.join(sorted(map(str, record)))})")
 
 
-def _parse(path: Path, data: bytes) -> tuple[list[Message], int, bool]:
+def _parse(path: Path, data: bytes) -> _Parsed:
     """The history in a session file's bytes.
 
     Returns:
-        ``(messages, keep, needs_newline)``: ``keep`` is the byte length of the valid part (a
-        torn last line excluded; 0 when not even the header was finished), ``needs_newline``
-        is True when the kept part ends with a complete record that lacks its ``\\n``.
+        ``(messages, keep, needs_newline, journal)``: ``keep`` is the byte length of the valid
+        part (a torn last line excluded; 0 when not even the header was finished),
+        ``needs_newline`` is True when the kept part ends with a complete record that lacks its
+        ``\\n``; ``journal``: the approval-journal records after the last assistant message
+        (a new turn, or a compaction, starts a new journal: call ids repeat across turns).
 
     Raises:
         SessionError: not a kimik3 session, or an odd line (its number is named).
@@ -147,16 +173,23 @@ def _parse(path: Path, data: bytes) -> tuple[list[Message], int, bool]:
             complete.append(tail)
             keep, needs_newline = len(data), True
     if not complete:
-        return [], 0, False
+        return _Parsed([], 0, False, [])
     try:
         header = _record(path, 1, complete[0])
     except SessionError as e:
         raise SessionError(f"{path} is not a kimik3 session file (line 1 is not a session header)") from e
     _check_header(path, header)
     messages: list[Message] = []
+    journal: list[JournalRecord] = []
     for number, raw in enumerate(complete[1:], start=2):
-        messages = _apply(path, number, _record(path, number, raw), messages)
-    return messages, keep, needs_newline
+        record = _record(path, number, raw)
+        messages = _apply(path, number, record, messages)
+        kind = next(iter(record))
+        if kind in JOURNAL_RECORDS:
+            journal.append(JournalRecord(number, kind, record[kind]))
+        elif "compaction" in record or ("message" in record and isinstance(messages[-1], AssistantMessage)):
+            journal = []
+    return _Parsed(messages, keep, needs_newline, journal)
 
 
 def load_session(path: str | os.PathLike[str]) -> list[Message]:
@@ -176,9 +209,22 @@ def load_session(path: str | os.PathLike[str]) -> list[Message]:
     return messages
 
 
+def load_turn(path: str | os.PathLike[str]) -> tuple[list[Message], list[JournalRecord]]:
+    """:func:`load_session`'s history and the approval journal of its last turn (the
+    ``deferred`` / ``decision`` / ``tool_started`` records after the last assistant message, as
+    read: :mod:`._deferred` validates them). Reads only; raises as :func:`load_session`."""
+    parsed, _ = _read_parsed(Path(path))
+    return parsed.messages, parsed.journal
+
+
 def read_session(p: Path) -> tuple[list[Message], int, bytes]:
     """Read and validate a session file: its messages, the byte length of its complete lines
     (a torn last line is left out) and its bytes. Raises as :func:`load_session`."""
+    parsed, data = _read_parsed(p)
+    return parsed.messages, parsed.keep, data
+
+
+def _read_parsed(p: Path) -> tuple[_Parsed, bytes]:
     fd = _open_regular(p, os.O_RDONLY)
     try:
         data = _read_all(fd)
@@ -186,10 +232,10 @@ def read_session(p: Path) -> tuple[list[Message], int, bytes]:
         raise SessionError(f"cannot read session {p}: {e}") from e
     finally:
         os.close(fd)
-    messages, keep, _ = _parse(p, data)
-    if keep == 0:
+    parsed = _parse(p, data)
+    if parsed.keep == 0:
         raise SessionError(f"{p} is empty, not a kimik3 session")
-    return messages, keep, data
+    return parsed, data
 
 
 def _lock_holder(fd: int) -> str:
@@ -221,6 +267,8 @@ class SessionWriter:
         path: the file.
         new: True when this writer created the session (wrote its header).
         messages: the history already in the file when it was opened (read under the lock).
+        journal: the approval journal of that history's last turn when it was opened
+            (:func:`load_turn`).
 
     Raises:
         SessionError: the directory does not exist; not a regular file; another writer holds
@@ -241,7 +289,7 @@ class SessionWriter:
                     f"session {self.path} is in use by {_lock_holder(self._fd)}; one run may write a session at a time"
                 ) from None
             data = _read_all(self._fd)
-            self.messages, keep, needs_newline = _parse(self.path, data)
+            self.messages, keep, needs_newline, self.journal = _parse(self.path, data)
             if keep < len(data):
                 os.ftruncate(self._fd, keep)  # the torn last line of a crash
             if needs_newline:
@@ -252,6 +300,28 @@ class SessionWriter:
         except BaseException:
             os.close(self._fd)
             raise
+
+    @classmethod
+    def for_run(cls, path: str | os.PathLike[str], header: dict[str, Any], history: Sequence[Message]) -> SessionWriter:
+        """The writer of a run that continues ``history`` in ``path``: a new file gets the
+        header and ``history`` first; an existing one must hold exactly ``history``'s length.
+
+        Raises:
+            SessionError: as the constructor; or the file holds another number of messages
+                (another run may have written it since it was read; nothing is written then).
+        """
+        writer = cls(path, header)
+        if writer.new:  # a new session file for an existing conversation: record it first
+            for m in history:
+                writer.message(m)
+        elif len(writer.messages) != len(history):  # read under the lock: appending would mix two
+            writer.close()
+            raise SessionError(
+                f"session {writer.path} holds {len(writer.messages)} messages, but this run continues a "
+                f"conversation of {len(history)}; continue the file's own with Agent.resume (another run "
+                "may have written it since it was read)"
+            )
+        return writer
 
     def _write_bytes(self, data: bytes) -> None:
         view = memoryview(data)

@@ -32,6 +32,7 @@ __all__ = [
     "ContentDelta",
     "ContextPolicy",
     "ContinueWith",
+    "Defer",
     "Deny",
     "Edit",
     "Final",
@@ -57,7 +58,7 @@ OutputT = TypeVar("OutputT", default=str)
 
 StopReason = Literal[
     "completed", "turn_budget", "token_budget", "time_budget", "cost_budget", "invalid_output", "unusable_output",
-    "no_progress",
+    "no_progress", "approval_required",
 ]
 """Why a run ended: the model answered (``completed``), a budget ran out (turns, tokens, time or
 cost: :class:`Budgets`; the agent then ran one tool-free summary turn), the answer failed
@@ -67,7 +68,9 @@ limit), or
 (``no_progress``) :data:`~kimik3._defaults.MAX_CONTINUES` replies in a row were cut by
 ``max_tokens`` without a tool call, or two when the last was cut before any answer (reasoning
 only), or a cut reply left the context window no room to continue (an issue says so); the output
-is the last reply's text, None when it has none."""
+is the last reply's text, None when it has none. ``approval_required``: the approval hook deferred
+tool calls to a person (:class:`Defer`); they are in :attr:`RunResult.pending_approvals` (output
+None), ``Agent.resume(session, approvals=...)`` goes on."""
 
 
 @dataclass(frozen=True)
@@ -167,7 +170,16 @@ class Edit:
     arguments: dict[str, Any]
 
 
-ApprovalDecision: TypeAlias = Allow | Deny | Edit
+@dataclass(frozen=True)
+class Defer:
+    """Decide later, in any process: the call does not run now. The run records it in its
+    session (which it needs) and, once the turn's other calls are done, stops cleanly with
+    ``stop_reason="approval_required"`` and the call in :attr:`RunResult.pending_approvals`;
+    ``Agent.resume(session, approvals={call_id: Allow() | Deny(reason) | Edit(arguments)})``
+    (or ``kimik3 approve`` then ``kimik3 resume``) goes on (:mod:`kimik3.agents._deferred`)."""
+
+
+ApprovalDecision: TypeAlias = Allow | Deny | Edit | Defer
 ApprovalHook: TypeAlias = Callable[[PendingCall], "ApprovalDecision | Awaitable[ApprovalDecision]"]
 """Called before every tool call (sync or async)."""
 
@@ -196,7 +208,10 @@ class RunResult(Generic[OutputT]):
         cost: USD spent on the run's model calls (compaction summaries included) at the agent's
             :class:`~kimik3.Pricing` (:meth:`Pricing.cost`: cached prompt tokens at the cached
             price); None when the agent has no prices (a self-hosted engine without
-            ``pricing=``).
+            ``pricing=``), sub-agents' (the ``task`` tool's) included.
+        pending_approvals: with ``stop_reason="approval_required"``, the tool calls the approval
+            hook deferred (:class:`Defer`), in call order: each call's id, tool name and
+            arguments; decide them with ``Agent.resume(session, approvals={id: ...})``.
     """
 
     output: OutputT | None
@@ -210,6 +225,7 @@ class RunResult(Generic[OutputT]):
     dropped_calls: int = 0
     issues: list[str] = field(default_factory=list)
     cost: float | None = None
+    pending_approvals: list[PendingCall] = field(default_factory=list)
 
     @property
     def degraded(self) -> bool:

@@ -24,7 +24,7 @@ from .._exceptions import EvalError
 __all__ = ["AttemptResult", "ResultsDir", "read_results"]
 
 EVAL_VERSION = 1
-_SAME = ("suite_digest", "tools", "settings", "max_turns", "pricing", "sandbox_policy")
+_SAME = ("suite_digest", "tools", "settings", "max_turns", "max_usd", "pricing", "sandbox_policy")
 """Fields of ``eval.json`` a continued directory must share with the run that made it."""
 
 

@@ -88,6 +88,7 @@ class EvalConfig:
             ``apply_patch``, background ``bash``, ``task``; what k3-tiny was trained on) or
             ``"core"`` (the six coding tools), as ``kimik3 run --tools``.
         max_turns: caps each task's turn budget.
+        max_usd: caps each task's USD budget (``Budgets.usd``; sub-agents' cost included).
         pricing: the agent's prices (:class:`~kimik3.Agent`'s ``pricing``).
         sandbox, network, sandbox_read, sandbox_write: the sandbox policy of every command of
             an attempt, the agent's ``bash`` and the task's ``setup`` and ``check`` alike:
@@ -101,6 +102,7 @@ class EvalConfig:
     settings: ModelSettings | None = None
     tools: Literal["core", "full"] = "full"
     max_turns: int | None = None
+    max_usd: float | None = None
     pricing: Pricing | Literal["auto"] | None = "auto"
     sandbox: SandboxMode = "auto"
     network: bool = False
@@ -121,10 +123,12 @@ class EvalConfig:
                        write=list(self.sandbox_write))
 
     def budgets(self, task: EvalTask) -> Budgets:
-        """The task's budgets, turns capped by :attr:`max_turns`."""
+        """The task's budgets, turns capped by :attr:`max_turns`, USD by :attr:`max_usd`."""
         budgets = task.budgets or Budgets()
         if self.max_turns is not None:
             budgets = replace(budgets, turns=min(budgets.turns, self.max_turns))
+        if self.max_usd is not None:
+            budgets = replace(budgets, usd=min(budgets.usd or self.max_usd, self.max_usd))
         return budgets
 
     def agent(self, workspace: Path, client: TimedClient, task: EvalTask) -> Agent[str]:
@@ -324,7 +328,7 @@ async def run_suite(
 
 def run_meta(suite: Suite, engine: Engine, config: EvalConfig) -> dict[str, Any]:
     """What ``eval.json`` records of a run (JSON values): the suite and its digest, the model,
-    the tools, settings, turn cap, prices and sandbox policy (a continued run must match them),
+    the tools, settings, turn and USD caps, prices and sandbox policy (a continued run must match them),
     and the sandbox as the harness describes it (``sandbox``: the line of
     :meth:`~kimik3.tools.coding.Sandbox.describe`, e.g. ``sandbox: bwrap (workspace read-write,
     ...)``; ``sandbox_policy``: what runs, ``{"mode": "bwrap", "network": false, "read": [...],
@@ -341,7 +345,7 @@ def run_meta(suite: Suite, engine: Engine, config: EvalConfig) -> dict[str, Any]
     policy = {k: v for k, v in box.info().items() if k not in ("requested", "reason")}
     return {"suite": suite.name, "suite_path": str(suite.path), "suite_digest": suite.digest, "model": engine.model,
             "tools": config.tools, "settings": settings, "max_turns": config.max_turns, "pricing": pricing,
-            "sandbox": box.describe(), "sandbox_policy": policy}
+            "max_usd": config.max_usd, "sandbox": box.describe(), "sandbox_policy": policy}
 
 
 async def evaluate(

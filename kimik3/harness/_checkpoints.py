@@ -236,8 +236,15 @@ class GitSnapshots:
         return self.git("commit-tree", "--no-gpg-sign", tree, *parents, "-m", message).decode().strip()
 
     def keep(self, name: str, commit: str) -> None:
-        """Point ``<ref_base>/<name>`` at ``commit`` (so gc keeps it and its parents)."""
-        self.isolated.update_ref(f"{self.ref_base}/{name}", commit)
+        """Point ``<ref_base>/<name>`` at ``commit`` (so gc keeps it and its parents); a name one
+        of this ref base holds already (a turn whose tools ran twice: the calls a person approved,
+        after a resume) gets ``.2``, ``.3``, ... instead, so no earlier commit loses its ref."""
+        ref = f"{self.ref_base}/{name}"
+        for k in range(2, 100):
+            if self.isolated.create_ref(ref, commit):
+                return
+            ref = f"{self.ref_base}/{name}.{k}"
+        self.isolated.update_ref(ref, commit)
 
     def diff(self, before: str, after: str) -> dict[str, tuple[str, str]]:
         """``{workspace-relative path: (mode before, mode after)}`` of what differs between two
@@ -399,7 +406,9 @@ class Checkpoints(RunHooks):
     def _copy_before(self, n: int) -> None:
         assert self.store is not None
         folder = self.store / f"turn-{n}"
-        for i, rel in enumerate(self._named):
+        # a turn whose tools run twice (the calls a person approved, after a resume) adds copies
+        taken = [int(p.stem) for p in folder.glob("*.bin") if p.stem.isdigit()] if folder.is_dir() else []
+        for i, rel in enumerate(self._named, start=max(taken, default=-1) + 1):
             try:
                 with self.ws.locate(rel, follow_symlinks=False, literal=True) as loc:
                     assert loc.name is not None

@@ -212,6 +212,20 @@ class Isolated:
         """Point ``ref`` of the repository itself at ``commit`` (hooks off)."""
         _output(git_command(self.repo.top, ("update-ref", ref, commit), self.repo.env()), "update-ref")
 
+    def create_ref(self, ref: str, commit: str) -> bool:
+        """Create ``ref`` of the repository itself at ``commit`` (hooks off); False when it exists
+        already (left as it is).
+
+        Raises:
+            CheckpointError: git failed otherwise (its message).
+        """
+        proc = git_command(self.repo.top, ("update-ref", "--stdin"), self.repo.env(),
+                           data=f"create {ref} {commit}\n".encode())
+        if proc.returncode != 0 and b"already exists" in proc.stderr:
+            return False
+        _output(proc, "update-ref")
+        return True
+
 
 def private_folder() -> Path:
     """A new temporary directory for an :class:`Isolated` git directory and private indexes."""

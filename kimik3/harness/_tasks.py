@@ -5,7 +5,12 @@ parallel tool calls).
 
 The child's final answer, followed by a line with its turns and token usage, is the tool result.
 A child that raises (an engine error, say) gives an error result; one that stops on a budget gives
-its summary with a note. When the parent records a session, each child records its own next to it
+its summary with a note. A child's cost is the parent run's (:attr:`~kimik3.RunResult.cost`,
+charged through :attr:`~kimik3.tools.ToolContext.charge`, also for a child that failed midway: its
+finished turns), at the parent's prices, and the parent's ``Budgets(usd=...)`` holds for its
+children together: each child's USD budget is at most what is left of it (the parent's spending
+and the other running children's shares taken off), so delegating cannot escape it.
+When the parent records a session, each child records its own next to it
 (``<parent>.task-<n>-<call id>.jsonl``) and the parent's session gets a ``{"child_session": {...}}``
 record linking it.
 """
@@ -20,7 +25,7 @@ from typing import Any
 
 from .._client import Client
 from .._exceptions import ToolError
-from ..agents import Agent, Budgets, ModelSettings, RunHooks, SessionWriter
+from ..agents import Agent, Budgets, FinalEvent, ModelSettings, RunHooks, RunResult, SessionWriter, TurnEndEvent
 from ..tools import FunctionTool, Tool, ToolContext, ToolResult
 from ..tools import _failures as failures
 
@@ -68,12 +73,14 @@ class SubAgents(RunHooks):
         self.children: list[tuple[str, str | None, Any]] = []
         self._session: SessionWriter | None = None
         self._started = 0
+        self._usd_reserved = 0.0  # USD budget shares of the children running now
 
     async def run_start(self, session: SessionWriter | None) -> None:
         self._session = session
         self.children = []
         self._started = 0
         self._tokens_left = self.tokens
+        self._usd_reserved = 0.0
 
     def tool(self) -> Tool:
         """The ``task`` tool."""
@@ -107,6 +114,13 @@ class SubAgents(RunHooks):
             raise ToolError(f"unknown tool(s) for a sub-agent: {', '.join(unknown)}; available: "
                             f"{', '.join(sorted(self.child_tools)) or 'none'}")
         budgets, share = self.budgets, 0
+        usd = 0.0
+        if ctx.usd_left is not None:  # reserve the child's share of what is left of the run's USD budget
+            left = ctx.usd_left - self._usd_reserved
+            if left <= 0:
+                raise ToolError("this run's cost budget (Budgets(usd=...)) is used up; do the rest yourself")
+            usd = min(left, budgets.usd if budgets.usd is not None else left)
+            budgets = dataclasses.replace(budgets, usd=usd)
         if self._tokens_left is not None:  # reserve the child's share of the run's tokens
             if self._tokens_left <= 0:
                 raise ToolError(f"the sub-agents of this run have used up the run's token budget ({self.tokens} "
@@ -117,8 +131,9 @@ class SubAgents(RunHooks):
         child_tools = [self.child_tools[n] for n in chosen]
         if self.per_child is not None:
             child_tools = self.per_child(child_tools)
-        child: Agent[str] = Agent(instructions=self.instructions, tools=child_tools,
-                                  client=self.client, settings=self.settings, budgets=budgets)
+        child: Agent[str] = Agent(instructions=self.instructions, tools=child_tools, client=self.client,
+                                  settings=self.settings, budgets=budgets,
+                                  pricing=ctx.pricing if ctx.charge is not None else "auto")
         path: str | None = None
         self._started += 1
         if self._session is not None:  # numbered: servers may reuse call ids across turns
@@ -128,11 +143,24 @@ class SubAgents(RunHooks):
             path = str(parent.with_name(f"{parent.stem}.task-{suffix}.jsonl"))
             self._session.record("child_session", {"tool_call_id": ctx.tool_call_id, "path": path,
                                                    "description": description})
+        self._usd_reserved += usd
+        result: RunResult[str] | None = None
+        spent = 0.0  # the cost of the child's finished turns, should it fail before its result
         try:
-            result = await child.run(prompt, session=path)
+            async for event in child.run_stream(prompt, session=path):
+                if isinstance(event, TurnEndEvent):
+                    spent += event.cost or 0.0
+                elif isinstance(event, FinalEvent):
+                    result = event.result
         except Exception as e:
             self.children.append((ctx.tool_call_id, path, e))
             return ToolResult.from_failure(failures.subagent_failed(e), ctx.failure_text)
+        finally:
+            self._usd_reserved -= usd
+            cost = result.cost if result is not None and result.cost is not None else spent
+            if ctx.charge is not None and cost:
+                ctx.charge(cost)  # the parent's cost, which its budget counts
+        assert result is not None
         self.children.append((ctx.tool_call_id, path, result))
         u = result.usage
         if self._tokens_left is not None:  # give back what it did not spend

@@ -29,6 +29,7 @@ __all__ = [
     "edit_not_json",
     "exception",
     "interrupted",
+    "interrupted_by_stop",
     "no_decision",
     "not_run",
     "orphaned",
@@ -114,6 +115,13 @@ def interrupted(*, by_time_budget: bool) -> ToolFailure:
     if by_time_budget:
         return ToolFailure("interrupted", "the run's time budget ran out before the tool call finished")
     return ToolFailure("interrupted", "the tool call was cancelled before it finished")
+
+
+def interrupted_by_stop() -> ToolFailure:
+    """An approved call (:mod:`kimik3.agents._deferred`) had started when its run stopped (a crash,
+    ``kill -9``) and its result was never recorded; it is not run again: the model decides."""
+    return ToolFailure("interrupted", "the run stopped while this call was running and its result was lost; it may "
+                                      "have done some or all of its work: check before calling it again")
 
 
 def orphaned(why: str) -> ToolFailure:

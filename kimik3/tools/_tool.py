@@ -42,7 +42,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar, overload
+from typing import Any, Literal, TypeVar, overload
 
 import anyio
 import anyio.from_thread
@@ -51,6 +51,7 @@ from pydantic import ValidationError
 
 from .._exceptions import JSONLimitError, ToolArgumentsError, ToolDefinitionError, ToolError, ToolTimeoutError
 from .._json import safe_loads
+from .._pricing import Pricing
 from ..types import ToolSpec
 from . import _failures as failures
 from ._failures import FailureText, default_failure_text
@@ -135,12 +136,22 @@ class ToolContext:
             declared to the model dynamically before its next turn (None outside a run).
         failure_text: words a failure as the error text the model reads (the run's
             ``Agent(failure_text=...)``; default ``"Error: <message>"``, :mod:`._failures`).
+        pricing: the run's prices (``Agent(pricing=...)``: a :class:`~kimik3.Pricing`, "auto"
+            or None), for a tool that makes model calls of its own (a sub-agent).
+        usd_left: USD left of the run's ``Budgets(usd=...)`` when the call started (None: no
+            USD budget, or outside a run).
+        charge: inside an agent run, adds USD the tool spent on its own model calls to the
+            run's cost (:attr:`~kimik3.RunResult.cost`), which its ``Budgets(usd=...)`` counts
+            (None outside a run).
     """
 
     tool_call_id: str = ""
     deps: Any = None
     add_tools: Callable[..., None] | None = None
     failure_text: FailureText = default_failure_text
+    pricing: Pricing | Literal["auto"] | None = None
+    usd_left: float | None = None
+    charge: Callable[[float], None] | None = None
 
 
 def load_arguments(arguments: Mapping[str, Any] | str | None) -> Mapping[str, Any]:

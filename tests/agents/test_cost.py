@@ -234,3 +234,100 @@ def test_a_session_without_costs_still_shows(tmp_path: Path) -> None:
                                                                               "total_tokens": 6}}]
     path.write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
     assert "[1] assistant  turn 1  usage: 5 prompt + 1 completion tokens\n" in format_session(path)
+
+
+# -- sub-agents: their cost is the parent's, and the parent's USD budget holds for them ---------
+
+
+def delegate(*prompts: str) -> str:
+    return render_output({"reasoning_content": "delegate", "tool_calls": [
+        {"id": f"task:{i}", "function": {"name": "task", "arguments": json.dumps({"description": "d", "prompt": p})}}
+        for i, p in enumerate(prompts)]})
+
+
+def parent_with_children(engine: UsageEngine, budgets: Budgets | None = None) -> tuple[Agent[str], Any]:
+    from kimik3 import Client
+    from kimik3.harness._tasks import SubAgents
+
+    client = Client(engine)
+    subs = SubAgents(client, [note])
+    return Agent(tools=[subs.tool()], client=client, hooks=[subs], pricing=K3, budgets=budgets), subs
+
+
+def test_sub_agent_costs_are_added_to_the_parents_cost() -> None:
+    # calls in order: parent turn 1 (task), the child's answer, parent turn 2 (answer)
+    engine = UsageEngine([delegate("look"), "found it", "all done"],
+                         [(10_000, 2_000, 4_000), (1_000, 100, 0), (12_100, 60, 10_000)])
+    agent, subs = parent_with_children(engine)
+    result = anyio.run(agent.run, "go")
+    child = (1_000 * 3.0 + 100 * 15.0) / 1e6  # 0.003 + 0.0015 = 0.0045
+    assert subs.children[0][2].cost == pytest.approx(0.0045) == pytest.approx(child)
+    assert result.cost == pytest.approx(0.0492 + 0.0045 + 0.0102)  # 0.0639
+    assert result.stop_reason == "completed" and result.output == "all done"
+
+
+def test_the_parents_usd_budget_holds_for_its_children() -> None:
+    # parent $0.06: turn 1 costs $0.0492, so the child may spend $0.0108: its first turn costs
+    # $0.018 (1,000 prompt at $3 + 1,000 completion at $15 per 1M): it stops (cost_budget) after a
+    # summary turn ($0.00315); the parent, over its budget with the child's cost, stops too
+    engine = UsageEngine([delegate("work"), CALL, "child summary", "parent summary"],
+                         [(10_000, 2_000, 4_000), (1_000, 1_000, 0), (1_000, 10, 0), (100, 10, 0)])
+    agent, subs = parent_with_children(engine, Budgets(usd=0.06))
+    result = anyio.run(agent.run, "go")
+    child = subs.children[0][2]
+    assert child.stop_reason == "cost_budget" and child.turns == 2
+    assert child.cost == pytest.approx(0.018 + 0.00315)
+    assert result.stop_reason == "cost_budget" and result.output == "parent summary"
+    assert result.cost == pytest.approx(0.0492 + 0.02115 + (100 * 3.0 + 10 * 15.0) / 1e6)
+    assert engine.usages == [] and len(engine.calls) == 4  # nothing more was spent
+    [task_result] = [m for m in result.messages if m.role == "tool"]
+    assert str(task_result.content).startswith("child summary\n[the sub-agent stopped early: cost_budget]\n")
+
+
+def test_a_child_starting_when_the_runs_usd_budget_is_reserved_gets_an_error() -> None:
+    # two children at once: the first reserves all that is left of the run's $1; the second
+    # cannot start (no model call of its own)
+    engine = UsageEngine([delegate("a", "b"), "a done", "both tried"],
+                         [(1_000, 10, 0), (1_000, 10, 0), (1_000, 10, 0)])
+    agent, _ = parent_with_children(engine, Budgets(usd=1.0))
+    result = anyio.run(agent.run, "go")
+    results = [str(m.content) for m in result.messages if m.role == "tool"]
+    assert results[1] == ("Error: ToolError: this run's cost budget (Budgets(usd=...)) is used up; do the rest "
+                          "yourself")
+    assert results[0].startswith("a done\n[sub-agent: 1 turns")
+    assert result.cost == pytest.approx(3 * (1_000 * 3.0 + 10 * 15.0) / 1e6)
+
+
+def test_max_usd_is_a_budget_option_of_run_resume_chat_and_eval(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from kimik3.cli import main
+    from kimik3.eval import EvalConfig
+    from kimik3.eval._suite import EvalTask
+
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps(["hi"]))
+    runner = CliRunner()
+    out = runner.invoke(main, ["run", "say hi", "--script", str(script), "--max-usd", "0.5", "--plain",
+                               "--sandbox", "none", "--workspace", str(tmp_path), "--session", str(tmp_path / "s.jsonl")])
+    assert out.exit_code == 1  # the budget reached the agent: the scripted model has no prices
+    assert "error: UserError: Budgets(usd=...) needs prices: model 'scripted-k3' has none" in out.output
+    # --price gives a self-hosted model its prices: 2,467 prompt tokens (the full harness's
+    # prompt) at $3 and 24 completion tokens at $15 per 1M = $0.007401 + $0.00036 = $0.007761
+    priced = tmp_path / "priced.jsonl"
+    out = runner.invoke(main, ["run", "say hi", "--script", str(script), "--max-usd", "0.5", "--price", "3,0.3,15",
+                               "--plain", "--sandbox", "none", "--workspace", str(tmp_path), "--session", str(priced)])
+    assert out.exit_code == 0, out.output
+    assert "usage: 1 turn, 0 tool calls, 2491 tokens, $0.00776" in out.output.splitlines()
+    [cost] = [r.cost for r in read_session_records(priced) if r.cost is not None]
+    assert cost == pytest.approx(2_467 * 3.0 / 1e6 + 24 * 15.0 / 1e6)
+    bad = runner.invoke(main, ["run", "x", "--script", str(script), "--price", "3,0.3"])
+    assert bad.exit_code == 2 and "expected INPUT,CACHED,OUTPUT in USD per 1M tokens" in bad.output
+    for command in (["resume"], ["chat"], ["eval", "run"]):
+        help_text = runner.invoke(main, [*command, "--help"]).output
+        assert "--max-usd USD" in help_text and "--price IN,CACHED,OUT" in help_text
+    assert runner.invoke(main, ["run", "x", "--max-usd", "0"]).exit_code == 2
+    task = EvalTask(name="t", path=tmp_path, instruction="i", check="true", budgets=Budgets(usd=0.2))
+    assert EvalConfig(max_usd=0.5).budgets(task).usd == 0.2
+    assert EvalConfig(max_usd=0.1).budgets(task).usd == 0.1
+    assert EvalConfig(max_usd=0.1).budgets(EvalTask(name="u", path=tmp_path, instruction="i", check="true")).usd == 0.1
