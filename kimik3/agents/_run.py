@@ -21,6 +21,7 @@ from ..types import (
     ChatCompletion,
     Message,
     ModelSettings,
+    Routing,
     SystemMessage,
     ToolSpec,
     Usage,
@@ -47,6 +48,7 @@ class _Run:
                  count: Callable[[str], int], settings: ModelSettings = AGENTIC_SETTINGS) -> None:
         self.messages = messages
         self.settings = settings  # merged: card defaults < client < agent < run
+        self.routing: Routing | None = None  # the conversation's routing key (agents/_routing.py)
         self.session = session
         self.deps = deps
         self.count = count

@@ -2,13 +2,15 @@
 
 Format, one JSON object per line (UTF-8, each line ends with ``\\n``)::
 
-    {"kimik3_session": 1, "created": <unix seconds>, "instructions": "...", "tools": ["bash", ...],
+    {"kimik3_session": 1, "created": <unix seconds>, "id": "<32 hex digits, random>",
+     "instructions": "...", "tools": ["bash", ...],
      "sandbox": {"mode": "bwrap", ...}}                   (the run hooks' fields, e.g. the sandbox)
     {"message": {<OpenAI-shaped message>}, "usage": {<the model call's usage, assistant messages>},
      "cost": <its USD cost, when priced>, "finish_reason": "stop" | "length" | "tool_calls"}
     {"run_start": {"tools": [<the tool declarations of the prompt's head>], "model": "...",
                    "settings": {<the run's ModelSettings>}}}   (once per run: what its requests carried)
     {"compaction": {"messages": [<the whole history after compaction>], "summary": "..."}}
+    {"routing": {"key": "...", "parent": "..." | null}}   (an explicit routing key; agents/_routing.py)
     {"checkpoint": {...}} / {"child_session": {...}} / {"undo": {...}} / {"sandbox": {...}} / {"skills": {...}}
                                                           (kimik3.harness; skipped here)
 
@@ -36,6 +38,7 @@ import os
 import socket
 import stat
 import time
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -100,7 +103,7 @@ def _check_header(path: Path, record: dict[str, Any]) -> None:
         raise SessionError(f"{path}: unsupported session version {version!r} (this kimik3 reads {SESSION_VERSION})")
 
 
-SIDE_RECORDS = frozenset({"checkpoint", "child_session", "run_start", "sandbox", "skills", "undo"})
+SIDE_RECORDS = frozenset({"checkpoint", "child_session", "routing", "run_start", "sandbox", "skills", "undo"})
 """Record kinds of :mod:`kimik3.harness` and the agent's ``run_start`` (:meth:`SessionWriter.record`);
 not part of the history."""
 
@@ -215,10 +218,12 @@ class SessionWriter:
     Args:
         path: the session file. Created (with a header line) when missing or empty; its
             directory must exist.
-        header: extra header fields for a new file (``instructions``, ``tools``).
+        header: extra header fields for a new file (``instructions``, ``tools``); a new file's
+            header gets a random ``id`` (32 hex digits) unless ``header`` gives one.
 
     Attributes:
         path: the file.
+        header: the file's header (the first record), as read or written.
         new: True when this writer created the session (wrote its header).
         messages: the history already in the file when it was opened (read under the lock).
 
@@ -248,7 +253,11 @@ class SessionWriter:
                 self._write_bytes(b"\n")  # complete the last record instead of dropping it
             self.new = keep == 0
             if self.new:
-                self._write({"kimik3_session": SESSION_VERSION, "created": int(time.time()), **(header or {})})
+                self.header = {"kimik3_session": SESSION_VERSION, "created": int(time.time()), "id": uuid.uuid4().hex,
+                               **(header or {})}
+                self._write(self.header)
+            else:
+                self.header = _record(self.path, 1, data.split(b"\n", 1)[0])
         except BaseException:
             os.close(self._fd)
             raise

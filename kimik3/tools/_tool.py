@@ -51,7 +51,7 @@ from pydantic import ValidationError
 
 from .._exceptions import JSONLimitError, ToolArgumentsError, ToolDefinitionError, ToolError, ToolTimeoutError
 from .._json import safe_loads
-from ..types import ToolSpec
+from ..types import ModelSettings, Routing, ToolSpec
 from . import _failures as failures
 from ._failures import FailureText, default_failure_text
 from ._limits import CURRENT_CALL, CallToken, stray_cancellation
@@ -135,12 +135,18 @@ class ToolContext:
             declared to the model dynamically before its next turn (None outside a run).
         failure_text: words a failure as the error text the model reads (the run's
             ``Agent(failure_text=...)``; default ``"Error: <message>"``, :mod:`._failures`).
+        routing: the run's conversation routing key (None outside a run, or without one): a
+            tool that starts a conversation of its own (a sub-agent) names it as the parent.
+        settings: the run's merged :class:`~kimik3.ModelSettings` (None outside a run): a
+            sub-agent keeps the conversation's reasoning effort.
     """
 
     tool_call_id: str = ""
     deps: Any = None
     add_tools: Callable[..., None] | None = None
     failure_text: FailureText = default_failure_text
+    routing: Routing | None = None
+    settings: ModelSettings | None = None
 
 
 def load_arguments(arguments: Mapping[str, Any] | str | None) -> Mapping[str, Any]:
