@@ -125,9 +125,9 @@ class SubAgents(RunHooks):
         if self.per_child is not None:
             child_tools = self.per_child(child_tools)
         settings = ctx.settings.merged(self.settings) if ctx.settings is not None else self.settings
-        parent = ctx.routing.key if ctx.routing is not None else None
+        parent_key = ctx.routing.key if ctx.routing is not None else None
         child: Agent[str] = Agent(instructions=self.instructions, tools=child_tools, client=self.client,
-                                  settings=settings, budgets=budgets, routing_key=Routing(uuid.uuid4().hex, parent))
+                                  settings=settings, budgets=budgets, routing_key=Routing(uuid.uuid4().hex, parent_key))
         path: str | None = None
         self._started += 1
         if self._session is not None:  # numbered: servers may reuse call ids across turns
