@@ -55,6 +55,8 @@ def test_make_demo_installs_only_the_demos_needs() -> None:
     ("test", ["setup_engine.sh", "setup_test_model.sh", "setup_ui.sh", "ruff check", "mypy", "KIMIK3_REQUIRE_ENGINE=1"]),
     ("bench", ["setup_engine.sh", "setup_test_model.sh", "setup_bench.sh", "bench/*.py"]),
     ("serve", ["setup_engine.sh", "kimik3 serve models/k3-tiny --port 8000 --max-model-len 4096"]),
+    ("cluster", ["setup_engine.sh", "kimik3 serve models/k3-tiny --replicas 2 --router consistent_hash --port 8000 "
+                 "--max-model-len 4096"]),
 ])
 def test_make_test_and_bench_install_what_they_need(target: str, needs: list[str]) -> None:
     plan = make_plan(target)
