@@ -346,7 +346,7 @@ class Agent(Generic[OutputT]):
                     run.add(answer)
                 if user is not None:
                     run.add(user)
-                run.routing = conversation_routing(self.routing_key, writer, run.messages)
+                run.routing = conversation_routing(self.routing_key, writer, run.messages, run.settings)
                 async for event in self._loop(run):
                     if isinstance(event, FinalEvent):
                         run.span.done(event.result)

@@ -1,6 +1,8 @@
 """The routing key of a run's conversation (:func:`conversation_routing`): what every request of
 the run carries so that a router in front of several replicas keeps the conversation on the
-replica that holds its prefix (docs/scale-out.md).
+replica that holds its prefix (docs/scale-out.md). The same function warns when a run of a
+session switches the reasoning effort: K3 renders the effort in the prompt's head, so a switch
+voids the whole prefix cache (Moonshot's docs say so of the hosted API).
 
 Where the key comes from (``Agent(routing_key=...)``):
 
@@ -28,7 +30,7 @@ import logging
 from typing import Any, Literal, TypeAlias
 
 from .._exceptions import UserError
-from ..types import Message, Routing, UserMessage, dump_message
+from ..types import Message, ModelSettings, Routing, UserMessage, dump_message
 from ._session import SessionWriter
 
 __all__ = ["RoutingKey", "check_routing_key", "conversation_routing"]
@@ -80,10 +82,24 @@ def session_routing(session: SessionWriter) -> Routing:
         return Routing(_digest(session.header))
 
 
+def _warn_on_effort_switch(session: SessionWriter, settings: ModelSettings) -> None:
+    """Log a warning when this run's reasoning effort is not the one the session's last run used."""
+    starts = session.records("run_start")  # this run's is the last one
+    before = starts[-2][1].get("settings", {}) if len(starts) >= 2 and isinstance(starts[-2][1], dict) else {}
+    effort = before.get("reasoning_effort") if isinstance(before, dict) else None
+    if isinstance(effort, str) and effort != settings.reasoning_effort:
+        log.warning("kimik3: %s ran with reasoning_effort %r, this run uses %r: the effort is part of the prompt's "
+                    "head, so no prefix cache serves this run's first request (keep one effort per conversation, "
+                    "or start a new one)", session.path, effort, settings.reasoning_effort)
+
+
 def conversation_routing(configured: Routing | Literal["auto"] | None, session: SessionWriter | None,
-                         messages: list[Message]) -> Routing | None:
+                         messages: list[Message], settings: ModelSettings | None = None) -> Routing | None:
     """The routing of a run (see the module doc); an explicit key differing from the session's is
-    recorded in it (a ``{"routing": {"key", "parent"}}`` record)."""
+    recorded in it (a ``{"routing": {"key", "parent"}}`` record). With ``settings`` (the run's), a
+    switched reasoning effort is warned about."""
+    if session is not None and settings is not None and not session.new:
+        _warn_on_effort_switch(session, settings)
     if configured is None:
         return None
     if configured == "auto":
