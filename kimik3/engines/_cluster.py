@@ -140,7 +140,8 @@ class Cluster:
         log_dir: where ``replica-<i>.log`` and ``router.log`` go (default: a new temporary
             directory, kept).
         startup_timeout: seconds for each replica and the router to answer ``/health``.
-        env: the children's environment (default: this process's).
+        env: the children's environment (default: this process's); each replica's adds its
+            CPU cores on a CPU (:meth:`replica_env`).
 
     Attributes:
         base_url: the router's OpenAI endpoint, ``http://HOST:PORT/v1``.
@@ -191,6 +192,26 @@ class Cluster:
             args += ["--kv-cache-memory-bytes", str(cpu_kv_cache_bytes(_available_memory() // len(self.replica_ports)))]
         return server_command(self.model, *args, host=self.host, port=self.replica_ports[index])
 
+    def replica_env(self, index: int) -> dict[str, str]:
+        """The environment of replica ``index``: :attr:`env`, and on a CPU its own share of this
+        process's cores (``VLLM_CPU_OMP_THREADS_BIND``; vLLM's ``auto`` binding would put every
+        replica's engine on the same core) unless that variable is set or the replica uses
+        tensor parallelism (then binding is vLLM's ``|``-separated per-rank list: set it in ``env``).
+        With more replicas than cores, replicas share cores in turn."""
+        env = dict(self.env)
+        tensor_parallel = any(a.startswith(("--tensor-parallel", "-tp")) for a in self.vllm_args)
+        if "VLLM_CPU_OMP_THREADS_BIND" in env or tensor_parallel:
+            return env
+        from ._vllm import _on_cpu
+
+        if _on_cpu():
+            cores = sorted(os.sched_getaffinity(0))
+            n = len(self.replica_ports)
+            share = cores[index * len(cores) // n : (index + 1) * len(cores) // n] if n <= len(cores) \
+                else [cores[index % len(cores)]]
+            env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, share))
+        return env
+
     def router_command(self) -> list[str]:
         """The argv of the router (``python -m vllm_router.launch_router``).
 
@@ -224,7 +245,8 @@ class Cluster:
             self.log_dir.mkdir(parents=True, exist_ok=True)
             for i in range(len(self.replica_ports)):
                 cmd = self.replica_command(i)
-                self._replicas.append(_Process(f"replica {i}", cmd, self.log_dir / f"replica-{i}.log", self.env))
+                self._replicas.append(_Process(f"replica {i}", cmd, self.log_dir / f"replica-{i}.log",
+                                              self.replica_env(i)))
             for replica, url in zip(self._replicas, self.replica_urls, strict=True):
                 self._wait(replica, f"{url}/health")
             self.start_router()

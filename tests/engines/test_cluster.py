@@ -150,3 +150,25 @@ def test_parse_metrics_sums_a_counter_over_its_labels() -> None:
     """)
     assert parse_metrics(text) == {"vllm:prefix_cache_hits_total": 200.0, "vllm:num_requests_running": 0.0,
                                    "process_open_fds": 12.0}
+
+
+@pytest.mark.parametrize(("cores", "replicas", "binds"), [
+    ({0, 1}, 2, ["0", "1"]),
+    ({0, 1, 2, 3, 4, 5, 6, 7}, 3, ["0,1", "2,3,4", "5,6,7"]),
+    ({4, 6}, 3, ["4", "6", "4"]),  # more replicas than cores: in turn
+])
+def test_on_a_cpu_each_replica_gets_its_own_cores(monkeypatch: pytest.MonkeyPatch, cores: set[int], replicas: int,
+                                                  binds: list[str]) -> None:
+    from kimik3.engines import _vllm
+
+    monkeypatch.setattr(_vllm, "_on_cpu", lambda: True)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: cores)
+    env = {"PATH": "/usr/bin"}
+    cluster = Cluster("models/k3-tiny", replicas=replicas, env=env)
+    assert [cluster.replica_env(i) for i in range(replicas)] == [{**env, "VLLM_CPU_OMP_THREADS_BIND": b} for b in binds]
+    # set by the user, or tensor parallelism (vLLM's per-rank "|" lists): left alone
+    assert Cluster("m", replicas=2, env={"VLLM_CPU_OMP_THREADS_BIND": "0-1"}).replica_env(1) == \
+        {"VLLM_CPU_OMP_THREADS_BIND": "0-1"}
+    assert Cluster("m", replicas=2, env=env, vllm_args=["--tensor-parallel-size", "2"]).replica_env(0) == env
+    monkeypatch.setattr(_vllm, "_on_cpu", lambda: False)  # a GPU host: nothing to bind
+    assert cluster.replica_env(0) == env
