@@ -195,8 +195,8 @@ def read_session(p: Path) -> tuple[list[Message], int, bytes]:
     return messages, keep, data
 
 
-def _lock_holder(fd: int) -> str:
-    """Who holds the flock on ``fd``'s file: ``pid N on host H`` from ``/proc/locks`` (Linux)."""
+def _lock_pid(fd: int) -> int | None:
+    """The pid that took the flock on ``fd``'s file, from ``/proc/locks`` (Linux); None: unknown."""
     st = os.fstat(fd)
     ident = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
     try:
@@ -204,12 +204,41 @@ def _lock_holder(fd: int) -> str:
             for line in f:
                 fields = line.split()
                 if len(fields) > 5 and fields[1] == "FLOCK" and fields[5] == ident:
-                    pid = int(fields[4])
-                    mine = " (this process)" if pid == os.getpid() else ""
-                    return f"pid {pid}{mine} on host {socket.gethostname()}"
+                    return int(fields[4])
     except (OSError, ValueError):
         pass
-    return "another process"
+    return None
+
+
+def _lock_holder(pid: int | None) -> str:
+    """``pid N on host H`` for the holder :func:`_lock_pid` found."""
+    if pid is None:
+        return "another process"
+    mine = " (this process)" if pid == os.getpid() else ""
+    return f"pid {pid}{mine} on host {socket.gethostname()}"
+
+
+_FORK_GRACE_S = 2.0
+"""How long a lock that this process took (or nobody visibly holds) is waited for: a child
+forked by another thread of this process (a tool's subprocess) shares every open file, the
+lock of a session just closed included, until it execs and its close-on-exec files close."""
+
+
+def _lock(fd: int, path: Path) -> None:
+    """Take the exclusive flock on ``fd`` (see :class:`SessionWriter`), or raise SessionError."""
+    deadline = time.monotonic() + _FORK_GRACE_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except OSError as e:
+            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise SessionError(f"cannot lock session {path}: {e}") from e
+        pid = _lock_pid(fd)
+        if pid not in (None, os.getpid()) or time.monotonic() > deadline:
+            raise SessionError(f"session {path} is in use by {_lock_holder(pid)}; one run may write a session "
+                               "at a time")
+        time.sleep(0.01)
 
 
 class SessionWriter:
@@ -229,7 +258,9 @@ class SessionWriter:
 
     Raises:
         SessionError: the directory does not exist; not a regular file; another writer holds
-            the file (the message names it: ``pid N on host H``); an existing file that is not
+            the file (the message names it: ``pid N on host H``; a lock of this process is
+            waited for up to 2 s first: a tool's subprocess forked meanwhile shares it until its
+            exec); an existing file that is not
             a kimik3 session or has an odd line (nothing is appended then).
     """
 
@@ -237,14 +268,7 @@ class SessionWriter:
         self.path = Path(path)
         self._fd = _open_regular(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND)
         try:
-            try:
-                fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError as e:
-                if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                    raise SessionError(f"cannot lock session {self.path}: {e}") from e
-                raise SessionError(
-                    f"session {self.path} is in use by {_lock_holder(self._fd)}; one run may write a session at a time"
-                ) from None
+            _lock(self._fd, self.path)
             data = _read_all(self._fd)
             self.messages, keep, needs_newline = _parse(self.path, data)
             if keep < len(data):
