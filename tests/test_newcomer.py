@@ -103,6 +103,31 @@ def test_serve_dry_run_is_vllms_api_server_with_the_kimi_k3_parsers(monkeypatch:
     assert mine.count("--kv-cache-memory-bytes") == 1 and mine[-1] == "1000000"
 
 
+def test_serve_replicas_dry_run_is_n_replicas_on_the_next_ports_and_vllm_router(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("vllm", reason="kimik3 serve needs vLLM (make demo installs it)")
+    pytest.importorskip("vllm_router", reason="kimik3 serve --replicas needs vllm-router (setup_engine.sh installs it)")
+    monkeypatch.chdir(ROOT)
+    result = CliRunner().invoke(main, ["serve", "models/k3-tiny", "--replicas", "2", "--router", "sticky_least_loaded",
+                                       "--port", "8200", "--dry-run", "--max-model-len", "4096",
+                                       "--router-arg", "--log-level", "--router-arg", "debug"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert [line.split(":", 1)[0] for line in lines] == ["replica 0", "replica 1", "router"]
+    for i, line in enumerate(lines[:2]):
+        argv = line.split(": ", 1)[1].split()
+        assert argv[:9] == [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", "models/k3-tiny",
+                            "--host", "127.0.0.1", "--port", str(8201 + i)]
+        assert "--enable-prefix-caching" in argv and "--enable-prompt-tokens-details" in argv
+        assert argv[-2:] == ["--max-model-len", "4096"]
+    router = lines[2].split(": ", 1)[1].split()
+    assert router[:15] == [sys.executable, "-m", "vllm_router.launch_router", "--host", "127.0.0.1", "--port", "8200",
+                           "--worker-urls", "http://127.0.0.1:8201", "http://127.0.0.1:8202", "--policy",
+                           "sticky_least_loaded", "--worker-startup-check-interval", "1", "--prometheus-host"]
+    assert router[-2:] == ["--log-level", "debug"]
+    bad = CliRunner().invoke(main, ["serve", "models/k3-tiny", "--router", "fastest", "--dry-run"])
+    assert bad.exit_code == 2 and "'fastest' is not one of 'consistent_hash'" in bad.output
+
+
 def run_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "KIMIK3_HOME": str(tmp_path / "home")}
     return subprocess.run([sys.executable, "-m", "kimik3", *args], cwd=tmp_path, env=env, capture_output=True,

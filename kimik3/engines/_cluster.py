@@ -184,13 +184,14 @@ class Cluster:
         """
         from ._vllm import _on_cpu, cpu_kv_cache_bytes, server_command
 
-        args = ["--enable-prefix-caching", "--enable-prompt-tokens-details", *self.vllm_args]
-        sized = any(a.startswith("--kv-cache-memory") for a in args) or self.env.get("VLLM_CPU_KVCACHE_SPACE")
+        args = ["--enable-prefix-caching", "--enable-prompt-tokens-details"]
+        sized = any(a.startswith("--kv-cache-memory") for a in self.vllm_args) or self.env.get("VLLM_CPU_KVCACHE_SPACE")
         if not sized and _on_cpu():
             from ._vllm import _available_memory
 
             args += ["--kv-cache-memory-bytes", str(cpu_kv_cache_bytes(_available_memory() // len(self.replica_ports)))]
-        return server_command(self.model, *args, host=self.host, port=self.replica_ports[index])
+        # the user's flags last: a later flag wins
+        return server_command(self.model, *args, *self.vllm_args, host=self.host, port=self.replica_ports[index])
 
     def replica_env(self, index: int) -> dict[str, str]:
         """The environment of replica ``index``: :attr:`env`, and on a CPU its own share of this
