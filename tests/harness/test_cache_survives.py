@@ -4,7 +4,7 @@ nested AGENTS.md loaded, a ``tool_search`` catalog restored and skills listed, t
 prompt's ids start with the last prompt's ids; compaction and ``task`` children keep the
 conversation's reasoning effort, and a run that switches it is warned about (the effort is in the
 prompt's head: no cache serves it). The same measured with cached tokens on embedded k3-tiny:
-tests/real/test_cache_resume_k3_tiny.py."""
+``bench/cache.py --engine`` (resume by a new Agent, a fork)."""
 
 from __future__ import annotations
 
