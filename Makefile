@@ -14,7 +14,7 @@ DEMO_STAMP := $(VENV)/.kimik3-demo
 TEST_STAMP := $(VENV)/.kimik3-test
 BENCH_STAMP := $(VENV)/.kimik3-bench
 
-.PHONY: install demo serve test bench clean
+.PHONY: install demo serve cluster test bench clean
 
 $(DEMO_STAMP): pyproject.toml scripts/setup_engine.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -53,6 +53,14 @@ PORT ?= 8000
 SERVE_ARGS ?= --max-model-len 8192
 serve: $(DEMO_STAMP)
 	$(VENV)/bin/kimik3 serve $(MODEL) --port $(PORT) $(SERVE_ARGS)
+
+# REPLICAS copies of MODEL behind vLLM's router (vllm-router, installed by setup_engine.sh) on
+# 127.0.0.1: the router on PORT, the replicas on the ports after it; Ctrl-C stops them all. POLICY
+# is the router's (consistent_hash keeps a conversation on one replica by kimik3's routing key).
+REPLICAS ?= 2
+POLICY ?= consistent_hash
+cluster: $(DEMO_STAMP)
+	$(VENV)/bin/kimik3 serve $(MODEL) --replicas $(REPLICAS) --router $(POLICY) --port $(PORT) $(SERVE_ARGS)
 
 # (b) the tests: lint, type-check, unit + real-engine tests (what CI runs: .ci/run)
 test: $(TEST_STAMP)

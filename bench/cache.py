@@ -18,6 +18,14 @@ Part B (``--engine``; real vLLM, k3-tiny embedded with ``enable_prefix_caching=T
 agent reads workspace files) under each policy, the prefix cache reset in between; reports prompt
 tokens served from cache / prompt tokens, from vLLM's per-request ``num_cached_tokens``
 (``usage.prompt_tokens_details.cached_tokens``). Goal: >= 90% over 30 turns for kimik3.
+Beside it, the client-side view of the same calls: the share of prompt tokens shared with the
+previous prompt (``prefix_stats`` over the prompt ids kimik3 sent). The two differ: vLLM caches
+whole blocks (``--block-size``; K3's hybrid attention whole 1536-token blocks, vLLM #50235 /
+#53749), and a prefix another conversation left in the cache counts for the engine only.
+Then (issue 32, item 4) the cache across a restart: a session of 2 tasks, then ``resume`` by a
+new Agent (as ``kimik3 resume`` builds it) and a fork of it (``fork_session``), each first
+request's cached tokens against its prompt's prefix shared with the session's prompts (the
+cache may hold more: vLLM caches the blocks of the answers' tokens too).
 Starts an engine: run it under ``flock /tmp/kimik3-engine.lock``.
 
 Run: .venv/bin/python bench/cache.py [--engine] [--turns 30] [--block-size 32]
@@ -40,12 +48,13 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from kimik3 import Agent, ContextLengthExceededError, ContextPolicy, ModelSettings, ScriptedEngine  # noqa: E402
-from kimik3.agents import CODING_INSTRUCTIONS, AgentEvent, prefix_stats  # noqa: E402
+from kimik3 import Agent, ContextLengthExceededError, ContextPolicy, ModelSettings, ScriptedEngine, VLLMEngine  # noqa: E402
+from kimik3.agents import CODING_INSTRUCTIONS, AgentEvent, fork_session, prefix_stats  # noqa: E402
 from kimik3.agents._agent import _Run  # noqa: E402
+from kimik3.formats.k3 import RawChunk  # noqa: E402
 from kimik3.tools.coding import coding_tools  # noqa: E402
 from kimik3.tools.ui import ui_tools  # noqa: E402
-from kimik3.types import Message, ToolCall, ToolMessage  # noqa: E402
+from kimik3.types import ChatRequest, Message, ToolCall, ToolMessage  # noqa: E402
 
 K3_TINY = ROOT / "models" / "k3-tiny"
 WORKSPACE = ROOT / "tests" / "data" / "k3_tiny_workspace"
@@ -58,8 +67,8 @@ class NaiveAgent(Agent[Any]):
 
     keep = 3
 
-    async def _run_tools(self, run: _Run, calls: Sequence[ToolCall]) -> AsyncIterator[AgentEvent]:
-        async for event in super()._run_tools(run, calls):
+    async def _run_tools(self, run: _Run, calls: Sequence[ToolCall], said: set[str]) -> AsyncIterator[AgentEvent]:
+        async for event in super()._run_tools(run, calls, said):
             yield event
         results = [i for i, m in enumerate(run.messages) if isinstance(m, ToolMessage)]
         for i in results[: -self.keep]:
@@ -118,6 +127,34 @@ TASKS = ["Read kettle.txt.", "What does harbor.md say?", "Show me falcon.cfg.",
          "Which file mentions lantern?", "Read harbor.md again."]  # fmt: skip
 
 
+class RecordingEngine(VLLMEngine):
+    """The embedded engine, recording each call's [prompt ids, cached prompt tokens]."""
+
+    calls: list[list[Any]]
+
+    async def generate(self, prompt_ids: Sequence[int], request: ChatRequest, *,
+                       images: Sequence[Any] = ()) -> AsyncIterator[RawChunk]:  # fmt: skip
+        entry: list[Any] = [list(prompt_ids), 0]
+        self.calls.append(entry)
+        async for chunk in super().generate(prompt_ids, request, images=images):
+            if chunk.cached_tokens is not None:
+                entry[1] = chunk.cached_tokens
+            yield chunk
+
+
+def recorded(engine: RecordingEngine, start: int = 0) -> list[tuple[list[int], int]]:
+    return [(ids, cached) for ids, cached in engine.calls[start:]]
+
+
+def shared(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
 async def conversation(engine: Any, naive: bool, turns: int, workspace: Path) -> tuple[int, int, int, float]:
     """(prompt tokens, cached prompt tokens, model calls, seconds) of ``turns`` tasks in one
     growing conversation."""
@@ -145,11 +182,31 @@ async def conversation(engine: Any, naive: bool, turns: int, workspace: Path) ->
     return prompt, cached, calls, time.perf_counter() - t0
 
 
-async def part_b(turns: int, block_size: int) -> None:
-    from kimik3 import VLLMEngine
+async def restarts(engine: RecordingEngine, workspace: Path, block_size: int) -> None:
+    """The prefix cache across a ``resume`` by a new Agent and a fork (see the module doc)."""
 
-    engine = VLLMEngine(K3_TINY, enforce_eager=True, trust_remote_code=True, max_model_len=4096,
-                        enable_prefix_caching=True, block_size=block_size)  # fmt: skip
+    def make() -> Agent[Any]:  # built anew each time, as a new process builds it
+        return Agent(instructions=CODING_INSTRUCTIONS, tools=coding_tools(workspace), engine=engine, max_turns=3,
+                     settings=ModelSettings(temperature=0.0, max_tokens=96, seed=0))  # fmt: skip
+
+    session = workspace.parent / "session.jsonl"
+    await make().run(TASKS[0], session=session)
+    await make().resume(session, TASKS[1])
+    before = recorded(engine)
+    for name, path in (("resume", session), ("fork", fork_session(session, 3, workspace.parent / "fork.jsonl"))):
+        start = len(engine.calls)
+        await make().resume(path, TASKS[2])
+        ids, cached = recorded(engine, start)[0]
+        common = max(shared(ids, b) for b, _ in before)
+        print(f"engine {name:6}: first request {cached}/{len(ids)} prompt tokens from the cache; it shares "
+              f"{common} tokens with a prompt of the session ({common // block_size * block_size} in whole "
+              f"{block_size}-token blocks)", flush=True)
+
+
+async def part_b(turns: int, block_size: int) -> None:
+    engine = RecordingEngine(K3_TINY, enforce_eager=True, trust_remote_code=True, max_model_len=4096,
+                             enable_prefix_caching=True, block_size=block_size)  # fmt: skip
+    engine.calls = []
     await engine.start()
     rates = {}
     try:
@@ -157,10 +214,15 @@ async def part_b(turns: int, block_size: int) -> None:
             for name, naive in (("kimik3", False), ("naive", True)):
                 workspace = Path(shutil.copytree(WORKSPACE, Path(tmp) / name))
                 await engine.llm.reset_prefix_cache()  # each policy starts cold
+                start = len(engine.calls)
                 prompt, cached, calls, secs = await conversation(engine, naive, turns, workspace)
                 rates[name] = cached / prompt
+                client = prefix_stats([ids for ids, _ in recorded(engine, start)])
                 print(f"engine {name:6} up to {turns} turns ({calls} model calls, {secs:.1f} s): "
-                      f"{cached}/{prompt} prompt tokens from the prefix cache = {rates[name]:.1%}", flush=True)
+                      f"{cached}/{prompt} prompt tokens from the prefix cache = {rates[name]:.1%}; client side "
+                      f"(prefix_stats): {client.shared_rate:.1%} of prompt tokens shared with the previous prompt, "
+                      f"{client.extend_rate:.1%} of prompts extend it", flush=True)
+            await restarts(engine, Path(shutil.copytree(WORKSPACE, Path(tmp) / "restart" / "ws")), block_size)
     finally:
         await engine.aclose()
     print(f"prefix-cache hit rate kimik3 {rates['kimik3']:.1%} (goal >= 90%) vs naive {rates['naive']:.1%}: "

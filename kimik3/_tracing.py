@@ -232,6 +232,7 @@ def model_call(parent: Span | None, model: str | None, request: Any) -> Abstract
         "gen_ai.request.top_p": request.settings.top_p,
         "gen_ai.request.max_tokens": request.settings.max_tokens,
         "gen_ai.request.seed": request.settings.seed,
+        "gen_ai.conversation.id": request.routing.key if request.routing is not None else None,
     })
     if span.recording and capture_content():
         span.set(gen_ai__input__messages=json.dumps(_messages(request.messages), ensure_ascii=False))

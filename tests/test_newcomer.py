@@ -55,6 +55,8 @@ def test_make_demo_installs_only_the_demos_needs() -> None:
     ("test", ["setup_engine.sh", "setup_test_model.sh", "setup_ui.sh", "ruff check", "mypy", "KIMIK3_REQUIRE_ENGINE=1"]),
     ("bench", ["setup_engine.sh", "setup_test_model.sh", "setup_bench.sh", "bench/*.py"]),
     ("serve", ["setup_engine.sh", "kimik3 serve models/k3-tiny --port 8000 --max-model-len 8192"]),
+    ("cluster", ["setup_engine.sh", "kimik3 serve models/k3-tiny --replicas 2 --router consistent_hash --port 8000 "
+                 "--max-model-len 8192"]),
 ])
 def test_make_test_and_bench_install_what_they_need(target: str, needs: list[str]) -> None:
     plan = make_plan(target)
@@ -102,6 +104,31 @@ def test_serve_dry_run_is_vllms_api_server_with_the_kimi_k3_parsers(monkeypatch:
     assert "--kv-cache-memory-bytes" not in serve_dry_run(env={"VLLM_CPU_KVCACHE_SPACE": "3"})
     mine = serve_dry_run("--kv-cache-memory-bytes", "1000000")
     assert mine.count("--kv-cache-memory-bytes") == 1 and mine[-1] == "1000000"
+
+
+def test_serve_replicas_dry_run_is_n_replicas_on_the_next_ports_and_vllm_router(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("vllm", reason="kimik3 serve needs vLLM (make demo installs it)")
+    pytest.importorskip("vllm_router", reason="kimik3 serve --replicas needs vllm-router (setup_engine.sh installs it)")
+    monkeypatch.chdir(ROOT)
+    result = CliRunner().invoke(main, ["serve", "models/k3-tiny", "--replicas", "2", "--router", "sticky_least_loaded",
+                                       "--port", "8200", "--dry-run", "--max-model-len", "4096",
+                                       "--router-arg", "--log-level", "--router-arg", "debug"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert [line.split(":", 1)[0] for line in lines] == ["replica 0", "replica 1", "router"]
+    for i, line in enumerate(lines[:2]):
+        argv = line.split(": ", 1)[1].split()
+        assert argv[:9] == [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", "models/k3-tiny",
+                            "--host", "127.0.0.1", "--port", str(8201 + i)]
+        assert "--enable-prefix-caching" in argv and "--enable-prompt-tokens-details" in argv
+        assert argv[-2:] == ["--max-model-len", "4096"]
+    router = lines[2].split(": ", 1)[1].split()
+    assert router[:15] == [sys.executable, "-m", "vllm_router.launch_router", "--host", "127.0.0.1", "--port", "8200",
+                           "--worker-urls", "http://127.0.0.1:8201", "http://127.0.0.1:8202", "--policy",
+                           "sticky_least_loaded", "--worker-startup-check-interval", "1", "--prometheus-host"]
+    assert router[-2:] == ["--log-level", "debug"]
+    bad = CliRunner().invoke(main, ["serve", "models/k3-tiny", "--router", "fastest", "--dry-run"])
+    assert bad.exit_code == 2 and "'fastest' is not one of 'consistent_hash'" in bad.output
 
 
 def run_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -58,6 +58,7 @@ from ..types import (
     ToolChoice,
     UserMessage,
 )
+from . import _arguments
 from ._approval import edit_note
 from ._arguments import check_agent_arguments, output_adapter, run_messages, task_message, validate_output
 from ._checks import (
@@ -77,6 +78,7 @@ from ._history import nothing_to_do, prune_images, result_message
 from ._hooks import AllHooks, RunHooks
 from ._overflow import fitted_turn
 from ._prompts import SUMMARY_INSTRUCTIONS
+from ._routing import RoutingKey, check_routing_key, conversation_routing
 from ._run import _Run
 from ._session import SessionWriter, load_session
 from ._types import (
@@ -170,6 +172,8 @@ class Agent(Generic[OutputT]):
             tool, a denial, a tool that raised or overran, ...): a function of a
             :class:`~kimik3.tools.ToolFailure`, as openai-agents' ``failure_error_function``
             (default ``"Error: <message>"``; every text is in :mod:`kimik3.tools._failures`).
+        routing_key: what each request of a conversation carries for a router (docs/scale-out.md):
+            ``"auto"`` (the session's own; forks, sub-agents get theirs), a key, a ``Routing``, None.
 
     Raises:
         UserError: neither or both of ``engine`` and ``client``; duplicate tool names (for a
@@ -196,9 +200,11 @@ class Agent(Generic[OutputT]):
         hooks: Sequence[RunHooks] = (),
         pricing: Pricing | Literal["auto"] | None = "auto",
         failure_text: FailureText | None = None,
+        routing_key: RoutingKey = "auto",
     ) -> None:
         check_agent_arguments(engine=engine, client=client, instructions=instructions, tools=tools, settings=settings,
-                              budgets=budgets, context=context, approval=approval, tokenizer=tokenizer, pricing=pricing)
+                              budgets=budgets, context=context, approval=approval, tokenizer=tokenizer, pricing=pricing,
+                              failure_text=failure_text)
         self.client = client if client is not None else Client(cast(Engine, engine))
         self.instructions = instructions
         self.name = name
@@ -215,21 +221,14 @@ class Agent(Generic[OutputT]):
         self._output_adapter = output_adapter(output_type)
         # Fixed for the agent's life: built once, not on every model call.
         self._specs = [t.spec for t in self.tools.values()]
-        self._response_format: dict[str, Any] | None = None
-        if self._output_adapter is not None:
-            schema = self._output_adapter.json_schema()
-            name = getattr(output_type, "__name__", "output")
-            self._response_format = {"type": "json_schema", "json_schema": {"name": name, "schema": schema}}
+        self._response_format = _arguments.response_format_for(self._output_adapter, output_type)
         self.approval = approval
         self.deps = deps
         self.hooks = AllHooks([*hooks, *self._toolbox.hooks(hooks)])
-        if failure_text is not None and not callable(failure_text):
-            raise UserError(f"Agent(failure_text=...) must be a callable (failure) -> str, got {failure_text!r:.80}")
         self.failure_text: FailureText = failure_text or default_failure_text
-        if isinstance(tokenizer, K3Tokenizer) or tokenizer is None:
-            self._tokenizer = tokenizer
-        else:
-            self._tokenizer = K3Tokenizer.from_pretrained(tokenizer)
+        self.routing_key = check_routing_key(routing_key)
+        self._tokenizer = (tokenizer if isinstance(tokenizer, K3Tokenizer) or tokenizer is None
+                           else K3Tokenizer.from_pretrained(tokenizer))
 
     # -- public ------------------------------------------------------------------------------
 
@@ -344,6 +343,7 @@ class Agent(Generic[OutputT]):
                     yield event  # the calls a crash or a deferral left without a result
                 if user is not None:
                     run.add(user)
+                run.routing = conversation_routing(self.routing_key, writer, run.messages, run.settings)
                 async for event in self._loop(run):
                     if isinstance(event, FinalEvent):
                         run.span.done(event.result)
@@ -438,7 +438,8 @@ class Agent(Generic[OutputT]):
     def _request(self, run: _Run, *, tool_choice: ToolChoice | None = None,
                  messages: list[Message] | None = None) -> ChatRequest:
         return ChatRequest(messages=messages if messages is not None else run.messages, tools=run.specs,
-                           settings=run.settings, tool_choice=tool_choice, response_format=self._response_format)
+                           settings=run.settings, tool_choice=tool_choice, response_format=self._response_format,
+                           routing=run.routing)
 
     def _model_call(self, run: _Run, request: ChatRequest) -> ModelCall:
         """The run's model call: the client's one path (retries, the ``chat`` span under the run's
@@ -590,5 +591,4 @@ class Agent(Generic[OutputT]):
                          cost=run.cost, pending_approvals=list(run.deferred.values()))
 
     def _count(self, text: str) -> int:
-        tok = self._tokenizer or self.client.tokenizer or default_tokenizer()
-        return len(tok.encode_text(text))
+        return len((self._tokenizer or self.client.tokenizer or default_tokenizer()).encode_text(text))

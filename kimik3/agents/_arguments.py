@@ -35,6 +35,7 @@ def check_agent_arguments(
     approval: Any,
     tokenizer: Any,
     pricing: Any = "auto",
+    failure_text: Any = None,
 ) -> None:
     """Raises UserError: an argument of ``Agent(...)`` of the wrong type (named)."""
     if (engine is None) == (client is None):
@@ -52,6 +53,8 @@ def check_agent_arguments(
     check_instance("Agent(tokenizer=...)", tokenizer, (K3Tokenizer, str, os.PathLike), "a K3Tokenizer or a path")
     if pricing != "auto":
         check_instance("Agent(pricing=...)", pricing, Pricing, 'a kimik3.Pricing, "auto" or None')
+    if failure_text is not None and not callable(failure_text):
+        raise UserError(f"Agent(failure_text=...) must be a callable (failure) -> str, got {failure_text!r:.80}")
     if pricing is None and isinstance(budgets, Budgets) and budgets.usd is not None:
         raise UserError("Budgets(usd=...) needs prices: pass Agent(pricing=kimik3.Pricing(...)), not pricing=None")
 
@@ -71,6 +74,14 @@ def output_adapter(output_type: Any) -> TypeAdapter[Any] | None:
         raise UserError(f"Agent(output_type=...) must be a type pydantic can validate, got {output_type!r:.80}: {e}") \
             from e
     return adapter
+
+
+def response_format_for(adapter: TypeAdapter[Any] | None, output_type: Any) -> dict[str, Any] | None:
+    """K3's json_schema response format for answers validated by ``adapter`` (None: plain text)."""
+    if adapter is None:
+        return None
+    name = getattr(output_type, "__name__", "output")
+    return {"type": "json_schema", "json_schema": {"name": name, "schema": adapter.json_schema()}}
 
 
 def validate_output(adapter: TypeAdapter[Any] | None, message: AssistantMessage) -> tuple[Any, str | None]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -112,8 +113,9 @@ def fork_session(
     """Write a new session holding ``path``'s history up to and including message ``at``.
 
     The original file is opened for reading only (its bytes never change). The fork's header is
-    the original's with ``forked_from: {"session": <path>, "at": <index>}`` and a new
-    ``created``; it is written to a temporary file and renamed into place. Continue it with
+    the original's with ``forked_from: {"session": <path>, "at": <index>}``, a new ``created``
+    and a new ``id`` (a conversation of its own: its own routing key, agents/_routing.py); it
+    is written to a temporary file and renamed into place. Continue it with
     :meth:`Agent.resume` (``kimik3 resume --at N`` does both). Forking at an assistant message
     whose tool calls have no result yet is allowed: resuming answers those calls with an error
     first.
@@ -142,7 +144,7 @@ def fork_session(
         raise UserError(f"{out} already exists: fork into a new file")
     if out.resolve() == Path(path).resolve():
         raise UserError("a fork is written to a new file, never over its original")
-    header = {**records[0].header, "created": int(time.time()),
+    header = {**records[0].header, "created": int(time.time()), "id": uuid.uuid4().hex,
               "forked_from": {"session": str(Path(path).resolve()), "at": target.index}}  # fmt: skip
     lines = [json.dumps(header, ensure_ascii=False)] + [r.raw for r in records[1:] if r.line <= target.line]
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -22,6 +22,7 @@ from ..types import (
     ChatCompletion,
     Message,
     ModelSettings,
+    Routing,
     SystemMessage,
     ToolSpec,
     Usage,
@@ -48,6 +49,7 @@ class _Run:
                  count: Callable[[str], int], settings: ModelSettings = AGENTIC_SETTINGS) -> None:
         self.messages = messages
         self.settings = settings  # merged: card defaults < client < agent < run
+        self.routing: Routing | None = None  # the conversation's routing key (agents/_routing.py)
         self.session = session
         self.deps = deps
         self.count = count
@@ -167,7 +169,8 @@ class _Run:
         """The :class:`~kimik3.tools.ToolContext` of call ``call_id``: the run's deps, prices, USD
         budget left and :meth:`spend` (a sub-agent's cost counts as the run's)."""
         return ToolContext(tool_call_id=call_id, deps=self.deps, add_tools=add_tools, failure_text=failure_text,
-                           pricing=self.pricing, usd_left=self.usd_left(budgets), charge=self.spend)
+                           pricing=self.pricing, usd_left=self.usd_left(budgets), charge=self.spend,
+                           routing=self.routing, settings=self.settings)
 
     def counted(self, completion: ChatCompletion, message: AssistantMessage) -> ChatCompletion:
         """``completion`` with usage a server did not report (``Usage.unknown``: none, or zeros)

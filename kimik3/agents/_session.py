@@ -2,13 +2,15 @@
 
 Format, one JSON object per line (UTF-8, each line ends with ``\\n``)::
 
-    {"kimik3_session": 1, "created": <unix seconds>, "instructions": "...", "tools": ["bash", ...],
+    {"kimik3_session": 1, "created": <unix seconds>, "id": "<32 hex digits, random>",
+     "instructions": "...", "tools": ["bash", ...],
      "sandbox": {"mode": "bwrap", ...}}                   (the run hooks' fields, e.g. the sandbox)
     {"message": {<OpenAI-shaped message>}, "usage": {<the model call's usage, assistant messages>},
      "cost": <its USD cost, when priced>, "finish_reason": "stop" | "length" | "tool_calls"}
     {"run_start": {"tools": [<the tool declarations of the prompt's head>], "model": "...",
                    "settings": {<the run's ModelSettings>}}}   (once per run: what its requests carried)
     {"compaction": {"messages": [<the whole history after compaction>], "summary": "..."}}
+    {"routing": {"key": "...", "parent": "..." | null}}   (an explicit routing key; agents/_routing.py)
     {"checkpoint": {...}} / {"child_session": {...}} / {"undo": {...}} / {"sandbox": {...}} / {"skills": {...}}
                                                           (kimik3.harness; skipped here)
     {"deferred": {"call_id": "...", "name": "...", "arguments": {...}}}     a call the approval hook deferred
@@ -40,6 +42,7 @@ import os
 import socket
 import stat
 import time
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -108,8 +111,9 @@ JOURNAL_RECORDS = frozenset({"deferred", "decision", "tool_started"})
 """The approval journal (:mod:`._deferred`): a call deferred to a person, the decision on it, an
 approved call about to run; each is durable before the step it announces."""
 
-SIDE_RECORDS = frozenset({"checkpoint", "child_session", "run_start", "sandbox", "skills", "undo", *JOURNAL_RECORDS})
-"""Record kinds of :mod:`kimik3.harness`, the agent's ``run_start`` and the approval journal
+SIDE_RECORDS = frozenset({"checkpoint", "child_session", "routing", "run_start", "sandbox", "skills", "undo",
+                          *JOURNAL_RECORDS})
+"""Record kinds of :mod:`kimik3.harness`, the agent's ``run_start`` and ``routing``, and the approval journal
 (:meth:`SessionWriter.record`); not part of the history."""
 
 
@@ -238,8 +242,8 @@ def _read_parsed(p: Path) -> tuple[_Parsed, bytes]:
     return parsed, data
 
 
-def _lock_holder(fd: int) -> str:
-    """Who holds the flock on ``fd``'s file: ``pid N on host H`` from ``/proc/locks`` (Linux)."""
+def _lock_pid(fd: int) -> int | None:
+    """The pid that took the flock on ``fd``'s file, from ``/proc/locks`` (Linux); None: unknown."""
     st = os.fstat(fd)
     ident = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
     try:
@@ -247,12 +251,41 @@ def _lock_holder(fd: int) -> str:
             for line in f:
                 fields = line.split()
                 if len(fields) > 5 and fields[1] == "FLOCK" and fields[5] == ident:
-                    pid = int(fields[4])
-                    mine = " (this process)" if pid == os.getpid() else ""
-                    return f"pid {pid}{mine} on host {socket.gethostname()}"
+                    return int(fields[4])
     except (OSError, ValueError):
         pass
-    return "another process"
+    return None
+
+
+def _lock_holder(pid: int | None) -> str:
+    """``pid N on host H`` for the holder :func:`_lock_pid` found."""
+    if pid is None:
+        return "another process"
+    mine = " (this process)" if pid == os.getpid() else ""
+    return f"pid {pid}{mine} on host {socket.gethostname()}"
+
+
+_FORK_GRACE_S = 2.0
+"""How long a lock that this process took (or nobody visibly holds) is waited for: a child
+forked by another thread of this process (a tool's subprocess) shares every open file, the
+lock of a session just closed included, until it execs and its close-on-exec files close."""
+
+
+def _lock(fd: int, path: Path) -> None:
+    """Take the exclusive flock on ``fd`` (see :class:`SessionWriter`), or raise SessionError."""
+    deadline = time.monotonic() + _FORK_GRACE_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except OSError as e:
+            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise SessionError(f"cannot lock session {path}: {e}") from e
+        pid = _lock_pid(fd)
+        if pid not in (None, os.getpid()) or time.monotonic() > deadline:
+            raise SessionError(f"session {path} is in use by {_lock_holder(pid)}; one run may write a session "
+                               "at a time")
+        time.sleep(0.01)
 
 
 class SessionWriter:
@@ -261,10 +294,12 @@ class SessionWriter:
     Args:
         path: the session file. Created (with a header line) when missing or empty; its
             directory must exist.
-        header: extra header fields for a new file (``instructions``, ``tools``).
+        header: extra header fields for a new file (``instructions``, ``tools``); a new file's
+            header gets a random ``id`` (32 hex digits) unless ``header`` gives one.
 
     Attributes:
         path: the file.
+        header: the file's header (the first record), as read or written.
         new: True when this writer created the session (wrote its header).
         messages: the history already in the file when it was opened (read under the lock).
         journal: the approval journal of that history's last turn when it was opened
@@ -272,7 +307,9 @@ class SessionWriter:
 
     Raises:
         SessionError: the directory does not exist; not a regular file; another writer holds
-            the file (the message names it: ``pid N on host H``); an existing file that is not
+            the file (the message names it: ``pid N on host H``; a lock of this process is
+            waited for up to 2 s first: a tool's subprocess forked meanwhile shares it until its
+            exec); an existing file that is not
             a kimik3 session or has an odd line (nothing is appended then).
     """
 
@@ -280,14 +317,7 @@ class SessionWriter:
         self.path = Path(path)
         self._fd = _open_regular(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND)
         try:
-            try:
-                fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError as e:
-                if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                    raise SessionError(f"cannot lock session {self.path}: {e}") from e
-                raise SessionError(
-                    f"session {self.path} is in use by {_lock_holder(self._fd)}; one run may write a session at a time"
-                ) from None
+            _lock(self._fd, self.path)
             data = _read_all(self._fd)
             self.messages, keep, needs_newline, self.journal = _parse(self.path, data)
             if keep < len(data):
@@ -296,7 +326,11 @@ class SessionWriter:
                 self._write_bytes(b"\n")  # complete the last record instead of dropping it
             self.new = keep == 0
             if self.new:
-                self._write({"kimik3_session": SESSION_VERSION, "created": int(time.time()), **(header or {})})
+                self.header = {"kimik3_session": SESSION_VERSION, "created": int(time.time()), "id": uuid.uuid4().hex,
+                               **(header or {})}
+                self._write(self.header)
+            else:
+                self.header = _record(self.path, 1, data.split(b"\n", 1)[0])
         except BaseException:
             os.close(self._fd)
             raise

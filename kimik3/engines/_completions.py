@@ -31,6 +31,7 @@ from ._chat import prompt_details
 from ._endpoint import OpenAIEndpoint
 from ._http import error_from_payload, is_error_payload
 from ._remote import RemoteEngine
+from ._routing import DEFAULT_ROUTING_HEADERS
 
 __all__ = ["ChatForImages", "RemoteCompletionsEngine"]
 
@@ -53,6 +54,8 @@ class RemoteCompletionsEngine(TokenEngine):
             :data:`~kimik3._defaults.RAW_MAX_TOKENS_FALLBACK` (32,768), said once in a warning.
         endpoint: an :class:`~kimik3.engines.OpenAIEndpoint` shared with another engine (then
             the connection arguments are ignored).
+        routing_headers, routing_user: what carries a request's routing key to a router, as for
+            :class:`~kimik3.engines.RemoteEngine`.
 
     Attributes:
         endpoint: the :class:`~kimik3.engines.OpenAIEndpoint`.
@@ -75,6 +78,8 @@ class RemoteCompletionsEngine(TokenEngine):
         headers: Mapping[str, str] | None = None,
         client: openai.AsyncOpenAI | None = None,
         endpoint: OpenAIEndpoint | None = None,
+        routing_headers: Sequence[str] | None = DEFAULT_ROUTING_HEADERS,
+        routing_user: bool = True,
     ) -> None:
         if tokenizer is None:
             raise EngineError("RemoteCompletionsEngine needs the K3 tokenizer (tokenizer=<model dir>): "
@@ -84,7 +89,8 @@ class RemoteCompletionsEngine(TokenEngine):
         self._fallback_said = False
         self.endpoint = endpoint or OpenAIEndpoint(
             base_url=base_url, api_key=api_key, model=model, timeout=timeout, idle_timeout=idle_timeout,
-            connect_timeout=connect_timeout, headers=headers, client=client,
+            connect_timeout=connect_timeout, headers=headers, client=client, routing_headers=routing_headers,
+            routing_user=routing_user,
         )  # fmt: skip
 
     @property
@@ -170,7 +176,7 @@ class RemoteCompletionsEngine(TokenEngine):
             "extra_body": extra_body,
         }
         try:
-            async for kind, data in self.endpoint.events(self.endpoint.client.completions, kwargs):
+            async for kind, data in self.endpoint.events(self.endpoint.client.completions, kwargs, request.routing):
                 if kind == "done":
                     return
                 if kind == "error":

@@ -7,7 +7,8 @@ context window (from ``/v1/models`` when not given), and the reading of a stream
 (:func:`~kimik3.engines._http.read_events`): an HTML page, a non-JSON event, an in-band error
 object or ``event: error`` each raise a typed error, and ``timeout`` is a total deadline beside
 ``idle_timeout`` (decisions: ``docs/chat-mode.md``). :func:`openai_errors` is the one place
-``openai`` exceptions become kimik3's typed errors.
+``openai`` exceptions become kimik3's typed errors. Each request carries its conversation's
+routing key for a router in front of several replicas (:mod:`._routing`, docs/scale-out.md).
 
 The context window of a served model is, in this order: the limit a server stated when a request
 overflowed (it wins: a ``/v1/models`` may advertise 1,048,576 for a server that accepts 262,144,
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack, contextmanager
 from typing import Any
 
@@ -31,12 +32,15 @@ from .._exceptions import (
     APIResponseValidationError,
     APIStatusError,
     APITimeoutError,
+    BadRequestError,
     ContextLengthExceededError,
     EngineError,
     KimiK3Error,
 )
 from .._models import MOONSHOT_HOSTS, host_of, model_info
+from ..types import Routing
 from ._http import Event, read_events, retry_after, status_error, transport_error, within
+from ._routing import DEFAULT_ROUTING_HEADERS, check_routing_headers, names_user_field, routing_headers
 
 __all__ = ["OpenAIEndpoint", "default_api_key", "map_openai_error", "openai_errors"]
 
@@ -119,6 +123,10 @@ class OpenAIEndpoint:
         headers: extra HTTP headers.
         client: a ready ``openai.AsyncOpenAI`` (then base_url, api_key, idle / connect timeouts
             and headers are ignored; ``timeout`` still bounds each request).
+        routing_headers: the headers that carry a request's routing key (its
+            :class:`~kimik3.types.Routing`) to a router: default ``x-session-id``,
+            ``x-smg-routing-key``, ``x-dynamo-session-id`` (:mod:`._routing`); None sends none.
+        routing_user: also send the key as the body's OpenAI ``user`` field (default True).
 
     Attributes:
         client: the ``openai.AsyncOpenAI`` client (its own retries off: :class:`~kimik3.Client`
@@ -128,6 +136,11 @@ class OpenAIEndpoint:
             Rust frontend); the chat engine then sends one name.
         models_unavailable: why ``GET /models`` failed (a 404, a 501, an HTML page), once it
             did; it is not asked again (None: it answered, or was not asked).
+        refuses_user_field: learned from the server: True once it answered a request carrying
+            ``user`` with a 400 naming the field; later requests go without it.
+
+    Raises:
+        UserError: ``routing_headers`` that are not a sequence of HTTP header names.
     """
 
     def __init__(
@@ -141,7 +154,12 @@ class OpenAIEndpoint:
         connect_timeout: float = 10.0,
         headers: Mapping[str, str] | None = None,
         client: openai.AsyncOpenAI | None = None,
+        routing_headers: Sequence[str] | None = DEFAULT_ROUTING_HEADERS,
+        routing_user: bool = True,
     ) -> None:
+        self.routing_headers = check_routing_headers(routing_headers)
+        self.routing_user = routing_user
+        self.refuses_user_field = False
         self._model = model
         self.timeout = timeout
         self.client = client or openai.AsyncOpenAI(
@@ -242,13 +260,44 @@ class OpenAIEndpoint:
         self._listed = True
         return models
 
-    async def events(self, resource: Any, kwargs: dict[str, Any]) -> AsyncIterator[Event]:
+    def routed(self, kwargs: dict[str, Any], routing: Routing | None) -> dict[str, Any]:
+        """``kwargs`` with ``routing``'s headers (``extra_headers``) and ``user`` added, as this
+        endpoint sends them (nothing without a routing)."""
+        if routing is None:
+            return kwargs
+        out = dict(kwargs)
+        headers = routing_headers(routing, self.routing_headers)
+        if headers:
+            out["extra_headers"] = {**out.get("extra_headers", {}), **headers}
+        if self.routing_user and not self.refuses_user_field and "user" not in out:
+            out["user"] = routing.key
+        return out
+
+    async def events(self, resource: Any, kwargs: dict[str, Any], routing: Routing | None = None
+                     ) -> AsyncIterator[Event]:
         """POST a streaming request to ``resource`` (``client.chat.completions`` or
         ``client.completions``) and read its answer's events under the total deadline.
 
-        A connection that breaks after something arrived ends the events (the answer is cut:
-        the caller sees it truncated); before anything arrived it raises APIConnectionError.
+        ``routing`` goes out as :meth:`routed` says; a server that answers a 400 naming the body's
+        ``user`` field gets the request again without it, and never the field again (a warning
+        says so). A connection that breaks after something arrived ends the events (the answer
+        is cut: the caller sees it truncated); before anything arrived it raises
+        APIConnectionError.
         """
+        sent = self.routed(kwargs, routing)
+        try:
+            async for event in self._events(resource, sent):
+                yield event
+        except BadRequestError as e:  # raised before any event: the server refused the request
+            if "user" not in sent or "user" in kwargs or not names_user_field(e):
+                raise
+            log.warning("kimik3: the endpoint refuses the 'user' field; sending the routing key in headers only "
+                        "from now on: %s", e)
+            self.refuses_user_field = True  # learned of the server, not configured
+            async for event in self._events(resource, self.routed(kwargs, routing)):
+                yield event
+
+    async def _events(self, resource: Any, kwargs: dict[str, Any]) -> AsyncIterator[Event]:
         deadline = anyio.current_time() + self.timeout
         received = False
         try:

@@ -35,6 +35,7 @@ from ._base import ChatEngine
 from ._endpoint import OpenAIEndpoint
 from ._http import Event
 from ._profiles import EndpointProfile, Profile, detect_profile
+from ._routing import DEFAULT_ROUTING_HEADERS
 
 __all__ = ["ReasoningField", "RemoteEngine"]
 
@@ -74,13 +75,21 @@ class RemoteEngine(ChatEngine):
             (Moonshot's API, the Kimi Code API), ``"vllm"``, ``"sglang"`` or ``"openai"`` (a
             third-party host); default: chosen by the endpoint's host
             (:func:`~kimik3.engines._profiles.detect_profile`).
+        routing_headers: the headers that carry a request's routing key (``request.routing``,
+            which an :class:`~kimik3.Agent` sets for its conversation) to a router in front of
+            several replicas: default ``("x-session-id", "x-smg-routing-key",
+            "x-dynamo-session-id")``, and ``X-Dynamo-Parent-Session-ID`` on a sub-agent's
+            requests (docs/scale-out.md); None sends no routing header.
+        routing_user: also send the key as the body's OpenAI ``user`` field (default True; a
+            server that refuses the field is sent requests without it once it said so).
 
     Attributes:
         endpoint: the :class:`~kimik3.engines.OpenAIEndpoint` (client, served model, reader).
         profile: the profile's name.
 
     Raises:
-        UserError: an unknown ``reasoning_field`` or ``profile``.
+        UserError: an unknown ``reasoning_field`` or ``profile``; ``routing_headers`` that are not
+            header names.
     """
 
     def __init__(
@@ -97,12 +106,15 @@ class RemoteEngine(ChatEngine):
         client: openai.AsyncOpenAI | None = None,
         endpoint: OpenAIEndpoint | None = None,
         profile: Profile | None = None,
+        routing_headers: Sequence[str] | None = DEFAULT_ROUTING_HEADERS,
+        routing_user: bool = True,
     ) -> None:
         if reasoning_field is not None and reasoning_field not in _REASONING_FIELDS:
             raise UserError(f"reasoning_field must be one of {', '.join(_REASONING_FIELDS)}; got {reasoning_field!r}")
         self.endpoint = endpoint or OpenAIEndpoint(
             base_url=base_url, api_key=api_key, model=model, timeout=timeout, idle_timeout=idle_timeout,
-            connect_timeout=connect_timeout, headers=headers, client=client,
+            connect_timeout=connect_timeout, headers=headers, client=client, routing_headers=routing_headers,
+            routing_user=routing_user,
         )  # fmt: skip
         self._wire = EndpointProfile(profile or detect_profile(str(self.endpoint.client.base_url)))
         self.reasoning_field: ReasoningField = reasoning_field or self._wire.rules.reasoning_field
@@ -190,7 +202,7 @@ class RemoteEngine(ChatEngine):
             received = False
             try:
                 async for event in self.endpoint.events(self.endpoint.client.chat.completions,
-                                                        self.chat_body(request, model, field)):
+                                                        self.chat_body(request, model, field), request.routing):
                     received = True
                     yield event
                 return

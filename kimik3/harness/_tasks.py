@@ -13,12 +13,17 @@ and the other running children's shares taken off), so delegating cannot escape 
 When the parent records a session, each child records its own next to it
 (``<parent>.task-<n>-<call id>.jsonl``) and the parent's session gets a ``{"child_session": {...}}``
 record linking it.
+
+A child is a conversation of its own: its requests carry a routing key of their own (a new one
+per child) with the parent's as its parent (``X-Dynamo-Parent-Session-ID``, docs/scale-out.md),
+and the settings of the parent's run (so its reasoning effort) under the children's ``settings``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
+import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,6 +33,7 @@ from .._exceptions import ToolError
 from ..agents import Agent, Budgets, FinalEvent, ModelSettings, RunHooks, RunResult, SessionWriter, TurnEndEvent
 from ..tools import FunctionTool, Tool, ToolContext, ToolResult
 from ..tools import _failures as failures
+from ..types import Routing
 
 __all__ = ["SUBAGENT_INSTRUCTIONS", "SubAgents"]
 
@@ -45,7 +51,8 @@ class SubAgents(RunHooks):
     Args:
         client: the parent's client (shared: one engine).
         tools: the tools children may use (``task`` itself is never among them).
-        settings: children's model settings.
+        settings: children's model settings, over the parent run's (default: the parent run's:
+            one reasoning effort for the parent and its children).
         budgets: each child's budgets (default 30 turns).
         instructions: children's system prompt.
         per_child: applied to each child's tools (a fresh read-before-edit tracker: what one
@@ -131,9 +138,12 @@ class SubAgents(RunHooks):
         child_tools = [self.child_tools[n] for n in chosen]
         if self.per_child is not None:
             child_tools = self.per_child(child_tools)
+        settings = ctx.settings.merged(self.settings) if ctx.settings is not None else self.settings
+        parent_key = ctx.routing.key if ctx.routing is not None else None
         child: Agent[str] = Agent(instructions=self.instructions, tools=child_tools, client=self.client,
-                                  settings=self.settings, budgets=budgets,
-                                  pricing=ctx.pricing if ctx.charge is not None else "auto")
+                                  settings=settings, budgets=budgets,
+                                  pricing=ctx.pricing if ctx.charge is not None else "auto",
+                                  routing_key=Routing(uuid.uuid4().hex, parent_key))
         path: str | None = None
         self._started += 1
         if self._session is not None:  # numbered: servers may reuse call ids across turns

@@ -52,7 +52,7 @@ from pydantic import ValidationError
 from .._exceptions import JSONLimitError, ToolArgumentsError, ToolDefinitionError, ToolError, ToolTimeoutError
 from .._json import safe_loads
 from .._pricing import Pricing
-from ..types import ToolSpec
+from ..types import ModelSettings, Routing, ToolSpec
 from . import _failures as failures
 from ._failures import FailureText, default_failure_text
 from ._limits import CURRENT_CALL, CallToken, stray_cancellation
@@ -143,6 +143,10 @@ class ToolContext:
         charge: inside an agent run, adds USD the tool spent on its own model calls to the
             run's cost (:attr:`~kimik3.RunResult.cost`), which its ``Budgets(usd=...)`` counts
             (None outside a run).
+        routing: the run's conversation routing key (None outside a run, or without one): a
+            tool that starts a conversation of its own (a sub-agent) names it as the parent.
+        settings: the run's merged :class:`~kimik3.ModelSettings` (None outside a run): a
+            sub-agent keeps the conversation's reasoning effort.
     """
 
     tool_call_id: str = ""
@@ -152,6 +156,8 @@ class ToolContext:
     pricing: Pricing | Literal["auto"] | None = None
     usd_left: float | None = None
     charge: Callable[[float], None] | None = None
+    routing: Routing | None = None
+    settings: ModelSettings | None = None
 
 
 def load_arguments(arguments: Mapping[str, Any] | str | None) -> Mapping[str, Any]:

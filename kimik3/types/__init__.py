@@ -58,10 +58,12 @@ from ._request import (
     tool_choice_directive,
 )
 from ._results import ChatCompletion, Choice, FinishReason, PromptTokensDetails, Usage
+from ._routing import ROUTING_KEY, Routing
 from ._settings import AGENTIC_SETTINGS, SINGLE_STEP_SETTINGS, ModelSettings
 
 __all__ = [
     "AGENTIC_SETTINGS",
+    "ROUTING_KEY",
     "SINGLE_STEP_SETTINGS",
     "TOOL_NAME",
     "AssistantMessage",
@@ -81,6 +83,7 @@ __all__ = [
     "ModelSettings",
     "PromptTokensDetails",
     "ResponseFormat",
+    "Routing",
     "SystemMessage",
     "TextPart",
     "ToolCall",

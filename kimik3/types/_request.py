@@ -2,8 +2,9 @@
 (:func:`check_request`): what a request may hold whatever engine serves it.
 
 A request is data only: messages, tools, :class:`~kimik3.ModelSettings`, a typed
-``tool_choice`` and ``response_format``. How an engine turns it into a prompt (K3's encoding, a prompt cache,
-pre-encoded ids) is the engine's business (:mod:`kimik3.engines`, :mod:`kimik3.formats.k3`).
+``tool_choice`` and ``response_format``, and the conversation it belongs to (:class:`Routing`).
+How an engine turns it into a prompt (K3's encoding, a prompt cache, pre-encoded ids) is the
+engine's business (:mod:`kimik3.engines`, :mod:`kimik3.formats.k3`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from .._checks import check_instance
 from .._exceptions import InvalidRequestError, MessageError
 from .._json import check_json_limits
 from ._messages import Message, SystemMessage, ToolMessage, ToolSpec, to_messages, to_tool_specs
+from ._routing import Routing
 from ._settings import SINGLE_STEP_SETTINGS, ModelSettings
 
 __all__ = [
@@ -241,6 +243,8 @@ class ChatRequest:
         tool_choice: ``"auto"`` (None), ``"required"`` or ``"none"`` (:data:`ToolChoice`).
         response_format: ``{"type": "json_object"}`` or ``{"type": "json_schema", ...}``
             (:class:`ResponseFormat`).
+        routing: the conversation the request belongs to (:class:`Routing`): remote engines
+            send its key to routers (headers, the body's ``user``); None sends nothing.
 
     Raises:
         InvalidRequestError: a request K3's endpoint contract says must be rejected
@@ -254,8 +258,10 @@ class ChatRequest:
     settings: ModelSettings = field(default_factory=ModelSettings)
     tool_choice: ToolChoice | None = None
     response_format: ResponseFormat | Mapping[str, Any] | None = None
+    routing: Routing | None = None
 
     def __post_init__(self) -> None:
+        check_instance("ChatRequest(routing=...)", self.routing, Routing, "a Routing")
         self.messages = to_messages(self.messages)
         self.tools = to_tool_specs(self.tools)
         check_instance("ChatRequest(settings=...)", self.settings, ModelSettings, "a ModelSettings", optional=False)

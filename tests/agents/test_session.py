@@ -118,6 +118,35 @@ def test_a_second_writer_gets_an_error_naming_the_holder(tmp_path: Path) -> None
     SessionWriter(path).close()  # the holder exited: free again
 
 
+def test_a_lock_a_forked_child_still_shares_is_waited_for(tmp_path: Path) -> None:
+    """A tool's subprocess forked by another thread shares the open files of this process until it
+    execs, a session's locked file just closed included: the next writer of that session (the next
+    ``resume`` of a concurrent agent) waits for it instead of failing "in use by this process"."""
+    import fcntl
+    import threading
+
+    path = tmp_path / "s.jsonl"
+    first = SessionWriter(path)
+    first.message(UserMessage(content="turn 1"))
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE,
+                             pass_fds=(first._fd,))  # holds the file as a forked child does before its exec
+    try:
+        first.close()
+        probe = os.open(path, os.O_RDONLY)
+        with pytest.raises(BlockingIOError):  # still locked: the child's copy
+            fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.close(probe)
+        got: list[object] = []
+        second = threading.Thread(target=lambda: got.append(SessionWriter(path)))
+        second.start()
+    finally:
+        child.communicate(b"", timeout=120)  # the child's copy closes
+    second.join()
+    (writer,) = got
+    assert isinstance(writer, SessionWriter) and [str(m.content) for m in writer.messages] == ["turn 1"]
+    writer.close()
+
+
 async def test_two_runs_on_one_session_the_second_fails_before_writing(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     holder = SessionWriter(path, {"instructions": "sys"})
