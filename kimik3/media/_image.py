@@ -13,8 +13,9 @@ Pipeline of :func:`prepare_image`, in order:
    resizes RGBA/LA premultiplied and P/1 with NEAREST);
 6. transparency (an alpha band, palette alpha or ``transparency`` in ``info``, so also an RGB
    or L image with a transparent colour key, which the reference's code skips for RGB): blend
-   over the background *after* the resize with the reference's float32 arithmetic, truncated
-   (``out = a*rgb + (1-a)*board``, ``a = alpha/255``), bit-exact via a precomputed table;
+   over the background *after* the resize (``out = a*rgb + (1-a)*board``, ``a = alpha/255``),
+   Pillow's integer blend rounded to nearest: within +0/+1 of the reference's truncated float32
+   on partly transparent pixels, identical elsewhere (``_image_pixels._composite``);
    otherwise plain RGB conversion (CMYK and friends without colour management, as Pillow
    converts them).
 

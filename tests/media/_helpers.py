@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import struct
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 from PIL import Image
@@ -27,6 +28,16 @@ def blend(c: int, alpha: int, board: int) -> int:
     return int(f32(f32(a * c) + f32(f32(1.0 - a) * board)))
 
 
+@functools.cache
+def rounded_blend(c: int, alpha: int, board: int) -> int:
+    """kimik3's blend of one channel: the exact ``(alpha*c + (255-alpha)*board) / 255``, rounded.
+
+    Integer arithmetic, independent of Pillow: ``(alpha*c + (255-alpha)*board + 127) // 255``.
+    Within +0/+1 of :func:`blend` (the reference's float32 truncation).
+    """
+    return (alpha * c + (255 - alpha) * board + 127) // 255
+
+
 def board(x: int, y: int, square: int = 8, white: int = 255, gray: int = 180) -> int:
     """K3 chessboard value at (x, y): gray where (x//8 + y//8) is odd, white square top-left."""
     return gray if (x // square + y // square) % 2 else white
@@ -43,9 +54,9 @@ def png_header_only(width: int, height: int) -> bytes:
 
 
 def reference_composite(
-    rgba: Image.Image, square: int = 8, white: int = 255, gray: int = 180
+    rgba: Image.Image, square: int = 8, white: int = 255, gray: int = 180, fn: Callable[[int, int, int], int] = blend
 ) -> list[tuple[int, int, int]]:
-    """Every pixel of ``rgba`` blended over the chessboard, row-major, by :func:`blend`."""
+    """Every pixel of ``rgba`` blended over the chessboard, row-major, by ``fn`` (:func:`blend`)."""
     w, h = rgba.size
     raw = rgba.tobytes()
     out = []
@@ -53,5 +64,12 @@ def reference_composite(
         for x in range(w):
             r, g, b, a = raw[4 * (y * w + x) : 4 * (y * w + x) + 4]
             bd = board(x, y, square, white, gray)
-            out.append((blend(r, a, bd), blend(g, a, bd), blend(b, a, bd)))
+            out.append((fn(r, a, bd), fn(g, a, bd), fn(b, a, bd)))
     return out
+
+
+def rounded_composite(
+    rgba: Image.Image, square: int = 8, white: int = 255, gray: int = 180
+) -> list[tuple[int, int, int]]:
+    """:func:`reference_composite` with :func:`rounded_blend`: what kimik3 returns."""
+    return reference_composite(rgba, square, white, gray, rounded_blend)
