@@ -41,7 +41,7 @@ from .._defaults import MAX_CONTINUES
 from .._exceptions import SessionError, UserError
 from .._pricing import Pricing
 from ..engines import Engine, ModelCall
-from ..formats.k3 import K3Tokenizer, ToolCallDone, default_tokenizer
+from ..formats.k3 import K3Tokenizer, ToolCallDone
 from ..tools import Tool, ToolContext, ToolResult, Toolset
 from ..tools import _failures as failures
 from ..tools._failures import FailureText, default_failure_text
@@ -79,6 +79,7 @@ from ._hooks import AllHooks, RunHooks
 from ._prompts import CONTINUE_REQUEST, INTERRUPTED_REQUEST, SUMMARY_INSTRUCTIONS
 from ._run import _Run
 from ._session import SessionWriter, load_session
+from ._tokens import RunTokens
 from ._types import (
     AgentEvent,
     ApprovalHook,
@@ -332,7 +333,7 @@ class Agent(Generic[OutputT]):
                     f"conversation of {len(history)}; continue the file's own with Agent.resume (another run "
                     "may have written it since it was read)"
                 )
-        run = _Run(history, writer, self.deps, self._count, run_settings)
+        run = _Run(history, writer, self.deps, RunTokens(self._tokenizer, self.client), run_settings)
         try:
             await self.hooks.run_start(writer)
             async with AsyncExitStack() as stack:
@@ -444,7 +445,8 @@ class Agent(Generic[OutputT]):
     def _request(self, run: _Run, *, tool_choice: ToolChoice | None = None,
                  messages: list[Message] | None = None) -> ChatRequest:
         return ChatRequest(messages=messages if messages is not None else run.messages, tools=run.specs,
-                           settings=run.settings, tool_choice=tool_choice, response_format=self._response_format)
+                           settings=run.settings, tool_choice=tool_choice, response_format=self._response_format,
+                           checker=run.checker)
 
     def _model_call(self, run: _Run, request: ChatRequest) -> ModelCall:
         """The run's model call: the client's one path (retries, the ``chat`` span under the run's
@@ -470,7 +472,7 @@ class Agent(Generic[OutputT]):
                 log.warning("kimik3: tools %s were declared in an earlier run of this conversation and are not "
                             "available now (give them with Agent.add_tools); calls to them get an error",
                             ", ".join(map(repr, run.unavailable)))  # fmt: skip
-        new = undeclared(run.tools, run.specs, run.messages)
+        new = undeclared(run.tools, run.specs, run.messages, run.declarations)
         if new:
             run.add(SystemMessage(content="", tools=new))
 
@@ -593,7 +595,3 @@ class Agent(Generic[OutputT]):
                          stop_reason=reason, session_path=path, failed_calls=run.failed_calls,
                          cut_calls=run.cut_calls, dropped_calls=run.dropped_calls, issues=list(run.issues),
                          cost=run.cost)
-
-    def _count(self, text: str) -> int:
-        tok = self._tokenizer or self.client.tokenizer or default_tokenizer()
-        return len(tok.encode_text(text))

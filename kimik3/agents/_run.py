@@ -7,7 +7,6 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Callable
 from typing import Any, Literal
 
 from .. import _tracing
@@ -21,13 +20,14 @@ from ..types import (
     ChatCompletion,
     Message,
     ModelSettings,
-    SystemMessage,
+    RequestChecker,
     ToolSpec,
     Usage,
-    message_text,
 )
 from ._checks import UnrunCall
+from ._dynamic import Declarations
 from ._session import SessionWriter
+from ._tokens import RunTokens
 from ._types import Budgets, StopReason
 
 __all__ = ["_Run"]
@@ -44,7 +44,7 @@ class _Run:
     """
 
     def __init__(self, messages: list[Message], session: SessionWriter | None, deps: Any,
-                 count: Callable[[str], int], settings: ModelSettings = AGENTIC_SETTINGS) -> None:
+                 count: RunTokens, settings: ModelSettings = AGENTIC_SETTINGS) -> None:
         self.messages = messages
         self.settings = settings  # merged: card defaults < client < agent < run
         self.session = session
@@ -54,6 +54,8 @@ class _Run:
         self.turns = 0
         self.started = time.monotonic()
         self.cache = PromptCache()
+        self.checker = RequestChecker()  # the run's requests: each message checked once
+        self.declarations = Declarations()  # the history's dynamic declarations, each message read once
         self.context_tokens = 0
         self.output_retry_used = False  # the one retry of an answer that failed output_type
         self.tools: dict[str, Tool] = {}  # what the model may call now (own tools + toolsets')
@@ -121,6 +123,7 @@ class _Run:
     def add(self, message: Message, *, counted: bool = False, completion: ChatCompletion | None = None,
             cost: float | None = None) -> None:
         self.messages.append(message)
+        self.count.keep(self.messages)
         if not counted:
             self.context_tokens += self.message_tokens(message)
         if self.session is not None:
@@ -150,7 +153,7 @@ class _Run:
         if not usage.unknown:
             return completion
         prompt = max(usage.prompt_tokens, sum(map(self.message_tokens, self.messages))
-                     + self.count(json.dumps([s.model_dump(mode="json", exclude_none=True) for s in self.specs])))
+                     + self.count.text(json.dumps([s.model_dump(mode="json", exclude_none=True) for s in self.specs])))
         answer = max(usage.completion_tokens, self.message_tokens(message))
         usage = usage.model_copy(update={"prompt_tokens": prompt, "completion_tokens": answer,
                                          "total_tokens": prompt + answer})
@@ -170,14 +173,7 @@ class _Run:
         return cost
 
     def message_tokens(self, message: Message) -> int:
-        """Tokens a message adds to the context: its text, reasoning (once), tool calls and the
-        tools a dynamic declaration declares."""
-        n = self.count(message_text(message.content)) if message.content else 0
-        if isinstance(message, SystemMessage) and message.tools:
-            n += self.count(json.dumps([t.model_dump(mode="json", exclude_none=True) for t in message.tools]))
-        if isinstance(message, AssistantMessage):
-            if message.reasoning_content:
-                n += self.count(message.reasoning_content)
-            for call in message.tool_calls or ():
-                n += self.count(call.function.name) + self.count(call.function.arguments)
-        return n
+        """Tokens a message adds to the context, as K3 encodes it: its framing, text, reasoning,
+        tool calls, the tools a dynamic declaration declares, its images' blocks
+        (:func:`~kimik3.formats.k3.message_tokens`; counted once per message)."""
+        return self.count.message(message)
