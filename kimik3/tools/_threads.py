@@ -40,7 +40,9 @@ MAX_IDLE = 8
 IDLE_NAME = "kimik3 idle tool worker"
 """The name of a worker between calls."""
 
-_Job = Callable[[], bool]  # runs one call; False: the worker was abandoned and must end
+_Job = Callable[[], Callable[[], None] | None]
+"""Runs one call; returns what tells its caller it is done, or None: the caller left while the
+call ran (the worker was abandoned) and the worker must end."""
 
 
 class _Workers:
@@ -70,13 +72,17 @@ class _Workers:
                         self._idle = [box for box in self._idle if box is not inbox]
                         return
                 job = inbox.get()  # taken from the idle list meanwhile: its call is on the way
-            if not job():
+            notify = job()
+            if notify is None:
                 return  # abandoned: never handed another call
             me.name = IDLE_NAME
-            with self._lock:
-                if len(self._idle) >= MAX_IDLE:
-                    return
-                self._idle.append(inbox)
+            with self._lock:  # idle again before the caller hears: its next call finds this worker
+                keep = len(self._idle) < MAX_IDLE
+                if keep:
+                    self._idle.append(inbox)
+            notify()
+            if not keep:
+                return
 
     def reset(self) -> None:
         """Forget every worker (a forked child has none of its parent's threads)."""
@@ -118,18 +124,20 @@ async def call_in_thread(function: Callable[[], _T], name: str, call: CallToken 
     context.run(CURRENT_CALL.set, call)
     thread_name = f"kimik3 tool {name}"
 
-    def job() -> bool:
-        threading.current_thread().name = thread_name
-        try:
-            outcome.append((True, context.run(function)))
-        except BaseException as e:  # handed to the awaiting task
-            outcome.append((False, e))
+    def notify() -> None:
         with contextlib.suppress(Exception):  # the event loop is gone: nobody waits any more
             if loop is not None:
                 loop.call_soon_threadsafe(done.set)  # does not wait for the loop
             else:
                 anyio.from_thread.run_sync(done.set, token=token)
-        return not abandoned
+
+    def job() -> Callable[[], None] | None:
+        threading.current_thread().name = thread_name
+        try:
+            outcome.append((True, context.run(function)))
+        except BaseException as e:  # handed to the awaiting task
+            outcome.append((False, e))
+        return None if abandoned else notify
 
     _WORKERS.submit(job, thread_name)
     try:
