@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncGenerator, Mapping, Sequence
-from typing import Any
-
-import openai
+from typing import TYPE_CHECKING, Any
 
 from .._exceptions import APIResponseValidationError, ContextLengthExceededError, EngineError, UserError
 from ..formats.k3 import K3Tokenizer, PromptCache, RawChunk
@@ -30,6 +28,9 @@ from ._chat import prompt_details
 from ._endpoint import OpenAIEndpoint
 from ._http import error_from_payload, is_error_payload
 from ._remote import RemoteEngine
+
+if TYPE_CHECKING:  # openai is imported by OpenAIEndpoint, at first use (start-up time)
+    import openai
 
 __all__ = ["ChatForImages", "RemoteCompletionsEngine"]
 

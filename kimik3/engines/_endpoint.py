@@ -16,13 +16,15 @@ import logging
 import os
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import AsyncExitStack, contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
-import openai
 
 from .._exceptions import APIConnectionError, APIResponseValidationError, APITimeoutError, EngineError, KimiK3Error
 from ._http import Event, read_events, retry_after, status_error, transport_error, within
+
+if TYPE_CHECKING:
+    import openai
 
 __all__ = ["OpenAIEndpoint", "map_openai_error", "openai_errors"]
 
@@ -36,6 +38,8 @@ def map_openai_error(e: Exception) -> Exception:
     server's ``Retry-After`` (seconds or an HTTP date); the class follows
     :func:`~kimik3.engines._http.status_error`.
     """
+    import openai  # at first use: openai's import is most of kimik3's start-up
+
     if isinstance(e, openai.APITimeoutError):
         return APITimeoutError(f"request timed out: {e}")
     if isinstance(e, openai.APIConnectionError):
@@ -59,6 +63,8 @@ def map_openai_error(e: Exception) -> Exception:
 @contextmanager
 def openai_errors() -> Iterator[None]:
     """The one place ``openai`` exceptions become kimik3's typed errors (:func:`map_openai_error`)."""
+    import openai
+
     try:
         yield
     except openai.OpenAIError as e:
@@ -110,13 +116,17 @@ class OpenAIEndpoint:
     ) -> None:
         self._model = model
         self.timeout = timeout
-        self.client = client or openai.AsyncOpenAI(
-            base_url=base_url,
-            api_key=api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY",
-            timeout=openai.Timeout(min(idle_timeout, timeout), connect=min(connect_timeout, timeout)),
-            max_retries=0,  # kimik3.Client retries, with kimik3's typed errors
-            default_headers=dict(headers or {}),
-        )
+        if client is None:
+            import openai  # at first use: openai's import is most of kimik3's start-up
+
+            client = openai.AsyncOpenAI(
+                base_url=base_url,
+                api_key=api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY",
+                timeout=openai.Timeout(min(idle_timeout, timeout), connect=min(connect_timeout, timeout)),
+                max_retries=0,  # kimik3.Client retries, with kimik3's typed errors
+                default_headers=dict(headers or {}),
+            )
+        self.client = client
         self._windows: dict[str, int] = {}  # served model -> max_model_len, as /v1/models reported it
         self.refuses_both_reasoning_fields = False
 

@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncGenerator, Mapping, Sequence
-from typing import Any, Literal
-
-import openai
+from typing import TYPE_CHECKING, Any, Literal
 
 from .._exceptions import BadRequestError, UserError
 from ..formats.k3._media import upload_url
@@ -30,6 +28,9 @@ from ..types import ChatRequest, ImagePart, Message, dump_message
 from ._base import ChatEngine
 from ._endpoint import OpenAIEndpoint
 from ._http import Event
+
+if TYPE_CHECKING:  # openai is imported by OpenAIEndpoint, at first use (start-up time)
+    import openai
 
 __all__ = ["ReasoningField", "RemoteEngine"]
 
