@@ -14,13 +14,17 @@ one (prefix_stats), for a 24-turn one-screenshot-per-turn UI run (max_images=3) 
 coding run with compaction. Goals: >= 75% (UI, never more than 6 images), >= 90% (coding).
 
 Part B (``--engine``; real vLLM, k3-tiny embedded with ``enable_prefix_caching=True``,
-``enforce_eager``, ``block_size`` 32): an N-turn coding conversation (each turn a new task; the
-agent reads workspace files) under each policy, the prefix cache reset in between; reports prompt
-tokens served from cache / prompt tokens, from vLLM's per-request ``num_cached_tokens``
-(``usage.prompt_tokens_details.cached_tokens``). Goal: >= 90% over 30 turns for kimik3.
+``enforce_eager``, ``block_size`` 32): N coding tasks (the agent reads workspace files) under
+each policy, the prefix cache reset in between, as conversations of ``--per-conversation`` tasks
+(default 6) that each grow task by task: k3-tiny's 4,096-token window holds 10-18 tasks of
+this workload after its ~1,260-token head, and k3-tiny's summaries (cut at 96 tokens, or
+reasoning only) cannot compact it yet, so one conversation of 30 would overflow. Each task runs;
+the largest prompt is printed beside the window. Reports prompt tokens served from cache /
+prompt tokens, from vLLM's per-request ``num_cached_tokens``
+(``usage.prompt_tokens_details.cached_tokens``). Goal: >= 90% over 30 tasks for kimik3.
 Starts an engine: run it under ``flock /tmp/kimik3-engine.lock``.
 
-Run: .venv/bin/python bench/cache.py [--engine] [--turns 30] [--block-size 32]
+Run: .venv/bin/python bench/cache.py [--engine] [--turns 30] [--per-conversation 10] [--block-size 32]
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from kimik3 import Agent, ContextLengthExceededError, ContextPolicy, ModelSettings, ScriptedEngine  # noqa: E402
-from kimik3.agents import CODING_INSTRUCTIONS, AgentEvent, prefix_stats  # noqa: E402
+from kimik3.agents import CODING_INSTRUCTIONS, AgentEvent, TurnEndEvent, prefix_stats  # noqa: E402
 from kimik3.agents._agent import _Run  # noqa: E402
 from kimik3.tools.coding import coding_tools  # noqa: E402
 from kimik3.tools.ui import ui_tools  # noqa: E402
@@ -58,8 +62,8 @@ class NaiveAgent(Agent[Any]):
 
     keep = 3
 
-    async def _run_tools(self, run: _Run, calls: Sequence[ToolCall]) -> AsyncIterator[AgentEvent]:
-        async for event in super()._run_tools(run, calls):
+    async def _run_tools(self, run: _Run, calls: Sequence[ToolCall], *rest: Any) -> AsyncIterator[AgentEvent]:
+        async for event in super()._run_tools(run, calls, *rest):
             yield event
         results = [i for i, m in enumerate(run.messages) if isinstance(m, ToolMessage)]
         for i in results[: -self.keep]:
@@ -118,48 +122,63 @@ TASKS = ["Read kettle.txt.", "What does harbor.md say?", "Show me falcon.cfg.",
          "Which file mentions lantern?", "Read harbor.md again."]  # fmt: skip
 
 
-async def conversation(engine: Any, naive: bool, turns: int, workspace: Path) -> tuple[int, int, int, float]:
-    """(prompt tokens, cached prompt tokens, model calls, seconds) of ``turns`` tasks in one
-    growing conversation."""
+WINDOW = 4096  # k3-tiny's max_position_embeddings
+PER_CONVERSATION = 6  # 6 reach ~2,430 tokens; 10 reached 3,840 of 4,096 (compaction due at 3,277, failing)
+
+
+async def conversation(engine: Any, naive: bool, turns: int, per: int,
+                       workspace: Path) -> tuple[int, int, int, int, int, float]:
+    """(prompt tokens, cached prompt tokens, model calls, tool results, largest prompt, seconds)
+    of ``turns`` tasks, ``per`` tasks to a growing conversation: each conversation starts from
+    the same instructions and tools (a prefix a cache can serve across them)."""
     cls = NaiveAgent if naive else Agent
     tools = coding_tools(workspace)  # the tools k3-tiny was trained with
     agent = cls(instructions=CODING_INSTRUCTIONS, tools=tools, engine=engine, max_turns=3,
                 settings=ModelSettings(temperature=0.0, max_tokens=96, seed=0),
-                context=ContextPolicy(context_window=4096, compact_at=0.8, keep_recent_turns=4))  # fmt: skip
-    history: list[Message] = []
-    prompt = cached = calls = 0
+                context=ContextPolicy(context_window=WINDOW, compact_at=0.8, keep_recent_turns=4))  # fmt: skip
+    name = "naive" if naive else "kimik3"
+    prompt = cached = calls = results = largest = 0
     t0 = time.perf_counter()
+    history: list[Message] = []
     for i in range(turns):
+        if i % per == 0:
+            history = []
         try:
-            result = await agent.run(TASKS[i % len(TASKS)], messages=history)
-        except ContextLengthExceededError:  # k3-tiny's 4,096 tokens are full (compaction stopped)
-            print(f"  {'naive' if naive else 'kimik3'}: the 4,096-token window is full after {i} of {turns} "
-                  "turns; rates over those", flush=True)
+            async for event in agent.run_stream(TASKS[i % len(TASKS)], messages=history):
+                if isinstance(event, TurnEndEvent):
+                    prompt += event.usage.prompt_tokens
+                    cached += event.usage.cached_tokens
+                    calls += 1
+                    largest = max(largest, event.usage.prompt_tokens)
+        except ContextLengthExceededError as e:  # the window is full: said, and the rates are over what ran
+            print(f"  {name}: the {WINDOW:,}-token window is full at task {i + 1} of {turns} ({e}); "
+                  "rates over the tasks before it", flush=True)
             break
-        prompt += result.usage.prompt_tokens
-        cached += result.usage.cached_tokens
-        calls += result.turns
-    results = [m for m in history if isinstance(m, ToolMessage)]
-    print(f"  {'naive' if naive else 'kimik3'}: {len(results)} tool results in the final history, "
-          f"{sum(m.content == NOTE for m in results)} of them dropped", flush=True)
-    return prompt, cached, calls, time.perf_counter() - t0
+        if i % per == per - 1 or i == turns - 1:
+            results += sum(isinstance(m, ToolMessage) for m in history)
+    print(f"  {name}: {results} tool results over the conversations; largest prompt {largest:,} of {WINDOW:,} "
+          f"tokens", flush=True)
+    return prompt, cached, calls, results, largest, time.perf_counter() - t0
 
 
-async def part_b(turns: int, block_size: int) -> None:
+async def part_b(turns: int, per: int, block_size: int) -> None:
     from kimik3 import VLLMEngine
 
-    engine = VLLMEngine(K3_TINY, enforce_eager=True, trust_remote_code=True, max_model_len=4096,
+    engine = VLLMEngine(K3_TINY, enforce_eager=True, trust_remote_code=True, max_model_len=WINDOW,
                         enable_prefix_caching=True, block_size=block_size)  # fmt: skip
     await engine.start()
     rates = {}
+    print(f"engine: {turns} tasks as conversations of {per} (k3-tiny's {WINDOW:,}-token window holds 10-18 "
+          "tasks of this workload and its summaries cannot compact it yet: one conversation of 30 would "
+          "overflow)", flush=True)
     try:
         with tempfile.TemporaryDirectory() as tmp:
             for name, naive in (("kimik3", False), ("naive", True)):
                 workspace = Path(shutil.copytree(WORKSPACE, Path(tmp) / name))
                 await engine.llm.reset_prefix_cache()  # each policy starts cold
-                prompt, cached, calls, secs = await conversation(engine, naive, turns, workspace)
+                prompt, cached, calls, _, _, secs = await conversation(engine, naive, turns, per, workspace)
                 rates[name] = cached / prompt
-                print(f"engine {name:6} up to {turns} turns ({calls} model calls, {secs:.1f} s): "
+                print(f"engine {name:6} {turns} tasks ({calls} model calls, {secs:.1f} s): "
                       f"{cached}/{prompt} prompt tokens from the prefix cache = {rates[name]:.1%}", flush=True)
     finally:
         await engine.aclose()
@@ -171,11 +190,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--engine", action="store_true", help="also run part B on the embedded vLLM engine")
     parser.add_argument("--turns", type=int, default=30, help="tasks of the engine conversation (part B)")
+    parser.add_argument("--per-conversation", type=int, default=PER_CONVERSATION,
+                        help="tasks per conversation (part B; a new conversation after each)")
     parser.add_argument("--block-size", type=int, default=32, help="vLLM KV block size (tokens) for part B")
     args = parser.parse_args()
     asyncio.run(part_a())
     if args.engine:
-        asyncio.run(part_b(args.turns, args.block_size))
+        asyncio.run(part_b(args.turns, args.per_conversation, args.block_size))
 
 
 if __name__ == "__main__":
