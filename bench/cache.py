@@ -67,8 +67,8 @@ class NaiveAgent(Agent[Any]):
 
     keep = 3
 
-    async def _run_tools(self, run: _Run, calls: Sequence[ToolCall], said: set[str]) -> AsyncIterator[AgentEvent]:
-        async for event in super()._run_tools(run, calls, said):
+    async def _run_tools(self, run: _Run, calls: Sequence[ToolCall], *rest: Any) -> AsyncIterator[AgentEvent]:
+        async for event in super()._run_tools(run, calls, *rest):
             yield event
         results = [i for i, m in enumerate(run.messages) if isinstance(m, ToolMessage)]
         for i in results[: -self.keep]:
@@ -162,15 +162,15 @@ async def conversation(engine: Any, naive: bool, turns: int, workspace: Path) ->
     tools = coding_tools(workspace)  # the tools k3-tiny was trained with
     agent = cls(instructions=CODING_INSTRUCTIONS, tools=tools, engine=engine, max_turns=3,
                 settings=ModelSettings(temperature=0.0, max_tokens=96, seed=0),
-                context=ContextPolicy(context_window=4096, compact_at=0.8, keep_recent_turns=4))  # fmt: skip
+                context=ContextPolicy(context_window=8192, compact_at=0.8, keep_recent_turns=4))  # fmt: skip
     history: list[Message] = []
     prompt = cached = calls = 0
     t0 = time.perf_counter()
     for i in range(turns):
         try:
             result = await agent.run(TASKS[i % len(TASKS)], messages=history)
-        except ContextLengthExceededError:  # k3-tiny's 4,096 tokens are full (compaction stopped)
-            print(f"  {'naive' if naive else 'kimik3'}: the 4,096-token window is full after {i} of {turns} "
+        except ContextLengthExceededError:  # k3-tiny's 8,192 tokens are full (compaction stopped)
+            print(f"  {'naive' if naive else 'kimik3'}: the 8,192-token window is full after {i} of {turns} "
                   "turns; rates over those", flush=True)
             break
         prompt += result.usage.prompt_tokens
@@ -204,7 +204,7 @@ async def restarts(engine: RecordingEngine, workspace: Path, block_size: int) ->
 
 
 async def part_b(turns: int, block_size: int) -> None:
-    engine = RecordingEngine(K3_TINY, enforce_eager=True, trust_remote_code=True, max_model_len=4096,
+    engine = RecordingEngine(K3_TINY, enforce_eager=True, trust_remote_code=True, max_model_len=8192,
                              enable_prefix_caching=True, block_size=block_size)  # fmt: skip
     engine.calls = []
     await engine.start()

@@ -12,9 +12,11 @@ every prompt's head, so not gated):
     tokens/turn   prompt tokens sent per model call (exact: K3's real vocabulary), and its ratio
                   to the baseline; each feature alone must stay within +5% (PASS / FAIL; the
                   exit status is 1 on a FAIL). The new tools cost their declarations.
-    overhead/turn kimik3's own time per turn: wall time of the run minus the time spent inside
-                  the tool functions (median of REPEATS runs, the configurations interleaved),
-                  and its ratio to the baseline.
+    overhead/turn kimik3's own CPU time per turn: the process's CPU time (``process_time``, all
+                  its threads) over the run minus the CPU time inside the tool functions
+                  (``thread_time`` of the thread each ran on; bash's child processes are in
+                  neither), min / median / max of REPEATS runs, the configurations interleaved;
+                  and its ratio to the baseline's run of the same repeat (min / median / max).
 
 Run: .venv/bin/python bench/harness.py
 """
@@ -100,23 +102,23 @@ def session() -> list[str]:
 
 
 def timed(tool: Tool, spent: list[float]) -> None:
-    """Make ``tool`` add the time inside its function to ``spent``."""
+    """Make ``tool`` add the CPU time inside its function (its thread's) to ``spent``."""
     fn = tool.function
     if tool.is_async:
         async def afn(*a: Any, **kw: Any) -> Any:
-            t = time.perf_counter()
+            t = time.thread_time()
             try:
                 return await fn(*a, **kw)
             finally:
-                spent.append(time.perf_counter() - t)
+                spent.append(time.thread_time() - t)
         tool.function = afn
     else:
         def sfn(*a: Any, **kw: Any) -> Any:
-            t = time.perf_counter()
+            t = time.thread_time()
             try:
                 return fn(*a, **kw)
             finally:
-                spent.append(time.perf_counter() - t)
+                spent.append(time.thread_time() - t)
         tool.function = sfn
 
 
@@ -146,7 +148,8 @@ def build(features: dict[str, bool] | None, repo: Path, engine: ScriptedEngine,
         for t in tools:
             timed(t, spent)
         return Agent(instructions=CODING_INSTRUCTIONS, tools=tools, engine=engine, budgets=budgets)
-    harness = CodingHarness(repo, features={name for name, on in features.items() if on})
+    skills = features.pop("skills", False)  # not a feature: CodingHarness(skills=), on by default
+    harness = CodingHarness(repo, features={name for name, on in features.items() if on}, skills=skills)
     for t in harness.base_tools:
         timed(t, spent)
     return harness.agent(engine=engine, budgets=budgets)
@@ -166,15 +169,15 @@ async def one_run(features: dict[str, bool] | None, work: Path) -> tuple[float, 
     engine = ScriptedEngine(session(), tokenizer=default_tokenizer())
     agent = build(features, repo, engine, spent)
     prompts: list[int] = []
-    start = time.perf_counter()
+    start = time.process_time()
     async for event in agent.run_stream("Raise every LIMIT in pkg/ by 100 and rename step 3."):
         if isinstance(event, TurnEndEvent):
             prompts.append(event.usage.prompt_tokens)
-    wall = time.perf_counter() - start
+    cpu = time.process_time() - start
     check = (repo / "pkg" / "m9.py").read_text()
     assert "LIMIT = 109" in check and "Step three." in check, "the session did not replay"
     shutil.rmtree(repo)
-    return wall, sum(spent), len(prompts), prompts
+    return cpu, sum(spent), len(prompts), prompts
 
 
 async def main() -> None:
@@ -187,26 +190,33 @@ async def main() -> None:
         measured: dict[str, tuple[int, float]] = {}
         for _ in range(REPEATS):  # configurations interleaved: a busy machine slows them alike
             for name, features in CONFIGS.items():
-                wall, tools, turns, prompts = await one_run(features, work)
-                overheads[name].append((wall - tools) / turns)
+                cpu, tools, turns, prompts = await one_run(features, work)
+                overheads[name].append((cpu - tools) / turns)
                 measured[name] = (turns, sum(prompts) / turns)
-        rows = [(name, *measured[name], statistics.median(overheads[name])) for name in CONFIGS]
+        base = overheads[next(iter(CONFIGS))]
+        rows = [(name, *measured[name], overheads[name], [o / b for o, b in zip(overheads[name], base, strict=True)])
+                for name in CONFIGS]
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    base_tokens, base_over = rows[0][2], rows[0][3]
-    print(f"{'configuration':36s} {'turns':>5s} {'tokens/turn':>12s} {'ratio':>7s} {'overhead/turn':>14s} {'ratio':>7s}")
+    base_tokens = rows[0][2]
+    print(f"kimik3's CPU per turn (tool functions' CPU taken out), min / median / max of {REPEATS} runs")
+    print(f"{'configuration':44s} {'turns':>5s} {'tokens/turn':>12s} {'ratio':>7s} {'CPU ms/turn':>20s} "
+          f"{'ratio to baseline':>20s}")
     failed = False
     report = {}
-    for name, turns, tokens, over in rows:
+    for name, turns, tokens, over, ratios in rows:
         ratio = tokens / base_tokens
         verdict = ""
         if name in GATED:
             ok = ratio <= 1 + LIMIT
             failed |= not ok
             verdict = "PASS" if ok else "FAIL"
-        print(f"{name:36s} {turns:5d} {tokens:12.1f} {ratio:7.3f} {over * 1e3:11.2f} ms {over / base_over:7.2f} {verdict}")
+        ms = " ".join(f"{v * 1e3:6.2f}" for v in (min(over), statistics.median(over), max(over)))
+        rs = " ".join(f"{v:6.2f}" for v in (min(ratios), statistics.median(ratios), max(ratios)))
+        print(f"{name:44s} {turns:5d} {tokens:12.1f} {ratio:7.3f} {ms:>20s} {rs:>20s} {verdict}")
         report[name] = {"turns": turns, "tokens_per_turn": tokens, "token_ratio": ratio,
-                        "overhead_ms_per_turn": over * 1e3, "overhead_ratio": over / base_over}
+                        "cpu_ms_per_turn": [round(v * 1e3, 3) for v in over],
+                        "cpu_ratio": [round(v, 3) for v in ratios]}
     print(f"gate: each feature alone adds at most {LIMIT:.0%} tokens per turn: {'FAIL' if failed else 'PASS'}")
     print(json.dumps(report))
     if failed:

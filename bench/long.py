@@ -12,7 +12,7 @@ Reports, each as a ratio against its baseline measured in the same run:
 - the resume time of that session (``load_session`` of the file, then the full prompt encoded
   once, as the next call needs it; goal < 2 s) against reading and JSON-decoding its lines.
 
-Run: .venv/bin/python bench/long.py [--tokens 1000000] [--turn-tokens 4000]
+Run: .venv/bin/python bench/long.py [--tokens 1000000] [--turn-tokens 1000]
 """
 
 from __future__ import annotations
@@ -155,7 +155,7 @@ async def main(target: int, turn_tokens: int) -> None:
 def cli() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tokens", type=int, default=1_000_000, help="history size to reach (tokens)")
-    parser.add_argument("--turn-tokens", type=int, default=4000, help="tokens each tool result adds")
+    parser.add_argument("--turn-tokens", type=int, default=1000, help="tokens each tool result adds (small turns: the per-turn growth shows)")
     args = parser.parse_args()
     anyio.run(main, args.tokens, args.turn_tokens)
 

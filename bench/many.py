@@ -5,8 +5,9 @@ directly, in the same run.
 For each concurrency C:
 
 1. agents: C agents run at once (each its own workspace copy, a task, up to ``--turns`` model
-   calls, greedy, ``max_tokens`` 64); every model call's prompt ids and generated token count
-   are recorded. Rate = generated tokens / wall time.
+   calls, greedy, ``max_tokens`` 256: k3-tiny's tool calls take 66-75 tokens, so 64 cut every one
+   and no tool ever ran); every model call's prompt ids and generated token count are recorded,
+   and so are the tool calls that ran (the script stops if none did: no agent workload). Rate = generated tokens / wall time.
 2. baseline: C concurrent streams each replay its agent's calls, in order, straight into
    ``AsyncLLM.generate`` (the same prompt ids; ``min_tokens = max_tokens`` = the agent's count,
    ``ignore_eos``), so vLLM does the same prefill and decode work without kimik3.
@@ -65,7 +66,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from kimik3 import Agent, ModelSettings, VLLMEngine  # noqa: E402
-from kimik3.agents import CODING_INSTRUCTIONS, TurnEndEvent  # noqa: E402
+from kimik3.agents import CODING_INSTRUCTIONS, ToolResultEvent, TurnEndEvent  # noqa: E402
 from kimik3.formats.k3 import RawChunk  # noqa: E402
 from kimik3.tools.coding import coding_tools  # noqa: E402
 from kimik3.types import ChatRequest  # noqa: E402
@@ -73,10 +74,11 @@ from kimik3.types import ChatRequest  # noqa: E402
 K3_TINY = ROOT / "models" / "k3-tiny"
 WORKSPACE = ROOT / "tests" / "data" / "k3_tiny_workspace"
 TASKS = ["Read kettle.txt.", "What does harbor.md say?", "Show me falcon.cfg.", "Which file mentions lantern?"]
-MAX_TOKENS = 64
+MAX_TOKENS = 256
 
 Call = list[Any]  # [prompt ids, generated tokens, start, end of generation, end of the turn (tools ran)]
 CALLS: contextvars.ContextVar[list[Call]] = contextvars.ContextVar("calls")
+TOOLS_RUN = [0]  # tool results the agents got (not counting failed calls)
 
 
 class RecordingEngine(VLLMEngine):
@@ -106,6 +108,8 @@ async def one_agent(agent: Agent[Any], i: int) -> list[Call]:
     async for event in agent.run_stream(TASKS[i % len(TASKS)]):
         if isinstance(event, TurnEndEvent):
             calls[-1][4] = time.perf_counter()
+        elif isinstance(event, ToolResultEvent) and not event.result.is_error:
+            TOOLS_RUN[0] += 1
     return calls
 
 
@@ -136,6 +140,7 @@ async def main(agents: list[int], turns: int, reps: int) -> None:
                 tokens = n_calls = 0
                 gaps: list[float] = []
                 tool_gaps: list[float] = []  # end of generation -> turn end (parse end, tools)
+                TOOLS_RUN[0] = 0
                 for rep in range(reps):  # alternate the order: this machine is shared and noisy
                     crowd = [make_agent(engine, i, turns, Path(tmp) / f"c{c}r{rep}") for i in range(c)]  # untimed
                     for phase in (("agents", "base") if rep % 2 == 0 else ("base", "agents")):
@@ -157,7 +162,10 @@ async def main(agents: list[int], turns: int, reps: int) -> None:
                             base_cpu += time.process_time() - cpu0
                 # each phase generated the same tokens: rates over the summed walls
                 ours, base = tokens / ours_t, tokens / base_t
-                print(f"{c:3d} agents: {n_calls} model calls, {tokens} generated tokens over {reps} rep(s); agents "
+                if TOOLS_RUN[0] == 0:
+                    raise SystemExit(f"{c} agents: no tool ran in {n_calls} model calls: not an agent workload")
+                print(f"{c:3d} agents: {n_calls} model calls, {TOOLS_RUN[0]} tool calls ran, {tokens} generated "
+                      f"tokens over {reps} rep(s); agents "
                       f"{ours:7.1f} tok/s, vLLM direct {base:7.1f} tok/s: ratio {ours / base:.2f}x"
                       f"{' (goal >= 0.9x)' if c == 32 else ''}; agents' own CPU "
                       f"{(ours_cpu - base_cpu) / n_calls * 1e3:.1f} ms per model call (main process CPU "
@@ -173,7 +181,7 @@ def cli() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--agents", default="1,8,32", help="comma-separated concurrency levels")
     parser.add_argument("--turns", type=int, default=3, help="model calls per agent at most")
-    parser.add_argument("--reps", type=int, default=2, help="repetitions, the phases' order alternating")
+    parser.add_argument("--reps", type=int, default=3, help="repetitions, the phases' order alternating")
     args = parser.parse_args()
     asyncio.run(main([int(x) for x in args.agents.split(",")], args.turns, args.reps))
 

@@ -1,6 +1,7 @@
 """kimik3: an async Python SDK and agent framework for Moonshot's Kimi K3."""
 
 from contextlib import suppress as _suppress
+from typing import TYPE_CHECKING
 
 from ._client import Client
 from ._exceptions import (
@@ -46,7 +47,6 @@ from ._exceptions import (
     VideoTooLongError,
 )
 from ._pricing import Pricing
-from ._verify import verify
 from .agents import (
     Agent,
     AgentEvent,
@@ -85,6 +85,9 @@ from .types import (
     Usage,
     UserMessage,
 )
+
+if TYPE_CHECKING:
+    from ._verify import verify
 
 __version__ = "0.1.0"
 
@@ -178,10 +181,35 @@ __all__ = [
     "verify",
 ]
 
-# Public names report the package they are used from (docs, reprs, tracebacks), as httpx does.
-for _name in __all__:
-    _obj = globals()[_name]
-    if isinstance(_obj, type) or (callable(_obj) and hasattr(_obj, "__module__")):
+# Names imported at first use, not by ``import kimik3`` (start-up time: ``verify`` pulls in httpx,
+# jsonschema, Pillow and PyAV): name -> its module.
+_LAZY = {"verify": "._verify"}
+
+
+def _public(obj: object) -> None:
+    """Public names report the package they are used from (docs, reprs, tracebacks), as httpx does."""
+    if isinstance(obj, type) or (callable(obj) and hasattr(obj, "__module__")):
         with _suppress(AttributeError, TypeError):  # read-only on a few builtins
-            _obj.__module__ = "kimik3"
-del _name, _obj
+            obj.__module__ = "kimik3"
+
+
+def __getattr__(name: str) -> object:
+    """A lazy public name (:data:`_LAZY`), imported on first access and kept."""
+    if name not in _LAZY:
+        raise AttributeError(f"module 'kimik3' has no attribute {name!r}")
+    from importlib import import_module
+
+    obj: object = getattr(import_module(_LAZY[name], __name__), name)
+    _public(obj)
+    globals()[name] = obj
+    return obj
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+for _name in __all__:
+    if _name not in _LAZY:
+        _public(globals()[_name])
+del _name

@@ -16,6 +16,7 @@ __all__ = [
     "CPU_KV_CACHE_FRACTION",
     "CPU_KV_CACHE_MAX_BYTES",
     "CPU_KV_CACHE_MIN_BYTES",
+    "K3_CONTEXT_WINDOW",
     "MAX_CONTINUES",
     "MAX_OVERFLOW_RECOVERIES",
     "MAX_REPLY_TOKENS",
@@ -46,6 +47,10 @@ REASONING_EFFORTS: tuple[str, ...] = (*THINKING_EFFORTS, "none")
 """Every accepted ``reasoning_effort`` (``"none"``: thinking off)."""
 
 DEFAULT_REASONING_EFFORT: ReasoningEffort = "max"
+
+K3_CONTEXT_WINDOW = 1_048_576
+"""K3's context window in tokens (the model card; vLLM's K3 recipe serves ``max_model_len``
+1,048,576): :class:`~kimik3.ScriptedEngine`'s default window."""
 
 
 class Sampling:

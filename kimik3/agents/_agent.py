@@ -37,10 +37,10 @@ import anyio
 from .. import _tracing
 from .._checks import check_instance
 from .._client import Client
-from .._exceptions import ContextLengthExceededError, UserError
+from .._exceptions import UserError
 from .._pricing import Pricing
 from ..engines import Engine, ModelCall
-from ..formats.k3 import K3Tokenizer, ToolCallDone, default_tokenizer
+from ..formats.k3 import K3Tokenizer, ToolCallDone
 from ..tools import Tool, ToolResult, Toolset
 from ..tools import _failures as failures
 from ..tools._failures import FailureText, default_failure_text
@@ -71,7 +71,7 @@ from ._checks import (
     unrun_calls,
     unrun_note,
 )
-from ._cut import cut_outcome, no_room_to_continue
+from ._cut import cut_outcome
 from ._deferred import Approvals, decide, prepare_resume, settle
 from ._dynamic import Toolbox, dynamic_names, restore_declared, undeclared
 from ._history import nothing_to_do, prune_images, result_message
@@ -81,6 +81,7 @@ from ._prompts import SUMMARY_INSTRUCTIONS
 from ._routing import RoutingKey, check_routing_key, conversation_routing
 from ._run import _Run
 from ._session import SessionWriter, load_session
+from ._tokens import RunTokens
 from ._types import (
     AgentEvent,
     ApprovalHook,
@@ -329,7 +330,7 @@ class Agent(Generic[OutputT]):
         if session is not None:
             header = {"instructions": self.instructions, "tools": sorted(self.tools), **self.hooks.session_header()}
             writer = SessionWriter.for_run(session, header, history)
-        run = _Run(history, writer, self.deps, self._count, run_settings)
+        run = _Run(history, writer, self.deps, RunTokens(self._tokenizer, self.client), run_settings)
         try:
             await self.hooks.run_start(writer)
             async with AsyncExitStack() as stack:
@@ -382,17 +383,11 @@ class Agent(Generic[OutputT]):
         """One turn: a model call, its tools; ends with its named :data:`TurnOutcome` (calls that did
         not run are named to the model; a turn with no answer and no call is never the answer)."""
         await self._sync_tools(run)
-        try:
-            async with self._model_call(run, self._request(run)) as call:
-                async for event in call:
-                    if isinstance(event, ToolCallDone) and event.error is not None:
-                        run.call_errors[event.id] = event.error  # kept, but answered with the reason
-                    yield event
-        except ContextLengthExceededError:
-            if (end := no_room_to_continue(run)) is None:
-                raise
-            yield end
-            return
+        async with self._model_call(run, self._request(run)) as call:  # too big: agents/_overflow.py
+            async for event in call:
+                if isinstance(event, ToolCallDone) and event.error is not None:
+                    run.call_errors[event.id] = event.error  # kept, but answered with the reason
+                yield event
         completion = call.completion
         message = completion.message
         if completion.failed_tool_calls:  # a chat server's undecodable calls: kept with {}, answered with why
@@ -439,7 +434,7 @@ class Agent(Generic[OutputT]):
                  messages: list[Message] | None = None) -> ChatRequest:
         return ChatRequest(messages=messages if messages is not None else run.messages, tools=run.specs,
                            settings=run.settings, tool_choice=tool_choice, response_format=self._response_format,
-                           routing=run.routing)
+                           routing=run.routing, checker=run.checker)
 
     def _model_call(self, run: _Run, request: ChatRequest) -> ModelCall:
         """The run's model call: the client's one path (retries, the ``chat`` span under the run's
@@ -466,7 +461,7 @@ class Agent(Generic[OutputT]):
                 log.warning("kimik3: tools %s were declared in an earlier run of this conversation and are not "
                             "available now (give them with Agent.add_tools); calls to them get an error",
                             ", ".join(map(repr, run.unavailable)))  # fmt: skip
-        new = undeclared(run.tools, run.specs, run.messages)
+        new = undeclared(run.tools, run.specs, run.messages, run.declarations)
         if new:
             run.add(SystemMessage(content="", tools=new))
 
@@ -589,6 +584,3 @@ class Agent(Generic[OutputT]):
                          stop_reason=reason, session_path=path, failed_calls=run.failed_calls,
                          cut_calls=run.cut_calls, dropped_calls=run.dropped_calls, issues=list(run.issues),
                          cost=run.cost, pending_approvals=list(run.deferred.values()))
-
-    def _count(self, text: str) -> int:
-        return len((self._tokenizer or self.client.tokenizer or default_tokenizer()).encode_text(text))

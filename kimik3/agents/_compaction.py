@@ -82,7 +82,8 @@ async def compact(
     # the summary request must fit the window with room for the summary: max_tokens, else half of
     # what the threshold leaves
     budget = window - (run.settings.max_tokens or window * (1 - policy.compact_at) / 2)
-    given, unseen = summary_input(msgs, head, split, sizes, fixed + run.count(COMPACTION_REQUEST), budget, max_bytes)
+    request_tokens = fixed + run.count.text(COMPACTION_REQUEST)
+    given, unseen = summary_input(msgs, head, split, sizes, request_tokens, budget, max_bytes)
     if unseen == len(older):
         failed = (f"compaction kept the full history: none of the {len(older)} earlier messages fits in a "
                   f"summary request within {budget:,.0f} tokens of the {window:,}-token window")

@@ -11,9 +11,10 @@ from typing import Any
 from .._exceptions import UserError
 from ..tools import Tool, Toolset
 from ..types import Message, SystemMessage, ToolSpec
+from ..types._prefix import shared_prefix
 from ._hooks import RunHooks
 
-__all__ = ["Toolbox", "dynamic_names", "restore_declared", "undeclared"]
+__all__ = ["Declarations", "Toolbox", "dynamic_names", "restore_declared", "undeclared"]
 
 log = logging.getLogger("kimik3.agents")
 
@@ -126,16 +127,42 @@ def dynamic_names(messages: Sequence[Message]) -> set[str]:
     return {s.function.name for s in _declarations(messages)}
 
 
-def undeclared(table: Mapping[str, Tool], head: Sequence[ToolSpec], messages: Sequence[Message]) -> list[ToolSpec]:
+class Declarations:
+    """The dynamic tool declarations (``SystemMessage(content="", tools=[...])``) of a growing
+    conversation, each message looked at once (reused while the leading messages stay:
+    :func:`~kimik3.types._prefix.shared_prefix`); a run keeps one."""
+
+    def __init__(self) -> None:
+        self._msgs: list[Message] = []
+        self._specs: list[tuple[int, ToolSpec]] = []  # (message index, a spec it declares), in order
+
+    def specs(self, messages: Sequence[Message]) -> list[ToolSpec]:
+        """Every spec the dynamic declarations in ``messages`` declare, in order."""
+        msgs = self._msgs
+        n = shared_prefix(msgs, messages)
+        if n < len(msgs):
+            del msgs[n:]
+            self._specs = [(i, s) for i, s in self._specs if i < n]
+        for i in range(n, len(messages)):
+            m = messages[i]
+            if isinstance(m, SystemMessage) and m.tools and not m.content:
+                self._specs.extend((i, s) for s in m.tools)
+            msgs.append(m)
+        return [s for _, s in self._specs]
+
+
+def undeclared(table: Mapping[str, Tool], head: Sequence[ToolSpec], messages: Sequence[Message],
+               declarations: Declarations | None = None) -> list[ToolSpec]:
     """The specs of the tools in ``table`` that neither the prompt's head nor a dynamic
-    declaration in ``messages`` (``SystemMessage(content="", tools=[...])``) declares.
+    declaration in ``messages`` (``SystemMessage(content="", tools=[...])``) declares
+    (``declarations``: the conversation's :class:`Declarations`, so only new messages are read).
 
     A tool declared before under its name but changed since is not declared again: a K3
     endpoint takes each tool name once per request (the Vendor Verifier's contract,
     :func:`~kimik3.formats.k3.check_request`), so the model keeps its first declaration; a
     warning says so (give a changed tool a new name to declare it anew)."""
     declared = {s.function.name: s for s in head}
-    for s in _declarations(messages):
+    for s in (declarations or Declarations()).specs(messages):
         declared.setdefault(s.function.name, s)
     new: list[ToolSpec] = []
     for spec in (t.spec for t in table.values()):

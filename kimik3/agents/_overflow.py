@@ -25,6 +25,7 @@ from .._defaults import MAX_OVERFLOW_RECOVERIES
 from .._exceptions import ContextLengthExceededError, RequestTooLargeError
 from ..types import ImagePart, Message, TextPart, ToolMessage, UserMessage, dump_message
 from ._compaction import Summarize, compact
+from ._cut import no_room_to_continue
 from ._history import IMAGE_DROPPED
 from ._run import _Run
 from ._types import AgentEvent, CompactionEvent, ContextPolicy, TurnOutcome
@@ -47,6 +48,9 @@ async def fitted_turn(
     compacts first when due; a request the server refuses as too big is made smaller
     (:func:`recover`) and the turn ends without an outcome, so the loop sends it again.
 
+    When a reply was cut and its continuation no longer fits (nothing could be made smaller), the
+    outcome is :func:`~kimik3.agents._cut.no_room_to_continue`'s ``no_progress``.
+
     Raises:
         ContextLengthExceededError, RequestTooLargeError: as :func:`recover`.
     """
@@ -56,8 +60,13 @@ async def fitted_turn(
         async for item in turn:
             yield item
     except OVERFLOW as e:
-        async for event in recover(run, policy, e, summarize):
-            yield event
+        try:
+            async for event in recover(run, policy, e, summarize):
+                yield event
+        except ContextLengthExceededError:
+            if (end := no_room_to_continue(run)) is None:
+                raise
+            yield end  # a cut reply filled the window and nothing could be made smaller: no progress
 
 
 async def recover(

@@ -22,14 +22,15 @@ from ..types import (
     ChatCompletion,
     Message,
     ModelSettings,
+    RequestChecker,
     Routing,
-    SystemMessage,
     ToolSpec,
     Usage,
-    message_text,
 )
 from ._checks import UnrunCall
+from ._dynamic import Declarations
 from ._session import SessionWriter
+from ._tokens import RunTokens
 from ._types import Allow, Budgets, Deny, Edit, PendingCall, StopReason
 
 __all__ = ["_Run"]
@@ -46,7 +47,7 @@ class _Run:
     """
 
     def __init__(self, messages: list[Message], session: SessionWriter | None, deps: Any,
-                 count: Callable[[str], int], settings: ModelSettings = AGENTIC_SETTINGS) -> None:
+                 count: RunTokens, settings: ModelSettings = AGENTIC_SETTINGS) -> None:
         self.messages = messages
         self.settings = settings  # merged: card defaults < client < agent < run
         self.routing: Routing | None = None  # the conversation's routing key (agents/_routing.py)
@@ -57,6 +58,8 @@ class _Run:
         self.turns = 0
         self.started = time.monotonic()
         self.cache = PromptCache()
+        self.checker = RequestChecker()  # the run's requests: each message checked once
+        self.declarations = Declarations()  # the history's dynamic declarations, each message read once
         self.context_tokens = 0
         self.output_retry_used = False  # the one retry of an answer that failed output_type
         self.tools: dict[str, Tool] = {}  # what the model may call now (own tools + toolsets')
@@ -134,6 +137,7 @@ class _Run:
     def add(self, message: Message, *, counted: bool = False, completion: ChatCompletion | None = None,
             cost: float | None = None) -> None:
         self.messages.append(message)
+        self.count.keep(self.messages)
         if not counted:
             self.context_tokens += self.message_tokens(message)
         if self.session is not None:
@@ -181,7 +185,7 @@ class _Run:
         if not usage.unknown:
             return completion
         prompt = max(usage.prompt_tokens, sum(map(self.message_tokens, self.messages))
-                     + self.count(json.dumps([s.model_dump(mode="json", exclude_none=True) for s in self.specs])))
+                     + self.count.text(json.dumps([s.model_dump(mode="json", exclude_none=True) for s in self.specs])))
         answer = max(usage.completion_tokens, self.message_tokens(message))
         usage = usage.model_copy(update={"prompt_tokens": prompt, "completion_tokens": answer,
                                          "total_tokens": prompt + answer})
@@ -202,14 +206,7 @@ class _Run:
         return cost
 
     def message_tokens(self, message: Message) -> int:
-        """Tokens a message adds to the context: its text, reasoning (once), tool calls and the
-        tools a dynamic declaration declares."""
-        n = self.count(message_text(message.content)) if message.content else 0
-        if isinstance(message, SystemMessage) and message.tools:
-            n += self.count(json.dumps([t.model_dump(mode="json", exclude_none=True) for t in message.tools]))
-        if isinstance(message, AssistantMessage):
-            if message.reasoning_content:
-                n += self.count(message.reasoning_content)
-            for call in message.tool_calls or ():
-                n += self.count(call.function.name) + self.count(call.function.arguments)
-        return n
+        """Tokens a message adds to the context, as K3 encodes it: its framing, text, reasoning,
+        tool calls, the tools a dynamic declaration declares, its images' blocks
+        (:func:`~kimik3.formats.k3.message_tokens`; counted once per message)."""
+        return self.count.message(message)

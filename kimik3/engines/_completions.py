@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncGenerator, Mapping, Sequence
-from typing import Any
-
-import openai
+from typing import TYPE_CHECKING, Any
 
 from .._defaults import RAW_MAX_TOKENS_FALLBACK
 from .._exceptions import APIResponseValidationError, ContextLengthExceededError, EngineError, UserError
@@ -32,6 +30,9 @@ from ._endpoint import OpenAIEndpoint
 from ._http import error_from_payload, is_error_payload
 from ._remote import RemoteEngine
 from ._routing import DEFAULT_ROUTING_HEADERS
+
+if TYPE_CHECKING:  # openai is imported by OpenAIEndpoint, at first use (start-up time)
+    import openai
 
 __all__ = ["ChatForImages", "RemoteCompletionsEngine"]
 

@@ -22,10 +22,9 @@ import logging
 import os
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack, contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
-import openai
 
 from .._exceptions import (
     APIConnectionError,
@@ -42,6 +41,9 @@ from ..types import Routing
 from ._http import Event, read_events, retry_after, status_error, transport_error, within
 from ._routing import DEFAULT_ROUTING_HEADERS, check_routing_headers, names_user_field, routing_headers
 
+if TYPE_CHECKING:
+    import openai
+
 __all__ = ["OpenAIEndpoint", "default_api_key", "map_openai_error", "openai_errors"]
 
 log = logging.getLogger("kimik3.engines.remote")
@@ -54,6 +56,8 @@ def map_openai_error(e: Exception) -> Exception:
     server's ``Retry-After`` (seconds or an HTTP date); the class follows
     :func:`~kimik3.engines._http.status_error`.
     """
+    import openai  # at first use: openai's import is most of kimik3's start-up
+
     if isinstance(e, openai.APITimeoutError):
         return APITimeoutError(f"request timed out: {e}")
     if isinstance(e, openai.APIConnectionError):
@@ -77,6 +81,8 @@ def map_openai_error(e: Exception) -> Exception:
 @contextmanager
 def openai_errors() -> Iterator[None]:
     """The one place ``openai`` exceptions become kimik3's typed errors (:func:`map_openai_error`)."""
+    import openai
+
     try:
         yield
     except openai.OpenAIError as e:
@@ -162,13 +168,17 @@ class OpenAIEndpoint:
         self.refuses_user_field = False
         self._model = model
         self.timeout = timeout
-        self.client = client or openai.AsyncOpenAI(
-            base_url=base_url,
-            api_key=api_key or default_api_key(base_url),
-            timeout=openai.Timeout(min(idle_timeout, timeout), connect=min(connect_timeout, timeout)),
-            max_retries=0,  # kimik3.Client retries, with kimik3's typed errors
-            default_headers=dict(headers or {}),
-        )
+        if client is None:
+            import openai  # at first use: openai's import is most of kimik3's start-up
+
+            client = openai.AsyncOpenAI(
+                base_url=base_url,
+                api_key=api_key or default_api_key(base_url),
+                timeout=openai.Timeout(min(idle_timeout, timeout), connect=min(connect_timeout, timeout)),
+                max_retries=0,  # kimik3.Client retries, with kimik3's typed errors
+                default_headers=dict(headers or {}),
+            )
+        self.client = client
         self._windows: dict[str, int] = {}  # served model -> max_model_len, as /v1/models reported it
         self._limits: dict[str, int] = {}  # served model -> the window a server's overflow error stated
         self.refuses_both_reasoning_fields = False

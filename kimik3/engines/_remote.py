@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncGenerator, Mapping, Sequence
-from typing import Any, Literal
-
-import openai
+from typing import TYPE_CHECKING, Any, Literal
 
 from .._exceptions import BadRequestError, UserError
 from ..formats.k3._media import upload_url
@@ -36,6 +34,9 @@ from ._endpoint import OpenAIEndpoint
 from ._http import Event
 from ._profiles import EndpointProfile, Profile, detect_profile
 from ._routing import DEFAULT_ROUTING_HEADERS
+
+if TYPE_CHECKING:  # openai is imported by OpenAIEndpoint, at first use (start-up time)
+    import openai
 
 __all__ = ["ReasoningField", "RemoteEngine"]
 

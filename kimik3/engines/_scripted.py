@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import copy
 import inspect
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
 import anyio
 
 from .._checks import check_int
-from .._exceptions import EngineError, UserError
+from .._defaults import K3_CONTEXT_WINDOW
+from .._exceptions import ContextLengthExceededError, EngineError, UserError
 from ..formats.k3 import (
     END_OF_MSG,
     EncodedPrompt,
@@ -25,6 +26,7 @@ from ..formats.k3 import (
 )
 from ..formats.k3._codec import media_scan
 from ..types import ChatRequest, ImagePart, Message
+from ..types._prefix import shared_prefix
 from ._base import TokenEngine
 
 __all__ = ["ScriptedCall", "ScriptedEngine"]
@@ -35,21 +37,79 @@ _MARKERS = ("<|open|>", "<|close|>", "<|sep|>", END_OF_MSG)
 ScriptFunction = Callable[[list[Message]], "str | Awaitable[str]"]
 
 
-@dataclass(frozen=True)
-class ScriptedCall:
-    """What a :class:`ScriptedEngine` was asked: the request, a snapshot of its messages, and
-    its K3 prompt text (rendered on first access of :attr:`prompt`, then kept)."""
+class _MessageLog:
+    """Every message a :class:`ScriptedEngine` was sent, each once: a call's messages are a few
+    ranges of it (a growing history is one range), so 3,000 calls of a growing conversation
+    cost O(messages) memory, not a copy of the history per call."""
 
-    request: ChatRequest
-    messages: tuple[Message, ...]
+    def __init__(self) -> None:
+        self.items: list[Message] = []
+        self._last: list[Message] = []  # the last call's messages
+        self._last_ranges: tuple[tuple[int, int], ...] = ()
+
+    def record(self, messages: Sequence[Message]) -> tuple[tuple[int, int], ...]:
+        """Log a call's messages; returns their ranges of :attr:`items`."""
+        n = shared_prefix(self._last, messages)
+        ranges: list[tuple[int, int]] = []
+        left = n
+        for a, b in self._last_ranges:  # the shared part: the last call's ranges, cut at n
+            if left <= 0:
+                break
+            ranges.append((a, min(b, a + left)))
+            left -= b - a
+        if n < len(messages):
+            start = len(self.items)
+            self.items.extend(messages[n:])
+            if ranges and ranges[-1][1] == start:
+                ranges[-1] = (ranges[-1][0], len(self.items))
+            else:
+                ranges.append((start, len(self.items)))
+        self._last, self._last_ranges = list(messages), tuple(ranges)
+        return self._last_ranges
+
+    def messages(self, ranges: tuple[tuple[int, int], ...]) -> tuple[Message, ...]:
+        return tuple(m for a, b in ranges for m in self.items[a:b])
+
+
+class ScriptedCall:
+    """What a :class:`ScriptedEngine` was asked: the request, its messages (a snapshot), and its
+    K3 prompt text (rendered on first access of :attr:`prompt`, then kept).
+
+    The engine keeps every message once (a call holds ranges of the engine's log, not a copy of
+    its history): :attr:`messages` and :attr:`request` are rebuilt when read.
+    """
+
+    def __init__(self, request: ChatRequest, log: _MessageLog) -> None:
+        self._head = copy.copy(request)  # the request without its messages
+        self._head.messages = []
+        self._log = log
+        self._ranges = log.record(request.messages)
+
+    @property
+    def messages(self) -> tuple[Message, ...]:
+        """The call's messages, as they were sent."""
+        return self._log.messages(self._ranges)
+
+    @cached_property
+    def request(self) -> ChatRequest:
+        """The request of this call (its messages as they were sent)."""
+        request = copy.copy(self._head)
+        request.messages = list(self.messages)
+        return request
 
     @cached_property
     def prompt(self) -> str:
-        """The K3 prompt text of this call (rendered on first access and cached).
+        """The K3 prompt text of this call (rendered on first access and cached)."""
+        return self.render()
 
-        Without a tokenizer the engine reads it on every call (its length is the prompt's token
-        estimate); with one it is rendered only when a test asks for it."""
-        return render(self.messages, self.request.tools, **K3Codec.encoding_options(self.request))
+    def render(self) -> str:
+        """The K3 prompt text of this call (rendered anew; the engine without a tokenizer counts
+        its tokens by it without keeping it)."""
+        head = self._head
+        return render(self.messages, head.tools, **K3Codec.encoding_options(head))
+
+    def __repr__(self) -> str:
+        return f"ScriptedCall(messages={len(self.messages)}, tools={len(self._head.tools)})"
 
 
 class ScriptedEngine(TokenEngine):
@@ -97,10 +157,15 @@ class ScriptedEngine(TokenEngine):
         tokenizer: a K3 tokenizer for exact token usage; without one, usage is
             :func:`~kimik3.formats.k3.estimate_tokens` of the rendered prompt and output.
         model: the model name reported in completions.
+        max_model_len: the context window in tokens (default K3's, 1,048,576): a prompt that
+            leaves no room for an output token raises :class:`~kimik3.ContextLengthExceededError`
+            (as vLLM refuses a prompt over its ``max_model_len``), and the output is cut
+            (finish ``"length"``) where the window ends, as vLLM clamps ``max_tokens``.
 
     Raises:
-        UserError: ``chunk_size`` < 1.
+        UserError: ``chunk_size`` or ``max_model_len`` < 1.
         EngineError: more calls than scripted responses (when streaming).
+        ContextLengthExceededError: a prompt over ``max_model_len`` (when streaming).
     """
 
     def __init__(
@@ -110,9 +175,13 @@ class ScriptedEngine(TokenEngine):
         chunk_size: int = 16,
         tokenizer: K3Tokenizer | None = None,
         model: str = "scripted-k3",
+        max_model_len: int = K3_CONTEXT_WINDOW,
     ) -> None:
         super().__init__(tokenizer)
         check_int("ScriptedEngine(chunk_size=...)", chunk_size, minimum=1)
+        check_int("ScriptedEngine(max_model_len=...)", max_model_len, minimum=1)
+        self.max_model_len = max_model_len
+        self._log = _MessageLog()
         if isinstance(responses, (str, bytes)):  # list("abc") would script three one-letter answers
             raise UserError("ScriptedEngine(responses=...) takes a list of raw outputs (or a function): wrap one "
                             "string in a list")
@@ -142,18 +211,40 @@ class ScriptedEngine(TokenEngine):
         prompt_ids: Sequence[int] | None = None,
     ) -> EncodedPrompt:
         if prompt_ids is not None:  # already encoded: nothing to record
-            return super().encode(request, prompt_ids=prompt_ids) if self._tokenizer_source is not None else (
+            prompt = super().encode(request, prompt_ids=prompt_ids) if self._tokenizer_source is not None else (
                 EncodedPrompt(prompt_ids, media_scan(request.messages).images, request)
             )
+            return self._fits(prompt)
         # the script sees videos as their frames, like an engine
         request = K3Codec.expand(request, allow_local_files=self.allow_local_files, cache=prompt_cache)
-        call = ScriptedCall(request, tuple(request.messages))
+        call = ScriptedCall(request, self._log)
         self.calls.append(call)
         if self._tokenizer_source is not None:
-            return super().encode(request, prompt_cache=prompt_cache)  # incremental with the cache
-        images = media_scan(request.messages).images
-        # only the ids' length is used (usage.prompt_tokens): the rendered prompt's estimate
-        return EncodedPrompt([0] * estimate_tokens(call.prompt), images, request)
+            return self._fits(super().encode(request, prompt_cache=prompt_cache))  # incremental with the cache
+        images = media_scan(request.messages, prompt_cache.media if prompt_cache is not None else None).images
+        # only the ids' length is used (usage.prompt_tokens): the rendered prompt's estimate, as
+        # zero bytes (one byte a token, the text not kept)
+        return self._fits(EncodedPrompt(bytes(estimate_tokens(call.render())), images, request))
+
+    def _fits(self, prompt: EncodedPrompt) -> EncodedPrompt:
+        """``prompt``, when it leaves room for an answer in :attr:`max_model_len`.
+
+        Raises:
+            ContextLengthExceededError: the prompt (with its images' tokens) fills the window,
+                worded as vLLM words it.
+        """
+        n = len(prompt.ids) + (self.codec.image_tokens(prompt.images) if prompt.images else 0)
+        if n >= self.max_model_len:
+            raise self._too_long(n)
+        return prompt
+
+    def _too_long(self, n: int) -> ContextLengthExceededError:
+        return ContextLengthExceededError(
+            f"This model's maximum context length is {self.max_model_len} tokens. However, your prompt "
+            f"contains {n} input tokens, which leaves no room for output tokens. Please reduce the length "
+            "of the input prompt.",
+            status_code=None,
+        )
 
     async def _next_text(self, request: ChatRequest) -> str:
         if callable(self._responses):
@@ -179,12 +270,18 @@ class ScriptedEngine(TokenEngine):
             text = render_output({"content": text}, thinking=request.thinking)
         closed = "<|close|>message<|sep|>" in text or END_OF_MSG in text
         tok = self.tokenizer
-        max_tokens = request.settings.max_tokens
-        if max_tokens is not None and tok is not None:
+        room = self.max_model_len - len(prompt_ids)  # vLLM clamps max_tokens to what the window leaves
+        if room < 1:
+            raise self._too_long(len(prompt_ids))
+        max_tokens = min(room, request.settings.max_tokens or room)
+        if tok is not None:
             ids = tok.encode_control(text)
             if len(ids) > max_tokens:  # behave like a real max_tokens cut
                 text = tok.decode(ids[:max_tokens])
                 closed = False
+        elif estimate_tokens(text) > room:  # no tokenizer: the window by the estimate (4 bytes a token)
+            text = text.encode("utf-8", "surrogatepass")[: 4 * room].decode("utf-8", "ignore")
+            closed = False
         step = self.chunk_size
         for i in range(0, len(text), step):
             await anyio.lowlevel.checkpoint()  # a real await point: cancellation lands here

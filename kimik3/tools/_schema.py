@@ -18,14 +18,16 @@ import inspect
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, get_args, get_origin, get_type_hints
+from typing import TYPE_CHECKING, Annotated, Any, get_args, get_origin, get_type_hints
 
-import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, create_model
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from .._exceptions import ToolDefinitionError
+
+if TYPE_CHECKING:  # jsonschema is imported by the first tool defined (start-up time)
+    import jsonschema
 
 __all__ = [
     "FunctionSignature",
@@ -310,6 +312,8 @@ def function_signature(function: Callable[..., Any], name: str, context_type: ty
         raise ToolDefinitionError(f"tool {name!r}: unsupported parameter type: {e}") from e
     schema = _top_level_order(_clean_schema(schema))
     schema.setdefault("properties", {})
+    import jsonschema
+
     try:
         jsonschema.Draft202012Validator.check_schema(schema)
     except jsonschema.SchemaError as e:  # pragma: no cover - pydantic emits valid schemas

@@ -15,7 +15,8 @@ back to the model as the tool message. Cancellation still propagates.
 
 Time limits: a tool may have a time limit (``tool(timeout=S)``, or per call
 ``tool.run(args, timeout=S)``). A call that overruns returns ``"Error: ToolTimeoutError: <name>
-did not finish within S s ..."``. A sync function runs in its own daemon thread, so a call that
+did not finish within S s ..."``. A sync function runs in a daemon worker thread
+(:mod:`kimik3.tools._threads`: kept for the next call, never shared by two), so a call that
 overruns, or whose run is cancelled (a time budget, Ctrl-C), returns at once; Python cannot kill
 a thread, so that thread is *abandoned*: it runs on in the background until the function
 returns, and being a daemon it does not keep the interpreter from exiting. Tools that can block
@@ -30,19 +31,15 @@ in full; ..."``.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import contextvars
 import functools
 import inspect
 import json
 import math
 import re
-import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar, overload
+from typing import Any, Literal, overload
 
 import anyio
 import anyio.from_thread
@@ -55,9 +52,10 @@ from .._pricing import Pricing
 from ..types import ModelSettings, Routing, ToolSpec
 from . import _failures as failures
 from ._failures import FailureText, default_failure_text
-from ._limits import CURRENT_CALL, CallToken, stray_cancellation
+from ._limits import CallToken, stray_cancellation
 from ._result import ToolResult
 from ._schema import boolean_for_number, error_location, format_input, function_signature
+from ._threads import call_in_thread as _call_in_thread
 
 __all__ = ["FunctionTool", "Tool", "ToolContext", "ToolResult", "load_arguments", "tool"]
 
@@ -65,50 +63,6 @@ __all__ = ["FunctionTool", "Tool", "ToolContext", "ToolResult", "load_arguments"
 # names: "github.create_issue"): K3 carries the name in an escaped attribute, so any of these
 # round-trip; OpenAI's own API accepts ASCII only.
 _NAME_RE = re.compile(r"^[\w.-]{1,64}$")
-_T = TypeVar("_T")
-
-
-async def _call_in_thread(function: Callable[[], _T], name: str, call: CallToken | None = None) -> _T:
-    """Run ``function`` in a new daemon thread and await its result (or its exception).
-
-    Unlike ``anyio.to_thread.run_sync``, cancelling the caller returns at once: the thread is
-    abandoned (Python cannot kill a thread) and, being a daemon, never blocks interpreter exit;
-    ``call`` (the thread's :data:`~kimik3.tools._limits.CURRENT_CALL`) is marked abandoned then,
-    so the file tools write nothing afterwards. The caller's context variables are copied into
-    the thread.
-    """
-    token = anyio.lowlevel.current_token()
-    try:
-        loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-    except RuntimeError:  # another backend (trio)
-        loop = None
-    done = anyio.Event()
-    outcome: list[tuple[bool, Any]] = []
-    context = contextvars.copy_context()
-    context.run(CURRENT_CALL.set, call)
-
-    def target() -> None:
-        try:
-            outcome.append((True, context.run(function)))
-        except BaseException as e:  # handed to the awaiting task
-            outcome.append((False, e))
-        with contextlib.suppress(Exception):  # the event loop is gone: nobody waits any more
-            if loop is not None:
-                loop.call_soon_threadsafe(done.set)  # does not wait for the loop
-            else:
-                anyio.from_thread.run_sync(done.set, token=token)
-
-    threading.Thread(target=target, name=f"kimik3 tool {name}", daemon=True).start()
-    try:
-        await done.wait()
-    except BaseException:  # cancelled (a time limit, the run): the thread is abandoned
-        if call is not None and not outcome:
-            call.abandon()
-        raise
-    ok, value = outcome[0]
-    if ok:
-        return value  # type: ignore[no-any-return]
-    raise value
 
 
 def _seconds(value: float) -> float:
@@ -426,10 +380,11 @@ class FunctionTool(Tool):
         abandoned"``. Cancellation of the caller (``asyncio.CancelledError``, anyio's
         cancellation) and ``KeyboardInterrupt`` propagate.
 
-        A sync function runs in a new daemon thread, an async one in the caller's task. When the
-        time limit passes or the caller is cancelled, the call returns at once: an async function
-        is cancelled; a sync function's thread is abandoned (Python cannot kill a thread; it runs
-        on until the function returns, and never blocks interpreter exit).
+        A sync function runs in a daemon worker thread (reused, one call at a time), an async
+        one in the caller's task. When the time limit passes or the caller is cancelled, the call
+        returns at once: an async function is cancelled; a sync function's thread is abandoned
+        (Python cannot kill a thread; it runs on until the function returns, is never reused, and
+        never blocks interpreter exit).
 
         Args:
             arguments: the call's arguments, a dict or its JSON text.

@@ -1,7 +1,7 @@
 """Typed, OpenAI-shaped chat messages, content parts, tool calls and tool specs (pydantic v2),
 the request of one model call (:class:`ChatRequest`, with its validity rules
-:func:`check_request` and its :class:`ModelSettings`) and its result (:class:`ChatCompletion`,
-:class:`Choice`, :class:`Usage`).
+:func:`check_request` (a growing conversation's, each message once: :class:`RequestChecker`) and
+its :class:`ModelSettings`) and its result (:class:`ChatCompletion`, :class:`Choice`, :class:`Usage`).
 
 Every model accepts the OpenAI chat-completions dict shapes people already have and dumps back to
 them (:meth:`Message.to_openai`-style via :func:`dump_message`):
@@ -51,6 +51,7 @@ from ._request import (
     TOOL_NAME,
     ChatRequest,
     JSONSchemaFormat,
+    RequestChecker,
     ResponseFormat,
     ToolChoice,
     check_request,
@@ -82,6 +83,7 @@ __all__ = [
     "Message",
     "ModelSettings",
     "PromptTokensDetails",
+    "RequestChecker",
     "ResponseFormat",
     "Routing",
     "SystemMessage",

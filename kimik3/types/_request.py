@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, InitVar, dataclass, field
 from typing import Any, Literal, TypeAlias
 
 from typing_extensions import TypedDict
@@ -20,6 +20,7 @@ from .._checks import check_instance
 from .._exceptions import InvalidRequestError, MessageError
 from .._json import check_json_limits
 from ._messages import Message, SystemMessage, ToolMessage, ToolSpec, to_messages, to_tool_specs
+from ._prefix import shared_prefix
 from ._routing import Routing
 from ._settings import SINGLE_STEP_SETTINGS, ModelSettings
 
@@ -27,6 +28,7 @@ __all__ = [
     "TOOL_NAME",
     "ChatRequest",
     "JSONSchemaFormat",
+    "RequestChecker",
     "ResponseFormat",
     "ToolChoice",
     "check_request",
@@ -178,8 +180,11 @@ def check_request(
     content declares nothing: a plain system message. (A tool declaration without ``type`` is
     refused when it is typed: :func:`kimik3.types.to_tool_specs`.)
 
+    A growing conversation is checked message by message once with a :class:`RequestChecker`
+    (the same rules).
+
     Args:
-        messages: typed messages (:func:`kimik3.types.to_messages`).
+        messages: typed messages (:func:`kimik3.types.to_messages`; dicts are converted).
         tools: the request's tool declarations.
         tool_choice, response_format: as sent.
 
@@ -187,46 +192,121 @@ def check_request(
         InvalidRequestError: the first rule broken, naming the message index.
         JSONLimitError: a schema that is not plain JSON (a set, a non-string key, nesting
             beyond 128).
-        MessageError: an unsupported ``tool_choice`` or ``response_format``.
+        MessageError: an unsupported ``tool_choice`` or ``response_format``, or a message that
+            is not one.
     """
-    declared: set[str] = set()
-    _check_names(tools, "tools")
-    dup = _duplicates(tools, declared)
-    if dup:
-        raise InvalidRequestError(f"duplicate tool name(s) in tools: {', '.join(map(repr, dup))}")
-    for i, msg in enumerate(messages):
-        extra = msg.model_extra or {}
-        if "tools" in extra:
-            raise InvalidRequestError(
-                f"message #{i} (role {msg.role!r}) carries tools: only a system message without "
-                "content may declare tools"
-            )
-        if isinstance(msg, SystemMessage) and msg.tools is not None:
-            if msg.tools and msg.content:  # `tools: []` declares nothing: a plain system message
-                raise InvalidRequestError(
-                    f"system message #{i} carries both tools and content; send the tools in a "
-                    "system message without content and the text in another system message"
-                )
-            _check_names(msg.tools, f"system message #{i}")
-            dup = _duplicates(msg.tools, declared)
+    RequestChecker().check(messages, tools, tool_choice=tool_choice, response_format=response_format)
+
+
+class RequestChecker:
+    """:func:`check_request` for the requests of one growing conversation: each message is
+    converted (:func:`~kimik3.types.to_messages`) and checked once, the first time a request
+    holds it; later requests that keep it (the same object, or an equal one, in the same place:
+    :func:`~kimik3.types._prefix.shared_prefix`) skip it. A changed message, or changed request
+    ``tools``, is checked again from there. An :class:`~kimik3.Agent` keeps one per run and
+    hands it to every :class:`ChatRequest` (``ChatRequest(..., checker=...)``), so a turn at 3,000
+    turns costs its new messages, not the history.
+
+    Not thread-safe: one conversation, one task at a time.
+    """
+
+    def __init__(self) -> None:
+        self._tools: list[ToolSpec] | None = None  # the request tools the state below holds for
+        self._msgs: list[Message] = []  # checked, in order (a private copy)
+        self._declares: list[tuple[int, list[str]]] = []  # (message index, names it declares)
+        self._declared: set[str] = set()  # the request tools' names and every declaration's
+
+    def check(
+        self,
+        messages: Iterable[Message | Mapping[str, Any]],
+        tools: Sequence[ToolSpec] = (),
+        *,
+        tool_choice: Any = None,
+        response_format: Any = None,
+    ) -> list[Message]:
+        """Check a request (the rules of :func:`check_request`) and return its messages typed.
+
+        Returns:
+            A new list: ``messages`` with dicts converted to typed messages.
+
+        Raises:
+            As :func:`check_request`; nothing of a refused request is kept.
+        """
+        if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Iterable):
+            raise MessageError(f"messages must be a list of messages, got {type(messages).__name__}")
+        out: list[Any] = list(messages)  # typed below: the cached part already is
+        tools = list(tools)
+        if tools != self._tools:  # new head declarations: everything is checked again
+            _check_names(tools, "tools")
+            declared: set[str] = set()
+            dup = _duplicates(tools, declared)
             if dup:
-                raise InvalidRequestError(
-                    f"duplicate tool name(s) in system message #{i}: {', '.join(map(repr, dup))} (declared before "
-                    "in this request: a K3 endpoint takes each name once; give a changed tool a new name)"
-                )
-        if isinstance(msg, ToolMessage) and not msg.tool_call_id:
+                raise InvalidRequestError(f"duplicate tool name(s) in tools: {', '.join(map(repr, dup))}")
+            self._tools, self._msgs, self._declares, self._declared = tools, [], [], declared
+        msgs = self._msgs
+        n = shared_prefix(msgs, out)
+        if n < len(msgs):
+            del msgs[n:]
+            if self._declares and self._declares[-1][0] >= n:
+                self._declares = [d for d in self._declares if d[0] < n]
+                self._declared = {t.function.name for t in self._tools or ()}
+                self._declared.update(name for _, names in self._declares for name in names)
+        new = to_messages(out[n:])
+        out[n:] = new
+        declared = self._declared
+        declares: list[tuple[int, list[str]]] = []
+        if any(isinstance(m, SystemMessage) and m.tools for m in new):
+            declared = set(declared)  # kept only if the whole request passes
+        for i, msg in enumerate(new, start=n):
+            names = _check_message(i, msg, declared)
+            if names:
+                declares.append((i, names))
+        tool_choice_directive(tool_choice)
+        if tool_choice == "required" and not declared:
             raise InvalidRequestError(
-                f"tool message #{i} has no tool_call_id: K3 endpoints reject it; give the id of "
-                "the assistant tool call it answers"
+                "tool_choice 'required' with no tools declared (request tools or a system message's "
+                "tools): the model could call nothing; OpenAI and vLLM answer 400"
             )
-    tool_choice_directive(tool_choice)
-    if tool_choice == "required" and not declared:
+        response_format_schema(response_format)
+        _check_json_schema(response_format)
+        msgs.extend(new)
+        self._declares.extend(declares)
+        self._declared = declared
+        return out
+
+
+def _check_message(i: int, msg: Message, declared: set[str]) -> list[str]:
+    """Check message ``#i`` of a request; returns the tool names it declares (added to ``declared``).
+
+    Raises:
+        InvalidRequestError: the message breaks a rule of :func:`check_request`.
+    """
+    extra = msg.__pydantic_extra__
+    if extra and "tools" in extra:
         raise InvalidRequestError(
-            "tool_choice 'required' with no tools declared (request tools or a system message's "
-            "tools): the model could call nothing; OpenAI and vLLM answer 400"
+            f"message #{i} (role {msg.role!r}) carries tools: only a system message without "
+            "content may declare tools"
         )
-    response_format_schema(response_format)
-    _check_json_schema(response_format)
+    if isinstance(msg, SystemMessage) and msg.tools is not None:
+        if msg.tools and msg.content:  # `tools: []` declares nothing: a plain system message
+            raise InvalidRequestError(
+                f"system message #{i} carries both tools and content; send the tools in a "
+                "system message without content and the text in another system message"
+            )
+        _check_names(msg.tools, f"system message #{i}")
+        dup = _duplicates(msg.tools, declared)
+        if dup:
+            raise InvalidRequestError(
+                f"duplicate tool name(s) in system message #{i}: {', '.join(map(repr, dup))} (declared before "
+                "in this request: a K3 endpoint takes each name once; give a changed tool a new name)"
+            )
+        return [t.function.name for t in msg.tools]
+    if isinstance(msg, ToolMessage) and not msg.tool_call_id:
+        raise InvalidRequestError(
+            f"tool message #{i} has no tool_call_id: K3 endpoints reject it; give the id of "
+            "the assistant tool call it answers"
+        )
+    return []
 
 
 @dataclass
@@ -245,6 +325,9 @@ class ChatRequest:
             (:class:`ResponseFormat`).
         routing: the conversation the request belongs to (:class:`Routing`): remote engines
             send its key to routers (headers, the body's ``user``); None sends nothing.
+        checker: (keyword only, not kept) the :class:`RequestChecker` of the conversation this
+            request continues: only messages it has not checked yet are converted and checked
+            (an agent passes its run's); default: every message is.
 
     Raises:
         InvalidRequestError: a request K3's endpoint contract says must be rejected
@@ -260,13 +343,18 @@ class ChatRequest:
     response_format: ResponseFormat | Mapping[str, Any] | None = None
     routing: Routing | None = None
 
-    def __post_init__(self) -> None:
+    _: KW_ONLY
+    checker: InitVar[RequestChecker | None] = None
+
+    def __post_init__(self, checker: RequestChecker | None) -> None:
         check_instance("ChatRequest(routing=...)", self.routing, Routing, "a Routing")
-        self.messages = to_messages(self.messages)
         self.tools = to_tool_specs(self.tools)
         check_instance("ChatRequest(settings=...)", self.settings, ModelSettings, "a ModelSettings", optional=False)
+        check_instance("ChatRequest(checker=...)", checker, RequestChecker, "a RequestChecker")
         self.settings = SINGLE_STEP_SETTINGS.merged(self.settings)
-        check_request(self.messages, self.tools, tool_choice=self.tool_choice, response_format=self.response_format)
+        self.messages = (checker or RequestChecker()).check(
+            self.messages, self.tools, tool_choice=self.tool_choice, response_format=self.response_format
+        )
 
     @property
     def thinking(self) -> bool:

@@ -210,8 +210,9 @@ async def test_compaction_that_cannot_get_under_the_threshold_stops_and_says_so_
     assert compaction_turns == []  # no model call spent on a compaction that cannot help
     stops = [e for e in events if isinstance(e, CompactionEvent)]
     assert len(stops) == 1 and stops[0].removed_messages == 0 and stops[0].summary == ""
+    # the task's 100,000 tokens and its K3 framing (<|open|>message role="user"<|sep|> ... <|end_of_msg|>: 11)
     assert stops[0].stopped == ("compaction stopped: what it must keep (the first task, tool declarations: about "
-                                "100,000 tokens) cannot get under half of the 48,000-token threshold")
+                                "100,011 tokens) cannot get under half of the 48,000-token threshold")
     final = events[-1]
     assert isinstance(final, FinalEvent) and final.result.turns == 13
 

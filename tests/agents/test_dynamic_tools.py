@@ -17,7 +17,7 @@ import pytest
 from kimik3 import Agent, ChatRequest, K3Tokenizer, RemoteEngine, ScriptedEngine, ToolMessage, UserError, tool
 from kimik3.formats.k3 import EncodedPrompt, K3Codec, render_output
 from kimik3.tools import Tool, ToolContext, Toolset, tool_search
-from kimik3.types import SystemMessage
+from kimik3.types import SystemMessage, UserMessage
 from tests.k3vocab import write_model_dir
 
 NEW_TOOLS = (
@@ -283,10 +283,17 @@ async def test_a_tool_returning_tools_adds_them() -> None:
 
 async def test_a_declaration_counts_toward_the_context() -> None:
     from kimik3.agents._agent import _Run
+    from kimik3.agents._tokens import RunTokens
+    from kimik3.formats.k3 import default_tokenizer
 
-    run = _Run([], None, None, len)  # one "token" a character
+    tok = default_tokenizer()
+    run = _Run([], None, None, RunTokens(tok, None))
     decl = SystemMessage(content="", tools=[WEATHER_SPEC])
-    assert run.message_tokens(decl) == len(json.dumps([WEATHER_SPEC]))
+    # what the declaration adds to a K3 prompt, framing and K3's declaration text included
+    head = [UserMessage(content="hi")]
+    added = len(tok.encode_messages([*head, decl], add_generation_prompt=False)) - len(
+        tok.encode_messages(head, add_generation_prompt=False))
+    assert run.message_tokens(decl) == added > len(tok.encode_text(json.dumps([WEATHER_SPEC])))
 
 
 # -- misuse and resume -----------------------------------------------------------------------

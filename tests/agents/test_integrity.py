@@ -257,8 +257,9 @@ async def test_the_outcome_of_an_unusable_turn_is_named() -> None:
 
 def _run(agent: Agent[Any]) -> Any:
     from kimik3.agents._agent import _Run
+    from kimik3.agents._tokens import RunTokens
 
-    return _Run([UserMessage(content="go")], None, None, agent._count)
+    return _Run([UserMessage(content="go")], None, None, RunTokens(None, agent.client))
 
 
 # -- 4. compaction summaries that are empty or cut ----------------------------------------------

@@ -158,9 +158,10 @@ async def test_an_overflow_stating_no_window_is_bounded_by_the_refused_request()
     # the summary request is smaller than the refused one, and fits the server's (unstated) window
     assert tokens(api.seen[n + 1]) < tokens(api.seen[n]) and tokens(api.seen[n + 1]) <= 3000
     assert api.seen[n + 1]["messages"][-1]["content"] == COMPACTION_REQUEST
-    # the run's window is now the refused request's size (kimik3's count: 3 x 1,605 + the rest): the
-    # newest turn fits in half its threshold and stays, the 4 messages before it are summarised
-    assert [e.removed_messages for e in events if isinstance(e, CompactionEvent)] == [4]
+    # the run's window is now the refused request's size by kimik3's count (each message with its K3
+    # framing): half its threshold holds no whole turn beside the task, so the 6 messages after the
+    # task are summarised
+    assert [e.removed_messages for e in events if isinstance(e, CompactionEvent)] == [6]
     assert len(api.seen) == n + 4  # the summary, the turn again (calls part 4), its result: no second refusal
 
 

@@ -72,12 +72,15 @@ async def test_without_a_session_the_key_follows_the_conversations_head() -> Non
 
 
 async def test_compaction_and_retries_keep_the_key(tmp_path: Path) -> None:
+    turns = [0]  # the model's turns so far (compaction takes assistant messages out of the history)
+
     def script(messages: list[Message]) -> str:
         last = messages[-1]
         if isinstance(last, UserMessage) and "Summarise the conversation" in str(last.content):
             return answer("SUMMARY: added twice")
-        n = sum(isinstance(m, AssistantMessage) for m in messages)
-        return calls(("add", {"a": n, "b": 1}), reasoning="word " * 300) if n < 5 else answer("done")
+        turns[0] += 1
+        n = turns[0]
+        return calls(("add", {"a": n, "b": 1}), reasoning="word " * 300) if n < 6 else answer("done")
 
     engine = ScriptedEngine(script)
     flaky = Flaky(engine, fail=[1, 3])  # the 2nd and 4th attempts fail with a 503 and are retried

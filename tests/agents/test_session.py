@@ -271,7 +271,8 @@ async def test_kill_9_while_writing_then_resume_succeeds_every_time(tmp_path: Pa
         torn += not path.read_bytes().endswith(b"\n")
         texts = contents(path)
         assert texts == [expected_text(i) for i in range(len(texts))]  # a clean prefix, nothing mangled
-        r = await Agent(engine=ScriptedEngine([answer(f"resumed {trial}")]), instructions="sys").resume(path, task="go on")
+        engine = ScriptedEngine([answer(f"resumed {trial}")], max_model_len=10**9)  # the session is over K3's window
+        r = await Agent(engine=engine, instructions="sys").resume(path, task="go on")
         assert r.output == f"resumed {trial}"
         after = load_session(path)
         assert [str(m.content) for m in after[: len(texts)]] == texts

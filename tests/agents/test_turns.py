@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from kimik3 import (
@@ -12,6 +13,7 @@ from kimik3 import (
     Edit,
     FinalEvent,
     ScriptedEngine,
+    SystemMessage,
     ToolCallApprovedEvent,
     ToolResultEvent,
     UserMessage,
@@ -19,7 +21,8 @@ from kimik3 import (
 )
 from kimik3.agents import ContinueWith, Final, ToolsRan
 from kimik3.agents._agent import _Run
-from kimik3.formats.k3 import render_output
+from kimik3.agents._tokens import RunTokens
+from kimik3.formats.k3 import default_tokenizer, render_output
 
 
 @tool
@@ -37,7 +40,7 @@ async def test_turn_outcomes_are_named() -> None:
     cut = "partial<|close|>think<|sep|><|open|>response<|sep|>answer"  # no message close: a max_tokens cut
     engine = ScriptedEngine([call("hi"), cut, render_output({"reasoning_content": "d", "content": "done"})])
     agent = Agent(tools=[echo], engine=engine)
-    run = _Run([UserMessage(content="go")], None, None, agent._count)
+    run = _Run([UserMessage(content="go")], None, None, RunTokens(None, agent.client))
     outcomes = []
     for _ in range(3):
         async for item in agent._turn(run):
@@ -70,11 +73,18 @@ async def test_approved_calls_are_reported_with_their_final_arguments() -> None:
     assert isinstance(events[-1], FinalEvent) and events[-1].result.output == "ok"
 
 
-def test_tokens_in_the_context_count_reasoning_once() -> None:
+def test_tokens_in_the_context_count_reasoning_once_and_the_k3_framing() -> None:
     agent = Agent(engine=ScriptedEngine([]))
-    run = _Run([], None, None, agent._count)
+    run = _Run([], None, None, RunTokens(None, agent.client))
     reasoning = "r" * 400  # 200 tokens in K3's real vocabulary (the agent's default count)
-    run.add(AssistantMessage(content="a" * 40, reasoning_content=reasoning))  # + 5
-    assert run.context_tokens == 205
-    run.add(UserMessage(content="u" * 80))  # + 40
-    assert run.context_tokens == 245
+    assistant = AssistantMessage(content="a" * 40, reasoning_content=reasoning)
+    run.add(assistant)  # 200 + 5, and 23 of framing: the message, think and response tags, <|end_of_msg|>
+    assert run.context_tokens == 228
+    user = UserMessage(content="u" * 80)
+    run.add(user)  # 40 + 11 (<|open|>message role="user"<|sep|> ... <|close|>message<|sep|><|end_of_msg|>)
+    assert run.context_tokens == 279
+    # exactly what each message adds to a K3 prompt (the full encoder, one prompt against the next)
+    tok, head = default_tokenizer(), [SystemMessage(content="s")]
+    lengths = [len(tok.encode_messages(head + ms, add_generation_prompt=False)) for ms in ([], [assistant],
+                                                                                        [assistant, user])]
+    assert [b - a for a, b in itertools.pairwise(lengths)] == [228, 51]

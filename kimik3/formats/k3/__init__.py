@@ -9,6 +9,7 @@ Pure functions and incremental state machines; no I/O beyond reading a model dir
 from ..._json import JSON_MAX_DEPTH, JSON_MAX_INT_DIGITS, check_json_limits, safe_loads
 from ...types import TOOL_NAME, check_request
 from ._codec import EncodedPrompt, K3Codec, K3Decoder, PromptCache, PromptEncoder, PromptIds, RawChunk
+from ._count import message_tokens
 from ._encode import (
     CLOSE,
     END_OF_MSG,
@@ -94,6 +95,7 @@ __all__ = [
     "estimate_tokens",
     "load_tiktoken_bpe",
     "message_segments",
+    "message_tokens",
     "new_tool_call_id",
     "normalize_messages",
     "open_tool_run",

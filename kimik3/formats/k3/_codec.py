@@ -41,6 +41,7 @@ from ...types import (
     to_messages,
     to_tool_specs,
 )
+from ...types._prefix import shared_prefix
 from ...types._results import CLOSED_MID_ANSWER
 from ._encode import (
     ThinkingEffort,
@@ -127,9 +128,10 @@ class PromptEncoder:
 
     A long-horizon agent adds one turn at a time to a history of up to 1M tokens; this encoder
     keeps the ids of the history it has already encoded and tokenizes only what is new. Reuse
-    requires the SAME message objects in the same order (identity, not equality: pass typed
-    messages and never mutate one after it was encoded — :class:`kimik3.Agent` does this);
-    anything else falls back to encoding from the first changed message. Tool declarations and
+    requires the same typed messages in the same order (the same objects, or equal ones:
+    :func:`~kimik3.types._prefix.shared_prefix`; never mutate one after it was encoded —
+    :class:`kimik3.Agent` does not); anything else falls back to encoding from the first changed
+    message. Tool declarations and
     thinking settings are fixed per encoder.
 
     Args:
@@ -185,11 +187,8 @@ class PromptEncoder:
         Raises:
             As :func:`kimik3.formats.k3.encode_segments`.
         """
-        n = 0  # longest reusable prefix, by identity (cached messages are typed already)
-        limit = min(len(self._msgs), len(messages))
         msgs = self._msgs
-        while n < limit and msgs[n] is messages[n]:
-            n += 1
+        n = shared_prefix(msgs, messages)  # longest reusable prefix (cached messages are typed already)
         # a tool message right after a committed tool run belongs to that run: re-encode the run
         if (
             0 < n < len(messages)
@@ -263,9 +262,9 @@ def _message_media(msg: Message) -> tuple[list[ImagePart], int]:
 
 
 class MediaIndex:
-    """The media of a growing conversation, each message scanned once (reused by identity, like
-    :class:`~kimik3.PromptEncoder`): a 1,000-turn history costs a pointer comparison per message
-    per request, not a look into every message."""
+    """The media of a growing conversation, each message scanned once (reused while the leading
+    messages stay, like :class:`~kimik3.PromptEncoder`): a 1,000-turn history costs a pointer
+    comparison per message per request (in C), not a look into every message."""
 
     def __init__(self) -> None:
         self._msgs: list[Message] = []
@@ -276,10 +275,7 @@ class MediaIndex:
     def scan(self, messages: Sequence[Message]) -> MediaScan:
         """The media of ``messages`` (typed)."""
         msgs = self._msgs
-        n = 0
-        limit = min(len(msgs), len(messages))
-        while n < limit and msgs[n] is messages[n]:
-            n += 1
+        n = shared_prefix(msgs, messages)
         if n < len(msgs):
             del msgs[n:], self._image_ends[n:], self._video_ends[n:]
             del self._images[(self._image_ends[-1] if n else 0) :]

@@ -29,8 +29,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import tiktoken
-
 from ..._exceptions import KimiK3Error, TokenizerError, UserError
 from ..._files import read_regular_bytes
 from ...types import Message, ToolSpec
@@ -225,6 +223,8 @@ class K3Tokenizer:
             raise TokenizerError("give both mergeable_ranks and special_tokens, or neither (K3's packaged vocabulary)")
         self.num_base_tokens = len(mergeable_ranks)
         self.special_tokens: dict[str, int] = dict(special_tokens)
+        import tiktoken  # at first use, with the vocabulary (start-up time)
+
         try:
             self._enc = tiktoken.Encoding(
                 name=name,

@@ -1,0 +1,55 @@
+"""A run's token counts (:class:`RunTokens`): text, and each message as K3 frames it, counted once."""
+
+from __future__ import annotations
+
+from .._client import Client
+from ..formats.k3 import K3Tokenizer, default_tokenizer, message_tokens
+from ..types import Message
+
+__all__ = ["RunTokens"]
+
+
+class RunTokens:
+    """The token counts of one run, with one tokenizer: the agent's, else the engine's, else K3's
+    real vocabulary (:func:`~kimik3.formats.k3.default_tokenizer`), resolved on first use.
+
+    :meth:`message` counts a message with its K3 framing (:func:`~kimik3.formats.k3.message_tokens`)
+    once, when it enters the history; later counts of it (compaction, usage a server did not
+    report) are a look-up.
+
+    Args:
+        tokenizer: the agent's tokenizer (None: the client's, then K3's).
+        client: the client (its ``tokenizer`` and ``allow_local_files``), if any.
+    """
+
+    def __init__(self, tokenizer: K3Tokenizer | None, client: Client | None) -> None:
+        self._tokenizer = tokenizer
+        self._client = client
+        self._sizes: dict[int, tuple[Message, int]] = {}  # id(message) -> (the message, its tokens)
+
+    @property
+    def tokenizer(self) -> K3Tokenizer:
+        """The tokenizer counts use."""
+        client = self._client
+        return self._tokenizer or (client.tokenizer if client is not None else None) or default_tokenizer()
+
+    def text(self, text: str) -> int:
+        """Tokens of plain text."""
+        return len(self.tokenizer.encode_text(text))
+
+    def message(self, message: Message) -> int:
+        """Tokens ``message`` takes in the prompt, framing included (counted once per message)."""
+        hit = self._sizes.get(id(message))
+        if hit is not None and hit[0] is message:
+            return hit[1]
+        local = self._client is not None and self._client.allow_local_files
+        n = message_tokens(message, self.tokenizer, allow_local_files=local)
+        self._sizes[id(message)] = (message, n)
+        return n
+
+    def keep(self, messages: list[Message]) -> None:
+        """Forget the counts of messages no longer in ``messages`` (once they are most of the
+        cache: amortised O(1) a message)."""
+        if len(self._sizes) > 2 * len(messages) + 64:
+            live = {id(m) for m in messages}
+            self._sizes = {k: v for k, v in self._sizes.items() if k in live}
