@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import shlex
 import warnings
@@ -112,6 +113,20 @@ class _Options:
     """--reasoning-effort, --temperature, --top-p, --max-tokens, --seed (the agent level)."""
 
 
+class FiniteFloat(click.FloatRange):
+    """:class:`click.FloatRange` that also refuses ``nan``, ``inf`` and ``-inf`` (click lets them
+    through: NaN compares false with every bound): a usage error (exit 2), as for a number out of
+    range. Every float option of the CLI is one."""
+
+    name = "finite float"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return number
+
+
 def _price(ctx: click.Context, param: click.Parameter, value: str | None) -> Pricing | None:
     """``--price IN,CACHED,OUT``: a :class:`~kimik3.Pricing` (USD per 1M tokens)."""
     if value is None:
@@ -150,7 +165,7 @@ def _engine_options(f: F) -> F:
         click.option("--tensor-parallel-size", type=click.IntRange(min=1), help="vLLM tensor_parallel_size."),
         click.option("--max-model-len", type=click.IntRange(min=1), help="vLLM max_model_len (tokens)."),
         click.option("--enforce-eager/--no-enforce-eager", default=None, help="vLLM enforce_eager."),
-        click.option("--gpu-memory-utilization", type=click.FloatRange(0, 1, min_open=True),
+        click.option("--gpu-memory-utilization", type=FiniteFloat(0, 1, min_open=True),
                      help="vLLM gpu_memory_utilization (0-1]."),
         click.option("--dtype", help="vLLM dtype (auto, bfloat16, float16, ...)."),
         click.option("--trust-remote-code", is_flag=True, default=None,
@@ -163,21 +178,21 @@ def _engine_options(f: F) -> F:
         click.option("--reasoning-effort", type=click.Choice(list(REASONING_EFFORTS)),
                      help="K3's thinking effort (default max); none turns thinking off."),
         click.option("--max-turns", type=click.IntRange(min=1), help="Model calls that may use tools (default 50)."),
-        click.option("--max-usd", type=click.FloatRange(min=0, min_open=True), metavar="USD",
+        click.option("--max-usd", type=FiniteFloat(min=0, min_open=True), metavar="USD",
                      help="End the run gracefully (a summary turn) once its model calls, sub-agents' included, "
                           "cost this much (needs prices: Moonshot's hosted model ids, or --price)."),
         click.option("--price", callback=_price, metavar="IN,CACHED,OUT",
                      help="USD per 1M input, cached input and output tokens (default: Moonshot's hosted prices by "
                           "model id; none for self-hosted models)."),
         click.option("--max-tokens", type=click.IntRange(min=1), help="Completion tokens per model call."),
-        click.option("--temperature", type=click.FloatRange(min=0), help="Sampling temperature (default 1.0)."),
-        click.option("--top-p", type=click.FloatRange(0, 1, min_open=True), help="Nucleus sampling (default 1.0)."),
+        click.option("--temperature", type=FiniteFloat(min=0), help="Sampling temperature (default 1.0)."),
+        click.option("--top-p", type=FiniteFloat(0, 1, min_open=True), help="Nucleus sampling (default 1.0)."),
         click.option("--seed", type=int, help="Sampling seed, where the engine supports one."),
         click.option("--plain", is_flag=True, help="Plain progress lines even on a terminal."),
         click.option("--mcp", multiple=True, metavar='"CMD ARGS" | URL', callback=_check_mcp,
                      help="Give the agent the tools of an MCP server (repeatable): a command line started "
                           "over stdio, or a Streamable HTTP URL."),
-        click.option("--mcp-timeout", type=click.FloatRange(min=0, min_open=True, max=86400), metavar="SECONDS",
+        click.option("--mcp-timeout", type=FiniteFloat(min=0, min_open=True, max=86400), metavar="SECONDS",
                      help="Time limit of each MCP request: opening a server, a tool listing, a tool call "
                           "(default 60)."),
         click.option("--otel", metavar="console | URL", callback=_check_otel,

@@ -27,7 +27,7 @@ import click
 from rich.console import Console
 from rich.progress import Progress
 
-from ._cli_engine import _build_engine, _engine_options, _mcp_server, _options, _quiet, _settings
+from ._cli_engine import FiniteFloat, _build_engine, _engine_options, _mcp_server, _options, _quiet, _settings
 from ._cli_harness import harness_options
 from ._cli_progress import _PlainProgress
 from ._cli_run import _execute, _start
@@ -166,7 +166,7 @@ def run_command(ctx: click.Context, /, suite: str, out: str, concurrency: int, r
 @eval_group.command(name="compare")
 @click.argument("a", type=click.Path(exists=True))
 @click.argument("b", type=click.Path(exists=True))
-@click.option("--max-drop", type=click.FloatRange(0, 1), default=0.0, show_default=True,
+@click.option("--max-drop", type=FiniteFloat(0, 1), default=0.0, show_default=True,
               help="The largest fall of B's pass rate below A's that still passes (0.05: five points).")
 @click.pass_context
 def compare_command(ctx: click.Context, a: str, b: str, max_drop: float) -> None:
@@ -202,12 +202,12 @@ def _session_files(paths: Sequence[str]) -> list[Path]:
 @click.option("--tokenizer", type=click.Path(exists=True, file_okay=False), metavar="DIR",
               help="The model directory's tokenizer (raw mode).")
 @click.option("--concurrency", type=click.IntRange(min=1), default=4, show_default=True, help="Requests in flight.")
-@click.option("--temperature", type=click.FloatRange(min=0), help="Override the recorded temperature.")
+@click.option("--temperature", type=FiniteFloat(min=0), help="Override the recorded temperature.")
 @click.option("--max-tokens", type=click.IntRange(min=1), help="Override the recorded max_tokens.")
 @click.option("--out", type=click.Path(file_okay=False), metavar="DIR",
               help="Write replay.jsonl (one row per request) and replay-summary.json here.")
-@click.option("--min-f1", type=click.FloatRange(0, 1), help="Exit 1 when tool_call_f1 is below this.")
-@click.option("--min-schema-accuracy", type=click.FloatRange(0, 1), help="Exit 1 when schema_accuracy is below this.")
+@click.option("--min-f1", type=FiniteFloat(0, 1), help="Exit 1 when tool_call_f1 is below this.")
+@click.option("--min-schema-accuracy", type=FiniteFloat(0, 1), help="Exit 1 when schema_accuracy is below this.")
 @click.pass_context
 def replay_command(ctx: click.Context, sessions: tuple[str, ...], base_url: str, api_key: str | None,
                    model: str | None, mode: str, tokenizer: str | None, concurrency: int, temperature: float | None,

@@ -62,6 +62,7 @@ import click
 from . import __version__
 from ._cli_engine import (
     _PRESET_NAMES,
+    FiniteFloat,
     _agent,
     _build_engine,
     _engine_options,
@@ -463,9 +464,9 @@ def show_command(ctx: click.Context, session: str, reasoning: bool, full: bool) 
               help="Write the recorded run as an animated GIF (then nothing is replayed).")
 @click.option("--url", help="Browser trajectories: open this page instead of the recorded one.")
 @click.option("--display", help="X11 trajectories: use this X display instead of the recorded one.")
-@click.option("--tolerance", type=click.FloatRange(0, 1), default=0.02, show_default=True,
+@click.option("--tolerance", type=FiniteFloat(0, 1), default=0.02, show_default=True,
               help="Largest fraction of differing pixels in a step's target region that still matches.")
-@click.option("--timeout", type=click.FloatRange(min=0), default=10.0, show_default=True,
+@click.option("--timeout", type=FiniteFloat(min=0), default=10.0, show_default=True,
               help="Seconds to wait for the screen to match before each step.")
 @click.pass_context
 def replay_command(ctx: click.Context, trajectory: str, html_out: str | None, gif_out: str | None, url: str | None,
@@ -516,7 +517,7 @@ def replay_command(ctx: click.Context, trajectory: str, html_out: str | None, gi
 @click.option("--max-tokens", type=click.IntRange(min=1), default=1024, show_default=True,
               help="Completion budget of each generation the model checks read.")
 @click.option("--concurrency", type=click.IntRange(min=1), default=8, show_default=True, help="Requests in flight.")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True, max=86400), default=60.0, show_default=True,
+@click.option("--timeout", type=FiniteFloat(min=0, min_open=True, max=86400), default=60.0, show_default=True,
               metavar="SECONDS", help="Total time per request, connect to last byte.")
 @click.option("--max-body-bytes", type=click.IntRange(min=1024), default=4 * 1024 * 1024, show_default=True,
               metavar="BYTES", help="The largest answer body read (a stream's chunks together); a larger one "

@@ -24,14 +24,18 @@ by its journal, before anything else:
 
 The journal of a turn is the records after its assistant message (call ids such as K3's
 ``write:0`` repeat across turns, so an older record never applies to a newer call). Every record
-is validated before it is acted on; one that does not fit (no such call, a decision on a call
-never deferred, a start without an approval) is a :class:`~kimik3.SessionError` naming its line.
-A decision, once recorded, is final: the same decision again is a no-op, another one a
-:class:`~kimik3.UserError`.
+is validated before it is acted on; one that does not fit (no such call, a ``deferred`` record
+whose name or arguments are not exactly the call's, a second ``deferred`` for a call, a decision
+on a call never deferred, a start without an approval) is a :class:`~kimik3.SessionError` naming
+its line. What a person is shown of a deferred call (:func:`pending_approvals`, ``kimik3 show``,
+``kimik3 approve``) and what runs are both the call of the assistant message (one source): a
+``deferred`` record only says that the call waits. A decision, once recorded, is final: the
+same decision again is a no-op, another one a :class:`~kimik3.UserError`.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -128,15 +132,37 @@ def _body(decision: Decision, call_id: str) -> dict[str, Any]:
     return {"call_id": call_id, "decision": "allow"}
 
 
+def _canonical(arguments: Any) -> str:
+    """One text for equal JSON (``1``, ``1.0`` and ``true`` stay apart, key order does not count)."""
+    return json.dumps(arguments, sort_keys=True, ensure_ascii=False)
+
+
+def _deferred(entry: CallJournal, body: dict[str, Any]) -> PendingCall:
+    """The call a ``deferred`` record names, as the assistant message holds it (the one source
+    of what a person is shown and of what runs); the record must say exactly that."""
+    call_id = entry.call.id
+    if entry.deferred is not None:
+        raise ValueError(f"call {call_id!r} was deferred already")
+    pending = pending_call(entry.call)
+    if body.get("name") != pending.name:
+        raise ValueError(f"call {call_id!r} is to {pending.name!r}, not {body.get('name')!r:.60}")
+    arguments = _canonical(_arguments(body.get("arguments"), "the arguments"))
+    if arguments != _canonical(pending.arguments):
+        raise ValueError(f"the arguments {arguments:.80} are not those of call {call_id!r} "
+                         f"({_canonical(pending.arguments):.80})")
+    return pending
+
+
 def read_journal(path: str | os.PathLike[str] | None, messages: Sequence[Message],
                  records: Sequence[JournalRecord]) -> list[CallJournal]:
     """The calls of the last assistant message (in call order) with their journal, validated.
 
     Raises:
         SessionError: a record that does not fit (``path:line: ...``): no ``call_id``, a call
-            the turn does not have, a tool name that is not the call's, arguments that are not
-            JSON, a decision on a call never deferred or decided twice, a start without an
-            approval, or a turn whose calls share an id the journal names.
+            the turn does not have, a ``deferred`` record whose tool name or arguments are not
+            exactly the call's (or a second one for the call), a decision on a call never
+            deferred or decided twice, a start without an approval, or a turn whose calls share
+            an id the journal names.
     """
     calls, answered = _last_turn(messages)
     entries = [CallJournal(c, c.id in answered) for c in calls]
@@ -152,11 +178,7 @@ def read_journal(path: str | os.PathLike[str] | None, messages: Sequence[Message
             if sum(c.id == call_id for c in calls) > 1:
                 raise ValueError(f"several calls of the last turn have the id {call_id!r}")
             if kind == "deferred":
-                if body.get("name") != entry.call.function.name:
-                    raise ValueError(f"call {call_id!r} is to {entry.call.function.name!r}, "
-                                     f"not {body.get('name')!r:.60}")
-                entry.deferred = PendingCall(call_id, entry.call.function.name,
-                                             _arguments(body.get("arguments"), "the arguments"))
+                entry.deferred = _deferred(entry, body)
             elif kind == "decision":
                 if entry.deferred is None or entry.decision is not None:
                     raise ValueError(f"call {call_id!r} was " + ("decided already" if entry.decision is not None

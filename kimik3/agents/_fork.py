@@ -19,7 +19,8 @@ from typing import Any
 
 from .._exceptions import SessionError, UserError
 from .._pricing import format_usd
-from ..types import AssistantMessage, ImagePart, Message, TextPart, ToolMessage, Usage, to_message
+from ..types import AssistantMessage, ImagePart, Message, TextPart, ToolCall, ToolMessage, Usage, to_message
+from ._approval import pending_call
 from ._deferred import pending_approvals
 from ._session import JOURNAL_RECORDS, JournalRecord, _record, read_session
 
@@ -191,13 +192,17 @@ def _skills_line(body: dict[str, Any]) -> list[str]:
     return [f"--- skill loaded: {loaded.get('name')}"] if isinstance(loaded, dict) else []
 
 
-def _journal_line(record: JournalRecord) -> str:
-    """``--- deferred for approval: write {...}  id=X`` and the like, for a journal record."""
+def _journal_line(record: JournalRecord, calls: dict[str, ToolCall]) -> str:
+    """``--- deferred for approval: write {...}  id=X`` and the like, for a journal record;
+    a deferred call is shown as its turn's assistant message holds it (``calls``, by id)."""
     body = record.body if isinstance(record.body, dict) else {}
     call = f"id={body.get('call_id')}"
     if record.kind == "deferred":
-        arguments = json.dumps(body.get("arguments"), ensure_ascii=False)
-        return f"--- deferred for approval: {body.get('name')}({arguments})  {call}"
+        held = calls.get(str(body.get("call_id")))
+        if held is None:
+            return f"--- deferred for approval: no such call in this turn  {call}"
+        pending = pending_call(held)
+        return f"--- deferred for approval: {pending.name}({json.dumps(pending.arguments, ensure_ascii=False)})  {call}"
     if record.kind == "tool_started":
         return f"--- approved call started: {body.get('name')}  {call}"
     decision = body.get("decision")
@@ -246,23 +251,26 @@ def format_session(
     turn = 0
     total = Usage()
     spent: float | None = None  # the turns' recorded costs
+    calls: dict[str, ToolCall] = {}  # the last assistant message's calls, by id
     for r in records[1:]:
         if r.compaction is not None:
             kept = len(r.compaction.get("messages", []))
             out.append(f"--- compaction: the history became {kept} messages; summary:")
             out.extend(_clip(str(r.compaction.get("summary", "")), max_lines, "    "))
+            calls = {}
             continue
         if r.skills is not None:
             out.extend(_skills_line(r.skills))
             continue
         if r.journal is not None:
-            out.append(_journal_line(r.journal))
+            out.append(_journal_line(r.journal, calls))
             continue
         m = r.message
         if m is None:
             continue
         if isinstance(m, AssistantMessage):
             turn += 1
+            calls = {c.id: c for c in m.tool_calls or ()}
             usage = f"  {_usage(r.usage, r.cost)}" if r.usage is not None else ""
             if r.usage is not None:
                 total = total + r.usage

@@ -70,6 +70,7 @@ from ..types import (
 )
 from ..types._results import CLOSED_MID_ANSWER
 from ._arguments import Escaper, decode_arguments, escape_controls
+from ._counts import usage_count
 from ._http import error_from_payload, is_error_payload
 
 __all__ = ["ChatStreamChecker"]
@@ -203,9 +204,9 @@ class ChatStreamChecker:
         usage = next((u for u in (*usages, chunk.get("usage")) if isinstance(u, Mapping)), None)
         if usage is not None:
             self._usage = Usage(
-                prompt_tokens=_int(usage.get("prompt_tokens")),
-                completion_tokens=_int(usage.get("completion_tokens")),
-                total_tokens=_int(usage.get("total_tokens")),
+                prompt_tokens=usage_count(usage, "prompt_tokens") or 0,
+                completion_tokens=usage_count(usage, "completion_tokens") or 0,
+                total_tokens=usage_count(usage, "total_tokens") or 0,
                 prompt_tokens_details=prompt_details(usage),
             )
         for choice in choices:
@@ -588,13 +589,9 @@ def _str(delta: Mapping[str, Any], key: str) -> str:
 
 def prompt_details(usage: Mapping[str, Any]) -> PromptTokensDetails | None:
     """``usage.prompt_tokens_details`` (OpenAI shape) when the server sent ``cached_tokens``
-    (a non-negative int), else None (unknown)."""
+    (a count: :func:`~._counts.usage_count`, which raises for one beyond ``2**53``), else None (unknown)."""
     details = usage.get("prompt_tokens_details")
-    cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
-    if isinstance(cached, int) and not isinstance(cached, bool) and cached >= 0:
-        return PromptTokensDetails(cached_tokens=cached)
-    return None
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+    if not isinstance(details, Mapping):
+        return None
+    cached = usage_count(details, "cached_tokens", "usage.prompt_tokens_details")
+    return PromptTokensDetails(cached_tokens=cached) if cached is not None else None

@@ -26,6 +26,7 @@ from ..formats.k3._codec import media_scan
 from ..types import ChatRequest
 from ._base import ChatEngine, Engine, ModelCall, TokenEngine, TokenizerSource
 from ._chat import prompt_details
+from ._counts import usage_count
 from ._endpoint import OpenAIEndpoint
 from ._http import error_from_payload, is_error_payload
 from ._remote import RemoteEngine
@@ -286,6 +287,7 @@ def _raw_chunks(data: Any) -> list[RawChunk]:
     usage = next((u for u in (*usages, data.get("usage")) if isinstance(u, Mapping)), None)
     if usage is not None:
         details = prompt_details(usage)
-        out.append(RawChunk(prompt_tokens=usage.get("prompt_tokens"), completion_tokens=usage.get("completion_tokens"),
+        out.append(RawChunk(prompt_tokens=usage_count(usage, "prompt_tokens"),
+                            completion_tokens=usage_count(usage, "completion_tokens"),
                             cached_tokens=details.cached_tokens if details is not None else None))
     return out

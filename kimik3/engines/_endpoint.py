@@ -38,6 +38,7 @@ from .._exceptions import (
 )
 from .._models import MOONSHOT_HOSTS, host_of, model_info
 from ..types import Routing
+from ._counts import MAX_COUNT, shown_int
 from ._http import Event, read_events, retry_after, status_error, transport_error, within
 from ._routing import DEFAULT_ROUTING_HEADERS, check_routing_headers, names_user_field, routing_headers
 
@@ -265,8 +266,11 @@ class OpenAIEndpoint:
                 raise APIResponseValidationError(why) from e
         for card in data:
             found = _window(card)
-            if isinstance(found, int) and not isinstance(found, bool) and found > 0:
+            if isinstance(found, int) and not isinstance(found, bool) and 0 < found <= MAX_COUNT:
                 self._windows.setdefault(card.id, found)
+            elif isinstance(found, int) and not isinstance(found, bool) and found > MAX_COUNT:
+                log.warning("kimik3: /models gives %r a window of %s tokens, beyond any real one; not used",
+                            card.id, shown_int(found))
         self._listed = True
         return models
 

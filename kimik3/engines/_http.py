@@ -119,7 +119,7 @@ def error_from_payload(payload: Mapping[str, Any], *, retry_after: float | None 
     for value in (err.get("code"), err.get("status"), err.get("type"), payload.get("code"), payload.get("detail")):
         if isinstance(value, int) and not isinstance(value, bool) and 400 <= value <= 599:
             status = value
-        elif isinstance(value, str) and value.strip().isdigit() and 400 <= int(value) <= 599:
+        elif isinstance(value, str) and re.fullmatch(r"\s*[45][0-9][0-9]\s*", value):
             status = int(value)
         elif isinstance(value, str):
             status = _WORD_STATUS.get(re.sub("[^a-z]", "", value.lower()), 0)

@@ -25,7 +25,8 @@ HTTP 413 (``Request Entity Too Large``, ``Payload Too Large``)           proxies
 =====================================================================  ==============================
 
 Numbers may carry thousands separators (``262,144``); a terminal's line wrap inside a word
-(``re quested``) is read through.
+(``re quested``) is read through. A number beyond :data:`~kimik3.engines._counts.MAX_COUNT`
+(``2**53``) is not stated (``limit`` / ``size`` None) and is cut in the error's message.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from __future__ import annotations
 import re
 
 from .._exceptions import APIStatusError, ContextLengthExceededError, RequestTooLargeError
+from ._counts import cut_numbers, stated_count
 
 __all__ = ["CONTEXT_PHRASES", "overflow_error", "parse_token_limit"]
 
@@ -55,10 +57,6 @@ _TOKEN_LIMITS = (  # (pattern of the limit, pattern of what was requested) in th
 _SIZE = re.compile(rf"total\s+message\s+size\s+{_N}\s+(?:bytes\s+)?exceeds\s+(?:the\s+)?limit\s+(?:of\s+)?{_N}", re.I)
 
 
-def _int(text: str | None) -> int | None:
-    return int(text.replace(",", "")) if text else None
-
-
 def parse_token_limit(text: str) -> tuple[int | None, int | None]:
     """``(limit, requested)`` in tokens from an overflow message (see the module's table);
     ``(None, None)`` when it names no limit."""
@@ -66,7 +64,7 @@ def parse_token_limit(text: str) -> tuple[int | None, int | None]:
         found = re.search(limit_pattern, text, re.I)
         if found is not None:
             asked = re.search(requested_pattern, text, re.I)
-            return _int(found.group(1)), _int(asked.group(1)) if asked is not None else None
+            return stated_count(found.group(1)), stated_count(asked.group(1)) if asked is not None else None
     return None, None
 
 
@@ -91,12 +89,13 @@ def overflow_error(
     Returns:
         :class:`~kimik3.RequestTooLargeError` (413, or "total message size N exceeds limit M":
         ``size`` and ``limit`` in bytes), :class:`~kimik3.ContextLengthExceededError` (a 400 or
-        422 worded as a token overflow, with ``limit`` / ``requested`` when stated), or None.
+        422 worded as a token overflow, with ``limit`` / ``requested`` when stated), or None;
+        a number beyond ``2**53`` is not stated, and cut in the message.
     """
-    lower = text.lower()
+    lower, message = text.lower(), cut_numbers(message)
     if status == 413 or (status in (400, 422) and any(p in lower for p in _SIZE_PHRASES)):
         found = _SIZE.search(text)
-        size, limit = (_int(found.group(1)), _int(found.group(2))) if found else (None, None)
+        size, limit = (stated_count(found.group(1)), stated_count(found.group(2))) if found else (None, None)
         return RequestTooLargeError(
             f"{status}: {message}", status_code=status, body=body, retry_after=retry_after, response=response,
             request_id=request_id, limit=limit, size=size,

@@ -222,6 +222,76 @@ def test_a_journal_record_that_does_not_fit_is_refused_naming_its_line(tmp_path:
     assert WRITTEN == []
 
 
+@pytest.mark.parametrize(("change", "error"), [
+    ({"arguments": {"text": "rm -rf ~/important"}},
+     r'the arguments \{"text": "rm -rf ~/important"\} are not those of call \'{write}\' \(\{"text": "hello"\}\)'),
+    ({"arguments": {"text": "hello", "more": 1}}, r"the arguments .* are not those of call"),
+    ({"arguments": {"text": ["hello"]}}, r"the arguments .* are not those of call"),
+    ({"name": "look"}, r"call '{write}' is to 'write_line', not 'look'"),
+    ({"call_id": "write_line:7"}, r"no call 'write_line:7' in the last turn"),
+    ({"arguments": "hello"}, r"the arguments must be a JSON object"),
+])
+def test_a_deferred_record_edited_to_say_other_than_the_call_is_refused(tmp_path: Path, change: dict[str, Any],
+                                                                         error: str) -> None:
+    """The person is shown, and resume runs, only the assistant message's call: a ``deferred``
+    record that says otherwise (the attack: it says ``hello`` while the call writes something
+    else) is a SessionError naming its line, for pending_approvals, kimik3 show / approve and
+    resume alike, and nothing runs."""
+    from kimik3.cli import main
+
+    session, [pending] = deferred_session(tmp_path)
+    lines = session.read_text().splitlines()
+    number = next(i for i, line in enumerate(lines, 1) if line.startswith('{"deferred"'))
+    record = json.loads(lines[number - 1])
+    record["deferred"].update(change)
+    lines[number - 1] = json.dumps(record)
+    session.write_text("\n".join(lines) + "\n")
+    message = rf"s\.jsonl:{number}: not a valid deferred record: " + error.replace("{write}", pending.id)
+    with pytest.raises(SessionError, match=message):
+        pending_approvals(session)
+    with pytest.raises(SessionError, match=message):
+        format_session(session)
+    with pytest.raises(SessionError, match=message):
+        record_approvals(session, {pending.id: Allow()})
+    with pytest.raises(SessionError, match=message):
+        resumed(session, {pending.id: Allow()})
+    out = CliRunner().invoke(main, ["approve", str(session)])
+    assert out.exit_code == 1
+    assert f"s.jsonl:{number}: not a valid deferred record" in out.output
+    assert "approved" not in out.output
+    assert session.read_text().splitlines() == lines  # nothing recorded
+    assert WRITTEN == []
+
+
+def test_a_second_deferred_record_for_a_call_is_refused(tmp_path: Path) -> None:
+    """Even one saying the same thing: a call is deferred once; a duplicate would silently replace it."""
+    session, [pending] = deferred_session(tmp_path)
+    lines = session.read_text().splitlines()
+    record = next(line for line in lines if line.startswith('{"deferred"'))
+    session.write_text("\n".join([*lines, record]) + "\n")
+    with pytest.raises(SessionError, match=rf"s\.jsonl:{len(lines) + 1}: not a valid deferred record: "
+                                           rf"call '{pending.id}' was deferred already"):
+        pending_approvals(session)
+    with pytest.raises(SessionError, match=rf"s\.jsonl:{len(lines) + 1}: "):
+        resumed(session, {pending.id: Allow()})
+    assert WRITTEN == []
+
+
+def test_a_deferred_record_written_otherwise_but_equal_is_accepted_and_an_edit_runs_what_was_given(
+        tmp_path: Path) -> None:
+    """The record is compared as JSON (its spacing and key order do not count); an Edit runs with
+    the arguments the person gave, not the call's."""
+    session, [pending] = deferred_session(tmp_path)
+    lines = session.read_text().splitlines()
+    number = next(i for i, line in enumerate(lines) if line.startswith('{"deferred"'))
+    body = json.loads(lines[number])["deferred"]
+    lines[number] = json.dumps({"deferred": dict(reversed(list(body.items())))}, separators=(",", ":"))
+    session.write_text("\n".join(lines) + "\n")
+    assert pending_approvals(session) == [PendingCall(pending.id, "write_line", {"text": "hello"})]
+    resumed(session, {pending.id: Edit({"text": "edited"})})
+    assert WRITTEN == ["edited"]
+
+
 def test_an_approved_call_started_without_a_result_is_answered_interrupted_never_run_again(tmp_path: Path) -> None:
     session, [pending] = deferred_session(tmp_path)
     record_approvals(session, {pending.id: Allow()})
