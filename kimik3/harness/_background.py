@@ -16,6 +16,7 @@ ends every process (SIGTERM, then SIGKILL after a grace period); as a
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 import threading
@@ -226,6 +227,9 @@ class SandboxHooks(RunHooks):
         return {"sandbox": self.sandbox.info()}
 
     async def run_start(self, session: SessionWriter | None) -> None:
+        # the session and its sub-agents' sessions: an approval a command appended there would be acted on
+        path = session.path if session is not None else None
+        self.sandbox.protect([path, *path.parent.glob(f"{glob.escape(path.stem)}.task-*.jsonl")] if path else [])
         if session is not None and not session.new:
             session.record("sandbox", self.sandbox.info())
 

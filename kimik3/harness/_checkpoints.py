@@ -46,6 +46,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -355,6 +356,7 @@ class Checkpoints(RunHooks):
         self._named: list[str] = []
         self._pending: list[str] = []
         self._tmp_store: Path | None = None
+        self._moved: str | None = None  # why git checkpoints stopped during the run
 
     async def run_start(self, session: SessionWriter | None) -> None:
         self._session = session
@@ -362,10 +364,15 @@ class Checkpoints(RunHooks):
             text = session.path.read_text(encoding="utf-8", errors="replace")
             self._offset = text.count('{"message": {"role": "assistant"')
         repo = await anyio.to_thread.run_sync(find_repository, self.root)
+        self._moved = None
         if repo is not None:
             stamp = f"{ref_stem(session)}-{os.getpid()}-{id(self):x}"
             self._git = await anyio.to_thread.run_sync(GitSnapshots, self.root, repo, f"refs/kimik3/{stamp}")
-        elif self.store is None:
+        else:
+            self._copy_store(session)
+
+    def _copy_store(self, session: SessionWriter | None) -> None:
+        if self.store is None:
             if session is not None:
                 self.store = session.path.with_name(session.path.name + ".checkpoints")
             else:
@@ -398,10 +405,35 @@ class Checkpoints(RunHooks):
             return
         n = turn + self._offset
         self._named, self._pending = await anyio.to_thread.run_sync(self._named_files, calls)
+        await self._check_repository()
         if self._git is not None:
             self._before = await anyio.to_thread.run_sync(self._git_before, n)
         else:
             await anyio.to_thread.run_sync(self._copy_before, n)
+
+    async def _check_repository(self) -> None:
+        """Stop git checkpoints (the copy kind from now on, with a :class:`RuntimeWarning` and the
+        reason in each record's ``uncovered``) when the workspace's repository is no longer the
+        one found at the run's start: its ``.git`` file or ``commondir`` was rewritten (it may lead
+        to a git directory outside the workspace) or it is gone. kimik3's git never follows the
+        new pointers (:meth:`._git.Repository.env` names both directories); a repository that
+        was a linked worktree at the start is the user's own and stays trusted."""
+        if self._git is None:
+            return
+        start = self._git.isolated.repo
+        now = await anyio.to_thread.run_sync(find_repository, self.root)
+        if now is not None and (os.path.realpath(now.gitdir), now.common) == (os.path.realpath(start.gitdir),
+                                                                              start.common):
+            return
+        found = "it is gone" if now is None else f"its git directory {now.gitdir!s:.130}, its common directory " \
+            f"{now.common!s:.130}"
+        self._moved = (f"the workspace's repository changed during the run (now {found}): no more git checkpoints, "
+                       "only the files the file tools name are copied")
+        warnings.warn(f"kimik3: {self._moved}", RuntimeWarning, stacklevel=2)
+        self._git.close()
+        self._git = None
+        self._last = None
+        self._copy_store(self._session)
 
     def _copy_before(self, n: int) -> None:
         assert self.store is not None
@@ -491,6 +523,8 @@ class Checkpoints(RunHooks):
                          if digests[rel] != (copy_digest(folder / name) if name else None))
         others = sorted({c.function.name for c in calls if c.function.name not in FILE_TOOLS} & self.writing_tools)
         uncovered = {".": _UNRECORDED_NOTE.format(tools=" and ".join(others))} if others else {}
+        if self._moved is not None:
+            uncovered["."] = self._moved
         if not changed and not uncovered:
             return None
         record = {"turn": n, "kind": "copy", "root": str(self.root), "dir": str(folder.absolute()),

@@ -138,11 +138,11 @@ def find_repository(root: Path) -> Repository | None:
     return Repository(Path(top), Path(gitdir), (root / common).resolve())
 
 
-def _settings(repo: Repository) -> list[str]:
+def _settings(repo: Repository, env: dict[str, str]) -> list[str]:
     """The lines of the private ``config``: the repository's object format and the settings of
     :data:`_BOOLEAN_SETTINGS` (values checked: only booleans, only ``sha1`` / ``sha256``)."""
     keys = "|".join(k.replace(".", r"\.") for k in (*_BOOLEAN_SETTINGS, "extensions.objectformat"))
-    proc = git_command(repo.top, ("config", "-z", "--get-regexp", f"^({keys})$"), repo.env())
+    proc = git_command(repo.top, ("config", "-z", "--get-regexp", f"^({keys})$"), env)
     found: dict[str, str] = {}
     for item in proc.stdout.split(b"\0") if proc.returncode == 0 else ():
         key, _, value = os.fsdecode(item).partition("\n")
@@ -183,6 +183,8 @@ class Isolated:
 
     Attributes:
         env: the environment of its commands (add ``GIT_INDEX_FILE`` for a private index).
+        repo_env: the environment of the commands on the repository itself (its settings, its
+            refs): ``GIT_DIR`` a private directory whose ``commondir`` is ``repo.common``.
 
     Raises:
         CheckpointError: the repository's object format is unknown.
@@ -190,11 +192,20 @@ class Isolated:
 
     def __init__(self, repo: Repository, folder: Path) -> None:
         self.repo = repo
+        # The repository itself, for its settings and refs, through a git directory of kimik3's own
+        # whose ``commondir`` names the common directory found at the start: a ``.git`` file or a
+        # ``commondir`` file rewritten in the workspace since is never followed (git's ref store
+        # reads ``$GIT_DIR/commondir`` even where ``GIT_COMMON_DIR`` is set).
+        pinned = folder / "repository"
+        pinned.mkdir()
+        (pinned / "commondir").write_bytes(os.fsencode(repo.common) + b"\n")
+        (pinned / "HEAD").write_text("ref: refs/heads/kimik3\n", encoding="utf-8")
+        self.repo_env = {**clean_env(), "GIT_DIR": str(pinned)}
         shadow = folder / "git"
         for sub in ("objects", "refs", "info"):
             (shadow / sub).mkdir(parents=True)
         (shadow / "HEAD").write_text("ref: refs/heads/kimik3\n", encoding="utf-8")
-        (shadow / "config").write_text("\n".join(_settings(repo)) + "\n", encoding="utf-8")
+        (shadow / "config").write_text("\n".join(_settings(repo, self.repo_env)) + "\n", encoding="utf-8")
         _copy_exclude(repo.common / "info" / "exclude", shadow / "info" / "exclude")
         self.env = {**clean_env(), "GIT_DIR": str(shadow), "GIT_WORK_TREE": str(repo.top),
                     "GIT_OBJECT_DIRECTORY": str(repo.common / "objects")}
@@ -210,7 +221,7 @@ class Isolated:
 
     def update_ref(self, ref: str, commit: str) -> None:
         """Point ``ref`` of the repository itself at ``commit`` (hooks off)."""
-        _output(git_command(self.repo.top, ("update-ref", ref, commit), self.repo.env()), "update-ref")
+        _output(git_command(self.repo.top, ("update-ref", ref, commit), self.repo_env), "update-ref")
 
     def create_ref(self, ref: str, commit: str) -> bool:
         """Create ``ref`` of the repository itself at ``commit`` (hooks off); False when it exists
@@ -219,7 +230,7 @@ class Isolated:
         Raises:
             CheckpointError: git failed otherwise (its message).
         """
-        proc = git_command(self.repo.top, ("update-ref", "--stdin"), self.repo.env(),
+        proc = git_command(self.repo.top, ("update-ref", "--stdin"), self.repo_env,
                            data=f"create {ref} {commit}\n".encode())
         if proc.returncode != 0 and b"already exists" in proc.stderr:
             return False

@@ -287,3 +287,42 @@ def test_a_fifo_where_a_config_file_should_be_is_a_time_limit_never_a_hang(tmp_p
     out = subprocess.run([sys.executable, "-c", code, str(repo)], capture_output=True, text=True, timeout=120,
                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}, check=True)
     assert out.stdout == "None\n"
+
+
+def _refs(git_dir: Path) -> list[str]:
+    return sorted(str(p.relative_to(git_dir)) for p in (git_dir / "refs").rglob("*") if p.is_file())
+
+
+async def test_checkpoints_never_follow_a_commondir_rewritten_during_the_run(tmp_path: Path) -> None:
+    """Unsandboxed, a command points .git/commondir at a repository outside: kimik3's git creates
+    nothing there, the run completes, and the later turns fall back to the copy kind, saying why."""
+    ws = make_repo(tmp_path / "ws")
+    evil = tmp_path / "evil"
+    subprocess.run(["git", "init", "-q", "--bare", str(evil)], check=True)
+    agent = CodingHarness(ws, background=False, subagents=False, read_before_edit=False, sandbox="none").agent(
+        engine=ScriptedEngine([bash(f"echo changed > a.txt; echo {evil} > .git/commondir"),
+                               calls(("write_file", {"path": "user.txt", "content": "second\n"})), answer("done")]))
+    with pytest.warns(RuntimeWarning, match="the workspace's repository changed during the run"):
+        result = await agent.run("go", session=tmp_path / "s.jsonl")
+    assert result.stop_reason == "completed"
+    assert _refs(evil) == []
+    records = session_checkpoints(tmp_path / "s.jsonl")
+    assert [(r["turn"], r["kind"], r["changed"]) for r in records] == [(1, "git", ["a.txt"]),
+                                                                    (2, "copy", ["user.txt"])]
+    assert records[1]["uncovered"]["."] == (
+        f"the workspace's repository changed during the run (now its git directory {ws / '.git'}, its common "
+        f"directory {evil}): no more git checkpoints, only the files the file tools name are copied")
+    (ws / ".git" / "commondir").unlink()
+    assert [r.split("/")[-1] for r in _refs(ws / ".git") if r.startswith("refs/kimik3/")] == ["turn-1"]
+
+
+async def test_a_linked_worktree_of_the_start_is_checkpointed_in_its_repository(tmp_path: Path) -> None:
+    """Control: a workspace that is a linked worktree at the start (its git directory outside) is
+    the user's own: snapshots go on, their refs in the main repository."""
+    main = make_repo(tmp_path / "main")
+    git(main, "worktree", "add", "-q", str(tmp_path / "ws"), "-b", "side")
+    ws = tmp_path / "ws"
+    await checkpointed_run(ws, tmp_path / "s.jsonl", calls(("write_file", {"path": "a.txt", "content": "new\n"})))
+    records = session_checkpoints(tmp_path / "s.jsonl")
+    assert [(r["kind"], r["changed"]) for r in records] == [("git", ["a.txt"])]
+    assert [r.split("/")[-1] for r in _refs(main / ".git") if r.startswith("refs/kimik3/")] == ["turn-1"]

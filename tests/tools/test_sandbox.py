@@ -149,8 +149,9 @@ async def test_files_in_memory_are_bounded_by_the_memory_limit(tmp_path: Path) -
 @needs_bwrap
 async def test_git_config_and_hooks_cannot_plant_code_that_runs_outside(tmp_path: Path) -> None:
     """A clean filter in .git/config runs when kimik3's checkpoint does `git add -A` on the host,
-    outside the sandbox; a hook runs when the user commits. Both stay read-only (and .git cannot
-    be renamed away); committing inside works."""
+    outside the sandbox; a hook runs when the user commits. Both stay read-only, as the whole of
+    .git (which cannot be renamed away): committing inside fails with git's own error (more in
+    test_sandbox_git.py)."""
     ws = make_repo(tmp_path / "ws")
     witness = tmp_path / "ran-outside"
     plant = (f"git config filter.x.clean 'sh -c \"echo pwned > {witness}; cat\"'; echo '* filter=x' > .gitattributes; "
@@ -164,13 +165,13 @@ async def test_git_config_and_hooks_cannot_plant_code_that_runs_outside(tmp_path
     harness = CodingHarness(ws, features=FEATURES - {"subagents"}, sandbox="bwrap")
     result = await harness.agent(engine=ScriptedEngine(script)).run("go", session=tmp_path / "s.jsonl")
     out = next(m.content for m in result.messages if m.role == "tool")
-    assert "could not write config file .git/config: Device or resource busy" in out
+    assert "could not lock config file .git/config: Read-only file system" in out
     assert ".git/hooks/pre-commit: Read-only file system" in out
     assert "cannot move '.git' to '.git-away': Device or resource busy" in out
-    assert "inside\n[exit code: 0" in out
+    assert "index.lock': Read-only file system" in out and "inside" not in out
     assert not witness.exists() and not (ws / ".git" / "hooks" / "pre-commit").exists()
     assert "filter" not in (ws / ".git" / "config").read_text()
-    assert git(ws, "log", "--format=%s", "-1") == "inside\n"
+    assert git(ws, "log", "--format=%s", "-1") == "init\n"
 
 
 # -- processes ----------------------------------------------------------------------------------

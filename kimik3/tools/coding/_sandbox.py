@@ -44,6 +44,7 @@ import anyio
 from ..._exceptions import SandboxUnavailableError, ToolError, UserError
 from . import _reaper
 from ._cgroup import PidsCgroup
+from ._kept import MAX_WALK_DIRS, kept_read_only, under
 
 __all__ = ["ProcessLimits", "Sandbox", "SandboxMode"]
 
@@ -131,10 +132,6 @@ def _resolve(mode: str) -> tuple[Literal["bwrap", "none"], str | None]:
         raise SandboxUnavailableError(f"sandbox='bwrap' but {reason}; to fix it, {fix}; or run unsandboxed "
                                       "with sandbox='none' (--sandbox none)")
     return "none", reason
-
-
-def _under(path: str, parents: list[str]) -> bool:
-    return any(path == p or path.startswith(p.rstrip("/") + "/") for p in parents)
 
 
 def _existing(paths: Any, what: str) -> list[str]:
@@ -347,11 +344,23 @@ class Sandbox:
         self.mode, self.reason = _resolve(mode)
         if self.reason is not None:
             warnings.warn(f"kimik3: {self.describe()}", RuntimeWarning, stacklevel=2)
+        self.protected: list[str] = []
         self._sup: _Supervisor | None = None
         self._n = 0
         self._starts = 0
         self._lock = threading.Lock()
         self._finalizer: weakref.finalize[Any, Any] | None = None
+
+    def protect(self, paths: Any) -> None:
+        """Keep ``paths`` (files kimik3 itself writes during the run: its session files) read-only
+        inside the sandbox where they lie in the workspace, from its next start on (a running
+        sandbox's mounts cannot change: the run's hooks call this before its first command).
+        Replaces what an earlier call named; a path that does not exist then is left out.
+
+        Args:
+            paths: an iterable of paths (str or PathLike).
+        """
+        self.protected = [os.path.realpath(os.fspath(p)) for p in paths]
 
     def describe(self) -> str:
         """One line saying which sandbox runs the commands, e.g. ``sandbox: bwrap (workspace
@@ -397,33 +406,35 @@ class Sandbox:
         visible = list(self.read)
         if self.network:  # name resolution: /etc/resolv.conf may point into /run (systemd-resolved)
             resolv = os.path.realpath("/etc/resolv.conf")
-            if _under(resolv, hidden):
+            if under(resolv, hidden):
                 visible.append(os.path.dirname(resolv))
         for needed in (os.path.dirname(python), sys.base_prefix):  # the supervisor's own interpreter
-            if _under(os.path.realpath(needed), hidden):
+            if under(os.path.realpath(needed), hidden):
                 visible.append(os.path.realpath(needed))
         for p in visible:
             args += ["--ro-bind-try", p, p]
         for secret in _ROOT_SECRETS:  # readable by root (the owner) even without capabilities: hidden
             for p in sorted(glob.glob(secret)):
-                if not _under(p, self.read):
+                if not under(p, self.read):
                     args += ["--ro-bind", "/dev/null", p]
         for p in (str(self.root), *self.write):
             args += ["--bind", p, p]
         # What git run outside the sandbox (kimik3's checkpoints, the user's own git) executes from a
-        # repository (filters, hooks, fsmonitor, gpg.program) stays read-only: a command must not
-        # plant code that runs unsandboxed. Allowing the path itself (sandbox_write) lifts it.
-        # .git is made a mount point (bound onto itself) so it cannot be renamed away and replaced.
-        writable = [str(self.root), *self.write]
-        for p in writable:
-            git = os.path.join(p, ".git")
-            if not os.path.isdir(git) or os.path.islink(git) or git in self.write:
-                continue
-            args += ["--bind", git, git]
-            for name in ("config", "hooks"):
-                real = os.path.realpath(os.path.join(git, name))
-                if os.path.exists(real) and _under(real, writable) and real not in self.write:
-                    args += ["--ro-bind", real, real]
+        # repository (filters, hooks, fsmonitor, commondir / gitdir pointing at a planted config)
+        # stays read-only, and so do the session files kimik3 writes (an approval appended there
+        # would be acted on): see _kept. Each is made a mount point (so it cannot be
+        # renamed away and replaced), and so is each folder between it and the workspace.
+        lifted = [w for w in self.write if under(w, [str(self.root)]) and w != str(self.root)]
+        kept = list(dict.fromkeys(
+            p for w in (str(self.root), *self.write)
+            for p in kept_read_only(w, self.protected, MAX_WALK_DIRS if w == str(self.root) else 1)
+            if not under(p, lifted)))
+        folders = {str(d) for p in kept if os.path.basename(p) != ".git" for d in Path(p).parents
+                   if under(str(d), [str(self.root)]) and str(d) != str(self.root)}
+        for d in sorted(folders, key=len):
+            args += ["--bind", d, d]
+        for p in sorted(kept, key=len):
+            args += ["--ro-bind", p, p]
         return [*args, "--chdir", str(self.root)]
 
     def _supervisor(self) -> tuple[_Supervisor, str | None]:
