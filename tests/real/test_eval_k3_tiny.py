@@ -24,7 +24,7 @@ def test_the_shipped_suite_on_the_embedded_engine(tmp_path: Path) -> None:
     suite = load_suite(SUITE)
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "kimik3", "eval", str(SUITE), "--out", str(out), "--model-path", str(K3_TINY),
-           "--trust-remote-code", "--max-model-len", "4096", "--enforce-eager", "--temperature", "0",
+           "--trust-remote-code", "--max-model-len", "8192", "--enforce-eager", "--temperature", "0",
            "--concurrency", "2", "--plain"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800,
                           env={**os.environ, "KIMIK3_HOME": str(tmp_path / "home")})
