@@ -88,6 +88,10 @@ async def test_spans_of_a_run_with_genai_attributes(spans: InMemorySpanExporter)
     assert all(s.parent is not None and s.parent.span_id == run.context.span_id for s in finished[1:])
     assert len({s.context.trace_id for s in finished}) == 1
     assert chat1.kind == SpanKind.CLIENT
+    routing = {c.request.routing for c in engine.calls}
+    assert len(routing) == 1 and None not in routing
+    key = next(iter(routing)).key  # type: ignore[union-attr]
+    assert len(key) == 32 and int(key, 16) >= 0
     for span, usage, reason in ((chat1, usages[0], "tool_calls"), (chat2, usages[1], "stop")):
         assert attrs(span) == {
             "gen_ai.operation.name": "chat",
@@ -100,6 +104,7 @@ async def test_spans_of_a_run_with_genai_attributes(spans: InMemorySpanExporter)
             "gen_ai.response.finish_reasons": (reason,),
             "gen_ai.usage.input_tokens": usage.prompt_tokens,
             "gen_ai.usage.output_tokens": usage.completion_tokens,
+            "gen_ai.conversation.id": key,  # the conversation's routing key, the same on every call
         }
         assert usage.prompt_tokens > 0 and usage.completion_tokens > 0
         assert str(attrs(span)["gen_ai.response.id"]).startswith("chatcmpl-")
