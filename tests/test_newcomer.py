@@ -93,7 +93,14 @@ def test_serve_dry_run_is_vllms_api_server_with_the_kimi_k3_parsers(monkeypatch:
                          "kimi_k3", "--tool-call-parser", "kimi_k3"]
     # served as "k3-tiny": a "/" in the name reads as a provider prefix to OpenAI-compatible clients
     assert argv[14:19] == ["--reasoning-parser", "kimi_k3", "--enable-auto-tool-choice", "--served-model-name", "k3-tiny"]
+    # the cached prompt tokens in usage (kimik3 run's "% cached", eval's cache hits)
+    assert argv[19] == "--enable-prompt-tokens-details" and argv.count("--enable-prompt-tokens-details") == 1
     assert argv[-2:] == ["--max-model-len", "4096"]  # the user's flags come last (they win)
+    for own in (["--enable-prompt-tokens-details"], ["--no-enable-prompt-tokens-details"],
+                ["--enable-prompt-tokens-details=false"]):
+        theirs = serve_dry_run(*own)
+        assert theirs[-1] == own[0] and sum(a.startswith(("--enable-prompt-tokens", "--no-enable-prompt-tokens"))
+                                            for a in theirs) == 1
     named = serve_dry_run("--served-model-name", "tiny")
     assert named.count("--served-model-name") == 1 and named[-2:] == ["--served-model-name", "tiny"]
     if not _on_cpu():
@@ -120,7 +127,7 @@ def test_serve_replicas_dry_run_is_n_replicas_on_the_next_ports_and_vllm_router(
         argv = line.split(": ", 1)[1].split()
         assert argv[:9] == [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", "models/k3-tiny",
                             "--host", "127.0.0.1", "--port", str(8201 + i)]
-        assert "--enable-prefix-caching" in argv and "--enable-prompt-tokens-details" in argv
+        assert "--enable-prefix-caching" in argv and argv.count("--enable-prompt-tokens-details") == 1
         assert argv[-2:] == ["--max-model-len", "4096"]
     router = lines[2].split(": ", 1)[1].split()
     assert router[:15] == [sys.executable, "-m", "vllm_router.launch_router", "--host", "127.0.0.1", "--port", "8200",
