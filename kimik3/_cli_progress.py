@@ -7,6 +7,7 @@ import json
 import time
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 import click
 from rich.console import Console, Group, RenderableType
@@ -14,7 +15,7 @@ from rich.live import Live
 from rich.spinner import Spinner
 from rich.text import Text
 
-from ._exceptions import KimiK3Error
+from ._exceptions import APIConnectionError, APITimeoutError, KimiK3Error
 from ._pricing import format_usd
 from ._text import printable
 from .agents import (
@@ -98,7 +99,21 @@ def _spend(usage: Usage, cost: float | None) -> str:
 
 def _one_line(e: BaseException) -> str:
     message = " ".join(str(e).split())
-    return f"{type(e).__name__}: {message}" if message else type(e).__name__
+    line = f"{type(e).__name__}: {message}" if message else type(e).__name__
+    return line + _hint(e)
+
+
+def _hint(e: BaseException) -> str:
+    """What to try, after an error line: a local endpoint nobody answers is a server not started."""
+    if not isinstance(e, APIConnectionError) or isinstance(e, APITimeoutError) or not e.url:
+        return ""
+    try:
+        host = urlsplit(e.url).hostname or ""
+    except ValueError:
+        return ""
+    if host in ("localhost", "::1", "0.0.0.0") or host.startswith("127."):
+        return " (is the server running? `kimik3 serve MODEL_DIR` starts one)"
+    return ""
 
 
 class _Progress(Protocol):

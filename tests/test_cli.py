@@ -319,7 +319,8 @@ def test_an_unreachable_endpoint_is_one_clean_error_line(tmp_path: Path) -> None
     result = invoke(["run", "ping", "-w", str(tmp_path), "--base-url", f"http://127.0.0.1:{port}/v1", "--model", "k3"],
                     tmp_path / "home")
     assert result.exit_code == 1
-    assert result.stderr.startswith("error: APIConnectionError: cannot reach the endpoint")
+    assert result.stderr == (f"error: APIConnectionError: cannot reach the endpoint http://127.0.0.1:{port}/v1: "
+                             "Connection error. (is the server running? `kimik3 serve MODEL_DIR` starts one)\n")
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.output
 
 

@@ -165,7 +165,9 @@ def test_a_run_that_never_reached_the_model_leaves_no_session(tmp_path: Path, se
     extra = ["--session", session] if session else []
     run = run_cli(tmp_path, "run", "Hi", "--plain", "--base-url", "http://127.0.0.1:9/v1", "--model", "k3", *extra)
     assert run.returncode == 1
-    assert run.stderr.splitlines() == ["error: APIConnectionError: cannot reach the endpoint: Connection error."]
+    assert run.stderr.splitlines() == [
+        "error: APIConnectionError: cannot reach the endpoint http://127.0.0.1:9/v1: Connection error. "
+        "(is the server running? `kimik3 serve MODEL_DIR` starts one)"]
     assert "session:" not in run.stdout
     assert sessions(tmp_path) == [] and not (tmp_path / "mine.jsonl").exists()
 
