@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -179,3 +180,16 @@ def test_a_failed_resume_keeps_its_session(tmp_path: Path) -> None:
     run = run_cli(tmp_path, "resume", "s.jsonl", "And?", "--plain", "--base-url", "http://127.0.0.1:9/v1", "--model", "k3")
     assert run.returncode == 1 and (tmp_path / "s.jsonl").read_text().startswith(before)
     assert run.stdout.splitlines()[-1] == "session: s.jsonl"
+
+
+@pytest.mark.skipif(shutil.which("git") is None or not (ROOT / ".git").exists(), reason="needs git and a checkout")
+def test_what_the_readme_writes_into_the_checkout_is_ignored() -> None:
+    """The README's SDK snippet writes run-<time>.jsonl (and its copy checkpoints) into the
+    current directory, its eval examples --out runs/...: none of it shows as untracked."""
+    paths = ["run-20261201-190000.jsonl", "run-20261201-190000.jsonl.checkpoints/turn-2/0.bin",
+             "runs/before/eval.json", "runs/k3-tiny/sessions/a/1.jsonl"]
+    found = subprocess.run(["git", "check-ignore", "--no-index", *paths], cwd=ROOT, capture_output=True, text=True)
+    assert found.stdout.splitlines() == paths
+    kept = subprocess.run(["git", "check-ignore", "--no-index", "examples/run.py", "tests/runs_test.py"], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert (kept.returncode, kept.stdout) == (1, "")
