@@ -279,9 +279,9 @@ def server_command(model: str | os.PathLike[str], *args: str, host: str = "127.0
     k3-tiny`` for ``models/k3-tiny``: OpenAI-compatible clients read a ``/`` in a model name as a
     provider prefix) unless ``args`` name it. It adds ``--enable-prompt-tokens-details`` (so the
     usage the server sends has ``prompt_tokens_details.cached_tokens``: the "% cached" of
-    ``kimik3 run`` and eval's cached prompt tokens) unless ``args`` set that flag either way. On a CPU it adds ``--enforce-eager`` and
-    ``--kv-cache-memory-bytes`` (:func:`cpu_kv_cache_bytes`) unless ``VLLM_CPU_KVCACHE_SPACE`` is
-    set or ``args`` size the cache.
+    ``kimik3 run`` and eval's cached prompt tokens) unless ``args`` set that flag either way. On
+    a CPU it adds ``--enforce-eager`` and ``--kv-cache-memory-bytes`` (:func:`cpu_kv_cache_bytes`)
+    unless ``VLLM_CPU_KVCACHE_SPACE`` is set or ``args`` size the cache.
 
     Args:
         model: the model directory (or a name vLLM can load).
