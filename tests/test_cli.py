@@ -553,6 +553,12 @@ async def test_example_is_import_safe_and_runs_a_scripted_engine(
     ]
     assert out[-2:] == ["Fixed add in calc.py (it subtracted); test_calc.py passes.", out[-1]]
     assert out[-1].startswith("[completed, ") and run_test(repo).returncode == 0
+    assert re.fullmatch(r"\[completed, 4 turns, \d+ tokens\]", out[-1])
+    # one turn: "1 turn", not "1 turns"
+    one = ScriptedEngine([answer("Nothing to fix.")])
+    agent = Agent(instructions=CODING_INSTRUCTIONS, tools=coding_tools(repo), engine=one)
+    assert await example.main("is it fixed?", one, agent) == 0
+    assert re.fullmatch(r"\[completed, 1 turn, \d+ tokens\]", capsys.readouterr().out.splitlines()[-1])
 
 
 # -- degraded runs -----------------------------------------------------------------------------

@@ -209,7 +209,7 @@ def test_on_a_terminal_a_progress_bar_runs_above_the_attempt_lines(tmp_path: Pat
     shown = screen.getvalue()
     assert "[1/1] t #1 passed · 1 turn, " in shown and "attempts" in shown  # the line, and the bar's label
     assert text.splitlines()[0].startswith("sandbox: ")  # which sandbox, then the summary
-    assert text.splitlines()[1] == "pass rate: 100.0% (1/1 attempts, 1 tasks; pass@1 100.0%)"
+    assert text.splitlines()[1] == "pass rate: 100.0% (1/1 attempt, 1 task; pass@1 100.0%)"
 
 
 def test_eval_against_an_endpoint_records_its_served_model(tmp_path: Path) -> None:
@@ -228,3 +228,6 @@ def test_eval_against_an_endpoint_records_its_served_model(tmp_path: Path) -> No
     assert json.loads((out / "summary.json").read_text())["model"] == "fake-k3"
     report = (out / "report.md").read_text()
     assert "model fake-k3 · tools " in report and "model unknown" not in report
+    # one of each: singular
+    assert "pass rate: 100.0% (1/1 attempt, 1 task; pass@1 100.0%)" in text.splitlines()
+    assert " · 1 task · 1 attempt" in report
