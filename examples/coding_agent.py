@@ -41,7 +41,8 @@ async def main(task: str, engine: Engine, agent: Agent[str], options: dict[str, 
                 print(f"  -> {first}", flush=True)
             elif isinstance(event, FinalEvent):
                 r = event.result
-                print(f"\n{r.output}\n[{r.stop_reason}, {r.turns} turns, {r.usage.total_tokens} tokens]")
+                turns = f"{r.turns} turn{'' if r.turns == 1 else 's'}"
+                print(f"\n{r.output}\n[{r.stop_reason}, {turns}, {r.usage.total_tokens} tokens]")
     return 0
 
 

@@ -33,7 +33,7 @@ from ._cli_progress import _PlainProgress
 from ._cli_run import _execute, _start
 from ._exceptions import KimiK3Error
 from ._pricing import format_usd
-from ._text import printable
+from ._text import counted, printable
 from .engines import Engine, RemoteCompletionsEngine, RemoteEngine
 from .tools import Plan, Tool, Toolset, plan_tool
 
@@ -75,7 +75,8 @@ def _summary_lines(s: dict[str, Any], out: Path) -> list[str]:
     cost = "n/a" if s["cost"] is None else format_usd(s["cost"])
     per_pass = "n/a" if s["cost_per_pass"] is None else format_usd(s["cost_per_pass"])
     return [
-        f"pass rate: {_pct(s['pass_rate'])} ({s['passed']}/{s['attempts']} attempts, {s['tasks']} tasks; {pass_k})",
+        f"pass rate: {_pct(s['pass_rate'])} ({s['passed']}/{counted(s['attempts'], 'attempt')}, "
+        f"{counted(s['tasks'], 'task')}; {pass_k})",
         f"cost: {cost} (per pass {per_pass}); cached prompt tokens {_pct(s['cached_share'])}; "
         f"valid tool calls {_pct(s['tool_call_validity'])}; timeouts {s['timeouts']}; errors {s['errors']}",
         f"report: {out / 'report.md'} {out / 'report.html'}",
@@ -140,8 +141,8 @@ def run_command(ctx: click.Context, /, suite: str, out: str, concurrency: int, r
     def line(r: Any, done: int, total: int) -> None:
         what = "passed" if r.passed else f"FAILED ({r.stop_reason}" + (f": {r.error}" if r.error else "") + ")"
         cost = f", {format_usd(r.cost)}" if r.cost is not None else ""
-        turns = f"{r.turns} turn{'' if r.turns == 1 else 's'}"
-        text = printable(f"[{done}/{total}] {r.task} #{r.attempt} {what} · {turns}, {r.seconds:.1f} s{cost}")
+        text = printable(f"[{done}/{total}] {r.task} #{r.attempt} {what} · {counted(r.turns, 'turn')}, "
+                         f"{r.seconds:.1f} s{cost}")
         if bar is not None and job is not None:
             bar.update(job, completed=done, total=total)
             bar.console.print(text, markup=False)
@@ -254,7 +255,7 @@ def replay_command(ctx: click.Context, sessions: tuple[str, ...], base_url: str,
             (folder / "replay.jsonl").write_text("".join(json.dumps(r.to_json(), ensure_ascii=False) + "\n"
                                                          for r in rows), encoding="utf-8")
             (folder / "replay-summary.json").write_text(json.dumps(s, indent=2) + "\n", encoding="utf-8")
-        click.echo(f"replayed {s['replayed']} of {s['requests']} requests ({s['errors']} errors, "
+        click.echo(f"replayed {s['replayed']} of {counted(s['requests'], 'request')} ({counted(s['errors'], 'error')}, "
                    f"{s['skipped']} skipped)")
         click.echo(f"tool_call_f1: {_pct(s['tool_call_f1'])} (precision {_pct(s['tool_call_precision'])}, "
                    f"recall {_pct(s['tool_call_recall'])}; tp {s['tp']}, fp {s['fp']}, fn {s['fn']}, tn {s['tn']})")

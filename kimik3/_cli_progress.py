@@ -7,6 +7,7 @@ import json
 import time
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 import click
 from rich.console import Console, Group, RenderableType
@@ -14,9 +15,9 @@ from rich.live import Live
 from rich.spinner import Spinner
 from rich.text import Text
 
-from ._exceptions import KimiK3Error
+from ._exceptions import APIConnectionError, APITimeoutError, KimiK3Error
 from ._pricing import format_usd
-from ._text import printable
+from ._text import counted, printable
 from .agents import (
     AgentEvent,
     CompactionEvent,
@@ -98,7 +99,21 @@ def _spend(usage: Usage, cost: float | None) -> str:
 
 def _one_line(e: BaseException) -> str:
     message = " ".join(str(e).split())
-    return f"{type(e).__name__}: {message}" if message else type(e).__name__
+    line = f"{type(e).__name__}: {message}" if message else type(e).__name__
+    return line + _hint(e)
+
+
+def _hint(e: BaseException) -> str:
+    """What to try, after an error line: a local endpoint nobody answers is a server not started."""
+    if not isinstance(e, APIConnectionError) or isinstance(e, APITimeoutError) or not e.url:
+        return ""
+    try:
+        host = urlsplit(e.url).hostname or ""
+    except ValueError:
+        return ""
+    if host in ("localhost", "::1", "0.0.0.0") or host.startswith("127."):
+        return " (is the server running? `kimik3 serve MODEL_DIR` starts one)"
+    return ""
 
 
 class _Progress(Protocol):
@@ -165,7 +180,7 @@ class _PlainProgress:
                 self._echo(f"stopped: {result.stop_reason} ({_STOP_REASONS.get(result.stop_reason, '')})")
             for line in _degraded_lines(result):
                 self._echo(line)
-            self._echo(f"usage: {_n(result.turns, 'turn')}, {_n(self.tool_calls, 'tool call')}, "
+            self._echo(f"usage: {counted(result.turns, 'turn')}, {counted(self.tool_calls, 'tool call')}, "
                        f"{result.usage.total_tokens} tokens{_spend(result.usage, result.cost)}")
         if session is not None:
             self._echo(f"session: {session}")
@@ -196,7 +211,7 @@ class _RichProgress:
     def __rich__(self) -> RenderableType:
         elapsed = time.monotonic() - self._started
         spend = "".join(f" · {p}" for p in _spend(self.usage, self.cost).split(", ") if p)
-        status = (f"turn {self.turn} · {self.tool_calls} tool calls · {self.tokens:,} tokens{spend} · "
+        status = (f"turn {self.turn} · {counted(self.tool_calls, 'tool call')} · {self.tokens:,} tokens{spend} · "
                   f"{elapsed:.0f}s · {self.phase}")
         self._spinner.update(text=Text(status, style="dim"))
         parts: list[RenderableType] = [Text(self._buf, style=self._style)] if self._buf else []
@@ -295,7 +310,7 @@ class _RichProgress:
             for line in _degraded_lines(result):
                 self._print(Text(line, style="yellow"))
             spend = "".join(f" · {p}" for p in _spend(result.usage, result.cost).split(", ") if p)
-            self._print(Text(f"{_n(result.turns, 'turn')} · {_n(self.tool_calls, 'tool call')} · "
+            self._print(Text(f"{counted(result.turns, 'turn')} · {counted(self.tool_calls, 'tool call')} · "
                              f"{result.usage.total_tokens:,} tokens{spend}", style="dim"))
         if session is not None:
             self._print(Text(f"session: {session}", style="dim"))
@@ -324,6 +339,3 @@ def _typed_error(e: BaseException) -> BaseException | None:
     return None
 
 
-def _n(count: int, noun: str) -> str:
-    """``1 turn``, ``2 turns``."""
-    return f"{count} {noun}{'' if count == 1 else 's'}"

@@ -37,9 +37,10 @@ def serve(model_dir: str, vllm_args: tuple[str, ...], host: str, port: int, repl
     """Serve a K3 model directory with vLLM's OpenAI-compatible server, ready for kimik3.
 
     Runs ``python -m vllm.entrypoints.openai.api_server`` with vLLM's kimi_k3 tokenizer mode,
-    tool-call and reasoning parsers (chat mode) and, on a CPU, --enforce-eager and a KV-cache
-    size kimik3 picks (as VLLMEngine does). Any other vLLM server flag goes after MODEL_DIR,
-    e.g. ``kimik3 serve models/k3-tiny --max-model-len 8192``. Then: ``kimik3 run TASK
+    tool-call and reasoning parsers (chat mode), --enable-prompt-tokens-details (the cached
+    prompt tokens in usage: "% cached" in ``kimik3 run``, eval's cache hits) and, on a CPU,
+    --enforce-eager and a KV-cache size kimik3 picks (as VLLMEngine does). Any other vLLM server
+    flag goes after MODEL_DIR, e.g. ``kimik3 serve models/k3-tiny --max-model-len 8192``. Then: ``kimik3 run TASK
     --base-url http://HOST:PORT/v1`` (chat mode) or ``--mode raw --tokenizer MODEL_DIR``.
 
     With ``--replicas N`` (or ``--router POLICY``): N such servers on the ports after PORT and

@@ -197,7 +197,15 @@ class EngineRequestError(EngineError, ValueError):
 
 
 class APIConnectionError(EngineError):
-    """The endpoint could not be reached."""
+    """The endpoint could not be reached (the message names its base URL when known).
+
+    Attributes:
+        url: the endpoint's base URL, e.g. ``"http://127.0.0.1:8000/v1"`` (None when not known).
+    """
+
+    def __init__(self, message: str, *, url: str | None = None) -> None:
+        super().__init__(message)
+        self.url = url
 
 
 class APITimeoutError(APIConnectionError):

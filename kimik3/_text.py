@@ -1,12 +1,13 @@
 """Text helpers shared by messages, tools and the CLI: visible escapes for lone surrogates
-(:func:`visible_text`) and terminal-safe model text (:func:`printable`). A leaf module: it
+(:func:`visible_text`), terminal-safe model text (:func:`printable`) and counts with their noun
+(:func:`counted`: ``1 turn``, ``2 turns``). A leaf module: it
 imports nothing of kimik3."""
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["printable", "visible_text"]
+__all__ = ["counted", "printable", "visible_text"]
 
 _SURROGATE_RE = re.compile("[\ud800-\udfff]")
 
@@ -53,3 +54,9 @@ def printable(text: str) -> str:
     Example: ``printable("a\\x1b[31mb\\rc\\x1b]52;c;aGk=\\x07d")`` is ``"abcd"``.
     """
     return _UNPRINTABLE.sub("", text)
+
+
+def counted(count: int, noun: str) -> str:
+    """``count`` and ``noun``, the noun plural (an ``s`` added) unless the count is 1:
+    ``counted(1, "turn") == "1 turn"``, ``counted(0, "tool call") == "0 tool calls"``."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"

@@ -319,7 +319,8 @@ def test_an_unreachable_endpoint_is_one_clean_error_line(tmp_path: Path) -> None
     result = invoke(["run", "ping", "-w", str(tmp_path), "--base-url", f"http://127.0.0.1:{port}/v1", "--model", "k3"],
                     tmp_path / "home")
     assert result.exit_code == 1
-    assert result.stderr.startswith("error: APIConnectionError: cannot reach the endpoint")
+    assert result.stderr == (f"error: APIConnectionError: cannot reach the endpoint http://127.0.0.1:{port}/v1: "
+                             "Connection error. (is the server running? `kimik3 serve MODEL_DIR` starts one)\n")
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.output
 
 
@@ -552,6 +553,12 @@ async def test_example_is_import_safe_and_runs_a_scripted_engine(
     ]
     assert out[-2:] == ["Fixed add in calc.py (it subtracted); test_calc.py passes.", out[-1]]
     assert out[-1].startswith("[completed, ") and run_test(repo).returncode == 0
+    assert re.fullmatch(r"\[completed, 4 turns, \d+ tokens\]", out[-1])
+    # one turn: "1 turn", not "1 turns"
+    one = ScriptedEngine([answer("Nothing to fix.")])
+    agent = Agent(instructions=CODING_INSTRUCTIONS, tools=coding_tools(repo), engine=one)
+    assert await example.main("is it fixed?", one, agent) == 0
+    assert re.fullmatch(r"\[completed, 1 turn, \d+ tokens\]", capsys.readouterr().out.splitlines()[-1])
 
 
 # -- degraded runs -----------------------------------------------------------------------------

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -93,7 +94,14 @@ def test_serve_dry_run_is_vllms_api_server_with_the_kimi_k3_parsers(monkeypatch:
                          "kimi_k3", "--tool-call-parser", "kimi_k3"]
     # served as "k3-tiny": a "/" in the name reads as a provider prefix to OpenAI-compatible clients
     assert argv[14:19] == ["--reasoning-parser", "kimi_k3", "--enable-auto-tool-choice", "--served-model-name", "k3-tiny"]
+    # the cached prompt tokens in usage (kimik3 run's "% cached", eval's cache hits)
+    assert argv[19] == "--enable-prompt-tokens-details" and argv.count("--enable-prompt-tokens-details") == 1
     assert argv[-2:] == ["--max-model-len", "4096"]  # the user's flags come last (they win)
+    for own in (["--enable-prompt-tokens-details"], ["--no-enable-prompt-tokens-details"],
+                ["--enable-prompt-tokens-details=false"]):
+        theirs = serve_dry_run(*own)
+        assert theirs[-1] == own[0] and sum(a.startswith(("--enable-prompt-tokens", "--no-enable-prompt-tokens"))
+                                            for a in theirs) == 1
     named = serve_dry_run("--served-model-name", "tiny")
     assert named.count("--served-model-name") == 1 and named[-2:] == ["--served-model-name", "tiny"]
     if not _on_cpu():
@@ -120,7 +128,7 @@ def test_serve_replicas_dry_run_is_n_replicas_on_the_next_ports_and_vllm_router(
         argv = line.split(": ", 1)[1].split()
         assert argv[:9] == [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", "models/k3-tiny",
                             "--host", "127.0.0.1", "--port", str(8201 + i)]
-        assert "--enable-prefix-caching" in argv and "--enable-prompt-tokens-details" in argv
+        assert "--enable-prefix-caching" in argv and argv.count("--enable-prompt-tokens-details") == 1
         assert argv[-2:] == ["--max-model-len", "4096"]
     router = lines[2].split(": ", 1)[1].split()
     assert router[:15] == [sys.executable, "-m", "vllm_router.launch_router", "--host", "127.0.0.1", "--port", "8200",
@@ -158,7 +166,9 @@ def test_a_run_that_never_reached_the_model_leaves_no_session(tmp_path: Path, se
     extra = ["--session", session] if session else []
     run = run_cli(tmp_path, "run", "Hi", "--plain", "--base-url", "http://127.0.0.1:9/v1", "--model", "k3", *extra)
     assert run.returncode == 1
-    assert run.stderr.splitlines() == ["error: APIConnectionError: cannot reach the endpoint: Connection error."]
+    assert run.stderr.splitlines() == [
+        "error: APIConnectionError: cannot reach the endpoint http://127.0.0.1:9/v1: Connection error. "
+        "(is the server running? `kimik3 serve MODEL_DIR` starts one)"]
     assert "session:" not in run.stdout
     assert sessions(tmp_path) == [] and not (tmp_path / "mine.jsonl").exists()
 
@@ -170,3 +180,16 @@ def test_a_failed_resume_keeps_its_session(tmp_path: Path) -> None:
     run = run_cli(tmp_path, "resume", "s.jsonl", "And?", "--plain", "--base-url", "http://127.0.0.1:9/v1", "--model", "k3")
     assert run.returncode == 1 and (tmp_path / "s.jsonl").read_text().startswith(before)
     assert run.stdout.splitlines()[-1] == "session: s.jsonl"
+
+
+@pytest.mark.skipif(shutil.which("git") is None or not (ROOT / ".git").exists(), reason="needs git and a checkout")
+def test_what_the_readme_writes_into_the_checkout_is_ignored() -> None:
+    """The README's SDK snippet writes run-<time>.jsonl (and its copy checkpoints) into the
+    current directory, its eval examples --out runs/...: none of it shows as untracked."""
+    paths = ["run-20261201-190000.jsonl", "run-20261201-190000.jsonl.checkpoints/turn-2/0.bin",
+             "runs/before/eval.json", "runs/k3-tiny/sessions/a/1.jsonl"]
+    found = subprocess.run(["git", "check-ignore", "--no-index", *paths], cwd=ROOT, capture_output=True, text=True)
+    assert found.stdout.splitlines() == paths
+    kept = subprocess.run(["git", "check-ignore", "--no-index", "examples/run.py", "tests/runs_test.py"], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert (kept.returncode, kept.stdout) == (1, "")

@@ -19,6 +19,7 @@ from typing import Any
 
 from .._exceptions import SessionError, UserError
 from .._pricing import format_usd
+from .._text import counted
 from ..types import AssistantMessage, ImagePart, Message, TextPart, ToolCall, ToolMessage, Usage, to_message
 from ._approval import pending_call
 from ._deferred import pending_approvals
@@ -296,10 +297,10 @@ def format_session(
             out.append(f"[{r.index}] {m.role}")
             out.extend(_clip(_text(m.content), max_lines, "    "))
     if turn:
-        out.append(f"{turn} turns; total {_usage(total, spent)}")
+        out.append(f"{counted(turn, 'turn')}; total {_usage(total, spent)}")
     pending = pending_approvals(path)
     if pending:
-        out.append(f"awaiting approval: {len(pending)} call{'' if len(pending) == 1 else 's'} (kimik3 approve {path} "
+        out.append(f"awaiting approval: {counted(len(pending), 'call')} (kimik3 approve {path} "
                    f"[--deny ID] [--edit ID JSON], then kimik3 resume {path})")
         out.extend(f"    {p.name}({json.dumps(p.arguments, ensure_ascii=False)})  id={p.id}" for p in pending)
     return "\n".join(out) + "\n"

@@ -201,6 +201,15 @@ class Engine(ABC):
         if not url.startswith(("http://", "https://")):
             prepare_request_image(url, allow_local_files=self.allow_local_files)
 
+    async def model_name(self) -> str:
+        """The model's name, asked of the server when it is not known yet (an endpoint's first
+        ``/v1/models`` entry); by default :attr:`model`.
+
+        Raises:
+            APIConnectionError, APIStatusError, EngineError: the server could not say (remote engines).
+        """
+        return self.model
+
     async def complete(
         self,
         request: ChatRequest,

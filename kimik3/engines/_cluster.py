@@ -184,7 +184,7 @@ class Cluster:
         """
         from ._vllm import _on_cpu, cpu_kv_cache_bytes, server_command
 
-        args = ["--enable-prefix-caching", "--enable-prompt-tokens-details"]
+        args = ["--enable-prefix-caching"]  # server_command adds --enable-prompt-tokens-details
         sized = any(a.startswith("--kv-cache-memory") for a in self.vllm_args) or self.env.get("VLLM_CPU_KVCACHE_SPACE")
         if not sized and _on_cpu():
             from ._vllm import _available_memory

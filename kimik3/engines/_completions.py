@@ -99,6 +99,9 @@ class RemoteCompletionsEngine(TokenEngine):
     def model(self) -> str:  # type: ignore[override]
         return self.endpoint.model
 
+    async def model_name(self) -> str:
+        return await self.endpoint.model_name()
+
     @property
     def max_model_len(self) -> int | None:
         """The context window: the one given, else what ``/v1/models`` reported (None before
@@ -229,6 +232,9 @@ class ChatForImages(Engine):
     @property
     def model(self) -> str:  # type: ignore[override]
         return self.engine.model or self.chat.model
+
+    async def model_name(self) -> str:
+        return await self.engine.model_name()
 
     @property
     def tokenizer(self) -> K3Tokenizer | None:

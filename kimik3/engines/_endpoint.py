@@ -50,19 +50,23 @@ __all__ = ["OpenAIEndpoint", "default_api_key", "map_openai_error", "openai_erro
 log = logging.getLogger("kimik3.engines.remote")
 
 
-def map_openai_error(e: Exception) -> Exception:
+def map_openai_error(e: Exception, base_url: str | None = None) -> Exception:
     """Translate an ``openai`` exception into kimik3's typed error (others are returned as is).
 
+    A connection error or timeout names ``base_url`` (the endpoint's; else the URL of the
+    request that failed) in its message and :attr:`~kimik3.APIConnectionError.url`: a dead
+    server reads ``cannot reach the endpoint http://127.0.0.1:8000/v1: Connection error.``
     Status errors keep the status, the decoded body, the response, its request id and the
     server's ``Retry-After`` (seconds or an HTTP date); the class follows
     :func:`~kimik3.engines._http.status_error`.
     """
     import openai  # at first use: openai's import is most of kimik3's start-up
 
-    if isinstance(e, openai.APITimeoutError):
-        return APITimeoutError(f"request timed out: {e}")
-    if isinstance(e, openai.APIConnectionError):
-        return APIConnectionError(f"cannot reach the endpoint: {e}")
+    if isinstance(e, openai.APIConnectionError):  # APITimeoutError is one
+        url = base_url or _request_url(e)
+        if isinstance(e, openai.APITimeoutError):
+            return APITimeoutError(f"the request to {url} timed out: {e}", url=url)
+        return APIConnectionError(f"cannot reach the endpoint {url}: {e}", url=url)
     if isinstance(e, openai.APIStatusError):
         headers = e.response.headers if e.response is not None else {}
         message = str(e.message)
@@ -79,15 +83,22 @@ def map_openai_error(e: Exception) -> Exception:
     return e
 
 
+def _request_url(e: Exception) -> str:
+    request = getattr(e, "request", None)
+    url = getattr(request, "url", None)
+    return str(url) if url is not None else "(unknown URL)"
+
+
 @contextmanager
-def openai_errors() -> Iterator[None]:
-    """The one place ``openai`` exceptions become kimik3's typed errors (:func:`map_openai_error`)."""
+def openai_errors(base_url: str | None = None) -> Iterator[None]:
+    """The one place ``openai`` exceptions become kimik3's typed errors (:func:`map_openai_error`;
+    ``base_url``: the endpoint's, named by connection errors)."""
     import openai
 
     try:
         yield
     except openai.OpenAIError as e:
-        raise map_openai_error(e) from e
+        raise map_openai_error(e, base_url) from e
 
 
 def default_api_key(base_url: str | None) -> str:
@@ -187,6 +198,12 @@ class OpenAIEndpoint:
         self._listed = False  # /v1/models answered once
 
     @property
+    def base_url(self) -> str:
+        """The endpoint's base URL as its client sends to it, without a trailing ``/``
+        (``"http://127.0.0.1:8000/v1"``)."""
+        return str(self.client.base_url).rstrip("/")
+
+    @property
     def model(self) -> str:
         """The served model's name ("" until it is known)."""
         return self._model or ""
@@ -255,7 +272,7 @@ class OpenAIEndpoint:
         """``GET /models``, its answer checked: a body that is not a model list (an SSE stream,
         an HTML page, JSON of another shape) is an :class:`APIResponseValidationError`. The
         windows it reports are kept."""
-        with openai_errors():
+        with openai_errors(self.base_url):
             try:
                 models = await self.client.models.list()
                 data = list(models.data)
@@ -315,7 +332,7 @@ class OpenAIEndpoint:
         deadline = anyio.current_time() + self.timeout
         received = False
         try:
-            with openai_errors():
+            with openai_errors(self.base_url):
                 async with AsyncExitStack() as stack:
                     request = resource.with_streaming_response.create(**kwargs)
                     response = await within(deadline, stack.enter_async_context(request))
@@ -328,7 +345,7 @@ class OpenAIEndpoint:
         except KimiK3Error:
             raise
         except Exception as e:
-            mapped = transport_error(e)
+            mapped = transport_error(e, self.base_url)
             if mapped is None:
                 raise
             if received and not isinstance(mapped, APITimeoutError):
@@ -336,7 +353,8 @@ class OpenAIEndpoint:
                 return
             raise mapped from e
         if not received:
-            raise APIConnectionError("the endpoint closed the answer before sending anything")
+            raise APIConnectionError(f"the endpoint {self.base_url} closed the answer before sending anything",
+                                     url=self.base_url)
 
     async def aclose(self) -> None:
         """Close the client (idempotent)."""

@@ -174,17 +174,18 @@ def _number(value: str) -> float | None:
     return seconds if math.isfinite(seconds) and seconds >= 0 else None
 
 
-def transport_error(e: BaseException) -> EngineError | None:
+def transport_error(e: BaseException, url: str | None = None) -> EngineError | None:
     """kimik3's error for an httpx-family transport exception (timeouts -> APITimeoutError,
-    others -> APIConnectionError), None for anything else. openai-python uses ``httpx`` or
-    ``httpx2`` depending on its version; both name their classes alike."""
+    others -> APIConnectionError naming ``url``, the endpoint's base URL), None for anything
+    else. openai-python uses ``httpx`` or ``httpx2`` depending on its version; both name their
+    classes alike."""
     if type(e).__module__.split(".")[0] not in ("httpx", "httpx2", "httpcore", "httpcore2"):
         return None
     names = {c.__name__ for c in type(e).__mro__}
     if "TimeoutException" in names:
-        return APITimeoutError(f"the endpoint stopped sending (idle timeout): {e!r}")
+        return APITimeoutError(f"the endpoint stopped sending (idle timeout): {e!r}", url=url)
     if names & {"TransportError", "RequestError", "NetworkError", "ProtocolError"}:
-        return APIConnectionError(f"the connection failed: {e!r}")
+        return APIConnectionError(f"the connection to {url or 'the endpoint'} failed: {e!r}", url=url)
     return None
 
 

@@ -277,9 +277,11 @@ def server_command(model: str | os.PathLike[str], *args: str, host: str = "127.0
     0.32 is broken) with :data:`K3_SERVER_ARGS`, then ``args`` (any vLLM server flag; a later
     flag wins). A local model directory is served under its own name (``--served-model-name
     k3-tiny`` for ``models/k3-tiny``: OpenAI-compatible clients read a ``/`` in a model name as a
-    provider prefix) unless ``args`` name it. On a CPU it adds ``--enforce-eager`` and
-    ``--kv-cache-memory-bytes`` (:func:`cpu_kv_cache_bytes`) unless ``VLLM_CPU_KVCACHE_SPACE`` is
-    set or ``args`` size the cache.
+    provider prefix) unless ``args`` name it. It adds ``--enable-prompt-tokens-details`` (so the
+    usage the server sends has ``prompt_tokens_details.cached_tokens``: the "% cached" of
+    ``kimik3 run`` and eval's cached prompt tokens) unless ``args`` set that flag either way. On
+    a CPU it adds ``--enforce-eager`` and ``--kv-cache-memory-bytes`` (:func:`cpu_kv_cache_bytes`)
+    unless ``VLLM_CPU_KVCACHE_SPACE`` is set or ``args`` size the cache.
 
     Args:
         model: the model directory (or a name vLLM can load).
@@ -306,6 +308,9 @@ def server_command(model: str | os.PathLike[str], *args: str, host: str = "127.0
     named = any(a == "--served-model-name" or a.startswith("--served-model-name=") for a in args)
     if not named and os.path.isdir(model):
         cmd += ["--served-model-name", os.path.basename(os.path.normpath(os.path.abspath(model)))]
+    details = ("--enable-prompt-tokens-details", "--no-enable-prompt-tokens-details")
+    if not any(a in details or a.startswith(tuple(d + "=" for d in details)) for a in args):
+        cmd.append("--enable-prompt-tokens-details")  # usage.prompt_tokens_details.cached_tokens
     if _on_cpu():
         cmd.append("--enforce-eager")
         sized = any(a.startswith(("--kv-cache-memory-bytes", "--kv-cache-memory")) for a in args)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .._exceptions import EvalError
+from .._text import counted
 from ._results import AttemptResult, read_results
 from ._stats import sign_test
 from ._summary import summarize
@@ -65,7 +66,7 @@ class Comparison:
         """One sentence: both Wilson intervals and the sign test."""
         (al, ah), (bl, bh) = self.a["pass_rate_ci95"] or (0, 1), self.b["pass_rate_ci95"] or (0, 1)
         return (f"95% Wilson intervals: A {al:.1%}-{ah:.1%}, B {bl:.1%}-{bh:.1%}; exact sign test over the "
-                f"{len(self.worse) + len(self.better)} tasks that changed ({len(self.worse)} worse, "
+                f"{counted(len(self.worse) + len(self.better), 'task')} that changed ({len(self.worse)} worse, "
                 f"{len(self.better)} better): two-sided p = {self.p_value:.3g}")
 
     def lines(self) -> list[str]:

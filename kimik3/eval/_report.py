@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from .._pricing import format_usd
+from .._text import counted
 
 __all__ = ["render_html", "render_markdown", "write_report"]
 
@@ -54,8 +55,8 @@ def _title(s: dict[str, Any]) -> str:
 
 
 def _subtitle(s: dict[str, Any]) -> str:
-    return (f"model {s.get('model') or 'unknown'} · tools {s.get('tools') or 'core'} · {s['tasks']} tasks · "
-            f"{s['attempts']} attempts")
+    return (f"model {s.get('model') or 'unknown'} · tools {s.get('tools') or 'core'} · {counted(s['tasks'], 'task')} · "
+            f"{counted(s['attempts'], 'attempt')}")
 
 
 def render_markdown(summary: dict[str, Any]) -> str:

@@ -361,7 +361,9 @@ async def evaluate(
 ) -> dict[str, Any]:
     """Run a suite into the output directory ``out`` (continuing it when it exists) and write
     ``summary.json``, ``report.md`` and ``report.html`` there, also when the run is interrupted
-    or stopped by an engine error (then over the attempts that finished).
+    or stopped by an engine error (then over the attempts that finished). The engine's model
+    is known first (:meth:`~kimik3.engines.Engine.model_name`: an endpoint's served model when
+    none was given), so ``eval.json`` and the report name it.
 
     Args: as :func:`run_suite`; ``out`` is a directory path (made when missing).
 
@@ -373,6 +375,7 @@ async def evaluate(
         The engine errors of :func:`fatal`.
     """
     config = config or EvalConfig()
+    await engine.model_name()  # an endpoint's served model, so eval.json names it (not "")
     folder = ResultsDir(out, run_meta(suite, engine, config))
     try:
         try:

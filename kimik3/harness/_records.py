@@ -14,7 +14,7 @@ from typing import Any
 
 from .._exceptions import CheckpointError
 
-__all__ = ["session_checkpoints", "store_of"]
+__all__ = ["session_checkpoints", "store_of", "undone_checkpoints"]
 
 _COMMIT = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")  # SHA-1 or SHA-256 object ids
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -128,7 +128,10 @@ def _open_session(session: str | os.PathLike[str]) -> int:
     return fd
 
 
-def _read_records(session: str | os.PathLike[str], fd: int, root: Path | None, store: Path) -> list[dict[str, Any]]:
+def _read_records(session: str | os.PathLike[str], fd: int, root: Path | None, store: Path,
+                  undone: list[tuple[int, int]] | None = None) -> list[dict[str, Any]]:
+    """The records in force; ``undone`` (when given) gets ``(turn, to)`` for each checkpoint an
+    undo record (``{"undo": {"to": to}}``) took back."""
     records: list[dict[str, Any]] = []
     for number, line, torn in _session_lines(fd):
         if not line.startswith((b'{"checkpoint"', b'{"undo"')):
@@ -148,6 +151,8 @@ def _read_records(session: str | os.PathLike[str], fd: int, root: Path | None, s
             to = record["undo"].get("to") if isinstance(record["undo"], dict) else None
             if type(to) is not int or to < 0:
                 raise _bad(where, f"an undo record whose 'to' is {to!r:.40}, not a turn number")
+            if undone is not None:
+                undone += [(r["turn"], to) for r in records if r["turn"] > to]
             records = [r for r in records if r["turn"] <= to]
     return records
 
@@ -172,6 +177,24 @@ def session_checkpoints(session: str | os.PathLike[str], *, workspace: str | os.
         return _read_records(session, fd, root, store_of(session, store))
     finally:
         os.close(fd)
+
+
+def undone_checkpoints(session: str | os.PathLike[str], *, workspace: str | os.PathLike[str] | None = None,
+                       store: str | os.PathLike[str] | None = None) -> list[tuple[int, int]]:
+    """The checkpoints of a session file that an undo took back, as ``(turn, to)`` pairs in order
+    (``to``: the turn that undo went back to); validated as :func:`session_checkpoints`.
+
+    Raises:
+        CheckpointError: the file cannot be read, or a record is malformed (naming its line).
+    """
+    root = Path(workspace).resolve() if workspace is not None else None
+    undone: list[tuple[int, int]] = []
+    fd = _open_session(session)
+    try:
+        _read_records(session, fd, root, store_of(session, store), undone)
+    finally:
+        os.close(fd)
+    return undone
 
 
 def store_of(session: str | os.PathLike[str], store: str | os.PathLike[str] | None) -> Path:

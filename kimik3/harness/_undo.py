@@ -45,7 +45,7 @@ from ..agents import SessionWriter
 from ..tools.coding._api import Workspace
 from ._checkpoints import GitSnapshots, copy_digest, digest
 from ._git import find_repository
-from ._records import session_checkpoints
+from ._records import session_checkpoints, undone_checkpoints
 from ._restore import ABSENT, Plan, State, Tree, apply, check_targets, depth, remove_empty_parents
 
 __all__ = ["undo"]
@@ -184,15 +184,30 @@ def undo(session: str | os.PathLike[str], to_turn: int = 0, *, force: bool = Fal
         raise CheckpointError(f"workspace {workspace} is not a directory")
     later = [r for r in session_checkpoints(session, workspace=root, store=store) if r["turn"] > to_turn]
     if not later:
-        raise CheckpointError(f"{session}: no recorded changes after turn {to_turn}; nothing to undo")
+        raise CheckpointError(_nothing_after(session, root, store, to_turn))
     writer = SessionWriter(session)  # its lock: no run writes the session meanwhile (one that does is named)
     try:  # read again under the lock
         later = [r for r in session_checkpoints(session, workspace=root, store=store) if r["turn"] > to_turn]
+        if not later:  # undone meanwhile
+            raise CheckpointError(_nothing_after(session, root, store, to_turn))
         restored = _undo_records(session, root, later, to_turn, force, partial)
         writer.record("undo", {"to": to_turn, "paths": restored})
     finally:
         writer.close()
     return restored
+
+
+def _nothing_after(session: str | os.PathLike[str], root: Path, store: str | os.PathLike[str] | None,
+                   to_turn: int) -> str:
+    """Why there is nothing to undo after ``to_turn``: an undo took those changes back already
+    (the session records it), or none were recorded."""
+    undone = [(turn, to) for turn, to in undone_checkpoints(session, workspace=root, store=store) if turn > to_turn]
+    if not undone:
+        return f"{session}: no recorded changes after turn {to_turn}; nothing to undo"
+    turns = sorted({turn for turn, _ in undone})
+    shown = f"turn {turns[0]}" if len(turns) == 1 else f"turns {', '.join(map(str, turns))}"
+    return (f"{session}: the changes recorded after turn {to_turn} ({shown}) were already undone "
+            f"(the session records an undo to turn {undone[-1][1]}); nothing to undo")
 
 
 def _undo_records(session: str | os.PathLike[str], root: Path, records: list[dict[str, Any]], to_turn: int,

@@ -185,3 +185,12 @@ def test_cli_show_and_resume_at_n(tmp_path: Path) -> None:
     assert len(list((home / "sessions").glob("*.jsonl"))) == 1 and sha256(session) == before
     bad = CliRunner().invoke(main, ["show", str(script)])
     assert bad.exit_code == 1 and "not a kimik3 session" in bad.output
+
+
+async def test_show_counts_one_turn_in_the_singular(tmp_path: Path) -> None:
+    session = tmp_path / "one.jsonl"
+    result = await Agent(instructions="Be brief.", engine=ScriptedEngine([answer("Hi.")])).run("Hi", session=session)
+    assert result.turns == 1
+    shown = CliRunner().invoke(main, ["show", str(session)])
+    assert shown.exit_code == 0, shown.output
+    assert re.fullmatch(r"1 turn; total usage: \d+ prompt \+ \d+ completion tokens", shown.output.splitlines()[-1])

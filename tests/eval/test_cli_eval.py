@@ -209,4 +209,25 @@ def test_on_a_terminal_a_progress_bar_runs_above_the_attempt_lines(tmp_path: Pat
     shown = screen.getvalue()
     assert "[1/1] t #1 passed · 1 turn, " in shown and "attempts" in shown  # the line, and the bar's label
     assert text.splitlines()[0].startswith("sandbox: ")  # which sandbox, then the summary
-    assert text.splitlines()[1] == "pass rate: 100.0% (1/1 attempts, 1 tasks; pass@1 100.0%)"
+    assert text.splitlines()[1] == "pass rate: 100.0% (1/1 attempt, 1 task; pass@1 100.0%)"
+
+
+def test_eval_against_an_endpoint_records_its_served_model(tmp_path: Path) -> None:
+    """``--base-url`` without ``--model``: eval.json, the summary and report.md name the model
+    /v1/models lists (the stand-in server serves "fake-k3"), not "" / "model unknown"."""
+    from tests.verify.fake_server import fake_server
+
+    suite = tmp_path / "suite"
+    write_task(suite, "greet", "Hi", answer_has("hi"))
+    out = tmp_path / "out"
+    with fake_server() as url:
+        code, text = invoke(str(suite), "--out", str(out), "--base-url", url, "--plain", "--sandbox", "none")
+    assert code == 0, text
+    assert "[1/1] greet #1 passed · 1 turn, " in text
+    assert json.loads((out / "eval.json").read_text())["model"] == "fake-k3"
+    assert json.loads((out / "summary.json").read_text())["model"] == "fake-k3"
+    report = (out / "report.md").read_text()
+    assert "model fake-k3 · tools " in report and "model unknown" not in report
+    # one of each: singular
+    assert "pass rate: 100.0% (1/1 attempt, 1 task; pass@1 100.0%)" in text.splitlines()
+    assert " · 1 task · 1 attempt" in report

@@ -138,6 +138,19 @@ async def test_plain_directory_copies_the_touched_files(tmp_path: Path) -> None:
     assert not (ws / "d").exists()
     assert undo(session, 0, workspace=ws) == ["f.txt"]
     assert (ws / "f.txt").read_bytes() == b"v0\r\n"
+    # again: the session's undo records say those changes were taken back (not "no recorded changes")
+    with pytest.raises(CheckpointError) as again:
+        undo(session, 0, workspace=ws)
+    assert str(again.value) == (f"{session}: the changes recorded after turn 0 (turns 2, 3) were already undone "
+                                "(the session records an undo to turn 0); nothing to undo")
+    with pytest.raises(CheckpointError) as later:
+        undo(session, 2, workspace=ws)
+    assert str(later.value) == (f"{session}: the changes recorded after turn 2 (turn 3) were already undone "
+                                "(the session records an undo to turn 2); nothing to undo")
+    with pytest.raises(CheckpointError) as beyond:
+        undo(session, 3, workspace=ws)  # nothing was ever recorded after turn 3
+    assert str(beyond.value) == f"{session}: no recorded changes after turn 3; nothing to undo"
+    assert (ws / "f.txt").read_bytes() == b"v0\r\n"
 
 
 async def test_no_changes_records_nothing_and_undo_says_so(repo: Path, tmp_path: Path) -> None:

@@ -64,7 +64,8 @@ def test_run_full_then_undo_to_turn_1(tmp_path: Path) -> None:
     assert (repo / "sub/keep.txt").read_text() == "keep\n"
     assert git(repo, "status", "--porcelain") == "?? AGENTS.md\n?? sub/AGENTS.md\n"
     code, _, err = invoke(["undo", str(session), "-w", str(repo)], tmp_path / "home")
-    assert (code, err) == (1, f"error: {session}: no recorded changes after turn 0; nothing to undo\n")
+    assert (code, err) == (1, f"error: {session}: the changes recorded after turn 0 (turns 2, 3) were already undone "
+                              "(the session records an undo to turn 0); nothing to undo\n")
 
 
 def test_core_tools_keep_the_trained_prompt_and_no_agents_md_opts_out(tmp_path: Path) -> None:
