@@ -16,7 +16,6 @@ ends every process (SIGTERM, then SIGKILL after a grace period); as a
 
 from __future__ import annotations
 
-import glob
 import os
 import shutil
 import threading
@@ -227,9 +226,9 @@ class SandboxHooks(RunHooks):
         return {"sandbox": self.sandbox.info()}
 
     async def run_start(self, session: SessionWriter | None) -> None:
-        # the session and its sub-agents' sessions: an approval a command appended there would be acted on
-        path = session.path if session is not None else None
-        self.sandbox.protect([path, *path.parent.glob(f"{glob.escape(path.stem)}.task-*.jsonl")] if path else [])
+        # the session and its sub-agents' sessions (read-only in the sandbox, refused by the file
+        # tools): a forged record there, an approval of a deferred call, would be acted on by a resume
+        self.sandbox.sessions.set(session.path if session is not None else None)
         if session is not None and not session.new:
             session.record("sandbox", self.sandbox.info())
 

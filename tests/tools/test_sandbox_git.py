@@ -171,3 +171,35 @@ def test_protect_resolves_paths(tmp_path: Path, name: str) -> None:
     box = Sandbox(tmp_path, "none")
     box.protect([tmp_path / "." / name])
     assert box.protected == [str(tmp_path.resolve() / name)]
+
+
+@needs_bwrap
+async def test_an_allowed_folder_does_not_lift_the_git_data_or_sessions_below_it(tmp_path: Path) -> None:
+    """t_aw's shape: --allow-write of a folder inside the workspace keeps what lies under it
+    read-only (a nested repository's .git, the session); only a .git itself (or a path in it)
+    that is allowed becomes writable, and a session file never does."""
+    ws = make_repo(tmp_path / "ws")
+    make_repo(ws / "cache" / "lib")
+    make_repo(ws / "vendor" / "dep")
+    session = ws / "cache" / "run.jsonl"
+    session.write_bytes(b"")  # allowed by name too: exists (a session's first run fills it)
+    cmd = ("echo x >> cache/lib/.git/config; echo nested=$?; echo x >> cache/run.jsonl; echo session=$?; "
+           "echo x >> .git/config; echo top=$?; touch cache/new.txt; echo cache=$?; "
+           "echo x >> vendor/dep/.git/config; echo dep=$?; touch .git/objects/planted; echo objects=$?; "
+           "echo x >> vendor/dep/.git/run.jsonl; echo inside=$?")
+    tool_calls = [{"id": "b", "type": "function", "function": {"name": "bash", "arguments": json.dumps({"command": cmd})}}]
+    harness = CodingHarness(ws, features=FEATURES - {"subagents"}, sandbox="bwrap",
+                            sandbox_write=[ws / "cache", ws / "vendor" / "dep" / ".git", ws / ".git" / "objects",
+                                           session])
+    configs = {p: p.read_bytes() for p in (ws / ".git" / "config", ws / "cache" / "lib" / ".git" / "config")}
+    result = await harness.agent(engine=ScriptedEngine([render_output({"tool_calls": tool_calls}), "done"])).run(
+        "go", session=session)
+    out = next(m.content for m in result.messages if m.role == "tool")
+    assert isinstance(out, str)
+    for word, rc in (("nested", 1), ("session", 1), ("top", 1), ("cache", 0), ("dep", 0), ("objects", 0),
+                     ("inside", 0)):
+        assert f"{word}={rc}" in out, (word, out)
+    assert all(p.read_bytes() == data for p, data in configs.items())
+    assert "\nx\n" not in session.read_text() and (ws / "cache" / "new.txt").exists()
+    assert (ws / "vendor" / "dep" / ".git" / "config").read_text().endswith("x\n")  # allowed itself: writable
+    assert (ws / ".git" / "objects" / "planted").exists()
