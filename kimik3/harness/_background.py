@@ -171,7 +171,8 @@ class BackgroundProcesses(RunHooks):
             last = tail.decode("utf-8", "replace")[-half:] if half else ""
             text = f"{first}\n... [{total - len(first.encode()) - len(last.encode())} bytes elided] ...\n{last}"
         text = text.rstrip("\n")
-        status = f"[{pid}: {self._status(proc)}]"
+        status = "\n".join([*(f"[{note}]" for note in self.sandbox.restore_git_links()),
+                            f"[{pid}: {self._status(proc)}]"])
         return f"{text}\n{status}" if text else f"[no new output]\n{status}"
 
     async def stop(self, pid: str) -> str:
@@ -234,3 +235,4 @@ class SandboxHooks(RunHooks):
 
     async def run_end(self) -> None:
         await self.sandbox.aclose()
+        self.sandbox.restore_git_links()  # its warning says so: nothing runs in the sandbox now

@@ -9,6 +9,7 @@ session files too (:class:`SessionFiles`).
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -44,12 +45,13 @@ def _git_pointer(path: str, name: str, base: str) -> str | None:
     return os.path.realpath(os.path.join(base, text)) if text else None
 
 
-def kept_read_only(root: str, max_dirs: int = MAX_WALK_DIRS) -> list[str]:
+def kept_read_only(root: str, max_dirs: int = MAX_WALK_DIRS, links: dict[str, str] | None = None) -> list[str]:
     """The git control data that stays read-only inside the sandbox although it lies in the
     workspace ``root``: that of every repository found there now (each ``.git`` folder or file,
     the git directory a ``.git`` file names and the ``commondir`` of each git directory, where they
     lie in the workspace; nested repositories in the first :data:`MAX_WALK_DIRS` folders, never
-    through a symlink but a symlinked ``.git``'s target)."""
+    through a symlink but a symlinked ``.git``'s target). ``links`` gets each ``.git`` that is a
+    symlink (its path -> what it reads), which no bind mount can keep (see ``_git_links``)."""
     found: list[str] = []
     stack, seen = [root], 0
     while stack and seen < max_dirs:
@@ -67,6 +69,9 @@ def kept_read_only(root: str, max_dirs: int = MAX_WALK_DIRS) -> list[str]:
             gitdirs = []
             if entry.is_symlink():
                 gitdirs.append(os.path.realpath(entry.path))
+                if links is not None:
+                    with contextlib.suppress(OSError):
+                        links[entry.path] = os.readlink(entry.path)
             elif entry.is_dir():
                 found.append(entry.path)
                 gitdirs.append(entry.path)

@@ -44,6 +44,7 @@ import anyio
 from ..._exceptions import SandboxUnavailableError, ToolError, UserError
 from . import _reaper
 from ._cgroup import PidsCgroup
+from ._git_links import restore_git_links
 from ._kept import MAX_WALK_DIRS, SessionFiles, kept_read_only, under
 
 __all__ = ["ProcessLimits", "Sandbox", "SandboxMode"]
@@ -346,6 +347,7 @@ class Sandbox:
             warnings.warn(f"kimik3: {self.describe()}", RuntimeWarning, stacklevel=2)
         self.protected: list[str] = []
         self.sessions = SessionFiles()
+        self.git_links: dict[str, str] = {}  # each .git symlink of the start -> its target (_git_links)
         self._sup: _Supervisor | None = None
         self._n = 0
         self._starts = 0
@@ -364,6 +366,12 @@ class Sandbox:
             paths: an iterable of paths (str or PathLike).
         """
         self.protected = [os.path.realpath(os.fspath(p)) for p in paths]
+
+    def restore_git_links(self) -> list[str]:
+        """Put back each ``.git`` symlink of the sandbox's start that a command replaced or
+        removed (a bind mount cannot keep a symlink; see ``_git_links``): a line for the tool
+        result for each (also a :class:`RuntimeWarning`)."""
+        return restore_git_links(self.root, self.git_links) if self.git_links else []
 
     def describe(self) -> str:
         """One line saying which sandbox runs the commands, e.g. ``sandbox: bwrap (workspace
@@ -432,8 +440,10 @@ class Sandbox:
         root, tops = str(self.root), [str(self.root), *self.write]
         records = list(dict.fromkeys(p for p in (*self.protected, *self.sessions.existing())
                                      if under(p, tops) and p != root and os.path.lexists(p)))
+        links: dict[str, str] = {}
         gits = list(dict.fromkeys(p for w in (root, *self.write)
-                                  for p in kept_read_only(w, MAX_WALK_DIRS if w == root else 1)))
+                                  for p in kept_read_only(w, MAX_WALK_DIRS if w == root else 1, links)))
+        self.git_links = {os.path.relpath(p, root): t for p, t in links.items() if under(p, [root])}
         lifted = [w for w in self.write if w != root and any(under(w, [g]) for g in gits)]
         gits = [g for g in gits if not under(g, lifted) and g not in records]
         kept = [*gits, *records]
