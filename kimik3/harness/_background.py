@@ -16,7 +16,6 @@ ends every process (SIGTERM, then SIGKILL after a grace period); as a
 
 from __future__ import annotations
 
-import glob
 import os
 import shutil
 import threading
@@ -172,7 +171,8 @@ class BackgroundProcesses(RunHooks):
             last = tail.decode("utf-8", "replace")[-half:] if half else ""
             text = f"{first}\n... [{total - len(first.encode()) - len(last.encode())} bytes elided] ...\n{last}"
         text = text.rstrip("\n")
-        status = f"[{pid}: {self._status(proc)}]"
+        status = "\n".join([*(f"[{note}]" for note in self.sandbox.restore_git_links()),
+                            f"[{pid}: {self._status(proc)}]"])
         return f"{text}\n{status}" if text else f"[no new output]\n{status}"
 
     async def stop(self, pid: str) -> str:
@@ -227,11 +227,12 @@ class SandboxHooks(RunHooks):
         return {"sandbox": self.sandbox.info()}
 
     async def run_start(self, session: SessionWriter | None) -> None:
-        # the session and its sub-agents' sessions: an approval a command appended there would be acted on
-        path = session.path if session is not None else None
-        self.sandbox.protect([path, *path.parent.glob(f"{glob.escape(path.stem)}.task-*.jsonl")] if path else [])
+        # the session and its sub-agents' sessions (read-only in the sandbox, refused by the file
+        # tools): a forged record there, an approval of a deferred call, would be acted on by a resume
+        self.sandbox.sessions.set(session.path if session is not None else None)
         if session is not None and not session.new:
             session.record("sandbox", self.sandbox.info())
 
     async def run_end(self) -> None:
         await self.sandbox.aclose()
+        self.sandbox.restore_git_links()  # its warning says so: nothing runs in the sandbox now

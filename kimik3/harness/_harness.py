@@ -201,7 +201,7 @@ class CodingHarness:
         self.subagent_budgets = subagent_budgets
         tools = list(base)
         if on("edit_tools"):
-            tools += patch_tools(FileAccess(self.root, hard_links=write_hard_links))
+            tools += patch_tools(FileAccess(self.root, hard_links=write_hard_links, sessions=self.sandbox.sessions))
         if self.processes is not None:  # bash in its place; read_output and stop at the end
             at = next(i for i, t in enumerate(tools) if t.name == "bash")
             bash, *more = background_tools(self.processes, tools[at])

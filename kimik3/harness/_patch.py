@@ -27,6 +27,7 @@ from ..tools._limits import commit_point
 from ..tools._truncate import truncate_middle
 from ..tools.coding._api import (
     MAX_EDIT_BYTES,
+    SessionFiles,
     Staged,
     Workspace,
     decode,
@@ -66,10 +67,12 @@ class FileAccess:
     Args:
         root: the workspace root.
         hard_links: write files that have more than one hard link (see ``coding_tools``).
+        sessions: the run's session files, refused (a sandbox's :attr:`~kimik3.tools.coding.Sandbox.sessions`).
     """
 
-    def __init__(self, root: str | os.PathLike[str], *, hard_links: bool = False) -> None:
-        self.ws = Workspace(Path(root).resolve())
+    def __init__(self, root: str | os.PathLike[str], *, hard_links: bool = False,
+                 sessions: SessionFiles | None = None) -> None:
+        self.ws = Workspace(Path(root).resolve(), sessions=sessions)
         self.hard_links = hard_links
 
     def read(self, path: str) -> bytes | None:

@@ -11,12 +11,13 @@ import os
 import subprocess
 from pathlib import Path
 
+import anyio
 import pytest
 
 from kimik3 import Allow, Defer, ScriptedEngine
 from kimik3.agents import pending_approvals
 from kimik3.formats.k3 import render_output
-from kimik3.harness import FEATURES, CodingHarness
+from kimik3.harness import FEATURES, CodingHarness, SandboxHooks
 from kimik3.tools import Tool
 from kimik3.tools.coding import Sandbox, coding_tools
 
@@ -171,3 +172,87 @@ def test_protect_resolves_paths(tmp_path: Path, name: str) -> None:
     box = Sandbox(tmp_path, "none")
     box.protect([tmp_path / "." / name])
     assert box.protected == [str(tmp_path.resolve() / name)]
+
+
+@needs_bwrap
+async def test_an_allowed_folder_does_not_lift_the_git_data_or_sessions_below_it(tmp_path: Path) -> None:
+    """t_aw's shape: --allow-write of a folder inside the workspace keeps what lies under it
+    read-only (a nested repository's .git, the session); only a .git itself (or a path in it)
+    that is allowed becomes writable, and a session file never does."""
+    ws = make_repo(tmp_path / "ws")
+    make_repo(ws / "cache" / "lib")
+    make_repo(ws / "vendor" / "dep")
+    session = ws / "cache" / "run.jsonl"
+    session.write_bytes(b"")  # allowed by name too: exists (a session's first run fills it)
+    cmd = ("echo x >> cache/lib/.git/config; echo nested=$?; echo x >> cache/run.jsonl; echo session=$?; "
+           "echo x >> .git/config; echo top=$?; touch cache/new.txt; echo cache=$?; "
+           "echo x >> vendor/dep/.git/config; echo dep=$?; touch .git/objects/planted; echo objects=$?; "
+           "echo x >> vendor/dep/.git/run.jsonl; echo inside=$?")
+    tool_calls = [{"id": "b", "type": "function", "function": {"name": "bash", "arguments": json.dumps({"command": cmd})}}]
+    harness = CodingHarness(ws, features=FEATURES - {"subagents"}, sandbox="bwrap",
+                            sandbox_write=[ws / "cache", ws / "vendor" / "dep" / ".git", ws / ".git" / "objects",
+                                           session])
+    configs = {p: p.read_bytes() for p in (ws / ".git" / "config", ws / "cache" / "lib" / ".git" / "config")}
+    result = await harness.agent(engine=ScriptedEngine([render_output({"tool_calls": tool_calls}), "done"])).run(
+        "go", session=session)
+    out = next(m.content for m in result.messages if m.role == "tool")
+    assert isinstance(out, str)
+    for word, rc in (("nested", 1), ("session", 1), ("top", 1), ("cache", 0), ("dep", 0), ("objects", 0),
+                     ("inside", 0)):
+        assert f"{word}={rc}" in out, (word, out)
+    assert all(p.read_bytes() == data for p, data in configs.items())
+    assert "\nx\n" not in session.read_text() and (ws / "cache" / "new.txt").exists()
+    assert (ws / "vendor" / "dep" / ".git" / "config").read_text().endswith("x\n")  # allowed itself: writable
+    assert (ws / ".git" / "objects" / "planted").exists()
+
+
+@needs_bwrap
+async def test_a_symlinked_git_that_a_command_replaces_is_restored(tmp_path: Path) -> None:
+    """A bind mount keeps a symlinked .git's target, not the symlink: ``rm .git && git init .``
+    with a planted fsmonitor. The symlink is restored after the command (the plant moved aside,
+    kept, named in the result and a warning), so the user's git status runs nothing."""
+    ws = tmp_path / "ws"
+    (ws / "meta").mkdir(parents=True)
+    git(ws, "init", "-q", "--separate-git-dir", str(ws / "meta" / "repo.git"))
+    (ws / ".git").unlink()
+    (ws / ".git").symlink_to("meta/repo.git")
+    (ws / "vendor" / "x").mkdir(parents=True)
+    git(ws / "meta", "init", "-q", "--bare", "x.git")
+    (ws / "vendor" / "x" / ".git").symlink_to("../../meta/x.git")
+    witness = tmp_path / "PWNED"
+    box = Sandbox(ws, "bwrap")
+    bash = coding_tools(ws, sandbox=box)[0]
+    plant = f"git init -q . && git config core.fsmonitor 'touch {witness}; false'"
+    with pytest.warns(RuntimeWarning, match="kimik3 restored it") as caught:
+        out = await run(bash, f"rm .git && {plant}; echo rc=$?; rm vendor/x/.git; echo gone=$?")
+    assert "rc=0" in out and "gone=0" in out, out
+    assert ("[the symlink .git (-> meta/repo.git) was replaced or removed; kimik3 restored it; what the command "
+            "put there is now .git.kimik3-replaced-1]") in out
+    assert "[the symlink vendor/x/.git (-> ../../meta/x.git) was replaced or removed; kimik3 restored it]" in out
+    assert len(caught) == 2
+    assert os.readlink(ws / ".git") == "meta/repo.git" and os.readlink(ws / "vendor" / "x" / ".git") == "../../meta/x.git"
+    assert "fsmonitor" in (ws / ".git.kimik3-replaced-1" / "config").read_text()  # kept, out of git's way
+    user_git_status(ws)
+    assert not witness.exists()
+    # unchanged: nothing to say; the next change again
+    assert "restored" not in await run(bash, "true")
+    with pytest.warns(RuntimeWarning, match="replaced-2"):
+        out = await run(bash, f"rm .git && {plant}")
+    assert "now .git.kimik3-replaced-2]" in out and os.readlink(ws / ".git") == "meta/repo.git"
+    # what a process left running does after its command is caught at the run's end
+    await run(bash, "(while [ ! -e go ]; do sleep 0.05; done; rm vendor/x/.git; mkdir vendor/x/.git; touch done) "
+                    ">/dev/null 2>&1 &")
+    (ws / "go").touch()
+    for _ in range(600):
+        if (ws / "done").exists():
+            break
+        await anyio.sleep(0.05)
+    assert (ws / "vendor" / "x" / ".git").is_dir() and not (ws / "vendor" / "x" / ".git").is_symlink()
+    with pytest.warns(RuntimeWarning, match="vendor/x/.git.kimik3-replaced-1"):
+        await SandboxHooks(box).run_end()
+    assert os.readlink(ws / "vendor" / "x" / ".git") == "../../meta/x.git"
+    # live control: the same plant, left in place, fires
+    (ws / ".git").unlink()
+    (ws / ".git.kimik3-replaced-2").rename(ws / ".git")
+    user_git_status(ws)
+    assert witness.exists()

@@ -5,7 +5,7 @@ checks that nothing outside imports its other modules.
 
 - :class:`Workspace`: confinement to the workspace root (paths resolved and opened from the
   root's descriptor, no symlink followed out of it), file reading; :func:`show_path`: a path as
-  the tools show it.
+  the tools show it; :class:`SessionFiles`: the run's session files, which the file tools refuse;
 - the file text rules of ``edit_file`` (encodings, line endings, binary files, the size limit,
   diffs): :data:`MAX_EDIT_BYTES`, :func:`decode`, :func:`encode`, :func:`is_binary`,
   :func:`lines_and_endings`, :func:`replace_keeping_endings`, :func:`sniff_encoding`,
@@ -31,6 +31,7 @@ from ._files import (
     unified_diff,
     usual_ending,
 )
+from ._kept import SessionFiles
 from ._paths import Workspace, show_path
 from ._sandbox import Command
 from ._search import _files as walk_files
@@ -40,6 +41,7 @@ from ._write import Staged, replace, stage
 __all__ = [
     "FILE_TOOL_TIMEOUT_S",
     "MAX_EDIT_BYTES",
+    "SessionFiles",
     "Command",
     "Staged",
     "Workspace",

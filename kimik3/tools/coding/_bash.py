@@ -247,6 +247,7 @@ def result_lines(done: ShellResult, timeout: int, sandbox: Sandbox) -> list[str]
     """The lines of ``bash``'s result after its output: what was killed, left running or limited,
     then "[exit code: N, T s]" or "[timed out after T s; process group killed]"."""
     lines = [done.note] if done.note else []
+    lines += [f"[{note}]" for note in sandbox.restore_git_links()]
     if done.limit:
         lines.append(f"[the command reached the limit of {done.limit.split()[-1]} processes; all of its processes "
                      "were killed]")

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..._exceptions import ToolError
+from ._kept import SessionFiles
 
 _MAX_LINKS = 40  # symlinks followed while walking one path (Linux's own limit)
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -125,11 +126,14 @@ class Workspace:
     Args:
         root: the root, absolute and free of symlinks.
         what: how errors name it ("the workspace"; "the read-only folder" for :meth:`reading`'s).
+        sessions: the run's session files, which every path :meth:`locate` leads to is checked
+            against (refused with a ToolError: the file tools never read or write them).
     """
 
-    def __init__(self, root: Path, what: str = "the workspace") -> None:
+    def __init__(self, root: Path, what: str = "the workspace", sessions: SessionFiles | None = None) -> None:
         self.root = root  # absolute and free of symlinks
         self.what = what
+        self.sessions = sessions
 
     def outside(self, path: str) -> ToolError:
         return ToolError(f"path {path!r} is outside {self.what} {self.root}; use a path inside it")
@@ -148,7 +152,7 @@ class Workspace:
             real = os.path.realpath(os.fspath(folder))
             if os.path.isabs(real) and _under(p, real) and (best is None or len(real) > len(best)):
                 best = real
-        return self if best is None else Workspace(Path(best), "the read-only folder")
+        return self if best is None else Workspace(Path(best), "the read-only folder", self.sessions)
 
     def _relative_parts(self, target: str, path: str) -> list[str]:
         """The components of ``target`` relative to the root; ``target`` may be absolute."""
@@ -177,7 +181,8 @@ class Workspace:
         Raises:
             ToolError: the path leaves the workspace, has a NUL, a symlink loop (or, without
                 ``follow_symlinks``, any symlink on the way), or a missing or non-directory
-                component (missing directories are made when ``create_dirs``).
+                component (missing directories are made when ``create_dirs``); it leads to one
+                of the run's session files (``sessions``).
         """
         if not literal:
             path = read_path(path)  # the escaped form the tools print names the same file
@@ -214,6 +219,8 @@ class Workspace:
                     except OSError as e:
                         raise ToolError(f"cannot open {path}: {e.strerror or e}") from None
                     if st is None or not stat.S_ISLNK(st.st_mode) or not follow_symlinks:
+                        if self.sessions is not None:
+                            self.sessions.check(fds[-1], name, path, st)
                         located = Located(fds[-1], name, "/".join([*names, name]), fds)
                         fds = []
                         return located

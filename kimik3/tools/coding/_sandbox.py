@@ -44,7 +44,8 @@ import anyio
 from ..._exceptions import SandboxUnavailableError, ToolError, UserError
 from . import _reaper
 from ._cgroup import PidsCgroup
-from ._kept import MAX_WALK_DIRS, kept_read_only, under
+from ._git_links import restore_git_links
+from ._kept import MAX_WALK_DIRS, SessionFiles, kept_read_only, under
 
 __all__ = ["ProcessLimits", "Sandbox", "SandboxMode"]
 
@@ -345,6 +346,8 @@ class Sandbox:
         if self.reason is not None:
             warnings.warn(f"kimik3: {self.describe()}", RuntimeWarning, stacklevel=2)
         self.protected: list[str] = []
+        self.sessions = SessionFiles()
+        self.git_links: dict[str, str] = {}  # each .git symlink of the start -> its target (_git_links)
         self._sup: _Supervisor | None = None
         self._n = 0
         self._starts = 0
@@ -355,12 +358,20 @@ class Sandbox:
         """Keep ``paths`` (files kimik3 itself writes during the run: its session files) read-only
         inside the sandbox where they lie in the workspace, from its next start on (a running
         sandbox's mounts cannot change: the run's hooks call this before its first command).
-        Replaces what an earlier call named; a path that does not exist then is left out.
+        Replaces what an earlier call named; a path that does not exist then is left out. The run's
+        session files are :attr:`sessions` (:class:`~kimik3.tools.coding._kept.SessionFiles`, which
+        the file tools refuse too); an allowed write path never lifts either.
 
         Args:
             paths: an iterable of paths (str or PathLike).
         """
         self.protected = [os.path.realpath(os.fspath(p)) for p in paths]
+
+    def restore_git_links(self) -> list[str]:
+        """Put back each ``.git`` symlink of the sandbox's start that a command replaced or
+        removed (a bind mount cannot keep a symlink; see ``_git_links``): a line for the tool
+        result for each (also a :class:`RuntimeWarning`)."""
+        return restore_git_links(self.root, self.git_links) if self.git_links else []
 
     def describe(self) -> str:
         """One line saying which sandbox runs the commands, e.g. ``sandbox: bwrap (workspace
@@ -422,18 +433,29 @@ class Sandbox:
         # What git run outside the sandbox (kimik3's checkpoints, the user's own git) executes from a
         # repository (filters, hooks, fsmonitor, commondir / gitdir pointing at a planted config)
         # stays read-only, and so do the session files kimik3 writes (an approval appended there
-        # would be acted on): see _kept. Each is made a mount point (so it cannot be
-        # renamed away and replaced), and so is each folder between it and the workspace.
-        lifted = [w for w in self.write if under(w, [str(self.root)]) and w != str(self.root)]
-        kept = list(dict.fromkeys(
-            p for w in (str(self.root), *self.write)
-            for p in kept_read_only(w, self.protected, MAX_WALK_DIRS if w == str(self.root) else 1)
-            if not under(p, lifted)))
+        # would be acted on): see _kept. Each is made a mount point (so it cannot be renamed away
+        # and replaced), and so is each folder between it and the workspace. An allowed write path
+        # lifts only the git control data it lies in or names (``<ws>/.git``, ``<ws>/.git/objects``:
+        # bound writable again after), never a repository below it, never a session file.
+        root, tops = str(self.root), [str(self.root), *self.write]
+        records = list(dict.fromkeys(p for p in (*self.protected, *self.sessions.existing())
+                                     if under(p, tops) and p != root and os.path.lexists(p)))
+        links: dict[str, str] = {}
+        gits = list(dict.fromkeys(p for w in (root, *self.write)
+                                  for p in kept_read_only(w, MAX_WALK_DIRS if w == root else 1, links)))
+        self.git_links = {os.path.relpath(p, root): t for p, t in links.items() if under(p, [root])}
+        lifted = [w for w in self.write if w != root and any(under(w, [g]) for g in gits)]
+        gits = [g for g in gits if not under(g, lifted) and g not in records]
+        kept = [*gits, *records]
         folders = {str(d) for p in kept if os.path.basename(p) != ".git" for d in Path(p).parents
-                   if under(str(d), [str(self.root)]) and str(d) != str(self.root)}
+                   if under(str(d), tops) and str(d) not in tops}
         for d in sorted(folders, key=len):
             args += ["--bind", d, d]
-        for p in sorted(kept, key=len):
+        for p in sorted(gits, key=len):
+            args += ["--ro-bind", p, p]
+        for w in sorted(lifted, key=len):
+            args += ["--bind", w, w]
+        for p in sorted(records, key=len):
             args += ["--ro-bind", p, p]
         return [*args, "--chdir", str(self.root)]
 

@@ -139,7 +139,7 @@ def coding_tools(
         box = sandbox
     else:
         box = Sandbox(workspace, sandbox, network=network, read=sandbox_read, write=sandbox_write)
-    ws = Workspace(workspace)
+    ws = Workspace(workspace, sessions=box.sessions)  # the run's session files: refused
     shell = shutil.which("bash") or "/bin/sh"
 
     def reader(path: str) -> tuple[Workspace, str]:
