@@ -406,3 +406,23 @@ async def test_the_session_header_records_the_sandbox(tmp_path: Path) -> None:
     records = [json.loads(line) for line in session.read_text().splitlines()]
     assert [r["sandbox"] for r in records[1:] if "sandbox" in r] == [{"mode": "none", "requested": "none"}]
     assert [m.role for m in load_session(session)][-3:] == ["assistant", "tool", "assistant"]
+
+
+@needs_bwrap
+async def test_a_preloaded_library_under_a_hidden_folder_stays_loadable(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM's CPU build sets LD_PRELOAD to its venv's libgomp; with the venv under /tmp (hidden by
+    the sandbox's private /tmp) every command printed ld.so's "cannot be preloaded" error."""
+    lib = tmp_path / "venv" / "libm-copy.so.6"
+    lib.parent.mkdir()
+    shutil.copyfile("/lib/x86_64-linux-gnu/libm.so.6", lib)
+    gone = tmp_path / "gone.so"  # named, but not there: ld.so's own error, as without the sandbox
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    monkeypatch.setenv("LD_PRELOAD", f"{lib}:{gone}")
+    box = Sandbox(ws, "bwrap")
+    out = await run(bash_in(box), "echo ok; tr ' ' '\\n' <<< \"$LD_PRELOAD\"; test -r " + str(lib) + " && echo readable")
+    assert out.split("\n")[:3] == ["ok", str(lib), "readable"]
+    assert "cannot be preloaded" not in out
+    assert box.preloaded == [str(lib)]
+    await box.aclose()

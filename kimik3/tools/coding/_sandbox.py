@@ -35,6 +35,7 @@ import threading
 import time
 import warnings
 import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -347,6 +348,7 @@ class Sandbox:
             warnings.warn(f"kimik3: {self.describe()}", RuntimeWarning, stacklevel=2)
         self.protected: list[str] = []
         self.sessions = SessionFiles()
+        self.preloaded: list[str] = []  # LD_PRELOAD libraries under a hidden folder, made visible
         self.git_links: dict[str, str] = {}  # each .git symlink of the start -> its target (_git_links)
         self._sup: _Supervisor | None = None
         self._n = 0
@@ -422,6 +424,8 @@ class Sandbox:
         for needed in (os.path.dirname(python), sys.base_prefix):  # the supervisor's own interpreter
             if under(os.path.realpath(needed), hidden):
                 visible.append(os.path.realpath(needed))
+        self.preloaded = [lib for lib in _preloads(os.environ) if under(lib, hidden)]  # vLLM's libgomp
+        visible += self.preloaded
         for p in visible:
             args += ["--ro-bind-try", p, p]
         for secret in _ROOT_SECRETS:  # readable by root (the owner) even without capabilities: hidden
@@ -476,6 +480,16 @@ class Sandbox:
             self._finalizer = weakref.finalize(self, self._sup.release)
         return self._sup, note
 
+    def _visible_preloads(self, env: dict[str, str]) -> dict[str, str]:
+        """``env`` with only the ``LD_PRELOAD`` libraries visible inside bwrap (:attr:`preloaded`)."""
+        if self.mode != "bwrap" or not env.get("LD_PRELOAD"):
+            return env
+        home = os.path.realpath(os.path.expanduser("~"))
+        hidden = ["/tmp", "/var/tmp", "/run", *([home] if home != "/" else [])]
+        kept = [lib for lib in env["LD_PRELOAD"].replace(":", " ").split() if not os.path.isabs(lib)
+                or os.path.abspath(lib) in self.preloaded or not under(os.path.abspath(lib), hidden)]
+        return {**env, "LD_PRELOAD": " ".join(kept)}
+
     def spawn(self, argv: list[str], env: dict[str, str], *, grace: float = 1.0, cpu: bool = True) -> Command:
         """Start ``argv`` (a shell) in the sandbox with ``env``; the sandbox starts at the first call.
 
@@ -505,9 +519,9 @@ class Sandbox:
             with self._lock:
                 self._n += 1
                 cid = self._n
-                request = {"spawn": cid, "argv": argv, "cwd": str(self.root), "env": env, "rlimits": rlimits,
-                           "max_processes": limits.processes, "grace": grace}
                 sup, note = self._supervisor()
+                request = {"spawn": cid, "argv": argv, "cwd": str(self.root), "env": self._visible_preloads(env),
+                           "rlimits": rlimits, "max_processes": limits.processes, "grace": grace}
                 try:
                     sup.send(request, [out_w, status_w, control_r])
                 except OSError:  # it died just now: once more, in a new one
@@ -577,3 +591,9 @@ class Sandbox:
     def running(self) -> bool:
         """Whether the sandbox is started now."""
         return self._sup is not None and self._sup.alive()
+
+
+def _preloads(env: Mapping[str, str]) -> list[str]:
+    """The existing files ``env``'s ``LD_PRELOAD`` names by absolute path (hidden: ld.so would err)."""
+    return [os.path.abspath(p) for p in env.get("LD_PRELOAD", "").replace(":", " ").split()
+            if os.path.isabs(p) and os.path.isfile(p)]
