@@ -35,7 +35,6 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -46,7 +45,7 @@ from ..._exceptions import SandboxUnavailableError, ToolError, UserError
 from . import _reaper
 from ._cgroup import PidsCgroup
 from ._git_links import restore_git_links
-from ._kept import MAX_WALK_DIRS, SessionFiles, kept_read_only, under
+from ._kept import MAX_WALK_DIRS, SessionFiles, hidden_dirs, kept_read_only, preloads, under
 
 __all__ = ["ProcessLimits", "Sandbox", "SandboxMode"]
 
@@ -410,10 +409,7 @@ class Sandbox:
         args = [*_NS_FLAGS, *(() if self.network else ("--unshare-net",)),
                 "--ro-bind", "/", "/", "--dev", "/dev", *size, "--tmpfs", "/dev/shm", "--proc", "/proc",
                 "--ro-bind", "/proc/sys", "/proc/sys", "--ro-bind-try", "/proc/sysrq-trigger", "/proc/sysrq-trigger"]
-        hidden = ["/tmp", *(d for d in ("/var/tmp", "/run") if os.path.isdir(d) and not os.path.islink(d))]
-        home = os.path.realpath(os.path.expanduser("~"))
-        if home != "/" and os.path.isdir(home):
-            hidden.append(home)
+        hidden = hidden_dirs()
         for d in hidden:
             args += [*size, "--tmpfs", d]
         visible = list(self.read)
@@ -424,7 +420,7 @@ class Sandbox:
         for needed in (os.path.dirname(python), sys.base_prefix):  # the supervisor's own interpreter
             if under(os.path.realpath(needed), hidden):
                 visible.append(os.path.realpath(needed))
-        self.preloaded = [lib for lib in _preloads(os.environ) if under(lib, hidden)]  # vLLM's libgomp
+        self.preloaded = [lib for lib in preloads(os.environ) if under(lib, hidden)]  # vLLM's libgomp
         visible += self.preloaded
         for p in visible:
             args += ["--ro-bind-try", p, p]
@@ -480,12 +476,11 @@ class Sandbox:
             self._finalizer = weakref.finalize(self, self._sup.release)
         return self._sup, note
 
-    def _visible_preloads(self, env: dict[str, str]) -> dict[str, str]:
+    def _visiblepreloads(self, env: dict[str, str]) -> dict[str, str]:
         """``env`` with only the ``LD_PRELOAD`` libraries visible inside bwrap (:attr:`preloaded`)."""
         if self.mode != "bwrap" or not env.get("LD_PRELOAD"):
             return env
-        home = os.path.realpath(os.path.expanduser("~"))
-        hidden = ["/tmp", "/var/tmp", "/run", *([home] if home != "/" else [])]
+        hidden = hidden_dirs()
         kept = [lib for lib in env["LD_PRELOAD"].replace(":", " ").split() if not os.path.isabs(lib)
                 or os.path.abspath(lib) in self.preloaded or not under(os.path.abspath(lib), hidden)]
         return {**env, "LD_PRELOAD": " ".join(kept)}
@@ -520,7 +515,7 @@ class Sandbox:
                 self._n += 1
                 cid = self._n
                 sup, note = self._supervisor()
-                request = {"spawn": cid, "argv": argv, "cwd": str(self.root), "env": self._visible_preloads(env),
+                request = {"spawn": cid, "argv": argv, "cwd": str(self.root), "env": self._visiblepreloads(env),
                            "rlimits": rlimits, "max_processes": limits.processes, "grace": grace}
                 try:
                     sup.send(request, [out_w, status_w, control_r])
@@ -592,8 +587,3 @@ class Sandbox:
         """Whether the sandbox is started now."""
         return self._sup is not None and self._sup.alive()
 
-
-def _preloads(env: Mapping[str, str]) -> list[str]:
-    """The existing files ``env``'s ``LD_PRELOAD`` names by absolute path (hidden: ld.so would err)."""
-    return [os.path.abspath(p) for p in env.get("LD_PRELOAD", "").replace(":", " ").split()
-            if os.path.isabs(p) and os.path.isfile(p)]
