@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._defaults import RAW_MAX_TOKENS_FALLBACK
 from .._exceptions import APIResponseValidationError, ContextLengthExceededError, EngineError, UserError
-from ..formats.k3 import K3Tokenizer, PromptCache, RawChunk
+from ..formats.k3 import K3Tokenizer, PromptCache, RawChunk, ids_list
 from ..formats.k3._codec import media_scan
 from ..types import ChatRequest
 from ._base import ChatEngine, Engine, ModelCall, TokenEngine, TokenizerSource
@@ -171,7 +171,7 @@ class RemoteCompletionsEngine(TokenEngine):
         }
         kwargs: dict[str, Any] = {
             "model": model,
-            "prompt": list(prompt_ids),
+            "prompt": ids_list(prompt_ids),
             "max_tokens": max_tokens,
             "temperature": s.temperature,
             "top_p": s.top_p,

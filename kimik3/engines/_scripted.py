@@ -274,11 +274,13 @@ class ScriptedEngine(TokenEngine):
         if room < 1:
             raise self._too_long(len(prompt_ids))
         max_tokens = min(room, request.settings.max_tokens or room)
+        generated: int | None = None  # the output's tokens, as an engine reports them (counted once)
         if tok is not None:
             ids = tok.encode_control(text)
-            if len(ids) > max_tokens:  # behave like a real max_tokens cut
+            generated = len(ids)
+            if generated > max_tokens:  # behave like a real max_tokens cut
                 text = tok.decode(ids[:max_tokens])
-                closed = False
+                generated, closed = max_tokens, False
         elif estimate_tokens(text) > room:  # no tokenizer: the window by the estimate (4 bytes a token)
             text = text.encode("utf-8", "surrogatepass")[: 4 * room].decode("utf-8", "ignore")
             closed = False
@@ -286,4 +288,4 @@ class ScriptedEngine(TokenEngine):
         for i in range(0, len(text), step):
             await anyio.lowlevel.checkpoint()  # a real await point: cancellation lands here
             yield RawChunk(text=text[i : i + step])
-        yield RawChunk(finish_reason="stop" if closed else "length")
+        yield RawChunk(finish_reason="stop" if closed else "length", completion_tokens=generated)

@@ -39,7 +39,7 @@ from .._exceptions import (
     TokenizerError,
     UserError,
 )
-from ..formats.k3 import K3Tokenizer, RawChunk
+from ..formats.k3 import K3Tokenizer, RawChunk, ids_list
 from ..formats.k3._media import prepare_request_image
 from ..types import ChatRequest, ImagePart
 from ._base import TokenEngine
@@ -204,7 +204,7 @@ class VLLMEngine(TokenEngine):
         await self.start()  # first: without vLLM it raises EngineNotAvailableError
         from vllm.inputs import TokensPrompt
 
-        prompt = TokensPrompt(prompt_token_ids=list(prompt_ids))
+        prompt = TokensPrompt(prompt_token_ids=ids_list(prompt_ids))
         if images:
             prompt["multi_modal_data"] = {"image": list(images)}
         params = self._sampling_params(request)

@@ -8,7 +8,7 @@ Pure functions and incremental state machines; no I/O beyond reading a model dir
 
 from ..._json import JSON_MAX_DEPTH, JSON_MAX_INT_DIGITS, check_json_limits, safe_loads
 from ...types import TOOL_NAME, check_request
-from ._codec import EncodedPrompt, K3Codec, K3Decoder, PromptCache, PromptEncoder, PromptIds, RawChunk
+from ._codec import EncodedPrompt, K3Codec, K3Decoder, PromptCache, PromptEncoder, PromptIds, RawChunk, ids_list
 from ._count import message_tokens
 from ._encode import (
     CLOSE,
@@ -93,6 +93,7 @@ __all__ = [
     "default_tokenizer",
     "encode_segments",
     "estimate_tokens",
+    "ids_list",
     "load_tiktoken_bpe",
     "message_segments",
     "message_tokens",
