@@ -169,7 +169,7 @@ def undeclared(table: Mapping[str, Tool], head: Sequence[ToolSpec], messages: Se
         first = declared.get(spec.function.name)
         if first is None:
             new.append(spec)
-        elif first != spec:
+        elif first is not spec and first != spec:
             log.warning("kimik3: tool %r changed after it was declared; a K3 endpoint takes a name once per request, "
                         "so the model keeps its first declaration (give the changed tool a new name)",
                         spec.function.name)

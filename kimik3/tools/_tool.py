@@ -31,6 +31,7 @@ in full; ..."``.
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 import json
@@ -187,8 +188,14 @@ class Tool(ABC):
     @property
     def spec(self) -> ToolSpec:
         """The declaration sent to the model: ``{"type": "function", "function": {"name",
-        "description", "parameters"}}`` (``description`` left out when empty)."""
-        return ToolSpec.model_validate(
+        "description", "parameters"}}`` (``description`` left out when empty). Built once and
+        reused while the name, description and parameters stay equal (the agent reads it every
+        turn); treat it as read-only."""
+        key = (self.name, self.description, self.parameters)
+        cached: tuple[tuple[str, str, dict[str, Any]], ToolSpec] | None = self.__dict__.get("_spec_cache")
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        spec = ToolSpec.model_validate(
             {
                 "type": "function",
                 "function": {
@@ -198,6 +205,8 @@ class Tool(ABC):
                 },
             }
         )
+        self.__dict__["_spec_cache"] = ((self.name, self.description, copy.deepcopy(self.parameters)), spec)
+        return spec
 
     @abstractmethod
     def validate(self, arguments: Mapping[str, Any] | str | None) -> dict[str, Any]:
