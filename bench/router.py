@@ -17,7 +17,12 @@ prompt tokens, from the replicas' ``/metrics`` counters (``vllm:prefix_cache_hit
 ``vllm:prefix_cache_queries_total``, the deltas over the phase) and from the responses'
 ``usage.prompt_tokens_details.cached_tokens``; the requests each replica served; generated
 tokens/s (completion tokens / the phase's wall time). Then the ratios key / round robin.
-Goal: >= 90% of prompt tokens from cache with the key.
+
+Goal (issue 44): round robin sends >= 1.5x the uncached prompt tokens the key does (what the key
+changes; a hit rate alone cannot tell the two apart, since the instructions and tools every
+agent shares are cached on every replica either way: 95.1% vs 96.6% in an earlier run), over
+conversations whose history outgrows that shared header (printed: each conversation's last
+prompt against its first, goal >= 2x). k3-tiny's 8,192-token window, compaction at 80%.
 
 With R replicas and no key, a conversation's next request lands on the replica that holds its
 last prefix about 1/R of the time; elsewhere only the prefix that replica saw at an earlier turn
@@ -64,22 +69,24 @@ HITS, QUERIES, GENERATED = "vllm:prefix_cache_hits_total", "vllm:prefix_cache_qu
 
 
 async def conversation(engine: RemoteEngine, keyed: bool, i: int, turns: int, root: Path) -> list[int]:
-    """One agent's conversation of ``turns`` tasks; [prompt, cached, completion tokens, calls, tasks done]."""
+    """One agent's conversation of ``turns`` tasks; [prompt, cached, completion tokens, calls, tasks done,
+    the first task's mean prompt tokens a call (the shared header and one task), the last task's]."""
     workspace = Path(shutil.copytree(WORKSPACE, root / f"ws{i}"))
     session = root / f"s{i}.jsonl"
     agent = Agent(instructions=CODING_INSTRUCTIONS, tools=coding_tools(workspace), engine=engine, max_turns=3,
                   settings=SETTINGS, routing_key="auto" if keyed else None,
-                  context=ContextPolicy(context_window=4096, compact_at=0.8, keep_recent_turns=4))  # fmt: skip
-    out = [0, 0, 0, 0, 0]
+                  context=ContextPolicy(context_window=8192, compact_at=0.8, keep_recent_turns=4))  # fmt: skip
+    out = [0, 0, 0, 0, 0, 0, 0]
     for t in range(turns):
         task = TASKS[(i + t) % len(TASKS)]
         try:
             result = await (agent.run(task, session=session) if t == 0 else agent.resume(session, task))
-        except ContextLengthExceededError:  # k3-tiny's 4,096 tokens are full (compaction stopped)
+        except ContextLengthExceededError:  # k3-tiny's 8,192 tokens are full (compaction stopped)
             break
         u = result.usage
+        per_call = u.prompt_tokens // max(result.turns, 1)  # this task's mean prompt
         out = [out[0] + u.prompt_tokens, out[1] + u.cached_tokens, out[2] + u.completion_tokens,
-               out[3] + result.turns, out[4] + 1]
+               out[3] + result.turns, out[4] + 1, out[5] or per_call, per_call]
     return out
 
 
@@ -107,18 +114,20 @@ async def phase(cluster: Cluster, keyed: bool, agents: int, turns: int) -> dict[
     await engine.aclose()
     after = cluster.metrics()
     prompt, cached, completion, calls, done = (sum(r[k] for r in rows) for k in range(5))
+    growth = statistics.median(r[6] / max(r[5], 1) for r in rows)
     hits, queries = sum(delta(after, before, HITS)), sum(delta(after, before, QUERIES))
     per_replica = [int(d) for d in delta(after, before, "vllm:request_success_total")]
     return {"metrics_rate": hits / max(queries, 1.0), "usage_rate": cached / max(prompt, 1), "prompt": prompt,
             "cached": cached, "tps": completion / secs, "secs": secs, "calls": calls, "done": done,
-            "per_replica": per_replica, "generated": sum(delta(after, before, GENERATED))}
+            "per_replica": per_replica, "generated": sum(delta(after, before, GENERATED)), "growth": growth}
 
 
 def show(name: str, r: dict[str, Any], agents: int, turns: int) -> None:
     print(f"{name:11}: {agents} agents, {r['done']}/{agents * turns} tasks, {r['calls']} model calls in "
           f"{r['secs']:.1f} s; prefix cache {r['metrics_rate']:.1%} (/metrics), {r['usage_rate']:.1%} "
           f"({r['cached']}/{r['prompt']} cached_tokens); {r['tps']:.1f} generated tok/s; requests per "
-          f"replica {r['per_replica']}", flush=True)
+          f"replica {r['per_replica']}; last prompt / first prompt of a conversation (median) "
+          f"{r['growth']:.1f}x", flush=True)
 
 
 def spread(values: Sequence[float], fmt: str = "{:.1%}") -> str:
@@ -130,7 +139,7 @@ async def main(agents: int, turns: int, replicas: int, kv_mib: int, repeats: int
     env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1"}
     env.pop("VLLM_CPU_KVCACHE_SPACE", None)
     logs = Path(tempfile.mkdtemp(prefix="kimik3-bench-router-"))
-    vllm_args = ["--max-model-len", "4096", "--block-size", "32", "--max-num-seqs", str(agents),
+    vllm_args = ["--max-model-len", "8192", "--block-size", "32", "--max-num-seqs", str(agents),
                  "--kv-cache-memory-bytes", str(kv_mib * 2**20)]  # fmt: skip
     results: dict[bool, list[dict[str, Any]]] = {True: [], False: []}
     with Cluster(K3_TINY, replicas=replicas, policy="consistent_hash", port=free_port(),
@@ -148,10 +157,11 @@ async def main(agents: int, turns: int, replicas: int, kv_mib: int, repeats: int
     ratio = [k["metrics_rate"] / max(r["metrics_rate"], 1e-9) for k, r in zip(key, rr, strict=True)]
     fewer = [(r["prompt"] - r["cached"]) / max(k["prompt"] - k["cached"], 1) for k, r in zip(key, rr, strict=True)]
     tps = [k["tps"] / max(r["tps"], 1e-9) for k, r in zip(key, rr, strict=True)]
-    print(f"over {repeats} repeats (min/median/max): prefix-cache hit rate with the key "
-          f"{spread([k['metrics_rate'] for k in key])} (goal >= 90%) vs round robin "
-          f"{spread([r['metrics_rate'] for r in rr])}: ratio {spread(ratio, '{:.2f}x')}; uncached prompt tokens "
-          f"{spread(fewer, '{:.2f}x')} fewer with the key; generated tok/s {spread([k['tps'] for k in key], '{:.1f}')}"
+    print(f"over {repeats} repeats (min/median/max): uncached prompt tokens, round robin / key "
+          f"{spread(fewer, '{:.2f}x')} (goal >= 1.5x); history growth, last prompt / first "
+          f"{spread([k['growth'] for k in key], '{:.1f}x')} (goal >= 2x); prefix-cache hit rate with the key "
+          f"{spread([k['metrics_rate'] for k in key])} vs round robin "
+          f"{spread([r['metrics_rate'] for r in rr])}: ratio {spread(ratio, '{:.2f}x')}; generated tok/s {spread([k['tps'] for k in key], '{:.1f}')}"
           f" vs {spread([r['tps'] for r in rr], '{:.1f}')}: ratio {spread(tps, '{:.2f}x')}", flush=True)
 
 
