@@ -17,15 +17,10 @@ The prefix cache is reset before each phase. Reported: agents' tokens/s / baseli
 session bookkeeping): the main process's CPU during the agents' phase minus the baseline's
 (vLLM's frontend work is in both; the engine core runs in its own process), per call.
 
-Measured here (2 CPU cores shared with other jobs; noisy: the script alternates the phases):
-32 agents reached 0.68x, 0.79x and 1.00x of direct generation in three runs (1 agent:
-0.88-0.99x). kimik3's own CPU stays at ~1.5-2.5 ms per model call (5-12 ms in noisy runs) at
-every concurrency; what grows with load is the time between an agent's calls (median 13-280 ms
-with 1 agent, 130-530 ms with 32),
-and nearly all of it is between the end of generation and the end of the tools: the coding tools'
-subprocesses (bash, rg) competing for the two cores with vLLM's engine core, while the direct
-baseline sends its next request at once. Below 0.9x is therefore this machine's tool latency,
-not kimik3's per-call work.
+Figures: none yet with tools that run. The 0.68x / 0.79x / 1.00x of an earlier version came
+from runs with ``max_tokens`` 64, where every tool call was cut and no tool ran: they measured
+text generation only and are withdrawn. What a run prints is the measurement; bench/README.md
+quotes it with its date and load.
 
 Plan for a bigger machine (not measurable on 2 shared cores):
 
