@@ -170,9 +170,7 @@ class PromptEncoder:
         self.tokenizer = tokenizer
         self.thinking = thinking
         specs = to_tool_specs(tools)
-        self._header = tokenizer.encode_segments(
-            prompt_header_segments(specs, thinking=thinking, thinking_effort=thinking_effort)
-        )
+        self._header = _header_ids(tokenizer, specs, thinking, thinking_effort)
         # Committed state: complete blocks (a non-tool message, or a whole run of tool messages
         # followed by a non-tool message) whose ids cannot change when messages are appended.
         self._msgs: list[Message] = []  # in the caller's order
@@ -254,6 +252,27 @@ class PromptEncoder:
             )
         )
         return PromptIds(self._ids, len(self._ids), tail)
+
+
+_HEADERS: dict[tuple[int, str, bool, str | None], tuple[K3Tokenizer, list[int]]] = {}
+_HEADERS_KEPT = 16
+
+
+def _header_ids(
+    tokenizer: K3Tokenizer, specs: Sequence[ToolSpec], thinking: bool, effort: ThinkingEffort | str | None
+) -> list[int]:
+    """The prompt head's ids (instructions of the protocol, tool declarations, thinking), encoded
+    once per process for each tokenizer and tool set: concurrent conversations with the same
+    tools (agents of one harness) do not each tokenize the same ~1,300-token head before the
+    engine sees their first request (issue 44). A copy: encoders extend their own."""
+    key = (id(tokenizer), _tools_key(specs), thinking, effort)
+    hit = _HEADERS.get(key)
+    if hit is None or hit[0] is not tokenizer:
+        ids = tokenizer.encode_segments(prompt_header_segments(specs, thinking=thinking, thinking_effort=effort))
+        if len(_HEADERS) >= _HEADERS_KEPT:
+            _HEADERS.pop(next(iter(_HEADERS)))
+        hit = _HEADERS[key] = (tokenizer, ids)
+    return list(hit[1])
 
 
 # -- media of a conversation (scanned on every request, so kept cheap) -------------------------
