@@ -34,7 +34,7 @@ from ._background import BackgroundProcesses, SandboxHooks
 from ._checkpoints import Checkpoints
 from ._instructions import ProjectInstructions
 from ._patch import EditSpec, FileAccess, apply_patch_text, multi_edit_file
-from ._skills import Skills
+from ._skills import WORKSPACE_SKILLS, Skills, user_skills_folder
 from ._tasks import SubAgents
 from ._tracking import ReadTracker
 
@@ -53,6 +53,19 @@ _BACKGROUND_NOTE = (
     'with an id ("bg1", "bg2"...): read what it printed since the last read with read_output(id), end '
     "it with stop(id); every background process is ended when the run ends."
 )
+
+
+def _keep_skills(sandbox: Sandbox, skills: Skills, root: Path) -> None:
+    """Keep the skills that lie in the workspace from every tool (issue 40: a ``SKILL.md`` the
+    model rewrote would steer later runs): ``<root>/.agents/skills`` (made or not), each skill
+    found there (its real folder), and a given or user skills folder inside the workspace."""
+    what = "an Agent Skill's folder (read into later runs' prompts)"
+    folders = [root / WORKSPACE_SKILLS, *skills.folders, *([user_skills_folder()] if skills.user else [])]
+    folders += [s.folder for s in skills.found.values()]
+    for folder in folders:
+        real = os.path.realpath(folder)
+        if real.startswith(str(root).rstrip("/") + "/"):
+            sandbox.sessions.keep(real, what)
 
 
 def patch_tools(files: FileAccess) -> list[Tool]:
@@ -188,6 +201,8 @@ class CodingHarness:
         skill_folders = self.skills.read_paths() if self.skills is not None else []
         self.sandbox = sandbox if isinstance(sandbox, Sandbox) else Sandbox(
             self.root, sandbox, network=network, read=[*sandbox_read, *skill_folders], write=sandbox_write)
+        if self.skills is not None:
+            _keep_skills(self.sandbox, self.skills, self.root)
         base = coding_tools(root, bash_timeout=bash_timeout, max_output_chars=max_output_chars,
                             write_hard_links=write_hard_links, sandbox=self.sandbox,
                             read_only=self.skills.read_paths if self.skills is not None else ())
@@ -195,7 +210,7 @@ class CodingHarness:
             else None
         self.processes = (BackgroundProcesses(self.root, max_output_chars=max_output_chars, sandbox=self.sandbox)
                           if on("background") else None)
-        self.checkpoints = Checkpoints(self.root) if on("checkpoints") else None
+        self.checkpoints = Checkpoints(self.root, kept=self.sandbox.sessions) if on("checkpoints") else None
         self.read_before_edit = on("read_before_edit")
         self.subagents = on("subagents")
         self.subagent_budgets = subagent_budgets
