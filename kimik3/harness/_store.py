@@ -50,7 +50,7 @@ def store_candidates(session: str | os.PathLike[str]) -> tuple[Path, Path]:
 def default_store(session: str | os.PathLike[str], root: Path) -> Path:
     """The store of ``session``'s copies: beside it unless that lies in the workspace ``root``."""
     beside, cached = store_candidates(session)
-    real = os.path.realpath(beside)
+    real = os.path.join(os.path.realpath(beside.parent), beside.name)  # the store itself: never followed
     inside = real == str(root) or real.startswith(str(root).rstrip("/") + "/")
     return cached if inside else beside
 

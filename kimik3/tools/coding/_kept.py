@@ -144,11 +144,16 @@ def _index_gitlinks(data: bytes, hash_len: int) -> list[bytes]:
             end = data.index(b"\0", p)
             name = data[p:end]
             pos += (end - pos + 8) & ~7
+            if data[end:pos].strip(b"\0") or pos > len(data):  # the padding is NULs
+                raise ValueError("bad padding")
         if mode >> 12 not in (0o10, 0o12, 0o16, 0o4):  # regular file, symlink, gitlink, sparse dir
             raise ValueError("bad mode")
         if mode >> 12 == 0o16:
             found.append(name)
         prev = name
+    rest = data[pos:]  # extensions (signatures "A".."Z" first), then the checksum
+    if len(rest) < hash_len or (len(rest) > hash_len and not rest[:1].isupper()):
+        raise ValueError("no checksum where it must be")
     return found
 
 
@@ -231,7 +236,7 @@ def _merge(folders: list[str], root: str) -> list[str]:
     is kept read-only, never less), never ``root`` itself."""
     while len(folders) > _MAX_UNWALKED:
         merged = list(dict.fromkeys(p if os.path.dirname(p) == root else os.path.dirname(p) for p in folders))
-        if len(merged) == len(folders):  # all are the root's own folders: as many mounts as they are
+        if merged == folders:  # all are the root's own folders: as many mounts as they are
             break
         folders = merged
     return [p for p in folders if not any(q != p and under(p, [q]) for q in folders)]
