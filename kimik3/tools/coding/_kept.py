@@ -66,13 +66,15 @@ def is_sparse(st: os.stat_result) -> bool:
 
 
 def _entry(dir_fd: int, name: str, adding: str | None, want_dir: bool) -> bool:
+    """Whether ``name`` is in ``dir_fd`` (or is ``adding``): a folder (a symlinked ``objects/``
+    or ``refs/`` counts: git follows it), else anything but a folder (a symlinked ``HEAD`` too)."""
     if name == adding:
         return True
     try:
-        st = os.stat(name, dir_fd=dir_fd)  # git follows a symlinked objects/ or refs/
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=want_dir)
     except OSError:
         return False
-    return stat.S_ISDIR(st.st_mode) if want_dir else stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)
+    return stat.S_ISDIR(st.st_mode) == want_dir
 
 
 def git_dir_at(dir_fd: int, adding: str | None = None) -> bool:
