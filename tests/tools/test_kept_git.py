@@ -211,3 +211,15 @@ def test_a_walk_that_stops_early_keeps_what_it_did_not_see(tmp_path: Path, monke
     cut = kept_paths(str(ws), max_dirs=2)
     assert sorted(cut.paths) == [str(ws / f"d{i:02}") for i in range(30)]
     assert kept_paths(str(ws), max_dirs=1).notes == []  # an allowed folder's own repository only
+
+
+@pytest.mark.parametrize("where", [".git/hooks", ".git", "bare.git/hooks"])
+async def test_a_workspace_inside_git_control_data_is_not_written(tmp_path: Path, where: str) -> None:
+    repo = make_repo(tmp_path / "repo")
+    git(repo, "init", "-q", "--bare", "bare.git")
+    ws = repo / where
+    ws.mkdir(exist_ok=True)
+    before = files_of(repo / ".git")
+    out = await call(tools(ws), "write_file", {"path": "pre-commit", "content": "#!/bin/sh\ntouch PWNED\n"})
+    assert out == f"Error: ToolError: pre-commit is in the workspace, which lies in git control data{REFUSED}"
+    assert files_of(repo / ".git") == before and not (ws / "pre-commit").exists()

@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..._exceptions import ToolError
-from ._kept import SessionFiles, check_git_write
+from .._failures import kept_write
+from ._kept import SessionFiles, check_git_write, git_dir_at
 
 _MAX_LINKS = 40  # symlinks followed while walking one path (Linux's own limit)
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -136,6 +137,30 @@ class Workspace:
         self.root = root  # absolute and free of symlinks
         self.what = what
         self.sessions = sessions
+        self._in_git: bool | None = None  # the root lies in git control data (asked at the first write)
+
+    def _check_root(self, path: str) -> None:
+        """A write's check of the root itself: it is, or lies in, git control data (``-w
+        repo/.git/hooks``, a folder of a bare repository): every write there is refused."""
+        if self._in_git is None:
+            here, inside = str(self.root), False
+            while not inside:
+                inside = os.path.basename(here).casefold() == ".git"
+                if not inside:
+                    try:
+                        fd = os.open(here, _DIR_FLAGS)
+                    except OSError:
+                        break
+                    try:
+                        inside = git_dir_at(fd)
+                    finally:
+                        os.close(fd)
+                if here == os.path.dirname(here):
+                    break
+                here = os.path.dirname(here)
+            self._in_git = inside
+        if self._in_git:
+            raise ToolError(kept_write(path, f"in {self.what}, which lies in git control data").message)
 
     def outside(self, path: str) -> ToolError:
         return ToolError(f"path {path!r} is outside {self.what} {self.root}; use a path inside it")
@@ -214,7 +239,7 @@ class Workspace:
         links = 0
         try:
             if write:
-                check_git_write(fds[0], None, path)  # a workspace that is itself a git directory
+                self._check_root(path)  # a workspace that is, or lies in, a git directory
                 for name in todo:  # a .git named in the path: refused before any folder is made
                     if name.casefold() == ".git":
                         check_git_write(fds[0], name, path)
