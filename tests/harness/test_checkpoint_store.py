@@ -74,8 +74,8 @@ async def test_undo_refuses_a_tampered_copy(tmp_path: Path, _own_kimik3_home: Pa
     assert copy.read_text() == "before\n"
     copy.write_text("rm -rf ~\n")  # the model's text, had it reached the copy
     r = CliRunner().invoke(main, ["undo", str(session), "-w", str(ws)], env={"KIMIK3_HOME": str(_own_kimik3_home)})
-    assert r.exit_code != 0
-    assert (f"the copy of a.txt ({copy}) is not the one kimik3 stored (its SHA-256 differs from the checkpoint "
+    assert r.exit_code == 1 and r.stdout == ""
+    assert (f"error: the copy of a.txt ({copy}) is not the one kimik3 stored (its SHA-256 differs from the checkpoint "
             "record's): it was changed after the turn; nothing was changed") in r.output
     assert (ws / "a.txt").read_text() == "after\n"
     # variant: the copy swapped for a symlink to a file with the right bytes elsewhere: never followed
