@@ -57,10 +57,10 @@ import anyio.to_thread
 
 from .._exceptions import CheckpointError, ToolError
 from ..agents import RunHooks, SessionWriter
-from ..tools.coding._api import SessionFiles, Workspace, is_sparse
+from ..tools.coding._api import SessionFiles, Workspace
 from ..types import ToolCall
 from ._git import Isolated, Repository, find_repository, private_folder
-from ._store import MAX_COPY_BYTES, STORE_WHAT, copy_into, default_store, not_copied, open_store, open_turn
+from ._store import STORE_WHAT, copy_into, default_store, not_copied, open_store, open_turn, seed_index
 
 __all__ = ["WRITING_TOOLS", "Checkpoints", "GitSnapshots"]
 
@@ -77,29 +77,6 @@ _NESTED_NOTE = ("a submodule or nested repository: the files inside it are not i
 _UNRECORDED_NOTE = ("outside a git repository the changes {tools} made are not recorded (only the files the file "
                     "tools name are copied)")
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-
-
-def _seed_index(src: Path, dst: Path) -> None:
-    """Copy the repository's index (its stat cache seeds the private one; its mtime too: git's
-    racy-clean check needs it): never through a symlink, and not at all when it is sparse or
-    over :data:`~._store.MAX_COPY_BYTES` (a model-made repository's 3 GB of holes); git then
-    hashes the files afresh, which only costs time (a :class:`RuntimeWarning` says so)."""
-    try:
-        fd = os.open(src, _READ_FLAGS)
-    except OSError:
-        return
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return
-        if is_sparse(st) or st.st_size > MAX_COPY_BYTES:
-            warnings.warn(f"kimik3: the git index {src} is {'sparse' if is_sparse(st) else 'too large'} "
-                          f"({st.st_size} bytes); not copied: checkpoints there hash every file", RuntimeWarning,
-                          stacklevel=3)
-            return
-        with open(dst, "xb") as out:
-            shutil.copyfileobj(f, out)
-        os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
 
 
 def literal(path: str) -> str:
@@ -135,7 +112,7 @@ class GitSnapshots:
     def _start(self, repo: Repository) -> None:
         self.isolated = Isolated(repo, self._tmp)
         self.index = self._tmp / "index"
-        _seed_index(repo.gitdir / "index", self.index)
+        seed_index(repo.gitdir / "index", self.index)
         self.env = {**_IDENTITY, "GIT_INDEX_FILE": str(self.index)}
         self.skipped: list[str] = []  # nested repositories without a commit (from the top): left out of ``add``
         self.prefix = self.git("rev-parse", "--show-prefix").decode("utf-8", "surrogateescape").strip()

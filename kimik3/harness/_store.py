@@ -14,7 +14,8 @@ file tools name are kept, how they are written and read back.
   user's own, is refused.
 - **Nothing copied blindly.** A file over :data:`MAX_COPY_BYTES` or a sparse one (holes: fewer
   blocks on disk than its size) is not copied; the record's ``uncovered`` says so when the turn
-  changed it, and undo refuses it by name (``--partial`` restores the rest).
+  changed it, and undo refuses it by name (``--partial`` restores the rest). A repository's
+  index seeds a git snapshot's private one only under the same rule (:func:`seed_index`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import shutil
 import stat
+import warnings
 from pathlib import Path
 
 from .._exceptions import CheckpointError
@@ -30,7 +33,7 @@ from ..engines._quiet import kimik3_home
 from ..tools.coding._api import is_sparse
 
 __all__ = ["MAX_COPY_BYTES", "STORE_WHAT", "copy_into", "default_store", "not_copied", "open_store", "open_turn",
-           "read_copy", "store_candidates"]
+           "read_copy", "seed_index", "store_candidates"]
 
 MAX_COPY_BYTES = 256 << 20
 """A file larger than this (bytes) is not copied into a checkpoint (the record says so)."""
@@ -153,3 +156,26 @@ def read_copy(folder: Path, name: str, want: str | None, rel: str) -> tuple[byte
         raise CheckpointError(f"the copy of {rel} ({where}) is not the one kimik3 stored (its SHA-256 differs from "
                               "the checkpoint record's): it was changed after the turn; nothing was changed")
     return data, st
+
+
+def seed_index(src: Path, dst: Path) -> None:
+    """Copy the repository's index (its stat cache seeds the private one; its mtime too: git's
+    racy-clean check needs it): never through a symlink, and not at all when it is sparse or
+    over :data:`MAX_COPY_BYTES` (a model-made repository's 3 GB of holes); git then
+    hashes the files afresh, which only costs time (a :class:`RuntimeWarning` says so)."""
+    try:
+        fd = os.open(src, _READ)
+    except OSError:
+        return
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return
+        if is_sparse(st) or st.st_size > MAX_COPY_BYTES:
+            warnings.warn(f"kimik3: the git index {src} is {'sparse' if is_sparse(st) else 'too large'} "
+                          f"({st.st_size} bytes); not copied: checkpoints there hash every file", RuntimeWarning,
+                          stacklevel=3)
+            return
+        with open(dst, "xb") as out:
+            shutil.copyfileobj(f, out)
+        os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))

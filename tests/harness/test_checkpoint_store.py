@@ -21,8 +21,7 @@ from kimik3 import ScriptedEngine
 from kimik3._exceptions import CheckpointError
 from kimik3.cli import main
 from kimik3.harness import FEATURES, CodingHarness, session_checkpoints, undo
-from kimik3.harness._checkpoints import _seed_index
-from kimik3.harness._store import store_candidates
+from kimik3.harness._store import seed_index, store_candidates
 
 from .helpers import answer, calls, git, make_repo
 
@@ -132,7 +131,7 @@ def test_a_sparse_index_of_a_nested_repository_is_not_copied(tmp_path: Path) -> 
     with open(repo / ".git" / "index", "r+b") as f:
         f.truncate(3_000_000_000)
     with pytest.warns(RuntimeWarning, match=r"the git index .* is sparse \(3000000000 bytes\); not copied"):
-        _seed_index(repo / ".git" / "index", tmp_path / "seed")
+        seed_index(repo / ".git" / "index", tmp_path / "seed")
     assert not (tmp_path / "seed").exists()
 
 
