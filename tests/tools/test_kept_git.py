@@ -90,6 +90,8 @@ async def test_every_way_to_the_git_data_is_refused(tmp_path: Path) -> None:
     git(ws / "sub", "init", "-q", "--separate-git-dir", str(ws / "meta" / "sub.git"))  # sub/.git is a file
     (ws / "bare" / "objects").mkdir(parents=True)
     (ws / "bare" / "refs").mkdir()
+    git(ws, "init", "-q", "--bare", "common")
+    (ws / "common" / "HEAD").unlink()  # a common directory a commondir file names: no HEAD of its own
     t = tools(ws)
     git(ws, "init", "-q", "later")  # made after the tools: a repository of the run
     attempts = [
@@ -100,11 +102,14 @@ async def test_every_way_to_the_git_data_is_refused(tmp_path: Path) -> None:
         ("edit_file", {"path": "meta/sub.git/HEAD", "old_string": "ref", "new_string": "x"}, IN_GIT_DIR),
         ("write_file", {"path": "later/.git/hooks/post-checkout", "content": "x"}, GIT_DATA),
         ("write_file", {"path": "bare/HEAD", "content": "ref: refs/heads/main\n"}, MAKES_GIT_DIR),
+        ("write_file", {"path": "bare/config", "content": "[core]\n"}, MAKES_GIT_DIR),
+        ("edit_file", {"path": "common/config", "old_string": "bare", "new_string": "x"}, IN_GIT_DIR),
+        ("write_file", {"path": "common/hooks/pre-commit", "content": "x"}, IN_GIT_DIR),
         ("write_file", {"path": "sub/.git", "content": f"gitdir: {tmp_path}\n"}, GIT_DATA),
         ("write_file", {"path": "new/.git/config", "content": "x"}, GIT_DATA),
         ("apply_patch", {"patch": "--- /dev/null\n+++ b/deep/.git/HEAD\n@@ -0,0 +1 @@\n+x\n"}, GIT_DATA),
     ]
-    before = {d: files_of(ws / d) for d in (".git", "meta", "later", "bare")}
+    before = {d: files_of(ws / d) for d in (".git", "meta", "later", "bare", "common")}
     for name, args, why in attempts:
         out = await call(t, name, args)
         assert out.startswith("Error: ToolError: ") and why in out, (name, args, out)

@@ -5,8 +5,9 @@ reads) and to ``bash`` (the sandbox binds the same list read-only; ``_sandbox``)
 - **Git control data of every repository**, made before or during the run: any path through a
   component named ``.git`` (a folder or a ``gitdir:`` file), and any folder that is a git
   directory by git's own test (``HEAD`` with ``objects`` and ``refs``, or ``HEAD`` with
-  ``commondir``: a bare repository, the one a ``.git`` file names) or would become one by the
-  write. A planted ``core.fsmonitor``, hook or filter runs at the user's next ``git status``; a
+  ``commondir``: a bare repository, the one a ``.git`` file names), a common directory
+  (``config``, ``objects`` and ``refs``: what a ``commondir`` file may name), or would become one
+  by the write. A planted ``core.fsmonitor``, hook or filter runs at the user's next ``git status``; a
   rewritten ``HEAD`` or a deleted ref loses a branch. The file tools decide this at write time
   (:func:`check_git_write`, on the walk's own descriptors), so a repository made mid-run, one
   planted in an uninitialised submodule's (gitlink's) folder, or one past any walk is covered.
@@ -53,6 +54,7 @@ MAX_INDEX_BYTES = 256 << 20
 """A git index read for its gitlinks at most this large (a larger or sparse one is not read: said)."""
 _MAX_UNWALKED = 256  # folders a cut walk binds read-only; more are merged into their parents
 _GIT_NAME = ".git"
+_MARKS = frozenset({"HEAD", "objects", "refs", "commondir", "config"})  # what git's test looks at
 
 
 def is_sparse(st: os.stat_result) -> bool:
@@ -80,11 +82,13 @@ def _entry(dir_fd: int, name: str, adding: str | None, want_dir: bool) -> bool:
 def git_dir_at(dir_fd: int, adding: str | None = None) -> bool:
     """Whether the open directory ``dir_fd`` is a git directory by git's own test
     (``is_git_directory`` in git's setup.c: ``HEAD`` and either ``objects/`` and ``refs/``, or a
-    ``commondir`` file), or becomes one once an entry named ``adding`` is made in it."""
-    if not _entry(dir_fd, "HEAD", adding, False):
-        return False
-    return _entry(dir_fd, "commondir", adding, False) or (
-        _entry(dir_fd, "objects", adding, True) and _entry(dir_fd, "refs", adding, True))
+    ``commondir`` file) or a common directory a ``commondir`` file may name (``config``,
+    ``objects/`` and ``refs/``, with or without ``HEAD``), or becomes one once an entry named
+    ``adding`` is made in it."""
+    tree = _entry(dir_fd, "objects", adding, True) and _entry(dir_fd, "refs", adding, True)
+    if _entry(dir_fd, "HEAD", adding, False):
+        return tree or _entry(dir_fd, "commondir", adding, False)
+    return tree and _entry(dir_fd, "config", adding, False)
 
 
 def check_git_write(dir_fd: int, name: str | None, path: str, *, creating: bool = False) -> None:
@@ -103,7 +107,7 @@ def check_git_write(dir_fd: int, name: str | None, path: str, *, creating: bool 
         return
     if name.casefold() == _GIT_NAME:
         raise ToolError(kept_write(path, "git control data (a .git folder or file)").message)
-    if creating and name in ("HEAD", "objects", "refs", "commondir") and git_dir_at(dir_fd, adding=name):
+    if creating and name in _MARKS and git_dir_at(dir_fd, adding=name):
         raise ToolError(kept_write(path, "what would make its folder a git directory (git control data)").message)
 
 
