@@ -8,6 +8,7 @@ a live control shows each plant fires where it lands."""
 from __future__ import annotations
 
 import os
+import struct
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ import pytest
 
 from kimik3.harness import FEATURES, CodingHarness
 from kimik3.tools import Tool
-from kimik3.tools.coding._kept import gitlinks, kept_paths
+from kimik3.tools.coding._kept import MAX_GITLINKS, gitlinks, kept_paths
 
 from ..harness.helpers import git, make_repo
 
@@ -228,3 +229,30 @@ async def test_a_workspace_inside_git_control_data_is_not_written(tmp_path: Path
     out = await call(tools(ws), "write_file", {"path": "pre-commit", "content": "#!/bin/sh\ntouch PWNED\n"})
     assert out == f"Error: ToolError: pre-commit is in the workspace, which lies in git control data{REFUSED}"
     assert files_of(repo / ".git") == before and not (ws / "pre-commit").exists()
+
+
+def crafted_index(entries: int, mode: int, first: bytes) -> bytes:
+    """A version 4 index whose first entry's name is ``first`` and each later one repeats it
+    (prefix-compressed: strip 0 bytes, add none), every entry of ``mode``."""
+    out = [b"DIRC", struct.pack(">II", 4, entries)]
+    for i in range(entries):
+        name = first if i == 0 else b""
+        out.append(b"\0" * 24 + struct.pack(">I", mode) + b"\0" * 12 + b"\1" * 20 + struct.pack(">H", 0)
+                   + b"\0" + name + b"\0")
+    return b"".join(out) + b"\2" * 20
+
+
+def test_a_crafted_index_costs_its_size_and_is_bounded(tmp_path: Path) -> None:
+    """A model-made repository's index is the model's: 200,000 entries repeating a 4,000-byte
+    name (800 MB of names if each were copied) parse in one pass; more gitlinks than
+    MAX_GITLINKS are said, not listed; a name past 4096 bytes is no index."""
+    gitdir = tmp_path / "g"
+    gitdir.mkdir()
+    (gitdir / "index").write_bytes(crafted_index(200_000, 0o100644, b"a" * 4000))
+    assert gitlinks(str(gitdir)) == []
+    (gitdir / "index").write_bytes(crafted_index(MAX_GITLINKS + 1, 0o160000, b"sub"))
+    assert gitlinks(str(gitdir)) == f"its index has over {MAX_GITLINKS} gitlinks"
+    (gitdir / "index").write_bytes(crafted_index(1, 0o160000, b"a" * 5000))
+    assert gitlinks(str(gitdir)) == "its index could not be parsed"
+    (gitdir / "index").write_bytes(crafted_index(3, 0o160000, b"lib/x"))
+    assert gitlinks(str(gitdir)) == ["lib/x"] * 3

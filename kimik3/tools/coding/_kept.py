@@ -39,8 +39,8 @@ from pathlib import Path
 from ..._exceptions import ToolError
 from .._failures import kept_write
 
-__all__ = ["MAX_INDEX_BYTES", "MAX_WALK_DIRS", "KeptPaths", "SessionFiles", "check_git_write", "git_dir_at",
-           "gitlinks", "hidden_dirs", "is_sparse", "kept_paths", "kept_read_only", "preloads", "under"]
+__all__ = ["MAX_GITLINKS", "MAX_INDEX_BYTES", "MAX_WALK_DIRS", "KeptPaths", "SessionFiles", "check_git_write",
+           "git_dir_at", "gitlinks", "hidden_dirs", "is_sparse", "kept_paths", "kept_read_only", "preloads", "under"]
 
 
 def under(path: str, parents: list[str]) -> bool:
@@ -50,8 +50,11 @@ def under(path: str, parents: list[str]) -> bool:
 
 MAX_WALK_DIRS = 20_000
 """Folders of the workspace looked through for nested repositories when the sandbox starts."""
+MAX_GITLINKS = 10_000
+"""Gitlinks read from one index at most (more: the index's gitlinks are said to be unknown)."""
 MAX_INDEX_BYTES = 256 << 20
 """A git index read for its gitlinks at most this large (a larger or sparse one is not read: said)."""
+_MAX_NAME = 4096  # a path in an index longer than this: not an index (git's own PATH_MAX)
 _MAX_UNWALKED = 256  # folders a cut walk binds read-only; more are merged into their parents
 _GIT_NAME = ".git"
 _MARKS = frozenset({"HEAD", "objects", "refs", "commondir", "config"})  # what git's test looks at
@@ -128,35 +131,38 @@ def _varint(data: bytes, pos: int) -> tuple[int, int]:
 
 def _index_gitlinks(data: bytes, hash_len: int) -> list[bytes]:
     """The paths of the gitlink entries (mode 160000) of an index file's bytes (index-format.txt:
-    versions 2 to 4). Raises ValueError, IndexError or struct.error on bytes it cannot parse."""
+    versions 2 to 4). Raises ValueError, IndexError or struct.error on bytes it cannot parse,
+    OverflowError past :data:`MAX_GITLINKS`. Linear in the index's size, however it is crafted."""
     if data[:4] != b"DIRC":
         raise ValueError("not an index")
     version, count = struct.unpack_from(">II", data, 4)
     if version not in (2, 3, 4):
         raise ValueError(f"index version {version}")
-    pos, prev, found = 12, b"", []
+    pos, prev, found = 12, bytearray(), []
     for _ in range(count):
         mode = struct.unpack_from(">I", data, pos + 24)[0]
         flags = struct.unpack_from(">H", data, pos + 40 + hash_len)[0]
         p = pos + 42 + hash_len + (2 if version >= 3 and flags & 0x4000 else 0)
-        if version == 4:
+        if version == 4:  # the name is the previous one, less its last ``strip`` bytes, and these
             strip, p = _varint(data, p)
             end = data.index(b"\0", p)
             if strip > len(prev):
                 raise ValueError("bad prefix")
-            name = prev[: len(prev) - strip] + data[p:end]
+            del prev[len(prev) - strip :]  # in place: a crafted index costs its size, not its square
+            prev += data[p:end]
             pos = end + 1
         else:
             end = data.index(b"\0", p)
-            name = data[p:end]
+            prev[:] = data[p:end]
             pos += (end - pos + 8) & ~7
             if data[end:pos].strip(b"\0") or pos > len(data):  # the padding is NULs
                 raise ValueError("bad padding")
-        if mode >> 12 not in (0o10, 0o12, 0o16, 0o4):  # regular file, symlink, gitlink, sparse dir
-            raise ValueError("bad mode")
+        if len(prev) > _MAX_NAME or mode >> 12 not in (0o10, 0o12, 0o16, 0o4):  # file, symlink, gitlink, dir
+            raise ValueError("bad entry")
         if mode >> 12 == 0o16:
-            found.append(name)
-        prev = name
+            found.append(bytes(prev))
+            if len(found) > MAX_GITLINKS:
+                raise OverflowError(f"over {MAX_GITLINKS} gitlinks")
     rest = data[pos:]  # extensions (signatures "A".."Z" first), then the checksum
     if len(rest) < hash_len or (len(rest) > hash_len and not rest[:1].isupper()):
         raise ValueError("no checksum where it must be")
@@ -190,6 +196,8 @@ def gitlinks(gitdir: str) -> list[str] | str:
             try:
                 found += [os.fsdecode(p) for p in _index_gitlinks(data, hash_len)]
                 break
+            except OverflowError as e:
+                return f"its {name} has {e}"
             except (ValueError, IndexError, struct.error):
                 continue
         else:
