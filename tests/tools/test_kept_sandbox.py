@@ -116,3 +116,23 @@ async def test_a_checkpoint_store_inside_the_workspace_is_read_only(tmp_path: Pa
     assert again[0].startswith(f"Error: ToolError: {files[0][1]['path']} is kimik3's home (sessions, checkpoints, "
                                "skills of later runs); kimik3 or git act on it after this run")
     assert (store / "turn-1" / "0.bin").read_text() == "before\n"
+
+
+@needs_bwrap
+async def test_a_repository_a_command_makes_is_named_at_the_runs_end(tmp_path: Path) -> None:
+    """No mount keeps a repository a command makes; the run's end names it when it names programs
+    (and only then: a plain one, and the user's own repositories of the start, are not named)."""
+    ws = make_repo(tmp_path / "ws")
+    nested = make_repo(ws / "vendor" / "own")  # the user's, with a hook of its own: known at the start
+    (nested / ".git" / "hooks" / "pre-commit").write_text("#!/bin/sh\n")
+    plant = ("git init -q later && git -C later config core.fsmonitor 'touch PWNED' && "
+             "git init -q plain && mkdir -p d && git init -q d/deep && printf '#!/bin/sh\\n' > d/deep/.git/hooks/post-checkout")
+    with pytest.warns(RuntimeWarning) as caught:
+        [out] = await bash_turn(ws, [plant + "; echo rc=$?"])
+    assert "rc=0" in out, out
+    made = sorted(str(w.message) for w in caught if "a command made the repository" in str(w.message))
+    assert made == [
+        "kimik3: a command made the repository d/deep during the run and it names programs (hooks/post-checkout); "
+        "git run inside it runs them: look before you do",
+        "kimik3: a command made the repository later during the run and it names programs (core.fsmonitor); git run "
+        "inside it runs them: look before you do"]

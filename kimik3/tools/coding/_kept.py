@@ -40,7 +40,8 @@ from ..._exceptions import ToolError
 from .._failures import kept_write
 
 __all__ = ["MAX_GITLINKS", "MAX_INDEX_BYTES", "MAX_WALK_DIRS", "KeptPaths", "SessionFiles", "check_git_write",
-           "git_dir_at", "gitlinks", "hidden_dirs", "is_sparse", "kept_paths", "kept_read_only", "preloads", "under"]
+           "git_dir_at", "gitlinks", "hidden_dirs", "is_sparse", "kept_paths", "kept_read_only", "made_repositories",
+           "preloads", "programs_named", "repositories", "under"]
 
 
 def under(path: str, parents: list[str]) -> bool:
@@ -325,6 +326,74 @@ def kept_read_only(root: str, max_dirs: int = MAX_WALK_DIRS, links: dict[str, st
     for note in kept.notes:
         warnings.warn(f"kimik3: {note}", RuntimeWarning, stacklevel=2)
     return kept.paths
+
+
+# -- repositories a command made: said at the run's end -------------------------------------------
+
+_PROGRAM_KEYS = ("core.fsmonitor", "core.hookspath", "core.sshcommand", "core.pager", "core.editor",
+                 "core.askpass", "core.gitproxy", "sequence.editor", "diff.external", "credential.helper",
+                 "gpg.program", "include.path")
+_PROGRAM_SUFFIXES = (".clean", ".smudge", ".process", ".textconv", ".command", ".helper", ".sshcommand")
+_MAX_CONFIG_BYTES = 1 << 20
+
+
+def _config_keys(text: str) -> list[str]:
+    """The ``section[.sub].key`` names set in a git config file's text (a plain reading: enough to
+    name what a repository would run, not a full parser)."""
+    keys, section = [], ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("["):
+            head = line[1:].split("]", 1)[0].strip()
+            name, _, sub = head.partition(" ")
+            section = name.lower() + (f".{sub.strip().strip(chr(34))}" if sub else "")
+            line = line.split("]", 1)[1].strip() if "]" in line else ""
+        if line and not line.startswith(("#", ";")) and section:
+            keys.append(f"{section}.{line.split('=', 1)[0].strip().lower()}")
+    return keys
+
+
+def programs_named(gitdir: str) -> list[str]:
+    """What in the git directory ``gitdir`` names a program git would run there: config keys
+    (``core.fsmonitor``, a filter's ``clean``, ``include.path``, ...) and hooks that are not
+    git's ``.sample`` files; sorted. Read without following a symlink, at most 1 MiB of config."""
+    found: set[str] = set()
+    try:
+        fd = os.open(os.path.join(gitdir, "config"), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        fd = -1
+    if fd >= 0:
+        with os.fdopen(fd, "rb") as f:
+            text = os.fsdecode(f.read(_MAX_CONFIG_BYTES)) if stat.S_ISREG(os.fstat(fd).st_mode) else ""
+        for key in _config_keys(text):
+            bare = key.split(".", 1)[0] + "." + key.rsplit(".", 1)[-1]
+            if bare in _PROGRAM_KEYS or key.endswith(_PROGRAM_SUFFIXES) or key.startswith(("alias.", "includeif.")):
+                found.add(key)
+    with contextlib.suppress(OSError):
+        found.update(f"hooks/{n}" for n in os.listdir(os.path.join(gitdir, "hooks")) if not n.endswith(".sample"))
+    return sorted(found)
+
+
+def repositories(kept: KeptPaths) -> set[str]:
+    """The ``.git`` entries among ``kept``'s paths (the repositories its walk found)."""
+    return {p for p in kept.paths if os.path.basename(p) == _GIT_NAME}
+
+
+def made_repositories(root: str, before: set[str], max_dirs: int = MAX_WALK_DIRS) -> list[str]:
+    """A line for each repository in ``root`` now (a walk as :func:`kept_paths`'s) that was not
+    in ``before`` (:func:`repositories` of an earlier walk) and whose git directory names a
+    program (:func:`programs_named`): a command of the run made it, the sandbox could not keep
+    it, and git run *inside* it would run what it names (issue 40). Empty when there is none."""
+    lines = []
+    for dot_git in sorted(repositories(kept_paths(root, max_dirs)) - before):
+        gitdir = os.path.realpath(dot_git) if os.path.isdir(dot_git) else _git_pointer(dot_git, "", os.path.dirname(
+            dot_git))
+        named = programs_named(gitdir) if gitdir else []
+        if named:
+            shown = ", ".join(named[:6]) + (", ..." if len(named) > 6 else "")
+            lines.append(f"a command made the repository {os.path.relpath(os.path.dirname(dot_git), root)} during "
+                         f"the run and it names programs ({shown}); git run inside it runs them: look before you do")
+    return lines
 
 
 # -- kimik3's own records ------------------------------------------------------------------------
