@@ -20,6 +20,7 @@ import os
 import shutil
 import threading
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +30,7 @@ from .._exceptions import ToolError
 from ..agents import RunHooks, SessionWriter
 from ..tools import truncate_middle
 from ..tools.coding import Sandbox, SandboxMode
-from ..tools.coding._api import Command, shell_env
+from ..tools.coding._api import Command, kept_paths, made_repositories, repositories, shell_env
 
 __all__ = ["BackgroundProcesses", "SandboxHooks"]
 
@@ -218,10 +219,14 @@ class BackgroundProcesses(RunHooks):
 class SandboxHooks(RunHooks):
     """Run hooks of a :class:`~kimik3.tools.coding.Sandbox`: a new session's header records it
     (``"sandbox": {...}``, see :meth:`~kimik3.tools.coding.Sandbox.info`; a continued one gets a
-    ``sandbox`` record at the run's start), and the run's end ends it, with every process in it."""
+    ``sandbox`` record at the run's start), and the run's end ends it, with every process in it.
+    A repository a command made during the run whose git directory names programs (a
+    ``core.fsmonitor``, a hook: no mount could keep it, see ``_kept``) is named at the run's end in
+    a :class:`RuntimeWarning` (issue 40)."""
 
     def __init__(self, sandbox: Sandbox) -> None:
         self.sandbox = sandbox
+        self.repositories: set[str] | None = None  # the workspace's repositories at the run's start
 
     def session_header(self) -> dict[str, Any]:
         return {"sandbox": self.sandbox.info()}
@@ -232,7 +237,13 @@ class SandboxHooks(RunHooks):
         self.sandbox.sessions.set(session.path if session is not None else None)
         if session is not None and not session.new:
             session.record("sandbox", self.sandbox.info())
+        root = str(self.sandbox.root)  # a repository a command makes is the command's: said at the end
+        self.repositories = repositories(await anyio.to_thread.run_sync(kept_paths, root))
 
     async def run_end(self) -> None:
         await self.sandbox.aclose()
         self.sandbox.restore_git_links()  # its warning says so: nothing runs in the sandbox now
+        if self.repositories is not None:
+            before, self.repositories = self.repositories, None
+            for line in await anyio.to_thread.run_sync(made_repositories, str(self.sandbox.root), before):
+                warnings.warn(f"kimik3: {line}", RuntimeWarning, stacklevel=2)

@@ -10,16 +10,18 @@ letters, digits, ``_`` and ``-`` replaced, so any name makes a valid ref); the u
 branches and working tree are never touched. A sparse checkout is recorded as the files on disk
 are (the temporary index has no skip-worktree bits and ``core.sparseCheckout`` is off for it), so
 writes outside the cone are covered. Elsewhere the files a turn's file tools name are copied
-before the turn (each path resolved as the file tools resolve it), into ``<session
-file>.checkpoints/turn-N/``.
+before the turn (each path resolved as the file tools resolve it), into the copy store's
+``turn-N/`` (:mod:`._store`: outside the workspace, ``0700``, kept from every tool, each copy's
+SHA-256 in the record and checked by undo; a sparse file or one over
+:data:`~._store.MAX_COPY_BYTES` is not copied, and ``uncovered`` says so).
 
 Each turn that changed files appends a ``{"checkpoint": {...}}`` record to the session::
 
     {"turn": N, "kind": "git", "root": "<workspace>", "before": "<commit>", "after": "<commit>",
      "changed": ["a.txt", ...], "uncovered": {"vendor/lib": "<why>"}}
     {"turn": N, "kind": "copy", "root": "<workspace>", "dir": "<store>/turn-N",
-     "files": {"a.txt": "0.bin" | null}, "after": {"a.txt": "<sha256>" | null}, "changed": [...],
-     "uncovered": {".": "<why>"}}
+     "files": {"a.txt": "0.bin" | null}, "after": {"a.txt": "<sha256>" | null},
+     "copied": {"a.txt": "<sha256 of 0.bin>"}, "changed": [...], "uncovered": {".": "<why>"}}
 
 ``uncovered`` names what the checkpoint could not record, so undo can say so instead of
 reporting success: a submodule or nested repository whose files changed (its own files are not
@@ -55,9 +57,10 @@ import anyio.to_thread
 
 from .._exceptions import CheckpointError, ToolError
 from ..agents import RunHooks, SessionWriter
-from ..tools.coding._api import Workspace
+from ..tools.coding._api import SessionFiles, Workspace
 from ..types import ToolCall
 from ._git import Isolated, Repository, find_repository, private_folder
+from ._store import STORE_WHAT, copy_into, default_store, not_copied, open_store, open_turn, seed_index
 
 __all__ = ["WRITING_TOOLS", "Checkpoints", "GitSnapshots"]
 
@@ -109,9 +112,7 @@ class GitSnapshots:
     def _start(self, repo: Repository) -> None:
         self.isolated = Isolated(repo, self._tmp)
         self.index = self._tmp / "index"
-        user_index = repo.gitdir / "index"
-        if user_index.is_file() and not user_index.is_symlink():
-            shutil.copy2(user_index, self.index)  # its mtime too: git's racy-clean check needs it
+        seed_index(repo.gitdir / "index", self.index)
         self.env = {**_IDENTITY, "GIT_INDEX_FILE": str(self.index)}
         self.skipped: list[str] = []  # nested repositories without a commit (from the top): left out of ``add``
         self.prefix = self.git("rev-parse", "--show-prefix").decode("utf-8", "surrogateescape").strip()
@@ -317,11 +318,16 @@ def digest(ws: Workspace, rel: str) -> str | None:
     return _hash(fd)
 
 
-def copy_digest(path: Path) -> str | None:
-    """SHA-256 of a checkpoint copy (never through a symlink), None when it cannot be read."""
+def _fingerprint(st: os.stat_result) -> tuple[int, ...]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _stat_of(ws: Workspace, rel: str) -> tuple[int, ...] | None:
+    """:func:`_fingerprint` of ``rel`` now (no symlink followed), None when it is missing."""
     try:
-        return _hash(os.open(path, _READ_FLAGS))
-    except OSError:
+        with ws.locate(rel, follow_symlinks=False, literal=True) as loc:
+            return _fingerprint(os.stat(loc.name or ".", dir_fd=loc.dir_fd, follow_symlinks=False))
+    except (ToolError, OSError):
         return None
 
 
@@ -330,18 +336,22 @@ class Checkpoints(RunHooks):
 
     Args:
         root: the workspace root.
-        store: where non-git copies go (default: ``<session file>.checkpoints/``; without a
-            session, a temporary directory removed at the end of the run). Pass the same
-            ``store`` to :func:`~kimik3.harness.undo`.
+        store: where non-git copies go (default: ``<session file>.checkpoints/``, or, where that
+            lies in the workspace, ``${KIMIK3_HOME:-~/.kimik3}/checkpoints/...``: :mod:`._store`;
+            without a session, a temporary directory removed at the end of the run). Pass the
+            same ``store`` to :func:`~kimik3.harness.undo`.
         writing_tools: names of the tools that trigger a checkpoint.
+        kept: the run's list of what no tool writes (a sandbox's
+            :attr:`~kimik3.tools.coding.Sandbox.sessions`): the store is added to it.
 
     Attributes:
         records: the checkpoint records of this run (also appended to the session).
     """
 
     def __init__(self, root: str | os.PathLike[str], *, store: str | os.PathLike[str] | None = None,
-                 writing_tools: frozenset[str] = WRITING_TOOLS) -> None:
+                 writing_tools: frozenset[str] = WRITING_TOOLS, kept: SessionFiles | None = None) -> None:
         self.root = Path(root).resolve()
+        self.kept = kept
         self.ws = Workspace(self.root)
         self.store = Path(store) if store is not None else None
         self.writing_tools = writing_tools
@@ -353,6 +363,8 @@ class Checkpoints(RunHooks):
         self._last: tuple[str, str, dict[str, str]] | None = None  # (tree, commit, nested) after the last turn
         self._before_state: tuple[str, dict[str, str]] = ("", {})
         self._copies: dict[str, str | None] = {}
+        self._digests: dict[str, str] = {}  # each copy's SHA-256, taken as it was written
+        self._skipped: dict[str, tuple[str, tuple[int, ...]]] = {}  # not copied: why, and its stat then
         self._named: list[str] = []
         self._pending: list[str] = []
         self._tmp_store: Path | None = None
@@ -372,12 +384,17 @@ class Checkpoints(RunHooks):
             self._copy_store(session)
 
     def _copy_store(self, session: SessionWriter | None) -> None:
+        """Choose the copy store (:mod:`._store`), make it now (before the sandbox starts, so it
+        binds it read-only) and keep it from every tool."""
         if self.store is None:
             if session is not None:
-                self.store = session.path.with_name(session.path.name + ".checkpoints")
+                self.store = default_store(session.path, self.root)
             else:
                 self._tmp_store = Path(tempfile.mkdtemp(prefix="kimik3-checkpoints-"))
                 self.store = self._tmp_store
+        if self.kept is not None:
+            self.kept.keep(self.store, STORE_WHAT)
+        os.close(open_store(self.store))
 
     def _wants(self, calls: Sequence[ToolCall]) -> bool:
         return any(c.function.name in self.writing_tools for c in calls)
@@ -400,7 +417,7 @@ class Checkpoints(RunHooks):
 
     async def before_tools(self, turn: int, calls: Sequence[ToolCall]) -> None:
         self._before = None
-        self._copies = {}
+        self._copies, self._digests, self._skipped = {}, {}, {}
         if not self._wants(calls):
             return
         n = turn + self._offset
@@ -436,32 +453,43 @@ class Checkpoints(RunHooks):
         self._copy_store(self._session)
 
     def _copy_before(self, n: int) -> None:
+        """Copy each named file into the store's ``turn-N`` (:mod:`._store`: from the store's
+        descriptor, never through a symlink; a sparse or too large file is only noted)."""
         assert self.store is not None
-        folder = self.store / f"turn-{n}"
-        # a turn whose tools run twice (the calls a person approved, after a resume) adds copies
-        taken = [int(p.stem) for p in folder.glob("*.bin") if p.stem.isdigit()] if folder.is_dir() else []
-        for i, rel in enumerate(self._named, start=max(taken, default=-1) + 1):
-            try:
-                with self.ws.locate(rel, follow_symlinks=False, literal=True) as loc:
-                    assert loc.name is not None
-                    fd = os.open(loc.name, _READ_FLAGS, dir_fd=loc.dir_fd)
-            except FileNotFoundError:
-                self._copies[rel] = None  # made by the turn: undo removes it
-                continue
-            except (ToolError, OSError, AssertionError):
-                continue
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                os.close(fd)
-                continue
-            with os.fdopen(fd, "rb") as src:
-                folder.mkdir(parents=True, exist_ok=True)
-                name = f"{i}.bin"
-                with open(folder / name, "xb") as dst:
-                    shutil.copyfileobj(src, dst)
-                    os.chmod(dst.fileno(), stat.S_IMODE(st.st_mode))
-                    os.utime(dst.fileno(), ns=(st.st_atime_ns, st.st_mtime_ns))
-            self._copies[rel] = name
+        store_fd = open_store(self.store)
+        turn_fd: int | None = None
+        try:
+            turn_fd = open_turn(store_fd, n, create=True)
+            assert turn_fd is not None
+            # a turn whose tools run twice (the calls a person approved, after a resume) adds copies
+            taken = [int(p.split(".")[0]) for p in os.listdir(turn_fd) if p.split(".")[0].isdigit()]
+            i = max(taken, default=-1) + 1
+            for rel in self._named:
+                try:
+                    with self.ws.locate(rel, follow_symlinks=False, literal=True) as loc:
+                        assert loc.name is not None
+                        fd = os.open(loc.name, _READ_FLAGS, dir_fd=loc.dir_fd)
+                except FileNotFoundError:
+                    self._copies[rel] = None  # made by the turn: undo removes it
+                    continue
+                except (ToolError, OSError, AssertionError):
+                    continue
+                with os.fdopen(fd, "rb"):
+                    st = os.fstat(fd)
+                    if not stat.S_ISREG(st.st_mode):
+                        continue
+                    why = not_copied(st)
+                    if why is not None:
+                        self._skipped[rel] = (why, _fingerprint(st))
+                        continue
+                    name = f"{i}.bin"
+                    i += 1
+                    self._digests[rel] = copy_into(turn_fd, name, fd, st)
+                self._copies[rel] = name
+        finally:
+            os.close(store_fd)
+            if turn_fd is not None:
+                os.close(turn_fd)
 
     def _git_before(self, n: int) -> str:
         """The commit of the state before turn ``n``: the last turn's "after" when nothing changed
@@ -520,16 +548,20 @@ class Checkpoints(RunHooks):
             self._copies.setdefault(rel, None)
         digests = {rel: digest(self.ws, rel) for rel in self._copies}
         changed = sorted(rel for rel, name in self._copies.items()
-                         if digests[rel] != (copy_digest(folder / name) if name else None))
+                         if digests[rel] != (self._digests[rel] if name else None))
         others = sorted({c.function.name for c in calls if c.function.name not in FILE_TOOLS} & self.writing_tools)
         uncovered = {".": _UNRECORDED_NOTE.format(tools=" and ".join(others))} if others else {}
+        for rel, (why, then) in self._skipped.items():  # a file not copied that the turn changed: said
+            if _stat_of(self.ws, rel) != then:
+                uncovered[rel] = f"{why}; undo cannot restore it"
         if self._moved is not None:
             uncovered["."] = self._moved
         if not changed and not uncovered:
             return None
         record = {"turn": n, "kind": "copy", "root": str(self.root), "dir": str(folder.absolute()),
                   "files": {rel: self._copies[rel] for rel in changed},
-                  "after": {rel: digests[rel] for rel in changed}, "changed": changed}
+                  "after": {rel: digests[rel] for rel in changed}, "changed": changed,
+                  "copied": {rel: self._digests[rel] for rel in changed if self._copies[rel] is not None}}
         return {**record, "uncovered": uncovered} if uncovered else record
 
     async def after_tools(self, turn: int, calls: Sequence[ToolCall]) -> None:

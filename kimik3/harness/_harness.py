@@ -27,6 +27,7 @@ from .._client import Client
 from .._exceptions import ToolDefinitionError, UserError
 from ..agents import CODING_INSTRUCTIONS, Agent, Budgets, ModelSettings, RunHooks
 from ..engines import Engine
+from ..engines._quiet import kimik3_home
 from ..tools import FunctionTool, Tool, ToolResult, Toolset
 from ..tools.coding import Sandbox, SandboxMode, coding_tools
 from ..tools.coding._api import FILE_TOOL_TIMEOUT_S
@@ -34,7 +35,7 @@ from ._background import BackgroundProcesses, SandboxHooks
 from ._checkpoints import Checkpoints
 from ._instructions import ProjectInstructions
 from ._patch import EditSpec, FileAccess, apply_patch_text, multi_edit_file
-from ._skills import Skills
+from ._skills import WORKSPACE_SKILLS, Skills
 from ._tasks import SubAgents
 from ._tracking import ReadTracker
 
@@ -53,6 +54,25 @@ _BACKGROUND_NOTE = (
     'with an id ("bg1", "bg2"...): read what it printed since the last read with read_output(id), end '
     "it with stop(id); every background process is ended when the run ends."
 )
+
+
+def _keep_later_files(sandbox: Sandbox, skills: Skills | None, root: Path) -> None:
+    """Keep from every tool what kimik3 reads in later runs where it lies in the workspace
+    (issue 40): ``${KIMIK3_HOME:-~/.kimik3}`` (sessions a resume acts on, checkpoint stores undo
+    restores from, the user's skills: ``-w $HOME``), and the skills: ``<root>/.agents/skills``
+    (made or not; a ``SKILL.md`` the model rewrote would steer later runs), each skill found
+    there (its real folder) and a given skills folder inside the workspace."""
+    inside = str(root).rstrip("/") + "/"
+    home = os.path.realpath(kimik3_home())
+    if home.startswith(inside):
+        sandbox.sessions.keep(home, "kimik3's home (sessions, checkpoints, skills of later runs)")
+    if skills is None:
+        return
+    folders = [root / WORKSPACE_SKILLS, *skills.folders, *(s.folder for s in skills.found.values())]
+    for folder in folders:
+        real = os.path.realpath(folder)
+        if real.startswith(inside):
+            sandbox.sessions.keep(real, "an Agent Skill's folder (read into later runs' prompts)")
 
 
 def patch_tools(files: FileAccess) -> list[Tool]:
@@ -188,6 +208,7 @@ class CodingHarness:
         skill_folders = self.skills.read_paths() if self.skills is not None else []
         self.sandbox = sandbox if isinstance(sandbox, Sandbox) else Sandbox(
             self.root, sandbox, network=network, read=[*sandbox_read, *skill_folders], write=sandbox_write)
+        _keep_later_files(self.sandbox, self.skills, self.root)
         base = coding_tools(root, bash_timeout=bash_timeout, max_output_chars=max_output_chars,
                             write_hard_links=write_hard_links, sandbox=self.sandbox,
                             read_only=self.skills.read_paths if self.skills is not None else ())
@@ -195,7 +216,7 @@ class CodingHarness:
             else None
         self.processes = (BackgroundProcesses(self.root, max_output_chars=max_output_chars, sandbox=self.sandbox)
                           if on("background") else None)
-        self.checkpoints = Checkpoints(self.root) if on("checkpoints") else None
+        self.checkpoints = Checkpoints(self.root, kept=self.sandbox.sessions) if on("checkpoints") else None
         self.read_before_edit = on("read_before_edit")
         self.subagents = on("subagents")
         self.subagent_budgets = subagent_budgets

@@ -102,10 +102,20 @@ class FileAccess:
         """``data`` ready to become ``path``'s content (:func:`~kimik3.tools.coding._write.stage`)."""
         return stage(self.ws, path, data, hard_links=self.hard_links)
 
+    def removable(self, path: str) -> None:
+        """Check that :meth:`delete` may remove ``path`` (no git control data, no kept folder:
+        ``kimik3.tools.coding._kept``) without removing anything.
+
+        Raises:
+            ToolError: it may not (the refusal the model reads), or the walk fails.
+        """
+        with self.ws.locate(path, write=True):
+            pass
+
     def delete(self, path: str) -> None:
         """Remove the file ``path`` (only while the call is live)."""
         commit_point()
-        with self.ws.locate(path) as loc:
+        with self.ws.locate(path, write=True) as loc:
             if loc.name is None:
                 raise ToolError(f"{path} is a directory")
             os.unlink(loc.name, dir_fd=loc.dir_fd)
@@ -366,6 +376,8 @@ def apply_patch_text(files: FileAccess, patch: str) -> str:
     try:
         for name, _, new, _ in plan:  # every new text in a temporary file first: nothing changed yet
             try:
+                if new is None:
+                    files.removable(name)
                 staged.append(files.stage(name, new) if new is not None else None)
             except ToolError as e:
                 raise ToolError(f"cannot write {name}: {e}; nothing was changed") from None

@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from .._exceptions import CheckpointError
+from ._store import store_candidates
 
-__all__ = ["session_checkpoints", "store_of", "undone_checkpoints"]
+__all__ = ["session_checkpoints", "store_of", "stores_of", "undone_checkpoints"]
 
 _COMMIT = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")  # SHA-1 or SHA-256 object ids
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -50,7 +51,7 @@ def _paths(value: Any, where: str, field: str, git_record: bool) -> list[str]:
     return [_relpath(v, where, field, git_record=git_record) for v in value]
 
 
-def _check(rec: Any, where: str, root: Path | None, store: Path) -> dict[str, Any]:
+def _check(rec: Any, where: str, root: Path | None, store: Path | tuple[Path, ...]) -> dict[str, Any]:
     """The checkpoint record ``rec`` if it is valid (see the module docstring), else
     CheckpointError naming ``where`` (``session:line``)."""
     if not isinstance(rec, dict):
@@ -90,17 +91,24 @@ def _check(rec: Any, where: str, root: Path | None, store: Path) -> dict[str, An
     for p, value in after.items():
         if value is not None and (not isinstance(value, str) or not _SHA256.fullmatch(value)):
             raise _bad(where, f"after[{p!a:.80}] is {value!r:.40}, not a SHA-256")
+    copied = rec.get("copied", {})  # each copy's SHA-256 (issue 40; absent in older records)
+    if not isinstance(copied, dict) or not all(isinstance(v, str) and _SHA256.fullmatch(v) for v in copied.values()):
+        raise _bad(where, "copied is not an object of SHA-256 digests")
     folder = rec.get("dir")
     if not isinstance(folder, str):
         raise _bad(where, f"dir is {folder!r:.80}, not a path")
-    own = store / f"turn-{turn}"
-    same = os.path.abspath(folder) == os.path.abspath(own)
-    if not same and os.path.isdir(folder) and os.path.isdir(own):
-        same = os.path.samefile(folder, own)
-    if not same:
-        raise _bad(where, f"dir is {folder!a:.160}, not kimik3's copy directory {str(own)!a}")
+    stores = store if isinstance(store, tuple) else (store,)
+    for candidate in stores:
+        own = candidate / f"turn-{turn}"
+        same = os.path.abspath(folder) == os.path.abspath(own)
+        if not same and os.path.isdir(folder) and os.path.isdir(own):
+            same = os.path.samefile(folder, own)
+        if same:
+            break
+    else:
+        raise _bad(where, f"dir is {folder!a:.160}, not kimik3's copy directory {str(stores[0] / f'turn-{turn}')!a}")
     out["dir"] = own
-    out["files"], out["after"] = dict(files), dict(after)
+    out["files"], out["after"], out["copied"] = dict(files), dict(after), dict(copied)
     return out
 
 
@@ -128,7 +136,7 @@ def _open_session(session: str | os.PathLike[str]) -> int:
     return fd
 
 
-def _read_records(session: str | os.PathLike[str], fd: int, root: Path | None, store: Path,
+def _read_records(session: str | os.PathLike[str], fd: int, root: Path | None, store: Path | tuple[Path, ...],
                   undone: list[tuple[int, int]] | None = None) -> list[dict[str, Any]]:
     """The records in force; ``undone`` (when given) gets ``(turn, to)`` for each checkpoint an
     undo record (``{"undo": {"to": to}}``) took back."""
@@ -166,7 +174,8 @@ def session_checkpoints(session: str | os.PathLike[str], *, workspace: str | os.
         session: the session file.
         workspace: when given, every record's ``root`` must be this directory.
         store: the copy directory of a non-git workspace (``Checkpoints(store=...)``; default
-            ``<session file>.checkpoints``); each copy record's ``dir`` must be in it.
+            ``<session file>.checkpoints``, or where that lies in the workspace, the one under
+            ``${KIMIK3_HOME}``: :mod:`._store`); each copy record's ``dir`` must be in it.
 
     Raises:
         CheckpointError: the file cannot be read, or a record is malformed (naming its line).
@@ -174,7 +183,7 @@ def session_checkpoints(session: str | os.PathLike[str], *, workspace: str | os.
     root = Path(workspace).resolve() if workspace is not None else None
     fd = _open_session(session)
     try:
-        return _read_records(session, fd, root, store_of(session, store))
+        return _read_records(session, fd, root, stores_of(session, store))
     finally:
         os.close(fd)
 
@@ -191,7 +200,7 @@ def undone_checkpoints(session: str | os.PathLike[str], *, workspace: str | os.P
     undone: list[tuple[int, int]] = []
     fd = _open_session(session)
     try:
-        _read_records(session, fd, root, store_of(session, store), undone)
+        _read_records(session, fd, root, stores_of(session, store), undone)
     finally:
         os.close(fd)
     return undone
@@ -200,3 +209,9 @@ def undone_checkpoints(session: str | os.PathLike[str], *, workspace: str | os.P
 def store_of(session: str | os.PathLike[str], store: str | os.PathLike[str] | None) -> Path:
     path = Path(session)
     return Path(store) if store is not None else path.with_name(path.name + ".checkpoints")
+
+
+def stores_of(session: str | os.PathLike[str], store: str | os.PathLike[str] | None) -> tuple[Path, ...]:
+    """The copy stores a record's ``dir`` may be in: ``store`` when given, else the two defaults
+    (:func:`~._store.store_candidates`: beside the session, or under ``${KIMIK3_HOME}``)."""
+    return (Path(store),) if store is not None else store_candidates(session)

@@ -44,8 +44,9 @@ class Tree:
     def __init__(self, root: Path) -> None:
         self.ws = Workspace(root)
 
-    def _at(self, rel: str) -> Any:
-        return self.ws.locate(rel, follow_symlinks=False, literal=True)
+    def _at(self, rel: str, write: bool = False) -> Any:
+        """``rel`` located; a ``write`` walk refuses git control data (``_kept``: undo never writes it)."""
+        return self.ws.locate(rel, follow_symlinks=False, literal=True, write=write)
 
     def lstat(self, rel: str) -> os.stat_result | None:
         """The ``lstat`` of ``rel`` (None: missing); call only when its parents are directories."""
@@ -121,7 +122,7 @@ class Tree:
     def put(self, rel: str, state: State) -> None:
         """Make ``rel`` be ``state`` (a file or symlink through a temporary file renamed into
         place; ``absent``: unlinked)."""
-        with self._at(rel) as loc:
+        with self._at(rel, write=True) as loc:
             if state.kind == "absent":
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(loc.name, dir_fd=loc.dir_fd)
@@ -150,11 +151,11 @@ class Tree:
                 raise
 
     def mkdir(self, rel: str) -> None:
-        with self._at(rel) as loc:
+        with self._at(rel, write=True) as loc:
             os.mkdir(loc.name, 0o777, dir_fd=loc.dir_fd)
 
     def rmdir(self, rel: str) -> None:
-        with self._at(rel) as loc:
+        with self._at(rel, write=True) as loc:
             os.rmdir(loc.name, dir_fd=loc.dir_fd)
 
 

@@ -6,8 +6,14 @@
   directory); ``changed`` / ``files`` / ``after`` / ``uncovered`` entries must be relative paths
   inside it (no ``..``, no absolute path, no empty or ``.`` component; no ``.git`` component in
   a git record); commits must be commit ids, copies ``N.bin`` files of kimik3's own copy
-  directory (``<session file>.checkpoints/turn-N``, or the ``store`` given). A bad record is a
+  directory (``<session file>.checkpoints/turn-N``, the one under ``${KIMIK3_HOME}`` where that
+  lies in the workspace, or the ``store`` given: :mod:`._store`). A bad record is a
   :class:`~kimik3.CheckpointError` naming the session line, and nothing is changed.
+- **A copy is restored only as kimik3 stored it.** Each copy is read with ``O_NOFOLLOW`` from
+  its store's descriptor and its SHA-256 checked against the record's ``copied`` digest; a copy
+  edited since (or, for an older record without digests, one lying in the workspace) is refused,
+  naming it, and nothing is changed. A file a turn changed that was not copied (sparse, or over
+  :data:`~._store.MAX_COPY_BYTES`) is in the record's ``uncovered`` and named by undo.
 - **No symlink is followed.** Each path is walked component by component from the workspace's
   directory descriptor with the coding tools' walk (:meth:`~kimik3.tools.coding._paths.Workspace.
   locate`, ``follow_symlinks=False``): a symlink on the way to a target is refused, a target that
@@ -43,17 +49,17 @@ from typing import Any
 from .._exceptions import CheckpointError, ToolError
 from ..agents import SessionWriter
 from ..tools.coding._api import Workspace
-from ._checkpoints import GitSnapshots, copy_digest, digest
+from ._checkpoints import GitSnapshots, digest
 from ._git import find_repository
 from ._records import session_checkpoints, undone_checkpoints
 from ._restore import ABSENT, Plan, State, Tree, apply, check_targets, depth, remove_empty_parents
+from ._store import read_copy
 
 __all__ = ["undo"]
 
 log = logging.getLogger("kimik3.harness")
 
 _GIT_MODES = {"100644": 0o666, "100755": 0o777}  # the mode a file is created with (the umask applies)
-_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 def _git_plan(root: Path, records: list[dict[str, Any]], paths: list[str]) -> Plan:
@@ -125,26 +131,23 @@ def _copy_plan(root: Path, records: list[dict[str, Any]], paths: list[str]) -> P
             if name is None:
                 targets[rel], digests[rel] = ABSENT, None
                 continue
-            copy = rec["dir"] / name
-            try:
-                fd = os.open(copy, os.O_RDONLY | _FLAGS)
-            except OSError as e:
-                raise CheckpointError(f"cannot read the copy of {rel} ({copy}): {e.strerror or e}; "
-                                      "nothing was changed") from e
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                os.close(fd)
-                raise CheckpointError(f"the copy of {rel} ({copy}) is not a regular file; nothing was changed")
-            with os.fdopen(fd, "rb") as f:
-                data = f.read()
+            want = rec["copied"].get(rel)
+            if want is None and _inside(rec["dir"], root):  # an older record: nothing to check the copy against
+                raise CheckpointError(f"the copy of {rel} lies in the workspace ({rec['dir']}) and its record has no "
+                                      "digest to check it against (a session of an older kimik3): the model could "
+                                      "have changed it; restore it by hand if you trust it; nothing was changed")
+            data, st = read_copy(rec["dir"], name, want, rel)
             targets[rel] = State("file", data, stat.S_IMODE(st.st_mode), (st.st_atime_ns, st.st_mtime_ns))
             digests[rel] = hashlib.sha256(data).hexdigest()
-            if copy_digest(copy) != digests[rel]:  # pragma: no cover - changed while read
-                raise CheckpointError(f"the copy of {rel} changed while it was read; nothing was changed")
     now = {p: digest(ws, p) for p in paths}
     done = {p for p in paths if now[p] == digests[p]}
     drifted = [p for p in paths if p not in done and now[p] != last[p]]
     return Plan(targets, drifted, done, {})
+
+
+def _inside(path: Path, root: Path) -> bool:
+    real = os.path.realpath(path)
+    return real == str(root) or real.startswith(str(root).rstrip("/") + "/")
 
 
 def undo(session: str | os.PathLike[str], to_turn: int = 0, *, force: bool = False, partial: bool = False,

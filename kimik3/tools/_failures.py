@@ -30,6 +30,7 @@ __all__ = [
     "exception",
     "interrupted",
     "interrupted_by_stop",
+    "kept_write",
     "no_decision",
     "not_run",
     "orphaned",
@@ -158,6 +159,15 @@ def unshowable_image(exc: BaseException) -> ToolFailure:
 def refused(why: str) -> ToolFailure:
     """A harness rule refused the call before it ran (read-before-edit)."""
     return ToolFailure("refused", why)
+
+
+def kept_write(path: str, what: str) -> ToolFailure:
+    """A file tool was asked to write (or delete, or make a folder in) ``what`` kimik3 or git act on
+    later (git control data, a checkpoint store, a workspace skill: ``kimik3.tools.coding._kept``);
+    ``path`` as the tool was given it. Issue 40."""
+    return ToolFailure("refused", f"{path} is {what}; kimik3 or git act on it after this run, so no tool may write "
+                                  "it (the file tools refuse, and bash finds it read-only). Change the work tree's "
+                                  "files instead")
 
 
 def subagent_failed(exc: Exception) -> ToolFailure:

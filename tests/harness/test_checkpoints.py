@@ -235,8 +235,9 @@ async def test_ignored_files_the_file_tools_write_are_undone(tmp_path: Path) -> 
 
 
 @pytest.mark.parametrize("where", ["bare repo.git", "repo/.git"])
-async def test_no_work_tree_falls_back_to_copies(tmp_path: Path, where: str) -> None:
-    """A bare repository (or inside .git): no git snapshots (git add cannot run), copies instead."""
+async def test_a_workspace_that_is_a_git_directory_is_not_written(tmp_path: Path, where: str) -> None:
+    """A bare repository (or a .git folder) as the workspace: everything in it is git control data
+    (issue 40), so the file tools refuse every write there and nothing is recorded or changed."""
     if where.startswith("bare"):
         git(tmp_path, "init", "-q", "--bare", where)
     else:
@@ -250,7 +251,9 @@ async def test_no_work_tree_falls_back_to_copies(tmp_path: Path, where: str) -> 
              answer("done")]
     agent = CodingHarness(root, features=FEATURES - {"background", "subagents"}).agent(engine=ScriptedEngine(turns))
     assert (await agent.run("work", session=session)).stop_reason == "completed"
-    assert [(r["kind"], r["changed"]) for r in session_checkpoints(session)] == [
-        ("copy", ["description", "new file.txt"])]
-    assert undo(session, workspace=root) == ["description", "new file.txt"]
+    text = session.read_text()
+    assert text.count("is in the workspace, which lies in git control data; kimik3 or git act on it after this "
+                      "run") == 2
+    assert '1\\tbefore' in text  # read_file still reads
+    assert session_checkpoints(session) == []
     assert (root / "description").read_text() == "before\n" and not (root / "new file.txt").exists()

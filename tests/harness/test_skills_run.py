@@ -7,6 +7,8 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import os
+import shlex
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,6 +33,14 @@ from .helpers import answer, calls
 from .test_skills import GOOD, make_skill
 
 CORE: dict[str, Any] = {"features": {"project_instructions"}}  # the six coding tools, AGENTS.md
+# Skills changed mid-run by an unsandboxed command, as the user would change them: no tool of a run may
+# write the workspace's skills (issue 40; the file tools refuse, the sandbox binds them read-only).
+UNSANDBOXED: dict[str, Any] = {**CORE, "sandbox": "none"}
+
+
+def put(path: str, text: str) -> str:
+    """A bash command that writes ``text`` to ``path`` (its folders made)."""
+    return f"mkdir -p {shlex.quote(os.path.dirname(path))} && printf %s {shlex.quote(text)} > {shlex.quote(path)}"
 
 
 @pytest.fixture
@@ -170,15 +180,14 @@ def declared_specs(messages: Sequence[Any]) -> dict[str, str | None]:
 async def test_skills_found_or_changed_mid_run_are_declared_never_in_the_head(ws: Path, tok: K3Tokenizer) -> None:
     new = f"---\nname: fresh\ndescription: {GOOD}\n---\nSay fresh.\n"
     engine = Recording([
-        calls(("write_file", {"path": ".agents/skills/fresh/SKILL.md", "content": new})),
+        calls(("bash", {"command": put(".agents/skills/fresh/SKILL.md", new)})),
         calls(("load_skill", {"name": "fresh"})),
-        calls(("edit_file", {"path": ".agents/skills/fresh/SKILL.md", "old_string": GOOD,
-                             "new_string": "Says fresh."})),
+        calls(("bash", {"command": put(".agents/skills/fresh/SKILL.md", new.replace(GOOD, "Says fresh."))})),
         calls(("load_skill_2", {"name": "fresh"}), ("load_skill", {"name": "fresh"})),  # either loader: one skill
         answer("fresh"),
     ], tok)
     session = ws.parent / "s.jsonl"
-    result = await CodingHarness(ws, **CORE).agent(engine=engine).run("go", session=session)
+    result = await CodingHarness(ws, **UNSANDBOXED).agent(engine=engine).run("go", session=session)
     assert result.output == "fresh"
     core = [t.spec for t in coding_tools(ws)]
     assert [c.request.tools for c in engine.calls] == [core] * 5  # no skill at the start: no load_skill in the head
@@ -200,7 +209,7 @@ async def test_a_skill_removed_mid_run_is_declared_gone(ws: Path) -> None:
     make_skill(ws / ".agents/skills/lint")
     engine = ScriptedEngine([calls(("bash", {"command": "rm -r .agents/skills/lint"})),
                              calls(("load_skill", {"name": "lint"})), answer("ok")])
-    result = await CodingHarness(ws, **CORE).agent(engine=engine).run("go")
+    result = await CodingHarness(ws, **UNSANDBOXED).agent(engine=engine).run("go")
     assert declared_specs(result.messages) == {
         "load_skill_2": f"{AGAIN}\n\nRemoved skills (loading one gives an error): lint\n\nNo skills are available now."}
     assert [m.content for m in result.messages if isinstance(m, ToolMessage)][1] == (
@@ -212,13 +221,14 @@ async def test_a_skill_removed_mid_run_is_declared_gone(ws: Path) -> None:
 async def test_a_description_changed_back_and_forth_gets_a_loader_each_time(ws: Path) -> None:
     make_skill(ws / ".agents/skills/lint")
     edit = ".agents/skills/lint/SKILL.md"
+    text = (ws / edit).read_text()
     engine = ScriptedEngine([
-        calls(("edit_file", {"path": edit, "old_string": GOOD, "new_string": "Lints."})),
-        calls(("edit_file", {"path": edit, "old_string": "Lints.", "new_string": GOOD})),
+        calls(("bash", {"command": put(edit, text.replace(GOOD, "Lints."))})),
+        calls(("bash", {"command": put(edit, text)})),
         calls(("bash", {"command": "mkdir .agents/skills/b && cp .agents/skills/lint/SKILL.md .agents/skills/b/ && "
                                    "sed -i 's/name: lint/name: b/' .agents/skills/b/SKILL.md"})),
         calls(("load_skill_4", {"name": "b"})), answer("ok")])
-    result = await CodingHarness(ws, **CORE).agent(engine=engine).run("go")
+    result = await CodingHarness(ws, **UNSANDBOXED).agent(engine=engine).run("go")
     assert [t.function.name for t in engine.calls[0].request.tools][-1] == "load_skill"
     assert declarations(result.messages) == [["load_skill_2"], ["load_skill_3"], ["load_skill_4"]]
     unchanged = "The other skills listed before are unchanged."
@@ -298,9 +308,9 @@ async def test_a_session_written_before_loaders_had_names_resumes(ws: Path, tmp_
     alone: the first one declared ``load_skill`` (no skill at the start), a later one a change the
     endpoint never got (the name was taken)."""
     session = tmp_path / "s.jsonl"
-    engine = ScriptedEngine([calls(("write_file", {"path": ".agents/skills/alpha/SKILL.md", "content": (
-        f"---\nname: alpha\ndescription: {GOOD}\n---\nSteps.\n")})), answer("done")])
-    await CodingHarness(ws, **CORE).agent(engine=engine).run("go", session=session)
+    engine = ScriptedEngine([calls(("bash", {"command": put(".agents/skills/alpha/SKILL.md", (
+        f"---\nname: alpha\ndescription: {GOOD}\n---\nSteps.\n"))})), answer("done")])
+    await CodingHarness(ws, **UNSANDBOXED).agent(engine=engine).run("go", session=session)
     lines = session.read_text().splitlines()
     old = [line.replace(', "tool": "load_skill"}}', "}}") for line in lines]  # the record as it was written then
     old.append(json.dumps({"skills": {"declared": [{"name": "alpha", "description": "Later.", "file": "/x"}]}}))
@@ -450,7 +460,7 @@ async def test_a_fork_before_a_declaration_names_its_own_next_loader(ws: Path, t
     make_skill(ws / ".agents/skills/alpha")
     session = tmp_path / "s.jsonl"
     engine = ScriptedEngine([calls(("bash", {"command": "rm -r .agents/skills/alpha"})), answer("done")])
-    await CodingHarness(ws, **CORE).agent(engine=engine).run("go", session=session)
+    await CodingHarness(ws, **UNSANDBOXED).agent(engine=engine).run("go", session=session)
     assert "--- skills declared with load_skill_2: none\n" in format_session(session)
     history = load_session(session)
     at = next(i for i, m in enumerate(history) if isinstance(m, SystemMessage) and m.tools) - 1

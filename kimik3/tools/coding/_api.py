@@ -5,7 +5,10 @@ checks that nothing outside imports its other modules.
 
 - :class:`Workspace`: confinement to the workspace root (paths resolved and opened from the
   root's descriptor, no symlink followed out of it), file reading; :func:`show_path`: a path as
-  the tools show it; :class:`SessionFiles`: the run's session files, which the file tools refuse;
+  the tools show it; :class:`SessionFiles`: the run's session files and the folders kimik3 acts on
+  later, which no tool writes (:func:`is_sparse`: a file with holes, not copied blindly;
+  :func:`kept_paths`, :func:`repositories`, :func:`made_repositories`: the repositories a walk
+  finds, and those a command made during a run that name programs);
 - the file text rules of ``edit_file`` (encodings, line endings, binary files, the size limit,
   diffs): :data:`MAX_EDIT_BYTES`, :func:`decode`, :func:`encode`, :func:`is_binary`,
   :func:`lines_and_endings`, :func:`replace_keeping_endings`, :func:`sniff_encoding`,
@@ -31,7 +34,7 @@ from ._files import (
     unified_diff,
     usual_ending,
 )
-from ._kept import SessionFiles
+from ._kept import SessionFiles, is_sparse, kept_paths, made_repositories, repositories
 from ._paths import Workspace, show_path
 from ._sandbox import Command
 from ._search import _files as walk_files
@@ -48,9 +51,13 @@ __all__ = [
     "decode",
     "encode",
     "is_binary",
+    "is_sparse",
+    "kept_paths",
     "lines_and_endings",
+    "made_repositories",
     "replace",
     "replace_keeping_endings",
+    "repositories",
     "shell_env",
     "show_path",
     "sniff_encoding",

@@ -1,23 +1,47 @@
-"""What stays read-only inside the sandbox although it lies in the workspace: what programs run
-*outside* the sandbox act on, so a command must not write it. That is the git control data of the
-workspace's repositories (a planted ``core.fsmonitor``, hook or filter, or a ``commondir`` /
-``.git`` file pointing at a git directory that holds one, runs the next time the user runs git
-there) and the session files kimik3 writes (an approval appended there would be acted on by a
-resume). See ``docs/sandbox.md``. The file tools, which run in kimik3's own process, refuse the
-session files too (:class:`SessionFiles`). Also what the sandbox hides (:func:`hidden_dirs`) and
-the preloaded libraries it must show from there (:func:`preloads`).
+"""What kimik3 or git act on after the model's turn, which no tool may write (issue 40): one list,
+applied to the file tools (in kimik3's own process: refused at write time, a ToolError the model
+reads) and to ``bash`` (the sandbox binds the same list read-only; ``_sandbox``).
+
+- **Git control data of every repository**, made before or during the run: any path through a
+  component named ``.git`` (a folder or a ``gitdir:`` file), and any folder that is a git
+  directory by git's own test (``HEAD`` with ``objects`` and ``refs``, or ``HEAD`` with
+  ``commondir``: a bare repository, the one a ``.git`` file names), a common directory
+  (``config``, ``objects`` and ``refs``: what a ``commondir`` file may name), or would become one
+  by the write. A planted ``core.fsmonitor``, hook or filter runs at the user's next ``git status``; a
+  rewritten ``HEAD`` or a deleted ref loses a branch. The file tools decide this at write time
+  (:func:`check_git_write`, on the walk's own descriptors), so a repository made mid-run, one
+  planted in an uninitialised submodule's (gitlink's) folder, or one past any walk is covered.
+  For the sandbox, which must name paths when it starts, :func:`kept_paths` walks the workspace:
+  each repository's ``.git``, the git directory a ``.git`` file names and its ``commondir``, and
+  each gitlink folder that has no ``.git`` yet (read from the repository's index: a repository
+  made there runs at the top repository's ``git status``). A walk cut at :data:`MAX_WALK_DIRS`
+  folders says so and keeps the folders it did not look through read-only.
+- **kimik3's own records**: the run's session file and its sub-agents' sessions
+  (:class:`SessionFiles`; the file tools refuse to read them too), and the folders registered with
+  :meth:`SessionFiles.keep`: the checkpoint store (``kimik3 undo`` restores from it) and the
+  workspace's Agent Skills (read into later prompts).
+
+See ``docs/sandbox.md`` ("What no tool writes"). Also what the sandbox hides
+(:func:`hidden_dirs`) and the preloaded libraries it must show from there (:func:`preloads`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import stat
+import struct
+import warnings
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..._exceptions import ToolError
+from .._failures import kept_write
 
-__all__ = ["MAX_WALK_DIRS", "SessionFiles", "hidden_dirs", "kept_read_only", "preloads", "under"]
+__all__ = ["MAX_GITLINKS", "MAX_INDEX_BYTES", "MAX_WALK_DIRS", "KeptPaths", "SessionFiles", "check_git_write",
+           "git_dir_at", "gitlinks", "hidden_dirs", "is_sparse", "kept_paths", "kept_read_only", "made_repositories",
+           "preloads", "programs_named", "repositories", "under"]
 
 
 def under(path: str, parents: list[str]) -> bool:
@@ -27,6 +51,162 @@ def under(path: str, parents: list[str]) -> bool:
 
 MAX_WALK_DIRS = 20_000
 """Folders of the workspace looked through for nested repositories when the sandbox starts."""
+MAX_GITLINKS = 10_000
+"""Gitlinks read from one index at most (more: the index's gitlinks are said to be unknown)."""
+MAX_INDEX_BYTES = 256 << 20
+"""A git index read for its gitlinks at most this large (a larger or sparse one is not read: said)."""
+_MAX_NAME = 4096  # a path in an index longer than this: not an index (git's own PATH_MAX)
+_MAX_UNWALKED = 256  # folders a cut walk binds read-only; more are merged into their parents
+_GIT_NAME = ".git"
+_MARKS = frozenset({"HEAD", "objects", "refs", "commondir", "config"})  # what git's test looks at
+
+
+def is_sparse(st: os.stat_result) -> bool:
+    """Whether the file of ``st`` has holes: fewer bytes allocated on disk than its size, by more
+    than a block (``st_blocks`` counts 512-byte units, POSIX). A 3 GB file of holes is cheap to
+    make and costly to copy."""
+    return st.st_blocks * 512 + 4096 < st.st_size
+
+
+# -- git control data, at write time (the file tools) ------------------------------------------
+
+
+def _entry(dir_fd: int, name: str, adding: str | None, want_dir: bool) -> bool:
+    """Whether ``name`` is in ``dir_fd`` (or is ``adding``): a folder (a symlinked ``objects/``
+    or ``refs/`` counts: git follows it), else anything but a folder (a symlinked ``HEAD`` too)."""
+    if name == adding:
+        return True
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=want_dir)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) == want_dir
+
+
+def git_dir_at(dir_fd: int, adding: str | None = None) -> bool:
+    """Whether the open directory ``dir_fd`` is a git directory by git's own test
+    (``is_git_directory`` in git's setup.c: ``HEAD`` and either ``objects/`` and ``refs/``, or a
+    ``commondir`` file) or a common directory a ``commondir`` file may name (``config``,
+    ``objects/`` and ``refs/``, with or without ``HEAD``), or becomes one once an entry named
+    ``adding`` is made in it."""
+    tree = _entry(dir_fd, "objects", adding, True) and _entry(dir_fd, "refs", adding, True)
+    if _entry(dir_fd, "HEAD", adding, False):
+        return tree or _entry(dir_fd, "commondir", adding, False)
+    return tree and _entry(dir_fd, "config", adding, False)
+
+
+def check_git_write(dir_fd: int, name: str | None, path: str, *, creating: bool = False) -> None:
+    """Refuse a write that reaches git control data: call it for each component of a write's
+    walk, with the directory it lies in (``name`` None: for ``dir_fd`` itself, once it is
+    entered). ``creating``: ``name`` does not exist yet (a folder or file the write makes).
+
+    Raises:
+        ToolError: ``name`` is ``.git`` (any case: a folder, or a ``gitdir:`` file that would name
+            a planted repository), ``dir_fd`` is a git directory, or making ``name`` would turn it
+            into one (``path``: as the tool was given it).
+    """
+    if name is None:
+        if git_dir_at(dir_fd):
+            raise ToolError(kept_write(path, "inside a git directory (git control data)").message)
+        return
+    if name.casefold() == _GIT_NAME:
+        raise ToolError(kept_write(path, "git control data (a .git folder or file)").message)
+    if creating and name in _MARKS and git_dir_at(dir_fd, adding=name):
+        raise ToolError(kept_write(path, "what would make its folder a git directory (git control data)").message)
+
+
+# -- gitlinks: a repository's index ------------------------------------------------------------
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    """git's offset varint (``decode_varint``, varint.c): (value, next position)."""
+    c = data[pos]
+    pos += 1
+    value = c & 127
+    while c & 128:
+        c = data[pos]
+        pos += 1
+        value = ((value + 1) << 7) | (c & 127)
+    return value, pos
+
+
+def _index_gitlinks(data: bytes, hash_len: int) -> list[bytes]:
+    """The paths of the gitlink entries (mode 160000) of an index file's bytes (index-format.txt:
+    versions 2 to 4). Raises ValueError, IndexError or struct.error on bytes it cannot parse,
+    OverflowError past :data:`MAX_GITLINKS`. Linear in the index's size, however it is crafted."""
+    if data[:4] != b"DIRC":
+        raise ValueError("not an index")
+    version, count = struct.unpack_from(">II", data, 4)
+    if version not in (2, 3, 4):
+        raise ValueError(f"index version {version}")
+    pos, prev, found = 12, bytearray(), []
+    for _ in range(count):
+        mode = struct.unpack_from(">I", data, pos + 24)[0]
+        flags = struct.unpack_from(">H", data, pos + 40 + hash_len)[0]
+        p = pos + 42 + hash_len + (2 if version >= 3 and flags & 0x4000 else 0)
+        if version == 4:  # the name is the previous one, less its last ``strip`` bytes, and these
+            strip, p = _varint(data, p)
+            end = data.index(b"\0", p)
+            if strip > len(prev):
+                raise ValueError("bad prefix")
+            del prev[len(prev) - strip :]  # in place: a crafted index costs its size, not its square
+            prev += data[p:end]
+            pos = end + 1
+        else:
+            end = data.index(b"\0", p)
+            prev[:] = data[p:end]
+            pos += (end - pos + 8) & ~7
+            if data[end:pos].strip(b"\0") or pos > len(data):  # the padding is NULs
+                raise ValueError("bad padding")
+        if len(prev) > _MAX_NAME or mode >> 12 not in (0o10, 0o12, 0o16, 0o4):  # file, symlink, gitlink, dir
+            raise ValueError("bad entry")
+        if mode >> 12 == 0o16:
+            found.append(bytes(prev))
+            if len(found) > MAX_GITLINKS:
+                raise OverflowError(f"over {MAX_GITLINKS} gitlinks")
+    rest = data[pos:]  # extensions (signatures "A".."Z" first), then the checksum
+    if len(rest) < hash_len or (len(rest) > hash_len and not rest[:1].isupper()):
+        raise ValueError("no checksum where it must be")
+    return found
+
+
+def gitlinks(gitdir: str) -> list[str] | str:
+    """The work-tree-relative paths of the gitlinks (submodules, nested repositories added as
+    such) in the index of the git directory ``gitdir`` (and the shared index of a split one);
+    or, as a ``str``, why they cannot be known (an index over :data:`MAX_INDEX_BYTES`, sparse,
+    not a regular file, not parsed). No index: none."""
+    found: list[str] = []
+    names = ["index"]
+    with contextlib.suppress(OSError):
+        names += sorted(n for n in os.listdir(gitdir) if n.startswith("sharedindex."))
+    for name in names:
+        try:
+            fd = os.open(os.path.join(gitdir, name), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            return f"its {name} cannot be read ({e.strerror or e})"
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return f"its {name} is not a regular file"
+            if st.st_size > MAX_INDEX_BYTES or is_sparse(st):
+                return f"its {name} is {'sparse' if is_sparse(st) else 'over'} ({st.st_size} bytes); not read"
+            data = f.read(MAX_INDEX_BYTES + 1)
+        for hash_len in (20, 32):  # SHA-1, SHA-256 repositories
+            try:
+                found += [os.fsdecode(p) for p in _index_gitlinks(data, hash_len)]
+                break
+            except OverflowError as e:
+                return f"its {name} has {e}"
+            except (ValueError, IndexError, struct.error):
+                continue
+        else:
+            return f"its {name} could not be parsed"
+    return found
+
+
+# -- the walk for the sandbox --------------------------------------------------------------------
 
 
 def _git_pointer(path: str, name: str, base: str) -> str | None:
@@ -47,15 +227,47 @@ def _git_pointer(path: str, name: str, base: str) -> str | None:
     return os.path.realpath(os.path.join(base, text)) if text else None
 
 
-def kept_read_only(root: str, max_dirs: int = MAX_WALK_DIRS, links: dict[str, str] | None = None) -> list[str]:
-    """The git control data that stays read-only inside the sandbox although it lies in the
-    workspace ``root``: that of every repository found there now (each ``.git`` folder or file,
-    the git directory a ``.git`` file names and the ``commondir`` of each git directory, where they
-    lie in the workspace; nested repositories in the first :data:`MAX_WALK_DIRS` folders, never
-    through a symlink but a symlinked ``.git``'s target). ``links`` gets each ``.git`` that is a
-    symlink (its path -> what it reads), which no bind mount can keep (see ``_git_links``)."""
+@dataclass
+class KeptPaths:
+    """What :func:`kept_paths` found.
+
+    Attributes:
+        paths: absolute paths in the workspace to keep read-only (each ``.git`` folder or file,
+            the git directories they name and their ``commondir``, gitlink folders without a
+            ``.git``, and the folders a cut walk did not look through).
+        links: each ``.git`` that is a symlink -> what it reads (no bind mount keeps a symlink:
+            ``_git_links`` restores it).
+        notes: what could not be looked at, in words (a cut walk, an index not read); empty when
+            the walk saw everything.
+    """
+
+    paths: list[str] = field(default_factory=list)
+    links: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def _merge(folders: list[str], root: str) -> list[str]:
+    """``folders`` made at most :data:`_MAX_UNWALKED` mounts: their parents taken instead (more
+    is kept read-only, never less), never ``root`` itself."""
+    while len(folders) > _MAX_UNWALKED:
+        merged = list(dict.fromkeys(p if os.path.dirname(p) == root else os.path.dirname(p) for p in folders))
+        if merged == folders:  # all are the root's own folders: as many mounts as they are
+            break
+        folders = merged
+    return [p for p in folders if not any(q != p and under(p, [q]) for q in folders)]
+
+
+def kept_paths(root: str, max_dirs: int = MAX_WALK_DIRS) -> KeptPaths:
+    """The git control data in the workspace ``root`` that the sandbox keeps read-only (see the
+    module docstring), found by a walk of at most ``max_dirs`` folders that never follows a
+    symlink (but a symlinked ``.git``'s target). A walk cut by ``max_dirs`` (above 1) keeps the
+    folders it did not reach read-only (their parents, past :data:`_MAX_UNWALKED` of them) and
+    says so in ``notes``; ``max_dirs=1`` looks at ``root``'s own repository only (an allowed
+    write folder's), nothing below it."""
+    out = KeptPaths()
     found: list[str] = []
     stack, seen = [root], 0
+    repos: list[tuple[str, str]] = []  # (work tree, git directory)
     while stack and seen < max_dirs:
         here = stack.pop()
         seen += 1
@@ -64,16 +276,15 @@ def kept_read_only(root: str, max_dirs: int = MAX_WALK_DIRS, links: dict[str, st
         except OSError:
             continue
         for entry in entries:
-            if entry.name != ".git":
+            if entry.name != _GIT_NAME:
                 if entry.is_dir(follow_symlinks=False):
                     stack.append(entry.path)
                 continue
             gitdirs = []
             if entry.is_symlink():
                 gitdirs.append(os.path.realpath(entry.path))
-                if links is not None:
-                    with contextlib.suppress(OSError):
-                        links[entry.path] = os.readlink(entry.path)
+                with contextlib.suppress(OSError):
+                    out.links[entry.path] = os.readlink(entry.path)
             elif entry.is_dir():
                 found.append(entry.path)
                 gitdirs.append(entry.path)
@@ -84,27 +295,138 @@ def kept_read_only(root: str, max_dirs: int = MAX_WALK_DIRS, links: dict[str, st
             for gitdir in gitdirs:
                 common = _git_pointer(gitdir, "commondir", gitdir)
                 found += [gitdir, *([common] if common else [])]
-    return [p for p in dict.fromkeys(found) if under(p, [root]) and p != root and os.path.lexists(p)]
+                repos.append((here, gitdir))
+    for top, gitdir in repos:  # a repository planted in a gitlink's empty folder runs at the top's git status
+        links = gitlinks(gitdir)
+        if isinstance(links, str):
+            out.notes.append(f"the gitlinks of {os.path.relpath(top, root)} are not known ({links}); a repository "
+                             "made in a submodule's empty folder there is not kept from commands")
+            continue
+        for rel in links:
+            folder = os.path.join(top, rel)
+            if os.path.isdir(folder) and not os.path.islink(folder) and not os.path.lexists(
+                    os.path.join(folder, _GIT_NAME)):
+                found.append(os.path.realpath(folder))
+    if stack and max_dirs > 1:
+        unwalked = _merge(sorted(stack), root)
+        found += unwalked
+        shown = ", ".join(os.path.relpath(p, root) for p in unwalked[:5]) + (", ..." if len(unwalked) > 5 else "")
+        out.notes.append(f"the workspace has more than {max_dirs} folders; the {len(unwalked)} folders not looked "
+                         f"through for nested repositories are read-only for commands: {shown}")
+    out.paths = [p for p in dict.fromkeys(found) if under(p, [root]) and p != root and os.path.lexists(p)]
+    return out
+
+
+def kept_read_only(root: str, max_dirs: int = MAX_WALK_DIRS, links: dict[str, str] | None = None) -> list[str]:
+    """:func:`kept_paths`'s ``paths`` (``links`` gets its ``links``); each of its ``notes`` is
+    given as a :class:`RuntimeWarning` (a cut walk is never silent)."""
+    kept = kept_paths(root, max_dirs)
+    if links is not None:
+        links.update(kept.links)
+    for note in kept.notes:
+        warnings.warn(f"kimik3: {note}", RuntimeWarning, stacklevel=2)
+    return kept.paths
+
+
+# -- repositories a command made: said at the run's end -------------------------------------------
+
+_PROGRAM_KEYS = ("core.fsmonitor", "core.hookspath", "core.sshcommand", "core.pager", "core.editor",
+                 "core.askpass", "core.gitproxy", "sequence.editor", "diff.external", "credential.helper",
+                 "gpg.program", "include.path")
+_PROGRAM_SUFFIXES = (".clean", ".smudge", ".process", ".textconv", ".command", ".helper", ".sshcommand")
+_MAX_CONFIG_BYTES = 1 << 20
+
+
+def _config_keys(text: str) -> list[str]:
+    """The ``section[.sub].key`` names set in a git config file's text (a plain reading: enough to
+    name what a repository would run, not a full parser)."""
+    keys, section = [], ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("["):
+            head = line[1:].split("]", 1)[0].strip()
+            name, _, sub = head.partition(" ")
+            section = name.lower() + (f".{sub.strip().strip(chr(34))}" if sub else "")
+            line = line.split("]", 1)[1].strip() if "]" in line else ""
+        if line and not line.startswith(("#", ";")) and section:
+            keys.append(f"{section}.{line.split('=', 1)[0].strip().lower()}")
+    return keys
+
+
+def programs_named(gitdir: str) -> list[str]:
+    """What in the git directory ``gitdir`` names a program git would run there: config keys
+    (``core.fsmonitor``, a filter's ``clean``, ``include.path``, ...) and hooks that are not
+    git's ``.sample`` files; sorted. Read without following a symlink, at most 1 MiB of config."""
+    found: set[str] = set()
+    try:
+        fd = os.open(os.path.join(gitdir, "config"), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        fd = -1
+    if fd >= 0:
+        with os.fdopen(fd, "rb") as f:
+            text = os.fsdecode(f.read(_MAX_CONFIG_BYTES)) if stat.S_ISREG(os.fstat(fd).st_mode) else ""
+        for key in _config_keys(text):
+            bare = key.split(".", 1)[0] + "." + key.rsplit(".", 1)[-1]
+            if bare in _PROGRAM_KEYS or key.endswith(_PROGRAM_SUFFIXES) or key.startswith(("alias.", "includeif.")):
+                found.add(key)
+    with contextlib.suppress(OSError):
+        found.update(f"hooks/{n}" for n in os.listdir(os.path.join(gitdir, "hooks")) if not n.endswith(".sample"))
+    return sorted(found)
+
+
+def repositories(kept: KeptPaths) -> set[str]:
+    """The ``.git`` entries among ``kept``'s paths (the repositories its walk found)."""
+    return {p for p in kept.paths if os.path.basename(p) == _GIT_NAME}
+
+
+def made_repositories(root: str, before: set[str], max_dirs: int = MAX_WALK_DIRS) -> list[str]:
+    """A line for each repository in ``root`` now (a walk as :func:`kept_paths`'s) that was not
+    in ``before`` (:func:`repositories` of an earlier walk) and whose git directory names a
+    program (:func:`programs_named`): a command of the run made it, the sandbox could not keep
+    it, and git run *inside* it would run what it names (issue 40). Empty when there is none."""
+    lines = []
+    for dot_git in sorted(repositories(kept_paths(root, max_dirs)) - before):
+        gitdir = os.path.realpath(dot_git) if os.path.isdir(dot_git) else _git_pointer(dot_git, "", os.path.dirname(
+            dot_git))
+        named = programs_named(gitdir) if gitdir else []
+        if named:
+            shown = ", ".join(named[:6]) + (", ..." if len(named) > 6 else "")
+            lines.append(f"a command made the repository {os.path.relpath(os.path.dirname(dot_git), root)} during "
+                         f"the run and it names programs ({shown}); git run inside it runs them: look before you do")
+    return lines
+
+
+# -- kimik3's own records ------------------------------------------------------------------------
 
 
 class SessionFiles:
-    """kimik3's record of the run: the session file and its sub-agents' sessions beside it
-    (``<stem>.task-*.jsonl`` in the session's directory, also ones made later in the run; see
-    :mod:`kimik3.harness._tasks`). The file tools refuse to read or write them (a forged record,
-    an approval of a deferred call, would be acted on by the next resume) and the sandbox binds the
-    existing ones read-only. Set by the run's hooks (:class:`kimik3.harness.SandboxHooks`) at the
-    run's start; a session writer's lock is an ``flock`` on the file itself (no lock file).
+    """kimik3's record of the run and the other folders it acts on later: the session file and
+    its sub-agents' sessions beside it (``<stem>.task-*.jsonl`` in the session's directory, also
+    ones made later in the run; see :mod:`kimik3.harness._tasks`), and the folders given to
+    :meth:`keep` (the checkpoint store, the workspace's skills). The file tools refuse to read or
+    write the session files (a forged record, an approval of a deferred call, would be acted on by
+    the next resume) and to write in the kept folders; the sandbox binds the existing ones
+    read-only. Set by the run's hooks (:class:`kimik3.harness.SandboxHooks`, the checkpoints) at
+    the run's start; a session writer's lock is an ``flock`` on the file itself (no lock file).
 
     Attributes:
         path: the run's session file, resolved; None: the run records no session.
+        folders: each kept folder (resolved) -> what it is, in words ("kimik3's checkpoint store").
     """
 
     def __init__(self) -> None:
         self.path: str | None = None
+        self.folders: dict[str, str] = {}
 
     def set(self, path: str | os.PathLike[str] | None) -> None:
         """Make ``path`` (None: none) the run's session file."""
         self.path = os.path.realpath(os.fspath(path)) if path is not None else None
+
+    def keep(self, folder: str | os.PathLike[str], what: str) -> None:
+        """Keep ``folder`` (existing or not; resolved) from every tool's writes from now on
+        (the sandbox: from its next start); ``what`` names it in the refusal ("kimik3's
+        checkpoint store")."""
+        self.folders[os.path.realpath(os.fspath(folder))] = what
 
     def _named(self, name: str) -> bool:
         assert self.path is not None
@@ -113,15 +435,28 @@ class SessionFiles:
         return name == base or (name.startswith(f"{stem}.task-") and name.endswith(".jsonl"))
 
     def existing(self) -> list[str]:
-        """The session file and its sub-agents' sessions that exist now (resolved paths)."""
+        """The session file, its sub-agents' sessions and the kept folders that exist now
+        (resolved paths)."""
+        folders = [p for p in self.folders if os.path.isdir(p) and not os.path.islink(p)]
         if self.path is None:
-            return []
+            return folders
         folder = os.path.dirname(self.path)
         try:
             names = sorted(os.listdir(folder))
         except OSError:
-            return []
-        return [os.path.join(folder, n) for n in names if self._named(n)]
+            return folders
+        return [os.path.join(folder, n) for n in names if self._named(n)] + folders
+
+    def check_write(self, where: str, path: str) -> None:
+        """Refuse a write at the absolute, symlink-free ``where`` (a file, or a folder made)
+        inside a kept folder or naming one.
+
+        Raises:
+            ToolError: it is (in) a kept folder (``path``: as the tool was given it).
+        """
+        for folder, what in self.folders.items():
+            if under(where, [folder]):
+                raise ToolError(kept_write(path, what).message)
 
     def check(self, dir_fd: int, name: str, path: str, st: os.stat_result | None) -> None:
         """Refuse ``name`` in the open directory ``dir_fd`` when it is one of these files: the
@@ -142,6 +477,8 @@ class SessionFiles:
                 hit = False
         if not hit and st is not None and st.st_nlink > 1:
             for p in self.existing():
+                if p in self.folders:
+                    continue
                 try:
                     other = os.stat(p, follow_symlinks=False)
                 except OSError:
@@ -150,6 +487,7 @@ class SessionFiles:
         if hit:
             raise ToolError(f"{path} is kimik3's record of this run (its session file or a sub-agent's); the file "
                             "tools do not read or write it")
+
 
 def preloads(env: Mapping[str, str]) -> list[str]:
     """The existing files ``env``'s ``LD_PRELOAD`` names by absolute path (hidden: ld.so would err)."""

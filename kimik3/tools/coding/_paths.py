@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..._exceptions import ToolError
-from ._kept import SessionFiles
+from .._failures import kept_write
+from ._kept import SessionFiles, check_git_write, git_dir_at
 
 _MAX_LINKS = 40  # symlinks followed while walking one path (Linux's own limit)
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -127,13 +128,39 @@ class Workspace:
         root: the root, absolute and free of symlinks.
         what: how errors name it ("the workspace"; "the read-only folder" for :meth:`reading`'s).
         sessions: the run's session files, which every path :meth:`locate` leads to is checked
-            against (refused with a ToolError: the file tools never read or write them).
+            against (refused with a ToolError: the file tools never read or write them), and the
+            folders kimik3 acts on later (:meth:`~._kept.SessionFiles.keep`), which a write's
+            walk refuses. A write's walk refuses git control data in any case (``_kept``).
     """
 
     def __init__(self, root: Path, what: str = "the workspace", sessions: SessionFiles | None = None) -> None:
         self.root = root  # absolute and free of symlinks
         self.what = what
         self.sessions = sessions
+        self._in_git: bool | None = None  # the root lies in git control data (asked at the first write)
+
+    def _check_root(self, path: str) -> None:
+        """A write's check of the root itself: it is, or lies in, git control data (``-w
+        repo/.git/hooks``, a folder of a bare repository): every write there is refused."""
+        if self._in_git is None:
+            here, inside = str(self.root), False
+            while not inside:
+                inside = os.path.basename(here).casefold() == ".git"
+                if not inside:
+                    try:
+                        fd = os.open(here, _DIR_FLAGS)
+                    except OSError:
+                        break
+                    try:
+                        inside = git_dir_at(fd)
+                    finally:
+                        os.close(fd)
+                if here == os.path.dirname(here):
+                    break
+                here = os.path.dirname(here)
+            self._in_git = inside
+        if self._in_git:
+            raise ToolError(kept_write(path, f"in {self.what}, which lies in git control data").message)
 
     def outside(self, path: str) -> ToolError:
         return ToolError(f"path {path!r} is outside {self.what} {self.root}; use a path inside it")
@@ -163,8 +190,15 @@ class Workspace:
             raise self.outside(path)
         return target[len(root) :].split("/")
 
+    def _guard(self, dir_fd: int, names: list[str], name: str, path: str, creating: bool) -> None:
+        """A write's check of the component ``name`` in ``dir_fd`` (``names``: the resolved
+        components before it): no git control data, no kept folder (``_kept``)."""
+        check_git_write(dir_fd, name, path, creating=creating)
+        if self.sessions is not None:
+            self.sessions.check_write(os.path.join(str(self.root), *names, name), path)
+
     def locate(self, path: str, *, create_dirs: bool = False, follow_symlinks: bool = True,
-               literal: bool = False) -> Located:
+               literal: bool = False, write: bool = False) -> Located:
         """Walk ``path`` from the root (symlinks followed, confined); the last component is not
         opened, and is None when the path names a directory through ``.`` or ``..``.
 
@@ -177,12 +211,16 @@ class Workspace:
                 instead of walked, and a last component that is a symlink is the symlink itself
                 (``kimik3 undo`` writes only where no symlink leads).
             literal: ``path`` is the file name itself (a checkpoint record's), not escaped.
+            write: the walk is a write's (or a removal's): every component, symlink targets
+                included, is checked as it is reached, against git control data (a ``.git``
+                name, a folder that is, or by this write would become, a git directory) and the
+                kept folders of ``sessions``; a folder is checked before it is made (issue 40).
 
         Raises:
             ToolError: the path leaves the workspace, has a NUL, a symlink loop (or, without
                 ``follow_symlinks``, any symlink on the way), or a missing or non-directory
                 component (missing directories are made when ``create_dirs``); it leads to one
-                of the run's session files (``sessions``).
+                of the run's session files (``sessions``); a write reaches what no tool may write.
         """
         if not literal:
             path = read_path(path)  # the escaped form the tools print names the same file
@@ -200,6 +238,11 @@ class Workspace:
         names: list[str] = []
         links = 0
         try:
+            if write:
+                self._check_root(path)  # a workspace that is, or lies in, a git directory
+                for name in todo:  # a .git named in the path: refused before any folder is made
+                    if name.casefold() == ".git":
+                        check_git_write(fds[0], name, path)
             while todo:
                 name = todo.popleft()
                 if name in ("", "."):
@@ -219,11 +262,15 @@ class Workspace:
                     except OSError as e:
                         raise ToolError(f"cannot open {path}: {e.strerror or e}") from None
                     if st is None or not stat.S_ISLNK(st.st_mode) or not follow_symlinks:
+                        if write:
+                            self._guard(fds[-1], names, name, path, creating=st is None)
                         if self.sessions is not None:
                             self.sessions.check(fds[-1], name, path, st)
                         located = Located(fds[-1], name, "/".join([*names, name]), fds)
                         fds = []
                         return located
+                if write and name.casefold() == ".git":  # refused before it is entered or made
+                    self._guard(fds[-1], names, name, path, creating=False)
                 try:
                     fd = os.open(name, _DIR_FLAGS, dir_fd=fds[-1])
                 except OSError as e:
@@ -238,6 +285,8 @@ class Workspace:
                         links += 1  # bounds the retries when something keeps removing it
                         if links > _MAX_LINKS:
                             raise ToolError(f"cannot create the directories of {path}: they keep vanishing") from None
+                        if write:
+                            self._guard(fds[-1], names, name, path, creating=True)
                         with contextlib.suppress(FileExistsError):
                             os.mkdir(name, 0o777, dir_fd=fds[-1])
                         todo.appendleft(name)
@@ -249,6 +298,10 @@ class Workspace:
                 else:
                     fds.append(fd)
                     names.append(name)
+                    if write:
+                        check_git_write(fd, None, path)
+                        if self.sessions is not None:
+                            self.sessions.check_write(os.path.join(str(self.root), *names), path)
                     continue
                 # ``name`` is a symlink: walk its target in its place.
                 if not follow_symlinks:
@@ -291,7 +344,7 @@ class Workspace:
         if path.endswith("/"):  # "zz/" names a directory: never create or open a file "zz"
             raise ToolError(f"{path} names a directory (it ends with '/'); give a file path")
         for _ in range(_MAX_LINKS):
-            with self.locate(path, create_dirs=create) as loc:
+            with self.locate(path, create_dirs=create, write=write) as loc:
                 if loc.name is None:
                     raise ToolError(f"{path} is a directory")
                 try:

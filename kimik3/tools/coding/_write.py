@@ -64,7 +64,7 @@ class Staged:
         """
         try:
             if self.dir_fd < 0:  # a new file in directories that do not exist yet
-                with self.ws.locate(self.path, create_dirs=True) as loc:
+                with self.ws.locate(self.path, create_dirs=True, write=True) as loc:
                     if loc.name is None:
                         raise ToolError(f"{self.path} is a directory")
                     fd = os.open(loc.name, _TMP_FLAGS & ~os.O_EXCL | os.O_TRUNC, 0o666, dir_fd=loc.dir_fd)
@@ -134,7 +134,7 @@ def stage(ws: Workspace, path: str, data: bytes, *, hard_links: bool, same: tupl
     if path.endswith("/"):  # "zz/" names a directory: never create or open a file "zz"
         raise ToolError(f"{path} names a directory (it ends with '/'); give a file path")
     try:
-        loc = ws.locate(path)
+        loc = ws.locate(path, write=True)
     except ToolError as e:
         if same is None and str(e).endswith("no such file or directory"):  # directories to make: at commit
             return Staged(ws, path, "", data)
