@@ -1,0 +1,130 @@
+"""An MCP server (the SDK's ``MCPServer``, 2026-07-28 over stdio) for kimik3's tests of MCP
+input requests and Tasks.
+
+Run: ``python tests/tools/mcp_input_server.py LOG_FILE``.
+
+Tools:
+- ``book(city)``: asks the client whose name the booking is under (an elicitation: on
+  2026-07-28 an ``input_required`` result, answered by retrying with ``inputResponses``) and
+  answers ``"booked <city> for <name>"``, or ``"not booked: <action>"`` when the user declined.
+- ``long_job(n)``: answered with a Task (the ``io.modelcontextprotocol/tasks`` extension,
+  ``resultType: "task"``) when the request declares the extension, else error -32021; the task
+  is ``working`` for ``n`` polls (``tasks/get``), then ``completed`` with ``"job done after <n>
+  polls"``. ``tasks/cancel`` marks it ``cancelled``.
+
+Each ``tasks/get`` and ``tasks/cancel`` appends a line to LOG_FILE (``get <id> <status>``,
+``cancel <id>``), so a test sees what the client did.
+"""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from datetime import datetime, timezone
+from typing import Annotated, Any
+
+from mcp.server.mcpserver import (
+    AcceptedElicitation,
+    Context,
+    Elicit,
+    ElicitationResult,
+    Extension,
+    MCPServer,
+    MethodBinding,
+    Resolve,
+)
+from mcp.types import CallToolRequestParams, RequestParams
+from pydantic import BaseModel
+
+TASKS = "io.modelcontextprotocol/tasks"
+LOG = sys.argv[1]
+
+
+class Who(BaseModel):
+    name: str
+
+
+def ask_who(city: str) -> Elicit[Who]:
+    return Elicit(f"Whose name is the booking in {city} under?", Who)
+
+
+class TaskParamsAlias(RequestParams):
+    taskId: str  # the wire name
+
+
+def log(line: str) -> None:
+    with open(LOG, "a", encoding="utf-8") as f:
+        f.write(line + "\n")
+
+
+class Tasks(Extension):
+    identifier = TASKS
+
+    def __init__(self) -> None:
+        self.tasks: dict[str, dict[str, Any]] = {}
+
+    def _now(self) -> str:
+        return datetime.now(timezone.utc).isoformat()
+
+    def methods(self) -> list[MethodBinding]:
+        return [MethodBinding("tasks/get", TaskParamsAlias, self.get),
+                MethodBinding("tasks/cancel", TaskParamsAlias, self.cancel)]
+
+    async def intercept_tool_call(self, params: CallToolRequestParams, ctx: Any, call_next: Any) -> Any:
+        if params.name != "long_job":
+            return await call_next(ctx)
+        caps = (ctx.meta or {}).get("io.modelcontextprotocol/clientCapabilities") or {}
+        if TASKS not in (caps.get("extensions") or {}):
+            from mcp.shared.exceptions import MCPError
+
+            raise MCPError(-32021, "Missing required client capability", {"requiredCapabilities": {
+                "extensions": {TASKS: {}}}})
+        task_id = str(uuid.uuid4())
+        n = int((params.arguments or {}).get("n", 2))
+        self.tasks[task_id] = {"left": n, "n": n, "status": "working", "created": self._now()}
+        return {"resultType": "task", "taskId": task_id, "status": "working", "statusMessage": "started",
+                "createdAt": self.tasks[task_id]["created"], "lastUpdatedAt": self._now(), "ttlMs": None,
+                "pollIntervalMs": 20}
+
+    async def get(self, ctx: Any, params: TaskParamsAlias) -> dict[str, Any]:
+        task = self.tasks[params.taskId]
+        if task["status"] == "working":
+            if task["left"] == 0:
+                task["status"] = "completed"
+            else:
+                task["left"] -= 1
+        log(f"get {params.taskId} {task['status']}")
+        out: dict[str, Any] = {"resultType": "complete", "taskId": params.taskId, "status": task["status"],
+                               "createdAt": task["created"], "lastUpdatedAt": self._now(), "ttlMs": None,
+                               "pollIntervalMs": 20}
+        if task["status"] == "completed":
+            text = f"job done after {task['n']} polls"  # structuredContent: the tool's output schema asks for it
+            out["result"] = {"content": [{"type": "text", "text": text}], "structuredContent": {"result": text},
+                             "isError": False}
+        return out
+
+    async def cancel(self, ctx: Any, params: TaskParamsAlias) -> dict[str, Any]:
+        self.tasks[params.taskId]["status"] = "cancelled"
+        log(f"cancel {params.taskId}")
+        return {}
+
+
+server = MCPServer("kimik3-input-test", extensions=[Tasks()])
+
+
+@server.tool()
+async def book(city: str, who: Annotated[ElicitationResult[Who], Resolve(ask_who)], ctx: Context) -> str:
+    """Book a table."""
+    if isinstance(who, AcceptedElicitation):
+        return f"booked {city} for {who.data.name}"
+    return f"not booked: {who.action}"
+
+
+@server.tool()
+def long_job(n: int) -> str:
+    """A job that runs as a task."""
+    return "never: answered with a task"
+
+
+if __name__ == "__main__":
+    server.run("stdio")

@@ -1,0 +1,125 @@
+"""MCP 2026-07-28 input requests and Tasks against a real ``mcp`` 2.x server over stdio
+(tests/tools/mcp_input_server.py): an ``input_required`` result goes to the input handler and the
+call is retried with the answers; a Task is polled to completion within the call's time limit,
+and cancelled (``tasks/cancel``) with the call or the run."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+pytest.importorskip("mcp", reason="the MCP SDK is not installed")
+
+from kimik3 import Agent, ScriptedEngine, ToolMessage
+from kimik3.formats.k3 import render_output
+from kimik3.tools.mcp import InputRequest, MCPServerStdio
+
+SERVER = str(Path(__file__).with_name("mcp_input_server.py"))
+
+
+def server(log: Path, **kw: Any) -> MCPServerStdio:
+    kw.setdefault("timeout", 60)
+    return MCPServerStdio(sys.executable, [SERVER, str(log)], name="inp", connect_timeout=120, **kw)
+
+
+async def tools_of(s: MCPServerStdio) -> dict[str, Any]:
+    return {t.name: t for t in await s.get_tools()}
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_an_input_request_goes_to_the_handler_and_the_call_is_retried_with_the_answer(
+        tmp_path: Path, mode: str) -> None:
+    seen: list[InputRequest] = []
+
+    def handler(request: InputRequest) -> dict[str, Any]:
+        seen.append(request)
+        return {"name": "Ada"}
+
+    async with server(tmp_path / "log", input_handler=handler, mode=mode) as s:  # type: ignore[arg-type]
+        result = await (await tools_of(s))["book"].run({"city": "Oslo"})
+    assert (result.content, result.is_error) == ("booked Oslo for Ada", False)
+    schema: dict[str, Any] = {"properties": {"name": {"title": "Name", "type": "string"}}, "required": ["name"], "type": "object"}
+    # 2026-07-28: the input_required result comes back to the call that made it (the tool is
+    # known); on a handshake-era connection it is a request of its own, mid-call
+    tool = "book" if mode == "auto" else None
+    if mode == "legacy":  # the SDK's server sends the model's title there
+        schema["title"] = "Who"
+    assert seen == [InputRequest("inp", tool, "Whose name is the booking in Oslo under?", schema)]
+
+
+async def test_an_async_handler_that_declines(tmp_path: Path) -> None:
+    async def decline(request: InputRequest) -> None:
+        await anyio.sleep(0)
+        return None
+
+    async with server(tmp_path / "log", input_handler=decline) as s:
+        result = await (await tools_of(s))["book"].run({"city": "Oslo"})
+    assert (result.content, result.is_error) == ("not booked: decline", False)
+
+
+async def test_without_a_handler_or_with_a_failing_one_the_call_fails_saying_why(tmp_path: Path) -> None:
+    async with server(tmp_path / "log") as s:
+        result = await (await tools_of(s))["book"].run({"city": "Oslo"})
+    assert result.is_error and result.content == (
+        "Error: MCPServerError: the MCP server 'inp' asked for input ('Whose name is the booking in Oslo under?') "
+        "and no one can answer: give MCPServer(input_handler=...) (kimik3 run asks on the terminal)")
+
+    def broken(request: InputRequest) -> dict[str, Any]:
+        raise RuntimeError("no terminal")
+
+    async with server(tmp_path / "log", input_handler=broken) as s:
+        result = await (await tools_of(s))["book"].run({"city": "Oslo"})
+    assert result.is_error and result.content == (
+        "Error: MCPServerError: the input handler failed on the MCP server 'inp''s request: RuntimeError: no terminal")
+
+
+def log_lines(path: Path) -> list[str]:
+    return [line.split()[0] + " " + line.split()[-1] if line.startswith("get") else line.split()[0]
+            for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+async def test_a_task_is_polled_to_completion(tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    async with server(log) as s:
+        result = await (await tools_of(s))["long_job"].run({"n": 3})
+    assert (result.content, result.is_error) == ("job done after 3 polls", False)
+    assert log_lines(log) == ["get working", "get working", "get working", "get completed"]
+
+
+async def test_a_task_past_the_call_time_limit_is_cancelled(tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    async with server(log, timeout=1) as s:
+        result = await (await tools_of(s))["long_job"].run({"n": 1_000_000})
+    assert result.is_error and result.content == (
+        "Error: MCPServerError: the task of 'long_job' on the MCP server 'inp' did not finish within 1 s "
+        "(it is cancelled)")
+    lines = log_lines(log)
+    assert lines[-1] == "cancel" and set(lines[:-1]) == {"get working"}
+
+
+async def test_a_task_is_cancelled_with_the_run(tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    call = render_output({"reasoning_content": "r", "content": "", "tool_calls": [
+        {"id": "x", "function": {"name": "long_job", "arguments": {"n": 1_000_000}}}]})
+    agent = Agent(engine=ScriptedEngine([call, "never"]), tools=[server(log)])
+    messages: list[Any] = []
+
+    async def polled() -> None:
+        while not (log.exists() and log.read_text(encoding="utf-8").count("get ") >= 2):
+            await anyio.sleep(0.02)
+
+    async with anyio.create_task_group() as group:
+        async def run() -> None:
+            await agent.run("go", messages=messages)
+
+        group.start_soon(run)
+        await polled()
+        group.cancel_scope.cancel()
+    lines = log_lines(log)
+    assert lines[-1] == "cancel" and set(lines[:-1]) == {"get working"}
+    results = [m.content for m in messages if isinstance(m, ToolMessage)]
+    assert results == ["Error: the tool call was cancelled before it finished"]
