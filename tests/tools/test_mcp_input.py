@@ -123,3 +123,34 @@ async def test_a_task_is_cancelled_with_the_run(tmp_path: Path) -> None:
     assert lines[-1] == "cancel" and set(lines[:-1]) == {"get working"}
     results = [m.content for m in messages if isinstance(m, ToolMessage)]
     assert results == ["Error: the tool call was cancelled before it finished"]
+
+
+def test_the_cli_asks_on_the_terminal() -> None:
+    from click.testing import CliRunner
+
+    from kimik3._cli_engine import _terminal_input
+
+    schema = {"properties": {"name": {"title": "Name", "type": "string"}, "seats": {"type": "integer"}}}
+    request = InputRequest("inp", "book", "Whose name\x1b[31m?", schema)
+    with CliRunner().isolation(input="y\nAda\nx\n2\n") as streams:
+        answer = _terminal_input(request)
+        shown = streams[1].getvalue().decode()
+    assert answer == {"name": "Ada", "seats": 2}
+    assert shown == ("\nMCP server 'inp', tool 'book' asks: Whose name?\nanswer [Y/n]: y\nName: Ada\nseats: x\n"
+                     "Error: 'x' is not a valid integer.\nseats: 2\n")  # the server's escape sequence is gone
+    with CliRunner().isolation(input="n\n"):
+        assert _terminal_input(request) is None
+    with CliRunner().isolation(input="\n"):
+        assert _terminal_input(InputRequest("inp", None, "Sign in", url="https://example.com/login")) == {}
+
+
+def test_the_cli_asks_only_when_stdin_is_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kimik3 import _cli_engine
+
+    class Tty:
+        def isatty(self) -> bool:
+            return True
+
+    assert _cli_engine._mcp_server("python -m srv").input_handler is None  # type: ignore[attr-defined]
+    monkeypatch.setattr(sys, "stdin", Tty())
+    assert _cli_engine._mcp_server("python -m srv").input_handler is _cli_engine._terminal_input  # type: ignore[attr-defined]
