@@ -11,9 +11,12 @@ Tools:
   ``resultType: "task"``) when the request declares the extension, else error -32021; the task
   is ``working`` for ``n`` polls (``tasks/get``), then ``completed`` with ``"job done after <n>
   polls"``. ``tasks/cancel`` marks it ``cancelled``.
+- ``approve_job()``: a Task that is ``input_required`` at its first poll (an elicitation
+  ``"Run the job?"`` under the key ``confirm``) until ``tasks/update`` answers it, then
+  ``completed`` with ``"approved: <ok>"`` (or ``"not approved: <action>"``).
 
 Each ``tasks/get`` and ``tasks/cancel`` appends a line to LOG_FILE (``get <id> <status>``,
-``cancel <id>``), so a test sees what the client did.
+``cancel <id>``, ``update <key> <action>``), so a test sees what the client did.
 """
 
 from __future__ import annotations
@@ -52,6 +55,16 @@ class TaskParamsAlias(RequestParams):
     taskId: str  # the wire name
 
 
+class UpdateParams(RequestParams):
+    taskId: str
+    inputResponses: dict[str, Any]
+
+
+CONFIRM = {"method": "elicitation/create", "params": {
+    "mode": "form", "message": "Run the job?",
+    "requestedSchema": {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}}}
+
+
 def log(line: str) -> None:
     with open(LOG, "a", encoding="utf-8") as f:
         f.write(line + "\n")
@@ -68,10 +81,11 @@ class Tasks(Extension):
 
     def methods(self) -> list[MethodBinding]:
         return [MethodBinding("tasks/get", TaskParamsAlias, self.get),
-                MethodBinding("tasks/cancel", TaskParamsAlias, self.cancel)]
+                MethodBinding("tasks/cancel", TaskParamsAlias, self.cancel),
+                MethodBinding("tasks/update", UpdateParams, self.update)]
 
     async def intercept_tool_call(self, params: CallToolRequestParams, ctx: Any, call_next: Any) -> Any:
-        if params.name != "long_job":
+        if params.name not in ("long_job", "approve_job"):
             return await call_next(ctx)
         caps = (ctx.meta or {}).get("io.modelcontextprotocol/clientCapabilities") or {}
         if TASKS not in (caps.get("extensions") or {}):
@@ -81,14 +95,22 @@ class Tasks(Extension):
                 "extensions": {TASKS: {}}}})
         task_id = str(uuid.uuid4())
         n = int((params.arguments or {}).get("n", 2))
-        self.tasks[task_id] = {"left": n, "n": n, "status": "working", "created": self._now()}
+        self.tasks[task_id] = {"left": n, "n": n, "status": "working", "created": self._now(),
+                               "ask": params.name == "approve_job"}
         return {"resultType": "task", "taskId": task_id, "status": "working", "statusMessage": "started",
                 "createdAt": self.tasks[task_id]["created"], "lastUpdatedAt": self._now(), "ttlMs": None,
                 "pollIntervalMs": 20}
 
     async def get(self, ctx: Any, params: TaskParamsAlias) -> dict[str, Any]:
         task = self.tasks[params.taskId]
-        if task["status"] == "working":
+        if task["ask"] and task["status"] == "working" and "answer" not in task:
+            task["status"] = "input_required"
+        elif task["ask"] and "answer" in task:
+            answer = task["answer"]
+            ok = answer.get("action") == "accept"
+            task["text"] = f"approved: {answer['content']['ok']}" if ok else f"not approved: {answer.get('action')}"
+            task["status"] = "completed"
+        elif task["status"] == "working":
             if task["left"] == 0:
                 task["status"] = "completed"
             else:
@@ -97,11 +119,22 @@ class Tasks(Extension):
         out: dict[str, Any] = {"resultType": "complete", "taskId": params.taskId, "status": task["status"],
                                "createdAt": task["created"], "lastUpdatedAt": self._now(), "ttlMs": None,
                                "pollIntervalMs": 20}
+        if task["status"] == "input_required":
+            out["inputRequests"] = {"confirm": CONFIRM}
         if task["status"] == "completed":
-            text = f"job done after {task['n']} polls"  # structuredContent: the tool's output schema asks for it
+            # structuredContent: the tool's output schema asks for it
+            text = task.get("text") or f"job done after {task['n']} polls"
             out["result"] = {"content": [{"type": "text", "text": text}], "structuredContent": {"result": text},
                              "isError": False}
         return out
+
+    async def update(self, ctx: Any, params: UpdateParams) -> dict[str, Any]:
+        task = self.tasks[params.taskId]
+        for key, answer in params.inputResponses.items():
+            log(f"update {key} {answer.get('action')}")
+            task["answer"] = answer
+        task["status"] = "working"
+        return {}
 
     async def cancel(self, ctx: Any, params: TaskParamsAlias) -> dict[str, Any]:
         self.tasks[params.taskId]["status"] = "cancelled"
@@ -123,6 +156,12 @@ async def book(city: str, who: Annotated[ElicitationResult[Who], Resolve(ask_who
 @server.tool()
 def long_job(n: int) -> str:
     """A job that runs as a task."""
+    return "never: answered with a task"
+
+
+@server.tool()
+def approve_job() -> str:
+    """A job that asks before it runs, as a task."""
     return "never: answered with a task"
 
 

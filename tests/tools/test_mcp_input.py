@@ -78,8 +78,12 @@ async def test_without_a_handler_or_with_a_failing_one_the_call_fails_saying_why
 
 
 def log_lines(path: Path) -> list[str]:
-    return [line.split()[0] + " " + line.split()[-1] if line.startswith("get") else line.split()[0]
-            for line in path.read_text(encoding="utf-8").splitlines()]
+    """The server's log without task ids: ``get <status>``, ``cancel``, ``update <key> <action>``."""
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        words = line.split()
+        out.append(f"get {words[-1]}" if words[0] == "get" else "cancel" if words[0] == "cancel" else line)
+    return out
 
 
 async def test_a_task_is_polled_to_completion(tmp_path: Path) -> None:
@@ -154,3 +158,19 @@ def test_the_cli_asks_only_when_stdin_is_a_terminal(monkeypatch: pytest.MonkeyPa
     assert _cli_engine._mcp_server("python -m srv").input_handler is None  # type: ignore[attr-defined]
     monkeypatch.setattr(sys, "stdin", Tty())
     assert _cli_engine._mcp_server("python -m srv").input_handler is _cli_engine._terminal_input  # type: ignore[attr-defined]
+
+
+async def test_a_task_that_needs_input_asks_the_handler_and_sends_the_answer_with_tasks_update(tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    seen: list[InputRequest] = []
+
+    def handler(request: InputRequest) -> dict[str, Any]:
+        seen.append(request)
+        return {"ok": True}
+
+    async with server(log, input_handler=handler) as s:
+        result = await (await tools_of(s))["approve_job"].run({})
+    assert (result.content, result.is_error) == ("approved: True", False)
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+    assert seen == [InputRequest("inp", "approve_job", "Run the job?", schema)]
+    assert log_lines(log) == ["get input_required", "update confirm accept", "get completed"]
