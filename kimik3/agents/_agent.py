@@ -567,11 +567,11 @@ class Agent(Generic[OutputT]):
         if isinstance(decision, ToolResult):  # denied, or the check failed: the model sees why
             results[i] = decision
             return
-        approved[i] = decision
         blocked = await run.guards.check_tool_input(call.id, name, decision.arguments)
-        if blocked is not None:
+        if blocked is not None:  # a tool guardrail tripped: the call does not run
             results[i] = blocked
             return
+        approved[i] = decision
         context = run.tool_context(call.id, self.add_tools, self.failure_text, self.budgets)
         left = run.deadline(self.budgets)  # rounded up to 0.1 s: the error names a readable limit
         limits = [t for t in (tool.timeout, left if left is None else math.ceil(left * 10) / 10) if t is not None]

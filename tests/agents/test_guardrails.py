@@ -18,6 +18,7 @@ from kimik3 import (
     Agent,
     GuardrailResult,
     ScriptedEngine,
+    ToolCallApprovedEvent,
     ToolMessage,
     ToolResult,
     UserError,
@@ -124,7 +125,11 @@ async def test_a_run_guardrail_replaces_the_agent_one_of_its_name_and_adds_other
 async def test_a_tool_input_guardrail_that_replaces_keeps_the_call_from_running_and_the_run_going() -> None:
     ran.clear()
     engine = ScriptedEngine([calls(("remove", {"path": "/"}), ("remove", {"path": "tmp.txt"})), "done"])
-    result = await Agent(engine=engine, tools=[remove], guardrails=[no_root]).run("clean up")
+    agent = Agent(engine=engine, tools=[remove], guardrails=[no_root])
+    events = [e async for e in agent.run_stream("clean up")]
+    result = events[-1].result  # type: ignore[union-attr]
+    ran_events = [(e.type, e.arguments) for e in events if isinstance(e, ToolCallApprovedEvent)]
+    assert ran_events == [("tool_call_approved", '{"path": "tmp.txt"}')]  # the blocked call never "ran"
     assert (result.stop_reason, result.output, result.guardrail) == ("completed", "done", None)
     assert ran == ["tmp.txt"]
     texts = [m.content for m in result.messages if isinstance(m, ToolMessage)]
