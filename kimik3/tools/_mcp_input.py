@@ -193,10 +193,10 @@ class TasksExtension(ClientExtension):
             while True:
                 if state.status == "completed":
                     return mcp_types.CallToolResult.model_validate(state.result or {})
-                if state.status == "failed":
-                    error = state.error or {}
-                    raise MCPError(int(error.get("code", mcp_types.INTERNAL_ERROR)),
-                                   str(error.get("message", "the task failed")), error.get("data"))
+                if state.status == "failed":  # its JSON-RPC error, said as the task's (never taken for
+                    error = state.error or {}  # the session's own: -32000 is also "connection closed")
+                    raise MCPServerError(f"the task of {ctx.tool_name!r} on the MCP server {self.server!r} failed: "
+                                         f"MCP error {error.get('code')}: {error.get('message')}")
                 if state.status == "cancelled":
                     raise MCPServerError(f"the MCP server {self.server!r} cancelled the task of {ctx.tool_name!r}"
                                          + (f": {state.status_message}" if state.status_message else ""))

@@ -101,6 +101,7 @@ DEFAULT_TIMEOUT_S = 60.0
 
 _CLOSE_LIMIT_S = 10.0  # a session's own shutdown (a stdio server's takes up to ~6 s), then it is cancelled
 _REAPER = str(Path(__file__).parent / "coding" / "_reaper.py")
+_SDK_CLOSED = "Connection closed"  # the SDK's own error when the connection ends (mcp.shared.jsonrpc_dispatcher)
 _T = TypeVar("_T")
 
 
@@ -476,7 +477,7 @@ class MCPServer(Toolset):
                 raise MCPServerError(unanswered[0]) from e
             if e.code == REQUEST_TIMEOUT:
                 raise MCPServerError(f"the MCP server {self.name!r} did not answer within {self.timeout:g} s") from e
-            if e.code == mcp_types.CONNECTION_CLOSED:
+            if e.code == mcp_types.CONNECTION_CLOSED and e.message == _SDK_CLOSED:  # -32000 is a server's code too
                 self._gone = f"it closed the connection during a call to {name!r}"
                 raise MCPServerError(f"the MCP server {self.name!r} closed the connection during the call") from e
             raise MCPServerError(f"the MCP server {self.name!r} answered with MCP error {e.code}: {e.message}") from e

@@ -10,10 +10,13 @@ Tools:
 - ``long_job(n)``: answered with a Task (the ``io.modelcontextprotocol/tasks`` extension,
   ``resultType: "task"``) when the request declares the extension, else error -32021; the task
   is ``working`` for ``n`` polls (``tasks/get``), then ``completed`` with ``"job done after <n>
-  polls"``. ``tasks/cancel`` marks it ``cancelled``.
+  polls"``; with ``n < 0`` it ``failed`` at its first poll (JSON-RPC error -32000 ``"the job
+  broke"``). ``tasks/cancel`` marks it ``cancelled``.
 - ``approve_job()``: a Task that is ``input_required`` at its first poll (an elicitation
   ``"Run the job?"`` under the key ``confirm``) until ``tasks/update`` answers it, then
   ``completed`` with ``"approved: <ok>"`` (or ``"not approved: <action>"``).
+
+``quota()`` answers with the JSON-RPC error -32000 ``"quota exceeded"``.
 
 Each ``tasks/get`` and ``tasks/cancel`` appends a line to LOG_FILE (``get <id> <status>``,
 ``cancel <id>``, ``update <key> <action>``), so a test sees what the client did.
@@ -110,6 +113,8 @@ class Tasks(Extension):
             ok = answer.get("action") == "accept"
             task["text"] = f"approved: {answer['content']['ok']}" if ok else f"not approved: {answer.get('action')}"
             task["status"] = "completed"
+        elif task["status"] == "working" and task["n"] < 0:
+            task["status"] = "failed"
         elif task["status"] == "working":
             if task["left"] == 0:
                 task["status"] = "completed"
@@ -119,6 +124,8 @@ class Tasks(Extension):
         out: dict[str, Any] = {"resultType": "complete", "taskId": params.taskId, "status": task["status"],
                                "createdAt": task["created"], "lastUpdatedAt": self._now(), "ttlMs": None,
                                "pollIntervalMs": 20}
+        if task["status"] == "failed":
+            out["error"] = {"code": -32000, "message": "the job broke"}
         if task["status"] == "input_required":
             out["inputRequests"] = {"confirm": CONFIRM}
         if task["status"] == "completed":
@@ -157,6 +164,14 @@ async def book(city: str, who: Annotated[ElicitationResult[Who], Resolve(ask_who
 def long_job(n: int) -> str:
     """A job that runs as a task."""
     return "never: answered with a task"
+
+
+@server.tool()
+def quota() -> str:
+    """Answers with the JSON-RPC error -32000 "quota exceeded" (a server error code, not a closed connection)."""
+    from mcp.shared.exceptions import MCPError
+
+    raise MCPError(-32000, "quota exceeded")
 
 
 @server.tool()

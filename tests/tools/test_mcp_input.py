@@ -174,3 +174,23 @@ async def test_a_task_that_needs_input_asks_the_handler_and_sends_the_answer_wit
     schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
     assert seen == [InputRequest("inp", "approve_job", "Run the job?", schema)]
     assert log_lines(log) == ["get input_required", "update confirm accept", "get completed"]
+
+
+async def test_a_failed_task_is_the_calls_error(tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    async with server(log) as s:
+        result = await (await tools_of(s))["long_job"].run({"n": -1})
+    assert result.is_error and result.content == (
+        "Error: MCPServerError: the task of 'long_job' on the MCP server 'inp' failed: MCP error -32000: the job broke")
+    assert log_lines(log) == ["get failed"]  # no tasks/cancel for a task that ended
+    assert s._gone is None  # -32000 is the SDK's "connection closed" code too: the server is not taken for gone
+
+
+async def test_a_server_error_with_the_code_of_a_closed_connection_leaves_the_server_usable(tmp_path: Path) -> None:
+    async with server(tmp_path / "log") as s:
+        tools = await tools_of(s)
+        result = await tools["quota"].run({})
+        after = await tools["long_job"].run({"n": 0})
+    assert result.is_error and result.content == (
+        "Error: MCPServerError: the MCP server 'inp' answered with MCP error -32000: quota exceeded")
+    assert (after.content, after.is_error) == ("job done after 0 polls", False)
