@@ -1,7 +1,8 @@
 """An MCP server (the SDK's ``MCPServer``, 2026-07-28 over stdio) for kimik3's tests of MCP
 input requests and Tasks.
 
-Run: ``python tests/tools/mcp_input_server.py LOG_FILE``.
+Run: ``python tests/tools/mcp_input_server.py LOG_FILE [PORT]`` (stdio; with PORT, Streamable
+HTTP on 127.0.0.1).
 
 Tools:
 - ``book(city)``: asks the client whose name the booking is under (an elicitation: on
@@ -181,4 +182,7 @@ def approve_job() -> str:
 
 
 if __name__ == "__main__":
-    server.run("stdio")
+    if len(sys.argv) > 2:
+        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+    else:
+        server.run("stdio")

@@ -5,6 +5,8 @@ and cancelled (``tasks/cancel``) with the call or the run."""
 
 from __future__ import annotations
 
+import socket
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -194,3 +196,30 @@ async def test_a_server_error_with_the_code_of_a_closed_connection_leaves_the_se
     assert result.is_error and result.content == (
         "Error: MCPServerError: the MCP server 'inp' answered with MCP error -32000: quota exceeded")
     assert (after.content, after.is_error) == ("job done after 0 polls", False)
+
+
+async def test_over_streamable_http_too(tmp_path: Path) -> None:
+    from kimik3.tools.mcp import MCPServerStreamableHTTP
+
+    from .test_mcp import _free_port
+
+    log, port = tmp_path / "log", _free_port()
+    proc = subprocess.Popen([sys.executable, SERVER, str(log), str(port)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(600):  # up to a minute for the server to listen
+            assert proc.poll() is None, f"the MCP test server exited with {proc.returncode}"
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            await anyio.sleep(0.1)
+        url = f"http://127.0.0.1:{port}/mcp"
+        async with MCPServerStreamableHTTP(url, name="inp", timeout=60, input_handler=lambda r: {"name": "Lin"}) as s:
+            tools = await tools_of(s)
+            booked = await tools["book"].run({"city": "Rome"})
+            job = await tools["long_job"].run({"n": 2})
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert (booked.content, job.content) == ("booked Rome for Lin", "job done after 2 polls")
+    assert log_lines(log) == ["get working", "get working", "get completed"]
