@@ -190,8 +190,7 @@ def merge_guardrails(agent: Sequence[Guardrail], run: Sequence[Guardrail] | None
             if g.name in names:
                 raise UserError(f"{where}: two guardrails are named {g.name!r}")
             names.add(g.name)
-            merged.pop(g.name, None)
-            merged[g.name] = g
+            merged[g.name] = g  # a run's replaces the agent's in its place
     return list(merged.values())
 
 
