@@ -59,6 +59,9 @@ from .agents import (
     Deny,
     Edit,
     FinalEvent,
+    Guardrail,
+    GuardrailResult,
+    GuardrailTrip,
     ModelSettings,
     ReasoningDelta,
     RunResult,
@@ -69,6 +72,10 @@ from .agents import (
     ToolCallStarted,
     ToolResultEvent,
     TurnEndEvent,
+    input_guardrail,
+    output_guardrail,
+    tool_input_guardrail,
+    tool_output_guardrail,
 )
 from .engines import Engine, ModelCall, RemoteCompletionsEngine, RemoteEngine, ScriptedEngine, VLLMEngine
 from .formats.k3 import K3Tokenizer, PromptEncoder
@@ -121,6 +128,9 @@ __all__ = [
     "EngineRequestError",
     "FinalEvent",
     "FunctionTool",
+    "Guardrail",
+    "GuardrailResult",
+    "GuardrailTrip",
     "ImageTooLargeError",
     "InvalidArgumentsError",
     "InvalidEffortError",
@@ -177,7 +187,11 @@ __all__ = [
     "VLLMEngine",
     "VideoTooLongError",
     "__version__",
+    "input_guardrail",
+    "output_guardrail",
     "tool",
+    "tool_input_guardrail",
+    "tool_output_guardrail",
     "verify",
 ]
 

@@ -7,7 +7,9 @@ import json
 import logging
 import math
 import os
+import re
 import shlex
+import sys
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
@@ -21,6 +23,7 @@ from click.core import ParameterSource
 from ._defaults import MAX_REPLY_TOKENS, REASONING_EFFORTS
 from ._exceptions import KimiK3Error
 from ._pricing import Pricing
+from ._text import printable
 from .agents import (
     Agent,
     Budgets,
@@ -189,9 +192,10 @@ def _engine_options(f: F) -> F:
         click.option("--top-p", type=FiniteFloat(0, 1, min_open=True), help="Nucleus sampling (default 1.0)."),
         click.option("--seed", type=int, help="Sampling seed, where the engine supports one."),
         click.option("--plain", is_flag=True, help="Plain progress lines even on a terminal."),
-        click.option("--mcp", multiple=True, metavar='"CMD ARGS" | URL', callback=_check_mcp,
+        click.option("--mcp", multiple=True, metavar='[PREFIX=]"CMD ARGS" | URL', callback=_check_mcp,
                      help="Give the agent the tools of an MCP server (repeatable): a command line started "
-                          "over stdio, or a Streamable HTTP URL."),
+                          "over stdio, or a Streamable HTTP URL; PREFIX= names its tools PREFIX_<name> (two "
+                          "servers, or a server and a built-in tool, with one tool name are refused)."),
         click.option("--mcp-timeout", type=FiniteFloat(min=0, min_open=True, max=86400), metavar="SECONDS",
                      help="Time limit of each MCP request: opening a server, a tool listing, a tool call "
                           "(default 60)."),
@@ -329,10 +333,23 @@ def _settings(o: _Options, engine: Engine | None) -> ModelSettings:
     return ModelSettings(max_tokens=max(1, min(MAX_REPLY_TOKENS, window // 4))).merged(o.settings)
 
 
+_MCP_PREFIX = re.compile(r"([A-Za-z][A-Za-z0-9_-]{0,31})=(?=\S)")
+
+
+def _mcp_spec(spec: str) -> tuple[str | None, str]:
+    """``--mcp [PREFIX=]CMD|URL``: the tool prefix (None without one) and the server's spec."""
+    match = _MCP_PREFIX.match(spec)
+    return (match.group(1), spec[match.end():]) if match else (None, spec)
+
+
 def _check_mcp(ctx: click.Context, param: click.Parameter, specs: tuple[str, ...]) -> tuple[str, ...]:
     """``--mcp`` values, checked before anything starts: an http(s) URL with a host, or a command
-    line that splits (balanced quotes) into a non-empty command."""
-    for spec in specs:
+    line that splits (balanced quotes) into a non-empty command, each after an optional
+    ``PREFIX=`` (the server's tool prefix); two servers with one prefix are refused."""
+    prefixes = [p for p, _ in map(_mcp_spec, specs) if p is not None]
+    if len(set(prefixes)) != len(prefixes):
+        raise click.BadParameter(f"two servers have one prefix: {', '.join(sorted(prefixes))}", param=param)
+    for spec in (s for _, s in map(_mcp_spec, specs)):
         if spec.startswith(("http://", "https://")):
             if not urlsplit(spec).hostname:
                 raise click.BadParameter(f"{spec!r} has no host", param=param)
@@ -358,20 +375,45 @@ def _check_otel(ctx: click.Context, param: click.Parameter, target: str | None) 
     return target
 
 
+def _terminal_input(request: Any) -> dict[str, Any] | None:
+    """An MCP server's input request (:class:`kimik3.tools.mcp.InputRequest`) asked on the
+    terminal (stderr): the server's question, then each property of its form (typed as its schema
+    says), or the URL to visit; None when the person declines."""
+    tool = f", tool {printable(request.tool)!r}" if request.tool else ""
+    where = f"MCP server {printable(request.server)!r}{tool}"
+    click.echo(f"\n{where} asks: {printable(request.message)}", err=True)
+    if request.url is not None:
+        click.echo(f"open {printable(request.url)} and answer there", err=True)
+        return {} if click.confirm("done", default=True, err=True) else None
+    if not click.confirm("answer", default=True, err=True):
+        return None
+    schema = request.schema or {}
+    answer: dict[str, Any] = {}
+    for name, prop in (schema.get("properties") or {}).items():
+        prop = prop if isinstance(prop, dict) else {}
+        kind = {"integer": int, "number": float, "boolean": bool}.get(str(prop.get("type")), str)
+        label = printable(str(prop.get("title") or name))
+        answer[name] = click.prompt(label, type=kind, default=prop.get("default"), err=True)
+    return answer
+
+
 def _mcp_server(spec: str, timeout: float | None = None) -> Toolset:
     """``--mcp``: a Streamable HTTP URL, or a command line started over stdio; ``timeout``:
-    ``--mcp-timeout`` (None: the MCP default)."""
+    ``--mcp-timeout`` (None: the MCP default). A server's request for input during a call is
+    asked on the terminal when stdin is one; unattended, such a call fails saying so."""
     try:
         from .tools import mcp
     except ImportError as e:
         raise click.UsageError(f"--mcp needs the MCP SDK ({e}): pip install 'kimik3[mcp]'") from None
     limit = mcp.DEFAULT_TIMEOUT_S if timeout is None else timeout
+    ask = _terminal_input if sys.stdin is not None and sys.stdin.isatty() else None
+    prefix, spec = _mcp_spec(spec)
     if spec.startswith(("http://", "https://")):
-        return mcp.MCPServerStreamableHTTP(spec, timeout=limit)
+        return mcp.MCPServerStreamableHTTP(spec, timeout=limit, input_handler=ask, tool_prefix=prefix, name=prefix)
     argv = shlex.split(spec)
     if not argv or not argv[0]:
         raise click.BadParameter("an empty command", param_hint="'--mcp'")
-    return mcp.MCPServerStdio(argv[0], argv[1:], timeout=limit)
+    return mcp.MCPServerStdio(argv[0], argv[1:], timeout=limit, input_handler=ask, tool_prefix=prefix, name=prefix)
 
 
 def _agent(o: _Options, engine: Engine, tools: Sequence[Tool | Toolset], instructions: str | None,

@@ -49,6 +49,7 @@ _STOP_REASONS = {
     "invalid_output": "the answer did not match the required output schema",
     "unusable_output": "twice in a row the model's output had neither an answer nor a call that could run",
     "no_progress": "the model's replies were cut by the token limit again and again, see --max-tokens",
+    "guardrail": "a guardrail tripped (docs/guardrails.md)",
 }
 
 
@@ -75,6 +76,10 @@ def _degraded_lines(result: RunResult[Any]) -> list[str]:
     """The calls awaiting approval, and ``degraded: ...`` with the run's issues, for a run whose
     answer is not clean ([] when it is)."""
     waiting = [f"awaiting approval: {p.name} {_arguments(p.arguments)}  id={p.id}" for p in result.pending_approvals]
+    trip = result.guardrail
+    if trip is not None:
+        waiting.append(f"guardrail {printable(trip.name)!r} ({trip.stage})" + (f": {printable(trip.message)}"
+                                                                              if trip.message else ""))
     if not result.issues:
         return waiting
     counts = [f"{n} {what} call{'' if n == 1 else 's'}" for n, what in

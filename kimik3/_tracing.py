@@ -18,6 +18,14 @@ the application configured (none: the API's no-op provider). kimik3 emits:
   it is one of 1-64 letters, digits, ``_``, ``.``, ``-``); a call to any other name is the span
   ``execute_tool``, its name recorded (cut to 64 characters, others replaced by ``_``) only when
   content capture is on. The call id is cut to 128 characters.
+- ``apply_guardrail {name}`` (one per guardrail check, INTERNAL, a child of the run, or of the
+  tool call it checks): ``gen_ai.operation.name = "apply_guardrail"``,
+  ``gen_ai.guardrail.component.name``, ``gen_ai.guardrail.source`` (``input``, ``output``,
+  ``tool_input``, ``tool_output``), ``gen_ai.tool.call.id`` for a tool's check; at the end the
+  guardrail's own result, as the GenAI guardrail conventions ask (``gen_ai.guardrail.result.type
+  = "tripwire_triggered"``, ``gen_ai.guardrail.result.value`` ``"true"``/``"false"``,
+  ``gen_ai.guardrail.result.reason`` its message), on the span and on a
+  ``gen_ai.guardrail.result`` event; no allow/deny verdict is inferred (docs/guardrails.md).
 
 ``gen_ai.provider.name`` is :data:`PROVIDER_NAME` (``"moonshot_ai"``, K3's provider: the
 conventions list no value for Moonshot AI, so a custom one in the style of ``mistral_ai``).
@@ -35,6 +43,7 @@ cannot hold the process (the spans left are dropped, with a line on stderr).
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import os
@@ -52,6 +61,7 @@ __all__ = [
     "agent_run",
     "capture_content",
     "configure_exporter",
+    "guardrail_check",
     "model_call",
     "set_capture_content",
     "tool_call",
@@ -271,6 +281,48 @@ def tool_call(parent: Span | None, call_id: str, name: str, arguments: Any, *,
         span.set(gen_ai__tool__call__arguments=text)
     with _ended(_Call(span, _tool_done)) as call, call.current():
         yield call
+
+
+def _guardrail_done(span: Span, result: Any, *, name: str, source: str) -> None:
+    attributes = {
+        "gen_ai.guardrail.component.name": name,
+        "gen_ai.guardrail.source": source,
+        "gen_ai.guardrail.result.type": "tripwire_triggered",
+        "gen_ai.guardrail.result.value": "true" if result.tripwire_triggered else "false",
+        "gen_ai.guardrail.result.reason": result.message,
+    }
+    attributes = {k: v for k, v in attributes.items() if v is not None}
+    span.set(**{k.replace(".", "__"): v for k, v in attributes.items()})
+    span.span.add_event("gen_ai.guardrail.result", attributes)
+
+
+def guardrail_check(parent: Span | None, name: str, source: str, content: Any, *,
+                    call_id: str | None = None) -> AbstractContextManager[_Call]:
+    """The ``apply_guardrail {name}`` span of one guardrail check; call ``.done(result)`` on it
+    with the guardrail's own result (an object with ``tripwire_triggered`` and ``message``),
+    recorded as given (the conventions: "MUST NOT infer an allow or deny verdict").
+
+    Source: the OpenTelemetry GenAI guardrail conventions (docs/gen-ai/gen-ai-guardrails.md of
+    open-telemetry/semantic-conventions-genai, Development status, against semconv v1.44.0).
+
+    Args:
+        parent: the run's span, or None for the current span (a tool call's, for tool checks).
+        name: the guardrail's name (``gen_ai.guardrail.component.name``).
+        source: ``input``, ``output``, ``tool_input`` or ``tool_output`` (``gen_ai.guardrail.source``).
+        content: what is checked; recorded (``gen_ai.guardrail.content.input.value``, JSON) only
+            with content capture on.
+        call_id: the tool call a tool guardrail checks.
+    """
+    span = _start(f"apply_guardrail {name}", parent, "INTERNAL", {
+        "gen_ai.operation.name": "apply_guardrail",
+        "gen_ai.guardrail.component.name": name,
+        "gen_ai.guardrail.source": source,
+        "gen_ai.tool.call.id": call_id[:128] if call_id is not None else None,
+    })
+    if span.recording and capture_content():
+        text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False, default=str)
+        span.set(gen_ai__guardrail__content__input__value=text)
+    return _ended(_Call(span, functools.partial(_guardrail_done, name=name, source=source)))
 
 
 def _parts(content: Any) -> list[dict[str, Any]]:

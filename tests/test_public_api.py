@@ -12,7 +12,7 @@ EXPECTED = [
     "Allow", "AssistantMessage", "AuthenticationError", "BadRequestError", "Budgets", "ChatCompletion",
     "ChatRequest", "CheckpointError", "Client", "CompactionEvent", "ContentDelta", "ContextLengthExceededError",
     "ContextPolicy", "Defer", "Deny", "Edit", "Engine", "EngineError", "EngineNotAvailableError",
-    "EngineRequestError", "FinalEvent", "FunctionTool", "ImageTooLargeError", "InvalidArgumentsError",
+    "EngineRequestError", "FinalEvent", "FunctionTool", "Guardrail", "GuardrailResult", "GuardrailTrip", "ImageTooLargeError", "InvalidArgumentsError",
     "InvalidEffortError", "InvalidRequestError", "JSONLimitError", "K3Tokenizer", "KimiK3Error", "MCPServerError", "MediaDecodeError", "MediaError", "Message",
     "MessageError", "ModelCall", "ModelSettings", "NoVideoStreamError", "NotFoundError",
     "ParserStateError", "Pricing", "PromptEncoder", "RateLimitError", "ReasoningDelta", "RemoteCompletionsEngine",
@@ -22,7 +22,8 @@ EXPECTED = [
     "ToolCallArgumentsDelta", "ToolCallDone", "ToolCallIncomplete", "ToolCallStarted",
     "ToolDefinitionError", "ToolError", "ToolMessage", "ToolNameError", "ToolResult", "ToolResultEvent",
     "ToolSpec", "ToolTimeoutError", "TurnEndEvent", "UnknownContentPartError", "UnknownRoleError", "Usage", "UserError",
-    "UserMessage", "VLLMEngine", "VideoTooLongError", "__version__", "tool", "verify",
+    "UserMessage", "VLLMEngine", "VideoTooLongError", "__version__", "input_guardrail", "output_guardrail", "tool",
+    "tool_input_guardrail", "tool_output_guardrail", "verify",
 ]  # fmt: skip
 
 

@@ -5,6 +5,16 @@ vocabulary, so consumers never import :mod:`kimik3.formats`)."""
 from ._agent import Agent
 from ._deferred import pending_approvals, record_approvals
 from ._fork import SessionRecord, fork_session, format_session, read_session_records
+from ._guardrails import (
+    Guardrail,
+    GuardrailResult,
+    GuardrailStage,
+    GuardrailTrip,
+    input_guardrail,
+    output_guardrail,
+    tool_input_guardrail,
+    tool_output_guardrail,
+)
 from ._hooks import RunHooks
 from ._prefix import PrefixStats, prefix_stats
 from ._prompts import CODING_INSTRUCTIONS, SUMMARY_INSTRUCTIONS
@@ -58,6 +68,10 @@ __all__ = [
     "Edit",
     "Final",
     "FinalEvent",
+    "Guardrail",
+    "GuardrailResult",
+    "GuardrailStage",
+    "GuardrailTrip",
     "ModelSettings",
     "PendingCall",
     "PrefixStats",
@@ -78,9 +92,13 @@ __all__ = [
     "TurnOutcome",
     "fork_session",
     "format_session",
+    "input_guardrail",
     "load_session",
+    "output_guardrail",
     "pending_approvals",
     "prefix_stats",
     "read_session_records",
     "record_approvals",
+    "tool_input_guardrail",
+    "tool_output_guardrail",
 ]

@@ -74,6 +74,7 @@ from ._checks import (
 from ._cut import cut_outcome
 from ._deferred import Approvals, decide, prepare_resume, settle
 from ._dynamic import Toolbox, dynamic_names, restore_declared, undeclared
+from ._guardrails import Guardrail, Guards, merge_guardrails
 from ._history import nothing_to_do, prune_images, result_message
 from ._hooks import AllHooks, RunHooks
 from ._overflow import fitted_turn
@@ -175,6 +176,9 @@ class Agent(Generic[OutputT]):
             (default ``"Error: <message>"``; every text is in :mod:`kimik3.tools._failures`).
         routing_key: what each request of a conversation carries for a router (docs/scale-out.md):
             ``"auto"`` (the session's own; forks, sub-agents get theirs), a key, a ``Routing``, None.
+        guardrails: :class:`~kimik3.agents.Guardrail` s checking every run's input, final answer
+            and tool calls (``@input_guardrail``, ...; docs/guardrails.md); a run's
+            ``guardrails=`` merge over them by name.
 
     Raises:
         UserError: neither or both of ``engine`` and ``client``; duplicate tool names (for a
@@ -202,6 +206,7 @@ class Agent(Generic[OutputT]):
         pricing: Pricing | Literal["auto"] | None = "auto",
         failure_text: FailureText | None = None,
         routing_key: RoutingKey = "auto",
+        guardrails: Sequence[Guardrail] = (),
     ) -> None:
         check_agent_arguments(engine=engine, client=client, instructions=instructions, tools=tools, settings=settings,
                               budgets=budgets, context=context, approval=approval, tokenizer=tokenizer, pricing=pricing,
@@ -228,6 +233,7 @@ class Agent(Generic[OutputT]):
         self.hooks = AllHooks([*hooks, *self._toolbox.hooks(hooks)])
         self.failure_text: FailureText = failure_text or default_failure_text
         self.routing_key = check_routing_key(routing_key)
+        self.guardrails = merge_guardrails(guardrails, None)
         self._tokenizer = (tokenizer if isinstance(tokenizer, K3Tokenizer) or tokenizer is None
                            else K3Tokenizer.from_pretrained(tokenizer))
 
@@ -253,6 +259,7 @@ class Agent(Generic[OutputT]):
         messages: list[Message] | None = None,
         session: str | os.PathLike[str] | None = None,
         settings: ModelSettings | None = None,
+        guardrails: Sequence[Guardrail] | None = None,
     ) -> RunResult[OutputT]:
         """Run the agent on ``task`` until it answers or a budget runs out.
 
@@ -266,6 +273,8 @@ class Agent(Generic[OutputT]):
                 exist; the run holds an exclusive lock on it, see :class:`SessionWriter`).
             settings: this run's :class:`~kimik3.ModelSettings`: the fields it sets win over the
                 agent's (which win over the client's and the card's) for this run only.
+            guardrails: this run's guardrails, merged over the agent's (one of the same name
+                replaces the agent's); a tripped one ends the run with ``stop_reason="guardrail"``.
 
         Returns:
             The :class:`RunResult`.
@@ -282,7 +291,8 @@ class Agent(Generic[OutputT]):
             retries. Tool errors never escape: the model sees them.
         """
         result: RunResult[OutputT] | None = None
-        async for event in self.run_stream(task, messages=messages, session=session, settings=settings):
+        async for event in self.run_stream(task, messages=messages, session=session, settings=settings,
+                                           guardrails=guardrails):
             if isinstance(event, FinalEvent):
                 result = event.result
         assert result is not None
@@ -290,7 +300,7 @@ class Agent(Generic[OutputT]):
 
     async def resume(
         self, path: str | os.PathLike[str], task: str | None = None, *, settings: ModelSettings | None = None,
-        approvals: Approvals | None = None,
+        approvals: Approvals | None = None, guardrails: Sequence[Guardrail] | None = None,
     ) -> RunResult[OutputT]:
         """Continue the session recorded in ``path`` (appending to it).
 
@@ -309,7 +319,7 @@ class Agent(Generic[OutputT]):
         """
         prepare_resume(path, approvals or {}, task)
         history = load_session(path)
-        return await self.run(task, messages=history, session=path, settings=settings)
+        return await self.run(task, messages=history, session=path, settings=settings, guardrails=guardrails)
 
     async def run_stream(
         self,
@@ -318,9 +328,11 @@ class Agent(Generic[OutputT]):
         messages: list[Message] | None = None,
         session: str | os.PathLike[str] | None = None,
         settings: ModelSettings | None = None,
+        guardrails: Sequence[Guardrail] | None = None,
     ) -> AsyncIterator[AgentEvent]:
         """:meth:`run`, yielding :data:`AgentEvent` s; the last one is a :class:`FinalEvent`."""
         check_instance("run(settings=...)", settings, ModelSettings, "a ModelSettings")
+        run_guardrails = merge_guardrails(self.guardrails, guardrails)
         run_settings = AGENTIC_SETTINGS.merged(self.client.settings).merged(self.settings).merged(settings)
         history = run_messages(messages, session)
         user = task_message(task) if task is not None else None
@@ -335,6 +347,7 @@ class Agent(Generic[OutputT]):
             await self.hooks.run_start(writer)
             async with AsyncExitStack() as stack:
                 run.span = stack.enter_context(_tracing.agent_run(self.name, self.client.model))
+                run.guards = Guards(run_guardrails, run.span, writer, self.failure_text)
                 await self._toolbox.open(stack)  # toolsets not open yet: for this run only
                 await self._sync_tools(run, start=True)
                 run.start(self.pricing, self.client.model, run.settings)
@@ -342,11 +355,12 @@ class Agent(Generic[OutputT]):
                     run.add(SystemMessage(content=self.instructions))
                 async for event in settle(run, self._run_tools, self.hooks, self.failure_text, task=user is not None):
                     yield event  # the calls a crash or a deferral left without a result
-                if user is not None:
-                    run.add(user)
+                if await run.guards.check_input(user, run.messages) and user is not None:
+                    run.add(user)  # a task an input guardrail tripped on never enters the history
                 run.routing = conversation_routing(self.routing_key, writer, run.messages, run.settings)
                 async for event in self._loop(run):
                     if isinstance(event, FinalEvent):
+                        event = FinalEvent(await run.guards.final(event.result))  # output guardrails
                         run.span.done(event.result)
                     yield event
         finally:
@@ -359,6 +373,9 @@ class Agent(Generic[OutputT]):
 
     async def _loop(self, run: _Run) -> AsyncIterator[AgentEvent]:
         while True:
+            if run.guards.trip is not None:  # a guardrail tripped (agents/_guardrails.py)
+                yield FinalEvent(self._result(run, None, "guardrail"))
+                return
             if run.deferred:  # calls await a person's decision (Defer): stop; a resume goes on
                 yield FinalEvent(self._result(run, None, "approval_required"))
                 return
@@ -550,13 +567,18 @@ class Agent(Generic[OutputT]):
         if isinstance(decision, ToolResult):  # denied, or the check failed: the model sees why
             results[i] = decision
             return
+        blocked = await run.guards.check_tool_input(call.id, name, decision.arguments)
+        if blocked is not None:  # a tool guardrail tripped: the call does not run
+            results[i] = blocked
+            return
         approved[i] = decision
         context = run.tool_context(call.id, self.add_tools, self.failure_text, self.budgets)
         left = run.deadline(self.budgets)  # rounded up to 0.1 s: the error names a readable limit
         limits = [t for t in (tool.timeout, left if left is None else math.ceil(left * 10) / 10) if t is not None]
         result = await tool.run(decision.arguments, context, timeout=min(limits) if limits else None)
         result = await check_images(result, self.client.check_image, self.failure_text)  # the model can't see it
-        results[i] = await self.hooks.tool_result(call, edit_note(result, decision))
+        result = await self.hooks.tool_result(call, edit_note(result, decision))
+        results[i] = await run.guards.check_tool_output(call.id, name, result)
 
     # -- the last turn, the result --------------------------------------------------------------
 
@@ -583,4 +605,4 @@ class Agent(Generic[OutputT]):
         return RunResult(output=output, messages=run.messages, usage=run.usage, turns=run.turns,
                          stop_reason=reason, session_path=path, failed_calls=run.failed_calls,
                          cut_calls=run.cut_calls, dropped_calls=run.dropped_calls, issues=list(run.issues),
-                         cost=run.cost, pending_approvals=list(run.deferred.values()))
+                         cost=run.cost, pending_approvals=list(run.deferred.values()), guardrail=run.guards.trip)

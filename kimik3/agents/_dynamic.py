@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from typing import Any
 
-from .._exceptions import UserError
+from .._exceptions import ToolDefinitionError, UserError
 from ..tools import Tool, Toolset
 from ..types import Message, SystemMessage, ToolSpec
 from ..types._prefix import shared_prefix
@@ -79,10 +79,12 @@ class Toolbox:
             ``({name: tool}, the toolsets' tools in order)``.
 
         Raises:
-            UserError: a toolset's tool has the name of another tool, and no earlier list of that
-                toolset is free of the clash.
+            ToolDefinitionError: a toolset's tool has the name of another tool (the agent's own,
+                or another toolset's: both named), and no earlier list of that toolset is free of
+                the clash (issue 40, A14: never a silent merge, nor a guess).
         """
         table = dict(self.tools)
+        owners = dict.fromkeys(self.tools, "one of the agent's own tools")
         from_toolsets: list[Tool] = []
         for toolset in self.toolsets:
             tools = await toolset.get_tools()
@@ -95,11 +97,15 @@ class Toolbox:
                                 "of that name; its last list stays", toolset.name, clash)  # fmt: skip
                 tools, clash = last, None
             if clash is not None:
-                raise UserError(f"tool {clash!r} of {toolset.name!r} clashes with another tool of that "
-                                "name (give the toolset a tool_prefix)")
+                other = owners.get(clash, f"another tool of {toolset.name!r}")
+                raise ToolDefinitionError(
+                    f"tool {clash!r} of {toolset.name!r} has the same name as {other}; give the toolset a "
+                    "tool_prefix (MCPServerStdio(..., tool_prefix='x') names it 'x_<name>'; kimik3 run: "
+                    "--mcp 'x=CMD ARGS')")
             self._last_good[id(toolset)] = tools
             for t in tools:
                 table[t.name] = t
+                owners[t.name] = f"a tool of {toolset.name!r}"
                 from_toolsets.append(t)
         return table, from_toolsets
 

@@ -29,6 +29,7 @@ from ..types import (
 )
 from ._checks import UnrunCall
 from ._dynamic import Declarations
+from ._guardrails import Guards
 from ._session import SessionWriter
 from ._tokens import RunTokens
 from ._types import Allow, Budgets, Deny, Edit, PendingCall, StopReason
@@ -80,6 +81,7 @@ class _Run:
         self.pricing: Pricing | Literal["auto"] | None = None
         self.deferred: dict[str, PendingCall] = {}  # calls awaiting a person's decision (RunResult.pending_approvals)
         self.decisions: dict[str, Allow | Deny | Edit] = {}  # recorded decisions on the calls a resume runs
+        self.guards = Guards()  # the run's guardrails and the trip that ends it (agents/_guardrails.py)
 
     def start(self, pricing: Pricing | Literal["auto"] | None, model: str, settings: Any) -> None:
         """Fix the run's prices (``"auto"``: by the engine's model id, or the first completion's

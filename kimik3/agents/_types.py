@@ -21,6 +21,7 @@ from ..formats.k3 import (
 )
 from ..tools import ToolResult
 from ..types import AssistantMessage, Message, ModelSettings, Usage
+from ._guardrails import GuardrailTrip
 
 __all__ = [
     "AgentEvent",
@@ -58,7 +59,7 @@ OutputT = TypeVar("OutputT", default=str)
 
 StopReason = Literal[
     "completed", "turn_budget", "token_budget", "time_budget", "cost_budget", "invalid_output", "unusable_output",
-    "no_progress", "approval_required",
+    "no_progress", "approval_required", "guardrail",
 ]
 """Why a run ended: the model answered (``completed``), a budget ran out (turns, tokens, time or
 cost: :class:`Budgets`; the agent then ran one tool-free summary turn), the answer failed
@@ -70,7 +71,8 @@ limit), or
 only), or a cut reply left the context window no room to continue (an issue says so); the output
 is the last reply's text, None when it has none. ``approval_required``: the approval hook deferred
 tool calls to a person (:class:`Defer`); they are in :attr:`RunResult.pending_approvals` (output
-None), ``Agent.resume(session, approvals=...)`` goes on."""
+None), ``Agent.resume(session, approvals=...)`` goes on. ``guardrail``: a guardrail tripped
+(:attr:`RunResult.guardrail` says which, and why; :mod:`kimik3.agents._guardrails`)."""
 
 
 @dataclass(frozen=True)
@@ -212,6 +214,8 @@ class RunResult(Generic[OutputT]):
         pending_approvals: with ``stop_reason="approval_required"``, the tool calls the approval
             hook deferred (:class:`Defer`), in call order: each call's id, tool name and
             arguments; decide them with ``Agent.resume(session, approvals={id: ...})``.
+        guardrail: with ``stop_reason="guardrail"``, the guardrail that tripped, its stage and
+            message (:class:`~kimik3.agents.GuardrailTrip`); None otherwise.
     """
 
     output: OutputT | None
@@ -226,6 +230,7 @@ class RunResult(Generic[OutputT]):
     issues: list[str] = field(default_factory=list)
     cost: float | None = None
     pending_approvals: list[PendingCall] = field(default_factory=list)
+    guardrail: GuardrailTrip | None = None
 
     @property
     def degraded(self) -> bool:

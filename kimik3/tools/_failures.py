@@ -28,6 +28,7 @@ __all__ = [
     "denied",
     "edit_not_json",
     "exception",
+    "guardrail_blocked",
     "interrupted",
     "interrupted_by_stop",
     "kept_write",
@@ -45,13 +46,15 @@ __all__ = [
 FailureKind: TypeAlias = Literal[
     "exception", "stray_cancellation", "unknown_tool", "not_run", "interrupted", "orphaned", "approval_failed",
     "denied", "edit_not_json", "no_decision", "unshowable_image", "refused", "subagent_failed", "tool_reported",
+    "guardrail",
 ]  # fmt: skip
 """What went wrong: a tool raised (``exception``; its own ``CancelledError``:
 ``stray_cancellation``), no such tool, arguments that could not be used (``not_run``), the run's
 cancellation or time budget ended the call (``interrupted``), a crash left it without a result
 (``orphaned``), the approval hook failed, denied, edited into non-JSON or gave no decision, an
 image the model cannot be shown, a harness rule refused the call (``refused``), a sub-agent
-failed, or the tool itself reported an error (``tool_reported``: an MCP ``isError`` result)."""
+failed, the tool itself reported an error (``tool_reported``: an MCP ``isError`` result), or a
+tool guardrail tripped on the call (``guardrail``)."""
 
 
 @dataclass(frozen=True)
@@ -179,3 +182,10 @@ def tool_reported(text: str | None) -> ToolFailure:
     """The tool itself reported an error (an MCP ``isError`` result), ``text`` being its words
     (None: it gave none, a generic sentence)."""
     return ToolFailure("tool_reported", "the MCP tool reported an error" if text is None else text)
+
+
+def guardrail_blocked(name: str, stage: str, message: str | None) -> ToolFailure:
+    """A tool guardrail (:mod:`kimik3.agents._guardrails`) tripped on the call's arguments
+    (``tool_input``: it did not run) or its result (``tool_output``: withheld from the model)."""
+    what = "the call was not run" if stage == "tool_input" else "the tool's result was withheld"
+    return ToolFailure("guardrail", f"{what}: guardrail {name!r} tripped" + (f": {message}" if message else ""))

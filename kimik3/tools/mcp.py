@@ -32,6 +32,12 @@ How a server's tools and results become kimik3's (each rule is tested in tests/t
   that is gone fail at once with the reason;
 - every request has a time limit (``timeout``, default :data:`DEFAULT_TIMEOUT_S`): opening
   (start, handshake and first listing together), each listing, each call;
+- a server's request for input during a call (MCP 2026-07-28's ``input_required`` result, or an
+  ``elicitation/create`` request on older connections) goes to ``input_handler``
+  (:class:`InputRequest` -> the answer's content, or None to decline) and the call is retried
+  with the answers; without a handler the call fails saying so. A call the server answers with
+  a Task (the ``io.modelcontextprotocol/tasks`` extension) is polled until the task ends, within
+  ``timeout``, and cancelled (``tasks/cancel``) when the call is (:mod:`kimik3.tools._mcp_input`);
 - the server's ``notifications/tools/list_changed`` (a ``subscriptions/listen`` stream on
   2026-07-28 connections) marks the list stale: the next :meth:`MCPServer.get_tools` refetches it.
 
@@ -76,12 +82,13 @@ from .._exceptions import KimiK3Error, MCPServerError, ToolDefinitionError, Tool
 from ..types import ToolSpec
 from ._failures import FailureText, default_failure_text
 from ._mcp_content import to_tool_result, tool_name, unique_names
+from ._mcp_input import InputAnswer, InputHandler, InputRequest, TasksExtension, calling, elicitation_callback, reset
 from ._mcp_schema import CHECK_BUDGET_S, ArgumentsSchema
 from ._tool import Tool, ToolContext, ToolResult, load_arguments
 from ._toolset import Toolset
 
-__all__ = ["DEFAULT_TIMEOUT_S", "ConnectMode", "MCPServer", "MCPServerStdio", "MCPServerStreamableHTTP", "MCPTool",
-           "to_tool_result", "tool_name"]
+__all__ = ["DEFAULT_TIMEOUT_S", "ConnectMode", "InputAnswer", "InputHandler", "InputRequest", "MCPServer",
+           "MCPServerStdio", "MCPServerStreamableHTTP", "MCPTool", "to_tool_result", "tool_name"]
 
 log = logging.getLogger("kimik3.mcp")
 
@@ -94,6 +101,7 @@ DEFAULT_TIMEOUT_S = 60.0
 
 _CLOSE_LIMIT_S = 10.0  # a session's own shutdown (a stdio server's takes up to ~6 s), then it is cancelled
 _REAPER = str(Path(__file__).parent / "coding" / "_reaper.py")
+_SDK_CLOSED = "Connection closed"  # the SDK's own error when the connection ends (mcp.shared.jsonrpc_dispatcher)
 _T = TypeVar("_T")
 
 
@@ -210,6 +218,9 @@ class MCPServer(Toolset):
         mode: how ``mcp.Client`` negotiates the protocol: ``"auto"`` (``server/discover``, falling
             back to the ``initialize`` handshake), ``"legacy"`` (the handshake only) or a
             protocol version (:data:`ConnectMode`).
+        input_handler: answers the server's requests for input during a call (:data:`InputHandler`:
+            an :class:`InputRequest` -> the answer's content, or None to decline; sync or async).
+            None: such a call fails, saying so.
 
     Raises:
         UserError: a time limit that is not a positive finite number of seconds; a ``mode`` the
@@ -224,8 +235,10 @@ class MCPServer(Toolset):
         timeout: float = DEFAULT_TIMEOUT_S,
         connect_timeout: float | None = None,
         mode: ConnectMode = "auto",
+        input_handler: InputHandler | None = None,
     ) -> None:
         self.name = name
+        self.input_handler = input_handler
         self.tool_prefix = tool_prefix
         self.timeout = _seconds("timeout", timeout)
         self.connect_timeout = self.timeout if connect_timeout is None else _seconds("connect_timeout", connect_timeout)
@@ -299,6 +312,8 @@ class MCPServer(Toolset):
                     mode=self.mode,
                     client_info=mcp_types.Implementation(name="kimik3", version="0.1.0"),
                     cache=None,  # a refetch after list_changed must reach the server
+                    elicitation_callback=elicitation_callback(self.name, self.input_handler),
+                    extensions=[TasksExtension(self.name)],
                 )
                 await stack.enter_async_context(client)
                 tools_cap = client.server_capabilities.tools
@@ -453,13 +468,16 @@ class MCPServer(Toolset):
             MCPServerError: the server is not open or is gone, answered with an MCP error, did
                 not answer within ``timeout``, or closed the connection during the call.
         """
+        token, unanswered = calling(name)  # what the input callback could not answer
         try:
             result = await self._guarded(
                 lambda client: client.call_tool(name, arguments, read_timeout_seconds=self.timeout))
         except MCPError as e:
+            if unanswered:
+                raise MCPServerError(unanswered[0]) from e
             if e.code == REQUEST_TIMEOUT:
                 raise MCPServerError(f"the MCP server {self.name!r} did not answer within {self.timeout:g} s") from e
-            if e.code == mcp_types.CONNECTION_CLOSED:
+            if e.code == mcp_types.CONNECTION_CLOSED and e.message == _SDK_CLOSED:  # -32000 is a server's code too
                 self._gone = f"it closed the connection during a call to {name!r}"
                 raise MCPServerError(f"the MCP server {self.name!r} closed the connection during the call") from e
             raise MCPServerError(f"the MCP server {self.name!r} answered with MCP error {e.code}: {e.message}") from e
@@ -468,6 +486,8 @@ class MCPServer(Toolset):
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError, httpx2.HTTPError) as e:
             self._gone = _describe(e)
             raise MCPServerError(f"the MCP server {self.name!r} cannot be reached: {self._gone}") from e
+        finally:
+            reset(token)
         return to_tool_result(result, text)
 
 
@@ -495,7 +515,7 @@ class MCPServerStdio(MCPServer):
             the parent's other variables are not inherited).
         cwd: the process's working directory.
         name: label (default: the command's file name).
-        tool_prefix, timeout, connect_timeout, mode: see :class:`MCPServer`.
+        tool_prefix, timeout, connect_timeout, mode, input_handler: see :class:`MCPServer`.
         errlog: where the server's stderr goes (default ``sys.stderr``; a real file).
     """
 
@@ -512,9 +532,10 @@ class MCPServerStdio(MCPServer):
         connect_timeout: float | None = None,
         mode: ConnectMode = "auto",
         errlog: TextIO | None = None,
+        input_handler: InputHandler | None = None,
     ) -> None:
         super().__init__(name=name or os.path.basename(command), tool_prefix=tool_prefix, timeout=timeout,
-                         connect_timeout=connect_timeout, mode=mode)
+                         connect_timeout=connect_timeout, mode=mode, input_handler=input_handler)
         self.params = StdioServerParameters(
             command=command, args=list(args), env=dict(env) if env is not None else None, cwd=cwd
         )
@@ -538,7 +559,7 @@ class MCPServerStreamableHTTP(MCPServer):
         url: the endpoint, e.g. ``http://127.0.0.1:8000/mcp``.
         headers: sent with every request (e.g. ``{"Authorization": "Bearer ..."}``).
         name: label (default: the URL).
-        tool_prefix, timeout, connect_timeout, mode: see :class:`MCPServer`.
+        tool_prefix, timeout, connect_timeout, mode, input_handler: see :class:`MCPServer`.
     """
 
     def __init__(
@@ -551,9 +572,10 @@ class MCPServerStreamableHTTP(MCPServer):
         timeout: float = DEFAULT_TIMEOUT_S,
         connect_timeout: float | None = None,
         mode: ConnectMode = "auto",
+        input_handler: InputHandler | None = None,
     ) -> None:
         super().__init__(name=name or url, tool_prefix=tool_prefix, timeout=timeout,
-                         connect_timeout=connect_timeout, mode=mode)
+                         connect_timeout=connect_timeout, mode=mode, input_handler=input_handler)
         self.url = url
         self.headers = dict(headers or {})
 

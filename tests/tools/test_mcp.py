@@ -309,7 +309,7 @@ async def test_agent_rejects_a_server_tool_that_clashes_with_its_own() -> None:
         return a + b
 
     agent = Agent(tools=[add, stdio(name="s")], engine=ScriptedEngine([answer("x")]))
-    with pytest.raises(UserError, match="tool 'add' of 's' clashes with another tool of that name"):
+    with pytest.raises(UserError, match="tool 'add' of 's' has the same name as one of the agent's own tools"):
         await agent.run("go")
 
 
