@@ -9,6 +9,7 @@ from typing import Any
 
 from .._exceptions import JSONLimitError
 from .._json import safe_loads
+from ..formats.k3 import duplicate_key
 
 __all__ = ["Escaper", "decode_arguments", "escape_controls"]
 
@@ -65,16 +66,31 @@ def escape_controls(text: str) -> str:
     return Escaper().feed(text)
 
 
+class _DuplicateKeyError(ValueError):
+    """A JSON object with a key twice (internal: becomes a failed call's reason)."""
+
+
+def _once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        seen: set[str] = set()
+        raise _DuplicateKeyError(next(k for k, _ in pairs if k in seen or seen.add(k)))  # type: ignore[func-returns-value]
+    return value
+
+
 def decode_arguments(text: str) -> tuple[dict[str, Any] | None, str]:
     """Decode tool-call arguments strictly, within kimik3's JSON limits (:mod:`kimik3._json`).
 
     Returns:
         ``(arguments, "")`` for a JSON object, else ``(None, reason)`` with the reason in words
         (not JSON, not an object, beyond the limits: nesting, integer digits, NaN / Infinity, a
-        string with a lone UTF-16 surrogate escape such as ``"\\ud800"``).
+        string with a lone UTF-16 surrogate escape such as ``"\\ud800"``, a key given twice in one
+        object: which value is meant cannot be told, dynamo #13654).
     """
     try:
-        value = safe_loads(text)
+        value = safe_loads(text, object_pairs_hook=_once)
+    except _DuplicateKeyError as e:
+        return None, duplicate_key(e.args[0])
     except JSONLimitError as e:
         return None, f"arguments beyond kimik3's JSON limits: {e}"
     except json.JSONDecodeError as e:

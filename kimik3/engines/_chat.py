@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
@@ -60,6 +61,7 @@ from ..types import (
     ChatCompletion,
     ChatRequest,
     Choice,
+    CompletionTokensDetails,
     FailedToolCall,
     FinishReason,
     FunctionCall,
@@ -68,7 +70,7 @@ from ..types import (
     ToolCall,
     Usage,
 )
-from ..types._results import CLOSED_MID_ANSWER
+from ..types._results import CLOSED_MID_ANSWER, clamp_usage
 from ._arguments import Escaper, decode_arguments, escape_controls
 from ._counts import usage_count
 from ._http import error_from_payload, is_error_payload
@@ -145,6 +147,7 @@ class ChatStreamChecker:
         self._reasoning = MarkedText()
         self._content = MarkedText()
         self._misplaced: list[str] = []
+        self._issues: list[str] = []  # ChatCompletion.issues
         self._held_reasoning: list[str] = []  # thinking off: reasoning not yet known to be reasoning
         self._held_content: list[str] = []  # thinking on: content not yet known to be content
         self._saw_reasoning = False
@@ -208,6 +211,7 @@ class ChatStreamChecker:
                 completion_tokens=usage_count(usage, "completion_tokens") or 0,
                 total_tokens=usage_count(usage, "total_tokens") or 0,
                 prompt_tokens_details=prompt_details(usage),
+                completion_tokens_details=completion_details(usage),
             )
         for choice in choices:
             if not isinstance(choice, Mapping) or choice.get("index") not in (0, None):
@@ -408,10 +412,10 @@ class ChatStreamChecker:
                 self._saw_reasoning = True
                 if delta := self._reasoning.feed(text):
                     out.append(ReasoningDelta(delta))
-            elif (json_call := self._json_call(text)) is not None:
+            elif (json_calls := self._json_calls(text)) is not None:
                 log.warning("kimik3: tool_choice is 'required' and the server sent the call as JSON content; "
-                            "read as a call")
-                recovered.append(json_call)
+                            "read as %d call(s)", len(json_calls))
+                recovered += json_calls
             else:
                 self._saw_content = True
                 fresh = self._content.feed(text)
@@ -468,20 +472,35 @@ class ChatStreamChecker:
         self._content.sent.append(text)
         return [ContentDelta(text)]
 
-    def _json_call(self, text: str) -> ParsedToolCall | None:
+    def _json_calls(self, text: str) -> list[ParsedToolCall] | None:
         """Under ``tool_choice="required"`` with no call: content that is one ``{"name": ...,
-        "parameters": {...}}`` object (``"arguments"`` too, as an object or JSON text) is the
-        call (SGLang #33192), else None."""
-        if self._tool_choice != "required" or self._calls or not text.lstrip().startswith("{"):
+        "parameters": {...}}`` object (``"arguments"`` too, as an object or JSON text; SGLang
+        #33192), a JSON array of them (SGLang's constrained fallback for ``required``), either
+        maybe in one Markdown code fence, is the calls; else None (the content is the answer)."""
+        if self._tool_choice != "required" or self._calls:
             return None
-        value = _loads(text)
+        body = text.strip()
+        if (fence := _FENCE.fullmatch(body)) is not None:
+            body = fence.group(1).strip()
+        if not body.startswith(("{", "[")):
+            return None
+        value = _loads(body)
+        items = value if isinstance(value, list) else [value]
+        calls = [self._json_call(item) for item in items]
+        if not calls or any(c is None for c in calls):
+            return None
+        return [c for c in calls if c is not None]
+
+    @staticmethod
+    def _json_call(value: Any) -> ParsedToolCall | None:
         if not isinstance(value, dict) or not isinstance(value.get("name"), str) or set(value) - {
             "name", "parameters", "arguments", "type"}:
             return None
         args = value.get("parameters", value.get("arguments", {}))
-        arguments, _ = decode_arguments(args if isinstance(args, str) else json.dumps(args, ensure_ascii=False))
-        if arguments is None:
-            return None
+        arguments, reason = decode_arguments(args if isinstance(args, str) else json.dumps(args, ensure_ascii=False))
+        if arguments is None:  # e.g. a key twice: a failed call with the reason, never the answer
+            text = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+            return ParsedToolCall(-1, "", value["name"], {}, text, reason)
         return ParsedToolCall(-1, "", value["name"], arguments, json.dumps(arguments, ensure_ascii=False))
 
     def _end_recovered(self, parsed_call: ParsedToolCall) -> list[Event]:
@@ -551,6 +570,8 @@ class ChatStreamChecker:
             "tool_calls" if self._final else "length" if self._truncated else "stop"
         )
         usage = self._usage or Usage(unknown=True)
+        if clamped := clamp_usage(usage):
+            log.warning("kimik3: the server's usage did not add up: %s", "; ".join(clamped))
         if usage.total_tokens == 0:
             usage.total_tokens = usage.prompt_tokens + usage.completion_tokens
         produced = bool(reasoning or message.content or self._final or self._failed or self._dropped)
@@ -568,7 +589,12 @@ class ChatStreamChecker:
             dropped_tool_calls=list(self._dropped),
             failed_tool_calls=list(self._failed),
             misplaced_tool_calls=list(self._misplaced),
+            issues=[*self._issues, *clamped],
         )
+
+
+_FENCE = re.compile(r"```[ \t]*(?:json)?[ \t]*\n(.*?)\n?[ \t]*```", re.S | re.I)
+"""One Markdown code fence around JSON (a model that answers ``required`` in Markdown)."""
 
 
 def _loads(text: str) -> Any:
@@ -585,6 +611,16 @@ def _str(delta: Mapping[str, Any], key: str) -> str:
     if isinstance(value, list):  # content as parts (a few gateways): their text
         return "".join(p.get("text", "") for p in value if isinstance(p, Mapping) and isinstance(p.get("text"), str))
     raise APIResponseValidationError(f"'{key}' is not text: {value!r:.200}")
+
+
+def completion_details(usage: Mapping[str, Any]) -> CompletionTokensDetails | None:
+    """``usage.completion_tokens_details`` (OpenAI shape) when the server sent ``reasoning_tokens``
+    (a count: :func:`~._counts.usage_count`), else None (unknown)."""
+    details = usage.get("completion_tokens_details")
+    if not isinstance(details, Mapping):
+        return None
+    reasoning = usage_count(details, "reasoning_tokens", "usage.completion_tokens_details")
+    return CompletionTokensDetails(reasoning_tokens=reasoning) if reasoning is not None else None
 
 
 def prompt_details(usage: Mapping[str, Any]) -> PromptTokensDetails | None:

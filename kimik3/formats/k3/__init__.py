@@ -53,6 +53,7 @@ from ._tokenizer import (
     load_tiktoken_bpe,
     special_token_ids,
 )
+from ._values import duplicate_key
 
 __all__ = [
     "CLOSE",
@@ -91,6 +92,7 @@ __all__ = [
     "check_json_limits",
     "check_request",
     "default_tokenizer",
+    "duplicate_key",
     "encode_segments",
     "estimate_tokens",
     "load_tiktoken_bpe",

@@ -116,6 +116,7 @@ class StreamParser:
         self._top_live = False  # non-whitespace text seen between channels since the last marker
         self._out: list[Event] = []
         self._closed = False  # the message closed
+        self._tools_seen = False  # a tools section was opened: K3 writes one, a second one is text
         self._after_close = 0  # non-blank characters after the message close
         self._finished = False
         self._truncated = False
@@ -313,6 +314,9 @@ class StreamParser:
             self._raw(s)
             if s.isspace():  # layout between values, unless what follows shows otherwise
                 call.pending.append(s)
+            elif call.closing:  # text after the call's close: held until what follows decides (B07)
+                call.pending.append(s)
+                call.text_after = True
             else:  # text after a closer: the closer was text of the value
                 self._reopen()
                 self._value_text(s, raw=False)
@@ -426,8 +430,11 @@ class StreamParser:
         return True
 
     def _confirm(self, call: Call) -> None:
-        """What followed a call's close confirms it, and its last value's closer: commit."""
+        """What followed a call's close confirms it, and its last value's closer: commit (text
+        between it and what followed is dropped, as text in the tools section outside a call)."""
         call.closing = False
+        if call.text_after:
+            self.regular = False
         self._end_value(call)
         self._close_call(call)
 
@@ -482,6 +489,12 @@ class StreamParser:
             elif name == "response":
                 self._state = _RESPONSE
             elif name == "tools":
+                if self._tools_seen:  # Decision (issue 40, N08): a second tools section is not one:
+                    self.regular = False  # its calls are outside the tools section, never run
+                    if state != _TOOLS:  # (an open tag repeated inside the section changes nothing)
+                        self._state = _TOP
+                    return
+                self._tools_seen = True
                 self._state = _TOOLS
             elif name == "call":
                 self._open_call(attrs, header, state)
