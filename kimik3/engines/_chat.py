@@ -53,6 +53,7 @@ from ..formats.k3 import (
     ToolCallDone,
     ToolCallIncomplete,
     ToolCallStarted,
+    holds_markup,
     new_tool_call_id,
     read_marked,
 )
@@ -434,10 +435,10 @@ class ChatStreamChecker:
         out: list[Event] = []
         for kind, field in (("reasoning", self._reasoning), ("content", self._content)):
             held = "".join(field.held or ())
-            parsed = read_marked(field.text, held, thinking=kind == "reasoning") if held else None
+            parsed = read_marked(field.text, held, thinking=kind == "reasoning", cut=self._truncated) if held else None
             from_think = False
             if parsed is None and held and kind == "content" and no_reasoning and field.text == fresh:
-                parsed = read_marked(fresh, held, thinking=True)
+                parsed = read_marked(fresh, held, thinking=True, cut=self._truncated)
                 from_think = parsed is not None
             if parsed is None:
                 if kind == "content" and fresh:
@@ -561,6 +562,10 @@ class ChatStreamChecker:
     def completion(self) -> ChatCompletion:
         """The completion (call after :meth:`finish`)."""
         reasoning = self._reasoning.text
+        for kind, text in (("reasoning", reasoning), ("answer", self._content.text)):
+            if holds_markup(text):  # left as text: not K3 structure (or prose that quotes a marker)
+                self._issues.append(f"the {kind} holds K3 marker text (<|open|>, <|close|>, <|sep|>, or one "
+                                    "spelled a little wrong) that could not be read as K3 structure: kept as text")
         message = AssistantMessage(
             content=self._content.text,
             reasoning_content=reasoning if (self.thinking or self._saw_reasoning) else None,

@@ -44,7 +44,7 @@ from ._events import (
     new_tool_call_id,
 )
 from ._parse import StreamParser, parse
-from ._recover import MarkedText, read_marked
+from ._recover import MarkedText, holds_markup, read_marked
 from ._tokenizer import (
     K3_PAT_STR,
     K3Tokenizer,
@@ -94,6 +94,7 @@ __all__ = [
     "default_tokenizer",
     "duplicate_key",
     "encode_segments",
+    "holds_markup",
     "estimate_tokens",
     "load_tiktoken_bpe",
     "message_segments",

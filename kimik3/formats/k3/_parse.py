@@ -32,7 +32,19 @@ from ._events import (
     ToolCallStarted,
     new_tool_call_id,
 )
-from ._markers import K_CLOSE, K_EOM, K_OPEN, K_SEP, MARKERS, MAX_PREFIX, PREFIXES, TEXT, parse_header
+from ._markers import (
+    BARE_TAGS,
+    K_CLOSE,
+    K_EOM,
+    K_OPEN,
+    K_SEP,
+    MARKERS,
+    MAX_PREFIX,
+    PREFIXES,
+    TEXT,
+    near_marker,
+    parse_header,
+)
 from ._values import CLOSERS, Call, closer_overlap
 
 __all__ = ["StreamParser", "parse"]
@@ -98,8 +110,10 @@ class StreamParser:
             deterministic replays and tests.
     """
 
-    def __init__(self, thinking: bool = True, *, id_factory: Callable[[], str] | None = None) -> None:
+    def __init__(self, thinking: bool = True, *, id_factory: Callable[[], str] | None = None,
+                 tolerant: bool = False) -> None:
         self._id_factory = id_factory or new_tool_call_id
+        self._tolerant = tolerant
         self._state = _THINK if thinking else _RESPONSE
         self._reasoning: list[str] | None = [] if thinking else None
         self._content: list[str] = []
@@ -180,13 +194,18 @@ class StreamParser:
             self._confirm(self._call)  # the output ended after a call's close: it closed
         tail, self._tail = self._tail, ""
         if tail:  # a partial marker at the very end is text (decision, see class docstring)
-            self.regular = False
+            self.regular = self.regular and self._tolerant  # (a model slip of the spec's list)
             if self._state in (_ARG, _JSON):
                 self._value_text(tail)
             else:
                 self._text(tail)
         if self._header is not None:  # an unfinished tag is dropped
-            self.regular = False
+            # tolerant: a marker sequence cut by the end (SGLang #33097: "deep thought<|close|>",
+            # "the answer<|close|>response" at a length finish), or a bare tag left without its sep
+            # at the end (senpi #1092: "it is done<|close|>think\n") is K3 structure, dropped
+            cut = finish_reason in (None, "length")
+            if not (self._tolerant and (cut or "".join(self._header).strip() in BARE_TAGS)):
+                self.regular = False
             self._header = None
         self._top_ws.clear()
         if self._call is not None:
@@ -237,6 +256,19 @@ class StreamParser:
                         return pos
                     break
             else:
+                near = near_marker(buf, j) if self._tolerant else None
+                if near is not None:  # chat mode: a marker the server left spelled a little wrong
+                    kind, size = near
+                    if j > start:
+                        self._text(buf[start:j])
+                        if self._state in (_ARG, _JSON):
+                            return j
+                    if not self._marker(kind):
+                        return j
+                    start = pos = j + size
+                    if self._state in (_ARG, _JSON, _DONE):
+                        return pos
+                    continue
                 if n - j <= MAX_PREFIX and buf[j:] in PREFIXES:
                     # may still become a marker: hold back (this is the only text re-scanned)
                     if j > start:
@@ -359,18 +391,30 @@ class StreamParser:
             self._header = None
             self._tag(self._header_open, "".join(header))
         elif kind == K_EOM:
-            if self._header is not None:
+            if self._header is not None and not self._bare_header():
                 self.regular = False
             self._header = None
             self._end_message(by_tag=False)
         else:  # open / close; an unfinished header before it is dropped
-            if self._header is not None:
+            if self._header is not None and not self._bare_header():
                 self.regular = False
+            call = self._call
             if call is not None and call.raw is not None:
                 call.raw_tag = len(call.raw)
             self._raw(TEXT[kind])
             self._header = []
             self._header_open = kind == K_OPEN
+        return True
+
+    def _bare_header(self) -> bool:
+        """Tolerant (chat mode): an open header that is a bare K3 tag name, followed by a marker
+        instead of its sep (SGLang #32567: ``<|close|>think<|open|>response<|sep|>``), is a whole
+        tag: applied now; True when it was."""
+        header = self._header
+        if not self._tolerant or header is None or (text := "".join(header).strip()) not in BARE_TAGS:
+            return False
+        self._header = None
+        self._tag(self._header_open, text)  # a channel tag: never into a value
         return True
 
     def _marker_after(self, kind: int) -> bool:
