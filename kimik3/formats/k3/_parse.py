@@ -108,12 +108,20 @@ class StreamParser:
             channel (off). Must match the request.
         id_factory: makes each call's id (default :func:`new_tool_call_id`); pass a counter for
             deterministic replays and tests.
+        tolerant: chat mode's reading of markup a server left in its text (:mod:`._recover`),
+            never raw output: a marker spelled a little wrong (:func:`~._markers.near_marker`:
+            ``<|sep|``, ``<| sep |>``; SGLang #33530), a bare channel tag followed by a marker
+            instead of its sep (SGLang #32567), a stray channel close with nothing but blank
+            after it (senpi #1092), a partial marker and a tag the text ends inside (SGLang
+            #33097; any tag when ``finish`` says the output was cut, else a bare channel tag)
+            are read as the slips they are and keep :attr:`regular`.
     """
 
     def __init__(self, thinking: bool = True, *, id_factory: Callable[[], str] | None = None,
                  tolerant: bool = False) -> None:
         self._id_factory = id_factory or new_tool_call_id
         self._tolerant = tolerant
+        self._stray: tuple[int, int] | None = None  # tolerant: (content, reasoning) pieces at a stray close
         self._state = _THINK if thinking else _RESPONSE
         self._reasoning: list[str] | None = [] if thinking else None
         self._content: list[str] = []
@@ -210,6 +218,10 @@ class StreamParser:
         self._top_ws.clear()
         if self._call is not None:
             self._drop_call()
+        if self._stray is not None:  # text after a stray channel close: it was not a slip at the end
+            content, reasoning = self._stray
+            if "".join(self._content[content:]).strip() or "".join((self._reasoning or [])[reasoning:]).strip():
+                self.regular = False
         self._finished = True
         self._truncated = not self._closed and finish_reason in (None, "length")
         if self._after_close:
@@ -551,6 +563,10 @@ class StreamParser:
             or (name == "tools" and state == _TOOLS)
         ):
             self._state = _TOP
+        elif self._tolerant and name in BARE_TAGS:  # a stray channel close: a slip only at the end
+            if self._stray is None:  # (senpi #1092: "it is done<|close|>think" after the answer)
+                self._stray = (len(self._content), len(self._reasoning or ()))
+            self._state = _TOP  # blank text after it is layout
         else:
             self.regular = False
 
