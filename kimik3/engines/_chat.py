@@ -435,10 +435,12 @@ class ChatStreamChecker:
         out: list[Event] = []
         for kind, field in (("reasoning", self._reasoning), ("content", self._content)):
             held = "".join(field.held or ())
-            parsed = read_marked(field.text, held, thinking=kind == "reasoning", cut=self._truncated) if held else None
+            parsed = read_marked(field.text, held, thinking=kind == "reasoning", cut=self._truncated,
+                                 after_tools=bool(self._calls or recovered)) if held else None
             from_think = False
             if parsed is None and held and kind == "content" and no_reasoning and field.text == fresh:
-                parsed = read_marked(fresh, held, thinking=True, cut=self._truncated)
+                parsed = read_marked(fresh, held, thinking=True, cut=self._truncated,
+                                     after_tools=bool(self._calls or recovered))
                 from_think = parsed is not None
             if parsed is None:
                 if kind == "content" and fresh:

@@ -10,13 +10,19 @@ import itertools
 import json
 import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
+from kimik3 import Client, K3Tokenizer
+from kimik3._pricing import Pricing
 from kimik3.engines._chat import ChatStreamChecker
 from kimik3.formats.k3 import ContentDelta, ReasoningDelta, ToolCallArgumentsDelta, ToolCallDone
 from kimik3.types import ChatCompletion
+from tests.engines.test_remote_offline import FakeServer, sse
+from tests.k3vocab import write_model_dir
 
 TEXT = ("reasoning_content", "reasoning", "content")
 MARKED = "holds K3 marker text"  # the start of the issue a field with unread markup gets
@@ -257,3 +263,55 @@ def test_a_negative_prompt_count_is_clamped_and_the_usage_unknown() -> None:
                         "usage": {"prompt_tokens": -5, "completion_tokens": 2, "total_tokens": 2}}], thinking=False)
     assert (completion.usage.prompt_tokens, completion.usage.unknown) == (0, True)  # the agent counts itself
     assert completion.issues == ["usage.prompt_tokens was -5: counted as 0"]
+
+
+# -- issue 40, N08 in chat mode: a tools section left in the text after the answer's calls ----------
+
+RM = CALL.replace('"lookup"', '"bash"').replace('key="q"', 'key="command"').replace(">x<", ">rm -rf build<")
+
+
+def test_a_leaked_tools_section_after_the_servers_calls_is_a_second_one_never_run() -> None:
+    head = [d({"reasoning_content": "plan"}),
+            d({"tool_calls": [{"index": 0, "id": "a", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}]})]
+    for chunks in chunkings([("content", RM)], "tool_calls"):
+        events, completion = run([*head, *chunks], thinking=True, tools=("bash",))
+        check(events, completion)
+        assert [c.function.arguments for c in completion.message.tool_calls or ()] == ['{"command": "ls"}']
+        assert completion.misplaced_tool_calls == ["bash"]
+        assert completion.message.content == RM.removeprefix("<|open|>tools<|sep|>").removesuffix(
+            "<|close|>tools<|sep|>")
+
+
+def test_of_two_leaked_tools_sections_only_the_first_runs() -> None:
+    for chunks in chunkings([("reasoning_content", "plan" + CALL), ("content", RM)], "stop"):
+        events, completion = run(chunks, thinking=True, tools=("lookup", "bash"))
+        check(events, completion)
+        assert [(c.function.name, c.function.arguments) for c in completion.message.tool_calls or ()] == [
+            ("lookup", '{"q": "x"}')]
+        assert (completion.misplaced_tool_calls, completion.message.reasoning_content) == (["bash"], "plan")
+
+
+# -- usage in raw mode: the same clamp, where the codec builds the completion ---------------------
+
+
+@pytest.mark.parametrize(("cached", "want", "issues"), [
+    (900, 99, ["usage.prompt_tokens_details.cached_tokens was 900, more than prompt_tokens 99: counted as 99"]),
+    (-4, 0, ["usage.prompt_tokens_details.cached_tokens was -4: counted as 0"]),
+    (64, 64, []),
+])  # fmt: skip
+async def test_raw_mode_clamps_usage_the_same_way_and_cost_stays_positive(
+        tmp_path: Path, cached: int, want: int, issues: list[str]) -> None:
+    text = "<|open|>response<|sep|>Hello<|close|>response<|sep|><|close|>message<|sep|>"
+    usage = {"prompt_tokens": 99, "completion_tokens": 20, "total_tokens": 119,
+             "prompt_tokens_details": {"cached_tokens": cached}}
+
+    def respond(request: httpx.Request) -> httpx.Response:
+        return sse([{"object": "text_completion", "choices": [{"index": 0, "text": text, "finish_reason": "stop"}]},
+                    {"object": "text_completion", "choices": [], "usage": usage}])
+
+    tok = K3Tokenizer.from_pretrained(write_model_dir(tmp_path / "k3", num_base_tokens=163_584))
+    engine = FakeServer(respond).engine(mode="raw", tokenizer=tok, max_model_len=4096)
+    out = await Client(engine).chat([{"role": "user", "content": "Hi"}], reasoning_effort="none")
+    assert (out.usage.prompt_tokens, out.usage.cached_tokens, out.issues) == (99, want, issues)
+    price = Pricing(input=3.0, cached_input=0.30, output=15.0)
+    assert price.cost(out.usage) == ((99 - want) * 3.0 + want * 0.30 + 20 * 15.0) / 1e6 > 0

@@ -115,10 +115,12 @@ class StreamParser:
             after it (senpi #1092), a partial marker and a tag the text ends inside (SGLang
             #33097; any tag when ``finish`` says the output was cut, else a bare channel tag)
             are read as the slips they are and keep :attr:`regular`.
+        after_tools: a tools section came before this text (chat mode: the server returned
+            calls), so a tools section in it is a second one: its calls never run (issue 40, N08).
     """
 
     def __init__(self, thinking: bool = True, *, id_factory: Callable[[], str] | None = None,
-                 tolerant: bool = False) -> None:
+                 tolerant: bool = False, after_tools: bool = False) -> None:
         self._id_factory = id_factory or new_tool_call_id
         self._tolerant = tolerant
         self._stray: tuple[int, int] | None = None  # tolerant: (content, reasoning) pieces at a stray close
@@ -138,7 +140,7 @@ class StreamParser:
         self._top_live = False  # non-whitespace text seen between channels since the last marker
         self._out: list[Event] = []
         self._closed = False  # the message closed
-        self._tools_seen = False  # a tools section was opened: K3 writes one, a second one is text
+        self._tools_seen = after_tools  # a tools section was opened: K3 writes one, a second one is text
         self._after_close = 0  # non-blank characters after the message close
         self._finished = False
         self._truncated = False
@@ -546,9 +548,8 @@ class StreamParser:
                 self._state = _RESPONSE
             elif name == "tools":
                 if self._tools_seen:  # Decision (issue 40, N08): a second tools section is not one:
-                    self.regular = False  # its calls are outside the tools section, never run
-                    if state != _TOOLS:  # (an open tag repeated inside the section changes nothing)
-                        self._state = _TOP
+                    if state != _TOOLS:  # its calls are outside the tools section: text, never run
+                        self._state = _TOP  # (an open tag repeated inside the section changes nothing)
                     return
                 self._tools_seen = True
                 self._state = _TOOLS

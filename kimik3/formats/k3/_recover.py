@@ -75,7 +75,8 @@ class MarkedText:
         return "".join(self.sent)
 
 
-def read_marked(sent: str, held: str, *, thinking: bool, cut: bool = False) -> ParsedOutput | None:
+def read_marked(sent: str, held: str, *, thinking: bool, cut: bool = False,
+                after_tools: bool = False) -> ParsedOutput | None:
     """The parse of a field's text ``sent + held`` when ``held`` is K3 structure, else None.
 
     The raw parser reads it in its tolerant mode (chat mode only; :class:`StreamParser`
@@ -90,13 +91,15 @@ def read_marked(sent: str, held: str, *, thinking: bool, cut: bool = False) -> P
             content a server never split the reasoning off) or in the response channel.
         cut: the answer was cut (``finish_reason`` ``length``, or a closed stream): a tag the
             text ends inside was cut there (SGLang #33097: ``"deep thought<|close|>"``).
+        after_tools: the server returned calls of its own: a tools section in the text is a
+            second one, its calls never run (issue 40, N08).
 
     Returns:
         The :class:`~kimik3.formats.k3.ParsedOutput` (its reasoning starts with ``sent`` when
         ``thinking``, its content otherwise), or None when the parse is not regular: then the
         held text is text (a quoted marker, a ``<|`` that is not structure) and stays as it is.
     """
-    parser = StreamParser(thinking, tolerant=True)
+    parser = StreamParser(thinking, tolerant=True, after_tools=after_tools)
     parser.feed(sent + held)
     parser.finish("length" if cut else "stop")
     return parser.result() if parser.regular else None
