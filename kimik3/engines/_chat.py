@@ -148,7 +148,6 @@ class ChatStreamChecker:
         self._reasoning = MarkedText()
         self._content = MarkedText()
         self._misplaced: list[str] = []
-        self._issues: list[str] = []  # ChatCompletion.issues
         self._held_reasoning: list[str] = []  # thinking off: reasoning not yet known to be reasoning
         self._held_content: list[str] = []  # thinking on: content not yet known to be content
         self._saw_reasoning = False
@@ -158,6 +157,7 @@ class ChatStreamChecker:
         self._ids: set[str] = set()
         self._finish_reason: str | None = None
         self._usage: Usage | None = None
+        self._clamped: list[str] | None = None  # what clamp_usage changed (ChatCompletion.issues)
         self._done = False
         self.received = False
         """Whether any chunk arrived (an empty stream is a failed request, not an answer)."""
@@ -564,10 +564,10 @@ class ChatStreamChecker:
     def completion(self) -> ChatCompletion:
         """The completion (call after :meth:`finish`)."""
         reasoning = self._reasoning.text
-        for kind, text in (("reasoning", reasoning), ("answer", self._content.text)):
-            if holds_markup(text):  # left as text: not K3 structure (or prose that quotes a marker)
-                self._issues.append(f"the {kind} holds K3 marker text (<|open|>, <|close|>, <|sep|>, or one "
-                                    "spelled a little wrong) that could not be read as K3 structure: kept as text")
+        issues = [f"the {kind} holds K3 marker text (<|open|>, <|close|>, <|sep|>, or one spelled a little wrong) "
+                  "that could not be read as K3 structure: kept as text"
+                  for kind, text in (("reasoning", reasoning), ("answer", self._content.text))
+                  if holds_markup(text)]  # left as text: no K3 structure (or prose that quotes a marker)
         message = AssistantMessage(
             content=self._content.text,
             reasoning_content=reasoning if (self.thinking or self._saw_reasoning) else None,
@@ -577,8 +577,10 @@ class ChatStreamChecker:
             "tool_calls" if self._final else "length" if self._truncated else "stop"
         )
         usage = self._usage or Usage(unknown=True)
-        if clamped := clamp_usage(usage):
-            log.warning("kimik3: the server's usage did not add up: %s", "; ".join(clamped))
+        if self._clamped is None:  # once (the counts are changed in place)
+            self._clamped = clamp_usage(usage)
+            if self._clamped:
+                log.warning("kimik3: the server's usage did not add up: %s", "; ".join(self._clamped))
         if usage.total_tokens == 0:
             usage.total_tokens = usage.prompt_tokens + usage.completion_tokens
         produced = bool(reasoning or message.content or self._final or self._failed or self._dropped)
@@ -596,7 +598,7 @@ class ChatStreamChecker:
             dropped_tool_calls=list(self._dropped),
             failed_tool_calls=list(self._failed),
             misplaced_tool_calls=list(self._misplaced),
-            issues=[*self._issues, *clamped],
+            issues=[*issues, *self._clamped],
         )
 
 

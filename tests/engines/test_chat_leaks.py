@@ -315,3 +315,17 @@ async def test_raw_mode_clamps_usage_the_same_way_and_cost_stays_positive(
     assert (out.usage.prompt_tokens, out.usage.cached_tokens, out.issues) == (99, want, issues)
     price = Pricing(input=3.0, cached_input=0.30, output=15.0)
     assert price.cost(out.usage) == ((99 - want) * 3.0 + want * 0.30 + 20 * 15.0) / 1e6 > 0
+
+
+def test_the_completion_says_the_same_when_asked_twice() -> None:
+    chat = ChatStreamChecker(thinking=False)
+    chat.feed(d({"content": "quote <|open|>"}, "stop"))
+    chat.feed({"object": "chat.completion.chunk", "choices": [],
+               "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7,
+                         "prompt_tokens_details": {"cached_tokens": 6}}})
+    chat.finish(done=True)
+    first, second = chat.completion(), chat.completion()
+    assert first.issues == second.issues == [
+        "the answer holds K3 marker text (<|open|>, <|close|>, <|sep|>, or one spelled a little wrong) that could "
+        "not be read as K3 structure: kept as text",
+        "usage.prompt_tokens_details.cached_tokens was 6, more than prompt_tokens 5: counted as 5"]
