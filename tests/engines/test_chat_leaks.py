@@ -329,3 +329,18 @@ def test_the_completion_says_the_same_when_asked_twice() -> None:
         "the answer holds K3 marker text (<|open|>, <|close|>, <|sep|>, or one spelled a little wrong) that could "
         "not be read as K3 structure: kept as text",
         "usage.prompt_tokens_details.cached_tokens was 6, more than prompt_tokens 5: counted as 5"]
+
+
+async def test_raw_mode_says_when_it_counted_a_negative_count_itself(tmp_path: Path) -> None:
+    text = "<|open|>response<|sep|>Hello<|close|>response<|sep|><|close|>message<|sep|>"
+
+    def respond(request: httpx.Request) -> httpx.Response:
+        return sse([{"object": "text_completion", "choices": [{"index": 0, "text": text, "finish_reason": "stop"}]},
+                    {"object": "text_completion", "choices": [],
+                     "usage": {"prompt_tokens": -99, "completion_tokens": 6, "total_tokens": -93}}])
+
+    tok = K3Tokenizer.from_pretrained(write_model_dir(tmp_path / "k3", num_base_tokens=163_584))
+    engine = FakeServer(respond).engine(mode="raw", tokenizer=tok, max_model_len=4096)
+    out = await Client(engine).chat([{"role": "user", "content": "Hi"}], reasoning_effort="none")
+    assert out.usage.prompt_tokens > 0 and out.usage.completion_tokens == 6
+    assert out.issues == [f"usage.prompt_tokens was -99: kimik3 counted {out.usage.prompt_tokens} itself"]

@@ -133,3 +133,21 @@ async def test_an_agent_never_runs_the_call_and_the_model_reads_why(tmp_path: Pa
     assert errors == [f"Error: ToolArgumentsError: path: {WHY}",
                       f"Error: ToolArgumentsError: factor: {FINITE} (got 'nan')"]
     assert result.degraded and result.output == "gave up"
+
+
+@pytest.mark.parametrize(("name", "arguments"), [
+    ("write_file", {"path": "src/\ufffd\ufffd.py", "content": "print(1)"}),  # N46 as reported
+    ("edit_file", {"path": "caf\ufffd.txt", "old_string": "a", "new_string": "b"}),
+    ("read_file", {"path": "\ufffd"}),
+    ("bash", {"command": "touch 'x\ufffd' && echo made"}),
+])  # fmt: skip
+async def test_the_coding_tools_refuse_it_and_touch_nothing(tmp_path: Path, name: str,
+                                                            arguments: dict[str, Any]) -> None:
+    from kimik3.tools.coding import coding_tools
+
+    (tmp_path / "keep.txt").write_text("a")
+    (fn,) = [t for t in coding_tools(tmp_path) if t.name == name]
+    result = await fn.run(arguments)
+    param = "command" if name == "bash" else "path"
+    assert (result.is_error, result.content) == (True, f"Error: ToolArgumentsError: {param}: {WHY}")
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["keep.txt"]

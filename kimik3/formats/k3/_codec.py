@@ -536,7 +536,11 @@ class K3Decoder:
             prompt_tokens_details=PromptTokensDetails(cached_tokens=self._cached_tokens)
             if self._cached_tokens is not None else None,
         )
-        if clamped := clamp_usage(usage):
+        clamped = [f"usage.{name} was {sent}: kimik3 counted {kept} itself" for name, sent, kept in (
+            ("prompt_tokens", self._prompt_tokens, prompt_tokens),
+            ("completion_tokens", self._completion_tokens, completion_tokens)) if isinstance(sent, int) and sent < 0]
+        clamped += clamp_usage(usage)
+        if clamped:
             log.warning("kimik3: the engine's usage did not add up: %s", "; ".join(clamped))
         parsed = self._parser.result()
         return ChatCompletion(
