@@ -88,6 +88,14 @@ LEAKS = [
     Leak("variant: a space inside and the message close after it", [("reasoning_content", "plan"),
          ("content", "it is done<| close|> think <|close|>message<|sep|>")], "plan", "it is done"),
     Leak("variant: the server sent no reasoning", [("content", "it is done<|close|>think\n")], "", "it is done"),
+    Leak("variant: the close itself near-miss (<|close|think)", [("reasoning_content", "plan"),
+         ("content", "it is done<|close|think\n")], "plan", "it is done"),
+    Leak("variant: a doubled | in the close", [("reasoning_content", "plan"),
+         ("content", "it is done<||close|>think")], "plan", "it is done"),
+    Leak("variant: cut inside a near-miss close at a length finish", [("reasoning_content", "plan"),
+         ("content", "the answer<|close|response")], "plan", "the answer", finish="length"),
+    Leak("variant: the first | missing in a cut close", [("reasoning_content", "deep thought<close|>")],
+         "deep thought", "", finish="length"),
     Leak("sglang #32567: the think close's sep elided before the response", [(
         "reasoning", "Both returned.<|close|>think<|open|>response<|sep|>Here.<|close|>response<|sep|>"
                      "<|close|>message<|sep|>")], "Both returned.", "Here."),
