@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
@@ -72,7 +71,7 @@ from ..types import (
     Usage,
 )
 from ..types._results import CLOSED_MID_ANSWER, clamp_usage
-from ._arguments import Escaper, decode_arguments, escape_controls
+from ._arguments import Escaper, decode_arguments, escape_controls, json_calls
 from ._counts import usage_count
 from ._http import error_from_payload, is_error_payload
 
@@ -476,35 +475,9 @@ class ChatStreamChecker:
         return [ContentDelta(text)]
 
     def _json_calls(self, text: str) -> list[ParsedToolCall] | None:
-        """Under ``tool_choice="required"`` with no call: content that is one ``{"name": ...,
-        "parameters": {...}}`` object (``"arguments"`` too, as an object or JSON text; SGLang
-        #33192), a JSON array of them (SGLang's constrained fallback for ``required``), either
-        maybe in one Markdown code fence, is the calls; else None (the content is the answer)."""
-        if self._tool_choice != "required" or self._calls:
-            return None
-        body = text.strip()
-        if (fence := _FENCE.fullmatch(body)) is not None:
-            body = fence.group(1).strip()
-        if not body.startswith(("{", "[")):
-            return None
-        value = _loads(body)
-        items = value if isinstance(value, list) else [value]
-        calls = [self._json_call(item) for item in items]
-        if not calls or any(c is None for c in calls):
-            return None
-        return [c for c in calls if c is not None]
-
-    @staticmethod
-    def _json_call(value: Any) -> ParsedToolCall | None:
-        if not isinstance(value, dict) or not isinstance(value.get("name"), str) or set(value) - {
-            "name", "parameters", "arguments", "type"}:
-            return None
-        args = value.get("parameters", value.get("arguments", {}))
-        arguments, reason = decode_arguments(args if isinstance(args, str) else json.dumps(args, ensure_ascii=False))
-        if arguments is None:  # e.g. a key twice: a failed call with the reason, never the answer
-            text = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
-            return ParsedToolCall(-1, "", value["name"], {}, text, reason)
-        return ParsedToolCall(-1, "", value["name"], arguments, json.dumps(arguments, ensure_ascii=False))
+        """Under ``tool_choice="required"`` with no call: the calls a server sent as JSON content
+        (:func:`~._arguments.json_calls`), else None (the content is the answer)."""
+        return json_calls(text) if self._tool_choice == "required" and not self._calls else None
 
     def _end_recovered(self, parsed_call: ParsedToolCall) -> list[Event]:
         """A call read from text a server left: run only when its tool was declared."""
@@ -600,10 +573,6 @@ class ChatStreamChecker:
             misplaced_tool_calls=list(self._misplaced),
             issues=[*issues, *self._clamped],
         )
-
-
-_FENCE = re.compile(r"```[ \t]*(?:json)?[ \t]*\n(.*?)\n?[ \t]*```", re.S | re.I)
-"""One Markdown code fence around JSON (a model that answers ``required`` in Markdown)."""
 
 
 def _loads(text: str) -> Any:
