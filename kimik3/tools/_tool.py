@@ -145,7 +145,8 @@ def load_arguments(arguments: Mapping[str, Any] | str | None) -> Mapping[str, An
 
 
 PATH_OR_COMMAND = frozenset({
-    "path", "paths", "file", "file_path", "filename", "dir", "directory", "cwd", "workdir", "command", "cmd",
+    "path", "paths", "file", "files", "file_path", "file_paths", "filepath", "filename", "old_path", "new_path",
+    "destination", "dir", "directory", "cwd", "workdir", "working_dir", "command", "cmd", "shell_command", "argv",
 })  # fmt: skip
 """Parameter names whose text names a file or is run (issue 40, N46: a U+FFFD in one is refused)."""
 
