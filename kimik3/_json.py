@@ -110,12 +110,13 @@ def _parse_constant(name: str) -> Any:
     raise JSONLimitError(f"{name} is not a JSON number")
 
 
-def safe_loads(text: str, max_depth: int = JSON_MAX_DEPTH) -> Any:
+def safe_loads(text: str, max_depth: int = JSON_MAX_DEPTH, *, object_pairs_hook: Any = None) -> Any:
     """``json.loads`` inside the limits of this module.
 
     Args:
         text: JSON text.
         max_depth: as for :func:`check_json_limits`.
+        object_pairs_hook: as for ``json.loads`` (chat mode's arguments: a key given twice).
 
     Returns:
         The decoded value; ``json.dumps`` of it never fails and never writes ``Infinity``.
@@ -127,7 +128,8 @@ def safe_loads(text: str, max_depth: int = JSON_MAX_DEPTH) -> Any:
     """
     if text.count("[") + text.count("{") > max_depth:
         _check_nesting(text, max_depth)  # before json.loads, whose recursion could fail at any depth
-    value = json.loads(text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_parse_constant)
+    value = json.loads(text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_parse_constant,
+                       object_pairs_hook=object_pairs_hook)
     check_json_limits(value, max_depth)
     return value
 

@@ -412,6 +412,8 @@ class Agent(Generic[OutputT]):
             calls = [*(message.tool_calls or ()), *(f.to_tool_call() for f in completion.failed_tool_calls)]
             message = message.model_copy(update={"tool_calls": calls})
         cost = run.model_turn(completion, message)  # the message exactly as received
+        for issue in completion.issues:  # what the engine repaired or left (usage clamped, leaked markup)
+            run.issue(issue)
         note = unrun_note(run.unrun(unrun_calls(completion)))  # issues and counts recorded
         if message.tool_calls:
             run.cut_replies = 0

@@ -9,8 +9,9 @@ from typing import Any
 
 from .._exceptions import JSONLimitError
 from .._json import safe_loads
+from ..formats.k3 import ParsedToolCall, duplicate_key
 
-__all__ = ["Escaper", "decode_arguments", "escape_controls"]
+__all__ = ["Escaper", "decode_arguments", "escape_controls", "json_calls"]
 
 _SPECIAL = re.compile(r'["\\\x00-\x1f{}\[\]]')
 _ESCAPES = {"\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
@@ -65,16 +66,31 @@ def escape_controls(text: str) -> str:
     return Escaper().feed(text)
 
 
+class _DuplicateKeyError(ValueError):
+    """A JSON object with a key twice (internal: becomes a failed call's reason)."""
+
+
+def _once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        seen: set[str] = set()
+        raise _DuplicateKeyError(next(k for k, _ in pairs if k in seen or seen.add(k)))  # type: ignore[func-returns-value]
+    return value
+
+
 def decode_arguments(text: str) -> tuple[dict[str, Any] | None, str]:
     """Decode tool-call arguments strictly, within kimik3's JSON limits (:mod:`kimik3._json`).
 
     Returns:
         ``(arguments, "")`` for a JSON object, else ``(None, reason)`` with the reason in words
         (not JSON, not an object, beyond the limits: nesting, integer digits, NaN / Infinity, a
-        string with a lone UTF-16 surrogate escape such as ``"\\ud800"``).
+        string with a lone UTF-16 surrogate escape such as ``"\\ud800"``, a key given twice in one
+        object: which value is meant cannot be told, dynamo #13654).
     """
     try:
-        value = safe_loads(text)
+        value = safe_loads(text, object_pairs_hook=_once)
+    except _DuplicateKeyError as e:
+        return None, duplicate_key(e.args[0])
     except JSONLimitError as e:
         return None, f"arguments beyond kimik3's JSON limits: {e}"
     except json.JSONDecodeError as e:
@@ -82,3 +98,46 @@ def decode_arguments(text: str) -> tuple[dict[str, Any] | None, str]:
     if not isinstance(value, dict):
         return None, f"arguments are JSON but not an object ({type(value).__name__})"
     return value, ""
+
+
+_FENCE = re.compile(r"```[ \t]*(?:json)?[ \t]*\n(.*?)\n?[ \t]*```", re.S | re.I)
+"""One Markdown code fence around JSON (a model that answers ``required`` in Markdown)."""
+
+
+def json_calls(text: str) -> list[ParsedToolCall] | None:
+    """The calls in content a server sent for ``tool_choice="required"`` instead of calls, else None.
+
+    Content that is one ``{"name": ..., "parameters": {...}}`` object (``"arguments"`` too, as an
+    object or JSON text; SGLang #33192), or a JSON array of them (SGLang's constrained fallback for
+    ``required``), either maybe in one Markdown code fence: every item must be such an object, or
+    the content is the answer. A call whose arguments do not decode (a key given twice, say) is
+    returned with its ``error``: a failed call, never the answer.
+
+    Returns:
+        The calls (``index`` -1 and ``id`` "": the caller numbers them), or None.
+    """
+    body = text.strip()
+    if (fence := _FENCE.fullmatch(body)) is not None:
+        body = fence.group(1).strip()
+    if not body.startswith(("{", "[")):
+        return None
+    try:
+        value = json.loads(body, strict=False)  # a raw newline in a string, as servers pass it
+    except (ValueError, RecursionError):
+        return None
+    calls = [_json_call(item) for item in (value if isinstance(value, list) else [value])]
+    if not calls or any(c is None for c in calls):
+        return None
+    return [c for c in calls if c is not None]
+
+
+def _json_call(value: Any) -> ParsedToolCall | None:
+    if not isinstance(value, dict) or not isinstance(value.get("name"), str) or set(value) - {
+            "name", "parameters", "arguments", "type"}:
+        return None
+    args = value.get("parameters", value.get("arguments", {}))
+    text = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+    arguments, reason = decode_arguments(text)
+    if arguments is None:
+        return ParsedToolCall(-1, "", value["name"], {}, text, reason)
+    return ParsedToolCall(-1, "", value["name"], arguments, json.dumps(arguments, ensure_ascii=False))

@@ -52,6 +52,7 @@ from ..formats.k3 import (
     ToolCallDone,
     ToolCallIncomplete,
     ToolCallStarted,
+    holds_markup,
     new_tool_call_id,
     read_marked,
 )
@@ -60,6 +61,7 @@ from ..types import (
     ChatCompletion,
     ChatRequest,
     Choice,
+    CompletionTokensDetails,
     FailedToolCall,
     FinishReason,
     FunctionCall,
@@ -68,8 +70,8 @@ from ..types import (
     ToolCall,
     Usage,
 )
-from ..types._results import CLOSED_MID_ANSWER
-from ._arguments import Escaper, decode_arguments, escape_controls
+from ..types._results import CLOSED_MID_ANSWER, clamp_usage
+from ._arguments import Escaper, decode_arguments, escape_controls, json_calls
 from ._counts import usage_count
 from ._http import error_from_payload, is_error_payload
 
@@ -154,6 +156,7 @@ class ChatStreamChecker:
         self._ids: set[str] = set()
         self._finish_reason: str | None = None
         self._usage: Usage | None = None
+        self._clamped: list[str] | None = None  # what clamp_usage changed (ChatCompletion.issues)
         self._done = False
         self.received = False
         """Whether any chunk arrived (an empty stream is a failed request, not an answer)."""
@@ -208,6 +211,7 @@ class ChatStreamChecker:
                 completion_tokens=usage_count(usage, "completion_tokens") or 0,
                 total_tokens=usage_count(usage, "total_tokens") or 0,
                 prompt_tokens_details=prompt_details(usage),
+                completion_tokens_details=completion_details(usage),
             )
         for choice in choices:
             if not isinstance(choice, Mapping) or choice.get("index") not in (0, None):
@@ -408,10 +412,10 @@ class ChatStreamChecker:
                 self._saw_reasoning = True
                 if delta := self._reasoning.feed(text):
                     out.append(ReasoningDelta(delta))
-            elif (json_call := self._json_call(text)) is not None:
+            elif (json_calls := self._json_calls(text)) is not None:
                 log.warning("kimik3: tool_choice is 'required' and the server sent the call as JSON content; "
-                            "read as a call")
-                recovered.append(json_call)
+                            "read as %d call(s)", len(json_calls))
+                recovered += json_calls
             else:
                 self._saw_content = True
                 fresh = self._content.feed(text)
@@ -430,10 +434,12 @@ class ChatStreamChecker:
         out: list[Event] = []
         for kind, field in (("reasoning", self._reasoning), ("content", self._content)):
             held = "".join(field.held or ())
-            parsed = read_marked(field.text, held, thinking=kind == "reasoning") if held else None
+            parsed = read_marked(field.text, held, thinking=kind == "reasoning", cut=self._truncated,
+                                 after_tools=bool(self._calls or recovered)) if held else None
             from_think = False
             if parsed is None and held and kind == "content" and no_reasoning and field.text == fresh:
-                parsed = read_marked(fresh, held, thinking=True)
+                parsed = read_marked(fresh, held, thinking=True, cut=self._truncated,
+                                     after_tools=bool(self._calls or recovered))
                 from_think = parsed is not None
             if parsed is None:
                 if kind == "content" and fresh:
@@ -468,21 +474,10 @@ class ChatStreamChecker:
         self._content.sent.append(text)
         return [ContentDelta(text)]
 
-    def _json_call(self, text: str) -> ParsedToolCall | None:
-        """Under ``tool_choice="required"`` with no call: content that is one ``{"name": ...,
-        "parameters": {...}}`` object (``"arguments"`` too, as an object or JSON text) is the
-        call (SGLang #33192), else None."""
-        if self._tool_choice != "required" or self._calls or not text.lstrip().startswith("{"):
-            return None
-        value = _loads(text)
-        if not isinstance(value, dict) or not isinstance(value.get("name"), str) or set(value) - {
-            "name", "parameters", "arguments", "type"}:
-            return None
-        args = value.get("parameters", value.get("arguments", {}))
-        arguments, _ = decode_arguments(args if isinstance(args, str) else json.dumps(args, ensure_ascii=False))
-        if arguments is None:
-            return None
-        return ParsedToolCall(-1, "", value["name"], arguments, json.dumps(arguments, ensure_ascii=False))
+    def _json_calls(self, text: str) -> list[ParsedToolCall] | None:
+        """Under ``tool_choice="required"`` with no call: the calls a server sent as JSON content
+        (:func:`~._arguments.json_calls`), else None (the content is the answer)."""
+        return json_calls(text) if self._tool_choice == "required" and not self._calls else None
 
     def _end_recovered(self, parsed_call: ParsedToolCall) -> list[Event]:
         """A call read from text a server left: run only when its tool was declared."""
@@ -542,6 +537,10 @@ class ChatStreamChecker:
     def completion(self) -> ChatCompletion:
         """The completion (call after :meth:`finish`)."""
         reasoning = self._reasoning.text
+        issues = [f"the {kind} holds K3 marker text (<|open|>, <|close|>, <|sep|>, or one spelled a little wrong) "
+                  "that could not be read as K3 structure: kept as text"
+                  for kind, text in (("reasoning", reasoning), ("answer", self._content.text))
+                  if holds_markup(text)]  # left as text: no K3 structure (or prose that quotes a marker)
         message = AssistantMessage(
             content=self._content.text,
             reasoning_content=reasoning if (self.thinking or self._saw_reasoning) else None,
@@ -551,6 +550,10 @@ class ChatStreamChecker:
             "tool_calls" if self._final else "length" if self._truncated else "stop"
         )
         usage = self._usage or Usage(unknown=True)
+        if self._clamped is None:  # once (the counts are changed in place)
+            self._clamped = clamp_usage(usage)
+            if self._clamped:
+                log.warning("kimik3: the server's usage did not add up: %s", "; ".join(self._clamped))
         if usage.total_tokens == 0:
             usage.total_tokens = usage.prompt_tokens + usage.completion_tokens
         produced = bool(reasoning or message.content or self._final or self._failed or self._dropped)
@@ -568,6 +571,7 @@ class ChatStreamChecker:
             dropped_tool_calls=list(self._dropped),
             failed_tool_calls=list(self._failed),
             misplaced_tool_calls=list(self._misplaced),
+            issues=[*issues, *self._clamped],
         )
 
 
@@ -585,6 +589,16 @@ def _str(delta: Mapping[str, Any], key: str) -> str:
     if isinstance(value, list):  # content as parts (a few gateways): their text
         return "".join(p.get("text", "") for p in value if isinstance(p, Mapping) and isinstance(p.get("text"), str))
     raise APIResponseValidationError(f"'{key}' is not text: {value!r:.200}")
+
+
+def completion_details(usage: Mapping[str, Any]) -> CompletionTokensDetails | None:
+    """``usage.completion_tokens_details`` (OpenAI shape) when the server sent ``reasoning_tokens``
+    (a count: :func:`~._counts.usage_count`), else None (unknown)."""
+    details = usage.get("completion_tokens_details")
+    if not isinstance(details, Mapping):
+        return None
+    reasoning = usage_count(details, "reasoning_tokens", "usage.completion_tokens_details")
+    return CompletionTokensDetails(reasoning_tokens=reasoning) if reasoning is not None else None
 
 
 def prompt_details(usage: Mapping[str, Any]) -> PromptTokensDetails | None:

@@ -47,15 +47,16 @@ def cut_numbers(text: str) -> str:
 
 
 def usage_count(usage: Mapping[str, Any], key: str, where: str = "usage") -> int | None:
-    """``usage[key]`` when it is a count (an int, not a bool, ``0 <= n <= MAX_COUNT``); None when
-    absent or not a count (a string, a float, a negative number: not stated).
+    """``usage[key]`` when it is an int (not a bool) up to :data:`MAX_COUNT`; None when absent or
+    not an int (a string, a float: not stated). A negative int is returned as sent: the completion's
+    :func:`~kimik3.types._results.clamp_usage` counts it as 0 and says so.
 
     Raises:
         APIResponseValidationError: an int beyond :data:`MAX_COUNT`: more tokens than any request
             can have (the message names ``where.key`` and the number, cut).
     """
     value = usage.get(key)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+    if not isinstance(value, int) or isinstance(value, bool):
         return None
     if value > MAX_COUNT:
         raise APIResponseValidationError(

@@ -303,7 +303,10 @@ def function_signature(function: Callable[..., Any], name: str, context_type: ty
         model: type[BaseModel] = create_model(
             f"{name}_arguments",
             __config__=ConfigDict(
-                extra="forbid", coerce_numbers_to_str=True, arbitrary_types_allowed=False, protected_namespaces=()
+                # allow_inf_nan=False: "nan" / "inf" text is no number a tool can use (issue 40, B34); a
+                # parameter that wants them says so: Annotated[float, Field(allow_inf_nan=True)]
+                extra="forbid", coerce_numbers_to_str=True, arbitrary_types_allowed=False, protected_namespaces=(),
+                allow_inf_nan=False,
             ),
             **fields,
         )

@@ -58,7 +58,10 @@ from ._result import ToolResult
 from ._schema import boolean_for_number, error_location, format_input, function_signature
 from ._threads import call_in_thread as _call_in_thread
 
-__all__ = ["FunctionTool", "Tool", "ToolContext", "ToolResult", "load_arguments", "tool"]
+__all__ = [
+    "PATH_OR_COMMAND", "FunctionTool", "Tool", "ToolContext", "ToolResult", "load_arguments", "replacement_char",
+    "tool",
+]  # fmt: skip
 
 # OpenAI's rule for function names, with Unicode letters and digits (\w) and '.' (common in MCP
 # names: "github.create_issue"): K3 carries the name in an escaped attribute, so any of these
@@ -140,6 +143,29 @@ def load_arguments(arguments: Mapping[str, Any] | str | None) -> Mapping[str, An
     if not isinstance(args, Mapping):
         raise ToolArgumentsError(f"arguments must be a JSON object, got {type(args).__name__}")
     return args
+
+
+PATH_OR_COMMAND = frozenset({
+    "path", "paths", "file", "files", "file_path", "file_paths", "filepath", "filename", "old_path", "new_path",
+    "destination", "dir", "directory", "cwd", "workdir", "working_dir", "command", "cmd", "shell_command", "argv",
+})  # fmt: skip
+"""Parameter names whose text names a file or is run (issue 40, N46: a U+FFFD in one is refused)."""
+
+
+def replacement_char(name: str, value: Any) -> str | None:
+    """Why argument ``name`` cannot be used as sent, when it is a path or a command
+    (:data:`PATH_OR_COMMAND`; a string, or a list of strings) holding U+FFFD, the replacement
+    character a decoder writes for bytes it could not read: the model (or a server) lost the
+    real characters, and a file named with it (or a command on one) would silently be
+    another than the one meant (issue 40, N46). None otherwise."""
+    if name not in PATH_OR_COMMAND:
+        return None
+    texts = [value] if isinstance(value, str) else [v for v in value if isinstance(v, str)] if isinstance(
+        value, list) else []
+    if not any("\ufffd" in t for t in texts):
+        return None
+    return ("it holds U+FFFD (\ufffd), the replacement character for bytes that could not be decoded: "
+            "the real characters were lost on the way; write the path or command again with its real characters")
 
 
 class Tool(ABC):
@@ -334,7 +360,7 @@ class FunctionTool(Tool):
             expected = ", ".join(self._param_names) or "no arguments"
             raise ToolArgumentsError(f"unexpected argument(s): {', '.join(unknown)} (expected: {expected})")
         args = dict(args)
-        problems = []
+        problems = [f"{p}: {why}" for p, v in args.items() if (why := replacement_char(p, v)) is not None]
         properties = self.parameters["properties"]
         beyond_limits: dict[str, str] = {}  # parameter -> why its JSON text was not decoded
         for pname, value in args.items():

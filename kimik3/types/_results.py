@@ -11,7 +11,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ._messages import AssistantMessage, FailedToolCall, dump_message
 
-__all__ = ["CLOSED_MID_ANSWER", "ChatCompletion", "Choice", "FinishReason", "PromptTokensDetails", "Usage"]
+__all__ = [
+    "CLOSED_MID_ANSWER", "ChatCompletion", "Choice", "CompletionTokensDetails", "FinishReason", "PromptTokensDetails",
+    "Usage", "clamp_usage",
+]  # fmt: skip
 
 
 class PromptTokensDetails(BaseModel):
@@ -23,6 +26,16 @@ class PromptTokensDetails(BaseModel):
     """
 
     cached_tokens: int = 0
+
+
+class CompletionTokensDetails(BaseModel):
+    """``usage.completion_tokens_details`` (OpenAI shape).
+
+    Attributes:
+        reasoning_tokens: completion tokens spent on reasoning (part of ``completion_tokens``).
+    """
+
+    reasoning_tokens: int = 0
 
 
 class Usage(BaseModel):
@@ -42,6 +55,7 @@ class Usage(BaseModel):
     completion_tokens: int = 0
     total_tokens: int = 0
     prompt_tokens_details: PromptTokensDetails | None = None
+    completion_tokens_details: CompletionTokensDetails | None = None
     unknown: bool = False
 
     @property
@@ -57,8 +71,58 @@ class Usage(BaseModel):
             total_tokens=self.total_tokens + other.total_tokens,
             prompt_tokens_details=PromptTokensDetails(cached_tokens=self.cached_tokens + other.cached_tokens)
             if known else None,
+            completion_tokens_details=CompletionTokensDetails(
+                reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens)
+            if self.completion_tokens_details is not None or other.completion_tokens_details is not None else None,
             unknown=self.unknown or other.unknown,
         )
+
+    @property
+    def reasoning_tokens(self) -> int:
+        """Completion tokens spent on reasoning (0 when not reported)."""
+        return self.completion_tokens_details.reasoning_tokens if self.completion_tokens_details is not None else 0
+
+
+def clamp_usage(usage: Usage) -> list[str]:
+    """Make a server's counts consistent, in place; returns what was changed, in words.
+
+    The one place where counts a server sent are made to hold together (chat and raw mode call
+    it where they build a completion's :class:`Usage`): no count below 0; cached tokens at most
+    the prompt tokens (SGLang #32761, #35863 sent more, so cache shares passed 100% and the
+    uncached part of a cost went negative); reasoning tokens at most the completion tokens
+    (vercel/ai #19311). The caller logs the changes once and records them as an issue of the turn
+    (``ChatCompletion.issues``).
+
+    Args:
+        usage: the counts as read (changed in place).
+
+    Returns:
+        One phrase per changed count (``"usage.prompt_tokens_details.cached_tokens was 900, more
+        than prompt_tokens 120: counted as 120"``); ``[]`` when the counts were consistent.
+    """
+    notes: list[str] = []
+
+    def at_least_0(owner: BaseModel, field: str, where: str) -> None:
+        value = getattr(owner, field)
+        if value < 0:
+            notes.append(f"{where}.{field} was {value}: counted as 0")
+            setattr(owner, field, 0)
+
+    for field in ("prompt_tokens", "completion_tokens", "total_tokens"):
+        at_least_0(usage, field, "usage")
+    if (prompt := usage.prompt_tokens_details) is not None:
+        at_least_0(prompt, "cached_tokens", "usage.prompt_tokens_details")
+        if prompt.cached_tokens > usage.prompt_tokens:
+            notes.append(f"usage.prompt_tokens_details.cached_tokens was {prompt.cached_tokens}, more than "
+                         f"prompt_tokens {usage.prompt_tokens}: counted as {usage.prompt_tokens}")
+            prompt.cached_tokens = usage.prompt_tokens
+    if (completion := usage.completion_tokens_details) is not None:
+        at_least_0(completion, "reasoning_tokens", "usage.completion_tokens_details")
+        if completion.reasoning_tokens > usage.completion_tokens:
+            notes.append(f"usage.completion_tokens_details.reasoning_tokens was {completion.reasoning_tokens}, "
+                         f"more than completion_tokens {usage.completion_tokens}: counted as {usage.completion_tokens}")
+            completion.reasoning_tokens = usage.completion_tokens
+    return notes
 
 
 FinishReason = Literal["stop", "length", "tool_calls"]
@@ -95,6 +159,9 @@ class ChatCompletion(BaseModel):
             error (see :class:`FailedToolCall`).
         misplaced_tool_calls: tool names of calls the model wrote outside the tools section:
             their text stays where it was written, they never run (an agent tells the model).
+        issues: what was wrong with the answer as it came, in words, each repaired or kept as
+            it was (a usage count clamped: :func:`clamp_usage`; K3 markup left in the text that
+            could not be read as structure): an agent records each as an issue of the turn.
         raw_text: the raw K3 output for token engines (None in chat mode).
     """
 
@@ -111,6 +178,7 @@ class ChatCompletion(BaseModel):
     dropped_tool_calls: list[str] = Field(default_factory=list)
     failed_tool_calls: list[FailedToolCall] = Field(default_factory=list)
     misplaced_tool_calls: list[str] = Field(default_factory=list)
+    issues: list[str] = Field(default_factory=list)
     raw_text: str | None = None
 
     @property

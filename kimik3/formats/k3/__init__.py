@@ -44,7 +44,7 @@ from ._events import (
     new_tool_call_id,
 )
 from ._parse import StreamParser, parse
-from ._recover import MarkedText, read_marked
+from ._recover import MarkedText, holds_markup, read_marked
 from ._tokenizer import (
     K3_PAT_STR,
     K3Tokenizer,
@@ -53,6 +53,7 @@ from ._tokenizer import (
     load_tiktoken_bpe,
     special_token_ids,
 )
+from ._values import duplicate_key
 
 __all__ = [
     "CLOSE",
@@ -91,7 +92,9 @@ __all__ = [
     "check_json_limits",
     "check_request",
     "default_tokenizer",
+    "duplicate_key",
     "encode_segments",
+    "holds_markup",
     "estimate_tokens",
     "ids_list",
     "load_tiktoken_bpe",

@@ -17,6 +17,7 @@ with its media index) and a pre-encoded prompt are handed to the engine call
 
 from __future__ import annotations
 
+import logging
 from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -42,7 +43,7 @@ from ...types import (
     to_tool_specs,
 )
 from ...types._prefix import shared_prefix
-from ...types._results import CLOSED_MID_ANSWER
+from ...types._results import CLOSED_MID_ANSWER, clamp_usage
 from ._encode import (
     ThinkingEffort,
     message_segments,
@@ -69,6 +70,8 @@ __all__ = [
     "ids_list",
     "media_scan",
 ]
+
+log = logging.getLogger("kimik3.formats.k3")
 
 
 class PromptIds(Sequence[int]):
@@ -567,6 +570,12 @@ class K3Decoder:
             prompt_tokens_details=PromptTokensDetails(cached_tokens=self._cached_tokens)
             if self._cached_tokens is not None else None,
         )
+        clamped = [f"usage.{name} was {sent}: kimik3 counted {kept} itself" for name, sent, kept in (
+            ("prompt_tokens", self._prompt_tokens, prompt_tokens),
+            ("completion_tokens", self._completion_tokens, completion_tokens)) if isinstance(sent, int) and sent < 0]
+        clamped += clamp_usage(usage)
+        if clamped:
+            log.warning("kimik3: the engine's usage did not add up: %s", "; ".join(clamped))
         parsed = self._parser.result()
         return ChatCompletion(
             model=model,
@@ -577,5 +586,6 @@ class K3Decoder:
             interrupted=CLOSED_MID_ANSWER if parsed.truncated and self.finish_reason is None else None,
             dropped_tool_calls=[c.name for c in parsed.incomplete_tool_calls],
             misplaced_tool_calls=list(parsed.misplaced_tool_calls),
+            issues=clamped,
             raw_text=text,
         )

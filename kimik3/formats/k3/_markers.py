@@ -5,9 +5,14 @@
 
 from __future__ import annotations
 
+import re
+
 from ._encode import CLOSE, END_OF_MSG, OPEN, SEP
 
-__all__ = ["K_CLOSE", "K_EOM", "K_OPEN", "K_SEP", "MARKERS", "MAX_PREFIX", "PREFIXES", "TEXT", "parse_header"]
+__all__ = [
+    "BARE_TAGS", "K_CLOSE", "K_EOM", "K_OPEN", "K_SEP", "MARKERS", "MAX_PREFIX", "PREFIXES", "TEXT", "find_marker",
+    "near_marker", "parse_header",
+]  # fmt: skip
 
 K_OPEN, K_CLOSE, K_SEP, K_EOM = 0, 1, 2, 3
 MARKERS: tuple[tuple[str, int], ...] = (
@@ -25,6 +30,56 @@ PREFIXES = frozenset(m[:i] for m, _ in MARKERS for i in range(1, len(m)))
 """Every proper prefix of a marker: the text a chunk may end with while it can still become one."""
 
 MAX_PREFIX = max(len(m) for m, _ in MARKERS) - 1
+
+# -- markers a server left spelled a little wrong (chat mode only: formats/k3/_recover.py) ----------
+# In chat mode the model sometimes writes a marker out of ordinary text tokens instead of the one
+# token, and gets it a little wrong (SGLang #33530: "<|sep|the answer is 4", a sep without its
+# ">", then "<|sep|<|sep|>"): a near-miss is "<", one of the four names, and around it at most
+# two "|" a side, at most one space a side and maybe the ">", with at least one "|" and at least
+# two of the three delimiters ("<|sep|", "<|sep>", "<sep|>", "<||sep|>", "<| sep |>"); a near-miss
+# sep directly followed by a real one is one sep. The raw parser never reads near-misses (in raw
+# output a marker is one token); chat mode reads them only where the whole text then parses as
+# regular K3 structure, so prose that mentions one stays text.
+_NEAR = re.compile(r"<(\|{0,2}) ?(open|close|sep|end_of_msg) ?(\|{0,2})(>?)")
+_KINDS = {"open": K_OPEN, "close": K_CLOSE, "sep": K_SEP, "end_of_msg": K_EOM}
+_MAY_BECOME = re.compile(r"<[| ]{0,3}[a-z_]{0,10}[| ]{0,3}")
+MAX_NEAR = len("<|| end_of_msg ||>")
+"""The longest near-miss marker (before an absorbed real sep)."""
+
+BARE_TAGS = frozenset({"think", "response", "tools", "message"})
+"""K3's channel tag names: a header that is one of them alone (no attributes) is a whole tag,
+even when the server left it without its sep (senpi #1092: ``<|close|>think`` at the end of the
+text; SGLang #32567: ``<|close|>think<|open|>response<|sep|>``)."""
+
+
+def near_marker(text: str, pos: int) -> tuple[int, int] | None:
+    """``(kind, length)`` of a near-miss marker at ``text[pos]`` (a ``<``), else None (an exact
+    marker is not a near-miss)."""
+    m = _NEAR.match(text, pos)
+    if m is None:
+        return None
+    left, name, right, gt = m.groups()
+    pipes = len(left) + len(right)
+    if pipes == 0 or pipes + len(gt) < 2 or m.group() == TEXT[_KINDS[name]]:
+        return None
+    end = m.end()
+    if name == "sep" and text.startswith(SEP, end):  # "<|sep|<|sep|>": a slip, then the real one
+        end += len(SEP)
+    return _KINDS[name], end - pos
+
+
+def find_marker(text: str, pos: int = 0) -> tuple[int, bool]:
+    """Where the first marker (exact or near-miss) starts in ``text[pos:]``: ``(index, True)``;
+    else ``(index, False)`` where the end of the text could still become one (held back while it
+    streams), or ``(len(text), False)``."""
+    j = text.find("<", pos)
+    while j >= 0:
+        if any(text.startswith(m, j) for m in TEXT) or near_marker(text, j) is not None:
+            return j, True
+        if len(text) - j <= MAX_NEAR and _MAY_BECOME.fullmatch(text, j):
+            return j, False
+        j = text.find("<", j + 1)
+    return len(text), False
 
 
 def _unescape_attr(value: str) -> str:

@@ -32,7 +32,19 @@ from ._events import (
     ToolCallStarted,
     new_tool_call_id,
 )
-from ._markers import K_CLOSE, K_EOM, K_OPEN, K_SEP, MARKERS, MAX_PREFIX, PREFIXES, TEXT, parse_header
+from ._markers import (
+    BARE_TAGS,
+    K_CLOSE,
+    K_EOM,
+    K_OPEN,
+    K_SEP,
+    MARKERS,
+    MAX_PREFIX,
+    PREFIXES,
+    TEXT,
+    near_marker,
+    parse_header,
+)
 from ._values import CLOSERS, Call, closer_overlap
 
 __all__ = ["StreamParser", "parse"]
@@ -96,10 +108,22 @@ class StreamParser:
             channel (off). Must match the request.
         id_factory: makes each call's id (default :func:`new_tool_call_id`); pass a counter for
             deterministic replays and tests.
+        tolerant: chat mode's reading of markup a server left in its text (:mod:`._recover`),
+            never raw output: a marker spelled a little wrong (:func:`~._markers.near_marker`:
+            ``<|sep|``, ``<| sep |>``; SGLang #33530), a bare channel tag followed by a marker
+            instead of its sep (SGLang #32567), a stray channel close with nothing but blank
+            after it (senpi #1092), a partial marker and a tag the text ends inside (SGLang
+            #33097; any tag when ``finish`` says the output was cut, else a bare channel tag)
+            are read as the slips they are and keep :attr:`regular`.
+        after_tools: a tools section came before this text (chat mode: the server returned
+            calls), so a tools section in it is a second one: its calls never run (issue 40, N08).
     """
 
-    def __init__(self, thinking: bool = True, *, id_factory: Callable[[], str] | None = None) -> None:
+    def __init__(self, thinking: bool = True, *, id_factory: Callable[[], str] | None = None,
+                 tolerant: bool = False, after_tools: bool = False) -> None:
         self._id_factory = id_factory or new_tool_call_id
+        self._tolerant = tolerant
+        self._stray: tuple[int, int] | None = None  # tolerant: (content, reasoning) pieces at a stray close
         self._state = _THINK if thinking else _RESPONSE
         self._reasoning: list[str] | None = [] if thinking else None
         self._content: list[str] = []
@@ -116,6 +140,7 @@ class StreamParser:
         self._top_live = False  # non-whitespace text seen between channels since the last marker
         self._out: list[Event] = []
         self._closed = False  # the message closed
+        self._tools_seen = after_tools  # a tools section was opened: K3 writes one, a second one is text
         self._after_close = 0  # non-blank characters after the message close
         self._finished = False
         self._truncated = False
@@ -179,17 +204,26 @@ class StreamParser:
             self._confirm(self._call)  # the output ended after a call's close: it closed
         tail, self._tail = self._tail, ""
         if tail:  # a partial marker at the very end is text (decision, see class docstring)
-            self.regular = False
+            self.regular = self.regular and self._tolerant  # (a model slip of the spec's list)
             if self._state in (_ARG, _JSON):
                 self._value_text(tail)
             else:
                 self._text(tail)
         if self._header is not None:  # an unfinished tag is dropped
-            self.regular = False
+            # tolerant: a marker sequence cut by the end (SGLang #33097: "deep thought<|close|>",
+            # "the answer<|close|>response" at a length finish), or a bare tag left without its sep
+            # at the end (senpi #1092: "it is done<|close|>think\n") is K3 structure, dropped
+            cut = finish_reason in (None, "length")
+            if not (self._tolerant and (cut or "".join(self._header).strip() in BARE_TAGS)):
+                self.regular = False
             self._header = None
         self._top_ws.clear()
         if self._call is not None:
             self._drop_call()
+        if self._stray is not None:  # text after a stray channel close: it was not a slip at the end
+            content, reasoning = self._stray
+            if "".join(self._content[content:]).strip() or "".join((self._reasoning or [])[reasoning:]).strip():
+                self.regular = False
         self._finished = True
         self._truncated = not self._closed and finish_reason in (None, "length")
         if self._after_close:
@@ -236,6 +270,19 @@ class StreamParser:
                         return pos
                     break
             else:
+                near = near_marker(buf, j) if self._tolerant else None
+                if near is not None:  # chat mode: a marker the server left spelled a little wrong
+                    kind, size = near
+                    if j > start:
+                        self._text(buf[start:j])
+                        if self._state in (_ARG, _JSON):
+                            return j
+                    if not self._marker(kind):
+                        return j
+                    start = pos = j + size
+                    if self._state in (_ARG, _JSON, _DONE):
+                        return pos
+                    continue
                 if n - j <= MAX_PREFIX and buf[j:] in PREFIXES:
                     # may still become a marker: hold back (this is the only text re-scanned)
                     if j > start:
@@ -313,6 +360,9 @@ class StreamParser:
             self._raw(s)
             if s.isspace():  # layout between values, unless what follows shows otherwise
                 call.pending.append(s)
+            elif call.closing:  # text after the call's close: held until what follows decides (B07)
+                call.pending.append(s)
+                call.text_after = True
             else:  # text after a closer: the closer was text of the value
                 self._reopen()
                 self._value_text(s, raw=False)
@@ -355,18 +405,30 @@ class StreamParser:
             self._header = None
             self._tag(self._header_open, "".join(header))
         elif kind == K_EOM:
-            if self._header is not None:
+            if self._header is not None and not self._bare_header():
                 self.regular = False
             self._header = None
             self._end_message(by_tag=False)
         else:  # open / close; an unfinished header before it is dropped
-            if self._header is not None:
+            if self._header is not None and not self._bare_header():
                 self.regular = False
+            call = self._call
             if call is not None and call.raw is not None:
                 call.raw_tag = len(call.raw)
             self._raw(TEXT[kind])
             self._header = []
             self._header_open = kind == K_OPEN
+        return True
+
+    def _bare_header(self) -> bool:
+        """Tolerant (chat mode): an open header that is a bare K3 tag name, followed by a marker
+        instead of its sep (SGLang #32567: ``<|close|>think<|open|>response<|sep|>``), is a whole
+        tag: applied now; True when it was."""
+        header = self._header
+        if not self._tolerant or header is None or (text := "".join(header).strip()) not in BARE_TAGS:
+            return False
+        self._header = None
+        self._tag(self._header_open, text)  # a channel tag: never into a value
         return True
 
     def _marker_after(self, kind: int) -> bool:
@@ -426,8 +488,11 @@ class StreamParser:
         return True
 
     def _confirm(self, call: Call) -> None:
-        """What followed a call's close confirms it, and its last value's closer: commit."""
+        """What followed a call's close confirms it, and its last value's closer: commit (text
+        between it and what followed is dropped, as text in the tools section outside a call)."""
         call.closing = False
+        if call.text_after:
+            self.regular = False
         self._end_value(call)
         self._close_call(call)
 
@@ -482,6 +547,11 @@ class StreamParser:
             elif name == "response":
                 self._state = _RESPONSE
             elif name == "tools":
+                if self._tools_seen:  # Decision (issue 40, N08): a second tools section is not one:
+                    if state != _TOOLS:  # its calls are outside the tools section: text, never run
+                        self._state = _TOP  # (an open tag repeated inside the section changes nothing)
+                    return
+                self._tools_seen = True
                 self._state = _TOOLS
             elif name == "call":
                 self._open_call(attrs, header, state)
@@ -494,6 +564,10 @@ class StreamParser:
             or (name == "tools" and state == _TOOLS)
         ):
             self._state = _TOP
+        elif self._tolerant and name in BARE_TAGS:  # a stray channel close: a slip only at the end
+            if self._stray is None:  # (senpi #1092: "it is done<|close|>think" after the answer)
+                self._stray = (len(self._content), len(self._reasoning or ()))
+            self._state = _TOP  # blank text after it is layout
         else:
             self.regular = False
 

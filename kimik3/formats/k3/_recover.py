@@ -10,7 +10,8 @@ parsed is also legitimately full of ``<`` and quoted markers. The rule, built on
 
 - :class:`MarkedText` passes a field's text through at once, except a trailing partial marker
   (held until the next piece; released intact at the end) and everything from the first complete
-  marker on (held to the end of the stream).
+  marker on, exact or a near-miss (``<|sep|``, ``<| sep |>``: :func:`~._markers.near_marker`),
+  held to the end of the stream.
 - :func:`read_marked` then parses the field's whole text with the raw parser. When the parse is
   :attr:`~kimik3.formats.k3.StreamParser.regular` (every marker part of a well-formed K3
   structure, nothing ignored, dropped, cut or failed; the model slips of the spec's list aside),
@@ -21,10 +22,10 @@ parsed is also legitimately full of ``<`` and quoted markers. The rule, built on
 from __future__ import annotations
 
 from ._events import ParsedOutput
-from ._markers import MARKERS, MAX_PREFIX, PREFIXES
+from ._markers import find_marker
 from ._parse import StreamParser
 
-__all__ = ["MarkedText", "read_marked"]
+__all__ = ["MarkedText", "holds_markup", "read_marked"]
 
 
 class MarkedText:
@@ -50,16 +51,12 @@ class MarkedText:
             return ""
         buf = self.tail + text
         self.tail = ""
-        first = min((k for k in (buf.find(m) for m, _ in MARKERS) if k >= 0), default=-1)
-        if first >= 0:
+        first, found = find_marker(buf)
+        if found:
             self.held = [buf[first:]]
-            buf = buf[:first]
         else:
-            for n in range(min(len(buf), MAX_PREFIX), 0, -1):
-                if buf[-n:] in PREFIXES:
-                    self.tail = buf[-n:]
-                    buf = buf[:-n]
-                    break
+            self.tail = buf[first:]  # may still become a marker (exact or a near-miss)
+        buf = buf[:first]
         if buf:
             self.sent.append(buf)
         return buf
@@ -78,22 +75,37 @@ class MarkedText:
         return "".join(self.sent)
 
 
-def read_marked(sent: str, held: str, *, thinking: bool) -> ParsedOutput | None:
+def read_marked(sent: str, held: str, *, thinking: bool, cut: bool = False,
+                after_tools: bool = False) -> ParsedOutput | None:
     """The parse of a field's text ``sent + held`` when ``held`` is K3 structure, else None.
+
+    The raw parser reads it in its tolerant mode (chat mode only; :class:`StreamParser`
+    ``tolerant``): markers spelled a little wrong (:func:`~._markers.near_marker`), a bare channel
+    tag without its sep, and a marker sequence cut by the end of the answer are read as the
+    structure they are; the parse is then taken only when it is regular.
 
     Args:
         sent: the field's text already passed on (no marker in it).
-        held: the text from its first complete marker on.
+        held: the text from its first marker (exact or a near-miss) on.
         thinking: where the text starts: in the think channel (True: a reasoning field, or
             content a server never split the reasoning off) or in the response channel.
+        cut: the answer was cut (``finish_reason`` ``length``, or a closed stream): a tag the
+            text ends inside was cut there (SGLang #33097: ``"deep thought<|close|>"``).
+        after_tools: the server returned calls of its own: a tools section in the text is a
+            second one, its calls never run (issue 40, N08).
 
     Returns:
         The :class:`~kimik3.formats.k3.ParsedOutput` (its reasoning starts with ``sent`` when
         ``thinking``, its content otherwise), or None when the parse is not regular: then the
         held text is text (a quoted marker, a ``<|`` that is not structure) and stays as it is.
     """
-    parser = StreamParser(thinking)
-    parser.feed(sent)
-    parser.feed(held)
-    parser.finish("stop")
+    parser = StreamParser(thinking, tolerant=True, after_tools=after_tools)
+    parser.feed(sent + held)
+    parser.finish("length" if cut else "stop")
     return parser.result() if parser.regular else None
+
+
+def holds_markup(text: str) -> bool:
+    """Whether ``text`` holds a K3 marker (exact or a near-miss): in chat mode, markup left in a
+    field that could not be read as structure (or prose quoting one: they cannot be told apart)."""
+    return find_marker(text)[1]

@@ -19,7 +19,9 @@ from ..._json import JSON_MAX_DEPTH, safe_loads
 from ._encode import CLOSE, SEP
 from ._events import Event, IncompleteToolCall, ParsedToolCall, ToolCallArgumentsDelta, ToolCallDone
 
-__all__ = ["CLOSERS", "Call", "ambiguous_value", "closer_overlap", "decode_value", "dumps", "lone_surrogate"]
+__all__ = [
+    "CLOSERS", "Call", "ambiguous_value", "closer_overlap", "decode_value", "dumps", "duplicate_key", "lone_surrogate",
+]  # fmt: skip
 
 CLOSERS = {"argument": f"{CLOSE}argument{SEP}", "json": f"{CLOSE}json{SEP}"}
 """The exact text that ends a value of each tag; nothing else inside a value ends it."""
@@ -60,6 +62,11 @@ def decode_value(raw: str, max_depth: int) -> tuple[Any, str | None]:
         return raw, None
 
 
+def duplicate_key(key: str) -> str:
+    """Why a call that gives one argument twice cannot run (the words the model reads; dynamo #13654)."""
+    return f"it gives argument {key!r} more than once, so which value is meant cannot be told; give each argument once"
+
+
 def ambiguous_value(tag: str, key: str) -> str:
     """Why a call whose value holds its own closer's text cannot run (the words the model reads)."""
     what = f"argument {key!r}" if tag == "argument" else "its json arguments block"
@@ -93,8 +100,8 @@ class Call:
     """
 
     __slots__ = (
-        "closing", "error", "id", "index", "items", "json_parts", "key", "name", "parent", "parts", "pending",
-        "pending_tag", "raw", "raw_tag", "string", "tag",
+        "closing", "error", "id", "index", "items", "json_parts", "key", "keys", "name", "parent", "parts",
+        "pending", "pending_tag", "raw", "raw_tag", "string", "tag", "text_after",
     )  # fmt: skip
 
     def __init__(self, index: int, id: str, name: str, parent: int, raw: list[str] | None = None) -> None:
@@ -103,6 +110,7 @@ class Call:
         self.name = name
         self.parent = parent
         self.items: list[tuple[str, Any]] = []
+        self.keys: set[str] = set()
         self.json_parts: list[str] = []
         self.tag = "argument"
         self.key = ""
@@ -114,6 +122,7 @@ class Call:
         self.error: str | None = None
         self.raw = raw
         self.raw_tag = 0
+        self.text_after = False  # non-blank text came after its close (held in ``pending``)
 
     # -- building the arguments (each method appends its events to ``out``) --------------------
 
@@ -175,7 +184,7 @@ class Call:
             if isinstance(value, dict):
                 for key, item in value.items():
                     self._delta(out, self._key_prefix(key) + dumps(item))
-                    self.items.append((key, item))
+                    self._add(key, item)
             else:
                 # Decision: a json block that is not an object (a JSON string holding the arguments,
                 # a list, text that is not JSON) makes the call a failed one with the reason, like
@@ -184,7 +193,7 @@ class Call:
                 self.fail(f"its json arguments block is {kind}")
         elif self.string:
             self._delta(out, '"')  # a string is the raw text, no unescaping
-            self.items.append((self.key, raw))
+            self._add(self.key, raw)
             if (why := lone_surrogate(raw)) is not None:
                 self.fail(f"argument {self.key!r}: {why}")
         else:
@@ -192,7 +201,15 @@ class Call:
             if error is not None:
                 self.fail(f"argument {self.key!r}: {error}")
             self._delta(out, dumps(value))
-            self.items.append((self.key, value))
+            self._add(self.key, value)
+
+    def _add(self, key: str, value: Any) -> None:
+        # Decision (dynamo #13654): an argument given twice is not last-wins: which value is meant
+        # cannot be told, so the call fails with the reason (the model reads it and calls again).
+        if key in self.keys:
+            self.fail(duplicate_key(key))
+        self.keys.add(key)
+        self.items.append((key, value))
 
     def done(self, out: list[Event]) -> ParsedToolCall:
         """The call closed: its :class:`ParsedToolCall` (failed when ``error`` is set)."""

@@ -1,0 +1,354 @@
+"""Chat mode, second round (issue 41, items 3-5): leaked K3 markup read as structure, required-call
+fallbacks, arguments given twice, usage that does not add up. One row per shape: the issue's input
+and variants; each row is checked as sent, one character per chunk, and split in two at every
+position of every text field (streaming gives the non-streaming result for every chunking).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from kimik3 import Client, K3Tokenizer
+from kimik3._pricing import Pricing
+from kimik3.engines._chat import ChatStreamChecker
+from kimik3.formats.k3 import ContentDelta, ReasoningDelta, ToolCallArgumentsDelta, ToolCallDone
+from kimik3.types import ChatCompletion
+from tests.engines.test_remote_offline import FakeServer, sse
+from tests.k3vocab import write_model_dir
+
+TEXT = ("reasoning_content", "reasoning", "content")
+MARKED = "holds K3 marker text"  # the start of the issue a field with unread markup gets
+
+
+def d(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    return {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+
+@dataclass
+class Leak:
+    name: str
+    parts: list[tuple[str, str]]  # (field, text) in the order the server streamed them
+    reasoning: str | None
+    content: str
+    finish: str = "stop"
+    thinking: bool = True
+    calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    marked: bool = False  # markup is left in a field: the completion carries the issue
+    tools: tuple[str, ...] = ("lookup",)
+
+
+CALL = ('<|open|>tools<|sep|><|open|>call tool="lookup" index="1"<|sep|><|open|>argument key="q" type="string"<|sep|>'
+        "x<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|>")
+
+LEAKS = [
+    # -- SGLang #33530: a near-miss separator (the model spelled the marker from text tokens) --------
+    Leak("sglang #33530: <|sep| without its >", [("reasoning_content", "2 + 2"),
+         ("content", "<|open|>response<|sep|the answer is 4")], "2 + 2", "the answer is 4"),
+    Leak("variant: the second | missing (<|sep>)", [("reasoning_content", "2 + 2"),
+         ("content", "<|open|>response<|sep>the answer is 4")], "2 + 2", "the answer is 4"),
+    Leak("variant: the first | missing (<sep|>)", [("reasoning_content", "2 + 2"),
+         ("content", "<|open|>response<sep|>the answer is 4")], "2 + 2", "the answer is 4"),
+    Leak("variant: a doubled | (<||sep|>, <|sep||>)", [("reasoning_content", "2 + 2"),
+         ("content", "<|open||>response<||sep|>the answer is 4")], "2 + 2", "the answer is 4"),
+    Leak("variant: spaces inside every marker, no exact marker at all", [("reasoning_content", "2 + 2"),
+         ("content", "<| open |>response<| sep |>the answer is 4<| close |>response<| sep |>")], "2 + 2",
+         "the answer is 4"),
+    Leak("sglang #33530: a truncated sep then a real one, all as content: one sep, the reasoning split off",
+         [("content", "Let me try that.\n<|close|>think<|sep|<|sep|>The answer is 4.")],
+         "Let me try that.\n", "The answer is 4."),
+    Leak("variant: near-miss markers around a leaked call: the call", [("reasoning_content", "look it up"),
+         ("content", CALL.replace("<|open|>tools<|sep|>", "<|open|>tools<|sep|").replace(
+             "<|close|>tools<|sep|>", "<| close |>tools<|sep>"))], "look it up", "", calls=[("lookup", {"q": "x"})]),
+    # -- SGLang #33097: a length cut inside a marker sequence ----------------------------------------
+    Leak("sglang #33097: reasoning cut after <|close|>", [("reasoning_content", "deep thought<|close|>")],
+         "deep thought", "", finish="length"),
+    Leak("sglang #33097: content cut after <|close|>response", [("reasoning_content", "r"),
+         ("content", "the answer<|close|>response")], "r", "the answer", finish="length"),
+    Leak("variant: cut inside the tag name", [("reasoning_content", "deep thought<|close|>thi")],
+         "deep thought", "", finish="length"),
+    Leak("variant: cut inside the sep after the tag name", [("reasoning_content", "r"),
+         ("content", "the answer<|close|>response<|se")], "r", "the answer", finish="length"),
+    Leak("variant: cut right after an open tag", [("reasoning_content", "r"), ("content", "<|open|>response")],
+         "r", "", finish="length"),
+    Leak("variant: a cut in a near-miss marker", [("reasoning_content", "deep thought<| close |>th")],
+         "deep thought", "", finish="length"),
+    # -- senpi #1092: a think close without its separator at the end of visible text -----------------
+    Leak("senpi #1092: <|close|>think and a newline at the end of the answer", [("reasoning_content", "plan"),
+         ("content", "it is done<|close|>think\n")], "plan", "it is done"),
+    Leak("variant: with its sep, at the end", [("reasoning_content", "plan"),
+         ("content", "it is done<|close|>think<|sep|>\n")], "plan", "it is done"),
+    Leak("variant: a space inside and the message close after it", [("reasoning_content", "plan"),
+         ("content", "it is done<| close|> think <|close|>message<|sep|>")], "plan", "it is done"),
+    Leak("variant: the server sent no reasoning", [("content", "it is done<|close|>think\n")], "", "it is done"),
+    Leak("variant: the close itself near-miss (<|close|think)", [("reasoning_content", "plan"),
+         ("content", "it is done<|close|think\n")], "plan", "it is done"),
+    Leak("variant: a doubled | in the close", [("reasoning_content", "plan"),
+         ("content", "it is done<||close|>think")], "plan", "it is done"),
+    Leak("variant: cut inside a near-miss close at a length finish", [("reasoning_content", "plan"),
+         ("content", "the answer<|close|response")], "plan", "the answer", finish="length"),
+    Leak("variant: the first | missing in a cut close", [("reasoning_content", "deep thought<close|>")],
+         "deep thought", "", finish="length"),
+    Leak("sglang #32567: the think close's sep elided before the response", [(
+        "reasoning", "Both returned.<|close|>think<|open|>response<|sep|>Here.<|close|>response<|sep|>"
+                     "<|close|>message<|sep|>")], "Both returned.", "Here."),
+    # -- text stays text (the rows of tests/engines/test_chat_transcripts.py keep theirs) -------------
+    Leak("prose quoting markers stays text, flagged", [("content", "K3 uses <|open|> and <|close|> tokens.")],
+         None, "K3 uses <|open|> and <|close|> tokens.", thinking=False, marked=True),
+    Leak("prose quoting a near-miss stays text, flagged", [("content", "a near-miss like <|sep| is text")],
+         None, "a near-miss like <|sep| is text", thinking=False, marked=True),
+    Leak("a stray think close with the answer after it is no slip at the end: text", [("reasoning_content", "p"),
+         ("content", "one<|close|>think<|sep|>two")], "p", "one<|close|>think<|sep|>two", marked=True),
+    Leak("a quoted close at the end of prose without a cut stays text", [("content", "end a tag with <|close|>")],
+         None, "end a tag with <|close|>", thinking=False, marked=True),
+    Leak("words that only look like markers are never held", [("content", "<sep> and <|opener|> and a <|b")],
+         None, "<sep> and <|opener|> and a <|b", thinking=False),
+]  # fmt: skip
+
+
+def run(chunks: list[dict[str, Any]], *, thinking: bool, tools: tuple[str, ...] = ("lookup",),
+        tool_choice: str | None = None) -> tuple[list[Any], ChatCompletion]:
+    counter = itertools.count()
+    chat = ChatStreamChecker(thinking=thinking, model="k3", tools=tools, tool_choice=tool_choice,
+                             id_factory=lambda: f"k3_{next(counter)}")
+    events: list[Any] = []
+    for chunk in chunks:
+        events += chat.feed(chunk)
+    events += chat.finish(done=True)
+    return events, chat.completion()
+
+
+def chunkings(parts: list[tuple[str, str]], finish: str) -> list[list[dict[str, Any]]]:
+    """The stream as sent, one character per chunk, and every text split in two at every position."""
+    whole = [d({k: v}) for k, v in parts]
+    out = [whole, [d({k: ch}) for k, v in parts for ch in v]]
+    for i, (k, v) in enumerate(parts):
+        for cut in range(1, len(v)):
+            out.append([*whole[:i], d({k: v[:cut]}), d({k: v[cut:]}), *whole[i + 1:]])
+    return [[*c, d({}, finish)] for c in out]
+
+
+def check(events: list[Any], completion: ChatCompletion) -> None:
+    """Deltas join to the completion (so no marker byte streamed that the completion lacks)."""
+    msg = completion.message
+    assert "".join(e.delta for e in events if isinstance(e, ContentDelta)) == msg.content
+    assert "".join(e.delta for e in events if isinstance(e, ReasoningDelta)) == (msg.reasoning_content or "")
+    for done in (e for e in events if isinstance(e, ToolCallDone)):
+        joined = "".join(e.delta for e in events if isinstance(e, ToolCallArgumentsDelta) and e.id == done.id)
+        assert joined == done.arguments_json and json.loads(joined) == done.arguments
+
+
+@pytest.mark.parametrize("row", LEAKS, ids=[r.name for r in LEAKS])
+def test_leaked_markup_at_every_chunking(row: Leak) -> None:
+    for chunks in chunkings(row.parts, row.finish):
+        events, completion = run(chunks, thinking=row.thinking, tools=row.tools)
+        check(events, completion)
+        msg = completion.message
+        assert (msg.reasoning_content, msg.content) == (row.reasoning, row.content), chunks
+        assert [(c.function.name, json.loads(c.function.arguments)) for c in msg.tool_calls or ()] == row.calls
+        assert completion.truncated == (row.finish == "length")
+        assert [i for i in completion.issues if MARKED in i] == ([
+            "the answer holds K3 marker text (<|open|>, <|close|>, <|sep|>, or one spelled a little wrong) that "
+            "could not be read as K3 structure: kept as text"] if row.marked else [])
+
+
+def test_markup_left_in_reasoning_is_named_as_reasoning() -> None:
+    _, completion = run([d({"reasoning_content": "compare <|open|> with <|sep|"}), d({"content": "ok"}, "stop")],
+                        thinking=True)
+    assert completion.message.reasoning_content == "compare <|open|> with <|sep|"
+    assert completion.issues == [
+        "the reasoning holds K3 marker text (<|open|>, <|close|>, <|sep|>, or one spelled a little wrong) that "
+        "could not be read as K3 structure: kept as text"]
+
+
+# -- tool_choice="required": the fallbacks a server sends as content are calls (N29 kind) ---------
+
+REQUIRED = [
+    ("sglang's JSON-array fallback", '[{"name": "lookup", "parameters": {"q": "Paris"}}]', [("lookup", {"q": "Paris"})]),
+    ("a JSON array of two calls", '[{"name": "lookup", "parameters": {"q": "a"}}, {"name": "lookup", "arguments": '
+     '"{\\"q\\": \\"b\\"}"}]', [("lookup", {"q": "a"}), ("lookup", {"q": "b"})]),
+    ("a fenced JSON object", '```json\n{"name": "lookup", "parameters": {"q": "Paris"}}\n```', [("lookup", {"q": "Paris"})]),
+    ("a fenced JSON array, no language, blank around", '\n```\n[{"name": "lookup", "arguments": {"q": "x"}}]\n```\n',
+     [("lookup", {"q": "x"})]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("text", "calls"), [r[1:] for r in REQUIRED], ids=[r[0] for r in REQUIRED])
+def test_required_fallbacks_are_calls_at_every_chunking(text: str, calls: list[tuple[str, dict[str, Any]]]) -> None:
+    for chunks in chunkings([("reasoning_content", "use lookup"), ("content", text)], "stop"):
+        events, completion = run(chunks, thinking=True, tool_choice="required")
+        check(events, completion)
+        got = [(c.function.name, json.loads(c.function.arguments)) for c in completion.message.tool_calls or ()]
+        assert (got, completion.message.content, completion.finish_reason) == (calls, "", "tool_calls")
+
+
+@pytest.mark.parametrize("text", [
+    '[{"name": "lookup", "parameters": {"q": "a"}}, "and more"]',  # not every item a call: the answer
+    '```python\n{"name": "lookup", "parameters": {}}\n```',  # a fence of another language
+    'Here: ```json\n{"name": "lookup", "parameters": {}}\n```',  # text around the fence
+    "[]",
+])  # fmt: skip
+def test_required_content_that_is_not_only_calls_stays_the_answer(text: str) -> None:
+    _, completion = run([d({"content": text}), d({}, "stop")], thinking=False, tool_choice="required")
+    assert (completion.message.content, completion.message.tool_calls) == (text, None)
+
+
+def test_a_required_json_call_with_a_key_twice_is_a_failed_call_never_the_answer() -> None:
+    _, completion = run([d({"content": '[{"name": "lookup", "arguments": "{\\"q\\": \\"a\\", \\"q\\": \\"b\\"}"}]'}),
+                         d({}, "stop")], thinking=False, tool_choice="required")
+    assert completion.message.tool_calls is None and completion.message.content == ""
+    (failed,) = completion.failed_tool_calls
+    assert (failed.name, failed.reason) == (
+        "lookup", "it gives argument 'q' more than once, so which value is meant cannot be told; give each argument once")
+
+
+# -- arguments given twice (dynamo #13654): a failed call the model reads, never last-wins --------
+
+TWICE = [
+    ('{"command": "ls", "command": "rm -rf build"}', "command"),
+    ('{"path": "a", "n": 1, "path": "a"}', "path"),  # even the same value twice
+    ('{"opts": {"x": 1, "x": 2}}', "x"),  # inside a nested object
+]
+
+
+@pytest.mark.parametrize(("arguments", "key"), TWICE)
+def test_a_streamed_call_with_a_key_twice_fails_at_every_chunking(arguments: str, key: str) -> None:
+    for cut in range(len(arguments) + 1):
+        pieces = [p for p in (arguments[:cut], arguments[cut:]) if p]
+        chunks = [d({"tool_calls": [{"index": 0, "id": "c1", "function": {"name": "bash", "arguments": ""}}]}),
+                  *(d({"tool_calls": [{"index": 0, "function": {"arguments": p}}]}) for p in pieces),
+                  d({}, "tool_calls")]
+        _, completion = run(chunks, thinking=False, tools=("bash",))
+        assert completion.message.tool_calls is None
+        (failed,) = completion.failed_tool_calls
+        assert (failed.id, failed.name, failed.arguments) == ("c1", "bash", arguments)
+        assert failed.reason == (f"it gives argument {key!r} more than once, so which value is meant cannot be told; "
+                                 "give each argument once")
+
+
+# -- usage that does not add up: clamped once, said once, an issue of the turn --------------------
+
+USAGE = [
+    ("sglang #32761: cached above prompt", {"prompt_tokens": 120, "completion_tokens": 5, "total_tokens": 125,
+     "prompt_tokens_details": {"cached_tokens": 900}}, (120, 5, 125, 120, 0),
+     ["usage.prompt_tokens_details.cached_tokens was 900, more than prompt_tokens 120: counted as 120"]),
+    ("vercel/ai #19311: reasoning above completion", {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15,
+     "completion_tokens_details": {"reasoning_tokens": 9}}, (10, 5, 15, 0, 5),
+     ["usage.completion_tokens_details.reasoning_tokens was 9, more than completion_tokens 5: counted as 5"]),
+    ("negative counts", {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": -3,
+     "prompt_tokens_details": {"cached_tokens": -7}, "completion_tokens_details": {"reasoning_tokens": -1}},
+     (10, 5, 15, 0, 0), ["usage.total_tokens was -3: counted as 0",
+                         "usage.prompt_tokens_details.cached_tokens was -7: counted as 0",
+                         "usage.completion_tokens_details.reasoning_tokens was -1: counted as 0"]),
+    ("consistent counts: nothing said", {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15,
+     "prompt_tokens_details": {"cached_tokens": 10}, "completion_tokens_details": {"reasoning_tokens": 5}},
+     (10, 5, 15, 10, 5), []),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("usage", "counts", "issues"), [u[1:] for u in USAGE], ids=[u[0] for u in USAGE])
+def test_usage_is_clamped_logged_once_and_an_issue(usage: dict[str, Any], counts: tuple[int, ...], issues: list[str],
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="kimik3"):
+        _, completion = run([d({"content": "hi"}), d({}, "stop"), {"object": "chat.completion.chunk", "choices": [],
+                                                                    "usage": usage}], thinking=False)
+    u = completion.usage
+    assert (u.prompt_tokens, u.completion_tokens, u.total_tokens, u.cached_tokens, u.reasoning_tokens) == counts
+    assert completion.issues == issues
+    said = [r.getMessage() for r in caplog.records if "did not add up" in r.getMessage()]
+    assert said == ([f"kimik3: the server's usage did not add up: {'; '.join(issues)}"] if issues else [])
+
+
+def test_a_negative_prompt_count_is_clamped_and_the_usage_unknown() -> None:
+    _, completion = run([d({"content": "hi"}), d({}, "stop"), {"object": "chat.completion.chunk", "choices": [],
+                        "usage": {"prompt_tokens": -5, "completion_tokens": 2, "total_tokens": 2}}], thinking=False)
+    assert (completion.usage.prompt_tokens, completion.usage.unknown) == (0, True)  # the agent counts itself
+    assert completion.issues == ["usage.prompt_tokens was -5: counted as 0"]
+
+
+# -- issue 40, N08 in chat mode: a tools section left in the text after the answer's calls ----------
+
+RM = CALL.replace('"lookup"', '"bash"').replace('key="q"', 'key="command"').replace(">x<", ">rm -rf build<")
+
+
+def test_a_leaked_tools_section_after_the_servers_calls_is_a_second_one_never_run() -> None:
+    head = [d({"reasoning_content": "plan"}),
+            d({"tool_calls": [{"index": 0, "id": "a", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}]})]
+    for chunks in chunkings([("content", RM)], "tool_calls"):
+        events, completion = run([*head, *chunks], thinking=True, tools=("bash",))
+        check(events, completion)
+        assert [c.function.arguments for c in completion.message.tool_calls or ()] == ['{"command": "ls"}']
+        assert completion.misplaced_tool_calls == ["bash"]
+        assert completion.message.content == RM.removeprefix("<|open|>tools<|sep|>").removesuffix(
+            "<|close|>tools<|sep|>")
+
+
+def test_of_two_leaked_tools_sections_only_the_first_runs() -> None:
+    for chunks in chunkings([("reasoning_content", "plan" + CALL), ("content", RM)], "stop"):
+        events, completion = run(chunks, thinking=True, tools=("lookup", "bash"))
+        check(events, completion)
+        assert [(c.function.name, c.function.arguments) for c in completion.message.tool_calls or ()] == [
+            ("lookup", '{"q": "x"}')]
+        assert (completion.misplaced_tool_calls, completion.message.reasoning_content) == (["bash"], "plan")
+
+
+# -- usage in raw mode: the same clamp, where the codec builds the completion ---------------------
+
+
+@pytest.mark.parametrize(("cached", "want", "issues"), [
+    (900, 99, ["usage.prompt_tokens_details.cached_tokens was 900, more than prompt_tokens 99: counted as 99"]),
+    (-4, 0, ["usage.prompt_tokens_details.cached_tokens was -4: counted as 0"]),
+    (64, 64, []),
+])  # fmt: skip
+async def test_raw_mode_clamps_usage_the_same_way_and_cost_stays_positive(
+        tmp_path: Path, cached: int, want: int, issues: list[str]) -> None:
+    text = "<|open|>response<|sep|>Hello<|close|>response<|sep|><|close|>message<|sep|>"
+    usage = {"prompt_tokens": 99, "completion_tokens": 20, "total_tokens": 119,
+             "prompt_tokens_details": {"cached_tokens": cached}}
+
+    def respond(request: httpx.Request) -> httpx.Response:
+        return sse([{"object": "text_completion", "choices": [{"index": 0, "text": text, "finish_reason": "stop"}]},
+                    {"object": "text_completion", "choices": [], "usage": usage}])
+
+    tok = K3Tokenizer.from_pretrained(write_model_dir(tmp_path / "k3", num_base_tokens=163_584))
+    engine = FakeServer(respond).engine(mode="raw", tokenizer=tok, max_model_len=4096)
+    out = await Client(engine).chat([{"role": "user", "content": "Hi"}], reasoning_effort="none")
+    assert (out.usage.prompt_tokens, out.usage.cached_tokens, out.issues) == (99, want, issues)
+    price = Pricing(input=3.0, cached_input=0.30, output=15.0)
+    assert price.cost(out.usage) == ((99 - want) * 3.0 + want * 0.30 + 20 * 15.0) / 1e6 > 0
+
+
+def test_the_completion_says_the_same_when_asked_twice() -> None:
+    chat = ChatStreamChecker(thinking=False)
+    chat.feed(d({"content": "quote <|open|>"}, "stop"))
+    chat.feed({"object": "chat.completion.chunk", "choices": [],
+               "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7,
+                         "prompt_tokens_details": {"cached_tokens": 6}}})
+    chat.finish(done=True)
+    first, second = chat.completion(), chat.completion()
+    assert first.issues == second.issues == [
+        "the answer holds K3 marker text (<|open|>, <|close|>, <|sep|>, or one spelled a little wrong) that could "
+        "not be read as K3 structure: kept as text",
+        "usage.prompt_tokens_details.cached_tokens was 6, more than prompt_tokens 5: counted as 5"]
+
+
+async def test_raw_mode_says_when_it_counted_a_negative_count_itself(tmp_path: Path) -> None:
+    text = "<|open|>response<|sep|>Hello<|close|>response<|sep|><|close|>message<|sep|>"
+
+    def respond(request: httpx.Request) -> httpx.Response:
+        return sse([{"object": "text_completion", "choices": [{"index": 0, "text": text, "finish_reason": "stop"}]},
+                    {"object": "text_completion", "choices": [],
+                     "usage": {"prompt_tokens": -99, "completion_tokens": 6, "total_tokens": -93}}])
+
+    tok = K3Tokenizer.from_pretrained(write_model_dir(tmp_path / "k3", num_base_tokens=163_584))
+    engine = FakeServer(respond).engine(mode="raw", tokenizer=tok, max_model_len=4096)
+    out = await Client(engine).chat([{"role": "user", "content": "Hi"}], reasoning_effort="none")
+    assert out.usage.prompt_tokens > 0 and out.usage.completion_tokens == 6
+    assert out.issues == [f"usage.prompt_tokens was -99: kimik3 counted {out.usage.prompt_tokens} itself"]

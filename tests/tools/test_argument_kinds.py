@@ -1,0 +1,153 @@
+"""Argument validation kinds from the corpus re-run (issue 40): ``"nan"`` / ``"inf"`` never reach a
+number parameter as non-finite floats (B34), and a path or a command holding U+FFFD, the replacement
+character for bytes that could not be decoded, is a failed call the model reads, never run (N46).
+Through an Agent too: the file is never created, the command never runs.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated, Any
+
+import pytest
+from pydantic import BaseModel, Field
+
+from kimik3 import Agent, ScriptedEngine, ToolArgumentsError, ToolMessage, tool
+from tests.agents.test_agent import answer, calls
+
+FINITE = "Input should be a finite number"
+
+
+@tool
+def scale(factor: float, bounds: list[float] | None = None, weights: dict[str, float] | None = None,
+          big: Annotated[float, Field(allow_inf_nan=True)] = 0.0) -> str:
+    """Scale something.
+
+    Args:
+        factor: the factor.
+        bounds: lower and upper bound.
+        weights: a weight per name.
+        big: a number that may be infinite (the parameter says so).
+    """
+    return f"{factor}"
+
+
+NON_FINITE = [
+    ({"factor": "nan"}, f"factor: {FINITE} (got 'nan')"),  # B34 as reported
+    ({"factor": "inf"}, f"factor: {FINITE} (got 'inf')"),
+    ({"factor": "-Infinity"}, f"factor: {FINITE} (got '-Infinity')"),
+    ({"factor": "NaN"}, f"factor: {FINITE} (got 'NaN')"),
+    ({"factor": math.inf}, f"factor: {FINITE} (got inf)"),  # a Python caller's float
+    ({"factor": 1, "bounds": [0, "inf"]}, f"bounds.1: {FINITE} (got 'inf')"),  # inside a list
+    ({"factor": 1, "weights": {"a": "nan"}}, f"weights.a: {FINITE} (got 'nan')"),  # inside a map
+]
+
+
+@pytest.mark.parametrize(("arguments", "error"), NON_FINITE)
+def test_non_finite_numbers_are_refused(arguments: dict[str, Any], error: str) -> None:
+    with pytest.raises(ToolArgumentsError) as e:
+        scale.validate(arguments)
+    assert str(e.value) == error
+
+
+def test_a_parameter_that_allows_non_finite_numbers_gets_them() -> None:
+    got = scale.validate({"factor": "1e3", "big": "inf"})
+    assert (got["factor"], got["big"]) == (1000.0, math.inf)
+
+
+def test_non_finite_json_text_is_refused_before_validation() -> None:
+    with pytest.raises(ToolArgumentsError, match="beyond the JSON limits"):
+        scale.validate('{"factor": NaN}')
+
+
+class Box(BaseModel):
+    side: float
+
+
+@tool
+def box(b: Box) -> str:
+    """A box."""
+    return "ok"
+
+
+def test_a_pydantic_model_parameter_follows_its_own_config() -> None:
+    # a documented limit: a user's model keeps pydantic's default (allow_inf_nan=True) unless it says otherwise
+    assert math.isnan(box.validate({"b": {"side": "nan"}})["b"].side)
+
+
+@tool
+def write_file(path: str, content: str) -> str:
+    """Write a file."""
+    return "written"
+
+
+@tool
+def bash(command: str, paths: list[str] | None = None) -> str:
+    """Run a command."""
+    return "ran"
+
+
+FFFD = [
+    (write_file, {"path": "src/\ufffd\ufffd.py", "content": "x"}, "path"),  # N46 as reported
+    (write_file, {"path": "\ufffd", "content": ""}, "path"),
+    (bash, {"command": "rm -f 'caf\ufffd.txt'"}, "command"),
+    (bash, {"command": "ls", "paths": ["a", "b\ufffd"]}, "paths"),
+]
+WHY = ("it holds U+FFFD (\ufffd), the replacement character for bytes that could not be decoded: the real characters "
+       "were lost on the way; write the path or command again with its real characters")
+
+
+@pytest.mark.parametrize(("fn", "arguments", "param"), FFFD)
+def test_a_replacement_character_in_a_path_or_command_is_refused(fn: Any, arguments: dict[str, Any],
+                                                                 param: str) -> None:
+    with pytest.raises(ToolArgumentsError) as e:
+        fn.validate(arguments)
+    assert str(e.value) == f"{param}: {WHY}"
+
+
+def test_a_replacement_character_elsewhere_is_text() -> None:
+    assert write_file.validate({"path": "notes.txt", "content": "bad bytes look like \ufffd"})["content"].endswith(
+        "\ufffd")
+
+
+async def test_an_agent_never_runs_the_call_and_the_model_reads_why(tmp_path: Path) -> None:
+    made: list[str] = []
+
+    @tool
+    def write_file(path: str, content: str) -> str:  # the agent's own, writing under tmp_path
+        """Write a file."""
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(content)
+        made.append(path)
+        return "written"
+
+    engine = ScriptedEngine([
+        calls(("write_file", {"path": "src/\ufffd\ufffd.py", "content": "print(1)"}),
+              ("scale", {"factor": "nan"})),
+        answer("gave up"),
+    ])  # fmt: skip
+    result = await Agent(engine=engine, tools=[write_file, scale]).run("write it")
+    assert made == [] and list(tmp_path.iterdir()) == []
+    errors = [m.content for m in result.messages if isinstance(m, ToolMessage)]
+    assert errors == [f"Error: ToolArgumentsError: path: {WHY}",
+                      f"Error: ToolArgumentsError: factor: {FINITE} (got 'nan')"]
+    assert result.degraded and result.output == "gave up"
+
+
+@pytest.mark.parametrize(("name", "arguments"), [
+    ("write_file", {"path": "src/\ufffd\ufffd.py", "content": "print(1)"}),  # N46 as reported
+    ("edit_file", {"path": "caf\ufffd.txt", "old_string": "a", "new_string": "b"}),
+    ("read_file", {"path": "\ufffd"}),
+    ("bash", {"command": "touch 'x\ufffd' && echo made"}),
+])  # fmt: skip
+async def test_the_coding_tools_refuse_it_and_touch_nothing(tmp_path: Path, name: str,
+                                                            arguments: dict[str, Any]) -> None:
+    from kimik3.tools.coding import coding_tools
+
+    (tmp_path / "keep.txt").write_text("a")
+    (fn,) = [t for t in coding_tools(tmp_path) if t.name == name]
+    result = await fn.run(arguments)
+    param = "command" if name == "bash" else "path"
+    assert (result.is_error, result.content) == (True, f"Error: ToolArgumentsError: {param}: {WHY}")
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["keep.txt"]
