@@ -17,7 +17,7 @@ from rich.text import Text
 
 from ._exceptions import APIConnectionError, APITimeoutError, KimiK3Error
 from ._pricing import format_usd
-from ._text import counted, printable
+from ._text import counted, printable, shown_json
 from .agents import (
     AgentEvent,
     CompactionEvent,
@@ -74,7 +74,8 @@ def _arguments(arguments: dict[str, Any]) -> str:
 def _degraded_lines(result: RunResult[Any]) -> list[str]:
     """The calls awaiting approval, and ``degraded: ...`` with the run's issues, for a run whose
     answer is not clean ([] when it is)."""
-    waiting = [f"awaiting approval: {p.name} {_arguments(p.arguments)}  id={p.id}" for p in result.pending_approvals]
+    waiting = [f"awaiting approval: {p.name} {shown_json(p.arguments)}  id={p.id}"  # whole: a person decides on it
+               for p in result.pending_approvals]
     if not result.issues:
         return waiting
     counts = [f"{n} {what} call{'' if n == 1 else 's'}" for n, what in
