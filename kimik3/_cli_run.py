@@ -19,7 +19,7 @@ from ._cli_progress import (
     _Progress,
     _typed_error,
 )
-from ._exceptions import EngineError, KimiK3Error, UserError
+from ._exceptions import EngineError, KimiK3Error, SessionError, UserError
 from ._text import counted, shown_json
 from .agents import (
     Agent,
@@ -29,6 +29,7 @@ from .agents import (
     FinalEvent,
     PendingCall,
     RunResult,
+    SessionLog,
     load_session,
     pending_approvals,
     record_approvals,
@@ -128,6 +129,23 @@ def resume_line(session: str | Path, workspace: str | Path | None = None) -> str
     printed from any folder (absolute paths, shell-quoted; issue 40)."""
     line = f"kimik3 resume {shlex.quote(str(Path(session).resolve()))}"
     return line + (f" -w {shlex.quote(str(Path(workspace).resolve()))}" if workspace is not None else "")
+
+
+def session_workspace(log: SessionLog, given: str | None) -> str:
+    """The workspace a resumed run works in (issue 40): the one the session's header records
+    (``"workspace"``, :class:`~kimik3.harness.CodingHarness` writes it), else ``given`` or ".".
+
+    Raises:
+        SessionError: ``given`` is another directory than the recorded one (both named).
+    """
+    recorded = log.header.get("workspace")
+    if not isinstance(recorded, str):
+        return given if given is not None else "."
+    if given is not None and Path(given).resolve() != Path(recorded):
+        raise SessionError(f"session {log.path} works in {recorded!a}, not in {str(Path(given).resolve())!a}; "
+                           f"nothing was run: continue it there ({resume_line(log.path)}, or with -w "
+                           f"{shlex.quote(recorded)})")
+    return recorded
 
 
 def _interactive() -> bool:

@@ -565,7 +565,7 @@ class Agent(Generic[OutputT]):
             results[i] = decision
             return
         approved[i] = decision
-        context = run.tool_context(call.id, self.add_tools, self.failure_text, self.budgets)
+        context = run.tool_context(call.id, self.add_tools, self.failure_text, self.budgets, self.approval)
         left = run.deadline(self.budgets)  # rounded up to 0.1 s: the error names a readable limit
         limits = [t for t in (tool.timeout, left if left is None else math.ceil(left * 10) / 10) if t is not None]
         result = await tool.run(decision.arguments, context, timeout=min(limits) if limits else None)
