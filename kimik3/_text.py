@@ -10,7 +10,7 @@ import json
 import re
 import unicodedata
 
-__all__ = ["counted", "printable", "shown_json", "visible_text"]
+__all__ = ["counted", "printable", "shown_json", "shown_text", "visible_text"]
 
 _SURROGATE_RE = re.compile("[\ud800-\udfff]")
 
@@ -90,7 +90,13 @@ def shown_json(value: object, *, width: int = 100, indent: str = "    ") -> str:
 
     Example: ``shown_json({"c": "ls\\x1b[8m rm -rf ~"})`` is ``{"c": "ls\\u001b[8m rm -rf ~"}``.
     """
-    units = _units(json.dumps(value, ensure_ascii=False))
+    return shown_text(json.dumps(value, ensure_ascii=False), width=width, indent=indent)
+
+
+def shown_text(text: str, *, width: int = 100, indent: str = "    ") -> str:
+    """``text`` (a call's raw arguments) shown as :func:`shown_json` shows JSON: whole, the
+    characters a terminal would hide or act on escaped, wrapped at ``width``."""
+    units = _units(text)
     lines: list[str] = []
     line: list[str] = []
     size = 0

@@ -19,7 +19,7 @@ from typing import Any
 
 from .._exceptions import UserError
 from .._pricing import format_usd
-from .._text import counted, shown_json
+from .._text import counted, shown_json, shown_text
 from ..types import AssistantMessage, ImagePart, TextPart, ToolCall, ToolMessage, Usage
 from ._approval import pending_call
 from ._deferred import pending_approvals
@@ -208,7 +208,8 @@ def format_session(
             if _text(m.content).strip():
                 out.extend(_clip(_text(m.content), max_lines, "    "))
             for call in m.tool_calls or ():
-                out.append(f"    -> {call.function.name}({call.function.arguments})  id={call.id}")
+                out.append(f"    -> {call.function.name}({shown_text(call.function.arguments, indent=' ' * 8)})  "
+                           f"id={call.id}")
         elif isinstance(m, ToolMessage):
             name = f" {m.name}" if m.name else ""
             out.append(f"[{r.index}] tool{name} result for {m.tool_call_id}")
