@@ -37,6 +37,7 @@ from ..agents import (
     Budgets,
     Defer,
     Deny,
+    FileStore,
     FinalEvent,
     ModelSettings,
     PendingCall,
@@ -182,7 +183,9 @@ class SubAgents(RunHooks):
                                   routing_key=Routing(uuid.uuid4().hex, parent_key))
         path: str | None = None
         self._started += 1
-        if self._session is not None:  # numbered: servers may reuse call ids across turns
+        if self._session is not None and isinstance(self._session.store, FileStore):  # a file beside a file
+            # (a session in a store of the user's has no folder: its children go unrecorded);
+            # numbered: servers may reuse call ids across turns
             safe = re.sub(r"[^A-Za-z0-9._-]", "_", ctx.tool_call_id)[:64]
             parent = Path(self._session.path)
             suffix = f"{self._started}-{safe}" if safe else str(self._started)

@@ -229,3 +229,29 @@ async def test_a_hook_that_defers_a_tool_governs_it_in_sub_agents(tmp_path: Path
     [task_result] = [m.content for m in result.messages if m.role == "tool"]
     assert str(task_result).startswith(f"Error: the user denied this call: {reason}\n[sub-agent: 2 turns, ")
     assert result.stop_reason == "completed"
+
+
+async def test_a_parent_session_in_a_memory_store_leaves_no_child_file_anywhere(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A session kept in a store of the user's has no folder: its sub-agents' sessions are not
+    written beside a made-up path (before: a file ``memory:p.task-1-….jsonl`` in the cwd)."""
+    from kimik3.agents import MemoryStore, SessionLog
+
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+
+    def script(messages: list[Message]) -> str:
+        if is_child(messages):
+            return answer("child done")
+        if not any(m.role == "tool" for m in messages):
+            return calls(("task", {"description": "d", "prompt": "p"}))
+        return answer("done")
+
+    store = MemoryStore("p")
+    agent = CodingHarness(tmp_path, features=FEATURES - {"background", "checkpoints"}).agent(
+        engine=ScriptedEngine(script))
+    result = await agent.run("go", session=store)
+    assert result.output == "done" and list(cwd.iterdir()) == []
+    assert SessionLog.read(store).bodies("child_session") == []
+    assert SessionLog.read(store).header["workspace"] == str(tmp_path.resolve())
