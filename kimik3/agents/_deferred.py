@@ -196,8 +196,9 @@ def read_journal(path: str | os.PathLike[str] | None, messages: Sequence[Message
         SessionError: a record that does not fit (``path:line: ...``): no ``call_id``, a call
             the turn does not have, a ``deferred`` record whose tool name or arguments are not
             exactly the call's (or a second one for the call), a decision on a call never
-            deferred or decided twice, a start without an approval, or a turn whose calls share
-            an id the journal names.
+            deferred or decided twice, an allow or edit whose ``sha256`` is missing or is not
+            that of the arguments that would run (the session changed after the decision), a
+            start without an approval, or a turn whose calls share an id the journal names.
     """
     calls, answered = _last_turn(messages)
     entries = [CallJournal(c, c.id in answered) for c in calls]

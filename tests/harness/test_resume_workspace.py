@@ -76,3 +76,38 @@ def test_another_workspace_is_refused_naming_both(tmp_path: Path) -> None:
     with pytest.raises(SessionError, match=f"works in {str(ws.resolve())!a}, not in {str(other.resolve())!a}"):
         anyio.run(agent.resume, session)
     assert (ws / "marker.txt").exists() and (other / "marker.txt").exists()
+
+
+def test_a_harness_resume_with_approvals_reads_and_locks_the_session_once(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 42 with every hook that reads the session (skills, checkpoints, routing, approvals):
+    before, 4 opens, 2 locks and 8 whole-file reads; now one of each."""
+    import fcntl
+    import os
+
+    session, ws, _ = deferred(tmp_path)
+    [pending] = SessionLog.read(session).records_of("deferred")
+    counts = {"open": 0, "lock": 0, "read": 0}
+    real_open, real_flock, real_seek = os.open, fcntl.flock, os.lseek
+
+    def counting_open(path: object, *args: object, **kwargs: object) -> int:
+        counts["open"] += os.fspath(path) == os.fspath(session)  # type: ignore[arg-type]
+        return real_open(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    def counting_flock(fd: int, op: int) -> None:
+        counts["lock"] += bool(op & fcntl.LOCK_EX)
+        real_flock(fd, op)
+
+    def counting_seek(fd: int, pos: int, how: int) -> int:
+        if (pos, how) == (0, os.SEEK_SET) and os.path.samefile(f"/proc/self/fd/{fd}", session):
+            counts["read"] += 1
+        return real_seek(fd, pos, how)
+
+    agent = CodingHarness(ws, sandbox="none").agent(engine=ScriptedEngine([answer("cleaned")]))
+    monkeypatch.setattr(os, "open", counting_open)
+    monkeypatch.setattr(fcntl, "flock", counting_flock)
+    monkeypatch.setattr(os, "lseek", counting_seek)
+    result = anyio.run(lambda: agent.resume(session, approvals={pending.body["call_id"]: Allow()}))
+    monkeypatch.undo()
+    assert result.output == "cleaned" and not (ws / "marker.txt").exists()
+    assert counts == {"open": 1, "lock": 1, "read": 1}
