@@ -210,3 +210,25 @@ def test_naming_some_calls_leaves_the_others_waiting(tmp_path: Path) -> None:
     assert out.exit_code == 0, out.output
     assert f'still waiting: shell {{"command": "rm -rf build"}}  id={second.id}' in out.output
     assert pending_approvals(session) == [second]
+
+
+def test_an_approved_call_that_finished_before_its_result_was_recorded_is_said_to_have_finished(
+        tmp_path: Path) -> None:
+    """Issue 40 (variant of test_deferred_procs' kill): the journal says the approved call started
+    and finished, its result is missing; resume says it finished, never runs it again."""
+    from kimik3.agents import record_approvals
+
+    session = tmp_path / "s.jsonl"
+    [pending] = deferred(session, "make")
+    record_approvals(session, {pending.id: Allow()})
+    writer = SessionWriter(session)
+    writer.record("tool_started", {"call_id": pending.id, "name": "shell"})
+    writer.record("tool_finished", {"call_id": pending.id, "name": "shell"})
+    writer.close()
+    result = resume(session)
+    assert RAN == [] and result.output == "done"
+    assert [m.content for m in load_session(session) if isinstance(m, ToolMessage)] == [
+        "Error: this call finished, but the run stopped before its result was recorded, so the result is lost; it "
+        "did its work: check its effects instead of calling it again"]
+    assert result.issues == [f"turn 0: the call to 'shell' ({pending.id}) finished, but the run stopped before its result "
+                             "was recorded; it was not run again"]
