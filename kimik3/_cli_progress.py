@@ -4,6 +4,7 @@ the degraded-run report and one-line errors (split out of cli.py)."""
 from __future__ import annotations
 
 import json
+import shlex
 import time
 from pathlib import Path
 from typing import Any, Protocol
@@ -69,6 +70,22 @@ def _preview(result: ToolResult) -> str:
 def _arguments(arguments: dict[str, Any]) -> str:
     text = json.dumps(arguments, ensure_ascii=False)
     return text if len(text) <= ARGUMENTS_CHARS else text[:ARGUMENTS_CHARS] + "..."
+
+
+def resume_line(session: str | Path, workspace: str | Path | None = None) -> str:
+    """``kimik3 resume /abs/session [-w /abs/workspace]``: a "continue with" line that runs as
+    printed from any folder (absolute paths, shell-quoted; issue 40)."""
+    line = f"kimik3 resume {shlex.quote(str(Path(session).resolve()))}"
+    return line + (f" -w {shlex.quote(str(Path(workspace).resolve()))}" if workspace is not None else "")
+
+
+def _next_lines(result: RunResult[Any] | None, session: Path | None) -> list[str]:
+    """What to run next, as printed runnable lines: a run stopped for approvals names the
+    ``approve`` and ``resume`` commands of its session (issue 40)."""
+    if result is None or session is None or result.stop_reason != "approval_required":
+        return []
+    where = shlex.quote(str(Path(session).resolve()))
+    return [f"decide with: kimik3 approve {where}", f"continue with: {resume_line(session)}"]
 
 
 def _degraded_lines(result: RunResult[Any]) -> list[str]:
@@ -185,6 +202,8 @@ class _PlainProgress:
                        f"{result.usage.total_tokens} tokens{_spend(result.usage, result.cost)}")
         if session is not None:
             self._echo(f"session: {session}")
+        for line in _next_lines(result, session):
+            self._echo(line)
 
     def error(self, e: BaseException) -> None:
         click.echo(f"error: {_one_line(e)}", err=True)
@@ -315,6 +334,8 @@ class _RichProgress:
                              f"{result.usage.total_tokens:,} tokens{spend}", style="dim"))
         if session is not None:
             self._print(Text(f"session: {session}", style="dim"))
+        for line in _next_lines(result, session):
+            self._print(Text(line))
 
     def error(self, e: BaseException) -> None:
         Console(stderr=True).print(Text(f"error: {_one_line(e)}", style="bold red"))

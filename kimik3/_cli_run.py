@@ -18,6 +18,7 @@ from ._cli_progress import (
     _PlainProgress,
     _Progress,
     _typed_error,
+    resume_line,
 )
 from ._exceptions import EngineError, KimiK3Error, SessionError, UserError
 from ._text import counted, shown_json
@@ -122,13 +123,6 @@ def _drop_unanswered(session: Path) -> None:
             session.unlink()
     except (KimiK3Error, OSError):
         pass  # unreadable or already gone: leave it as it is
-
-
-def resume_line(session: str | Path, workspace: str | Path | None = None) -> str:
-    """``kimik3 resume /abs/session [-w /abs/workspace]``: a "continue with" line that runs as
-    printed from any folder (absolute paths, shell-quoted; issue 40)."""
-    line = f"kimik3 resume {shlex.quote(str(Path(session).resolve()))}"
-    return line + (f" -w {shlex.quote(str(Path(workspace).resolve()))}" if workspace is not None else "")
 
 
 def session_workspace(log: SessionLog, given: str | None) -> str:
