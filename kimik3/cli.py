@@ -87,6 +87,7 @@ from ._cli_progress import (
     _PlainProgress,
     _progress,
     _typed_error,
+    resume_line,
 )
 from ._cli_run import (
     _drive,
@@ -96,7 +97,6 @@ from ._cli_run import (
     _read_task,
     _start,
     approve_command,
-    resume_line,
     session_workspace,
 )
 from ._cli_serve import serve
