@@ -488,7 +488,7 @@ class Agent(Generic[OutputT]):
         async def one(call: ToolCall, i: int) -> None:
             try:
                 await self._one_tool(run, call, results, approved, i)
-                if results[i] is not None:  # journaled now: the results are appended when all calls end
+                if approved[i] is not None and results[i] is not None:  # it ran: journaled as it ends
                     finished(run, call)
             except (KeyboardInterrupt, SystemExit) as e:
                 # Not raised in this child task: asyncio would re-raise it out of its loop at

@@ -128,8 +128,7 @@ def finished_unrecorded() -> ToolFailure:
     """A call had returned (journaled ``tool_finished``: :mod:`kimik3.agents._deferred`) when its
     run stopped, before its result was recorded; it is not run again (issue 40)."""
     return ToolFailure("interrupted", "this call finished, but the run stopped before its result was recorded, so "
-                                      "the result is lost; it did its work: check its effects instead of calling it "
-                                      "again")
+                                      "the result is lost: check what it did before calling it again")
 
 
 def orphaned(why: str) -> ToolFailure:

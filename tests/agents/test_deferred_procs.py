@@ -205,8 +205,8 @@ def test_kill_9_after_a_call_finished_before_its_result_was_recorded(work: Path)
     assert result["stop_reason"] == "completed"
     assert effects(work) == ["hello"]  # never run again
     assert results_for(session, "write_line") == [
-        "Error: this call finished, but the run stopped before its result was recorded, so the result is lost; it "
-        "did its work: check its effects instead of calling it again"]
+        "Error: this call finished, but the run stopped before its result was recorded, so the result is lost: "
+        "check what it did before calling it again"]
     assert results_for(session, "note") == [
         "Error: the run stopped before this call's result was recorded; whether it ran, and how far, is unknown: "
         "check before calling it again"]

@@ -228,7 +228,22 @@ def test_an_approved_call_that_finished_before_its_result_was_recorded_is_said_t
     result = resume(session)
     assert RAN == [] and result.output == "done"
     assert [m.content for m in load_session(session) if isinstance(m, ToolMessage)] == [
-        "Error: this call finished, but the run stopped before its result was recorded, so the result is lost; it "
-        "did its work: check its effects instead of calling it again"]
+        "Error: this call finished, but the run stopped before its result was recorded, so the result is lost: "
+        "check what it did before calling it again"]
     assert result.issues == [f"turn 0: the call to 'shell' ({pending.id}) finished, but the run stopped before its result "
                              "was recorded; it was not run again"]
+
+
+def test_only_calls_that_ran_are_journaled_finished(tmp_path: Path) -> None:
+    """A denied call never ran: a crash before its result must not make resume say it finished."""
+    from kimik3 import Deny
+
+    session = tmp_path / "s.jsonl"
+    agent = Agent(tools=[shell], engine=ScriptedEngine([turn("ls", "rm -rf ~"), "done"]),
+                  approval=lambda call: Deny("no") if "rm" in call.arguments["command"] else Allow())
+    assert anyio.run(lambda: agent.run("go", session=session)).output == "done"
+    [assistant] = [m for m in load_session(session) if m.role == "assistant" and m.tool_calls]
+    ran = next(c.id for c in assistant.tool_calls or () if "ls" in c.function.arguments)
+    assert [r.body for r in read_session_records(session) if r.kind == "tool_finished"] == [
+        {"call_id": ran, "name": "shell"}]
+    assert RAN == ["ls"]
