@@ -141,8 +141,9 @@ class SessionRecord:
     body: Any = None
 
 
-def _message_record(path: Path, number: int, raw: str, data: dict[str, Any], index: int,
-                    message: Message | None) -> SessionRecord:
+def _message_record(number: int, raw: str, data: dict[str, Any], index: int, message: Message | None) -> SessionRecord:
+    """A ``message`` record (its usage, cost and finish reason checked); ``message``: the typed
+    message when the writer has it (else parsed from ``data``)."""
     usage = Usage.model_validate(data["usage"]) if "usage" in data else None
     cost, finish = data.get("cost"), data.get("finish_reason")
     if cost is not None and (isinstance(cost, bool) or not isinstance(cost, (int, float))):
@@ -241,7 +242,7 @@ class SessionLog:
         kind = next(iter(record), "")
         try:
             if "message" in record:
-                entry = _message_record(self.path, number, text, record, self._indexed, message)
+                entry = _message_record(number, text, record, self._indexed, message)
                 assert entry.message is not None
                 self._indexed += 1
                 self.messages.append(entry.message)
