@@ -4,6 +4,7 @@ the degraded-run report and one-line errors (split out of cli.py)."""
 from __future__ import annotations
 
 import json
+import shlex
 import time
 from pathlib import Path
 from typing import Any, Protocol
@@ -17,7 +18,7 @@ from rich.text import Text
 
 from ._exceptions import APIConnectionError, APITimeoutError, KimiK3Error
 from ._pricing import format_usd
-from ._text import counted, printable
+from ._text import counted, printable, shown_json
 from .agents import (
     AgentEvent,
     CompactionEvent,
@@ -72,10 +73,27 @@ def _arguments(arguments: dict[str, Any]) -> str:
     return text if len(text) <= ARGUMENTS_CHARS else text[:ARGUMENTS_CHARS] + "..."
 
 
+def resume_line(session: str | Path, workspace: str | Path | None = None) -> str:
+    """``kimik3 resume /abs/session [-w /abs/workspace]``: a "continue with" line that runs as
+    printed from any folder (absolute paths, shell-quoted; issue 40)."""
+    line = f"kimik3 resume {shlex.quote(str(Path(session).resolve()))}"
+    return line + (f" -w {shlex.quote(str(Path(workspace).resolve()))}" if workspace is not None else "")
+
+
+def _next_lines(result: RunResult[Any] | None, session: Path | None) -> list[str]:
+    """What to run next, as printed runnable lines: a run stopped for approvals names the
+    ``approve`` and ``resume`` commands of its session (issue 40)."""
+    if result is None or session is None or result.stop_reason != "approval_required":
+        return []
+    where = shlex.quote(str(Path(session).resolve()))
+    return [f"decide with: kimik3 approve {where}", f"continue with: {resume_line(session)}"]
+
+
 def _degraded_lines(result: RunResult[Any]) -> list[str]:
     """The calls awaiting approval, and ``degraded: ...`` with the run's issues, for a run whose
     answer is not clean ([] when it is)."""
-    waiting = [f"awaiting approval: {p.name} {_arguments(p.arguments)}  id={p.id}" for p in result.pending_approvals]
+    waiting = [f"awaiting approval: {p.name} {shown_json(p.arguments)}  id={p.id}"  # whole: a person decides on it
+               for p in result.pending_approvals]
     trip = result.guardrail
     if trip is not None:
         waiting.append(f"guardrail {printable(trip.name)!r} ({trip.stage})" + (f": {printable(trip.message)}"
@@ -189,6 +207,8 @@ class _PlainProgress:
                        f"{result.usage.total_tokens} tokens{_spend(result.usage, result.cost)}")
         if session is not None:
             self._echo(f"session: {session}")
+        for line in _next_lines(result, session):
+            self._echo(line)
 
     def error(self, e: BaseException) -> None:
         click.echo(f"error: {_one_line(e)}", err=True)
@@ -319,6 +339,8 @@ class _RichProgress:
                              f"{result.usage.total_tokens:,} tokens{spend}", style="dim"))
         if session is not None:
             self._print(Text(f"session: {session}", style="dim"))
+        for line in _next_lines(result, session):
+            self._print(Text(line))
 
     def error(self, e: BaseException) -> None:
         Console(stderr=True).print(Text(f"error: {_one_line(e)}", style="bold red"))

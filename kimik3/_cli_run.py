@@ -4,6 +4,7 @@ driving the run with progress, exit codes, and ``kimik3 approve`` (split out of 
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 import time
 from collections.abc import Callable, Coroutine
@@ -14,19 +15,22 @@ import anyio
 import click
 
 from ._cli_progress import (
-    _arguments,
     _PlainProgress,
     _Progress,
     _typed_error,
+    resume_line,
 )
-from ._exceptions import EngineError, KimiK3Error, UserError
+from ._exceptions import EngineError, KimiK3Error, SessionError, UserError
+from ._text import counted, shown_json
 from .agents import (
     Agent,
     Allow,
     Deny,
     Edit,
     FinalEvent,
+    PendingCall,
     RunResult,
+    SessionLog,
     load_session,
     pending_approvals,
     record_approvals,
@@ -121,20 +125,58 @@ def _drop_unanswered(session: Path) -> None:
         pass  # unreadable or already gone: leave it as it is
 
 
+def session_workspace(log: SessionLog, given: str | None) -> str:
+    """The workspace a resumed run works in (issue 40): the one the session's header records
+    (``"workspace"``, :class:`~kimik3.harness.CodingHarness` writes it), else ``given`` or ".".
+
+    Raises:
+        SessionError: ``given`` is another directory than the recorded one (both named).
+    """
+    recorded = log.header.get("workspace")
+    if not isinstance(recorded, str):
+        return given if given is not None else "."
+    if given is not None and Path(given).resolve() != Path(recorded):
+        raise SessionError(f"session {log.path} works in {recorded!a}, not in {str(Path(given).resolve())!a}; "
+                           f"nothing was run: continue it there ({resume_line(log.path)}, or with -w "
+                           f"{shlex.quote(recorded)})")
+    return recorded
+
+
+def _interactive() -> bool:
+    return sys.stdin.isatty()
+
+
+def _ask(pending: list[PendingCall], decisions: dict[str, Allow | Deny | Edit]) -> None:
+    """Ask the person at the terminal about each call in turn, showing its whole arguments."""
+    for p in pending:
+        click.echo(f"{p.name} {shown_json(p.arguments)}  id={p.id}", err=True)
+        answer = click.prompt("run this call? (y: approve, n: deny, s: leave it waiting)",
+                              type=click.Choice(["y", "n", "s"]), err=True)
+        if answer != "s":
+            decisions[p.id] = Allow() if answer == "y" else Deny()
+
+
 @click.command(name="approve")
 @click.argument("session", type=click.Path(exists=True, dir_okay=False))
+@click.option("--allow", multiple=True, metavar="ID", help="Approve this call (repeatable).")
 @click.option("--deny", multiple=True, metavar="ID", help="Deny this call (repeatable); the model reads the reason.")
 @click.option("--reason", multiple=True, metavar="R",
               help="Why: one for every --deny, or one per --deny in their order (default: denied by the user).")
 @click.option("--edit", nargs=2, multiple=True, metavar="ID JSON",
               help="Run this call with these arguments instead, a JSON object (repeatable); the model is told.")
+@click.option("--all", "all_", is_flag=True,
+              help="Approve every waiting call not named by --deny or --edit (read them first: kimik3 show SESSION).")
 @click.pass_context
-def approve_command(ctx: click.Context, session: str, deny: tuple[str, ...], reason: tuple[str, ...],
-                    edit: tuple[tuple[str, str], ...]) -> None:
+def approve_command(ctx: click.Context, session: str, allow: tuple[str, ...], deny: tuple[str, ...],
+                    reason: tuple[str, ...], edit: tuple[tuple[str, str], ...], all_: bool) -> None:
     """Decide the tool calls that SESSION's run deferred for approval (a Defer() of its approval
-    hook; `kimik3 show SESSION` lists them): each is approved, unless denied (--deny) or run
-    with other arguments (--edit). The decisions are recorded in SESSION; `kimik3 resume SESSION`
-    then runs each approved call once and the model sees the denials. Exits 1 when no call awaits.
+    hook; `kimik3 show SESSION` lists them, whole): approve (--allow), deny (--deny) or run with
+    other arguments (--edit) each by its id. Without ids it asks about each call at a terminal,
+    and elsewhere approves only with --all; calls left undecided keep waiting. The decisions are
+    recorded in SESSION, each bound to the arguments shown (a call changed afterwards is refused);
+    `kimik3 resume SESSION` then runs each approved call once and the model sees the denials.
+    Exits 1 when no call awaits, 2 for an id that does not wait or is named twice, or for no
+    decision at all without a terminal or --all.
     """
     plain = _PlainProgress()
     try:
@@ -146,12 +188,12 @@ def approve_command(ctx: click.Context, session: str, deny: tuple[str, ...], rea
         plain.error(UserError(f"no tool call awaits approval in {session}"))
         ctx.exit(1)
     ids = [p.id for p in pending]
-    named = [*deny, *(i for i, _ in edit)]
+    named = [*allow, *deny, *(i for i, _ in edit)]
     for call_id in named:
         if call_id not in ids:
             raise click.UsageError(f"no call {call_id!r} awaits approval in {session}; awaiting: {', '.join(ids)}")
         if named.count(call_id) > 1:
-            raise click.UsageError(f"call {call_id!r} is named twice (--deny / --edit)")
+            raise click.UsageError(f"call {call_id!r} is named twice (--allow / --deny / --edit)")
     if len(reason) not in (0, 1, len(deny)):
         raise click.UsageError(f"give one --reason for all {len(deny)} --deny, or one per --deny")
     reasons = dict(zip(deny, reason if len(reason) == len(deny) else reason * len(deny), strict=False))
@@ -166,16 +208,26 @@ def approve_command(ctx: click.Context, session: str, deny: tuple[str, ...], rea
         decisions[call_id] = Edit(arguments)
     for call_id in deny:
         decisions[call_id] = Deny(reasons[call_id]) if call_id in reasons else Deny()
+    for call_id in allow:
+        decisions[call_id] = Allow()
+    rest = [p for p in pending if p.id not in decisions]
+    if all_:
+        decisions.update((p.id, Allow()) for p in rest)
+    elif rest and not named:
+        if not _interactive():
+            raise click.UsageError(f"{counted(len(rest), 'call')} await approval in {session}: decide each by its id "
+                                   "(--allow ID, --deny ID, --edit ID JSON), or approve them all with --all after "
+                                   f"reading them (kimik3 show {session})")
+        _ask(rest, decisions)
+    if decisions:
+        try:
+            record_approvals(session, decisions)
+        except KimiK3Error as e:
+            plain.error(e)
+            ctx.exit(1)
     for p in pending:
-        decisions.setdefault(p.id, Allow())
-    try:
-        record_approvals(session, decisions)
-    except KimiK3Error as e:
-        plain.error(e)
-        ctx.exit(1)
-    for p in pending:
-        d = decisions[p.id]
-        what = ("denied" if isinstance(d, Deny) else f"edited to {_arguments(d.arguments)}" if isinstance(d, Edit)
-                else "approved")
-        plain.note(f"{what}: {p.name} {_arguments(p.arguments)}  id={p.id}")
-    plain.note(f"continue with: kimik3 resume {session}")
+        d = decisions.get(p.id)
+        what = ("still waiting" if d is None else "denied" if isinstance(d, Deny)
+                else f"edited to {shown_json(d.arguments)}" if isinstance(d, Edit) else "approved")
+        plain.note(f"{what}: {p.name} {shown_json(p.arguments)}  id={p.id}")
+    plain.note(f"continue with: {resume_line(session)}")

@@ -1,13 +1,16 @@
 """Text helpers shared by messages, tools and the CLI: visible escapes for lone surrogates
-(:func:`visible_text`), terminal-safe model text (:func:`printable`) and counts with their noun
+(:func:`visible_text`), terminal-safe model text (:func:`printable`), whole escaped JSON for a
+person to decide on (:func:`shown_json`) and counts with their noun
 (:func:`counted`: ``1 turn``, ``2 turns``). A leaf module: it
 imports nothing of kimik3."""
 
 from __future__ import annotations
 
+import json
 import re
+import unicodedata
 
-__all__ = ["counted", "printable", "visible_text"]
+__all__ = ["counted", "printable", "shown_json", "shown_text", "visible_text"]
 
 _SURROGATE_RE = re.compile("[\ud800-\udfff]")
 
@@ -60,3 +63,48 @@ def counted(count: int, noun: str) -> str:
     """``count`` and ``noun``, the noun plural (an ``s`` added) unless the count is 1:
     ``counted(1, "turn") == "1 turn"``, ``counted(0, "tool call") == "0 tool calls"``."""
     return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+_HIDDEN = frozenset({"Cc", "Cf", "Co", "Cs", "Cn", "Zl", "Zp"})  # controls, format (bidi, zero-width), unassigned
+
+
+def _units(text: str) -> list[str]:
+    """``text``'s characters, each one a terminal would not show as itself as its ``\\uXXXX``
+    escape (``\\UXXXXXXXX`` beyond the BMP)."""
+    out = []
+    for c in text:
+        if unicodedata.category(c) in _HIDDEN:
+            code = ord(c)
+            out.append(f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}")
+        else:
+            out.append(c)
+    return out
+
+
+def shown_json(value: object, *, width: int = 100, indent: str = "    ") -> str:
+    """``value`` as JSON a person can check before deciding on it (issue 40): whole, never cut;
+    every character a terminal would hide or act on (controls, escape sequences, bidirectional
+    overrides, zero-width and other format characters, lone surrogates) escaped as ``\\uXXXX``;
+    wrapped into lines of at most ``width`` characters, the continuation lines indented with
+    ``indent`` (and joined by ``\\n``).
+
+    Example: ``shown_json({"c": "ls\\x1b[8m rm -rf ~"})`` is ``{"c": "ls\\u001b[8m rm -rf ~"}``.
+    """
+    return shown_text(json.dumps(value, ensure_ascii=False), width=width, indent=indent)
+
+
+def shown_text(text: str, *, width: int = 100, indent: str = "    ") -> str:
+    """``text`` (a call's raw arguments) shown as :func:`shown_json` shows JSON: whole, the
+    characters a terminal would hide or act on escaped, wrapped at ``width``."""
+    units = _units(text)
+    lines: list[str] = []
+    line: list[str] = []
+    size = 0
+    for unit in units:
+        if size + len(unit) > width and line:
+            lines.append("".join(line))
+            line, size = [], 0
+        line.append(unit)
+        size += len(unit)
+    lines.append("".join(line))
+    return ("\n" + indent).join(lines)

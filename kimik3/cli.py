@@ -87,8 +87,18 @@ from ._cli_progress import (
     _PlainProgress,
     _progress,
     _typed_error,
+    resume_line,
 )
-from ._cli_run import _drive, _drop_unanswered, _execute, _new_session_path, _read_task, _start, approve_command
+from ._cli_run import (
+    _drive,
+    _drop_unanswered,
+    _execute,
+    _new_session_path,
+    _read_task,
+    _start,
+    approve_command,
+    session_workspace,
+)
 from ._cli_serve import serve
 from ._exceptions import KimiK3Error
 from ._text import printable
@@ -96,6 +106,7 @@ from .agents import (
     Agent,
     RunHooks,
     RunResult,
+    SessionLog,
     fork_session,
     format_session,
     load_session,
@@ -289,7 +300,7 @@ def run(ctx: click.Context, /, task: str, workspace: str, session: str | None, *
     o = _options(params)
     task = _read_task(task)
     if session is not None and Path(session).exists() and Path(session).stat().st_size > 0:
-        raise click.UsageError(f"{session} already holds a session; continue it with: kimik3 resume {session}")
+        raise click.UsageError(f"{session} already holds a session; continue it with: {resume_line(session)}")
     path = Path(session) if session is not None else _new_session_path()
     ctx.exit(_run_agent(o, workspace, task, [], path))
 
@@ -297,15 +308,16 @@ def run(ctx: click.Context, /, task: str, workspace: str, session: str | None, *
 @main.command()
 @click.argument("session", type=click.Path(exists=True, dir_okay=False))
 @click.argument("task", required=False)
-@click.option("--workspace", "-w", type=click.Path(exists=True, file_okay=False), default=".", show_default=True,
-              help="The directory the coding tools work in.")
+@click.option("--workspace", "-w", type=click.Path(exists=True, file_okay=False),
+              help="The directory the coding tools work in (default: the one SESSION records; a different one "
+                   "is refused).")
 @click.option("--at", "at", type=int, metavar="N",
               help="Fork: continue from message N (as `kimik3 show` numbers them) in a new session; "
                    "SESSION is left untouched.")
 @_engine_options
 @harness_options
 @click.pass_context
-def resume(ctx: click.Context, /, session: str, task: str | None, workspace: str, at: int | None,
+def resume(ctx: click.Context, /, session: str, task: str | None, workspace: str | None, at: int | None,
            **params: Any) -> None:  # fmt: skip
     """Continue the session in SESSION, with TASK as a new request if given.
 
@@ -322,7 +334,8 @@ def resume(ctx: click.Context, /, session: str, task: str | None, workspace: str
             forked = fork_session(session, at, _new_session_path())
             click.echo(f"forked {session} at message {at} into {forked}", err=True)
             session = str(forked)
-        history = load_session(session)
+        log = SessionLog.read(session)
+        history, workspace = log.messages, session_workspace(log, workspace)
     except KimiK3Error as e:
         progress.error(e)
         ctx.exit(1)

@@ -51,7 +51,8 @@ async def test_show_strips_control_sequences_as_run_does(tmp_path: Path) -> None
         assert shown.exit_code == 0, shown.output
         out = shown.output
         assert not _ESCAPES.search(out), [c for c in out if _ESCAPES.match(c)]
-        texts = [line for line in out.splitlines() if "->" not in line]  # a call's arguments are JSON: escaped
+        texts = [line for line in out.splitlines()  # a call's arguments are JSON: escaped (its wrapped
+                 if "->" not in line and not line.startswith(" " * 8)]  # continuation lines too, indented 8)
         assert not [t for t in texts if "evil.example" in t or "cm0gLXJmIH4" in t or "QQ==" in t or "52;" in t]
         assert f"user {CLEAN}" in out and f"text {CLEAN}" in out and f"final {CLEAN}" in out
         assert f"    {CLEAN}" in out  # the tool's result

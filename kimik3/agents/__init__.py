@@ -4,7 +4,7 @@ vocabulary, so consumers never import :mod:`kimik3.formats`)."""
 
 from ._agent import Agent
 from ._deferred import pending_approvals, record_approvals
-from ._fork import SessionRecord, fork_session, format_session, read_session_records
+from ._fork import fork_session, format_session
 from ._guardrails import (
     Guardrail,
     GuardrailResult,
@@ -18,7 +18,8 @@ from ._guardrails import (
 from ._hooks import RunHooks
 from ._prefix import PrefixStats, prefix_stats
 from ._prompts import CODING_INSTRUCTIONS, SUMMARY_INSTRUCTIONS
-from ._session import SessionWriter, load_session
+from ._session import SessionLog, SessionRecord, SessionWriter, load_session, read_session_records
+from ._session_store import FileStore, MemoryStore, SessionStore
 from ._types import (
     AgentEvent,
     Allow,
@@ -66,19 +67,23 @@ __all__ = [
     "Defer",
     "Deny",
     "Edit",
+    "FileStore",
     "Final",
     "FinalEvent",
     "Guardrail",
     "GuardrailResult",
     "GuardrailStage",
     "GuardrailTrip",
+    "MemoryStore",
     "ModelSettings",
     "PendingCall",
     "PrefixStats",
     "ReasoningDelta",
     "RunHooks",
     "RunResult",
+    "SessionLog",
     "SessionRecord",
+    "SessionStore",
     "SessionWriter",
     "StopReason",
     "ToolCallApprovedEvent",

@@ -72,7 +72,7 @@ from ._checks import (
     unrun_note,
 )
 from ._cut import cut_outcome
-from ._deferred import Approvals, decide, prepare_resume, settle
+from ._deferred import Approvals, decide, finished, prepare_resume, settle
 from ._dynamic import Toolbox, dynamic_names, restore_declared, undeclared
 from ._guardrails import Guardrail, Guards, merge_guardrails
 from ._history import nothing_to_do, prune_images, result_message
@@ -81,7 +81,7 @@ from ._overflow import fitted_turn
 from ._prompts import SUMMARY_INSTRUCTIONS
 from ._routing import RoutingKey, check_routing_key, conversation_routing
 from ._run import _Run
-from ._session import SessionWriter, load_session
+from ._session import SessionWriter, Source
 from ._tokens import RunTokens
 from ._types import (
     AgentEvent,
@@ -257,7 +257,7 @@ class Agent(Generic[OutputT]):
         task: str | Sequence[TextPart | ImagePart] | None = None,
         *,
         messages: list[Message] | None = None,
-        session: str | os.PathLike[str] | None = None,
+        session: Source | None = None,
         settings: ModelSettings | None = None,
         guardrails: Sequence[Guardrail] | None = None,
     ) -> RunResult[OutputT]:
@@ -270,7 +270,8 @@ class Agent(Generic[OutputT]):
                 OpenAI-shaped dicts (``{"role": "user", "content": "hi"}``) are converted to
                 typed messages in place, as :meth:`Client.chat` converts them.
             session: a JSONL file that receives every message as it happens (its directory must
-                exist; the run holds an exclusive lock on it, see :class:`SessionWriter`).
+                exist; the run holds an exclusive lock on it, see :class:`SessionWriter`), or a
+                :class:`~kimik3.agents.SessionStore` keeping the session elsewhere.
             settings: this run's :class:`~kimik3.ModelSettings`: the fields it sets win over the
                 agent's (which win over the client's and the card's) for this run only.
             guardrails: this run's guardrails, merged over the agent's (one of the same name
@@ -299,7 +300,7 @@ class Agent(Generic[OutputT]):
         return result
 
     async def resume(
-        self, path: str | os.PathLike[str], task: str | None = None, *, settings: ModelSettings | None = None,
+        self, path: Source, task: str | None = None, *, settings: ModelSettings | None = None,
         approvals: Approvals | None = None, guardrails: Sequence[Guardrail] | None = None,
     ) -> RunResult[OutputT]:
         """Continue the session recorded in ``path`` (appending to it).
@@ -317,29 +318,41 @@ class Agent(Generic[OutputT]):
             SessionError: an unreadable session file (the line is named), or one another run is
                 writing (the holder is named). A torn last line of a crash is dropped, never an error.
         """
-        prepare_resume(path, approvals or {}, task)
-        history = load_session(path)
-        return await self.run(task, messages=history, session=path, settings=settings, guardrails=guardrails)
+        writer = SessionWriter(path, create=False)  # the run's writer: the one read and lock of a resume
+        try:
+            prepare_resume(writer, approvals or {}, task)
+        except BaseException:
+            writer.close()
+            raise
+        return await self.run(task, messages=list(writer.messages), session=writer, settings=settings,  # type: ignore[arg-type]
+                              guardrails=guardrails)
 
     async def run_stream(
         self,
         task: str | Sequence[TextPart | ImagePart] | None = None,
         *,
         messages: list[Message] | None = None,
-        session: str | os.PathLike[str] | None = None,
+        session: Source | None = None,
         settings: ModelSettings | None = None,
         guardrails: Sequence[Guardrail] | None = None,
     ) -> AsyncIterator[AgentEvent]:
         """:meth:`run`, yielding :data:`AgentEvent` s; the last one is a :class:`FinalEvent`."""
-        check_instance("run(settings=...)", settings, ModelSettings, "a ModelSettings")
-        run_guardrails = merge_guardrails(self.guardrails, guardrails)
+        writer = session if isinstance(session, SessionWriter) else None  # resume's: read once, before approvals
+        try:
+            check_instance("run(settings=...)", settings, ModelSettings, "a ModelSettings")
+            run_guardrails = merge_guardrails(self.guardrails, guardrails)
+            history = run_messages(messages, session)
+            user = task_message(task) if task is not None else None
+            if user is None and (why := nothing_to_do(history)):
+                raise UserError(why)
+        except BaseException:
+            if writer is not None:
+                writer.close()
+            raise
         run_settings = AGENTIC_SETTINGS.merged(self.client.settings).merged(self.settings).merged(settings)
-        history = run_messages(messages, session)
-        user = task_message(task) if task is not None else None
-        if user is None and (why := nothing_to_do(history)):
-            raise UserError(why)
-        writer = None
-        if session is not None:
+        if writer is not None:
+            writer.continues(history)
+        elif session is not None:
             header = {"instructions": self.instructions, "tools": sorted(self.tools), **self.hooks.session_header()}
             writer = SessionWriter.for_run(session, header, history)
         run = _Run(history, writer, self.deps, RunTokens(self._tokenizer, self.client), run_settings)
@@ -495,6 +508,8 @@ class Agent(Generic[OutputT]):
         async def one(call: ToolCall, i: int) -> None:
             try:
                 await self._one_tool(run, call, results, approved, i)
+                if approved[i] is not None and results[i] is not None:  # it ran: journaled as it ends
+                    finished(run, call)
             except (KeyboardInterrupt, SystemExit) as e:
                 # Not raised in this child task: asyncio would re-raise it out of its loop at
                 # once, skipping the loop's clean shutdown. The run's own task raises it below.
@@ -574,7 +589,7 @@ class Agent(Generic[OutputT]):
             results[i] = blocked
             return
         approved[i] = decision
-        context = run.tool_context(call.id, self.add_tools, self.failure_text, self.budgets)
+        context = run.tool_context(call.id, self.add_tools, self.failure_text, self.budgets, self.approval)
         left = run.deadline(self.budgets)  # rounded up to 0.1 s: the error names a readable limit
         limits = [t for t in (tool.timeout, left if left is None else math.ceil(left * 10) / 10) if t is not None]
         result = await tool.run(decision.arguments, context, timeout=min(limits) if limits else None)

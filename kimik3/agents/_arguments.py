@@ -18,6 +18,8 @@ from ..engines import Engine
 from ..formats.k3 import K3Tokenizer
 from ..types import AssistantMessage, Message, UserMessage, to_messages
 from ._checks import answer_text
+from ._session import SessionWriter
+from ._session_store import SessionStore
 from ._types import Budgets, ContextPolicy, ModelSettings
 
 __all__ = ["check_agent_arguments", "output_adapter", "run_messages", "task_message", "validate_output"]
@@ -124,7 +126,9 @@ def run_messages(messages: Any, session: Any) -> list[Message]:
         MessageError: a message that cannot be converted.
     """
     if session is not None:
-        check_instance("run(session=...)", session, (str, os.PathLike), "a file path")
+        if isinstance(session, (SessionStore, SessionWriter)):  # a store of the user's; resume's own writer
+            session = session.path
+        check_instance("run(session=...)", session, (str, os.PathLike), "a file path or a SessionStore")
         if "\0" in os.fsdecode(os.fspath(session)):
             raise UserError(f"run(session=...) contains a NUL byte: {os.fspath(session)!r:.80}")
     if messages is None:

@@ -9,18 +9,27 @@ The approval journal: records of the session file (:mod:`._session`), each writt
     {"deferred": {"call_id": ..., "name": ..., "arguments": {...}}}   the hook deferred the call
     {"decision": {"call_id": ..., "decision": "allow" | "deny" | "edit", "reason": ..., "arguments": {...}}}
     {"tool_started": {"call_id": ..., "name": ...}}                    an approved call is about to run
+    {"tool_finished": {"call_id": ..., "name": ...}}                   any call of the turn returned
     {"message": {"role": "tool", "tool_call_id": ..., ...}}           its result (the history's)
+
+A ``decision`` to run a call (allow, edit) carries ``sha256``: the SHA-256 of the arguments it
+approved (the call's, or the edit's; canonical JSON: sorted keys, UTF-8), so a call changed in the
+file after the decision is refused, never run (issue 40). A turn's results are appended together
+when its last call ends, so each call's end is journaled (``tool_finished``) as it happens: a
+crash in between leaves a call known to have finished.
 
 A run continuing the session answers each call of the last assistant message that has no result
 by its journal, before anything else:
 
+- finished, no result: it ran to its end and its result was lost; never run again.
 - started, no result: ``interrupted`` (it may have done some or all of its work); it is never run
   again: the model reads that and decides.
 - decided: runs once (allow, edit: ``tool_started`` first), or gets its denial (deny), through the
   agent's ordinary tool path (tracing, hooks, time budget).
 - deferred, undecided: still waits; nothing else runs and the run stops again with
   ``stop_reason="approval_required"``.
-- none of these: a crash left it (a call that may have been running): answered as an orphan.
+- none of these: a crash left it; whether it ran, and how far, is unknown: answered as an orphan
+  saying so (never that it did not finish).
 
 The journal of a turn is the records after its assistant message (call ids such as K3's
 ``write:0`` repeat across turns, so an older record never applies to a newer call). Every record
@@ -35,6 +44,7 @@ same decision again is a no-op, another one a :class:`~kimik3.UserError`.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -52,16 +62,18 @@ from ..types import AssistantMessage, Message, ToolCall, ToolMessage
 from ._approval import apply_decision, approve, pending_call
 from ._hooks import RunHooks
 from ._run import _Run
-from ._session import JournalRecord, SessionWriter, load_turn
+from ._session import JournalRecord, SessionLog, SessionWriter, Source
 from ._types import AgentEvent, Allow, ApprovalHook, Defer, Deny, Edit, PendingCall, ToolCallApprovedEvent
 
 __all__ = [
-    "Approvals", "CallJournal", "decide", "pending_approvals", "prepare_resume", "read_journal", "record_approvals",
-    "settle",
+    "Approvals", "CallJournal", "arguments_digest", "decide", "finished", "pending_approvals", "prepare_resume",
+    "read_journal", "record_approvals", "settle",
 ]
 
-ORPHAN = "the run stopped before this call finished"
-"""Why a call a crash left without a result (and without a journal) is answered with an error."""
+ORPHAN = ("the run stopped before this call's result was recorded; whether it ran, and how far, is unknown: check "
+          "before calling it again")
+"""Why a call a crash left without a result (and without a journal) is answered with an error:
+its outcome is unknown (it may have finished), so it is never said not to have finished."""
 
 Decision = Allow | Deny | Edit
 Approvals = Mapping[str, Decision]
@@ -78,6 +90,7 @@ class CallJournal:
         deferred: what the hook was shown when it deferred the call (None: never deferred).
         decision: the decision recorded on it, and its line.
         started: an approved call began to run (``tool_started``).
+        finished: the call returned (``tool_finished``); its result was to follow.
     """
 
     call: ToolCall
@@ -86,6 +99,7 @@ class CallJournal:
     decision: Decision | None = None
     decided_at: int = 0
     started: bool = False
+    finished: bool = False
 
 
 def _last_turn(messages: Sequence[Message]) -> tuple[list[ToolCall], set[str]]:
@@ -110,31 +124,52 @@ def _arguments(value: Any, what: str) -> dict[str, Any]:
     return value
 
 
-def _decision(body: dict[str, Any]) -> Decision:
+def _decision(body: dict[str, Any], pending: PendingCall) -> Decision:
+    """The decision a record holds, checked against the call it decides: one that runs the call
+    must carry the digest of exactly the arguments that would run (:func:`arguments_digest`)."""
     kind = body.get("decision")
-    if kind == "allow":
-        return Allow()
     if kind == "deny":
         reason = body.get("reason")
         if not isinstance(reason, str):
             raise ValueError(f"a denial's reason must be text, got {reason!r:.40}")
         return Deny(reason)
-    if kind == "edit":
-        return Edit(_arguments(body.get("arguments"), "an edit's arguments"))
-    raise ValueError(f"unknown decision {kind!r:.40} (allow, deny or edit)")
+    if kind == "allow":
+        decision: Decision = Allow()
+        runs = pending.arguments
+    elif kind == "edit":
+        decision = Edit(_arguments(body.get("arguments"), "an edit's arguments"))
+        runs = decision.arguments
+    else:
+        raise ValueError(f"unknown decision {kind!r:.40} (allow, deny or edit)")
+    digest = body.get("sha256")
+    if not isinstance(digest, str):
+        raise ValueError(f"an {kind} decision must carry the sha256 of the arguments it approved (written before "
+                         "decisions were bound to their arguments: decide again in a fork)")
+    if digest != arguments_digest(runs):
+        raise ValueError(f"the arguments of call {pending.id!r} are not those approved (sha256 "
+                         f"{arguments_digest(runs)[:16]}… now, {digest[:16]:.16}… approved): the session was changed "
+                         "after the decision; nothing runs")
+    return decision
 
 
-def _body(decision: Decision, call_id: str) -> dict[str, Any]:
+def _body(decision: Decision, pending: PendingCall) -> dict[str, Any]:
     if isinstance(decision, Deny):
-        return {"call_id": call_id, "decision": "deny", "reason": decision.reason}
+        return {"call_id": pending.id, "decision": "deny", "reason": decision.reason}
     if isinstance(decision, Edit):
-        return {"call_id": call_id, "decision": "edit", "arguments": decision.arguments}
-    return {"call_id": call_id, "decision": "allow"}
+        return {"call_id": pending.id, "decision": "edit", "arguments": decision.arguments,
+                "sha256": arguments_digest(decision.arguments)}
+    return {"call_id": pending.id, "decision": "allow", "sha256": arguments_digest(pending.arguments)}
 
 
 def _canonical(arguments: Any) -> str:
     """One text for equal JSON (``1``, ``1.0`` and ``true`` stay apart, key order does not count)."""
     return json.dumps(arguments, sort_keys=True, ensure_ascii=False)
+
+
+def arguments_digest(arguments: Any) -> str:
+    """The SHA-256 (64 hex digits) of a call's arguments as canonical JSON (sorted keys, UTF-8;
+    a lone surrogate as JSON's ``\\udcXX``): what a ``decision`` record binds (issue 40)."""
+    return hashlib.sha256(json.dumps(arguments, sort_keys=True).encode("ascii")).hexdigest()
 
 
 def _deferred(entry: CallJournal, body: dict[str, Any]) -> PendingCall:
@@ -161,8 +196,9 @@ def read_journal(path: str | os.PathLike[str] | None, messages: Sequence[Message
         SessionError: a record that does not fit (``path:line: ...``): no ``call_id``, a call
             the turn does not have, a ``deferred`` record whose tool name or arguments are not
             exactly the call's (or a second one for the call), a decision on a call never
-            deferred or decided twice, a start without an approval, or a turn whose calls share
-            an id the journal names.
+            deferred or decided twice, an allow or edit whose ``sha256`` is missing or is not
+            that of the arguments that would run (the session changed after the decision), a
+            start without an approval, or a turn whose calls share an id the journal names.
     """
     calls, answered = _last_turn(messages)
     entries = [CallJournal(c, c.id in answered) for c in calls]
@@ -175,7 +211,11 @@ def read_journal(path: str | os.PathLike[str] | None, messages: Sequence[Message
             entry = by_id.get(call_id)
             if entry is None:
                 raise ValueError(f"no call {call_id!r} in the last turn")
-            if sum(c.id == call_id for c in calls) > 1:
+            shared = sum(c.id == call_id for c in calls) > 1
+            if kind == "tool_finished":  # every call's; of calls sharing an id, none can be told apart
+                entry.finished = not shared
+                continue
+            if shared:
                 raise ValueError(f"several calls of the last turn have the id {call_id!r}")
             if kind == "deferred":
                 entry.deferred = _deferred(entry, body)
@@ -183,7 +223,7 @@ def read_journal(path: str | os.PathLike[str] | None, messages: Sequence[Message
                 if entry.deferred is None or entry.decision is not None:
                     raise ValueError(f"call {call_id!r} was " + ("decided already" if entry.decision is not None
                                                                  else "never deferred"))
-                entry.decision, entry.decided_at = _decision(body), line
+                entry.decision, entry.decided_at = _decision(body, entry.deferred), line
             elif entry.decision is None or isinstance(entry.decision, Deny):  # tool_started
                 raise ValueError(f"call {call_id!r} started without an approval")
             else:
@@ -193,23 +233,40 @@ def read_journal(path: str | os.PathLike[str] | None, messages: Sequence[Message
     return entries
 
 
-def pending_approvals(session: str | os.PathLike[str]) -> list[PendingCall]:
+def pending_approvals(session: Source | SessionLog) -> list[PendingCall]:
     """The tool calls of ``session``'s last turn that await a decision (deferred, not decided),
-    in call order. Reads only.
+    in call order. Reads only (a :class:`SessionLog` given is not read again).
 
     Raises:
         SessionError: as :func:`~kimik3.agents.load_session`, or a journal record that does not fit.
     """
-    messages, records = load_turn(session)
-    return [e.deferred for e in read_journal(session, messages, records) if e.deferred and e.decision is None]
+    log = session if isinstance(session, SessionLog) else SessionLog.read(session)
+    return [e.deferred for e in read_journal(log.path, log.messages, log.journal) if e.deferred and e.decision is None]
 
 
-def record_approvals(session: str | os.PathLike[str], approvals: Mapping[str, Decision]) -> list[PendingCall]:
+def _check_approvals(approvals: Mapping[str, Decision]) -> None:
+    if not isinstance(approvals, Mapping):
+        raise UserError(f"approvals must be a mapping {{call id: Allow() | Deny(reason) | Edit(arguments)}}, "
+                        f"got {type(approvals).__name__}")
+    for call_id, decision in approvals.items():
+        if not isinstance(decision, (Allow, Deny, Edit)):
+            raise UserError(f"approvals[{call_id!r}] must be Allow(), Deny(reason) or Edit(arguments), "
+                            f"got {decision!r:.80}")
+        if isinstance(decision, Edit):
+            try:
+                _arguments(decision.arguments, "Edit(arguments)")
+            except ValueError as e:
+                raise UserError(f"approvals[{call_id!r}]: {e}") from None
+
+
+def record_approvals(session: Source | SessionWriter, approvals: Mapping[str, Decision]) -> list[PendingCall]:
     """Record decisions on calls ``session``'s last turn deferred, before anything runs (a
-    ``decision`` record each; the run that continues the session carries them out, once).
+    ``decision`` record each, carrying the SHA-256 of the arguments it lets run; the run that
+    continues the session carries them out, once).
 
     Args:
-        session: the session file (it must exist).
+        session: the session (it must exist), or the writer of a run that holds it already
+            (``Agent.resume``: the file is read and locked once).
         approvals: ``{call id: Allow() | Deny(reason) | Edit(arguments)}`` for calls that await
             a decision now (:func:`pending_approvals`; ids such as ``write:0`` repeat across turns:
             an id names the call of the last turn). A call decided already the same way is left
@@ -225,56 +282,52 @@ def record_approvals(session: str | os.PathLike[str], approvals: Mapping[str, De
             recorded then.
         SessionError: as :class:`SessionWriter` (missing, in use by another run, ...).
     """
-    if not isinstance(approvals, Mapping):
-        raise UserError(f"approvals must be a mapping {{call id: Allow() | Deny(reason) | Edit(arguments)}}, "
-                        f"got {type(approvals).__name__}")
-    for call_id, decision in approvals.items():
-        if not isinstance(decision, (Allow, Deny, Edit)):
-            raise UserError(f"approvals[{call_id!r}] must be Allow(), Deny(reason) or Edit(arguments), "
-                            f"got {decision!r:.80}")
-        if isinstance(decision, Edit):
-            try:
-                _arguments(decision.arguments, "Edit(arguments)")
-            except ValueError as e:
-                raise UserError(f"approvals[{call_id!r}]: {e}") from None
+    _check_approvals(approvals)
     if not approvals:
         return []
-    load_turn(session)  # a session must be there: the writer would create one
-    writer = SessionWriter(session)
+    if isinstance(session, SessionWriter):
+        return _record(session, approvals)
+    writer = SessionWriter(session, create=False)
     try:
-        entries = {e.call.id: e for e in read_journal(session, writer.messages, writer.journal)}
-        waiting = [i for i, e in entries.items() if e.deferred and e.decision is None]
-        todo: list[PendingCall] = []
-        for call_id, decision in approvals.items():
-            entry = entries.get(call_id) if isinstance(call_id, str) else None
-            if entry is not None and entry.decision is not None:
-                if entry.decision != decision:
-                    done = _body(entry.decision, call_id)["decision"]
-                    raise UserError(f"call {call_id!r} of {session} was decided already ({done}, line "
-                                    f"{entry.decided_at}); a decision is final")
-                continue
-            if entry is None or entry.deferred is None:
-                raise UserError(f"no call {call_id!r} awaits approval in {session}; awaiting: "
-                                f"{', '.join(map(repr, waiting)) or 'none'}")
-            todo.append(entry.deferred)
-        for pending in todo:
-            writer.record("decision", _body(approvals[pending.id], pending.id))
-        return todo
+        return _record(writer, approvals)
     finally:
         writer.close()
 
 
-def prepare_resume(session: str | os.PathLike[str], approvals: Approvals, task: object) -> None:
-    """What :meth:`Agent.resume` does first: record ``approvals`` (:func:`record_approvals`) and
-    refuse a ``task`` while calls still wait for a decision (before anything else is written).
+def _record(writer: SessionWriter, approvals: Mapping[str, Decision]) -> list[PendingCall]:
+    entries = {e.call.id: e for e in read_journal(writer.path, writer.messages, writer.journal)}
+    waiting = [i for i, e in entries.items() if e.deferred and e.decision is None]
+    todo: list[PendingCall] = []
+    for call_id, decision in approvals.items():
+        entry = entries.get(call_id) if isinstance(call_id, str) else None
+        if entry is not None and entry.decision is not None and entry.deferred is not None:
+            if entry.decision != decision:
+                done = _body(entry.decision, entry.deferred)["decision"]
+                raise UserError(f"call {call_id!r} of {writer.path} was decided already ({done}, line "
+                                f"{entry.decided_at}); a decision is final")
+            continue
+        if entry is None or entry.deferred is None:
+            raise UserError(f"no call {call_id!r} awaits approval in {writer.path}; awaiting: "
+                            f"{', '.join(map(repr, waiting)) or 'none'}")
+        todo.append(entry.deferred)
+    for pending in todo:
+        writer.record("decision", _body(approvals[pending.id], pending))
+    return todo
+
+
+def prepare_resume(writer: SessionWriter, approvals: Approvals, task: object) -> None:
+    """What :meth:`Agent.resume` does first, through the run's own writer (one read, one lock):
+    record ``approvals`` (:func:`record_approvals`) and refuse a ``task`` while calls still wait
+    for a decision (before anything else is written).
 
     Raises:
         UserError: as :func:`record_approvals`; a ``task`` while calls await a decision.
         SessionError: as :func:`record_approvals` / :func:`pending_approvals`.
     """
-    record_approvals(session, approvals)
+    record_approvals(writer, approvals)
     if task is not None:
-        _refuse_task([p.id for p in pending_approvals(session)])
+        _refuse_task([e.call.id for e in read_journal(writer.path, writer.messages, writer.journal)
+                      if e.deferred and e.decision is None])
 
 
 def _refuse_task(waiting: list[str]) -> None:
@@ -315,6 +368,14 @@ async def decide(run: _Run, hook: ApprovalHook | None, call: ToolCall,
     return None
 
 
+def finished(run: _Run, call: ToolCall) -> None:
+    """Journal that ``call`` returned (``tool_finished``), the moment it does: its result is
+    appended only when the turn's last call ends, and a crash in between must not leave a
+    finished call said to have not finished (issue 40)."""
+    if run.session is not None:
+        run.session.record("tool_finished", {"call_id": call.id, "name": call.function.name})
+
+
 RunTools = Callable[[_Run, Sequence[ToolCall], set[str]], AsyncIterator[AgentEvent]]
 
 
@@ -337,7 +398,12 @@ async def settle(run: _Run, run_tools: RunTools, hooks: RunHooks, text: FailureT
         _refuse_task(waiting)
     for e in entries:
         name = e.call.function.name
-        if e.started:
+        if e.finished:
+            run.failed_calls += 1
+            run.issue(f"the call to {name!r} ({e.call.id}) finished, but the run stopped before its result was "
+                      "recorded; it was not run again")
+            run.add(ToolMessage(content=text(failures.finished_unrecorded()), tool_call_id=e.call.id, name=name))
+        elif e.started:
             run.failed_calls += 1
             run.issue(f"the approved call to {name!r} ({e.call.id}) was interrupted before its result was recorded; "
                       "it was not run again")

@@ -11,102 +11,21 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import time
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._exceptions import SessionError, UserError
+from .._exceptions import UserError
 from .._pricing import format_usd
-from .._text import counted
-from ..types import AssistantMessage, ImagePart, Message, TextPart, ToolCall, ToolMessage, Usage, to_message
+from .._text import counted, shown_json, shown_text
+from ..types import AssistantMessage, ImagePart, TextPart, ToolCall, ToolMessage, Usage
 from ._approval import pending_call
 from ._deferred import pending_approvals
-from ._session import JOURNAL_RECORDS, JournalRecord, _record, read_session
+from ._session import JournalRecord, SessionLog, SessionRecord, read_session_records
 
 __all__ = ["SessionRecord", "fork_session", "format_session", "read_session_records"]
-
-
-@dataclass
-class SessionRecord:
-    """One line of a session file.
-
-    Attributes:
-        line: its 1-based line number.
-        raw: the line's text (without the newline).
-        index: the message's number (None for a header or a compaction).
-        message: the message, for a ``message`` record.
-        usage: the usage of the model call that wrote it (assistant messages of sessions that
-            record it).
-        compaction: the ``compaction`` record's body (``messages``, ``summary``).
-        header: the header's fields (the first record).
-        cost: the model call's USD cost (assistant messages of priced runs).
-        finish_reason: the model call's finish reason (assistant messages, when recorded).
-        run_start: a ``run_start`` record's body (``tools``, ``model``, ``settings``): what the
-            requests of the run that follows carried.
-        skills: a ``skills`` record's body (:class:`kimik3.harness.Skills`: ``listed``,
-            ``declared`` or ``loaded``); a fork keeps it.
-        journal: an approval-journal record (``deferred``, ``decision``, ``tool_started``:
-            :mod:`._deferred`), as read.
-    """
-
-    line: int
-    raw: str
-    index: int | None = None
-    message: Message | None = None
-    usage: Usage | None = None
-    compaction: dict[str, Any] | None = None
-    header: dict[str, Any] = field(default_factory=dict)
-    cost: float | None = None
-    finish_reason: str | None = None
-    run_start: dict[str, Any] | None = None
-    skills: dict[str, Any] | None = None
-    journal: JournalRecord | None = None
-
-
-def read_session_records(path: str | os.PathLike[str]) -> list[SessionRecord]:
-    """Every record of a session file, in order (the header first). Reads only.
-
-    The file is checked by the same rules as :func:`load_session` (a torn last line is left
-    out; a complete last record without its newline is kept).
-
-    Raises:
-        SessionError: as :func:`load_session`: missing or unreadable, not a regular file, not a
-            kimik3 session, or an odd line.
-    """
-    p = Path(path)
-    _, keep, data = read_session(p)  # validates every line as load_session does
-    lines = data[:keep].split(b"\n")
-    if not lines[-1]:
-        lines.pop()
-    records = [SessionRecord(1, lines[0].decode("utf-8"), header=_record(p, 1, lines[0]))]
-    index = 0
-    for number, raw in enumerate(lines[1:], start=2):
-        data_ = _record(p, number, raw)
-        try:
-            if "message" in data_:
-                usage = Usage.model_validate(data_["usage"]) if "usage" in data_ else None
-                cost, finish = data_.get("cost"), data_.get("finish_reason")
-                if cost is not None and (isinstance(cost, bool) or not isinstance(cost, (int, float))):
-                    raise TypeError(f"cost must be a number, got {cost!r:.40}")
-                if finish is not None and not isinstance(finish, str):
-                    raise TypeError(f"finish_reason must be a string, got {finish!r:.40}")
-                records.append(SessionRecord(number, raw.decode("utf-8"), index, to_message(data_["message"]), usage,
-                                             cost=cost, finish_reason=finish))
-                index += 1
-            elif "compaction" in data_:
-                records.append(SessionRecord(number, raw.decode("utf-8"), compaction=dict(data_["compaction"])))
-            elif "run_start" in data_:
-                records.append(SessionRecord(number, raw.decode("utf-8"), run_start=dict(data_["run_start"])))
-            elif "skills" in data_:
-                records.append(SessionRecord(number, raw.decode("utf-8"), skills=dict(data_["skills"])))
-            elif (kind := next(iter(data_), None)) in JOURNAL_RECORDS:
-                journal = JournalRecord(number, str(kind), data_[kind])
-                records.append(SessionRecord(number, raw.decode("utf-8"), journal=journal))
-        except (ValueError, TypeError) as e:  # pydantic's ValidationError is a ValueError
-            raise SessionError(f"{p}:{number}: not a valid session record: {e}") from e
-    return records
 
 
 def fork_session(
@@ -203,14 +122,14 @@ def _journal_line(record: JournalRecord, calls: dict[str, ToolCall]) -> str:
         if held is None:
             return f"--- deferred for approval: no such call in this turn  {call}"
         pending = pending_call(held)
-        return f"--- deferred for approval: {pending.name}({json.dumps(pending.arguments, ensure_ascii=False)})  {call}"
+        return f"--- deferred for approval: {pending.name}({shown_json(pending.arguments)})  {call}"
     if record.kind == "tool_started":
         return f"--- approved call started: {body.get('name')}  {call}"
     decision = body.get("decision")
     if decision == "deny":
         return f"--- denied: {call} ({body.get('reason')})"
     if decision == "edit":
-        return f"--- approved with edited arguments {json.dumps(body.get('arguments'), ensure_ascii=False)}: {call}"
+        return f"--- approved with edited arguments {shown_json(body.get('arguments'))}: {call}"
     return f"--- approved: {call}"
 
 
@@ -240,7 +159,8 @@ def format_session(
     Raises:
         SessionError: ``path`` is not a readable session.
     """
-    records = read_session_records(path)
+    log = SessionLog.read(path)  # one read: the transcript and the calls awaiting a decision
+    records = log.records
     header = records[0].header
     created = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(header.get("created", 0)))
     out = [f"session {path}  (created {created} UTC)"]
@@ -263,7 +183,7 @@ def format_session(
         if r.skills is not None:
             out.extend(_skills_line(r.skills))
             continue
-        if r.journal is not None:
+        if r.journal is not None and r.journal.kind != "tool_finished":  # every call's: the result follows
             out.append(_journal_line(r.journal, calls))
             continue
         m = r.message
@@ -288,7 +208,8 @@ def format_session(
             if _text(m.content).strip():
                 out.extend(_clip(_text(m.content), max_lines, "    "))
             for call in m.tool_calls or ():
-                out.append(f"    -> {call.function.name}({call.function.arguments})  id={call.id}")
+                out.append(f"    -> {call.function.name}({shown_text(call.function.arguments, indent=' ' * 8)})  "
+                           f"id={call.id}")
         elif isinstance(m, ToolMessage):
             name = f" {m.name}" if m.name else ""
             out.append(f"[{r.index}] tool{name} result for {m.tool_call_id}")
@@ -298,9 +219,10 @@ def format_session(
             out.extend(_clip(_text(m.content), max_lines, "    "))
     if turn:
         out.append(f"{counted(turn, 'turn')}; total {_usage(total, spent)}")
-    pending = pending_approvals(path)
+    pending = pending_approvals(log)
     if pending:
-        out.append(f"awaiting approval: {counted(len(pending), 'call')} (kimik3 approve {path} "
-                   f"[--deny ID] [--edit ID JSON], then kimik3 resume {path})")
-        out.extend(f"    {p.name}({json.dumps(p.arguments, ensure_ascii=False)})  id={p.id}" for p in pending)
+        where = shlex.quote(str(Path(path).resolve()))  # runnable as printed, from any folder
+        out.append(f"awaiting approval: {counted(len(pending), 'call')} (kimik3 approve {where} "
+                   f"[--allow ID] [--deny ID] [--edit ID JSON] [--all], then kimik3 resume {where})")
+        out.extend(f"    {p.name}({shown_json(p.arguments, indent=' ' * 8)})  id={p.id}" for p in pending)
     return "\n".join(out) + "\n"

@@ -171,12 +171,13 @@ class _Run:
         return None if budgets.usd is None else max(0.0, budgets.usd - (self.cost or 0.0))
 
     def tool_context(self, call_id: str, add_tools: Callable[..., None], failure_text: FailureText,
-                     budgets: Budgets) -> ToolContext:
+                     budgets: Budgets, approval: Callable[..., Any] | None = None) -> ToolContext:
         """The :class:`~kimik3.tools.ToolContext` of call ``call_id``: the run's deps, prices, USD
-        budget left and :meth:`spend` (a sub-agent's cost counts as the run's)."""
+        budget left and :meth:`spend` (a sub-agent's cost counts as the run's), and the agent's
+        approval hook (a sub-agent's calls ask it too)."""
         return ToolContext(tool_call_id=call_id, deps=self.deps, add_tools=add_tools, failure_text=failure_text,
                            pricing=self.pricing, usd_left=self.usd_left(budgets), charge=self.spend,
-                           routing=self.routing, settings=self.settings)
+                           routing=self.routing, settings=self.settings, approval=approval)
 
     def counted(self, completion: ChatCompletion, message: AssistantMessage) -> ChatCompletion:
         """``completion`` with usage a server did not report (``Usage.unknown``: none, or zeros)

@@ -16,6 +16,7 @@ Every command (foreground, background, a sub-agent's) runs in one sandbox per ru
 from __future__ import annotations
 
 import os
+import shlex
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -24,8 +25,8 @@ from typing import Annotated, Any, Literal, TypeAlias, cast, get_args
 from pydantic import Field
 
 from .._client import Client
-from .._exceptions import ToolDefinitionError, UserError
-from ..agents import CODING_INSTRUCTIONS, Agent, Budgets, ModelSettings, RunHooks
+from .._exceptions import SessionError, ToolDefinitionError, UserError
+from ..agents import CODING_INSTRUCTIONS, Agent, Budgets, ModelSettings, RunHooks, SessionWriter
 from ..engines import Engine
 from ..engines._quiet import kimik3_home
 from ..tools import FunctionTool, Tool, ToolResult, Toolset
@@ -146,6 +147,30 @@ def background_tools(procs: BackgroundProcesses, bash: Tool) -> list[Tool]:
     return [bash_tool, FunctionTool(read_output), FunctionTool(stop)]
 
 
+class WorkspaceHook(RunHooks):
+    """Keeps a session in its workspace (issue 40): a new session's header records the workspace
+    (``"workspace": "/abs/root"``); a run continuing a session recorded for another one is
+    refused before anything runs, naming both (``kimik3 resume`` picks the recorded one when
+    ``-w`` is not given)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def session_header(self) -> dict[str, Any]:
+        return {"workspace": str(self.root)}
+
+    async def run_start(self, session: SessionWriter | None) -> None:
+        """Raises:
+            SessionError: the session records another workspace than this harness's.
+        """
+        recorded = session.header.get("workspace") if session is not None and not session.new else None
+        if isinstance(recorded, str) and recorded != str(self.root):
+            where = shlex.quote(str(session.path.resolve())) if session is not None else "SESSION"
+            raise SessionError(f"session {session.path if session else ''} works in {recorded!a}, not in "
+                               f"{str(self.root)!a}; nothing was run: continue it there (kimik3 resume {where} -w "
+                               f"{shlex.quote(recorded)})")
+
+
 class CodingHarness:
     """The coding tools of a workspace with the long-horizon features, and the hooks they need.
 
@@ -242,8 +267,8 @@ class CodingHarness:
         if self.instructions is not None:
             self.instructions.reset()
             instructions = self.instructions.system_prompt(instructions)
-        hooks: list[RunHooks] = [h for h in (self.checkpoints, self.instructions, self.processes, self.tracker)
-                                 if h is not None]
+        hooks: list[RunHooks] = [WorkspaceHook(self.root)]  # first: a session of another workspace runs nothing
+        hooks += [h for h in (self.checkpoints, self.instructions, self.processes, self.tracker) if h is not None]
         hooks.append(SandboxHooks(self.sandbox))  # last: after the background processes' own stop
         tools: list[Tool | Toolset] = list(self.tools)
         if self.subagents and (client is None) != (engine is None):

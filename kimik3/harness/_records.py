@@ -1,18 +1,17 @@
 """Checkpoint records read back from a session file, validated before any use (see
 :mod:`._undo` for the rules): a malformed record, or one for another workspace or copy directory,
-is a one-line :class:`~kimik3.CheckpointError` naming its ``session:line``."""
+is a one-line :class:`~kimik3.CheckpointError` naming its ``session:line``. The file itself is
+read by :class:`~kimik3.agents.SessionLog` (its rules: a torn last line, regular files only)."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import stat
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from .._exceptions import CheckpointError
+from ..agents import SessionLog
 from ._store import store_candidates
 
 __all__ = ["session_checkpoints", "store_of", "stores_of", "undone_checkpoints"]
@@ -112,97 +111,61 @@ def _check(rec: Any, where: str, root: Path | None, store: Path | tuple[Path, ..
     return out
 
 
-def _session_lines(fd: int) -> Iterator[tuple[int, bytes, bool]]:
-    """(line number, bytes, whether it is the last line and lacks its newline) of the open file."""
-    os.lseek(fd, 0, os.SEEK_SET)
-    chunks = []
-    while chunk := os.read(fd, 1 << 20):
-        chunks.append(chunk)
-    lines = b"".join(chunks).split(b"\n")
-    for number, line in enumerate(lines, 1):
-        yield number, line, number == len(lines)
-
-
-def _open_session(session: str | os.PathLike[str]) -> int:
-    """The session file opened for reading (never blocking: a FIFO is refused)."""
-    try:
-        fd = os.open(session, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as e:
-        raise CheckpointError(f"cannot read session {session}: {e.strerror or e}") from e
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise CheckpointError(f"{session} is not a regular file; a session must be one")
-    os.set_blocking(fd, True)
-    return fd
-
-
-def _read_records(session: str | os.PathLike[str], fd: int, root: Path | None, store: Path | tuple[Path, ...],
+def _read_records(session: SessionLog, root: Path | None, store: Path | tuple[Path, ...],
                   undone: list[tuple[int, int]] | None = None) -> list[dict[str, Any]]:
     """The records in force; ``undone`` (when given) gets ``(turn, to)`` for each checkpoint an
     undo record (``{"undo": {"to": to}}``) took back."""
     records: list[dict[str, Any]] = []
-    for number, line, torn in _session_lines(fd):
-        if not line.startswith((b'{"checkpoint"', b'{"undo"')):
-            continue
-        where = f"{session}:{number}"
-        try:
-            record = json.loads(line.decode("utf-8"))
-        except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
-            if torn:
-                continue  # the last line of a crash, cut while it was written
-            raise _bad(where, f"not a JSON line ({e})") from None
-        if not isinstance(record, dict) or len(record) != 1:
-            raise _bad(where, "expected one {\"checkpoint\": ...} or {\"undo\": ...} object")
-        if "checkpoint" in record:
-            records.append(_check(record["checkpoint"], where, root, store))
-        elif "undo" in record:  # turns after an undo's target are undone
-            to = record["undo"].get("to") if isinstance(record["undo"], dict) else None
+    for r in session.records_of("checkpoint", "undo"):
+        where = f"{session.path}:{r.line}"
+        if r.kind == "checkpoint":
+            records.append(_check(r.body, where, root, store))
+        else:  # turns after an undo's target are undone
+            to = r.body.get("to") if isinstance(r.body, dict) else None
             if type(to) is not int or to < 0:
                 raise _bad(where, f"an undo record whose 'to' is {to!r:.40}, not a turn number")
             if undone is not None:
-                undone += [(r["turn"], to) for r in records if r["turn"] > to]
-            records = [r for r in records if r["turn"] <= to]
+                undone += [(c["turn"], to) for c in records if c["turn"] > to]
+            records = [c for c in records if c["turn"] <= to]
     return records
 
 
-def session_checkpoints(session: str | os.PathLike[str], *, workspace: str | os.PathLike[str] | None = None,
+def session_checkpoints(session: str | os.PathLike[str] | SessionLog, *,
+                        workspace: str | os.PathLike[str] | None = None,
                         store: str | os.PathLike[str] | None = None) -> list[dict[str, Any]]:
     """The checkpoint records of a session file, validated, in order, without the turns an undo
     took back.
 
     Args:
-        session: the session file.
+        session: the session file, or its log as read (:class:`~kimik3.agents.SessionLog`: the
+            one reader of sessions; undo passes the log its writer read under the lock).
         workspace: when given, every record's ``root`` must be this directory.
         store: the copy directory of a non-git workspace (``Checkpoints(store=...)``; default
             ``<session file>.checkpoints``, or where that lies in the workspace, the one under
             ``${KIMIK3_HOME}``: :mod:`._store`); each copy record's ``dir`` must be in it.
 
     Raises:
-        CheckpointError: the file cannot be read, or a record is malformed (naming its line).
+        SessionError: the file is not a readable session (:class:`~kimik3.agents.SessionLog`).
+        CheckpointError: a record is malformed (naming its line).
     """
     root = Path(workspace).resolve() if workspace is not None else None
-    fd = _open_session(session)
-    try:
-        return _read_records(session, fd, root, stores_of(session, store))
-    finally:
-        os.close(fd)
+    log = session if isinstance(session, SessionLog) else SessionLog.read(session)
+    return _read_records(log, root, stores_of(log.path, store))
 
 
-def undone_checkpoints(session: str | os.PathLike[str], *, workspace: str | os.PathLike[str] | None = None,
+def undone_checkpoints(session: str | os.PathLike[str] | SessionLog, *, workspace: str | os.PathLike[str] | None = None,
                        store: str | os.PathLike[str] | None = None) -> list[tuple[int, int]]:
     """The checkpoints of a session file that an undo took back, as ``(turn, to)`` pairs in order
     (``to``: the turn that undo went back to); validated as :func:`session_checkpoints`.
 
     Raises:
-        CheckpointError: the file cannot be read, or a record is malformed (naming its line).
+        SessionError: the file is not a readable session (:class:`~kimik3.agents.SessionLog`).
+        CheckpointError: a record is malformed (naming its line).
     """
     root = Path(workspace).resolve() if workspace is not None else None
     undone: list[tuple[int, int]] = []
-    fd = _open_session(session)
-    try:
-        _read_records(session, fd, root, stores_of(session, store), undone)
-    finally:
-        os.close(fd)
+    log = session if isinstance(session, SessionLog) else SessionLog.read(session)
+    _read_records(log, root, stores_of(log.path, store), undone)
     return undone
 
 

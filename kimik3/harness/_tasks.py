@@ -22,6 +22,7 @@ and the settings of the parent's run (so its reasoning effort) under the childre
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import re
 import uuid
 from collections.abc import Callable, Sequence
@@ -30,7 +31,21 @@ from typing import Any
 
 from .._client import Client
 from .._exceptions import ToolError
-from ..agents import Agent, Budgets, FinalEvent, ModelSettings, RunHooks, RunResult, SessionWriter, TurnEndEvent
+from ..agents import (
+    Agent,
+    ApprovalHook,
+    Budgets,
+    Defer,
+    Deny,
+    FileStore,
+    FinalEvent,
+    ModelSettings,
+    PendingCall,
+    RunHooks,
+    RunResult,
+    SessionWriter,
+    TurnEndEvent,
+)
 from ..tools import FunctionTool, Tool, ToolContext, ToolResult
 from ..tools import _failures as failures
 from ..types import Routing
@@ -44,6 +59,28 @@ SUBAGENT_INSTRUCTIONS = (
 )
 """System prompt of a child agent (the parent's task prompt follows as the user message)."""
 
+
+
+CHILD_DEFERRED = ("the approval hook defers this call to a person, and a sub-agent cannot stop to wait for one: "
+                  "it was not run; say in your answer what should run, so the parent agent asks")
+"""The reason a sub-agent's call is denied when the parent's hook defers it."""
+
+
+def child_approval(hook: Any) -> ApprovalHook | None:
+    """The approval of a sub-agent's calls: the parent run's hook (:attr:`ToolContext.approval`),
+    so that a hook deferring a tool governs it in sub-agents too (issue 40: the docs' hook,
+    "defer bash", was bypassed through ``task``); a call it defers is denied with
+    :data:`CHILD_DEFERRED` (a child runs inside one tool call and cannot wait). None: no hook."""
+    if hook is None:
+        return None
+
+    async def approve(call: PendingCall) -> Any:
+        decision = hook(call)
+        if inspect.isawaitable(decision):
+            decision = await decision
+        return Deny(CHILD_DEFERRED) if isinstance(decision, Defer) else decision
+
+    return approve
 
 class SubAgents(RunHooks):
     """The ``task`` tool and the bookkeeping of its children.
@@ -141,12 +178,14 @@ class SubAgents(RunHooks):
         settings = ctx.settings.merged(self.settings) if ctx.settings is not None else self.settings
         parent_key = ctx.routing.key if ctx.routing is not None else None
         child: Agent[str] = Agent(instructions=self.instructions, tools=child_tools, client=self.client,
-                                  settings=settings, budgets=budgets,
+                                  settings=settings, budgets=budgets, approval=child_approval(ctx.approval),
                                   pricing=ctx.pricing if ctx.charge is not None else "auto",
                                   routing_key=Routing(uuid.uuid4().hex, parent_key))
         path: str | None = None
         self._started += 1
-        if self._session is not None:  # numbered: servers may reuse call ids across turns
+        if self._session is not None and isinstance(self._session.store, FileStore):  # a file beside a file
+            # (a session in a store of the user's has no folder: its children go unrecorded);
+            # numbered: servers may reuse call ids across turns
             safe = re.sub(r"[^A-Za-z0-9._-]", "_", ctx.tool_call_id)[:64]
             parent = Path(self._session.path)
             suffix = f"{self._started}-{safe}" if safe else str(self._started)

@@ -190,7 +190,7 @@ def undo(session: str | os.PathLike[str], to_turn: int = 0, *, force: bool = Fal
         raise CheckpointError(_nothing_after(session, root, store, to_turn))
     writer = SessionWriter(session)  # its lock: no run writes the session meanwhile (one that does is named)
     try:  # read again under the lock
-        later = [r for r in session_checkpoints(session, workspace=root, store=store) if r["turn"] > to_turn]
+        later = [r for r in session_checkpoints(writer.log, workspace=root, store=store) if r["turn"] > to_turn]
         if not later:  # undone meanwhile
             raise CheckpointError(_nothing_after(session, root, store, to_turn))
         restored = _undo_records(session, root, later, to_turn, force, partial)

@@ -128,6 +128,13 @@ def interrupted_by_stop() -> ToolFailure:
                                       "have done some or all of its work: check before calling it again")
 
 
+def finished_unrecorded() -> ToolFailure:
+    """A call had returned (journaled ``tool_finished``: :mod:`kimik3.agents._deferred`) when its
+    run stopped, before its result was recorded; it is not run again (issue 40)."""
+    return ToolFailure("interrupted", "this call finished, but the run stopped before its result was recorded, so "
+                                      "the result is lost: check what it did before calling it again")
+
+
 def orphaned(why: str) -> ToolFailure:
     """A crash left a call of the history without a result (answered when the run continues)."""
     return ToolFailure("orphaned", why)

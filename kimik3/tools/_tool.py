@@ -105,6 +105,9 @@ class ToolContext:
             tool that starts a conversation of its own (a sub-agent) names it as the parent.
         settings: the run's merged :class:`~kimik3.ModelSettings` (None outside a run): a
             sub-agent keeps the conversation's reasoning effort.
+        approval: the run's approval hook (``Agent(approval=...)``; None: none): a sub-agent's
+            calls go through it too, so a hook that defers a tool governs it in sub-agents
+            (issue 40).
     """
 
     tool_call_id: str = ""
@@ -116,6 +119,7 @@ class ToolContext:
     charge: Callable[[float], None] | None = None
     routing: Routing | None = None
     settings: ModelSettings | None = None
+    approval: Callable[..., Any] | None = None
 
 
 def load_arguments(arguments: Mapping[str, Any] | str | None) -> Mapping[str, Any]:

@@ -4,7 +4,7 @@ appended to ``effects.txt``) and allows ``note``.
 
     python deferred_worker.py MODE SESSION WORKDIR [BLOCK]
 
-MODE: ``run`` (the task), ``approve`` (record Allow for every pending call, nothing runs),
+MODE: ``run`` (the task), ``run-all`` (the task, every call allowed), ``approve`` (record Allow for every pending call, nothing runs),
 ``resume`` (no approvals), ``resume-approve`` (Allow for every pending call, then go on).
 BLOCK: where to stop for a ``kill -9``: ``note`` (the allowed call of the deferring turn),
 ``tool`` (the approved call, after its side effect), ``model`` (the model call after the
@@ -95,6 +95,9 @@ async def main() -> None:
     agent = Agent(tools=[note, write_line], engine=ScriptedEngine(replies), approval=hook, hooks=[BlockAtStart()])
     if MODE == "run":
         report(await agent.run("write hello", session=SESSION))
+    elif MODE == "run-all":
+        everything = Agent(tools=[note, write_line], engine=ScriptedEngine(replies), approval=lambda call: Allow())
+        report(await everything.run("write hello", session=SESSION))
     elif MODE == "approve":
         decided = record_approvals(SESSION, {p.id: Allow() for p in pending_approvals(SESSION)})
         print(json.dumps([p.id for p in decided]), flush=True)

@@ -373,7 +373,8 @@ async def test_resume_answers_calls_left_without_result(tmp_path: Path) -> None:
     engine = ScriptedEngine([answer("ok")])
     r = await Agent(tools=[echo], engine=engine).resume(path)
     results = tool_messages(r.messages)
-    assert [m.content for m in results] == ["Error: the run stopped before this call finished"] * 2
+    assert [m.content for m in results] == [("Error: the run stopped before this call's result was recorded; whether it ran, "
+        "and how far, is unknown: check before calling it again")] * 2
 
 
 async def test_approval_allow_deny_edit() -> None:

@@ -5,6 +5,7 @@ task on an answered session ("nothing to do")."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -104,8 +105,10 @@ def test_defer_stops_the_run_cleanly_with_the_pending_call_recorded(tmp_path: Pa
     assert tool_results(session) == [("look", "seen a")]  # the allowed call of the turn ran, recorded
     assert result.degraded and not result.issues and result.failed_calls == 0
     journal = [r.journal for r in read_session_records(session) if r.journal is not None]
-    assert [(j.kind, j.body) for j in journal] == [
-        ("deferred", {"call_id": pending.id, "name": "write_line", "arguments": {"text": "hello"}})]
+    look_id = next(j.body["call_id"] for j in journal if j.kind == "tool_finished")
+    assert [(j.kind, j.body) for j in journal] == [  # look's end journaled as it ended, write_line's deferral
+        ("deferred", {"call_id": pending.id, "name": "write_line", "arguments": {"text": "hello"}}),
+        ("tool_finished", {"call_id": look_id, "name": "look"})]
     assert pending_approvals(session) == [pending]
 
 
@@ -116,7 +119,10 @@ def test_resume_with_allow_runs_the_call_once_and_goes_on(tmp_path: Path) -> Non
     assert WRITTEN == ["hello"]
     assert tool_results(session) == [("look", "seen a"), ("write_line", "wrote hello")]
     kinds = [r.journal.kind for r in read_session_records(session) if r.journal is not None]
-    assert kinds == ["deferred", "decision", "tool_started"]
+    assert kinds == ["deferred", "tool_finished", "decision", "tool_started", "tool_finished"]
+    [decision] = [r.body for r in read_session_records(session) if r.kind == "decision"]
+    assert decision == {"call_id": pending.id, "decision": "allow",  # bound to what it approved: sha256 of
+                        "sha256": hashlib.sha256(b'{"text": "hello"}').hexdigest()}  # the canonical JSON
     with pytest.raises(UserError, match=f"no call '{pending.id}' awaits approval in .*; awaiting: none"):
         resumed(session, {pending.id: Allow()})  # the same approval again: nothing runs twice
     with pytest.raises(UserError, match="nothing to do: the conversation ends with the agent's answer"):
@@ -328,7 +334,8 @@ def test_the_journal_belongs_to_its_turn_a_later_turn_with_the_same_id_starts_af
         record_approvals(session, {"write_line:0": Allow()})
     result = resumed(session)
     assert WRITTEN == []
-    assert result.output == "saw: Error: the run stopped before this call finished"
+    assert result.output == ("saw: Error: the run stopped before this call's result was recorded; whether it ran, "
+        "and how far, is unknown: check before calling it again")
 
 
 def test_resume_without_a_task_on_an_answered_session_is_nothing_to_do(tmp_path: Path) -> None:
@@ -352,8 +359,8 @@ def test_show_lists_the_journal_and_the_calls_awaiting_a_decision(tmp_path: Path
     session, [pending] = deferred_session(tmp_path)
     text = format_session(session)
     assert f'--- deferred for approval: write_line({{"text": "hello"}})  id={pending.id}\n' in text
-    assert text.endswith(f"awaiting approval: 1 call (kimik3 approve {session} [--deny ID] [--edit ID JSON], then "
-                         f"kimik3 resume {session})\n"
+    assert text.endswith(f"awaiting approval: 1 call (kimik3 approve {session} [--allow ID] [--deny ID] [--edit ID "
+                         f"JSON] [--all], then kimik3 resume {session})\n"
                          f'    write_line({{"text": "hello"}})  id={pending.id}\n')
     record_approvals(session, {pending.id: Edit({"text": "x"})})
     text = format_session(session)
@@ -372,7 +379,7 @@ def test_cli_approve_then_resume_runs_the_approved_call(tmp_path: Path) -> None:
     assert bad.exit_code == 2 and f"no call 'nope' awaits approval in {session}; awaiting: {', '.join(ids)}" \
         in bad.output
     out = runner.invoke(main, ["approve", str(session), "--deny", ids[0], "--reason", "no", "--edit", ids[1],
-                               '{"text": "two"}'])
+                               '{"text": "two"}', "--all"])
     assert out.exit_code == 0, out.output
     assert out.output == (f'denied: write_line {{"text": "1"}}  id={ids[0]}\n'
                           f'edited to {{"text": "two"}}: write_line {{"text": "2"}}  id={ids[1]}\n'
@@ -401,6 +408,7 @@ def test_cli_resume_of_a_waiting_session_says_what_to_do(tmp_path: Path) -> None
     assert ("stopped: approval_required (tool calls await a person's decision: kimik3 approve SESSION, then "
             "kimik3 resume SESSION)") in lines
     assert f'awaiting approval: write_line {{"text": "hello"}}  id={pending.id}' in lines
+    assert lines[-2:] == [f"decide with: kimik3 approve {session}", f"continue with: kimik3 resume {session}"]
 
 
 def test_an_assistant_message_replayed_exactly_after_the_deferral(tmp_path: Path) -> None:

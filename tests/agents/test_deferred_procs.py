@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from kimik3.agents import load_session, pending_approvals, read_session_records
-from kimik3.types import ToolMessage
+from kimik3.types import AssistantMessage, ToolMessage
 
 WORKER = Path(__file__).with_name("deferred_worker.py")
 ROOT = Path(__file__).resolve().parents[2]
@@ -92,7 +92,7 @@ def test_a_deferred_call_waits_across_processes_and_runs_once(work: Path) -> Non
     assert (name, arguments) == ("write_line", {"text": "hello"})
     assert effects(work) == []  # deferred: not run
     assert results_for(session, "note") == ["noted a"]  # the allowed call of the turn ran, recorded
-    assert kinds(session) == ["deferred", "result note"]
+    assert kinds(session) == ["deferred", "tool_finished", "result note"]
     # another process resumes without a decision: still waiting, nothing runs
     assert worker("resume", session, work)["stop_reason"] == "approval_required"
     assert effects(work) == []
@@ -102,7 +102,8 @@ def test_a_deferred_call_waits_across_processes_and_runs_once(work: Path) -> Non
     done = worker("resume", session, work)
     assert done == {"stop_reason": "completed", "output": "done after: wrote hello", "pending": []}
     assert effects(work) == ["hello"]
-    assert kinds(session) == ["deferred", "result note", "decision", "tool_started", "result write_line"]
+    assert kinds(session) == ["deferred", "tool_finished", "result note", "decision", "tool_started", "tool_finished",
+                              "result write_line"]
     # a second resume: nothing to do, nothing runs again
     proc = subprocess.run([sys.executable, str(WORKER), "resume", str(session), str(work)], capture_output=True,
                           text=True, timeout=LIMIT, env=env())
@@ -123,7 +124,8 @@ def test_kill_9_while_the_turn_that_defers_is_still_running(work: Path) -> None:
     result = worker("resume-approve", session, work)
     assert result["stop_reason"] == "completed"
     assert effects(work) == ["hello"]
-    assert results_for(session, "note") == ["Error: the run stopped before this call finished"]
+    assert results_for(session, "note") == [("Error: the run stopped before this call's result was recorded; whether it ran, "
+        "and how far, is unknown: check before calling it again")]
     assert results_for(session, "write_line") == ["wrote hello"]
 
 
@@ -133,12 +135,13 @@ def test_kill_9_between_the_decision_and_the_run(work: Path) -> None:
     session = work / "s.jsonl"
     worker("run", session, work)
     killed_at("run_start", "resume-approve", session, work)
-    assert kinds(session) == ["deferred", "result note", "decision"]
+    assert kinds(session) == ["deferred", "tool_finished", "result note", "decision"]
     assert effects(work) == []
     assert pending_approvals(session) == []  # decided: no longer waiting
     assert worker("resume", session, work)["stop_reason"] == "completed"
     assert effects(work) == ["hello"]
-    assert kinds(session) == ["deferred", "result note", "decision", "tool_started", "result write_line"]
+    assert kinds(session) == ["deferred", "tool_finished", "result note", "decision", "tool_started", "tool_finished",
+                              "result write_line"]
 
 
 def test_kill_9_while_the_approved_call_runs(work: Path) -> None:
@@ -171,7 +174,43 @@ def test_kill_9_after_the_result_before_the_next_model_call(work: Path) -> None:
     result = worker("resume", session, work)
     assert result["stop_reason"] == "completed" and result["output"] == "done after: wrote hello"
     assert effects(work) == ["hello"]
-    assert kinds(session) == ["deferred", "result note", "decision", "tool_started", "result write_line"]
+    assert kinds(session) == ["deferred", "tool_finished", "result note", "decision", "tool_started", "tool_finished",
+                              "result write_line"]
+
+
+def test_kill_9_after_a_call_finished_before_its_result_was_recorded(work: Path) -> None:
+    """Issue 40: a turn's results are appended when its last call ends; killed while ``note``
+    still runs, after ``write_line`` finished (its line is in the file). Before, resume told the
+    model ``write_line`` "did not finish"; now its end was journaled (``tool_finished``) and the
+    model reads that it finished and its result was lost; ``note``'s outcome is unknown. Nothing
+    runs twice."""
+    session = work / "s.jsonl"
+    proc = subprocess.Popen([sys.executable, str(WORKER), "run-all", str(session), str(work), "note"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env())
+    try:
+        deadline = time.monotonic() + LIMIT  # a generous limit against a hang, not a bound
+        while not ((work / "at-note").exists() and session.exists() and b"tool_finished" in session.read_bytes()):
+            assert proc.poll() is None, proc.communicate()[1].decode()
+            assert time.monotonic() < deadline, "write_line never finished"
+            time.sleep(0.05)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=LIMIT)
+    assert effects(work) == ["hello"] and kinds(session) == ["tool_finished"]
+    [finished] = [r.body for r in read_session_records(session) if r.kind == "tool_finished"]
+    [turn] = [m for m in load_session(session) if isinstance(m, AssistantMessage)]
+    assert finished == {"call_id": next(c.id for c in turn.tool_calls or () if c.function.name == "write_line"),
+                        "name": "write_line"}
+    result = worker("resume", session, work)
+    assert result["stop_reason"] == "completed"
+    assert effects(work) == ["hello"]  # never run again
+    assert results_for(session, "write_line") == [
+        "Error: this call finished, but the run stopped before its result was recorded, so the result is lost: "
+        "check what it did before calling it again"]
+    assert results_for(session, "note") == [
+        "Error: the run stopped before this call's result was recorded; whether it ran, and how far, is unknown: "
+        "check before calling it again"]
+    assert "did not finish" not in session.read_text() and "before this call finished" not in session.read_text()
 
 
 def test_a_second_writer_is_refused_while_a_resume_runs_the_call(work: Path) -> None:

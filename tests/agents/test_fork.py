@@ -95,7 +95,8 @@ async def test_fork_at_a_call_without_its_result_and_negative_indices(tmp_path: 
     await Agent(tools=[add], engine=engine).resume(at_call)
     resumed = load_session(at_call)
     assert isinstance(resumed[3], ToolMessage)  # the orphan call is answered with an error first
-    assert resumed[3].content == "Error: the run stopped before this call finished"
+    assert resumed[3].content == ("Error: the run stopped before this call's result was recorded; whether it ran, "
+        "and how far, is unknown: check before calling it again")
     assert load_session(fork_session(session, -1, tmp_path / "b.jsonl")) == original
     assert load_session(fork_session(session, -2, tmp_path / "c.jsonl")) == original[:4]
 

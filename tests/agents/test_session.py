@@ -129,7 +129,7 @@ def test_a_lock_a_forked_child_still_shares_is_waited_for(tmp_path: Path) -> Non
     first = SessionWriter(path)
     first.message(UserMessage(content="turn 1"))
     child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE,
-                             pass_fds=(first._fd,))  # holds the file as a forked child does before its exec
+                             pass_fds=(first.store._fd,))  # holds the file as a forked child does before its exec
     try:
         first.close()
         probe = os.open(path, os.O_RDONLY)
@@ -323,7 +323,7 @@ TORN_CHILD = textwrap.dedent("""
     w.message(UserMessage(content="kept " + "é漢🙂"))
     line = (json.dumps({"message": dump_message(UserMessage(content="torn " + sys.argv[2]))}, ensure_ascii=False)
             + "\\n").encode()
-    w._write_bytes(line[: line.index(sys.argv[2].encode()) + int(sys.argv[3])])  # stop inside the character
+    w.store.append(line[: line.index(sys.argv[2].encode()) + int(sys.argv[3])])  # stop inside the character
     os.kill(os.getpid(), signal.SIGKILL)
 """)
 

@@ -126,7 +126,8 @@ def test_core_harness_tools_are_exactly_the_trained_coding_tools(tmp_path: Path)
     assert [t.spec for t in tools if isinstance(t, Tool)] == [t.spec for t in coding_tools(tmp_path)]
     assert skills is harness.skills and anyio.run(skills.get_tools) == []  # no skill: nothing more declared
     _, _, hooks = harness.parts(engine=ScriptedEngine([]))
-    assert [type(h).__name__ for h in hooks] == ["Checkpoints", "ProjectInstructions", "ReadTracker", "SandboxHooks"]
+    assert [type(h).__name__ for h in hooks] == ["WorkspaceHook", "Checkpoints", "ProjectInstructions", "ReadTracker",
+                                                 "SandboxHooks"]
 
 
 @needs_bwrap

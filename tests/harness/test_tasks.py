@@ -190,3 +190,68 @@ def harness_children(agent: Agent[str]) -> list[RunResult[str]]:
 
     subs = next(h for h in agent.hooks.hooks if isinstance(h, SubAgents))
     return [r for _, _, r in subs.children if isinstance(r, RunResult)]
+
+
+@pytest.mark.parametrize("decision", ["defer", "deny"])
+async def test_a_hook_that_defers_a_tool_governs_it_in_sub_agents(tmp_path: Path, decision: str) -> None:
+    """Issue 40: docs/approvals.md's hook (defer one tool, allow the rest) was bypassed through
+    ``task``: the sub-agent's call asked nobody and ran. Now the child's calls go through the
+    parent's hook; one it defers is denied in the child (which cannot wait), so nothing is
+    written. Variant: a hook that denies outright is obeyed in the child the same way."""
+    from kimik3 import Allow, Defer, Deny
+    from kimik3.agents import PendingCall
+    from kimik3.harness._tasks import CHILD_DEFERRED
+
+    asked: list[tuple[str, dict[str, object]]] = []
+
+    def hook(call: PendingCall) -> Allow | Defer | Deny:
+        asked.append((call.name, call.arguments))
+        if call.name != "write_file":
+            return Allow()
+        return Defer() if decision == "defer" else Deny("no writes")
+
+    def script(messages: list[Message]) -> str:
+        if is_child(messages):
+            if not any(m.role == "tool" for m in messages):
+                return calls(("write_file", {"path": "planted.txt", "content": "x"}))
+            return answer(str(messages[-1].content))
+        if not any(m.role == "tool" for m in messages):
+            return calls(("task", {"description": "write it", "prompt": "write planted.txt"}))
+        return answer("done")
+
+    agent = CodingHarness(tmp_path, features=FEATURES - {"background", "checkpoints"}).agent(
+        engine=ScriptedEngine(script), approval=hook)
+    result = await agent.run("go", session=tmp_path / "parent.jsonl")
+    assert not (tmp_path / "planted.txt").exists()
+    assert asked == [("task", {"description": "write it", "prompt": "write planted.txt"}),
+                     ("write_file", {"path": "planted.txt", "content": "x"})]
+    reason = CHILD_DEFERRED if decision == "defer" else "no writes"
+    [task_result] = [m.content for m in result.messages if m.role == "tool"]
+    assert str(task_result).startswith(f"Error: the user denied this call: {reason}\n[sub-agent: 2 turns, ")
+    assert result.stop_reason == "completed"
+
+
+async def test_a_parent_session_in_a_memory_store_leaves_no_child_file_anywhere(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A session kept in a store of the user's has no folder: its sub-agents' sessions are not
+    written beside a made-up path (before: a file ``memory:p.task-1-….jsonl`` in the cwd)."""
+    from kimik3.agents import MemoryStore, SessionLog
+
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+
+    def script(messages: list[Message]) -> str:
+        if is_child(messages):
+            return answer("child done")
+        if not any(m.role == "tool" for m in messages):
+            return calls(("task", {"description": "d", "prompt": "p"}))
+        return answer("done")
+
+    store = MemoryStore("p")
+    agent = CodingHarness(tmp_path, features=FEATURES - {"background", "checkpoints"}).agent(
+        engine=ScriptedEngine(script))
+    result = await agent.run("go", session=store)
+    assert result.output == "done" and list(cwd.iterdir()) == []
+    assert SessionLog.read(store).bodies("child_session") == []
+    assert SessionLog.read(store).header["workspace"] == str(tmp_path.resolve())

@@ -269,10 +269,12 @@ MALFORMED: list[tuple[Any, str]] = [
      "uncovered is not an object of short texts"),
     ('{"checkpoint": {"turn": 1, "kind": "git", "root": "ROOT", "changed": [], "uncovered": {"../x": "y"}}}',
      "uncovered holds '../x', not a relative path inside the workspace"),
-    ('{"checkpoint": {"turn": 1}, "extra": 1}', 'expected one {"checkpoint": ...} or {"undo": ...} object'),
     ('{"undo": {"to": "x"}}', "an undo record whose 'to' is 'x', not a turn number"),
+]
+ODD_LINES = [  # not a record at all: the one session reader's SessionError (kimik3.agents.SessionLog), line named
+    ('{"checkpoint": {"turn": 1}, "extra": 1}', "unknown record (keys: checkpoint, extra)"),
     ('{"checkpoint": {"turn": 1,', "not a JSON line"),
-    (b'{"checkpoint": "\xff"}', "not a JSON line"),
+    (b'{"checkpoint": "\xff"}', "not UTF-8 text"),
 ]
 
 
@@ -282,12 +284,25 @@ def test_a_malformed_record_is_one_line_naming_it(tmp_path: Path, line: str | by
     repo = make_repo(tmp_path / "repo")
     s = tmp_path / "s.jsonl"
     raw = line if isinstance(line, bytes) else line.replace("ROOT", str(repo)).encode()
-    s.write_bytes(json.dumps({"kimik3_session": 1, "created": 0}).encode() + b"\n" + raw + b"\n" + b'{"x": 1}\n')
+    s.write_bytes(json.dumps({"kimik3_session": 1, "created": 0}).encode() + b"\n" + raw + b"\n" + b'{"undo": {"to": 0}}\n')
     before = tree_bytes(repo)
     with pytest.raises(CheckpointError) as e:
         undo(s, workspace=repo)
     assert str(e.value).startswith(f"{s}:2: invalid checkpoint record: ") and why in str(e.value)
     assert "\n" not in str(e.value) and str(e.value).endswith("; nothing was changed")
+    assert tree_bytes(repo) == before
+
+
+@pytest.mark.parametrize(("line", "why"), ODD_LINES)
+def test_an_odd_line_is_the_session_readers_error_naming_it(tmp_path: Path, line: str | bytes, why: str) -> None:
+    repo = make_repo(tmp_path / "repo")
+    s = tmp_path / "s.jsonl"
+    raw = line if isinstance(line, bytes) else line.encode()
+    s.write_bytes(json.dumps({"kimik3_session": 1, "created": 0}).encode() + b"\n" + raw + b"\n" + b'{"undo": {"to": 0}}\n')
+    before = tree_bytes(repo)
+    with pytest.raises(SessionError) as e:
+        undo(s, workspace=repo)
+    assert str(e.value).startswith(f"{s}:2: ") and why in str(e.value) and "\n" not in str(e.value)
     assert tree_bytes(repo) == before
 
 

@@ -1,0 +1,113 @@
+"""Issue 40 part 5: a resumed run works where its session says. The issue's case: a deferred
+``rm -f marker.txt`` approved with ``kimik3 approve``, then resumed with the printed
+``continue with`` line from another folder, deleted the marker *there*. Now the session's header
+records its workspace, ``kimik3 resume`` works in it, a different ``-w`` (or an SDK harness of
+another workspace) is refused naming both, and the printed line runs as printed."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import anyio
+import pytest
+from click.testing import CliRunner
+
+from kimik3 import Allow, Defer, ScriptedEngine, SessionError
+from kimik3.agents import PendingCall, SessionLog
+from kimik3.cli import main
+from kimik3.harness import FEATURES, CodingHarness
+
+from .helpers import answer, calls
+
+FEATURES_ = FEATURES - {"background", "checkpoints", "subagents", "skills"}
+
+
+def defer_bash(call: PendingCall) -> Allow | Defer:
+    return Defer() if call.name == "bash" else Allow()
+
+
+def deferred(tmp_path: Path) -> tuple[Path, Path, Path]:
+    ws, other = tmp_path / "ws", tmp_path / "other"
+    ws.mkdir()
+    other.mkdir()
+    for folder in (ws, other):
+        (folder / "marker.txt").write_text("keep?\n")
+    session = tmp_path / "s.jsonl"
+    agent = CodingHarness(ws, features=FEATURES_, sandbox="none").agent(
+        engine=ScriptedEngine([calls(("bash", {"command": "rm -f marker.txt"}))]), approval=defer_bash)
+    result = anyio.run(lambda: agent.run("clean up", session=session))
+    assert result.stop_reason == "approval_required"
+    return session, ws, other
+
+
+def test_the_printed_continue_line_runs_as_printed_from_another_folder(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    session, ws, other = deferred(tmp_path)
+    assert SessionLog.read(session).header["workspace"] == str(ws.resolve())
+    monkeypatch.chdir(other)  # approve and resume from another folder, with relative paths
+    out = CliRunner().invoke(main, ["approve", "../s.jsonl", "--all"])
+    assert out.exit_code == 0, out.output
+    line = out.output.splitlines()[-1]
+    assert line == f"continue with: kimik3 resume {shlex.quote(str(session.resolve()))}"
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps([answer("cleaned")]))
+    argv = shlex.split(line.removeprefix("continue with: "))[1:]  # as printed, plus the engine (an env var for a user)
+    done = CliRunner().invoke(main, [*argv, "--script", str(script), "--plain", "--sandbox", "none"])
+    assert done.exit_code == 0, done.output
+    assert not (ws / "marker.txt").exists()  # the session's workspace
+    assert (other / "marker.txt").read_text() == "keep?\n"  # not the folder it was run from
+
+
+def test_another_workspace_is_refused_naming_both(tmp_path: Path) -> None:
+    session, ws, other = deferred(tmp_path)
+    assert CliRunner().invoke(main, ["approve", str(session), "--all"]).exit_code == 0
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps([answer("cleaned")]))
+    out = CliRunner().invoke(main, ["resume", str(session), "-w", str(other), "--script", str(script), "--plain",
+                                    "--sandbox", "none"])
+    assert out.exit_code == 1
+    assert (f"error: SessionError: session {session} works in {str(ws.resolve())!a}, not in "
+            f"{str(other.resolve())!a}; nothing was run: continue it there (kimik3 resume {session}, or with -w "
+            f"{ws.resolve()})") in out.output
+    # the SDK: a harness of another workspace refuses the session before anything runs (variant)
+    agent = CodingHarness(other, features=FEATURES_, sandbox="none").agent(engine=ScriptedEngine([answer("x")]))
+    with pytest.raises(SessionError, match=f"works in {str(ws.resolve())!a}, not in {str(other.resolve())!a}"):
+        anyio.run(agent.resume, session)
+    assert (ws / "marker.txt").exists() and (other / "marker.txt").exists()
+
+
+def test_a_harness_resume_with_approvals_reads_and_locks_the_session_once(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 42 with every hook that reads the session (skills, checkpoints, routing, approvals):
+    before, 4 opens, 2 locks and 8 whole-file reads; now one of each."""
+    import fcntl
+    import os
+
+    session, ws, _ = deferred(tmp_path)
+    [pending] = SessionLog.read(session).records_of("deferred")
+    counts = {"open": 0, "lock": 0, "read": 0}
+    real_open, real_flock, real_seek = os.open, fcntl.flock, os.lseek
+
+    def counting_open(path: object, *args: object, **kwargs: object) -> int:
+        counts["open"] += os.fspath(path) == os.fspath(session)  # type: ignore[arg-type]
+        return real_open(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    def counting_flock(fd: int, op: int) -> None:
+        counts["lock"] += bool(op & fcntl.LOCK_EX)
+        real_flock(fd, op)
+
+    def counting_seek(fd: int, pos: int, how: int) -> int:
+        if (pos, how) == (0, os.SEEK_SET) and os.path.samefile(f"/proc/self/fd/{fd}", session):
+            counts["read"] += 1
+        return real_seek(fd, pos, how)
+
+    agent = CodingHarness(ws, sandbox="none").agent(engine=ScriptedEngine([answer("cleaned")]))
+    monkeypatch.setattr(os, "open", counting_open)
+    monkeypatch.setattr(fcntl, "flock", counting_flock)
+    monkeypatch.setattr(os, "lseek", counting_seek)
+    result = anyio.run(lambda: agent.resume(session, approvals={pending.body["call_id"]: Allow()}))
+    monkeypatch.undo()
+    assert result.output == "cleaned" and not (ws / "marker.txt").exists()
+    assert counts == {"open": 1, "lock": 1, "read": 1}
