@@ -54,6 +54,7 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Callable, Coroutine, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,7 @@ from ._cli_engine import (
     _options,
     _quiet,
     _settings,
+    check_prices,
     parse_engine_arg,
 )
 from ._cli_eval import eval_group
@@ -91,6 +93,7 @@ from ._cli_progress import (
 from ._cli_run import _drive, _drop_unanswered, _execute, _new_session_path, _read_task, _start, approve_command
 from ._cli_serve import serve
 from ._exceptions import KimiK3Error
+from ._pricing import format_usd
 from ._text import printable
 from .agents import (
     Agent,
@@ -201,6 +204,7 @@ def _run_agent(o: _Options, workspace: str, task: str | None, history: list[Mess
         result: RunResult[Any] | None = None
         try:
             await _start(engine, progress, o.verbose)
+            await check_prices(o, engine)  # --max-usd without prices: refused before any model call
             result = await _drive(agent, task, history, session, progress)
         finally:
             if result is None and not existed:
@@ -378,6 +382,8 @@ def chat(ctx: click.Context, /, workspace: str | None, session: str | None, **pa
             for toolset in agent.toolsets:
                 await toolsets.enter_async_context(toolset)
             await _start(engine, progress, o.verbose)
+            await check_prices(o, engine)
+            spent = 0.0  # USD of this chat's answers: --max-usd caps the whole chat, not each message
             if interactive:
                 progress.note(f"kimik3 chat · {engine.model or 'K3'} · /exit to quit")
             while True:
@@ -389,8 +395,15 @@ def chat(ctx: click.Context, /, workspace: str | None, session: str | None, **pa
                     break
                 if not line.strip():
                     continue
+                if o.max_usd is not None:
+                    if spent >= o.max_usd:
+                        progress.note(f"the chat's --max-usd {format_usd(o.max_usd)} is spent ({format_usd(spent)}); "
+                                      "start a new chat to go on")
+                        break
+                    agent.budgets = replace(agent.budgets, usd=o.max_usd - spent)  # what is left of the cap
                 try:
                     answer = await _drive(agent, line, history, path, progress)
+                    spent += answer.cost or 0.0
                     if answer.stop_reason != "completed":
                         progress.note(f"stopped: {answer.stop_reason} ({_STOP_REASONS.get(answer.stop_reason, '')})")
                     for issue in _degraded_lines(answer):  # a degraded answer never passes for a clean one

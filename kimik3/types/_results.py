@@ -20,9 +20,17 @@ class PromptTokensDetails(BaseModel):
     Attributes:
         cached_tokens: prompt tokens the engine served from its prefix cache (vLLM:
             ``RequestOutput.num_cached_tokens``; servers report it with prefix caching on).
+        cache_write_tokens: prompt tokens written to the provider's prompt cache by this call
+            (a part of ``prompt_tokens``, billed apart by providers that bill cache writes:
+            Moonshot's K3.1, 2026-10-23); None when the server did not report it.
+        cache_write_1h_tokens: the part of ``cache_write_tokens`` written with a 1-hour lifetime
+            (``ModelSettings.prompt_cache_lifetime="1h"``, or a server's own split); None when
+            not known, the writes then priced at the 5-minute rate.
     """
 
     cached_tokens: int = 0
+    cache_write_tokens: int | None = None
+    cache_write_1h_tokens: int | None = None
 
 
 class Usage(BaseModel):
@@ -49,14 +57,33 @@ class Usage(BaseModel):
         """Prompt tokens served from the engine's prefix cache (0 when not reported)."""
         return self.prompt_tokens_details.cached_tokens if self.prompt_tokens_details is not None else 0
 
+    @property
+    def cache_write_tokens(self) -> int:
+        """Prompt tokens written to the provider's prompt cache (0 when not reported)."""
+        details = self.prompt_tokens_details
+        return (details.cache_write_tokens or 0) if details is not None else 0
+
+    @property
+    def cache_write_1h_tokens(self) -> int:
+        """The part of :attr:`cache_write_tokens` written with a 1-hour lifetime (0 when not known)."""
+        details = self.prompt_tokens_details
+        return (details.cache_write_1h_tokens or 0) if details is not None else 0
+
     def __add__(self, other: Usage) -> Usage:
         known = self.prompt_tokens_details is not None or other.prompt_tokens_details is not None
+        details = None
+        if known:
+            parts = [u.prompt_tokens_details for u in (self, other) if u.prompt_tokens_details is not None]
+            writes = [p.cache_write_tokens for p in parts if p.cache_write_tokens is not None]
+            long = [p.cache_write_1h_tokens for p in parts if p.cache_write_1h_tokens is not None]
+            details = PromptTokensDetails(cached_tokens=self.cached_tokens + other.cached_tokens,
+                                          cache_write_tokens=sum(writes) if writes else None,
+                                          cache_write_1h_tokens=sum(long) if long else None)
         return Usage(
             prompt_tokens=self.prompt_tokens + other.prompt_tokens,
             completion_tokens=self.completion_tokens + other.completion_tokens,
             total_tokens=self.total_tokens + other.total_tokens,
-            prompt_tokens_details=PromptTokensDetails(cached_tokens=self.cached_tokens + other.cached_tokens)
-            if known else None,
+            prompt_tokens_details=details,
             unknown=self.unknown or other.unknown,
         )
 
