@@ -8,8 +8,9 @@ workspace's ``AGENTS.md`` files (``--no-agents-md`` opts out; each file is liste
 ``task`` sub-agent tool; ``--tools core`` keeps the six coding tools alone, unchanged.
 ``--sandbox`` (``run``, ``resume``, ``chat``, ``eval``) picks where ``bash`` runs its commands; the first
 line printed says which sandbox is active (``docs/sandbox.md``).
-Agent Skills come from ``<workspace>/.agents/skills``, ``${KIMIK3_HOME:-~/.kimik3}/skills`` and each
-``--skills DIR`` (looked at first); ``--no-skills`` turns them off; a skipped skill is one line.
+Agent Skills come from ``<workspace>/.agents/skills`` and ``.claude/skills``,
+``${KIMIK3_HOME:-~/.kimik3}/skills`` and each ``--skills DIR`` (looked at first); ``--no-skills`` turns
+them off; a skipped skill is one line.
 """
 
 from __future__ import annotations
@@ -80,7 +81,8 @@ def harness_options(f: F) -> F:
                      help="Give the model no Agent Skills (not even the workspace's or ~/.kimik3/skills').")(f)
     f = click.option("--skills", "skill_folders", multiple=True, type=click.Path(exists=True, file_okay=False),
                      metavar="DIR", help="A skill folder (with a SKILL.md) or a folder of them, looked at before "
-                                         "<workspace>/.agents/skills and ~/.kimik3/skills (repeatable).")(f)
+                                         "<workspace>/.agents/skills, .claude/skills and ~/.kimik3/skills "
+                                         "(repeatable).")(f)
     f = click.option("--no-agents-md", "no_agents_md", is_flag=True,
                      help="Do not give the model the workspace's AGENTS.md files.")(f)
     return click.option("--tools", "tool_set", type=click.Choice(["core", "full"]), default="full",

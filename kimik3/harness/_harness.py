@@ -149,8 +149,8 @@ class CodingHarness:
             record it in the session header.
         subagent_budgets: each child's budgets.
         skills: Agent Skills (:class:`~kimik3.harness.Skills`): True (the default) finds them in
-            ``<root>/.agents/skills`` and ``${KIMIK3_HOME:-~/.kimik3}/skills``; a list of folders
-            looks there first, then in those two; a :class:`Skills` is used as it is; False: none.
+            ``<root>/.agents/skills``, ``<root>/.claude/skills`` and ``${KIMIK3_HOME:-~/.kimik3}/skills``; a
+            list of folders looks there first, then in those three; a :class:`Skills` is used as it is; False: none.
             With no skill found, the prompt is exactly as without skills. The skills' folders
             (:meth:`Skills.read_paths`) are readable by the file tools and, read-only, inside the
             sandbox this harness makes (a :class:`~kimik3.tools.coding.Sandbox` given is used as it
