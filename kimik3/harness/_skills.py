@@ -9,7 +9,8 @@ Agent Skills client guide's second workspace location, where Claude Code's skill
 coding tools' confined walk: a skill folder there that is a symlink leading out of the workspace is
 skipped with a warning. A skill folder among the user's or passed-in folders may be a symlink to
 anywhere (they are the user's own choice); inside the folder the walk is confined to it. Each
-``SKILL.md`` is checked against the format (:mod:`._skill_files`); a bad one is skipped with one warning line naming the file.
+``SKILL.md`` is checked against the format (:mod:`._skill_files`); a bad one is skipped with one
+warning line naming the file.
 
 Disclosure: a tool ``load_skill(name)`` whose description lists every skill's name and
 description (the catalog, at most :data:`MAX_CATALOG_BYTES`). It is declared in the prompt's head
