@@ -15,7 +15,9 @@ them off; a skipped skill is one line.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import click
@@ -145,8 +147,8 @@ def undo_command(ctx: click.Context, session: str, to_turn: int, workspace: str,
     Only files those turns changed are restored (from the checkpoints in SESSION); your other
     changes, the git index and HEAD stay as they are. Nothing outside the workspace is touched
     and no symlink is followed; if anything cannot be restored, nothing is. Prints one line per
-    restored path (and, with --partial, one "not undone" line on stderr per change the
-    checkpoints do not cover).
+    path: "restored PATH", or "removed PATH" for a file the undone turns created (and, with
+    --partial, one "not undone" line on stderr per change the checkpoints do not cover).
     """
     import logging
 
@@ -168,7 +170,8 @@ def undo_command(ctx: click.Context, session: str, to_turn: int, workspace: str,
         ctx.exit(1)
     finally:
         logger.removeHandler(handler)
-    for p in paths:
-        click.echo(f"restored {show_path(p)}")
+    root = Path(workspace).resolve()
+    for p in paths:  # a file the undone turns created is gone again: "removed", not "restored"
+        click.echo(f"{'restored' if os.path.lexists(root / p) else 'removed'} {show_path(p)}")
     for line in skipped:
         click.echo(line, err=True)
