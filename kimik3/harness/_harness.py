@@ -239,17 +239,27 @@ class CodingHarness:
 
     def agent(self, *, engine: Engine | None = None, client: Client | None = None,
               instructions: str | None = CODING_INSTRUCTIONS, settings: ModelSettings | None = None,
-              budgets: Budgets | None = None, **kwargs: Any) -> Agent[str]:
+              budgets: Budgets | None = None, tools: Sequence[Tool | Toolset] = (),
+              hooks: Sequence[RunHooks] = (), **kwargs: Any) -> Agent[str]:
         """An :class:`~kimik3.Agent` with the harness's tools, hooks and instructions (see
         :meth:`parts`). One run at a time.
 
+        Args:
+            tools: tools of your own (``@kimik3.tool`` functions, :class:`~kimik3.tools.Tool` s,
+                toolsets such as an MCP server), declared after the harness's. They run in this
+                process as written: not in the sandbox, not checkpointed (undo does not cover
+                what they write), not given to ``task``'s sub-agents.
+            hooks: run hooks of your own, after the harness's.
+            (the rest): as :class:`~kimik3.Agent` takes them.
+
         Raises:
-            UserError: neither or both of ``engine`` and ``client``.
+            UserError: neither or both of ``engine`` and ``client``; a tool of yours named as one
+                of the harness's (``two tools are named 'bash'``).
         """
-        tools, instructions, hooks = self.parts(engine=engine, client=client, instructions=instructions,
-                                                settings=settings, budgets=budgets)
-        return Agent(instructions=instructions, tools=tools, engine=engine, client=client, settings=settings,
-                     budgets=budgets, hooks=hooks, **kwargs)
+        own, instructions, own_hooks = self.parts(engine=engine, client=client, instructions=instructions,
+                                                  settings=settings, budgets=budgets)
+        return Agent(instructions=instructions, tools=[*own, *tools], engine=engine, client=client,
+                     settings=settings, budgets=budgets, hooks=[*own_hooks, *hooks], **kwargs)
 
 
 def _features(features: Iterable[Feature], switches: dict[str, bool]) -> frozenset[Feature]:
