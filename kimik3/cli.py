@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -548,6 +549,11 @@ def verify_command(ctx: click.Context, base_url: str, model: str | None, api_key
 
     click.echo(f"kimik3 verify {base_url}{' --quick' if quick else ''} (timeout {timeout:g} s per request)")
 
+    started = time.monotonic()
+
+    def step(text: str) -> None:  # where a long run is, on stderr (a full run takes ~15 minutes: docs/verify.md)
+        click.echo(f"... {text} ({time.monotonic() - started:.0f} s)", err=True)
+
     def row(r: CheckResult) -> None:  # each row as it is decided
         mark = r.status.upper() if r.status == "fail" else r.status
         name = r.check + (" *" if r.needs_model else "")
@@ -556,7 +562,7 @@ def verify_command(ctx: click.Context, base_url: str, model: str | None, api_key
     try:
         report = verify(base_url, model=model, api_key=api_key, quick=quick, tokenizer=tokenizer_dir,
                         images=not no_images, max_tokens=max_tokens, concurrency=concurrency, timeout=timeout,
-                        max_body_bytes=max_body_bytes, progress=row)  # fmt: skip
+                        max_body_bytes=max_body_bytes, progress=row, on_step=step)  # fmt: skip
     except KimiK3Error as e:
         click.echo(f"kimik3 verify: {type(e).__name__}: {' '.join(str(e).split())}", err=True)
         ctx.exit(1)
