@@ -14,6 +14,7 @@ import click
 from ._cli_progress import _one_line
 from ._exceptions import KimiK3Error
 from .engines._cluster import ROUTER_POLICIES, Cluster
+from .engines._quiet import without_leak_warnings
 
 __all__ = ["serve"]
 
@@ -63,7 +64,9 @@ def serve(model_dir: str, vllm_args: tuple[str, ...], host: str, port: int, repl
         if dry_run:
             return
         sys.stdout.flush()
-        os.execv(cmd[0], cmd)  # the server replaces this process: its signals and exit code are vLLM's
+        # the server replaces this process: its signals and exit code are vLLM's; without the
+        # resource tracker's leak report at Ctrl-C (engines/_quiet.py: LEAK_WARNINGS)
+        os.execve(cmd[0], cmd, without_leak_warnings(dict(os.environ)))
     cluster = Cluster(model_dir, replicas=replicas or 1, policy=policy or "consistent_hash", host=host, port=port,
                       vllm_args=vllm_args, router_args=router_arg, log_dir=log_dir, keep_logs=keep_logs)
     try:
@@ -84,6 +87,7 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 def _run_cluster(cluster: Cluster) -> int:
     """Start the cluster, serve until Ctrl-C / SIGTERM or a child exits, stop everything; the exit code."""
     signal.signal(signal.SIGTERM, _interrupt)
+    cluster.env = without_leak_warnings(cluster.env)  # no leak report from the replicas at Ctrl-C
     code = 0
     try:
         click.echo(f"kimik3 serve: starting {len(cluster.replica_urls)} replica(s) and the router "
