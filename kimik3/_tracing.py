@@ -19,8 +19,9 @@ the application configured (none: the API's no-op provider). kimik3 emits:
   ``execute_tool``, its name recorded (cut to 64 characters, others replaced by ``_``) only when
   content capture is on. The call id is cut to 128 characters.
 
-Chat spans also carry ``gen_ai.usage.cache_read.input_tokens`` and
-``gen_ai.usage.cache_creation.input_tokens`` where the server reported them.
+Chat spans also carry ``gen_ai.usage.cache_read.input_tokens``,
+``gen_ai.usage.cache_creation.input_tokens`` and ``gen_ai.usage.reasoning.output_tokens`` where
+the server reported them.
 
 Metrics beside the spans (one meter, ``kimik3``; docs/telemetry.md pins the conventions' version):
 
@@ -30,7 +31,9 @@ Metrics beside the spans (one meter, ``kimik3``; docs/telemetry.md pins the conv
   usage (none when it did not: the conventions forbid guessing), ``gen_ai.token.type`` ``input``
   and ``output``. Where the server reported the cache split, the input is recorded as its parts,
   each with ``gen_ai.token.cache``: ``none`` (neither read nor written), ``read`` and, where writes
-  were reported, ``creation``; the parts of one call sum to its input tokens.
+  were reported, ``creation``; the parts of one call sum to its input tokens. Where the server
+  reported ``completion_tokens_details.reasoning_tokens``, the output likewise, with
+  ``gen_ai.token.phase`` ``reasoning`` and ``response``.
 
 Both carry ``gen_ai.operation.name``, ``gen_ai.provider.name``, ``gen_ai.request.model`` and
 ``gen_ai.response.model``. They go to the application's meter provider (none: the API's no-op).
@@ -142,7 +145,13 @@ def _record_call(model: str | None, completion: Any, seconds: float, error: str 
     if completion is None or completion.usage.unknown:
         return
     usage = completion.usage
-    tokens.record(usage.completion_tokens, {**common, "gen_ai.token.type": "output"})
+    reasoning = usage.reasoning_tokens
+    if reasoning is None:
+        tokens.record(usage.completion_tokens, {**common, "gen_ai.token.type": "output"})
+    else:  # the split the server reported: reasoning, and the rest (the answer and its calls)
+        reasoning = min(reasoning, usage.completion_tokens)
+        for phase, count in (("reasoning", reasoning), ("response", usage.completion_tokens - reasoning)):
+            tokens.record(count, {**common, "gen_ai.token.type": "output", "gen_ai.token.phase": phase})
     details = usage.prompt_tokens_details
     if details is None:
         tokens.record(usage.prompt_tokens, {**common, "gen_ai.token.type": "input"})
@@ -271,7 +280,8 @@ def _cache_usage(usage: Any) -> dict[str, int | None]:
     """The spans' cache split of ``usage``: read and written tokens where reported (else None)."""
     details = usage.prompt_tokens_details
     return {"gen_ai__usage__cache_read__input_tokens": usage.cached_tokens if details is not None else None,
-            "gen_ai__usage__cache_creation__input_tokens": details.cache_write_tokens if details is not None else None}
+            "gen_ai__usage__cache_creation__input_tokens": details.cache_write_tokens if details is not None else None,
+            "gen_ai__usage__reasoning__output_tokens": usage.reasoning_tokens}
 
 
 def _model_done(span: Span, completion: Any) -> None:

@@ -107,7 +107,7 @@ async def test_duration_of_each_call_and_of_a_failed_one(points: InMemoryMetricR
 
 async def test_cache_writes_are_their_own_part_and_unknown_usage_is_not_recorded(points: InMemoryMetricReader) -> None:
     from kimik3._tracing import model_call
-    from kimik3.types import ChatCompletion, PromptTokensDetails, Usage
+    from kimik3.types import ChatCompletion, CompletionTokensDetails, PromptTokensDetails, Usage
 
     request = ChatRequest(messages=[{"role": "user", "content": "a"}])
     usage = Usage(prompt_tokens=100_000, completion_tokens=1_000, total_tokens=101_000,
@@ -116,19 +116,25 @@ async def test_cache_writes_are_their_own_part_and_unknown_usage_is_not_recorded
                                                            "finish_reason": "stop"}], usage=usage)
     with model_call(None, "kimi-k3.1-pro", request) as call:
         call.done(done)
+    reasoned = done.model_copy(update={"usage": usage.model_copy(update={
+        "completion_tokens_details": CompletionTokensDetails(reasoning_tokens=700)})})
+    with model_call(None, "kimi-k3.1-pro", request) as call:
+        call.done(reasoned)
     unknown = done.model_copy(update={"usage": Usage(unknown=True)})
     with model_call(None, "kimi-k3.1-pro", request) as call:
         call.done(unknown)
     model = {**BASE, "gen_ai.request.model": "kimi-k3.1-pro", "gen_ai.response.model": "kimi-k3.1-pro"}
     data = collected(points)
     assert tokens(data) == [
-        ({**model, "gen_ai.token.cache": "creation", "gen_ai.token.type": "input"}, 50_000, 1),
-        ({**model, "gen_ai.token.cache": "none", "gen_ai.token.type": "input"}, 30_000, 1),
-        ({**model, "gen_ai.token.cache": "read", "gen_ai.token.type": "input"}, 20_000, 1),
+        ({**model, "gen_ai.token.cache": "creation", "gen_ai.token.type": "input"}, 100_000, 2),
+        ({**model, "gen_ai.token.cache": "none", "gen_ai.token.type": "input"}, 60_000, 2),
+        ({**model, "gen_ai.token.cache": "read", "gen_ai.token.type": "input"}, 40_000, 2),
+        ({**model, "gen_ai.token.phase": "reasoning", "gen_ai.token.type": "output"}, 700, 1),
+        ({**model, "gen_ai.token.phase": "response", "gen_ai.token.type": "output"}, 300, 1),
         ({**model, "gen_ai.token.type": "output"}, 1_000, 1),
     ]
-    # both calls have a duration, only the first its tokens (the second's server reported none)
-    assert [p.count for p in data["gen_ai.client.operation.duration"]] == [2]
+    # every call has a duration, only the first two their tokens (the third's server reported none)
+    assert [p.count for p in data["gen_ai.client.operation.duration"]] == [3]
 
 
 async def test_a_run_records_each_of_its_calls_and_no_cache_split_when_unreported(points: InMemoryMetricReader) -> None:

@@ -60,6 +60,7 @@ from ..types import (
     ChatCompletion,
     ChatRequest,
     Choice,
+    CompletionTokensDetails,
     FailedToolCall,
     FinishReason,
     FunctionCall,
@@ -212,6 +213,7 @@ class ChatStreamChecker:
                 completion_tokens=usage_count(usage, "completion_tokens") or 0,
                 total_tokens=usage_count(usage, "total_tokens") or 0,
                 prompt_tokens_details=prompt_details(usage, self.cache_lifetime),
+                completion_tokens_details=completion_details(usage),
             )
         for choice in choices:
             if not isinstance(choice, Mapping) or choice.get("index") not in (0, None):
@@ -618,6 +620,16 @@ def prompt_details(usage: Mapping[str, Any], cache_lifetime: str | None = None) 
     if cached is None and writes is None:
         return None
     return PromptTokensDetails(cached_tokens=cached or 0, cache_write_tokens=writes, cache_write_1h_tokens=long)
+
+
+def completion_details(usage: Mapping[str, Any]) -> CompletionTokensDetails | None:
+    """``usage.completion_tokens_details`` when the server sent ``reasoning_tokens`` (bounded as
+    every count), else None."""
+    details = usage.get("completion_tokens_details")
+    if not isinstance(details, Mapping):
+        return None
+    reasoning = usage_count(details, "reasoning_tokens", "usage.completion_tokens_details")
+    return CompletionTokensDetails(reasoning_tokens=reasoning) if reasoning is not None else None
 
 
 CACHE_WRITE_FIELDS = ("prompt_tokens_details.cache_write_tokens", "cache_creation_input_tokens",

@@ -58,7 +58,7 @@ from ._request import (
     response_format_schema,
     tool_choice_directive,
 )
-from ._results import ChatCompletion, Choice, FinishReason, PromptTokensDetails, Usage
+from ._results import ChatCompletion, Choice, CompletionTokensDetails, FinishReason, PromptTokensDetails, Usage
 from ._routing import ROUTING_KEY, Routing
 from ._settings import AGENTIC_SETTINGS, SINGLE_STEP_SETTINGS, ModelSettings
 
@@ -71,6 +71,7 @@ __all__ = [
     "ChatCompletion",
     "ChatRequest",
     "Choice",
+    "CompletionTokensDetails",
     "Content",
     "ContentPart",
     "FailedToolCall",

@@ -11,7 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ._messages import AssistantMessage, FailedToolCall, dump_message
 
-__all__ = ["CLOSED_MID_ANSWER", "ChatCompletion", "Choice", "FinishReason", "PromptTokensDetails", "Usage"]
+__all__ = ["CLOSED_MID_ANSWER", "ChatCompletion", "Choice", "CompletionTokensDetails", "FinishReason",
+           "PromptTokensDetails", "Usage"]
 
 
 class PromptTokensDetails(BaseModel):
@@ -33,6 +34,17 @@ class PromptTokensDetails(BaseModel):
     cache_write_1h_tokens: int | None = None
 
 
+class CompletionTokensDetails(BaseModel):
+    """``usage.completion_tokens_details`` (OpenAI shape).
+
+    Attributes:
+        reasoning_tokens: completion tokens the model spent reasoning (a part of
+            ``completion_tokens``), as the server reported them.
+    """
+
+    reasoning_tokens: int = 0
+
+
 class Usage(BaseModel):
     """Token usage of one model call (OpenAI shape).
 
@@ -50,6 +62,7 @@ class Usage(BaseModel):
     completion_tokens: int = 0
     total_tokens: int = 0
     prompt_tokens_details: PromptTokensDetails | None = None
+    completion_tokens_details: CompletionTokensDetails | None = None
     unknown: bool = False
 
     @property
@@ -69,6 +82,12 @@ class Usage(BaseModel):
         details = self.prompt_tokens_details
         return (details.cache_write_1h_tokens or 0) if details is not None else 0
 
+    @property
+    def reasoning_tokens(self) -> int | None:
+        """Completion tokens spent reasoning (None when the server did not report them)."""
+        details = self.completion_tokens_details
+        return details.reasoning_tokens if details is not None else None
+
     def __add__(self, other: Usage) -> Usage:
         known = self.prompt_tokens_details is not None or other.prompt_tokens_details is not None
         details = None
@@ -79,11 +98,13 @@ class Usage(BaseModel):
             details = PromptTokensDetails(cached_tokens=self.cached_tokens + other.cached_tokens,
                                           cache_write_tokens=sum(writes) if writes else None,
                                           cache_write_1h_tokens=sum(long) if long else None)
+        reasoning = [u.reasoning_tokens for u in (self, other) if u.reasoning_tokens is not None]
         return Usage(
             prompt_tokens=self.prompt_tokens + other.prompt_tokens,
             completion_tokens=self.completion_tokens + other.completion_tokens,
             total_tokens=self.total_tokens + other.total_tokens,
             prompt_tokens_details=details,
+            completion_tokens_details=CompletionTokensDetails(reasoning_tokens=sum(reasoning)) if reasoning else None,
             unknown=self.unknown or other.unknown,
         )
 

@@ -11,7 +11,7 @@ import pytest
 
 from kimik3 import Agent, Budgets, Client, ModelSettings, RemoteEngine, ScriptedEngine, UserError
 from kimik3._pricing import PRICES
-from kimik3.types import PromptTokensDetails
+from kimik3.types import CompletionTokensDetails, PromptTokensDetails
 from tests.engines.sse_server import Reply, SSEServer, sse
 
 PRO = PRICES["kimi-k3.1-pro"]
@@ -130,3 +130,13 @@ async def test_a_usd_budget_on_an_endpoint_whose_model_is_unnamed_is_refused_bef
         finally:
             await engine.aclose()
         assert [r["path"] for r in server.requests] == ["/v1/models"]
+
+
+async def test_reasoning_tokens_are_read_where_the_server_reports_them() -> None:
+    out, _ = await _chat("moonshot", {"completion_tokens_details": {"reasoning_tokens": 640}})
+    assert out.usage.reasoning_tokens == 640
+    out, _ = await _chat("moonshot", {})
+    assert out.usage.reasoning_tokens is None and out.usage.completion_tokens_details is None
+    reported = out.usage.model_copy(update={"completion_tokens_details": CompletionTokensDetails(reasoning_tokens=5)})
+    summed = out.usage + reported
+    assert summed.reasoning_tokens == 5
