@@ -371,6 +371,15 @@ def test_max_usd_is_a_budget_option_of_run_resume_chat_and_eval(tmp_path: Path) 
     from kimik3._cli_engine import _price
 
     assert _price(None, None, "2,0.2,10,2,4") == PRICES["kimi-k3.1-pro"]  # type: ignore[arg-type]
+    # eval run too: refused before any attempt, nothing written
+    from tests.eval.helpers import write_task
+
+    write_task(tmp_path / "suite", "t", "say hi", "true")
+    out = runner.invoke(main, ["eval", "run", str(tmp_path / "suite"), "--out", str(tmp_path / "out"), "--script",
+                               str(script), "--max-usd", "0.5", "--sandbox", "none"])
+    assert out.exit_code == 1 and out.output.splitlines()[-1].startswith(
+        "error: UserError: --max-usd needs prices: model 'scripted-k3' has none in kimik3's table"), out.output
+    assert not (tmp_path / "out").exists()
     for command in (["resume"], ["chat"], ["eval", "run"]):
         help_text = runner.invoke(main, [*command, "--help"]).output
         assert "--max-usd USD" in help_text and "--price IN,CACHED,OUT" in help_text
