@@ -206,6 +206,9 @@ def _engine_options(f: F) -> F:
         click.option("--temperature", type=FiniteFloat(min=0), help="Sampling temperature (default 1.0)."),
         click.option("--top-p", type=FiniteFloat(0, 1, min_open=True), help="Nucleus sampling (default 1.0)."),
         click.option("--seed", type=int, help="Sampling seed, where the engine supports one."),
+        click.option("--prompt-cache-lifetime", type=click.Choice(["5m", "1h"]),
+                     help="How long Moonshot's API keeps the prompt in its cache (K3.1 bills writes: $2/M for 5m, "
+                          "$4/M for 1h); other engines refuse it."),
         click.option("--plain", is_flag=True, help="Plain progress lines even on a terminal."),
         click.option("--mcp", multiple=True, metavar='"CMD ARGS" | URL', callback=_check_mcp,
                      help="Give the agent the tools of an MCP server (repeatable): a command line started "

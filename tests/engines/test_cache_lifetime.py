@@ -140,3 +140,24 @@ async def test_reasoning_tokens_are_read_where_the_server_reports_them() -> None
     reported = out.usage.model_copy(update={"completion_tokens_details": CompletionTokensDetails(reasoning_tokens=5)})
     summed = out.usage + reported
     assert summed.reasoning_tokens == 5
+
+
+def test_the_command_line_option_reaches_the_settings_and_a_token_engine_refuses_it(tmp_path: Any) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from kimik3.cli import main
+
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps(["hi"]))
+    out = CliRunner().invoke(main, ["run", "hi", "--script", str(script), "--prompt-cache-lifetime", "1h", "--plain",
+                                    "--sandbox", "none", "-w", str(tmp_path), "--session", str(tmp_path / "s.jsonl")],
+                             env={"KIMIK3_HOME": str(tmp_path / "home")})
+    assert out.exit_code == 1
+    assert out.output.splitlines()[-1] == (
+        "error: UserError: ModelSettings.prompt_cache_lifetime='1h' cannot be sent to ScriptedEngine (a token "
+        "engine): only Moonshot's hosted API (the 'moonshot' profile) takes a prompt cache lifetime; a self-hosted "
+        "engine keeps its prefix cache as long as its memory allows. Leave prompt_cache_lifetime unset there")
+    bad = CliRunner().invoke(main, ["run", "hi", "--script", str(script), "--prompt-cache-lifetime", "30m"])
+    assert bad.exit_code == 2 and "'30m' is not one of '5m', '1h'" in bad.output
