@@ -103,6 +103,7 @@ from .agents import (
     fork_session,
     format_session,
     load_session,
+    read_session_records,
 )
 from .engines import FEATURES, Engine, preflight
 from .harness import CodingHarness, Skills
@@ -402,6 +403,7 @@ def chat(ctx: click.Context, /, workspace: str | None, session: str | None, **pa
                                       "start a new chat to go on")
                         break
                     agent.budgets = replace(agent.budgets, usd=o.max_usd - spent)  # what is left of the cap
+                recorded = _recorded_cost(path)
                 try:
                     answer = await _drive(agent, line, history, path, progress)
                     spent += answer.cost or 0.0
@@ -410,6 +412,7 @@ def chat(ctx: click.Context, /, workspace: str | None, session: str | None, **pa
                     for issue in _degraded_lines(answer):  # a degraded answer never passes for a clean one
                         progress.note(issue)
                 except Exception as e:
+                    spent += _recorded_cost(path) - recorded  # a failed turn's finished calls count too
                     typed = _typed_error(e)
                     if typed is None:
                         raise
@@ -422,6 +425,15 @@ def chat(ctx: click.Context, /, workspace: str | None, session: str | None, **pa
         return 1 if failed else 0
 
     ctx.exit(_execute(main, progress))
+
+
+def _recorded_cost(session: Path) -> float:
+    """USD of the model calls recorded in ``session`` so far (0 when there is none yet, or it
+    cannot be read: the chat's cap then counts what the runs returned)."""
+    try:
+        return sum(r.cost or 0.0 for r in read_session_records(session)) if session.exists() else 0.0
+    except (KimiK3Error, OSError):
+        return 0.0
 
 
 @main.command(name="preflight")

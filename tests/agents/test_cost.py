@@ -410,3 +410,25 @@ def test_chat_max_usd_caps_the_whole_chat_not_each_message(tmp_path: Path) -> No
         "the chat's --max-usd $0.0600 is spent ($0.0720); start a new chat to go on"]
     costs = [r.cost for r in read_session_records(session) if r.cost is not None]
     assert costs == [pytest.approx(0.024)] * 3
+
+
+def test_a_failed_chat_turns_recorded_calls_count_toward_the_chats_cap(tmp_path: Path) -> None:
+    # the first message's call (69 completion tokens at $1000/M = $0.069) is recorded, then the
+    # turn fails (the script is used up): what it spent still counts, the second message is not sent
+    from click.testing import CliRunner
+
+    from kimik3.cli import main
+
+    call = render_output({"reasoning_content": "look", "content": "", "tool_calls": [
+        {"id": "x", "function": {"name": "read_file", "arguments": {"path": "a"}}}]})
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps([call]))
+    session = tmp_path / "c.jsonl"
+    out = CliRunner().invoke(main, ["chat", "--script", str(script), "--price", "0,0,1000", "--max-usd", "0.02",
+                                    "--plain", "--session", str(session)],
+                             input="a\nb\n", env={"KIMIK3_HOME": str(tmp_path / "home")})
+    assert out.exit_code == 1
+    assert out.output.splitlines()[2:4] == [
+        "error: EngineError: ScriptedEngine ran out of responses after 1 call(s)",
+        "the chat's --max-usd $0.0200 is spent ($0.0690); start a new chat to go on"]
+    assert [r.cost for r in read_session_records(session) if r.cost is not None] == [pytest.approx(0.069)]
