@@ -598,10 +598,13 @@ def prompt_details(usage: Mapping[str, Any], cache_lifetime: str | None = None) 
     count of cache writes, else None (unknown). Counts are read with
     :func:`~._counts.usage_count` (which raises for one beyond ``2**53``).
 
-    Cache writes are read where servers put them (:data:`CACHE_WRITE_FIELDS`: OpenAI-shaped
-    ``prompt_tokens_details.cache_write_tokens``, Anthropic-shaped ``cache_creation_input_tokens``
-    and its ``cache_creation.ephemeral_1h_input_tokens`` split); with ``cache_lifetime="1h"`` (the
-    request's ``prompt_cache_lifetime``) and no split from the server, all writes are 1-hour ones.
+    Cache writes are read where servers put them: ``prompt_tokens_details.cache_write_tokens``
+    (the OpenAI-shaped extension: OpenRouter, Azure's ``input_tokens_details.cache_write_tokens``),
+    else ``cache_creation_input_tokens`` with its ``cache_creation.ephemeral_1h_input_tokens``
+    split (Anthropic's Messages API names, which Moonshot's Anthropic-compatible endpoint mirrors).
+    Moonshot's chat-completions wording for K3.1's billed writes is in no source kimik3 has, so
+    every one of these is read. With ``cache_lifetime="1h"`` (the request's
+    ``prompt_cache_lifetime``) and no split from the server, all writes are 1-hour ones.
     """
     details = usage.get("prompt_tokens_details")
     details = details if isinstance(details, Mapping) else {}
@@ -631,10 +634,3 @@ def completion_details(usage: Mapping[str, Any]) -> CompletionTokensDetails | No
     reasoning = usage_count(details, "reasoning_tokens", "usage.completion_tokens_details")
     return CompletionTokensDetails(reasoning_tokens=reasoning) if reasoning is not None else None
 
-
-CACHE_WRITE_FIELDS = ("prompt_tokens_details.cache_write_tokens", "cache_creation_input_tokens",
-                      "cache_creation.ephemeral_1h_input_tokens")
-"""Where servers report prompt-cache writes in ``usage``: the OpenAI-shaped extension
-(OpenRouter, Azure's ``input_tokens_details.cache_write_tokens``), and Anthropic's Messages API
-names (which Moonshot's Anthropic-compatible endpoint mirrors). Moonshot's chat-completions
-wording for K3.1's billed writes is not published in a source kimik3 has: all are read."""
