@@ -21,8 +21,8 @@ import click
 from click.core import ParameterSource
 
 from ._defaults import MAX_REPLY_TOKENS, REASONING_EFFORTS
-from ._exceptions import KimiK3Error
-from ._pricing import Pricing
+from ._exceptions import KimiK3Error, UserError
+from ._pricing import Pricing, missing_prices, pricing_for
 from ._text import printable
 from .agents import (
     Agent,
@@ -131,17 +131,34 @@ class FiniteFloat(click.FloatRange):
 
 
 def _price(ctx: click.Context, param: click.Parameter, value: str | None) -> Pricing | None:
-    """``--price IN,CACHED,OUT``: a :class:`~kimik3.Pricing` (USD per 1M tokens)."""
+    """``--price IN,CACHED,OUT[,WRITE[,WRITE_1H]]``: a :class:`~kimik3.Pricing` (USD per 1M
+    tokens; WRITE and WRITE_1H: prompt-cache writes of 5 minutes and 1 hour)."""
     if value is None:
         return None
     try:
         numbers = [float(x) for x in value.split(",")]
-        if len(numbers) != 3:
+        if not 3 <= len(numbers) <= 5:
             raise ValueError
-        return Pricing(input=numbers[0], cached_input=numbers[1], output=numbers[2])
+        writes = dict(zip(("cache_write", "cache_write_1h"), numbers[3:], strict=False))
+        return Pricing(input=numbers[0], cached_input=numbers[1], output=numbers[2], **writes)
     except (ValueError, KimiK3Error):
-        raise click.BadParameter(f"expected INPUT,CACHED,OUTPUT in USD per 1M tokens (e.g. 3,0.3,15), got {value!r}",
-                                 param=param) from None
+        raise click.BadParameter(f"expected INPUT,CACHED,OUTPUT[,CACHE_WRITE[,CACHE_WRITE_1H]] in USD per 1M tokens "
+                                 f"(e.g. 3,0.3,15 or 2,0.2,10,2,4), got {value!r}", param=param) from None
+
+
+async def check_prices(o: _Options, engine: Engine) -> None:
+    """Refuse ``--max-usd`` before any model call when the model has no known price and no
+    ``--price`` gives one (docs/cost.md: the cap needs prices).
+
+    Raises:
+        UserError: the refusal, naming the model and ``--price``.
+    """
+    if o.max_usd is None or o.price is not None:
+        return
+    model = engine.model or await engine.model_name()
+    if pricing_for(model) is None:
+        raise UserError(f"--max-usd needs prices: {missing_prices(model)}; give them with --price IN,CACHED,OUT "
+                        "(USD per 1M tokens, e.g. --price 2,0.2,10)")
 
 
 def _engine_options(f: F) -> F:
@@ -185,12 +202,16 @@ def _engine_options(f: F) -> F:
                      help="End the run gracefully (a summary turn) once its model calls, sub-agents' included, "
                           "cost this much (needs prices: Moonshot's hosted model ids, or --price)."),
         click.option("--price", callback=_price, metavar="IN,CACHED,OUT",
-                     help="USD per 1M input, cached input and output tokens (default: Moonshot's hosted prices by "
-                          "model id; none for self-hosted models)."),
+                     help="USD per 1M input, cached input and output tokens, then optionally cache writes of 5 "
+                          "minutes and 1 hour (IN,CACHED,OUT,WRITE,WRITE_1H; default: Moonshot's hosted prices "
+                          "by model id; none for self-hosted models)."),
         click.option("--max-tokens", type=click.IntRange(min=1), help="Completion tokens per model call."),
         click.option("--temperature", type=FiniteFloat(min=0), help="Sampling temperature (default 1.0)."),
         click.option("--top-p", type=FiniteFloat(0, 1, min_open=True), help="Nucleus sampling (default 1.0)."),
         click.option("--seed", type=int, help="Sampling seed, where the engine supports one."),
+        click.option("--prompt-cache-lifetime", type=click.Choice(["5m", "1h"]),
+                     help="How long Moonshot's API keeps the prompt in its cache (K3.1 bills writes: $2/M for 5m, "
+                          "$4/M for 1h); other engines refuse it."),
         click.option("--plain", is_flag=True, help="Plain progress lines even on a terminal."),
         click.option("--mcp", multiple=True, metavar='[PREFIX=]"CMD ARGS" | URL', callback=_check_mcp,
                      help="Give the agent the tools of an MCP server (repeatable): a command line started "

@@ -27,7 +27,16 @@ import click
 from rich.console import Console
 from rich.progress import Progress
 
-from ._cli_engine import FiniteFloat, _build_engine, _engine_options, _mcp_server, _options, _quiet, _settings
+from ._cli_engine import (
+    FiniteFloat,
+    _build_engine,
+    _engine_options,
+    _mcp_server,
+    _options,
+    _quiet,
+    _settings,
+    check_prices,
+)
 from ._cli_harness import harness_options
 from ._cli_progress import _PlainProgress
 from ._cli_run import _execute, _start
@@ -152,6 +161,7 @@ def run_command(ctx: click.Context, /, suite: str, out: str, concurrency: int, r
     async def main() -> int:
         try:
             await _start(engine, plain, o.verbose)
+            await check_prices(o, engine)  # --max-usd without prices: refused before any attempt
             with bar if bar is not None else contextlib.nullcontext():
                 summary = await evaluate(loaded, engine, out, config=config, tasks=tasks, repeat=repeat,
                                          concurrency=concurrency, on_result=line)

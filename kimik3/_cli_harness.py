@@ -8,13 +8,16 @@ workspace's ``AGENTS.md`` files (``--no-agents-md`` opts out; each file is liste
 ``task`` sub-agent tool; ``--tools core`` keeps the six coding tools alone, unchanged.
 ``--sandbox`` (``run``, ``resume``, ``chat``, ``eval``) picks where ``bash`` runs its commands; the first
 line printed says which sandbox is active (``docs/sandbox.md``).
-Agent Skills come from ``<workspace>/.agents/skills``, ``${KIMIK3_HOME:-~/.kimik3}/skills`` and each
-``--skills DIR`` (looked at first); ``--no-skills`` turns them off; a skipped skill is one line.
+Agent Skills come from ``<workspace>/.agents/skills`` and ``.claude/skills``,
+``${KIMIK3_HOME:-~/.kimik3}/skills`` and each ``--skills DIR`` (looked at first); ``--no-skills`` turns
+them off; a skipped skill is one line.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import click
@@ -80,7 +83,8 @@ def harness_options(f: F) -> F:
                      help="Give the model no Agent Skills (not even the workspace's or ~/.kimik3/skills').")(f)
     f = click.option("--skills", "skill_folders", multiple=True, type=click.Path(exists=True, file_okay=False),
                      metavar="DIR", help="A skill folder (with a SKILL.md) or a folder of them, looked at before "
-                                         "<workspace>/.agents/skills and ~/.kimik3/skills (repeatable).")(f)
+                                         "<workspace>/.agents/skills, .claude/skills and ~/.kimik3/skills "
+                                         "(repeatable).")(f)
     f = click.option("--no-agents-md", "no_agents_md", is_flag=True,
                      help="Do not give the model the workspace's AGENTS.md files.")(f)
     return click.option("--tools", "tool_set", type=click.Choice(["core", "full"]), default="full",
@@ -143,8 +147,8 @@ def undo_command(ctx: click.Context, session: str, to_turn: int, workspace: str,
     Only files those turns changed are restored (from the checkpoints in SESSION); your other
     changes, the git index and HEAD stay as they are. Nothing outside the workspace is touched
     and no symlink is followed; if anything cannot be restored, nothing is. Prints one line per
-    restored path (and, with --partial, one "not undone" line on stderr per change the
-    checkpoints do not cover).
+    path: "restored PATH", or "removed PATH" for a file the undone turns created (and, with
+    --partial, one "not undone" line on stderr per change the checkpoints do not cover).
     """
     import logging
 
@@ -166,7 +170,8 @@ def undo_command(ctx: click.Context, session: str, to_turn: int, workspace: str,
         ctx.exit(1)
     finally:
         logger.removeHandler(handler)
-    for p in paths:
-        click.echo(f"restored {show_path(p)}")
+    root = Path(workspace).resolve()
+    for p in paths:  # a file the undone turns created is gone again: "removed", not "restored"
+        click.echo(f"{'restored' if os.path.lexists(root / p) else 'removed'} {show_path(p)}")
     for line in skipped:
         click.echo(line, err=True)

@@ -17,6 +17,7 @@ from rich.spinner import Spinner
 from rich.text import Text
 
 from ._exceptions import APIConnectionError, APITimeoutError, KimiK3Error
+from ._models import MOONSHOT_HOSTS
 from ._pricing import format_usd
 from ._text import counted, printable, shown_json
 from .agents import (
@@ -127,7 +128,10 @@ def _one_line(e: BaseException) -> str:
 
 
 def _hint(e: BaseException) -> str:
-    """What to try, after an error line: a local endpoint nobody answers is a server not started."""
+    """What to try, after an error line for an endpoint that did not answer: a local one is a
+    server not started; another is named with what stands between (issue 43: "Connection error."
+    alone said neither which host nor what to check), and the system's own reason when the error
+    carries one (``[Errno -2] Name or service not known``)."""
     if not isinstance(e, APIConnectionError) or isinstance(e, APITimeoutError) or not e.url:
         return ""
     try:
@@ -136,7 +140,25 @@ def _hint(e: BaseException) -> str:
         return ""
     if host in ("localhost", "::1", "0.0.0.0") or host.startswith("127."):
         return " (is the server running? `kimik3 serve MODEL_DIR` starts one)"
-    return ""
+    if not host:
+        return ""
+    why = _root_cause(e)
+    said = f"; the system said: {why}" if why else ""
+    moonshot = ("; Moonshot's API is api.moonshot.ai, api.moonshot.cn from mainland China"
+                if host in MOONSHOT_HOSTS else "")
+    return (f" (nothing answered at {host}{said}: check this machine's network, the host name, a proxy "
+            f"(HTTPS_PROXY / HTTP_PROXY) or a firewall{moonshot}; the endpoint is --base-url / KIMIK3_BASE_URL)")
+
+
+def _root_cause(e: BaseException) -> str:
+    """The text of the innermost exception ``e`` was raised from (the OS's reason), "" when it is
+    ``e``'s own or says nothing."""
+    inner, seen = e, {id(e)}
+    while (nxt := inner.__cause__ or inner.__context__) is not None and id(nxt) not in seen:
+        seen.add(id(nxt))
+        inner = nxt
+    text = " ".join(str(inner).split())[:200] if inner is not e else ""
+    return text if text and text not in str(e) else ""
 
 
 class _Progress(Protocol):

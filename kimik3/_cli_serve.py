@@ -14,6 +14,7 @@ import click
 from ._cli_progress import _one_line
 from ._exceptions import KimiK3Error
 from .engines._cluster import ROUTER_POLICIES, Cluster
+from .engines._quiet import without_leak_warnings
 
 __all__ = ["serve"]
 
@@ -30,10 +31,14 @@ __all__ = ["serve"]
               help="The router's policy (default consistent_hash: a conversation stays on one replica by the "
                    "routing key kimik3 sends; docs/scale-out.md).")
 @click.option("--router-arg", multiple=True, metavar="ARG", help="A vllm-router flag or value (repeatable).")
-@click.option("--log-dir", type=click.Path(file_okay=False), help="Where the replicas' and the router's logs go.")
+@click.option("--log-dir", type=click.Path(file_okay=False),
+              help="Where the replicas' and the router's logs go (default: a temporary folder, removed at a clean "
+                   "stop, kept and named when something failed).")
+@click.option("--keep-logs", is_flag=True, help="Keep the temporary log folder after a clean stop too.")
 @click.option("--dry-run", is_flag=True, help="Print the command(s) instead of running them.")
 def serve(model_dir: str, vllm_args: tuple[str, ...], host: str, port: int, replicas: int | None,
-          policy: str | None, router_arg: tuple[str, ...], log_dir: str | None, dry_run: bool) -> None:
+          policy: str | None, router_arg: tuple[str, ...], log_dir: str | None, dry_run: bool,
+          keep_logs: bool = False) -> None:
     """Serve a K3 model directory with vLLM's OpenAI-compatible server, ready for kimik3.
 
     Runs ``python -m vllm.entrypoints.openai.api_server`` with vLLM's kimi_k3 tokenizer mode,
@@ -59,9 +64,11 @@ def serve(model_dir: str, vllm_args: tuple[str, ...], host: str, port: int, repl
         if dry_run:
             return
         sys.stdout.flush()
-        os.execv(cmd[0], cmd)  # the server replaces this process: its signals and exit code are vLLM's
+        # the server replaces this process: its signals and exit code are vLLM's; without the
+        # resource tracker's leak report at Ctrl-C (engines/_quiet.py: LEAK_WARNINGS)
+        os.execve(cmd[0], cmd, without_leak_warnings(dict(os.environ)))
     cluster = Cluster(model_dir, replicas=replicas or 1, policy=policy or "consistent_hash", host=host, port=port,
-                      vllm_args=vllm_args, router_args=router_arg, log_dir=log_dir)
+                      vllm_args=vllm_args, router_args=router_arg, log_dir=log_dir, keep_logs=keep_logs)
     try:
         lines = cluster.describe()
     except KimiK3Error as e:
@@ -80,6 +87,7 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 def _run_cluster(cluster: Cluster) -> int:
     """Start the cluster, serve until Ctrl-C / SIGTERM or a child exits, stop everything; the exit code."""
     signal.signal(signal.SIGTERM, _interrupt)
+    cluster.env = without_leak_warnings(cluster.env)  # no leak report from the replicas at Ctrl-C
     code = 0
     try:
         click.echo(f"kimik3 serve: starting {len(cluster.replica_urls)} replica(s) and the router "
@@ -99,6 +107,6 @@ def _run_cluster(cluster: Cluster) -> int:
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean-up short
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        cluster.stop()
-    click.echo("kimik3 serve: stopped", err=True)
+        kept = cluster.stop(failed=code != 0)
+    click.echo("kimik3 serve: stopped" + (f"; logs in {kept}" if kept is not None else ""), err=True)
     return code

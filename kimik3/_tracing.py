@@ -27,6 +27,25 @@ the application configured (none: the API's no-op provider). kimik3 emits:
   ``gen_ai.guardrail.result.reason`` its message), on the span and on a
   ``gen_ai.guardrail.result`` event; no allow/deny verdict is inferred (docs/guardrails.md).
 
+Chat spans also carry ``gen_ai.usage.cache_read.input_tokens``,
+``gen_ai.usage.cache_creation.input_tokens`` and ``gen_ai.usage.reasoning.output_tokens`` where
+the server reported them.
+
+Metrics beside the spans (one meter, ``kimik3``; docs/telemetry.md pins the conventions' version):
+
+- ``gen_ai.client.operation.duration`` (histogram, s): each model call, from its request to its
+  last chunk; ``error.type`` on a failed one;
+- ``gen_ai.client.token.usage`` (histogram, ``{token}``): each model call whose server reported
+  usage (none when it did not: the conventions forbid guessing), ``gen_ai.token.type`` ``input``
+  and ``output``. Where the server reported the cache split, the input is recorded as its parts,
+  each with ``gen_ai.token.cache``: ``none`` (neither read nor written), ``read`` and, where writes
+  were reported, ``creation``; the parts of one call sum to its input tokens. Where the server
+  reported ``completion_tokens_details.reasoning_tokens``, the output likewise, with
+  ``gen_ai.token.phase`` ``reasoning`` and ``response``.
+
+Both carry ``gen_ai.operation.name``, ``gen_ai.provider.name``, ``gen_ai.request.model`` and
+``gen_ai.response.model``. They go to the application's meter provider (none: the API's no-op).
+
 ``gen_ai.provider.name`` is :data:`PROVIDER_NAME` (``"moonshot_ai"``, K3's provider: the
 conventions list no value for Moonshot AI, so a custom one in the style of ``mistral_ai``).
 
@@ -48,6 +67,7 @@ import importlib
 import json
 import os
 import re
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
@@ -77,6 +97,13 @@ _CAPTURE_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 _UNSAFE = re.compile(r"[^\w.-]")  # what a tool name may not hold (kimik3's tool-name rule)
 _capture: bool | None = None
 _trace: Any = None  # the opentelemetry.trace module; False once known to be missing
+_instruments: Any = None  # (token usage, operation duration) histograms; False without the API
+
+TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864)
+"""``gen_ai.client.token.usage``'s explicit bucket boundaries (the conventions' advice)."""
+
+DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)
+"""``gen_ai.client.operation.duration``'s explicit bucket boundaries in seconds (the conventions' advice)."""
 
 
 def _api() -> Any:
@@ -88,6 +115,64 @@ def _api() -> Any:
         except ImportError:
             _trace = False
     return _trace or None
+
+
+def _histograms() -> Any:
+    """``(token_usage, operation_duration)`` histograms of the ``kimik3`` meter, made on first
+    use (the global meter provider's proxy: an SDK provider set later still gets them); None
+    without the OpenTelemetry API."""
+    global _instruments
+    if _instruments is None:
+        try:
+            metrics = importlib.import_module("opentelemetry.metrics")
+        except ImportError:
+            _instruments = False
+        else:
+            meter = metrics.get_meter("kimik3")
+            _instruments = (
+                meter.create_histogram("gen_ai.client.token.usage", unit="{token}",
+                                       description="Number of input and output tokens used.",
+                                       explicit_bucket_boundaries_advisory=list(TOKEN_BUCKETS)),
+                meter.create_histogram("gen_ai.client.operation.duration", unit="s",
+                                       description="GenAI operation duration.",
+                                       explicit_bucket_boundaries_advisory=list(DURATION_BUCKETS)),
+            )
+    return _instruments or None
+
+
+def _record_call(model: str | None, completion: Any, seconds: float, error: str | None) -> None:
+    """Record one model call's duration and, when its server reported usage, its tokens."""
+    histograms = _histograms()
+    if histograms is None:
+        return
+    tokens, duration = histograms
+    common = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": PROVIDER_NAME}
+    if model:
+        common["gen_ai.request.model"] = model
+    if completion is not None and completion.model:
+        common["gen_ai.response.model"] = completion.model
+    duration.record(seconds, {**common, "error.type": error} if error else common)
+    if completion is None or completion.usage.unknown:
+        return
+    usage = completion.usage
+    reasoning = usage.reasoning_tokens
+    if reasoning is None:
+        tokens.record(usage.completion_tokens, {**common, "gen_ai.token.type": "output"})
+    else:  # the split the server reported: reasoning, and the rest (the answer and its calls)
+        reasoning = min(reasoning, usage.completion_tokens)
+        for phase, count in (("reasoning", reasoning), ("response", usage.completion_tokens - reasoning)):
+            tokens.record(count, {**common, "gen_ai.token.type": "output", "gen_ai.token.phase": phase})
+    details = usage.prompt_tokens_details
+    if details is None:
+        tokens.record(usage.prompt_tokens, {**common, "gen_ai.token.type": "input"})
+        return
+    read = min(usage.cached_tokens, usage.prompt_tokens)
+    written = min(usage.cache_write_tokens, usage.prompt_tokens - read)
+    parts = {"none": usage.prompt_tokens - read - written, "read": read}
+    if details.cache_write_tokens is not None:
+        parts["creation"] = written
+    for cache, count in parts.items():
+        tokens.record(count, {**common, "gen_ai.token.type": "input", "gen_ai.token.cache": cache})
 
 
 def set_capture_content(enabled: bool | None) -> None:
@@ -198,7 +283,15 @@ def _ended(span: _Call) -> Iterator[_Call]:
 
 def _run_done(span: Span, result: Any) -> None:
     span.set(kimik3__stop_reason=result.stop_reason, gen_ai__usage__input_tokens=result.usage.prompt_tokens,
-             gen_ai__usage__output_tokens=result.usage.completion_tokens)
+             gen_ai__usage__output_tokens=result.usage.completion_tokens, **_cache_usage(result.usage))
+
+
+def _cache_usage(usage: Any) -> dict[str, int | None]:
+    """The spans' cache split of ``usage``: read and written tokens where reported (else None)."""
+    details = usage.prompt_tokens_details
+    return {"gen_ai__usage__cache_read__input_tokens": usage.cached_tokens if details is not None else None,
+            "gen_ai__usage__cache_creation__input_tokens": details.cache_write_tokens if details is not None else None,
+            "gen_ai__usage__reasoning__output_tokens": usage.reasoning_tokens}
 
 
 def _model_done(span: Span, completion: Any) -> None:
@@ -208,6 +301,7 @@ def _model_done(span: Span, completion: Any) -> None:
         gen_ai__response__finish_reasons=[completion.finish_reason],
         gen_ai__usage__input_tokens=completion.usage.prompt_tokens,
         gen_ai__usage__output_tokens=completion.usage.completion_tokens,
+        **_cache_usage(completion.usage),
     )
     if capture_content():
         span.set(gen_ai__output__messages=json.dumps(_messages([completion.message]), ensure_ascii=False))
@@ -231,9 +325,30 @@ def agent_run(agent_name: str | None, model: str | None) -> AbstractContextManag
     return _ended(_Call(span, _run_done))
 
 
-def model_call(parent: Span | None, model: str | None, request: Any) -> AbstractContextManager[_Call]:
+@contextmanager
+def model_call(parent: Span | None, model: str | None, request: Any) -> Iterator[_Call]:
     """The ``chat {model}`` span of one model call (``request``: a ``ChatRequest``); call
-    ``.done(completion)`` on it."""
+    ``.done(completion)`` on it. On leaving, the call's metrics are recorded (the module docstring)."""
+    started = time.monotonic()
+    error: str | None = None
+    call: _Call | None = None
+    try:
+        with _model_span(parent, model, request) as call:
+            yield call
+    except Exception as e:
+        error = type(e).__name__
+        raise
+    except BaseException:
+        error = "cancelled"
+        raise
+    finally:
+        outcome = call.outcome if call is not None else None
+        if error is None and outcome is None:
+            error = "cancelled"  # left without a completion, as the span says
+        _record_call(model, outcome, time.monotonic() - started, error)
+
+
+def _model_span(parent: Span | None, model: str | None, request: Any) -> AbstractContextManager[_Call]:
     span = _start(f"chat {model}" if model else "chat", parent, "CLIENT", {
         "gen_ai.operation.name": "chat",
         "gen_ai.provider.name": PROVIDER_NAME,

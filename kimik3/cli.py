@@ -53,7 +53,9 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +72,7 @@ from ._cli_engine import (
     _options,
     _quiet,
     _settings,
+    check_prices,
     parse_engine_arg,
 )
 from ._cli_eval import eval_group
@@ -101,6 +104,7 @@ from ._cli_run import (
 )
 from ._cli_serve import serve
 from ._exceptions import KimiK3Error
+from ._pricing import format_usd
 from ._text import printable
 from .agents import (
     Agent,
@@ -110,6 +114,7 @@ from .agents import (
     fork_session,
     format_session,
     load_session,
+    read_session_records,
 )
 from .engines import FEATURES, Engine, preflight
 from .harness import CodingHarness, Skills
@@ -212,6 +217,7 @@ def _run_agent(o: _Options, workspace: str, task: str | None, history: list[Mess
         result: RunResult[Any] | None = None
         try:
             await _start(engine, progress, o.verbose)
+            await check_prices(o, engine)  # --max-usd without prices: refused before any model call
             result = await _drive(agent, task, history, session, progress)
         finally:
             if result is None and not existed:
@@ -391,6 +397,8 @@ def chat(ctx: click.Context, /, workspace: str | None, session: str | None, **pa
             for toolset in agent.toolsets:
                 await toolsets.enter_async_context(toolset)
             await _start(engine, progress, o.verbose)
+            await check_prices(o, engine)
+            spent = 0.0  # USD of this chat's answers: --max-usd caps the whole chat, not each message
             if interactive:
                 progress.note(f"kimik3 chat · {engine.model or 'K3'} · /exit to quit")
             while True:
@@ -402,13 +410,22 @@ def chat(ctx: click.Context, /, workspace: str | None, session: str | None, **pa
                     break
                 if not line.strip():
                     continue
+                if o.max_usd is not None:
+                    if spent >= o.max_usd:
+                        progress.note(f"the chat's --max-usd {format_usd(o.max_usd)} is spent ({format_usd(spent)}); "
+                                      "start a new chat to go on")
+                        break
+                    agent.budgets = replace(agent.budgets, usd=o.max_usd - spent)  # what is left of the cap
+                recorded = _recorded_cost(path)
                 try:
                     answer = await _drive(agent, line, history, path, progress)
+                    spent += answer.cost or 0.0
                     if answer.stop_reason != "completed":
                         progress.note(f"stopped: {answer.stop_reason} ({_STOP_REASONS.get(answer.stop_reason, '')})")
                     for issue in _degraded_lines(answer):  # a degraded answer never passes for a clean one
                         progress.note(issue)
                 except Exception as e:
+                    spent += _recorded_cost(path) - recorded  # a failed turn's finished calls count too
                     typed = _typed_error(e)
                     if typed is None:
                         raise
@@ -421,6 +438,15 @@ def chat(ctx: click.Context, /, workspace: str | None, session: str | None, **pa
         return 1 if failed else 0
 
     ctx.exit(_execute(main, progress))
+
+
+def _recorded_cost(session: Path) -> float:
+    """USD of the model calls recorded in ``session`` so far (0 when there is none yet, or it
+    cannot be read: the chat's cap then counts what the runs returned)."""
+    try:
+        return sum(r.cost or 0.0 for r in read_session_records(session)) if session.exists() else 0.0
+    except (KimiK3Error, OSError):
+        return 0.0
 
 
 @main.command(name="preflight")
@@ -548,6 +574,11 @@ def verify_command(ctx: click.Context, base_url: str, model: str | None, api_key
 
     click.echo(f"kimik3 verify {base_url}{' --quick' if quick else ''} (timeout {timeout:g} s per request)")
 
+    started = time.monotonic()
+
+    def step(text: str) -> None:  # where a long run is, on stderr (a full run takes ~15 minutes: docs/verify.md)
+        click.echo(f"... {text} ({time.monotonic() - started:.0f} s)", err=True)
+
     def row(r: CheckResult) -> None:  # each row as it is decided
         mark = r.status.upper() if r.status == "fail" else r.status
         name = r.check + (" *" if r.needs_model else "")
@@ -556,7 +587,7 @@ def verify_command(ctx: click.Context, base_url: str, model: str | None, api_key
     try:
         report = verify(base_url, model=model, api_key=api_key, quick=quick, tokenizer=tokenizer_dir,
                         images=not no_images, max_tokens=max_tokens, concurrency=concurrency, timeout=timeout,
-                        max_body_bytes=max_body_bytes, progress=row)  # fmt: skip
+                        max_body_bytes=max_body_bytes, progress=row, on_step=step)  # fmt: skip
     except KimiK3Error as e:
         click.echo(f"kimik3 verify: {type(e).__name__}: {' '.join(str(e).split())}", err=True)
         ctx.exit(1)

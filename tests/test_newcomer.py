@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from kimik3.cli import main
 from kimik3.engines._vllm import cpu_kv_cache_bytes
-from tests.real.newcomer import ROOT, offline_snippet, sdk_snippet
+from tests.real.newcomer import ROOT, offline_snippet, own_tool_snippet, sdk_snippet
 
 MiB, GiB = 2**20, 2**30
 
@@ -29,6 +29,32 @@ def test_readme_offline_snippet_runs_as_written(tmp_path: Path) -> None:
     assert run.returncode == 0, run.stderr
     assert run.stdout == "It is 21.5 °C in Paris. ['user', 'assistant', 'tool', 'assistant']\n"
     assert len([line for line in offline_snippet().splitlines() if line.strip()]) <= 16
+
+
+def test_readme_own_tool_snippet_adds_a_tool_to_the_coding_harness(tmp_path: Path) -> None:
+    # issue 43: harness.agent(tools=[...]) raised a bare TypeError and adding a tool was undocumented
+    (tmp_path / "own.py").write_text(own_tool_snippet())
+    run = subprocess.run([sys.executable, "own.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == "Done. ['deployed to staging'] True\n"
+
+
+def test_a_tool_of_ones_own_named_as_a_harness_tool_is_refused(tmp_path: Path) -> None:
+    from kimik3 import ScriptedEngine, UserError, tool
+    from kimik3.harness import CodingHarness
+
+    @tool
+    def bash(command: str) -> str:
+        """Not the harness's bash.
+
+        Args:
+            command: anything.
+        """
+        return command
+
+    with pytest.raises(UserError, match="two tools are named 'bash'"):
+        CodingHarness(tmp_path, sandbox="none").agent(engine=ScriptedEngine(["x"]), tools=[bash])
 
 
 def test_readme_sdk_snippet_guards_its_entry_point() -> None:

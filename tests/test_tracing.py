@@ -138,6 +138,27 @@ async def test_a_client_call_is_the_same_traced_path(spans: InMemorySpanExporter
     assert "error.type" not in attrs(chat) and chat.status.status_code == StatusCode.UNSET
 
 
+def test_chat_spans_carry_the_cache_and_reasoning_split_where_reported(spans: InMemorySpanExporter) -> None:
+    from kimik3._tracing import model_call
+    from kimik3.types import ChatCompletion, ChatRequest, CompletionTokensDetails, PromptTokensDetails
+
+    usage = Usage(prompt_tokens=100, completion_tokens=10, total_tokens=110,
+                  prompt_tokens_details=PromptTokensDetails(cached_tokens=60, cache_write_tokens=30),
+                  completion_tokens_details=CompletionTokensDetails(reasoning_tokens=7))
+    done = ChatCompletion(model="kimi-k3.1-pro", usage=usage,
+                          choices=[{"message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}])
+    request = ChatRequest(messages=[{"role": "user", "content": "a"}])
+    for completion in (done, done.model_copy(update={"usage": Usage(prompt_tokens=5, completion_tokens=1)})):
+        with model_call(None, "kimi-k3.1-pro", request) as call:
+            call.done(completion)
+    reported, plain = (attrs(s) for s in spans.get_finished_spans())
+    assert (reported["gen_ai.usage.cache_read.input_tokens"], reported["gen_ai.usage.cache_creation.input_tokens"],
+            reported["gen_ai.usage.reasoning.output_tokens"]) == (60, 30, 7)
+    assert not any(k in plain for k in ("gen_ai.usage.cache_read.input_tokens",
+                                        "gen_ai.usage.cache_creation.input_tokens",
+                                        "gen_ai.usage.reasoning.output_tokens"))  # not reported: not guessed
+
+
 async def test_a_failed_model_call_sets_error_type(spans: InMemorySpanExporter) -> None:
     engine = ScriptedEngine([calls(("add", {"a": 1, "b": 1}))], model="m")
     with pytest.raises(EngineError, match="ran out of responses"):

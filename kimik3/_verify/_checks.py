@@ -284,7 +284,8 @@ def _validate(text: str, schema: Mapping[str, Any], what: str = "arguments") -> 
 
 
 async def _model_rows(
-    ep: Endpoint, model: str, max_tokens: int, schemas: Sequence[tuple[str, dict[str, Any]]]
+    ep: Endpoint, model: str, max_tokens: int, schemas: Sequence[tuple[str, dict[str, Any]]],
+    step: Callable[[str], None] = lambda text: None,
 ) -> list[CheckResult]:
     hello = [{"role": "user", "content": "Hello! Say hi back in one word."}]
     weather = [{"role": "user", "content": "What is the weather in Paris? Call get_weather."}]
@@ -331,6 +332,7 @@ async def _model_rows(
         return ("pass", f"valid JSON: {text[:60]}") if why is None else ("fail", f"{why}; content {text[:60]!r}")
 
     rf = {"type": "json_schema", "json_schema": {"name": "answer", "schema": ANSWER_SCHEMA}}
+    step("model checks: 5 generations")
     rows = list(await asyncio.gather(
         run("reasoning field", Probe("r", hello), reasoning),
         run("tool_choice required", Probe("r", hello, tools=[read], tool_choice="required"), required),
@@ -343,11 +345,18 @@ async def _model_rows(
     msgs = [{"role": "user", "content": "Call the tool once, with arguments valid for its parameters schema."}]
     for streamed in (False, True):
         check = f"tool arguments valid (walle, {'streamed' if streamed else 'non-streamed'})"
+        done, every = 0, max(1, len(schemas) // 20)  # about 20 progress lines per pass
+        step(f"{check}: {len(schemas)} generations")
 
-        async def one(name: str, schema: dict[str, Any], streamed: bool = streamed) -> str | None:
+        async def one(name: str, schema: dict[str, Any], streamed: bool = streamed, check: str = check,
+                      every: int = every) -> str | None:
+            nonlocal done
             b = Probe(name, msgs, tools=[tool("walle_check", schema)], tool_choice="required").body(
                 model, max_tokens=max_tokens, stream=streamed)  # fmt: skip
             a = await (ep.stream if streamed else ep.post)("/chat/completions", b)
+            done += 1
+            if done % every == 0 or done == len(schemas):
+                step(f"{check}: {done}/{len(schemas)}")
             if not a.ok:
                 return a.error
             calls = a.message.tool_calls or []
@@ -411,8 +420,10 @@ async def averify(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     transport: httpx.AsyncBaseTransport | None = None,
     progress: Callable[[CheckResult], None] | None = None,
+    on_step: Callable[[str], None] | None = None,
 ) -> VerifyReport:
     """Check a K3 endpoint against Moonshot's contract; see :func:`verify` (same arguments)."""
+    step = on_step or (lambda text: None)
     url = _options(base_url, concurrency, timeout, max_tokens, schemas, model, api_key, max_body_bytes)
     tokenizer = K3Tokenizer.from_pretrained(tokenizer) if isinstance(tokenizer, (str, os.PathLike)) else tokenizer
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -440,6 +451,7 @@ async def averify(
         report.model = model
         tok = tokenizer if tokenizer is not None else default_tokenizer()
         ps = probes(images=images)
+        step(f"prompt_tokens and wire checks: {len(ps)} requests")
         # one request first: an endpoint that does not answer at all ends the run with one row
         first = await ep.post("/chat/completions", ps[0].body(model))
         if first.status == 0:
@@ -458,11 +470,13 @@ async def averify(
         # the same history with the reasoning stripped, counted with the replayed turn's tools
         stripped = replace(with_r[0], messages=without[0].messages)
         add([_reasoning_replay_row(with_r, expected_counts(stripped, tok), report.convention)])
+        step("rejected requests")
         add(await _reject_rows(ep, model))
+        step("raw mode (/v1/completions)")
         add(await _raw_rows(ep, model, tok, [by_name["plain"], with_r]))
         if not quick:
             cases = walle_schemas() if schemas is None else schemas
-            add(await _model_rows(ep, model, max_tokens, cases))
+            add(await _model_rows(ep, model, max_tokens, cases, step))
         return report
 
 
@@ -481,7 +495,9 @@ def verify(base_url: str, **options: Any) -> VerifyReport:
             (the largest answer body read, a stream's chunks together; int >= 1024, default
             4 MiB; a larger one is a failed row), ``schemas``
             (``[(name, schema)]``; default the 212 walle schemas), ``progress`` (called with
-            each :class:`CheckResult` as it is decided), ``transport`` (an
+            each :class:`CheckResult` as it is decided), ``on_step`` (called with one line of
+            text as each stage starts, and about 20 times in each pass of the walle schemas:
+            ``"tool arguments valid (walle, streamed): 40/212"``), ``transport`` (an
             ``httpx.AsyncBaseTransport``, for tests).
 
     Returns:

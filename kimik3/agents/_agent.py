@@ -363,7 +363,10 @@ class Agent(Generic[OutputT]):
                 run.guards = Guards(run_guardrails, run.span, writer, self.failure_text)
                 await self._toolbox.open(stack)  # toolsets not open yet: for this run only
                 await self._sync_tools(run, start=True)
-                run.start(self.pricing, self.client.model, run.settings)
+                model = self.client.model
+                if self.budgets.usd is not None and self.pricing == "auto" and not model:
+                    model = await self.client.engine.model_name()  # a USD budget needs prices before any call
+                run.start(self.pricing, model, run.settings)
                 if not history and self.instructions:
                     run.add(SystemMessage(content=self.instructions))
                 async for event in settle(run, self._run_tools, self.hooks, self.failure_text, task=user is not None):

@@ -96,6 +96,9 @@ def _usage(u: Usage, cost: float | None = None) -> str:
     if u.prompt_tokens_details is not None:
         share = f" ({u.cached_tokens / u.prompt_tokens:.0%})" if u.prompt_tokens else ""
         cached = f", {u.cached_tokens} cached{share}"
+        if u.prompt_tokens_details.cache_write_tokens is not None:  # billed apart (K3.1): shown apart
+            long = f" ({u.cache_write_1h_tokens} for 1h)" if u.cache_write_1h_tokens else ""
+            cached += f", {u.cache_write_tokens} written to cache{long}"
     price = f", {format_usd(cost)}" if cost is not None else ""
     return f"usage: {u.prompt_tokens} prompt{cached} + {u.completion_tokens} completion tokens{price}"
 

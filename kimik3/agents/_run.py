@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from .. import _tracing
 from .._exceptions import UserError
-from .._pricing import Pricing, pricing_for
+from .._pricing import Pricing, missing_prices, pricing_for
 from ..formats.k3 import PromptCache
 from ..tools import Tool, ToolContext
 from ..tools._failures import FailureText
@@ -106,9 +106,9 @@ class _Run:
             return "token_budget"
         if b.seconds is not None and time.monotonic() - self.started >= b.seconds:
             return "time_budget"
-        if b.usd is not None and self.pricing is None:
-            raise UserError(f"Budgets(usd=...) needs prices: model {model!r} has none in kimik3's "
-                            "table (kimik3._pricing.PRICES); pass Agent(pricing=kimik3.Pricing(...))")
+        if b.usd is not None and (self.pricing is None or self.pricing == "auto"):  # "auto": no model named yet
+            raise UserError(f"Budgets(usd=...) needs prices: {missing_prices(model)}; give them with "
+                            "Agent(pricing=kimik3.Pricing(...)) (on the command line: --price IN,CACHED,OUT)")
         if b.usd is not None and self.cost is not None and self.cost >= b.usd:
             return "cost_budget"
         return None

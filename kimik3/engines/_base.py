@@ -37,6 +37,7 @@ from ..types import ChatCompletion, ChatRequest, ImagePart
 from ._chat import ChatStreamChecker
 from ._http import Event as WireEvent
 from ._http import error_from_payload
+from ._profiles import no_cache_lifetime
 
 __all__ = ["CallSource", "ChatEngine", "Engine", "ModelCall", "TokenEngine"]
 
@@ -326,6 +327,9 @@ class TokenEngine(Engine):
         prompt_cache: PromptCache | None = None,
         prompt_ids: Sequence[int] | None = None,
     ) -> ModelCall:
+        if request.settings.prompt_cache_lifetime is not None:  # kimik3 encodes: no hosted API behind it
+            raise UserError(no_cache_lifetime(f"{type(self).__name__} (a token engine)",
+                                              request.settings.prompt_cache_lifetime))
         return ModelCall(self._call(request, prompt_cache, prompt_ids))
 
     def encode(

@@ -161,6 +161,8 @@ class ChatStreamChecker:
         self.received = False
         """Whether any chunk arrived (an empty stream is a failed request, not an answer)."""
         self._choices = False  # a chunk carried choice 0
+        self.cache_lifetime: str | None = None
+        """The request's ``prompt_cache_lifetime`` (``"1h"``: its cache writes are 1-hour ones)."""
         self._started = 0  # calls started (their indices)
         self._final: list[ToolCall] = []
         self._failed: list[FailedToolCall] = []
@@ -172,7 +174,9 @@ class ChatStreamChecker:
         """The checker of one request's answer (its thinking, declared tools and tool_choice)."""
         tools = [t.function.name for t in request.tools]
         tools += [t.function.name for m in request.messages if isinstance(m, SystemMessage) for t in m.tools or ()]
-        return cls(request.thinking, model, tools=tools, tool_choice=request.tool_choice)
+        checker = cls(request.thinking, model, tools=tools, tool_choice=request.tool_choice)
+        checker.cache_lifetime = request.settings.prompt_cache_lifetime  # the lifetime its cache writes have
+        return checker
 
     # -- input -----------------------------------------------------------------------------------
 
@@ -210,7 +214,7 @@ class ChatStreamChecker:
                 prompt_tokens=usage_count(usage, "prompt_tokens") or 0,
                 completion_tokens=usage_count(usage, "completion_tokens") or 0,
                 total_tokens=usage_count(usage, "total_tokens") or 0,
-                prompt_tokens_details=prompt_details(usage),
+                prompt_tokens_details=prompt_details(usage, self.cache_lifetime),
                 completion_tokens_details=completion_details(usage),
             )
         for choice in choices:
@@ -591,21 +595,44 @@ def _str(delta: Mapping[str, Any], key: str) -> str:
     raise APIResponseValidationError(f"'{key}' is not text: {value!r:.200}")
 
 
+def prompt_details(usage: Mapping[str, Any], cache_lifetime: str | None = None) -> PromptTokensDetails | None:
+    """``usage.prompt_tokens_details`` (OpenAI shape) when the server sent ``cached_tokens`` or a
+    count of cache writes, else None (unknown). Counts are read with
+    :func:`~._counts.usage_count` (which raises for one beyond ``2**53``).
+
+    Cache writes are read where servers put them: ``prompt_tokens_details.cache_write_tokens``
+    (the OpenAI-shaped extension: OpenRouter, Azure's ``input_tokens_details.cache_write_tokens``),
+    else ``cache_creation_input_tokens`` with its ``cache_creation.ephemeral_1h_input_tokens``
+    split (Anthropic's Messages API names, which Moonshot's Anthropic-compatible endpoint mirrors).
+    Moonshot's chat-completions wording for K3.1's billed writes is in no source kimik3 has, so
+    every one of these is read. With ``cache_lifetime="1h"`` (the request's
+    ``prompt_cache_lifetime``) and no split from the server, all writes are 1-hour ones.
+    """
+    details = usage.get("prompt_tokens_details")
+    details = details if isinstance(details, Mapping) else {}
+    cached = usage_count(details, "cached_tokens", "usage.prompt_tokens_details")
+    writes = usage_count(details, "cache_write_tokens", "usage.prompt_tokens_details")
+    if writes is None:
+        writes = usage_count(usage, "cache_creation_input_tokens")
+    split = usage.get("cache_creation")
+    long = None
+    if isinstance(split, Mapping):
+        long = usage_count(split, "ephemeral_1h_input_tokens", "usage.cache_creation")
+    if long is None and writes is not None and cache_lifetime == "1h":
+        long = writes
+    if writes is not None and long is not None:
+        long = min(long, writes)
+    if cached is None and writes is None:
+        return None
+    return PromptTokensDetails(cached_tokens=cached or 0, cache_write_tokens=writes, cache_write_1h_tokens=long)
+
+
 def completion_details(usage: Mapping[str, Any]) -> CompletionTokensDetails | None:
-    """``usage.completion_tokens_details`` (OpenAI shape) when the server sent ``reasoning_tokens``
-    (a count: :func:`~._counts.usage_count`), else None (unknown)."""
+    """``usage.completion_tokens_details`` when the server sent ``reasoning_tokens`` (bounded as
+    every count), else None."""
     details = usage.get("completion_tokens_details")
     if not isinstance(details, Mapping):
         return None
     reasoning = usage_count(details, "reasoning_tokens", "usage.completion_tokens_details")
     return CompletionTokensDetails(reasoning_tokens=reasoning) if reasoning is not None else None
 
-
-def prompt_details(usage: Mapping[str, Any]) -> PromptTokensDetails | None:
-    """``usage.prompt_tokens_details`` (OpenAI shape) when the server sent ``cached_tokens``
-    (a count: :func:`~._counts.usage_count`, which raises for one beyond ``2**53``), else None (unknown)."""
-    details = usage.get("prompt_tokens_details")
-    if not isinstance(details, Mapping):
-        return None
-    cached = usage_count(details, "cached_tokens", "usage.prompt_tokens_details")
-    return PromptTokensDetails(cached_tokens=cached) if cached is not None else None

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -138,7 +139,9 @@ class Cluster:
             memory available (:func:`~kimik3.engines._vllm.cpu_kv_cache_bytes`).
         router_args: more vllm-router flags.
         log_dir: where ``replica-<i>.log`` and ``router.log`` go (default: a new temporary
-            directory, kept).
+            directory, made at :meth:`start`, removed by a :meth:`stop` after a clean run; kept,
+            and named in the error, when a start or a child failed). A folder given is never removed.
+        keep_logs: keep the temporary log directory after a clean stop too.
         startup_timeout: seconds for each replica and the router to answer ``/health``.
         env: the children's environment (default: this process's); each replica's adds its
             CPU cores on a CPU (:meth:`replica_env`).
@@ -155,7 +158,7 @@ class Cluster:
                  host: str = "127.0.0.1", port: int = 8000, replica_ports: Sequence[int] | None = None,
                  vllm_args: Sequence[str] = (), router_args: Sequence[str] = (),
                  log_dir: str | os.PathLike[str] | None = None, startup_timeout: float = 900.0,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, keep_logs: bool = False) -> None:
         if replicas < 1:
             raise UserError(f"a cluster needs 1 or more replicas, got {replicas}")
         if policy not in ROUTER_POLICIES:
@@ -166,7 +169,9 @@ class Cluster:
         self.model, self.policy, self.host, self.port = str(model), policy, host, port
         self.replica_ports = ports
         self.vllm_args, self.router_args = list(vllm_args), list(router_args)
-        self.log_dir = Path(log_dir) if log_dir is not None else Path(tempfile.mkdtemp(prefix="kimik3-cluster-"))
+        self._log_dir = Path(log_dir) if log_dir is not None else None
+        self._temporary_logs: Path | None = None  # the log directory kimik3 made (removed after a clean stop)
+        self.keep_logs = keep_logs
         self.startup_timeout = startup_timeout
         self.env = dict(os.environ if env is None else env)
         self.base_url = f"http://{host}:{port}/v1"
@@ -228,6 +233,14 @@ class Cluster:
                 "--worker-startup-check-interval", "1", "--prometheus-host", self.host,
                 "--prometheus-port", str(free_port(self.host)), *self.router_args]  # fmt: skip
 
+    @property
+    def log_dir(self) -> Path:
+        """Where the logs go: ``log_dir`` as given, else a temporary directory made on first use
+        (a dry run, :meth:`describe`, makes none)."""
+        if self._log_dir is None:
+            self._log_dir = self._temporary_logs = Path(tempfile.mkdtemp(prefix="kimik3-cluster-"))
+        return self._log_dir
+
     # -- lifecycle --------------------------------------------------------------------------
 
     def start(self) -> None:
@@ -252,7 +265,7 @@ class Cluster:
                 self._wait(replica, f"{url}/health")
             self.start_router()
         except BaseException:
-            self.stop()
+            self.stop(failed=True)  # the logs stay: the error names them
             raise
 
     def start_router(self, policy: str | None = None) -> None:
@@ -293,14 +306,26 @@ class Cluster:
                                       f"end of {child.log}:\n{child.tail()}")
                 time.sleep(0.5)
 
-    def stop(self, grace: float = 10.0) -> None:
-        """End the router, then every replica with its whole process group (idempotent)."""
+    def stop(self, grace: float = 10.0, *, failed: bool = False) -> Path | None:
+        """End the router, then every replica with its whole process group (idempotent); then
+        remove the temporary log directory unless ``failed`` (a start or a child failed) or
+        :attr:`keep_logs`.
+
+        Returns:
+            The log directory when it is kept (to name it), None when it was removed or never made.
+        """
         self.stop_router(min(grace, 5.0))
         for replica in self._replicas:
             replica.terminate()
         for replica in self._replicas:
             replica.kill(grace)
         self._replicas = []
+        temporary = self._temporary_logs
+        if temporary is not None and not failed and not self.keep_logs:
+            shutil.rmtree(temporary, ignore_errors=True)
+            self._temporary_logs = self._log_dir = None
+            return None
+        return self._log_dir
 
     def exited(self) -> str | None:
         """The name and exit code of a child that is no longer running (None: all run)."""
@@ -335,7 +360,7 @@ class Cluster:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        self.stop()
+        self.stop(failed=exc is not None and not isinstance(exc, KeyboardInterrupt))
 
     def describe(self) -> list[str]:
         """One line per child: its name and command (for a dry run or a start-up message)."""

@@ -29,7 +29,7 @@ from .._models import KIMI_CODE_HOSTS, MOONSHOT_HOSTS, host_of
 from ..types import ChatRequest, tool_choice_directive
 from ._schemas import moonshot_parameters
 
-__all__ = ["PROFILES", "EndpointProfile", "Profile", "ProfileRules", "detect_profile"]
+__all__ = ["PROFILES", "EndpointProfile", "Profile", "ProfileRules", "detect_profile", "no_cache_lifetime"]
 
 log = logging.getLogger("kimik3.engines.remote")
 
@@ -63,6 +63,11 @@ class ProfileRules:
         reasoning_field: the default name(s) past reasoning goes under.
         named_tool_choice_in_extra: a named ``tool_choice`` smuggled in ``settings.extra`` is
             passed on (False: refused, with kimik3's advice).
+        prompt_cache_options: ``ModelSettings.prompt_cache_lifetime`` is sent as
+            ``prompt_cache_options: {"ttl": "5m" | "1h"}`` (Moonshot's K3.1 cache billing,
+            2026-10-23; the ``ttl`` key as OpenAI's ``prompt_cache_options`` writes it). False:
+            the server keeps its prefix cache as it likes (vLLM, SGLang: as long as memory
+            allows), and a lifetime is refused before the request.
     """
 
     name: Profile
@@ -75,6 +80,7 @@ class ProfileRules:
     max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
     reasoning_field: Literal["both", "reasoning_content"] = "both"
     named_tool_choice_in_extra: bool = True
+    prompt_cache_options: bool = False
 
 
 _SELF_HOSTED_OFF = {"thinking": False}  # K3's chat template (docs/k3-format.md § Request parameters)
@@ -86,7 +92,7 @@ PROFILES: dict[Profile, ProfileRules] = {
     "moonshot": ProfileRules(
         "moonshot", omit_empty_content=True, drop_empty_messages=True, moonshot_schemas=True, fixed_sampling=True,
         inline_images=True, thinking_off=None, max_tokens_field="max_completion_tokens",
-        reasoning_field="reasoning_content", named_tool_choice_in_extra=False,
+        reasoning_field="reasoning_content", named_tool_choice_in_extra=False, prompt_cache_options=True,
     ),
 }  # fmt: skip
 """Every profile's rules, by name."""
@@ -106,6 +112,13 @@ def detect_profile(base_url: str | None) -> Profile:
     except ValueError:
         return "openai"
     return "vllm" if address.is_private or address.is_loopback or address.is_link_local else "openai"
+
+
+def no_cache_lifetime(where: str, lifetime: str) -> str:
+    """The refusal of ``prompt_cache_lifetime=lifetime`` by an engine with no such option."""
+    return (f"ModelSettings.prompt_cache_lifetime={lifetime!r} cannot be sent to {where}: only Moonshot's "
+            "hosted API (the 'moonshot' profile) takes a prompt cache lifetime; a self-hosted engine keeps "
+            "its prefix cache as long as its memory allows. Leave prompt_cache_lifetime unset there")
 
 
 def _empty(content: Any) -> bool:
@@ -153,7 +166,11 @@ class EndpointProfile:
                 reasons at low / high / max, platform.kimi.ai "Reasoning Effort").
             MessageError: a named ``tool_choice`` in ``settings.extra`` (K3 has no directive for
                 it: declare only that tool and use ``"required"``).
+            UserError: a ``prompt_cache_lifetime`` where the API has no such option.
         """
+        lifetime = request.settings.prompt_cache_lifetime
+        if lifetime is not None and not self.rules.prompt_cache_options:
+            raise UserError(no_cache_lifetime(f"a {self.name!r}-profile endpoint", lifetime))
         if not request.thinking and self.rules.thinking_off is None:
             raise UserError(
                 "Moonshot's API always runs K3 with thinking on (reasoning_effort low, high or max); "
@@ -215,6 +232,12 @@ class EndpointProfile:
                 f"({url[:60]!r}): download the image and send its bytes as a data: URL"
             )
         return None
+
+    def cache_options(self, lifetime: str | None) -> dict[str, Any]:
+        """The request body's ``prompt_cache_options`` for ``lifetime`` (empty: none to send)."""
+        if lifetime is None or not self.rules.prompt_cache_options:
+            return {}
+        return {"prompt_cache_options": {"ttl": lifetime}}
 
     def body(self, kwargs: dict[str, Any]) -> dict[str, Any]:
         """The request's keyword arguments as this profile sends them (a new dict)."""

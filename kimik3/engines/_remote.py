@@ -191,6 +191,7 @@ class RemoteEngine(ChatEngine):
             kwargs["reasoning_effort"] = s.reasoning_effort
         else:  # thinking off via the chat template: its keyword is the profile's (docs/endpoints.md)
             extra_body["chat_template_kwargs"] = dict(self._wire.rules.thinking_off or {})
+        extra_body.update(self._wire.cache_options(s.prompt_cache_lifetime))
         extra_body.update(s.extra)
         if extra_body:
             kwargs["extra_body"] = extra_body

@@ -89,15 +89,24 @@ class Comparison:
             shown = f"{key}: {'n/a' if va is None else format(va, fmt)} -> {'n/a' if vb is None else format(vb, fmt)}"
             if va is None or vb is None:
                 return shown
-            return f"{shown} ({'+' if vb >= va else '-'}{format(abs(vb - va), fmt)})"
+            return f"{shown} ({signed(vb - va, fmt)})"
 
         out += [delta("pass_rate", ".1%"), delta("cost_per_pass", ".4f"), delta("cached_share", ".1%"),
                 delta("tool_call_validity", ".1%"), f"timeouts: {self.a['timeouts']} -> {self.b['timeouts']}",
                 self.confidence_note()]
         verdict = "REGRESSION" if self.regressed else "ok"
-        out.append(f"{verdict}: B's pass rate is {-self.drop:+.1%} against A's (allowed drop {self.max_drop:.1%}) "
-                   f"over {len(self.tasks)} common tasks")
+        out.append(f"{verdict}: B's pass rate is {signed(-self.drop, '.1%')} against A's "
+                   f"(allowed drop {self.max_drop:.1%}) over {len(self.tasks)} common tasks")
         return out
+
+
+def signed(value: float, fmt: str) -> str:
+    """``value`` with its sign as shown in ``fmt`` (``+2.5%``, ``-0.0125``); one that shows as zero
+    is ``±0.0%`` (never ``-0.0%``: a drop of 0.0004 is no drop at one decimal)."""
+    text = format(abs(value), fmt)
+    if text == format(0.0, fmt):
+        return "±" + text
+    return ("+" if value > 0 else "-") + text
 
 
 def _load(path: str | Path) -> tuple[list[AttemptResult], dict[str, Any]]:

@@ -12,7 +12,7 @@ from ._instructions import AGENTS_FILE, MAX_INSTRUCTIONS_BYTES, MAX_TOTAL_INSTRU
 from ._patch import EditSpec, FileAccess, apply_edits, apply_patch_text, parse_patch
 from ._records import session_checkpoints
 from ._skill_files import MAX_DESCRIPTION_CHARS, MAX_NAME_CHARS, MAX_SKILL_BYTES, SKILL_FILE, Skill
-from ._skills import MAX_CATALOG_BYTES, WORKSPACE_SKILLS, Skills, user_skills_folder
+from ._skills import MAX_CATALOG_BYTES, WORKSPACE_SKILL_FOLDERS, WORKSPACE_SKILLS, Skills, user_skills_folder
 from ._tasks import SUBAGENT_INSTRUCTIONS, SubAgents
 from ._tracking import ReadTracker
 from ._undo import undo
@@ -29,6 +29,7 @@ __all__ = [
     "SKILL_FILE",
     "SUBAGENT_INSTRUCTIONS",
     "WORKSPACE_SKILLS",
+    "WORKSPACE_SKILL_FOLDERS",
     "WRITING_TOOLS",
     "BackgroundProcesses",
     "Checkpoints",

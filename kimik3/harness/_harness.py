@@ -194,8 +194,8 @@ class CodingHarness:
             record it in the session header.
         subagent_budgets: each child's budgets.
         skills: Agent Skills (:class:`~kimik3.harness.Skills`): True (the default) finds them in
-            ``<root>/.agents/skills`` and ``${KIMIK3_HOME:-~/.kimik3}/skills``; a list of folders
-            looks there first, then in those two; a :class:`Skills` is used as it is; False: none.
+            ``<root>/.agents/skills``, ``<root>/.claude/skills`` and ``${KIMIK3_HOME:-~/.kimik3}/skills``; a
+            list of folders looks there first, then in those three; a :class:`Skills` is used as it is; False: none.
             With no skill found, the prompt is exactly as without skills. The skills' folders
             (:meth:`Skills.read_paths`) are readable by the file tools and, read-only, inside the
             sandbox this harness makes (a :class:`~kimik3.tools.coding.Sandbox` given is used as it
@@ -285,17 +285,27 @@ class CodingHarness:
 
     def agent(self, *, engine: Engine | None = None, client: Client | None = None,
               instructions: str | None = CODING_INSTRUCTIONS, settings: ModelSettings | None = None,
-              budgets: Budgets | None = None, **kwargs: Any) -> Agent[str]:
+              budgets: Budgets | None = None, tools: Sequence[Tool | Toolset] = (),
+              hooks: Sequence[RunHooks] = (), **kwargs: Any) -> Agent[str]:
         """An :class:`~kimik3.Agent` with the harness's tools, hooks and instructions (see
         :meth:`parts`). One run at a time.
 
+        Args:
+            tools: tools of your own (``@kimik3.tool`` functions, :class:`~kimik3.tools.Tool` s,
+                toolsets such as an MCP server), declared after the harness's. They run in this
+                process as written: not in the sandbox, not checkpointed (undo does not cover
+                what they write), not given to ``task``'s sub-agents.
+            hooks: run hooks of your own, after the harness's.
+            (the rest): as :class:`~kimik3.Agent` takes them.
+
         Raises:
-            UserError: neither or both of ``engine`` and ``client``.
+            UserError: neither or both of ``engine`` and ``client``; a tool of yours named as one
+                of the harness's (``two tools are named 'bash'``).
         """
-        tools, instructions, hooks = self.parts(engine=engine, client=client, instructions=instructions,
-                                                settings=settings, budgets=budgets)
-        return Agent(instructions=instructions, tools=tools, engine=engine, client=client, settings=settings,
-                     budgets=budgets, hooks=hooks, **kwargs)
+        own, instructions, own_hooks = self.parts(engine=engine, client=client, instructions=instructions,
+                                                  settings=settings, budgets=budgets)
+        return Agent(instructions=instructions, tools=[*own, *tools], engine=engine, client=client,
+                     settings=settings, budgets=budgets, hooks=[*own_hooks, *hooks], **kwargs)
 
 
 def _features(features: Iterable[Feature], switches: dict[str, bool]) -> frozenset[Feature]:

@@ -70,7 +70,7 @@ class Skill:
         description: its description (as written, surrounding whitespace removed).
         folder: its folder as the tools reach it: absolute; for a workspace skill the path inside
             the workspace, else the real path (symlinks resolved).
-        source: ``"given"`` (passed in), ``"workspace"`` (``<workspace>/.agents/skills``) or
+        source: ``"given"`` (passed in), ``"workspace"`` (``<workspace>/.agents/skills`` or ``.claude/skills``) or
             ``"user"`` (``${KIMIK3_HOME:-~/.kimik3}/skills``).
         stamp: the file's (device, inode, size, mtime in ns) when it was read.
         fields: the whole front matter.

@@ -3,12 +3,14 @@ to the model progressively without breaking the prefix cache.
 
 Where skills are found (the first place that has a name wins; a shadowed one is named in a
 warning): the folders passed in (each a skill folder holding a ``SKILL.md``, or a folder of skill
-folders), ``<workspace>/.agents/skills/*/SKILL.md`` and ``${KIMIK3_HOME:-~/.kimik3}/skills/*/SKILL.md``.
-Workspace skills are read through the coding tools' confined walk: a skill folder there that is a
-symlink leading out of the workspace is skipped with a warning. A skill folder among the user's or
-passed-in folders may be a symlink to anywhere (they are the user's own choice); inside the folder
-the walk is confined to it. Each ``SKILL.md`` is checked against the format
-(:mod:`._skill_files`); a bad one is skipped with one warning line naming the file.
+folders), ``<workspace>/.agents/skills/*/SKILL.md``, ``<workspace>/.claude/skills/*/SKILL.md`` (the
+Agent Skills client guide's second workspace location, where Claude Code's skills live) and
+``${KIMIK3_HOME:-~/.kimik3}/skills/*/SKILL.md``. Workspace skills (both folders) are read through the
+coding tools' confined walk: a skill folder there that is a symlink leading out of the workspace is
+skipped with a warning. A skill folder among the user's or passed-in folders may be a symlink to
+anywhere (they are the user's own choice); inside the folder the walk is confined to it. Each
+``SKILL.md`` is checked against the format (:mod:`._skill_files`); a bad one is skipped with one
+warning line naming the file.
 
 Disclosure: a tool ``load_skill(name)`` whose description lists every skill's name and
 description (the catalog, at most :data:`MAX_CATALOG_BYTES`). It is declared in the prompt's head
@@ -66,11 +68,15 @@ from ._skill_files import (
     read_head,
 )
 
-__all__ = ["MAX_CATALOG_BYTES", "WORKSPACE_SKILLS", "Skills", "user_skills_folder"]
+__all__ = ["MAX_CATALOG_BYTES", "WORKSPACE_SKILLS", "WORKSPACE_SKILL_FOLDERS", "Skills", "user_skills_folder"]
 
 log = logging.getLogger("kimik3.skills")
 
 WORKSPACE_SKILLS = ".agents/skills"
+WORKSPACE_SKILL_FOLDERS = (WORKSPACE_SKILLS, ".claude/skills")
+"""A workspace's skills folders, in the order they are looked at (the first with a name wins):
+the Agent Skills client guide's two workspace locations (agentskills.io, "Adding skills support
+to your agent": ``.agents/skills`` and the ``.claude/skills`` of Claude Code)."""
 MAX_CATALOG_BYTES = 32 * 1024  # the catalog's lines together (as one AGENTS.md file)
 MAX_FOLDER_ENTRIES = 1000  # entries of one skills folder looked at
 _HEAD = (
@@ -262,7 +268,8 @@ class Skills(Toolset, RunHooks):
         for folder in self.folders:
             yield from self._outside(folder, "given", missing_ok=False)
         if self._ws is not None:
-            yield from self._in_workspace(self._ws)
+            for base in WORKSPACE_SKILL_FOLDERS:
+                yield from self._in_workspace(self._ws, base)
         if self.user:
             yield from self._outside(user_skills_folder(), "user", missing_ok=True)
 
@@ -320,25 +327,26 @@ class Skills(Toolset, RunHooks):
         return self._read(Workspace(real, "the skill's folder"), SKILL_FILE, base / name / SKILL_FILE, real,
                           name, source)
 
-    def _in_workspace(self, ws: Workspace) -> Iterator[Skill]:
-        """Skills of ``<workspace>/.agents/skills``, read through the confined walk."""
+    def _in_workspace(self, ws: Workspace, base: str) -> Iterator[Skill]:
+        """Skills of ``<workspace>/<base>`` (one of :data:`WORKSPACE_SKILL_FOLDERS`), read through the
+        confined walk."""
         try:
-            fd, _ = ws.open_dir(WORKSPACE_SKILLS)
+            fd, _ = ws.open_dir(base)
         except ToolError as e:
-            if os.path.lexists(ws.root / WORKSPACE_SKILLS):  # there, but not a folder inside the workspace
-                self._warn(f"skills folder {ws.root / WORKSPACE_SKILLS} skipped: {e}")
+            if os.path.lexists(ws.root / base):  # there, but not a folder inside the workspace
+                self._warn(f"skills folder {ws.root / base} skipped: {e}")
             return
         try:
             names = sorted(os.listdir(fd))
         except OSError as e:
-            self._warn(f"skills folder {ws.root / WORKSPACE_SKILLS} skipped: {e.strerror or e}")
+            self._warn(f"skills folder {ws.root / base} skipped: {e.strerror or e}")
             return
         finally:
             os.close(fd)
-        yield from self._many(ws.root / WORKSPACE_SKILLS, names, lambda name: self._workspace_one(ws, name))
+        yield from self._many(ws.root / base, names, lambda name: self._workspace_one(ws, base, name))
 
-    def _workspace_one(self, ws: Workspace, name: str) -> Skill | None:
-        rel = f"{WORKSPACE_SKILLS}/{name}"
+    def _workspace_one(self, ws: Workspace, base: str, name: str) -> Skill | None:
+        rel = f"{base}/{name}"
         shown = ws.root / rel
         try:
             fd, _ = ws.open_dir(rel)

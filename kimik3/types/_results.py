@@ -23,16 +23,25 @@ class PromptTokensDetails(BaseModel):
     Attributes:
         cached_tokens: prompt tokens the engine served from its prefix cache (vLLM:
             ``RequestOutput.num_cached_tokens``; servers report it with prefix caching on).
+        cache_write_tokens: prompt tokens written to the provider's prompt cache by this call
+            (a part of ``prompt_tokens``, billed apart by providers that bill cache writes:
+            Moonshot's K3.1, 2026-10-23); None when the server did not report it.
+        cache_write_1h_tokens: the part of ``cache_write_tokens`` written with a 1-hour lifetime
+            (``ModelSettings.prompt_cache_lifetime="1h"``, or a server's own split); None when
+            not known, the writes then priced at the 5-minute rate.
     """
 
     cached_tokens: int = 0
+    cache_write_tokens: int | None = None
+    cache_write_1h_tokens: int | None = None
 
 
 class CompletionTokensDetails(BaseModel):
     """``usage.completion_tokens_details`` (OpenAI shape).
 
     Attributes:
-        reasoning_tokens: completion tokens spent on reasoning (part of ``completion_tokens``).
+        reasoning_tokens: completion tokens the model spent reasoning (a part of
+            ``completion_tokens``), as the server reported them.
     """
 
     reasoning_tokens: int = 0
@@ -63,24 +72,43 @@ class Usage(BaseModel):
         """Prompt tokens served from the engine's prefix cache (0 when not reported)."""
         return self.prompt_tokens_details.cached_tokens if self.prompt_tokens_details is not None else 0
 
+    @property
+    def cache_write_tokens(self) -> int:
+        """Prompt tokens written to the provider's prompt cache (0 when not reported)."""
+        details = self.prompt_tokens_details
+        return (details.cache_write_tokens or 0) if details is not None else 0
+
+    @property
+    def cache_write_1h_tokens(self) -> int:
+        """The part of :attr:`cache_write_tokens` written with a 1-hour lifetime (0 when not known)."""
+        details = self.prompt_tokens_details
+        return (details.cache_write_1h_tokens or 0) if details is not None else 0
+
+    @property
+    def reasoning_tokens(self) -> int | None:
+        """Completion tokens spent reasoning (None when the server did not report them)."""
+        details = self.completion_tokens_details
+        return details.reasoning_tokens if details is not None else None
+
     def __add__(self, other: Usage) -> Usage:
         known = self.prompt_tokens_details is not None or other.prompt_tokens_details is not None
+        details = None
+        if known:
+            parts = [u.prompt_tokens_details for u in (self, other) if u.prompt_tokens_details is not None]
+            writes = [p.cache_write_tokens for p in parts if p.cache_write_tokens is not None]
+            long = [p.cache_write_1h_tokens for p in parts if p.cache_write_1h_tokens is not None]
+            details = PromptTokensDetails(cached_tokens=self.cached_tokens + other.cached_tokens,
+                                          cache_write_tokens=sum(writes) if writes else None,
+                                          cache_write_1h_tokens=sum(long) if long else None)
+        reasoning = [u.reasoning_tokens for u in (self, other) if u.reasoning_tokens is not None]
         return Usage(
             prompt_tokens=self.prompt_tokens + other.prompt_tokens,
             completion_tokens=self.completion_tokens + other.completion_tokens,
             total_tokens=self.total_tokens + other.total_tokens,
-            prompt_tokens_details=PromptTokensDetails(cached_tokens=self.cached_tokens + other.cached_tokens)
-            if known else None,
-            completion_tokens_details=CompletionTokensDetails(
-                reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens)
-            if self.completion_tokens_details is not None or other.completion_tokens_details is not None else None,
+            prompt_tokens_details=details,
+            completion_tokens_details=CompletionTokensDetails(reasoning_tokens=sum(reasoning)) if reasoning else None,
             unknown=self.unknown or other.unknown,
         )
-
-    @property
-    def reasoning_tokens(self) -> int:
-        """Completion tokens spent on reasoning (0 when not reported)."""
-        return self.completion_tokens_details.reasoning_tokens if self.completion_tokens_details is not None else 0
 
 
 def clamp_usage(usage: Usage) -> list[str]:
@@ -116,6 +144,20 @@ def clamp_usage(usage: Usage) -> list[str]:
             notes.append(f"usage.prompt_tokens_details.cached_tokens was {prompt.cached_tokens}, more than "
                          f"prompt_tokens {usage.prompt_tokens}: counted as {usage.prompt_tokens}")
             prompt.cached_tokens = usage.prompt_tokens
+        for field, most, name in (("cache_write_tokens", usage.prompt_tokens, "prompt_tokens"),
+                                  ("cache_write_1h_tokens", None, "cache_write_tokens")):
+            value = getattr(prompt, field)
+            if value is None:
+                continue
+            if value < 0:
+                notes.append(f"usage.prompt_tokens_details.{field} was {value}: counted as 0")
+                value = 0
+            limit = most if most is not None else (prompt.cache_write_tokens or 0)
+            if value > limit:
+                notes.append(f"usage.prompt_tokens_details.{field} was {value}, more than {name} {limit}: "
+                             f"counted as {limit}")
+                value = limit
+            setattr(prompt, field, value)
     if (completion := usage.completion_tokens_details) is not None:
         at_least_0(completion, "reasoning_tokens", "usage.completion_tokens_details")
         if completion.reasoning_tokens > usage.completion_tokens:

@@ -16,7 +16,7 @@ The card's defaults differ by use: one chat call samples with top_p 0.95
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Literal
 
 from .._checks import check_instance, check_int, check_number
 from .._defaults import (
@@ -28,7 +28,13 @@ from .._defaults import (
 )
 from .._exceptions import InvalidEffortError, UserError
 
-__all__ = ["AGENTIC_SETTINGS", "SINGLE_STEP_SETTINGS", "ModelSettings"]
+__all__ = ["AGENTIC_SETTINGS", "PROMPT_CACHE_LIFETIMES", "SINGLE_STEP_SETTINGS", "ModelSettings", "PromptCacheLifetime"]
+
+PromptCacheLifetime = Literal["5m", "1h"]
+"""How long a provider keeps the prompt prefix a call writes to its cache (Moonshot's K3.1
+``prompt_cache_options``, 2026-10-23: 5 minutes or 1 hour, billed at different write prices)."""
+
+PROMPT_CACHE_LIFETIMES: tuple[PromptCacheLifetime, ...] = ("5m", "1h")
 
 
 @dataclass(frozen=True)
@@ -43,13 +49,18 @@ class ModelSettings:
         max_tokens: completion budget per model call (None: the engine's default, or what the
             prompt leaves of the context window).
         seed: sampling seed, where the engine supports one.
+        prompt_cache_lifetime: how long the provider keeps this call's prompt in its cache,
+            ``"5m"`` or ``"1h"`` (sent as Moonshot's ``prompt_cache_options`` on its hosted API;
+            an engine with no such option refuses it: vLLM and SGLang keep their prefix cache
+            as long as memory allows). None: the provider's default (5 minutes on Moonshot's).
         extra: engine-specific extras (vLLM ``SamplingParams`` fields / extra request body);
             merged key by key, a later level's key winning.
 
     Raises:
         InvalidEffortError: an effort outside low / high / max / none (also a UserError).
         UserError: a sampling value of the wrong type or out of range (``temperature`` < 0,
-            ``top_p`` outside (0, 1], ``max_tokens`` < 1), ``extra`` not a dict.
+            ``top_p`` outside (0, 1], ``max_tokens`` < 1), ``extra`` not a dict, a
+            ``prompt_cache_lifetime`` other than ``"5m"`` / ``"1h"``.
     """
 
     reasoning_effort: ReasoningEffort | None = None
@@ -57,6 +68,7 @@ class ModelSettings:
     top_p: float | None = None
     max_tokens: int | None = None
     seed: int | None = None
+    prompt_cache_lifetime: PromptCacheLifetime | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -69,6 +81,9 @@ class ModelSettings:
         check_int("ModelSettings.max_tokens", self.max_tokens, minimum=1, optional=True)
         check_int("ModelSettings.seed", self.seed, minimum=-(2**63), optional=True)
         check_instance("ModelSettings.extra", self.extra, dict, "a dict", optional=False)
+        if self.prompt_cache_lifetime is not None and self.prompt_cache_lifetime not in PROMPT_CACHE_LIFETIMES:
+            raise UserError(f"ModelSettings.prompt_cache_lifetime must be '5m' or '1h', "
+                            f"got {self.prompt_cache_lifetime!r:.80}")
 
     @classmethod
     def of(cls, **options: Any) -> ModelSettings:

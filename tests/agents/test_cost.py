@@ -66,8 +66,11 @@ def test_costs_are_shown_with_their_significant_digits() -> None:
 
 def test_price_table_is_moonshots_hosted_prices_by_exact_id() -> None:
     assert PRICES["kimi-k3"] == Pricing(input=3.0, cached_input=0.30, output=15.0)
-    assert PRICES["kimi-k3.1-pro"] == PRICES["kimi-k3.1-pro-highspeed"] == Pricing(2.0, 0.20, 10.0)
-    assert pricing_for("Kimi-K3.1-Pro") == Pricing(2.0, 0.20, 10.0)  # ids are case-insensitive
+    # K3.1 (2026-10-23): cache reads $0.20/M, writes $2/M (5 minutes) and $4/M (1 hour)
+    assert PRICES["kimi-k3.1-pro"] == Pricing(2.0, 0.20, 10.0, cache_write=2.0, cache_write_1h=4.0)
+    assert pricing_for("Kimi-K3.1-Pro") == PRICES["kimi-k3.1-pro"]  # ids are case-insensitive
+    # Highspeed is priced apart and no source gives its figures: no price rather than an invented one
+    assert "kimi-k3.1-pro-highspeed" not in PRICES and pricing_for("kimi-k3.1-pro-highspeed") is None
     # self-hosted names are not Moonshot's API: no price
     for model in ("moonshotai/Kimi-K3", "/models/Kimi-K3", "models/k3-tiny", "scripted-k3", "", None):
         assert pricing_for(model) is None, model
@@ -85,9 +88,48 @@ def test_cost_arithmetic_against_hand_computed_values() -> None:
     assert K3.cost(usage(100, 0, 150)) == pytest.approx(100 * 0.30 / 1e6, abs=1e-15)
 
 
+def cache_usage(prompt: int, completion: int, cached: int, written: int | None, written_1h: int | None) -> Usage:
+    details = PromptTokensDetails(cached_tokens=cached, cache_write_tokens=written, cache_write_1h_tokens=written_1h)
+    return Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion,
+                 prompt_tokens_details=details)
+
+
+def test_cache_writes_are_priced_per_lifetime() -> None:
+    pro = PRICES["kimi-k3.1-pro"]
+    # 100,000 prompt: 20,000 cached ($0.20), 50,000 written for 5 min ($2), 30,000 fresh ($2); 1,000 out ($10)
+    assert pro.cost(cache_usage(100_000, 1_000, 20_000, 50_000, None)) == pytest.approx(
+        (30_000 * 2.0 + 20_000 * 0.20 + 50_000 * 2.0 + 1_000 * 10.0) / 1e6, abs=1e-12)  # $0.174
+    # the same writes with a 1-hour lifetime: $4/M -> $0.100 more
+    assert pro.cost(cache_usage(100_000, 1_000, 20_000, 50_000, 50_000)) == pytest.approx(0.274, abs=1e-12)
+    # a mix: 10,000 of the writes for 1 hour
+    assert pro.cost(cache_usage(100_000, 0, 0, 50_000, 10_000)) == pytest.approx(
+        (50_000 * 2.0 + 40_000 * 2.0 + 10_000 * 4.0) / 1e6, abs=1e-12)
+    # K3 bills no write apart: written tokens cost its input price
+    assert K3.cost(cache_usage(10_000, 0, 0, 10_000, 10_000)) == pytest.approx(0.03, abs=1e-12)
+    # counts beyond the prompt are bounded by it: cached first, then writes; never negative
+    assert pro.cost(cache_usage(1_000, 0, 800, 900, 900)) == pytest.approx((800 * 0.20 + 200 * 4.0) / 1e6, abs=1e-15)
+
+
+def test_cache_writes_sum_over_calls_and_stay_unknown_when_never_reported() -> None:
+    total = cache_usage(10, 1, 2, 5, 3) + cache_usage(20, 1, 4, 7, None) + usage(30, 1, 6)
+    assert (total.cached_tokens, total.cache_write_tokens, total.cache_write_1h_tokens) == (12, 12, 3)
+    assert (usage(1, 1, 1) + usage(2, 1, None)).prompt_tokens_details == PromptTokensDetails(cached_tokens=1)
+    # a session record keeps the old shape when no write was reported
+    assert usage(5, 1, 2).model_dump(exclude_none=True)["prompt_tokens_details"] == {"cached_tokens": 2}
+
+
+def test_show_prints_cache_writes_apart() -> None:
+    from kimik3.agents._fork import _usage
+
+    assert _usage(cache_usage(100_000, 1_000, 20_000, 50_000, 50_000), 0.274) == (
+        "usage: 100000 prompt, 20000 cached (20%), 50000 written to cache (50000 for 1h) + 1000 completion "
+        "tokens, $0.2740")
+
+
 @pytest.mark.parametrize("bad", [{"input": -1, "cached_input": 0, "output": 0},
                                  {"input": 1, "cached_input": float("nan"), "output": 0},
-                                 {"input": 1, "cached_input": 0, "output": "15"}])
+                                 {"input": 1, "cached_input": 0, "output": "15"},
+                                 {"input": 1, "cached_input": 0, "output": 1, "cache_write_1h": -4}])
 def test_pricing_refuses_prices_that_are_not_finite_non_negative_numbers(bad: dict[str, Any]) -> None:
     with pytest.raises(UserError, match="Pricing"):
         Pricing(**bad)
@@ -310,8 +352,11 @@ def test_max_usd_is_a_budget_option_of_run_resume_chat_and_eval(tmp_path: Path) 
     runner = CliRunner()
     out = runner.invoke(main, ["run", "say hi", "--script", str(script), "--max-usd", "0.5", "--plain",
                                "--sandbox", "none", "--workspace", str(tmp_path), "--session", str(tmp_path / "s.jsonl")])
-    assert out.exit_code == 1  # the budget reached the agent: the scripted model has no prices
-    assert "error: UserError: Budgets(usd=...) needs prices: model 'scripted-k3' has none" in out.output
+    assert out.exit_code == 1  # refused at start, in the CLI's words (issue 40): no model call, no session left
+    assert out.output.splitlines()[-1] == (
+        "error: UserError: --max-usd needs prices: model 'scripted-k3' has none in kimik3's table (its hosted ids: "
+        "kimi-k3, kimi-k3.1-pro); give them with --price IN,CACHED,OUT (USD per 1M tokens, e.g. --price 2,0.2,10)")
+    assert not (tmp_path / "s.jsonl").exists()
     # --price gives a self-hosted model its prices: 2,467 prompt tokens (the full harness's
     # prompt) at $3 and 24 completion tokens at $15 per 1M = $0.007401 + $0.00036 = $0.007761
     priced = tmp_path / "priced.jsonl"
@@ -322,7 +367,19 @@ def test_max_usd_is_a_budget_option_of_run_resume_chat_and_eval(tmp_path: Path) 
     [cost] = [r.cost for r in read_session_records(priced) if r.cost is not None]
     assert cost == pytest.approx(2_467 * 3.0 / 1e6 + 24 * 15.0 / 1e6)
     bad = runner.invoke(main, ["run", "x", "--script", str(script), "--price", "3,0.3"])
-    assert bad.exit_code == 2 and "expected INPUT,CACHED,OUTPUT in USD per 1M tokens" in bad.output
+    assert bad.exit_code == 2 and "expected INPUT,CACHED,OUTPUT[,CACHE_WRITE[,CACHE_WRITE_1H]] in USD" in bad.output
+    from kimik3._cli_engine import _price
+
+    assert _price(None, None, "2,0.2,10,2,4") == PRICES["kimi-k3.1-pro"]  # type: ignore[arg-type]
+    # eval run too: refused before any attempt, nothing written
+    from tests.eval.helpers import write_task
+
+    write_task(tmp_path / "suite", "t", "say hi", "true")
+    out = runner.invoke(main, ["eval", "run", str(tmp_path / "suite"), "--out", str(tmp_path / "out"), "--script",
+                               str(script), "--max-usd", "0.5", "--sandbox", "none"])
+    assert out.exit_code == 1 and out.output.splitlines()[-1].startswith(
+        "error: UserError: --max-usd needs prices: model 'scripted-k3' has none in kimik3's table"), out.output
+    assert not (tmp_path / "out").exists()
     for command in (["resume"], ["chat"], ["eval", "run"]):
         help_text = runner.invoke(main, [*command, "--help"]).output
         assert "--max-usd USD" in help_text and "--price IN,CACHED,OUT" in help_text
@@ -331,3 +388,47 @@ def test_max_usd_is_a_budget_option_of_run_resume_chat_and_eval(tmp_path: Path) 
     assert EvalConfig(max_usd=0.5).budgets(task).usd == 0.2
     assert EvalConfig(max_usd=0.1).budgets(task).usd == 0.1
     assert EvalConfig(max_usd=0.1).budgets(EvalTask(name="u", path=tmp_path, instruction="i", check="true")).usd == 0.1
+
+
+def test_chat_max_usd_caps_the_whole_chat_not_each_message(tmp_path: Path) -> None:
+    # issue 40: $2.70 was spent under a $0.30 cap, each message having the whole cap. Each answer
+    # here is 24 completion tokens at $1000/M = $0.024: under a $0.06 cap the third message gets
+    # what is left ($0.012) and the fourth is not sent
+    from click.testing import CliRunner
+
+    from kimik3.cli import main
+
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps([render_output({"content": t}) for t in ["one", "two", "three", "four"]]))
+    session = tmp_path / "c.jsonl"
+    out = CliRunner().invoke(main, ["chat", "--script", str(script), "--price", "0,0,1000", "--max-usd", "0.06",
+                                    "--plain", "--session", str(session)],
+                             input="a\nb\nc\nd\n", env={"KIMIK3_HOME": str(tmp_path / "home")})
+    assert out.exit_code == 0, out.output
+    assert out.output.splitlines()[:4] == [
+        "[turn 1] answer: one", "[turn 1] answer: two", "[turn 1] answer: three",
+        "the chat's --max-usd $0.0600 is spent ($0.0720); start a new chat to go on"]
+    costs = [r.cost for r in read_session_records(session) if r.cost is not None]
+    assert costs == [pytest.approx(0.024)] * 3
+
+
+def test_a_failed_chat_turns_recorded_calls_count_toward_the_chats_cap(tmp_path: Path) -> None:
+    # the first message's call (69 completion tokens at $1000/M = $0.069) is recorded, then the
+    # turn fails (the script is used up): what it spent still counts, the second message is not sent
+    from click.testing import CliRunner
+
+    from kimik3.cli import main
+
+    call = render_output({"reasoning_content": "look", "content": "", "tool_calls": [
+        {"id": "x", "function": {"name": "read_file", "arguments": {"path": "a"}}}]})
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps([call]))
+    session = tmp_path / "c.jsonl"
+    out = CliRunner().invoke(main, ["chat", "--script", str(script), "--price", "0,0,1000", "--max-usd", "0.02",
+                                    "--plain", "--session", str(session)],
+                             input="a\nb\n", env={"KIMIK3_HOME": str(tmp_path / "home")})
+    assert out.exit_code == 1
+    assert out.output.splitlines()[2:4] == [
+        "error: EngineError: ScriptedEngine ran out of responses after 1 call(s)",
+        "the chat's --max-usd $0.0200 is spent ($0.0690); start a new chat to go on"]
+    assert [r.cost for r in read_session_records(session) if r.cost is not None] == [pytest.approx(0.069)]

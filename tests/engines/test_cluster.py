@@ -7,6 +7,7 @@ started them. The real cluster (vLLM, vllm-router) is tests/real/test_cluster_k3
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -172,3 +173,34 @@ def test_on_a_cpu_each_replica_gets_its_own_cores(monkeypatch: pytest.MonkeyPatc
     assert Cluster("m", replicas=2, env=env, vllm_args=["--tensor-parallel-size", "2"]).replica_env(0) == env
     monkeypatch.setattr(_vllm, "_on_cpu", lambda: False)  # a GPU host: nothing to bind
     assert cluster.replica_env(0) == env
+
+
+def test_the_temporary_log_folder_goes_with_a_clean_stop_and_stays_when_something_failed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 43: cluster log folders stayed in the temp folder after it stopped
+    import tempfile
+
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    Cluster("m", replicas=2).describe()  # a dry run makes no folder
+    assert list(temp.iterdir()) == []
+    with FakeCluster(marker()) as cluster:
+        cluster.start()
+        logs = cluster.log_dir
+        assert logs.parent == temp and (logs / "router.log").is_file()
+    assert list(temp.iterdir()) == []  # removed after the clean stop
+    kept = FakeCluster(marker(), keep_logs=True)
+    kept.start()
+    assert kept.stop() == kept.log_dir and (kept.log_dir / "replica-0.log").is_file()
+    shutil.rmtree(kept.log_dir)
+    failed = FakeCluster(marker(), broken=(1,))
+    with pytest.raises(EngineError) as e:
+        failed.start()
+    folder = failed.log_dir
+    assert str(folder / "replica-1.log") in str(e.value)  # named in the error, and still there
+    assert (folder / "replica-1.log").read_text() == "CUDA out of memory (a stand-in)\n"
+    assert failed.stop(failed=True) == folder and folder.is_dir()
+    given = FakeCluster(marker(), log_dir=tmp_path / "mine")
+    given.start()
+    assert given.stop() == tmp_path / "mine" and (tmp_path / "mine" / "router.log").is_file()  # never removed

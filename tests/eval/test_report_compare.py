@@ -95,3 +95,18 @@ def test_compare_notes_runs_in_different_sandboxes_and_the_report_names_its_own(
         render_markdown(summary)
     assert "<tr><th>sandbox</th><td>none (commands run unsandboxed, with your rights)</td></tr>" in render_html(
         summarize(results({"t1": [True]}), {"sandbox": none}))
+
+
+def test_an_unchanged_pass_rate_and_a_change_below_the_shown_digits_are_never_minus_zero(tmp_path: Path) -> None:
+    # issue 43: "B's pass rate is -0.0%" for the same results
+    same = {"t1": [True, False], "t2": [True, True]}
+    a = write(tmp_path / "a", results(same))
+    b = write(tmp_path / "b", results(same))
+    lines = compare(a, b, max_drop=0.1).lines()
+    assert "pass_rate: 75.0% -> 75.0% (±0.0%)" in lines
+    assert "cost_per_pass: 0.0133 -> 0.0133 (±0.0000)" in lines
+    assert lines[-1] == "ok: B's pass rate is ±0.0% against A's (allowed drop 10.0%) over 2 common tasks"
+    from kimik3.eval._compare import signed
+
+    assert [signed(v, ".1%") for v in (-0.0004, 0.0004, -0.0, 0.0, -0.25, 0.0006)] == [
+        "±0.0%", "±0.0%", "±0.0%", "±0.0%", "-25.0%", "+0.1%"]

@@ -162,3 +162,23 @@ def test_the_first_line_says_which_sandbox_runs_and_the_header_records_it(tmp_pa
     assert code == 1 and out == ""
     assert err.startswith("error: SandboxUnavailableError: sandbox='bwrap' but bubblewrap (bwrap) is not installed; "
                           "to fix it, install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap;")
+
+
+def test_undo_says_removed_for_a_file_the_undone_turns_created(tmp_path: Path) -> None:
+    # issue 43: undo said "restored" for a file it deleted
+    repo = make_repo(tmp_path / "repo")
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([
+        calls(("write_file", {"path": "new/made.txt", "content": "x\n"})),
+        calls(("read_file", {"path": "sub/keep.txt"})),
+        calls(("edit_file", {"path": "sub/keep.txt", "old_string": "keep", "new_string": "v2"})),
+        answer("done"),
+    ]))
+    session = tmp_path / "s.jsonl"
+    code, out, _ = invoke(["run", "go", "-w", str(repo), "--script", str(script), "--session", str(session),
+                           "--plain", "--tools", "full", "--sandbox", "none"], tmp_path / "home")
+    assert code == 0, out
+    assert (repo / "new/made.txt").read_text() == "x\n" and (repo / "sub/keep.txt").read_text() == "v2\n"
+    code, out, _ = invoke(["undo", str(session), "-w", str(repo)], tmp_path / "home")
+    assert (code, out) == (0, "removed new/made.txt\nrestored sub/keep.txt\n")
+    assert not (repo / "new").exists() and (repo / "sub/keep.txt").read_text() == "keep\n"

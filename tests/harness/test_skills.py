@@ -283,3 +283,33 @@ def test_skills_takes_a_list(ws: Path) -> None:
         Skills("skills")  # type: ignore[arg-type]
     with pytest.raises(UserError, match="a list of folders"):
         CodingHarness(ws, skills="skills")  # type: ignore[arg-type]
+
+
+def test_claude_skills_are_a_second_workspace_folder_with_the_same_rules(ws: Path, tmp_path: Path) -> None:
+    # issue 43 part 5: the Agent Skills client guide's second workspace location
+    make_skill(ws / ".agents/skills/lint")
+    make_skill(ws / ".claude/skills/lint")  # shadowed: .agents/skills is looked at first
+    make_skill(ws / ".claude/skills/review")
+    make_skill(user_skills_folder() / "review")  # shadowed by the workspace's .claude/skills
+    make_skill(ws / ".claude/skills/Bad", "name: Bad\ndescription: x\n")  # checked as any SKILL.md
+    (ws / ".claude/skills/escape").symlink_to(make_skill(tmp_path / "elsewhere" / "escape"))  # must stay inside
+    warnings: list[str] = []
+    skills = Skills(workspace=ws, user=True, on_warning=warnings.append)
+    assert found(skills) == {"lint": str(ws / ".agents/skills/lint"), "review": str(ws / ".claude/skills/review")}
+    assert skills.found["review"].source == "workspace"
+    assert warnings == [  # in the order looked at: .claude/skills's entries sorted, then the user's
+        f"skill skipped: {ws}/.claude/skills/Bad/SKILL.md: 'name' 'Bad' must be lowercase",
+        f"skill skipped: {ws}/.claude/skills/escape: it is a symlink leading out of the workspace (a workspace "
+        "skill must lie inside it)",
+        f"skill 'lint' at {ws}/.claude/skills/lint/SKILL.md is shadowed by the one at {ws}/.agents/skills/lint/SKILL.md",
+        f"skill 'review' at {user_skills_folder()}/review/SKILL.md is shadowed by the one at "
+        f"{ws}/.claude/skills/review/SKILL.md",
+    ]
+    # a .claude/skills that leads out of the workspace is skipped as a whole, with one warning
+    other = tmp_path / "other"
+    other.mkdir()
+    make_skill(tmp_path / "outside" / "skills" / "leak")
+    (other / ".claude").symlink_to(tmp_path / "outside")
+    warned: list[str] = []
+    assert found(Skills(workspace=other, on_warning=warned.append)) == {}
+    assert len(warned) == 1 and warned[0].startswith(f"skills folder {other}/.claude/skills skipped: ")

@@ -26,7 +26,13 @@ def sdk_snippet() -> str:
 
 
 def offline_snippet() -> str:
-    (block,) = [b for b in readme_python_blocks() if "ScriptedEngine(" in b and "@tool" in b]
+    (block,) = [b for b in readme_python_blocks() if "ScriptedEngine(" in b and "@tool" in b
+                and "CodingHarness(" not in b]
+    return block
+
+
+def own_tool_snippet() -> str:
+    (block,) = [b for b in readme_python_blocks() if "CodingHarness(" in b and "tools=[deploy]" in b]
     return block
 
 

@@ -168,3 +168,22 @@ def test_every_malformed_request_is_refused_by_kimik3_itself() -> None:
                         settings=ModelSettings(reasoning_effort=body.get("reasoning_effort", "max")))  # fmt: skip
         assert type(info.value).__name__ in ("InvalidRequestError", "InvalidEffortError"), name
 
+
+
+def test_a_full_run_says_where_it_is_on_each_stage_and_through_the_walle_passes() -> None:
+    # issue 43: `kimik3 verify` (full) printed nothing for about 15 minutes
+    steps: list[str] = []
+    with fake_server() as url:
+        verify(url, schemas=walle_schemas()[:40], images=False, on_step=steps.append)
+        result = CliRunner().invoke(main, ["verify", "--base-url", url, "--quick", "--no-images"])
+    n = len(probes(images=False))
+    walle = [[f"tool arguments valid (walle, {kind}): 40 generations",
+              *[f"tool arguments valid (walle, {kind}): {k}/40" for k in range(2, 41, 2)]]
+             for kind in ("non-streamed", "streamed")]
+    assert steps == [f"prompt_tokens and wire checks: {n} requests", "rejected requests",
+                     "raw mode (/v1/completions)", "model checks: 5 generations", *walle[0], *walle[1]]
+    # the command prints the stages on stderr, each with the seconds since it started; stdout keeps the rows
+    assert [re.sub(r" \(\d+ s\)$", "", line) for line in result.stderr.splitlines()] == [
+        f"... prompt_tokens and wire checks: {n} requests", "... rejected requests", "... raw mode (/v1/completions)"]
+    assert all(re.search(r" \(\d+ s\)$", line) for line in result.stderr.splitlines())
+    assert "..." not in result.stdout
