@@ -222,7 +222,7 @@ class Tool(ABC):
         reused while the name, description and parameters stay equal (the agent reads it every
         turn); treat it as read-only."""
         key = (self.name, self.description, self.parameters)
-        cached: tuple[tuple[str, str, dict[str, Any]], ToolSpec] | None = self.__dict__.get("_spec_cache")
+        cached: tuple[tuple[str, str, dict[str, Any]], ToolSpec] | None = getattr(self, "_spec_cache", None)
         if cached is not None and cached[0] == key:
             return cached[1]
         spec = ToolSpec.model_validate(
@@ -235,7 +235,7 @@ class Tool(ABC):
                 },
             }
         )
-        self.__dict__["_spec_cache"] = ((self.name, self.description, copy.deepcopy(self.parameters)), spec)
+        self._spec_cache = ((self.name, self.description, copy.deepcopy(self.parameters)), spec)
         return spec
 
     @abstractmethod

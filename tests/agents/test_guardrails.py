@@ -226,7 +226,7 @@ def spans() -> Iterator[Any]:
     processor = SimpleSpanProcessor(exporter)
     provider.add_span_processor(processor)
     yield exporter
-    processor.shutdown()
+    exporter.shutdown()  # stays on the global provider, silent: a shut-down processor warns on every later span
 
 
 async def test_each_check_is_an_apply_guardrail_span_with_the_guardrails_own_result(spans: Any) -> None:

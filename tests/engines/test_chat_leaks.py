@@ -237,7 +237,7 @@ def test_a_streamed_call_with_a_key_twice_fails_at_every_chunking(arguments: str
 
 USAGE = [
     ("sglang #32761: cached above prompt", {"prompt_tokens": 120, "completion_tokens": 5, "total_tokens": 125,
-     "prompt_tokens_details": {"cached_tokens": 900}}, (120, 5, 125, 120, 0),
+     "prompt_tokens_details": {"cached_tokens": 900}}, (120, 5, 125, 120, None),
      ["usage.prompt_tokens_details.cached_tokens was 900, more than prompt_tokens 120: counted as 120"]),
     ("vercel/ai #19311: reasoning above completion", {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15,
      "completion_tokens_details": {"reasoning_tokens": 9}}, (10, 5, 15, 0, 5),
@@ -254,7 +254,7 @@ USAGE = [
 
 
 @pytest.mark.parametrize(("usage", "counts", "issues"), [u[1:] for u in USAGE], ids=[u[0] for u in USAGE])
-def test_usage_is_clamped_logged_once_and_an_issue(usage: dict[str, Any], counts: tuple[int, ...], issues: list[str],
+def test_usage_is_clamped_logged_once_and_an_issue(usage: dict[str, Any], counts: tuple[int | None, ...], issues: list[str],
                                                    caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="kimik3"):
         _, completion = run([d({"content": "hi"}), d({}, "stop"), {"object": "chat.completion.chunk", "choices": [],
