@@ -4,20 +4,18 @@ workspace's repositories (a planted ``core.fsmonitor``, hook or filter, or a ``c
 ``.git`` file pointing at a git directory that holds one, runs the next time the user runs git
 there) and the session files kimik3 writes (an approval appended there would be acted on by a
 resume). See ``docs/sandbox.md``. The file tools, which run in kimik3's own process, refuse the
-session files too (:class:`SessionFiles`). Also what the sandbox hides (:func:`hidden_dirs`) and
-the preloaded libraries it must show from there (:func:`preloads`).
+session files too (:class:`SessionFiles`). What the sandbox hides and shows is ``_policy``'s.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Mapping
 from pathlib import Path
 
 from ..._exceptions import ToolError
 
-__all__ = ["MAX_WALK_DIRS", "SessionFiles", "hidden_dirs", "kept_read_only", "preloads", "under"]
+__all__ = ["MAX_WALK_DIRS", "SessionFiles", "kept_read_only", "under"]
 
 
 def under(path: str, parents: list[str]) -> bool:
@@ -150,15 +148,3 @@ class SessionFiles:
         if hit:
             raise ToolError(f"{path} is kimik3's record of this run (its session file or a sub-agent's); the file "
                             "tools do not read or write it")
-
-def preloads(env: Mapping[str, str]) -> list[str]:
-    """The existing files ``env``'s ``LD_PRELOAD`` names by absolute path (hidden: ld.so would err)."""
-    return [os.path.abspath(p) for p in env.get("LD_PRELOAD", "").replace(":", " ").split()
-            if os.path.isabs(p) and os.path.isfile(p)]
-
-
-def hidden_dirs() -> list[str]:
-    """The folders bwrap covers with a private tmpfs: /tmp, /var/tmp and /run, and ``$HOME``."""
-    hidden = ["/tmp", *(d for d in ("/var/tmp", "/run") if os.path.isdir(d) and not os.path.islink(d))]
-    home = os.path.realpath(os.path.expanduser("~"))
-    return hidden + ([home] if home != "/" and os.path.isdir(home) else [])
