@@ -18,7 +18,7 @@ from ..procs import BWRAP_WORKS, MODES, alive_with, marker
 from .helpers import answer_has, calls, write_task
 
 _CLEAN = {k: None for k in ("KIMIK3_BASE_URL", "KIMIK3_API_KEY", "KIMIK3_MODEL", "KIMIK3_MODEL_PATH")}
-BWRAP_LINE = "sandbox: bwrap (workspace read-write, the rest read-only, home hidden, network off)"
+BWRAP_LINE = "sandbox: bwrap (workspace read-write, the rest read-only, secrets hidden, /tmp private, network off)"
 NONE_LINE = "sandbox: none (commands run unsandboxed, with your rights)"
 
 

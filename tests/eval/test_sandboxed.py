@@ -57,7 +57,7 @@ def test_the_check_writes_only_its_workspace_and_reads_its_inputs(tmp_path: Path
     meta = json.loads((out / "eval.json").read_text())
     if mode == "bwrap":
         assert meta["sandbox"] == summary["sandbox"] == ("sandbox: bwrap (workspace read-write, the rest read-only, "
-                                                         "home hidden, network off)")
+                                                         "secrets hidden, /tmp private, network off)")
         assert meta["sandbox_policy"] == {"mode": "bwrap", "network": False, "read": [], "write": []}
     else:
         assert meta["sandbox"] == summary["sandbox"] == "sandbox: none (commands run unsandboxed, with your rights)"

@@ -52,7 +52,7 @@ def test_run_full_then_undo_to_turn_1(tmp_path: Path) -> None:
                            "--plain", "--tools", "full"], tmp_path / "home")
     assert code == 0, out
     lines = out.splitlines()
-    assert lines[0] == "sandbox: bwrap (workspace read-write, the rest read-only, home hidden, network off)"
+    assert lines[0] == "sandbox: bwrap (workspace read-write, the rest read-only, secrets hidden, /tmp private, network off)"
     assert lines[1] == "project instructions: AGENTS.md"
     assert "project instructions: sub/AGENTS.md" in lines
     assert (repo / "sub/keep.txt").read_text() == "v3\n"
@@ -143,8 +143,8 @@ def test_the_first_line_says_which_sandbox_runs_and_the_header_records_it(tmp_pa
                            "--network", "--allow-read", str(repo / "a.txt"), "--allow-write", str(tmp_path / "cache")],
                           tmp_path / "home")
     assert code == 0, out
-    assert out.splitlines()[0] == ("sandbox: bwrap (workspace read-write, the rest read-only, home hidden, 1 more "
-                                   "readable, 1 more writable, network on)")
+    assert out.splitlines()[0] == ("sandbox: bwrap (workspace read-write, the rest read-only, secrets hidden, /tmp "
+                                   "private, 1 more readable, 1 more writable, network on)")
     assert json.loads(session.read_text().splitlines()[0])["sandbox"] == {
         "mode": "bwrap", "requested": "auto", "network": True, "read": [str(repo / "a.txt")],
         "write": [str(tmp_path / "cache")]}
