@@ -13,14 +13,17 @@ import socket
 import subprocess
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..._exceptions import ToolError
 from . import _reaper
 from ._cgroup import PidsCgroup
 
-if TYPE_CHECKING:
-    from ._sandbox import Sandbox
+
+class _Sandbox(Protocol):
+    """What a command needs of its sandbox (:class:`~kimik3.tools.coding.Sandbox`)."""
+
+    def kill(self, command_id: int) -> None: ...
 
 __all__ = ["Command"]
 
@@ -136,7 +139,7 @@ class Command:
         note: a line about the sandbox to add to the result (it was restarted), or None.
     """
 
-    def __init__(self, sandbox: Sandbox, cid: int, output: int, status: int, control: int, note: str | None) -> None:
+    def __init__(self, sandbox: _Sandbox, cid: int, output: int, status: int, control: int, note: str | None) -> None:
         self.sandbox, self.id, self.note = sandbox, cid, note
         self.output, self.status_fd, self.control = output, status, control
         for fd in (output, status, control):
