@@ -153,9 +153,10 @@ def test_the_first_line_says_which_sandbox_runs_and_the_header_records_it(tmp_pa
                            "--session", str(tmp_path / "chat.jsonl")], tmp_path / "home")
     assert out.splitlines()[0] == "sandbox: none (commands run unsandboxed, with your rights)"
     monkeypatch.setattr(_sandbox, "_bwrap", lambda: None)  # bubblewrap missing
+    monkeypatch.setattr(_sandbox, "_landlock_abi", lambda: 0)  # and no Landlock (test_sandbox_policy.py has it)
     code, out, err = invoke(["run", "go", "-w", str(repo), "--script", str(script), "--plain"], tmp_path / "home")
-    assert (code, out.splitlines()[0]) == (0, "sandbox: none (bubblewrap (bwrap) is not installed; commands run "
-                                              "unsandboxed, with your rights)")
+    assert (code, out.splitlines()[0]) == (0, "sandbox: none (bubblewrap (bwrap) is not installed, and this kernel "
+                                              "has no Landlock; commands run unsandboxed, with your rights)")
     code, out, err = invoke(["run", "go", "-w", str(repo), "--script", str(script), "--plain", "--sandbox", "bwrap"],
                             tmp_path / "home")
     assert code == 1 and out == ""

@@ -241,3 +241,35 @@ def test_landlock_says_what_it_cannot_do_and_refuses_a_session_in_the_workspace(
     with pytest.raises(ToolError, match=r"sandbox landlock cannot keep .*run.jsonl \(kimik3's record of the run\) "
                                         "read-only"):
         box.spawn(["/bin/true"], {})
+
+
+@pytest.mark.parametrize("backend", [*BACKENDS, "none"])
+async def test_eval_setup_and_check_get_the_same_environment(backend: str, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """kimik3 eval's setup / check run through the same Sandbox.spawn: the same rule applies."""
+    from kimik3.eval._workspace import run_command
+
+    monkeypatch.setenv("KIMIK3_API_KEY", "sk-kimik3")
+    monkeypatch.setenv("HF_TOKEN", "hf-token")
+    box = Sandbox(tmp_path, backend, allow_env=["HF_TOKEN"])
+    done = await run_command("echo \"[$KIMIK3_API_KEY] [$HF_TOKEN] [$KIMIK3_EVAL_TASK_DIR]\"", box, timeout=60,
+                             env={"KIMIK3_EVAL_TASK_DIR": "/task"})
+    assert done.output == "[] [hf-token] [/task]\n" and done.exit_code == 0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_venv_under_tmp_symlinked_from_the_workspace_runs(backend: str, tmp_path: Path) -> None:
+    base = Path(tempfile.mkdtemp(prefix="kimik3-venv-"))  # under /tmp, hidden but for what is shown
+    try:
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(base / "venv")], check=True)
+        ws = tmp_path / "ws"
+        ws.mkdir()
+        (ws / ".venv").symlink_to(base / "venv")
+        box = Sandbox(ws, backend)
+        out = await run(bash_in(box), ".venv/bin/python -c 'import sys; print(sys.prefix)'; ls /tmp | grep -c "
+                                      f"{base.name}; echo x > .venv/planted")
+        assert out.split("\n")[:2] == [str(ws / ".venv"), "1"], out
+        assert not (base / "venv/planted").exists()  # read-only
+        await box.aclose()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

@@ -163,6 +163,17 @@ def _tmpfs_bytes(limit: int | None) -> int:
     return min(limit, cap) if limit else cap
 
 
+def _linked_from(root: str) -> list[str]:
+    """The targets of the symlinks at the top of the workspace when the sandbox starts (a
+    ``.venv`` symlinked to a venv under ``/tmp``): the user's, shown read-only like the toolchain."""
+    try:
+        with os.scandir(root) as entries:
+            links = [e.path for e in entries if e.is_symlink()]
+    except OSError:
+        return []
+    return [t for t in (os.path.realpath(p) for p in links) if os.path.exists(t)]
+
+
 def _existing(paths: Any, what: str) -> list[str]:
     """``paths`` resolved, each an existing path.
 
@@ -324,7 +335,8 @@ class Sandbox:
         """What is shown read-only in the hidden folders: the toolchain, the allowed read paths and,
         with the network, the folder of ``/etc/resolv.conf`` (systemd-resolved's is in ``/run``);
         never a secret, nor a path inside one (those allowed are shown after the secrets)."""
-        shown = [p for p in toolchain(os.environ) if under(p, hidden) and p not in hidden]  # never all of /tmp
+        shown = [p for p in (*toolchain(os.environ), *_linked_from(str(self.root)))
+                 if under(p, hidden) and p not in hidden]  # never all of /tmp
         self.preloaded = [lib for lib in preloads(os.environ) if under(lib, hidden)]  # vLLM's libgomp
         if self.network:
             resolv = os.path.realpath("/etc/resolv.conf")
