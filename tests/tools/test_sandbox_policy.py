@@ -273,3 +273,22 @@ async def test_a_venv_under_tmp_symlinked_from_the_workspace_runs(backend: str, 
         await box.aclose()
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_secret_behind_a_symlink_or_on_path_stays_unreadable(backend: str, host_dir: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    home = host_dir / "home"
+    (home / "proj").mkdir(parents=True)
+    keys = host_dir / "elsewhere/keys"  # ~/.ssh -> a folder outside the home
+    keys.mkdir(parents=True)
+    (keys / "id_ed25519").write_text("SECRET key\n")
+    (home / ".ssh").symlink_to(keys)
+    _script(home / ".aws/bin/awstool", "echo SECRET ran")  # a PATH entry inside a secret
+    (host_dir / "alias").symlink_to(home / ".aws")  # and a symlink from outside the home to one
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("PATH", f"{home}/.aws/bin:{os.environ['PATH']}")
+    box = Sandbox(home / "proj", backend)
+    out = await run(bash_in(box), f"cat ~/.ssh/id_ed25519 {keys}/id_ed25519 {host_dir}/alias/bin/awstool; awstool")
+    assert "SECRET" not in out and not out.split("\n")[-1].startswith("[exit code: 0"), out
+    await box.aclose()
