@@ -292,3 +292,12 @@ async def test_a_secret_behind_a_symlink_or_on_path_stays_unreadable(backend: st
     out = await run(bash_in(box), f"cat ~/.ssh/id_ed25519 {keys}/id_ed25519 {host_dir}/alias/bin/awstool; awstool")
     assert "SECRET" not in out and not out.split("\n")[-1].startswith("[exit code: 0"), out
     await box.aclose()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_root_reads_no_shadow_file_and_keeps_no_capability(backend: str, tmp_path: Path) -> None:
+    box = Sandbox(tmp_path, backend)
+    out = await run(bash_in(box), "cat /etc/shadow; grep CapEff /proc/self/status; mount -t tmpfs none /mnt; "
+                                  "echo mount=$?")
+    assert "root:" not in out and "CapEff:\t0000000000000000" in out and "mount=0" not in out, out
+    await box.aclose()

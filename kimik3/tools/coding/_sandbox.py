@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import glob
 import os
 import shutil
 import subprocess
@@ -47,7 +46,7 @@ from . import _landlock, _reaper
 from ._git_links import restore_git_links
 from ._guard import GitGuard
 from ._kept import MAX_WALK_DIRS, SessionFiles, kept_read_only, under
-from ._policy import ROOT_SECRETS, hidden_dirs, preloads, scrub_env, secrets, toolchain
+from ._policy import hidden_dirs, preloads, scrub_env, secrets, toolchain
 from ._supervisor import _CLOSE_S, _READY_S, Command, _Supervisor
 
 __all__ = ["ProcessLimits", "Sandbox", "SandboxMode"]
@@ -308,6 +307,7 @@ class Sandbox:
 
     def _argv(self) -> tuple[list[str], bytes]:
         """The supervisor's command line and the program it reads on stdin."""
+        self.secrets = secrets(self.deny_read, self.read)  # those that exist now
         python = os.path.realpath(sys.executable)
         argv = [python, "-I", "-S", "-", "supervise"]  # the source on stdin
         if self.mode == "bwrap":
@@ -398,10 +398,6 @@ class Sandbox:
             args += ["--bind", w, w]
         for p in sorted(records, key=len):
             args += ["--ro-bind", p, p]
-        for secret in ROOT_SECRETS:  # readable by root (the owner) even without capabilities: hidden
-            for p in sorted(glob.glob(secret)):
-                if not under(p, self.read) and p not in self.secrets:
-                    args += ["--ro-bind", "/dev/null", p]
         return [*args, "--chdir", str(self.root)]
 
     def _landlock_program(self) -> bytes:
