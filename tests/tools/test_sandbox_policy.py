@@ -301,3 +301,22 @@ async def test_root_reads_no_shadow_file_and_keeps_no_capability(backend: str, t
                                   "echo mount=$?")
     assert "root:" not in out and "CapEff:\t0000000000000000" in out and "mount=0" not in out, out
     await box.aclose()
+
+
+@needs_landlock
+async def test_auto_uses_landlock_where_bubblewrap_cannot_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_sandbox, "_bwrap", lambda: None)
+    with pytest.warns(RuntimeWarning) as caught:
+        box = Sandbox(tmp_path, "auto")
+    assert [str(w.message) for w in caught] == [
+        f"kimik3: sandbox: landlock ABI {_sandbox._landlock_abi()} (workspace read-write, the rest read-only, secrets "
+        "unreadable, /tmp private, TCP off; cannot hide paths' existence or isolate processes; git data checked and "
+        "restored after each command; bubblewrap (bwrap) is not installed)"]
+    assert box.info() == {"mode": "landlock", "requested": "auto", "network": False, "read": [], "write": [],
+                          "reason": "bubblewrap (bwrap) is not installed"}
+    out = await run(bash_in(box), "echo in > ok; echo out > ~/no; cat ok")
+    assert out.split("\n")[1] == "in" and "Permission denied" in out and (tmp_path / "ok").read_text() == "in\n"
+    tmp = box.tmpdir
+    assert tmp is not None and os.path.isdir(tmp)
+    await box.aclose()
+    assert not os.path.exists(tmp)  # its private TMPDIR goes with it
