@@ -320,3 +320,16 @@ async def test_auto_uses_landlock_where_bubblewrap_cannot_run(tmp_path: Path, mo
     assert tmp is not None and os.path.isdir(tmp)
     await box.aclose()
     assert not os.path.exists(tmp)  # its private TMPDIR goes with it
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_workspace_chosen_inside_a_secret_folder_is_usable(backend: str, host_dir: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    home = host_dir / "home"
+    fake_home(home)
+    (home / ".kimik3/work").mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    box = Sandbox(home / ".kimik3/work", backend)
+    out = await run(bash_in(box), "echo in > ok && cat ok; cat ../sessions/s.jsonl")
+    assert out.split("\n")[0] == "in" and "SECRET" not in out and (home / ".kimik3/work/ok").read_text() == "in\n"
+    await box.aclose()

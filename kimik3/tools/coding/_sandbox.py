@@ -377,6 +377,9 @@ class Sandbox:
             args += tmpfs(p, 4096) if os.path.isdir(p) else ["--ro-bind", "/dev/null", p]
         for p in self._inside_secrets():  # a path allowed inside a secret (~/.kimik3/skills in ~/.kimik3)
             args += ["--ro-bind", p, p]
+        for p in (str(self.root), *self.write):  # a workspace you chose inside one stays yours
+            if any(under(p, [m]) and p != m for m in masked):
+                args += ["--bind", p, p]
         for p in masked:
             args += ["--remount-ro", p] if os.path.isdir(p) else []
         # What git run outside the sandbox (kimik3's checkpoints, the user's own git) executes from a
