@@ -228,7 +228,7 @@ class Sandbox:
         self.allow_env = list(allow_env)
         self.secrets = secrets(self.deny_read, self.read)
         self.tmpdir: str | None = None  # Landlock's private temporary folder (TMPDIR), removed at close
-        self.guard: GitGuard | None = None  # Landlock: the git control data's copy (_guard)
+        self.guards: list[GitGuard] = []  # Landlock: the git control data's copies (_guard), per top
         self.limits = limits if limits is not None else ProcessLimits()
         self.mode, self.reason = _resolve(mode)
         if self.reason is not None:
@@ -262,7 +262,7 @@ class Sandbox:
         git control data a command changed (``_guard``): a line for the tool result for each
         (also a :class:`RuntimeWarning`)."""
         lines = restore_git_links(self.root, self.git_links) if self.git_links else []
-        put = self.guard.restore() if self.guard is not None else []
+        put = [os.path.relpath(os.path.join(g.root, p), self.root) for g in self.guards for p in g.restore()]
         if put:
             shown = ", ".join(put[:5]) + (f" and {len(put) - 5} more" if len(put) > 5 else "")
             line = (f"the command changed git control data ({shown}); kimik3 put it back (Landlock cannot keep it "
@@ -364,13 +364,14 @@ class Sandbox:
         hidden = hidden_dirs()
         for d in hidden:
             args += tmpfs(d, tmp if d == "/tmp" else tmp // 8 if d == "/var/tmp" else 16 * _MIB)
-        for p in self._shown(hidden):
+        shown = self._shown(hidden)
+        for p in shown:
             args += ["--ro-bind-try", p, p]
         for p in (str(self.root), *self.write):
             args += ["--bind", p, p]
         # The secrets, over whatever showed them (also a workspace that holds one: -w ~): a folder
         # an empty read-only tmpfs, a file /dev/null. Where bwrap cannot see it, nothing to hide.
-        visible = [str(self.root), *self.write, *self._shown(hidden)]
+        visible = [str(self.root), *self.write, *shown]
         masked = [p for p in sorted(self.secrets, key=len)  # a symlink: its target (also listed) is hidden
                   if not os.path.islink(p) and (not under(p, hidden) or under(p, visible))]
         for p in masked:
@@ -417,8 +418,11 @@ class Sandbox:
             raise ToolError(f"sandbox landlock cannot keep {records[0]} (kimik3's record of the run) read-only: it "
                             "lies in a writable folder, and a Landlock rule cannot exclude part of one; keep the "
                             "session outside the workspace, or use bwrap (--sandbox bwrap)")
+        by_top: dict[str, list[str]] = {}  # each git folder under its innermost writable top
+        for g in gits:
+            by_top.setdefault(max((t for t in (str(self.root), *self.write) if under(g, [t])), key=len), []).append(g)
         try:
-            self.guard = GitGuard(str(self.root), [g for g in gits if under(g, [str(self.root)])]) if gits else None
+            self.guards = [GitGuard(top, mine) for top, mine in by_top.items()]
         except OSError as e:
             raise ToolError(f"sandbox landlock cannot copy the workspace's git control data to keep it: {e}") from None
         if self.tmpdir is None:
