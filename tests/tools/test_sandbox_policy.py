@@ -333,3 +333,28 @@ async def test_a_workspace_chosen_inside_a_secret_folder_is_usable(backend: str,
     out = await run(bash_in(box), "echo in > ok && cat ok; cat ../sessions/s.jsonl")
     assert out.split("\n")[0] == "in" and "SECRET" not in out and (home / ".kimik3/work/ok").read_text() == "in\n"
     await box.aclose()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_the_host_environment_and_abstract_sockets_are_out_of_reach(backend: str, tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """/proc/<kimik3's pid>/environ holds the API keys left out of the commands' environment;
+    an abstract unix socket (a session bus, X11) bypasses the file system."""
+    value = f"sk-{uuid.uuid4().hex}"
+    monkeypatch.setenv("KIMIK3_API_KEY", value)
+    name = f"kimik3-test-{uuid.uuid4().hex}"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(f"\0{name}")
+    server.listen(1)
+    try:
+        box = Sandbox(tmp_path, backend)
+        out = await run(bash_in(box), f"tr '\\0' '\\n' < /proc/{os.getpid()}/environ | grep -c KIMIK3_API_KEY; "
+                                      "python3 -c \"import socket; s = socket.socket(socket.AF_UNIX); "
+                                      f"s.connect('\\0{name}'); print('connected')\" 2>&1 | tail -1")
+        environ, sock = (("No such file or directory", "ConnectionRefusedError") if backend == "bwrap"  # other ns
+                         else ("Permission denied", "PermissionError: [Errno 1] Operation not permitted"))
+        lines = out.split("\n")
+        assert value not in out and lines[0].endswith(f"environ: {environ}") and lines[2].startswith(sock), out
+        await box.aclose()
+    finally:
+        server.close()
