@@ -17,6 +17,7 @@ import contextlib
 import os
 import shutil
 import stat
+from collections.abc import Sequence
 
 __all__ = ["GitGuard"]
 
@@ -47,8 +48,9 @@ def _parent(root_fd: int, rel: str) -> tuple[int, str]:
     return fd, name
 
 
-def _walk(root_fd: int, rel: str, out: dict[str, Entry], total: list[int]) -> None:
-    """Record ``rel`` (relative to ``root_fd``) and, for a folder, what it holds."""
+def _walk(root_fd: int, rel: str, out: dict[str, Entry], total: list[int], git: bool = True) -> None:
+    """Record ``rel`` (relative to ``root_fd``) and, for a folder, what it holds (in a git
+    directory, ``git``, but for what nothing runs from)."""
     try:
         pfd, name = _parent(root_fd, rel)
     except OSError:
@@ -72,9 +74,9 @@ def _walk(root_fd: int, rel: str, out: dict[str, Entry], total: list[int]) -> No
             finally:
                 os.close(dfd)
             for child in names:
-                if child in _SKIP_DIRS or child in _SKIP_FILES or child.endswith(".lock"):
+                if git and (child in _SKIP_DIRS or child in _SKIP_FILES or child.endswith(".lock")):
                     continue
-                _walk(root_fd, f"{rel}/{child}", out, total)
+                _walk(root_fd, f"{rel}/{child}", out, total, git)
     except FileNotFoundError:
         return
     finally:
@@ -82,24 +84,26 @@ def _walk(root_fd: int, rel: str, out: dict[str, Entry], total: list[int]) -> No
 
 
 class GitGuard:
-    """A copy of the git control data ``paths`` (absolute, in ``root``) and the means to put it
-    back (see the module docstring).
+    """A copy of the git control data ``paths`` (absolute, in ``root``) and of the folders
+    ``whole`` (kept folders such as the workspace's skills: all of them), and the means to put
+    them back (see the module docstring).
 
     Raises:
         OSError: the data cannot be read, or is larger than 64 MiB.
     """
 
-    def __init__(self, root: str, paths: list[str]) -> None:
+    def __init__(self, root: str, paths: list[str], whole: Sequence[str] = ()) -> None:
         self.root = root
-        self.tops = [os.path.relpath(p, root) for p in paths]
+        self.tops = [(os.path.relpath(p, root), True) for p in paths]
+        self.tops += [(os.path.relpath(p, root), False) for p in whole]
         self.copy = self._state()
 
     def _state(self) -> dict[str, Entry]:
         out: dict[str, Entry] = {}
         fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
         try:
-            for top in self.tops:
-                _walk(fd, top, out, [0])
+            for top, git in self.tops:
+                _walk(fd, top, out, [0], git)
         finally:
             os.close(fd)
         return out

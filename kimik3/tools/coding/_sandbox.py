@@ -259,14 +259,14 @@ class Sandbox:
     def restore_git_links(self) -> list[str]:
         """Put back each ``.git`` symlink of the sandbox's start that a command replaced or
         removed (a bind mount cannot keep a symlink; see ``_git_links``) and, under Landlock, the
-        git control data a command changed (``_guard``): a line for the tool result for each
+        git control data and kept folders (skills) a command changed (``_guard``): a line for the tool result for each
         (also a :class:`RuntimeWarning`)."""
         lines = restore_git_links(self.root, self.git_links) if self.git_links else []
         put = [os.path.relpath(os.path.join(g.root, p), self.root) for g in self.guards for p in g.restore()]
         if put:
             shown = ", ".join(put[:5]) + (f" and {len(put) - 5} more" if len(put) > 5 else "")
-            line = (f"the command changed git control data ({shown}); kimik3 put it back (Landlock cannot keep it "
-                    "read-only)")
+            line = (f"the command changed what kimik3 keeps read-only ({shown}); kimik3 put it back (Landlock "
+                    "cannot keep it read-only)")
             warnings.warn(f"kimik3: {line}", RuntimeWarning, stacklevel=2)
             lines.append(line)
         return lines
@@ -414,15 +414,18 @@ class Sandbox:
                 the git control data cannot be copied.
         """
         gits, _, records = self._kept()
-        if records:
-            raise ToolError(f"sandbox landlock cannot keep {records[0]} (kimik3's record of the run) read-only: it "
+        files = [r for r in records if not os.path.isdir(r)]
+        if files:
+            raise ToolError(f"sandbox landlock cannot keep {files[0]} (kimik3's record of the run) read-only: it "
                             "lies in a writable folder, and a Landlock rule cannot exclude part of one; keep the "
                             "session outside the workspace, or use bwrap (--sandbox bwrap)")
-        by_top: dict[str, list[str]] = {}  # each git folder under its innermost writable top
-        for g in gits:
-            by_top.setdefault(max((t for t in (str(self.root), *self.write) if under(g, [t])), key=len), []).append(g)
+        tops = [str(self.root), *self.write]
+        by_top: dict[str, tuple[list[str], list[str]]] = {}  # under its innermost writable top: git data, folders
+        for i, kept in enumerate((gits, [r for r in records if r not in files])):
+            for p in kept:
+                by_top.setdefault(max((t for t in tops if under(p, [t])), key=len), ([], []))[i].append(p)
         try:
-            self.guards = [GitGuard(top, mine) for top, mine in by_top.items()]
+            self.guards = [GitGuard(top, git, whole) for top, (git, whole) in by_top.items()]
         except OSError as e:
             raise ToolError(f"sandbox landlock cannot copy the workspace's git control data to keep it: {e}") from None
         if self.tmpdir is None:
