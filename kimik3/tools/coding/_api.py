@@ -33,8 +33,8 @@ from ._files import (
 )
 from ._kept import SessionFiles
 from ._paths import Workspace, show_path
+from ._sandbox import Command
 from ._search import _files as walk_files
-from ._supervisor import Command
 from ._toolkit import FILE_TOOL_TIMEOUT_S
 from ._write import Staged, replace, stage
 

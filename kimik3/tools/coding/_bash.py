@@ -14,8 +14,7 @@ from dataclasses import dataclass, field
 import anyio
 
 from .._truncate import _truncate, truncate_middle
-from ._sandbox import Sandbox
-from ._supervisor import Command
+from ._sandbox import Command, Sandbox
 
 _TERM_GRACE_S = 1.0  # SIGTERM -> SIGKILL
 _PIPE_GRACE_S = 1.0  # how long the output may stay open after the shell itself exited

@@ -49,7 +49,7 @@ from ._kept import MAX_WALK_DIRS, SessionFiles, kept_read_only, under
 from ._policy import hidden_dirs, preloads, scrub_env, secrets, toolchain
 from ._supervisor import _CLOSE_S, _READY_S, Command, _Supervisor
 
-__all__ = ["ProcessLimits", "Sandbox", "SandboxMode"]
+__all__ = ["Command", "ProcessLimits", "Sandbox", "SandboxMode"]  # Command: _supervisor's, used from here
 
 SandboxMode = Literal["auto", "bwrap", "landlock", "none"]
 
