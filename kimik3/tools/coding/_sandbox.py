@@ -285,7 +285,7 @@ class Sandbox:
             net = "network on" if self.network else "TCP off"
             why = f"; {self.reason}" if self.reason else ""
             return (f"sandbox: landlock ABI {_landlock_abi()} (workspace read-write, the rest read-only, secrets "
-                    f"unreadable, /tmp private{extra}, {net}; {_LANDLOCK_CANNOT}{why})")
+                    f"unreadable, /tmp unreadable (TMPDIR private){extra}, {net}; {_LANDLOCK_CANNOT}{why})")
         if self.reason is None:
             return "sandbox: none (commands run unsandboxed, with your rights)"
         return f"sandbox: none ({self.reason}; commands run unsandboxed, with your rights)"
