@@ -9,7 +9,7 @@ in the same run (what the tools did before):
 (c) grep "hit" over 3,000,000 matching lines (Python fallback): collect every match then show 200
     (the old fallback) vs the tool, which stops counting at 100,000;
 (d) one ``bash`` call (``true``): the old way (a Python reaper started per call, the code before the
-    sandbox, kept below as OLD_REAPER) vs the tool with ``sandbox="none"`` and ``sandbox="bwrap"``
+    sandbox, kept below as OLD_REAPER) vs the tool with ``sandbox="none"``, ``"bwrap"`` and ``"landlock"``
     (one supervisor per run forks a reaper per call), interleaved in rounds; wall time per call
     (min / median / max) and CPU time per call (this process, plus the reapers, shells and
     supervisor, read from /proc before the sandbox closes); and the sandbox's start, once per run.
@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from kimik3.tools import coding  # noqa: E402
-from kimik3.tools.coding import Sandbox, coding_tools  # noqa: E402
+from kimik3.tools.coding import Sandbox, _sandbox, coding_tools  # noqa: E402
 from kimik3.tools.coding._bash import shell_env  # noqa: E402
 from kimik3.tools.coding._reaper import descendants  # noqa: E402
 
@@ -166,27 +166,28 @@ def _cpu() -> float:
 async def bash_cost(rounds: int = 5, calls: int = 20) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="kimik3-bench-bash-"))
     argv = [shutil.which("bash") or "/bin/sh", "-c", "true"]
-    modes = ["old", "none"] + (["bwrap"] if Sandbox(tmp, "auto").mode == "bwrap" else [])
-    walls: dict[str, list[float]] = {m: [] for m in modes}
-    cpus: dict[str, list[float]] = {m: [] for m in modes}
-    starts: list[float] = []
+    modes = ["old", "none"] + (["bwrap"] if _sandbox._resolve("auto")[0] == "bwrap" else []) \
+        + (["landlock"] if _sandbox._landlock_abi() >= 1 else [])
+    walls: dict[str, list[list[float]]] = {m: [] for m in modes}  # per round, per call
+    cpus: dict[str, list[float]] = {m: [] for m in modes}  # per round
+    starts: dict[str, list[float]] = {m: [] for m in modes}
     for _ in range(rounds):
         for mode in modes:
-            box = Sandbox(tmp, mode) if mode != "old" else None
+            box = Sandbox(tmp, mode) if mode != "old" else None  # type: ignore[arg-type]
             bash = coding_tools(tmp, sandbox=box)[0] if box is not None else None
             if box is not None and bash is not None:
                 start = time.perf_counter()
                 await bash.run({"command": "true"})  # starts the sandbox
-                if mode == "bwrap":
-                    starts.append(time.perf_counter() - start)
+                starts[mode].append(time.perf_counter() - start)
             c0 = _cpu() + (_tree_cpu(box._sup.proc.pid) if box is not None and box._sup else 0.0)
+            walls[mode].append([])
             for _ in range(calls):
                 t = time.perf_counter()
                 if bash is None:
                     await old_bash_call(argv, tmp)
                 else:
                     await bash.run({"command": "true"})
-                walls[mode].append(time.perf_counter() - t)
+                walls[mode][-1].append(time.perf_counter() - t)
             c1 = _cpu() + (_tree_cpu(box._sup.proc.pid) if box is not None and box._sup else 0.0)
             cpus[mode].append((c1 - c0) / calls)
             if box is not None:
@@ -195,21 +196,24 @@ async def bash_cost(rounds: int = 5, calls: int = 20) -> None:
     def ms(xs: list[float]) -> str:
         return f"{min(xs) * 1e3:6.1f} / {statistics.median(xs) * 1e3:6.1f} / {max(xs) * 1e3:6.1f} ms"
 
+    def ratios(xs: list[float]) -> str:
+        return f"{min(xs):.2f}x / {statistics.median(xs):.2f}x / {max(xs):.2f}x"
+
+    labels = {"old": "old: a Python reaper per call", "none": 'sandbox="none"', "bwrap": 'sandbox="bwrap"',
+              "landlock": 'sandbox="landlock"'}
     print(f"(d) one bash call ({rounds} rounds x {calls} calls, interleaved); wall min / median / max, CPU per call "
           "(min / median / max of the rounds):")
     for mode in modes:
-        label = {"old": "old: a Python reaper per call", "none": 'sandbox="none"', "bwrap": 'sandbox="bwrap"'}[mode]
-        print(f"    {label:32} wall {ms(walls[mode])}   cpu {ms(cpus[mode])}")
-    old = statistics.median(walls["old"])
-    for mode in modes[1:]:
-        print(f"    {mode} / old: wall {statistics.median(walls[mode]) / old:.2f}x, "
-              f"cpu {statistics.median(cpus[mode]) / statistics.median(cpus['old']):.2f}x")
-    if "bwrap" in modes:
-        print(f"    bwrap / none: wall {statistics.median(walls['bwrap']) / statistics.median(walls['none']):.2f}x, "
-              f"cpu {statistics.median(cpus['bwrap']) / statistics.median(cpus['none']):.2f}x; the sandbox's start "
-              f"(once per run, with the first call): {ms(starts)}")
-    else:
-        print("    (bubblewrap cannot run here: no sandboxed numbers)")
+        print(f"    {labels[mode]:32} wall {ms([w for r in walls[mode] for w in r])}   cpu {ms(cpus[mode])}")
+    print("    ratios to none, per round (wall: the rounds' medians; min / median / max of the rounds):")
+    for mode in [m for m in modes if m != "none"]:
+        wall = [statistics.median(a) / statistics.median(b) for a, b in zip(walls[mode], walls["none"], strict=True)]
+        cpu = [a / b for a, b in zip(cpus[mode], cpus["none"], strict=True)]
+        print(f"    {mode} / none: wall {ratios(wall)}, cpu {ratios(cpu)}")
+    for mode in modes[2:]:
+        print(f"    {mode}'s start (once per run, with the first call): {ms(starts[mode])}")
+    if len(modes) == 2:
+        print("    (neither bubblewrap nor Landlock can run here: no sandboxed numbers)")
 
 
 if __name__ == "__main__":

@@ -36,17 +36,26 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def sandbox_options(f: F) -> F:
-    """``--sandbox``, ``--network``, ``--allow-read``, ``--allow-write`` (``run``, ``resume``, ``chat``, ``eval``)."""
+    """``--sandbox``, ``--network``, ``--allow-read``, ``--allow-write``, ``--deny-read``, ``--allow-env``
+    (``run``, ``resume``, ``chat``, ``eval``)."""
     options = [
-        click.option("--sandbox", type=click.Choice(["auto", "bwrap", "none"]), default="auto", show_default=True,
+        click.option("--sandbox", type=click.Choice(["auto", "bwrap", "landlock", "none"]), default="auto",
+                     show_default=True,
                      help="Where bash runs commands. bwrap: bubblewrap, the workspace writable, the rest read-only, "
-                          "$HOME hidden, no network; none: unsandboxed; auto: bwrap where it works, else none "
-                          "(the first line says which)."),
+                          "secrets (~/.ssh, ~/.aws, ...) hidden, /tmp private, no network; landlock: the same rules "
+                          "with the kernel's Landlock (paths stay visible; no PID isolation); none: unsandboxed; "
+                          "auto: bwrap where it works, else landlock, else none (the first line says which)."),
         click.option("--network", is_flag=True, help="Let sandboxed commands reach the network (default: none)."),
         click.option("--allow-read", multiple=True, type=click.Path(exists=True), metavar="PATH",
-                     help="Show PATH read-only in the sandbox too, e.g. ~/.gitconfig (repeatable)."),
+                     help="Let sandboxed commands read PATH too: in /tmp, or a secret such as ~/.npmrc named "
+                          "exactly (repeatable)."),
         click.option("--allow-write", multiple=True, type=click.Path(exists=True), metavar="PATH",
                      help="Let sandboxed commands write PATH too, e.g. a cache directory (repeatable)."),
+        click.option("--deny-read", multiple=True, type=click.Path(exists=True), metavar="PATH",
+                     help="Keep PATH unreadable in the sandbox, like ~/.ssh (repeatable)."),
+        click.option("--allow-env", multiple=True, metavar="NAME",
+                     help="Pass the credential variable NAME (an API key, a token) to sandboxed commands; others "
+                          "are left out (repeatable)."),
     ]
     for option in reversed(options):
         f = option(f)
@@ -58,7 +67,7 @@ def sandbox_from_options(workspace: str, note: Callable[[str], None], skills: Sk
     ``note`` gets the line that says which runs (first, before the skills' warnings).
 
     Raises:
-        SandboxUnavailableError: ``--sandbox bwrap`` where bubblewrap cannot run (the fix named).
+        SandboxUnavailableError: ``--sandbox bwrap`` / ``landlock`` where it cannot run (the fix named).
     """
     params = click.get_current_context().params
     held: list[str] = []
@@ -68,7 +77,8 @@ def sandbox_from_options(workspace: str, note: Callable[[str], None], skills: Sk
         extra = skills.read_paths()
         skills.on_warning = said
     box = Sandbox(workspace, params.get("sandbox") or "auto", network=bool(params.get("network")),
-                  read=[*(params.get("allow_read") or ()), *extra], write=list(params.get("allow_write") or ()))
+                  read=[*(params.get("allow_read") or ()), *extra], write=list(params.get("allow_write") or ()),
+                  deny_read=list(params.get("deny_read") or ()), allow_env=list(params.get("allow_env") or ()))
     note(box.describe())
     for line in held:
         note(line)

@@ -350,7 +350,8 @@ class ToolDefinitionError(UserError):
 
 class SandboxUnavailableError(UserError):
     """``sandbox="bwrap"`` was asked for where bubblewrap cannot run (not installed, or user
-    namespaces disabled); the message names the fix. ``sandbox="auto"`` runs unsandboxed instead."""
+    namespaces disabled), or ``sandbox="landlock"`` on a kernel without Landlock; the message names
+    the fix. ``sandbox="auto"`` falls back to Landlock, then to none, instead (issue 39)."""
 
 
 class ToolTimeoutError(ToolError):

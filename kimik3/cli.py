@@ -21,7 +21,7 @@ Progress goes to stdout. On a terminal it is live (rich): a status line (turn, t
 tokens), reasoning dimmed, tool calls and results as they happen, the answer. Elsewhere (a pipe,
 CI) it is plain, flushed lines whose format is kept stable::
 
-    sandbox: bwrap (workspace read-write, the rest read-only, home hidden, network off)
+    sandbox: bwrap (workspace read-write, the rest read-only, secrets hidden, /tmp private, network off)
                                             first: where bash runs commands (--sandbox)
     [turn 1] text: <content the model wrote beside its tool calls>
     [turn 1] tool read_file {"path": "notes.txt"}

@@ -90,11 +90,13 @@ class EvalConfig:
         max_turns: caps each task's turn budget.
         max_usd: caps each task's USD budget (``Budgets.usd``; sub-agents' cost included).
         pricing: the agent's prices (:class:`~kimik3.Agent`'s ``pricing``).
-        sandbox, network, sandbox_read, sandbox_write: the sandbox policy of every command of
-            an attempt, the agent's ``bash`` and the task's ``setup`` and ``check`` alike:
-            "auto" (bubblewrap where it works, else none), "bwrap" (required) or "none", and
-            the network and more paths readable / writable, as ``kimik3 run --sandbox
-            --network --allow-read --allow-write`` (:class:`~kimik3.tools.coding.Sandbox`).
+        sandbox, network, sandbox_read, sandbox_write, deny_read, allow_env: the sandbox policy of
+            every command of an attempt, the agent's ``bash`` and the task's ``setup`` and
+            ``check`` alike: "auto" (bubblewrap where it works, else Landlock, else none),
+            "bwrap" / "landlock" (required) or "none", the network, more paths readable /
+            writable / unreadable, and the credential variables passed, as ``kimik3 run
+            --sandbox --network --allow-read --allow-write --deny-read --allow-env``
+            (:class:`~kimik3.tools.coding.Sandbox`: the one place that leaves credentials out).
         project_instructions: give the model the workspace's ``AGENTS.md``.
         extra_tools: called once per attempt for more tools (MCP servers, the plan tool).
     """
@@ -108,6 +110,8 @@ class EvalConfig:
     network: bool = False
     sandbox_read: Sequence[str | os.PathLike[str]] = ()
     sandbox_write: Sequence[str | os.PathLike[str]] = ()
+    deny_read: Sequence[str | os.PathLike[str]] = ()
+    allow_env: Sequence[str] = ()
     project_instructions: bool = True
     extra_tools: Callable[[], Sequence[Tool | Toolset]] | None = None
 
@@ -120,7 +124,7 @@ class EvalConfig:
             UserError: a ``sandbox_read`` / ``sandbox_write`` path that does not exist.
         """
         return Sandbox(workspace, self.sandbox, network=self.network, read=[*self.sandbox_read, *read],
-                       write=list(self.sandbox_write))
+                       write=list(self.sandbox_write), deny_read=list(self.deny_read), allow_env=list(self.allow_env))
 
     def budgets(self, task: EvalTask) -> Budgets:
         """The task's budgets, turns capped by :attr:`max_turns`, USD by :attr:`max_usd`."""

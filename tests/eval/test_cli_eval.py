@@ -18,7 +18,7 @@ from ..procs import BWRAP_WORKS, MODES, alive_with, marker
 from .helpers import answer_has, calls, write_task
 
 _CLEAN = {k: None for k in ("KIMIK3_BASE_URL", "KIMIK3_API_KEY", "KIMIK3_MODEL", "KIMIK3_MODEL_PATH")}
-BWRAP_LINE = "sandbox: bwrap (workspace read-write, the rest read-only, home hidden, network off)"
+BWRAP_LINE = "sandbox: bwrap (workspace read-write, the rest read-only, secrets hidden, /tmp private, network off)"
 NONE_LINE = "sandbox: none (commands run unsandboxed, with your rights)"
 
 
@@ -75,7 +75,7 @@ def test_eval_usage_errors(tmp_path: Path) -> None:
     code, text = invoke(str(suite), "--out", str(tmp_path / "o"))
     assert code == 2 and "no engine" in text
     code, text = invoke(str(suite), "--out", str(tmp_path / "o"), "--script", str(script), "--sandbox", "box")
-    assert code == 2 and "Invalid value for '--sandbox': 'box' is not one of 'auto', 'bwrap', 'none'." in text
+    assert code == 2 and "Invalid value for '--sandbox': 'box' is not one of 'auto', 'bwrap', 'landlock', 'none'." in text
     code, text = invoke(str(suite), "--out", str(tmp_path / "o"), "--script", str(script), "--allow-read",
                         str(tmp_path / "nowhere"))
     assert code == 2 and "Invalid value for '--allow-read'" in text and "does not exist" in text
@@ -109,7 +109,7 @@ def test_eval_takes_the_harness_sandbox_options_once() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # click: "The parameter --sandbox is used more than once"
         code, text = invoke("run", "--help")
-    assert code == 0 and text.count("--sandbox [auto|bwrap|none]") == 1
+    assert code == 0 and text.count("--sandbox [auto|bwrap|landlock|none]") == 1
     assert "--network" in text and "--allow-read PATH" in text and "--allow-write PATH" in text
 
 
@@ -138,8 +138,8 @@ def test_the_sandbox_options_reach_every_check_and_are_recorded(tmp_path: Path, 
     assert code == 1 and "holds results of another run (sandbox_policy: {'mode': 'bwrap', 'network': False" in text
     code, text = invoke(str(suite), "--out", str(tmp_path / "out2"), "--script", str(script), "--plain",
                         "--allow-write", str(host_dir), "--network")
-    assert code == 0 and text.splitlines()[0] == ("sandbox: bwrap (workspace read-write, the rest read-only, home "
-                                                  "hidden, 1 more writable, network on)")
+    assert code == 0 and text.splitlines()[0] == ("sandbox: bwrap (workspace read-write, the rest read-only, "
+                                                  "secrets hidden, /tmp private, 1 more writable, network on)")
     (r,), _ = read_results(tmp_path / "out2" / "results.jsonl")
     assert r.passed and (host_dir / "written.txt").read_text() == "from-the-check\n"
     assert json.loads((tmp_path / "out2" / "eval.json").read_text())["sandbox_policy"] == {

@@ -57,7 +57,7 @@ def test_the_check_writes_only_its_workspace_and_reads_its_inputs(tmp_path: Path
     meta = json.loads((out / "eval.json").read_text())
     if mode == "bwrap":
         assert meta["sandbox"] == summary["sandbox"] == ("sandbox: bwrap (workspace read-write, the rest read-only, "
-                                                         "home hidden, network off)")
+                                                         "secrets hidden, /tmp private, network off)")
         assert meta["sandbox_policy"] == {"mode": "bwrap", "network": False, "read": [], "write": []}
     else:
         assert meta["sandbox"] == summary["sandbox"] == "sandbox: none (commands run unsandboxed, with your rights)"
@@ -143,7 +143,7 @@ def test_a_sandbox_that_cannot_start_fails_its_attempt_with_the_reason(tmp_path:
     suite = tmp_path / "suite"
     write_task(suite, "a-setup", "A.", "true", setup="true")
     write_task(suite, "b-check", "B.", "true")
-    monkeypatch.setattr(Sandbox, "_argv", lambda self: ["/nonexistent/python"])
+    monkeypatch.setattr(Sandbox, "_argv", lambda self: (["/nonexistent/python"], b""))
     summary = run(suite, tmp_path / "out", ScriptedEngine(by_task({"A.": ["a"], "B.": ["b"]})), "none")
     a, b = read_results(tmp_path / "out" / "results.jsonl")[0]
     assert (a.stop_reason, a.passed, a.error) == ("setup_failed", False, "setup: ToolError: cannot start the command "

@@ -95,7 +95,7 @@ def test_a_sandbox_that_cannot_start_is_a_tool_error(tmp_path: Path, monkeypatch
     from kimik3 import ToolError
 
     sandbox = Sandbox(tmp_path, "none")
-    monkeypatch.setattr(sandbox, "_argv", lambda: ["/nonexistent/python"])
+    monkeypatch.setattr(sandbox, "_argv", lambda: (["/nonexistent/python"], b""))
     with pytest.raises(ToolError, match="cannot start the command supervisor"):
         anyio.run(lambda: run_command("true", sandbox, timeout=30))
     assert not sandbox.running

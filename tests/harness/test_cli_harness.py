@@ -52,7 +52,7 @@ def test_run_full_then_undo_to_turn_1(tmp_path: Path) -> None:
                            "--plain", "--tools", "full"], tmp_path / "home")
     assert code == 0, out
     lines = out.splitlines()
-    assert lines[0] == "sandbox: bwrap (workspace read-write, the rest read-only, home hidden, network off)"
+    assert lines[0] == "sandbox: bwrap (workspace read-write, the rest read-only, secrets hidden, /tmp private, network off)"
     assert lines[1] == "project instructions: AGENTS.md"
     assert "project instructions: sub/AGENTS.md" in lines
     assert (repo / "sub/keep.txt").read_text() == "v3\n"
@@ -138,25 +138,32 @@ def test_the_first_line_says_which_sandbox_runs_and_the_header_records_it(tmp_pa
     repo = make_repo(tmp_path / "repo")
     (tmp_path / "cache").mkdir()
     script = tmp_path / "script.json"
-    script.write_text(json.dumps([calls(("bash", {"command": "echo hi > out.txt"})), answer("done")]))
+    script.write_text(json.dumps([calls(("bash", {"command": "echo hi > out.txt; cat notes; echo \"[$HF_TOKEN] "
+                                                         "[$OPENAI_API_KEY]\""})), answer("done")]))
     session = tmp_path / "s.jsonl"
+    (repo / "notes").write_text("SECRET notes\n")
+    monkeypatch.setenv("HF_TOKEN", "hf-1")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-1")
     code, out, _ = invoke(["run", "go", "-w", str(repo), "--script", str(script), "--session", str(session), "--plain",
-                           "--network", "--allow-read", str(repo / "a.txt"), "--allow-write", str(tmp_path / "cache")],
-                          tmp_path / "home")
+                           "--network", "--allow-read", str(repo / "a.txt"), "--allow-write", str(tmp_path / "cache"),
+                           "--deny-read", str(repo / "notes"), "--allow-env", "HF_TOKEN"], tmp_path / "home")
     assert code == 0, out
-    assert out.splitlines()[0] == ("sandbox: bwrap (workspace read-write, the rest read-only, home hidden, 1 more "
-                                   "readable, 1 more writable, network on)")
+    record = session.read_text()  # the tool result: the denied file unreadable, one credential passed
+    assert "SECRET" not in record and "cat: notes: Permission denied\\n[hf-1] []\\n" in record, record
+    assert out.splitlines()[0] == ("sandbox: bwrap (workspace read-write, the rest read-only, secrets hidden, /tmp "
+                                   "private, 1 more readable, 1 more writable, network on)")
     assert json.loads(session.read_text().splitlines()[0])["sandbox"] == {
         "mode": "bwrap", "requested": "auto", "network": True, "read": [str(repo / "a.txt")],
-        "write": [str(tmp_path / "cache")]}
+        "write": [str(tmp_path / "cache")], "deny_read": [str(repo / "notes")], "allow_env": ["HF_TOKEN"]}
     assert (repo / "out.txt").read_text() == "hi\n"
     code, out, _ = invoke(["chat", "-w", str(repo), "--script", str(script), "--plain", "--sandbox", "none",
                            "--session", str(tmp_path / "chat.jsonl")], tmp_path / "home")
     assert out.splitlines()[0] == "sandbox: none (commands run unsandboxed, with your rights)"
     monkeypatch.setattr(_sandbox, "_bwrap", lambda: None)  # bubblewrap missing
+    monkeypatch.setattr(_sandbox, "_landlock_abi", lambda: 0)  # and no Landlock (test_sandbox_policy.py has it)
     code, out, err = invoke(["run", "go", "-w", str(repo), "--script", str(script), "--plain"], tmp_path / "home")
-    assert (code, out.splitlines()[0]) == (0, "sandbox: none (bubblewrap (bwrap) is not installed; commands run "
-                                              "unsandboxed, with your rights)")
+    assert (code, out.splitlines()[0]) == (0, "sandbox: none (bubblewrap (bwrap) is not installed, and this kernel "
+                                              "has no Landlock; commands run unsandboxed, with your rights)")
     code, out, err = invoke(["run", "go", "-w", str(repo), "--script", str(script), "--plain", "--sandbox", "bwrap"],
                             tmp_path / "home")
     assert code == 1 and out == ""

@@ -21,8 +21,7 @@ reads) and to ``bash`` (the sandbox binds the same list read-only; ``_sandbox``)
   :meth:`SessionFiles.keep`: the checkpoint store (``kimik3 undo`` restores from it) and the
   workspace's Agent Skills (read into later prompts).
 
-See ``docs/sandbox.md`` ("What no tool writes"). Also what the sandbox hides
-(:func:`hidden_dirs`) and the preloaded libraries it must show from there (:func:`preloads`).
+See ``docs/sandbox.md`` ("What no tool writes"). What the sandbox hides and shows is ``_policy``'s.
 """
 
 from __future__ import annotations
@@ -32,7 +31,6 @@ import os
 import stat
 import struct
 import warnings
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,8 +38,8 @@ from ..._exceptions import ToolError
 from .._failures import kept_write
 
 __all__ = ["MAX_GITLINKS", "MAX_INDEX_BYTES", "MAX_WALK_DIRS", "KeptPaths", "SessionFiles", "check_git_write",
-           "git_dir_at", "gitlinks", "hidden_dirs", "is_sparse", "kept_paths", "kept_read_only", "made_repositories",
-           "preloads", "programs_named", "repositories", "under"]
+           "git_dir_at", "gitlinks", "is_sparse", "kept_paths", "kept_read_only", "made_repositories",
+           "programs_named", "repositories", "under"]
 
 
 def under(path: str, parents: list[str]) -> bool:
@@ -487,16 +485,3 @@ class SessionFiles:
         if hit:
             raise ToolError(f"{path} is kimik3's record of this run (its session file or a sub-agent's); the file "
                             "tools do not read or write it")
-
-
-def preloads(env: Mapping[str, str]) -> list[str]:
-    """The existing files ``env``'s ``LD_PRELOAD`` names by absolute path (hidden: ld.so would err)."""
-    return [os.path.abspath(p) for p in env.get("LD_PRELOAD", "").replace(":", " ").split()
-            if os.path.isabs(p) and os.path.isfile(p)]
-
-
-def hidden_dirs() -> list[str]:
-    """The folders bwrap covers with a private tmpfs: /tmp, /var/tmp and /run, and ``$HOME``."""
-    hidden = ["/tmp", *(d for d in ("/var/tmp", "/run") if os.path.isdir(d) and not os.path.islink(d))]
-    home = os.path.realpath(os.path.expanduser("~"))
-    return hidden + ([home] if home != "/" and os.path.isdir(home) else [])

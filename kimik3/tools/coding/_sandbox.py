@@ -1,17 +1,20 @@
-"""Where ``bash``'s commands run: one bubblewrap sandbox per run (``sandbox="bwrap"``), or the same
-process supervisor without one (``"none"``); ``"auto"`` picks bwrap where it works.
+"""Where ``bash``'s commands run: one sandbox per run, bubblewrap (``sandbox="bwrap"``) or Landlock
+(``"landlock"``), or the same process supervisor without one (``"none"``); ``"auto"`` picks bwrap
+where it works, else Landlock where the kernel has it (issue 39).
 
 The sandbox is started at the first command and holds every process a command starts, foreground
 or background, until :meth:`Sandbox.close` (the end of the run, with :class:`kimik3.harness.CodingHarness`;
-or when the sandbox is garbage-collected, or this process exits). Inside, per bubblewrap (see
-``docs/sandbox.md``): the workspace read-write, the rest of the filesystem read-only, ``$HOME``,
-``/tmp``, ``/var/tmp`` and ``/run`` empty (private tmpfs) except the paths allowed, a fresh
-``/dev`` and ``/proc`` (``/proc/sys`` read-only), no capabilities and no nested user namespace,
-new PID / IPC / UTS namespaces and, unless ``network=True``, a network namespace with only a
-loopback interface: shared by the run's commands, so a server started in the background answers
-a later command on 127.0.0.1, and nothing outside answers. The sandbox's first process is the
-supervisor of ``_reaper``; when it ends (or this process dies: ``--die-with-parent``), the kernel
-ends every process in the namespace.
+or when the sandbox is garbage-collected, or this process exits). The policy is ``_policy``'s (see
+``docs/sandbox.md``): the workspace read-write, the rest of the file system read-only, the
+secrets unreadable, ``/tmp``, ``/var/tmp`` and ``/run`` private except the toolchain there,
+credentials left out of the environment, no network unless ``network=True``. Under bubblewrap:
+a fresh ``/dev`` and ``/proc`` (``/proc/sys`` read-only), no capabilities and no nested user
+namespace, new PID / IPC / UTS namespaces and, unless ``network=True``, a network namespace with
+only a loopback interface, shared by the run's commands; the git control data and session files
+in the workspace bound read-only. Under Landlock (``_landlock``): rules applied by the
+supervisor to itself, no TCP without ``network=True``, the git control data put back after each
+command (``_guard``). The sandbox's first process is the supervisor of ``_reaper``; when it ends
+(or this process dies: ``--die-with-parent``), every process of the sandbox ends.
 
 Limits (:class:`ProcessLimits`, set on each command's shell and inherited): address space that is
 data (``RLIMIT_DATA``), file size, CPU seconds per process, and a count of processes per command
@@ -21,16 +24,13 @@ user namespace: bwrap run by a user other than root).
 
 from __future__ import annotations
 
-import array
 import contextlib
 import functools
-import glob
-import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import warnings
@@ -42,18 +42,19 @@ from typing import Any, Literal
 import anyio
 
 from ..._exceptions import SandboxUnavailableError, ToolError, UserError
-from . import _reaper
-from ._cgroup import PidsCgroup
+from . import _landlock, _reaper
 from ._git_links import restore_git_links
-from ._kept import MAX_WALK_DIRS, SessionFiles, hidden_dirs, kept_read_only, preloads, under
+from ._guard import GitGuard
+from ._kept import MAX_WALK_DIRS, SessionFiles, kept_read_only, under
+from ._policy import hidden_dirs, preloads, scrub_env, secrets, toolchain
+from ._supervisor import _CLOSE_S, _READY_S, Command, _Supervisor
 
-__all__ = ["ProcessLimits", "Sandbox", "SandboxMode"]
+__all__ = ["Command", "ProcessLimits", "Sandbox", "SandboxMode"]  # Command: _supervisor's, used from here
 
-SandboxMode = Literal["auto", "bwrap", "none"]
+SandboxMode = Literal["auto", "bwrap", "landlock", "none"]
 
 _SOURCE = Path(_reaper.__file__).read_bytes()
-_READY_S = 30.0  # a loaded machine may take a while to start bwrap and Python
-_CLOSE_S = 6.0  # the supervisor's SIGTERM second and SIGKILL round, with room
+_LANDLOCK_SOURCE = Path(_landlock.__file__).read_text()
 _NS_FLAGS = ("--die-with-parent", "--new-session", "--unshare-user", "--disable-userns", "--unshare-pid",
              "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--cap-drop", "ALL")
 _INSTALL_FIX = ("install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap; "
@@ -62,8 +63,10 @@ _USERNS_FIX = ("allow user namespaces: sysctl kernel.unprivileged_userns_clone=1
                "AppArmor profile for bwrap that allows userns, or sysctl "
                "kernel.apparmor_restrict_unprivileged_userns=0; in a container, one that permits unshare(2)")
 _GIB = 1 << 30
-_ROOT_SECRETS = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/ssh/ssh_host_*_key",
-                 "/etc/sudoers", "/etc/sudoers.d/*")
+_MIB = 1 << 20
+_LANDLOCK_FIX = "a kernel with Landlock (Linux 5.13+, enabled: lsm=landlock,... on its command line)"
+_LANDLOCK_CANNOT = ("cannot hide paths' existence or isolate processes; git data checked and restored after "
+                    "each command")
 
 
 @dataclass(frozen=True)
@@ -108,17 +111,29 @@ def _probe(bwrap: str) -> str | None:
     return None
 
 
-def _resolve(mode: str) -> tuple[Literal["bwrap", "none"], str | None]:
+@functools.lru_cache(maxsize=1)
+def _landlock_abi() -> int:
+    """The kernel's Landlock ABI (checked once per process; 0: none)."""
+    return _landlock.abi() if sys.platform.startswith("linux") else 0
+
+
+def _resolve(mode: str) -> tuple[Literal["bwrap", "landlock", "none"], str | None]:
     """(the sandbox that runs, why it is not bwrap when ``mode`` is "auto").
 
     Raises:
         UserError: an unknown mode.
-        SandboxUnavailableError: "bwrap" where it cannot run (the fix named).
+        SandboxUnavailableError: "bwrap" or "landlock" where it cannot run (the fix named).
     """
-    if mode not in ("auto", "bwrap", "none"):
-        raise UserError(f"sandbox must be 'auto', 'bwrap' or 'none', got {mode!r}")
+    if mode not in ("auto", "bwrap", "landlock", "none"):
+        raise UserError(f"sandbox must be 'auto', 'bwrap', 'landlock' or 'none', got {mode!r}")
     if mode == "none":
         return "none", None
+    if mode == "landlock":
+        if _landlock_abi() < 1:
+            raise SandboxUnavailableError(f"sandbox='landlock' but this kernel has no Landlock ({sys.platform}); to "
+                                          f"fix it, use {_LANDLOCK_FIX}; or run unsandboxed with sandbox='none' "
+                                          "(--sandbox none)")
+        return "landlock", None
     bwrap = _bwrap()
     reason: str | None
     if not sys.platform.startswith("linux"):
@@ -132,7 +147,30 @@ def _resolve(mode: str) -> tuple[Literal["bwrap", "none"], str | None]:
     if mode == "bwrap":
         raise SandboxUnavailableError(f"sandbox='bwrap' but {reason}; to fix it, {fix}; or run unsandboxed "
                                       "with sandbox='none' (--sandbox none)")
-    return "none", reason
+    if _landlock_abi() >= 1:
+        return "landlock", reason
+    return "none", f"{reason}, and this kernel has no Landlock"
+
+
+def _tmpfs_bytes(limit: int | None) -> int:
+    """The size of the sandbox's private ``/tmp``: the per-process memory limit, at most a quarter
+    of the host's memory (each tmpfs holds memory; issue 40)."""
+    total = 0
+    with contextlib.suppress(OSError, ValueError), open("/proc/meminfo") as f:
+        total = int(f.readline().split()[1]) * 1024
+    cap = total // 4 if total else 2 * _GIB
+    return min(limit, cap) if limit else cap
+
+
+def _linked_from(root: str) -> list[str]:
+    """The targets of the symlinks at the top of the workspace when the sandbox starts (a
+    ``.venv`` symlinked to a venv under ``/tmp``): the user's, shown read-only like the toolchain."""
+    try:
+        with os.scandir(root) as entries:
+            links = [e.path for e in entries if e.is_symlink()]
+    except OSError:
+        return []
+    return [t for t in (os.path.realpath(p) for p in links) if os.path.exists(t)]
 
 
 def _existing(paths: Any, what: str) -> list[str]:
@@ -152,195 +190,45 @@ def _existing(paths: Any, what: str) -> list[str]:
     return out
 
 
-class _Supervisor:
-    """The running supervisor: its process (bwrap's, or its own), its socket, its stderr, and the
-    pids cgroup it runs in (None where none can be made)."""
-
-    def __init__(self, argv: list[str], root: Path, max_tasks: int | None) -> None:
-        # Started from the calling thread (the event loop's): bwrap's --die-with-parent follows the
-        # thread that forked it, so a worker thread that exits would end the sandbox.
-        self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.cgroup: PidsCgroup | None = None
-        try:
-            self.proc = subprocess.Popen([*argv, str(theirs.fileno())], cwd=root, stdin=subprocess.PIPE,
-                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, pass_fds=(theirs.fileno(),),
-                                         start_new_session=True, env={"PATH": os.environ.get("PATH", os.defpath)})
-        except OSError as e:
-            self.sock.close()
-            raise ToolError(f"cannot start the command supervisor ({argv[0]}): {e}") from None
-        finally:
-            theirs.close()
-        assert self.proc.stdin is not None
-        with contextlib.suppress(OSError), self.proc.stdin:  # fits the pipe's buffer; Python reads it all, runs it
-            self.proc.stdin.write(_SOURCE)
-        self.sock.settimeout(_READY_S)
-        try:
-            ready = self.sock.recv(64)
-        except OSError:
-            ready = b""
-        self.sock.settimeout(None)
-        assert self.proc.stderr is not None
-        if not ready.startswith(b"ready"):
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(5.0)
-            os.set_blocking(self.proc.stderr.fileno(), False)
-            said = b""
-            with contextlib.suppress(OSError):
-                said = self.proc.stderr.read(4000) or b""
-            why = said.decode("utf-8", "replace").strip() or f"exit code {self.proc.poll()}"
-            self.abandon()
-            raise ToolError(f"the sandbox did not start: {why}")
-        self.proc.stderr.close()  # read only if it does not start; a later writer gets EPIPE
-        self.contained = ready == b"ready"
-        if max_tasks:  # it forks nothing before the first request: move it (and bwrap's) in now
-            try:
-                self.cgroup = PidsCgroup(max_tasks)
-                self.cgroup.add([self.proc.pid, *_reaper.descendants(self.proc.pid)])
-            except OSError:
-                if self.cgroup is not None:
-                    self.cgroup.remove()
-                self.cgroup = None
-
-    def alive(self) -> bool:
-        return self.sock.fileno() >= 0 and self.proc.poll() is None
-
-    def send(self, request: dict[str, Any], fds: list[int]) -> None:
-        fds_part = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())] if fds else []
-        self.sock.sendmsg([json.dumps(request).encode()], fds_part)
-
-    def abandon(self) -> None:
-        """Close the socket (the supervisor ends everything and exits); no waiting."""
-        self.sock.close()
-        if self.proc.stderr is not None:
-            self.proc.stderr.close()
-
-    def release(self) -> None:
-        """:meth:`abandon`, then, in a thread, wait for the supervisor and end its cgroup (the
-        sandbox was garbage-collected without being closed)."""
-        self.abandon()
-        if self.cgroup is not None:
-            threading.Thread(target=self._wait_and_end, daemon=True, name="kimik3-sandbox-release").start()
-
-    def _wait_and_end(self) -> None:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(_CLOSE_S)
-        if self.proc.poll() is None:
-            self.kill_now()
-        self.end_cgroup()
-
-    def kill_now(self) -> None:
-        """The supervisor did not exit in time: SIGKILL it (bwrap's: the namespace dies with it)
-        and, without a PID namespace, every process below it first."""
-        for pid in _reaper.descendants(self.proc.pid):
-            with contextlib.suppress(OSError):
-                os.kill(pid, 9)
-        with contextlib.suppress(OSError):
-            self.proc.kill()
-
-    def end_cgroup(self) -> None:
-        """Whatever is still in the cgroup (a process that escaped the supervisor's tree): SIGKILL;
-        then remove it."""
-        if self.cgroup is not None:
-            self.cgroup.kill_all()
-            self.cgroup.remove()
-
-
-class Command:
-    """One command started in the sandbox: its output pipe, its reaper's status and control pipes
-    (see ``_reaper``); every descriptor non-blocking, owned here.
-
-    Attributes:
-        output: the read end of the command's stdout + stderr.
-        exit_code: the shell's exit code (``-S`` for signal S) once reported.
-        left: pids (inside the sandbox) still running after the shell exited, once asked (``q``).
-        survivors: pids still alive after a kill.
-        limit: "processes N" when the command reached the process limit and was killed.
-        contained: False when the kernel refused a subreaper (daemons may escape).
-        closed: the reaper has exited: nothing of the command is left.
-        note: a line about the sandbox to add to the result (it was restarted), or None.
-    """
-
-    def __init__(self, sandbox: Sandbox, cid: int, output: int, status: int, control: int, note: str | None) -> None:
-        self.sandbox, self.id, self.note = sandbox, cid, note
-        self.output, self.status_fd, self.control = output, status, control
-        for fd in (output, status, control):
-            os.set_blocking(fd, False)
-        self._buffer = b""
-        self.exit_code: int | None = None
-        self.left: list[int] | None = None
-        self.survivors: list[int] = []
-        self.limit: str | None = None
-        self.error: str | None = None
-        self.contained = True
-        self.closed = False
-
-    def poll(self) -> None:
-        """Read what the reaper reported since the last poll."""
-        if self.closed:
-            return
-        with contextlib.suppress(BlockingIOError, OSError):
-            while chunk := os.read(self.status_fd, 4096):
-                self._buffer += chunk
-            self.closed = True
-        *lines, self._buffer = self._buffer.split(b"\n")
-        for line in lines:
-            word, _, rest = line.decode("utf-8", "replace").partition(" ")
-            if word == "exit":
-                self.exit_code = int(rest)
-            elif word == "left":
-                self.left = [int(p) for p in rest.split()]
-            elif word == "survivors":
-                self.survivors = [int(p) for p in rest.split()]
-            elif word == "limit":
-                self.limit = rest
-            elif word == "error":
-                self.error = rest
-            elif word == "noreaper":
-                self.contained = False
-
-    def send(self, byte: bytes) -> bool:
-        """Send ``q``, ``t`` or ``k`` to the reaper; False when it is gone."""
-        try:
-            return os.write(self.control, byte) == 1
-        except OSError:
-            return False
-
-    def kill(self) -> None:
-        """The fallback when the reaper does not answer: the supervisor SIGKILLs what is left."""
-        self.sandbox.kill(self.id)
-
-    def close(self) -> None:
-        for fd in (self.output, self.status_fd, self.control):
-            with contextlib.suppress(OSError):
-                os.close(fd)
-
-
 class Sandbox:
     """The sandbox (or, with ``mode="none"``, the plain process supervisor) ``bash`` runs its
     commands in, one per run: see the module docstring and ``docs/sandbox.md``.
 
     Args:
         root: the workspace (read-write inside).
-        mode: "auto" (bwrap where it works, checked once per process; else unsandboxed, with a
-            one-line :class:`RuntimeWarning`), "bwrap" (required) or "none" (no sandbox; the
-            supervisor and the limits still apply).
+        mode: "auto" (bwrap where it works, checked once per process; else Landlock where the
+            kernel has it; else unsandboxed; a one-line :class:`RuntimeWarning` when not bwrap),
+            "bwrap" or "landlock" (required), or "none" (no sandbox; the supervisor and the limits
+            still apply).
         network: keep the host's network (and its abstract unix sockets) instead of a private one.
-        read: more paths visible read-only (e.g. ``~/.gitconfig``, a toolchain under ``$HOME``).
+        read: more paths readable (in a hidden folder such as ``/tmp``; naming a secret of
+            :data:`~kimik3.tools.coding._policy.HOME_SECRETS` exactly lifts it, e.g. ``~/.npmrc``).
         write: more paths writable (e.g. a cache directory).
         limits: the resource limits (default :class:`ProcessLimits`).
+        deny_read: more paths never readable, like the secrets (``--deny-read``).
+        allow_env: names of credential variables to pass to the commands after all (``--allow-env``;
+            the rest are left out: :func:`~kimik3.tools.coding._policy.scrub_env`).
 
     Raises:
-        SandboxUnavailableError: ``mode="bwrap"`` where bubblewrap cannot run (the fix named).
-        UserError: an unknown mode, or a ``read`` / ``write`` path that does not exist.
+        SandboxUnavailableError: ``mode="bwrap"`` / ``"landlock"`` where it cannot run (the fix named).
+        UserError: an unknown mode, or a ``read`` / ``write`` / ``deny_read`` path that does not exist.
     """
 
     def __init__(self, root: str | os.PathLike[str], mode: SandboxMode = "auto", *, network: bool = False,
-                 read: Any = (), write: Any = (), limits: ProcessLimits | None = None) -> None:
+                 read: Any = (), write: Any = (), limits: ProcessLimits | None = None, deny_read: Any = (),
+                 allow_env: Any = ()) -> None:
         self.root = Path(root).resolve()
         self.requested = mode
         self.network = network
         self.read = _existing(read, "sandbox_read")
         self.write = _existing(write, "sandbox_write")
+        self.deny_read = _existing(deny_read, "deny_read")
+        if isinstance(allow_env, str):
+            raise UserError(f"allow_env takes a list of names, not one name ({allow_env!r})")
+        self.allow_env = list(allow_env)
+        self.secrets = secrets(self.deny_read, self.read)
+        self.tmpdir: str | None = None  # Landlock's private temporary folder (TMPDIR), removed at close
+        self.guards: list[GitGuard] = []  # Landlock: the git control data's copies (_guard), per top
         self.limits = limits if limits is not None else ProcessLimits()
         self.mode, self.reason = _resolve(mode)
         if self.reason is not None:
@@ -370,18 +258,34 @@ class Sandbox:
 
     def restore_git_links(self) -> list[str]:
         """Put back each ``.git`` symlink of the sandbox's start that a command replaced or
-        removed (a bind mount cannot keep a symlink; see ``_git_links``): a line for the tool
-        result for each (also a :class:`RuntimeWarning`)."""
-        return restore_git_links(self.root, self.git_links) if self.git_links else []
+        removed (a bind mount cannot keep a symlink; see ``_git_links``) and, under Landlock, the
+        git control data and kept folders (skills) a command changed (``_guard``): a line for the tool result for each
+        (also a :class:`RuntimeWarning`)."""
+        lines = restore_git_links(self.root, self.git_links) if self.git_links else []
+        put = [os.path.relpath(os.path.join(g.root, p), self.root) for g in self.guards for p in g.restore()]
+        if put:
+            shown = ", ".join(put[:5]) + (f" and {len(put) - 5} more" if len(put) > 5 else "")
+            line = (f"the command changed what kimik3 keeps read-only ({shown}); kimik3 put it back (Landlock "
+                    "cannot keep it read-only)")
+            warnings.warn(f"kimik3: {line}", RuntimeWarning, stacklevel=2)
+            lines.append(line)
+        return lines
 
     def describe(self) -> str:
-        """One line saying which sandbox runs the commands, e.g. ``sandbox: bwrap (workspace
-        read-write, the rest read-only, home hidden, network off)``."""
+        """One line saying which sandbox runs the commands and what it keeps, e.g. ``sandbox: bwrap
+        (workspace read-write, the rest read-only, secrets hidden, /tmp private, network off)``;
+        Landlock's says what it cannot do."""
+        extra = "".join(f", {len(p)} more {what}" for p, what in ((self.read, "readable"), (self.write, "writable"))
+                        if p)
+        net = "network on" if self.network else "network off"
         if self.mode == "bwrap":
-            extra = "".join(f", {len(p)} more {what}" for p, what in ((self.read, "readable"), (self.write, "writable"))
-                            if p)
-            net = "network on" if self.network else "network off"
-            return f"sandbox: bwrap (workspace read-write, the rest read-only, home hidden{extra}, {net})"
+            return (f"sandbox: bwrap (workspace read-write, the rest read-only, secrets hidden, /tmp private{extra}, "
+                    f"{net})")
+        if self.mode == "landlock":
+            net = "network on" if self.network else "TCP off"
+            why = f"; {self.reason}" if self.reason else ""
+            return (f"sandbox: landlock ABI {_landlock_abi()} (workspace read-write, the rest read-only, secrets "
+                    f"unreadable, /tmp unreadable (TMPDIR private){extra}, {net}; {_LANDLOCK_CANNOT}{why})")
         if self.reason is None:
             return "sandbox: none (commands run unsandboxed, with your rights)"
         return f"sandbox: none ({self.reason}; commands run unsandboxed, with your rights)"
@@ -389,54 +293,33 @@ class Sandbox:
     def info(self) -> dict[str, Any]:
         """What a session records about the sandbox (its header's ``sandbox`` field)."""
         out: dict[str, Any] = {"mode": self.mode, "requested": self.requested}
-        if self.mode == "bwrap":
+        if self.mode != "none":
             out.update(network=self.network, read=self.read, write=self.write)
+            if self.deny_read:
+                out["deny_read"] = self.deny_read
+        if self.allow_env:
+            out["allow_env"] = self.allow_env
         if self.reason is not None:
             out["reason"] = self.reason
         return out
 
     # -- the supervisor --------------------------------------------------------------------------
 
-    def _argv(self) -> list[str]:
+    def _argv(self) -> tuple[list[str], bytes]:
+        """The supervisor's command line and the program it reads on stdin."""
+        self.secrets = secrets(self.deny_read, self.read)  # those that exist now
         python = os.path.realpath(sys.executable)
         argv = [python, "-I", "-S", "-", "supervise"]  # the source on stdin
-        return argv if self.mode == "none" else [_bwrap() or "bwrap", *self._bwrap_args(python), "--", *argv]
+        if self.mode == "bwrap":
+            return [_bwrap() or "bwrap", *self._bwrap_args(python), "--", *argv], _SOURCE
+        if self.mode == "landlock":
+            return argv, self._landlock_program()
+        return argv, _SOURCE
 
-    def _bwrap_args(self, python: str) -> list[str]:
-        """bubblewrap's options: namespaces, then mounts in order (later ones cover earlier ones)."""
-        # each private tmpfs (memory) holds at most the memory limit: a balloon of files is bounded too
-        size = ["--size", str(self.limits.memory_bytes)] if self.limits.memory_bytes else []
-        args = [*_NS_FLAGS, *(() if self.network else ("--unshare-net",)),
-                "--ro-bind", "/", "/", "--dev", "/dev", *size, "--tmpfs", "/dev/shm", "--proc", "/proc",
-                "--ro-bind", "/proc/sys", "/proc/sys", "--ro-bind-try", "/proc/sysrq-trigger", "/proc/sysrq-trigger"]
-        hidden = hidden_dirs()
-        for d in hidden:
-            args += [*size, "--tmpfs", d]
-        visible = list(self.read)
-        if self.network:  # name resolution: /etc/resolv.conf may point into /run (systemd-resolved)
-            resolv = os.path.realpath("/etc/resolv.conf")
-            if under(resolv, hidden):
-                visible.append(os.path.dirname(resolv))
-        for needed in (os.path.dirname(python), sys.base_prefix):  # the supervisor's own interpreter
-            if under(os.path.realpath(needed), hidden):
-                visible.append(os.path.realpath(needed))
-        self.preloaded = [lib for lib in preloads(os.environ) if under(lib, hidden)]  # vLLM's libgomp
-        visible += self.preloaded
-        for p in visible:
-            args += ["--ro-bind-try", p, p]
-        for secret in _ROOT_SECRETS:  # readable by root (the owner) even without capabilities: hidden
-            for p in sorted(glob.glob(secret)):
-                if not under(p, self.read):
-                    args += ["--ro-bind", "/dev/null", p]
-        for p in (str(self.root), *self.write):
-            args += ["--bind", p, p]
-        # What git run outside the sandbox (kimik3's checkpoints, the user's own git) executes from a
-        # repository (filters, hooks, fsmonitor, commondir / gitdir pointing at a planted config)
-        # stays read-only, and so do the session files kimik3 writes (an approval appended there
-        # would be acted on): see _kept. Each is made a mount point (so it cannot be renamed away
-        # and replaced), and so is each folder between it and the workspace. An allowed write path
-        # lifts only the git control data it lies in or names (``<ws>/.git``, ``<ws>/.git/objects``:
-        # bound writable again after), never a repository below it, never a session file.
+    def _kept(self) -> tuple[list[str], list[str], list[str]]:
+        """(the git control data kept read-only, the allowed write paths that lift some of it, the
+        session files kept read-only), all in the workspace or an allowed write path; sets
+        :attr:`git_links` (see ``_kept``)."""
         root, tops = str(self.root), [str(self.root), *self.write]
         records = list(dict.fromkeys(p for p in (*self.protected, *self.sessions.existing())
                                      if under(p, tops) and p != root and os.path.lexists(p)))
@@ -446,8 +329,70 @@ class Sandbox:
         self.git_links = {os.path.relpath(p, root): t for p, t in links.items() if under(p, [root])}
         lifted = [w for w in self.write if w != root and any(under(w, [g]) for g in gits)]
         gits = [g for g in gits if not under(g, lifted) and g not in records]
-        kept = [*gits, *records]
-        folders = {str(d) for p in kept if os.path.basename(p) != ".git" for d in Path(p).parents
+        return gits, lifted, records
+
+    def _shown(self, hidden: list[str]) -> list[str]:
+        """What is shown read-only in the hidden folders: the toolchain, the allowed read paths and,
+        with the network, the folder of ``/etc/resolv.conf`` (systemd-resolved's is in ``/run``);
+        never a secret, nor a path inside one (those allowed are shown after the secrets)."""
+        shown = [p for p in (*toolchain(os.environ), *_linked_from(str(self.root)))
+                 if under(p, hidden) and p not in hidden]  # never all of /tmp
+        self.preloaded = [lib for lib in preloads(os.environ) if under(lib, hidden)]  # vLLM's libgomp
+        if self.network:
+            resolv = os.path.realpath("/etc/resolv.conf")
+            shown += [os.path.dirname(resolv)] if under(resolv, hidden) else []
+        out: list[str] = []
+        for p in sorted(dict.fromkeys([*shown, *self.read]), key=len):  # a folder shows what it holds
+            if not under(p, self.secrets) and not under(p, out):
+                out.append(p)
+        return out
+
+    def _inside_secrets(self) -> list[str]:
+        """The allowed read paths inside a secret (``~/.kimik3/skills`` in ``~/.kimik3``)."""
+        return [p for p in self.read if any(under(p, [s]) and p != s for s in self.secrets)]
+
+    def _bwrap_args(self, python: str) -> list[str]:
+        """bubblewrap's options: namespaces, then mounts in order (later ones cover earlier ones)."""
+        tmp = _tmpfs_bytes(self.limits.memory_bytes)  # each tmpfs holds memory: sized together
+
+        def tmpfs(path: str, size: int) -> list[str]:
+            return ["--size", str(size), "--tmpfs", path]
+
+        args = [*_NS_FLAGS, *(() if self.network else ("--unshare-net",)),
+                "--ro-bind", "/", "/", "--dev", "/dev", *tmpfs("/dev/shm", tmp // 4), "--proc", "/proc",
+                "--ro-bind", "/proc/sys", "/proc/sys", "--ro-bind-try", "/proc/sysrq-trigger", "/proc/sysrq-trigger"]
+        hidden = hidden_dirs()
+        for d in hidden:
+            args += tmpfs(d, tmp if d == "/tmp" else tmp // 8 if d == "/var/tmp" else 16 * _MIB)
+        shown = self._shown(hidden)
+        for p in shown:
+            args += ["--ro-bind-try", p, p]
+        for p in (str(self.root), *self.write):
+            args += ["--bind", p, p]
+        # The secrets, over whatever showed them (also a workspace that holds one: -w ~): a folder
+        # an empty read-only tmpfs, a file /dev/null. Where bwrap cannot see it, nothing to hide.
+        visible = [str(self.root), *self.write, *shown]
+        masked = [p for p in sorted(self.secrets, key=len)  # a symlink: its target (also listed) is hidden
+                  if not os.path.islink(p) and (not under(p, hidden) or under(p, visible))]
+        for p in masked:
+            args += tmpfs(p, 4096) if os.path.isdir(p) else ["--ro-bind", "/dev/null", p]
+        for p in self._inside_secrets():  # a path allowed inside a secret (~/.kimik3/skills in ~/.kimik3)
+            args += ["--ro-bind", p, p]
+        for p in (str(self.root), *self.write):  # a workspace you chose inside one stays yours
+            if any(under(p, [m]) and p != m for m in masked):
+                args += ["--bind", p, p]
+        for p in masked:
+            args += ["--remount-ro", p] if os.path.isdir(p) else []
+        # What git run outside the sandbox (kimik3's checkpoints, the user's own git) executes from a
+        # repository (filters, hooks, fsmonitor, commondir / gitdir pointing at a planted config)
+        # stays read-only, and so do the session files kimik3 writes (an approval appended there
+        # would be acted on): see _kept. Each is made a mount point (so it cannot be renamed away
+        # and replaced), and so is each folder between it and the workspace. An allowed write path
+        # lifts only the git control data it lies in or names (``<ws>/.git``, ``<ws>/.git/objects``:
+        # bound writable again after), never a repository below it, never a session file.
+        gits, lifted, records = self._kept()
+        tops = [str(self.root), *self.write]
+        folders = {str(d) for p in (*gits, *records) if os.path.basename(p) != ".git" for d in Path(p).parents
                    if under(str(d), tops) and str(d) not in tops}
         for d in sorted(folders, key=len):
             args += ["--bind", d, d]
@@ -459,6 +404,43 @@ class Sandbox:
             args += ["--ro-bind", p, p]
         return [*args, "--chdir", str(self.root)]
 
+    def _landlock_program(self) -> bytes:
+        """The supervisor's program under Landlock: restrict itself to the policy's rules
+        (``_landlock``), then run ``_reaper``. Makes the private temporary folder and the copy of
+        the git control data (``_guard``).
+
+        Raises:
+            ToolError: a session file lies in the workspace (Landlock cannot keep it read-only), or
+                the git control data cannot be copied.
+        """
+        gits, _, records = self._kept()
+        files = [r for r in records if not os.path.isdir(r)]
+        if files:
+            raise ToolError(f"sandbox landlock cannot keep {files[0]} (kimik3's record of the run) read-only: it "
+                            "lies in a writable folder, and a Landlock rule cannot exclude part of one; keep the "
+                            "session outside the workspace, or use bwrap (--sandbox bwrap)")
+        tops = [str(self.root), *self.write]
+        by_top: dict[str, tuple[list[str], list[str]]] = {}  # under its innermost writable top: git data, folders
+        for i, kept in enumerate((gits, [r for r in records if r not in files])):
+            for p in kept:
+                by_top.setdefault(max((t for t in tops if under(p, [t])), key=len), ([], []))[i].append(p)
+        try:
+            self.guards = [GitGuard(top, git, whole) for top, (git, whole) in by_top.items()]
+        except OSError as e:
+            raise ToolError(f"sandbox landlock cannot copy the workspace's git control data to keep it: {e}") from None
+        if self.tmpdir is None:
+            self.tmpdir = tempfile.mkdtemp(prefix="kimik3-sandbox-")
+            weakref.finalize(self, shutil.rmtree, self.tmpdir, True)  # at close, collection or exit
+        hidden = hidden_dirs()
+        rules = _landlock.rules(read=[*self._shown(hidden), *self._inside_secrets()],
+                                write=[str(self.root), *self.write, self.tmpdir], denied=self.secrets, hidden=hidden)
+        policy = {"rules": rules, "network": self.network}
+        return (f"import sys\nll = {{'__name__': '_landlock'}}\n"
+                f"exec(compile({_LANDLOCK_SOURCE!r}, '_landlock.py', 'exec'), ll)\n"
+                f"try:\n    ll['restrict']({policy!r})\n"
+                "except OSError as e:\n    sys.stderr.write(f'Landlock: {e}'); sys.exit(1)\n"
+                f"exec(compile({_SOURCE.decode()!r}, '_reaper.py', 'exec'), {{'__name__': '__main__'}})\n").encode()
+
     def _supervisor(self) -> tuple[_Supervisor, str | None]:
         """The running supervisor, started now if needed; with a note when it had to be restarted."""
         note = None
@@ -469,7 +451,8 @@ class Sandbox:
                     "left by earlier commands are gone]")
         if self._sup is None:
             tasks = self.limits.processes
-            self._sup = _Supervisor(self._argv(), self.root, 4 * tasks + 64 if tasks else None)
+            argv, program = self._argv()
+            self._sup = _Supervisor(argv, program, self.root, 4 * tasks + 64 if tasks else None)
             self._starts += 1
             if self._finalizer is not None:
                 self._finalizer.detach()
@@ -477,8 +460,8 @@ class Sandbox:
         return self._sup, note
 
     def _visiblepreloads(self, env: dict[str, str]) -> dict[str, str]:
-        """``env`` with only the ``LD_PRELOAD`` libraries visible inside bwrap (:attr:`preloaded`)."""
-        if self.mode != "bwrap" or not env.get("LD_PRELOAD"):
+        """``env`` with only the ``LD_PRELOAD`` libraries visible inside the sandbox (:attr:`preloaded`)."""
+        if self.mode == "none" or not env.get("LD_PRELOAD"):
             return env
         hidden = hidden_dirs()
         kept = [lib for lib in env["LD_PRELOAD"].replace(":", " ").split() if not os.path.isabs(lib)
@@ -505,8 +488,7 @@ class Sandbox:
                                                    ("CPU", limits.cpu_seconds if cpu else None)) if value}
         if limits.processes and self.mode == "bwrap" and os.geteuid() != 0:
             rlimits["NPROC"] = 4 * limits.processes  # counted in the sandbox's user namespace
-        if self.mode == "bwrap" and "TMPDIR" in env:
-            env = {**env, "TMPDIR": "/tmp"}
+        env = scrub_env(env, self.allow_env)
         out_r, out_w = os.pipe()
         status_r, status_w = os.pipe()
         control_r, control_w = os.pipe()
@@ -515,6 +497,10 @@ class Sandbox:
                 self._n += 1
                 cid = self._n
                 sup, note = self._supervisor()
+                if self.mode == "bwrap" and "TMPDIR" in env:
+                    env = {**env, "TMPDIR": "/tmp"}
+                elif self.mode == "landlock" and self.tmpdir is not None:  # /tmp is not writable there
+                    env = {**env, "TMPDIR": self.tmpdir}
                 request = {"spawn": cid, "argv": argv, "cwd": str(self.root), "env": self._visiblepreloads(env),
                            "rlimits": rlimits, "max_processes": limits.processes, "grace": grace}
                 try:
@@ -573,14 +559,16 @@ class Sandbox:
             sup.proc.wait(_CLOSE_S)
         self._finish(sup)
 
-    @staticmethod
-    def _finish(sup: _Supervisor) -> None:
+    def _finish(self, sup: _Supervisor) -> None:
         if sup.proc.poll() is None:
             sup.kill_now()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 sup.proc.wait(2.0)
         sup.end_cgroup()
         sup.abandon()
+        if self.tmpdir is not None:  # Landlock's private temporary folder: nothing runs there now
+            shutil.rmtree(self.tmpdir, ignore_errors=True)
+            self.tmpdir = None
 
     @property
     def running(self) -> bool:
