@@ -108,7 +108,7 @@ def run_command(ctx: click.Context, /, suite: str, out: str, concurrency: int, r
         loaded = load_suite(suite)
         tasks = loaded.select(pattern)
     except (EvalError, KimiK3Error) as e:
-        raise click.UsageError(str(e)) from None
+        raise click.UsageError(printable(str(e))) from None
     plain = _PlainProgress()
 
     def extra() -> Sequence[Tool | Toolset]:
@@ -178,7 +178,7 @@ def compare_command(ctx: click.Context, a: str, b: str, max_drop: float) -> None
     try:
         result = compare(a, b, max_drop=max_drop)
     except KimiK3Error as e:
-        click.echo(f"error: {type(e).__name__}: {e}", err=True)
+        _PlainProgress().error(e)
         ctx.exit(1)
     for text in result.lines():
         click.echo(printable(text))

@@ -23,7 +23,9 @@ the application configured (none: the API's no-op provider). kimik3 emits:
 conventions list no value for Moonshot AI, so a custom one in the style of ``mistral_ai``).
 
 A failure sets ``error.type`` (the exception's class name, or ``"tool_error"`` for a tool's error
-result) and the span status ERROR. Message content (``gen_ai.input.messages``,
+result) and the span status ERROR; the exception's message and traceback are recorded with every
+URL in them redacted (:func:`kimik3._text.redact_urls`: no ``user:pw@``, no ``?api-key=`` value).
+Message content (``gen_ai.input.messages``,
 ``gen_ai.output.messages``, ``gen_ai.tool.call.arguments`` / ``result``) is recorded only when
 capture is on: :func:`set_capture_content` or the GenAI instrumentations' environment variable
 ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``; off by default.
@@ -43,6 +45,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
+from ._text import redact_urls
 from .types import AssistantMessage, Message, SystemMessage, TextPart, ToolMessage, UserMessage
 
 __all__ = [
@@ -126,9 +129,13 @@ class Span:
             trace = _api()
             kind = error if isinstance(error, str) else type(error).__name__
             self.span.set_attribute("error.type", kind)
-            if isinstance(error, BaseException):
-                self.span.record_exception(error)
-            self.span.set_status(trace.Status(trace.StatusCode.ERROR, str(error)[:200]))
+            if isinstance(error, BaseException):  # its message and traceback, URLs redacted
+                import traceback
+
+                stack = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+                self.span.record_exception(error, attributes={"exception.message": redact_urls(str(error)),
+                                                              "exception.stacktrace": redact_urls(stack)})
+            self.span.set_status(trace.Status(trace.StatusCode.ERROR, redact_urls(str(error))[:200]))
         self.span.end()
 
     @contextmanager
@@ -345,9 +352,11 @@ def _flush_at_exit(provider: Any, target: str) -> None:
     import sys
     import threading
 
+    from ._text import redact_url
+
     flush = threading.Thread(target=provider.shutdown, name="kimik3-otel-flush", daemon=True)
     flush.start()
     flush.join(EXIT_FLUSH_S)
     if flush.is_alive():
-        print(f"kimik3: the OpenTelemetry collector at {target} did not take the last spans within "
+        print(f"kimik3: the OpenTelemetry collector at {redact_url(target)} did not take the last spans within "
               f"{EXIT_FLUSH_S:g} s; they are dropped", file=sys.stderr)  # fmt: skip

@@ -91,7 +91,7 @@ from ._cli_progress import (
 from ._cli_run import _drive, _drop_unanswered, _execute, _new_session_path, _read_task, _start, approve_command
 from ._cli_serve import serve
 from ._exceptions import KimiK3Error
-from ._text import printable
+from ._text import printable, redact_url, redact_urls
 from .agents import (
     Agent,
     RunHooks,
@@ -533,7 +533,7 @@ def verify_command(ctx: click.Context, base_url: str, model: str | None, api_key
     """
     from ._verify import CheckResult, verify
 
-    click.echo(f"kimik3 verify {base_url}{' --quick' if quick else ''} (timeout {timeout:g} s per request)")
+    click.echo(f"kimik3 verify {redact_url(base_url)}{' --quick' if quick else ''} (timeout {timeout:g} s per request)")
 
     def row(r: CheckResult) -> None:  # each row as it is decided
         mark = r.status.upper() if r.status == "fail" else r.status
@@ -545,7 +545,7 @@ def verify_command(ctx: click.Context, base_url: str, model: str | None, api_key
                         images=not no_images, max_tokens=max_tokens, concurrency=concurrency, timeout=timeout,
                         max_body_bytes=max_body_bytes, progress=row)  # fmt: skip
     except KimiK3Error as e:
-        click.echo(f"kimik3 verify: {type(e).__name__}: {' '.join(str(e).split())}", err=True)
+        click.echo(f"kimik3 verify: {type(e).__name__}: {' '.join(printable(redact_urls(str(e))).split())}", err=True)
         ctx.exit(1)
     fails = len(report.failures())
     if any(r.needs_model for r in report.rows):

@@ -73,6 +73,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError("kimik3.tools.mcp needs the MCP SDK: pip install 'kimik3[mcp]'") from e
 
 from .._exceptions import KimiK3Error, MCPServerError, ToolDefinitionError, ToolTimeoutError, UserError
+from .._text import redact_url
 from ..types import ToolSpec
 from ._failures import FailureText, default_failure_text
 from ._mcp_content import to_tool_result, tool_name, unique_names
@@ -537,7 +538,7 @@ class MCPServerStreamableHTTP(MCPServer):
     Args:
         url: the endpoint, e.g. ``http://127.0.0.1:8000/mcp``.
         headers: sent with every request (e.g. ``{"Authorization": "Bearer ..."}``).
-        name: label (default: the URL).
+        name: label (default: the URL, redacted: no credentials in error lines).
         tool_prefix, timeout, connect_timeout, mode: see :class:`MCPServer`.
     """
 
@@ -552,7 +553,7 @@ class MCPServerStreamableHTTP(MCPServer):
         connect_timeout: float | None = None,
         mode: ConnectMode = "auto",
     ) -> None:
-        super().__init__(name=name or url, tool_prefix=tool_prefix, timeout=timeout,
+        super().__init__(name=name or redact_url(url), tool_prefix=tool_prefix, timeout=timeout,
                          connect_timeout=connect_timeout, mode=mode)
         self.url = url
         self.headers = dict(headers or {})

@@ -42,7 +42,8 @@ def test_the_html_report_is_self_contained_and_escapes_every_task_text() -> None
         "220.0", "110.0", "0.0"]
     assert re.findall(r'width="([0-9.]+)" height="14" class="cost"', page) == ["220.0", "220.0", "220.0"]
     md = render_markdown(summary)
-    assert "\\| a&b" in md and "| 2/2 | 100.0% |" in md and "| t3 |  | 0/2 | 0.0% |" in md
+    assert "<" not in md and "&lt;script&gt;alert(\"x\")&lt;/script&gt; \\| a&amp;b |" in md  # raw HTML is text
+    assert "| 2/2 | 100.0% |" in md and "| t3 |  | 0/2 | 0.0% |" in md
     assert "pass@1 50.0%, pass@2 66.7%" in md  # (1/2 + 1 + 0) / 3 and (1 + 1 + 0) / 3
 
 
@@ -95,3 +96,15 @@ def test_compare_notes_runs_in_different_sandboxes_and_the_report_names_its_own(
         render_markdown(summary)
     assert "<tr><th>sandbox</th><td>none (commands run unsandboxed, with your rights)</td></tr>" in render_html(
         summarize(results({"t1": [True]}), {"sandbox": none}))
+
+
+def test_the_markdown_report_shows_a_task_text_literally_never_as_markup() -> None:
+    # issue 40: raw HTML in report.md; variants: an image (fetched on view), a link, emphasis, a
+    # terminal escape, a cell break
+    name = "<img src=http://evil/x.png> ![p](http://evil/p.png) [l](http://evil) **b** `c` \x1b[31mred|x"
+    summary = summarize(results({name: [True]}), {"suite": "s", "model": "m"})
+    md = render_markdown(summary)
+    row = next(line for line in md.splitlines() if "evil/x.png" in line)
+    assert row.startswith("| &lt;img src=http://evil/x.png&gt; \\!\\[p\\](http://evil/p.png) \\[l\\](http://evil) "
+                          "\\*\\*b\\*\\* \\`c\\` red\\|x |")
+    assert "\x1b" not in md and "<img" not in md
