@@ -40,8 +40,9 @@ collapses whitespace and is cut after 100 characters with ``...``. A ``text`` li
 when the model wrote text beside its calls; the answer may span several lines.
 
 vLLM's, torch's and Python's logs and warnings are hidden unless ``--verbose`` (what vLLM prints
-while it starts goes to ``${KIMIK3_HOME:-~/.kimik3}/logs/vllm.log``). A run that fails before
-the model answered leaves no session file.
+while it starts goes to ``${KIMIK3_HOME:-~/.kimik3}/logs/vllm.log``). A session file, once
+created, is never deleted: a run that fails or is interrupted (Ctrl-C) before the model answered
+keeps the task in it, unanswered, and says how to continue it (``kimik3 resume SESSION -w DIR``).
 
 Exit codes: 0 the run ended (answered, or stopped by a budget: said so), 1 an error (a kimik3
 error is printed on stderr as one line ``error: <Type>: <message>``; ``chat`` goes on and exits
@@ -88,7 +89,7 @@ from ._cli_progress import (
     _progress,
     _typed_error,
 )
-from ._cli_run import _drive, _drop_unanswered, _execute, _new_session_path, _read_task, _start, approve_command
+from ._cli_run import _drive, _execute, _kept_unanswered, _new_session_path, _read_task, _start, approve_command
 from ._cli_serve import serve
 from ._exceptions import KimiK3Error
 from ._text import printable, redact_url, redact_urls
@@ -203,9 +204,9 @@ def _run_agent(o: _Options, workspace: str, task: str | None, history: list[Mess
             await _start(engine, progress, o.verbose)
             result = await _drive(agent, task, history, session, progress)
         finally:
-            if result is None and not existed:
-                _drop_unanswered(session)
             progress.summary(result, session if session.exists() else None)
+            if result is None and not existed and session.exists():  # kept: the task is in it
+                _kept_unanswered(session, workspace, progress)
             await engine.aclose()
         return 0
 
