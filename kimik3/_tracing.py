@@ -202,7 +202,7 @@ def _model_done(span: Span, completion: Any) -> None:
     span.set(
         gen_ai__response__model=completion.model or None,
         gen_ai__response__id=completion.id,
-        gen_ai__response__finish_reasons=[completion.finish_reason],
+        gen_ai__response__finish_reasons=[completion.recorded_finish_reason],
         gen_ai__usage__input_tokens=completion.usage.prompt_tokens,
         gen_ai__usage__output_tokens=completion.usage.completion_tokens,
     )

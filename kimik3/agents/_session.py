@@ -6,7 +6,7 @@ Format, one JSON object per line (UTF-8, each line ends with ``\\n``)::
      "instructions": "...", "tools": ["bash", ...],
      "sandbox": {"mode": "bwrap", ...}}                   (the run hooks' fields, e.g. the sandbox)
     {"message": {<OpenAI-shaped message>}, "usage": {<the model call's usage, assistant messages>},
-     "cost": <its USD cost, when priced>, "finish_reason": "stop" | "length" | "tool_calls"}
+     "cost": <its USD cost, when priced>, "finish_reason": "stop" | "length" | "tool_calls" | "interrupted"}
     {"run_start": {"tools": [<the tool declarations of the prompt's head>], "model": "...",
                    "settings": {<the run's ModelSettings>}}}   (once per run: what its requests carried)
     {"compaction": {"messages": [<the whole history after compaction>], "summary": "..."}}

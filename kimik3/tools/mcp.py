@@ -117,6 +117,11 @@ def _seconds(name: str, value: object) -> float:
     return float(value)
 
 
+MAX_TOOL_PAGES = 1000
+"""The most pages of a tool listing read; a cursor past them (or one given twice) is an
+:class:`~kimik3.MCPServerError`, never a list silently cut (issue 40, A36)."""
+
+
 async def _list_page(client: mcp.Client, cursor: str | None) -> mcp_types.ListToolsResult:
     return await client.list_tools(cursor=cursor)
 
@@ -416,13 +421,21 @@ class MCPServer(Toolset):
     async def _list_all(self) -> list[mcp_types.Tool]:
         tools: list[mcp_types.Tool] = []
         cursor: str | None = None
+        seen: set[str] = set()
         with anyio.move_on_after(self.timeout) as deadline:
-            for _ in range(1000):  # a server whose cursor never ends cannot hang the run
+            for _ in range(MAX_TOOL_PAGES):  # a server whose cursor never ends cannot hang the run
                 page = await self._guarded(functools.partial(_list_page, cursor=cursor))
                 tools.extend(page.tools)
                 cursor = page.next_cursor
                 if cursor is None:
                     break
+                if cursor in seen:  # a cycle: the listing would never end
+                    raise MCPServerError(f"the MCP server {self.name!r} gave the tool-list cursor {cursor[:80]!r} "
+                                         "twice: its listing never ends")
+                seen.add(cursor)
+            else:  # never silently a cut list
+                raise MCPServerError(f"the MCP server {self.name!r} listed more than {MAX_TOOL_PAGES} pages of tools "
+                                     "(its cursor never ends)")
         if deadline.cancelled_caught:
             raise MCPServerError(f"the MCP server {self.name!r} did not list its tools within {self.timeout:g} s")
         return tools
