@@ -91,7 +91,7 @@ from ._cli_progress import (
 )
 from ._cli_run import _drive, _execute, _kept_unanswered, _new_session_path, _read_task, _start, approve_command
 from ._cli_serve import serve
-from ._exceptions import KimiK3Error
+from ._exceptions import KimiK3Error, UserError
 from ._text import printable, redact_url, redact_urls
 from .agents import (
     Agent,
@@ -100,6 +100,7 @@ from .agents import (
     fork_session,
     format_session,
     load_session,
+    read_session_records,
 )
 from .engines import FEATURES, Engine, preflight
 from .harness import CodingHarness, Skills
@@ -301,7 +302,7 @@ def run(ctx: click.Context, /, task: str, workspace: str, session: str | None, *
 @click.option("--workspace", "-w", type=click.Path(exists=True, file_okay=False), default=".", show_default=True,
               help="The directory the coding tools work in.")
 @click.option("--at", "at", type=int, metavar="N",
-              help="Fork: continue from message N (as `kimik3 show` numbers them) in a new session; "
+              help="Fork: continue from message N (0 or more, as `kimik3 show` numbers them) in a new session; "
                    "SESSION is left untouched.")
 @_engine_options
 @harness_options
@@ -320,6 +321,10 @@ def resume(ctx: click.Context, /, session: str, task: str | None, workspace: str
     progress = _progress(o.plain)
     try:
         if at is not None:
+            if at < 0:  # the CLI numbers messages as `kimik3 show` prints them, from 0 (A21)
+                count = sum(1 for r in read_session_records(session) if r.index is not None)
+                raise UserError(f"--at {at} is out of range: {session} holds messages 0..{count - 1} "
+                                "(as `kimik3 show` numbers them)")
             forked = fork_session(session, at, _new_session_path())
             click.echo(f"forked {session} at message {at} into {forked}", err=True)
             session = str(forked)

@@ -230,3 +230,22 @@ async def test_an_embedded_start_leaves_nothing_in_tmp(tmp_path: Path, monkeypat
     # other processes may use /tmp meanwhile: what a start of kimik3 would leave is looked for
     left = {n for n in set(os.listdir("/tmp")) - before if n.startswith(("kimik3-vllm-", "torchinductor_"))}
     assert not private.exists() and left == set()
+
+
+@pytest.mark.parametrize("at", ["-1", "-3", "-99", "3", "99"])
+def test_resume_at_a_message_out_of_range_is_a_user_error_naming_the_range(tmp_path: Path, at: str) -> None:
+    # A21: --at -1 forked silently at the last message (Python's negative index), printed as
+    # "message -1"; the CLI numbers messages as `kimik3 show` does, 0..N-1
+    (tmp_path / "s.json").write_text('["Hello!", "Again."]')
+    env = {"KIMIK3_HOME": str(tmp_path / "home"), **{k: None for k in _CLEAN}}
+    session = str(tmp_path / "one.jsonl")
+    first = CliRunner().invoke(main, ["run", "Hi", "--script", str(tmp_path / "s.json"), "--plain", "--session",
+                                      session, "-w", str(tmp_path), "--sandbox", "none"], env=env)
+    assert first.exit_code == 0, first.output
+    r = CliRunner().invoke(main, ["resume", session, "more", "--at", at, "--script", str(tmp_path / "s.json"),
+                                  "-w", str(tmp_path), "--sandbox", "none"], env=env)
+    assert r.exit_code == 1
+    name = f"--at {at}" if at.startswith("-") else f"message {at}"
+    tail = " (as `kimik3 show` numbers them)" if at.startswith("-") else ""
+    assert r.stderr == f"error: UserError: {name} is out of range: {session} holds messages 0..2{tail}\n"
+    assert sessions(tmp_path / "home") == []  # no fork written
