@@ -35,6 +35,7 @@ is created.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
@@ -310,11 +311,13 @@ class SessionWriter:
             the file (the message names it: ``pid N on host H``; a lock of this process is
             waited for up to 2 s first: a tool's subprocess forked meanwhile shares it until its
             exec); an existing file that is not
-            a kimik3 session or has an odd line (nothing is appended then).
+            a kimik3 session or has an odd line (nothing is appended then); a write that fails
+            (a full disk: the file is left as it was, a new one not left behind empty).
     """
 
     def __init__(self, path: str | os.PathLike[str], header: dict[str, Any] | None = None) -> None:
         self.path = Path(path)
+        existed = self.path.exists()
         self._fd = _open_regular(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND)
         try:
             _lock(self._fd, self.path)
@@ -332,6 +335,9 @@ class SessionWriter:
             else:
                 self.header = _record(self.path, 1, data.split(b"\n", 1)[0])
         except BaseException:
+            if not existed and os.fstat(self._fd).st_size == 0:  # made here, header unwritten (a full
+                with contextlib.suppress(OSError):  # disk): no 0-byte file that is no session
+                    os.unlink(self.path)
             os.close(self._fd)
             raise
 
@@ -358,9 +364,18 @@ class SessionWriter:
         return writer
 
     def _write_bytes(self, data: bytes) -> None:
+        """Append ``data`` whole or not at all: a failed write (ENOSPC: a full disk, EDQUOT, EIO)
+        is cut back to the record before it and is a :class:`SessionError` (issue 40)."""
         view = memoryview(data)
-        while view:
-            view = view[os.write(self._fd, view) :]
+        size = os.fstat(self._fd).st_size
+        try:
+            while view:
+                view = view[os.write(self._fd, view) :]
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, size)  # no torn line
+            raise SessionError(f"cannot write session {self.path}: {e.strerror or e}; nothing of this record "
+                               "was kept") from e
 
     def _write(self, record: dict[str, Any]) -> None:
         text = json.dumps(record, ensure_ascii=False)
