@@ -3,7 +3,6 @@ vLLM's router (``--replicas N --router POLICY``; :class:`~kimik3.engines._cluste
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 import time
@@ -47,6 +46,7 @@ def serve(model_dir: str, vllm_args: tuple[str, ...], host: str, port: int, repl
     vllm-router on PORT in front of them, started together (each replica's /health waited for)
     and stopped together by Ctrl-C, with every process they started.
     """
+    from .engines._cluster import run_supervised
     from .engines._vllm import server_command
 
     if replicas is None and policy is None:
@@ -59,7 +59,7 @@ def serve(model_dir: str, vllm_args: tuple[str, ...], host: str, port: int, repl
         if dry_run:
             return
         sys.stdout.flush()
-        os.execv(cmd[0], cmd)  # the server replaces this process: its signals and exit code are vLLM's
+        sys.exit(run_supervised(cmd))  # its exit code is vLLM's; no process of it outlives this one
     cluster = Cluster(model_dir, replicas=replicas or 1, policy=policy or "consistent_hash", host=host, port=port,
                       vllm_args=vllm_args, router_args=router_arg, log_dir=log_dir)
     try:
