@@ -9,7 +9,8 @@ the application configured (none: the API's no-op provider). kimik3 emits:
   ``gen_ai.agent.name`` (when the agent has one), ``gen_ai.request.model``; at the end
   ``gen_ai.usage.input_tokens`` / ``output_tokens`` summed over the run and ``kimik3.stop_reason``;
 - ``chat {model}`` (one per model call, CLIENT, a child of the run): ``gen_ai.operation.name =
-  "chat"``, ``gen_ai.provider.name``, ``gen_ai.request.model`` / ``temperature`` / ``top_p`` /
+  "chat"``, ``gen_ai.provider.name``, ``server.address`` / ``server.port`` (an endpoint's host
+  and port only: no credentials), ``gen_ai.request.model`` / ``temperature`` / ``top_p`` /
   ``max_tokens`` / ``seed``, ``gen_ai.response.model`` / ``id`` / ``finish_reasons``,
   ``gen_ai.usage.input_tokens`` / ``output_tokens``;
 - ``execute_tool {name}`` (one per tool call, INTERNAL, a child of the run and the current span
@@ -228,10 +229,15 @@ def agent_run(agent_name: str | None, model: str | None) -> AbstractContextManag
     return _ended(_Call(span, _run_done))
 
 
-def model_call(parent: Span | None, model: str | None, request: Any) -> AbstractContextManager[_Call]:
-    """The ``chat {model}`` span of one model call (``request``: a ``ChatRequest``); call
-    ``.done(completion)`` on it."""
+def model_call(parent: Span | None, model: str | None, request: Any,
+               server: str | None = None) -> AbstractContextManager[_Call]:  # fmt: skip
+    """The ``chat {model}`` span of one model call (``request``: a ``ChatRequest``; ``server``:
+    the endpoint's base URL, of which only ``server.address`` / ``server.port`` are recorded,
+    never its userinfo, path or query); call ``.done(completion)`` on it."""
+    address, port = _server(server)
     span = _start(f"chat {model}" if model else "chat", parent, "CLIENT", {
+        "server.address": address,
+        "server.port": port,
         "gen_ai.operation.name": "chat",
         "gen_ai.provider.name": PROVIDER_NAME,
         "gen_ai.request.model": model or None,
@@ -244,6 +250,19 @@ def model_call(parent: Span | None, model: str | None, request: Any) -> Abstract
     if span.recording and capture_content():
         span.set(gen_ai__input__messages=json.dumps(_messages(request.messages), ensure_ascii=False))
     return _ended(_Call(span, _model_done))
+
+
+def _server(url: str | None) -> tuple[str | None, int | None]:
+    """(host, port) of an endpoint's URL, as the conventions' ``server.address`` / ``server.port``."""
+    if not url:
+        return None, None
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        return parts.hostname or None, parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+    except ValueError:
+        return None, None
 
 
 def _tool_name(name: str) -> str:

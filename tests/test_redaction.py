@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from click.testing import CliRunner
@@ -135,3 +136,31 @@ def test_an_exception_with_a_raw_url_is_redacted_on_its_span() -> None:
     shown = [str(done.status.description), *(str(v) for ev in done.events for v in (ev.attributes or {}).values())]
     assert any("http://***@127.0.0.1:" in text for text in shown)
     no_secret(*shown, *(str(v) for v in (done.attributes or {}).values()))
+
+
+async def test_a_model_call_span_to_a_credentialed_endpoint_carries_host_and_port_only() -> None:
+    pytest.importorskip("opentelemetry.sdk", reason="opentelemetry-sdk is not installed")
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):  # the global one (tests/test_tracing.py may have set it)
+        provider = TracerProvider()
+        trace.set_tracer_provider(provider)
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    url = dead_url()
+    engine = RemoteEngine(base_url=url, model="k3")
+    with pytest.raises(APIConnectionError):
+        await Client(engine, max_retries=0).chat([{"role": "user", "content": "hi"}])
+    await engine.aclose()
+    exporter.shutdown()
+    (span,) = [s for s in exporter.get_finished_spans() if s.name == "chat k3"]
+    attributes = dict(span.attributes or {})
+    assert attributes["server.address"] == "127.0.0.1" and attributes["server.port"] == urlsplit(url).port
+    assert attributes["error.type"] == "APIConnectionError"
+    shown = [str(v) for v in attributes.values()] + [str(span.status.description)]
+    shown += [str(v) for ev in span.events for v in (ev.attributes or {}).values()]
+    no_secret(*shown)
