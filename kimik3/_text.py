@@ -7,7 +7,7 @@ exported URL goes through, issue 40). A leaf module: it imports nothing of kimik
 from __future__ import annotations
 
 import re
-from urllib.parse import SplitResult, urlsplit
+from urllib.parse import SplitResult, unquote_plus, urlsplit
 
 __all__ = ["REDACTED", "counted", "printable", "redact_url", "redact_urls", "visible_text"]
 
@@ -79,7 +79,7 @@ _URL_IN_TEXT = re.compile(r"""[A-Za-z][A-Za-z0-9+.-]*://[^\s'"<>`]+""")
 def _params(text: str) -> str:
     def one(m: re.Match[str]) -> str:
         name, eq, value = m.groups()
-        secret = eq and value and _SECRET_NAME.search(re.sub(r"[-_.\[\]]", "", name))
+        secret = eq and value and _SECRET_NAME.search(re.sub(r"[-_.\[\]]", "", unquote_plus(name)))
         return f"{name}{eq}{REDACTED}" if secret else m.group()
 
     return _PARAM.sub(one, text)
@@ -95,7 +95,8 @@ def redact_url(url: str) -> str:
     The one function for a URL that is printed, logged, recorded or exported (error lines, verify
     output, OpenTelemetry spans, eval records; issue 40). Everything before the last ``@`` of the
     authority (up to the first ``?`` or ``#``) goes, also where an unquoted ``/`` in a password
-    hides it from :func:`urllib.parse.urlsplit`. Text without ``://`` is returned as is.
+    hides it from :func:`urllib.parse.urlsplit`; without a scheme, a head before ``@`` (up to the
+    first ``/``) is cut the same way. Parameter names are read percent-decoded (``%6Bey`` is ``key``).
 
     Example: ``redact_url("https://u:pw@h:8000/v1?api-key=s3&model=k3")`` is
     ``"https://***@h:8000/v1?api-key=***&model=k3"``.
@@ -103,8 +104,11 @@ def redact_url(url: str) -> str:
     if not isinstance(url, str):
         url = str(url)
     head, sep, rest = url.partition("://")
+    if not sep:  # no scheme ("user:pw@host:8000/v1"): only a userinfo-looking head is cut
+        first = url.split("/", 1)[0]
+        return f"{REDACTED}@{url[first.rindex('@') + 1:]}" if "@" in first else url
     authority = re.split(r"[?#]", rest, maxsplit=1)[0]
-    if sep and "@" in authority:  # userinfo, also one urlsplit would not see (an unquoted "/" in it)
+    if "@" in authority:  # userinfo, also one urlsplit would not see (an unquoted "/" in it)
         url = f"{head}://{REDACTED}@{rest[authority.rindex('@') + 1:]}"
     try:
         parts = urlsplit(url)

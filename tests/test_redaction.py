@@ -54,6 +54,8 @@ def files_under(folder: Path) -> list[bytes]:
     ("http://u:p/w@host/v1", "http://***@host/v1"),  # an unquoted / hides the userinfo from urlsplit
     ("http://u:pw@[::1:99/x", "http://***@[::1:99/x"),  # not a valid URL: still redacted
     ("h:8000/v1", "h:8000/v1"),
+    ("u:pw@h:8000/v1?x=1", "***@h:8000/v1?x=1"),  # no scheme
+    ("http://h/v1?%6Bey=s1&api%2Dkey=s2&plain=1", "http://h/v1?%6Bey=***&api%2Dkey=***&plain=1"),  # encoded names
 ])
 def test_redact_url(url: str, shown: str) -> None:
     assert redact_url(url) == shown
