@@ -152,6 +152,9 @@ class VLLMEngine(TokenEngine):
             self._temp = tempfile.mkdtemp(prefix="kimik3-vllm-")
             self._remove_temp = functools.partial(shutil.rmtree, self._temp, ignore_errors=True)
             atexit.register(self._remove_temp)  # also when aclose is never called
+        saved = tempfile.tempdir  # vLLM asks tempfile in this process too (cached: set it, not only TMPDIR)
+        if "TMPDIR" in self._temp_env():
+            tempfile.tempdir = self._temp
         try:
             with quiet:  # vLLM prints from its import on (and its processes inherit the output)
                 self._llm = self._build()
@@ -159,6 +162,8 @@ class VLLMEngine(TokenEngine):
             raise
         except Exception as e:  # OSError, pydantic's ValidationError, vLLM's RuntimeError, ...
             raise EngineError(start_failure(e, self.log_path)) from e
+        finally:
+            tempfile.tempdir = saved
 
     def _build(self) -> Any:
         try:
