@@ -119,7 +119,8 @@ def test_request_timeout_is_for_an_endpoint(tmp_path: Path) -> None:
     assert r.exit_code == 2 and "'nan' is not a finite number." in r.output
     for command in ("run", "resume", "chat"):
         assert "--request-timeout SECONDS" in CliRunner().invoke(main, [command, "--help"]).output
-    assert "--request-timeout SECONDS" in CliRunner().invoke(main, ["eval", "run", "--help"]).output
+    for command in ("run", "replay"):
+        assert "--request-timeout SECONDS" in CliRunner().invoke(main, ["eval", command, "--help"]).output
 
 
 # -- the embedded engine's start -------------------------------------------------------------
