@@ -109,6 +109,7 @@ class _Options:
     price: Pricing | None = None
     mcp: tuple[str, ...] = ()
     mcp_timeout: float | None = None
+    request_timeout: float | None = None
     otel: str | None = None
     plan: bool = False
     verbose: bool = False
@@ -220,6 +221,9 @@ def _engine_options(f: F) -> F:
         click.option("--mcp-timeout", type=FiniteFloat(min=0, min_open=True, max=86400), metavar="SECONDS",
                      help="Time limit of each MCP request: opening a server, a tool listing, a tool call "
                           "(default 60)."),
+        click.option("--request-timeout", type=FiniteFloat(min=0, min_open=True, max=86400), metavar="SECONDS",
+                     help="Time limit of each model request to --base-url, sending to last byte (default 600); "
+                          "a hung server then ends the run with an APITimeoutError (a retry is a new request)."),
         click.option("--otel", metavar="console | URL", callback=_check_otel,
                      help="Export OpenTelemetry spans (run, model calls, tool calls) to the console (stderr) "
                           "or an OTLP/HTTP endpoint, e.g. http://127.0.0.1:4318."),
@@ -305,6 +309,9 @@ def _build_engine(o: _Options) -> Engine:
     if source != "model_path" and embedded:
         names = ", ".join("--" + n.replace("_", "-") for n in embedded)
         raise click.UsageError(f"{names} apply only to the embedded engine (--model-path)")
+    if source != "base_url" and o.request_timeout is not None:
+        raise click.UsageError("--request-timeout applies only to an endpoint (--base-url)")
+    timeout = 600.0 if o.request_timeout is None else o.request_timeout  # the engines' own default
     if source == "script":
         assert o.script is not None
         return ScriptedEngine(_load_script(o.script))
@@ -322,11 +329,11 @@ def _build_engine(o: _Options) -> Engine:
             click.echo(f"preset {o.preset}: {engine.preset.name} for {engine.preset.reason}", err=True)
         return engine
     if o.mode != "raw":
-        return RemoteEngine(base_url=o.base_url, api_key=o.api_key, model=o.model)
+        return RemoteEngine(base_url=o.base_url, api_key=o.api_key, model=o.model, timeout=timeout)
     if o.tokenizer is None:
         raise click.UsageError("--mode raw needs --tokenizer DIR (a K3 model directory)")
     raw = RemoteCompletionsEngine(base_url=o.base_url, api_key=o.api_key, model=o.model, tokenizer=o.tokenizer,
-                                  max_model_len=o.max_model_len)
+                                  max_model_len=o.max_model_len, timeout=timeout)
     return raw.with_chat_for_images()  # completions take no images: those go through chat completions
 
 

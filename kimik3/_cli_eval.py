@@ -117,7 +117,7 @@ def run_command(ctx: click.Context, /, suite: str, out: str, concurrency: int, r
         loaded = load_suite(suite)
         tasks = loaded.select(pattern)
     except (EvalError, KimiK3Error) as e:
-        raise click.UsageError(str(e)) from None
+        raise click.UsageError(printable(str(e))) from None
     plain = _PlainProgress()
 
     def extra() -> Sequence[Tool | Toolset]:
@@ -189,7 +189,7 @@ def compare_command(ctx: click.Context, a: str, b: str, max_drop: float) -> None
     try:
         result = compare(a, b, max_drop=max_drop)
     except KimiK3Error as e:
-        click.echo(f"error: {type(e).__name__}: {e}", err=True)
+        _PlainProgress().error(e)
         ctx.exit(1)
     for text in result.lines():
         click.echo(printable(text))
@@ -220,11 +220,13 @@ def _session_files(paths: Sequence[str]) -> list[Path]:
               help="Write replay.jsonl (one row per request) and replay-summary.json here.")
 @click.option("--min-f1", type=FiniteFloat(0, 1), help="Exit 1 when tool_call_f1 is below this.")
 @click.option("--min-schema-accuracy", type=FiniteFloat(0, 1), help="Exit 1 when schema_accuracy is below this.")
+@click.option("--request-timeout", type=FiniteFloat(min=0, min_open=True, max=86400), default=600.0,
+              show_default=True, metavar="SECONDS", help="Time limit of each request, sending to last byte.")
 @click.pass_context
 def replay_command(ctx: click.Context, sessions: tuple[str, ...], base_url: str, api_key: str | None,
                    model: str | None, mode: str, tokenizer: str | None, concurrency: int, temperature: float | None,
                    max_tokens: int | None, out: str | None, min_f1: float | None,
-                   min_schema_accuracy: float | None) -> None:  # fmt: skip
+                   min_schema_accuracy: float | None, request_timeout: float) -> None:  # fmt: skip
     """Send the model requests recorded in SESSIONS (files, or folders searched for *.jsonl) to
     an endpoint again and score each answer's structure against the recorded one: tool call
     made or not, tool names, arguments valid against the declared schemas, finish reasons.
@@ -242,10 +244,10 @@ def replay_command(ctx: click.Context, sessions: tuple[str, ...], base_url: str,
         ctx.exit(1)
     if not requests:
         raise click.UsageError("the sessions hold no recorded model request")
-    engine: Engine = RemoteEngine(base_url=base_url, api_key=api_key, model=model)
+    engine: Engine = RemoteEngine(base_url=base_url, api_key=api_key, model=model, timeout=request_timeout)
     if mode == "raw":
-        engine = RemoteCompletionsEngine(base_url=base_url, api_key=api_key, model=model,
-                                         tokenizer=tokenizer).with_chat_for_images()
+        engine = RemoteCompletionsEngine(base_url=base_url, api_key=api_key, model=model, tokenizer=tokenizer,
+                                         timeout=request_timeout).with_chat_for_images()
 
     def row(r: Any) -> None:
         if r.error or r.skipped:

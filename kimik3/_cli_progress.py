@@ -19,7 +19,7 @@ from rich.text import Text
 from ._exceptions import APIConnectionError, APITimeoutError, KimiK3Error
 from ._models import MOONSHOT_HOSTS
 from ._pricing import format_usd
-from ._text import counted, printable, shown_json
+from ._text import counted, printable, redact_urls, shown_json
 from .agents import (
     AgentEvent,
     CompactionEvent,
@@ -122,7 +122,8 @@ def _spend(usage: Usage, cost: float | None) -> str:
 
 
 def _one_line(e: BaseException) -> str:
-    message = " ".join(str(e).split())
+    """``Type: message`` on one line: URLs redacted, terminal controls dropped."""
+    message = " ".join(printable(redact_urls(str(e))).split())
     line = f"{type(e).__name__}: {message}" if message else type(e).__name__
     return line + _hint(e)
 

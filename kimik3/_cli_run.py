@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import json
 import shlex
+import signal
 import sys
+import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import anyio
@@ -37,7 +41,8 @@ from .agents import (
 )
 from .engines import Engine, VLLMEngine
 from .engines._quiet import kimik3_home, output_to, vllm_log_path
-from .types import AssistantMessage, Message
+from .engines._vllm import start_failure
+from .types import Message, UserMessage
 
 _home = kimik3_home
 
@@ -100,29 +105,65 @@ async def _start(engine: Engine, progress: _Progress, verbose: bool = True) -> N
     Unless ``verbose``, what vLLM and its processes write to stdout / stderr while it starts (and
     later, from the processes started then) goes to ``${KIMIK3_HOME:-~/.kimik3}/logs/vllm.log``
     (:mod:`kimik3.engines._quiet`; the engine's own ``verbose=False`` does the same).
+
+    Raises:
+        KeyboardInterrupt: Ctrl-C while it started (vLLM's processes got it too and the start
+            failed for it: an interruption, exit 130, not an engine error).
+        EngineError: it did not start (:meth:`~kimik3.engines.VLLMEngine.start`).
     """
     if not isinstance(engine, VLLMEngine):
         return
     log = None if verbose else engine.log_path or vllm_log_path()
     progress.note(f"starting vLLM with {engine.engine_args['model']} ...")
-    try:
-        with output_to(log if engine.log_path is None else None):  # a quiet engine redirects itself
-            await engine.start()
-    except KimiK3Error:
-        raise
-    except Exception as e:  # vLLM raises anything from ValueError to RuntimeError here
-        where = f" (vLLM's log: {log})" if log is not None else ""
-        raise EngineError(f"vLLM did not start: {e}{where}") from e
+    with _sigint_seen() as seen:
+        try:
+            with output_to(log if engine.log_path is None else None):  # a quiet engine redirects itself
+                await engine.start()
+        except Exception as e:
+            if seen:
+                raise KeyboardInterrupt from None
+            if isinstance(e, KimiK3Error):
+                raise
+            raise EngineError(start_failure(e, log)) from e
+    if seen:  # started all the same: the run is not wanted
+        raise KeyboardInterrupt
 
 
-def _drop_unanswered(session: Path) -> None:
-    """Remove a session file this run created when the model never answered in it (the run
-    failed before: no engine, a dead endpoint), so failed starts leave no sessions behind."""
+@contextmanager
+def _sigint_seen() -> Iterator[list[int]]:
+    """A list that gets an item when SIGINT arrives inside the block (the handler before it still
+    runs: asyncio's cancels the main task). Outside the main thread: never filled."""
+    seen: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield seen
+        return
+    previous = signal.getsignal(signal.SIGINT)
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        seen.append(signum)
+        if callable(previous):
+            previous(signum, frame)
+        elif previous == signal.SIG_DFL:
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, handler)
     try:
-        if not any(isinstance(m, AssistantMessage) for m in load_session(session)):
-            session.unlink()
+        yield seen
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _kept_unanswered(session: Path, workspace: str, progress: _Progress) -> None:
+    """After a run that failed or was interrupted before the model answered: the session it
+    created stays (never deleted: the task typed is in it, unanswered); say how to go on."""
+    try:
+        history = load_session(session)
     except (KimiK3Error, OSError):
-        pass  # unreadable or already gone: leave it as it is
+        return  # unreadable or gone: nothing to continue
+    if history and isinstance(history[-1], UserMessage):
+        path, folder = str(session.absolute()), str(Path(workspace).absolute())  # runnable from anywhere
+        progress.note(f"the task is kept, unanswered, in {path}; continue with: "
+                      f"kimik3 resume {shlex.quote(path)} -w {shlex.quote(folder)}")
 
 
 def session_workspace(log: SessionLog, given: str | None) -> str:

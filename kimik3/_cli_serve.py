@@ -52,6 +52,7 @@ def serve(model_dir: str, vllm_args: tuple[str, ...], host: str, port: int, repl
     vllm-router on PORT in front of them, started together (each replica's /health waited for)
     and stopped together by Ctrl-C, with every process they started.
     """
+    from .engines._cluster import run_supervised
     from .engines._vllm import server_command
 
     if replicas is None and policy is None:
@@ -64,9 +65,9 @@ def serve(model_dir: str, vllm_args: tuple[str, ...], host: str, port: int, repl
         if dry_run:
             return
         sys.stdout.flush()
-        # the server replaces this process: its signals and exit code are vLLM's; without the
-        # resource tracker's leak report at Ctrl-C (engines/_quiet.py: LEAK_WARNINGS)
-        os.execve(cmd[0], cmd, without_leak_warnings(dict(os.environ)))
+        # its exit code is vLLM's; no process of it outlives this one; without the resource
+        # tracker's leak report at Ctrl-C (engines/_quiet.py: LEAK_WARNINGS)
+        sys.exit(run_supervised(cmd, without_leak_warnings(dict(os.environ))))
     cluster = Cluster(model_dir, replicas=replicas or 1, policy=policy or "consistent_hash", host=host, port=port,
                       vllm_args=vllm_args, router_args=router_arg, log_dir=log_dir, keep_logs=keep_logs)
     try:

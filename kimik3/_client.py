@@ -191,7 +191,8 @@ class Client:
 
     async def _traced(self, request: ChatRequest, prompt_cache: PromptCache | None, parent: Span | None) -> CallSource:
         completion: ChatCompletion | None = None
-        with _tracing.model_call(parent, self.model, request) as span:
+        endpoint = getattr(self.engine, "endpoint", None)  # a remote engine's: its host and port go on the span
+        with _tracing.model_call(parent, self.model, request, getattr(endpoint, "base_url", None)) as span:
             async with contextlib.aclosing(self._with_retries(request, prompt_cache)) as source:
                 async for item in source:
                     if isinstance(item, ChatCompletion):

@@ -13,13 +13,23 @@ import os
 import stat
 from typing import IO
 
-__all__ = ["NotRegularFileError", "open_regular", "read_regular_bytes"]
+__all__ = ["FileTooLargeError", "NotRegularFileError", "open_regular", "read_regular_bytes"]
 
 
 class NotRegularFileError(OSError):
     """The path names something other than a regular file (a FIFO, device, socket, directory).
 
     An ``OSError`` so callers that already turn read errors into their typed error keep doing so.
+    """
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+class FileTooLargeError(OSError):
+    """A file is larger than the bound its reader set (:func:`read_regular_bytes`'s ``max_bytes``).
+
+    An ``OSError`` for the same reason as :class:`NotRegularFileError`.
     """
 
     def __str__(self) -> str:
@@ -57,12 +67,23 @@ def open_regular(path: str | os.PathLike[str]) -> IO[bytes]:
         raise
 
 
-def read_regular_bytes(path: str | os.PathLike[str]) -> bytes:
+def read_regular_bytes(path: str | os.PathLike[str], max_bytes: int | None = None) -> bytes:
     """The bytes of a regular file (see :func:`open_regular` for what is refused).
+
+    Args:
+        path: the file's path.
+        max_bytes: the most bytes read; a larger file is refused before it is read whole (a
+            link to a huge or sparse file cannot exhaust memory). None: no bound.
 
     Raises:
         NotRegularFileError: not a regular file.
+        FileTooLargeError: more than ``max_bytes`` bytes.
         OSError: the file cannot be read.
     """
     with open_regular(path) as f:
-        return f.read()
+        if max_bytes is None:
+            return f.read()
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise FileTooLargeError(0, f"{os.fspath(path)!r} is larger than {max_bytes:,} bytes", os.fspath(path))
+    return data

@@ -1,7 +1,8 @@
 """Text helpers shared by messages, tools and the CLI: visible escapes for lone surrogates
 (:func:`visible_text`), terminal-safe model text (:func:`printable`), whole escaped JSON for a
-person to decide on (:func:`shown_json`) and counts with their noun
-(:func:`counted`: ``1 turn``, ``2 turns``). A leaf module: it
+person to decide on (:func:`shown_json`), counts with their noun (:func:`counted`: ``1 turn``,
+``2 turns``) and URLs without their credentials (:func:`redact_url`, :func:`redact_urls`: the one
+place every printed, logged, recorded or exported URL goes through, issue 40). A leaf module: it
 imports nothing of kimik3."""
 
 from __future__ import annotations
@@ -9,8 +10,9 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
+from urllib.parse import SplitResult, unquote_plus, urlsplit
 
-__all__ = ["counted", "printable", "shown_json", "shown_text", "visible_text"]
+__all__ = ["REDACTED", "counted", "printable", "redact_url", "redact_urls", "shown_json", "shown_text", "visible_text"]
 
 _SURROGATE_RE = re.compile("[\ud800-\udfff]")
 
@@ -108,3 +110,73 @@ def shown_text(text: str, *, width: int = 100, indent: str = "    ") -> str:
         size += len(unit)
     lines.append("".join(line))
     return ("\n" + indent).join(lines)
+
+
+REDACTED = "***"
+"""What stands for a credential in a redacted URL."""
+
+# a query or fragment parameter whose name holds one of these (case-insensitive, ``-`` / ``_`` /
+# ``.`` ignored) carries a credential: api-key, api_key, apikey, key, token, access_token, sig,
+# signature, password, secret, client_secret, auth, authorization, X-Amz-Credential, jwt, ...
+_SECRET_NAME = re.compile(r"key|token|secret|sig|pass|pwd|auth|credential|jwt|cookie|session|code", re.I)
+_PARAM = re.compile(r"([^&;=]*)(=?)([^&;]*)")
+# a URL inside free text: a scheme, ``://`` and what follows up to a space, quote or bracket
+_URL_IN_TEXT = re.compile(r"""[A-Za-z][A-Za-z0-9+.-]*://[^\s'"<>`]+""")
+
+
+def _params(text: str) -> str:
+    def one(m: re.Match[str]) -> str:
+        name, eq, value = m.groups()
+        secret = eq and value and _SECRET_NAME.search(re.sub(r"[-_.\[\]]", "", unquote_plus(name)))
+        return f"{name}{eq}{REDACTED}" if secret else m.group()
+
+    return _PARAM.sub(one, text)
+
+
+def redact_url(url: str) -> str:
+    """``url`` without the credentials it may carry: its userinfo (``user:pw@``) and the values of
+    query and fragment parameters whose names look secret (``api-key``, ``api_key``, ``key``,
+    ``token``, ``access_token``, ``sig``, ``signature``, ``password``, ``secret``, ``auth``, ...:
+    a name holding ``key``, ``token``, ``secret``, ``sig``, ``pass``, ``pwd``, ``auth``,
+    ``credential``, ``jwt``, ``cookie``, ``session`` or ``code``) each become :data:`REDACTED`.
+
+    The one function for a URL that is printed, logged, recorded or exported (error lines, verify
+    output, OpenTelemetry spans, eval records; issue 40). Everything before the last ``@`` of the
+    authority (up to the first ``?`` or ``#``) goes, also where an unquoted ``/`` in a password
+    hides it from :func:`urllib.parse.urlsplit`; without a scheme, a head before ``@`` (up to the
+    first ``/``) is cut the same way. Parameter names are read percent-decoded (``%6Bey`` is ``key``).
+
+    Example: ``redact_url("https://u:pw@h:8000/v1?api-key=s3&model=k3")`` is
+    ``"https://***@h:8000/v1?api-key=***&model=k3"``.
+    """
+    if not isinstance(url, str):
+        url = str(url)
+    head, sep, rest = url.partition("://")
+    if not sep:  # no scheme ("user:pw@host:8000/v1"): only a userinfo-looking head is cut
+        first = url.split("/", 1)[0]
+        return f"{REDACTED}@{url[first.rindex('@') + 1:]}" if "@" in first else url
+    authority = re.split(r"[?#]", rest, maxsplit=1)[0]
+    if "@" in authority:  # userinfo, also one urlsplit would not see (an unquoted "/" in it)
+        url = f"{head}://{REDACTED}@{rest[authority.rindex('@') + 1:]}"
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # an invalid port or IPv6 literal: the userinfo is gone already
+        return url
+    if not parts.netloc or not (parts.query or parts.fragment):
+        return url
+    out = SplitResult(parts.scheme, parts.netloc, parts.path, _params(parts.query), _params(parts.fragment))
+    return out.geturl()
+
+
+def redact_urls(text: str) -> str:
+    """``text`` with every URL in it (``scheme://...`` up to a space, quote or bracket) passed
+    through :func:`redact_url`: an exception's message, a log line, a traceback."""
+    if "://" not in text:
+        return text
+
+    def one(m: re.Match[str]) -> str:
+        found = m.group()
+        url = found.rstrip(".,:;!)]}")  # the sentence's punctuation after the URL stays
+        return redact_url(url) + found[len(url):]
+
+    return _URL_IN_TEXT.sub(one, text)

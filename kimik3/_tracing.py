@@ -9,7 +9,8 @@ the application configured (none: the API's no-op provider). kimik3 emits:
   ``gen_ai.agent.name`` (when the agent has one), ``gen_ai.request.model``; at the end
   ``gen_ai.usage.input_tokens`` / ``output_tokens`` summed over the run and ``kimik3.stop_reason``;
 - ``chat {model}`` (one per model call, CLIENT, a child of the run): ``gen_ai.operation.name =
-  "chat"``, ``gen_ai.provider.name``, ``gen_ai.request.model`` / ``temperature`` / ``top_p`` /
+  "chat"``, ``gen_ai.provider.name``, ``server.address`` / ``server.port`` (an endpoint's host
+  and port only: no credentials), ``gen_ai.request.model`` / ``temperature`` / ``top_p`` /
   ``max_tokens`` / ``seed``, ``gen_ai.response.model`` / ``id`` / ``finish_reasons``,
   ``gen_ai.usage.input_tokens`` / ``output_tokens``;
 - ``execute_tool {name}`` (one per tool call, INTERNAL, a child of the run and the current span
@@ -50,7 +51,9 @@ Both carry ``gen_ai.operation.name``, ``gen_ai.provider.name``, ``gen_ai.request
 conventions list no value for Moonshot AI, so a custom one in the style of ``mistral_ai``).
 
 A failure sets ``error.type`` (the exception's class name, or ``"tool_error"`` for a tool's error
-result) and the span status ERROR. Message content (``gen_ai.input.messages``,
+result) and the span status ERROR; the exception's message and traceback are recorded with every
+URL in them redacted (:func:`kimik3._text.redact_urls`: no ``user:pw@``, no ``?api-key=`` value).
+Message content (``gen_ai.input.messages``,
 ``gen_ai.output.messages``, ``gen_ai.tool.call.arguments`` / ``result``) is recorded only when
 capture is on: :func:`set_capture_content` or the GenAI instrumentations' environment variable
 ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``; off by default.
@@ -72,6 +75,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
+from ._text import redact_urls
 from .types import AssistantMessage, Message, SystemMessage, TextPart, ToolMessage, UserMessage
 
 __all__ = [
@@ -221,9 +225,13 @@ class Span:
             trace = _api()
             kind = error if isinstance(error, str) else type(error).__name__
             self.span.set_attribute("error.type", kind)
-            if isinstance(error, BaseException):
-                self.span.record_exception(error)
-            self.span.set_status(trace.Status(trace.StatusCode.ERROR, str(error)[:200]))
+            if isinstance(error, BaseException):  # its message and traceback, URLs redacted
+                import traceback
+
+                stack = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+                self.span.record_exception(error, attributes={"exception.message": redact_urls(str(error)),
+                                                              "exception.stacktrace": redact_urls(stack)})
+            self.span.set_status(trace.Status(trace.StatusCode.ERROR, redact_urls(str(error))[:200]))
         self.span.end()
 
     @contextmanager
@@ -298,7 +306,7 @@ def _model_done(span: Span, completion: Any) -> None:
     span.set(
         gen_ai__response__model=completion.model or None,
         gen_ai__response__id=completion.id,
-        gen_ai__response__finish_reasons=[completion.finish_reason],
+        gen_ai__response__finish_reasons=[completion.recorded_finish_reason],
         gen_ai__usage__input_tokens=completion.usage.prompt_tokens,
         gen_ai__usage__output_tokens=completion.usage.completion_tokens,
         **_cache_usage(completion.usage),
@@ -326,14 +334,16 @@ def agent_run(agent_name: str | None, model: str | None) -> AbstractContextManag
 
 
 @contextmanager
-def model_call(parent: Span | None, model: str | None, request: Any) -> Iterator[_Call]:
-    """The ``chat {model}`` span of one model call (``request``: a ``ChatRequest``); call
-    ``.done(completion)`` on it. On leaving, the call's metrics are recorded (the module docstring)."""
+def model_call(parent: Span | None, model: str | None, request: Any, server: str | None = None) -> Iterator[_Call]:
+    """The ``chat {model}`` span of one model call (``request``: a ``ChatRequest``; ``server``:
+    the endpoint's base URL, of which only ``server.address`` / ``server.port`` are recorded,
+    never its userinfo, path or query); call ``.done(completion)`` on it. On leaving, the call's
+    metrics are recorded (the module docstring)."""
     started = time.monotonic()
     error: str | None = None
     call: _Call | None = None
     try:
-        with _model_span(parent, model, request) as call:
+        with _model_span(parent, model, request, server) as call:
             yield call
     except Exception as e:
         error = type(e).__name__
@@ -348,8 +358,12 @@ def model_call(parent: Span | None, model: str | None, request: Any) -> Iterator
         _record_call(model, outcome, time.monotonic() - started, error)
 
 
-def _model_span(parent: Span | None, model: str | None, request: Any) -> AbstractContextManager[_Call]:
+def _model_span(parent: Span | None, model: str | None, request: Any,
+                server: str | None) -> AbstractContextManager[_Call]:  # fmt: skip
+    address, port = _server(server)
     span = _start(f"chat {model}" if model else "chat", parent, "CLIENT", {
+        "server.address": address,
+        "server.port": port,
         "gen_ai.operation.name": "chat",
         "gen_ai.provider.name": PROVIDER_NAME,
         "gen_ai.request.model": model or None,
@@ -362,6 +376,19 @@ def _model_span(parent: Span | None, model: str | None, request: Any) -> Abstrac
     if span.recording and capture_content():
         span.set(gen_ai__input__messages=json.dumps(_messages(request.messages), ensure_ascii=False))
     return _ended(_Call(span, _model_done))
+
+
+def _server(url: str | None) -> tuple[str | None, int | None]:
+    """(host, port) of an endpoint's URL, as the conventions' ``server.address`` / ``server.port``."""
+    if not url:
+        return None, None
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        return parts.hostname or None, parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+    except ValueError:
+        return None, None
 
 
 def _tool_name(name: str) -> str:
@@ -512,9 +539,11 @@ def _flush_at_exit(provider: Any, target: str) -> None:
     import sys
     import threading
 
+    from ._text import redact_url
+
     flush = threading.Thread(target=provider.shutdown, name="kimik3-otel-flush", daemon=True)
     flush.start()
     flush.join(EXIT_FLUSH_S)
     if flush.is_alive():
-        print(f"kimik3: the OpenTelemetry collector at {target} did not take the last spans within "
+        print(f"kimik3: the OpenTelemetry collector at {redact_url(target)} did not take the last spans within "
               f"{EXIT_FLUSH_S:g} s; they are dropped", file=sys.stderr)  # fmt: skip

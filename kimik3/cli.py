@@ -40,8 +40,9 @@ collapses whitespace and is cut after 100 characters with ``...``. A ``text`` li
 when the model wrote text beside its calls; the answer may span several lines.
 
 vLLM's, torch's and Python's logs and warnings are hidden unless ``--verbose`` (what vLLM prints
-while it starts goes to ``${KIMIK3_HOME:-~/.kimik3}/logs/vllm.log``). A run that fails before
-the model answered leaves no session file.
+while it starts goes to ``${KIMIK3_HOME:-~/.kimik3}/logs/vllm.log``). A session file, once
+created, is never deleted: a run that fails or is interrupted (Ctrl-C) before the model answered
+keeps the task in it, unanswered, and says how to continue it (``kimik3 resume SESSION -w DIR``).
 
 Exit codes: 0 the run ended (answered, or stopped by a budget: said so), 1 an error (a kimik3
 error is printed on stderr as one line ``error: <Type>: <message>``; ``chat`` goes on and exits
@@ -94,8 +95,8 @@ from ._cli_progress import (
 )
 from ._cli_run import (
     _drive,
-    _drop_unanswered,
     _execute,
+    _kept_unanswered,
     _new_session_path,
     _read_task,
     _start,
@@ -103,9 +104,9 @@ from ._cli_run import (
     session_workspace,
 )
 from ._cli_serve import serve
-from ._exceptions import KimiK3Error
+from ._exceptions import KimiK3Error, UserError
 from ._pricing import format_usd
-from ._text import printable
+from ._text import printable, redact_url, redact_urls
 from .agents import (
     Agent,
     RunHooks,
@@ -220,9 +221,9 @@ def _run_agent(o: _Options, workspace: str, task: str | None, history: list[Mess
             await check_prices(o, engine)  # --max-usd without prices: refused before any model call
             result = await _drive(agent, task, history, session, progress)
         finally:
-            if result is None and not existed:
-                _drop_unanswered(session)
             progress.summary(result, session if session.exists() else None)
+            if result is None and not existed and session.exists():  # kept: the task is in it
+                _kept_unanswered(session, workspace, progress)
             await engine.aclose()
         return 0
 
@@ -318,7 +319,7 @@ def run(ctx: click.Context, /, task: str, workspace: str, session: str | None, *
               help="The directory the coding tools work in (default: the one SESSION records; a different one "
                    "is refused).")
 @click.option("--at", "at", type=int, metavar="N",
-              help="Fork: continue from message N (as `kimik3 show` numbers them) in a new session; "
+              help="Fork: continue from message N (0 or more, as `kimik3 show` numbers them) in a new session; "
                    "SESSION is left untouched.")
 @_engine_options
 @harness_options
@@ -337,6 +338,10 @@ def resume(ctx: click.Context, /, session: str, task: str | None, workspace: str
     progress = _progress(o.plain)
     try:
         if at is not None:
+            if at < 0:  # the CLI numbers messages as `kimik3 show` prints them, from 0 (A21)
+                count = sum(1 for r in read_session_records(session) if r.index is not None)
+                raise UserError(f"--at {at} is out of range: {session} holds messages 0..{count - 1} "
+                                "(as `kimik3 show` numbers them)")
             forked = fork_session(session, at, _new_session_path())
             click.echo(f"forked {session} at message {at} into {forked}", err=True)
             session = str(forked)
@@ -572,7 +577,7 @@ def verify_command(ctx: click.Context, base_url: str, model: str | None, api_key
     """
     from ._verify import CheckResult, verify
 
-    click.echo(f"kimik3 verify {base_url}{' --quick' if quick else ''} (timeout {timeout:g} s per request)")
+    click.echo(f"kimik3 verify {redact_url(base_url)}{' --quick' if quick else ''} (timeout {timeout:g} s per request)")
 
     started = time.monotonic()
 
@@ -589,7 +594,7 @@ def verify_command(ctx: click.Context, base_url: str, model: str | None, api_key
                         images=not no_images, max_tokens=max_tokens, concurrency=concurrency, timeout=timeout,
                         max_body_bytes=max_body_bytes, progress=row, on_step=step)  # fmt: skip
     except KimiK3Error as e:
-        click.echo(f"kimik3 verify: {type(e).__name__}: {' '.join(str(e).split())}", err=True)
+        click.echo(f"kimik3 verify: {type(e).__name__}: {' '.join(printable(redact_urls(str(e))).split())}", err=True)
         ctx.exit(1)
     fails = len(report.failures())
     if any(r.needs_model for r in report.rows):

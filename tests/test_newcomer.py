@@ -1,6 +1,6 @@
 """What a new user meets first (issue 16), offline: the README's offline snippet, the make targets'
 install steps, `kimik3 serve --dry-run`, the CPU KV-cache default, scripted plain answers on the
-command line, and failed runs leaving no session file. The same paths against real engines:
+command line, and failed runs keeping the typed task in their session (issue 40). The same paths against real engines:
 tests/real/test_newcomer_*.py."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from kimik3.agents import load_session
 from kimik3.cli import main
 from kimik3.engines._vllm import cpu_kv_cache_bytes
 from tests.real.newcomer import ROOT, offline_snippet, own_tool_snippet, sdk_snippet
@@ -188,15 +189,18 @@ def test_a_plain_scripted_reply_is_the_answer_on_the_command_line(tmp_path: Path
 
 
 @pytest.mark.parametrize("session", [None, "mine.jsonl"])
-def test_a_run_that_never_reached_the_model_leaves_no_session(tmp_path: Path, session: str | None) -> None:
+def test_a_run_that_never_reached_the_model_keeps_the_task(tmp_path: Path, session: str | None) -> None:
+    # issue 40: a session, once created, is never deleted; the typed task stays in it, unanswered
     extra = ["--session", session] if session else []
     run = run_cli(tmp_path, "run", "Hi", "--plain", "--base-url", "http://127.0.0.1:9/v1", "--model", "k3", *extra)
     assert run.returncode == 1
     assert run.stderr.splitlines() == [
         "error: APIConnectionError: cannot reach the endpoint http://127.0.0.1:9/v1: Connection error. "
         "(is the server running? `kimik3 serve MODEL_DIR` starts one)"]
-    assert "session:" not in run.stdout
-    assert sessions(tmp_path) == [] and not (tmp_path / "mine.jsonl").exists()
+    kept = tmp_path / "mine.jsonl" if session else sessions(tmp_path)[0]
+    assert [m.content for m in load_session(kept) if m.role == "user"] == ["Hi"]
+    assert run.stdout.splitlines()[-1] == (f"the task is kept, unanswered, in {kept}; continue with: "
+                                           f"kimik3 resume {kept} -w {tmp_path}")
 
 
 def test_a_failed_resume_keeps_its_session(tmp_path: Path) -> None:

@@ -28,6 +28,7 @@ import jsonschema
 
 from .._exceptions import KimiK3Error, UserError
 from .._models import KIMI_CODE_HOSTS, MOONSHOT_HOSTS, host_of, model_info
+from .._text import redact_url, redact_urls
 from ..formats.k3 import K3Tokenizer, default_tokenizer
 from ..types import ChatRequest, ModelSettings
 from ._probes import ANSWER_SCHEMA, CONVENTIONS, WEATHER, Convention, Probe, expected_counts, probes, tool, vocab_hint
@@ -65,7 +66,8 @@ class VerifyReport:
     """All rows of one ``verify`` run.
 
     Attributes:
-        base_url, model: the endpoint.
+        base_url, model: the endpoint (its URL redacted: no ``user:pw@``, no secret-looking
+            query value; :func:`kimik3._text.redact_url`).
         rows: one :class:`CheckResult` per check, in order.
         convention: the ``prompt_tokens`` convention the server follows (None: undetermined).
         quick: only wire-level rows were run.
@@ -398,10 +400,10 @@ def _options(base_url: Any, concurrency: Any, timeout: Any, max_tokens: Any, sch
     try:
         url = httpx.URL(base_url.rstrip("/"))
     except httpx.InvalidURL as e:
-        raise UserError(f"verify: invalid base_url {base_url!r}: {e}") from None
+        raise UserError(f"verify: invalid base_url {redact_url(base_url)!r}: {redact_urls(str(e))}") from None
     if url.scheme not in ("http", "https") or not url.host:
         raise UserError(f"verify: base_url must be an http(s) URL with a host, e.g. http://127.0.0.1:8000/v1; "
-                        f"got {base_url!r}")  # fmt: skip
+                        f"got {redact_url(base_url)!r}")  # fmt: skip
     return url
 
 
@@ -427,10 +429,12 @@ async def averify(
     url = _options(base_url, concurrency, timeout, max_tokens, schemas, model, api_key, max_body_bytes)
     tokenizer = K3Tokenizer.from_pretrained(tokenizer) if isinstance(tokenizer, (str, os.PathLike)) else tokenizer
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    report = VerifyReport(base_url, model or "?", quick=quick)
+    shown = redact_url(base_url)  # what the report, its rows and their errors name: no credentials
+    report = VerifyReport(shown, model or "?", quick=quick)
 
     def add(rows: Sequence[CheckResult]) -> None:
         for row in rows:
+            row = replace(row, evidence=redact_urls(row.evidence))
             report.rows.append(row)
             if progress is not None:
                 progress(row)
@@ -443,10 +447,10 @@ async def averify(
                 card = (await ep.get_models()).data[0]
                 model, root = card.id, card.root
             except TimeoutError:
-                add([CheckResult("endpoint", "fail", f"GET {base_url}/models: {ep.late().error}")])
+                add([CheckResult("endpoint", "fail", f"GET {shown}/models: {ep.late().error}")])
                 return report
             except (httpx.HTTPError, Malformed) as e:
-                add([CheckResult("endpoint", "fail", f"GET {base_url}/models: {type(e).__name__}: {e}")])
+                add([CheckResult("endpoint", "fail", f"GET {shown}/models: {type(e).__name__}: {e}")])
                 return report
         report.model = model
         tok = tokenizer if tokenizer is not None else default_tokenizer()
@@ -455,7 +459,7 @@ async def averify(
         # one request first: an endpoint that does not answer at all ends the run with one row
         first = await ep.post("/chat/completions", ps[0].body(model))
         if first.status == 0:
-            add([CheckResult("endpoint", "fail", f"POST {base_url}/chat/completions: {first.error}")])
+            add([CheckResult("endpoint", "fail", f"POST {shown}/chat/completions: {first.error}")])
             return report
         rest = await asyncio.gather(*(ep.post("/chat/completions", p.body(model)) for p in ps[1:]))
         chat = [(p, a, expected_counts(p, tok)) for p, a in zip(ps, [first, *rest], strict=True)]
@@ -506,7 +510,8 @@ def verify(base_url: str, **options: Any) -> VerifyReport:
         timeouts, oversized bodies, malformed server JSON and a 200 whose body is not a
         completion become failed rows with the evidence, never exceptions; an endpoint that
         does not answer its first request ends the run with one failed ``endpoint`` row (so does
-        a ``/models`` list whose id holds control characters).
+        a ``/models`` list whose id holds control characters). The report, its rows and its
+        errors name ``base_url`` redacted (:func:`kimik3._text.redact_url`).
 
     Raises:
         UserError: an unknown option, or a bad option value (``concurrency`` or ``max_tokens``

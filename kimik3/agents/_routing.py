@@ -12,9 +12,11 @@ Where the key comes from (``Agent(routing_key=...)``):
   before sessions had ids, a hash of its header line. So every turn and every ``resume`` of the
   session send the same key, another session (a fork included: it gets a header of its own)
   another one.
-- ``"auto"`` without a session: a hash of the conversation's head (the messages up to its first
-  user message): the same for every run that continues the conversation (compaction keeps the
-  head), different for another task or other instructions.
+- ``"auto"`` without a session: a keyed hash (HMAC-SHA256 with a random salt drawn once per
+  process, :data:`_SALT`) of the conversation's head (the messages up to its first user message):
+  the same for every run of this process that continues the conversation (compaction keeps the
+  head), different for another task or other instructions, and neither predictable from a prompt
+  nor shared by two users' processes sending the same prompt (issue 40).
 - a string or a :class:`~kimik3.types.Routing`: that key (recorded in the session, so a later
   ``resume`` with ``"auto"`` goes on with it).
 - None: no key; the requests carry nothing.
@@ -25,8 +27,10 @@ Retries (:class:`~kimik3.Client`) and compaction send the request they were give
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import logging
+import secrets
 from typing import Any, Literal, TypeAlias
 
 from .._exceptions import UserError
@@ -53,6 +57,16 @@ def check_routing_key(value: Any) -> Routing | Literal["auto"] | None:
         return Routing(value)
     raise UserError(f"Agent(routing_key=...) must be 'auto', a string, a kimik3.types.Routing or None, "
                     f"got {type(value).__name__}")
+
+
+_SALT = secrets.token_bytes(32)
+"""The key of :func:`_salted_digest`: random, drawn once per process."""
+
+
+def _salted_digest(data: Any) -> str:
+    """32 hex digits of HMAC-SHA256 of ``data``'s JSON under this process's :data:`_SALT`."""
+    text = json.dumps(data, ensure_ascii=False, sort_keys=True, default=repr)
+    return hmac.new(_SALT, text.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()[:32]
 
 
 def _digest(data: Any) -> str:
@@ -110,7 +124,7 @@ def conversation_routing(configured: Routing | Literal["auto"] | None, session: 
             head.append(dump_message(m))
             if isinstance(m, UserMessage):
                 break
-        return Routing(_digest(head))
+        return Routing(_salted_digest(head))
     if session is not None and session_routing(session) != configured:
         session.record("routing", {"key": configured.key, "parent": configured.parent})
     return configured

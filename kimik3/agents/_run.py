@@ -146,7 +146,8 @@ class _Run:
             if completion is None:
                 self.session.message(message)
             else:
-                self.session.message(message, completion.usage, cost=cost, finish_reason=completion.finish_reason)
+                self.session.message(message, completion.usage, cost=cost,
+                                     finish_reason=completion.recorded_finish_reason)
 
     def charge(self, completion: ChatCompletion) -> float | None:
         """Add a model call's usage to the run's, and its cost at the run's prices (resolved from

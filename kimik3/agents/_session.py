@@ -6,7 +6,7 @@ Format, one JSON object per line (UTF-8, each line ends with ``\\n``)::
      "instructions": "...", "tools": ["bash", ...], "workspace": "/abs/dir",
      "sandbox": {"mode": "bwrap", ...}}                   (the run hooks' fields, e.g. the sandbox)
     {"message": {<OpenAI-shaped message>}, "usage": {<the model call's usage, assistant messages>},
-     "cost": <its USD cost, when priced>, "finish_reason": "stop" | "length" | "tool_calls"}
+     "cost": <its USD cost, when priced>, "finish_reason": "stop" | "length" | "tool_calls" | "interrupted"}
     {"compaction": {"messages": [<the whole history after compaction>], "summary": "..."}}
     {"<kind>": {...}}                                     a side record: :data:`SIDE_RECORDS`
 
@@ -331,7 +331,8 @@ class SessionWriter:
             the file (the message names it: ``pid N on host H``; a lock of this process is
             waited for up to 2 s first: a tool's subprocess forked meanwhile shares it until its
             exec); an existing file that is not a kimik3 session or has an odd line, or none
-            with ``create=False`` (nothing is appended then).
+            with ``create=False`` (nothing is appended then); a write that fails (a full disk: the
+            file is left as it was, a new one not left behind empty).
     """
 
     def __init__(self, path: Source, header: dict[str, Any] | None = None, *, create: bool = True) -> None:

@@ -18,6 +18,7 @@ never opened for blocking I/O); no directory is created; one writer at a time ho
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -166,6 +167,7 @@ class FileStore:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self._fd = -1
+        self._made = False
 
     def read(self) -> bytes:
         """The file's bytes, read through one non-blocking open (a FIFO is refused)."""
@@ -180,7 +182,9 @@ class FileStore:
         (a lock of this process is waited for up to 2 s: a tool's subprocess forked meanwhile
         shares it until its exec) and return its bytes, read under the lock."""
         flags = os.O_RDWR | os.O_APPEND | (os.O_CREAT if create else 0)
+        existed = os.path.lexists(self.path)
         fd = _open_regular(self.path, flags)
+        self._made = not existed  # made here: removed again if released before anything was kept
         try:
             _lock(fd, self.path)
             data = _read_all(fd, self.path)
@@ -194,12 +198,24 @@ class FileStore:
         os.ftruncate(self._fd, size)
 
     def append(self, data: bytes) -> None:
+        """Append ``data`` whole or not at all: a failed write (ENOSPC: a full disk, EDQUOT, EIO)
+        is cut back to the record before it and is a :class:`~kimik3.SessionError` (issue 40)."""
         view = memoryview(data)
-        while view:  # one O_APPEND write of a whole line: another reader sees it whole or not at all
-            view = view[os.write(self._fd, view) :]
+        size = os.fstat(self._fd).st_size
+        try:
+            while view:  # one O_APPEND write of a whole line: another reader sees it whole or not at all
+                view = view[os.write(self._fd, view) :]
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, size)  # no torn line
+            raise SessionError(f"cannot write session {self.path}: {e.strerror or e}; nothing of this record "
+                               "was kept") from e
 
     def release(self) -> None:
         if self._fd >= 0:
+            if self._made and os.fstat(self._fd).st_size == 0:  # made here, header unwritten (a full
+                with contextlib.suppress(OSError):  # disk): no 0-byte file that is no session
+                    os.unlink(self.path)
             os.close(self._fd)  # closing the last descriptor releases the flock
             self._fd = -1
 

@@ -12,8 +12,12 @@ Lifecycle: :meth:`Cluster.start` starts each replica in a process group of its o
 every ``/health`` answers (a replica that exits first is an :class:`~kimik3.EngineError` with
 the end of its log), then starts the router and waits for it; :meth:`Cluster.stop` (also on
 leaving ``with``) ends the router, then the replicas, each whole process group: SIGTERM, then
-SIGKILL after ``grace`` seconds. Every child also gets SIGTERM when the process that started it
-dies (``PR_SET_PDEATHSIG``), so nothing outlives a ``kill -9`` of kimik3 either.
+SIGKILL after ``grace`` seconds. Every child runs under kimik3's child subreaper
+(:func:`supervised`: ``tools/coding/_reaper.py --stdio``), which gets SIGTERM when the process that
+started it dies (``PR_SET_PDEATHSIG``) and then ends every process below it, vLLM's engine cores
+and any process that left its group included: nothing outlives a ``kill -9`` of kimik3, during
+start-up either (issue 40). A single server (:func:`run_supervised`, ``kimik3 serve`` without
+``--replicas``) runs the same way.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO
@@ -37,7 +41,7 @@ import httpx
 
 from .._exceptions import EngineError, EngineNotAvailableError, UserError
 
-__all__ = ["ROUTER_POLICIES", "Cluster", "parse_metrics"]
+__all__ = ["ROUTER_POLICIES", "Cluster", "parse_metrics", "run_supervised", "supervised"]
 
 ROUTER_POLICIES = ("consistent_hash", "sticky_least_loaded", "cache_aware", "round_robin", "power_of_two",
                    "random", "kv_aware")
@@ -48,9 +52,44 @@ own flags, given with ``router_args``)."""
 _PR_SET_PDEATHSIG = 1
 
 
+_REAPER = str(Path(__file__).resolve().parents[1] / "tools" / "coding" / "_reaper.py")
+
+
 def _die_with_parent() -> None:  # runs in the child between fork and exec
     with contextlib.suppress(Exception):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def supervised(cmd: Sequence[str]) -> list[str]:
+    """``cmd`` run under kimik3's child subreaper (``_reaper.py --stdio``, standard library only):
+    it passes its stdin / stdout / stderr to ``cmd``, ignores SIGINT (``cmd`` gets a terminal's
+    Ctrl-C), exits with ``cmd``'s exit code, and when ``cmd`` ends or it gets SIGTERM ends every
+    process ``cmd`` left (SIGTERM, a second, SIGKILL), daemons re-parented to it included. Start
+    it with :func:`_die_with_parent` so its starter's death is that SIGTERM."""
+    return [sys.executable, "-I", "-S", _REAPER, "--stdio", *cmd]
+
+
+def run_supervised(cmd: Sequence[str], env: Mapping[str, str] | None = None) -> int:
+    """Run ``cmd`` (a server) under :func:`supervised` in this terminal until it ends, with ``env``
+    (default: this process's); the exit code.
+
+    Ctrl-C reaches the server as a terminal's does (it shuts down; this process waits for it);
+    SIGTERM to this process is passed on; ``kill -9`` of this process ends the server and every
+    process it started (``PR_SET_PDEATHSIG``). Returns the server's exit code (128 + N for
+    signal N).
+    """
+    proc = subprocess.Popen(supervised(cmd), preexec_fn=_die_with_parent, env=env)
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: proc.send_signal(signal.SIGTERM))
+    try:
+        while True:
+            try:
+                code = proc.wait()
+                break
+            except KeyboardInterrupt:  # the server got it too: wait for its shutdown
+                continue
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return code if code >= 0 else 128 - code
 
 
 def _port_free(host: str, port: int) -> bool:
@@ -91,8 +130,9 @@ class _Process:
     def __init__(self, name: str, cmd: list[str], log: Path, env: dict[str, str]) -> None:
         self.name, self.cmd, self.log = name, cmd, log
         self._out: IO[bytes] = open(log, "ab")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._out, stderr=subprocess.STDOUT,
-                                     env=env, start_new_session=True, preexec_fn=_die_with_parent)
+        self.proc = subprocess.Popen(supervised(cmd), stdin=subprocess.DEVNULL, stdout=self._out,
+                                     stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                     preexec_fn=_die_with_parent)
 
     def tail(self, lines: int = 15) -> str:
         try:

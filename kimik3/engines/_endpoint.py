@@ -37,6 +37,7 @@ from .._exceptions import (
     KimiK3Error,
 )
 from .._models import MOONSHOT_HOSTS, host_of, model_info
+from .._text import redact_url
 from ..types import Routing
 from ._counts import MAX_COUNT, shown_int
 from ._http import Event, read_events, retry_after, status_error, transport_error, within
@@ -56,6 +57,8 @@ def map_openai_error(e: Exception, base_url: str | None = None) -> Exception:
     A connection error or timeout names ``base_url`` (the endpoint's; else the URL of the
     request that failed) in its message and :attr:`~kimik3.APIConnectionError.url`: a dead
     server reads ``cannot reach the endpoint http://127.0.0.1:8000/v1: Connection error.``
+    The URL is redacted (:func:`kimik3._text.redact_url`: no ``user:pw@``, no ``?api-key=``
+    value), as everywhere kimik3 shows one.
     Status errors keep the status, the decoded body, the response, its request id and the
     server's ``Retry-After`` (seconds or an HTTP date); the class follows
     :func:`~kimik3.engines._http.status_error`.
@@ -63,7 +66,7 @@ def map_openai_error(e: Exception, base_url: str | None = None) -> Exception:
     import openai  # at first use: openai's import is most of kimik3's start-up
 
     if isinstance(e, openai.APIConnectionError):  # APITimeoutError is one
-        url = base_url or _request_url(e)
+        url = redact_url(base_url or _request_url(e))
         if isinstance(e, openai.APITimeoutError):
             return APITimeoutError(f"the request to {url} timed out: {e}", url=url)
         return APIConnectionError(f"cannot reach the endpoint {url}: {e}", url=url)
@@ -353,8 +356,8 @@ class OpenAIEndpoint:
                 return
             raise mapped from e
         if not received:
-            raise APIConnectionError(f"the endpoint {self.base_url} closed the answer before sending anything",
-                                     url=self.base_url)
+            shown = redact_url(self.base_url)
+            raise APIConnectionError(f"the endpoint {shown} closed the answer before sending anything", url=shown)
 
     async def aclose(self) -> None:
         """Close the client (idempotent)."""

@@ -29,6 +29,7 @@ from .._exceptions import (
     RateLimitError,
     ServiceUnavailableError,
 )
+from .._text import redact_url
 from ._overflow import overflow_error
 
 _NEWLINE = re.compile(r"\r\n|\r|\n")
@@ -176,12 +177,13 @@ def _number(value: str) -> float | None:
 
 def transport_error(e: BaseException, url: str | None = None) -> EngineError | None:
     """kimik3's error for an httpx-family transport exception (timeouts -> APITimeoutError,
-    others -> APIConnectionError naming ``url``, the endpoint's base URL), None for anything
+    others -> APIConnectionError naming ``url``, the endpoint's base URL, redacted), None for anything
     else. openai-python uses ``httpx`` or ``httpx2`` depending on its version; both name their
     classes alike."""
     if type(e).__module__.split(".")[0] not in ("httpx", "httpx2", "httpcore", "httpcore2"):
         return None
     names = {c.__name__ for c in type(e).__mro__}
+    url = redact_url(url) if url is not None else None
     if "TimeoutException" in names:
         return APITimeoutError(f"the endpoint stopped sending (idle timeout): {e!r}", url=url)
     if names & {"TransportError", "RequestError", "NetworkError", "ProtocolError"}:

@@ -21,10 +21,14 @@ refuses to start on a machine already in use.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import copy
+import functools
 import logging
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -36,18 +40,20 @@ from .._exceptions import (
     EngineError,
     EngineNotAvailableError,
     EngineRequestError,
+    KimiK3Error,
     TokenizerError,
     UserError,
 )
+from .._text import printable
 from ..formats.k3 import K3Tokenizer, RawChunk, ids_list
 from ..formats.k3._media import prepare_request_image
 from ..types import ChatRequest, ImagePart
 from ._base import TokenEngine
 from ._overflow import CONTEXT_PHRASES, parse_token_limit
 from ._presets import PRESETS, Preset, applied_env, get_preset
-from ._quiet import quiet_start, vllm_log_path
+from ._quiet import kimik3_home, quiet_start, vllm_log_path
 
-__all__ = ["PRESETS", "VLLMEngine", "cpu_kv_cache_bytes", "server_command"]
+__all__ = ["PRESETS", "VLLMEngine", "cpu_kv_cache_bytes", "server_command", "start_failure"]
 
 log = logging.getLogger("kimik3.engines.vllm")
 
@@ -117,6 +123,8 @@ class VLLMEngine(TokenEngine):
         self.verbose = verbose
         self.log_path = None if verbose else vllm_log_path()
         self._llm: Any = None
+        self._temp: str | None = None  # the private folder of vLLM's temporary files (see start)
+        self._remove_temp: Any = None
 
     @classmethod
     def from_preset(cls, preset: str, model: str | os.PathLike[str], **overrides: Any) -> VLLMEngine:
@@ -126,15 +134,36 @@ class VLLMEngine(TokenEngine):
     async def start(self) -> None:
         """Build the AsyncLLM (idempotent).
 
+        vLLM's and torch's temporary files (its ZMQ sockets, TMPDIR) go to a private folder
+        removed by :meth:`aclose` (or at exit), and torch's compile cache to
+        ``${KIMIK3_HOME:-~/.kimik3}/cache/torchinductor``, unless the user set ``TMPDIR``,
+        ``VLLM_RPC_BASE_PATH`` or ``TORCHINDUCTOR_CACHE_DIR``: a start leaves nothing in ``/tmp``.
+
         Raises:
             EngineNotAvailableError: vllm is missing.
-            EngineError: vLLM refused the engine args.
+            EngineError: vLLM did not start, whatever it raised (``OSError``, pydantic's
+                ``ValidationError`` for bad engine args, a ``RuntimeError`` pointing at a log):
+                the message names the error and ends with the last lines of vLLM's log.
         """
         if self._llm is not None:
             return
         quiet = quiet_start(self.log_path) if self.log_path is not None else contextlib.nullcontext()
-        with quiet:  # vLLM prints from its import on (and its processes inherit the output)
-            self._llm = self._build()
+        if self._temp is None:
+            self._temp = tempfile.mkdtemp(prefix="kimik3-vllm-")
+            self._remove_temp = functools.partial(shutil.rmtree, self._temp, ignore_errors=True)
+            atexit.register(self._remove_temp)  # also when aclose is never called
+        saved = tempfile.tempdir  # vLLM asks tempfile in this process too (cached: set it, not only TMPDIR)
+        if "TMPDIR" in self._temp_env():
+            tempfile.tempdir = self._temp
+        try:
+            with quiet:  # vLLM prints from its import on (and its processes inherit the output)
+                self._llm = self._build()
+        except KimiK3Error:
+            raise
+        except Exception as e:  # OSError, pydantic's ValidationError, vLLM's RuntimeError, ...
+            raise EngineError(start_failure(e, self.log_path)) from e
+        finally:
+            tempfile.tempdir = saved
 
     def _build(self) -> Any:
         try:
@@ -153,10 +182,17 @@ class VLLMEngine(TokenEngine):
                      args["kv_cache_memory_bytes"] // 2**20)
         try:
             engine_args = AsyncEngineArgs(**args)
-        except TypeError as e:
-            raise EngineError(f"invalid vLLM engine args: {e}") from e
-        with applied_env(self.env):  # vLLM's processes inherit it as they start
+        except (TypeError, ValueError) as e:  # an unknown field; pydantic's ValidationError is a ValueError
+            raise EngineError(f"invalid vLLM engine args: {' '.join(str(e).split())[:1000]}") from e
+        with applied_env({**self._temp_env(), **self.env}):  # vLLM's processes inherit it as they start
             return AsyncLLM.from_engine_args(engine_args)
+
+    def _temp_env(self) -> dict[str, str | None]:
+        """Where vLLM's and torch's temporary files go (see :meth:`start`), where the user said nothing."""
+        assert self._temp is not None
+        wanted = {"TMPDIR": self._temp, "VLLM_RPC_BASE_PATH": self._temp,
+                  "TORCHINDUCTOR_CACHE_DIR": str(kimik3_home() / "cache" / "torchinductor")}
+        return {k: v for k, v in wanted.items() if not os.environ.get(k) and k not in self.env}
 
     @property
     def llm(self) -> Any:
@@ -243,6 +279,10 @@ class VLLMEngine(TokenEngine):
             # vLLM keeps the engine referenced until interpreter exit, where __del__ would shut it
             # down again and print a TypeError: the engine is already down.
             llm.shutdown = lambda *args, **kwargs: None
+        if self._temp is not None:  # its processes are down: their sockets can go
+            self._remove_temp()
+            atexit.unregister(self._remove_temp)
+            self._temp = None
 
 
 def cpu_kv_cache_bytes(available: int | None = None) -> int:
@@ -361,6 +401,28 @@ def vllm_errors() -> Iterator[None]:
         if isinstance(e, VLLMServerError):
             raise EngineError(f"vLLM engine failed: {message}") from e
         raise
+
+
+LOG_TAIL_LINES = 10
+"""How many of the last lines of vLLM's log an :class:`~kimik3.EngineError` of a failed start quotes."""
+
+
+def start_failure(e: BaseException, log_path: os.PathLike[str] | str | None) -> str:
+    """The message of the :class:`~kimik3.EngineError` for a start that raised ``e``: its type and
+    first line, then where vLLM's log is and its last :data:`LOG_TAIL_LINES` lines (read from at
+    most its last 64 KiB, terminal controls dropped), when there is one."""
+    first = (str(e).strip().splitlines() or [""])[0][:500]
+    message = f"vLLM did not start: {type(e).__name__}" + (f": {first}" if first else "")
+    if log_path is None:
+        return message
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 65536))
+            tail = [printable(line) for line in f.read().decode("utf-8", "replace").splitlines() if line.strip()]
+    except OSError:
+        return f"{message} (vLLM's log: {log_path})"
+    shown = "\n".join("  " + line[:300] for line in tail[-LOG_TAIL_LINES:])
+    return f"{message}\nthe last lines of vLLM's log {log_path}:\n{shown}" if shown else message
 
 
 def _finish(reason: str | None) -> str:

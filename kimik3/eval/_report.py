@@ -1,16 +1,19 @@
 """The one-page report of an eval: ``report.md`` and a self-contained ``report.html`` (inline CSS
 and an inline SVG plot of each task's pass rate and cost; no script, nothing fetched). Every text
-that comes from a task or a result is escaped (HTML) or has its table cells' ``|`` escaped
-(markdown)."""
+that comes from a task or a result is escaped: HTML-escaped in the page; in the markdown, control
+characters dropped, ``& < >`` as HTML entities (a renderer shows raw HTML as text, never runs or
+fetches it) and markdown's punctuation backslash-escaped (no link, image, emphasis or table cell
+made by a task's name or tags; issue 40)."""
 
 from __future__ import annotations
 
 import html
+import re
 from pathlib import Path
 from typing import Any
 
 from .._pricing import format_usd
-from .._text import counted
+from .._text import counted, printable
 
 __all__ = ["render_html", "render_markdown", "write_report"]
 
@@ -23,9 +26,14 @@ def _usd(x: float | None) -> str:
     return "n/a" if x is None else format_usd(x)
 
 
+_MD_PUNCTUATION = re.compile(r"([\\`*_\[\]!|~])")  # emphasis, code, links, images, cells
+
+
 def _md(text: Any) -> str:
-    """A markdown table cell: pipes escaped, one line."""
-    return " ".join(str(text).split()).replace("\\", "\\\\").replace("|", "\\|")
+    """Text as markdown shows it literally (one line of a table cell): controls dropped, HTML's
+    ``& < >`` as entities, markdown's punctuation backslash-escaped."""
+    line = " ".join(printable(str(text)).split())
+    return _MD_PUNCTUATION.sub(r"\\\1", html.escape(line, quote=False))
 
 
 def _headline(s: dict[str, Any]) -> list[tuple[str, str]]:

@@ -49,6 +49,7 @@ from .._exceptions import (
     ToolError,
 )
 from .._pricing import Pricing
+from .._text import redact_urls
 from ..agents import Agent, Budgets, FinalEvent, ModelSettings, RunResult, TurnEndEvent, read_session_records
 from ..engines import Engine
 from ..harness import FEATURES, CodingHarness, Skills
@@ -154,7 +155,8 @@ class EvalConfig:
 
 
 def _one_line(e: BaseException) -> str:
-    text = " ".join(str(e).split())
+    """``Type: message`` on one line, URLs redacted (the record may be shared)."""
+    text = " ".join(redact_urls(str(e)).split())
     return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 

@@ -10,7 +10,9 @@
         fix-the-test/
             task.toml                  (repo = "../repos/calc.git", commit = "3f2a...")
 
-``task.toml`` fields (any other key is an error, so a typo never passes silently):
+``task.toml`` is a regular file of at most 1 MiB (a FIFO, a device or a larger file is an
+:class:`~kimik3.EvalError`, never waited on or read whole). Its fields (any other key is an
+error, so a typo never passes silently):
 
 - ``instruction`` (text, required): the task given to the agent.
 - ``check`` (text, required): a shell command (``bash -c``) run in the attempt's workspace after
@@ -42,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from .._exceptions import EvalError, UserError
+from .._files import open_regular, read_regular_bytes
 from ..agents import Budgets
 
 if sys.version_info >= (3, 11):
@@ -53,6 +56,9 @@ __all__ = ["EvalTask", "Suite", "load_suite"]
 
 DEFAULT_TIMEOUT = 600.0
 DEFAULT_CHECK_TIMEOUT = 120.0
+MAX_TASK_FILE_BYTES = 1024 * 1024
+"""The largest ``task.toml`` read (bytes): a task file is a few lines; a link to ``/dev/zero`` or a
+huge file is refused, never read whole (issue 40)."""
 _KEYS = {"instruction", "check", "setup", "timeout", "check_timeout", "budgets", "tags", "repo", "commit"}
 _BUDGET_KEYS = {"turns", "tokens", "seconds", "usd"}
 
@@ -150,7 +156,7 @@ def _budgets(where: str, data: Any) -> Budgets | None:
 def _task(folder: Path) -> EvalTask:
     where = str(folder / "task.toml")
     try:
-        raw = (folder / "task.toml").read_bytes()
+        raw = read_regular_bytes(folder / "task.toml", MAX_TASK_FILE_BYTES)  # no FIFO, device, huge file
         data = tomllib.loads(raw.decode("utf-8"))
     except FileNotFoundError:
         raise EvalError(f"{folder} is a task folder without a task.toml (a leading _ in its name skips it)") from None
@@ -204,7 +210,7 @@ def suite_digest(root: Path) -> str:
                 h.update(b"L" + os.readlink(full).encode("utf-8", "surrogateescape") + b"\0")
             elif os.path.isfile(full):  # a regular file (a FIFO or a device is never opened)
                 inner = hashlib.sha256()
-                with open(full, "rb") as f:
+                with open_regular(full) as f:  # swapped for a FIFO since: refused, not waited on
                     while chunk := f.read(1 << 20):
                         inner.update(chunk)
                 h.update(b"F" + inner.digest())
@@ -231,4 +237,8 @@ def load_suite(path: str | os.PathLike[str]) -> Suite:
     tasks = tuple(_task(f) for f in folders)
     if not tasks:
         raise EvalError(f"{path} holds no task folder (a folder with a task.toml)")
-    return Suite(path=root, name=root.name, tasks=tasks, digest=suite_digest(root))
+    try:
+        digest = suite_digest(root)
+    except OSError as e:  # a file swapped for a FIFO or removed while it was hashed
+        raise EvalError(f"{path}: cannot read the suite's files: {e}") from None
+    return Suite(path=root, name=root.name, tasks=tasks, digest=digest)

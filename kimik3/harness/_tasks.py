@@ -11,8 +11,8 @@ finished turns), at the parent's prices, and the parent's ``Budgets(usd=...)`` h
 children together: each child's USD budget is at most what is left of it (the parent's spending
 and the other running children's shares taken off), so delegating cannot escape it.
 When the parent records a session, each child records its own next to it
-(``<parent>.task-<n>-<call id>.jsonl``) and the parent's session gets a ``{"child_session": {...}}``
-record linking it.
+(``<parent>.task-<n>-<call id>.jsonl``, a new file: a leftover of an earlier run is skipped, never
+continued) and the parent's session gets a ``{"child_session": {...}}`` record linking it.
 
 A child is a conversation of its own: its requests carry a routing key of their own (a new one
 per child) with the parent's as its parent (``X-Dynamo-Parent-Session-ID``, docs/scale-out.md),
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import os
 import re
 import uuid
 from collections.abc import Callable, Sequence
@@ -51,6 +52,8 @@ from ..tools import _failures as failures
 from ..types import Routing
 
 __all__ = ["SUBAGENT_INSTRUCTIONS", "SubAgents"]
+
+_MAX_CHILD_NUMBERS = 10_000  # names tried for a child's session file before giving up
 
 SUBAGENT_INSTRUCTIONS = (
     "You are a sub-agent. Another agent gave you one self-contained task. Do it with your tools, "
@@ -150,6 +153,31 @@ class SubAgents(RunHooks):
         t.description += f" Tools available to sub-agents: {names}."
         return t
 
+    def _new_child_session(self, call_id: str) -> str:
+        """A new, empty file next to the parent's session for a child's session, made here
+        (``O_EXCL``: never one that exists): ``<parent>.task-<n>-<call id>.jsonl``, ``n`` the
+        next number whose file does not exist yet, so a session a run left there (an earlier run
+        of the same session, a resumed one) is never continued by another child (issue 40).
+
+        Raises:
+            ToolError: no such file can be made (the folder is not writable, or full of them).
+        """
+        assert self._session is not None
+        safe = re.sub(r"[^A-Za-z0-9._-]", "_", call_id)[:64]
+        parent = Path(self._session.path)
+        for _ in range(_MAX_CHILD_NUMBERS):
+            suffix = f"{self._started}-{safe}" if safe else str(self._started)
+            path = parent.with_name(f"{parent.stem}.task-{suffix}.jsonl")
+            try:
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644))
+            except FileExistsError:  # a leftover (or a link): the next number
+                self._started += 1
+                continue
+            except OSError as e:
+                raise ToolError(f"cannot make the sub-agent's session file {path}: {e.strerror or e}") from e
+            return str(path)
+        raise ToolError(f"no free sub-agent session name next to {parent} after {_MAX_CHILD_NUMBERS} tries")
+
     async def _run_child(self, ctx: ToolContext, description: str, prompt: str,
                          tools: list[str] | None) -> ToolResult:
         chosen = list(self.child_tools) if tools is None else tools
@@ -186,10 +214,7 @@ class SubAgents(RunHooks):
         if self._session is not None and isinstance(self._session.store, FileStore):  # a file beside a file
             # (a session in a store of the user's has no folder: its children go unrecorded);
             # numbered: servers may reuse call ids across turns
-            safe = re.sub(r"[^A-Za-z0-9._-]", "_", ctx.tool_call_id)[:64]
-            parent = Path(self._session.path)
-            suffix = f"{self._started}-{safe}" if safe else str(self._started)
-            path = str(parent.with_name(f"{parent.stem}.task-{suffix}.jsonl"))
+            path = self._new_child_session(ctx.tool_call_id)
             self._session.record("child_session", {"tool_call_id": ctx.tool_call_id, "path": path,
                                                    "description": description})
         self._usd_reserved += usd

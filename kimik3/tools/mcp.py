@@ -79,6 +79,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError("kimik3.tools.mcp needs the MCP SDK: pip install 'kimik3[mcp]'") from e
 
 from .._exceptions import KimiK3Error, MCPServerError, ToolDefinitionError, ToolTimeoutError, UserError
+from .._text import redact_url
 from ..types import ToolSpec
 from ._failures import FailureText, default_failure_text
 from ._mcp_content import to_tool_result, tool_name, unique_names
@@ -122,6 +123,11 @@ def _seconds(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
         raise UserError(f"MCP server {name} must be a positive number of seconds, got {value!r}")
     return float(value)
+
+
+MAX_TOOL_PAGES = 1000
+"""The most pages of a tool listing read; a cursor past them (or one given twice) is an
+:class:`~kimik3.MCPServerError`, never a list silently cut (issue 40, A36)."""
 
 
 async def _list_page(client: mcp.Client, cursor: str | None) -> mcp_types.ListToolsResult:
@@ -430,13 +436,21 @@ class MCPServer(Toolset):
     async def _list_all(self) -> list[mcp_types.Tool]:
         tools: list[mcp_types.Tool] = []
         cursor: str | None = None
+        seen: set[str] = set()
         with anyio.move_on_after(self.timeout) as deadline:
-            for _ in range(1000):  # a server whose cursor never ends cannot hang the run
+            for _ in range(MAX_TOOL_PAGES):  # a server whose cursor never ends cannot hang the run
                 page = await self._guarded(functools.partial(_list_page, cursor=cursor))
                 tools.extend(page.tools)
                 cursor = page.next_cursor
                 if cursor is None:
                     break
+                if cursor in seen:  # a cycle: the listing would never end
+                    raise MCPServerError(f"the MCP server {self.name!r} gave the tool-list cursor {cursor[:80]!r} "
+                                         "twice: its listing never ends")
+                seen.add(cursor)
+            else:  # never silently a cut list
+                raise MCPServerError(f"the MCP server {self.name!r} listed more than {MAX_TOOL_PAGES} pages of tools "
+                                     "(its cursor never ends)")
         if deadline.cancelled_caught:
             raise MCPServerError(f"the MCP server {self.name!r} did not list its tools within {self.timeout:g} s")
         return tools
@@ -558,7 +572,7 @@ class MCPServerStreamableHTTP(MCPServer):
     Args:
         url: the endpoint, e.g. ``http://127.0.0.1:8000/mcp``.
         headers: sent with every request (e.g. ``{"Authorization": "Bearer ..."}``).
-        name: label (default: the URL).
+        name: label (default: the URL, redacted: no credentials in error lines).
         tool_prefix, timeout, connect_timeout, mode, input_handler: see :class:`MCPServer`.
     """
 
@@ -574,7 +588,7 @@ class MCPServerStreamableHTTP(MCPServer):
         mode: ConnectMode = "auto",
         input_handler: InputHandler | None = None,
     ) -> None:
-        super().__init__(name=name or url, tool_prefix=tool_prefix, timeout=timeout,
+        super().__init__(name=name or redact_url(url), tool_prefix=tool_prefix, timeout=timeout,
                          connect_timeout=connect_timeout, mode=mode, input_handler=input_handler)
         self.url = url
         self.headers = dict(headers or {})

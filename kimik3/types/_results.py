@@ -233,6 +233,13 @@ class ChatCompletion(BaseModel):
         """The first choice's finish reason."""
         return self.choices[0].finish_reason
 
+    @property
+    def recorded_finish_reason(self) -> str:
+        """How the answer ended, as sessions and spans record it: ``"interrupted"`` when
+        :attr:`interrupted` names what cut it (a connection closed mid-answer: never recorded as
+        ``"length"``, issue 40), else :attr:`finish_reason`."""
+        return "interrupted" if self.interrupted is not None else self.finish_reason
+
     def to_openai(self) -> dict[str, Any]:
         """The plain OpenAI chat-completion dict (reasoning under both field names)."""
         return {

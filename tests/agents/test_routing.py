@@ -177,3 +177,33 @@ class Flaky(Engine):
             async for event in call:
                 yield event
         yield call.completion
+
+
+_KEY_IN_A_CHILD = """
+import asyncio, sys
+from kimik3 import Agent, ScriptedEngine
+from kimik3.formats.k3 import render_output
+engine = ScriptedEngine([render_output({"reasoning_content": "r", "content": "a"})])
+asyncio.run(Agent(instructions="Be brief.", engine=engine).run("the same prompt"))
+print(engine.calls[0].request.routing.key)
+"""
+
+
+def test_without_a_session_the_key_is_salted_per_process() -> None:
+    # issue 40: the key was sha256 of the prompt's head: two users' processes sending the same
+    # prompt collided on one replica, and anyone could compute the key of a known prompt
+    import hashlib
+    import os
+    import subprocess
+    import sys
+
+    from kimik3.types import SystemMessage, dump_message
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    one, two = (subprocess.run([sys.executable, "-c", _KEY_IN_A_CHILD], capture_output=True, text=True, timeout=300,
+                               env=env, check=True).stdout.strip() for _ in range(2))
+    assert len(one) == len(two) == 32 and one != two
+    head = [dump_message(SystemMessage(content="Be brief.")), dump_message(UserMessage(content="the same prompt"))]
+    unsalted = hashlib.sha256(json.dumps(head, ensure_ascii=False, sort_keys=True).encode()).hexdigest()[:32]
+    assert unsalted not in (one, two)

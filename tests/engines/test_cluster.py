@@ -63,7 +63,8 @@ def test_started_together_and_stopped_with_everything_they_started(tmp_path: Pat
         cluster.start()
         assert cluster.exited() is None
         pids = cluster.pids
-        assert len(pids) == 3 and len(alive_with(mark)) == 6  # the three and each one's own child (sleep MARK)
+        # the three, each under kimik3's subreaper (its argv holds the command), each with its own child
+        assert len(pids) == 3 and len(alive_with(mark)) == 9
         assert cluster.base_url.endswith(f":{cluster.port}/v1")
     assert gone(pids) and alive_with(mark) == []
     assert sorted(p.name for p in tmp_path.iterdir()) == ["replica-0.log", "replica-1.log", "router.log"]
@@ -116,7 +117,7 @@ def test_kill_9_of_the_owner_takes_the_cluster_down(tmp_path: Path) -> None:
                              env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
         assert owner.stdout is not None and owner.stdout.readline() == "ready\n"
-        assert len(alive_with(mark)) == 7  # the owner, its three children and their three
+        assert len(alive_with(mark)) == 10  # the owner, its three reapers, their three children and those's three
         owner.send_signal(signal.SIGKILL)  # no clean-up code runs: the children's PR_SET_PDEATHSIG does it
         owner.wait(timeout=60)
         deadline = time.monotonic() + 60

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import functools
+import json
 from pathlib import Path
 
 import pytest
@@ -109,3 +110,20 @@ async def test_a_max_tokens_cut_is_still_the_output_limit() -> None:
     result = await Agent(engine=engine).run("capital of France?")
     assert result.output == "Paris" and result.issues == []
     assert [m.content for m in result.messages if m.role == "user"][1] == CONTINUE_REQUEST
+
+
+@pytest.mark.parametrize("mode", ["raw", "chat"])
+async def test_the_session_records_a_closed_connection_as_interrupted_not_length(
+    mode: str, model_dir: Path, tmp_path: Path
+) -> None:
+    # issue 40: the record said finish_reason "length" (the output limit) for a cut connection;
+    # a variant: a cut tool call; the output limit itself stays "length"
+    async with SSEServer([cut_text(mode), cut_call(mode), good(mode)]) as server:
+        await Agent(tools=[exec], engine=engine(server, mode, model_dir)).run("x", session=tmp_path / "s.jsonl")
+    records = [json.loads(line) for line in (tmp_path / "s.jsonl").read_text().splitlines()]
+    assert [r["finish_reason"] for r in records if "finish_reason" in r] == ["interrupted", "interrupted", "stop"]
+    cut = "still thinking<|close|>think<|sep|>The capital"
+    engine_ = ScriptedEngine([cut, render_output({"reasoning_content": "r", "content": "Paris"})])
+    await Agent(engine=engine_).run("x", session=tmp_path / "t.jsonl")
+    records = [json.loads(line) for line in (tmp_path / "t.jsonl").read_text().splitlines()]
+    assert [r["finish_reason"] for r in records if "finish_reason" in r] == ["length", "stop"]

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from kimik3._exceptions import UserError
+from kimik3._exceptions import EngineError, UserError
 from kimik3.engines import FEATURES, PRESETS, Preset, VLLMEngine
 from kimik3.engines._presets import DEPRECATED_PRESETS, RECIPE, applied_env, get_preset
 
@@ -198,8 +198,9 @@ async def test_engine_applies_the_preset_env_while_vllm_starts(monkeypatch: pyte
     for key in ("VLLM_ENGINE_READY_TIMEOUT_S", "VLLM_USE_V2_MODEL_RUNNER", "PYTORCH_CUDA_ALLOC_CONF", "KIMIK3_EXTRA"):
         monkeypatch.delenv(key, raising=False)
     engine = VLLMEngine("/models/k3", preset="k3-mxfp4-hopper", env={"KIMIK3_EXTRA": "1"}, max_model_len=8192)
-    with pytest.raises(RuntimeError, match="stop before loading weights"):
-        await engine.start()
+    with pytest.raises(EngineError, match=r"^vLLM did not start: RuntimeError: stop before loading weights") as info:
+        await engine.start()  # typed (issue 40), vLLM's error kept as the cause
+    assert isinstance(info.value.__cause__, RuntimeError)
     assert seen == {"VLLM_ENGINE_READY_TIMEOUT_S": "3600", "VLLM_USE_V2_MODEL_RUNNER": "1",
                     "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "VLLM_USE_RUST_FRONTEND": None,
                     "KIMIK3_EXTRA": "1", "max_model_len": "8192"}

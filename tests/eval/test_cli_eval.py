@@ -231,3 +231,19 @@ def test_eval_against_an_endpoint_records_its_served_model(tmp_path: Path) -> No
     # one of each: singular
     assert "pass rate: 100.0% (1/1 attempt, 1 task; pass@1 100.0%)" in text.splitlines()
     assert " · 1 task · 1 attempt" in report
+
+
+def test_terminal_escapes_from_a_suite_never_reach_the_error_lines(tmp_path: Path) -> None:
+    # issue 40: a suite's text (a field name in task.toml; a variant: a task folder's name, listed
+    # when --tasks matches none) printed raw could set the clipboard (OSC 52) or recolour the terminal
+    script = tmp_path / "s.json"
+    script.write_text('["x"]')
+    suite = tmp_path / "suite"
+    (suite / "t").mkdir(parents=True)
+    (suite / "t" / "task.toml").write_text('instruction = "x"\ncheck = "true"\n"\\u001b]52;c;aGk=\\u0007k" = 1\n')
+    code, text = invoke(str(suite), "--out", str(tmp_path / "o"), "--script", str(script))
+    assert code == 2 and "t/task.toml: unknown field k (known: budgets," in text and "\x1b" not in text
+    other = tmp_path / "other"
+    write_task(other, "ok\x1b[2J\x1b]0;owned\x07", "x", "true")
+    code, text = invoke(str(other), "--out", str(tmp_path / "o"), "--script", str(script), "--tasks", "zz")
+    assert code == 2 and "(tasks: ok)" in text and "\x1b" not in text and "\x07" not in text

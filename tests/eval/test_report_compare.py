@@ -42,7 +42,8 @@ def test_the_html_report_is_self_contained_and_escapes_every_task_text() -> None
         "220.0", "110.0", "0.0"]
     assert re.findall(r'width="([0-9.]+)" height="14" class="cost"', page) == ["220.0", "220.0", "220.0"]
     md = render_markdown(summary)
-    assert "\\| a&b" in md and "| 2/2 | 100.0% |" in md and "| t3 |  | 0/2 | 0.0% |" in md
+    assert "<" not in md and "&lt;script&gt;alert(\"x\")&lt;/script&gt; \\| a&amp;b |" in md  # raw HTML is text
+    assert "| 2/2 | 100.0% |" in md and "| t3 |  | 0/2 | 0.0% |" in md
     assert "pass@1 50.0%, pass@2 66.7%" in md  # (1/2 + 1 + 0) / 3 and (1 + 1 + 0) / 3
 
 
@@ -110,3 +111,13 @@ def test_an_unchanged_pass_rate_and_a_change_below_the_shown_digits_are_never_mi
 
     assert [signed(v, ".1%") for v in (-0.0004, 0.0004, -0.0, 0.0, -0.25, 0.0006)] == [
         "±0.0%", "±0.0%", "±0.0%", "±0.0%", "-25.0%", "+0.1%"]
+def test_the_markdown_report_shows_a_task_text_literally_never_as_markup() -> None:
+    # issue 40: raw HTML in report.md; variants: an image (fetched on view), a link, emphasis, a
+    # terminal escape, a cell break
+    name = "<img src=http://evil/x.png> ![p](http://evil/p.png) [l](http://evil) **b** `c` \x1b[31mred|x"
+    summary = summarize(results({name: [True]}), {"suite": "s", "model": "m"})
+    md = render_markdown(summary)
+    row = next(line for line in md.splitlines() if "evil/x.png" in line)
+    assert row.startswith("| &lt;img src=http://evil/x.png&gt; \\!\\[p\\](http://evil/p.png) \\[l\\](http://evil) "
+                          "\\*\\*b\\*\\* \\`c\\` red\\|x |")
+    assert "\x1b" not in md and "<img" not in md

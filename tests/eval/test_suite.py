@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -113,3 +114,44 @@ def test_the_shipped_suite_loads_with_its_unknown_tasks_tagged() -> None:
     unknown = [t.name for t in suite.tasks if "unknown" in t.tags]
     assert unknown == ["unknown-fix-bug", "unknown-largest", "unknown-rename", "unknown-sort"]
     assert all(t.workspace is not None for t in suite.tasks)
+
+
+# -- issue 40: a task.toml that is not a small regular file ----------------------------------
+
+_LOAD_IN_A_CHILD = "import sys; from kimik3.eval import load_suite, EvalError\n" \
+                   "try:\n    load_suite(sys.argv[1])\nexcept EvalError as e:\n    print(e)\n"
+
+
+def _load_in_a_child(suite: Path) -> str:
+    """load_suite in a child process (a blocking open would hang it: the limit ends it)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _LOAD_IN_A_CHILD, str(suite)], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_a_task_toml_that_is_a_fifo_is_an_eval_error_not_a_hang(tmp_path: Path) -> None:
+    (tmp_path / "t").mkdir()
+    os.mkfifo(tmp_path / "t" / "task.toml")
+    assert _load_in_a_child(tmp_path) == (f"{tmp_path.resolve()}/t/task.toml: cannot read it: "
+                                          f"'{tmp_path.resolve()}/t/task.toml' is not a regular file "
+                                          "(a FIFO, device or socket)")
+
+
+def test_a_task_toml_linked_to_a_device_or_a_huge_file_is_refused_unread(tmp_path: Path) -> None:
+    (tmp_path / "zero").mkdir()
+    (tmp_path / "zero" / "task.toml").symlink_to("/dev/zero")
+    assert "zero/task.toml' is not a regular file (a FIFO, device or socket)" in _load_in_a_child(tmp_path)
+    os.unlink(tmp_path / "zero" / "task.toml")
+    (tmp_path / "zero").rmdir()
+    huge = tmp_path / "huge.toml"  # a variant: a sparse 4 GiB regular file, linked in
+    with open(huge, "wb") as f:
+        f.truncate(4 << 30)
+    (tmp_path / "big").mkdir()
+    (tmp_path / "big" / "task.toml").symlink_to(huge)
+    with pytest.raises(EvalError, match=r"big/task.toml: cannot read it: '.*big/task.toml' is larger than "
+                                        r"1,048,576 bytes$"):
+        load_suite(tmp_path)

@@ -255,3 +255,37 @@ async def test_a_parent_session_in_a_memory_store_leaves_no_child_file_anywhere(
     assert result.output == "done" and list(cwd.iterdir()) == []
     assert SessionLog.read(store).bodies("child_session") == []
     assert SessionLog.read(store).header["workspace"] == str(tmp_path.resolve())
+
+
+@pytest.mark.parametrize("again", ["new run, same --session", "resumed session"])
+async def test_a_leftover_child_session_never_breaks_task(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          again: str) -> None:
+    """Issue 40: call ids a server repeats (``functions.task:0``) named the child's file of the
+    second run as the first run's; the child then refused a file holding another conversation and
+    ``task`` failed. A child's session is always a new file: the leftover is skipped, untouched."""
+    import kimik3.formats.k3._parse as parse
+
+    monkeypatch.setattr(parse, "new_tool_call_id", lambda: "functions.task:0")
+
+    def script(messages: list[Message]) -> str:
+        if is_child(messages):
+            return answer(f"child did {user_task(messages)}")
+        return calls(("task", {"description": "job", "prompt": "the job"})) if messages[-1].role == "user" \
+            else answer(str(messages[-1].content).split("\n")[0])
+
+    session = tmp_path / "p.jsonl"
+    harness = CodingHarness(tmp_path, features=FEATURES - {"background", "checkpoints"})
+    first = await harness.agent(engine=ScriptedEngine(script)).run("go", session=session)
+    leftover = tmp_path / "p.task-1-functions.task_0.jsonl"
+    assert first.output == "child did the job" and leftover.exists()
+    before = leftover.read_bytes()
+    if again == "new run, same --session":
+        session.unlink()  # the parent gone, its child's file left
+        second = await harness.agent(engine=ScriptedEngine(script)).run("go", session=session)
+    else:
+        second = await harness.agent(engine=ScriptedEngine(script)).resume(session, "go again")
+    assert second.output == "child did the job" and not second.issues
+    assert leftover.read_bytes() == before
+    links = [json.loads(line)["child_session"]["path"] for line in session.read_text().splitlines()
+             if line.startswith('{"child_session"')]
+    assert links[-1] == str(tmp_path / "p.task-2-functions.task_0.jsonl")

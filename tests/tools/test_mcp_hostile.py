@@ -9,6 +9,7 @@ import gc
 import json
 import logging
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -387,3 +388,30 @@ async def test_a_daemon_the_server_started_ends_with_it(tmp_path: Path, ending: 
             break
         await asyncio.sleep(0.05)
     assert _state(pid) in (None, "Z")
+
+
+# -- issue 40, A36: a tool listing whose cursor never ends ------------------------------------
+
+
+@pytest.mark.parametrize(("cursors", "why"), [
+    (lambda n: f"page-{n}", "listed more than 1000 pages of tools (its cursor never ends)"),  # always a new one
+    (lambda n: "again", "gave the tool-list cursor 'again' twice: its listing never ends"),  # a variant: a cycle
+    (lambda n: f"c{n % 3}", "gave the tool-list cursor 'c1' twice: its listing never ends"),
+])
+async def test_an_endless_tool_listing_is_an_mcp_server_error_not_a_cut_list(
+    cursors: Any, why: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kimik3 import MCPServerError
+
+    server = MCPServerStdio("true", name="endless")
+    pages: list[str | None] = []
+
+    async def guarded(request: Any) -> mcp_types.ListToolsResult:
+        pages.append(request.keywords["cursor"])
+        n = len(pages)
+        return mcp_types.ListToolsResult(tools=_listing(1), nextCursor=cursors(n))
+
+    monkeypatch.setattr(server, "_guarded", guarded)
+    with pytest.raises(MCPServerError, match=f"^the MCP server {re.escape(repr('endless') + ' ' + why)}$"):
+        await server._list_all()
+    assert pages[0] is None and len(pages) == (1000 if "1000" in why else len(set(map(cursors, range(1, 5)))) + 1)

@@ -211,7 +211,17 @@ def test_cli_prints_one_line_and_exits_1(tmp_path: Path) -> None:
         ({"kind": "browser", "url": "http://127.0.0.1:1/"}, "KeyError('viewport')"),
         ({"kind": "browser", "viewport": "ab", "device_scale_factor": 1}, "ValueError(\"invalid literal"),
         ({"kind": "browser", "viewport": [64, 48], "device_scale_factor": "x"}, 'ValueError("could not convert string to float'),
-        ({"kind": "browser", "viewport": [64, 48], "device_scale_factor": -1}, "device_scale_factor must be > 0"),
+        ({"kind": "browser", "viewport": [64, 48], "device_scale_factor": -1},
+         "device_scale_factor must be a finite number > 0, got -1.0"),
+        # issue 40 (A30): a header asking for a screen whose every screenshot takes seconds and
+        # hundreds of MB to decode is refused before anything starts; a variant by the scale factor
+        ({"kind": "browser", "viewport": [20000, 20000], "device_scale_factor": 1},
+         "a 20000x20000 viewport at device_scale_factor 1 takes screenshots of 400,000,000 pixels, over the "
+         "33,177,600-pixel (8K UHD) limit"),
+        ({"kind": "browser", "viewport": [1280, 800], "device_scale_factor": 8},
+         "takes screenshots of 65,536,000 pixels"),
+        ({"kind": "browser", "viewport": [64, 48], "device_scale_factor": "nan"},
+         "device_scale_factor must be a finite number > 0, got nan"),
         ({"kind": "x11"}, "KeyError('display')"),
     ],
 )
@@ -222,3 +232,30 @@ def test_a_header_computer_that_cannot_be_opened(computer: dict[str, Any], error
     with pytest.raises(TrajectoryError) as e:
         computer_for(traj)
     assert str(e.value).startswith(f"{traj.path}: cannot open the recorded computer ") and error in str(e.value)
+
+
+async def test_a_screenshot_over_8k_is_refused_from_its_header_not_decoded(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A30: whatever makes the page's screenshot huge, it is a ToolError before any pixel is decoded
+    import io
+
+    from PIL import Image
+
+    from kimik3 import ToolError
+    from kimik3.tools.ui import BrowserComputer
+
+    buf = io.BytesIO()
+    Image.new("1", (7000, 5000)).save(buf, "PNG")  # 35,000,000 pixels, a few KB
+    png = buf.getvalue()
+
+    class Page:
+        async def screenshot(self, type: str) -> bytes:
+            return png
+
+    computer = BrowserComputer()
+    computer._page = Page()  # type: ignore[assignment]
+    decoded: list[object] = []
+    monkeypatch.setattr(Image.Image, "convert", lambda self, *a, **k: decoded.append(self) or self)
+    with pytest.raises(ToolError) as info:
+        await computer.screenshot()
+    assert str(info.value) == "the page's screenshot is 7000x5000 pixels, over the 33,177,600-pixel limit; not decoded"
+    assert decoded == []

@@ -38,8 +38,10 @@ descendant is left, so end of file on the status fd means the command and everyt
 are gone.
 **MCP stdio servers.** ``python -I -S _reaper.py --stdio CMD ARGS...`` runs an MCP stdio server
 (:mod:`kimik3.tools.mcp`) instead: CMD gets this process's stdin, stdout and stderr (the reaper
-keeps none of them open); when CMD ends, or on SIGTERM (the MCP SDK's shutdown), every descendant
-is ended as above (SIGTERM, a grace second, SIGKILL) and the reaper exits with CMD's exit code.
+keeps none of them open); when CMD ends, or on SIGTERM (the MCP SDK's shutdown; ``kimik3 serve``'s
+``PR_SET_PDEATHSIG`` when it dies), every descendant is ended as above (SIGTERM, a grace second,
+SIGKILL) and the reaper exits with CMD's exit code (143 after SIGTERM). SIGINT is ignored by the
+reaper (CMD gets a terminal's Ctrl-C itself; when it ends, so does the rest).
 """
 
 from __future__ import annotations
@@ -363,19 +365,24 @@ def _supervise(sock_fd: int) -> None:
 
 
 
+class _Stop(Exception):
+    """SIGTERM arrived: stop waiting (a handler that only set a flag would not end a blocking
+    ``waitpid``: Python retries it after the handler, PEP 475)."""
+
+
 def _stdio(argv: list[str]) -> None:
     """``--stdio CMD ARGS``: see the module docstring."""
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
-    terminated = False
 
     def on_term(signum: int, frame: object) -> None:
-        nonlocal terminated
-        terminated = True
+        raise _Stop
 
     signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is CMD's to handle; then the rest ends
     server = os.fork()
     if server == 0:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)  # (an ignored signal stays ignored across exec)
         try:
             os.execvp(argv[0], argv)
         except OSError as e:
@@ -385,16 +392,20 @@ def _stdio(argv: list[str]) -> None:
     os.dup2(null, 0)
     os.dup2(null, 1)
     code = 0
-    while not terminated:  # orphans re-parented here are reaped on the way
-        try:
-            pid, status = os.waitpid(-1, 0)
-        except InterruptedError:
-            continue
-        except ChildProcessError:
-            break
-        if pid == server:
-            code = os.waitstatus_to_exitcode(status)
-            break
+    try:
+        while True:  # orphans re-parented here are reaped on the way
+            try:
+                pid, status = os.waitpid(-1, 0)
+            except InterruptedError:
+                continue
+            except ChildProcessError:
+                break
+            if pid == server:
+                code = os.waitstatus_to_exitcode(status)
+                break
+    except _Stop:
+        code = -signal.SIGTERM
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the clean-up is not cut short
     left = _end_all(_SHUTDOWN_GRACE_S)
     if left:
         _report(2, "kimik3: survivors " + " ".join(map(str, left)))

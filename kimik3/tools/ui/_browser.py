@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 from PIL import Image
 from typing_extensions import Self
 
-from ..._exceptions import ToolError
+from ..._exceptions import ToolError, UserError
 from ._computer import Computer, KeyCombo, MouseButton
+from ._records import MAX_SCREENSHOT_PIXELS
 
 if TYPE_CHECKING:
     from playwright.async_api import Browser, BrowserContext, Page, Playwright
@@ -79,6 +80,21 @@ def default_chromium() -> str | None:
     return None
 
 
+def _check_screen(viewport: Any, device_scale_factor: Any) -> None:
+    """Refuse a screen whose screenshots cannot be small (see :class:`BrowserComputer`'s Raises)."""
+    if (not isinstance(viewport, (tuple, list)) or len(viewport) != 2
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in viewport)):
+        raise UserError(f"viewport must be (width, height) in whole CSS pixels >= 1, got {viewport!r:.80}")
+    if (not isinstance(device_scale_factor, (int, float)) or isinstance(device_scale_factor, bool)
+            or not math.isfinite(device_scale_factor) or device_scale_factor <= 0):
+        raise UserError(f"device_scale_factor must be a finite number > 0, got {device_scale_factor!r:.40}")
+    pixels = round(viewport[0] * device_scale_factor) * round(viewport[1] * device_scale_factor)
+    if pixels > MAX_SCREENSHOT_PIXELS:
+        raise UserError(f"a {viewport[0]}x{viewport[1]} viewport at device_scale_factor {device_scale_factor:g} "
+                        f"takes screenshots of {pixels:,} pixels, over the {MAX_SCREENSHOT_PIXELS:,}-pixel "
+                        "(8K UHD) limit")
+
+
 class BrowserComputer(Computer):
     """One Chromium page (tab) as the screen: screenshots of the viewport, mouse and keyboard
     through Playwright.
@@ -102,6 +118,12 @@ class BrowserComputer(Computer):
         wheel_notch_css: CSS pixels scrolled per wheel notch of :meth:`scroll`.
         type_delay_ms: delay between typed characters, in milliseconds.
         launch_options: extra keyword arguments for Playwright's ``chromium.launch``.
+
+    Raises:
+        UserError: a viewport that is not two whole numbers >= 1, a ``device_scale_factor`` that
+            is not a finite number > 0, or a screen of more device pixels than
+            :data:`~kimik3.tools.ui._records.MAX_SCREENSHOT_PIXELS` (8K UHD): every screenshot
+            would cost seconds and hundreds of MB to decode (a trajectory's header may ask for one).
     """
 
     def __init__(
@@ -117,8 +139,7 @@ class BrowserComputer(Computer):
         type_delay_ms: int = 0,
         launch_options: dict[str, Any] | None = None,
     ) -> None:
-        if device_scale_factor <= 0:
-            raise ValueError(f"device_scale_factor must be > 0, got {device_scale_factor}")
+        _check_screen(viewport, device_scale_factor)
         self.url = url
         self.viewport = viewport
         self.device_scale_factor = float(device_scale_factor)
@@ -243,8 +264,14 @@ class BrowserComputer(Computer):
                     raise ToolError(f"cannot take a screenshot of the page: {e}") from e
                 with contextlib.suppress(PlaywrightError):
                     await self.page.wait_for_load_state("load")
-        with Image.open(io.BytesIO(png)) as opened:
-            im = opened.convert("RGB")  # also decodes the pixels
+        try:
+            with Image.open(io.BytesIO(png)) as opened:  # the header only, so far
+                if opened.width * opened.height > MAX_SCREENSHOT_PIXELS:
+                    raise ToolError(f"the page's screenshot is {opened.width}x{opened.height} pixels, over the "
+                                    f"{MAX_SCREENSHOT_PIXELS:,}-pixel limit; not decoded")
+                im = opened.convert("RGB")  # also decodes the pixels
+        except (OSError, Image.DecompressionBombError) as e:
+            raise ToolError(f"cannot read the page's screenshot: {e}") from e
         self._size = im.size
         return im
 

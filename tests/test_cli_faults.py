@@ -1,0 +1,252 @@
+"""Issue 40, Deliver 4: nothing typed is lost and every fault ends typed. A hung server ends at
+``--request-timeout``; a session, once created, is never deleted by a failure or Ctrl-C (the task
+stays, unanswered, with a runnable ``continue with`` line); Ctrl-C exits 130 quietly, also while
+the embedded engine starts; every start error of ``VLLMEngine`` is a kimik3 error with its log's tail.
+
+The commands run in child processes (a hang ends at their generous limit, never the test's own
+clock) against a stand-in server that accepts connections and never answers.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from kimik3 import EngineError
+from kimik3.agents import load_session
+from kimik3.cli import main
+from kimik3.engines import VLLMEngine
+from kimik3.types import UserMessage
+
+ROOT = Path(__file__).resolve().parents[1]
+_CLEAN = ("KIMIK3_BASE_URL", "KIMIK3_API_KEY", "KIMIK3_MODEL", "KIMIK3_MODEL_PATH", "OPENAI_BASE_URL")
+
+
+@pytest.fixture
+def hung_server() -> Iterator[tuple[str, threading.Event]]:
+    """A base URL whose server accepts connections, reads nothing and never answers; the event
+    is set once a connection arrived."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    arrived = threading.Event()
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            held.append(conn)
+            arrived.set()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.getsockname()[1]}/v1", arrived
+    finally:
+        server.close()
+        for conn in held:
+            conn.close()
+
+
+def child_env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in _CLEAN}
+    return {**env, "KIMIK3_HOME": str(home), "PYTHONPATH": str(ROOT)}
+
+
+def sessions(home: Path) -> list[Path]:
+    folder = home / "sessions"
+    return sorted(folder.iterdir()) if folder.exists() else []
+
+
+def test_a_hung_server_ends_at_the_request_timeout_and_the_task_is_kept(
+    tmp_path: Path, hung_server: tuple[str, threading.Event]
+) -> None:
+    url, _ = hung_server
+    home, ws = tmp_path / "home", tmp_path / "ws"
+    ws.mkdir()
+    run = subprocess.run([sys.executable, "-m", "kimik3", "run", "add a test", "--plain", "--base-url", url,
+                          "--model", "k3", "--request-timeout", "0.5", "-w", str(ws), "--sandbox", "none"],
+                         capture_output=True, text=True, timeout=300, env=child_env(home), cwd=tmp_path)
+    assert run.returncode == 1
+    assert run.stderr == "error: APITimeoutError: the request exceeded its total timeout\n"
+    (session,) = sessions(home)  # kept, never deleted
+    assert isinstance(load_session(session)[-1], UserMessage) and load_session(session)[-1].content == "add a test"
+    assert run.stdout.splitlines()[-2:] == [
+        f"session: {session}",
+        f"the task is kept, unanswered, in {session}; continue with: kimik3 resume {session} -w {ws}"]
+
+
+def test_ctrl_c_during_the_first_answer_exits_130_and_keeps_the_task(
+    tmp_path: Path, hung_server: tuple[str, threading.Event]
+) -> None:
+    url, arrived = hung_server
+    home, own = tmp_path / "home", tmp_path / "mine.jsonl"
+    child = subprocess.Popen([sys.executable, "-m", "kimik3", "run", "the typed task", "--plain", "--base-url", url,
+                              "--model", "k3", "--session", str(own), "-w", str(tmp_path), "--sandbox", "none"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env(home),
+                             cwd=tmp_path, start_new_session=True)
+    try:
+        assert arrived.wait(120), "the request never arrived"
+        os.killpg(child.pid, signal.SIGINT)  # a terminal's Ctrl-C: the whole foreground group
+        out, err = child.communicate(timeout=120)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert child.returncode == 130 and err == "interrupted\n"
+    assert [m.content for m in load_session(own) if isinstance(m, UserMessage)] == ["the typed task"]
+    assert out.splitlines()[-1] == (f"the task is kept, unanswered, in {own}; continue with: "
+                                    f"kimik3 resume {own} -w {tmp_path}")
+
+
+def test_request_timeout_is_for_an_endpoint(tmp_path: Path) -> None:
+    (tmp_path / "s.json").write_text('["x"]')
+    r = CliRunner().invoke(main, ["run", "x", "--script", str(tmp_path / "s.json"), "--request-timeout", "5"],
+                           env={"KIMIK3_HOME": str(tmp_path / "home")})
+    assert r.exit_code == 2 and "--request-timeout applies only to an endpoint (--base-url)" in r.output
+    r = CliRunner().invoke(main, ["run", "x", "--base-url", "http://127.0.0.1:9/v1", "--request-timeout", "nan"])
+    assert r.exit_code == 2 and "'nan' is not a finite number." in r.output
+    for command in ("run", "resume", "chat"):
+        assert "--request-timeout SECONDS" in CliRunner().invoke(main, [command, "--help"]).output
+    for command in ("run", "replay"):
+        assert "--request-timeout SECONDS" in CliRunner().invoke(main, ["eval", command, "--help"]).output
+
+
+# -- the embedded engine's start -------------------------------------------------------------
+
+_FAKE_START = """
+import os, subprocess, sys, time
+from kimik3.engines import VLLMEngine
+
+def _build(self):  # vLLM's start: an engine process (same process group) that Ctrl-C ends
+    core = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    open(os.environ["STARTED"], "w").close()
+    core.wait()
+    raise RuntimeError("Engine core initialization failed. See root cause above. Failed core proc(s): {}")
+
+VLLMEngine._build = _build
+from kimik3.cli import main
+main(sys.argv[1:], prog_name="kimik3")
+"""
+
+
+def test_ctrl_c_while_the_embedded_engine_starts_exits_130_quietly(tmp_path: Path) -> None:
+    model = tmp_path / "model"
+    model.mkdir()
+    started = tmp_path / "started"
+    child = subprocess.Popen([sys.executable, "-c", _FAKE_START, "run", "hi", "--plain", "--model-path", str(model),
+                              "-w", str(tmp_path), "--sandbox", "none"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**child_env(tmp_path / "home"), "STARTED": str(started)}, cwd=tmp_path,
+                             start_new_session=True)
+    try:
+        for _ in range(1200):
+            if started.exists() or child.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert started.exists(), child.communicate()
+        os.killpg(child.pid, signal.SIGINT)
+        out, err = child.communicate(timeout=120)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert child.returncode == 130, (out, err)
+    assert err == "interrupted\n"  # not "vLLM did not start", no traceback
+    assert sessions(tmp_path / "home") == []  # nothing was typed into a session yet
+
+
+@pytest.mark.parametrize("error", [
+    OSError(24, "Too many open files"),
+    RuntimeError("Engine core initialization failed. See root cause above."),
+    "validation",
+], ids=["OSError", "RuntimeError", "ValidationError"])
+async def test_every_start_error_is_an_engine_error_with_the_log_tail(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: BaseException | str
+) -> None:
+    if error == "validation":  # what pydantic raises for an engine arg of the wrong type
+        import pydantic
+
+        try:
+            pydantic.TypeAdapter(int).validate_python("many")
+        except pydantic.ValidationError as e:
+            error = e
+    assert isinstance(error, BaseException)
+    monkeypatch.setenv("KIMIK3_HOME", str(tmp_path / "home"))
+    engine = VLLMEngine(str(tmp_path))
+    assert engine.log_path is not None
+    engine.log_path.parent.mkdir(parents=True)
+    engine.log_path.write_text("".join(f"line {i}\n" for i in range(30)) + "ERROR \x1b[31mcuda\x1b[0m: out of memory\n")
+
+    def fail(self: VLLMEngine) -> None:
+        raise error
+
+    monkeypatch.setattr(VLLMEngine, "_build", fail)
+    with pytest.raises(EngineError) as info:
+        await engine.start()
+    first, where, *tail = str(info.value).splitlines()
+    assert first == f"vLLM did not start: {type(error).__name__}: {str(error).splitlines()[0]}"
+    assert where == f"the last lines of vLLM's log {engine.log_path}:"
+    assert tail == [f"  line {i}" for i in range(21, 30)] + ["  ERROR cuda: out of memory"]
+    await engine.aclose()
+
+
+async def test_an_embedded_start_leaves_nothing_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # vLLM's ZMQ sockets (VLLM_RPC_BASE_PATH, TMPDIR) and torch's compile cache go where kimik3
+    # says; the private folder is gone after aclose
+    for name in ("TMPDIR", "VLLM_RPC_BASE_PATH", "TORCHINDUCTOR_CACHE_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("KIMIK3_HOME", str(tmp_path / "home"))
+    seen: dict[str, str] = {}
+
+    class FakeLLM:
+        def shutdown(self) -> None:
+            pass
+
+    def build(self: VLLMEngine) -> FakeLLM:
+        with __import__("kimik3.engines._presets", fromlist=["applied_env"]).applied_env(self._temp_env()):
+            seen.update({k: os.environ[k] for k in ("TMPDIR", "VLLM_RPC_BASE_PATH", "TORCHINDUCTOR_CACHE_DIR")})
+            Path(os.environ["VLLM_RPC_BASE_PATH"], "engine-core.sock").write_text("")
+        return FakeLLM()
+
+    monkeypatch.setattr(VLLMEngine, "_build", build)
+    before = set(os.listdir("/tmp"))
+    engine = VLLMEngine(str(tmp_path))
+    await engine.start()
+    private = Path(seen["TMPDIR"])
+    assert seen["VLLM_RPC_BASE_PATH"] == str(private) and private.name.startswith("kimik3-vllm-")
+    assert seen["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "home" / "cache" / "torchinductor")
+    assert (private / "engine-core.sock").exists()
+    await engine.aclose()
+    # other processes may use /tmp meanwhile: what a start of kimik3 would leave is looked for
+    left = {n for n in set(os.listdir("/tmp")) - before if n.startswith(("kimik3-vllm-", "torchinductor_"))}
+    assert not private.exists() and left == set()
+
+
+@pytest.mark.parametrize("at", ["-1", "-3", "-99", "3", "99"])
+def test_resume_at_a_message_out_of_range_is_a_user_error_naming_the_range(tmp_path: Path, at: str) -> None:
+    # A21: --at -1 forked silently at the last message (Python's negative index), printed as
+    # "message -1"; the CLI numbers messages as `kimik3 show` does, 0..N-1
+    (tmp_path / "s.json").write_text('["Hello!", "Again."]')
+    env = {"KIMIK3_HOME": str(tmp_path / "home"), **{k: None for k in _CLEAN}}
+    session = str(tmp_path / "one.jsonl")
+    first = CliRunner().invoke(main, ["run", "Hi", "--script", str(tmp_path / "s.json"), "--plain", "--session",
+                                      session, "-w", str(tmp_path), "--sandbox", "none"], env=env)
+    assert first.exit_code == 0, first.output
+    r = CliRunner().invoke(main, ["resume", session, "more", "--at", at, "--script", str(tmp_path / "s.json"),
+                                  "-w", str(tmp_path), "--sandbox", "none"], env=env)
+    assert r.exit_code == 1
+    name = f"--at {at}" if at.startswith("-") else f"message {at}"
+    tail = " (as `kimik3 show` numbers them)" if at.startswith("-") else ""
+    assert r.stderr == f"error: UserError: {name} is out of range: {session} holds messages 0..2{tail}\n"
+    assert sessions(tmp_path / "home") == []  # no fork written

@@ -1,0 +1,168 @@
+"""Issue 40, Deliver 3: a URL's credentials (``user:pw@``, a secret-looking query value) never leave
+kimik3: not in an error line, ``kimik3 verify``'s output, a session or eval file, an exception's
+``url``, nor a span. Each sink is driven with a real credential-bearing URL and the secret bytes
+are looked for everywhere it writes."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+from click.testing import CliRunner
+
+from kimik3 import APIConnectionError, Client, EngineError
+from kimik3._text import redact_url, redact_urls
+from kimik3.cli import main
+from kimik3.engines import RemoteEngine
+from kimik3.tools.mcp import MCPServerStreamableHTTP
+
+PASSWORD, KEY, TOKEN = "pw-S3CRET-1", "key-S3CRET-2", "tok-S3CRET-3"
+SECRETS = (PASSWORD, KEY, TOKEN)
+_CLEAN = {k: None for k in ("KIMIK3_BASE_URL", "KIMIK3_API_KEY", "KIMIK3_MODEL", "KIMIK3_MODEL_PATH",
+                            "OPENAI_BASE_URL", "OPENAI_API_KEY")}
+
+
+def dead_url() -> str:
+    """A credential-bearing base URL of a local port nobody listens on."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://kimi:{PASSWORD}@127.0.0.1:{port}/v1?api-key={KEY}&access_token={TOKEN}"
+
+
+def no_secret(*texts: str | bytes) -> None:
+    for text in texts:
+        data = text.encode() if isinstance(text, str) else text
+        for secret in SECRETS:
+            assert secret.encode() not in data, (secret, data[:400])
+
+
+def files_under(folder: Path) -> list[bytes]:
+    return [p.read_bytes() for p in folder.rglob("*") if p.is_file()]
+
+
+@pytest.mark.parametrize(("url", "shown"), [
+    ("https://u:pw@h:8000/v1?api-key=s3&model=k3", "https://***@h:8000/v1?api-key=***&model=k3"),
+    ("http://127.0.0.1:8000/v1", "http://127.0.0.1:8000/v1"),
+    ("http://h/v1?key=abc#access_token=zz&x=1", "http://h/v1?key=***#access_token=***&x=1"),
+    ("http://h/?sig=1;X-Amz-Signature=2&Api_Key=q%20s&flag", "http://h/?sig=***;X-Amz-Signature=***&Api_Key=***&flag"),
+    ("http://h/?password=a&client_secret=b&auth=c&token=d", "http://h/?password=***&client_secret=***&auth=***&token=***"),
+    ("http://user@h/", "http://***@h/"),
+    ("http://a:b@c@d/e", "http://***@d/e"),  # the last @ ends the userinfo
+    ("http://u:p/w@host/v1", "http://***@host/v1"),  # an unquoted / hides the userinfo from urlsplit
+    ("http://u:pw@[::1:99/x", "http://***@[::1:99/x"),  # not a valid URL: still redacted
+    ("h:8000/v1", "h:8000/v1"),
+    ("u:pw@h:8000/v1?x=1", "***@h:8000/v1?x=1"),  # no scheme
+    ("http://h/v1?%6Bey=s1&api%2Dkey=s2&plain=1", "http://h/v1?%6Bey=***&api%2Dkey=***&plain=1"),  # encoded names
+])
+def test_redact_url(url: str, shown: str) -> None:
+    assert redact_url(url) == shown
+
+
+def test_redact_urls_in_text_keeps_the_punctuation_around_them() -> None:
+    assert redact_urls(f"cannot reach {dead_url()}: refused (see https://x.y/?a=1).") .startswith(
+        "cannot reach http://***@127.0.0.1:")
+    assert redact_urls("at 'http://u:pw@h/?token=t1', then http://h/?sig=s2.") == \
+        "at 'http://***@h/?token=***', then http://h/?sig=***."
+
+
+async def test_a_connection_error_names_the_endpoint_without_its_credentials() -> None:
+    url = dead_url()
+    engine = RemoteEngine(base_url=url, model="k3")
+    with pytest.raises(APIConnectionError) as info:
+        await Client(engine, max_retries=0).chat([{"role": "user", "content": "hi"}])
+    await engine.aclose()
+    assert info.value.url is not None and info.value.url.startswith("http://***@127.0.0.1:")
+    assert "api-key=***&access_token=***" in info.value.url
+    no_secret(str(info.value), info.value.url, repr(info.value.args))
+
+
+def test_kimik3_run_against_a_credentialed_dead_endpoint(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    result = CliRunner().invoke(main, ["run", "ping", "-w", str(tmp_path), "--base-url", dead_url(), "--model", "k3",
+                                       "--plain"], env={**_CLEAN, "KIMIK3_HOME": str(home)})
+    assert result.exit_code == 1
+    assert result.stderr.startswith("error: APIConnectionError: cannot reach the endpoint http://***@127.0.0.1:")
+    no_secret(result.stdout, result.stderr, *files_under(home))
+
+
+def test_kimik3_verify_prints_the_endpoint_redacted() -> None:
+    url = dead_url()
+    result = CliRunner().invoke(main, ["verify", "--base-url", url, "--quick", "--timeout", "5"], env=_CLEAN)
+    assert result.exit_code == 1
+    head = result.stdout.splitlines()[0]
+    assert head.startswith("kimik3 verify http://***@127.0.0.1:") and "?api-key=***&access_token=***" in head
+    assert "endpoint" in result.stdout and "FAIL" in result.stdout
+    no_secret(result.stdout, result.stderr)
+    bad = CliRunner().invoke(main, ["verify", "--base-url", f"ftp://u:{PASSWORD}@h/?token={TOKEN}"], env=_CLEAN)
+    assert bad.exit_code == 1 and "UserError" in bad.stderr
+    no_secret(bad.stdout, bad.stderr)
+
+
+def test_eval_against_a_credentialed_dead_endpoint_writes_no_secret(tmp_path: Path) -> None:
+    suite = tmp_path / "suite" / "t"
+    suite.mkdir(parents=True)
+    (suite / "task.toml").write_text('instruction = "x"\ncheck = "true"\n')
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["eval", str(suite.parent), "--out", str(out), "--base-url", dead_url(),
+                                       "--model", "k3", "--plain", "--sandbox", "none"], env=_CLEAN)
+    assert result.exit_code == 1 and "APIConnectionError: cannot reach the endpoint http://***@" in result.output
+    no_secret(result.stdout, result.stderr, *files_under(out))
+
+
+def test_an_mcp_server_is_named_by_its_redacted_url() -> None:
+    server = MCPServerStreamableHTTP(f"https://u:{PASSWORD}@mcp.example/mcp?token={TOKEN}")
+    assert server.name == "https://***@mcp.example/mcp?token=***"
+
+
+def test_an_exception_with_a_raw_url_is_redacted_on_its_span() -> None:
+    pytest.importorskip("opentelemetry.sdk", reason="opentelemetry-sdk is not installed")
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from kimik3 import _tracing
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("test")
+    span = _tracing.Span(tracer.start_span("chat k3"))
+    try:
+        raise EngineError(f"the server said: 502 from {dead_url()}")
+    except EngineError as e:
+        span.end(e)
+    (done,) = exporter.get_finished_spans()
+    shown = [str(done.status.description), *(str(v) for ev in done.events for v in (ev.attributes or {}).values())]
+    assert any("http://***@127.0.0.1:" in text for text in shown)
+    no_secret(*shown, *(str(v) for v in (done.attributes or {}).values()))
+
+
+async def test_a_model_call_span_to_a_credentialed_endpoint_carries_host_and_port_only() -> None:
+    pytest.importorskip("opentelemetry.sdk", reason="opentelemetry-sdk is not installed")
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):  # the global one (tests/test_tracing.py may have set it)
+        provider = TracerProvider()
+        trace.set_tracer_provider(provider)
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    url = dead_url()
+    engine = RemoteEngine(base_url=url, model="k3")
+    with pytest.raises(APIConnectionError):
+        await Client(engine, max_retries=0).chat([{"role": "user", "content": "hi"}])
+    await engine.aclose()
+    exporter.shutdown()
+    (span,) = [s for s in exporter.get_finished_spans() if s.name == "chat k3"]
+    attributes = dict(span.attributes or {})
+    assert attributes["server.address"] == "127.0.0.1" and attributes["server.port"] == urlsplit(url).port
+    assert attributes["error.type"] == "APIConnectionError"
+    shown = [str(v) for v in attributes.values()] + [str(span.status.description)]
+    shown += [str(v) for ev in span.events for v in (ev.attributes or {}).values()]
+    no_secret(*shown)
