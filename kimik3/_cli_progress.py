@@ -49,6 +49,9 @@ _STOP_REASONS = {
     "invalid_output": "the answer did not match the required output schema",
     "unusable_output": "twice in a row the model's output had neither an answer nor a call that could run",
     "no_progress": "the model's replies were cut by the token limit again and again, see --max-tokens",
+    "loop_detected": "the model kept repeating the same tool calls with the same results; the run was stopped",
+    "context_overflow": "the conversation no longer fits the model's context window, even with old tool results "
+                        "cleared and old turns dropped; resume it with a new task, or a larger window",
 }
 
 

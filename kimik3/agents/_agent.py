@@ -76,6 +76,7 @@ from ._deferred import Approvals, decide, prepare_resume, settle
 from ._dynamic import Toolbox, dynamic_names, restore_declared, undeclared
 from ._history import nothing_to_do, prune_images, result_message
 from ._hooks import AllHooks, RunHooks
+from ._loops import noted
 from ._overflow import fitted_turn
 from ._prompts import SUMMARY_INSTRUCTIONS
 from ._routing import RoutingKey, check_routing_key, conversation_routing
@@ -330,7 +331,7 @@ class Agent(Generic[OutputT]):
         if session is not None:
             header = {"instructions": self.instructions, "tools": sorted(self.tools), **self.hooks.session_header()}
             writer = SessionWriter.for_run(session, header, history)
-        run = _Run(history, writer, self.deps, RunTokens(self._tokenizer, self.client), run_settings)
+        run = _Run(history, writer, self.deps, RunTokens(self._tokenizer, self.client), run_settings, self.budgets)
         try:
             await self.hooks.run_start(writer)
             async with AsyncExitStack() as stack:
@@ -348,6 +349,9 @@ class Agent(Generic[OutputT]):
                 async for event in self._loop(run):
                     if isinstance(event, FinalEvent):
                         run.span.done(event.result)
+                        if writer is not None:  # why it ended, for a reader of the session
+                            writer.record("run_end", {"stop_reason": event.result.stop_reason,
+                                                      "issues": event.result.issues[-20:]})
                     yield event
         finally:
             with anyio.CancelScope(shield=True):
@@ -408,6 +412,10 @@ class Agent(Generic[OutputT]):
                     await self.hooks.after_tools(run.turns, message.tool_calls)
             yield TurnEndEvent(run.turns, message, completion.usage, cost)
             run.unusable_turns = 0
+            if run.loop is not None:  # the model went on past every warning (agents/_loops.py)
+                run.issue(f"loop detected: the model repeated {run.loop}; the run ended")
+                yield Final(None, "loop_detected")
+                return
             yield ContinueWith(note) if note else ToolsRan()
             return
         yield TurnEndEvent(run.turns, message, completion.usage, cost)
@@ -472,6 +480,12 @@ class Agent(Generic[OutputT]):
         approved: list[ToolCallApprovedEvent | None] = [None] * len(calls)
         deadline = run.deadline(self.budgets)
         interrupts: list[BaseException] = []
+        steps = [run.loops.check(call) for call in calls]  # a call that repeats a loop is not run
+        for i, (_, verdict, loop) in enumerate(steps):
+            if verdict != "run":
+                results[i] = ToolResult.from_failure(failures.loop_blocked(str(loop), ends_run=verdict == "stop"),
+                                                     self.failure_text)
+                run.loop = loop if verdict == "stop" else run.loop
 
         async def one(call: ToolCall, i: int) -> None:
             try:
@@ -488,7 +502,8 @@ class Agent(Generic[OutputT]):
             with scope:
                 async with anyio.create_task_group() as group:
                     for i, call in enumerate(calls):
-                        group.start_soon(one, call, i)
+                        if results[i] is None:
+                            group.start_soon(one, call, i)
             if interrupts:
                 raise interrupts[0]  # KeyboardInterrupt reaches the caller as itself
         except BaseExceptionGroup as group_error:
@@ -505,12 +520,15 @@ class Agent(Generic[OutputT]):
                     continue  # no result: it waits for a decision (a resume answers it)
                 if result is None:
                     result = ToolResult.from_failure(why, self.failure_text)
-                    results[i] = result
+                if steps[i][1] == "run" and (loop := run.loops.settle(steps[i][0], result)) is not None:
+                    result = noted(result, loop)  # the model is told what it repeats
+                results[i] = result
                 run.failed_calls += result.is_error
                 if result.is_error and call.id not in said:  # raw and chat mode alike (RunResult.degraded)
                     run.issue(failed_call_issue(call.function.name, result.text))
                 run.add(result_message(result, call, self.context.max_result_chars))
             prune_images(run.messages, self.context.max_images, self.context.image_slack)
+            run.loops.trim()
         for i, call in enumerate(calls):
             result = results[i]
             if result is None:  # deferred

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 __all__ = [
     "CODING_INSTRUCTIONS", "COMPACTION_REQUEST", "COMPACTION_RETRY", "CONTINUE_REQUEST", "INTERRUPTED_REQUEST",
-    "SUMMARY_INSTRUCTIONS",
+    "LOOP_NOTE", "SUMMARY_INSTRUCTIONS",
 ]  # fmt: skip
 
 CODING_INSTRUCTIONS = (
@@ -40,3 +40,8 @@ CONTINUE_REQUEST = "Your last message was cut off by the output limit. Continue 
 
 INTERRUPTED_REQUEST = "Your last message was cut off: the connection closed. Continue where you stopped."
 """Sent instead after a reply (no tool call) whose stream ended before the server finished it."""
+
+LOOP_NOTE = ("[Note: you made {loop}. You already have this result: do not call it again; use it, try "
+             "something different, or answer. Repeating it further will not run it.]\n")
+"""Put before a call's result once the loop breaker counts ``Budgets.loop_warn`` repetitions
+(``loop``: what was repeated, :class:`~kimik3.agents._loops.Loop`)."""

@@ -29,6 +29,7 @@ from ..types import (
 )
 from ._checks import UnrunCall
 from ._dynamic import Declarations
+from ._loops import Loop, LoopBreaker
 from ._session import SessionWriter
 from ._tokens import RunTokens
 from ._types import Allow, Budgets, Deny, Edit, PendingCall, StopReason
@@ -47,7 +48,7 @@ class _Run:
     """
 
     def __init__(self, messages: list[Message], session: SessionWriter | None, deps: Any,
-                 count: RunTokens, settings: ModelSettings = AGENTIC_SETTINGS) -> None:
+                 count: RunTokens, settings: ModelSettings = AGENTIC_SETTINGS, budgets: Budgets | None = None) -> None:
         self.messages = messages
         self.settings = settings  # merged: card defaults < client < agent < run
         self.routing: Routing | None = None  # the conversation's routing key (agents/_routing.py)
@@ -80,6 +81,8 @@ class _Run:
         self.pricing: Pricing | Literal["auto"] | None = None
         self.deferred: dict[str, PendingCall] = {}  # calls awaiting a person's decision (RunResult.pending_approvals)
         self.decisions: dict[str, Allow | Deny | Edit] = {}  # recorded decisions on the calls a resume runs
+        self.loops = LoopBreaker(budgets or Budgets())  # repeated calls (agents/_loops.py)
+        self.loop: Loop | None = None  # the loop that ends the run (stop_reason "loop_detected")
 
     def start(self, pricing: Pricing | Literal["auto"] | None, model: str, settings: Any) -> None:
         """Fix the run's prices (``"auto"``: by the engine's model id, or the first completion's

@@ -111,10 +111,10 @@ JOURNAL_RECORDS = frozenset({"deferred", "decision", "tool_started"})
 """The approval journal (:mod:`._deferred`): a call deferred to a person, the decision on it, an
 approved call about to run; each is durable before the step it announces."""
 
-SIDE_RECORDS = frozenset({"checkpoint", "child_session", "routing", "run_start", "sandbox", "skills", "undo",
-                          *JOURNAL_RECORDS})
-"""Record kinds of :mod:`kimik3.harness`, the agent's ``run_start`` and ``routing``, and the approval journal
-(:meth:`SessionWriter.record`); not part of the history."""
+SIDE_RECORDS = frozenset({"checkpoint", "child_session", "routing", "run_end", "run_start", "sandbox", "skills",
+                          "undo", *JOURNAL_RECORDS})
+"""Record kinds of :mod:`kimik3.harness`, the agent's ``run_start``, ``run_end`` (its stop reason) and
+``routing``, and the approval journal (:meth:`SessionWriter.record`); not part of the history."""
 
 
 class JournalRecord(NamedTuple):

@@ -58,7 +58,7 @@ OutputT = TypeVar("OutputT", default=str)
 
 StopReason = Literal[
     "completed", "turn_budget", "token_budget", "time_budget", "cost_budget", "invalid_output", "unusable_output",
-    "no_progress", "approval_required",
+    "no_progress", "approval_required", "loop_detected", "context_overflow",
 ]
 """Why a run ended: the model answered (``completed``), a budget ran out (turns, tokens, time or
 cost: :class:`Budgets`; the agent then ran one tool-free summary turn), the answer failed
@@ -68,7 +68,12 @@ limit), or
 (``no_progress``) :data:`~kimik3._defaults.MAX_CONTINUES` replies in a row were cut by
 ``max_tokens`` without a tool call, or two when the last was cut before any answer (reasoning
 only), or a cut reply left the context window no room to continue (an issue says so); the output
-is the last reply's text, None when it has none. ``approval_required``: the approval hook deferred
+is the last reply's text, None when it has none. ``loop_detected``: the model kept making the same
+call, or the same short cycle of calls, with the same results past ``Budgets.loop_stop`` (it was
+told at ``loop_warn``, its calls were not run from ``loop_block``; :mod:`kimik3.agents._loops`);
+output None, an issue names the loop. ``context_overflow``: the server refused the request as too
+long and nothing was left to make smaller (old tool results cleared, old turns dropped, a summary
+tried): output None, an issue says why; the session can be resumed. ``approval_required``: the approval hook deferred
 tool calls to a person (:class:`Defer`); they are in :attr:`RunResult.pending_approvals` (output
 None), ``Agent.resume(session, approvals=...)`` goes on."""
 
@@ -90,19 +95,38 @@ class Budgets:
             top) and ``stop_reason="cost_budget"``. The agent needs prices for it: an agent
             without any (``pricing=None``, or a model id outside :data:`kimik3._pricing.PRICES`)
             raises :class:`~kimik3.UserError`.
+        loop_warn: the same call (tool name and arguments as canonical JSON), or the same cycle
+            of up to ``loop_cycle`` calls, made this many times in a row with the same results:
+            its result tells the model what it repeated and that it has the result already
+            (default 3; :mod:`kimik3.agents._loops`, issue 41).
+        loop_block: ... this many times: the call is not run, an error result says why (default 5).
+        loop_stop: ... this many times: the run ends with ``stop_reason="loop_detected"``
+            (default 8). A call with other arguments, or the same call whose result changed
+            (polling output that grows), is no repetition.
+        loop_cycle: the longest cycle of calls looked for (default 3: A, A, A ...; A, B, A, B ...;
+            A, B, C, A, B, C ...).
     """
 
     turns: int = 50
     tokens: int | None = None
     seconds: float | None = None
     usd: float | None = None
+    loop_warn: int = 3
+    loop_block: int = 5
+    loop_stop: int = 8
+    loop_cycle: int = 3
 
     def __post_init__(self) -> None:
-        """Raises UserError: turns < 1, tokens < 1, seconds <= 0, usd <= 0, or a value of the wrong type."""
+        """Raises UserError: turns < 1, tokens < 1, seconds <= 0, usd <= 0, loop_warn < 2,
+        loop_block < loop_warn, loop_stop < loop_block, loop_cycle < 1, or a value of the wrong type."""
         check_int("Budgets.turns (max_turns)", self.turns, minimum=1)
         check_int("Budgets.tokens", self.tokens, minimum=1, optional=True)
         check_number("Budgets.seconds", self.seconds, above=0, optional=True)
         check_number("Budgets.usd", self.usd, above=0, optional=True)
+        check_int("Budgets.loop_warn", self.loop_warn, minimum=2)
+        check_int("Budgets.loop_block", self.loop_block, minimum=self.loop_warn)
+        check_int("Budgets.loop_stop", self.loop_stop, minimum=self.loop_block)
+        check_int("Budgets.loop_cycle", self.loop_cycle, minimum=1)
 
 
 @dataclass(frozen=True)

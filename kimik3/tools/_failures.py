@@ -30,6 +30,7 @@ __all__ = [
     "exception",
     "interrupted",
     "interrupted_by_stop",
+    "loop_blocked",
     "no_decision",
     "not_run",
     "orphaned",
@@ -44,13 +45,15 @@ __all__ = [
 FailureKind: TypeAlias = Literal[
     "exception", "stray_cancellation", "unknown_tool", "not_run", "interrupted", "orphaned", "approval_failed",
     "denied", "edit_not_json", "no_decision", "unshowable_image", "refused", "subagent_failed", "tool_reported",
+    "loop",
 ]  # fmt: skip
 """What went wrong: a tool raised (``exception``; its own ``CancelledError``:
 ``stray_cancellation``), no such tool, arguments that could not be used (``not_run``), the run's
 cancellation or time budget ended the call (``interrupted``), a crash left it without a result
 (``orphaned``), the approval hook failed, denied, edited into non-JSON or gave no decision, an
 image the model cannot be shown, a harness rule refused the call (``refused``), a sub-agent
-failed, or the tool itself reported an error (``tool_reported``: an MCP ``isError`` result)."""
+failed, the tool itself reported an error (``tool_reported``: an MCP ``isError`` result), or the
+loop breaker did not run a call the model kept repeating (``loop``, :mod:`kimik3.agents._loops`)."""
 
 
 @dataclass(frozen=True)
@@ -122,6 +125,15 @@ def interrupted_by_stop() -> ToolFailure:
     ``kill -9``) and its result was never recorded; it is not run again: the model decides."""
     return ToolFailure("interrupted", "the run stopped while this call was running and its result was lost; it may "
                                       "have done some or all of its work: check before calling it again")
+
+
+def loop_blocked(loop: str, *, ends_run: bool) -> ToolFailure:
+    """The loop breaker did not run the call: it repeats ``loop`` (what, how many times) with the
+    same results each time (``ends_run``: the run ends after this turn, ``loop_detected``)."""
+    then = ("the run ends now (loop detected)" if ends_run
+            else "do something else: use the results you have, change the arguments, or answer")
+    return ToolFailure("loop", f"the call was not run: you repeated {loop}; its result is already in the "
+                               f"conversation above; {then}")
 
 
 def orphaned(why: str) -> ToolFailure:

@@ -73,9 +73,11 @@ def test_an_eval_scores_each_attempt_and_the_summary_is_its_lines(tmp_path: Path
     assert (summary["tasks"], summary["attempts"], summary["passed"]) == (3, 3, 2)
     assert summary["pass_rate"] == pytest.approx(2 / 3) and summary["pass_at_k"] == {"1": pytest.approx(2 / 3)}
     assert summary["tool_calls"] == 3 and summary["tool_call_validity"] == 1.0
+    assert summary["loops"] == 0 and "| loops detected | 0 |" in (out / "report.md").read_text()
     assert summary["cached_share"] is None and summary["cost_per_pass"] is None
     assert summary["per_task"]["wrong"] == {"attempts": 1, "passed": 0, "pass_rate": 0.0, "cost": None,
-                                            "mean_turns": 1.0, "timeouts": 0, "errors": 0, "tags": ["plain"]}
+                                            "mean_turns": 1.0, "timeouts": 0, "errors": 0, "loops": 0,
+                                            "tags": ["plain"]}
     assert "| wrong | plain | 0/1 | 0.0% |" in (out / "report.md").read_text()
     # the suite's own files were never written (the agent wrote first.txt into its copy)
     assert tree_hash(suite) == before and load_suite(suite).digest == digest
