@@ -123,6 +123,9 @@ async def test_spans_of_a_run_with_genai_attributes(spans: InMemorySpanExporter)
         "kimik3.stop_reason": "completed",
         "gen_ai.usage.input_tokens": result.usage.prompt_tokens,
         "gen_ai.usage.output_tokens": result.usage.completion_tokens,
+        "kimik3.context.summaries": 0,  # compaction's work (issue 41)
+        "kimik3.context.cleared_results": 0,
+        "kimik3.context.dropped_messages": 0,
     }
     assert run.status.status_code == StatusCode.UNSET
 

@@ -71,13 +71,14 @@ from ._checks import (
     unrun_calls,
     unrun_note,
 )
-from ._cut import cut_outcome
+from ._compaction import head_problem
+from ._cut import cut_outcome, whole_answer
 from ._deferred import Approvals, decide, prepare_resume, settle
 from ._dynamic import Toolbox, dynamic_names, restore_declared, undeclared
 from ._history import nothing_to_do, prune_images, result_message
 from ._hooks import AllHooks, RunHooks
 from ._loops import noted
-from ._overflow import fitted_turn
+from ._overflow import fitted_turn, served_window
 from ._prompts import SUMMARY_INSTRUCTIONS
 from ._routing import RoutingKey, check_routing_key, conversation_routing
 from ._run import _Run
@@ -339,19 +340,22 @@ class Agent(Generic[OutputT]):
                 await self._toolbox.open(stack)  # toolsets not open yet: for this run only
                 await self._sync_tools(run, start=True)
                 run.start(self.pricing, self.client.model, run.settings)
+                run.served_window = await served_window(self.client, self.context)
+                run.count_context()  # the head's tool declarations and a resumed history, counted now
                 if not history and self.instructions:
                     run.add(SystemMessage(content=self.instructions))
                 async for event in settle(run, self._run_tools, self.hooks, self.failure_text, task=user is not None):
                     yield event  # the calls a crash or a deferral left without a result
                 if user is not None:
                     run.add(user)
+                if (problem := head_problem(run, self.context)) is not None:
+                    log.warning("kimik3: %s", problem)
+                    run.issue(problem)
                 run.routing = conversation_routing(self.routing_key, writer, run.messages, run.settings)
                 async for event in self._loop(run):
                     if isinstance(event, FinalEvent):
+                        run.finish(event.result)
                         run.span.done(event.result)
-                        if writer is not None:  # why it ended, for a reader of the session
-                            writer.record("run_end", {"stop_reason": event.result.stop_reason,
-                                                      "issues": event.result.issues[-20:]})
                     yield event
         finally:
             with anyio.CancelScope(shield=True):
@@ -401,7 +405,7 @@ class Agent(Generic[OutputT]):
         cost = run.model_turn(completion, message)  # the message exactly as received
         note = unrun_note(run.unrun(unrun_calls(completion)))  # issues and counts recorded
         if message.tool_calls:
-            run.cut_replies = 0
+            run.cut_replies, run.cut_answer = 0, ""
             await self.hooks.before_tools(run.turns, message.tool_calls)
             try:
                 said = {f.id for f in completion.failed_tool_calls}  # their issue is recorded already
@@ -430,7 +434,7 @@ class Agent(Generic[OutputT]):
             yield ContinueWith(note) if run.unusable_turns < 2 else Final(None, "unusable_output")
             return
         run.unusable_turns = 0
-        output, error = validate_output(self._output_adapter, message)
+        output, error = validate_output(self._output_adapter, whole_answer(run, message))
         if error is not None and not run.output_retry_used:
             run.output_retry_used = True
             yield ContinueWith(f"Your answer does not match the required JSON schema: {error}. "
@@ -601,4 +605,5 @@ class Agent(Generic[OutputT]):
         return RunResult(output=output, messages=run.messages, usage=run.usage, turns=run.turns,
                          stop_reason=reason, session_path=path, failed_calls=run.failed_calls,
                          cut_calls=run.cut_calls, dropped_calls=run.dropped_calls, issues=list(run.issues),
-                         cost=run.cost, pending_approvals=list(run.deferred.values()))
+                         cost=run.cost, pending_approvals=list(run.deferred.values()), summaries=run.summaries,
+                         cleared_results=run.cleared_results, dropped_messages=run.dropped_messages)

@@ -9,8 +9,8 @@ that model sees (``tests/test_k3_tiny.py`` pins the prompt).
 from __future__ import annotations
 
 __all__ = [
-    "CODING_INSTRUCTIONS", "COMPACTION_REQUEST", "COMPACTION_RETRY", "CONTINUE_REQUEST", "INTERRUPTED_REQUEST",
-    "LOOP_NOTE", "SUMMARY_INSTRUCTIONS",
+    "CLEARED_RESULT", "CLEARED_START", "CODING_INSTRUCTIONS", "COMPACTION_REQUEST", "COMPACTION_RETRY",
+    "CONTINUE_REQUEST", "INTERRUPTED_REQUEST", "LOOP_NOTE", "SUMMARY_INSTRUCTIONS", "SUMMARY_NOTE", "SUMMARY_START",
 ]  # fmt: skip
 
 CODING_INSTRUCTIONS = (
@@ -31,6 +31,16 @@ COMPACTION_REQUEST = (
     "found (file names, facts, results), and what remains. Be concise and concrete. Do not call tools."
 )
 """The user message that asks for a compaction summary."""
+
+SUMMARY_START = "[Summary of "
+SUMMARY_NOTE = SUMMARY_START + "{n} earlier messages, written by you]\n{summary}"
+"""What replaces older turns once the model summarised them (a user message)."""
+
+CLEARED_START = "[Result cleared from the context"
+CLEARED_RESULT = (CLEARED_START + " to save room: {call} returned {tokens:,} tokens here. Call it again if "
+                  "you need it.]")
+"""What an old tool result becomes when the agent clears it (:mod:`kimik3.agents._clearing`;
+Anthropic's context editing): ``call`` is the call's name and arguments."""
 
 COMPACTION_RETRY = "Your summary {problem}. Write the summary again, shorter, as plain text."
 """Asks once more when the summary came back empty or cut (``problem`` says which)."""

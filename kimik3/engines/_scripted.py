@@ -193,6 +193,10 @@ class ScriptedEngine(TokenEngine):
         self.model = model
         self.calls: list[ScriptedCall] = []
 
+    async def context_window(self) -> int:
+        """``max_model_len``: the window the engine enforces."""
+        return self.max_model_len
+
     @property
     def remaining(self) -> int | None:
         """Scripted responses not yet used (None for a function script)."""
