@@ -243,3 +243,29 @@ async def test_a_raw_mode_agent_resizes_to_the_window_the_server_states(tmp_path
     assert (result.stop_reason, result.output) == ("completed", "Hi")
     prompt = 1_048_576 - seen[0]
     assert seen == [1_048_576 - prompt, 262_144 - prompt]
+
+
+class Unstated(ScriptedEngine):
+    """A served window the engine does not state (a chat endpoint whose model id is unknown)."""
+
+    async def context_window(self) -> None:
+        return None
+
+
+async def test_a_resume_refused_as_too_long_with_a_failing_summary_recovers(tok: K3Tokenizer, tmp_path: Path) -> None:
+    """Issue 41: at 8,192 tokens a resumed run's first request was refused, the forced summary
+    request was larger than it, and every later resume failed the same way."""
+    session = tmp_path / "s.jsonl"
+    good = lambda n: render_output({"content": f"Read m1 to m{n}."})  # noqa: E731
+    big = ScriptedEngine(calls(40, good), tokenizer=tok, chunk_size=512)
+    await Agent(tools=[read_file], engine=big, max_turns=60).run("Read.", session=session)
+    for task in ("Read three more.", "And three more."):
+        small = Unstated(calls(3, reasoning_only), tokenizer=tok, chunk_size=512, max_model_len=8192)
+        again = await Agent(tools=[read_file], engine=small, max_turns=40).resume(session, task)
+        assert (again.stop_reason, again.output) == ("completed", "All read.")
+        sizes = [len(tok.encode_messages(list(c.messages), c.request.tools)) for c in small.calls]
+        refused = [n for n in sizes if n >= 8192]
+        assert len(refused) <= 1  # the first request, before the window was known
+        after = sizes[sizes.index(refused[0]) + 1:] if refused else sizes
+        assert after and max(after) < refused[0] if refused else max(sizes) < 8192
+        check_history(again.messages)
