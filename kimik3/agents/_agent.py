@@ -5,11 +5,15 @@ One run::
     messages = [system instructions, user task]
     loop:
         budget out?  -> one tool-free summary turn, stop
-        context near the window (or a request refused as too big)? -> compact older turns (model-written summary)
+        context near the window (or a request refused as too big)? -> compact older turns (model-written summary;
+            after a failed one, without the model: old results cleared, oldest turns dropped; nothing
+            left to shrink: stop, "context_overflow")
         tools added since the last call? -> declared by a message appended to the history
         one turn (:meth:`Agent._turn`): a model call (streamed; the assistant message kept
         exactly as received), then one of three named outcomes:
-            ToolsRan          tool calls ran concurrently, one result message per call id
+            ToolsRan          tool calls ran concurrently, one result message per call id (a call
+                              repeating a loop with the same results is told, then not run, then
+                              the run stops, "loop_detected": agents/_loops.py)
             ContinueWith(p)   cut by max_tokens, calls that did not run, a turn with neither an
                               answer nor a call, an answer that failed output_type: ask again
                               (MAX_CONTINUES cut replies in a row, two when the last has no

@@ -13,7 +13,7 @@ from typing import Any
 import anyio
 import pytest
 
-from kimik3 import APIConnectionError, ContextLengthExceededError, Pricing, ScriptedEngine
+from kimik3 import APIConnectionError, BadRequestError, ContextLengthExceededError, Pricing, ScriptedEngine
 from kimik3.eval import EvalConfig, EvalError, ResultsDir, evaluate, load_suite, read_results, summarize
 from kimik3.formats.k3 import RawChunk
 from kimik3.types import ChatRequest
@@ -217,13 +217,26 @@ def test_an_error_of_one_attempt_is_its_result_and_the_others_go_on(tmp_path: Pa
 
     async def fail(task: str, turn: int) -> None:
         if task == "Too long.":
-            raise ContextLengthExceededError("the prompt has 9000 tokens; the window is 4096", status_code=400)
+            raise BadRequestError("the request is malformed", status_code=400)
 
     run(suite, tmp_path / "out", ScriptedEngine(by_task({"Too long.": ["x"], "Say ok.": ["ok"]}, fail)))
     results, _ = read_results(tmp_path / "out" / "results.jsonl")
     assert [(r.task, r.passed, r.stop_reason, r.error) for r in results] == [
-        ("a-long", False, "error", "ContextLengthExceededError: the prompt has 9000 tokens; the window is 4096"),
+        ("a-long", False, "error", "BadRequestError: the request is malformed"),
         ("b-ok", True, "completed", None)]
+
+
+def test_a_run_that_no_longer_fits_its_window_is_its_own_stop_reason(tmp_path: Path) -> None:
+    """Issue 41: an overflow nothing can shrink ends the run (context_overflow), not the attempt with an error."""
+    suite = tmp_path / "suite"
+    write_task(suite, "a-long", "Too long.", "false")
+
+    async def fail(task: str, turn: int) -> None:
+        raise ContextLengthExceededError("the prompt has 9000 tokens; the window is 4096", status_code=400)
+
+    run(suite, tmp_path / "out", ScriptedEngine(by_task({"Too long.": ["x"]}, fail)))
+    results, _ = read_results(tmp_path / "out" / "results.jsonl")
+    assert [(r.task, r.passed, r.stop_reason, r.error) for r in results] == [("a-long", False, "context_overflow", None)]
 
 
 def test_an_engine_that_cannot_be_reached_stops_the_eval_keeping_what_finished(tmp_path: Path) -> None:

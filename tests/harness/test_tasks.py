@@ -156,8 +156,9 @@ async def test_child_sessions_are_numbered_in_start_order(tmp_path: Path) -> Non
     names = [Path(link["path"]).name for link in links]
     assert [re.sub(r"call_[0-9a-f]{24}", "ID", n) for n in names] == ["p.task-1-ID.jsonl", "p.task-2-ID.jsonl"]
     for n, link in enumerate(links):
-        lines = Path(link["path"]).read_text().splitlines()
-        assert json.loads(lines[-1])["message"]["content"] == f"child of job {n}"
+        lines = [json.loads(line) for line in Path(link["path"]).read_text().splitlines()]
+        assert lines[-1]["run_end"]["stop_reason"] == "completed"  # why the child ended (issue 41)
+        assert lines[-2]["message"]["content"] == f"child of job {n}"
 
 
 async def test_children_share_the_parents_token_budget(tmp_path: Path) -> None:
