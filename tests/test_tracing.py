@@ -222,3 +222,14 @@ def test_opentelemetry_is_imported_lazily() -> None:
         print(any(m.startswith("opentelemetry") for m in sys.modules))
     """)
     assert out == "False\nTrue\n"
+
+
+async def test_a_loop_that_ended_the_run_is_on_its_span(spans: InMemorySpanExporter) -> None:
+    """Issue 41: loop_detected reaches OpenTelemetry as the run's kimik3.stop_reason."""
+    engine = ScriptedEngine([calls(("add", {"a": 2, "b": 3}))] * 10)
+    result = await Agent(tools=[add], engine=engine, name="looper").run("2+3?")
+    assert result.stop_reason == "loop_detected"
+    (run,) = [s for s in spans.get_finished_spans() if s.name == "invoke_agent looper"]
+    assert run.attributes is not None and run.attributes["kimik3.stop_reason"] == "loop_detected"
+    tools = [s for s in spans.get_finished_spans() if s.name == "execute_tool add"]
+    assert len(tools) == 4  # the 5th to 8th calls were not run: no tool span, their error results in the history

@@ -366,3 +366,18 @@ def test_a_tasks_cost_budget_ends_its_run_and_the_check_still_scores_it(tmp_path
     (r,), _ = read_results(tmp_path / "out" / "results.jsonl")
     assert (r.stop_reason, r.turns, r.passed, r.degraded) == ("cost_budget", 2, True, True)
     assert r.cost == pytest.approx(0.0042) and summary["stop_reasons"] == {"cost_budget": 1}
+
+
+def test_a_run_the_loop_breaker_ended_is_counted(tmp_path: Path) -> None:
+    """Issue 41: loop_detected is an attempt's stop reason and the summary's ``loops`` count."""
+    suite = tmp_path / "suite"
+    write_task(suite, "a-loop", "Loop.", "false")
+    write_task(suite, "b-ok", "Say ok.", answer_has("ok"))
+    again = calls(("read_file", {"path": "a.txt"}))
+    summary = run(suite, tmp_path / "out", ScriptedEngine(by_task({"Loop.": [again] * 12, "Say ok.": ["ok"]})))
+    results, _ = read_results(tmp_path / "out" / "results.jsonl")
+    assert [(r.task, r.stop_reason, r.turns) for r in results] == [("a-loop", "loop_detected", 8),
+                                                                   ("b-ok", "completed", 1)]
+    assert summary["loops"] == 1 and summary["per_task"]["a-loop"]["loops"] == 1
+    assert summary["stop_reasons"] == {"completed": 1, "loop_detected": 1}
+    assert "| loops detected | 1 |" in (tmp_path / "out" / "report.md").read_text()
