@@ -81,7 +81,6 @@ from ._deferred import Approvals, decide, prepare_resume, settle
 from ._dynamic import Toolbox, dynamic_names, restore_declared, undeclared
 from ._history import nothing_to_do, prune_images, result_message
 from ._hooks import AllHooks, RunHooks
-from ._loops import noted
 from ._overflow import fitted_turn, served_window
 from ._prompts import SUMMARY_INSTRUCTIONS
 from ._routing import RoutingKey, check_routing_key, conversation_routing
@@ -484,16 +483,11 @@ class Agent(Generic[OutputT]):
     # -- tools -------------------------------------------------------------------------------
 
     async def _run_tools(self, run: _Run, calls: Sequence[ToolCall], said: set[str]) -> AsyncIterator[AgentEvent]:
-        results: list[ToolResult | None] = [None] * len(calls)
+        steps, results, stop = run.loops.screen(calls, self.failure_text)  # a call repeating a loop is not run
+        run.loop = stop or run.loop
         approved: list[ToolCallApprovedEvent | None] = [None] * len(calls)
         deadline = run.deadline(self.budgets)
         interrupts: list[BaseException] = []
-        steps = [run.loops.check(call) for call in calls]  # a call that repeats a loop is not run
-        for i, (_, verdict, loop) in enumerate(steps):
-            if verdict != "run":
-                results[i] = ToolResult.from_failure(failures.loop_blocked(str(loop), ends_run=verdict == "stop"),
-                                                     self.failure_text)
-                run.loop = loop if verdict == "stop" else run.loop
 
         async def one(call: ToolCall, i: int) -> None:
             try:
@@ -528,8 +522,7 @@ class Agent(Generic[OutputT]):
                     continue  # no result: it waits for a decision (a resume answers it)
                 if result is None:
                     result = ToolResult.from_failure(why, self.failure_text)
-                if steps[i][1] == "run" and (loop := run.loops.settle(steps[i][0], result)) is not None:
-                    result = noted(result, loop)  # the model is told what it repeats
+                result = run.loops.answered(steps[i], result)  # told what it repeats, at loop_warn
                 results[i] = result
                 run.failed_calls += result.is_error
                 if result.is_error and call.id not in said:  # raw and chat mode alike (RunResult.degraded)

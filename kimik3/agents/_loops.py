@@ -27,10 +27,13 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeAlias
 
 from ..tools import ToolResult
+from ..tools import _failures as failures
+from ..tools._failures import FailureText
 from ..types import TextPart, ToolCall
 from ._prompts import LOOP_NOTE
 from ._types import Budgets
@@ -77,6 +80,8 @@ class Loop:
 
 
 Verdict = Literal["run", "block", "stop"]
+Step: TypeAlias = "tuple[int, Verdict, Loop | None]"
+"""A call's step index, whether it runs, and the loop it extends (:meth:`LoopBreaker.check`)."""
 
 
 class LoopBreaker:
@@ -106,7 +111,7 @@ class LoopBreaker:
                 return Loop(tuple(k for k, _ in steps[end - p:end]), rounds)
         return None
 
-    def check(self, call: ToolCall) -> tuple[int, Verdict, Loop | None]:
+    def check(self, call: ToolCall) -> Step:
         """Before ``call`` runs: its step's index (for :meth:`settle`), whether it runs, and the
         loop it would extend (None: none). A call that extends a loop past ``loop_block`` is
         recorded with the result the loop gave each time."""
@@ -137,6 +142,30 @@ class LoopBreaker:
         self.steps[index] = (key, _digest(result))
         loop = self._loop(index + 1)
         return loop if loop is not None and loop.rounds >= self.warn else None
+
+    def screen(self, calls: Sequence[ToolCall], text: FailureText
+               ) -> tuple[list[Step], list[ToolResult | None], Loop | None]:
+        """:meth:`check` each call of a turn, in call order: their steps, the error result of each
+        call that is not run (None for those that run), and the loop that ends the run (None:
+        none does)."""
+        steps = [self.check(call) for call in calls]
+        results: list[ToolResult | None] = [None] * len(calls)
+        stop = None
+        for i, (_, verdict, loop) in enumerate(steps):
+            if verdict != "run":
+                results[i] = ToolResult.from_failure(failures.loop_blocked(str(loop), ends_run=verdict == "stop"), text)
+                stop = loop if verdict == "stop" else stop
+        return steps, results, stop
+
+    def answered(self, step: Step, result: ToolResult) -> ToolResult:
+        """``result`` of a call :meth:`screen` let run, recorded (:meth:`settle`), with
+        :data:`~._prompts.LOOP_NOTE` first once its loop reached ``loop_warn``; the error result
+        of a call that was not run, as it is."""
+        index, verdict, _ = step
+        if verdict != "run":
+            return result
+        loop = self.settle(index, result)
+        return result if loop is None else noted(result, loop)
 
     def trim(self) -> None:
         """Forget steps older than any loop the breaker counts (between turns)."""
