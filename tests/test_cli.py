@@ -624,7 +624,12 @@ def test_a_compaction_that_kept_the_history_says_so(capsys: pytest.CaptureFixtur
     why = "compaction kept the full history: the summary came back empty (no text, only reasoning)"
     progress.event(CompactionEvent(0, "", failed=why))
     progress.event(CompactionEvent(7, "SUMMARY"))
-    assert capsys.readouterr().out.splitlines() == [f"[turn 1] {why}", "[turn 1] compacted 7 earlier messages"]
+    progress.event(CompactionEvent(0, "", cleared_results=12))  # ContextPolicy(clear_tool_results=True)
+    progress.event(CompactionEvent(6, "", failed="compaction's summary came back empty", cleared_results=1))
+    assert capsys.readouterr().out.splitlines() == [
+        f"[turn 1] {why}", "[turn 1] compacted 7 earlier messages", "[turn 1] cleared 12 old tool results",
+        "[turn 1] compaction's summary came back empty; cleared 1 old tool result, dropped 6 messages of the oldest "
+        "turns"]
 
 
 def test_run_says_a_loop_ended_the_run(tmp_path: Path) -> None:
