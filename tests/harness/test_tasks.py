@@ -191,3 +191,22 @@ def harness_children(agent: Agent[str]) -> list[RunResult[str]]:
 
     subs = next(h for h in agent.hooks.hooks if isinstance(h, SubAgents))
     return [r for _, _, r in subs.children if isinstance(r, RunResult)]
+
+
+async def test_a_sub_agent_that_loops_ends_and_the_parent_gets_its_result(tmp_path: Path) -> None:
+    """Issue 41: a child repeating one read ends with loop_detected; the parent reads why and goes on."""
+    (tmp_path / "a.txt").write_text("A-content\n")
+
+    def script(messages: list[Message]) -> str:
+        if is_child(messages):
+            return calls(("read_file", {"path": "a.txt"}))  # again and again
+        if not any(m.role == "tool" for m in messages):
+            return calls(("task", {"description": "read a", "prompt": "Read a.txt"}))
+        return answer("the sub-agent looped")
+
+    agent = CodingHarness(tmp_path, features=FEATURES - {"background", "checkpoints"}).agent(engine=ScriptedEngine(script))
+    result = await agent.run("read a")
+    assert (result.stop_reason, result.output) == ("completed", "the sub-agent looped")
+    (child,) = [str(m.content) for m in result.messages if m.role == "tool"]
+    assert child.split("\n")[1].startswith("[the sub-agent stopped early: loop_detected]")
+    assert "[sub-agent: 8 turns, " in child
