@@ -52,10 +52,28 @@ _STOP_REASONS = {
     "unusable_output": "twice in a row the model's output had neither an answer nor a call that could run",
     "no_progress": "the model's replies were cut by the token limit again and again, see --max-tokens",
     "guardrail": "a guardrail tripped (docs/guardrails.md)",
+    "loop_detected": "the model kept repeating the same tool calls with the same results; the run was stopped",
+    "context_overflow": "the conversation no longer fits the model's context window, even with old tool results "
+                        "cleared and old turns dropped; resume it with a new task, or a larger window",
 }
 
 
 MAX_ISSUES = 10
+
+
+def compaction_text(event: CompactionEvent) -> str:
+    """One line for a compaction: the summary's, or what went without the model (issue 41)."""
+    if event.stopped:
+        return event.stopped
+    if event.summary:
+        return f"compacted {event.removed_messages} earlier messages"
+    done = [f"cleared {event.cleared_results} old tool result{'s' * (event.cleared_results != 1)}"] \
+        if event.cleared_results else []
+    if (n := event.removed_messages):
+        done.append(f"dropped {n} message{'s' * (n != 1)} of the oldest turns")
+    if event.failed:
+        return event.failed + (f"; {', '.join(done)}" if done else "")
+    return ", ".join(done) or "compaction removed nothing"
 
 
 def _preview(result: ToolResult) -> str:
@@ -211,8 +229,7 @@ class _PlainProgress:
             self._text = ""
             self.turn = event.turn + 1
         elif isinstance(event, CompactionEvent):
-            what = event.stopped or event.failed or f"compacted {event.removed_messages} earlier messages"
-            self._echo(f"[turn {self.turn}] {what}")
+            self._echo(f"[turn {self.turn}] {compaction_text(event)}")
 
     def stop(self) -> None:
         pass
@@ -344,8 +361,7 @@ class _RichProgress:
             self.turn = event.result.turns
             self.phase = "done"
         elif isinstance(event, CompactionEvent):
-            text = event.stopped or event.failed or f"compacted {event.removed_messages} earlier messages"
-            self._print(Text(text, style="dim yellow"))
+            self._print(Text(compaction_text(event), style="dim yellow"))
 
     def note(self, text: str) -> None:
         self._print(Text(text, style="dim"))

@@ -624,4 +624,22 @@ def test_a_compaction_that_kept_the_history_says_so(capsys: pytest.CaptureFixtur
     why = "compaction kept the full history: the summary came back empty (no text, only reasoning)"
     progress.event(CompactionEvent(0, "", failed=why))
     progress.event(CompactionEvent(7, "SUMMARY"))
-    assert capsys.readouterr().out.splitlines() == [f"[turn 1] {why}", "[turn 1] compacted 7 earlier messages"]
+    progress.event(CompactionEvent(0, "", cleared_results=12))  # ContextPolicy(clear_tool_results=True)
+    progress.event(CompactionEvent(6, "", failed="compaction's summary came back empty", cleared_results=1))
+    assert capsys.readouterr().out.splitlines() == [
+        f"[turn 1] {why}", "[turn 1] compacted 7 earlier messages", "[turn 1] cleared 12 old tool results",
+        "[turn 1] compaction's summary came back empty; cleared 1 old tool result, dropped 6 messages of the oldest "
+        "turns"]
+
+
+def test_run_says_a_loop_ended_the_run(tmp_path: Path) -> None:
+    """Issue 41: the same read, again and again, ends the run with loop_detected, said on the CLI."""
+    repo = make_repo(tmp_path)
+    script = write_script(tmp_path / "loop.json", [call("read_file", {"path": "calc.py"})] * 12)
+    session = tmp_path / "loop.jsonl"
+    result = invoke(["run", "fix it", "-w", str(repo), "--script", str(script), "--session", str(session)],
+                    tmp_path / "home")
+    assert ("stopped: loop_detected (the model kept repeating the same tool calls with the same results; the run "
+            "was stopped)") in result.stdout
+    ends = [json.loads(line)["run_end"] for line in session.read_text().splitlines() if '"run_end"' in line]
+    assert [e["stop_reason"] for e in ends] == ["loop_detected"]

@@ -123,6 +123,9 @@ async def test_spans_of_a_run_with_genai_attributes(spans: InMemorySpanExporter)
         "kimik3.stop_reason": "completed",
         "gen_ai.usage.input_tokens": result.usage.prompt_tokens,
         "gen_ai.usage.output_tokens": result.usage.completion_tokens,
+        "kimik3.context.summaries": 0,  # compaction's work (issue 41)
+        "kimik3.context.cleared_results": 0,
+        "kimik3.context.dropped_messages": 0,
     }
     assert run.status.status_code == StatusCode.UNSET
 
@@ -240,3 +243,14 @@ def test_opentelemetry_is_imported_lazily() -> None:
         print(any(m.startswith("opentelemetry") for m in sys.modules))
     """)
     assert out == "False\nTrue\n"
+
+
+async def test_a_loop_that_ended_the_run_is_on_its_span(spans: InMemorySpanExporter) -> None:
+    """Issue 41: loop_detected reaches OpenTelemetry as the run's kimik3.stop_reason."""
+    engine = ScriptedEngine([calls(("add", {"a": 2, "b": 3}))] * 10)
+    result = await Agent(tools=[add], engine=engine, name="looper").run("2+3?")
+    assert result.stop_reason == "loop_detected"
+    (run,) = [s for s in spans.get_finished_spans() if s.name == "invoke_agent looper"]
+    assert run.attributes is not None and run.attributes["kimik3.stop_reason"] == "loop_detected"
+    tools = [s for s in spans.get_finished_spans() if s.name == "execute_tool add"]
+    assert len(tools) == 4  # the 5th to 8th calls were not run: no tool span, their error results in the history

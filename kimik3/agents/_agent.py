@@ -5,11 +5,15 @@ One run::
     messages = [system instructions, user task]
     loop:
         budget out?  -> one tool-free summary turn, stop
-        context near the window (or a request refused as too big)? -> compact older turns (model-written summary)
+        context near the window (or a request refused as too big)? -> compact older turns (model-written summary;
+            after a failed one, without the model: old results cleared, oldest turns dropped; nothing
+            left to shrink: stop, "context_overflow")
         tools added since the last call? -> declared by a message appended to the history
         one turn (:meth:`Agent._turn`): a model call (streamed; the assistant message kept
         exactly as received), then one of three named outcomes:
-            ToolsRan          tool calls ran concurrently, one result message per call id
+            ToolsRan          tool calls ran concurrently, one result message per call id (a call
+                              repeating a loop with the same results is told, then not run, then
+                              the run stops, "loop_detected": agents/_loops.py)
             ContinueWith(p)   cut by max_tokens, calls that did not run, a turn with neither an
                               answer nor a call, an answer that failed output_type: ask again
                               (MAX_CONTINUES cut replies in a row, two when the last has no
@@ -71,13 +75,14 @@ from ._checks import (
     unrun_calls,
     unrun_note,
 )
-from ._cut import cut_outcome
+from ._compaction import head_problem
+from ._cut import cut_outcome, whole_answer
 from ._deferred import Approvals, decide, finished, prepare_resume, settle
 from ._dynamic import Toolbox, dynamic_names, restore_declared, undeclared
 from ._guardrails import Guardrail, Guards, merge_guardrails
 from ._history import nothing_to_do, prune_images, result_message
 from ._hooks import AllHooks, RunHooks
-from ._overflow import fitted_turn
+from ._overflow import fitted_turn, served_window
 from ._prompts import SUMMARY_INSTRUCTIONS
 from ._routing import RoutingKey, check_routing_key, conversation_routing
 from ._run import _Run
@@ -355,7 +360,7 @@ class Agent(Generic[OutputT]):
         elif session is not None:
             header = {"instructions": self.instructions, "tools": sorted(self.tools), **self.hooks.session_header()}
             writer = SessionWriter.for_run(session, header, history)
-        run = _Run(history, writer, self.deps, RunTokens(self._tokenizer, self.client), run_settings)
+        run = _Run(history, writer, self.deps, RunTokens(self._tokenizer, self.client), run_settings, self.budgets)
         try:
             await self.hooks.run_start(writer)
             async with AsyncExitStack() as stack:
@@ -367,16 +372,22 @@ class Agent(Generic[OutputT]):
                 if self.budgets.usd is not None and self.pricing == "auto" and not model:
                     model = await self.client.engine.model_name()  # a USD budget needs prices before any call
                 run.start(self.pricing, model, run.settings)
+                run.served_window = await served_window(self.client, self.context)
+                run.count_context()  # the head's tool declarations and a resumed history, counted now
                 if not history and self.instructions:
                     run.add(SystemMessage(content=self.instructions))
                 async for event in settle(run, self._run_tools, self.hooks, self.failure_text, task=user is not None):
                     yield event  # the calls a crash or a deferral left without a result
                 if await run.guards.check_input(user, run.messages) and user is not None:
                     run.add(user)  # a task an input guardrail tripped on never enters the history
+                if (problem := head_problem(run, self.context)) is not None:
+                    log.warning("kimik3: %s", problem)
+                    run.issue(problem)
                 run.routing = conversation_routing(self.routing_key, writer, run.messages, run.settings)
                 async for event in self._loop(run):
                     if isinstance(event, FinalEvent):
                         event = FinalEvent(await run.guards.final(event.result))  # output guardrails
+                        run.finish(event.result)
                         run.span.done(event.result)
                     yield event
         finally:
@@ -432,7 +443,7 @@ class Agent(Generic[OutputT]):
             run.issue(issue)
         note = unrun_note(run.unrun(unrun_calls(completion)))  # issues and counts recorded
         if message.tool_calls:
-            run.cut_replies = 0
+            run.cut_replies, run.cut_answer = 0, ""
             await self.hooks.before_tools(run.turns, message.tool_calls)
             try:
                 said = {f.id for f in completion.failed_tool_calls}  # their issue is recorded already
@@ -443,6 +454,10 @@ class Agent(Generic[OutputT]):
                     await self.hooks.after_tools(run.turns, message.tool_calls)
             yield TurnEndEvent(run.turns, message, completion.usage, cost)
             run.unusable_turns = 0
+            if run.loop is not None:  # the model went on past every warning (agents/_loops.py)
+                run.issue(f"loop detected: the model repeated {run.loop}; the run ended")
+                yield Final(None, "loop_detected")
+                return
             yield ContinueWith(note) if note else ToolsRan()
             return
         yield TurnEndEvent(run.turns, message, completion.usage, cost)
@@ -457,7 +472,7 @@ class Agent(Generic[OutputT]):
             yield ContinueWith(note) if run.unusable_turns < 2 else Final(None, "unusable_output")
             return
         run.unusable_turns = 0
-        output, error = validate_output(self._output_adapter, message)
+        output, error = validate_output(self._output_adapter, whole_answer(run, message))
         if error is not None and not run.output_retry_used:
             run.output_retry_used = True
             yield ContinueWith(f"Your answer does not match the required JSON schema: {error}. "
@@ -503,7 +518,8 @@ class Agent(Generic[OutputT]):
     # -- tools -------------------------------------------------------------------------------
 
     async def _run_tools(self, run: _Run, calls: Sequence[ToolCall], said: set[str]) -> AsyncIterator[AgentEvent]:
-        results: list[ToolResult | None] = [None] * len(calls)
+        steps, results, stop = run.loops.screen(calls, self.failure_text)  # a call repeating a loop is not run
+        run.loop = stop or run.loop
         approved: list[ToolCallApprovedEvent | None] = [None] * len(calls)
         deadline = run.deadline(self.budgets)
         interrupts: list[BaseException] = []
@@ -525,7 +541,8 @@ class Agent(Generic[OutputT]):
             with scope:
                 async with anyio.create_task_group() as group:
                     for i, call in enumerate(calls):
-                        group.start_soon(one, call, i)
+                        if results[i] is None:
+                            group.start_soon(one, call, i)
             if interrupts:
                 raise interrupts[0]  # KeyboardInterrupt reaches the caller as itself
         except BaseExceptionGroup as group_error:
@@ -542,12 +559,14 @@ class Agent(Generic[OutputT]):
                     continue  # no result: it waits for a decision (a resume answers it)
                 if result is None:
                     result = ToolResult.from_failure(why, self.failure_text)
-                    results[i] = result
+                result = run.loops.answered(steps[i], result)  # told what it repeats, at loop_warn
+                results[i] = result
                 run.failed_calls += result.is_error
                 if result.is_error and call.id not in said:  # raw and chat mode alike (RunResult.degraded)
                     run.issue(failed_call_issue(call.function.name, result.text))
                 run.add(result_message(result, call, self.context.max_result_chars))
             prune_images(run.messages, self.context.max_images, self.context.image_slack)
+            run.loops.trim()
         for i, call in enumerate(calls):
             result = results[i]
             if result is None:  # deferred
@@ -625,4 +644,6 @@ class Agent(Generic[OutputT]):
         return RunResult(output=output, messages=run.messages, usage=run.usage, turns=run.turns,
                          stop_reason=reason, session_path=path, failed_calls=run.failed_calls,
                          cut_calls=run.cut_calls, dropped_calls=run.dropped_calls, issues=list(run.issues),
-                         cost=run.cost, pending_approvals=list(run.deferred.values()), guardrail=run.guards.trip)
+                         cost=run.cost, pending_approvals=list(run.deferred.values()), guardrail=run.guards.trip,
+                         summaries=run.summaries, cleared_results=run.cleared_results,
+                         dropped_messages=run.dropped_messages)

@@ -1,5 +1,6 @@
 """Compaction: older turns of a long run replaced by the model's own summary (an empty or cut
-summary is never applied), or the history kept and the reason said."""
+summary is never applied); after a failed summary, the run kept inside its window without the
+model (old tool results cleared, the oldest turns dropped: :mod:`._clearing`), the reason said."""
 
 from __future__ import annotations
 
@@ -9,38 +10,60 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 from ..formats.k3 import PromptCache
 from ..types import AssistantMessage, ChatCompletion, Message, UserMessage, dump_message
-from ._checks import answer_text, summary_problem
-from ._prompts import COMPACTION_REQUEST, COMPACTION_RETRY
+from ._checks import EMPTY_TURN, answer_text, summary_problem
+from ._clearing import clear_results, drop_turns, head_length
+from ._prompts import (
+    COMPACTION_REQUEST,
+    COMPACTION_RETRY,
+    CONTINUE_REQUEST,
+    INTERRUPTED_REQUEST,
+    SUMMARY_NOTE,
+    SUMMARY_START,
+)
 from ._run import _Run
 from ._types import AgentEvent, CompactionEvent, ContextPolicy
 
-__all__ = ["Summarize", "compact"]
+__all__ = ["Summarize", "compact", "head_problem"]
 
 Summarize = Callable[[_Run, list[Message]], Awaitable[ChatCompletion]]
 """A tool-free model call over the given messages (the agent's, traced under its run)."""
 
 log = logging.getLogger("kimik3.agent")
 
+_ENOUGH = 0.75
+"""Clearing chosen by the policy is enough when it leaves the context at most this share of the
+threshold (a quarter of it free until the next compaction); else the summary follows."""
+
 
 async def compact(
     run: _Run, policy: ContextPolicy, summarize: Summarize, *, force: bool = False, max_bytes: int | None = None
 ) -> AsyncIterator[AgentEvent]:
-    """Summarise older turns once the context reaches ``compact_at`` of the window, with
-    ``summarize`` (the model call; compaction knows nothing else of the agent).
+    """Bring the context down once it reaches ``compact_at`` of the window: old tool results
+    cleared first when the policy says so (enough when that leaves a quarter of the threshold
+    free), then older turns summarised by the model
+    (``summarize``: the model call; compaction knows nothing else of the agent); when the summary
+    fails, or is backing off after a failure, without the model: old tool results cleared, then
+    the oldest whole turns dropped (:mod:`._clearing`).
 
-    What is kept verbatim (the system prompt and first task, then up to ``keep_recent_turns``
-    recent turns) is shrunk until its count is at most half the threshold, so the next
-    compaction is due only after the conversation grew by that much again. When what must
-    stay (the first task, tool declarations) does not fit under that, compaction stops for
-    the run and says so once (a :class:`CompactionEvent` with ``stopped``) instead of
-    calling the model on every turn.
+    The target is half the threshold, so the next compaction is due only after the conversation
+    grew by that much again. What is kept verbatim: the system prompt and first task, up to
+    ``keep_recent_turns`` recent turns (fewer when they do not fit the target), and every user
+    message after the first task (operator instructions, approvals) when they fit. When what must
+    stay (the first task, tool declarations) does not fit under the target, the summary stops
+    for the run and says so once (a :class:`CompactionEvent` with ``stopped``); clearing and
+    dropping go on.
 
-    The window is the policy's, or the smaller one a server stated (``run.window``). The
-    summary request is the whole history plus the request when that fits the threshold (it
-    extends the previous prompt); when it does not (a server refused the history as too big),
-    it carries the first task, the older user messages (an earlier summary among them) and the
-    most recent older turns that fit (:func:`summary_input`), and the run's issues say how many
-    earlier messages the summary could not see.
+    A summary that fails (empty, reasoning only, cut, or its call failed; asked twice) is never
+    applied; the next summary request waits until the history grew by ``summary_retry_growth``
+    of the threshold, twice that after two failures in a row, and so on (each is a model call
+    over the whole history: issue 41 saw 80 in 193 turns).
+
+    The window is the policy's, else the engine's, the smaller one a server stated winning
+    (``run.window``). The summary request is the whole history plus the request when that fits
+    (it extends the previous prompt); when it does not, it carries the first task, the older user
+    messages (an earlier summary among them) and the most recent older turns that fit
+    (:func:`summary_input`), and the run's issues say how many earlier messages the summary could
+    not see. Every request it sends fits the window with the tool declarations counted.
 
     Args:
         force: compact now, whatever the count (a server refused the request as too big).
@@ -49,26 +72,16 @@ async def compact(
     """
     window = run.window(policy.context_window)
     threshold = policy.compact_at * window
-    if run.compaction_stopped or (run.context_tokens < threshold and not force):
+    if run.context_tokens < threshold and not force:
         return
     msgs = run.messages
-    head = 0  # keep the system prompt(s) and the first user task
-    while head < len(msgs) and not isinstance(msgs[head], UserMessage):
-        head += 1
-    head += 1
+    head = head_length(msgs)
     sizes = [run.message_tokens(m) for m in msgs]
     target = threshold / 2
     # What the messages do not account for (tool declarations, the prompt template) stays
     # after any compaction: the context count minus the messages' own tokens.
     fixed = max(0, run.context_tokens - sum(sizes))
     head_tokens = fixed + sum(sizes[:head])
-    if head_tokens > target:
-        run.compaction_stopped = True
-        reason = (f"compaction stopped: what it must keep (the first task, tool declarations: about "
-                  f"{head_tokens:,} tokens) cannot get under half of the {threshold:,.0f}-token threshold")
-        log.warning("kimik3: %s", reason)
-        yield CompactionEvent(0, "", stopped=reason)
-        return
     turn_starts = [i for i in range(head, len(msgs)) if isinstance(msgs[i], AssistantMessage)]
     keep = min(policy.keep_recent_turns, len(turn_starts))
     while keep and head_tokens + sum(sizes[turn_starts[-keep] :]) > target:
@@ -76,54 +89,145 @@ async def compact(
     split = turn_starts[-keep] if keep else len(msgs)
     if not force and len(turn_starts) <= policy.keep_recent_turns and keep == len(turn_starts):
         return  # too early: the recent turns are all there is, and they fit
-    older = msgs[head:split]
-    if not older:
+    if split <= head:
         return  # nothing older than what must stay (forced: the caller says why)
+    # clearing and dropping never touch the last turn (what the next request goes on from: a
+    # result just read, a cut reply to continue)
+    end = min(split, turn_starts[-1]) if turn_starts else split
+    if policy.clear_tool_results and (cleared := clear_results(run, end, target)):
+        yield CompactionEvent(0, "", cleared_results=cleared)
+        if run.context_tokens <= _ENOUGH * threshold:
+            return  # enough room until the next one: no summary
+    failed = None
+    if not run.compaction_stopped and head_tokens > target:
+        run.compaction_stopped = True
+        reason = (f"compaction stopped: what it must keep (the first task, tool declarations: about "
+                  f"{head_tokens:,} tokens) cannot get under half of the {threshold:,.0f}-token threshold")
+        log.warning("kimik3: %s", reason)
+        yield CompactionEvent(0, "", stopped=reason)
+    elif not run.compaction_stopped and not _backing_off(run, policy, threshold):
+        async for event in _summarise(run, policy, summarize, window, head, split, max_bytes):
+            if event.failed is None:
+                yield event
+                return
+            failed = event.failed
+    # without the model: old results cleared, then the oldest turns dropped
+    cleared = clear_results(run, end, target)
+    dropped = drop_turns(run, head, end, target) if run.context_tokens > target else 0
+    if cleared or dropped:
+        why = "the summary failed" if failed else "the summary is backing off after a failure" \
+            if not run.compaction_stopped else "the summary cannot run"
+        done = (f"compaction without a summary ({why}): {cleared} old tool result{'s' * (cleared != 1)} "
+                f"cleared, {dropped} message{'s' * (dropped != 1)} of the oldest turns dropped")
+        if failed is not None:  # once a failure; while backing off, RunResult counts what was cleared
+            log.warning("kimik3: %s", done)
+            run.issue(done)
+        yield CompactionEvent(dropped, "", failed=failed, cleared_results=cleared)
+    elif failed is not None:
+        yield CompactionEvent(0, "", failed=failed)
+
+
+def head_problem(run: _Run, policy: ContextPolicy) -> str | None:
+    """What to say at a run's start when what compaction must always keep (tool declarations,
+    the system prompt, the first task) does not fit under half its threshold (None: it fits);
+    the run's summaries are stopped then (clearing and dropping still work)."""
+    window = run.window(policy.context_window)
+    head = head_length(run.messages)
+    sizes = [run.message_tokens(m) for m in run.messages]
+    fixed = max(0, run.context_tokens - sum(sizes))
+    tokens = fixed + sum(sizes[:head])
+    target = policy.compact_at * window / 2
+    if tokens <= target:
+        return None
+    run.compaction_stopped = True
+    return (f"the prompt's head (tool declarations, instructions and the first task: {tokens:,} tokens) does not "
+            f"fit under half of the compaction threshold ({target:,.0f} tokens of the {window:,}-token window): "
+            "compaction cannot summarise this conversation; give fewer tools or shorter instructions or task, or "
+            "serve a larger window (vLLM --max-model-len)")
+
+
+def _backing_off(run: _Run, policy: ContextPolicy, threshold: float) -> bool:
+    """A summary failed and the history has not grown enough since for another request: by
+    ``summary_retry_growth`` of the threshold after one failure, doubling with each failure in
+    a row (exponential back-off: summary requests grow with the log of the run's length)."""
+    if run.summary_failed_at is None:
+        return False
+    needed: float = policy.summary_retry_growth * threshold * 2.0 ** (run.summary_failures - 1)
+    return run.added_tokens - run.summary_failed_at < needed
+
+
+def _agent_written(m: UserMessage) -> bool:
+    """A user message the agent wrote itself (a summary, "continue"): not the user's words."""
+    text = m.content if isinstance(m.content, str) else ""
+    return text.startswith(SUMMARY_START) or text in (CONTINUE_REQUEST, INTERRUPTED_REQUEST, EMPTY_TURN)
+
+
+async def _summarise(run: _Run, policy: ContextPolicy, summarize: Summarize, window: int, head: int, split: int,
+                     max_bytes: int | None) -> AsyncIterator[CompactionEvent]:
+    """The model's summary of ``run.messages[head:split]`` applied (one event), or one event
+    with ``failed`` (the history as it was; :attr:`_Run.summary_failed_at` set)."""
+    msgs = run.messages
+    sizes = [run.message_tokens(m) for m in msgs]
+    fixed = max(0, run.context_tokens - sum(sizes))
+    older = msgs[head:split]
     # the summary request must fit the window with room for the summary: max_tokens, else half of
     # what the threshold leaves
     budget = window - (run.settings.max_tokens or window * (1 - policy.compact_at) / 2)
     request_tokens = fixed + run.count.text(COMPACTION_REQUEST)
     given, unseen = summary_input(msgs, head, split, sizes, request_tokens, budget, max_bytes)
-    if unseen == len(older):
-        failed = (f"compaction kept the full history: none of the {len(older)} earlier messages fits in a "
-                  f"summary request within {budget:,.0f} tokens of the {window:,}-token window")
-        log.warning("kimik3: %s", failed)
-        run.issue(failed)
-        yield CompactionEvent(0, "", failed=failed)
-        return
     summary: str | None = None
-    problem = ""
-    for attempt in range(2):  # an empty or cut summary is never applied: one retry
-        ask = COMPACTION_REQUEST if attempt == 0 else COMPACTION_RETRY.format(problem=problem)
-        # the whole history, then the request: this prompt extends the previous one (a prefix
-        # cache serves it), and the summary may repeat the recent turns kept below
-        try:
-            completion = await summarize(run, [*given, UserMessage(content=ask)])
-        except Exception as e:  # compaction is an optimisation: never the reason a run dies
-            problem = f"could not be made ({type(e).__name__}: {e})"
-            break
-        run.charge(completion)
-        problem = summary_problem(completion) or ""
-        if not problem:
-            summary = answer_text(completion.message)
-            break
+    if unseen == len(older):
+        problem = (f"could not be asked: none of the {len(older)} earlier messages fits in a summary request "
+                   f"within {budget:,.0f} tokens of the {window:,}-token window")
+    else:
+        problem = ""
+        for attempt in range(2):  # an empty or cut summary is never applied: one retry
+            ask = COMPACTION_REQUEST if attempt == 0 else COMPACTION_RETRY.format(problem=problem)
+            # the whole history, then the request: this prompt extends the previous one (a prefix
+            # cache serves it), and the summary may repeat the recent turns kept below
+            run.summaries += 1
+            try:
+                completion = await summarize(run, [*given, UserMessage(content=ask)])
+            except Exception as e:  # compaction is an optimisation: never the reason a run dies
+                problem = f"could not be made ({type(e).__name__}: {e})"
+                break
+            run.charge(completion)
+            problem = summary_problem(completion) or ""
+            if not problem:
+                summary = answer_text(completion.message)
+                break
     if summary is None:
-        failed = f"compaction kept the full history: the summary {problem}"
+        run.summary_failed_at = run.added_tokens
+        run.summary_failures += 1
+        failed = f"compaction's summary {problem}"
         log.warning("kimik3: %s", failed)
         run.issue(failed)
         yield CompactionEvent(0, "", failed=failed)
         return
+    run.summary_failed_at, run.summary_failures = None, 0
     if unseen:
         run.issue(f"compaction summarised {len(older) - unseen} of {len(older)} earlier messages: {unseen} "
                   f"older ones did not fit in the summary request and are not in the summary")
-    note = UserMessage(content=f"[Summary of {len(older)} earlier messages, written by you]\n{summary}")
-    new = [*msgs[:head], note, *msgs[split:]]
+    # the user's own later messages stay verbatim, the most recent ones while they fit
+    users = [m for m in older if isinstance(m, UserMessage) and not _agent_written(m)]
+    room = (policy.compact_at * window / 2 - fixed - sum(sizes[:head]) - sum(sizes[split:])) / 2
+    kept: list[Message] = []
+    for m in reversed(users):
+        room -= run.message_tokens(m)
+        if room < 0:
+            break
+        kept.insert(0, m)
+    if len(kept) < len(users):
+        run.issue(f"compaction kept {len(kept)} of the {len(users)} earlier user messages verbatim (the others "
+                  "did not fit; the summary covers them)")
+    note = UserMessage(content=SUMMARY_NOTE.format(n=len(older), summary=summary))
+    new = [*msgs[:head], note, *kept, *msgs[split:]]
     msgs[:] = new  # in place: the caller's list is the live history
     run.cache = PromptCache()
     run.context_tokens = fixed + sum(run.message_tokens(m) for m in new)
     if run.session is not None:
         run.session.compaction(new, summary)
-    yield CompactionEvent(len(older), summary)
+    yield CompactionEvent(len(older) - len(kept), summary)
 
 
 def summary_input(

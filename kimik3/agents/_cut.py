@@ -7,7 +7,9 @@ finished it). The run stops after :data:`~kimik3._defaults.MAX_CONTINUES` cut re
 after two when the last was cut before any answer (reasoning only: issue 27, shape (e)), or at
 once when the continuation's prompt no longer fits the context window (the cut reply filled it:
 the engine's ``ContextLengthExceededError`` is then the run's end, not its error). The output is
-the last cut reply's text (None when it has none, or with an ``output_type``).
+the cut replies' text so far (None when they have none, or with an ``output_type``). A reply that
+completes the cut ones is the answer with their text before it (:func:`whole_answer`: the output
+is the whole answer, issue 41).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from ._prompts import CONTINUE_REQUEST, INTERRUPTED_REQUEST
 from ._run import _Run
 from ._types import ContinueWith, Final
 
-__all__ = ["cut_outcome", "no_room_to_continue"]
+__all__ = ["cut_outcome", "joined", "no_room_to_continue", "whole_answer"]
 
 
 def cut_outcome(run: _Run, completion: ChatCompletion, message: AssistantMessage,
@@ -39,7 +41,8 @@ def cut_outcome(run: _Run, completion: ChatCompletion, message: AssistantMessage
     run.cut_replies += 1
     if completion.interrupted is not None:  # not the output limit: never silent
         run.issue(f"the answer was cut by {completion.interrupted}")
-    run.cut_text = message_text(message.content) or None if output_type is None else None
+    run.cut_answer = joined(run.cut_answer, message_text(message.content))
+    run.cut_text = run.cut_answer or None if output_type is None else None
     # asking again does not help: stop, saying so. A reply cut before any answer (reasoning only)
     # gets one retry: twice is no progress.
     if run.cut_replies >= (MAX_CONTINUES if answer_text(message).strip() else 2):
@@ -57,3 +60,20 @@ def no_room_to_continue(run: _Run) -> Final | None:
         return None
     run.issue("the reply was cut by max_tokens and the context window has no room to continue it")
     return Final(run.cut_text, "no_progress")
+
+
+def joined(before: str, after: str) -> str:
+    """The answer so far, ``before``, continued by ``after``: ``after`` itself when the model
+    started over (it begins with the whole of ``before``), else the two end to end."""
+    if before.strip() and after.lstrip().startswith(before.strip()):
+        return after
+    return before + after
+
+
+def whole_answer(run: _Run, message: AssistantMessage) -> AssistantMessage:
+    """The final answer of a reply that continued cut ones: the cut replies' text with this
+    reply's (:func:`joined`), so the output is the whole answer, not only its last part
+    (issue 41, N39); ``message`` itself when no reply before it was cut."""
+    if not run.cut_replies or not run.cut_answer:
+        return message
+    return message.model_copy(update={"content": joined(run.cut_answer, message_text(message.content))})

@@ -12,7 +12,8 @@
 
 Then the turn is sent again. What was dropped is one of the run's issues (the result is
 degraded, never silently); when nothing could be made smaller, or after
-:data:`~kimik3._defaults.MAX_OVERFLOW_RECOVERIES` refusals in a row, the error is raised.
+:data:`~kimik3._defaults.MAX_OVERFLOW_RECOVERIES` refusals in a row, the run ends with
+``stop_reason="context_overflow"`` (never an exception out of ``Agent.run``: issue 41).
 """
 
 from __future__ import annotations
@@ -21,16 +22,17 @@ import json
 import logging
 from collections.abc import AsyncIterator
 
+from .._client import Client
 from .._defaults import MAX_OVERFLOW_RECOVERIES
-from .._exceptions import ContextLengthExceededError, RequestTooLargeError
+from .._exceptions import ContextLengthExceededError, KimiK3Error, RequestTooLargeError
 from ..types import ImagePart, Message, TextPart, ToolMessage, UserMessage, dump_message
 from ._compaction import Summarize, compact
 from ._cut import no_room_to_continue
 from ._history import IMAGE_DROPPED
 from ._run import _Run
-from ._types import AgentEvent, CompactionEvent, ContextPolicy, TurnOutcome
+from ._types import DEFAULT_CONTEXT_WINDOW, AgentEvent, CompactionEvent, ContextPolicy, Final, TurnOutcome
 
-__all__ = ["OVERFLOW", "drop_oldest_images", "fitted_turn", "recover"]
+__all__ = ["OVERFLOW", "drop_oldest_images", "fitted_turn", "recover", "served_window"]
 
 log = logging.getLogger("kimik3.agent")
 
@@ -48,11 +50,10 @@ async def fitted_turn(
     compacts first when due; a request the server refuses as too big is made smaller
     (:func:`recover`) and the turn ends without an outcome, so the loop sends it again.
 
-    When a reply was cut and its continuation no longer fits (nothing could be made smaller), the
-    outcome is :func:`~kimik3.agents._cut.no_room_to_continue`'s ``no_progress``.
-
-    Raises:
-        ContextLengthExceededError, RequestTooLargeError: as :func:`recover`.
+    When nothing can be made smaller the run ends, never raises: after a cut reply whose
+    continuation no longer fits, :func:`~kimik3.agents._cut.no_room_to_continue`'s
+    ``no_progress``; else ``context_overflow`` (output None, an issue says why; the session can be
+    resumed with a new task: its history is as it was, compacted as far as it went).
     """
     async for event in compact(run, policy, summarize):
         yield event
@@ -63,10 +64,15 @@ async def fitted_turn(
         try:
             async for event in recover(run, policy, e, summarize):
                 yield event
-        except ContextLengthExceededError:
-            if (end := no_room_to_continue(run)) is None:
-                raise
-            yield end  # a cut reply filled the window and nothing could be made smaller: no progress
+        except OVERFLOW as error:
+            end = no_room_to_continue(run) if isinstance(error, ContextLengthExceededError) else None
+            if end is None:
+                why = (f"the request does not fit the server's limit and nothing is left to make smaller "
+                       f"(old tool results cleared, old turns dropped, a summary tried): {error}")
+                log.warning("kimik3: %s", why)
+                run.issue(why)
+                end = Final(None, "context_overflow")
+            yield end
 
 
 async def recover(
@@ -74,6 +80,11 @@ async def recover(
 ) -> AsyncIterator[AgentEvent]:
     """Make the run's next request smaller after ``error`` (the module's docstring), yielding
     compaction's events; the caller then sends the turn again.
+
+    A server that states a window below the one the request was sized for (``/v1/models``
+    advertising 1,048,576 where 262,144 is served, catwalk #474) refuses a request whose prompt
+    fits: its window becomes the run's, and when the context is below its compaction threshold
+    the turn is sent again as it is (the engine sizes ``max_tokens`` to the stated window), once.
 
     Raises:
         ContextLengthExceededError, RequestTooLargeError: ``error`` itself, when nothing could
@@ -97,13 +108,32 @@ async def recover(
     else:
         # the stated window; where the server states none, the refused request's size bounds it
         limit = error.limit or error.requested or run.context_tokens
+        before = run.window(policy.context_window)
         run.window_limit = limit if run.window_limit is None else min(run.window_limit, limit)
+        if (run.overflows == 1 and error.limit is not None and error.limit < before
+                and run.context_tokens < policy.compact_at * error.limit):
+            return  # the prompt fits the stated window: only the output room was sized for a larger one
     compacted = False
     async for event in compact(run, policy, summarize, force=True, max_bytes=max_bytes):
-        compacted = compacted or (isinstance(event, CompactionEvent) and event.removed_messages > 0)
+        compacted = compacted or (isinstance(event, CompactionEvent)
+                                  and (event.removed_messages > 0 or event.cleared_results > 0))
         yield event
     if not compacted:
         raise error
+
+
+async def served_window(client: Client, policy: ContextPolicy) -> int | None:
+    """The engine's context window for a run (:meth:`~kimik3.engines.Engine.context_window`);
+    None when the policy sets one or the engine cannot tell (then
+    :data:`~kimik3.agents.DEFAULT_CONTEXT_WINDOW`, said in a warning when asking failed)."""
+    if policy.context_window is not None:
+        return None
+    try:
+        return await client.engine.context_window()
+    except KimiK3Error as e:  # the first request will say the same, typed
+        log.warning("kimik3: the engine's context window is unknown (%s); compaction plans for %s tokens",
+                    e, f"{DEFAULT_CONTEXT_WINDOW:,}")
+        return None
 
 
 def _nbytes(messages: list[Message]) -> int:

@@ -9,8 +9,8 @@ that model sees (``tests/test_k3_tiny.py`` pins the prompt).
 from __future__ import annotations
 
 __all__ = [
-    "CODING_INSTRUCTIONS", "COMPACTION_REQUEST", "COMPACTION_RETRY", "CONTINUE_REQUEST", "INTERRUPTED_REQUEST",
-    "SUMMARY_INSTRUCTIONS",
+    "CLEARED_RESULT", "CLEARED_START", "CODING_INSTRUCTIONS", "COMPACTION_REQUEST", "COMPACTION_RETRY",
+    "CONTINUE_REQUEST", "INTERRUPTED_REQUEST", "LOOP_NOTE", "SUMMARY_INSTRUCTIONS", "SUMMARY_NOTE", "SUMMARY_START",
 ]  # fmt: skip
 
 CODING_INSTRUCTIONS = (
@@ -32,6 +32,16 @@ COMPACTION_REQUEST = (
 )
 """The user message that asks for a compaction summary."""
 
+SUMMARY_START = "[Summary of "
+SUMMARY_NOTE = SUMMARY_START + "{n} earlier messages, written by you]\n{summary}"
+"""What replaces older turns once the model summarised them (a user message)."""
+
+CLEARED_START = "[Result cleared from the context"
+CLEARED_RESULT = (CLEARED_START + " to save room: {call} returned {tokens:,} tokens here. Call it again if "
+                  "you need it.]")
+"""What an old tool result becomes when the agent clears it (:mod:`kimik3.agents._clearing`;
+Anthropic's context editing): ``call`` is the call's name and arguments."""
+
 COMPACTION_RETRY = "Your summary {problem}. Write the summary again, shorter, as plain text."
 """Asks once more when the summary came back empty or cut (``problem`` says which)."""
 
@@ -40,3 +50,8 @@ CONTINUE_REQUEST = "Your last message was cut off by the output limit. Continue 
 
 INTERRUPTED_REQUEST = "Your last message was cut off: the connection closed. Continue where you stopped."
 """Sent instead after a reply (no tool call) whose stream ended before the server finished it."""
+
+LOOP_NOTE = ("[Note: you made {loop}. You already have this result: do not call it again; use it, try "
+             "something different, or answer. Repeating it further will not run it.]\n")
+"""Put before a call's result once the loop breaker counts ``Budgets.loop_warn`` repetitions
+(``loop``: what was repeated, :class:`~kimik3.agents._loops.Loop`)."""

@@ -30,9 +30,10 @@ from ..types import (
 from ._checks import UnrunCall
 from ._dynamic import Declarations
 from ._guardrails import Guards
+from ._loops import Loop, LoopBreaker
 from ._session import SessionWriter
 from ._tokens import RunTokens
-from ._types import Allow, Budgets, Deny, Edit, PendingCall, StopReason
+from ._types import DEFAULT_CONTEXT_WINDOW, Allow, Budgets, Deny, Edit, PendingCall, StopReason
 
 __all__ = ["_Run"]
 
@@ -48,7 +49,7 @@ class _Run:
     """
 
     def __init__(self, messages: list[Message], session: SessionWriter | None, deps: Any,
-                 count: RunTokens, settings: ModelSettings = AGENTIC_SETTINGS) -> None:
+                 count: RunTokens, settings: ModelSettings = AGENTIC_SETTINGS, budgets: Budgets | None = None) -> None:
         self.messages = messages
         self.settings = settings  # merged: card defaults < client < agent < run
         self.routing: Routing | None = None  # the conversation's routing key (agents/_routing.py)
@@ -69,11 +70,17 @@ class _Run:
         self.call_errors: dict[str, str] = {}  # call id -> why its arguments cannot be used
         self.compaction_stopped = False  # compaction cannot bring the context under its threshold
         self.window_limit: int | None = None  # the window a server's overflow error stated (agents/_overflow.py)
+        self.served_window: int | None = None  # the window the engine states (Engine.context_window)
+        self.added_tokens = 0  # tokens of every message added to the history (summary back-off)
+        self.summary_failed_at: int | None = None  # added_tokens when the last summary failed
+        self.summary_failures = 0  # summaries that failed in a row (their back-off doubles)
+        self.summaries = self.cleared_results = self.dropped_messages = 0  # compaction's work (RunResult)
         self.overflows = 0  # requests refused as too big in a row, each recovered from (agents/_overflow.py)
         self.unavailable: list[str] = []  # declared by an earlier run of the conversation, gone now
         self.unusable_turns = 0  # turns in a row with neither an answer nor a call that ran
         self.cut_replies = 0  # replies cut by max_tokens in a row (each answered with "continue")
-        self.cut_text: Any = None  # the last cut reply's text (the output when the window ends the run)
+        self.cut_text: Any = None  # the cut replies' text (the output when the window ends the run)
+        self.cut_answer = ""  # the text of the cut replies in a row, joined (agents/_cut.py)
         self.failed_calls = self.cut_calls = self.dropped_calls = 0
         self.issues: list[str] = []  # RunResult.issues
         self.cost: float | None = None  # USD of the run's model calls (RunResult.cost)
@@ -82,6 +89,8 @@ class _Run:
         self.deferred: dict[str, PendingCall] = {}  # calls awaiting a person's decision (RunResult.pending_approvals)
         self.decisions: dict[str, Allow | Deny | Edit] = {}  # recorded decisions on the calls a resume runs
         self.guards = Guards()  # the run's guardrails and the trip that ends it (agents/_guardrails.py)
+        self.loops = LoopBreaker(budgets or Budgets())  # repeated calls (agents/_loops.py)
+        self.loop: Loop | None = None  # the loop that ends the run (stop_reason "loop_detected")
 
     def start(self, pricing: Pricing | Literal["auto"] | None, model: str, settings: Any) -> None:
         """Fix the run's prices (``"auto"``: by the engine's model id, or the first completion's
@@ -113,10 +122,27 @@ class _Run:
             return "cost_budget"
         return None
 
-    def window(self, configured: int) -> int:
-        """The context window compaction works against: ``configured`` (``ContextPolicy``), or
-        the smaller window a server's overflow error stated during the run."""
-        return configured if self.window_limit is None else min(configured, self.window_limit)
+    def finish(self, result: Any) -> None:
+        """The run ended with ``result`` (a :class:`RunResult`): its span gets compaction's counts
+        (summaries, cleared results, dropped messages; the caller ends it with the stop reason and
+        usage), and the session a ``run_end`` record (stop reason, the last issues)."""
+        self.span.set(kimik3__context__summaries=self.summaries, kimik3__context__cleared_results=self.cleared_results,
+                      kimik3__context__dropped_messages=self.dropped_messages)
+        if self.session is not None:
+            self.session.record("run_end", {"stop_reason": result.stop_reason, "issues": result.issues[-20:]})
+
+    def window(self, configured: int | None) -> int:
+        """The context window compaction works against: ``configured`` (``ContextPolicy``), else
+        the engine's (:attr:`served_window`), else :data:`DEFAULT_CONTEXT_WINDOW`; the smaller
+        window a server's overflow error stated during the run wins."""
+        base = configured if configured is not None else self.served_window or DEFAULT_CONTEXT_WINDOW
+        return base if self.window_limit is None else min(base, self.window_limit)
+
+    def count_context(self) -> None:
+        """Count the context from scratch: the prompt's head (tool declarations, the template:
+        :meth:`RunTokens.head`) and every message, before the run's first request (a resumed
+        history is counted as it is sent, tools included: issue 41)."""
+        self.context_tokens = self.count.head(self.specs) + sum(map(self.message_tokens, self.messages))
 
     def deadline(self, budgets: Budgets) -> float | None:
         """Seconds left of the time budget (None: no time budget)."""
@@ -140,8 +166,10 @@ class _Run:
             cost: float | None = None) -> None:
         self.messages.append(message)
         self.count.keep(self.messages)
+        tokens = self.message_tokens(message)
+        self.added_tokens += tokens
         if not counted:
-            self.context_tokens += self.message_tokens(message)
+            self.context_tokens += tokens
         if self.session is not None:
             if completion is None:
                 self.session.message(message)

@@ -85,10 +85,10 @@ JOURNAL_RECORDS = frozenset({"deferred", "decision", "tool_started", "tool_finis
 approved call about to run, a call that finished (before its result is appended with its
 turn's); each is durable before the step it announces."""
 
-SIDE_RECORDS = frozenset({"checkpoint", "child_session", "guardrail", "routing", "run_start", "sandbox", "skills",
-                          "undo", *JOURNAL_RECORDS})
-"""Record kinds of :mod:`kimik3.harness`, the agent's ``run_start``, ``routing`` and ``guardrail`` (a trip), and the
-approval journal (:meth:`SessionWriter.record`); not part of the history."""
+SIDE_RECORDS = frozenset({"checkpoint", "child_session", "guardrail", "routing", "run_end", "run_start", "sandbox",
+                          "skills", "undo", *JOURNAL_RECORDS})
+"""Record kinds of :mod:`kimik3.harness`, the agent's ``run_start``, ``run_end`` (its stop reason), ``routing`` and
+``guardrail`` (a trip), and the approval journal (:meth:`SessionWriter.record`); not part of the history."""
 
 
 class JournalRecord(NamedTuple):

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from .._client import Client
 from ..formats.k3 import K3Tokenizer, default_tokenizer, message_tokens
-from ..types import Message
+from ..types import Message, ToolSpec
 
 __all__ = ["RunTokens"]
 
@@ -36,6 +38,11 @@ class RunTokens:
     def text(self, text: str) -> int:
         """Tokens of plain text."""
         return len(self.tokenizer.encode_text(text))
+
+    def head(self, tools: Sequence[ToolSpec]) -> int:
+        """Tokens of a prompt without messages: the tool declarations of its head and the
+        template around them (what every request carries beside its messages)."""
+        return len(self.tokenizer.encode_messages([], list(tools)))
 
     def message(self, message: Message) -> int:
         """Tokens ``message`` takes in the prompt, framing included (counted once per message)."""

@@ -11,6 +11,7 @@ from typing import Any, Generic, Literal, TypeAlias
 from typing_extensions import TypeVar
 
 from .._checks import check_int, check_number
+from .._exceptions import UserError
 from ..formats.k3 import (
     ContentDelta,
     ReasoningDelta,
@@ -33,6 +34,7 @@ __all__ = [
     "ContentDelta",
     "ContextPolicy",
     "ContinueWith",
+    "DEFAULT_CONTEXT_WINDOW",
     "Defer",
     "Deny",
     "Edit",
@@ -57,9 +59,13 @@ __all__ = [
 
 OutputT = TypeVar("OutputT", default=str)
 
+DEFAULT_CONTEXT_WINDOW = 131_072
+"""The window compaction plans for when neither ``ContextPolicy.context_window`` nor the engine
+states one (vendor-validated K3 launches serve 131,072-196,608)."""
+
 StopReason = Literal[
     "completed", "turn_budget", "token_budget", "time_budget", "cost_budget", "invalid_output", "unusable_output",
-    "no_progress", "approval_required", "guardrail",
+    "no_progress", "approval_required", "guardrail", "loop_detected", "context_overflow",
 ]
 """Why a run ended: the model answered (``completed``), a budget ran out (turns, tokens, time or
 cost: :class:`Budgets`; the agent then ran one tool-free summary turn), the answer failed
@@ -69,7 +75,12 @@ limit), or
 (``no_progress``) :data:`~kimik3._defaults.MAX_CONTINUES` replies in a row were cut by
 ``max_tokens`` without a tool call, or two when the last was cut before any answer (reasoning
 only), or a cut reply left the context window no room to continue (an issue says so); the output
-is the last reply's text, None when it has none. ``approval_required``: the approval hook deferred
+is the last reply's text, None when it has none. ``loop_detected``: the model kept making the same
+call, or the same short cycle of calls, with the same results past ``Budgets.loop_stop`` (it was
+told at ``loop_warn``, its calls were not run from ``loop_block``; :mod:`kimik3.agents._loops`);
+output None, an issue names the loop. ``context_overflow``: the server refused the request as too
+long and nothing was left to make smaller (old tool results cleared, old turns dropped, a summary
+tried): output None, an issue says why; the session can be resumed. ``approval_required``: the approval hook deferred
 tool calls to a person (:class:`Defer`); they are in :attr:`RunResult.pending_approvals` (output
 None), ``Agent.resume(session, approvals=...)`` goes on. ``guardrail``: a guardrail tripped
 (:attr:`RunResult.guardrail` says which, and why; :mod:`kimik3.agents._guardrails`)."""
@@ -92,19 +103,38 @@ class Budgets:
             top) and ``stop_reason="cost_budget"``. The agent needs prices for it: an agent
             without any (``pricing=None``, or a model id outside :data:`kimik3._pricing.PRICES`)
             raises :class:`~kimik3.UserError`.
+        loop_warn: the same call (tool name and arguments as canonical JSON), or the same cycle
+            of up to ``loop_cycle`` calls, made this many times in a row with the same results:
+            its result tells the model what it repeated and that it has the result already
+            (default 3; :mod:`kimik3.agents._loops`, issue 41).
+        loop_block: ... this many times: the call is not run, an error result says why (default 5).
+        loop_stop: ... this many times: the run ends with ``stop_reason="loop_detected"``
+            (default 8). A call with other arguments, or the same call whose result changed
+            (polling output that grows), is no repetition.
+        loop_cycle: the longest cycle of calls looked for (default 3: A, A, A ...; A, B, A, B ...;
+            A, B, C, A, B, C ...).
     """
 
     turns: int = 50
     tokens: int | None = None
     seconds: float | None = None
     usd: float | None = None
+    loop_warn: int = 3
+    loop_block: int = 5
+    loop_stop: int = 8
+    loop_cycle: int = 3
 
     def __post_init__(self) -> None:
-        """Raises UserError: turns < 1, tokens < 1, seconds <= 0, usd <= 0, or a value of the wrong type."""
+        """Raises UserError: turns < 1, tokens < 1, seconds <= 0, usd <= 0, loop_warn < 2,
+        loop_block < loop_warn, loop_stop < loop_block, loop_cycle < 1, or a value of the wrong type."""
         check_int("Budgets.turns (max_turns)", self.turns, minimum=1)
         check_int("Budgets.tokens", self.tokens, minimum=1, optional=True)
         check_number("Budgets.seconds", self.seconds, above=0, optional=True)
         check_number("Budgets.usd", self.usd, above=0, optional=True)
+        check_int("Budgets.loop_warn", self.loop_warn, minimum=2)
+        check_int("Budgets.loop_block", self.loop_block, minimum=self.loop_warn)
+        check_int("Budgets.loop_stop", self.loop_stop, minimum=self.loop_block)
+        check_int("Budgets.loop_cycle", self.loop_cycle, minimum=1)
 
 
 @dataclass(frozen=True)
@@ -114,11 +144,28 @@ class ContextPolicy:
     Attributes:
         max_result_chars: each tool result's text is capped here (head + tail + the number of
             elided characters, :func:`kimik3.tools.truncate_middle`).
-        context_window: the model's context in tokens (K3 serves up to 1,048,576; vendor-validated
-            launches use 131,072-196,608).
-        compact_at: compact when the context reaches this fraction of ``context_window``.
+        context_window: the model's context in tokens; None (default): the engine's
+            (:meth:`~kimik3.engines.Engine.context_window`: vLLM's ``max_model_len``,
+            ``/v1/models``), else :data:`DEFAULT_CONTEXT_WINDOW`. A smaller window a server's
+            overflow error states wins either way.
+        compact_at: compact when the context reaches this fraction of the window. Compaction
+            brings it down to half of that: old tool results cleared first when
+            ``clear_tool_results``, then the model's summary of older turns; a summary that fails
+            (empty, reasoning only, cut) is not asked again until the history grew by
+            ``summary_retry_growth`` of the threshold (doubling with each failure in a row),
+            and meanwhile the run stays inside the
+            window without the model: old tool results cleared, then the oldest whole turns
+            dropped (:mod:`kimik3.agents._clearing`; issue 41).
         keep_recent_turns: model turns kept verbatim by compaction (older ones are summarised by
-            the model; a tool call is never separated from its result).
+            the model; a tool call is never separated from its result). User messages after
+            the first task are kept verbatim too (operator instructions, approvals) when they fit.
+        clear_tool_results: clear old tool results (each becomes a stub naming the call, so the
+            model can call it again) before asking the model for a summary: cheaper, and the
+            prompt's older part stays as it was (Anthropic's context editing). Default False:
+            clearing only after a failed summary.
+        summary_retry_growth: after a failed summary, the share of the compaction threshold the
+            history must grow by before the model is asked again (default 1.0), doubled after
+            each further failure in a row.
         max_images: keep only this many most recent images in tool results (older screenshots
             become a text note); None keeps all.
         image_slack: images beyond ``max_images`` allowed before pruning (None: ``max_images``).
@@ -128,16 +175,21 @@ class ContextPolicy:
     """
 
     max_result_chars: int = 30_000
-    context_window: int = 131_072
+    context_window: int | None = None
     compact_at: float = 0.8
     keep_recent_turns: int = 4
     max_images: int | None = None
     image_slack: int | None = None
+    clear_tool_results: bool = False
+    summary_retry_growth: float = 1.0
 
     def __post_init__(self) -> None:
         """Raises UserError: a value of the wrong type or out of range."""
         check_int("ContextPolicy.max_result_chars", self.max_result_chars, minimum=1)
-        check_int("ContextPolicy.context_window", self.context_window, minimum=1)
+        check_int("ContextPolicy.context_window", self.context_window, minimum=1, optional=True)
+        check_number("ContextPolicy.summary_retry_growth", self.summary_retry_growth, minimum=0)
+        if not isinstance(self.clear_tool_results, bool):
+            raise UserError(f"ContextPolicy.clear_tool_results must be True or False, got {self.clear_tool_results!r}")
         check_number("ContextPolicy.compact_at", self.compact_at, above=0, maximum=1)
         check_int("ContextPolicy.keep_recent_turns", self.keep_recent_turns, minimum=0)
         check_int("ContextPolicy.max_images", self.max_images, minimum=0, optional=True)
@@ -216,6 +268,9 @@ class RunResult(Generic[OutputT]):
             arguments; decide them with ``Agent.resume(session, approvals={id: ...})``.
         guardrail: with ``stop_reason="guardrail"``, the guardrail that tripped, its stage and
             message (:class:`~kimik3.agents.GuardrailTrip`); None otherwise.
+        summaries: compaction summary requests made (each a model call over the history).
+        cleared_results: old tool results compaction replaced by stubs (:mod:`kimik3.agents._clearing`).
+        dropped_messages: messages of the oldest turns compaction dropped without a summary.
     """
 
     output: OutputT | None
@@ -231,6 +286,9 @@ class RunResult(Generic[OutputT]):
     cost: float | None = None
     pending_approvals: list[PendingCall] = field(default_factory=list)
     guardrail: GuardrailTrip | None = None
+    summaries: int = 0
+    cleared_results: int = 0
+    dropped_messages: int = 0
 
     @property
     def degraded(self) -> bool:
@@ -276,7 +334,8 @@ class TurnEndEvent:
 
 @dataclass(frozen=True, slots=True)
 class CompactionEvent:
-    """Older turns were replaced by the model's summary; or nothing was removed (``summary`` ""):
+    """Older turns were replaced by the model's summary, or (``summary`` "") old tool results were
+    cleared (``cleared_results``) and the oldest turns dropped (``removed_messages``); or nothing was removed:
     with ``stopped`` set, compaction cannot bring the context under its threshold and stops for
     this run; with ``failed`` set, the summary came back empty or cut twice (or its call failed)
     and the history was kept as it was."""
@@ -285,6 +344,7 @@ class CompactionEvent:
     summary: str
     stopped: str | None = None
     failed: str | None = None
+    cleared_results: int = 0
     type: Literal["compaction"] = field(default="compaction", init=False)
 
 

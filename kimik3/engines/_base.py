@@ -211,6 +211,13 @@ class Engine(ABC):
         """
         return self.model
 
+    async def context_window(self) -> int | None:
+        """The context window the engine serves, in tokens, as far as it can tell (a limit a
+        server's overflow error stated, ``/v1/models``, vLLM's ``max_model_len``); None when it
+        cannot (the default). An :class:`~kimik3.Agent` plans compaction for it unless its
+        ``ContextPolicy`` sets one (issue 41)."""
+        return None
+
     async def complete(
         self,
         request: ChatRequest,

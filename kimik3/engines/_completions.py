@@ -113,6 +113,16 @@ class RemoteCompletionsEngine(TokenEngine):
         limit = self.endpoint.stated_limit(model) if model else None
         return self._max_model_len if limit is None else min(limit, self._max_model_len)
 
+    async def context_window(self) -> int | None:
+        """:attr:`max_model_len`, ``/v1/models`` asked once when it was not given.
+
+        Raises:
+            APIConnectionError: the endpoint cannot be reached.
+        """
+        if self._max_model_len is not None:
+            return self.max_model_len
+        return await self.endpoint.window(await self.model_name())
+
     def with_chat_for_images(self, **chat: Any) -> ChatForImages:
         """This engine, with requests that hold images sent through a
         :class:`~kimik3.engines.RemoteEngine` over the same endpoint (``chat``: its other
@@ -235,6 +245,9 @@ class ChatForImages(Engine):
 
     async def model_name(self) -> str:
         return await self.engine.model_name()
+
+    async def context_window(self) -> int | None:
+        return await self.engine.context_window()
 
     @property
     def tokenizer(self) -> K3Tokenizer | None:

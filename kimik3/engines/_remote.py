@@ -139,6 +139,20 @@ class RemoteEngine(ChatEngine):
     async def model_name(self) -> str:
         return await self.endpoint.model_name()
 
+    async def context_window(self) -> int | None:
+        """What the endpoint knows of the served window (:meth:`OpenAIEndpoint.known_window`: a
+        limit a server stated, ``/v1/models``' figure once it was asked, :mod:`kimik3._models`'
+        for the id). ``/v1/models`` is asked here only when the model was not given (its name is
+        asked there anyway); chat mode sends no ``max_tokens`` of its own, so a larger figure
+        than served costs one refused request, whose stated window is then the run's.
+
+        Raises:
+            APIConnectionError: the endpoint cannot be reached (asking for the model's name).
+        """
+        if not self.endpoint.model:
+            await self.model_name()
+        return self.endpoint.known_window(self.endpoint.model)
+
     async def aclose(self) -> None:
         await self.endpoint.aclose()
 

@@ -193,6 +193,10 @@ class ScriptedEngine(TokenEngine):
         self.model = model
         self.calls: list[ScriptedCall] = []
 
+    async def context_window(self) -> int:
+        """``max_model_len``: the window the engine enforces."""
+        return self.max_model_len
+
     @property
     def remaining(self) -> int | None:
         """Scripted responses not yet used (None for a function script)."""
@@ -243,7 +247,7 @@ class ScriptedEngine(TokenEngine):
             f"This model's maximum context length is {self.max_model_len} tokens. However, your prompt "
             f"contains {n} input tokens, which leaves no room for output tokens. Please reduce the length "
             "of the input prompt.",
-            status_code=None,
+            status_code=None, limit=self.max_model_len, requested=n,  # as kimik3 reads vLLM's words
         )
 
     async def _next_text(self, request: ChatRequest) -> str:

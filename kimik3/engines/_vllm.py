@@ -268,6 +268,16 @@ class VLLMEngine(TokenEngine):
             if not finished and self._llm is not None:
                 await self._llm.abort(request_id)
 
+    async def context_window(self) -> int | None:
+        """vLLM's ``max_model_len``: the started engine's (its model config), else the one given."""
+        if self._llm is not None:
+            config = getattr(self._llm, "model_config", None)
+            served = getattr(config, "max_model_len", None)
+            if isinstance(served, int):
+                return served
+        given = self.engine_args.get("max_model_len")
+        return int(given) if given is not None else None
+
     def num_unfinished_requests(self) -> int:
         """Requests vLLM still holds (0 after every stream ended or was cancelled)."""
         return int(self.llm.get_num_unfinished_requests()) if self._llm is not None else 0

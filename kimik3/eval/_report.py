@@ -52,6 +52,7 @@ def _headline(s: dict[str, Any]) -> list[tuple[str, str]]:
         ("timeouts", f"{s['timeouts']} (checks: {s['check_timeouts']})"),
         ("errors", str(s["errors"])),
         ("degraded runs", str(s["degraded"])),
+        ("loops detected", str(s.get("loops", 0))),
         ("stop reasons", ", ".join(f"{k} {v}" for k, v in s["stop_reasons"].items()) or "n/a"),
         ("time to first token (median)", ttft),
         ("sandbox", (s.get("sandbox") or "not recorded").removeprefix("sandbox: ")),

@@ -23,7 +23,8 @@ def _ratio(a: float, b: float) -> float | None:
 
 def task_rows(results: Sequence[AttemptResult]) -> dict[str, dict[str, Any]]:
     """Per task (sorted by name): ``attempts``, ``passed``, ``pass_rate``, ``cost`` (summed; None
-    when no attempt was priced), ``mean_turns``, ``timeouts``, ``errors``, ``tags``."""
+    when no attempt was priced), ``mean_turns``, ``timeouts``, ``errors``, ``loops`` (runs the loop
+    breaker ended), ``tags``."""
     by_task: dict[str, list[AttemptResult]] = defaultdict(list)
     for r in results:
         by_task[r.task].append(r)
@@ -40,6 +41,7 @@ def task_rows(results: Sequence[AttemptResult]) -> dict[str, dict[str, Any]]:
             "mean_turns": sum(r.turns for r in rs) / len(rs),
             "timeouts": sum(r.stop_reason in TIME_STOPS for r in rs),
             "errors": sum(r.stop_reason in ("error", "setup_failed") for r in rs),
+            "loops": sum(r.stop_reason == "loop_detected" for r in rs),
             "tags": sorted({t for r in rs for t in r.tags}),
         }
     return rows
@@ -56,7 +58,8 @@ def summarize(results: Sequence[AttemptResult], meta: dict[str, Any] | None = No
     ``cached_tokens``, ``completion_tokens``, ``cached_share`` (cached / prompt tokens of the
     attempts whose engine reports its cache; None when none does),
     ``tool_calls``, ``valid_tool_calls``, ``tool_call_validity`` (valid / made), ``timeouts``
-    (:data:`TIME_STOPS`), ``check_timeouts``, ``errors``, ``degraded``, ``stop_reasons``
+    (:data:`TIME_STOPS`), ``check_timeouts``, ``errors``, ``loops`` (runs ended ``loop_detected``:
+    the model repeated calls past every warning), ``degraded``, ``stop_reasons``
     (counts), ``ttft_p50`` (median of the attempts'), ``seconds`` (summed), ``per_task``
     (:func:`task_rows`).
     """
@@ -101,6 +104,7 @@ def summarize(results: Sequence[AttemptResult], meta: dict[str, Any] | None = No
         "timeouts": sum(r.stop_reason in TIME_STOPS for r in results),
         "check_timeouts": sum(r.check_timed_out for r in results),
         "errors": sum(r.stop_reason in ("error", "setup_failed") for r in results),
+        "loops": sum(r.stop_reason == "loop_detected" for r in results),
         "degraded": sum(r.degraded for r in results),
         "stop_reasons": dict(sorted(stops.items())),
         "ttft_p50": median(r.ttft_p50 for r in results),

@@ -32,6 +32,7 @@ __all__ = [
     "interrupted",
     "interrupted_by_stop",
     "kept_write",
+    "loop_blocked",
     "no_decision",
     "not_run",
     "orphaned",
@@ -47,14 +48,16 @@ FailureKind: TypeAlias = Literal[
     "exception", "stray_cancellation", "unknown_tool", "not_run", "interrupted", "orphaned", "approval_failed",
     "denied", "edit_not_json", "no_decision", "unshowable_image", "refused", "subagent_failed", "tool_reported",
     "guardrail",
+    "loop",
 ]  # fmt: skip
 """What went wrong: a tool raised (``exception``; its own ``CancelledError``:
 ``stray_cancellation``), no such tool, arguments that could not be used (``not_run``), the run's
 cancellation or time budget ended the call (``interrupted``), a crash left it without a result
 (``orphaned``), the approval hook failed, denied, edited into non-JSON or gave no decision, an
 image the model cannot be shown, a harness rule refused the call (``refused``), a sub-agent
-failed, the tool itself reported an error (``tool_reported``: an MCP ``isError`` result), or a
-tool guardrail tripped on the call (``guardrail``)."""
+failed, the tool itself reported an error (``tool_reported``: an MCP ``isError`` result), a
+tool guardrail tripped on the call (``guardrail``), or the loop breaker did not run a call the
+model kept repeating (``loop``, :mod:`kimik3.agents._loops`)."""
 
 
 @dataclass(frozen=True)
@@ -133,6 +136,13 @@ def finished_unrecorded() -> ToolFailure:
     run stopped, before its result was recorded; it is not run again (issue 40)."""
     return ToolFailure("interrupted", "this call finished, but the run stopped before its result was recorded, so "
                                       "the result is lost: check what it did before calling it again")
+def loop_blocked(loop: str, *, ends_run: bool) -> ToolFailure:
+    """The loop breaker did not run the call: it repeats ``loop`` (what, how many times) with the
+    same results each time (``ends_run``: the run ends after this turn, ``loop_detected``)."""
+    then = ("the run ends now (loop detected)" if ends_run
+            else "do something else: use the results you have, change the arguments, or answer")
+    return ToolFailure("loop", f"the call was not run: you repeated {loop}; its result is already in the "
+                               f"conversation above; {then}")
 
 
 def orphaned(why: str) -> ToolFailure:

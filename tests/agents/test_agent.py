@@ -228,10 +228,10 @@ async def test_truncated_call_is_never_replayed_and_model_is_asked_to_continue()
     assert [m.content for m in tool_messages(result.messages)] == ["A"]
     assert result.output == "fine"
     # a cut with no complete call: the agent asks the model to continue
-    engine2 = ScriptedEngine(["I was thinking<|close|>think<|sep|><|open|>response<|sep|>about", answer("ok")])
+    engine2 = ScriptedEngine(["I was thinking<|close|>think<|sep|><|open|>response<|sep|>about", answer(" it: ok")])
     r2 = await Agent(engine=engine2).run("y")
     assert [m.role for m in r2.messages] == ["user", "assistant", "user", "assistant"]
-    assert "cut off" in str(r2.messages[2].content) and r2.output == "ok"
+    assert "cut off" in str(r2.messages[2].content) and r2.output == "about it: ok"  # the whole answer (N39)
 
 
 async def test_reasoning_replayed_on_every_assistant_message() -> None:

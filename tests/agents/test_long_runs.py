@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from kimik3 import Agent, ContextLengthExceededError, K3Tokenizer, ScriptedEngine, tool
+from kimik3 import Agent, ContextLengthExceededError, ContextPolicy, K3Tokenizer, ScriptedEngine, tool
 from kimik3.agents import CompactionEvent, FinalEvent, TurnEndEvent
 from kimik3.formats.k3 import _codec, default_tokenizer, render_output
 from kimik3.types import Message, UserMessage
@@ -105,9 +105,9 @@ async def test_the_scripted_engine_enforces_its_window_as_vllm_does(tok: K3Token
     from kimik3 import Client
 
     engine = ScriptedEngine(small_calls(150), tokenizer=tok, chunk_size=256, max_model_len=2048)
-    agent = Agent(tools=[read_file], engine=engine, max_turns=400)
-    # ContextPolicy's 131,072 tokens: it would never compact; the engine refuses the first prompt
+    # a window set to 131,072 tokens: it would never compact; the engine refuses the first prompt
     # over 2,048 tokens as vLLM does, the agent takes the stated window as the run's and compacts
+    agent = Agent(tools=[read_file], engine=engine, max_turns=400, context=ContextPolicy(context_window=131_072))
     result = await agent.run("Read every module.")
     assert (result.stop_reason, result.output) == ("completed", "All read.")
     sizes = [len(tok.encode_messages(list(c.messages), c.request.tools)) for c in engine.calls]
@@ -140,3 +140,16 @@ async def test_an_answer_is_cut_where_the_window_ends(tok: K3Tokenizer) -> None:
             assert completion.truncated and completion.message.content == ""  # cut in the reasoning
         else:
             assert (completion.finish_reason, completion.message.content) == ("stop", "done")
+
+
+async def test_the_agent_plans_for_the_window_the_engine_states(tok: K3Tokenizer) -> None:
+    """Issue 41: the default Agent planned for 131,072 tokens whatever the engine served; now
+    it takes the engine's window (vLLM's max_model_len, /v1/models) and no request is refused."""
+    engine = ScriptedEngine(small_calls(150), tokenizer=tok, chunk_size=256, max_model_len=2048)
+    result = await Agent(tools=[read_file], engine=engine, max_turns=400).run("Read every module.")
+    assert (result.stop_reason, result.output, result.issues) == ("completed", "All read.", [])
+    sizes = [len(tok.encode_messages(list(c.messages), c.request.tools)) for c in engine.calls]
+    assert max(sizes) < 2048 and result.summaries >= 2
+    turns = [n for n, c in zip(sizes, engine.calls, strict=True)
+             if not str(c.messages[-1].content).startswith("Summarise the conversation")]
+    assert max(turns) < 0.8 * 2048 + 120  # each turn's request near or under the threshold

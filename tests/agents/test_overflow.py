@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from kimik3 import Agent, ContextLengthExceededError, ContextPolicy, RemoteEngine, RequestTooLargeError, tool
+from kimik3 import Agent, ContextPolicy, RemoteEngine, tool
 from kimik3.agents import CompactionEvent, FinalEvent
 from kimik3.agents._history import IMAGE_DROPPED
 from kimik3.agents._prompts import COMPACTION_REQUEST
@@ -136,13 +136,17 @@ async def test_over_the_byte_limit_without_images_it_compacts_under_the_limit() 
     assert sum(isinstance(e, CompactionEvent) and e.removed_messages > 0 for e in events) == 1
 
 
-async def test_a_first_task_too_big_for_the_window_is_raised_typed_after_one_request() -> None:
+async def test_a_first_task_too_big_for_the_window_ends_the_run_context_overflow_after_one_request() -> None:
+    """Before issue 41 the error was raised out of Agent.run; now the run ends with its own stop reason."""
     api = HostedAPI(token_limit=100, reply=script(0, "read"))
     async with SSEServer(api) as server:
         agent = Agent(tools=[read], engine=RemoteEngine(base_url=server.base_url, model="kimi-k3", profile="moonshot"))
-        with pytest.raises(ContextLengthExceededError) as e:
-            await agent.run("word " * 400)
-    assert e.value.limit == 100 and e.value.requested == tokens(api.seen[0]) and len(api.seen) == 1
+        result = await agent.run("word " * 400)
+    assert (result.stop_reason, result.output, len(api.seen)) == ("context_overflow", None, 1)
+    assert result.issues[-1] == (
+        "turn 0: the request does not fit the server's limit and nothing is left to make smaller (old tool results "
+        "cleared, old turns dropped, a summary tried): 400: Error code: 400 - Invalid request: Your request exceeded "
+        f"model token limit: 100 (requested: {tokens(api.seen[0])})")
 
 
 def unstated(body: dict[str, Any]) -> str | None:
@@ -216,28 +220,29 @@ def over_by_one(body: dict[str, Any]) -> str:
 
 async def test_refusals_in_a_row_are_bounded() -> None:
     """A server that refuses every request as one byte too large: the run drops the one oldest
-    image per refusal, at most MAX_OVERFLOW_RECOVERIES (4) times in a row, then raises it."""
+    image per refusal, at most MAX_OVERFLOW_RECOVERIES (4) times in a row, then ends the run
+    (context_overflow: never raised out of Agent.run, issue 41)."""
     api = HostedAPI(rules={"always": over_by_one})
     parts: list[Any] = [TextPart(text="look")] + [ImagePart(image_url={"url": prepare_image(noise(i)).data_url()})
                                                   for i in range(8)]
     async with SSEServer(api) as server:
         agent = Agent(engine=RemoteEngine(base_url=server.base_url, model="kimi-k3", profile="moonshot"))
-        with pytest.raises(RequestTooLargeError) as e:
-            await agent.run(parts)
-    assert len(api.seen) == 5 and (e.value.size, e.value.limit) == (11, 10)
+        result = await agent.run(parts)
+    assert len(api.seen) == 5 and (result.stop_reason, result.output) == ("context_overflow", None)
+    assert result.issues[-1].endswith("a summary tried): 400: Error code: 400 - total message size 11 exceeds limit 10")
     images = [sum(p["type"] == "image_url" for p in body["messages"][0]["content"]) for body in api.seen]
     assert images == [8, 7, 6, 5, 4]
     first = next(p for p in api.seen[4]["messages"][0]["content"] if p["type"] == "image_url")["image_url"]["url"]
     assert first == prepare_image(noise(4)).data_url()  # the oldest went first
 
 
-async def test_a_byte_overflow_with_nothing_to_drop_or_compact_is_raised_typed() -> None:
+async def test_a_byte_overflow_with_nothing_to_drop_or_compact_ends_the_run_context_overflow() -> None:
     api = HostedAPI(size_limit=50)
     async with SSEServer(api) as server:
         agent = Agent(engine=RemoteEngine(base_url=server.base_url, model="kimi-k3", profile="moonshot"))
-        with pytest.raises(RequestTooLargeError) as e:
-            await agent.run("word " * 40)
-    assert (e.value.size, e.value.limit) == (message_size(api.seen[0]), 50) and len(api.seen) == 1
+        result = await agent.run("word " * 40)
+    assert (result.stop_reason, len(api.seen)) == ("context_overflow", 1)
+    assert result.issues[-1].endswith(f"total message size {message_size(api.seen[0])} exceeds limit 50")
 
 
 def _history() -> list[Any]:

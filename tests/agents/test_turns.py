@@ -38,7 +38,7 @@ def call(text: str) -> str:
 
 async def test_turn_outcomes_are_named() -> None:
     cut = "partial<|close|>think<|sep|><|open|>response<|sep|>answer"  # no message close: a max_tokens cut
-    engine = ScriptedEngine([call("hi"), cut, render_output({"reasoning_content": "d", "content": "done"})])
+    engine = ScriptedEngine([call("hi"), cut, render_output({"reasoning_content": "d", "content": " is done"})])
     agent = Agent(tools=[echo], engine=engine)
     run = _Run([UserMessage(content="go")], None, None, RunTokens(None, agent.client))
     outcomes = []
@@ -50,7 +50,7 @@ async def test_turn_outcomes_are_named() -> None:
                     run.add(UserMessage(content=item.prompt))
     assert outcomes[0] == ToolsRan()
     assert isinstance(outcomes[1], ContinueWith) and "cut off by the output limit" in outcomes[1].prompt
-    assert outcomes[2] == Final("done", "completed")
+    assert outcomes[2] == Final("answer is done", "completed")  # the cut reply's text and its continuation
 
 
 async def test_approved_calls_are_reported_with_their_final_arguments() -> None:

@@ -13,7 +13,7 @@ from typing import Any
 import anyio
 import pytest
 
-from kimik3 import APIConnectionError, ContextLengthExceededError, Pricing, ScriptedEngine
+from kimik3 import APIConnectionError, BadRequestError, ContextLengthExceededError, Pricing, ScriptedEngine
 from kimik3.eval import EvalConfig, EvalError, ResultsDir, evaluate, load_suite, read_results, summarize
 from kimik3.formats.k3 import RawChunk
 from kimik3.types import ChatRequest
@@ -73,9 +73,11 @@ def test_an_eval_scores_each_attempt_and_the_summary_is_its_lines(tmp_path: Path
     assert (summary["tasks"], summary["attempts"], summary["passed"]) == (3, 3, 2)
     assert summary["pass_rate"] == pytest.approx(2 / 3) and summary["pass_at_k"] == {"1": pytest.approx(2 / 3)}
     assert summary["tool_calls"] == 3 and summary["tool_call_validity"] == 1.0
+    assert summary["loops"] == 0 and "| loops detected | 0 |" in (out / "report.md").read_text()
     assert summary["cached_share"] is None and summary["cost_per_pass"] is None
     assert summary["per_task"]["wrong"] == {"attempts": 1, "passed": 0, "pass_rate": 0.0, "cost": None,
-                                            "mean_turns": 1.0, "timeouts": 0, "errors": 0, "tags": ["plain"]}
+                                            "mean_turns": 1.0, "timeouts": 0, "errors": 0, "loops": 0,
+                                            "tags": ["plain"]}
     assert "| wrong | plain | 0/1 | 0.0% |" in (out / "report.md").read_text()
     # the suite's own files were never written (the agent wrote first.txt into its copy)
     assert tree_hash(suite) == before and load_suite(suite).digest == digest
@@ -215,13 +217,26 @@ def test_an_error_of_one_attempt_is_its_result_and_the_others_go_on(tmp_path: Pa
 
     async def fail(task: str, turn: int) -> None:
         if task == "Too long.":
-            raise ContextLengthExceededError("the prompt has 9000 tokens; the window is 4096", status_code=400)
+            raise BadRequestError("the request is malformed", status_code=400)
 
     run(suite, tmp_path / "out", ScriptedEngine(by_task({"Too long.": ["x"], "Say ok.": ["ok"]}, fail)))
     results, _ = read_results(tmp_path / "out" / "results.jsonl")
     assert [(r.task, r.passed, r.stop_reason, r.error) for r in results] == [
-        ("a-long", False, "error", "ContextLengthExceededError: the prompt has 9000 tokens; the window is 4096"),
+        ("a-long", False, "error", "BadRequestError: the request is malformed"),
         ("b-ok", True, "completed", None)]
+
+
+def test_a_run_that_no_longer_fits_its_window_is_its_own_stop_reason(tmp_path: Path) -> None:
+    """Issue 41: an overflow nothing can shrink ends the run (context_overflow), not the attempt with an error."""
+    suite = tmp_path / "suite"
+    write_task(suite, "a-long", "Too long.", "false")
+
+    async def fail(task: str, turn: int) -> None:
+        raise ContextLengthExceededError("the prompt has 9000 tokens; the window is 4096", status_code=400)
+
+    run(suite, tmp_path / "out", ScriptedEngine(by_task({"Too long.": ["x"]}, fail)))
+    results, _ = read_results(tmp_path / "out" / "results.jsonl")
+    assert [(r.task, r.passed, r.stop_reason, r.error) for r in results] == [("a-long", False, "context_overflow", None)]
 
 
 def test_an_engine_that_cannot_be_reached_stops_the_eval_keeping_what_finished(tmp_path: Path) -> None:
@@ -351,3 +366,18 @@ def test_a_tasks_cost_budget_ends_its_run_and_the_check_still_scores_it(tmp_path
     (r,), _ = read_results(tmp_path / "out" / "results.jsonl")
     assert (r.stop_reason, r.turns, r.passed, r.degraded) == ("cost_budget", 2, True, True)
     assert r.cost == pytest.approx(0.0042) and summary["stop_reasons"] == {"cost_budget": 1}
+
+
+def test_a_run_the_loop_breaker_ended_is_counted(tmp_path: Path) -> None:
+    """Issue 41: loop_detected is an attempt's stop reason and the summary's ``loops`` count."""
+    suite = tmp_path / "suite"
+    write_task(suite, "a-loop", "Loop.", "false")
+    write_task(suite, "b-ok", "Say ok.", answer_has("ok"))
+    again = calls(("read_file", {"path": "a.txt"}))
+    summary = run(suite, tmp_path / "out", ScriptedEngine(by_task({"Loop.": [again] * 12, "Say ok.": ["ok"]})))
+    results, _ = read_results(tmp_path / "out" / "results.jsonl")
+    assert [(r.task, r.stop_reason, r.turns) for r in results] == [("a-loop", "loop_detected", 8),
+                                                                   ("b-ok", "completed", 1)]
+    assert summary["loops"] == 1 and summary["per_task"]["a-loop"]["loops"] == 1
+    assert summary["stop_reasons"] == {"completed": 1, "loop_detected": 1}
+    assert "| loops detected | 1 |" in (tmp_path / "out" / "report.md").read_text()

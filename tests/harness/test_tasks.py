@@ -156,8 +156,9 @@ async def test_child_sessions_are_numbered_in_start_order(tmp_path: Path) -> Non
     names = [Path(link["path"]).name for link in links]
     assert [re.sub(r"call_[0-9a-f]{24}", "ID", n) for n in names] == ["p.task-1-ID.jsonl", "p.task-2-ID.jsonl"]
     for n, link in enumerate(links):
-        lines = Path(link["path"]).read_text().splitlines()
-        assert json.loads(lines[-1])["message"]["content"] == f"child of job {n}"
+        lines = [json.loads(line) for line in Path(link["path"]).read_text().splitlines()]
+        assert lines[-1]["run_end"]["stop_reason"] == "completed"  # why the child ended (issue 41)
+        assert lines[-2]["message"]["content"] == f"child of job {n}"
 
 
 async def test_children_share_the_parents_token_budget(tmp_path: Path) -> None:
@@ -289,3 +290,20 @@ async def test_a_leftover_child_session_never_breaks_task(tmp_path: Path, monkey
     links = [json.loads(line)["child_session"]["path"] for line in session.read_text().splitlines()
              if line.startswith('{"child_session"')]
     assert links[-1] == str(tmp_path / "p.task-2-functions.task_0.jsonl")
+async def test_a_sub_agent_that_loops_ends_and_the_parent_gets_its_result(tmp_path: Path) -> None:
+    """Issue 41: a child repeating one read ends with loop_detected; the parent reads why and goes on."""
+    (tmp_path / "a.txt").write_text("A-content\n")
+
+    def script(messages: list[Message]) -> str:
+        if is_child(messages):
+            return calls(("read_file", {"path": "a.txt"}))  # again and again
+        if not any(m.role == "tool" for m in messages):
+            return calls(("task", {"description": "read a", "prompt": "Read a.txt"}))
+        return answer("the sub-agent looped")
+
+    agent = CodingHarness(tmp_path, features=FEATURES - {"background", "checkpoints"}).agent(engine=ScriptedEngine(script))
+    result = await agent.run("read a")
+    assert (result.stop_reason, result.output) == ("completed", "the sub-agent looped")
+    (child,) = [str(m.content) for m in result.messages if m.role == "tool"]
+    assert child.split("\n")[1].startswith("[the sub-agent stopped early: loop_detected]")
+    assert "[sub-agent: 8 turns, " in child

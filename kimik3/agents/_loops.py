@@ -1,0 +1,180 @@
+"""The loop breaker: the same tool call, or the same short cycle of calls, made again and again
+with the same results (issue 41: K3 repeats one ``Read`` ~90 times in a row, kimi-code #3214;
+harness reminders alone do not break it, kimi-cli #2637).
+
+A call is its tool name and its canonical arguments (JSON with sorted keys, so key order and
+spacing do not matter); a *step* is a call with a digest of its result. The run's steps, in call
+order across turns, are searched for a repeated block at their end: one call (period 1) or a
+cycle of up to ``Budgets.loop_cycle`` calls, repeated with the same calls AND the same results.
+``rounds`` is how many times the block was made in a row. The breaker escalates
+(:class:`~kimik3.agents.Budgets`' thresholds):
+
+- ``rounds >= loop_warn``: the call runs and its result carries :data:`~._prompts.LOOP_NOTE`
+  (what was repeated, that its result is already in the context);
+- a call that would make ``rounds >= loop_block``: not run, an error result says why
+  (:func:`~kimik3.tools._failures.loop_blocked`); its step takes the result the loop gave each
+  time, so going on keeps counting;
+- a call that would make ``rounds >= loop_stop``: not run, and the run ends after the turn with
+  ``stop_reason="loop_detected"``.
+
+A call with other arguments (paging a file with another offset) or the same call with another
+result (polling output that changes) is another step: it breaks the repetition, never trips it.
+The cost is O(``loop_stop * loop_cycle``) comparisons of short strings a call (bench/harness.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, TypeAlias
+
+from ..tools import ToolResult
+from ..tools import _failures as failures
+from ..tools._failures import FailureText
+from ..types import TextPart, ToolCall
+from ._prompts import LOOP_NOTE
+from ._types import Budgets
+
+__all__ = ["Loop", "LoopBreaker", "call_key", "noted"]
+
+_UNKNOWN = ""  # the digest of a step whose result is not known yet (never equal to a real one)
+_SHOWN = 160  # characters of a call shown to the model / in an issue
+
+
+def call_key(call: ToolCall) -> str:
+    """``name {canonical arguments}``: the arguments as JSON with sorted keys and no spaces (their
+    text as sent when it is not JSON)."""
+    text = call.function.arguments
+    with contextlib.suppress(ValueError, RecursionError):
+        text = json.dumps(json.loads(text), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return f"{call.function.name} {text}"
+
+
+def _digest(result: ToolResult) -> str:
+    """A digest of what the call gave (its text, images, error flag)."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(b"E" if result.is_error else b"R")
+    h.update(result.model_dump_json(include={"content"}).encode("utf-8", "surrogatepass"))
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class Loop:
+    """A repeated block of calls at the end of the run's steps.
+
+    Attributes:
+        calls: the block's calls (``name {arguments}``), in order; one for an identical call.
+        rounds: times the block was made in a row with the same results.
+    """
+
+    calls: tuple[str, ...]
+    rounds: int
+
+    def __str__(self) -> str:
+        shown = [c if len(c) <= _SHOWN else c[:_SHOWN] + "..." for c in self.calls]
+        what = shown[0] if len(shown) == 1 else "the cycle " + " -> ".join(shown)
+        return f"{what} ({self.rounds} times in a row, with the same results)"
+
+
+Verdict = Literal["run", "block", "stop"]
+Step: TypeAlias = "tuple[int, Verdict, Loop | None]"
+"""A call's step index, whether it runs, and the loop it extends (:meth:`LoopBreaker.check`)."""
+
+
+class LoopBreaker:
+    """The steps of one run and the loop they end with (the module docstring).
+
+    Args:
+        budgets: the run's :class:`Budgets` (``loop_warn``, ``loop_block``, ``loop_stop``, ``loop_cycle``).
+    """
+
+    def __init__(self, budgets: Budgets) -> None:
+        self.warn, self.block, self.stop = budgets.loop_warn, budgets.loop_block, budgets.loop_stop
+        self.cycle = budgets.loop_cycle
+        self._keep = 2 * self.stop * self.cycle + 2  # steps older than the longest loop it counts are forgotten
+        self.steps: list[tuple[str, str]] = []  # (call key, result digest), oldest first
+        self.blocked = 0  # calls not run (RunResult.issues says which)
+
+    def _loop(self, end: int) -> Loop | None:
+        """The shortest block repeated at the end of ``steps[:end]`` (two rounds at least)."""
+        steps = self.steps
+        for p in range(1, self.cycle + 1):
+            n = 0
+            while end - n - 1 - p >= 0 and steps[end - n - 1] == steps[end - n - 1 - p] \
+                    and steps[end - n - 1][1] != _UNKNOWN:
+                n += 1
+            rounds = (n + p) // p
+            if rounds >= 2:
+                return Loop(tuple(k for k, _ in steps[end - p:end]), rounds)
+        return None
+
+    def check(self, call: ToolCall) -> Step:
+        """Before ``call`` runs: its step's index (for :meth:`settle`), whether it runs, and the
+        loop it would extend (None: none). A call that extends a loop past ``loop_block`` is
+        recorded with the result the loop gave each time."""
+        key = call_key(call)
+        index = len(self.steps)
+        predicted = _UNKNOWN
+        for p in range(1, self.cycle + 1):
+            if index >= p and self.steps[index - p][0] == key and self.steps[index - p][1] != _UNKNOWN:
+                predicted = self.steps[index - p][1]
+                break
+        self.steps.append((key, predicted))
+        loop = self._loop(index + 1) if predicted != _UNKNOWN else None
+        verdict: Verdict = "run"
+        if loop is not None and loop.rounds >= self.stop:
+            verdict = "stop"
+        elif loop is not None and loop.rounds >= self.block:
+            verdict = "block"
+        if verdict == "run":
+            self.steps[index] = (key, _UNKNOWN)  # its real result decides
+        else:
+            self.blocked += 1
+        return index, verdict, loop
+
+    def settle(self, index: int, result: ToolResult) -> Loop | None:
+        """Record the result of the call :meth:`check` gave ``index``; the loop its step ends,
+        when it has reached ``loop_warn`` (the model is told), else None."""
+        key, _ = self.steps[index]
+        self.steps[index] = (key, _digest(result))
+        loop = self._loop(index + 1)
+        return loop if loop is not None and loop.rounds >= self.warn else None
+
+    def screen(self, calls: Sequence[ToolCall], text: FailureText
+               ) -> tuple[list[Step], list[ToolResult | None], Loop | None]:
+        """:meth:`check` each call of a turn, in call order: their steps, the error result of each
+        call that is not run (None for those that run), and the loop that ends the run (None:
+        none does)."""
+        steps = [self.check(call) for call in calls]
+        results: list[ToolResult | None] = [None] * len(calls)
+        stop = None
+        for i, (_, verdict, loop) in enumerate(steps):
+            if verdict != "run":
+                results[i] = ToolResult.from_failure(failures.loop_blocked(str(loop), ends_run=verdict == "stop"), text)
+                stop = loop if verdict == "stop" else stop
+        return steps, results, stop
+
+    def answered(self, step: Step, result: ToolResult) -> ToolResult:
+        """``result`` of a call :meth:`screen` let run, recorded (:meth:`settle`), with
+        :data:`~._prompts.LOOP_NOTE` first once its loop reached ``loop_warn``; the error result
+        of a call that was not run, as it is."""
+        index, verdict, _ = step
+        if verdict != "run":
+            return result
+        loop = self.settle(index, result)
+        return result if loop is None else noted(result, loop)
+
+    def trim(self) -> None:
+        """Forget steps older than any loop the breaker counts (between turns)."""
+        if len(self.steps) > 2 * self._keep:
+            del self.steps[: len(self.steps) - self._keep]
+
+
+def noted(result: ToolResult, loop: Loop) -> ToolResult:
+    """``result`` with :data:`~._prompts.LOOP_NOTE` first (what the model repeated)."""
+    note = LOOP_NOTE.format(loop=loop)
+    content = note + result.content if isinstance(result.content, str) else [TextPart(text=note), *result.content]
+    return ToolResult(content=content, is_error=result.is_error)
