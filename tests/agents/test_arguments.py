@@ -73,7 +73,7 @@ async def test_chat_option_misuse_is_a_user_error(options: dict[str, Any], messa
     [
         ({"task": 5}, r"run\(task=\.\.\.\) must be a str or a list of content parts, got int 5"),
         ({"task": [1]}, r"run\(task=\.\.\.\) is not a valid user message content"),
-        ({"task": "hi", "session": 5}, r"run\(session=\.\.\.\) must be a file path, got int 5"),
+        ({"task": "hi", "session": 5}, r"run\(session=\.\.\.\) must be a file path or a SessionStore, got int 5"),
         ({"task": "hi", "session": "/tmp/a\0b.jsonl"}, r"run\(session=\.\.\.\) contains a NUL byte"),
         ({"messages": ({"role": "user", "content": "hi"},)}, r"run\(messages=\.\.\.\) must be a list of messages, got tuple"),
     ],
