@@ -21,6 +21,7 @@ import shutil
 import threading
 import time
 import warnings
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,6 +86,7 @@ class _Process:
     cmd: Command
     capture: _Capture
     stopped: bool = False
+    started: float = dataclasses.field(default_factory=time.monotonic)
 
     def alive(self) -> bool:
         """Whether a process of the command is left: its reaper reports until none is; if a
@@ -149,8 +151,8 @@ class BackgroundProcesses(RunHooks):
     def _status(proc: _Process) -> str:
         alive = proc.alive()
         code = proc.cmd.exit_code
-        if code is None and alive:
-            return "running"
+        if code is None and alive:  # for how long: a poll of a silent job is not the same poll again
+            return f"running for {int(time.monotonic() - proc.started)} s"  # (the loop breaker, agents/_loops.py)
         if proc.stopped:
             return "stopped"
         if code is None:
@@ -158,8 +160,9 @@ class BackgroundProcesses(RunHooks):
         return f"exited with code {code if code >= 0 else 128 - code}"
 
     def read_output(self, pid: str) -> str:
-        """The output since the last read, then a line "[bgN: running | exited with code N |
-        stopped]"."""
+        """The output since the last read, then a line "[bgN: running for N s | exited with code N |
+        stopped]" (the seconds since it started: polls of a silent job differ, so waiting on a
+        long build is never taken for a loop)."""
         proc = self._get(pid)
         if not proc.alive():
             proc.capture.join(1.0)  # nothing writes any more: what is in the pipe is read first

@@ -5,6 +5,7 @@ by timing), with and without the sandbox."""
 from __future__ import annotations
 
 import os
+import re
 import socket
 import sys
 import tempfile
@@ -69,7 +70,7 @@ async def test_http_server_in_the_background_is_queried_later_and_ended_at_run_e
     texts = [m.content for m in result.messages if m.role == "tool"]
     assert texts[0] == 'Started background process bg1; read_output("bg1") shows its output, stop("bg1") ends it'
     assert texts[1].startswith("hello from the workspace\n[exit code: 0,")
-    assert '"GET /index.html HTTP/1.1" 200' in texts[2] and texts[2].endswith("[bg1: running]")
+    assert '"GET /index.html HTTP/1.1" 200' in texts[2] and re.search(r"\[bg1: running for \d+ s\]$", texts[2])
     assert len(seen["during"]) == 1  # it really ran (bash -c execs the one command: one process)
     assert alive_with(f"http.server {port} ") == []  # and nothing of it is left after the run
     assert not harness.sandbox.running
@@ -211,3 +212,33 @@ async def test_at_most_max_running_at_once(tmp_path: Path) -> None:
     finally:
         await procs.close()
     assert procs.running() == []
+
+
+async def test_waiting_on_a_silent_job_is_not_taken_for_a_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 41's loop breaker must not end a run that polls a long, silent job (a build): each
+    poll says for how long the job has run, so two polls a second apart differ. The clock is
+    advanced 5 s a poll; twelve polls, then the answer."""
+    import kimik3.harness._background as background
+
+    clock = [1000.0]
+    monkeypatch.setattr(background.time, "monotonic", lambda: clock[0])
+    polls: list[str] = []
+
+    def script(messages: list) -> str:  # type: ignore[type-arg]
+        n = sum(m.role == "assistant" for m in messages)
+        if n == 0:
+            return calls(("bash", {"command": "sleep 300", "background": True}))
+        if n <= 12:
+            polls.append(str(messages[-1].content))
+            clock[0] += 5
+            return calls(("read_output", {"id": "bg1"}))
+        polls.append(str(messages[-1].content))
+        return answer("still building")
+
+    agent = CodingHarness(tmp_path, sandbox="none", features=FEATURES - {"checkpoints"}).agent(
+        engine=ScriptedEngine(script))
+    result = await agent.run("wait for the build")
+    assert (result.stop_reason, result.output) == ("completed", "still building")
+    assert [p.splitlines()[-1] for p in polls[1:4]] == ["[bg1: running for 5 s]", "[bg1: running for 10 s]",
+                                                         "[bg1: running for 15 s]"]
+    assert not any("repeat" in issue for issue in result.issues)
