@@ -31,6 +31,7 @@ in full; ..."``.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import inspect
@@ -192,7 +193,7 @@ class Tool(ABC):
         reused while the name, description and parameters stay equal (the agent reads it every
         turn); treat it as read-only."""
         key = (self.name, self.description, self.parameters)
-        cached: tuple[tuple[str, str, dict[str, Any]], ToolSpec] | None = self.__dict__.get("_spec_cache")
+        cached: tuple[tuple[str, str, dict[str, Any]], ToolSpec] | None = getattr(self, "_spec_cache", None)
         if cached is not None and cached[0] == key:
             return cached[1]
         spec = ToolSpec.model_validate(
@@ -205,7 +206,9 @@ class Tool(ABC):
                 },
             }
         )
-        self.__dict__["_spec_cache"] = ((self.name, self.description, copy.deepcopy(self.parameters)), spec)
+        key = (self.name, self.description, copy.deepcopy(self.parameters))
+        with contextlib.suppress(AttributeError, TypeError):  # a subclass with __slots__: built each time
+            object.__setattr__(self, "_spec_cache", (key, spec))
         return spec
 
     @abstractmethod
