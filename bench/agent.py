@@ -20,16 +20,30 @@ scripted engine, K3 parsing and encoding, the tool and the agent are all kimik3'
 
 Each figure is min / median / max of REPEATS repeats ((b): at least 7).
 
-Run: .venv/bin/python bench/agent.py [--turns 1520] [--repeats 3]
+``--instructions`` runs only (b), then counts it in instructions as well, which a loaded machine
+does not change: the process runs again under ``valgrind --tool=callgrind`` (needs valgrind and a
+CPython whose symbols it can see); after the same warm-up one 40-turn Agent run is entered through
+``functools.reduce`` and one minimal run through ``operator.call``, and callgrind counts only
+inside those two C functions (``--toggle-collect``). Only the event loop's thread is counted: the
+sync tool's body runs in a worker thread in both loops alike.
+
+Run: .venv/bin/python bench/agent.py [--turns 1520] [--repeats 3] [--instructions]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import itertools
+import operator
+import os
+import re
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -124,12 +138,54 @@ def spread(xs: list[float], scale: float = 1.0, unit: str = "") -> str:
     return f"{min(xs) * scale:.2f} / {statistics.median(xs) * scale:.2f} / {max(xs) * scale:.2f}{unit}"
 
 
+def counted_child() -> None:
+    """Under callgrind: warm up, then one Agent run inside ``functools.reduce`` and one minimal
+    run inside ``operator.call`` (the two C functions callgrind counts in)."""
+    tok = default_tokenizer()
+
+    async def warm() -> None:
+        await agent_run(5, tok)
+        await minimal_run(5, tok)
+
+    anyio.run(warm)
+    functools.reduce(lambda _a, _b: anyio.run(agent_run, 40, tok), [0, 0])
+    operator.call(lambda: anyio.run(minimal_run, 40, tok))
+
+
+def instructions() -> None:
+    """(b) in instructions: this script's :func:`counted_child` under callgrind."""
+    if shutil.which("valgrind") is None or shutil.which("callgrind_annotate") is None:
+        raise SystemExit("--instructions needs valgrind (apt-get install valgrind)")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp, "callgrind.out")
+        subprocess.run(["valgrind", "--tool=callgrind", "--collect-atstart=no", "--toggle-collect=functools_reduce",
+                        "--toggle-collect=_operator_call", f"--callgrind-out-file={out}", sys.executable,
+                        __file__, "--counted-child"], check=True, capture_output=True,
+                       env={**os.environ, "PYTHONHASHSEED": "0"})
+        report = subprocess.run(["callgrind_annotate", "--inclusive=yes", str(out)], check=True, capture_output=True,
+                                text=True).stdout
+    counts = {}
+    for name in ("functools_reduce", "_operator_call"):
+        hit = re.search(rf"^\s*([\d,]+) .*:{name} \[", report, re.MULTILINE)
+        if hit is None:
+            raise SystemExit(f"callgrind saw no {name}: is CPython's symbol table stripped?")
+        counts[name] = int(hit.group(1).replace(",", "")) / 41
+    agent, minimal = counts["functools_reduce"], counts["_operator_call"]
+    print(f"    instructions per model call (callgrind, one 40-turn run each): Agent {agent / 1e6:.2f} M, minimal loop "
+          f"{minimal / 1e6:.2f} M; Agent / minimal loop {agent / minimal:.2f}x  (goal <= 2x)")
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--turns", type=int, default=1520)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--instructions", action="store_true", help="only (b), in CPU time and in instructions")
     args = parser.parse_args()
     tok = default_tokenizer()
+    if args.instructions:
+        await part_b(tok, args.repeats)
+        instructions()
+        return
     late = args.turns - 40
 
     print(f"(a) CPU per turn, one run of {args.turns} turns (min / median / max of {args.repeats} runs)")
@@ -156,19 +212,7 @@ async def main() -> None:
     print(f"    ratio {spread(ratios, unit='x')}  (goal <= 1.3x); with gc.disable() during the run (the "
           f"collector's passes over a larger heap taken out): {spread(gc_off, unit='x')}")
 
-    calls = 41  # 40 tool calls and the answer
-    agent_cpu, minimal_cpu, overhead = [], [], []
-    await agent_run(5, tok)  # warm both paths (imports, caches) before measuring
-    await minimal_run(5, tok)
-    for _ in range(max(args.repeats, 7)):
-        for name, run in (("agent", agent_run), ("minimal", minimal_run)):
-            cpu = time.process_time()
-            await run(40, tok)
-            (agent_cpu if name == "agent" else minimal_cpu).append((time.process_time() - cpu) / calls)
-        overhead.append(agent_cpu[-1] / minimal_cpu[-1])
-    print(f"(b) CPU per model call, 40-turn runs interleaved: Agent {spread(agent_cpu, 1e3, ' ms')}, "
-          f"minimal loop {spread(minimal_cpu, 1e3, ' ms')}")
-    print(f"    Agent / minimal loop {spread(overhead, unit='x')}  (goal <= 2x)")
+    await part_b(tok, args.repeats)
 
     n, ratios = 200, []
     for _ in range(args.repeats):
@@ -185,5 +229,25 @@ async def main() -> None:
     print(f"(c) {n} concurrent agents x 10 turns, wall against {n} x one alone: {spread(ratios, unit='x')}")
 
 
+async def part_b(tok: K3Tokenizer, repeats: int) -> None:
+    """(b): the Agent's CPU per model call against :func:`minimal_run`'s, interleaved."""
+    calls = 41  # 40 tool calls and the answer
+    agent_cpu, minimal_cpu, overhead = [], [], []
+    await agent_run(5, tok)  # warm both paths (imports, caches) before measuring
+    await minimal_run(5, tok)
+    for _ in range(max(repeats, 7)):
+        for name, run in (("agent", agent_run), ("minimal", minimal_run)):
+            cpu = time.process_time()
+            await run(40, tok)
+            (agent_cpu if name == "agent" else minimal_cpu).append((time.process_time() - cpu) / calls)
+        overhead.append(agent_cpu[-1] / minimal_cpu[-1])
+    print(f"(b) CPU per model call, 40-turn runs interleaved: Agent {spread(agent_cpu, 1e3, ' ms')}, "
+          f"minimal loop {spread(minimal_cpu, 1e3, ' ms')}")
+    print(f"    Agent / minimal loop {spread(overhead, unit='x')}  (goal <= 2x)")
+
+
 if __name__ == "__main__":
-    anyio.run(main)
+    if sys.argv[1:] == ["--counted-child"]:
+        counted_child()
+    else:
+        anyio.run(main)

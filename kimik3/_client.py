@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import random
 from collections.abc import Iterable, Mapping
 from types import TracebackType
@@ -190,19 +189,28 @@ class Client:
         return ModelCall(self._traced(request, prompt_cache, trace_parent))
 
     async def _traced(self, request: ChatRequest, prompt_cache: PromptCache | None, parent: Span | None) -> CallSource:
-        completion: ChatCompletion | None = None
+        """The call's events under its ``chat`` span, the engine call retried as
+        :meth:`_retry_delay` says (one generator: each event passes one layer, issue 44)."""
         endpoint = getattr(self.engine, "endpoint", None)  # a remote engine's: its host and port go on the span
         with _tracing.model_call(parent, self.model, request, getattr(endpoint, "base_url", None)) as span:
-            async with contextlib.aclosing(self._with_retries(request, prompt_cache)) as source:
-                async for item in source:
-                    if isinstance(item, ChatCompletion):
-                        completion = item
-                        break
-                    yield item
-            if completion is not None:
-                span.done(completion)
-        if completion is not None:  # after the span ended: the consumer closes the source on it
-            yield completion
+            attempt = 0
+            while True:
+                started = False
+                try:
+                    async with self.engine.stream(request, prompt_cache=prompt_cache) as call:
+                        async for event in call:
+                            started = True
+                            yield event
+                        completion = call.completion
+                    break
+                except _RETRYABLE as e:
+                    delay = self._retry_delay(e, started, attempt)
+                    if delay is None:
+                        raise
+                    attempt += 1
+                await anyio.sleep(delay)
+            span.done(completion)
+        yield completion  # after the span ended: the consumer closes the source on it
 
     @property
     def model(self) -> str:
@@ -225,24 +233,14 @@ class Client:
         worker thread)."""
         self.engine.check_image(url)
 
-    async def _with_retries(self, request: ChatRequest, prompt_cache: PromptCache | None) -> CallSource:
-        attempt = 0
-        while True:
-            started = False
-            try:
-                async with self.engine.stream(request, prompt_cache=prompt_cache) as call:
-                    async for event in call:
-                        started = True
-                        yield event
-                    yield call.completion
-                return
-            except _RETRYABLE as e:
-                wait = getattr(e, "retry_after", None)
-                if started or attempt >= self.max_retries or (wait is not None and wait > RETRY_AFTER_MAX):
-                    raise
-                delay = _backoff(attempt, wait)
-                attempt += 1
-            await anyio.sleep(delay)
+    def _retry_delay(self, error: BaseException, started: bool, attempt: int) -> float | None:
+        """Seconds to wait before retrying a call that raised ``error`` (one of the retryable
+        errors); None (raise it) when the call had started streaming, the retries are used up, or
+        the server's Retry-After is over :data:`RETRY_AFTER_MAX`."""
+        wait = getattr(error, "retry_after", None)
+        if started or attempt >= self.max_retries or (wait is not None and wait > RETRY_AFTER_MAX):
+            return None
+        return _backoff(attempt, wait)
 
     async def aclose(self) -> None:
         """Close the engine."""

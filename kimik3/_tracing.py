@@ -72,7 +72,7 @@ import os
 import re
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 from ._text import redact_urls
@@ -244,6 +244,14 @@ class Span:
             yield
 
 
+def _live() -> bool:
+    """Whether a span would go anywhere: the OpenTelemetry API is installed and a tracer
+    provider is configured (without one the API's proxy provider hands out no-op spans, so
+    kimik3 builds none: no attribute dicts, no context managers on every call, issue 44)."""
+    trace = _api()
+    return trace is not None and not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+
+
 def _start(name: str, parent: Span | None, kind: str, attributes: dict[str, Any]) -> Span:
     trace = _api()
     if trace is None:
@@ -323,6 +331,8 @@ def _tool_done(span: Span, result: Any) -> None:
 def agent_run(agent_name: str | None, model: str | None) -> AbstractContextManager[_Call]:
     """The ``invoke_agent`` span of one run (a child of the caller's current span); call
     ``.done(run_result)`` on it."""
+    if not _live():
+        return nullcontext(_Call(Span(), _run_done))
     name = f"invoke_agent {agent_name}" if agent_name else "invoke_agent"
     span = _start(name, None, "INTERNAL", {
         "gen_ai.operation.name": "invoke_agent",
@@ -360,6 +370,8 @@ def model_call(parent: Span | None, model: str | None, request: Any, server: str
 
 def _model_span(parent: Span | None, model: str | None, request: Any,
                 server: str | None) -> AbstractContextManager[_Call]:  # fmt: skip
+    if not _live():  # no tracer provider: no span to build (each would be a no-op; issue 44)
+        return nullcontext(_Call(Span(), _model_done))
     address, port = _server(server)
     span = _start(f"chat {model}" if model else "chat", parent, "CLIENT", {
         "server.address": address,
@@ -396,9 +408,8 @@ def _tool_name(name: str) -> str:
     return _UNSAFE.sub("_", name[:64]) or "_"
 
 
-@contextmanager
 def tool_call(parent: Span | None, call_id: str, name: str, arguments: Any, *,
-              declared: bool = True) -> Iterator[_Call]:  # fmt: skip
+              declared: bool = True) -> AbstractContextManager[_Call]:  # fmt: skip
     """The ``execute_tool {name}`` span of one tool call, current inside the block; call
     ``.done(tool_result)`` on it (an error result marks the span failed).
 
@@ -410,6 +421,13 @@ def tool_call(parent: Span | None, call_id: str, name: str, arguments: Any, *,
         declared: ``name`` is one of the run's tools; otherwise it is model text, kept out of the
             span name and recorded (bounded) only with content capture on.
     """
+    if not _live():
+        return nullcontext(_Call(Span(), _tool_done))
+    return _tool_call(parent, call_id, name, arguments, declared)
+
+
+@contextmanager
+def _tool_call(parent: Span | None, call_id: str, name: str, arguments: Any, declared: bool) -> Iterator[_Call]:
     capture = capture_content()
     known = _tool_name(name) if declared else None
     span = _start(f"execute_tool {known}" if known else "execute_tool", parent, "INTERNAL", {

@@ -254,3 +254,42 @@ async def test_a_loop_that_ended_the_run_is_on_its_span(spans: InMemorySpanExpor
     assert run.attributes is not None and run.attributes["kimik3.stop_reason"] == "loop_detected"
     tools = [s for s in spans.get_finished_spans() if s.name == "execute_tool add"]
     assert len(tools) == 4  # the 5th to 8th calls were not run: no tool span, their error results in the history
+
+
+def test_no_tracer_provider_builds_no_spans_and_keeps_the_callers_trace() -> None:
+    """Issue 44: with the API installed but no provider configured, kimik3 starts no spans (each
+    would be a no-op); a tool still sees the caller's trace (an incoming request's context), and
+    a provider configured later gets every span of the next run."""
+    out = _child("""
+        import anyio
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+        from kimik3 import Agent, ScriptedEngine, tool
+        from kimik3 import _tracing
+        from kimik3.formats.k3 import render_output
+
+        seen = []
+
+        @tool
+        def add(a: int, b: int) -> int:
+            "Add."
+            seen.append(format(trace.get_current_span().get_span_context().trace_id, "x"))
+            return a + b
+
+        def run():
+            call = render_output({"content": "", "tool_calls": [{"id": "x", "function": {"name": "add", "arguments": {"a": 1, "b": 2}}}]})
+            engine = ScriptedEngine([call, render_output({"content": "3"})])
+            return anyio.run(Agent(tools=[add], engine=engine).run, "1+2?").output
+
+        remote = trace.SpanContext(trace_id=0xABC, span_id=0xDEF, is_remote=True)
+        with trace.use_span(trace.NonRecordingSpan(remote)):
+            print(run(), seen[-1], _tracing.model_call(None, "m", None).__enter__().span)
+        exporter = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        trace.set_tracer_provider(provider)
+        print(run(), [s.name for s in exporter.get_finished_spans()])
+    """)
+    assert out == "3 abc None\n3 ['chat scripted-k3', 'execute_tool add', 'chat scripted-k3', 'invoke_agent']\n"

@@ -16,12 +16,12 @@ ends every process (SIGTERM, then SIGKILL after a grace period); as a
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import threading
 import time
 import warnings
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 

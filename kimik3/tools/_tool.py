@@ -31,6 +31,7 @@ in full; ..."``.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import inspect
@@ -235,7 +236,9 @@ class Tool(ABC):
                 },
             }
         )
-        self._spec_cache = ((self.name, self.description, copy.deepcopy(self.parameters)), spec)
+        key = (self.name, self.description, copy.deepcopy(self.parameters))
+        with contextlib.suppress(AttributeError, TypeError):  # a subclass with __slots__: built each time
+            object.__setattr__(self, "_spec_cache", (key, spec))
         return spec
 
     @abstractmethod

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
+import anyio
 import pytest
 
 from kimik3 import (
@@ -18,7 +19,7 @@ from kimik3 import (
     ServiceUnavailableError,
 )
 from kimik3.engines import ChatRequest, Engine, ModelCall
-from kimik3.formats.k3 import ContentDelta, Event, ReasoningDelta, ToolCallDone, ToolCallStarted
+from kimik3.formats.k3 import ContentDelta, Event, ReasoningDelta, ToolCallDone, ToolCallStarted, render_output
 
 CALL = (
     "need weather<|close|>think<|sep|><|open|>response<|sep|><|close|>response<|sep|><|open|>tools<|sep|>"
@@ -161,3 +162,19 @@ async def test_generate_from_an_encoded_prompt_streaming_and_not() -> None:
 async def test_unknown_option_is_a_type_error() -> None:
     with pytest.raises(TypeError, match="unexpected option\\(s\\) temprature"):
         await Client(ScriptedEngine([ANSWER])).chat([{"role": "user", "content": "x"}], temprature=0.5)  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize("chunk_size", [16, 5])
+async def test_a_cancel_during_a_scripted_stream_lands_at_the_next_chunk(chunk_size: int) -> None:
+    """Issue 44: only a call's first chunk yields to the event loop; the later ones still check
+    for cancellation, so a cancelled consumer gets no chunk after the one it cancelled in."""
+    engine = ScriptedEngine([render_output({"content": "abcdefghij" * 20})], chunk_size=chunk_size)
+    text = []
+    with anyio.CancelScope() as scope:
+        async with Client(engine).stream([{"role": "user", "content": "x"}]) as call:
+            async for event in call:
+                if isinstance(event, ContentDelta):
+                    text.append(event.delta)
+                    scope.cancel()
+    assert scope.cancelled_caught
+    assert 0 < len("".join(text)) <= chunk_size  # the first content chunk's text, then nothing
