@@ -145,6 +145,7 @@ class GitSnapshots:
         ``git add`` runs ``git status`` inside each one it holds (to see if it is dirty), with
         that repository's own configuration; a gitlink added anew records the repository's HEAD
         and runs nothing there."""
+        self.isolated.check()  # no symlink out among the folders git writes (issue 40)
         staged = self.git("ls-files", "-s", "-z")
         links = b"".join(e.split(b"\t", 1)[1] + b"\0" for e in staged.split(b"\0") if e.startswith(b"160000 "))
         if links:
@@ -379,9 +380,12 @@ class Checkpoints(RunHooks):
         self._moved = None
         if repo is not None:
             stamp = f"{ref_stem(session)}-{os.getpid()}-{id(self):x}"
-            self._git = await anyio.to_thread.run_sync(GitSnapshots, self.root, repo, f"refs/kimik3/{stamp}")
-        else:
-            self._copy_store(session)
+            try:
+                self._git = await anyio.to_thread.run_sync(GitSnapshots, self.root, repo, f"refs/kimik3/{stamp}")
+                return
+            except CheckpointError as e:
+                self._stop_git(f"git checkpoints cannot start ({e})")
+        self._copy_store(session)
 
     def _copy_store(self, session: SessionWriter | None) -> None:
         """Choose the copy store (:mod:`._store`), make it now (before the sandbox starts, so it
@@ -424,9 +428,13 @@ class Checkpoints(RunHooks):
         self._named, self._pending = await anyio.to_thread.run_sync(self._named_files, calls)
         await self._check_repository()
         if self._git is not None:
-            self._before = await anyio.to_thread.run_sync(self._git_before, n)
-        else:
-            await anyio.to_thread.run_sync(self._copy_before, n)
+            try:
+                self._before = await anyio.to_thread.run_sync(self._git_before, n)
+                return
+            except CheckpointError as e:
+                self._stop_git(f"git checkpoints failed before turn {n} ({e})")
+                self._copy_store(self._session)
+        await anyio.to_thread.run_sync(self._copy_before, n)
 
     async def _check_repository(self) -> None:
         """Stop git checkpoints (the copy kind from now on, with a :class:`RuntimeWarning` and the
@@ -444,13 +452,19 @@ class Checkpoints(RunHooks):
             return
         found = "it is gone" if now is None else f"its git directory {now.gitdir!s:.130}, its common directory " \
             f"{now.common!s:.130}"
-        self._moved = (f"the workspace's repository changed during the run (now {found}): no more git checkpoints, "
-                       "only the files the file tools name are copied")
-        warnings.warn(f"kimik3: {self._moved}", RuntimeWarning, stacklevel=2)
-        self._git.close()
+        self._stop_git(f"the workspace's repository changed during the run (now {found})")
+        self._copy_store(self._session)
+
+    def _stop_git(self, why: str) -> None:
+        """No more git checkpoints in this run, for ``why`` (a :class:`RuntimeWarning`, and each
+        later record's ``uncovered`` says it): a git checkpoint that fails never ends the run
+        (issue 40: a name git refuses, a repository whose objects folder is a symlink out)."""
+        self._moved = f"{why}: no more git checkpoints, only the files the file tools name are copied"
+        warnings.warn(f"kimik3: {self._moved}", RuntimeWarning, stacklevel=3)
+        if self._git is not None:
+            self._git.close()
         self._git = None
         self._last = None
-        self._copy_store(self._session)
 
     def _copy_before(self, n: int) -> None:
         """Copy each named file into the store's ``turn-N`` (:mod:`._store`: from the store's
@@ -570,7 +584,12 @@ class Checkpoints(RunHooks):
         n = turn + self._offset
         record: dict[str, Any] | None
         if self._git is not None and self._before is not None:
-            record = await anyio.to_thread.run_sync(self._git_after, n, self._before)
+            try:
+                record = await anyio.to_thread.run_sync(self._git_after, n, self._before)
+            except CheckpointError as e:
+                self._stop_git(f"the git checkpoint after turn {n} failed ({e})")
+                self._copy_store(self._session)
+                record = await anyio.to_thread.run_sync(self._copy_after, n, calls)
         elif self._git is None:
             record = await anyio.to_thread.run_sync(self._copy_after, n, calls)
         else:

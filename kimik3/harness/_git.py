@@ -47,17 +47,18 @@ from pathlib import Path
 from .._exceptions import CheckpointError
 
 __all__ = ["GIT_TIMEOUT_S", "SAFE_CONFIG", "Isolated", "Repository", "clean_env", "find_repository", "git_command",
-           "private_folder"]
+           "private_folder", "unsafe_store"]
 
 GIT_TIMEOUT_S = 300.0
 """A git command of kimik3's that runs longer is ended (a FIFO where a config file should be)."""
 SAFE_CONFIG = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "core.untrackedCache=false",
                "-c", "commit.gpgSign=false", "-c", "gc.auto=0", "-c", "maintenance.auto=false",
                "-c", "submodule.recurse=false", "-c", "core.autocrlf=false", "-c", "core.safecrlf=false",
-               "-c", "core.quotepath=false", "-c", "core.sparseCheckout=false", "-c", "index.sparse=false")
+               "-c", "core.quotepath=false", "-c", "core.sparseCheckout=false", "-c", "index.sparse=false",
+               "-c", "core.logAllRefUpdates=false")
 """``-c`` settings of every command: nothing it may start (hooks, an fsmonitor daemon, automatic
 maintenance, a signing program, commands in submodules), bytes kept exactly (no CRLF conversion of
-kimik3's own), a sparse checkout recorded as the files on disk are."""
+kimik3's own), a sparse checkout recorded as the files on disk are, no reflog of kimik3's refs."""
 _KEPT_GIT_VARIABLES = frozenset({"GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM", "GIT_CONFIG_NOSYSTEM"})
 _BOOLEAN_SETTINGS = ("core.filemode", "core.symlinks", "core.ignorecase", "core.precomposeunicode")
 _TRUE, _FALSE = frozenset({"true", "yes", "on", "1"}), frozenset({"false", "no", "off", "0", ""})
@@ -93,6 +94,55 @@ def git_command(cwd: Path, args: tuple[str, ...], env: dict[str, str], data: byt
         raise CheckpointError(f"git {args[0]} took more than {timeout:g} s in {cwd}") from None
     except OSError as e:
         raise CheckpointError(f"cannot run git: {e}") from e
+
+
+_WRITTEN = ("objects", "refs", "refs/kimik3")
+"""The folders of a common directory kimik3's git writes (objects, ``refs/kimik3/...``)."""
+_MAX_WALK = 10_000
+
+
+def unsafe_store(common: Path) -> str | None:
+    """Why kimik3's git may not write the repository whose common directory is ``common``, or None.
+
+    kimik3's git writes objects into ``objects/`` (and its fan-out folders ``objects/xx``,
+    ``pack``) and refs under ``refs/kimik3/``. A repository is the model's to write: any of those
+    folders made a symlink (``ln -s /elsewhere .git/objects``) would make kimik3's own git write
+    outside the workspace, outside the sandbox (issue 40). So none of them, nor anything under
+    ``refs/kimik3``, may be a symlink or anything but a folder (``lstat``, never followed). Checked
+    when git checkpoints start and before each snapshot; a process running during the snapshot
+    could still swap a folder (a race this does not close).
+
+    Args:
+        common: the common directory (resolved, as :attr:`Repository.common`).
+    """
+    for sub in _WRITTEN:
+        try:
+            st = os.lstat(common / sub)
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            return f"{common / sub} cannot be read ({e.strerror})"
+        if not stat.S_ISDIR(st.st_mode):
+            return f"{common / sub} is a symlink or not a folder"
+    seen = 0
+    for top in (common / "objects", common / "refs" / "kimik3"):
+        stack = [top]
+        while stack:
+            try:
+                with os.scandir(stack.pop()) as it:
+                    for entry in it:
+                        seen += 1
+                        if entry.is_symlink():
+                            return f"{entry.path} is a symlink"
+                        if top.name == "kimik3" and entry.is_dir(follow_symlinks=False):
+                            stack.append(Path(entry.path))
+                        if seen > _MAX_WALK:
+                            return f"{top} holds more than {_MAX_WALK} entries"
+            except FileNotFoundError:
+                continue
+            except OSError as e:
+                return f"{top} cannot be read ({e.strerror})"
+    return None
 
 
 def _output(proc: subprocess.CompletedProcess[bytes], what: str) -> bytes:
@@ -187,11 +237,13 @@ class Isolated:
             refs): ``GIT_DIR`` a private directory whose ``commondir`` is ``repo.common``.
 
     Raises:
-        CheckpointError: the repository's object format is unknown.
+        CheckpointError: the repository's object format is unknown, or its store is not kimik3's
+            to write (:meth:`check`).
     """
 
     def __init__(self, repo: Repository, folder: Path) -> None:
         self.repo = repo
+        self.check()
         # The repository itself, for its settings and refs, through a git directory of kimik3's own
         # whose ``commondir`` names the common directory found at the start: a ``.git`` file or a
         # ``commondir`` file rewritten in the workspace since is never followed (git's ref store
@@ -210,6 +262,13 @@ class Isolated:
         self.env = {**clean_env(), "GIT_DIR": str(shadow), "GIT_WORK_TREE": str(repo.top),
                     "GIT_OBJECT_DIRECTORY": str(repo.common / "objects")}
 
+    def check(self) -> None:
+        """Raise CheckpointError when the repository's store is not kimik3's to write
+        (:func:`unsafe_store`: a symlink among the folders its git writes)."""
+        why = unsafe_store(self.repo.common)
+        if why is not None:
+            raise CheckpointError(f"kimik3's git does not write this repository: {why}")
+
     def run(self, cwd: Path, *args: str, env: dict[str, str] | None = None,
             data: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
         """``git <args>`` in ``cwd`` (inside the work tree), isolated; ``env`` adds to :attr:`env`."""
@@ -220,7 +279,8 @@ class Isolated:
         return _output(self.run(cwd, *args, env=env, data=data), args[0])
 
     def update_ref(self, ref: str, commit: str) -> None:
-        """Point ``ref`` of the repository itself at ``commit`` (hooks off)."""
+        """Point ``ref`` of the repository itself at ``commit`` (hooks off; :meth:`check` first)."""
+        self.check()
         _output(git_command(self.repo.top, ("update-ref", ref, commit), self.repo_env), "update-ref")
 
     def create_ref(self, ref: str, commit: str) -> bool:
@@ -228,8 +288,9 @@ class Isolated:
         already (left as it is).
 
         Raises:
-            CheckpointError: git failed otherwise (its message).
+            CheckpointError: git failed otherwise (its message), or :meth:`check` did.
         """
+        self.check()
         proc = git_command(self.repo.top, ("update-ref", "--stdin"), self.repo_env,
                            data=f"create {ref} {commit}\n".encode())
         if proc.returncode != 0 and b"already exists" in proc.stderr:
