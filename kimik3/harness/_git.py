@@ -263,9 +263,10 @@ class Isolated:
                     "GIT_OBJECT_DIRECTORY": str(repo.common / "objects")}
 
     def check(self) -> None:
-        """Raise CheckpointError when the repository's store is not kimik3's to write
-        (:func:`unsafe_store`: a symlink among the folders its git writes)."""
-        why = unsafe_store(self.repo.common)
+        """Raise CheckpointError when the repository's store is not kimik3's to write: its ``.git``
+        is a symlink (it may lead to any repository), or :func:`unsafe_store` says why."""
+        dot_git = self.repo.top / ".git"
+        why = f"{dot_git} is a symlink" if os.path.islink(dot_git) else unsafe_store(self.repo.common)
         if why is not None:
             raise CheckpointError(f"kimik3's git does not write this repository: {why}")
 

@@ -72,10 +72,16 @@ def is_sparse(st: os.stat_result) -> bool:
 
 
 def _entry(dir_fd: int, name: str, adding: str | None, want_dir: bool) -> bool:
-    """Whether ``name`` is in ``dir_fd`` (or is ``adding``): a folder (a symlinked ``objects/``
-    or ``refs/`` counts: git follows it), else anything but a folder (a symlinked ``HEAD`` too)."""
+    """Whether ``name`` is in ``dir_fd`` (or is ``adding``): for ``objects`` and ``refs``, what
+    git's own test asks, ``access(X_OK)`` (a folder, a symlink to one, an executable file: issue
+    40's F8), else anything but a folder (a symlinked ``HEAD`` too)."""
     if name == adding:
         return True
+    if want_dir:
+        try:
+            return os.access(name, os.X_OK, dir_fd=dir_fd)
+        except OSError:
+            return False
     try:
         st = os.stat(name, dir_fd=dir_fd, follow_symlinks=want_dir)
     except OSError:
@@ -88,7 +94,8 @@ def git_dir_at(dir_fd: int, adding: str | None = None) -> bool:
     (``is_git_directory`` in git's setup.c: ``HEAD`` and either ``objects/`` and ``refs/``, or a
     ``commondir`` file) or a common directory a ``commondir`` file may name (``config``,
     ``objects/`` and ``refs/``, with or without ``HEAD``), or becomes one once an entry named
-    ``adding`` is made in it."""
+    ``adding`` is made in it. ``objects`` and ``refs`` count when git's ``access(X_OK)`` passes
+    (an executable file too)."""
     tree = _entry(dir_fd, "objects", adding, True) and _entry(dir_fd, "refs", adding, True)
     if _entry(dir_fd, "HEAD", adding, False):
         return tree or _entry(dir_fd, "commondir", adding, False)
@@ -239,11 +246,34 @@ class KeptPaths:
             ``_git_links`` restores it).
         notes: what could not be looked at, in words (a cut walk, an index not read); empty when
             the walk saw everything.
+        repos: each repository the walk found -> ``(st_dev, st_ino)`` of its entry (not
+            followed): a ``.git`` folder, file or symlink, or a folder that is a git directory by
+            git's own test whatever its name (a bare ``origin.git``, a ``src/`` with
+            ``core.worktree``), kept read-only whole.
     """
 
     paths: list[str] = field(default_factory=list)
     links: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    repos: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+
+def _is_git_dir(path: str) -> bool:
+    """:func:`git_dir_at` for the folder ``path`` (never through a symlink)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        return git_dir_at(fd)
+    finally:
+        os.close(fd)
+
+
+def _note_repo(out: KeptPaths, path: str) -> None:
+    with contextlib.suppress(OSError):
+        st = os.lstat(path)
+        out.repos[path] = (st.st_dev, st.st_ino)
 
 
 def _merge(folders: list[str], root: str) -> list[str]:
@@ -275,12 +305,19 @@ def kept_paths(root: str, max_dirs: int = MAX_WALK_DIRS) -> KeptPaths:
             entries = list(os.scandir(here))
         except OSError:
             continue
+        names = {e.name for e in entries}
+        if here != root and ({"objects", "refs"} <= names or {"HEAD", "commondir"} <= names) and _is_git_dir(here):
+            # a git directory not named .git (a bare repository): kept whole, not walked into
+            found.append(here)
+            _note_repo(out, here)
+            continue
         for entry in entries:
             if entry.name != _GIT_NAME:
                 if entry.is_dir(follow_symlinks=False):
                     stack.append(entry.path)
                 continue
             gitdirs = []
+            _note_repo(out, entry.path)
             if entry.is_symlink():
                 gitdirs.append(os.path.realpath(entry.path))
                 with contextlib.suppress(OSError):
@@ -374,25 +411,39 @@ def programs_named(gitdir: str) -> list[str]:
     return sorted(found)
 
 
-def repositories(kept: KeptPaths) -> set[str]:
-    """The ``.git`` entries among ``kept``'s paths (the repositories its walk found)."""
-    return {p for p in kept.paths if os.path.basename(p) == _GIT_NAME}
+def repositories(kept: KeptPaths) -> dict[str, tuple[int, int]]:
+    """The repositories ``kept``'s walk found (:attr:`KeptPaths.repos`)."""
+    return dict(kept.repos)
 
 
-def made_repositories(root: str, before: set[str], max_dirs: int = MAX_WALK_DIRS) -> list[str]:
+def made_repositories(root: str, before: Mapping[str, tuple[int, int]], max_dirs: int = MAX_WALK_DIRS) -> list[str]:
     """A line for each repository in ``root`` now (a walk as :func:`kept_paths`'s) that was not
-    in ``before`` (:func:`repositories` of an earlier walk) and whose git directory names a
-    program (:func:`programs_named`): a command of the run made it, the sandbox could not keep
-    it, and git run *inside* it would run what it names (issue 40). Empty when there is none."""
+    in ``before`` (:func:`repositories` of an earlier walk): a command of the run made it, the
+    sandbox could not keep it. Said when its git directory names a program
+    (:func:`programs_named`: git run inside it runs it), and always when it *replaced* one found
+    at the start (the same path, another file: ``mv sm sm.old; git init sm`` in a submodule's
+    folder), since the enclosing repository's own ``git status`` enters a submodule's folder and
+    runs what the new one names (issue 40). Empty when there is none."""
     lines = []
-    for dot_git in sorted(repositories(kept_paths(root, max_dirs)) - before):
-        gitdir = os.path.realpath(dot_git) if os.path.isdir(dot_git) else _git_pointer(dot_git, "", os.path.dirname(
-            dot_git))
+    for entry, ident in sorted(repositories(kept_paths(root, max_dirs)).items()):
+        if before.get(entry) == ident:
+            continue
+        bare = os.path.basename(entry) != _GIT_NAME
+        gitdir = (os.path.realpath(entry) if os.path.isdir(entry)
+                  else _git_pointer(entry, "", os.path.dirname(entry)))
         named = programs_named(gitdir) if gitdir else []
-        if named:
-            shown = ", ".join(named[:6]) + (", ..." if len(named) > 6 else "")
-            lines.append(f"a command made the repository {os.path.relpath(os.path.dirname(dot_git), root)} during "
-                         f"the run and it names programs ({shown}); git run inside it runs them: look before you do")
+        shown = ", ".join(named[:6]) + (", ..." if len(named) > 6 else "")
+        where = os.path.relpath(entry if bare else os.path.dirname(entry), root)
+        if entry in before:
+            lines.append(f"a command replaced the repository {where} during the run (its {os.path.basename(entry)} is "
+                         f"not the one found at the start){f' and it names programs ({shown})' if named else ''}; "
+                         "git status in the repository that holds it as a submodule enters it and runs what it "
+                         "names, as git run inside it does: look before you run git in this workspace")
+        elif named:
+            kind = "git directory" if bare else "repository"
+            lines.append(f"a command made the {kind} {where} during the run and it names programs ({shown}); git "
+                         "run inside it (or a git status of a repository holding it as a submodule) runs them: look "
+                         "before you do")
     return lines
 
 

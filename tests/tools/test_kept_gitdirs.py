@@ -1,0 +1,141 @@
+"""Git directories not named ``.git`` (a bare repository, a folder made one with
+``core.worktree``, ``objects``/``refs`` that are executable files) and repositories a command
+replaces (a submodule's folder moved away): kept from bash, refused by the file tools, or named
+at the run's end (issue 40, the attacker's F2, F3, F8), with real git and bwrap."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from kimik3.tools.coding._kept import kept_paths
+
+from ..harness.helpers import git, make_repo
+from ..procs import needs_bwrap
+from .test_kept_git import IN_GIT_DIR, call, fsmonitor, tools, user_git_status
+from .test_kept_sandbox import RO, bash_turn
+
+pytestmark = pytest.mark.skipif(subprocess.run(["git", "--version"], capture_output=True).returncode != 0,
+                                reason="needs git")
+
+
+def hook(witness: Path) -> str:
+    return f"#!/bin/sh\ntouch {witness}\n"
+
+
+def worktree_git_dir(folder: Path, witness: Path) -> None:
+    """Make ``folder`` a git directory (a bare one's layout) whose work tree is its parent and
+    whose ``core.fsmonitor`` touches ``witness``."""
+    git(folder.parent, "init", "-q", "--bare", folder.name)
+    with (folder / "config").open("a") as f:
+        f.write(f'[core]\n\tworktree = ..\n\tfsmonitor = "touch {witness}; false"\n')
+    subprocess.run(["git", "config", "-f", str(folder / "config"), "core.bare", "false"], check=True)
+
+
+@needs_bwrap
+@pytest.mark.parametrize("name", ["origin.git", "src"])
+async def test_a_git_directory_not_named_git_is_read_only_for_bash(tmp_path: Path, name: str) -> None:
+    """The attacker's t4 (a bare ``origin.git`` the user pushes to) and a variant (``src/`` a git
+    directory whose work tree is the workspace): a hook or config written by bash would run at
+    the user's ``git push`` / ``git status``; the walk finds them by git's own test."""
+    ws = make_repo(tmp_path / "ws")
+    witness = tmp_path / "PWNED"
+    if name == "origin.git":
+        git(ws, "init", "-q", "--bare", name)
+        git(ws, "remote", "add", "origin", str(ws / name))
+        git(ws, "push", "-q", "origin", "main")
+        target, text = f"{name}/hooks/pre-receive", hook(witness)
+    else:
+        worktree_git_dir(ws / name, tmp_path / "unused")
+        target, text = f"{name}/config", fsmonitor(witness) + "\tworktree = ..\n"
+    assert str(ws / name) in kept_paths(str(ws)).paths
+    plant = f"printf '%s' '{text}' > {target}; echo w=$?; chmod +x {target}; touch {name}/x; echo t=$?"
+    [out] = await bash_turn(ws, [plant])
+    assert "w=1" in out and "t=1" in out and RO in out, out
+    assert not (ws / name / "x").exists()
+    (ws / "a.txt").write_text("beta\n")
+    git(ws, "commit", "-qam", "b")
+    act = ["git", "push", "-q", "origin", "main"] if name == "origin.git" else ["git", "status", "--short"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    subprocess.run(act, cwd=ws if name == "origin.git" else ws / name, env=env, capture_output=True, check=False)
+    assert not witness.exists()
+    # the live control: the same plant written from outside runs at the same git command
+    (ws / target).write_text(text)
+    (ws / target).chmod(0o755)
+    (ws / "a.txt").write_text("gamma\n")
+    git(ws, "commit", "-qam", "c")
+    subprocess.run(act, cwd=ws if name == "origin.git" else ws / name, env=env, capture_output=True, check=False)
+    assert witness.exists()
+
+
+@needs_bwrap
+async def test_a_git_directory_a_command_makes_under_another_name_is_named_at_the_end(tmp_path: Path) -> None:
+    """The second half of t4: ``src/`` made a git directory during the run (no mount can keep
+    what does not exist yet): the run's end names it."""
+    ws = make_repo(tmp_path / "ws")
+    plant = ("mkdir -p src && git init -q --bare src/x && mv src/x/* src/ && rmdir src/x && "
+             "git config -f src/config core.bare false && git config -f src/config core.worktree .. && "
+             "git config -f src/config core.fsmonitor 'touch PWNED; false'; echo rc=$?")
+    with pytest.warns(RuntimeWarning) as caught:
+        [out] = await bash_turn(ws, [plant])
+    assert "rc=0" in out, out
+    assert [str(w.message) for w in caught if "git directory src" in str(w.message)] == [
+        "kimik3: a command made the git directory src during the run and it names programs (core.fsmonitor); git "
+        "run inside it (or a git status of a repository holding it as a submodule) runs them: look before you do"]
+
+
+@needs_bwrap
+@pytest.mark.parametrize("kind", ["submodule", "nested"])
+async def test_a_repository_a_command_replaces_is_named_at_the_end(tmp_path: Path, kind: str) -> None:
+    """The attacker's t3: an initialised submodule's folder moved away and a repository with a
+    ``core.fsmonitor`` made in its place runs at the *top* repository's ``git status``; no mount
+    keeps a folder's name, so the run's end says so, naming that danger. Variant: a nested
+    repository replaced the same way, naming no program (said all the same)."""
+    ws = make_repo(tmp_path / "ws")
+    src = make_repo(tmp_path / "src")
+    if kind == "submodule":
+        git(ws, "-c", "protocol.file.allow=always", "submodule", "-q", "add", str(src), "sm")
+        git(ws, "commit", "-qm", "sm")
+    else:
+        git(ws, "clone", "-q", str(src), "sm")
+    witness = tmp_path / "PWNED"
+    config = fsmonitor(witness) if kind == "submodule" else "[core]\\n\\trepositoryformatversion = 0\\n"
+    plant = (f"mv sm sm.old && git init -q sm && printf '{config}' > sm/.git/config && cp sm.old/a.txt sm/ && "
+             "cd sm && git add a.txt && git -c user.name=a -c user.email=b commit -qm x; echo rc=$?")
+    with pytest.warns(RuntimeWarning) as caught:
+        [out] = await bash_turn(ws, [plant])
+    assert "rc=0" in out, out
+    named = " and it names programs (core.fsmonitor)" if kind == "submodule" else ""
+    assert [str(w.message) for w in caught if "replaced" in str(w.message)] == [
+        f"kimik3: a command replaced the repository sm during the run (its .git is not the one found at the start)"
+        f"{named}; git status in the repository that holds it as a submodule enters it and runs what it names, as git "
+        "run inside it does: look before you run git in this workspace"]
+    if kind == "submodule":  # the danger the warning names is real: the top repository's git status runs it
+        user_git_status(ws)
+        assert witness.exists()
+
+
+async def test_executable_files_named_objects_and_refs_make_a_git_directory(tmp_path: Path) -> None:
+    """The attacker's t14 (F8): git's test is ``access(X_OK)``, so executable *files* named
+    ``objects`` and ``refs`` beside a ``HEAD`` make a git directory: its config is refused to the
+    file tools, the walk keeps it; git itself agrees (``rev-parse --git-dir`` there)."""
+    ws = make_repo(tmp_path / "ws")
+    folder = ws / "tools"
+    folder.mkdir()
+    (folder / "HEAD").write_text("ref: refs/heads/main\n")
+    for name in ("objects", "refs"):
+        (folder / name).touch()
+        (folder / name).chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    here = subprocess.run(["git", "rev-parse", "--git-dir"], cwd=folder, env=env, capture_output=True, text=True)
+    assert here.stdout.strip() == "."  # git takes the folder itself as a git directory
+    assert str(folder) in kept_paths(str(ws)).paths
+    out = await call(tools(ws), "write_file", {"path": "tools/config", "content": fsmonitor(tmp_path / "PWNED")})
+    assert out.startswith("Error: ToolError: ") and IN_GIT_DIR in out, out
+    assert not (folder / "config").exists()
+    (folder / "objects").chmod(0o644)  # not executable: git's test fails, and so does kimik3's
+    (folder / "refs").chmod(0o644)
+    assert str(folder) not in kept_paths(str(ws)).paths
