@@ -93,13 +93,16 @@ class GitSnapshots:
         repo: the repository (its index seeds the private one).
         ref_base: where :meth:`keep` puts refs (``refs/kimik3/<stamp>``).
         depth: how deep this repository is nested in the workspace's (0: the workspace's own).
+        workspace: the workspace (``root`` by default; see :class:`._git.Isolated`).
 
     Raises:
         CheckpointError: git cannot run there.
     """
 
-    def __init__(self, root: Path, repo: Repository, ref_base: str, depth: int = 0) -> None:
+    def __init__(self, root: Path, repo: Repository, ref_base: str, depth: int = 0,
+                 workspace: Path | None = None) -> None:
         self.root = root
+        self.workspace = root if workspace is None else workspace
         self.ref_base = ref_base
         self.depth = depth
         self._tmp = private_folder()
@@ -110,7 +113,7 @@ class GitSnapshots:
             raise
 
     def _start(self, repo: Repository) -> None:
-        self.isolated = Isolated(repo, self._tmp)
+        self.isolated = Isolated(repo, self._tmp, self.workspace)
         self.index = self._tmp / "index"
         seed_index(repo.gitdir / "index", self.index)
         self.env = {**_IDENTITY, "GIT_INDEX_FILE": str(self.index)}
@@ -212,7 +215,8 @@ class GitSnapshots:
                     if not self._holds(repo, where):
                         states[rel] = f"outside {os.urandom(8).hex()}"  # never looked into: a state no other equals
                         continue
-                    snap = self._nested[rel] = GitSnapshots(where, repo, self.ref_base, self.depth + 1)
+                    snap = self._nested[rel] = GitSnapshots(where, repo, self.ref_base, self.depth + 1,
+                                                               self.workspace)
                 if not self._holds(snap.isolated.repo, where):  # its .git was swapped since
                     states[rel] = f"outside {os.urandom(8).hex()}"
                     continue

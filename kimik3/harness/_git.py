@@ -47,7 +47,7 @@ from pathlib import Path
 from .._exceptions import CheckpointError
 
 __all__ = ["GIT_TIMEOUT_S", "SAFE_CONFIG", "Isolated", "Repository", "clean_env", "find_repository", "git_command",
-           "private_folder", "unsafe_store"]
+           "global_configs", "private_folder", "unsafe_store"]
 
 GIT_TIMEOUT_S = 300.0
 """A git command of kimik3's that runs longer is ended (a FIFO where a config file should be)."""
@@ -74,6 +74,24 @@ def clean_env(*, network: bool = False) -> dict[str, str]:
     if not network:
         env.update(GIT_ALLOW_PROTOCOL="", GIT_NO_LAZY_FETCH="1")
     return env
+
+
+def global_configs() -> list[Path]:
+    """The user's global git configuration git reads (git-config(1) FILES): the file
+    ``GIT_CONFIG_GLOBAL`` names, else ``~/.gitconfig`` and ``${XDG_CONFIG_HOME:-~/.config}/git``
+    (its ``config``, and the ``attributes`` and ``ignore`` files beside it). A workspace that holds
+    one (``-w $HOME``) lets the model write what git runs (a filter's ``clean``; issue 40)."""
+    named = os.environ.get("GIT_CONFIG_GLOBAL")
+    if named:
+        return [Path(named)]
+    home = Path(os.path.expanduser("~"))
+    xdg = os.environ.get("XDG_CONFIG_HOME") or str(home / ".config")
+    return [home / ".gitconfig", Path(xdg) / "git"]
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    """Whether ``path`` (resolved, also when it does not exist yet) lies in ``folder``'s real path."""
+    return Path(os.path.realpath(path)).is_relative_to(os.path.realpath(folder))
 
 
 def git_command(cwd: Path, args: tuple[str, ...], env: dict[str, str], data: bytes | None = None,
@@ -230,6 +248,9 @@ class Isolated:
         repo: the repository.
         folder: an empty directory of kimik3's own for the private git directory (removed by the
             caller).
+        workspace: the model's workspace: where the user's global git configuration
+            (:func:`global_configs`) lies in it, git reads none (``GIT_CONFIG_GLOBAL=/dev/null``:
+            a filter the model wrote there never runs in kimik3's git; issue 40).
 
     Attributes:
         env: the environment of its commands (add ``GIT_INDEX_FILE`` for a private index).
@@ -241,9 +262,12 @@ class Isolated:
             to write (:meth:`check`).
     """
 
-    def __init__(self, repo: Repository, folder: Path) -> None:
+    def __init__(self, repo: Repository, folder: Path, workspace: Path | None = None) -> None:
         self.repo = repo
         self.check()
+        # the user's global config where the model could have written it (-w $HOME): not read
+        untrusted = workspace is not None and any(_inside(p, workspace) for p in global_configs())
+        no_global = {"GIT_CONFIG_GLOBAL": "/dev/null"} if untrusted else {}
         # The repository itself, for its settings and refs, through a git directory of kimik3's own
         # whose ``commondir`` names the common directory found at the start: a ``.git`` file or a
         # ``commondir`` file rewritten in the workspace since is never followed (git's ref store
@@ -252,14 +276,14 @@ class Isolated:
         pinned.mkdir()
         (pinned / "commondir").write_bytes(os.fsencode(repo.common) + b"\n")
         (pinned / "HEAD").write_text("ref: refs/heads/kimik3\n", encoding="utf-8")
-        self.repo_env = {**clean_env(), "GIT_DIR": str(pinned)}
+        self.repo_env = {**clean_env(), **no_global, "GIT_DIR": str(pinned)}
         shadow = folder / "git"
         for sub in ("objects", "refs", "info"):
             (shadow / sub).mkdir(parents=True)
         (shadow / "HEAD").write_text("ref: refs/heads/kimik3\n", encoding="utf-8")
         (shadow / "config").write_text("\n".join(_settings(repo, self.repo_env)) + "\n", encoding="utf-8")
         _copy_exclude(repo.common / "info" / "exclude", shadow / "info" / "exclude")
-        self.env = {**clean_env(), "GIT_DIR": str(shadow), "GIT_WORK_TREE": str(repo.top),
+        self.env = {**clean_env(), **no_global, "GIT_DIR": str(shadow), "GIT_WORK_TREE": str(repo.top),
                     "GIT_OBJECT_DIRECTORY": str(repo.common / "objects")}
 
     def check(self) -> None:

@@ -130,3 +130,39 @@ async def test_a_name_git_refuses_never_ends_the_run(tmp_path: Path, name: str) 
     with pytest.warns(RuntimeWarning, match="git checkpoints"):
         await run(repo, tmp_path / "s2.jsonl", calls(("write_file", {"path": "c.txt", "content": "z\n"})))
     assert (repo / "c.txt").read_bytes() == b"z\n"
+
+
+@pytest.mark.parametrize("at_start", [True, False])
+async def test_a_global_git_config_in_the_workspace_is_kept_and_never_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, at_start: bool) -> None:
+    """The attacker's t6 (``-w $HOME``): ``~/.gitconfig`` lies in the workspace. One there at the
+    start is kept from the file tools (and bash); one a command makes during the run is not read
+    by kimik3's own checkpoint git (``GIT_CONFIG_GLOBAL=/dev/null``), so its filter never runs."""
+    home = make_repo(tmp_path / "home")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("GIT_CONFIG_GLOBAL", raising=False)
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    witness = tmp_path / "PWNED"
+    filter_config = f'[filter "x"]\n\tclean = "touch {witness}; cat"\n'
+    plant = [("write_file", {"path": ".gitattributes", "content": "*.txt filter=x\n"})]
+    if at_start:
+        (home / ".gitconfig").write_text("[user]\n\tname = T\n")
+        plant.append(("write_file", {"path": ".gitconfig", "content": filter_config}))
+    else:  # made during the run: no mount, no file tool check existed for it at the start
+        plant.append(("bash", {"command": f"printf '{filter_config}' > .gitconfig"}))
+    session = tmp_path / "s.jsonl"
+    agent = CodingHarness(home, features=FEATURES - {"background", "subagents", "read_before_edit"},
+                          skills=False).agent(
+        engine=ScriptedEngine([calls(*plant), calls(("write_file", {"path": "b.txt", "content": "hi\n"})),
+                               answer("done")]))
+    result = await agent.run("go", session=session)
+    outs = [m.content for m in result.messages if m.role == "tool"]
+    if at_start:
+        assert (home / ".gitconfig").read_text() == "[user]\n\tname = T\n"
+        assert "git's global configuration" in str(outs[1]), outs
+        (home / ".gitconfig").write_text(filter_config)  # the live control below needs the plant
+    assert (home / "b.txt").read_text() == "hi\n"
+    assert not witness.exists()  # kimik3's git snapshotted b.txt (*.txt filter=x) without the filter
+    assert [r["kind"] for r in session_checkpoints(session)] == ["git", "git"]
+    subprocess.run(["git", "add", "b.txt"], cwd=home, check=True, capture_output=True)  # the user's git runs it
+    assert witness.exists()

@@ -486,9 +486,9 @@ class SessionFiles:
         return name == base or (name.startswith(f"{stem}.task-") and name.endswith(".jsonl"))
 
     def existing(self) -> list[str]:
-        """The session file, its sub-agents' sessions and the kept folders that exist now
-        (resolved paths)."""
-        folders = [p for p in self.folders if os.path.isdir(p) and not os.path.islink(p)]
+        """The session file, its sub-agents' sessions and the kept folders (or files: git's
+        global configuration) that exist now (resolved paths)."""
+        folders = [p for p in self.folders if (os.path.isdir(p) or os.path.isfile(p)) and not os.path.islink(p)]
         if self.path is None:
             return folders
         folder = os.path.dirname(self.path)
