@@ -30,7 +30,7 @@ from ..engines import Engine
 from ..engines._quiet import kimik3_home
 from ..tools import FunctionTool, Tool, ToolResult, Toolset
 from ..tools.coding import Sandbox, SandboxMode, coding_tools
-from ..tools.coding._api import FILE_TOOL_TIMEOUT_S
+from ..tools.coding._api import FILE_TOOL_TIMEOUT_S, config_named
 from ._background import BackgroundProcesses, SandboxHooks
 from ._checkpoints import Checkpoints
 from ._git import global_configs
@@ -61,7 +61,8 @@ def _keep_later_files(sandbox: Sandbox, skills: Skills | None, root: Path) -> No
     """Keep from every tool what kimik3 reads in later runs where it lies in the workspace
     (issue 40): ``${KIMIK3_HOME:-~/.kimik3}`` (sessions a resume acts on, checkpoint stores undo
     restores from, the user's skills: ``-w $HOME``), git's global configuration
-    (:func:`._git.global_configs`), and the skills: ``<root>/.agents/skills``
+    (:func:`._git.global_configs`), what the workspace's repositories' configs name
+    (:func:`~kimik3.tools.coding._kept.config_named`), and the skills: ``<root>/.agents/skills``
     (made or not; a ``SKILL.md`` the model rewrote would steer later runs), each skill found
     there (its real folder) and a given skills folder inside the workspace."""
     inside = str(root).rstrip("/") + "/"
@@ -72,6 +73,8 @@ def _keep_later_files(sandbox: Sandbox, skills: Skills | None, root: Path) -> No
         real = os.path.realpath(config)
         if real.startswith(inside):
             sandbox.sessions.keep(real, "git's global configuration (git runs the programs it names)")
+    for named in config_named(str(root)):  # include.path ../.gitconfig, core.hooksPath .githooks, ...
+        sandbox.sessions.keep(named, "what a repository's git configuration names (git reads or runs it)")
     if skills is None:
         return
     folders = [root / WORKSPACE_SKILLS, *skills.folders, *(s.folder for s in skills.found.values())]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kimik3.tools.coding._kept import kept_paths
+from kimik3.tools.coding._kept import config_named, kept_paths
 
 from ..harness.helpers import git, make_repo
 from ..procs import needs_bwrap
@@ -139,3 +139,35 @@ async def test_executable_files_named_objects_and_refs_make_a_git_directory(tmp_
     (folder / "objects").chmod(0o644)  # not executable: git's test fails, and so does kimik3's
     (folder / "refs").chmod(0o644)
     assert str(folder) not in kept_paths(str(ws)).paths
+
+
+@needs_bwrap
+@pytest.mark.parametrize("how", ["include", "includeIf"])
+async def test_files_a_repository_config_names_are_kept(tmp_path: Path, how: str) -> None:
+    """The attacker's t5: ``include.path ../.gitconfig`` (a shared config in the work tree) and
+    ``core.hooksPath .githooks`` (husky): a ``core.fsmonitor`` written into the one runs at the
+    user's ``git status``, a hook in the other at ``git commit``. Both are kept from the file tools
+    and bash. Variant: ``includeIf "gitdir:..."``."""
+    ws = make_repo(tmp_path / "ws")
+    key = "include.path" if how == "include" else f"includeIf.gitdir:{ws}/.git.path"
+    git(ws, "config", key, "../.gitconfig")
+    git(ws, "config", "core.hooksPath", ".githooks")
+    (ws / ".gitconfig").write_text("[user]\n\tname = T\n")
+    (ws / ".githooks").mkdir()
+    git(ws, "add", "-A")
+    git(ws, "commit", "-qm", "shared")
+    assert config_named(str(ws)) == [str(ws / ".gitconfig"), str(ws / ".githooks")]
+    w_status, w_commit = tmp_path / "PWNED_status", tmp_path / "PWNED_commit"
+    files = [("write_file", {"path": ".gitconfig", "content": fsmonitor(w_status)}),
+             ("write_file", {"path": ".githooks/pre-commit", "content": hook(w_commit)})]
+    cmd = (f"printf '%s' '{fsmonitor(w_status)}' > .gitconfig; echo c=$?; printf '%s' '{hook(w_commit)}' > "
+           ".githooks/pre-commit; echo h=$?")
+    out = await bash_turn(ws, [cmd], files=files)
+    assert "c=1" in out[0] and "h=1" in out[0] and RO in out[0], out
+    assert all("what a repository's git configuration names" in o for o in out[1:]), out
+    assert (ws / ".gitconfig").read_text() == "[user]\n\tname = T\n" and not (ws / ".githooks/pre-commit").exists()
+    user_git_status(ws)
+    assert not w_status.exists()
+    (ws / ".gitconfig").write_text(fsmonitor(w_status))  # the live control: the plant done from outside runs
+    user_git_status(ws)
+    assert w_status.exists()

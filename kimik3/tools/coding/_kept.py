@@ -40,8 +40,8 @@ from ..._exceptions import ToolError
 from .._failures import kept_write
 
 __all__ = ["MAX_GITLINKS", "MAX_INDEX_BYTES", "MAX_WALK_DIRS", "KeptPaths", "SessionFiles", "check_git_write",
-           "git_dir_at", "gitlinks", "hidden_dirs", "is_sparse", "kept_paths", "kept_read_only", "made_repositories",
-           "preloads", "programs_named", "repositories", "under"]
+           "config_named", "git_dir_at", "gitlinks", "hidden_dirs", "is_sparse", "kept_paths", "kept_read_only",
+           "made_repositories", "preloads", "programs_named", "repositories", "under"]
 
 
 def under(path: str, parents: list[str]) -> bool:
@@ -388,6 +388,67 @@ def _config_keys(text: str) -> list[str]:
         if line and not line.startswith(("#", ";")) and section:
             keys.append(f"{section}.{line.split('=', 1)[0].strip().lower()}")
     return keys
+
+
+def _config_values(path: str) -> list[tuple[str, str]]:
+    """``(section[.sub].key, value)`` of a git config file (a plain reading, as
+    :func:`_config_keys`; quotes taken off the value); at most 1 MiB, never through a symlink."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return []
+    with os.fdopen(fd, "rb") as f:
+        text = os.fsdecode(f.read(_MAX_CONFIG_BYTES)) if stat.S_ISREG(os.fstat(fd).st_mode) else ""
+    out, section = [], ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("["):
+            head = line[1:].split("]", 1)[0].strip()
+            name, _, sub = head.partition(" ")
+            section = name.lower() + (f".{sub.strip().strip(chr(34))}" if sub else "")
+            line = line.split("]", 1)[1].strip() if "]" in line else ""
+        if line and not line.startswith(("#", ";")) and section:
+            key, _, value = line.partition("=")
+            out.append((f"{section}.{key.strip().lower()}", value.strip().strip('"')))
+    return out
+
+
+_PATH_KEYS = ("include.path", "core.hookspath", "core.attributesfile")  # and includeif.<cond>.path
+
+
+def config_named(root: str, max_dirs: int = MAX_WALK_DIRS) -> list[str]:
+    """The paths in the workspace ``root`` that its repositories' configs name as files git reads
+    or runs (issue 40): ``include.path`` / ``includeIf.<cond>.path`` (resolved from the config's
+    folder, followed to a depth of 4), ``core.hooksPath`` and ``core.attributesFile`` (from the
+    work tree's top), and the program of a command setting (:data:`_PROGRAM_KEYS`, a filter's
+    ``clean``...) when it is a path (``./scripts/x.sh``). A ``.githooks`` folder or a shared
+    ``.gitconfig`` is the model's to write otherwise, and git runs what it names. Resolved; sorted."""
+    found: set[str] = set()
+    for entry in repositories(kept_paths(root, max_dirs)):
+        gitdir = os.path.realpath(entry) if os.path.isdir(entry) else _git_pointer(entry, "", os.path.dirname(entry))
+        if gitdir is None:
+            continue
+        top = os.path.dirname(entry)
+        configs, seen = [os.path.join(gitdir, "config")], 0
+        while configs and seen < 5:
+            config, seen = configs.pop(), seen + 1
+            for key, value in _config_values(config):
+                if not value:
+                    continue
+                bare = key.split(".", 1)[0] + "." + key.rsplit(".", 1)[-1]
+                if bare == "include.path" or (key.startswith("includeif.") and key.endswith(".path")):
+                    path = os.path.join(os.path.dirname(config), os.path.expanduser(value))
+                    configs.append(path)
+                elif bare in _PATH_KEYS:
+                    path = os.path.join(top, os.path.expanduser(value))
+                elif (bare in _PROGRAM_KEYS or key.endswith(_PROGRAM_SUFFIXES)) and "/" in value.split()[0]:
+                    path = os.path.join(top, os.path.expanduser(value.split()[0]))
+                else:
+                    continue
+                real = os.path.realpath(path)
+                if under(real, [os.path.realpath(root)]) and real != os.path.realpath(root):
+                    found.add(real)
+    return sorted(found)
 
 
 def programs_named(gitdir: str) -> list[str]:
