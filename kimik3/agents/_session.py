@@ -65,7 +65,10 @@ def _open_regular(path: Path, flags: int) -> int:
     except FileNotFoundError as e:
         where = "directory" if not path.parent.is_dir() else "file"
         raise SessionError(f"cannot open session {path}: no such {where}") from e
-    except OSError as e:  # ENXIO: a FIFO with no reader; EISDIR; EACCES ...
+    except OSError as e:  # ENXIO: a FIFO with no reader; EISDIR; EACCES; ELOOP: O_NOFOLLOW on a symlink
+        if e.errno == errno.ELOOP and flags & os.O_NOFOLLOW:
+            raise SessionError(f"{path} is a symlink; a session written must be a regular file (issue 40: a "
+                               "planted link would be followed)") from e
         raise SessionError(f"cannot open session {path}: {e.strerror or e}") from e
     try:
         mode = os.fstat(fd).st_mode
@@ -315,7 +318,7 @@ class SessionWriter:
 
     def __init__(self, path: str | os.PathLike[str], header: dict[str, Any] | None = None) -> None:
         self.path = Path(path)
-        self._fd = _open_regular(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND)
+        self._fd = _open_regular(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW)
         try:
             _lock(self._fd, self.path)
             data = _read_all(self._fd)
