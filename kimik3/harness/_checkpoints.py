@@ -60,7 +60,7 @@ from ..agents import RunHooks, SessionWriter
 from ..tools.coding._api import SessionFiles, Workspace
 from ..types import ToolCall
 from ._git import Isolated, Repository, find_repository, private_folder
-from ._store import STORE_WHAT, copy_into, default_store, not_copied, open_store, open_turn, seed_index
+from ._store import STORE_WHAT, copy_into, default_store, not_copied, not_hashed, open_store, open_turn, seed_index
 
 __all__ = ["WRITING_TOOLS", "Checkpoints", "GitSnapshots"]
 
@@ -118,6 +118,7 @@ class GitSnapshots:
         seed_index(repo.gitdir / "index", self.index)
         self.env = {**_IDENTITY, "GIT_INDEX_FILE": str(self.index)}
         self.skipped: list[str] = []  # nested repositories without a commit (from the top): left out of ``add``
+        self.not_hashed: dict[str, tuple[str, tuple[int, ...]]] = {}  # the last tree()'s, see _store.not_hashed
         self.prefix = self.git("rev-parse", "--show-prefix").decode("utf-8", "surrogateescape").strip()
         self._nested: dict[str, GitSnapshots] = {}
         self._links: tuple[str, set[str]] | None = None  # (tree, its gitlinks), see gitlinks()
@@ -153,8 +154,11 @@ class GitSnapshots:
         links = b"".join(e.split(b"\t", 1)[1] + b"\0" for e in staged.split(b"\0") if e.startswith(b"160000 "))
         if links:
             self.git("update-index", "--force-remove", "-z", "--stdin", data=links)
+        listed = self.git("ls-files", "-z", "-o", "--exclude-standard", "--full-name") + b"\0" + self.git(
+            "diff-files", "-z", "--name-only") + b"\0" + b"\0".join(os.fsencode(self.prefix + p) for p in named)
+        self.not_hashed = not_hashed(self.isolated.repo.top, listed)  # sparse, huge: never read by git add
         for _ in range(_MAX_SKIPPED):
-            excludes = [f":(top,exclude,literal){p}" for p in self.skipped]
+            excludes = [f":(top,exclude,literal){p}" for p in [*self.skipped, *self.not_hashed]]
             proc = self.run("add", "-A", "--", ".", *excludes)
             if proc.returncode == 0:
                 break
@@ -165,7 +169,7 @@ class GitSnapshots:
             self.skipped += found
         else:
             raise CheckpointError(f"git add failed: more than {_MAX_SKIPPED} nested repositories without a commit")
-        files = [literal(p) for p in named if self._is_file(p)]
+        files = [literal(p) for p in named if self._is_file(p) and self.prefix + p not in self.not_hashed]
         if files and self.run("add", "-f", "--", *files).returncode != 0:
             for one in files:  # one by one: git refuses a path inside a nested repository (uncovered)
                 self.run("add", "-f", "--", one)
@@ -367,6 +371,7 @@ class Checkpoints(RunHooks):
         self._before: str | None = None
         self._last: tuple[str, str, dict[str, str]] | None = None  # (tree, commit, nested) after the last turn
         self._before_state: tuple[str, dict[str, str]] = ("", {})
+        self._before_big: dict[str, tuple[str, tuple[int, ...]]] = {}  # not hashed before the turn
         self._copies: dict[str, str | None] = {}
         self._digests: dict[str, str] = {}  # each copy's SHA-256, taken as it was written
         self._skipped: dict[str, tuple[str, tuple[int, ...]]] = {}  # not copied: why, and its stat then
@@ -515,6 +520,7 @@ class Checkpoints(RunHooks):
         assert self._git is not None
         tree = self._git.tree(self._named)
         self._before_state = (tree, self._git.nested_states(tree))
+        self._before_big = dict(self._git.not_hashed)
         if self._last is not None and self._last[0] == tree:
             return self._last[1]
         return self._git.commit(tree, None, f"kimik3 checkpoint before turn {n}")
@@ -532,6 +538,10 @@ class Checkpoints(RunHooks):
             changes = snap.diff(before, after)
         nested = snap.nested_states(tree, changes)
         uncovered = {p: _NESTED_NOTE for p in sorted({*nested, *old_nested}) if nested.get(p) != old_nested.get(p)}
+        for p in {*snap.not_hashed, *self._before_big}:  # sparse or huge, changed by the turn: said
+            if snap.not_hashed.get(p) != self._before_big.get(p) and p.startswith(snap.prefix):
+                why = (snap.not_hashed.get(p) or self._before_big[p])[0]
+                uncovered[p.removeprefix(snap.prefix)] = f"{why}; undo cannot restore it"
         self._last = (tree, after, nested)
         if tree == old_tree:
             return {"turn": n, "kind": "git", "root": str(self.root), "before": before, "after": before,
