@@ -171,3 +171,27 @@ async def test_files_a_repository_config_names_are_kept(tmp_path: Path, how: str
     (ws / ".gitconfig").write_text(fsmonitor(w_status))  # the live control: the plant done from outside runs
     user_git_status(ws)
     assert w_status.exists()
+
+
+@needs_bwrap
+async def test_a_repository_made_in_a_missing_submodule_folder_names_the_top_git_status(tmp_path: Path) -> None:
+    """The attacker's t16: a gitlink whose folder is missing at the start (no mount can keep it);
+    a repository a command makes there runs at the *top* repository's ``git status``, and the
+    run's end says exactly that."""
+    src = make_repo(tmp_path / "src")
+    ws = make_repo(tmp_path / "ws")
+    git(ws, "-c", "protocol.file.allow=always", "submodule", "-q", "add", str(src), "sm")
+    git(ws, "commit", "-qm", "sm")
+    git(ws, "submodule", "-q", "deinit", "-f", "sm")
+    (ws / "sm").rmdir()
+    witness = tmp_path / "PWNED"
+    with pytest.warns(RuntimeWarning) as caught:
+        [out] = await bash_turn(ws, [f"git init -q sm && git -C sm config core.fsmonitor 'touch {witness}; false'; "
+                                     "echo rc=$?"])
+    assert "rc=0" in out, out
+    assert [str(w.message) for w in caught if "submodule's folder" in str(w.message)] == [
+        "kimik3: a command made the repository sm during the run in a submodule's folder and it names programs "
+        "(core.fsmonitor); git status in the repository that holds the submodule runs them: look before you run git "
+        "in this workspace"]
+    user_git_status(ws)
+    assert witness.exists()  # the danger named is real

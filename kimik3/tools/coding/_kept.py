@@ -250,12 +250,15 @@ class KeptPaths:
             followed): a ``.git`` folder, file or symlink, or a folder that is a git directory by
             git's own test whatever its name (a bare ``origin.git``, a ``src/`` with
             ``core.worktree``), kept read-only whole.
+        gitlink_folders: the folder of every gitlink the walk's repositories' indexes hold
+            (existing or not): a repository there runs at the holding repository's ``git status``.
     """
 
     paths: list[str] = field(default_factory=list)
     links: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     repos: dict[str, tuple[int, int]] = field(default_factory=dict)
+    gitlink_folders: set[str] = field(default_factory=set)
 
 
 def _is_git_dir(path: str) -> bool:
@@ -341,6 +344,7 @@ def kept_paths(root: str, max_dirs: int = MAX_WALK_DIRS) -> KeptPaths:
             continue
         for rel in links:
             folder = os.path.join(top, rel)
+            out.gitlink_folders.add(folder)
             if os.path.isdir(folder) and not os.path.islink(folder) and not os.path.lexists(
                     os.path.join(folder, _GIT_NAME)):
                 found.append(os.path.realpath(folder))
@@ -486,7 +490,8 @@ def made_repositories(root: str, before: Mapping[str, tuple[int, int]], max_dirs
     folder), since the enclosing repository's own ``git status`` enters a submodule's folder and
     runs what the new one names (issue 40). Empty when there is none."""
     lines = []
-    for entry, ident in sorted(repositories(kept_paths(root, max_dirs)).items()):
+    now = kept_paths(root, max_dirs)
+    for entry, ident in sorted(repositories(now).items()):
         if before.get(entry) == ident:
             continue
         bare = os.path.basename(entry) != _GIT_NAME
@@ -500,6 +505,10 @@ def made_repositories(root: str, before: Mapping[str, tuple[int, int]], max_dirs
                          f"not the one found at the start){f' and it names programs ({shown})' if named else ''}; "
                          "git status in the repository that holds it as a submodule enters it and runs what it "
                          "names, as git run inside it does: look before you run git in this workspace")
+        elif named and os.path.dirname(entry) in now.gitlink_folders:
+            lines.append(f"a command made the repository {where} during the run in a submodule's folder and it names "
+                         f"programs ({shown}); git status in the repository that holds the submodule runs them: look "
+                         "before you run git in this workspace")
         elif named:
             kind = "git directory" if bare else "repository"
             lines.append(f"a command made the {kind} {where} during the run and it names programs ({shown}); git "
