@@ -31,7 +31,10 @@ no fetch, ssh or remote helper), no terminal prompt, stdin from ``/dev/null``, n
 :data:`SAFE_CONFIG` over the user's own configuration too (hooks, fsmonitor, automatic maintenance
 off), within :data:`GIT_TIMEOUT_S`. The user's global and system configuration are the user's own:
 still read, so a filter installed there (Git LFS) applies as before, with its store the
-repository's own (``lfs.storage``).
+repository's own (``lfs.storage``), except where it lies in the workspace (``-w $HOME``: the model
+could have written it; then none is read). kimik3's git never writes through a symlink: a
+repository whose ``.git``, ``objects/``, fan-out folders, ``refs/`` or ``refs/kimik3/...`` is one
+is not written (:func:`unsafe_store`; issue 40).
 """
 
 from __future__ import annotations

@@ -166,3 +166,19 @@ async def test_a_global_git_config_in_the_workspace_is_kept_and_never_read(
     assert [r["kind"] for r in session_checkpoints(session)] == ["git", "git"]
     subprocess.run(["git", "add", "b.txt"], cwd=home, check=True, capture_output=True)  # the user's git runs it
     assert witness.exists()
+
+
+async def test_a_symlinked_dot_git_is_never_written(tmp_path: Path) -> None:
+    """A variant of t15: the workspace's ``.git`` is a symlink (a command of an earlier run can
+    make one to any repository it can name): kimik3's git writes no object or ref there."""
+    other = make_repo(tmp_path / "other")  # a repository outside the workspace
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / ".git").symlink_to(other / ".git")
+    before = files_under(other / ".git")
+    session = tmp_path / "s.jsonl"
+    with pytest.warns(RuntimeWarning, match=r"git checkpoints cannot start \(kimik3's git does not write this "
+                                            r"repository: .*/ws/\.git is a symlink\)"):
+        await run(ws, session, calls(("write_file", {"path": "new.txt", "content": "x\n"})), sandbox="none")
+    assert files_under(other / ".git") == before
+    assert [r["kind"] for r in session_checkpoints(session)] == ["copy"]

@@ -195,3 +195,21 @@ async def test_a_repository_made_in_a_missing_submodule_folder_names_the_top_git
         "in this workspace"]
     user_git_status(ws)
     assert witness.exists()  # the danger named is real
+
+
+@needs_bwrap
+async def test_a_global_git_config_in_the_workspace_is_read_only_for_bash(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """``-w $HOME`` (t6): ``~/.gitconfig`` and ``~/.config/git/`` are bound read-only."""
+    home = make_repo(tmp_path / "home")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("GIT_CONFIG_GLOBAL", raising=False)
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    (home / ".gitconfig").write_text("[user]\n\tname = T\n")
+    (home / ".config" / "git").mkdir(parents=True)
+    cmd = ("printf '[core]\\n\\tfsmonitor = x\\n' >> .gitconfig; echo g=$?; echo '* filter=x' > "
+           ".config/git/attributes; echo a=$?; echo ok > other.txt; echo o=$?")
+    [out] = await bash_turn(home, [cmd], skills=False)
+    assert "g=1" in out and "a=1" in out and "o=0" in out and RO in out, out
+    assert (home / ".gitconfig").read_text() == "[user]\n\tname = T\n"
+    assert not (home / ".config" / "git" / "attributes").exists()

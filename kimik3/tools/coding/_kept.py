@@ -14,8 +14,12 @@ reads) and to ``bash`` (the sandbox binds the same list read-only; ``_sandbox``)
   For the sandbox, which must name paths when it starts, :func:`kept_paths` walks the workspace:
   each repository's ``.git``, the git directory a ``.git`` file names and its ``commondir``, and
   each gitlink folder that has no ``.git`` yet (read from the repository's index: a repository
-  made there runs at the top repository's ``git status``). A walk cut at :data:`MAX_WALK_DIRS`
-  folders says so and keeps the folders it did not look through read-only.
+  made there runs at the top repository's ``git status``), and each folder that is a git
+  directory by git's own test whatever its name (a bare ``origin.git``). A walk cut at
+  :data:`MAX_WALK_DIRS` folders says so and keeps the folders it did not look through read-only.
+- **What a repository's configuration names** in the workspace (:func:`config_named`: an
+  ``include.path`` file, the ``core.hooksPath`` folder, a filter's program), and git's global
+  configuration where it lies there (``-w $HOME``; ``harness._harness`` keeps both).
 - **kimik3's own records**: the run's session file and its sub-agents' sessions
   (:class:`SessionFiles`; the file tools refuse to read them too), and the folders registered with
   :meth:`SessionFiles.keep`: the checkpoint store (``kimik3 undo`` restores from it) and the
