@@ -88,34 +88,50 @@ async def test_a_git_directory_a_command_makes_under_another_name_is_named_at_th
 
 
 @needs_bwrap
-@pytest.mark.parametrize("kind", ["submodule", "nested"])
-async def test_a_repository_a_command_replaces_is_named_at_the_end(tmp_path: Path, kind: str) -> None:
-    """The attacker's t3: an initialised submodule's folder moved away and a repository with a
-    ``core.fsmonitor`` made in its place runs at the *top* repository's ``git status``; no mount
-    keeps a folder's name, so the run's end says so, naming that danger. Variant: a nested
-    repository replaced the same way, naming no program (said all the same)."""
+@pytest.mark.parametrize("where", ["sm", "libs/sm"])
+async def test_a_checked_out_submodule_folder_cannot_be_replaced(tmp_path: Path, where: str) -> None:
+    """The attacker's t3: an initialised submodule's folder moved away (``mv sm sm.old``; variant:
+    its parent ``libs``) and a repository with a ``core.fsmonitor`` made in its place would run at
+    the *top* repository's ``git status``. The sandbox makes the folder and those above it mount
+    points: the move fails (EBUSY), the files inside stay writable."""
     ws = make_repo(tmp_path / "ws")
     src = make_repo(tmp_path / "src")
-    if kind == "submodule":
-        git(ws, "-c", "protocol.file.allow=always", "submodule", "-q", "add", str(src), "sm")
-        git(ws, "commit", "-qm", "sm")
-    else:
-        git(ws, "clone", "-q", str(src), "sm")
+    git(ws, "-c", "protocol.file.allow=always", "submodule", "-q", "add", str(src), where)
+    git(ws, "commit", "-qm", "sm")
     witness = tmp_path / "PWNED"
-    config = fsmonitor(witness) if kind == "submodule" else "[core]\\n\\trepositoryformatversion = 0\\n"
-    plant = (f"mv sm sm.old && git init -q sm && printf '{config}' > sm/.git/config && cp sm.old/a.txt sm/ && "
-             "cd sm && git add a.txt && git -c user.name=a -c user.email=b commit -qm x; echo rc=$?")
+    moved = where.split("/")[0]
+    plant = (f"mv {moved} {moved}.old; echo mv=$?; echo edit >> {where}/a.txt; echo e=$?; git init -q x && printf "
+             f"'%s' '{fsmonitor(witness)}' > x/.git/config && mv -T x {where}; echo plant=$?")
+    [out] = await bash_turn(ws, [plant])
+    assert "mv=1" in out and "Device or resource busy" in out and "e=0" in out and "plant=1" in out, out
+    assert (ws / where / ".git").is_file() and (ws / where / "a.txt").read_bytes() == b"alpha\r\nbeta\r\nedit\n"
+    user_git_status(ws)
+    assert not witness.exists()
+    # the live control: the same replacement done from outside runs at the top repository's git status
+    os.rename(ws / moved, ws / f"{moved}.old")
+    (ws / where).parent.mkdir(parents=True, exist_ok=True)
+    git(ws / where.rsplit("/", 1)[0] if "/" in where else ws, "init", "-q", where.rsplit("/", 1)[-1])
+    (ws / where / ".git" / "config").write_text(fsmonitor(witness))
+    user_git_status(ws)
+    assert witness.exists()
+
+
+@needs_bwrap
+async def test_a_repository_a_command_replaces_is_named_at_the_end(tmp_path: Path) -> None:
+    """A nested repository (no gitlink: not pinned) replaced the same way is named at the run's
+    end, naming the danger should it be a submodule elsewhere."""
+    ws = make_repo(tmp_path / "ws")
+    src = make_repo(tmp_path / "src")
+    git(ws, "clone", "-q", str(src), "sm")
+    plant = ("mv sm sm.old && git init -q sm && cp sm.old/a.txt sm/ && cd sm && git add a.txt && "
+             "git -c user.name=a -c user.email=b commit -qm x; echo rc=$?")
     with pytest.warns(RuntimeWarning) as caught:
         [out] = await bash_turn(ws, [plant])
     assert "rc=0" in out, out
-    named = " and it names programs (core.fsmonitor)" if kind == "submodule" else ""
     assert [str(w.message) for w in caught if "replaced" in str(w.message)] == [
-        f"kimik3: a command replaced the repository sm during the run (its .git is not the one found at the start)"
-        f"{named}; git status in the repository that holds it as a submodule enters it and runs what it names, as git "
-        "run inside it does: look before you run git in this workspace"]
-    if kind == "submodule":  # the danger the warning names is real: the top repository's git status runs it
-        user_git_status(ws)
-        assert witness.exists()
+        "kimik3: a command replaced the repository sm during the run (its .git is not the one found at the start); "
+        "git status in the repository that holds it as a submodule enters it and runs what it names, as git run "
+        "inside it does: look before you run git in this workspace"]
 
 
 async def test_executable_files_named_objects_and_refs_make_a_git_directory(tmp_path: Path) -> None:

@@ -256,6 +256,9 @@ class KeptPaths:
             ``core.worktree``), kept read-only whole.
         gitlink_folders: the folder of every gitlink the walk's repositories' indexes hold
             (existing or not): a repository there runs at the holding repository's ``git status``.
+        pinned: the gitlink folders that hold a ``.git`` (a checked-out submodule): the sandbox
+            makes each (and the folders above it) a mount point, so it cannot be renamed away and
+            replaced by a planted repository (``mv sm sm.old; git init sm``), its files writable.
     """
 
     paths: list[str] = field(default_factory=list)
@@ -263,6 +266,7 @@ class KeptPaths:
     notes: list[str] = field(default_factory=list)
     repos: dict[str, tuple[int, int]] = field(default_factory=dict)
     gitlink_folders: set[str] = field(default_factory=set)
+    pinned: list[str] = field(default_factory=list)
 
 
 def _is_git_dir(path: str) -> bool:
@@ -349,6 +353,9 @@ def kept_paths(root: str, max_dirs: int = MAX_WALK_DIRS) -> KeptPaths:
         for rel in links:
             folder = os.path.join(top, rel)
             out.gitlink_folders.add(folder)
+            if os.path.isdir(folder) and not os.path.islink(folder) and os.path.lexists(os.path.join(folder,
+                                                                                                     _GIT_NAME)):
+                out.pinned.append(os.path.realpath(folder))
             if os.path.isdir(folder) and not os.path.islink(folder) and not os.path.lexists(
                     os.path.join(folder, _GIT_NAME)):
                 found.append(os.path.realpath(folder))
@@ -362,12 +369,15 @@ def kept_paths(root: str, max_dirs: int = MAX_WALK_DIRS) -> KeptPaths:
     return out
 
 
-def kept_read_only(root: str, max_dirs: int = MAX_WALK_DIRS, links: dict[str, str] | None = None) -> list[str]:
-    """:func:`kept_paths`'s ``paths`` (``links`` gets its ``links``); each of its ``notes`` is
-    given as a :class:`RuntimeWarning` (a cut walk is never silent)."""
+def kept_read_only(root: str, max_dirs: int = MAX_WALK_DIRS, links: dict[str, str] | None = None,
+                   pinned: list[str] | None = None) -> list[str]:
+    """:func:`kept_paths`'s ``paths`` (``links`` gets its ``links``, ``pinned`` its ``pinned``);
+    each of its ``notes`` is given as a :class:`RuntimeWarning` (a cut walk is never silent)."""
     kept = kept_paths(root, max_dirs)
     if links is not None:
         links.update(kept.links)
+    if pinned is not None:
+        pinned += [p for p in kept.pinned if under(p, [root]) and p != root]
     for note in kept.notes:
         warnings.warn(f"kimik3: {note}", RuntimeWarning, stacklevel=2)
     return kept.paths

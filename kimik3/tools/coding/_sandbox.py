@@ -441,14 +441,17 @@ class Sandbox:
         records = list(dict.fromkeys(p for p in (*self.protected, *self.sessions.existing())
                                      if under(p, tops) and p != root and os.path.lexists(p)))
         links: dict[str, str] = {}
+        pinned: list[str] = []  # checked-out submodules' folders: mount points, so never replaced (_kept)
         gits = list(dict.fromkeys(p for w in (root, *self.write)
-                                  for p in kept_read_only(w, MAX_WALK_DIRS if w == root else 1, links)))
+                                  for p in kept_read_only(w, MAX_WALK_DIRS if w == root else 1, links, pinned)))
         self.git_links = {os.path.relpath(p, root): t for p, t in links.items() if under(p, [root])}
         lifted = [w for w in self.write if w != root and any(under(w, [g]) for g in gits)]
         gits = [g for g in gits if not under(g, lifted) and g not in records]
         kept = [*gits, *records]
         folders = {str(d) for p in kept if os.path.basename(p) != ".git" for d in Path(p).parents
                    if under(str(d), tops) and str(d) not in tops}
+        folders |= {str(d) for p in pinned for d in (Path(p), *Path(p).parents) if under(str(d), tops)
+                    and str(d) not in tops}
         for d in sorted(folders, key=len):
             args += ["--bind", d, d]
         for p in sorted(gits, key=len):
