@@ -70,6 +70,7 @@ FILE_TOOLS = frozenset({"write_file", "edit_file", "multi_edit", "apply_patch"})
 _IDENTITY = {"GIT_AUTHOR_NAME": "kimik3", "GIT_AUTHOR_EMAIL": "kimik3@localhost",
              "GIT_COMMITTER_NAME": "kimik3", "GIT_COMMITTER_EMAIL": "kimik3@localhost"}
 _NO_COMMIT = re.compile(r"error: '(.+)/' does not have a commit checked out")
+_INVALID = re.compile(r"error: invalid path '(.+)'")  # a name git refuses (``.git /x``): left out, said
 _MAX_NESTED_DEPTH = 4  # nested repositories inside nested repositories fingerprinted this deep
 _MAX_SKIPPED = 64  # nested repositories without a commit excluded from one ``git add``
 _NESTED_NOTE = ("a submodule or nested repository: the files inside it are not in the checkpoints, and "
@@ -119,6 +120,7 @@ class GitSnapshots:
         self.env = {**_IDENTITY, "GIT_INDEX_FILE": str(self.index)}
         self.skipped: list[str] = []  # nested repositories without a commit (from the top): left out of ``add``
         self.not_hashed: dict[str, tuple[str, tuple[int, ...]]] = {}  # the last tree()'s, see _store.not_hashed
+        self.refused: list[str] = []  # paths git refuses to add (from the top): left out of ``add``
         self.prefix = self.git("rev-parse", "--show-prefix").decode("utf-8", "surrogateescape").strip()
         self._nested: dict[str, GitSnapshots] = {}
         self._links: tuple[str, set[str]] | None = None  # (tree, its gitlinks), see gitlinks()
@@ -158,15 +160,17 @@ class GitSnapshots:
             "diff-files", "-z", "--name-only") + b"\0" + b"\0".join(os.fsencode(self.prefix + p) for p in named)
         self.not_hashed = not_hashed(self.isolated.repo.top, listed)  # sparse, huge: never read by git add
         for _ in range(_MAX_SKIPPED):
-            excludes = [f":(top,exclude,literal){p}" for p in [*self.skipped, *self.not_hashed]]
+            excludes = [f":(top,exclude,literal){p}" for p in [*self.skipped, *self.refused, *self.not_hashed]]
             proc = self.run("add", "-A", "--", ".", *excludes)
             if proc.returncode == 0:
                 break
             message = proc.stderr.decode("utf-8", "surrogateescape")
             found = [p for p in _NO_COMMIT.findall(message) if p not in self.skipped]
-            if not found:
+            refused = [p for p in _INVALID.findall(message) if p not in self.refused]
+            if not found and not refused:
                 raise CheckpointError(f"git add failed: {message.strip()}")
             self.skipped += found
+            self.refused += refused
         else:
             raise CheckpointError(f"git add failed: more than {_MAX_SKIPPED} nested repositories without a commit")
         files = [literal(p) for p in named if self._is_file(p) and self.prefix + p not in self.not_hashed]
@@ -372,6 +376,7 @@ class Checkpoints(RunHooks):
         self._last: tuple[str, str, dict[str, str]] | None = None  # (tree, commit, nested) after the last turn
         self._before_state: tuple[str, dict[str, str]] = ("", {})
         self._before_big: dict[str, tuple[str, tuple[int, ...]]] = {}  # not hashed before the turn
+        self._before_refused: set[str] = set()  # names git refused before the turn
         self._copies: dict[str, str | None] = {}
         self._digests: dict[str, str] = {}  # each copy's SHA-256, taken as it was written
         self._skipped: dict[str, tuple[str, tuple[int, ...]]] = {}  # not copied: why, and its stat then
@@ -521,6 +526,7 @@ class Checkpoints(RunHooks):
         tree = self._git.tree(self._named)
         self._before_state = (tree, self._git.nested_states(tree))
         self._before_big = dict(self._git.not_hashed)
+        self._before_refused = set(self._git.refused)
         if self._last is not None and self._last[0] == tree:
             return self._last[1]
         return self._git.commit(tree, None, f"kimik3 checkpoint before turn {n}")
@@ -542,6 +548,8 @@ class Checkpoints(RunHooks):
             if snap.not_hashed.get(p) != self._before_big.get(p) and p.startswith(snap.prefix):
                 why = (snap.not_hashed.get(p) or self._before_big[p])[0]
                 uncovered[p.removeprefix(snap.prefix)] = f"{why}; undo cannot restore it"
+        for p in set(snap.refused) - self._before_refused:
+            uncovered[p.removeprefix(snap.prefix)] = "a name git refuses: not in the checkpoint; undo cannot restore it"
         self._last = (tree, after, nested)
         if tree == old_tree:
             return {"turn": n, "kind": "git", "root": str(self.root), "before": before, "after": before,

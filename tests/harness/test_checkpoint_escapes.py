@@ -13,6 +13,7 @@ import pytest
 
 from kimik3 import ScriptedEngine
 from kimik3.harness import FEATURES, CodingHarness, session_checkpoints
+from kimik3.harness._checkpoints import _INVALID
 
 from .helpers import answer, calls, git, make_repo
 
@@ -115,21 +116,36 @@ async def test_a_symlink_planted_mid_run_stops_git_checkpoints_not_the_run(tmp_p
 
 @pytest.mark.parametrize("name", [".git./config", "GIT~1/config", ".git /x"])
 async def test_a_name_git_refuses_never_ends_the_run(tmp_path: Path, name: str) -> None:
-    """The attacker's t10: a file git's ``add`` refuses (a ``.git`` look-alike) made by one turn;
-    the next turns' checkpoints fall back to copies with git's message, and later runs go on."""
+    """The attacker's t10: a file git's ``add`` may refuse (a ``.git`` look-alike) made by one
+    turn; git checkpoints go on without it, the turn's record names it uncovered when git refused
+    it, and later runs go on."""
     repo = make_repo(tmp_path / "repo")
     session = tmp_path / "s.jsonl"
-    with pytest.warns(RuntimeWarning, match="no more git checkpoints"):
-        await run(repo, session, calls(("bash", {"command": f"mkdir -p '{os.path.dirname(name)}' && "
-                                                            f"echo x > '{name}'"})),
-                  calls(("write_file", {"path": "b.txt", "content": "y\n"})))
+    await run(repo, session, calls(("bash", {"command": f"mkdir -p '{os.path.dirname(name)}' && "
+                                                        f"echo x > '{name}'"})),
+              calls(("write_file", {"path": "b.txt", "content": "y\n"})))
     assert (repo / "b.txt").read_bytes() == b"y\n"
     records = session_checkpoints(session)
-    assert records[-1]["kind"] == "copy" and records[-1]["changed"] == ["b.txt"]
-    assert f"'{name}'" in records[-1]["uncovered"]["."]  # git's own message names the path
-    with pytest.warns(RuntimeWarning, match="git checkpoints"):
-        await run(repo, tmp_path / "s2.jsonl", calls(("write_file", {"path": "c.txt", "content": "z\n"})))
+    assert [r["kind"] for r in records] == ["git", "git"] and records[-1]["changed"] == ["b.txt"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env["GIT_INDEX_FILE"] = str(tmp_path / "probe-index")  # git's own answer, the repository's index untouched
+    refused = subprocess.run(["git", "add", "--", name], cwd=repo, env=env, capture_output=True).returncode
+    if refused:  # git refuses it here: said, not lost
+        assert records[0]["uncovered"] == {name: "a name git refuses: not in the checkpoint; undo cannot restore it"}
+    else:  # git takes it (core.protectNTFS off): checkpointed like any file
+        assert name in records[0]["changed"]
+    await run(repo, tmp_path / "s2.jsonl", calls(("write_file", {"path": "c.txt", "content": "z\n"})))
     assert (repo / "c.txt").read_bytes() == b"z\n"
+    assert [r["kind"] for r in session_checkpoints(tmp_path / "s2.jsonl")] == ["git"]
+
+
+def test_a_refused_name_is_parsed_from_gits_own_message(tmp_path: Path) -> None:
+    """The name comes from git's message (``error: invalid path '...'``), as git prints it."""
+    repo = make_repo(tmp_path / "repo")
+    (repo / ".git ").mkdir()
+    (repo / ".git " / "x").write_text("x\n")
+    proc = subprocess.run(["git", "add", "-A"], cwd=repo, capture_output=True, text=True)
+    assert proc.returncode != 0 and _INVALID.findall(proc.stderr) == [".git /x"]
 
 
 @pytest.mark.parametrize("at_start", [True, False])
