@@ -87,7 +87,10 @@ def _open_regular(path: Path, flags: int) -> int:
     except FileNotFoundError as e:
         where = "directory" if not path.parent.is_dir() else "file"
         raise SessionError(f"cannot open session {path}: no such {where}") from e
-    except OSError as e:  # ENXIO: a FIFO with no reader; EISDIR; EACCES ...
+    except OSError as e:  # ENXIO: a FIFO with no reader; EISDIR; EACCES; ELOOP: O_NOFOLLOW on a symlink
+        if e.errno == errno.ELOOP and flags & os.O_NOFOLLOW:
+            raise SessionError(f"{path} is a symlink; a session written must be a regular file (issue 40: a "
+                               "planted link would be followed)") from e
         raise SessionError(f"cannot open session {path}: {e.strerror or e}") from e
     try:
         mode = os.fstat(fd).st_mode
@@ -181,7 +184,7 @@ class FileStore:
         """Open the file for appending (creating it when ``create``), take its exclusive flock
         (a lock of this process is waited for up to 2 s: a tool's subprocess forked meanwhile
         shares it until its exec) and return its bytes, read under the lock."""
-        flags = os.O_RDWR | os.O_APPEND | (os.O_CREAT if create else 0)
+        flags = os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | (os.O_CREAT if create else 0)  # never a planted link
         existed = os.path.lexists(self.path)
         fd = _open_regular(self.path, flags)
         self._made = not existed  # made here: removed again if released before anything was kept

@@ -224,12 +224,13 @@ class SandboxHooks(RunHooks):
     (``"sandbox": {...}``, see :meth:`~kimik3.tools.coding.Sandbox.info`; a continued one gets a
     ``sandbox`` record at the run's start), and the run's end ends it, with every process in it.
     A repository a command made during the run whose git directory names programs (a
-    ``core.fsmonitor``, a hook: no mount could keep it, see ``_kept``) is named at the run's end in
-    a :class:`RuntimeWarning` (issue 40)."""
+    ``core.fsmonitor``, a hook: no mount could keep it, see ``_kept``), and any repository a
+    command replaced (a submodule's folder moved away and a repository made in its place), is
+    named at the run's end in a :class:`RuntimeWarning` (issue 40)."""
 
     def __init__(self, sandbox: Sandbox) -> None:
         self.sandbox = sandbox
-        self.repositories: set[str] | None = None  # the workspace's repositories at the run's start
+        self.repositories: dict[str, tuple[int, int]] | None = None  # the repositories at the start (ids)
 
     def session_header(self) -> dict[str, Any]:
         return {"sandbox": self.sandbox.info()}

@@ -60,7 +60,7 @@ from ..agents import RunHooks, SessionWriter
 from ..tools.coding._api import SessionFiles, Workspace
 from ..types import ToolCall
 from ._git import Isolated, Repository, find_repository, private_folder
-from ._store import STORE_WHAT, copy_into, default_store, not_copied, open_store, open_turn, seed_index
+from ._store import STORE_WHAT, copy_into, default_store, not_copied, not_hashed, open_store, open_turn, seed_index
 
 __all__ = ["WRITING_TOOLS", "Checkpoints", "GitSnapshots"]
 
@@ -70,6 +70,7 @@ FILE_TOOLS = frozenset({"write_file", "edit_file", "multi_edit", "apply_patch"})
 _IDENTITY = {"GIT_AUTHOR_NAME": "kimik3", "GIT_AUTHOR_EMAIL": "kimik3@localhost",
              "GIT_COMMITTER_NAME": "kimik3", "GIT_COMMITTER_EMAIL": "kimik3@localhost"}
 _NO_COMMIT = re.compile(r"error: '(.+)/' does not have a commit checked out")
+_INVALID = re.compile(r"error: invalid path '(.+)'")  # a name git refuses (``.git /x``): left out, said
 _MAX_NESTED_DEPTH = 4  # nested repositories inside nested repositories fingerprinted this deep
 _MAX_SKIPPED = 64  # nested repositories without a commit excluded from one ``git add``
 _NESTED_NOTE = ("a submodule or nested repository: the files inside it are not in the checkpoints, and "
@@ -93,13 +94,16 @@ class GitSnapshots:
         repo: the repository (its index seeds the private one).
         ref_base: where :meth:`keep` puts refs (``refs/kimik3/<stamp>``).
         depth: how deep this repository is nested in the workspace's (0: the workspace's own).
+        workspace: the workspace (``root`` by default; see :class:`._git.Isolated`).
 
     Raises:
         CheckpointError: git cannot run there.
     """
 
-    def __init__(self, root: Path, repo: Repository, ref_base: str, depth: int = 0) -> None:
+    def __init__(self, root: Path, repo: Repository, ref_base: str, depth: int = 0,
+                 workspace: Path | None = None) -> None:
         self.root = root
+        self.workspace = root if workspace is None else workspace
         self.ref_base = ref_base
         self.depth = depth
         self._tmp = private_folder()
@@ -110,11 +114,13 @@ class GitSnapshots:
             raise
 
     def _start(self, repo: Repository) -> None:
-        self.isolated = Isolated(repo, self._tmp)
+        self.isolated = Isolated(repo, self._tmp, self.workspace)
         self.index = self._tmp / "index"
         seed_index(repo.gitdir / "index", self.index)
         self.env = {**_IDENTITY, "GIT_INDEX_FILE": str(self.index)}
         self.skipped: list[str] = []  # nested repositories without a commit (from the top): left out of ``add``
+        self.not_hashed: dict[str, tuple[str, tuple[int, ...]]] = {}  # the last tree()'s, see _store.not_hashed
+        self.refused: list[str] = []  # paths git refuses to add (from the top): left out of ``add``
         self.prefix = self.git("rev-parse", "--show-prefix").decode("utf-8", "surrogateescape").strip()
         self._nested: dict[str, GitSnapshots] = {}
         self._links: tuple[str, set[str]] | None = None  # (tree, its gitlinks), see gitlinks()
@@ -145,23 +151,29 @@ class GitSnapshots:
         ``git add`` runs ``git status`` inside each one it holds (to see if it is dirty), with
         that repository's own configuration; a gitlink added anew records the repository's HEAD
         and runs nothing there."""
+        self.isolated.check()  # no symlink out among the folders git writes (issue 40)
         staged = self.git("ls-files", "-s", "-z")
         links = b"".join(e.split(b"\t", 1)[1] + b"\0" for e in staged.split(b"\0") if e.startswith(b"160000 "))
         if links:
             self.git("update-index", "--force-remove", "-z", "--stdin", data=links)
+        listed = self.git("ls-files", "-z", "-o", "--exclude-standard", "--full-name") + b"\0" + self.git(
+            "diff-files", "-z", "--name-only") + b"\0" + b"\0".join(os.fsencode(self.prefix + p) for p in named)
+        self.not_hashed = not_hashed(self.isolated.repo.top, listed)  # sparse, huge: never read by git add
         for _ in range(_MAX_SKIPPED):
-            excludes = [f":(top,exclude,literal){p}" for p in self.skipped]
+            excludes = [f":(top,exclude,literal){p}" for p in [*self.skipped, *self.refused, *self.not_hashed]]
             proc = self.run("add", "-A", "--", ".", *excludes)
             if proc.returncode == 0:
                 break
             message = proc.stderr.decode("utf-8", "surrogateescape")
             found = [p for p in _NO_COMMIT.findall(message) if p not in self.skipped]
-            if not found:
+            refused = [p for p in _INVALID.findall(message) if p not in self.refused]
+            if not found and not refused:
                 raise CheckpointError(f"git add failed: {message.strip()}")
             self.skipped += found
+            self.refused += refused
         else:
             raise CheckpointError(f"git add failed: more than {_MAX_SKIPPED} nested repositories without a commit")
-        files = [literal(p) for p in named if self._is_file(p)]
+        files = [literal(p) for p in named if self._is_file(p) and self.prefix + p not in self.not_hashed]
         if files and self.run("add", "-f", "--", *files).returncode != 0:
             for one in files:  # one by one: git refuses a path inside a nested repository (uncovered)
                 self.run("add", "-f", "--", one)
@@ -211,7 +223,8 @@ class GitSnapshots:
                     if not self._holds(repo, where):
                         states[rel] = f"outside {os.urandom(8).hex()}"  # never looked into: a state no other equals
                         continue
-                    snap = self._nested[rel] = GitSnapshots(where, repo, self.ref_base, self.depth + 1)
+                    snap = self._nested[rel] = GitSnapshots(where, repo, self.ref_base, self.depth + 1,
+                                                               self.workspace)
                 if not self._holds(snap.isolated.repo, where):  # its .git was swapped since
                     states[rel] = f"outside {os.urandom(8).hex()}"
                     continue
@@ -362,6 +375,8 @@ class Checkpoints(RunHooks):
         self._before: str | None = None
         self._last: tuple[str, str, dict[str, str]] | None = None  # (tree, commit, nested) after the last turn
         self._before_state: tuple[str, dict[str, str]] = ("", {})
+        self._before_big: dict[str, tuple[str, tuple[int, ...]]] = {}  # not hashed before the turn
+        self._before_refused: set[str] = set()  # names git refused before the turn
         self._copies: dict[str, str | None] = {}
         self._digests: dict[str, str] = {}  # each copy's SHA-256, taken as it was written
         self._skipped: dict[str, tuple[str, tuple[int, ...]]] = {}  # not copied: why, and its stat then
@@ -379,9 +394,12 @@ class Checkpoints(RunHooks):
         self._moved = None
         if repo is not None:
             stamp = f"{ref_stem(session)}-{os.getpid()}-{id(self):x}"
-            self._git = await anyio.to_thread.run_sync(GitSnapshots, self.root, repo, f"refs/kimik3/{stamp}")
-        else:
-            self._copy_store(session)
+            try:
+                self._git = await anyio.to_thread.run_sync(GitSnapshots, self.root, repo, f"refs/kimik3/{stamp}")
+                return
+            except CheckpointError as e:
+                self._stop_git(f"git checkpoints cannot start ({e})")
+        self._copy_store(session)
 
     def _copy_store(self, session: SessionWriter | None) -> None:
         """Choose the copy store (:mod:`._store`), make it now (before the sandbox starts, so it
@@ -424,9 +442,13 @@ class Checkpoints(RunHooks):
         self._named, self._pending = await anyio.to_thread.run_sync(self._named_files, calls)
         await self._check_repository()
         if self._git is not None:
-            self._before = await anyio.to_thread.run_sync(self._git_before, n)
-        else:
-            await anyio.to_thread.run_sync(self._copy_before, n)
+            try:
+                self._before = await anyio.to_thread.run_sync(self._git_before, n)
+                return
+            except CheckpointError as e:
+                self._stop_git(f"git checkpoints failed before turn {n} ({e})")
+                self._copy_store(self._session)
+        await anyio.to_thread.run_sync(self._copy_before, n)
 
     async def _check_repository(self) -> None:
         """Stop git checkpoints (the copy kind from now on, with a :class:`RuntimeWarning` and the
@@ -444,13 +466,19 @@ class Checkpoints(RunHooks):
             return
         found = "it is gone" if now is None else f"its git directory {now.gitdir!s:.130}, its common directory " \
             f"{now.common!s:.130}"
-        self._moved = (f"the workspace's repository changed during the run (now {found}): no more git checkpoints, "
-                       "only the files the file tools name are copied")
-        warnings.warn(f"kimik3: {self._moved}", RuntimeWarning, stacklevel=2)
-        self._git.close()
+        self._stop_git(f"the workspace's repository changed during the run (now {found})")
+        self._copy_store(self._session)
+
+    def _stop_git(self, why: str) -> None:
+        """No more git checkpoints in this run, for ``why`` (a :class:`RuntimeWarning`, and each
+        later record's ``uncovered`` says it): a git checkpoint that fails never ends the run
+        (issue 40: a name git refuses, a repository whose objects folder is a symlink out)."""
+        self._moved = f"{why}: no more git checkpoints, only the files the file tools name are copied"
+        warnings.warn(f"kimik3: {self._moved}", RuntimeWarning, stacklevel=3)
+        if self._git is not None:
+            self._git.close()
         self._git = None
         self._last = None
-        self._copy_store(self._session)
 
     def _copy_before(self, n: int) -> None:
         """Copy each named file into the store's ``turn-N`` (:mod:`._store`: from the store's
@@ -497,6 +525,8 @@ class Checkpoints(RunHooks):
         assert self._git is not None
         tree = self._git.tree(self._named)
         self._before_state = (tree, self._git.nested_states(tree))
+        self._before_big = dict(self._git.not_hashed)
+        self._before_refused = set(self._git.refused)
         if self._last is not None and self._last[0] == tree:
             return self._last[1]
         return self._git.commit(tree, None, f"kimik3 checkpoint before turn {n}")
@@ -514,6 +544,12 @@ class Checkpoints(RunHooks):
             changes = snap.diff(before, after)
         nested = snap.nested_states(tree, changes)
         uncovered = {p: _NESTED_NOTE for p in sorted({*nested, *old_nested}) if nested.get(p) != old_nested.get(p)}
+        for p in {*snap.not_hashed, *self._before_big}:  # sparse or huge, changed by the turn: said
+            if snap.not_hashed.get(p) != self._before_big.get(p) and p.startswith(snap.prefix):
+                why = (snap.not_hashed.get(p) or self._before_big[p])[0]
+                uncovered[p.removeprefix(snap.prefix)] = f"{why}; undo cannot restore it"
+        for p in set(snap.refused) - self._before_refused:
+            uncovered[p.removeprefix(snap.prefix)] = "a name git refuses: not in the checkpoint; undo cannot restore it"
         self._last = (tree, after, nested)
         if tree == old_tree:
             return {"turn": n, "kind": "git", "root": str(self.root), "before": before, "after": before,
@@ -570,7 +606,12 @@ class Checkpoints(RunHooks):
         n = turn + self._offset
         record: dict[str, Any] | None
         if self._git is not None and self._before is not None:
-            record = await anyio.to_thread.run_sync(self._git_after, n, self._before)
+            try:
+                record = await anyio.to_thread.run_sync(self._git_after, n, self._before)
+            except CheckpointError as e:
+                self._stop_git(f"the git checkpoint after turn {n} failed ({e})")
+                self._copy_store(self._session)
+                record = await anyio.to_thread.run_sync(self._copy_after, n, calls)
         elif self._git is None:
             record = await anyio.to_thread.run_sync(self._copy_after, n, calls)
         else:

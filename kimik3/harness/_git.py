@@ -31,7 +31,10 @@ no fetch, ssh or remote helper), no terminal prompt, stdin from ``/dev/null``, n
 :data:`SAFE_CONFIG` over the user's own configuration too (hooks, fsmonitor, automatic maintenance
 off), within :data:`GIT_TIMEOUT_S`. The user's global and system configuration are the user's own:
 still read, so a filter installed there (Git LFS) applies as before, with its store the
-repository's own (``lfs.storage``).
+repository's own (``lfs.storage``), except where it lies in the workspace (``-w $HOME``: the model
+could have written it; then none is read). kimik3's git never writes through a symlink: a
+repository whose ``.git``, ``objects/``, fan-out folders, ``refs/`` or ``refs/kimik3/...`` is one
+is not written (:func:`unsafe_store`; issue 40).
 """
 
 from __future__ import annotations
@@ -47,17 +50,18 @@ from pathlib import Path
 from .._exceptions import CheckpointError
 
 __all__ = ["GIT_TIMEOUT_S", "SAFE_CONFIG", "Isolated", "Repository", "clean_env", "find_repository", "git_command",
-           "private_folder"]
+           "global_configs", "private_folder", "unsafe_store"]
 
 GIT_TIMEOUT_S = 300.0
 """A git command of kimik3's that runs longer is ended (a FIFO where a config file should be)."""
 SAFE_CONFIG = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "core.untrackedCache=false",
                "-c", "commit.gpgSign=false", "-c", "gc.auto=0", "-c", "maintenance.auto=false",
                "-c", "submodule.recurse=false", "-c", "core.autocrlf=false", "-c", "core.safecrlf=false",
-               "-c", "core.quotepath=false", "-c", "core.sparseCheckout=false", "-c", "index.sparse=false")
+               "-c", "core.quotepath=false", "-c", "core.sparseCheckout=false", "-c", "index.sparse=false",
+               "-c", "core.logAllRefUpdates=false")
 """``-c`` settings of every command: nothing it may start (hooks, an fsmonitor daemon, automatic
 maintenance, a signing program, commands in submodules), bytes kept exactly (no CRLF conversion of
-kimik3's own), a sparse checkout recorded as the files on disk are."""
+kimik3's own), a sparse checkout recorded as the files on disk are, no reflog of kimik3's refs."""
 _KEPT_GIT_VARIABLES = frozenset({"GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM", "GIT_CONFIG_NOSYSTEM"})
 _BOOLEAN_SETTINGS = ("core.filemode", "core.symlinks", "core.ignorecase", "core.precomposeunicode")
 _TRUE, _FALSE = frozenset({"true", "yes", "on", "1"}), frozenset({"false", "no", "off", "0", ""})
@@ -73,6 +77,24 @@ def clean_env(*, network: bool = False) -> dict[str, str]:
     if not network:
         env.update(GIT_ALLOW_PROTOCOL="", GIT_NO_LAZY_FETCH="1")
     return env
+
+
+def global_configs() -> list[Path]:
+    """The user's global git configuration git reads (git-config(1) FILES): the file
+    ``GIT_CONFIG_GLOBAL`` names, else ``~/.gitconfig`` and ``${XDG_CONFIG_HOME:-~/.config}/git``
+    (its ``config``, and the ``attributes`` and ``ignore`` files beside it). A workspace that holds
+    one (``-w $HOME``) lets the model write what git runs (a filter's ``clean``; issue 40)."""
+    named = os.environ.get("GIT_CONFIG_GLOBAL")
+    if named:
+        return [Path(named)]
+    home = Path(os.path.expanduser("~"))
+    xdg = os.environ.get("XDG_CONFIG_HOME") or str(home / ".config")
+    return [home / ".gitconfig", Path(xdg) / "git"]
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    """Whether ``path`` (resolved, also when it does not exist yet) lies in ``folder``'s real path."""
+    return Path(os.path.realpath(path)).is_relative_to(os.path.realpath(folder))
 
 
 def git_command(cwd: Path, args: tuple[str, ...], env: dict[str, str], data: bytes | None = None,
@@ -93,6 +115,55 @@ def git_command(cwd: Path, args: tuple[str, ...], env: dict[str, str], data: byt
         raise CheckpointError(f"git {args[0]} took more than {timeout:g} s in {cwd}") from None
     except OSError as e:
         raise CheckpointError(f"cannot run git: {e}") from e
+
+
+_WRITTEN = ("objects", "refs", "refs/kimik3")
+"""The folders of a common directory kimik3's git writes (objects, ``refs/kimik3/...``)."""
+_MAX_WALK = 10_000
+
+
+def unsafe_store(common: Path) -> str | None:
+    """Why kimik3's git may not write the repository whose common directory is ``common``, or None.
+
+    kimik3's git writes objects into ``objects/`` (and its fan-out folders ``objects/xx``,
+    ``pack``) and refs under ``refs/kimik3/``. A repository is the model's to write: any of those
+    folders made a symlink (``ln -s /elsewhere .git/objects``) would make kimik3's own git write
+    outside the workspace, outside the sandbox (issue 40). So none of them, nor anything under
+    ``refs/kimik3``, may be a symlink or anything but a folder (``lstat``, never followed). Checked
+    when git checkpoints start and before each snapshot; a process running during the snapshot
+    could still swap a folder (a race this does not close).
+
+    Args:
+        common: the common directory (resolved, as :attr:`Repository.common`).
+    """
+    for sub in _WRITTEN:
+        try:
+            st = os.lstat(common / sub)
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            return f"{common / sub} cannot be read ({e.strerror})"
+        if not stat.S_ISDIR(st.st_mode):
+            return f"{common / sub} is a symlink or not a folder"
+    seen = 0
+    for top in (common / "objects", common / "refs" / "kimik3"):
+        stack = [top]
+        while stack:
+            try:
+                with os.scandir(stack.pop()) as it:
+                    for entry in it:
+                        seen += 1
+                        if entry.is_symlink():
+                            return f"{entry.path} is a symlink"
+                        if top.name == "kimik3" and entry.is_dir(follow_symlinks=False):
+                            stack.append(Path(entry.path))
+                        if seen > _MAX_WALK:
+                            return f"{top} holds more than {_MAX_WALK} entries"
+            except FileNotFoundError:
+                continue
+            except OSError as e:
+                return f"{top} cannot be read ({e.strerror})"
+    return None
 
 
 def _output(proc: subprocess.CompletedProcess[bytes], what: str) -> bytes:
@@ -180,6 +251,9 @@ class Isolated:
         repo: the repository.
         folder: an empty directory of kimik3's own for the private git directory (removed by the
             caller).
+        workspace: the model's workspace: where the user's global git configuration
+            (:func:`global_configs`) lies in it, git reads none (``GIT_CONFIG_GLOBAL=/dev/null``:
+            a filter the model wrote there never runs in kimik3's git; issue 40).
 
     Attributes:
         env: the environment of its commands (add ``GIT_INDEX_FILE`` for a private index).
@@ -187,11 +261,16 @@ class Isolated:
             refs): ``GIT_DIR`` a private directory whose ``commondir`` is ``repo.common``.
 
     Raises:
-        CheckpointError: the repository's object format is unknown.
+        CheckpointError: the repository's object format is unknown, or its store is not kimik3's
+            to write (:meth:`check`).
     """
 
-    def __init__(self, repo: Repository, folder: Path) -> None:
+    def __init__(self, repo: Repository, folder: Path, workspace: Path | None = None) -> None:
         self.repo = repo
+        self.check()
+        # the user's global config where the model could have written it (-w $HOME): not read
+        untrusted = workspace is not None and any(_inside(p, workspace) for p in global_configs())
+        no_global = {"GIT_CONFIG_GLOBAL": "/dev/null"} if untrusted else {}
         # The repository itself, for its settings and refs, through a git directory of kimik3's own
         # whose ``commondir`` names the common directory found at the start: a ``.git`` file or a
         # ``commondir`` file rewritten in the workspace since is never followed (git's ref store
@@ -200,15 +279,23 @@ class Isolated:
         pinned.mkdir()
         (pinned / "commondir").write_bytes(os.fsencode(repo.common) + b"\n")
         (pinned / "HEAD").write_text("ref: refs/heads/kimik3\n", encoding="utf-8")
-        self.repo_env = {**clean_env(), "GIT_DIR": str(pinned)}
+        self.repo_env = {**clean_env(), **no_global, "GIT_DIR": str(pinned)}
         shadow = folder / "git"
         for sub in ("objects", "refs", "info"):
             (shadow / sub).mkdir(parents=True)
         (shadow / "HEAD").write_text("ref: refs/heads/kimik3\n", encoding="utf-8")
         (shadow / "config").write_text("\n".join(_settings(repo, self.repo_env)) + "\n", encoding="utf-8")
         _copy_exclude(repo.common / "info" / "exclude", shadow / "info" / "exclude")
-        self.env = {**clean_env(), "GIT_DIR": str(shadow), "GIT_WORK_TREE": str(repo.top),
+        self.env = {**clean_env(), **no_global, "GIT_DIR": str(shadow), "GIT_WORK_TREE": str(repo.top),
                     "GIT_OBJECT_DIRECTORY": str(repo.common / "objects")}
+
+    def check(self) -> None:
+        """Raise CheckpointError when the repository's store is not kimik3's to write: its ``.git``
+        is a symlink (it may lead to any repository), or :func:`unsafe_store` says why."""
+        dot_git = self.repo.top / ".git"
+        why = f"{dot_git} is a symlink" if os.path.islink(dot_git) else unsafe_store(self.repo.common)
+        if why is not None:
+            raise CheckpointError(f"kimik3's git does not write this repository: {why}")
 
     def run(self, cwd: Path, *args: str, env: dict[str, str] | None = None,
             data: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
@@ -220,7 +307,8 @@ class Isolated:
         return _output(self.run(cwd, *args, env=env, data=data), args[0])
 
     def update_ref(self, ref: str, commit: str) -> None:
-        """Point ``ref`` of the repository itself at ``commit`` (hooks off)."""
+        """Point ``ref`` of the repository itself at ``commit`` (hooks off; :meth:`check` first)."""
+        self.check()
         _output(git_command(self.repo.top, ("update-ref", ref, commit), self.repo_env), "update-ref")
 
     def create_ref(self, ref: str, commit: str) -> bool:
@@ -228,8 +316,9 @@ class Isolated:
         already (left as it is).
 
         Raises:
-            CheckpointError: git failed otherwise (its message).
+            CheckpointError: git failed otherwise (its message), or :meth:`check` did.
         """
+        self.check()
         proc = git_command(self.repo.top, ("update-ref", "--stdin"), self.repo_env,
                            data=f"create {ref} {commit}\n".encode())
         if proc.returncode != 0 and b"already exists" in proc.stderr:

@@ -31,9 +31,10 @@ from ..engines import Engine
 from ..engines._quiet import kimik3_home
 from ..tools import FunctionTool, Tool, ToolResult, Toolset
 from ..tools.coding import Sandbox, SandboxMode, coding_tools
-from ..tools.coding._api import FILE_TOOL_TIMEOUT_S
+from ..tools.coding._api import FILE_TOOL_TIMEOUT_S, config_named
 from ._background import BackgroundProcesses, SandboxHooks
 from ._checkpoints import Checkpoints
+from ._git import global_configs
 from ._instructions import ProjectInstructions
 from ._patch import EditSpec, FileAccess, apply_patch_text, multi_edit_file
 from ._skills import WORKSPACE_SKILLS, Skills
@@ -60,13 +61,21 @@ _BACKGROUND_NOTE = (
 def _keep_later_files(sandbox: Sandbox, skills: Skills | None, root: Path) -> None:
     """Keep from every tool what kimik3 reads in later runs where it lies in the workspace
     (issue 40): ``${KIMIK3_HOME:-~/.kimik3}`` (sessions a resume acts on, checkpoint stores undo
-    restores from, the user's skills: ``-w $HOME``), and the skills: ``<root>/.agents/skills``
+    restores from, the user's skills: ``-w $HOME``), git's global configuration
+    (:func:`._git.global_configs`), what the workspace's repositories' configs name
+    (:func:`~kimik3.tools.coding._kept.config_named`), and the skills: ``<root>/.agents/skills``
     (made or not; a ``SKILL.md`` the model rewrote would steer later runs), each skill found
     there (its real folder) and a given skills folder inside the workspace."""
     inside = str(root).rstrip("/") + "/"
     home = os.path.realpath(kimik3_home())
     if home.startswith(inside):
         sandbox.sessions.keep(home, "kimik3's home (sessions, checkpoints, skills of later runs)")
+    for config in global_configs():  # -w $HOME: git runs what the user's global config names
+        real = os.path.realpath(config)
+        if real.startswith(inside):
+            sandbox.sessions.keep(real, "git's global configuration (git runs the programs it names)")
+    for named in config_named(str(root)):  # include.path ../.gitconfig, core.hooksPath .githooks, ...
+        sandbox.sessions.keep(named, "what a repository's git configuration names (git reads or runs it)")
     if skills is None:
         return
     folders = [root / WORKSPACE_SKILLS, *skills.folders, *(s.folder for s in skills.found.values())]

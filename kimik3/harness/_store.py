@@ -32,8 +32,8 @@ from .._exceptions import CheckpointError
 from ..engines._quiet import kimik3_home
 from ..tools.coding._api import is_sparse
 
-__all__ = ["MAX_COPY_BYTES", "STORE_WHAT", "copy_into", "default_store", "not_copied", "open_store", "open_turn",
-           "read_copy", "seed_index", "store_candidates"]
+__all__ = ["MAX_COPY_BYTES", "STORE_WHAT", "copy_into", "default_store", "not_copied", "not_hashed", "open_store",
+           "open_turn", "read_copy", "seed_index", "store_candidates"]
 
 MAX_COPY_BYTES = 256 << 20
 """A file larger than this (bytes) is not copied into a checkpoint (the record says so)."""
@@ -93,6 +93,27 @@ def open_turn(store_fd: int, turn: int, *, create: bool) -> int | None:
         return None
     except OSError as e:
         raise CheckpointError(f"the checkpoint folder {name} cannot be used ({e.strerror or e})") from None
+
+
+def not_hashed(top: Path, listed: bytes) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """The files of ``listed`` (NUL-separated paths relative to the work tree's ``top``: what git
+    checkpoints would hash) that are sparse or over :data:`MAX_COPY_BYTES`, the limits of the copy
+    kind: ``{path: (why, (size, blocks, mtime_ns, inode))}``. git would read each in full (``truncate
+    -s 8G`` costs a checkpoint minutes and its disk), so a snapshot leaves them out (issue 40).
+    Never follows a symlink; folders and missing paths are left out."""
+    out: dict[str, tuple[str, tuple[int, ...]]] = {}
+    for raw in dict.fromkeys(listed.split(b"\0")):
+        if not raw:
+            continue
+        try:
+            st = os.lstat(top / os.fsdecode(raw))
+        except OSError:
+            continue
+        why = not_copied(st) if stat.S_ISREG(st.st_mode) else None
+        if why is not None:
+            out[os.fsdecode(raw)] = (why.replace("not copied", "not in the checkpoint", 1),
+                                     (st.st_size, st.st_blocks, st.st_mtime_ns, st.st_ino))
+    return out
 
 
 def not_copied(st: os.stat_result) -> str | None:

@@ -133,6 +133,6 @@ async def test_a_repository_a_command_makes_is_named_at_the_runs_end(tmp_path: P
     made = sorted(str(w.message) for w in caught if "a command made the repository" in str(w.message))
     assert made == [
         "kimik3: a command made the repository d/deep during the run and it names programs (hooks/post-checkout); "
-        "git run inside it runs them: look before you do",
+        "git run inside it (or a git status of a repository holding it as a submodule) runs them: look before you do",
         "kimik3: a command made the repository later during the run and it names programs (core.fsmonitor); git run "
-        "inside it runs them: look before you do"]
+        "inside it (or a git status of a repository holding it as a submodule) runs them: look before you do"]

@@ -34,7 +34,7 @@ from ._files import (
     unified_diff,
     usual_ending,
 )
-from ._kept import SessionFiles, is_sparse, kept_paths, made_repositories, repositories
+from ._kept import SessionFiles, config_named, is_sparse, kept_paths, made_repositories, repositories
 from ._paths import Workspace, show_path
 from ._sandbox import Command
 from ._search import _files as walk_files
@@ -55,6 +55,7 @@ __all__ = [
     "kept_paths",
     "lines_and_endings",
     "made_repositories",
+    "config_named",
     "replace",
     "replace_keeping_endings",
     "repositories",

@@ -14,8 +14,12 @@ reads) and to ``bash`` (the sandbox binds the same list read-only; ``_sandbox``)
   For the sandbox, which must name paths when it starts, :func:`kept_paths` walks the workspace:
   each repository's ``.git``, the git directory a ``.git`` file names and its ``commondir``, and
   each gitlink folder that has no ``.git`` yet (read from the repository's index: a repository
-  made there runs at the top repository's ``git status``). A walk cut at :data:`MAX_WALK_DIRS`
-  folders says so and keeps the folders it did not look through read-only.
+  made there runs at the top repository's ``git status``), and each folder that is a git
+  directory by git's own test whatever its name (a bare ``origin.git``). A walk cut at
+  :data:`MAX_WALK_DIRS` folders says so and keeps the folders it did not look through read-only.
+- **What a repository's configuration names** in the workspace (:func:`config_named`: an
+  ``include.path`` file, the ``core.hooksPath`` folder, a filter's program), and git's global
+  configuration where it lies there (``-w $HOME``; ``harness._harness`` keeps both).
 - **kimik3's own records**: the run's session file and its sub-agents' sessions
   (:class:`SessionFiles`; the file tools refuse to read them too), and the folders registered with
   :meth:`SessionFiles.keep`: the checkpoint store (``kimik3 undo`` restores from it) and the
@@ -31,6 +35,7 @@ import os
 import stat
 import struct
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,8 +43,8 @@ from ..._exceptions import ToolError
 from .._failures import kept_write
 
 __all__ = ["MAX_GITLINKS", "MAX_INDEX_BYTES", "MAX_WALK_DIRS", "KeptPaths", "SessionFiles", "check_git_write",
-           "git_dir_at", "gitlinks", "is_sparse", "kept_paths", "kept_read_only", "made_repositories",
-           "programs_named", "repositories", "under"]
+           "config_named", "git_dir_at", "gitlinks", "is_sparse", "kept_paths", "kept_read_only",
+           "made_repositories", "programs_named", "repositories", "under"]
 
 
 def under(path: str, parents: list[str]) -> bool:
@@ -70,10 +75,16 @@ def is_sparse(st: os.stat_result) -> bool:
 
 
 def _entry(dir_fd: int, name: str, adding: str | None, want_dir: bool) -> bool:
-    """Whether ``name`` is in ``dir_fd`` (or is ``adding``): a folder (a symlinked ``objects/``
-    or ``refs/`` counts: git follows it), else anything but a folder (a symlinked ``HEAD`` too)."""
+    """Whether ``name`` is in ``dir_fd`` (or is ``adding``): for ``objects`` and ``refs``, what
+    git's own test asks, ``access(X_OK)`` (a folder, a symlink to one, an executable file: issue
+    40's F8), else anything but a folder (a symlinked ``HEAD`` too)."""
     if name == adding:
         return True
+    if want_dir:
+        try:
+            return os.access(name, os.X_OK, dir_fd=dir_fd)
+        except OSError:
+            return False
     try:
         st = os.stat(name, dir_fd=dir_fd, follow_symlinks=want_dir)
     except OSError:
@@ -86,7 +97,8 @@ def git_dir_at(dir_fd: int, adding: str | None = None) -> bool:
     (``is_git_directory`` in git's setup.c: ``HEAD`` and either ``objects/`` and ``refs/``, or a
     ``commondir`` file) or a common directory a ``commondir`` file may name (``config``,
     ``objects/`` and ``refs/``, with or without ``HEAD``), or becomes one once an entry named
-    ``adding`` is made in it."""
+    ``adding`` is made in it. ``objects`` and ``refs`` count when git's ``access(X_OK)`` passes
+    (an executable file too)."""
     tree = _entry(dir_fd, "objects", adding, True) and _entry(dir_fd, "refs", adding, True)
     if _entry(dir_fd, "HEAD", adding, False):
         return tree or _entry(dir_fd, "commondir", adding, False)
@@ -237,11 +249,41 @@ class KeptPaths:
             ``_git_links`` restores it).
         notes: what could not be looked at, in words (a cut walk, an index not read); empty when
             the walk saw everything.
+        repos: each repository the walk found -> ``(st_dev, st_ino)`` of its entry (not
+            followed): a ``.git`` folder, file or symlink, or a folder that is a git directory by
+            git's own test whatever its name (a bare ``origin.git``, a ``src/`` with
+            ``core.worktree``), kept read-only whole.
+        gitlink_folders: the folder of every gitlink the walk's repositories' indexes hold
+            (existing or not): a repository there runs at the holding repository's ``git status``.
+        pinned: the gitlink folders that hold a ``.git`` (a checked-out submodule): the sandbox
+            makes each (and the folders above it) a mount point, so it cannot be renamed away and
+            replaced by a planted repository (``mv sm sm.old; git init sm``), its files writable.
     """
 
     paths: list[str] = field(default_factory=list)
     links: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    repos: dict[str, tuple[int, int]] = field(default_factory=dict)
+    gitlink_folders: set[str] = field(default_factory=set)
+    pinned: list[str] = field(default_factory=list)
+
+
+def _is_git_dir(path: str) -> bool:
+    """:func:`git_dir_at` for the folder ``path`` (never through a symlink)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        return git_dir_at(fd)
+    finally:
+        os.close(fd)
+
+
+def _note_repo(out: KeptPaths, path: str) -> None:
+    with contextlib.suppress(OSError):
+        st = os.lstat(path)
+        out.repos[path] = (st.st_dev, st.st_ino)
 
 
 def _merge(folders: list[str], root: str) -> list[str]:
@@ -273,12 +315,19 @@ def kept_paths(root: str, max_dirs: int = MAX_WALK_DIRS) -> KeptPaths:
             entries = list(os.scandir(here))
         except OSError:
             continue
+        names = {e.name for e in entries}
+        if here != root and ({"objects", "refs"} <= names or {"HEAD", "commondir"} <= names) and _is_git_dir(here):
+            # a git directory not named .git (a bare repository): kept whole, not walked into
+            found.append(here)
+            _note_repo(out, here)
+            continue
         for entry in entries:
             if entry.name != _GIT_NAME:
                 if entry.is_dir(follow_symlinks=False):
                     stack.append(entry.path)
                 continue
             gitdirs = []
+            _note_repo(out, entry.path)
             if entry.is_symlink():
                 gitdirs.append(os.path.realpath(entry.path))
                 with contextlib.suppress(OSError):
@@ -302,6 +351,10 @@ def kept_paths(root: str, max_dirs: int = MAX_WALK_DIRS) -> KeptPaths:
             continue
         for rel in links:
             folder = os.path.join(top, rel)
+            out.gitlink_folders.add(folder)
+            if os.path.isdir(folder) and not os.path.islink(folder) and os.path.lexists(os.path.join(folder,
+                                                                                                     _GIT_NAME)):
+                out.pinned.append(os.path.realpath(folder))
             if os.path.isdir(folder) and not os.path.islink(folder) and not os.path.lexists(
                     os.path.join(folder, _GIT_NAME)):
                 found.append(os.path.realpath(folder))
@@ -315,12 +368,15 @@ def kept_paths(root: str, max_dirs: int = MAX_WALK_DIRS) -> KeptPaths:
     return out
 
 
-def kept_read_only(root: str, max_dirs: int = MAX_WALK_DIRS, links: dict[str, str] | None = None) -> list[str]:
-    """:func:`kept_paths`'s ``paths`` (``links`` gets its ``links``); each of its ``notes`` is
-    given as a :class:`RuntimeWarning` (a cut walk is never silent)."""
+def kept_read_only(root: str, max_dirs: int = MAX_WALK_DIRS, links: dict[str, str] | None = None,
+                   pinned: list[str] | None = None) -> list[str]:
+    """:func:`kept_paths`'s ``paths`` (``links`` gets its ``links``, ``pinned`` its ``pinned``);
+    each of its ``notes`` is given as a :class:`RuntimeWarning` (a cut walk is never silent)."""
     kept = kept_paths(root, max_dirs)
     if links is not None:
         links.update(kept.links)
+    if pinned is not None:
+        pinned += [p for p in kept.pinned if under(p, [root]) and p != root]
     for note in kept.notes:
         warnings.warn(f"kimik3: {note}", RuntimeWarning, stacklevel=2)
     return kept.paths
@@ -351,6 +407,67 @@ def _config_keys(text: str) -> list[str]:
     return keys
 
 
+def _config_values(path: str) -> list[tuple[str, str]]:
+    """``(section[.sub].key, value)`` of a git config file (a plain reading, as
+    :func:`_config_keys`; quotes taken off the value); at most 1 MiB, never through a symlink."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return []
+    with os.fdopen(fd, "rb") as f:
+        text = os.fsdecode(f.read(_MAX_CONFIG_BYTES)) if stat.S_ISREG(os.fstat(fd).st_mode) else ""
+    out, section = [], ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("["):
+            head = line[1:].split("]", 1)[0].strip()
+            name, _, sub = head.partition(" ")
+            section = name.lower() + (f".{sub.strip().strip(chr(34))}" if sub else "")
+            line = line.split("]", 1)[1].strip() if "]" in line else ""
+        if line and not line.startswith(("#", ";")) and section:
+            key, _, value = line.partition("=")
+            out.append((f"{section}.{key.strip().lower()}", value.strip().strip('"')))
+    return out
+
+
+_PATH_KEYS = ("include.path", "core.hookspath", "core.attributesfile")  # and includeif.<cond>.path
+
+
+def config_named(root: str, max_dirs: int = MAX_WALK_DIRS) -> list[str]:
+    """The paths in the workspace ``root`` that its repositories' configs name as files git reads
+    or runs (issue 40): ``include.path`` / ``includeIf.<cond>.path`` (resolved from the config's
+    folder, followed to a depth of 4), ``core.hooksPath`` and ``core.attributesFile`` (from the
+    work tree's top), and the program of a command setting (:data:`_PROGRAM_KEYS`, a filter's
+    ``clean``...) when it is a path (``./scripts/x.sh``). A ``.githooks`` folder or a shared
+    ``.gitconfig`` is the model's to write otherwise, and git runs what it names. Resolved; sorted."""
+    found: set[str] = set()
+    for entry in repositories(kept_paths(root, max_dirs)):
+        gitdir = os.path.realpath(entry) if os.path.isdir(entry) else _git_pointer(entry, "", os.path.dirname(entry))
+        if gitdir is None:
+            continue
+        top = os.path.dirname(entry)
+        configs, seen = [os.path.join(gitdir, "config")], 0
+        while configs and seen < 5:
+            config, seen = configs.pop(), seen + 1
+            for key, value in _config_values(config):
+                if not value:
+                    continue
+                bare = key.split(".", 1)[0] + "." + key.rsplit(".", 1)[-1]
+                if bare == "include.path" or (key.startswith("includeif.") and key.endswith(".path")):
+                    path = os.path.join(os.path.dirname(config), os.path.expanduser(value))
+                    configs.append(path)
+                elif bare in _PATH_KEYS:
+                    path = os.path.join(top, os.path.expanduser(value))
+                elif (bare in _PROGRAM_KEYS or key.endswith(_PROGRAM_SUFFIXES)) and "/" in value.split()[0]:
+                    path = os.path.join(top, os.path.expanduser(value.split()[0]))
+                else:
+                    continue
+                real = os.path.realpath(path)
+                if under(real, [os.path.realpath(root)]) and real != os.path.realpath(root):
+                    found.add(real)
+    return sorted(found)
+
+
 def programs_named(gitdir: str) -> list[str]:
     """What in the git directory ``gitdir`` names a program git would run there: config keys
     (``core.fsmonitor``, a filter's ``clean``, ``include.path``, ...) and hooks that are not
@@ -372,25 +489,44 @@ def programs_named(gitdir: str) -> list[str]:
     return sorted(found)
 
 
-def repositories(kept: KeptPaths) -> set[str]:
-    """The ``.git`` entries among ``kept``'s paths (the repositories its walk found)."""
-    return {p for p in kept.paths if os.path.basename(p) == _GIT_NAME}
+def repositories(kept: KeptPaths) -> dict[str, tuple[int, int]]:
+    """The repositories ``kept``'s walk found (:attr:`KeptPaths.repos`)."""
+    return dict(kept.repos)
 
 
-def made_repositories(root: str, before: set[str], max_dirs: int = MAX_WALK_DIRS) -> list[str]:
+def made_repositories(root: str, before: Mapping[str, tuple[int, int]], max_dirs: int = MAX_WALK_DIRS) -> list[str]:
     """A line for each repository in ``root`` now (a walk as :func:`kept_paths`'s) that was not
-    in ``before`` (:func:`repositories` of an earlier walk) and whose git directory names a
-    program (:func:`programs_named`): a command of the run made it, the sandbox could not keep
-    it, and git run *inside* it would run what it names (issue 40). Empty when there is none."""
+    in ``before`` (:func:`repositories` of an earlier walk): a command of the run made it, the
+    sandbox could not keep it. Said when its git directory names a program
+    (:func:`programs_named`: git run inside it runs it), and always when it *replaced* one found
+    at the start (the same path, another file: ``mv sm sm.old; git init sm`` in a submodule's
+    folder), since the enclosing repository's own ``git status`` enters a submodule's folder and
+    runs what the new one names (issue 40). Empty when there is none."""
     lines = []
-    for dot_git in sorted(repositories(kept_paths(root, max_dirs)) - before):
-        gitdir = os.path.realpath(dot_git) if os.path.isdir(dot_git) else _git_pointer(dot_git, "", os.path.dirname(
-            dot_git))
+    now = kept_paths(root, max_dirs)
+    for entry, ident in sorted(repositories(now).items()):
+        if before.get(entry) == ident:
+            continue
+        bare = os.path.basename(entry) != _GIT_NAME
+        gitdir = (os.path.realpath(entry) if os.path.isdir(entry)
+                  else _git_pointer(entry, "", os.path.dirname(entry)))
         named = programs_named(gitdir) if gitdir else []
-        if named:
-            shown = ", ".join(named[:6]) + (", ..." if len(named) > 6 else "")
-            lines.append(f"a command made the repository {os.path.relpath(os.path.dirname(dot_git), root)} during "
-                         f"the run and it names programs ({shown}); git run inside it runs them: look before you do")
+        shown = ", ".join(named[:6]) + (", ..." if len(named) > 6 else "")
+        where = os.path.relpath(entry if bare else os.path.dirname(entry), root)
+        if entry in before:
+            lines.append(f"a command replaced the repository {where} during the run (its {os.path.basename(entry)} is "
+                         f"not the one found at the start){f' and it names programs ({shown})' if named else ''}; "
+                         "git status in the repository that holds it as a submodule enters it and runs what it "
+                         "names, as git run inside it does: look before you run git in this workspace")
+        elif named and os.path.dirname(entry) in now.gitlink_folders:
+            lines.append(f"a command made the repository {where} during the run in a submodule's folder and it names "
+                         f"programs ({shown}); git status in the repository that holds the submodule runs them: look "
+                         "before you run git in this workspace")
+        elif named:
+            kind = "git directory" if bare else "repository"
+            lines.append(f"a command made the {kind} {where} during the run and it names programs ({shown}); git "
+                         "run inside it (or a git status of a repository holding it as a submodule) runs them: look "
+                         "before you do")
     return lines
 
 
@@ -433,9 +569,9 @@ class SessionFiles:
         return name == base or (name.startswith(f"{stem}.task-") and name.endswith(".jsonl"))
 
     def existing(self) -> list[str]:
-        """The session file, its sub-agents' sessions and the kept folders that exist now
-        (resolved paths)."""
-        folders = [p for p in self.folders if os.path.isdir(p) and not os.path.islink(p)]
+        """The session file, its sub-agents' sessions and the kept folders (or files: git's
+        global configuration) that exist now (resolved paths)."""
+        folders = [p for p in self.folders if (os.path.isdir(p) or os.path.isfile(p)) and not os.path.islink(p)]
         if self.path is None:
             return folders
         folder = os.path.dirname(self.path)

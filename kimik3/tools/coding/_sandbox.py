@@ -316,20 +316,21 @@ class Sandbox:
             return argv, self._landlock_program()
         return argv, _SOURCE
 
-    def _kept(self) -> tuple[list[str], list[str], list[str]]:
+    def _kept(self) -> tuple[list[str], list[str], list[str], list[str]]:
         """(the git control data kept read-only, the allowed write paths that lift some of it, the
-        session files kept read-only), all in the workspace or an allowed write path; sets
-        :attr:`git_links` (see ``_kept``)."""
+        session files kept read-only, the checked-out submodules' folders that must stay mount
+        points), all in the workspace or an allowed write path; sets :attr:`git_links` (see ``_kept``)."""
         root, tops = str(self.root), [str(self.root), *self.write]
         records = list(dict.fromkeys(p for p in (*self.protected, *self.sessions.existing())
                                      if under(p, tops) and p != root and os.path.lexists(p)))
         links: dict[str, str] = {}
+        pinned: list[str] = []  # checked-out submodules' folders: mount points, so never replaced (_kept)
         gits = list(dict.fromkeys(p for w in (root, *self.write)
-                                  for p in kept_read_only(w, MAX_WALK_DIRS if w == root else 1, links)))
+                                  for p in kept_read_only(w, MAX_WALK_DIRS if w == root else 1, links, pinned)))
         self.git_links = {os.path.relpath(p, root): t for p, t in links.items() if under(p, [root])}
         lifted = [w for w in self.write if w != root and any(under(w, [g]) for g in gits)]
         gits = [g for g in gits if not under(g, lifted) and g not in records]
-        return gits, lifted, records
+        return gits, lifted, records, pinned
 
     def _shown(self, hidden: list[str]) -> list[str]:
         """What is shown read-only in the hidden folders: the toolchain, the allowed read paths and,
@@ -390,10 +391,12 @@ class Sandbox:
         # and replaced), and so is each folder between it and the workspace. An allowed write path
         # lifts only the git control data it lies in or names (``<ws>/.git``, ``<ws>/.git/objects``:
         # bound writable again after), never a repository below it, never a session file.
-        gits, lifted, records = self._kept()
+        gits, lifted, records, pinned = self._kept()
         tops = [str(self.root), *self.write]
         folders = {str(d) for p in (*gits, *records) if os.path.basename(p) != ".git" for d in Path(p).parents
                    if under(str(d), tops) and str(d) not in tops}
+        folders |= {str(d) for p in pinned for d in (Path(p), *Path(p).parents) if under(str(d), tops)
+                    and str(d) not in tops}
         for d in sorted(folders, key=len):
             args += ["--bind", d, d]
         for p in sorted(gits, key=len):
@@ -413,7 +416,7 @@ class Sandbox:
             ToolError: a session file lies in the workspace (Landlock cannot keep it read-only), or
                 the git control data cannot be copied.
         """
-        gits, _, records = self._kept()
+        gits, _, records, _ = self._kept()
         files = [r for r in records if not os.path.isdir(r)]
         if files:
             raise ToolError(f"sandbox landlock cannot keep {files[0]} (kimik3's record of the run) read-only: it "
