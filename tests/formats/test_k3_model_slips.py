@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from kimik3.formats.k3 import ParsedOutput, StreamParser, ToolCallDone, parse
+from kimik3.formats.k3 import ParsedOutput, StreamParser, ToolCallDone, ToolCallIncomplete, parse
 
 
 def call(name: str, index: int, *args: tuple[str, str, str]) -> str:
@@ -55,6 +55,19 @@ SLIPS = [
     Slip("variant: an open tag repeated inside the one section changes nothing",
          HEAD + "<|open|>tools<|sep|>" + LS + "<|open|>tools<|sep|>" + PWD + "<|close|>tools<|sep|>" + END,
          [("bash", {"command": "ls"}, None), ("bash", {"command": "pwd"}, None)]),
+    Slip("attack: a third section loses nothing of the first", HEAD + tools(LS) + tools(RM) + tools(PWD) + END,
+         [("bash", {"command": "ls"}, None)], content=RM + PWD, misplaced=["bash", "bash"]),
+    Slip("attack: text after the second section", HEAD + tools(LS) + tools(RM) + "done" + END,
+         [("bash", {"command": "ls"}, None)], content=RM + "done", misplaced=["bash"]),
+    # -- a tools section inside the think channel (a think close follows it) never runs -------------
+    Slip("attack: a section in the think channel, then the real one after the think close",
+         "plan" + tools(RM) + "<|close|>think<|sep|>" + tools(LS) + END, [("bash", {"command": "ls"}, None)],
+         misplaced=["bash"]),
+    Slip("variant: two calls in the think channel's section, text before the think close",
+         "plan" + tools(RM, PWD) + "then<|close|>think<|sep|>" + tools(LS) + END,
+         [("bash", {"command": "ls"}, None)], content="then", misplaced=["bash", "bash"]),
+    Slip("variant: no think close after it: the think close omitted (its calls run)", "plan" + tools(LS) + END,
+         [("bash", {"command": "ls"}, None)]),
     # -- issue 41, B07: non-blank text between two calls --------------------------------------------
     Slip("B07: text between two calls is dropped, both calls run", HEAD + tools(LS, "Now the second one:", PWD) + END,
          [("bash", {"command": "ls"}, None), ("bash", {"command": "pwd"}, None)]),
@@ -105,5 +118,6 @@ def test_model_slip(row: Slip) -> None:
         parser = StreamParser(True, id_factory=map("c{}".format, itertools.count()).__next__)
         events = [e for p in pieces for e in parser.feed(p)] + parser.finish()
         assert key(parser.result()) == key(out)
-        done = [(e.name, e.arguments, e.error) for e in events if isinstance(e, ToolCallDone)]
+        taken = {e.id for e in events if isinstance(e, ToolCallIncomplete)}  # taken back (misplaced)
+        done = [(e.name, e.arguments, e.error) for e in events if isinstance(e, ToolCallDone) and e.id not in taken]
         assert done == row.calls
