@@ -246,13 +246,26 @@ def test_required_content_that_is_not_only_calls_stays_the_answer(text: str) -> 
     assert (completion.message.content, completion.message.tool_calls) == (text, None)
 
 
-def test_a_required_json_call_with_a_key_twice_is_a_failed_call_never_the_answer() -> None:
-    _, completion = run([d({"content": '[{"name": "lookup", "arguments": "{\\"q\\": \\"a\\", \\"q\\": \\"b\\"}"}]'}),
-                         d({}, "stop")], thinking=False, tool_choice="required")
-    assert completion.message.tool_calls is None and completion.message.content == ""
-    (failed,) = completion.failed_tool_calls
-    assert (failed.name, failed.reason) == (
-        "lookup", "it gives argument 'q' more than once, so which value is meant cannot be told; give each argument once")
+REQUIRED_TWICE = [
+    ("arguments as JSON text", '[{"name": "lookup", "arguments": "{\\"q\\": \\"a\\", \\"q\\": \\"b\\"}"}]', ["q"]),
+    ("attack: parameters as an object", '{"name":"lookup","parameters":{"q":"a","q":"b"}}', ["q"]),
+    ("attack: nested", '{"name":"lookup","parameters":{"q":{"x":1,"x":2}}}', ["x"]),
+    ("attack: q and \\u0071 are one key", '{"name":"lookup","parameters":{"q":"a","\\u0071":"b"}}', ["q"]),
+    ("variant: in an array, every call of the content fails", '[{"name":"lookup","parameters":{"q":"a"}},'
+     '{"name":"lookup","parameters":{"q":"a","\\u0071":"b"}}]', ["q", "q"]),
+    ("variant: in a fence", '```json\n{"name":"lookup","parameters":{"q":"a","q":"a"}}\n```', ["q"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("text", "keys"), [r[1:] for r in REQUIRED_TWICE], ids=[r[0] for r in REQUIRED_TWICE])
+def test_a_required_json_call_with_a_key_twice_is_a_failed_call_never_the_answer(text: str, keys: list[str]) -> None:
+    for cut in range(len(text) + 1):
+        pieces = [d({"content": p}) for p in (text[:cut], text[cut:]) if p]
+        _, completion = run([*pieces, d({}, "stop")], thinking=False, tool_choice="required")
+        assert completion.message.tool_calls is None and completion.message.content == ""
+        assert [(f.name, f.reason) for f in completion.failed_tool_calls] == [("lookup", (
+            f"it gives argument {k!r} more than once, so which value is meant cannot be told; give each argument once"))
+            for k in keys]
 
 
 # -- arguments given twice (dynamo #13654): a failed call the model reads, never last-wins --------

@@ -96,6 +96,13 @@ SLIPS = [
     Slip("variant: the other calls of the turn still run",
          HEAD + tools(call("bash", 1, ("command", "string", "a"), ("command", "string", "b")), PWD) + END,
          [("bash", {"command": "b"}, TWICE.format("command")), ("bash", {"command": "pwd"}, None)]),
+    Slip("attack: a json block giving one key twice inside it (one hook with chat mode)",
+         HEAD + tools('<|open|>call tool="read" index="1"<|sep|><|open|>json type="object"<|sep|>'
+                      '{"path": "a", "\\u0070ath": "b"}<|close|>json<|sep|><|close|>call<|sep|>') + END,
+         [("read", {}, "its json arguments block: " + TWICE.format("path"))]),
+    Slip("variant: a json-typed argument with a key twice nested in it",
+         HEAD + tools(call("read", 1, ("opts", "object", '{"x": {"y": 1, "y": 2}}'))) + END,
+         [("read", {"opts": '{"x": {"y": 1, "y": 2}}'}, "argument 'opts': " + TWICE.format("y"))]),
     # -- near-miss markers are text in raw output ----------------------------------------------------
     # (the header "response<|sep|the answer is 4" never gets its sep: an unfinished tag, dropped)
     Slip("raw output: a near-miss sep is no sep (markers are single tokens there)",
