@@ -61,11 +61,15 @@ class Pricing:
 
         ``(uncached prompt * input + cached * cached_input + completion * output) / 1e6``, with
         ``uncached prompt = prompt_tokens - cached_tokens`` (never below 0: a server reporting
-        more cached than prompt tokens is billed as all cached).
+        more cached than prompt tokens is billed as all cached). Never negative, even for a
+        hand-built :class:`Usage` with negative counts: each count is taken as at least 0 (the
+        same clamp as ``kimik3.types.clamp_usage``, issue 41).
         """
-        cached = min(usage.cached_tokens, usage.prompt_tokens)
-        fresh = usage.prompt_tokens - cached
-        return (fresh * self.input + cached * self.cached_input + usage.completion_tokens * self.output) / PER_TOKENS
+        prompt = max(usage.prompt_tokens, 0)
+        cached = max(min(usage.cached_tokens, prompt), 0)
+        fresh = prompt - cached
+        completion = max(usage.completion_tokens, 0)
+        return max((fresh * self.input + cached * self.cached_input + completion * self.output) / PER_TOKENS, 0.0)
 
 
 _K3 = Pricing(input=3.0, cached_input=0.30, output=15.0)

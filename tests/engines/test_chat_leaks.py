@@ -20,7 +20,7 @@ from kimik3 import Client, K3Tokenizer
 from kimik3._pricing import Pricing
 from kimik3.engines._chat import ChatStreamChecker
 from kimik3.formats.k3 import ContentDelta, ReasoningDelta, ToolCallArgumentsDelta, ToolCallDone
-from kimik3.types import ChatCompletion
+from kimik3.types import ChatCompletion, PromptTokensDetails, Usage
 from tests.engines.test_remote_offline import FakeServer, sse
 from tests.k3vocab import write_model_dir
 
@@ -433,3 +433,15 @@ async def test_raw_mode_says_when_it_counted_a_negative_count_itself(tmp_path: P
     out = await Client(engine).chat([{"role": "user", "content": "Hi"}], reasoning_effort="none")
     assert out.usage.prompt_tokens > 0 and out.usage.completion_tokens == 6
     assert out.issues == [f"usage.prompt_tokens was -99: kimik3 counted {out.usage.prompt_tokens} itself"]
+
+
+@pytest.mark.parametrize(("counts", "want"), [
+    ({"prompt_tokens": -1_000_000, "completion_tokens": 0}, 0.0),  # a hand-built Usage, never clamped by a server
+    ({"prompt_tokens": 1_000_000, "completion_tokens": -1_000_000, "cached": -5}, 3.0),  # only the prompt
+    ({"prompt_tokens": 10, "completion_tokens": 0, "cached": 900}, 10 * 0.30 / 1e6),  # all cached
+])  # fmt: skip
+def test_cost_is_never_negative_even_for_a_hand_built_usage(counts: dict[str, int], want: float) -> None:
+    cached = counts.pop("cached", None)
+    usage = Usage(**counts, prompt_tokens_details=None if cached is None else PromptTokensDetails(cached_tokens=cached))
+    assert usage.cached_tokens == (cached or 0)
+    assert Pricing(input=3.0, cached_input=0.30, output=15.0).cost(usage) == pytest.approx(want)
