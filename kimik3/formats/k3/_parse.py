@@ -550,6 +550,9 @@ class StreamParser:
             # the call is dropped as incomplete and the tag handled where the call was opened.
             self._drop_call(by_tag=True)
             state = self._state
+        if is_open and self._tolerant and name in ("think", "response") and state == _RESPONSE and any(
+                t.strip() for t in self._content):  # chat mode: K3 never opens a channel inside its answer's
+            self.regular = False  # text: prose quoting the tag ("K3 uses <|open|>response<|sep|> to ...")
         if is_open:
             if name == "think":
                 if self._reasoning is None:  # thinking off but the model thinks anyway (decision)
