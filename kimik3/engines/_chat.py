@@ -260,9 +260,10 @@ class ChatStreamChecker:
         return out + ([ReasoningDelta(delta)] if delta else [])
 
     def _on_content(self, text: str) -> list[Event]:
-        if ((self.thinking and not self._saw_reasoning) or self._tool_choice == "required") and not self._calls:
-            # may be unclosed thinking, mislabelled, or (tool_choice "required") a call sent as
-            # JSON text: decided at the end
+        if ((self.thinking and not self._saw_reasoning) or self._tool_choice == "required"
+                or self._reasoning.held is not None) and not self._calls:
+            # may be unclosed thinking, mislabelled, (tool_choice "required") a call sent as JSON
+            # text, or come after answer text the reasoning's markup holds: decided at the end
             self._held_content.append(text)
             return []
         self._saw_content = True
@@ -460,7 +461,13 @@ class ChatStreamChecker:
                 out.append(ContentDelta(fresh))
             reasoning = parsed.reasoning_content or ""
             out += self._add_text("reasoning", reasoning[len(sent):] if kind == "reasoning" else reasoning)
-            out += self._add_text("content", parsed.content[len(sent):] if kind == "content" else parsed.content)
+            answer = parsed.content[len(sent):] if kind == "content" else parsed.content
+            if kind == "reasoning" and answer and fresh and self._content.sent[-1:] == [fresh]:
+                self._content.sent.insert(-1, answer)  # the answer the reasoning held comes before the content's
+                self._saw_content = True
+                out.append(ContentDelta(answer))  # (the content, held, streams after it)
+            else:
+                out += self._add_text("content", answer)
             recovered += parsed.tool_calls
             self._misplaced += parsed.misplaced_tool_calls
             self._read.append(f"the {'reasoning' if kind == 'reasoning' else 'answer'} held K3 markup the server "

@@ -132,6 +132,11 @@ LEAKS = [
     Leak("variant: prose then a response close and more text: read, flagged as changed", [(
          "reasoning_content", "2 + 2"), ("content", "the answer is 4<|close|>response<|sep|>and more")], "2 + 2",
          "the answer is 4and more"),
+    # -- attack: answer text the reasoning's markup held comes before the content the server sent after it
+    Leak("attack: the answer begins in the reasoning, goes on in the content", [("reasoning_content",
+         "plan<|close|>think<|sep|>The answer"), ("content", " is 4.")], "plan", "The answer is 4."),
+    Leak("variant: the reasoning opens the response channel itself", [("reasoning_content",
+         "plan<|close|>think<|sep|><|open|>response<|sep|>Hello "), ("content", "world")], "plan", "Hello world"),
     # -- attack: a marker cut to a prefix at a length finish is dropped (flagged) ----------------------
     Leak("attack: content cut inside <|close", [("reasoning_content", "r"), ("content", "answer<|close")], "r",
          "answer", finish="length"),
