@@ -114,7 +114,10 @@ class StreamParser:
             instead of its sep (SGLang #32567), a stray channel close with nothing but blank
             after it (senpi #1092), a partial marker and a tag the text ends inside (SGLang
             #33097; any tag when ``finish`` says the output was cut, else a bare channel tag)
-            are read as the slips they are and keep :attr:`regular`.
+            are read as the slips they are and keep :attr:`regular`; a stray close or bare tag
+            at the end only when the output was cut or other tags were read (else it may be
+            prose quoting a marker), a partial marker at a cut end is dropped, and a channel
+            opened after answer text is not regular (issue 41, attack round).
         after_tools: a tools section came before this text (chat mode: the server returned
             calls), so a tools section in it is a second one: its calls never run (issue 40, N08).
     """
