@@ -14,6 +14,7 @@
     │   ├── InvalidArgumentsError          tool-call arguments that are JSON but not an object
     │   ├── InvalidRequestError            a request K3's endpoint contract says must be rejected
     │   └── JSONLimitError                 JSON beyond kimik3's limits (depth, digits, non-finite)
+    │       └── DuplicateKeyError          a JSON object with one key twice (tool-call arguments)
     ├── TokenizerError                     a model directory without a usable tokenizer
     ├── ParserStateError (RuntimeError)    a K3 StreamParser fed after finish()
     ├── MediaError (ValueError)
@@ -62,6 +63,7 @@ __all__ = [
     "BadRequestError",
     "CheckpointError",
     "ContextLengthExceededError",
+    "DuplicateKeyError",
     "EngineError",
     "EngineNotAvailableError",
     "EngineRequestError",
@@ -146,6 +148,19 @@ class InvalidRequestError(MessageError):
 class JSONLimitError(MessageError):
     """JSON beyond the limits of :mod:`kimik3._json` (nesting depth, integer digits,
     non-finite numbers, non-JSON types): refused with the reason instead of failing later."""
+
+
+class DuplicateKeyError(JSONLimitError):
+    """A JSON object that gives one key twice, where which value is meant cannot be told
+    (tool-call arguments: dynamo #13654): raised by :func:`kimik3._json.unique_keys`.
+
+    Attributes:
+        key: the key given twice (after JSON unescaping: ``"q"`` and ``"\\u0071"`` are one key).
+    """
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"the key {key!r} is given more than once")
+        self.key = key
 
 
 class TokenizerError(KimiK3Error):

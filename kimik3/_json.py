@@ -27,9 +27,12 @@ import math
 import re
 from typing import Any
 
-from ._exceptions import JSONLimitError
+from ._exceptions import DuplicateKeyError, JSONLimitError
 
-__all__ = ["JSON_MAX_DEPTH", "JSON_MAX_INT_DIGITS", "JSONLimitError", "check_json_limits", "safe_loads"]
+__all__ = [
+    "JSON_MAX_DEPTH", "JSON_MAX_INT_DIGITS", "DuplicateKeyError", "JSONLimitError", "check_json_limits", "safe_loads",
+    "unique_keys",
+]  # fmt: skip
 
 JSON_MAX_DEPTH = 128
 """Deepest nesting of arrays / objects accepted (a flat object is depth 1)."""
@@ -108,6 +111,21 @@ def _parse_float(text: str) -> float:
 
 def _parse_constant(name: str) -> Any:
     raise JSONLimitError(f"{name} is not a JSON number")
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """The ``object_pairs_hook`` for tool-call arguments (chat mode, the required-call JSON
+    fallback, raw mode's ``json`` values: one rule): an object that gives a key twice, at any
+    depth, is refused, not last-wins (dynamo #13654).
+
+    Raises:
+        DuplicateKeyError: a key given twice (its ``key``).
+    """
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        seen: set[str] = set()
+        raise DuplicateKeyError(next(k for k, _ in pairs if k in seen or seen.add(k)))  # type: ignore[func-returns-value]
+    return value
 
 
 def safe_loads(text: str, max_depth: int = JSON_MAX_DEPTH, *, object_pairs_hook: Any = None) -> Any:

@@ -82,17 +82,19 @@ class Pricing:
         cache_write_1h + completion * output) / 1e6``, the prompt split as ``prompt_tokens =
         fresh + cached + writes_5m + writes_1h``. Counts a server reports beyond the prompt are
         bounded by it (cached first, then writes): it is never billed for more prompt tokens
-        than it has.
+        than it has. Never negative, even for a hand-built :class:`Usage` with negative counts:
+        each count is taken as at least 0 (the same clamp as ``kimik3.types.clamp_usage``, issue 41).
         """
-        prompt = usage.prompt_tokens
-        cached = min(usage.cached_tokens, prompt)
-        writes = min(usage.cache_write_tokens, prompt - cached)
-        long = min(usage.cache_write_1h_tokens, writes)
+        prompt = max(usage.prompt_tokens, 0)
+        cached = max(min(usage.cached_tokens, prompt), 0)
+        writes = max(min(usage.cache_write_tokens, prompt - cached), 0)
+        long = max(min(usage.cache_write_1h_tokens, writes), 0)
         fresh = prompt - cached - writes
+        completion = max(usage.completion_tokens, 0)
         short_price = self.input if self.cache_write is None else self.cache_write
         long_price = short_price if self.cache_write_1h is None else self.cache_write_1h
-        return (fresh * self.input + cached * self.cached_input + (writes - long) * short_price
-                + long * long_price + usage.completion_tokens * self.output) / PER_TOKENS
+        return max((fresh * self.input + cached * self.cached_input + (writes - long) * short_price
+                    + long * long_price + completion * self.output) / PER_TOKENS, 0.0)
 
 
 _K3 = Pricing(input=3.0, cached_input=0.30, output=15.0)

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from typing import Any
 
-from .._exceptions import JSONLimitError
-from .._json import safe_loads
+from .._exceptions import DuplicateKeyError, JSONLimitError
+from .._json import safe_loads, unique_keys
 from ..formats.k3 import ParsedToolCall, duplicate_key
 
 __all__ = ["Escaper", "decode_arguments", "escape_controls", "json_calls"]
@@ -66,18 +67,6 @@ def escape_controls(text: str) -> str:
     return Escaper().feed(text)
 
 
-class _DuplicateKeyError(ValueError):
-    """A JSON object with a key twice (internal: becomes a failed call's reason)."""
-
-
-def _once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    value = dict(pairs)
-    if len(value) != len(pairs):
-        seen: set[str] = set()
-        raise _DuplicateKeyError(next(k for k, _ in pairs if k in seen or seen.add(k)))  # type: ignore[func-returns-value]
-    return value
-
-
 def decode_arguments(text: str) -> tuple[dict[str, Any] | None, str]:
     """Decode tool-call arguments strictly, within kimik3's JSON limits (:mod:`kimik3._json`).
 
@@ -88,9 +77,9 @@ def decode_arguments(text: str) -> tuple[dict[str, Any] | None, str]:
         object: which value is meant cannot be told, dynamo #13654).
     """
     try:
-        value = safe_loads(text, object_pairs_hook=_once)
-    except _DuplicateKeyError as e:
-        return None, duplicate_key(e.args[0])
+        value = safe_loads(text, object_pairs_hook=unique_keys)
+    except DuplicateKeyError as e:
+        return None, duplicate_key(e.key)
     except JSONLimitError as e:
         return None, f"arguments beyond kimik3's JSON limits: {e}"
     except json.JSONDecodeError as e:
@@ -121,14 +110,21 @@ def json_calls(text: str) -> list[ParsedToolCall] | None:
         body = fence.group(1).strip()
     if not body.startswith(("{", "[")):
         return None
+    twice: str | None = None  # a key given twice anywhere: every call of this content fails with it
     try:
-        value = json.loads(body, strict=False)  # a raw newline in a string, as servers pass it
+        value = json.loads(body, strict=False, object_pairs_hook=unique_keys)  # a raw newline, as servers send it
+    except DuplicateKeyError as e:
+        twice = e.key
+        try:
+            value = json.loads(body, strict=False)  # its shape, to name the calls that fail
+        except (ValueError, RecursionError):
+            return None
     except (ValueError, RecursionError):
         return None
     calls = [_json_call(item) for item in (value if isinstance(value, list) else [value])]
     if not calls or any(c is None for c in calls):
         return None
-    return [c for c in calls if c is not None]
+    return [c if twice is None else replace(c, error=duplicate_key(twice)) for c in calls if c is not None]
 
 
 def _json_call(value: Any) -> ParsedToolCall | None:

@@ -147,6 +147,7 @@ class ChatStreamChecker:
         self._reasoning = MarkedText()
         self._content = MarkedText()
         self._misplaced: list[str] = []
+        self._read: list[str] = []  # fields whose leaked markup was read as structure (an issue each)
         self._held_reasoning: list[str] = []  # thinking off: reasoning not yet known to be reasoning
         self._held_content: list[str] = []  # thinking on: content not yet known to be content
         self._saw_reasoning = False
@@ -263,9 +264,10 @@ class ChatStreamChecker:
         return out + ([ReasoningDelta(delta)] if delta else [])
 
     def _on_content(self, text: str) -> list[Event]:
-        if ((self.thinking and not self._saw_reasoning) or self._tool_choice == "required") and not self._calls:
-            # may be unclosed thinking, mislabelled, or (tool_choice "required") a call sent as
-            # JSON text: decided at the end
+        if ((self.thinking and not self._saw_reasoning) or self._tool_choice == "required"
+                or self._reasoning.held is not None) and not self._calls:
+            # may be unclosed thinking, mislabelled, (tool_choice "required") a call sent as JSON
+            # text, or come after answer text the reasoning's markup holds: decided at the end
             self._held_content.append(text)
             return []
         self._saw_content = True
@@ -436,10 +438,14 @@ class ChatStreamChecker:
         reasoning when the content reads as K3 output from the think channel (a server that
         never split the reasoning off: SGLang #32677)."""
         out: list[Event] = []
+        answered = bool(self._content.text or self._content.held or self._content.tail or fresh or self._calls)
         for kind, field in (("reasoning", self._reasoning), ("content", self._content)):
             held = "".join(field.held or ())
+            if not held and self._truncated and field.tail:  # a marker cut to a prefix ("answer<|close")
+                held = field.tail
             parsed = read_marked(field.text, held, thinking=kind == "reasoning", cut=self._truncated,
-                                 after_tools=bool(self._calls or recovered)) if held else None
+                                 after_tools=bool(self._calls or recovered),
+                                 think_closed=kind == "reasoning" and answered) if held else None
             from_think = False
             if parsed is None and held and kind == "content" and no_reasoning and field.text == fresh:
                 parsed = read_marked(fresh, held, thinking=True, cut=self._truncated,
@@ -459,9 +465,18 @@ class ChatStreamChecker:
                 out.append(ContentDelta(fresh))
             reasoning = parsed.reasoning_content or ""
             out += self._add_text("reasoning", reasoning[len(sent):] if kind == "reasoning" else reasoning)
-            out += self._add_text("content", parsed.content[len(sent):] if kind == "content" else parsed.content)
+            answer = parsed.content[len(sent):] if kind == "content" else parsed.content
+            if kind == "reasoning" and answer and fresh and self._content.sent[-1:] == [fresh]:
+                self._content.sent.insert(-1, answer)  # the answer the reasoning held comes before the content's
+                self._saw_content = True
+                out.append(ContentDelta(answer))  # (the content, held, streams after it)
+            else:
+                out += self._add_text("content", answer)
             recovered += parsed.tool_calls
             self._misplaced += parsed.misplaced_tool_calls
+            self._read.append(f"the {'reasoning' if kind == 'reasoning' else 'answer'} held K3 markup the server "
+                              "left unparsed; read as K3 structure, so its text changed (markers dropped, text "
+                              "moved between reasoning and answer, calls read)")
             log.warning("kimik3: K3 markup left in %s read as K3 output: %d call(s)%s", kind, len(parsed.tool_calls),
                         f", {len(parsed.misplaced_tool_calls)} outside a tools section (not run)"
                         if parsed.misplaced_tool_calls else "")
@@ -575,7 +590,7 @@ class ChatStreamChecker:
             dropped_tool_calls=list(self._dropped),
             failed_tool_calls=list(self._failed),
             misplaced_tool_calls=list(self._misplaced),
-            issues=[*issues, *self._clamped],
+            issues=[*self._read, *issues, *self._clamped],
         )
 
 

@@ -333,6 +333,9 @@ def apply_patch_text(files: FileAccess, patch: str) -> str:
     for fp in parse_patch(patch):
         name = fp.new_path or fp.old_path
         assert name is not None
+        if lost := next((n for n in (fp.old_path, fp.new_path) if n and "\ufffd" in n), None):  # issue 40, N46
+            raise ToolError(f"{lost!r}: the file name holds U+FFFD, the replacement character for bytes that could "
+                            "not be decoded: the real name was lost; nothing was changed")
         renamed = fp.old_path if fp.old_path and fp.new_path and _same(fp.old_path) != _same(fp.new_path) else None
         for key in {_same(name), *([_same(renamed)] if renamed else [])}:
             if key in seen:

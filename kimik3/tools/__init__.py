@@ -10,11 +10,12 @@ The tools of MCP servers come from :mod:`kimik3.tools.mcp` (the ``mcp`` extra).
 from ._failures import FailureKind, FailureText, ToolFailure, default_failure_text
 from ._search import tool_search
 from ._todo import PLAN_TOOL_NAME, Plan, PlanStep, find_plan, plan_tool
-from ._tool import PATH_OR_COMMAND, FunctionTool, Tool, ToolContext, ToolResult, tool
+from ._tool import PATCH_TEXT, PATH_OR_COMMAND, FunctionTool, Tool, ToolContext, ToolResult, tool
 from ._toolset import Toolset
 from ._truncate import truncate_middle
 
 __all__ = [
+    "PATCH_TEXT",
     "PATH_OR_COMMAND",
     "PLAN_TOOL_NAME",
     "FailureKind",

@@ -60,8 +60,8 @@ from ._schema import boolean_for_number, error_location, format_input, function_
 from ._threads import call_in_thread as _call_in_thread
 
 __all__ = [
-    "PATH_OR_COMMAND", "FunctionTool", "Tool", "ToolContext", "ToolResult", "load_arguments", "replacement_char",
-    "tool",
+    "PATCH_TEXT", "PATH_OR_COMMAND", "FunctionTool", "Tool", "ToolContext", "ToolResult", "load_arguments",
+    "replacement_char", "tool",
 ]  # fmt: skip
 
 # OpenAI's rule for function names, with Unicode letters and digits (\w) and '.' (common in MCP
@@ -157,20 +157,57 @@ PATH_OR_COMMAND = frozenset({
 """Parameter names whose text names a file or is run (issue 40, N46: a U+FFFD in one is refused)."""
 
 
+PATCH_TEXT = frozenset({"patch", "diff"})
+"""Parameter names whose text is a patch: its file-header lines name files (issue 40, N46)."""
+
+_PATCH_HEADER = re.compile(  # unified diff and git headers, and the "*** Update File:" patch format
+    r"^(?:--- |\+\+\+ |diff --git |rename (?:from|to) |\*\*\* (?:Add|Update|Delete) File:|\*\*\* Move to:)")
+
+
 def replacement_char(name: str, value: Any) -> str | None:
-    """Why argument ``name`` cannot be used as sent, when it is a path or a command
-    (:data:`PATH_OR_COMMAND`; a string, or a list of strings) holding U+FFFD, the replacement
-    character a decoder writes for bytes it could not read: the model (or a server) lost the
-    real characters, and a file named with it (or a command on one) would silently be
-    another than the one meant (issue 40, N46). None otherwise."""
-    if name not in PATH_OR_COMMAND:
+    """Why argument ``name`` cannot be used as sent: a path or a command (:data:`PATH_OR_COMMAND`,
+    as the parameter or as a key at any depth inside it, e.g. ``edits.0.path``; a string or a
+    list of strings), or a file-header line of a patch (:data:`PATCH_TEXT`), holding U+FFFD, the
+    replacement character a decoder writes for bytes it could not read: the model (or a server)
+    lost the real characters, and a file named with it (or a command on one) would silently be
+    another than the one meant (issue 40, N46). None otherwise; else ``"<where>: <why>"``."""
+    where = _lost_chars(name, value)
+    if where is None:
         return None
-    texts = [value] if isinstance(value, str) else [v for v in value if isinstance(v, str)] if isinstance(
-        value, list) else []
-    if not any("\ufffd" in t for t in texts):
-        return None
-    return ("it holds U+FFFD (\ufffd), the replacement character for bytes that could not be decoded: "
+    return (f"{where}: it holds U+FFFD (\ufffd), the replacement character for bytes that could not be decoded: "
             "the real characters were lost on the way; write the path or command again with its real characters")
+
+
+def _lost_chars(where: str, value: Any) -> str | None:
+    key = where.rsplit(".", 1)[-1]
+    if key in PATCH_TEXT and isinstance(value, str) and "\ufffd" in value:
+        header = next((line for line in value.splitlines() if "\ufffd" in line and _PATCH_HEADER.match(line)), None)
+        return where if header is not None else None
+    if key in PATH_OR_COMMAND:
+        texts = [value] if isinstance(value, str) else [v for v in value if isinstance(v, str)] if isinstance(
+            value, list) else []
+        if any("\ufffd" in t for t in texts):
+            return where
+    if isinstance(value, Mapping):
+        items: Any = ((f"{where}.{k}", v) for k, v in value.items())
+    elif isinstance(value, list):
+        items = ((f"{where}.{i}", v) for i, v in enumerate(value))
+    else:
+        return None
+    return next((w for sub, v in items if (w := _lost_chars(sub, v)) is not None), None)
+
+
+def _non_finite(where: str, value: Any) -> tuple[str, float] | None:
+    """``(where, value)`` of a non-finite float in a validated value (issue 40, B34), else None."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else (where, value)
+    if isinstance(value, Mapping):
+        items: Any = ((f"{where}.{k}", v) for k, v in value.items())
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        items = ((f"{where}.{i}", v) for i, v in enumerate(value))
+    else:
+        return None
+    return next((w for sub, v in items if (w := _non_finite(sub, v)) is not None), None)
 
 
 class Tool(ABC):
@@ -327,6 +364,9 @@ class FunctionTool(Tool):
         self._model = sig.model
         self._validator = sig.validator
         self._json_params = sig.json_params
+        self._inf_nan_ok = frozenset(  # parameters that opted in to NaN / infinity (B34)
+            pname for i, pname in enumerate(self._param_names)
+            if any(getattr(m, "allow_inf_nan", None) is True for m in self._model.model_fields[f"f{i}"].metadata))
         self.is_async = inspect.iscoroutinefunction(function) or (
             not inspect.isroutine(function)  # an object with an async __call__
             and inspect.iscoroutinefunction(type(function).__call__)
@@ -367,7 +407,7 @@ class FunctionTool(Tool):
             expected = ", ".join(self._param_names) or "no arguments"
             raise ToolArgumentsError(f"unexpected argument(s): {', '.join(unknown)} (expected: {expected})")
         args = dict(args)
-        problems = [f"{p}: {why}" for p, v in args.items() if (why := replacement_char(p, v)) is not None]
+        problems = [why for p, v in args.items() if (why := replacement_char(p, v)) is not None]
         properties = self.parameters["properties"]
         beyond_limits: dict[str, str] = {}  # parameter -> why its JSON text was not decoded
         for pname, value in args.items():
@@ -398,6 +438,13 @@ class FunctionTool(Tool):
                 else:
                     problems.append(f"{where}: {err['msg']} (got {format_input(err.get('input'))})")
             raise ToolArgumentsError("; ".join(problems)) from e
+        # Decision (issue 40, B34): a non-finite float anywhere in the validated arguments (a nested
+        # BaseModel, a dataclass, a dict of floats) is refused, whatever the nested model's own
+        # config; a float parameter opts in with Annotated[float, Field(allow_inf_nan=True)].
+        dumped = model.model_dump()
+        for i, pname in enumerate(self._param_names):
+            if pname not in self._inf_nan_ok and (found := _non_finite(pname, dumped.get(f"f{i}"))) is not None:
+                raise ToolArgumentsError(f"{found[0]}: Input should be a finite number (got {found[1]})")
         coerced = model.model_dump(mode="json", by_alias=True, exclude_unset=True)
         errors = sorted(self._validator.iter_errors(coerced), key=lambda err: list(map(str, err.path)))
         if errors:

@@ -17,6 +17,8 @@ RAN: list[str] = []
 LEAK = ('<|open|>tools<|sep|><|open|>call tool="calculator" index="1"<|sep|><|open|>argument key="expression" '
         'type="string"<|sep|>37 * 19<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|>'
         "<|close|>message<|sep|>")
+READ = ("turn 1: the {} held K3 markup the server left unparsed; read as K3 structure, so its text changed (markers "
+        "dropped, text moved between reasoning and answer, calls read)")  # a field changed by recovery: an issue
 
 
 @tool
@@ -52,7 +54,9 @@ async def test_a_the_answer_streamed_as_reasoning_is_the_answer() -> None:
     turn = [chat_chunk({"reasoning": "<|open|>response<|sep|>37 * 19 = 703."}),
             chat_chunk({"reasoning": "<|close|>response<|sep|><|close|>message<|sep|>"}, finish="stop"), usage(30, 9)]
     result = await Agent(engine=replies(turn).engine()).run("37 * 19?")
-    assert (result.output, result.stop_reason, result.degraded) == ("37 * 19 = 703.", "completed", False)
+    # the answer changed on the way (issue 41, attack round): the turn says so, never silently
+    assert (result.output, result.stop_reason, result.degraded) == ("37 * 19 = 703.", "completed", True)
+    assert result.issues == [READ.format("reasoning")]
     assert result.messages[-1].reasoning_content == ""  # type: ignore[union-attr]
 
 
@@ -67,6 +71,7 @@ async def test_b_a_tools_section_returned_as_content_without_tools_never_runs_no
     first = result.messages[1]
     assert first.content == "" and "<|" not in str(first.content)  # type: ignore[union-attr]
     assert result.issues == [
+        READ.format("answer"),
         "turn 1: the call to 'calculator' could not be run (the server returned this call as text, and the request "
         "declared no tools) and did not run"]
     assert "tools" not in server.requests[1]["body"]  # still no tools declared
@@ -96,7 +101,8 @@ async def test_d_reasoning_leaked_into_the_answer_through_a_spelled_marker_is_sp
             chat_chunk({"content": "<|close|>think<|sep|><|open|>response<|sep|>Hello!<|close|>response<|sep|>"}),
             chat_chunk({"content": "<|close|>message<|sep|>"}, finish="stop"), usage(20, 20)]
     result = await Agent(engine=replies(turn).engine()).run("hi")
-    assert (result.output, result.stop_reason, result.degraded) == ("Hello!", "completed", False)
+    assert (result.output, result.stop_reason, result.degraded) == ("Hello!", "completed", True)
+    assert result.issues == [READ.format("answer")]
     assert result.messages[-1].reasoning_content == "The user greets me."  # type: ignore[union-attr]
 
 

@@ -44,14 +44,17 @@ def usage(prompt: int, completion: int, cached: int | None = None) -> dict[str, 
     return {"object": "chat.completion.chunk", "choices": [], "usage": counts}
 
 
-async def test_a_near_miss_separator_is_read_and_history_keeps_the_parsed_message() -> None:
+async def test_a_near_miss_separator_is_read_history_keeps_the_parsed_message_and_the_turn_says_so() -> None:
     # SGLang #33530, streamed a few characters at a time
     text = "<|open|>response<|sep|the answer is 4"
     turn = [chat_chunk({"reasoning_content": "2 + 2"}),
             *(chat_chunk({"content": text[i:i + 3]}) for i in range(0, len(text), 3)),
             chat_chunk({}, finish="stop"), usage(20, 9)]
     result = await Agent(engine=replies(turn).engine()).run("2 + 2?")
-    assert (result.output, result.stop_reason, result.degraded) == ("the answer is 4", "completed", False)
+    assert (result.output, result.stop_reason, result.degraded) == ("the answer is 4", "completed", True)
+    assert result.issues == [  # the answer changed: never silently (issue 41, attack round)
+        "turn 1: the answer held K3 markup the server left unparsed; read as K3 structure, so its text changed "
+        "(markers dropped, text moved between reasoning and answer, calls read)"]
     kept = result.messages[-1]
     assert isinstance(kept, AssistantMessage)
     assert (kept.content, kept.reasoning_content) == ("the answer is 4", "2 + 2")

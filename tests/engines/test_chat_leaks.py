@@ -20,12 +20,15 @@ from kimik3 import Client, K3Tokenizer
 from kimik3._pricing import Pricing
 from kimik3.engines._chat import ChatStreamChecker
 from kimik3.formats.k3 import ContentDelta, ReasoningDelta, ToolCallArgumentsDelta, ToolCallDone
-from kimik3.types import ChatCompletion
+from kimik3.types import ChatCompletion, PromptTokensDetails, Usage
 from tests.engines.test_remote_offline import FakeServer, sse
 from tests.k3vocab import write_model_dir
 
 TEXT = ("reasoning_content", "reasoning", "content")
 MARKED = "holds K3 marker text"  # the start of the issue a field with unread markup gets
+READ = "read as K3 structure, so its text changed"  # the issue a field whose markup was read gets
+READ_ISSUES = [f"the {f} held K3 markup the server left unparsed; read as K3 structure, so its text changed (markers "
+               "dropped, text moved between reasoning and answer, calls read)" for f in ("reasoning", "answer")]
 
 
 def d(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
@@ -41,7 +44,7 @@ class Leak:
     finish: str = "stop"
     thinking: bool = True
     calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
-    marked: bool = False  # markup is left in a field: the completion carries the issue
+    marked: bool | str = False  # markup is left in the answer (or the field named): the completion says so
     tools: tuple[str, ...] = ("lookup",)
 
 
@@ -81,17 +84,66 @@ LEAKS = [
     Leak("variant: a cut in a near-miss marker", [("reasoning_content", "deep thought<| close |>th")],
          "deep thought", "", finish="length"),
     # -- senpi #1092: a think close without its separator at the end of visible text -----------------
-    Leak("senpi #1092: <|close|>think and a newline at the end of the answer", [("reasoning_content", "plan"),
-         ("content", "it is done<|close|>think\n")], "plan", "it is done"),
-    Leak("variant: with its sep, at the end", [("reasoning_content", "plan"),
-         ("content", "it is done<|close|>think<|sep|>\n")], "plan", "it is done"),
+    # (a stray close or bare tag at the end is read only in a cut answer or with other structure in
+    # the field: alone, at a stop, it may be prose quoting a marker, so it stays, flagged)
+    Leak("senpi #1092: <|close|>think and a newline at the end of a cut answer", [("reasoning_content", "plan"),
+         ("content", "it is done<|close|>think\n")], "plan", "it is done", finish="length"),
+    Leak("variant: at a stop with other structure in the field", [("reasoning_content", "plan"),
+         ("content", "<|open|>response<|sep|>it is done<|close|>think\n")], "plan", "it is done"),
+    Leak("variant: with its sep, at the end, other structure", [("reasoning_content", "plan"),
+         ("content", "<|open|>response<|sep|>it is done<|close|>think<|sep|>\n")], "plan", "it is done"),
     Leak("variant: a space inside and the message close after it", [("reasoning_content", "plan"),
          ("content", "it is done<| close|> think <|close|>message<|sep|>")], "plan", "it is done"),
-    Leak("variant: the server sent no reasoning", [("content", "it is done<|close|>think\n")], "", "it is done"),
-    Leak("variant: the close itself near-miss (<|close|think)", [("reasoning_content", "plan"),
-         ("content", "it is done<|close|think\n")], "plan", "it is done"),
-    Leak("variant: a doubled | in the close", [("reasoning_content", "plan"),
-         ("content", "it is done<||close|>think")], "plan", "it is done"),
+    Leak("variant: the server sent no reasoning, cut", [("content", "it is done<|close|>think\n")], "it is done", "",
+         finish="length"),
+    Leak("variant: the close itself near-miss (<|close|think), cut", [("reasoning_content", "plan"),
+         ("content", "it is done<|close|think\n")], "plan", "it is done", finish="length"),
+    Leak("variant: a doubled | in the close, cut", [("reasoning_content", "plan"),
+         ("content", "it is done<||close|>think")], "plan", "it is done", finish="length"),
+    # -- attack: prose that ends by quoting a marker is never stripped (no cut, no other structure) --
+    Leak("attack: prose ends quoting <|close|>response", [("reasoning_content", "2 + 2"),
+         ("content", "To end, the model writes <|close|>response")], "2 + 2",
+         "To end, the model writes <|close|>response", marked=True),
+    Leak("attack: prose ends quoting <|close|>think", [("reasoning_content", "2 + 2"),
+         ("content", "The marker to end thinking is <|close|>think")], "2 + 2",
+         "The marker to end thinking is <|close|>think", marked=True),
+    Leak("variant: a whole stray close with its sep ends the prose", [("reasoning_content", "2 + 2"),
+         ("content", "it is done<|close|>think<|sep|>\n")], "2 + 2", "it is done<|close|>think<|sep|>\n", marked=True),
+    Leak("variant: the reasoning ends quoting a think close", [("reasoning_content", "it is done<|close|>think\n"),
+         ("content", "ok")], "it is done<|close|>think\n", "ok", marked="reasoning"),
+    # -- attack: markup quoted in Markdown code is text, with no issue ---------------------------------
+    Leak("attack: a code fence quoting markup", [("reasoning_content", "2 + 2"), ("content",
+         "Example:\n```\n<|open|>response<|sep|>hi<|close|>response<|sep|>\n```\nThat's the format.")], "2 + 2",
+         "Example:\n```\n<|open|>response<|sep|>hi<|close|>response<|sep|>\n```\nThat's the format."),
+    Leak("attack: a code span quoting a near-miss", [("reasoning_content", "2 + 2"),
+         ("content", "Write `<|sep|` then the text")], "2 + 2", "Write `<|sep|` then the text"),
+    Leak("variant: a ~~~ fence is the whole answer", [("reasoning_content", "2 + 2"),
+         ("content", "~~~k3\n<|close|>think<|sep|>\n~~~")], "2 + 2", "~~~k3\n<|close|>think<|sep|>\n~~~"),
+    Leak("variant: a double-backtick span in the reasoning", [("reasoning_content", "use ``<|open|>tools<|sep|>``"),
+         ("content", "ok")], "use ``<|open|>tools<|sep|>``", "ok"),
+    # -- attack: a channel opened inside the answer's text is prose quoting a tag: kept, flagged ------
+    Leak("attack: prose quoting an open response tag", [("reasoning_content", "2 + 2"),
+         ("content", "K3 uses <|open|>response<|sep|> to open the answer.")], "2 + 2",
+         "K3 uses <|open|>response<|sep|> to open the answer.", marked=True),
+    Leak("attack: prose quoting an open think tag moves no text", [("reasoning_content", "2 + 2"),
+         ("content", "Use <|open|>think<|sep|> for reasoning.")], "2 + 2", "Use <|open|>think<|sep|> for reasoning.",
+         marked=True),
+    # -- well-formed markup that is not at the start of a channel is read, and the turn says so (READ) --
+    Leak("variant: prose then a response close and more text: read, flagged as changed", [(
+         "reasoning_content", "2 + 2"), ("content", "the answer is 4<|close|>response<|sep|>and more")], "2 + 2",
+         "the answer is 4and more"),
+    # -- attack: answer text the reasoning's markup held comes before the content the server sent after it
+    Leak("attack: the answer begins in the reasoning, goes on in the content", [("reasoning_content",
+         "plan<|close|>think<|sep|>The answer"), ("content", " is 4.")], "plan", "The answer is 4."),
+    Leak("variant: the reasoning opens the response channel itself", [("reasoning_content",
+         "plan<|close|>think<|sep|><|open|>response<|sep|>Hello "), ("content", "world")], "plan", "Hello world"),
+    # -- attack: a marker cut to a prefix at a length finish is dropped (flagged) ----------------------
+    Leak("attack: content cut inside <|close", [("reasoning_content", "r"), ("content", "answer<|close")], "r",
+         "answer", finish="length"),
+    Leak("attack: reasoning cut after <|", [("reasoning_content", "deep thought<|")], "deep thought", "",
+         finish="length"),
+    Leak("variant: a prefix at a stop stays text (no marker, no issue)", [("reasoning_content", "r"),
+         ("content", "answer<|clo")], "r", "answer<|clo"),
     Leak("variant: cut inside a near-miss close at a length finish", [("reasoning_content", "plan"),
          ("content", "the answer<|close|response")], "plan", "the answer", finish="length"),
     Leak("variant: the first | missing in a cut close", [("reasoning_content", "deep thought<close|>")],
@@ -154,9 +206,14 @@ def test_leaked_markup_at_every_chunking(row: Leak) -> None:
         assert (msg.reasoning_content, msg.content) == (row.reasoning, row.content), chunks
         assert [(c.function.name, json.loads(c.function.arguments)) for c in msg.tool_calls or ()] == row.calls
         assert completion.truncated == (row.finish == "length")
+        sent = tuple("".join(v for k, v in row.parts if (k == "content") == is_content) for is_content in (False, True))
+        changed = (msg.reasoning_content or "", msg.content) != sent or bool(row.calls)  # recovery changed a field
+        read = [i for i in completion.issues if READ in i]
+        assert bool(read) == changed and all(i in READ_ISSUES for i in read)
         assert [i for i in completion.issues if MARKED in i] == ([
-            "the answer holds K3 marker text (<|open|>, <|close|>, <|sep|>, or one spelled a little wrong) that "
-            "could not be read as K3 structure: kept as text"] if row.marked else [])
+            f"the {row.marked if isinstance(row.marked, str) else 'answer'} holds K3 marker text (<|open|>, <|close|>, "
+            "<|sep|>, or one spelled a little wrong) that could not be read as K3 structure: kept as text"]
+            if row.marked else [])
 
 
 def test_markup_left_in_reasoning_is_named_as_reasoning() -> None:
@@ -200,13 +257,26 @@ def test_required_content_that_is_not_only_calls_stays_the_answer(text: str) -> 
     assert (completion.message.content, completion.message.tool_calls) == (text, None)
 
 
-def test_a_required_json_call_with_a_key_twice_is_a_failed_call_never_the_answer() -> None:
-    _, completion = run([d({"content": '[{"name": "lookup", "arguments": "{\\"q\\": \\"a\\", \\"q\\": \\"b\\"}"}]'}),
-                         d({}, "stop")], thinking=False, tool_choice="required")
-    assert completion.message.tool_calls is None and completion.message.content == ""
-    (failed,) = completion.failed_tool_calls
-    assert (failed.name, failed.reason) == (
-        "lookup", "it gives argument 'q' more than once, so which value is meant cannot be told; give each argument once")
+REQUIRED_TWICE = [
+    ("arguments as JSON text", '[{"name": "lookup", "arguments": "{\\"q\\": \\"a\\", \\"q\\": \\"b\\"}"}]', ["q"]),
+    ("attack: parameters as an object", '{"name":"lookup","parameters":{"q":"a","q":"b"}}', ["q"]),
+    ("attack: nested", '{"name":"lookup","parameters":{"q":{"x":1,"x":2}}}', ["x"]),
+    ("attack: q and \\u0071 are one key", '{"name":"lookup","parameters":{"q":"a","\\u0071":"b"}}', ["q"]),
+    ("variant: in an array, every call of the content fails", '[{"name":"lookup","parameters":{"q":"a"}},'
+     '{"name":"lookup","parameters":{"q":"a","\\u0071":"b"}}]', ["q", "q"]),
+    ("variant: in a fence", '```json\n{"name":"lookup","parameters":{"q":"a","q":"a"}}\n```', ["q"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("text", "keys"), [r[1:] for r in REQUIRED_TWICE], ids=[r[0] for r in REQUIRED_TWICE])
+def test_a_required_json_call_with_a_key_twice_is_a_failed_call_never_the_answer(text: str, keys: list[str]) -> None:
+    for cut in range(len(text) + 1):
+        pieces = [d({"content": p}) for p in (text[:cut], text[cut:]) if p]
+        _, completion = run([*pieces, d({}, "stop")], thinking=False, tool_choice="required")
+        assert completion.message.tool_calls is None and completion.message.content == ""
+        assert [(f.name, f.reason) for f in completion.failed_tool_calls] == [("lookup", (
+            f"it gives argument {k!r} more than once, so which value is meant cannot be told; give each argument once"))
+            for k in keys]
 
 
 # -- arguments given twice (dynamo #13654): a failed call the model reads, never last-wins --------
@@ -290,13 +360,35 @@ def test_a_leaked_tools_section_after_the_servers_calls_is_a_second_one_never_ru
             "<|close|>tools<|sep|>")
 
 
-def test_of_two_leaked_tools_sections_only_the_first_runs() -> None:
-    for chunks in chunkings([("reasoning_content", "plan" + CALL), ("content", RM)], "stop"):
+LS = RM.replace(">rm -rf build<", ">ls<")
+PWD = RM.replace(">rm -rf build<", ">pwd<")
+SECTION_ROWS = [
+    # (name, parts, the calls that run, misplaced, content): issue 41 attack round, N08 and the think channel
+    ("attack: a tools section in the reasoning, the real one in the content: the content's runs",
+     [("reasoning_content", "plan" + RM), ("content", LS)], ['{"command": "ls"}'], ["bash"], ""),
+    ("variant: a tools section in the reasoning and a plain answer: it never runs",
+     [("reasoning_content", "plan" + RM), ("content", "done")], [], ["bash"], "done"),
+    ("attack: no reasoning sent: a section before the think close never runs, the one after does",
+     [("content", "plan" + RM + "<|close|>think<|sep|>" + LS)], ['{"command": "ls"}'], ["bash"], ""),
+    ("attack: three sections: the first runs, the others are misplaced",
+     [("reasoning_content", "r"), ("content", LS + RM + PWD)], ['{"command": "ls"}'], ["bash", "bash"],
+     RM.removeprefix("<|open|>tools<|sep|>").removesuffix("<|close|>tools<|sep|>")
+     + PWD.removeprefix("<|open|>tools<|sep|>").removesuffix("<|close|>tools<|sep|>")),
+    ("attack: text after a second section", [("reasoning_content", "r"), ("content", LS + RM + "done")],
+     ['{"command": "ls"}'], ["bash"], RM.removeprefix("<|open|>tools<|sep|>").removesuffix("<|close|>tools<|sep|>")
+     + "done"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("row", SECTION_ROWS, ids=[r[0] for r in SECTION_ROWS])
+def test_only_the_tools_section_after_the_think_channel_runs(row: tuple[Any, ...]) -> None:
+    _, parts, calls, misplaced, content = row
+    for chunks in chunkings(parts, "stop"):
         events, completion = run(chunks, thinking=True, tools=("lookup", "bash"))
         check(events, completion)
-        assert [(c.function.name, c.function.arguments) for c in completion.message.tool_calls or ()] == [
-            ("lookup", '{"q": "x"}')]
-        assert (completion.misplaced_tool_calls, completion.message.reasoning_content) == (["bash"], "plan")
+        assert [c.function.arguments for c in completion.message.tool_calls or ()] == calls
+        assert (completion.misplaced_tool_calls, completion.message.content) == (misplaced, content)
+        assert any(READ in i for i in completion.issues)
 
 
 # -- usage in raw mode: the same clamp, where the codec builds the completion ---------------------
@@ -352,3 +444,15 @@ async def test_raw_mode_says_when_it_counted_a_negative_count_itself(tmp_path: P
     out = await Client(engine).chat([{"role": "user", "content": "Hi"}], reasoning_effort="none")
     assert out.usage.prompt_tokens > 0 and out.usage.completion_tokens == 6
     assert out.issues == [f"usage.prompt_tokens was -99: kimik3 counted {out.usage.prompt_tokens} itself"]
+
+
+@pytest.mark.parametrize(("counts", "want"), [
+    ({"prompt_tokens": -1_000_000, "completion_tokens": 0}, 0.0),  # a hand-built Usage, never clamped by a server
+    ({"prompt_tokens": 1_000_000, "completion_tokens": -1_000_000, "cached": -5}, 3.0),  # only the prompt
+    ({"prompt_tokens": 10, "completion_tokens": 0, "cached": 900}, 10 * 0.30 / 1e6),  # all cached
+])  # fmt: skip
+def test_cost_is_never_negative_even_for_a_hand_built_usage(counts: dict[str, int], want: float) -> None:
+    cached = counts.pop("cached", None)
+    usage = Usage(**counts, prompt_tokens_details=None if cached is None else PromptTokensDetails(cached_tokens=cached))
+    assert usage.cached_tokens == (cached or 0)
+    assert Pricing(input=3.0, cached_input=0.30, output=15.0).cost(usage) == pytest.approx(want)

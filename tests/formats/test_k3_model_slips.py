@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from kimik3.formats.k3 import ParsedOutput, StreamParser, ToolCallDone, parse
+from kimik3.formats.k3 import ParsedOutput, StreamParser, ToolCallDone, ToolCallIncomplete, parse
 
 
 def call(name: str, index: int, *args: tuple[str, str, str]) -> str:
@@ -55,6 +55,19 @@ SLIPS = [
     Slip("variant: an open tag repeated inside the one section changes nothing",
          HEAD + "<|open|>tools<|sep|>" + LS + "<|open|>tools<|sep|>" + PWD + "<|close|>tools<|sep|>" + END,
          [("bash", {"command": "ls"}, None), ("bash", {"command": "pwd"}, None)]),
+    Slip("attack: a third section loses nothing of the first", HEAD + tools(LS) + tools(RM) + tools(PWD) + END,
+         [("bash", {"command": "ls"}, None)], content=RM + PWD, misplaced=["bash", "bash"]),
+    Slip("attack: text after the second section", HEAD + tools(LS) + tools(RM) + "done" + END,
+         [("bash", {"command": "ls"}, None)], content=RM + "done", misplaced=["bash"]),
+    # -- a tools section inside the think channel (a think close follows it) never runs -------------
+    Slip("attack: a section in the think channel, then the real one after the think close",
+         "plan" + tools(RM) + "<|close|>think<|sep|>" + tools(LS) + END, [("bash", {"command": "ls"}, None)],
+         misplaced=["bash"]),
+    Slip("variant: two calls in the think channel's section, text before the think close",
+         "plan" + tools(RM, PWD) + "then<|close|>think<|sep|>" + tools(LS) + END,
+         [("bash", {"command": "ls"}, None)], content="then", misplaced=["bash", "bash"]),
+    Slip("variant: no think close after it: the think close omitted (its calls run)", "plan" + tools(LS) + END,
+         [("bash", {"command": "ls"}, None)]),
     # -- issue 41, B07: non-blank text between two calls --------------------------------------------
     Slip("B07: text between two calls is dropped, both calls run", HEAD + tools(LS, "Now the second one:", PWD) + END,
          [("bash", {"command": "ls"}, None), ("bash", {"command": "pwd"}, None)]),
@@ -83,6 +96,13 @@ SLIPS = [
     Slip("variant: the other calls of the turn still run",
          HEAD + tools(call("bash", 1, ("command", "string", "a"), ("command", "string", "b")), PWD) + END,
          [("bash", {"command": "b"}, TWICE.format("command")), ("bash", {"command": "pwd"}, None)]),
+    Slip("attack: a json block giving one key twice inside it (one hook with chat mode)",
+         HEAD + tools('<|open|>call tool="read" index="1"<|sep|><|open|>json type="object"<|sep|>'
+                      '{"path": "a", "\\u0070ath": "b"}<|close|>json<|sep|><|close|>call<|sep|>') + END,
+         [("read", {}, "its json arguments block: " + TWICE.format("path"))]),
+    Slip("variant: a json-typed argument with a key twice nested in it",
+         HEAD + tools(call("read", 1, ("opts", "object", '{"x": {"y": 1, "y": 2}}'))) + END,
+         [("read", {"opts": '{"x": {"y": 1, "y": 2}}'}, "argument 'opts': " + TWICE.format("y"))]),
     # -- near-miss markers are text in raw output ----------------------------------------------------
     # (the header "response<|sep|the answer is 4" never gets its sep: an unfinished tag, dropped)
     Slip("raw output: a near-miss sep is no sep (markers are single tokens there)",
@@ -105,5 +125,6 @@ def test_model_slip(row: Slip) -> None:
         parser = StreamParser(True, id_factory=map("c{}".format, itertools.count()).__next__)
         events = [e for p in pieces for e in parser.feed(p)] + parser.finish()
         assert key(parser.result()) == key(out)
-        done = [(e.name, e.arguments, e.error) for e in events if isinstance(e, ToolCallDone)]
+        taken = {e.id for e in events if isinstance(e, ToolCallIncomplete)}  # taken back (misplaced)
+        done = [(e.name, e.arguments, e.error) for e in events if isinstance(e, ToolCallDone) and e.id not in taken]
         assert done == row.calls

@@ -327,3 +327,19 @@ async def test_what_one_child_read_does_not_let_another_child_edit(tmp_path: Pat
     edit_result = [str(m.content) for m in result.messages if m.role == "tool"][1]
     assert edit_result.startswith("Error: f.py has not been read in this run; read it with read_file first")
     assert (tmp_path / "f.py").read_text() == "x = 1\n"
+
+
+@pytest.mark.parametrize(("old", "new", "lost"), [
+    ("b/src/new.py", "b/src/n\ufffdw.py", "src/n\ufffdw.py"),  # a created file (issue 40, N46; attack round)
+    ("a/old.txt", "a/\ufffd.txt", "\ufffd.txt"),  # a deleted one: never another file than meant
+])
+def test_apply_patch_refuses_a_file_name_holding_u_fffd(tmp_path: Path, old: str, new: str, lost: str) -> None:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src/app.py").write_bytes(b"# head\ndef f():\n    return 1\n# end\nlast")
+    (tmp_path / "old.txt").write_text("bye\n")
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    with pytest.raises(ToolError) as e:
+        apply_patch_text(FileAccess(tmp_path), PATCH_OK.replace(old, new))
+    assert str(e.value) == (f"{lost!r}: the file name holds U+FFFD, the replacement character for bytes that could "
+                            "not be decoded: the real name was lost; nothing was changed")
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before

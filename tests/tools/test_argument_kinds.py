@@ -7,6 +7,7 @@ Through an Agent too: the file is never created, the command never runs.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -71,9 +72,40 @@ def box(b: Box) -> str:
     return "ok"
 
 
-def test_a_pydantic_model_parameter_follows_its_own_config() -> None:
-    # a documented limit: a user's model keeps pydantic's default (allow_inf_nan=True) unless it says otherwise
-    assert math.isnan(box.validate({"b": {"side": "nan"}})["b"].side)
+@dataclass
+class Span:
+    width: float
+
+
+class Shelf(BaseModel):
+    boxes: list[Box]
+
+
+@tool
+def nested(b: Box | None = None, s: Span | None = None, shelf: Shelf | None = None,
+           pairs: list[tuple[float, float]] | None = None, u: float | str = 0.0) -> str:
+    """Nested floats."""
+    return "ok"
+
+
+NESTED = [  # the refusal is a pass over the validated arguments: every nested float (issue 41 attack round)
+    (box, {"b": {"side": "nan"}}, "b.side: {} (got nan)"),  # a user's BaseModel (pydantic's default allows NaN)
+    (box, {"b": '{"side": "inf"}'}, "b.side: {} (got inf)"),  # the model sent as JSON text
+    (nested, {"shelf": {"boxes": [{"side": 1}, {"side": "Infinity"}]}}, "shelf.boxes.1.side: {} (got inf)"),  # deeper
+    (nested, {"s": {"width": "-inf"}}, "s.width: {} (got '-inf')"),  # a dataclass (the tool's config reaches it)
+    (nested, {"pairs": [[1, 2], [3, "nan"]]}, "pairs.1.1: {} (got 'nan')"),  # tuples in a list
+]
+
+
+@pytest.mark.parametrize(("fn", "arguments", "where"), NESTED)
+def test_a_non_finite_float_inside_any_parameter_is_refused(fn: Any, arguments: dict[str, Any], where: str) -> None:
+    with pytest.raises(ToolArgumentsError) as e:
+        fn.validate(arguments)
+    assert str(e.value) == where.format(FINITE)
+
+
+def test_text_that_reads_nan_is_kept_where_a_string_is_allowed() -> None:
+    assert nested.validate({"u": "nan", "b": {"side": 2}})["u"] == "nan"
 
 
 @tool
@@ -88,11 +120,21 @@ def bash(command: str, paths: list[str] | None = None) -> str:
     return "ran"
 
 
+@tool
+def edit(edits: list[dict[str, Any]] | None = None, patch: str = "") -> str:
+    """Edit files."""
+    return "edited"
+
+
 FFFD = [
     (write_file, {"path": "src/\ufffd\ufffd.py", "content": "x"}, "path"),  # N46 as reported
     (write_file, {"path": "\ufffd", "content": ""}, "path"),
     (bash, {"command": "rm -f 'caf\ufffd.txt'"}, "command"),
     (bash, {"command": "ls", "paths": ["a", "b\ufffd"]}, "paths"),
+    (edit, {"edits": [{"path": "a\ufffd", "old": "x", "new": "y"}]}, "edits.0.path"),  # nested (attack round)
+    (edit, {"edits": [{"path": "ok.py"}, {"cmd": ["ls", "b\ufffd"]}]}, "edits.1.cmd"),
+    (edit, {"patch": "*** Begin Patch\n*** Update File: a\ufffd.py\n@@\n-a\n+b\n*** End Patch"}, "patch"),
+    (edit, {"patch": "--- a/caf\ufffd.py\n+++ b/caf\ufffd.py\n@@ -1 +1 @@\n-a\n+b\n"}, "patch"),
 ]
 WHY = ("it holds U+FFFD (\ufffd), the replacement character for bytes that could not be decoded: the real characters "
        "were lost on the way; write the path or command again with its real characters")
@@ -109,6 +151,8 @@ def test_a_replacement_character_in_a_path_or_command_is_refused(fn: Any, argume
 def test_a_replacement_character_elsewhere_is_text() -> None:
     assert write_file.validate({"path": "notes.txt", "content": "bad bytes look like \ufffd"})["content"].endswith(
         "\ufffd")
+    # a patch's body lines are file text, only its file-header lines name files
+    assert edit.validate({"patch": "--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-a\n+b\ufffd\n"})["patch"].endswith("\ufffd\n")
 
 
 async def test_an_agent_never_runs_the_call_and_the_model_reads_why(tmp_path: Path) -> None:

@@ -114,7 +114,10 @@ class StreamParser:
             instead of its sep (SGLang #32567), a stray channel close with nothing but blank
             after it (senpi #1092), a partial marker and a tag the text ends inside (SGLang
             #33097; any tag when ``finish`` says the output was cut, else a bare channel tag)
-            are read as the slips they are and keep :attr:`regular`.
+            are read as the slips they are and keep :attr:`regular`; a stray close or bare tag
+            at the end only when the output was cut or other tags were read (else it may be
+            prose quoting a marker), a partial marker at a cut end is dropped, and a channel
+            opened after answer text is not regular (issue 41, attack round).
         after_tools: a tools section came before this text (chat mode: the server returned
             calls), so a tools section in it is a second one: its calls never run (issue 40, N08).
     """
@@ -141,6 +144,9 @@ class StreamParser:
         self._out: list[Event] = []
         self._closed = False  # the message closed
         self._tools_seen = after_tools  # a tools section was opened: K3 writes one, a second one is text
+        self._think_tools: int | None = None  # a tools section opened in the think channel: its first call
+        self._void_tools: int | None = None  # inside a tools section that is not one: the state its close returns to
+        self._structure = 0  # tags read as structure (tolerant: a slip at the end needs other structure)
         self._after_close = 0  # non-blank characters after the message close
         self._finished = False
         self._truncated = False
@@ -203,7 +209,10 @@ class StreamParser:
         if self._state == _AFTER and self._call is not None and self._call.closing:
             self._confirm(self._call)  # the output ended after a call's close: it closed
         tail, self._tail = self._tail, ""
-        if tail:  # a partial marker at the very end is text (decision, see class docstring)
+        cut = finish_reason in (None, "length")
+        if tail and self._tolerant and cut and self._state not in (_ARG, _JSON):
+            pass  # chat mode, a cut answer: a marker cut to a prefix ("answer<|close") is dropped
+        elif tail:  # a partial marker at the very end is text (decision, see class docstring)
             self.regular = self.regular and self._tolerant  # (a model slip of the spec's list)
             if self._state in (_ARG, _JSON):
                 self._value_text(tail)
@@ -212,9 +221,11 @@ class StreamParser:
         if self._header is not None:  # an unfinished tag is dropped
             # tolerant: a marker sequence cut by the end (SGLang #33097: "deep thought<|close|>",
             # "the answer<|close|>response" at a length finish), or a bare tag left without its sep
-            # at the end (senpi #1092: "it is done<|close|>think\n") is K3 structure, dropped
-            cut = finish_reason in (None, "length")
-            if not (self._tolerant and (cut or "".join(self._header).strip() in BARE_TAGS)):
+            # at the end (senpi #1092: "it is done<|close|>think\n") is K3 structure, dropped; a
+            # bare tag at the end only where the text shows other structure: prose that ends by
+            # quoting a marker ("the model writes <|close|>response") stays text
+            bare = "".join(self._header).strip() in BARE_TAGS and self._structure > 0
+            if not (self._tolerant and (cut or bare)):
                 self.regular = False
             self._header = None
         self._top_ws.clear()
@@ -222,7 +233,8 @@ class StreamParser:
             self._drop_call()
         if self._stray is not None:  # text after a stray channel close: it was not a slip at the end
             content, reasoning = self._stray
-            if "".join(self._content[content:]).strip() or "".join((self._reasoning or [])[reasoning:]).strip():
+            after = "".join(self._content[content:]) + "".join((self._reasoning or [])[reasoning:])
+            if not (cut or self._structure) or after.strip():  # alone and not cut: maybe quoted prose
                 self.regular = False
         self._finished = True
         self._truncated = not self._closed and finish_reason in (None, "length")
@@ -506,7 +518,8 @@ class StreamParser:
         #                                    -> the call is dropped (incomplete), then as below
         #   any          open think          -> _THINK (reasoning starts even with thinking off)
         #   any          open response       -> _RESPONSE
-        #   any          open tools          -> _TOOLS
+        #   any          open tools          -> _TOOLS; in _THINK, or after a tools section: a section
+        #                                       that is not one (calls never run), its close -> back
         #   _TOOLS       open call           -> _CALL (parent _TOOLS)
         #   _THINK/_RESPONSE/_TOP  open call -> _CALL, a call outside the tools section: kept as
         #                                       text of the channel, never run (parent: that state)
@@ -514,6 +527,7 @@ class StreamParser:
         #   _RESPONSE/_THINK  close response -> _TOP (a think close omitted)
         #   _TOOLS       close tools         -> _TOP
         # (_ARG/_JSON see no tags: only their closer ends them; _AFTER: see _marker_after.)
+        self._structure += 1
         name, attrs = parse_header(header)
         if name == "message":
             # Close of the message, or (a slip) the open of another one: the message is over.
@@ -539,18 +553,33 @@ class StreamParser:
             # the call is dropped as incomplete and the tag handled where the call was opened.
             self._drop_call(by_tag=True)
             state = self._state
+        if is_open and self._tolerant and name in ("think", "response") and state == _RESPONSE and any(
+                t.strip() for t in self._content):  # chat mode: K3 never opens a channel inside its answer's
+            self.regular = False  # text: prose quoting the tag ("K3 uses <|open|>response<|sep|> to ...")
         if is_open:
             if name == "think":
                 if self._reasoning is None:  # thinking off but the model thinks anyway (decision)
                     self._reasoning = []
                 self._state = _THINK
             elif name == "response":
+                self._think_tools = None
                 self._state = _RESPONSE
             elif name == "tools":
-                if self._tools_seen:  # Decision (issue 40, N08): a second tools section is not one:
-                    if state != _TOOLS:  # its calls are outside the tools section: text, never run
-                        self._state = _TOP  # (an open tag repeated inside the section changes nothing)
+                # Decision (issue 40, N08): K3 writes one tools section, after the think channel. A
+                # second one, or one opened inside the think channel, is not one: its calls are
+                # outside the tools section (text of where they stand, never run) and its close
+                # returns there; the first section after the think channel is the tools section.
+                # A section opened inside the think channel ends it (the think close omitted:
+                # docs/k3-format.md § Known model slips) unless a think close follows it: then it
+                # was inside the think channel and its calls are taken back (:meth:`_inside_think`).
+                if self._tools_seen and state != _TOOLS:
+                    self._void_tools = state if state == _THINK else _TOP
+                    self._state = self._void_tools
                     return
+                if self._tools_seen:  # an open tag repeated inside the section changes nothing
+                    return
+                if state == _THINK:
+                    self._think_tools = len(self._calls)
                 self._tools_seen = True
                 self._state = _TOOLS
             elif name == "call":
@@ -558,18 +587,44 @@ class StreamParser:
             else:
                 self.regular = False
             return
-        if (
+        if name == "tools" and self._void_tools is not None and state == self._void_tools:
+            self._void_tools = None  # the close of a tools section that was not one
+        elif name == "think" and self._think_tools is not None and state in (_TOP, _TOOLS):
+            self._inside_think()
+        elif (
             (name == "think" and state == _THINK)
             or (name == "response" and state in (_RESPONSE, _THINK))  # think close omitted
             or (name == "tools" and state == _TOOLS)
         ):
             self._state = _TOP
         elif self._tolerant and name in BARE_TAGS:  # a stray channel close: a slip only at the end
+            self._structure -= 1  # (and only where other structure shows it is K3 output)
             if self._stray is None:  # (senpi #1092: "it is done<|close|>think" after the answer)
                 self._stray = (len(self._content), len(self._reasoning or ()))
             self._state = _TOP  # blank text after it is layout
         else:
             self.regular = False
+
+    def think_closed(self) -> None:
+        """Chat mode: the server ended the think channel here (it sent the answer after this
+        reasoning), as a think close would: a tools section opened in the reasoning was inside
+        the think channel (:meth:`_inside_think`)."""
+        if self._think_tools is not None and self._state in (_TOP, _TOOLS):
+            self._inside_think()
+
+    def _inside_think(self) -> None:
+        """A think close after a tools section opened in the think channel: that section was
+        inside it (issue 41, N08 kind): its calls never run (misplaced; a
+        :class:`ToolCallIncomplete` follows each one's done event) and the first tools section
+        after this close is the tools section."""
+        start, self._think_tools = self._think_tools, None
+        assert start is not None
+        taken, self._calls = self._calls[start:], self._calls[:start]
+        for call in taken:
+            self._misplaced.append(call.name)
+            self._out.append(ToolCallIncomplete(call.index, call.id, call.name))
+        self._tools_seen = False
+        self._state = _TOP
 
     def _end_message(self, *, by_tag: bool) -> None:
         if self._call is not None:

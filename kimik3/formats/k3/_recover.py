@@ -21,6 +21,8 @@ parsed is also legitimately full of ``<`` and quoted markers. The rule, built on
 
 from __future__ import annotations
 
+import re
+
 from ._events import ParsedOutput
 from ._markers import find_marker
 from ._parse import StreamParser
@@ -76,7 +78,7 @@ class MarkedText:
 
 
 def read_marked(sent: str, held: str, *, thinking: bool, cut: bool = False,
-                after_tools: bool = False) -> ParsedOutput | None:
+                after_tools: bool = False, think_closed: bool = False) -> ParsedOutput | None:
     """The parse of a field's text ``sent + held`` when ``held`` is K3 structure, else None.
 
     The raw parser reads it in its tolerant mode (chat mode only; :class:`StreamParser`
@@ -94,18 +96,50 @@ def read_marked(sent: str, held: str, *, thinking: bool, cut: bool = False,
         after_tools: the server returned calls of its own: a tools section in the text is a
             second one, its calls never run (issue 40, N08).
 
+        think_closed: a reasoning field the server ended (it sent an answer after it): its end
+            is a think close, so a tools section opened in it was inside the think channel, its
+            calls never run (:meth:`StreamParser.think_closed`).
+
     Returns:
         The :class:`~kimik3.formats.k3.ParsedOutput` (its reasoning starts with ``sent`` when
         ``thinking``, its content otherwise), or None when the parse is not regular: then the
         held text is text (a quoted marker, a ``<|`` that is not structure) and stays as it is.
     """
+    if _quoted(sent + held):
+        return None
     parser = StreamParser(thinking, tolerant=True, after_tools=after_tools)
     parser.feed(sent + held)
+    if think_closed:
+        parser.think_closed()
     parser.finish("length" if cut else "stop")
     return parser.result() if parser.regular else None
 
 
+_CODE = re.compile(r"^ {0,3}(`{3,}|~{3,})[^\n]*\n.*?^ {0,3}\1[ \t]*$|(`+)(?!`).+?(?<!`)\2(?!`)", re.M | re.S)
+"""A closed Markdown code fence (``` or ~~~ at a line start, up to its closing line) or code span."""
+
+
+def _markers(text: str) -> tuple[list[int], list[int]]:
+    """Where the markers (exact or near-miss) of ``text`` start: ``(outside code, inside code)``
+    (code: a closed Markdown code fence or code span, :data:`_CODE`)."""
+    code = [m.span() for m in _CODE.finditer(text)]
+    outside: list[int] = []
+    inside: list[int] = []
+    pos, found = find_marker(text)
+    while found:
+        (inside if any(a <= pos < b for a, b in code) else outside).append(pos)
+        pos, found = find_marker(text, pos + 1)
+    return outside, inside
+
+
+def _quoted(text: str) -> bool:
+    """Whether a marker of ``text`` stands inside Markdown code: then the field quotes markup
+    (docs, an example), and the whole field is text (issue 41, item 3: a fence quoting markup)."""
+    return bool(_markers(text)[1])
+
+
 def holds_markup(text: str) -> bool:
-    """Whether ``text`` holds a K3 marker (exact or a near-miss): in chat mode, markup left in a
-    field that could not be read as structure (or prose quoting one: they cannot be told apart)."""
-    return find_marker(text)[1]
+    """Whether ``text`` holds a K3 marker (exact or a near-miss) outside Markdown code: in chat
+    mode, markup left in a field that could not be read as structure (or prose quoting one: they
+    cannot be told apart). A marker inside a code span or fence is quoted: text, no issue."""
+    return bool(_markers(text)[0])

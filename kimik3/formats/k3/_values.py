@@ -14,8 +14,8 @@ from collections.abc import Callable
 from json.encoder import encode_basestring
 from typing import Any
 
-from ..._exceptions import JSONLimitError
-from ..._json import JSON_MAX_DEPTH, safe_loads
+from ..._exceptions import DuplicateKeyError, JSONLimitError
+from ..._json import JSON_MAX_DEPTH, safe_loads, unique_keys
 from ._encode import CLOSE, SEP
 from ._events import Event, IncompleteToolCall, ParsedToolCall, ToolCallArgumentsDelta, ToolCallDone
 
@@ -55,7 +55,9 @@ def decode_value(raw: str, max_depth: int) -> tuple[Any, str | None]:
     shared limits (:func:`~kimik3.formats.k3.safe_loads`: nesting, digits, NaN, lone surrogates)
     is kept as the raw text too, with the reason."""
     try:
-        return safe_loads(raw, max_depth), None
+        return safe_loads(raw, max_depth, object_pairs_hook=unique_keys), None
+    except DuplicateKeyError as e:  # one rule with chat mode (kimik3._json.unique_keys; dynamo #13654)
+        return raw, duplicate_key(e.key)
     except JSONLimitError as e:
         return raw, str(e)
     except ValueError:
