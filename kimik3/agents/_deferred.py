@@ -12,9 +12,10 @@ The approval journal: records of the session file (:mod:`._session`), each writt
     {"tool_finished": {"call_id": ..., "name": ...}}                   any call of the turn returned
     {"message": {"role": "tool", "tool_call_id": ..., ...}}           its result (the history's)
 
-A ``decision`` to run a call (allow, edit) carries ``sha256``: the SHA-256 of the arguments it
-approved (the call's, or the edit's; canonical JSON: sorted keys, UTF-8), so a call changed in the
-file after the decision is refused, never run (issue 40). A turn's results are appended together
+A ``decision`` to run a call (allow, edit) carries ``sha256``: the SHA-256 of the call it
+approved, its id, tool name and the arguments that would run (the call's, or the edit's)
+(:func:`call_digest`), so a call changed in the file after the decision (another tool, other
+arguments, ids swapped between calls) is refused, never run (issue 40). A turn's results are appended together
 when its last call ends, so each call's end is journaled (``tool_finished``) as it happens: a
 crash in between leaves a call known to have finished.
 
@@ -66,7 +67,7 @@ from ._session import JournalRecord, SessionLog, SessionWriter, Source
 from ._types import AgentEvent, Allow, ApprovalHook, Defer, Deny, Edit, PendingCall, ToolCallApprovedEvent
 
 __all__ = [
-    "Approvals", "CallJournal", "arguments_digest", "decide", "finished", "pending_approvals", "prepare_resume",
+    "Approvals", "CallJournal", "call_digest", "decide", "finished", "pending_approvals", "prepare_resume",
     "read_journal", "record_approvals", "settle",
 ]
 
@@ -126,7 +127,7 @@ def _arguments(value: Any, what: str) -> dict[str, Any]:
 
 def _decision(body: dict[str, Any], pending: PendingCall) -> Decision:
     """The decision a record holds, checked against the call it decides: one that runs the call
-    must carry the digest of exactly the arguments that would run (:func:`arguments_digest`)."""
+    must carry the digest of exactly the call that would run (:func:`call_digest`)."""
     kind = body.get("decision")
     if kind == "deny":
         reason = body.get("reason")
@@ -145,10 +146,11 @@ def _decision(body: dict[str, Any], pending: PendingCall) -> Decision:
     if not isinstance(digest, str):
         raise ValueError(f"an {kind} decision must carry the sha256 of the arguments it approved (written before "
                          "decisions were bound to their arguments: decide again in a fork)")
-    if digest != arguments_digest(runs):
-        raise ValueError(f"the arguments of call {pending.id!r} are not those approved (sha256 "
-                         f"{arguments_digest(runs)[:16]}… now, {digest[:16]:.16}… approved): the session was changed "
-                         "after the decision; nothing runs")
+    now = call_digest(pending.id, pending.name, runs)
+    if digest != now:
+        raise ValueError(f"call {pending.id!r} ({pending.name}) is not the one approved (its id, tool and arguments: "
+                         f"sha256 {now[:16]}… now, {digest[:16]:.16}… approved): the session was changed after the "
+                         "decision; nothing runs")
     return decision
 
 
@@ -157,8 +159,9 @@ def _body(decision: Decision, pending: PendingCall) -> dict[str, Any]:
         return {"call_id": pending.id, "decision": "deny", "reason": decision.reason}
     if isinstance(decision, Edit):
         return {"call_id": pending.id, "decision": "edit", "arguments": decision.arguments,
-                "sha256": arguments_digest(decision.arguments)}
-    return {"call_id": pending.id, "decision": "allow", "sha256": arguments_digest(pending.arguments)}
+                "sha256": call_digest(pending.id, pending.name, decision.arguments)}
+    return {"call_id": pending.id, "decision": "allow",
+            "sha256": call_digest(pending.id, pending.name, pending.arguments)}
 
 
 def _canonical(arguments: Any) -> str:
@@ -166,10 +169,12 @@ def _canonical(arguments: Any) -> str:
     return json.dumps(arguments, sort_keys=True, ensure_ascii=False)
 
 
-def arguments_digest(arguments: Any) -> str:
-    """The SHA-256 (64 hex digits) of a call's arguments as canonical JSON (sorted keys, UTF-8;
-    a lone surrogate as JSON's ``\\udcXX``): what a ``decision`` record binds (issue 40)."""
-    return hashlib.sha256(json.dumps(arguments, sort_keys=True).encode("ascii")).hexdigest()
+def call_digest(call_id: str, name: str, arguments: Any) -> str:
+    """The SHA-256 (64 hex digits) of a call that would run: ``[call id, tool name, arguments]``
+    as canonical JSON (sorted keys, ASCII with ``\\uXXXX`` escapes, a lone surrogate as
+    ``\\udcXX``): what a ``decision`` record binds, so neither the tool, the arguments nor the
+    call an id names can change after it (issue 40)."""
+    return hashlib.sha256(json.dumps([call_id, name, arguments], sort_keys=True).encode("ascii")).hexdigest()
 
 
 def _deferred(entry: CallJournal, body: dict[str, Any]) -> PendingCall:

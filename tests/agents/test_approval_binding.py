@@ -1,0 +1,116 @@
+"""Issue 40 (attacks on approvals): a decision binds the call it approved (id, tool, arguments),
+``kimik3 approve`` records what it showed, and the journal accepts ``tool_finished`` only for a
+call that ran."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from kimik3 import Agent, Allow, Defer, Deny, ScriptedEngine, SessionError, tool
+from kimik3.agents import PendingCall, record_approvals
+from kimik3.formats.k3 import render_output
+from kimik3.types import Message, ToolMessage, message_text
+
+RAN: list[tuple[str, str]] = []
+
+
+@tool
+def look(path: str) -> str:
+    """Look at a file.
+
+    Args:
+        path: the file.
+    """
+    RAN.append(("look", path))
+    return f"seen {path}"
+
+
+@tool
+def delete(path: str) -> str:
+    """Delete a file.
+
+    Args:
+        path: the file.
+    """
+    RAN.append(("delete", path))
+    return f"deleted {path}"
+
+
+@pytest.fixture(autouse=True)
+def _clear() -> None:
+    RAN.clear()
+
+
+def calls(*pairs: tuple[str, dict[str, Any]]) -> str:
+    return render_output({"reasoning_content": "go", "tool_calls": [
+        {"id": f"{name}:{i}", "function": {"name": name, "arguments": json.dumps(a)}}
+        for i, (name, a) in enumerate(pairs)]})
+
+
+def defer(call: PendingCall) -> Defer:
+    return Defer()
+
+
+def echo(messages: list[Message]) -> str:
+    last = next(m for m in reversed(messages) if isinstance(m, ToolMessage))
+    return "saw " + message_text(last.content)
+
+
+def deferred(session: Path, *pairs: tuple[str, dict[str, Any]]) -> dict[str, str]:
+    agent = Agent(tools=[look, delete], engine=ScriptedEngine([calls(*pairs)]), approval=defer)
+    result = anyio.run(lambda: agent.run("go", session=session))
+    assert result.stop_reason == "approval_required"
+    return {p.name: p.id for p in result.pending_approvals}
+
+
+def resume(session: Path) -> Any:
+    agent = Agent(tools=[look, delete], engine=ScriptedEngine(echo), approval=defer)
+    return anyio.run(lambda: agent.resume(session))
+
+
+def decision_line(session: Path) -> int:
+    return next(i for i, t in enumerate(session.read_text().splitlines(), 1) if t.startswith('{"decision"'))
+
+
+def test_a_call_renamed_to_another_tool_after_its_approval_is_refused(tmp_path: Path) -> None:
+    session = tmp_path / "s.jsonl"
+    ids = deferred(session, ("look", {"path": "a"}))
+    record_approvals(session, {ids["look"]: Allow()})
+    line = decision_line(session)
+    # the attacker's edit: the assistant message and the deferred record alike now call delete
+    session.write_text(session.read_text().replace('\\"name\\": \\"look\\"', '\\"name\\": \\"delete\\"')
+                       .replace('"name": "look"', '"name": "delete"'))
+    assert '"name": "delete", "arguments": {"path": "a"}' in session.read_text()
+    with pytest.raises(SessionError, match=rf"^{session}:{line}: not a valid decision record: call "
+                                           rf"'{ids['look']}' \(delete\) is not the one approved \(its id, tool and arguments: "):
+        resume(session)
+    assert RAN == []
+
+
+def _swap(text: str, a: str, b: str) -> str:
+    return text.replace(a, "\0").replace(b, a).replace("\0", b)
+
+
+@pytest.mark.parametrize("records", [True, False])
+def test_ids_swapped_between_calls_with_equal_arguments_are_refused(tmp_path: Path, records: bool) -> None:
+    session = tmp_path / "s.jsonl"
+    ids = deferred(session, ("look", {"path": "a"}), ("delete", {"path": "a"}))
+    record_approvals(session, {ids["look"]: Allow(), ids["delete"]: Deny("no")})
+    line = decision_line(session)
+    lines = session.read_text().splitlines()
+    # the ids traded in the assistant message (and, or not, in the deferred records): the
+    # approval of the look call now names the delete call
+    lines = [_swap(t, ids["look"], ids["delete"]) if records or t.startswith('{"message"') else t for t in lines]
+    session.write_text("\n".join(lines) + "\n")
+    if records:  # the deferred records agree with the message: only the decision's digest tells
+        why = rf"{line}: not a valid decision record: call '[^']+' \((look|delete)\) is not the one approved"
+    else:
+        why = r"\d+: not a valid deferred record: call '[^']+' is to '(look|delete)', not '(look|delete)'$"
+    with pytest.raises(SessionError, match=rf"^{session}:{why}"):
+        resume(session)
+    assert RAN == []
