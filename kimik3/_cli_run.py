@@ -221,7 +221,7 @@ def approve_command(ctx: click.Context, session: str, allow: tuple[str, ...], de
         _ask(rest, decisions)
     if decisions:
         try:
-            record_approvals(session, decisions)
+            record_approvals(session, decisions, shown=pending)  # the calls shown, not a later read
         except KimiK3Error as e:
             plain.error(e)
             ctx.exit(1)

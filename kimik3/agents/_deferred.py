@@ -264,7 +264,8 @@ def _check_approvals(approvals: Mapping[str, Decision]) -> None:
                 raise UserError(f"approvals[{call_id!r}]: {e}") from None
 
 
-def record_approvals(session: Source | SessionWriter, approvals: Mapping[str, Decision]) -> list[PendingCall]:
+def record_approvals(session: Source | SessionWriter, approvals: Mapping[str, Decision],
+                     shown: Sequence[PendingCall] | None = None) -> list[PendingCall]:
     """Record decisions on calls ``session``'s last turn deferred, before anything runs (a
     ``decision`` record each, carrying the SHA-256 of the arguments it lets run; the run that
     continues the session carries them out, once).
@@ -276,6 +277,9 @@ def record_approvals(session: Source | SessionWriter, approvals: Mapping[str, De
             a decision now (:func:`pending_approvals`; ids such as ``write:0`` repeat across turns:
             an id names the call of the last turn). A call decided already the same way is left
             as it is, so a retried resume decides nothing twice.
+        shown: the calls a person was shown to decide on (``kimik3 approve``): each decided call
+            must still be exactly that one (id, tool, arguments) when the file is read under the
+            writer's lock, so an edit made while the person read is never what gets approved.
 
     Returns:
         The calls decided now, in the order given.
@@ -285,21 +289,23 @@ def record_approvals(session: Source | SessionWriter, approvals: Mapping[str, De
             that is no decision (``Defer()`` included), an :class:`Edit` whose arguments are not
             a JSON object within the limits, or a call decided otherwise before; nothing is
             recorded then.
-        SessionError: as :class:`SessionWriter` (missing, in use by another run, ...).
+        SessionError: as :class:`SessionWriter` (missing, in use by another run, ...); a decided
+            call that is not the one ``shown`` (nothing is recorded then).
     """
     _check_approvals(approvals)
     if not approvals:
         return []
     if isinstance(session, SessionWriter):
-        return _record(session, approvals)
+        return _record(session, approvals, shown)
     writer = SessionWriter(session, create=False)
     try:
-        return _record(writer, approvals)
+        return _record(writer, approvals, shown)
     finally:
         writer.close()
 
 
-def _record(writer: SessionWriter, approvals: Mapping[str, Decision]) -> list[PendingCall]:
+def _record(writer: SessionWriter, approvals: Mapping[str, Decision],
+            shown: Sequence[PendingCall] | None) -> list[PendingCall]:
     entries = {e.call.id: e for e in read_journal(writer.path, writer.messages, writer.journal)}
     waiting = [i for i, e in entries.items() if e.deferred and e.decision is None]
     todo: list[PendingCall] = []
@@ -315,6 +321,13 @@ def _record(writer: SessionWriter, approvals: Mapping[str, Decision]) -> list[Pe
             raise UserError(f"no call {call_id!r} awaits approval in {writer.path}; awaiting: "
                             f"{', '.join(map(repr, waiting)) or 'none'}")
         todo.append(entry.deferred)
+    if shown is not None:
+        seen = {p.id: call_digest(p.id, p.name, p.arguments) for p in shown}
+        for pending in todo:  # the digest: 1, 1.0 and true stay apart
+            if seen.get(pending.id) != call_digest(pending.id, pending.name, pending.arguments):
+                raise SessionError(f"call {pending.id!r} of {writer.path} changed after it was shown (now "
+                                   f"{pending.name} {_canonical(pending.arguments):.80}); nothing was recorded: "
+                                   "read it again and decide")
     for pending in todo:
         writer.record("decision", _body(approvals[pending.id], pending))
     return todo

@@ -114,3 +114,50 @@ def test_ids_swapped_between_calls_with_equal_arguments_are_refused(tmp_path: Pa
     with pytest.raises(SessionError, match=rf"^{session}:{why}"):
         resume(session)
     assert RAN == []
+
+
+def _approve(session: Path, args: list[str], monkeypatch: pytest.MonkeyPatch, edit: tuple[str, ...]) -> Any:
+    """``kimik3 approve`` at a terminal; while the person reads the prompt, ``edit`` is made in
+    the file (the message and the deferred record alike)."""
+    from click.testing import CliRunner
+
+    import kimik3._cli_run as cli_run
+    from kimik3.cli import main
+
+    def prompt(*_: Any, **__: Any) -> str:
+        text = session.read_text()
+        for old, new in zip(edit[::2], edit[1::2], strict=True):
+            text = text.replace(old, new)
+        session.write_text(text)
+        return "y"
+
+    monkeypatch.setattr(cli_run, "_interactive", lambda: True)
+    monkeypatch.setattr(cli_run.click, "prompt", prompt)
+    if "--all" in args:  # no prompt: the edit lands between approve's read and its write
+        real = cli_run.record_approvals
+
+        def late(*a: Any, **k: Any) -> Any:
+            prompt()
+            return real(*a, **k)
+
+        monkeypatch.setattr(cli_run, "record_approvals", late)
+    return CliRunner().invoke(main, ["approve", str(session), *args])
+
+
+@pytest.mark.parametrize(("args", "edit", "now"), [
+    ([], ("build/tmp", "/home/me"), 'look {"path": "/home/me"}'),  # the attacker's: edited while the prompt showed
+    (["--all"], ('"name": "look", ', '"name": "delete", '), 'delete {"path": "build/tmp"}'),  # mine: --all, the tool
+])
+def test_approve_records_the_calls_it_showed_never_a_later_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               args: list[str], edit: tuple[str, ...], now: str) -> None:
+    session = tmp_path / "s.jsonl"
+    ids = deferred(session, ("look", {"path": "build/tmp"}))
+    if args:  # the assistant message holds the call as escaped JSON text
+        edit = (*edit, *(e.replace('"', '\\"') for e in edit))
+    before = session.read_text()
+    out = _approve(session, args, monkeypatch, edit)
+    changed = session.read_text()
+    assert changed != before and now.split()[0] in changed and '"decision"' not in changed  # nothing approved
+    assert out.exit_code == 1
+    assert out.output.splitlines()[-1] == (f"error: SessionError: call '{ids['look']}' of {session} changed after it "
+                                           f"was shown (now {now}); nothing was recorded: read it again and decide")
