@@ -202,8 +202,9 @@ def read_journal(path: str | os.PathLike[str] | None, messages: Sequence[Message
             the turn does not have, a ``deferred`` record whose tool name or arguments are not
             exactly the call's (or a second one for the call), a decision on a call never
             deferred or decided twice, an allow or edit whose ``sha256`` is missing or is not
-            that of the arguments that would run (the session changed after the decision), a
-            start without an approval, or a turn whose calls share an id the journal names.
+            that of the call that would run (the session changed after the decision), a
+            start without an approval, a ``tool_finished`` of a deferred call that never started
+            (or a ``deferred`` record after one), or a turn whose calls share an id the journal names.
     """
     calls, answered = _last_turn(messages)
     entries = [CallJournal(c, c.id in answered) for c in calls]
@@ -218,12 +219,16 @@ def read_journal(path: str | os.PathLike[str] | None, messages: Sequence[Message
                 raise ValueError(f"no call {call_id!r} in the last turn")
             shared = sum(c.id == call_id for c in calls) > 1
             if kind == "tool_finished":  # every call's; of calls sharing an id, none can be told apart
+                if entry.deferred is not None and not entry.started:
+                    raise ValueError(f"call {call_id!r} was deferred and never started (tool_started)")
                 entry.finished = not shared
                 continue
             if shared:
                 raise ValueError(f"several calls of the last turn have the id {call_id!r}")
             if kind == "deferred":
                 entry.deferred = _deferred(entry, body)
+                if entry.finished:
+                    raise ValueError(f"call {call_id!r} was journaled finished before")
             elif kind == "decision":
                 if entry.deferred is None or entry.decision is not None:
                     raise ValueError(f"call {call_id!r} was " + ("decided already" if entry.decision is not None

@@ -161,3 +161,37 @@ def test_approve_records_the_calls_it_showed_never_a_later_read(tmp_path: Path, 
     assert out.exit_code == 1
     assert out.output.splitlines()[-1] == (f"error: SessionError: call '{ids['look']}' of {session} changed after it "
                                            f"was shown (now {now}); nothing was recorded: read it again and decide")
+
+
+@pytest.mark.parametrize("decided", [False, True])
+def test_a_finish_of_a_deferred_call_that_never_started_is_refused_naming_its_line(tmp_path: Path,
+                                                                                  decided: bool) -> None:
+    session = tmp_path / "s.jsonl"
+    ids = deferred(session, ("delete", {"path": "two"}))
+    if decided:  # mine: approved, then a finish written before any start
+        record_approvals(session, {ids["delete"]: Allow()})
+    with session.open("a") as f:  # the attacker's: a finish for the call that still waits
+        f.write(json.dumps({"tool_finished": {"call_id": ids["delete"], "name": "delete"}}) + "\n")
+    line = len(session.read_text().splitlines())
+    with pytest.raises(SessionError, match=rf"^{session}:{line}: not a valid tool_finished record: call "
+                                           rf"'{ids['delete']}' was deferred and never started \(tool_started\)$"):
+        resume(session)
+    if not decided:
+        with pytest.raises(SessionError, match=rf"^{session}:{line}: not a valid tool_finished record"):
+            record_approvals(session, {ids["delete"]: Allow()})  # the approval is never swallowed
+    assert RAN == []
+
+
+def test_a_deferred_record_after_the_call_finished_is_refused(tmp_path: Path) -> None:
+    session = tmp_path / "s.jsonl"
+    agent = Agent(tools=[look, delete], engine=ScriptedEngine([calls(("look", {"path": "a"}), ("delete", {"path": "b"}))]),
+                  approval=lambda c: Allow() if c.name == "look" else Defer())
+    result = anyio.run(lambda: agent.run("go", session=session))
+    [look_id] = [m.tool_call_id for m in result.messages if isinstance(m, ToolMessage)]
+    with session.open("a") as f:
+        f.write(json.dumps({"deferred": {"call_id": look_id, "name": "look", "arguments": {"path": "a"}}}) + "\n")
+    line = len(session.read_text().splitlines())
+    with pytest.raises(SessionError, match=rf"^{session}:{line}: not a valid deferred record: call '{look_id}' was "
+                                           "journaled finished before$"):
+        resume(session)
+    assert RAN == [("look", "a")]
