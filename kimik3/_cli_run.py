@@ -127,19 +127,29 @@ def _drop_unanswered(session: Path) -> None:
 
 def session_workspace(log: SessionLog, given: str | None) -> str:
     """The workspace a resumed run works in (issue 40): the one the session's header records
-    (``"workspace"``, :class:`~kimik3.harness.CodingHarness` writes it), else ``given`` or ".".
+    (:meth:`~kimik3.agents.SessionLog.workspace`, resolved), else ``given``, else "." for a
+    session of no coding harness.
 
     Raises:
-        SessionError: ``given`` is another directory than the recorded one (both named).
+        SessionError: ``given`` is another folder than the recorded one (both named; the fix
+            printed runs as printed); the recorded folder is gone; a malformed ``"workspace"``;
+            a coding-harness session (its header records its ``sandbox``) that records no
+            workspace, without ``given`` (it is never run in whatever folder this is).
     """
-    recorded = log.header.get("workspace")
-    if not isinstance(recorded, str):
+    recorded = log.workspace()
+    if recorded is None:
+        if given is None and "sandbox" in log.header:
+            raise SessionError(f"session {log.path} records no workspace (written before sessions recorded theirs); "
+                               f"nothing was run: give the folder it worked in ({resume_line(log.path)} -w FOLDER)")
         return given if given is not None else "."
-    if given is not None and Path(given).resolve() != Path(recorded):
-        raise SessionError(f"session {log.path} works in {recorded!a}, not in {str(Path(given).resolve())!a}; "
+    if not recorded.is_dir():
+        raise SessionError(f"session {log.path} works in {str(recorded)!a}, which is no longer a folder; nothing "
+                           "was run")
+    if given is not None and Path(given).resolve() != recorded:
+        raise SessionError(f"session {log.path} works in {str(recorded)!a}, not in {str(Path(given).resolve())!a}; "
                            f"nothing was run: continue it there ({resume_line(log.path)}, or with -w "
-                           f"{shlex.quote(recorded)})")
-    return recorded
+                           f"{shlex.quote(str(recorded))})")
+    return str(recorded)
 
 
 def _interactive() -> bool:
