@@ -31,6 +31,7 @@ from .agents import (
     PendingCall,
     RunResult,
     SessionLog,
+    SessionWriter,
     load_session,
     pending_approvals,
     record_approvals,
@@ -63,13 +64,14 @@ def _read_task(task: str) -> str:
     return task
 
 
-async def _drive(agent: Agent[str], task: str | None, messages: list[Message], session: Path,
+async def _drive(agent: Agent[str], task: str | None, messages: list[Message], session: Path | SessionWriter,
                  progress: _Progress) -> RunResult[Any]:
-    """One run, its events shown by ``progress``."""
+    """One run, its events shown by ``progress`` (``session``: a file, or resume's writer, which
+    the run takes over)."""
     result: RunResult[Any] | None = None
     progress.start()
     try:
-        async for event in agent.run_stream(task, messages=messages, session=session):
+        async for event in agent.run_stream(task, messages=messages, session=session):  # type: ignore[arg-type]
             progress.event(event)
             if isinstance(event, FinalEvent):
                 result = event.result

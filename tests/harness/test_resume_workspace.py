@@ -194,3 +194,55 @@ def test_a_recorded_workspace_that_is_gone_is_one_typed_line(tmp_path: Path) -> 
     assert out.output.splitlines() == [f"error: SessionError: session {session} works in "
                                        f"{str(tmp_path / 'file')!a}, which is no longer a folder; nothing was run"]
     assert (gone / "marker.txt").exists() and (other / "marker.txt").exists()
+
+
+def test_a_cli_resume_with_checkpoints_opens_locks_and_reads_the_session_once(tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 42 on the CLI's path (the coding harness, checkpoints always on): before, the CLI
+    read the session unlocked for its workspace, then the run locked and read it, then the
+    checkpoints read it again to count turns (3 opens); now the run's writer is opened first and
+    everything reads its log."""
+    import builtins
+    import fcntl
+    import io
+    import os
+
+    session, ws, other = deferred(tmp_path)
+    assert CliRunner().invoke(main, ["approve", str(session), "--all"]).exit_code == 0
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps([answer("cleaned")]))
+    counts = {"open": 0, "lock": 0, "read": 0}
+    real_open, real_io_open, real_flock, real_seek = os.open, io.open, fcntl.flock, os.lseek
+
+    def ours(path: object) -> bool:
+        return isinstance(path, (str, os.PathLike)) and os.path.abspath(path) == str(session)
+
+    def counting_open(path: object, *args: object, **kwargs: object) -> int:
+        counts["open"] += ours(path)
+        return real_open(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    def counting_io_open(path: object, *args: object, **kwargs: object) -> object:
+        counts["open"] += ours(path)
+        return real_io_open(path, *args, **kwargs)  # type: ignore[call-overload]
+
+    def counting_flock(fd: int, op: int) -> None:
+        counts["lock"] += bool(op & fcntl.LOCK_EX) and os.path.samefile(f"/proc/self/fd/{fd}", session)
+        real_flock(fd, op)
+
+    def counting_seek(fd: int, pos: int, how: int) -> int:
+        if (pos, how) == (0, os.SEEK_SET) and os.path.samefile(f"/proc/self/fd/{fd}", session):
+            counts["read"] += 1
+        return real_seek(fd, pos, how)
+
+    monkeypatch.chdir(other)
+    monkeypatch.setattr(os, "open", counting_open)
+    monkeypatch.setattr(io, "open", counting_io_open)
+    monkeypatch.setattr(builtins, "open", counting_io_open)
+    monkeypatch.setattr(fcntl, "flock", counting_flock)
+    monkeypatch.setattr(os, "lseek", counting_seek)
+    out = CliRunner().invoke(main, ["resume", str(session), "--script", str(script), "--plain", "--sandbox", "none"])
+    monkeypatch.undo()
+    assert out.exit_code == 0, out.output
+    assert not (ws / "marker.txt").exists() and (other / "marker.txt").exists()
+    assert '{"checkpoint": ' in session.read_text()  # the checkpoints were on, and counted their turn
+    assert counts == {"open": 1, "lock": 1, "read": 1}
