@@ -21,7 +21,7 @@ from ._cli_progress import (
     resume_line,
 )
 from ._exceptions import EngineError, KimiK3Error, SessionError, UserError
-from ._text import counted, shown_json
+from ._text import counted, shown_call
 from .agents import (
     Agent,
     Allow,
@@ -161,7 +161,7 @@ def _interactive() -> bool:
 def _ask(pending: list[PendingCall], decisions: dict[str, Allow | Deny | Edit]) -> None:
     """Ask the person at the terminal about each call in turn, showing its whole arguments."""
     for p in pending:
-        click.echo(f"{p.name} {shown_json(p.arguments)}  id={p.id}", err=True)
+        click.echo(shown_call(f"{p.name} ", p.arguments, f"  id={p.id}"), err=True)
         answer = click.prompt("run this call? (y: approve, n: deny, s: leave it waiting)",
                               type=click.Choice(["y", "n", "s"]), err=True)
         if answer != "s":
@@ -239,7 +239,7 @@ def approve_command(ctx: click.Context, session: str, allow: tuple[str, ...], de
             ctx.exit(1)
     for p in pending:
         d = decisions.get(p.id)
-        what = ("still waiting" if d is None else "denied" if isinstance(d, Deny)
-                else f"edited to {shown_json(d.arguments)}" if isinstance(d, Edit) else "approved")
-        plain.note(f"{what}: {p.name} {shown_json(p.arguments)}  id={p.id}")
+        what = ("still waiting: " if d is None else "denied: " if isinstance(d, Deny)
+                else shown_call("edited to ", d.arguments, ": ") if isinstance(d, Edit) else "approved: ")
+        plain.note(shown_call(f"{what}{p.name} ", p.arguments, f"  id={p.id}"))
     plain.note(f"continue with: {resume_line(session)}")

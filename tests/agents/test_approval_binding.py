@@ -195,3 +195,36 @@ def test_a_deferred_record_after_the_call_finished_is_refused(tmp_path: Path) ->
                                            "journaled finished before$"):
         resume(session)
     assert RAN == [("look", "a")]
+
+
+def test_shown_calls_fit_100_columns_with_their_prefix_and_long_ones_are_announced(tmp_path: Path) -> None:
+    """The attacker's: escapes and padding made approve's lines 117 and 104 characters wide
+    (the prefix added on top of the wrap width) and buried a tail after 100,000 characters of
+    padding; now every line fits and an argument over 2,000 characters is announced first."""
+    from click.testing import CliRunner
+
+    from kimik3._text import shown_call
+    from kimik3.cli import main
+
+    session = tmp_path / "s.jsonl"
+    short = "ls\x1b[2K\x1b]0;pwned\x07" + "x" * 170  # escapes: 6 characters each when shown
+    long = "echo ok;" + " " * 3000 + "rm -rf ~"
+    ids = deferred(session, ("delete", {"path": short}), ("look", {"path": long}))
+    out = CliRunner().invoke(main, ["approve", str(session), "--allow", ids["delete"], "--deny", ids["look"]])
+    assert out.exit_code == 0, out.output
+    lines = out.output.splitlines()
+    assert max(map(len, lines)) == 100
+    assert lines[0].startswith('approved: delete {"path": "ls\\u001b[2K\\u001b]0;pwned\\u0007xxx')
+    [notice] = [t for t in lines if t.startswith("denied: ")]
+    assert notice == "denied: look (3028 characters; whole below)"  # {"path": "..."}: 12 + 3016
+    shown = "".join(t.removeprefix("    ") for t in lines[lines.index(notice) + 1:] if t.startswith("    "))
+    assert shown == json.dumps({"path": long}) + f"  id={ids['look']}"  # whole, its tail included
+    show = CliRunner().invoke(main, ["show", str(session)])
+    calls_shown = [t for t in show.output.splitlines() if t.startswith(("    -> ", "--- deferred", "        "))]
+    assert len(calls_shown) > 60 and max(map(len, calls_shown)) <= 100  # the call lines (a path may be longer)
+    # mine: a head, a value and a tail of any lengths: each line fits, nothing is lost
+    for n in range(150, 260, 7):
+        text = shown_call("awaiting approval: bash ", {"command": "y" * n}, "  id=call_0123456789abcdef01234567")
+        assert max(map(len, text.splitlines())) <= 100
+        assert "".join(t.removeprefix("    ") for t in text.splitlines()) == (
+            f'awaiting approval: bash {{"command": "{"y" * n}"}}  id=call_0123456789abcdef01234567')
