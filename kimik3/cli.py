@@ -225,6 +225,8 @@ def _run_agent(o: _Options, workspace: str, task: str | None, history: list[Mess
             await _start(engine, progress, o.verbose)
             result = await _drive(agent, task, history, session if writer is None else writer, progress)
         finally:
+            if writer is not None:
+                writer.close()  # the run's own close, or the engine never started (idempotent)
             if result is None and not existed:
                 _drop_unanswered(session)
             progress.summary(result, session if session.exists() else None)
