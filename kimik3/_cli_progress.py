@@ -19,7 +19,7 @@ from rich.text import Text
 from ._exceptions import APIConnectionError, APITimeoutError, KimiK3Error
 from ._models import MOONSHOT_HOSTS
 from ._pricing import format_usd
-from ._text import counted, printable, redact_urls, shown_json
+from ._text import counted, printable, redact_urls, shown_call
 from .agents import (
     AgentEvent,
     CompactionEvent,
@@ -111,7 +111,7 @@ def _next_lines(result: RunResult[Any] | None, session: Path | None) -> list[str
 def _degraded_lines(result: RunResult[Any]) -> list[str]:
     """The calls awaiting approval, and ``degraded: ...`` with the run's issues, for a run whose
     answer is not clean ([] when it is)."""
-    waiting = [f"awaiting approval: {p.name} {shown_json(p.arguments)}  id={p.id}"  # whole: a person decides on it
+    waiting = [shown_call(f"awaiting approval: {p.name} ", p.arguments, f"  id={p.id}")  # whole: a person decides
                for p in result.pending_approvals]
     trip = result.guardrail
     if trip is not None:

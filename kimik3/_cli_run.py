@@ -25,7 +25,7 @@ from ._cli_progress import (
     resume_line,
 )
 from ._exceptions import EngineError, KimiK3Error, SessionError, UserError
-from ._text import counted, shown_json
+from ._text import counted, shown_call
 from .agents import (
     Agent,
     Allow,
@@ -35,6 +35,7 @@ from .agents import (
     PendingCall,
     RunResult,
     SessionLog,
+    SessionWriter,
     load_session,
     pending_approvals,
     record_approvals,
@@ -68,13 +69,14 @@ def _read_task(task: str) -> str:
     return task
 
 
-async def _drive(agent: Agent[str], task: str | None, messages: list[Message], session: Path,
+async def _drive(agent: Agent[str], task: str | None, messages: list[Message], session: Path | SessionWriter,
                  progress: _Progress) -> RunResult[Any]:
-    """One run, its events shown by ``progress``."""
+    """One run, its events shown by ``progress`` (``session``: a file, or resume's writer, which
+    the run takes over)."""
     result: RunResult[Any] | None = None
     progress.start()
     try:
-        async for event in agent.run_stream(task, messages=messages, session=session):
+        async for event in agent.run_stream(task, messages=messages, session=session):  # type: ignore[arg-type]
             progress.event(event)
             if isinstance(event, FinalEvent):
                 result = event.result
@@ -168,19 +170,29 @@ def _kept_unanswered(session: Path, workspace: str, progress: _Progress) -> None
 
 def session_workspace(log: SessionLog, given: str | None) -> str:
     """The workspace a resumed run works in (issue 40): the one the session's header records
-    (``"workspace"``, :class:`~kimik3.harness.CodingHarness` writes it), else ``given`` or ".".
+    (:meth:`~kimik3.agents.SessionLog.workspace`, resolved), else ``given``, else "." for a
+    session of no coding harness.
 
     Raises:
-        SessionError: ``given`` is another directory than the recorded one (both named).
+        SessionError: ``given`` is another folder than the recorded one (both named; the fix
+            printed runs as printed); the recorded folder is gone; a malformed ``"workspace"``;
+            a coding-harness session (its header records its ``sandbox``) that records no
+            workspace, without ``given`` (it is never run in whatever folder this is).
     """
-    recorded = log.header.get("workspace")
-    if not isinstance(recorded, str):
+    recorded = log.workspace()
+    if recorded is None:
+        if given is None and "sandbox" in log.header:
+            raise SessionError(f"session {log.path} records no workspace (written before sessions recorded theirs); "
+                               f"nothing was run: give the folder it worked in ({resume_line(log.path)} -w FOLDER)")
         return given if given is not None else "."
-    if given is not None and Path(given).resolve() != Path(recorded):
-        raise SessionError(f"session {log.path} works in {recorded!a}, not in {str(Path(given).resolve())!a}; "
+    if not recorded.is_dir():
+        raise SessionError(f"session {log.path} works in {str(recorded)!a}, which is no longer a folder; nothing "
+                           "was run")
+    if given is not None and Path(given).resolve() != recorded:
+        raise SessionError(f"session {log.path} works in {str(recorded)!a}, not in {str(Path(given).resolve())!a}; "
                            f"nothing was run: continue it there ({resume_line(log.path)}, or with -w "
-                           f"{shlex.quote(recorded)})")
-    return recorded
+                           f"{shlex.quote(str(recorded))})")
+    return str(recorded)
 
 
 def _interactive() -> bool:
@@ -190,7 +202,7 @@ def _interactive() -> bool:
 def _ask(pending: list[PendingCall], decisions: dict[str, Allow | Deny | Edit]) -> None:
     """Ask the person at the terminal about each call in turn, showing its whole arguments."""
     for p in pending:
-        click.echo(f"{p.name} {shown_json(p.arguments)}  id={p.id}", err=True)
+        click.echo(shown_call(f"{p.name} ", p.arguments, f"  id={p.id}"), err=True)
         answer = click.prompt("run this call? (y: approve, n: deny, s: leave it waiting)",
                               type=click.Choice(["y", "n", "s"]), err=True)
         if answer != "s":
@@ -262,13 +274,13 @@ def approve_command(ctx: click.Context, session: str, allow: tuple[str, ...], de
         _ask(rest, decisions)
     if decisions:
         try:
-            record_approvals(session, decisions)
+            record_approvals(session, decisions, shown=pending)  # the calls shown, not a later read
         except KimiK3Error as e:
             plain.error(e)
             ctx.exit(1)
     for p in pending:
         d = decisions.get(p.id)
-        what = ("still waiting" if d is None else "denied" if isinstance(d, Deny)
-                else f"edited to {shown_json(d.arguments)}" if isinstance(d, Edit) else "approved")
-        plain.note(f"{what}: {p.name} {shown_json(p.arguments)}  id={p.id}")
+        what = ("still waiting: " if d is None else "denied: " if isinstance(d, Deny)
+                else shown_call("edited to ", d.arguments, ": ") if isinstance(d, Edit) else "approved: ")
+        plain.note(shown_call(f"{what}{p.name} ", p.arguments, f"  id={p.id}"))
     plain.note(f"continue with: {resume_line(session)}")

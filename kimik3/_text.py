@@ -83,32 +83,52 @@ def _units(text: str) -> list[str]:
     return out
 
 
-def shown_json(value: object, *, width: int = 100, indent: str = "    ") -> str:
+LONG_SHOWN = 2000
+"""Shown text longer than this (characters, escapes counted) is announced on its first line
+(``(N characters; whole below)``) and starts on the next, so padding cannot bury its tail."""
+
+
+def shown_json(value: object, *, width: int = 100, indent: str = "    ", start: int = 0, end: int = 0) -> str:
     """``value`` as JSON a person can check before deciding on it (issue 40): whole, never cut;
     every character a terminal would hide or act on (controls, escape sequences, bidirectional
     overrides, zero-width and other format characters, lone surrogates) escaped as ``\\uXXXX``;
-    wrapped into lines of at most ``width`` characters, the continuation lines indented with
-    ``indent`` (and joined by ``\\n``).
+    wrapped so that every line, with the ``start`` characters before it on the first line and
+    the ``end`` characters after it on the last, holds at most ``width`` characters (the
+    continuation lines indented with ``indent``, joined by ``\\n``); over :data:`LONG_SHOWN`
+    characters, announced first.
 
     Example: ``shown_json({"c": "ls\\x1b[8m rm -rf ~"})`` is ``{"c": "ls\\u001b[8m rm -rf ~"}``.
     """
-    return shown_text(json.dumps(value, ensure_ascii=False), width=width, indent=indent)
+    return shown_text(json.dumps(value, ensure_ascii=False), width=width, indent=indent, start=start, end=end)
 
 
-def shown_text(text: str, *, width: int = 100, indent: str = "    ") -> str:
+def shown_call(head: str, value: object, tail: str = "", *, width: int = 100, indent: str = "    ") -> str:
+    """``head``, ``value`` as :func:`shown_json` shows it, then ``tail``: every line within
+    ``width`` characters, ``head``'s last line and ``tail`` counted (``awaiting approval: bash
+    {...}  id=...``)."""
+    start = len(head.rsplit("\n", 1)[-1])
+    return head + shown_json(value, width=width, indent=indent, start=start, end=len(tail)) + tail
+
+
+def shown_text(text: str, *, width: int = 100, indent: str = "    ", start: int = 0, end: int = 0) -> str:
     """``text`` (a call's raw arguments) shown as :func:`shown_json` shows JSON: whole, the
-    characters a terminal would hide or act on escaped, wrapped at ``width``."""
+    characters a terminal would hide or act on escaped, wrapped to fit ``width`` with what
+    surrounds it."""
     units = _units(text)
-    lines: list[str] = []
+    total = sum(map(len, units))
+    lines = [f"({total} characters; whole below)"] if total > LONG_SHOWN else []
+    limit = width - len(indent) if lines else width - start
     line: list[str] = []
     size = 0
     for unit in units:
-        if size + len(unit) > width and line:
+        if size + len(unit) > limit and line:
             lines.append("".join(line))
-            line, size = [], 0
+            line, size, limit = [], 0, width - len(indent)
         line.append(unit)
         size += len(unit)
     lines.append("".join(line))
+    if end and size + end > limit and line:  # what follows goes on a line of its own
+        lines.append("")
     return ("\n" + indent).join(lines)
 
 

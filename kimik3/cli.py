@@ -111,7 +111,7 @@ from .agents import (
     Agent,
     RunHooks,
     RunResult,
-    SessionLog,
+    SessionWriter,
     fork_session,
     format_session,
     load_session,
@@ -200,17 +200,28 @@ __all__ = ["build_agent", "build_engine", "engine_options", "main", "parse_engin
 
 
 
-def _run_agent(o: _Options, workspace: str, task: str | None, history: list[Message], session: Path) -> int:
-    _quiet(o.verbose)
-    progress = _progress(o.plain)
-    skills = skills_from_options(workspace, progress.note)
-    try:  # the first line: which sandbox runs (the skills' folders readable in it)
-        sandbox = sandbox_from_options(workspace, progress.note, skills)
-    except KimiK3Error as e:
-        progress.error(e)
-        return 1
-    engine = _build_engine(o)
-    agent = _agent(o, engine, *harness_parts(engine, workspace, _settings(o, engine), progress.note, sandbox, skills))
+def _run_agent(o: _Options, workspace: str, task: str | None, history: list[Message], session: Path,
+               writer: SessionWriter | None = None) -> int:
+    """Run the agent; ``writer``: resume's, holding the session already (the run takes it over:
+    one open, lock and read of the session, issue 42), closed here if the run never starts."""
+    try:
+        _quiet(o.verbose)
+        progress = _progress(o.plain)
+        skills = skills_from_options(workspace, progress.note)
+        try:  # the first line: which sandbox runs (the skills' folders readable in it)
+            sandbox = sandbox_from_options(workspace, progress.note, skills)
+        except KimiK3Error as e:
+            progress.error(e)
+            if writer is not None:
+                writer.close()
+            return 1
+        engine = _build_engine(o)
+        agent = _agent(o, engine, *harness_parts(engine, workspace, _settings(o, engine), progress.note, sandbox,
+                                                 skills))
+    except BaseException:
+        if writer is not None:
+            writer.close()
+        raise
 
     existed = session.exists()
 
@@ -219,8 +230,10 @@ def _run_agent(o: _Options, workspace: str, task: str | None, history: list[Mess
         try:
             await _start(engine, progress, o.verbose)
             await check_prices(o, engine)  # --max-usd without prices: refused before any model call
-            result = await _drive(agent, task, history, session, progress)
+            result = await _drive(agent, task, history, session if writer is None else writer, progress)
         finally:
+            if writer is not None:
+                writer.close()  # the run's own close, or the engine never started (idempotent)
             progress.summary(result, session if session.exists() else None)
             if result is None and not existed and session.exists():  # kept: the task is in it
                 _kept_unanswered(session, workspace, progress)
@@ -345,15 +358,20 @@ def resume(ctx: click.Context, /, session: str, task: str | None, workspace: str
             forked = fork_session(session, at, _new_session_path())
             click.echo(f"forked {session} at message {at} into {forked}", err=True)
             session = str(forked)
-        log = SessionLog.read(session)
-        history, workspace = log.messages, session_workspace(log, workspace)
+        writer = SessionWriter(session, create=False)  # the run's: workspace and history from its one read
+        try:
+            history, workspace = list(writer.messages), session_workspace(writer.log, workspace)
+        except BaseException:
+            writer.close()
+            raise
     except KimiK3Error as e:
         progress.error(e)
         ctx.exit(1)
     last = history[-1] if history else None
     if task is None and isinstance(last, AssistantMessage) and not last.tool_calls:
+        writer.close()
         raise click.UsageError("the session ends with the agent's answer; give a TASK to continue it")
-    ctx.exit(_run_agent(o, workspace, task, history, Path(session)))
+    ctx.exit(_run_agent(o, workspace, task, history, Path(session), writer))
 
 
 @main.command()

@@ -12,9 +12,10 @@ The approval journal: records of the session file (:mod:`._session`), each writt
     {"tool_finished": {"call_id": ..., "name": ...}}                   any call of the turn returned
     {"message": {"role": "tool", "tool_call_id": ..., ...}}           its result (the history's)
 
-A ``decision`` to run a call (allow, edit) carries ``sha256``: the SHA-256 of the arguments it
-approved (the call's, or the edit's; canonical JSON: sorted keys, UTF-8), so a call changed in the
-file after the decision is refused, never run (issue 40). A turn's results are appended together
+A ``decision`` to run a call (allow, edit) carries ``sha256``: the SHA-256 of the call it
+approved, its id, tool name and the arguments that would run (the call's, or the edit's)
+(:func:`call_digest`), so a call changed in the file after the decision (another tool, other
+arguments, ids swapped between calls) is refused, never run (issue 40). A turn's results are appended together
 when its last call ends, so each call's end is journaled (``tool_finished``) as it happens: a
 crash in between leaves a call known to have finished.
 
@@ -66,7 +67,7 @@ from ._session import JournalRecord, SessionLog, SessionWriter, Source
 from ._types import AgentEvent, Allow, ApprovalHook, Defer, Deny, Edit, PendingCall, ToolCallApprovedEvent
 
 __all__ = [
-    "Approvals", "CallJournal", "arguments_digest", "decide", "finished", "pending_approvals", "prepare_resume",
+    "Approvals", "CallJournal", "call_digest", "decide", "finished", "pending_approvals", "prepare_resume",
     "read_journal", "record_approvals", "settle",
 ]
 
@@ -126,7 +127,7 @@ def _arguments(value: Any, what: str) -> dict[str, Any]:
 
 def _decision(body: dict[str, Any], pending: PendingCall) -> Decision:
     """The decision a record holds, checked against the call it decides: one that runs the call
-    must carry the digest of exactly the arguments that would run (:func:`arguments_digest`)."""
+    must carry the digest of exactly the call that would run (:func:`call_digest`)."""
     kind = body.get("decision")
     if kind == "deny":
         reason = body.get("reason")
@@ -145,10 +146,11 @@ def _decision(body: dict[str, Any], pending: PendingCall) -> Decision:
     if not isinstance(digest, str):
         raise ValueError(f"an {kind} decision must carry the sha256 of the arguments it approved (written before "
                          "decisions were bound to their arguments: decide again in a fork)")
-    if digest != arguments_digest(runs):
-        raise ValueError(f"the arguments of call {pending.id!r} are not those approved (sha256 "
-                         f"{arguments_digest(runs)[:16]}… now, {digest[:16]:.16}… approved): the session was changed "
-                         "after the decision; nothing runs")
+    now = call_digest(pending.id, pending.name, runs)
+    if digest != now:
+        raise ValueError(f"call {pending.id!r} ({pending.name}) is not the one approved (its id, tool and arguments: "
+                         f"sha256 {now[:16]}… now, {digest[:16]:.16}… approved): the session was changed after the "
+                         "decision; nothing runs")
     return decision
 
 
@@ -157,8 +159,9 @@ def _body(decision: Decision, pending: PendingCall) -> dict[str, Any]:
         return {"call_id": pending.id, "decision": "deny", "reason": decision.reason}
     if isinstance(decision, Edit):
         return {"call_id": pending.id, "decision": "edit", "arguments": decision.arguments,
-                "sha256": arguments_digest(decision.arguments)}
-    return {"call_id": pending.id, "decision": "allow", "sha256": arguments_digest(pending.arguments)}
+                "sha256": call_digest(pending.id, pending.name, decision.arguments)}
+    return {"call_id": pending.id, "decision": "allow",
+            "sha256": call_digest(pending.id, pending.name, pending.arguments)}
 
 
 def _canonical(arguments: Any) -> str:
@@ -166,10 +169,12 @@ def _canonical(arguments: Any) -> str:
     return json.dumps(arguments, sort_keys=True, ensure_ascii=False)
 
 
-def arguments_digest(arguments: Any) -> str:
-    """The SHA-256 (64 hex digits) of a call's arguments as canonical JSON (sorted keys, UTF-8;
-    a lone surrogate as JSON's ``\\udcXX``): what a ``decision`` record binds (issue 40)."""
-    return hashlib.sha256(json.dumps(arguments, sort_keys=True).encode("ascii")).hexdigest()
+def call_digest(call_id: str, name: str, arguments: Any) -> str:
+    """The SHA-256 (64 hex digits) of a call that would run: ``[call id, tool name, arguments]``
+    as canonical JSON (sorted keys, ASCII with ``\\uXXXX`` escapes, a lone surrogate as
+    ``\\udcXX``): what a ``decision`` record binds, so neither the tool, the arguments nor the
+    call an id names can change after it (issue 40)."""
+    return hashlib.sha256(json.dumps([call_id, name, arguments], sort_keys=True).encode("ascii")).hexdigest()
 
 
 def _deferred(entry: CallJournal, body: dict[str, Any]) -> PendingCall:
@@ -197,8 +202,9 @@ def read_journal(path: str | os.PathLike[str] | None, messages: Sequence[Message
             the turn does not have, a ``deferred`` record whose tool name or arguments are not
             exactly the call's (or a second one for the call), a decision on a call never
             deferred or decided twice, an allow or edit whose ``sha256`` is missing or is not
-            that of the arguments that would run (the session changed after the decision), a
-            start without an approval, or a turn whose calls share an id the journal names.
+            that of the call that would run (the session changed after the decision), a
+            start without an approval, a ``tool_finished`` of a deferred call that never started
+            (or a ``deferred`` record after one), or a turn whose calls share an id the journal names.
     """
     calls, answered = _last_turn(messages)
     entries = [CallJournal(c, c.id in answered) for c in calls]
@@ -213,12 +219,16 @@ def read_journal(path: str | os.PathLike[str] | None, messages: Sequence[Message
                 raise ValueError(f"no call {call_id!r} in the last turn")
             shared = sum(c.id == call_id for c in calls) > 1
             if kind == "tool_finished":  # every call's; of calls sharing an id, none can be told apart
+                if entry.deferred is not None and not entry.started:
+                    raise ValueError(f"call {call_id!r} was deferred and never started (tool_started)")
                 entry.finished = not shared
                 continue
             if shared:
                 raise ValueError(f"several calls of the last turn have the id {call_id!r}")
             if kind == "deferred":
                 entry.deferred = _deferred(entry, body)
+                if entry.finished:
+                    raise ValueError(f"call {call_id!r} was journaled finished before")
             elif kind == "decision":
                 if entry.deferred is None or entry.decision is not None:
                     raise ValueError(f"call {call_id!r} was " + ("decided already" if entry.decision is not None
@@ -259,7 +269,8 @@ def _check_approvals(approvals: Mapping[str, Decision]) -> None:
                 raise UserError(f"approvals[{call_id!r}]: {e}") from None
 
 
-def record_approvals(session: Source | SessionWriter, approvals: Mapping[str, Decision]) -> list[PendingCall]:
+def record_approvals(session: Source | SessionWriter, approvals: Mapping[str, Decision],
+                     shown: Sequence[PendingCall] | None = None) -> list[PendingCall]:
     """Record decisions on calls ``session``'s last turn deferred, before anything runs (a
     ``decision`` record each, carrying the SHA-256 of the arguments it lets run; the run that
     continues the session carries them out, once).
@@ -271,6 +282,9 @@ def record_approvals(session: Source | SessionWriter, approvals: Mapping[str, De
             a decision now (:func:`pending_approvals`; ids such as ``write:0`` repeat across turns:
             an id names the call of the last turn). A call decided already the same way is left
             as it is, so a retried resume decides nothing twice.
+        shown: the calls a person was shown to decide on (``kimik3 approve``): each decided call
+            must still be exactly that one (id, tool, arguments) when the file is read under the
+            writer's lock, so an edit made while the person read is never what gets approved.
 
     Returns:
         The calls decided now, in the order given.
@@ -280,21 +294,23 @@ def record_approvals(session: Source | SessionWriter, approvals: Mapping[str, De
             that is no decision (``Defer()`` included), an :class:`Edit` whose arguments are not
             a JSON object within the limits, or a call decided otherwise before; nothing is
             recorded then.
-        SessionError: as :class:`SessionWriter` (missing, in use by another run, ...).
+        SessionError: as :class:`SessionWriter` (missing, in use by another run, ...); a decided
+            call that is not the one ``shown`` (nothing is recorded then).
     """
     _check_approvals(approvals)
     if not approvals:
         return []
     if isinstance(session, SessionWriter):
-        return _record(session, approvals)
+        return _record(session, approvals, shown)
     writer = SessionWriter(session, create=False)
     try:
-        return _record(writer, approvals)
+        return _record(writer, approvals, shown)
     finally:
         writer.close()
 
 
-def _record(writer: SessionWriter, approvals: Mapping[str, Decision]) -> list[PendingCall]:
+def _record(writer: SessionWriter, approvals: Mapping[str, Decision],
+            shown: Sequence[PendingCall] | None) -> list[PendingCall]:
     entries = {e.call.id: e for e in read_journal(writer.path, writer.messages, writer.journal)}
     waiting = [i for i, e in entries.items() if e.deferred and e.decision is None]
     todo: list[PendingCall] = []
@@ -310,6 +326,13 @@ def _record(writer: SessionWriter, approvals: Mapping[str, Decision]) -> list[Pe
             raise UserError(f"no call {call_id!r} awaits approval in {writer.path}; awaiting: "
                             f"{', '.join(map(repr, waiting)) or 'none'}")
         todo.append(entry.deferred)
+    if shown is not None:
+        seen = {p.id: call_digest(p.id, p.name, p.arguments) for p in shown}
+        for pending in todo:  # the digest: 1, 1.0 and true stay apart
+            if seen.get(pending.id) != call_digest(pending.id, pending.name, pending.arguments):
+                raise SessionError(f"call {pending.id!r} of {writer.path} changed after it was shown (now "
+                                   f"{pending.name} {_canonical(pending.arguments):.80}); nothing was recorded: "
+                                   "read it again and decide")
     for pending in todo:
         writer.record("decision", _body(approvals[pending.id], pending))
     return todo

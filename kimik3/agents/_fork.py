@@ -19,7 +19,7 @@ from typing import Any
 
 from .._exceptions import UserError
 from .._pricing import format_usd
-from .._text import counted, shown_json, shown_text
+from .._text import counted, shown_call, shown_text
 from ..types import AssistantMessage, ImagePart, TextPart, ToolCall, ToolMessage, Usage
 from ._approval import pending_call
 from ._deferred import pending_approvals
@@ -125,14 +125,14 @@ def _journal_line(record: JournalRecord, calls: dict[str, ToolCall]) -> str:
         if held is None:
             return f"--- deferred for approval: no such call in this turn  {call}"
         pending = pending_call(held)
-        return f"--- deferred for approval: {pending.name}({shown_json(pending.arguments)})  {call}"
+        return shown_call(f"--- deferred for approval: {pending.name}(", pending.arguments, f")  {call}")
     if record.kind == "tool_started":
         return f"--- approved call started: {body.get('name')}  {call}"
     decision = body.get("decision")
     if decision == "deny":
         return f"--- denied: {call} ({body.get('reason')})"
     if decision == "edit":
-        return f"--- approved with edited arguments {shown_json(body.get('arguments'))}: {call}"
+        return shown_call("--- approved with edited arguments ", body.get("arguments"), f": {call}")
     return f"--- approved: {call}"
 
 
@@ -211,8 +211,9 @@ def format_session(
             if _text(m.content).strip():
                 out.extend(_clip(_text(m.content), max_lines, "    "))
             for call in m.tool_calls or ():
-                out.append(f"    -> {call.function.name}({shown_text(call.function.arguments, indent=' ' * 8)})  "
-                           f"id={call.id}")
+                head, tail = f"    -> {call.function.name}(", f")  id={call.id}"
+                shown = shown_text(call.function.arguments, indent=" " * 8, start=len(head), end=len(tail))
+                out.append(head + shown + tail)
         elif isinstance(m, ToolMessage):
             name = f" {m.name}" if m.name else ""
             out.append(f"[{r.index}] tool{name} result for {m.tool_call_id}")
@@ -227,5 +228,5 @@ def format_session(
         where = shlex.quote(str(Path(path).resolve()))  # runnable as printed, from any folder
         out.append(f"awaiting approval: {counted(len(pending), 'call')} (kimik3 approve {where} "
                    f"[--allow ID] [--deny ID] [--edit ID JSON] [--all], then kimik3 resume {where})")
-        out.extend(f"    {p.name}({shown_json(p.arguments, indent=' ' * 8)})  id={p.id}" for p in pending)
+        out.extend(shown_call(f"    {p.name}(", p.arguments, f")  id={p.id}", indent=" " * 8) for p in pending)
     return "\n".join(out) + "\n"

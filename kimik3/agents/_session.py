@@ -269,6 +269,23 @@ class SessionLog:
             raise SessionError(f"{self.path}:{number}: not a valid session record: {e}") from e
         raise SessionError(f"{self.path}:{number}: unknown record (keys: {', '.join(sorted(map(str, record)))})")
 
+    def workspace(self) -> Path | None:
+        """The folder the session works in, as its header records it (``"workspace"``, an
+        absolute path: :class:`~kimik3.harness.CodingHarness` writes it; issue 40), resolved
+        (``..`` and symlinks), so it compares with any spelling of the same folder; None when the
+        header records none (a session of the SDK without the harness, or an older one).
+
+        Raises:
+            SessionError: a ``"workspace"`` that is not an absolute path text (a malformed header).
+        """
+        if "workspace" not in self.header:
+            return None
+        value = self.header["workspace"]
+        if not isinstance(value, str) or not os.path.isabs(value) or "\0" in value:
+            raise SessionError(f"{self.path}:1: malformed session header: \"workspace\" must be an absolute folder "
+                               f"path, got {value!r:.80}")
+        return Path(value).resolve()
+
     def records_of(self, *kinds: str) -> list[SessionRecord]:
         """The records of these kinds (``"message"``, ``"checkpoint"``, ...), in order."""
         return [r for r in self.records if r.kind in kinds]

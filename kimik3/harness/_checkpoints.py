@@ -388,8 +388,8 @@ class Checkpoints(RunHooks):
     async def run_start(self, session: SessionWriter | None) -> None:
         self._session = session
         if session is not None and not session.new:  # a resumed session: turns go on counting
-            text = session.path.read_text(encoding="utf-8", errors="replace")
-            self._offset = text.count('{"message": {"role": "assistant"')
+            self._offset = sum(r.message is not None and r.message.role == "assistant"  # the writer's log: no
+                               for r in session.log.records_of("message"))  # second read (issue 42)
         repo = await anyio.to_thread.run_sync(find_repository, self.root)
         self._moved = None
         if repo is not None:

@@ -170,14 +170,15 @@ class WorkspaceHook(RunHooks):
 
     async def run_start(self, session: SessionWriter | None) -> None:
         """Raises:
-            SessionError: the session records another workspace than this harness's.
+            SessionError: the session records another workspace than this harness's, or a
+                malformed one (:meth:`~kimik3.agents.SessionLog.workspace`).
         """
-        recorded = session.header.get("workspace") if session is not None and not session.new else None
-        if isinstance(recorded, str) and recorded != str(self.root):
+        recorded = session.log.workspace() if session is not None and not session.new else None
+        if recorded is not None and recorded != self.root.resolve():  # both resolved: any spelling of one folder
             where = shlex.quote(str(session.path.resolve())) if session is not None else "SESSION"
-            raise SessionError(f"session {session.path if session else ''} works in {recorded!a}, not in "
+            raise SessionError(f"session {session.path if session else ''} works in {str(recorded)!a}, not in "
                                f"{str(self.root)!a}; nothing was run: continue it there (kimik3 resume {where} -w "
-                               f"{shlex.quote(recorded)})")
+                               f"{shlex.quote(str(recorded))})")
 
 
 class CodingHarness:

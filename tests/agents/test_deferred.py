@@ -121,8 +121,9 @@ def test_resume_with_allow_runs_the_call_once_and_goes_on(tmp_path: Path) -> Non
     kinds = [r.journal.kind for r in read_session_records(session) if r.journal is not None]
     assert kinds == ["deferred", "tool_finished", "decision", "tool_started", "tool_finished"]
     [decision] = [r.body for r in read_session_records(session) if r.kind == "decision"]
-    assert decision == {"call_id": pending.id, "decision": "allow",  # bound to what it approved: sha256 of
-                        "sha256": hashlib.sha256(b'{"text": "hello"}').hexdigest()}  # the canonical JSON
+    assert decision == {"call_id": pending.id, "decision": "allow",  # bound to what it approved: sha256 of the
+                        "sha256": hashlib.sha256(  # canonical JSON of [id, tool, arguments]
+                            f'["{pending.id}", "write_line", {{"text": "hello"}}]'.encode()).hexdigest()}
     with pytest.raises(UserError, match=f"no call '{pending.id}' awaits approval in .*; awaiting: none"):
         resumed(session, {pending.id: Allow()})  # the same approval again: nothing runs twice
     with pytest.raises(UserError, match="nothing to do: the conversation ends with the agent's answer"):

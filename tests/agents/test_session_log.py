@@ -153,10 +153,10 @@ def test_a_call_changed_after_its_approval_is_refused_naming_the_decision_line(t
         _edit_call(session, "ls build", "rm -rf ~")
     else:  # the edit's own arguments changed in the file
         session.write_text(session.read_text().replace('"ls build/tmp"', '"rm -rf ~"'))
-    with pytest.raises(SessionError, match=rf"^{session}:{line}: not a valid decision record: the arguments of call "
-                                           rf"'{pending.id}' are not those approved \(sha256 [0-9a-f]{{16}}… now, "
-                                           r"[0-9a-f]{16}… approved\): the session was changed after the decision; "
-                                           "nothing runs$"):
+    with pytest.raises(SessionError, match=rf"^{session}:{line}: not a valid decision record: call "
+                                           rf"'{pending.id}' \(shell\) is not the one approved \(its id, tool and "
+                                           r"arguments: sha256 [0-9a-f]{16}… now, [0-9a-f]{16}… approved\): the "
+                                           "session was changed after the decision; nothing runs$"):
         resume(session)
     assert RAN == []
 
