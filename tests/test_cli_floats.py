@@ -63,8 +63,8 @@ def test_a_float_option_refuses_a_non_finite_value(path: tuple[str, ...], option
 def test_price_refuses_a_non_finite_price(command: str, value: str) -> None:
     out = CliRunner().invoke(main, [command, "--price", value])
     assert out.exit_code == 2, out.output
-    assert f"Error: Invalid value for '--price': expected INPUT,CACHED,OUTPUT in USD per 1M tokens (e.g. 3,0.3,15), " \
-           f"got '{value}'" in out.output
+    assert ("Error: Invalid value for '--price': expected INPUT,CACHED,OUTPUT[,CACHE_WRITE[,CACHE_WRITE_1H]] in USD "
+            f"per 1M tokens (e.g. 3,0.3,15 or 2,0.2,10,2,4), got '{value}'") in out.output
 
 
 def test_a_finite_value_is_still_read() -> None:

@@ -48,7 +48,8 @@ def test_eval_runs_a_suite_and_prints_each_attempt_then_the_summary(tmp_path: Pa
     assert lines[3].startswith("cost: $") and "cached prompt tokens n/a; valid tool calls 100.0%" in lines[3]
     assert lines[4] == f"report: {out / 'report.md'} {out / 'report.html'}"
     meta = json.loads((out / "eval.json").read_text())
-    assert meta["pricing"] == {"input": 3.0, "cached_input": 0.3, "output": 15.0} and meta["tools"] == "full"
+    assert meta["pricing"] == {"input": 3.0, "cached_input": 0.3, "output": 15.0, "cache_write": None,
+                               "cache_write_1h": None} and meta["tools"] == "full"
     assert meta["model"] == "scripted-k3" and meta["suite"] == "suite"
     assert meta["sandbox"] == first and json.loads((out / "summary.json").read_text())["sandbox"] == first
     # continued: nothing left, the summary printed again
