@@ -79,6 +79,11 @@ class _Capture(threading.Thread):
         return out
 
 
+def _now() -> float:
+    """Seconds on the monotonic clock (a job's age in its status line)."""
+    return time.monotonic()
+
+
 @dataclass
 class _Process:
     id: str
@@ -86,7 +91,7 @@ class _Process:
     cmd: Command
     capture: _Capture
     stopped: bool = False
-    started: float = dataclasses.field(default_factory=time.monotonic)
+    started: float = dataclasses.field(default_factory=lambda: _now())
 
     def alive(self) -> bool:
         """Whether a process of the command is left: its reaper reports until none is; if a
@@ -152,7 +157,7 @@ class BackgroundProcesses(RunHooks):
         alive = proc.alive()
         code = proc.cmd.exit_code
         if code is None and alive:  # for how long: a poll of a silent job is not the same poll again
-            return f"running for {int(time.monotonic() - proc.started)} s"  # (the loop breaker, agents/_loops.py)
+            return f"running for {int(_now() - proc.started)} s"  # (the loop breaker, agents/_loops.py)
         if proc.stopped:
             return "stopped"
         if code is None:

@@ -221,7 +221,7 @@ async def test_waiting_on_a_silent_job_is_not_taken_for_a_loop(tmp_path: Path, m
     import kimik3.harness._background as background
 
     clock = [1000.0]
-    monkeypatch.setattr(background.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(background, "_now", lambda: clock[0])  # the jobs' clock only, not the event loop's
     polls: list[str] = []
 
     def script(messages: list) -> str:  # type: ignore[type-arg]
