@@ -49,13 +49,15 @@ def test_the_served_vllm_inherits_the_filter(monkeypatch: pytest.MonkeyPatch, tm
     from kimik3.cli import main
     from kimik3.engines._vllm import server_command
 
+    from kimik3.engines import _cluster
+
     seen: dict[str, Any] = {}
 
-    def execve(path: str, argv: list[str], env: dict[str, str]) -> None:
-        seen.update(path=path, env=env)
-        raise SystemExit(0)
+    def run_supervised(cmd: list[str], env: dict[str, str] | None = None) -> int:  # vLLM is not started
+        seen.update(path=cmd[0], env=env)
+        return 0
 
-    monkeypatch.setattr(_cli_serve.os, "execve", execve)
+    monkeypatch.setattr(_cluster, "run_supervised", run_supervised)
     monkeypatch.setenv("PYTHONWARNINGS", "default")
     model = str(Path(__file__).resolve().parents[2] / "models" / "k3-tiny")
     result = CliRunner().invoke(main, ["serve", model])
