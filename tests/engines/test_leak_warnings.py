@@ -45,7 +45,6 @@ def test_the_users_own_filters_are_kept() -> None:
 def test_the_served_vllm_inherits_the_filter(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from click.testing import CliRunner
 
-    from kimik3 import _cli_serve
     from kimik3.cli import main
     from kimik3.engines._vllm import server_command
 
