@@ -46,9 +46,8 @@ def test_the_served_vllm_inherits_the_filter(monkeypatch: pytest.MonkeyPatch, tm
     from click.testing import CliRunner
 
     from kimik3.cli import main
-    from kimik3.engines._vllm import server_command
-
     from kimik3.engines import _cluster
+    from kimik3.engines._vllm import server_command
 
     seen: dict[str, Any] = {}
 
