@@ -22,7 +22,13 @@ One run::
             Final(output)     the answer (validated against output_type), or a second unusable
                               turn in a row (stop_reason "unusable_output"): stop
 
-Every message is appended to the JSONL session file as it happens.
+Every message is appended to the JSONL session file as it happens. Guardrails (``_guardrails``)
+check the task, each tool call and result, and the answer.
+
+Longer than the project's ~600-line guide on purpose (issue 42, point 5): what is here is the loop
+and the calls it makes in order (run, turn, tools, result); each concern it calls is a module of
+its own (loops, clearing, compaction, overflow, cut replies, approvals, guardrails, routing), and
+splitting the loop itself would scatter the one page a reader follows.
 """
 
 from __future__ import annotations
