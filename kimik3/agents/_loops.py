@@ -17,8 +17,10 @@ cycle of up to ``Budgets.loop_cycle`` calls, repeated with the same calls AND th
 - a call that would make ``rounds >= loop_stop``: not run, and the run ends after the turn with
   ``stop_reason="loop_detected"``.
 
+Results are compared without their volatile text (:func:`steady`: the bash trailer's run time,
+date-times and clock times), so ``bash pytest`` ten times with ten run times is a loop.
 A call with other arguments (paging a file with another offset) or the same call with another
-result (polling output that changes) is another step: it breaks the repetition, never trips it.
+result (polling output that changes, a background job's age) is another step: it breaks the repetition, never trips it.
 The cost is O(``loop_stop * loop_cycle``) comparisons of short strings a call (bench/harness.py).
 """
 
@@ -27,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
@@ -53,11 +56,32 @@ def call_key(call: ToolCall) -> str:
     return f"{call.function.name} {text}"
 
 
+# Text in a result that changes from one identical call to the next without saying anything new:
+# the bash tool's run time in its trailer ("[exit code: 0, 0.01 s]", tools/coding/_bash.py) and
+# clock readings (ISO-8601 date-times, HH:MM:SS[.fff]). A background job's age ("[bg1: running
+# for 5 s]") is NOT volatile: polling a silent job must stay a different step each poll.
+_VOLATILE = (
+    (re.compile(r"\[exit code: (-?\d+), \d+(?:\.\d+)? s\]"), r"[exit code: \1]"),
+    (re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?"), "<date-time>"),
+    (re.compile(r"(?<![\d:])\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?(?![\d:])"), "<time>"),
+)
+
+
+def steady(text: str) -> str:
+    """``text`` with its volatile parts (``_VOLATILE``) replaced by fixed placeholders, so two
+    results that differ only in a run time or a clock reading digest the same (issue 41: a bash
+    loop whose trailer's seconds change each time still is a loop)."""
+    for pattern, replacement in _VOLATILE:
+        text = pattern.sub(replacement, text)
+    return text
+
+
 def _digest(result: ToolResult) -> str:
-    """A digest of what the call gave (its text, images, error flag)."""
+    """A digest of what the call gave (its text with volatile parts made :func:`steady`, images,
+    error flag)."""
     h = hashlib.blake2b(digest_size=16)
     h.update(b"E" if result.is_error else b"R")
-    h.update(result.model_dump_json(include={"content"}).encode("utf-8", "surrogatepass"))
+    h.update(steady(result.model_dump_json(include={"content"})).encode("utf-8", "surrogatepass"))
     return h.hexdigest()
 
 

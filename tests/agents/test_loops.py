@@ -223,3 +223,73 @@ def test_the_breaker_forgets_old_steps() -> None:
         breaker.settle(index, ToolResult(content=str(i)))
         breaker.trim()
     assert len(breaker.steps) <= 2 * (2 * 8 * 3 + 2)
+
+
+timings = iter([])
+
+
+@tool
+def bash(command: str) -> str:
+    """Run a command (its trailer says how long it took, as tools/coding/_bash.py's does).
+
+    Args:
+        command: the command.
+    """
+    return f"1 passed\n[exit code: 1, {next(timings):.2f} s]"
+
+
+async def test_a_bash_loop_whose_run_time_changes_is_still_a_loop() -> None:
+    """Before: ``bash pytest`` x10 completed, each run's seconds made its result new. The trailer's
+    run time is not compared: told at 3, not run from 5, ended at the 8th."""
+    global timings
+    timings = iter([0.41, 0.39, 0.52, 0.4, 1.07, 0.38, 0.4, 0.44, 0.5, 0.6])
+    engine = ScriptedEngine(script([("bash", {"command": "pytest"})] * 10))
+    result = await Agent(tools=[bash], engine=engine, max_turns=30).run("Fix the tests")
+    assert (result.stop_reason, result.turns) == ("loop_detected", 8)
+    texts = results(result.messages)
+    assert texts[1] == "1 passed\n[exit code: 1, 0.39 s]"  # the model still sees the real time
+    assert texts[2].startswith('[Note: you made bash {"command":"pytest"} (3 times in a row')
+    assert texts[2].endswith("1 passed\n[exit code: 1, 0.52 s]")
+    assert texts[7].endswith("the run ends now (loop detected)")
+
+
+async def test_the_attackers_cat_loop_through_the_real_bash_tool_ends(tmp_path: Path) -> None:
+    """The attacker's input: the coding tools' ``bash`` running ``cat a.py`` ten times."""
+    from kimik3.tools.coding import coding_tools
+
+    (tmp_path / "a.py").write_text("x=1\n")
+    engine = ScriptedEngine(script([("bash", {"command": "cat a.py"})] * 10))
+    result = await Agent(tools=coding_tools(tmp_path), engine=engine, max_turns=30).run("go")
+    assert (result.stop_reason, result.turns) == ("loop_detected", 8)
+    assert results(result.messages)[0].startswith("x=1\n[exit code: 0, ")
+
+
+def test_volatile_text_is_made_steady_but_a_jobs_age_is_not() -> None:
+    """The variant: clock readings in a result (a log line's date-time, a test runner's clock) do
+    not make two results differ; a background job's age and other numbers do."""
+    from kimik3.agents._loops import steady
+
+    assert steady("ok\n[exit code: 0, 12.50 s]") == steady("ok\n[exit code: 0, 0.01 s]") == "ok\n[exit code: 0]"
+    assert steady("[exit code: 2, 1.00 s]") != steady("[exit code: 0, 1.00 s]")
+    assert steady("2026-12-02T04:07:27.123Z build ok") == steady("2026-12-02 04:09:01,5 build ok") \
+        == "<date-time> build ok"
+    assert steady("done at 12:03:04.512") == steady("done at 9:00:00") == "done at <time>"
+    assert steady("[bg1: running for 5 s]") == "[bg1: running for 5 s]"
+    assert steady("version 1.2.3, 10:20, 1:2:3") == "version 1.2.3, 10:20, 1:2:3"
+
+
+@tool
+def log() -> str:
+    """The server's last log line (stamped with the time it is read)."""
+    global stamp
+    stamp += 7
+    return f"2026-12-02T04:{stamp // 60 % 60:02d}:{stamp % 60:02d}Z server waiting for requests"
+
+
+stamp = 0
+
+
+async def test_a_loop_on_a_time_stamped_result_ends() -> None:
+    engine = ScriptedEngine(script([("log", {})] * 10))
+    result = await Agent(tools=[log], engine=engine, max_turns=30).run("go")
+    assert (result.stop_reason, result.turns) == ("loop_detected", 8)
