@@ -100,8 +100,8 @@ async def test_one_identical_call_is_told_then_blocked_then_ends_the_run(tmp_pat
     texts = results(result.messages)
     assert texts[0] == texts[1] == "a.py: lines 0 to 9"
     note = f"[Note: you made {READ} (3 times in a row, with the same results). You already have this result: "
-    assert texts[2] == note + ("do not call it again; use it, try something different, or answer. Repeating it "
-                               "further will not run it.]\na.py: lines 0 to 9")
+    assert texts[2] == note + ("do not call it again; use it, try something different, or answer. Made 5 times in "
+                               "a row, it will not be run.]\na.py: lines 0 to 9")
     assert texts[3].startswith(f"[Note: you made {READ} (4 times in a row")
     assert texts[4] == (f"Error: the call was not run: you repeated {READ} (5 times in a row, with the same results); "
                         "its result is already in the conversation above; do something else: use the results you "
@@ -205,9 +205,9 @@ async def test_a_sub_agent_loop_ends_the_sub_agent_and_the_parent_gets_its_resul
 
 
 def test_budgets_loop_thresholds_are_checked() -> None:
-    with pytest.raises(UserError, match=r"Budgets.loop_block must be an integer >= 3, got 2"):
+    with pytest.raises(UserError, match=r"Budgets.loop_block must be an integer >= 3 or None, got 2"):
         Budgets(loop_warn=3, loop_block=2)
-    with pytest.raises(UserError, match=r"Budgets.loop_warn must be an integer >= 2, got 1"):
+    with pytest.raises(UserError, match=r"Budgets.loop_warn must be an integer >= 2 or None, got 1"):
         Budgets(loop_warn=1)
     b = Budgets()
     assert (b.loop_warn, b.loop_block, b.loop_stop, b.loop_cycle) == (3, 5, 8, 3)
@@ -293,3 +293,73 @@ async def test_a_loop_on_a_time_stamped_result_ends() -> None:
     engine = ScriptedEngine(script([("log", {})] * 10))
     result = await Agent(tools=[log], engine=engine, max_turns=30).run("go")
     assert (result.stop_reason, result.turns) == ("loop_detected", 8)
+
+
+def turns_of(calls: list[list[tuple[str, dict[str, Any]]]], then: str = "Done.") -> Callable[[list[Message]], str]:
+    """Each model turn makes the next list of calls together (parallel); then answers ``then``."""
+    left = list(calls)
+
+    def reply(messages: list[Message]) -> str:
+        if not left:
+            return then
+        return render_output({"reasoning_content": "All at once.", "tool_calls": [
+            {"id": f"{name}:{i}", "type": "function", "function": {"name": name, "arguments": arguments}}
+            for i, (name, arguments) in enumerate(left.pop(0))]})
+
+    return reply
+
+
+async def test_identical_calls_in_one_turn_are_blocked_before_the_run_is_stopped() -> None:
+    """The attacker's input: 4 identical reads together, twice. Before: the 8th ended the run in the
+    same turn as the first blocks, so the model never saw one. Now the stop needs a warning shown
+    in an earlier turn: the second turn's calls 5..8 are blocked; the model answers after."""
+    reads.clear()
+    engine = ScriptedEngine(turns_of([[("read", {"path": "a.py"})] * 4] * 2))
+    result = await Agent(tools=[read], engine=engine, max_turns=30).run("go")
+    assert (result.stop_reason, result.output, len(reads)) == ("completed", "Done.", 4)
+    texts = results(result.messages)
+    assert [t.startswith("Error: the call was not run") for t in texts] == [False] * 4 + [True] * 4
+    assert not any("run ends now" in t for t in texts)
+
+
+async def test_a_stop_follows_a_block_the_model_was_shown() -> None:
+    """The variant: 8 identical reads together, three times: the first turn's run (none had a
+    result yet), the second turn's are blocked (past loop_stop, but no block was shown yet), the
+    third turn's stop the run."""
+    reads.clear()
+    engine = ScriptedEngine(turns_of([[("read", {"path": "a.py"})] * 8] * 3))
+    result = await Agent(tools=[read], engine=engine, max_turns=30).run("go")
+    assert (result.stop_reason, result.turns, len(reads)) == ("loop_detected", 3, 8)
+    texts = results(result.messages)
+    assert [t.startswith("Error: the call was not run") for t in texts] == [False] * 8 + [True] * 16
+    assert not any("run ends now" in t for t in texts[:16])
+    assert all(t.endswith("the run ends now (loop detected)") for t in texts[16:])
+
+
+async def test_budgets_none_switches_each_stage_off() -> None:
+    reads.clear()
+    engine = ScriptedEngine(script([("read", {"path": "a.py"})] * 20))
+    off = Budgets(turns=30, loop_warn=None, loop_block=None, loop_stop=None)
+    result = await Agent(tools=[read], engine=engine, budgets=off).run("go")
+    assert (result.stop_reason, len(reads), result.issues) == ("completed", 20, [])
+    assert set(results(result.messages)) == {"a.py: lines 0 to 9"}
+    reads.clear()
+    engine = ScriptedEngine(script([("read", {"path": "a.py"})] * 20))
+    warn_only = Budgets(turns=30, loop_block=None, loop_stop=None)
+    result = await Agent(tools=[read], engine=engine, budgets=warn_only).run("go")
+    assert (result.stop_reason, len(reads)) == ("completed", 20)
+    assert results(result.messages)[2] == (f"[Note: you made {READ} (3 times in a row, with the same results). You "
+                                            "already have this result: do not call it again; use it, try something "
+                                            "different, or answer.]\na.py: lines 0 to 9")
+    reads.clear()
+    engine = ScriptedEngine(script([("read", {"path": "a.py"})] * 20))
+    no_block = Budgets(turns=30, loop_block=None, loop_stop=6)
+    result = await Agent(tools=[read], engine=engine, budgets=no_block).run("go")
+    assert (result.stop_reason, result.turns, len(reads)) == ("loop_detected", 6, 5)
+
+
+def test_budgets_refuse_a_stop_without_any_warning() -> None:
+    with pytest.raises(UserError, match=r"Budgets.loop_stop needs loop_warn or loop_block"):
+        Budgets(loop_warn=None, loop_block=None)
+    same = Budgets(loop_warn=4, loop_block=4, loop_stop=4)  # the block's error is the warning
+    assert (same.loop_warn, same.loop_block, same.loop_stop) == (4, 4, 4)
