@@ -135,7 +135,8 @@ async def compact(
 def head_problem(run: _Run, policy: ContextPolicy) -> str | None:
     """What to say at a run's start when what compaction must always keep (tool declarations,
     the system prompt, the first task) does not fit under half its threshold (None: it fits);
-    the run's summaries are stopped then (clearing and dropping still work)."""
+    the run's summaries are stopped then (clearing and dropping still work). The head is never
+    cleared, so such a conversation cannot be resumed once it fills the window."""
     window = run.window(policy.context_window)
     head = head_length(run.messages)
     sizes = [run.message_tokens(m) for m in run.messages]
@@ -147,8 +148,9 @@ def head_problem(run: _Run, policy: ContextPolicy) -> str | None:
     run.compaction_stopped = True
     return (f"the prompt's head (tool declarations, instructions and the first task: {tokens:,} tokens) does not "
             f"fit under half of the compaction threshold ({target:,.0f} tokens of the {window:,}-token window): "
-            "compaction cannot summarise this conversation; give fewer tools or shorter instructions or task, or "
-            "serve a larger window (vLLM --max-model-len)")
+            "compaction cannot summarise this conversation, and once it fills the window it cannot be resumed (the "
+            "head is never cleared); give fewer tools or shorter instructions or task, or serve a larger window "
+            "(vLLM --max-model-len)")
 
 
 def _task_index(run: _Run, head: int) -> int | None:
@@ -162,14 +164,17 @@ def _task_index(run: _Run, head: int) -> int | None:
 
 def task_problem(run: _Run, policy: ContextPolicy) -> str | None:
     """Why no request of this run can ever fit its window: what always stays (tool declarations,
-    the head, this run's task) is over the window by itself (None: it is not). Compaction never
+    the head, this run's task when it is not the first one) is over the window by itself (None:
+    it is not, or the run's task is the first task). Compaction never
     summarises or drops the run's task, so such a run ends with ``context_overflow``."""
     window = run.window(policy.context_window)
     head = head_length(run.messages)
     task = _task_index(run, head)
+    if task is None:  # the first task is the head: never summarised, head_problem says when it is too big
+        return None
     sizes = [run.message_tokens(m) for m in run.messages]
     fixed = max(0, run.context_tokens - sum(sizes))
-    must = fixed + sum(sizes[:head]) + (sizes[task] if task is not None else 0)
+    must = fixed + sum(sizes[:head]) + sizes[task]
     if must <= window:
         return None
     return (f"the task does not fit the context window: with what always stays (tool declarations, instructions, "

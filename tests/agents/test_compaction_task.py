@@ -98,9 +98,14 @@ async def test_a_task_larger_than_the_window_ends_with_context_overflow(tok: K3T
                                      "(vLLM --max-model-len)")
 
 
-async def test_a_first_task_larger_than_the_window_ends_with_context_overflow(tok: K3Tokenizer) -> None:
-    """The variant: the too-large task starts a new conversation (it is the head)."""
+async def test_a_task_that_fits_alone_but_not_with_what_stays_ends_with_context_overflow(tok: K3Tokenizer) -> None:
+    """The variant: the task alone is under the 4,096-token window; with the tool declarations and
+    the first task no request can carry it."""
+    task = "NEWTASK " + "step " * 3950
+    assert len(tok.encode_messages([UserMessage(content=task)])) < 4096
     engine = ScriptedEngine(reads([]), tokenizer=tok, max_model_len=4096)
-    result = await Agent(tools=[read_file], engine=engine, max_turns=10).run("PASTE " * 5000)
+    result = await Agent(tools=[read_file], engine=engine, max_turns=10).run(task, messages=await history(tok, 2))
     assert (result.stop_reason, result.output, len(engine.calls)) == ("context_overflow", None, 0)
-    assert any(i.startswith("turn 0: the task does not fit the context window") for i in result.issues)
+    assert len(result.issues) == 1 and result.issues[0].startswith(
+        "turn 0: the task does not fit the context window: with what always stays (tool declarations, instructions, "
+        "the first task) it is ")
