@@ -386,6 +386,7 @@ class Agent(Generic[OutputT]):
                     yield event  # the calls a crash or a deferral left without a result
                 if await run.guards.check_input(user, run.messages) and user is not None:
                     run.add(user)  # a task an input guardrail tripped on never enters the history
+                    run.task = user  # never summarised or dropped (agents/_compaction.py)
                 if (problem := head_problem(run, self.context)) is not None:
                     log.warning("kimik3: %s", problem)
                     run.issue(problem)

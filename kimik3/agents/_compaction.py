@@ -23,7 +23,7 @@ from ._prompts import (
 from ._run import _Run
 from ._types import AgentEvent, CompactionEvent, ContextPolicy
 
-__all__ = ["Summarize", "compact", "head_problem"]
+__all__ = ["Summarize", "compact", "head_problem", "task_problem"]
 
 Summarize = Callable[[_Run, list[Message]], Awaitable[ChatCompletion]]
 """A tool-free model call over the given messages (the agent's, traced under its run)."""
@@ -47,8 +47,10 @@ async def compact(
 
     The target is half the threshold, so the next compaction is due only after the conversation
     grew by that much again. What is kept verbatim: the system prompt and first task, up to
-    ``keep_recent_turns`` recent turns (fewer when they do not fit the target), and every user
-    message after the first task (operator instructions, approvals) when they fit. When what must
+    ``keep_recent_turns`` recent turns (fewer when they do not fit the target), the user message
+    that started this run (``run.task``: never summarised or dropped, whatever room is left;
+    :func:`task_problem` ends a run whose task cannot fit at all), and the other user messages
+    after the first task (operator instructions, approvals) while they fit under the target. When what must
     stay (the first task, tool declarations) does not fit under the target, the summary stops
     for the run and says so once (a :class:`CompactionEvent` with ``stopped``); clearing and
     dropping go on.
@@ -82,9 +84,12 @@ async def compact(
     # after any compaction: the context count minus the messages' own tokens.
     fixed = max(0, run.context_tokens - sum(sizes))
     head_tokens = fixed + sum(sizes[:head])
+    task = _task_index(run, head)  # this run's task: kept verbatim wherever the split falls
+    task_tokens = sizes[task] if task is not None else 0
     turn_starts = [i for i in range(head, len(msgs)) if isinstance(msgs[i], AssistantMessage)]
     keep = min(policy.keep_recent_turns, len(turn_starts))
-    while keep and head_tokens + sum(sizes[turn_starts[-keep] :]) > target:
+    while keep and head_tokens + task_tokens + sum(
+            size for i, size in enumerate(sizes[turn_starts[-keep]:], turn_starts[-keep]) if i != task) > target:
         keep -= 1  # a tool call is never separated from its result: whole turns only
     split = turn_starts[-keep] if keep else len(msgs)
     if not force and len(turn_starts) <= policy.keep_recent_turns and keep == len(turn_starts):
@@ -106,7 +111,7 @@ async def compact(
         log.warning("kimik3: %s", reason)
         yield CompactionEvent(0, "", stopped=reason)
     elif not run.compaction_stopped and not _backing_off(run, policy, threshold):
-        async for event in _summarise(run, policy, summarize, window, head, split, max_bytes):
+        async for event in _summarise(run, policy, summarize, window, head, split, max_bytes, task):
             if event.failed is None:
                 yield event
                 return
@@ -130,7 +135,8 @@ async def compact(
 def head_problem(run: _Run, policy: ContextPolicy) -> str | None:
     """What to say at a run's start when what compaction must always keep (tool declarations,
     the system prompt, the first task) does not fit under half its threshold (None: it fits);
-    the run's summaries are stopped then (clearing and dropping still work)."""
+    the run's summaries are stopped then (clearing and dropping still work). The head is never
+    cleared, so such a conversation cannot be resumed once it fills the window."""
     window = run.window(policy.context_window)
     head = head_length(run.messages)
     sizes = [run.message_tokens(m) for m in run.messages]
@@ -142,8 +148,39 @@ def head_problem(run: _Run, policy: ContextPolicy) -> str | None:
     run.compaction_stopped = True
     return (f"the prompt's head (tool declarations, instructions and the first task: {tokens:,} tokens) does not "
             f"fit under half of the compaction threshold ({target:,.0f} tokens of the {window:,}-token window): "
-            "compaction cannot summarise this conversation; give fewer tools or shorter instructions or task, or "
-            "serve a larger window (vLLM --max-model-len)")
+            "compaction cannot summarise this conversation, and once it fills the window it cannot be resumed (the "
+            "head is never cleared); give fewer tools or shorter instructions or task, or serve a larger window "
+            "(vLLM --max-model-len)")
+
+
+def _task_index(run: _Run, head: int) -> int | None:
+    """Where the user message that started this run is in the history, when it is after the
+    head (None: it is the first task, or the run was given none)."""
+    for i in range(len(run.messages) - 1, head - 1, -1):
+        if run.messages[i] is run.task:
+            return i
+    return None
+
+
+def task_problem(run: _Run, policy: ContextPolicy) -> str | None:
+    """Why no request of this run can ever fit its window: what always stays (tool declarations,
+    the head, this run's task when it is not the first one) is over the window by itself (None:
+    it is not, or the run's task is the first task). Compaction never
+    summarises or drops the run's task, so such a run ends with ``context_overflow``."""
+    window = run.window(policy.context_window)
+    head = head_length(run.messages)
+    task = _task_index(run, head)
+    if task is None:  # the first task is the head: never summarised, head_problem says when it is too big
+        return None
+    sizes = [run.message_tokens(m) for m in run.messages]
+    fixed = max(0, run.context_tokens - sum(sizes))
+    must = fixed + sum(sizes[:head]) + sizes[task]
+    if must <= window:
+        return None
+    return (f"the task does not fit the context window: with what always stays (tool declarations, instructions, "
+            f"the first task) it is {must:,} tokens of the {window:,}-token window; the task is never summarised "
+            "or dropped, so no request can carry it: give a shorter task, or serve a larger window "
+            "(vLLM --max-model-len)")
 
 
 def _backing_off(run: _Run, policy: ContextPolicy, threshold: float) -> bool:
@@ -163,9 +200,11 @@ def _agent_written(m: UserMessage) -> bool:
 
 
 async def _summarise(run: _Run, policy: ContextPolicy, summarize: Summarize, window: int, head: int, split: int,
-                     max_bytes: int | None) -> AsyncIterator[CompactionEvent]:
+                     max_bytes: int | None, task: int | None) -> AsyncIterator[CompactionEvent]:
     """The model's summary of ``run.messages[head:split]`` applied (one event), or one event
-    with ``failed`` (the history as it was; :attr:`_Run.summary_failed_at` set)."""
+    with ``failed`` (the history as it was; :attr:`_Run.summary_failed_at` set). The run's task
+    (``msgs[task]``) stays verbatim whatever room is left; the other user messages while they
+    fit under the target."""
     msgs = run.messages
     sizes = [run.message_tokens(m) for m in msgs]
     fixed = max(0, run.context_tokens - sum(sizes))
@@ -209,16 +248,19 @@ async def _summarise(run: _Run, policy: ContextPolicy, summarize: Summarize, win
         run.issue(f"compaction summarised {len(older) - unseen} of {len(older)} earlier messages: {unseen} "
                   f"older ones did not fit in the summary request and are not in the summary")
     # the user's own later messages stay verbatim, the most recent ones while they fit
-    users = [m for m in older if isinstance(m, UserMessage) and not _agent_written(m)]
-    room = (policy.compact_at * window / 2 - fixed - sum(sizes[:head]) - sum(sizes[split:])) / 2
-    kept: list[Message] = []
+    mine = msgs[task] if task is not None and task < split else None  # this run's task: always kept
+    users = [m for m in older if isinstance(m, UserMessage) and not _agent_written(m) and m is not mine]
+    room = (policy.compact_at * window / 2 - fixed - sum(sizes[:head]) - sum(sizes[split:])
+            - (run.message_tokens(mine) if mine is not None else 0))
+    chosen: list[Message] = []
     for m in reversed(users):
         room -= run.message_tokens(m)
         if room < 0:
             break
-        kept.insert(0, m)
-    if len(kept) < len(users):
-        run.issue(f"compaction kept {len(kept)} of the {len(users)} earlier user messages verbatim (the others "
+        chosen.append(m)
+    kept = [m for m in older if m is mine or any(m is c for c in chosen)]  # history order
+    if len(chosen) < len(users):
+        run.issue(f"compaction kept {len(chosen)} of the {len(users)} earlier user messages verbatim (the others "
                   "did not fit; the summary covers them)")
     note = UserMessage(content=SUMMARY_NOTE.format(n=len(older), summary=summary))
     new = [*msgs[:head], note, *kept, *msgs[split:]]

@@ -15,10 +15,16 @@ cycle of up to ``Budgets.loop_cycle`` calls, repeated with the same calls AND th
   (:func:`~kimik3.tools._failures.loop_blocked`); its step takes the result the loop gave each
   time, so going on keeps counting;
 - a call that would make ``rounds >= loop_stop``: not run, and the run ends after the turn with
-  ``stop_reason="loop_detected"``.
+  ``stop_reason="loop_detected"``, once the model was shown a blocked call in an earlier turn
+  (a note, with ``loop_block=None``); before that it is blocked, so identical calls made
+  together in one turn never end a run the model was not warned in.
 
+A stage ``Budgets`` sets to None is never reached (all three None: no loop breaker).
+
+Results are compared without their volatile text (:func:`steady`: the bash trailer's run time,
+date-times and clock times), so ``bash pytest`` ten times with ten run times is a loop.
 A call with other arguments (paging a file with another offset) or the same call with another
-result (polling output that changes) is another step: it breaks the repetition, never trips it.
+result (polling output that changes, a background job's age) is another step: it breaks the repetition, never trips it.
 The cost is O(``loop_stop * loop_cycle``) comparisons of short strings a call (bench/harness.py).
 """
 
@@ -27,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
@@ -35,13 +42,14 @@ from ..tools import ToolResult
 from ..tools import _failures as failures
 from ..tools._failures import FailureText
 from ..types import TextPart, ToolCall
-from ._prompts import LOOP_NOTE
+from ._prompts import LOOP_NOTE, LOOP_THEN
 from ._types import Budgets
 
 __all__ = ["Loop", "LoopBreaker", "call_key", "noted"]
 
 _UNKNOWN = ""  # the digest of a step whose result is not known yet (never equal to a real one)
 _SHOWN = 160  # characters of a call shown to the model / in an issue
+_OFF = 1 << 62  # the threshold of a stage Budgets switched off (None): never reached
 
 
 def call_key(call: ToolCall) -> str:
@@ -53,11 +61,32 @@ def call_key(call: ToolCall) -> str:
     return f"{call.function.name} {text}"
 
 
+# Text in a result that changes from one identical call to the next without saying anything new:
+# the bash tool's run time in its trailer ("[exit code: 0, 0.01 s]", tools/coding/_bash.py) and
+# clock readings (ISO-8601 date-times, HH:MM:SS[.fff]). A background job's age ("[bg1: running
+# for 5 s]") is NOT volatile: polling a silent job must stay a different step each poll.
+_VOLATILE = (
+    (re.compile(r"\[exit code: (-?\d+), \d+(?:\.\d+)? s\]"), r"[exit code: \1]"),
+    (re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?"), "<date-time>"),
+    (re.compile(r"(?<![\d:])\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?(?![\d:])"), "<time>"),
+)
+
+
+def steady(text: str) -> str:
+    """``text`` with its volatile parts (``_VOLATILE``) replaced by fixed placeholders, so two
+    results that differ only in a run time or a clock reading digest the same (issue 41: a bash
+    loop whose trailer's seconds change each time still is a loop)."""
+    for pattern, replacement in _VOLATILE:
+        text = pattern.sub(replacement, text)
+    return text
+
+
 def _digest(result: ToolResult) -> str:
-    """A digest of what the call gave (its text, images, error flag)."""
+    """A digest of what the call gave (its text with volatile parts made :func:`steady`, images,
+    error flag)."""
     h = hashlib.blake2b(digest_size=16)
     h.update(b"E" if result.is_error else b"R")
-    h.update(result.model_dump_json(include={"content"}).encode("utf-8", "surrogatepass"))
+    h.update(steady(result.model_dump_json(include={"content"})).encode("utf-8", "surrogatepass"))
     return h.hexdigest()
 
 
@@ -92,9 +121,13 @@ class LoopBreaker:
     """
 
     def __init__(self, budgets: Budgets) -> None:
-        self.warn, self.block, self.stop = budgets.loop_warn, budgets.loop_block, budgets.loop_stop
+        self.warn, self.block, self.stop = (_OFF if n is None else n
+                                            for n in (budgets.loop_warn, budgets.loop_block, budgets.loop_stop))
         self.cycle = budgets.loop_cycle
-        self._keep = 2 * self.stop * self.cycle + 2  # steps older than the longest loop it counts are forgotten
+        longest = max((n for n in (budgets.loop_warn, budgets.loop_block, budgets.loop_stop) if n is not None),
+                      default=0)
+        self._keep = 2 * longest * self.cycle + 2  # steps older than the longest loop it counts are forgotten
+        self.warned = False  # the model was shown a blocked call (a note, when none are blocked): a stop needs it
         self.steps: list[tuple[str, str]] = []  # (call key, result digest), oldest first
         self.blocked = 0  # calls not run (RunResult.issues says which)
 
@@ -149,10 +182,13 @@ class LoopBreaker:
         call that is not run (None for those that run), and the loop that ends the run (None:
         none does)."""
         steps = [self.check(call) for call in calls]
+        if not self.warned:  # the model never saw a block: a block first (identical calls in one turn)
+            steps = [(i, "block", loop) if verdict == "stop" else (i, verdict, loop) for i, verdict, loop in steps]
         results: list[ToolResult | None] = [None] * len(calls)
         stop = None
         for i, (_, verdict, loop) in enumerate(steps):
             if verdict != "run":
+                self.warned = True
                 results[i] = ToolResult.from_failure(failures.loop_blocked(str(loop), ends_run=verdict == "stop"), text)
                 stop = loop if verdict == "stop" else stop
         return steps, results, stop
@@ -165,7 +201,11 @@ class LoopBreaker:
         if verdict != "run":
             return result
         loop = self.settle(index, result)
-        return result if loop is None else noted(result, loop)
+        if loop is None:
+            return result
+        if self.block == _OFF:
+            self.warned = True  # no blocks: the note is the warning a stop needs
+        return noted(result, loop, self.block if self.block < _OFF else None)
 
     def trim(self) -> None:
         """Forget steps older than any loop the breaker counts (between turns)."""
@@ -173,8 +213,9 @@ class LoopBreaker:
             del self.steps[: len(self.steps) - self._keep]
 
 
-def noted(result: ToolResult, loop: Loop) -> ToolResult:
-    """``result`` with :data:`~._prompts.LOOP_NOTE` first (what the model repeated)."""
-    note = LOOP_NOTE.format(loop=loop)
+def noted(result: ToolResult, loop: Loop, block: int | None = None) -> ToolResult:
+    """``result`` with :data:`~._prompts.LOOP_NOTE` first (what the model repeated; from which
+    repetition, ``block``, its calls are not run: None says nothing of it)."""
+    note = LOOP_NOTE.format(loop=loop, then=LOOP_THEN.format(n=block) if block is not None else "")
     content = note + result.content if isinstance(result.content, str) else [TextPart(text=note), *result.content]
     return ToolResult(content=content, is_error=result.is_error)

@@ -26,7 +26,7 @@ from .._client import Client
 from .._defaults import MAX_OVERFLOW_RECOVERIES
 from .._exceptions import ContextLengthExceededError, KimiK3Error, RequestTooLargeError
 from ..types import ImagePart, Message, TextPart, ToolMessage, UserMessage, dump_message
-from ._compaction import Summarize, compact
+from ._compaction import Summarize, compact, task_problem
 from ._cut import no_room_to_continue
 from ._history import IMAGE_DROPPED
 from ._run import _Run
@@ -50,11 +50,18 @@ async def fitted_turn(
     compacts first when due; a request the server refuses as too big is made smaller
     (:func:`recover`) and the turn ends without an outcome, so the loop sends it again.
 
-    When nothing can be made smaller the run ends, never raises: after a cut reply whose
+    A run whose task cannot fit the window with what always stays (:func:`task_problem`) ends
+    at once with ``context_overflow`` and an issue saying so (compaction never summarises the
+    task away: issue 41). When nothing can be made smaller the run ends, never raises: after a cut reply whose
     continuation no longer fits, :func:`~kimik3.agents._cut.no_room_to_continue`'s
     ``no_progress``; else ``context_overflow`` (output None, an issue says why; the session can be
     resumed with a new task: its history is as it was, compacted as far as it went).
     """
+    if (why := task_problem(run, policy)) is not None:  # no request could carry the task: none is sent
+        log.warning("kimik3: %s", why)
+        run.issue(why)
+        yield Final(None, "context_overflow")
+        return
     async for event in compact(run, policy, summarize):
         yield event
     try:

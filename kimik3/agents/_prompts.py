@@ -10,7 +10,8 @@ from __future__ import annotations
 
 __all__ = [
     "CLEARED_RESULT", "CLEARED_START", "CODING_INSTRUCTIONS", "COMPACTION_REQUEST", "COMPACTION_RETRY",
-    "CONTINUE_REQUEST", "INTERRUPTED_REQUEST", "LOOP_NOTE", "SUMMARY_INSTRUCTIONS", "SUMMARY_NOTE", "SUMMARY_START",
+    "CONTINUE_REQUEST", "INTERRUPTED_REQUEST", "LOOP_NOTE", "LOOP_THEN", "SUMMARY_INSTRUCTIONS", "SUMMARY_NOTE",
+    "SUMMARY_START",
 ]  # fmt: skip
 
 CODING_INSTRUCTIONS = (
@@ -52,6 +53,9 @@ INTERRUPTED_REQUEST = "Your last message was cut off: the connection closed. Con
 """Sent instead after a reply (no tool call) whose stream ended before the server finished it."""
 
 LOOP_NOTE = ("[Note: you made {loop}. You already have this result: do not call it again; use it, try "
-             "something different, or answer. Repeating it further will not run it.]\n")
+             "something different, or answer.{then}]\n")
 """Put before a call's result once the loop breaker counts ``Budgets.loop_warn`` repetitions
-(``loop``: what was repeated, :class:`~kimik3.agents._loops.Loop`)."""
+(``loop``: what was repeated, :class:`~kimik3.agents._loops.Loop`; ``then``: :data:`LOOP_THEN`
+when calls get blocked, else empty)."""
+LOOP_THEN = " Made {n} times in a row, it will not be run."
+"""What :data:`LOOP_NOTE` says comes next (``n``: ``Budgets.loop_block``): the calls before it still run."""

@@ -91,6 +91,7 @@ class _Run:
         self.guards = Guards()  # the run's guardrails and the trip that ends it (agents/_guardrails.py)
         self.loops = LoopBreaker(budgets or Budgets())  # repeated calls (agents/_loops.py)
         self.loop: Loop | None = None  # the loop that ends the run (stop_reason "loop_detected")
+        self.task: Message | None = None  # the user message that started this run: compaction keeps it
 
     def start(self, pricing: Pricing | Literal["auto"] | None, model: str, settings: Any) -> None:
         """Fix the run's prices (``"auto"``: by the engine's model id, or the first completion's

@@ -109,8 +109,13 @@ class Budgets:
             (default 3; :mod:`kimik3.agents._loops`, issue 41).
         loop_block: ... this many times: the call is not run, an error result says why (default 5).
         loop_stop: ... this many times: the run ends with ``stop_reason="loop_detected"``
-            (default 8). A call with other arguments, or the same call whose result changed
-            (polling output that grows), is no repetition.
+            (default 8), but only once the model was shown a blocked call (a note, with
+            ``loop_block=None``) in an earlier turn: identical calls made together in one turn
+            are blocked, not stopped, the first time. A call with other arguments, or the same call whose result
+            changed (polling output that grows), is no repetition. None switches a stage off
+            (``loop_warn=None, loop_block=None, loop_stop=None``: no loop breaker); equal values
+            are allowed (the block's error result is then the warning); a stop with neither a
+            warning nor a block before it is refused.
         loop_cycle: the longest cycle of calls looked for (default 3: A, A, A ...; A, B, A, B ...;
             A, B, C, A, B, C ...).
     """
@@ -119,21 +124,25 @@ class Budgets:
     tokens: int | None = None
     seconds: float | None = None
     usd: float | None = None
-    loop_warn: int = 3
-    loop_block: int = 5
-    loop_stop: int = 8
+    loop_warn: int | None = 3
+    loop_block: int | None = 5
+    loop_stop: int | None = 8
     loop_cycle: int = 3
 
     def __post_init__(self) -> None:
         """Raises UserError: turns < 1, tokens < 1, seconds <= 0, usd <= 0, loop_warn < 2,
-        loop_block < loop_warn, loop_stop < loop_block, loop_cycle < 1, or a value of the wrong type."""
+        loop_block < loop_warn, loop_stop < loop_block or loop_warn (those set), loop_stop set with
+        loop_warn and loop_block both None, loop_cycle < 1, or a value of the wrong type."""
         check_int("Budgets.turns (max_turns)", self.turns, minimum=1)
         check_int("Budgets.tokens", self.tokens, minimum=1, optional=True)
         check_number("Budgets.seconds", self.seconds, above=0, optional=True)
         check_number("Budgets.usd", self.usd, above=0, optional=True)
-        check_int("Budgets.loop_warn", self.loop_warn, minimum=2)
-        check_int("Budgets.loop_block", self.loop_block, minimum=self.loop_warn)
-        check_int("Budgets.loop_stop", self.loop_stop, minimum=self.loop_block)
+        check_int("Budgets.loop_warn", self.loop_warn, minimum=2, optional=True)
+        check_int("Budgets.loop_block", self.loop_block, minimum=self.loop_warn or 2, optional=True)
+        check_int("Budgets.loop_stop", self.loop_stop, minimum=self.loop_block or self.loop_warn or 2, optional=True)
+        if self.loop_stop is not None and self.loop_warn is None and self.loop_block is None:
+            raise UserError("Budgets.loop_stop needs loop_warn or loop_block: the run would end on a loop the "
+                            "model was never warned of (set one, or loop_stop=None)")
         check_int("Budgets.loop_cycle", self.loop_cycle, minimum=1)
 
 

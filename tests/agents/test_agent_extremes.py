@@ -218,8 +218,9 @@ async def test_compaction_that_cannot_get_under_the_threshold_stops_and_says_so_
     assert re.fullmatch(
         r"turn 0: the prompt's head \(tool declarations, instructions and the first task: 100,\d\d\d tokens\) does "
         r"not fit under half of the compaction threshold \(24,000 tokens of the 60,000-token window\): compaction "
-        r"cannot summarise this conversation; give fewer tools or shorter instructions or task, or serve a larger "
-        r"window \(vLLM --max-model-len\)", issues[0])
+        r"cannot summarise this conversation, and once it fills the window it cannot be resumed \(the head is never "
+        r"cleared\); give fewer tools or shorter instructions or task, or serve a larger window \(vLLM "
+        r"--max-model-len\)", issues[0])
     assert sum("prompt's head" in i for i in issues) == 1
     assert all(e.summary == "" and e.stopped is None for e in events if isinstance(e, CompactionEvent))
 

@@ -100,8 +100,8 @@ async def test_one_identical_call_is_told_then_blocked_then_ends_the_run(tmp_pat
     texts = results(result.messages)
     assert texts[0] == texts[1] == "a.py: lines 0 to 9"
     note = f"[Note: you made {READ} (3 times in a row, with the same results). You already have this result: "
-    assert texts[2] == note + ("do not call it again; use it, try something different, or answer. Repeating it "
-                               "further will not run it.]\na.py: lines 0 to 9")
+    assert texts[2] == note + ("do not call it again; use it, try something different, or answer. Made 5 times in "
+                               "a row, it will not be run.]\na.py: lines 0 to 9")
     assert texts[3].startswith(f"[Note: you made {READ} (4 times in a row")
     assert texts[4] == (f"Error: the call was not run: you repeated {READ} (5 times in a row, with the same results); "
                         "its result is already in the conversation above; do something else: use the results you "
@@ -205,9 +205,9 @@ async def test_a_sub_agent_loop_ends_the_sub_agent_and_the_parent_gets_its_resul
 
 
 def test_budgets_loop_thresholds_are_checked() -> None:
-    with pytest.raises(UserError, match=r"Budgets.loop_block must be an integer >= 3, got 2"):
+    with pytest.raises(UserError, match=r"Budgets.loop_block must be an integer >= 3 or None, got 2"):
         Budgets(loop_warn=3, loop_block=2)
-    with pytest.raises(UserError, match=r"Budgets.loop_warn must be an integer >= 2, got 1"):
+    with pytest.raises(UserError, match=r"Budgets.loop_warn must be an integer >= 2 or None, got 1"):
         Budgets(loop_warn=1)
     b = Budgets()
     assert (b.loop_warn, b.loop_block, b.loop_stop, b.loop_cycle) == (3, 5, 8, 3)
@@ -223,3 +223,143 @@ def test_the_breaker_forgets_old_steps() -> None:
         breaker.settle(index, ToolResult(content=str(i)))
         breaker.trim()
     assert len(breaker.steps) <= 2 * (2 * 8 * 3 + 2)
+
+
+timings = iter([])
+
+
+@tool
+def bash(command: str) -> str:
+    """Run a command (its trailer says how long it took, as tools/coding/_bash.py's does).
+
+    Args:
+        command: the command.
+    """
+    return f"1 passed\n[exit code: 1, {next(timings):.2f} s]"
+
+
+async def test_a_bash_loop_whose_run_time_changes_is_still_a_loop() -> None:
+    """Before: ``bash pytest`` x10 completed, each run's seconds made its result new. The trailer's
+    run time is not compared: told at 3, not run from 5, ended at the 8th."""
+    global timings
+    timings = iter([0.41, 0.39, 0.52, 0.4, 1.07, 0.38, 0.4, 0.44, 0.5, 0.6])
+    engine = ScriptedEngine(script([("bash", {"command": "pytest"})] * 10))
+    result = await Agent(tools=[bash], engine=engine, max_turns=30).run("Fix the tests")
+    assert (result.stop_reason, result.turns) == ("loop_detected", 8)
+    texts = results(result.messages)
+    assert texts[1] == "1 passed\n[exit code: 1, 0.39 s]"  # the model still sees the real time
+    assert texts[2].startswith('[Note: you made bash {"command":"pytest"} (3 times in a row')
+    assert texts[2].endswith("1 passed\n[exit code: 1, 0.52 s]")
+    assert texts[7].endswith("the run ends now (loop detected)")
+
+
+async def test_the_attackers_cat_loop_through_the_real_bash_tool_ends(tmp_path: Path) -> None:
+    """The attacker's input: the coding tools' ``bash`` running ``cat a.py`` ten times."""
+    from kimik3.tools.coding import coding_tools
+
+    (tmp_path / "a.py").write_text("x=1\n")
+    engine = ScriptedEngine(script([("bash", {"command": "cat a.py"})] * 10))
+    result = await Agent(tools=coding_tools(tmp_path), engine=engine, max_turns=30).run("go")
+    assert (result.stop_reason, result.turns) == ("loop_detected", 8)
+    assert results(result.messages)[0].startswith("x=1\n[exit code: 0, ")
+
+
+def test_volatile_text_is_made_steady_but_a_jobs_age_is_not() -> None:
+    """The variant: clock readings in a result (a log line's date-time, a test runner's clock) do
+    not make two results differ; a background job's age and other numbers do."""
+    from kimik3.agents._loops import steady
+
+    assert steady("ok\n[exit code: 0, 12.50 s]") == steady("ok\n[exit code: 0, 0.01 s]") == "ok\n[exit code: 0]"
+    assert steady("[exit code: 2, 1.00 s]") != steady("[exit code: 0, 1.00 s]")
+    assert steady("2026-12-02T04:07:27.123Z build ok") == steady("2026-12-02 04:09:01,5 build ok") \
+        == "<date-time> build ok"
+    assert steady("done at 12:03:04.512") == steady("done at 9:00:00") == "done at <time>"
+    assert steady("[bg1: running for 5 s]") == "[bg1: running for 5 s]"
+    assert steady("version 1.2.3, 10:20, 1:2:3") == "version 1.2.3, 10:20, 1:2:3"
+
+
+@tool
+def log() -> str:
+    """The server's last log line (stamped with the time it is read)."""
+    global stamp
+    stamp += 7
+    return f"2026-12-02T04:{stamp // 60 % 60:02d}:{stamp % 60:02d}Z server waiting for requests"
+
+
+stamp = 0
+
+
+async def test_a_loop_on_a_time_stamped_result_ends() -> None:
+    engine = ScriptedEngine(script([("log", {})] * 10))
+    result = await Agent(tools=[log], engine=engine, max_turns=30).run("go")
+    assert (result.stop_reason, result.turns) == ("loop_detected", 8)
+
+
+def turns_of(calls: list[list[tuple[str, dict[str, Any]]]], then: str = "Done.") -> Callable[[list[Message]], str]:
+    """Each model turn makes the next list of calls together (parallel); then answers ``then``."""
+    left = list(calls)
+
+    def reply(messages: list[Message]) -> str:
+        if not left:
+            return then
+        return render_output({"reasoning_content": "All at once.", "tool_calls": [
+            {"id": f"{name}:{i}", "type": "function", "function": {"name": name, "arguments": arguments}}
+            for i, (name, arguments) in enumerate(left.pop(0))]})
+
+    return reply
+
+
+async def test_identical_calls_in_one_turn_are_blocked_before_the_run_is_stopped() -> None:
+    """The attacker's input: 4 identical reads together, twice. Before: the 8th ended the run in the
+    same turn as the first blocks, so the model never saw one. Now the stop needs a warning shown
+    in an earlier turn: the second turn's calls 5..8 are blocked; the model answers after."""
+    reads.clear()
+    engine = ScriptedEngine(turns_of([[("read", {"path": "a.py"})] * 4] * 2))
+    result = await Agent(tools=[read], engine=engine, max_turns=30).run("go")
+    assert (result.stop_reason, result.output, len(reads)) == ("completed", "Done.", 4)
+    texts = results(result.messages)
+    assert [t.startswith("Error: the call was not run") for t in texts] == [False] * 4 + [True] * 4
+    assert not any("run ends now" in t for t in texts)
+
+
+async def test_a_stop_follows_a_block_the_model_was_shown() -> None:
+    """The variant: 8 identical reads together, three times: the first turn's run (none had a
+    result yet), the second turn's are blocked (past loop_stop, but no block was shown yet), the
+    third turn's stop the run."""
+    reads.clear()
+    engine = ScriptedEngine(turns_of([[("read", {"path": "a.py"})] * 8] * 3))
+    result = await Agent(tools=[read], engine=engine, max_turns=30).run("go")
+    assert (result.stop_reason, result.turns, len(reads)) == ("loop_detected", 3, 8)
+    texts = results(result.messages)
+    assert [t.startswith("Error: the call was not run") for t in texts] == [False] * 8 + [True] * 16
+    assert not any("run ends now" in t for t in texts[:16])
+    assert all(t.endswith("the run ends now (loop detected)") for t in texts[16:])
+
+
+async def test_budgets_none_switches_each_stage_off() -> None:
+    reads.clear()
+    engine = ScriptedEngine(script([("read", {"path": "a.py"})] * 20))
+    off = Budgets(turns=30, loop_warn=None, loop_block=None, loop_stop=None)
+    result = await Agent(tools=[read], engine=engine, budgets=off).run("go")
+    assert (result.stop_reason, len(reads), result.issues) == ("completed", 20, [])
+    assert set(results(result.messages)) == {"a.py: lines 0 to 9"}
+    reads.clear()
+    engine = ScriptedEngine(script([("read", {"path": "a.py"})] * 20))
+    warn_only = Budgets(turns=30, loop_block=None, loop_stop=None)
+    result = await Agent(tools=[read], engine=engine, budgets=warn_only).run("go")
+    assert (result.stop_reason, len(reads)) == ("completed", 20)
+    assert results(result.messages)[2] == (f"[Note: you made {READ} (3 times in a row, with the same results). You "
+                                            "already have this result: do not call it again; use it, try something "
+                                            "different, or answer.]\na.py: lines 0 to 9")
+    reads.clear()
+    engine = ScriptedEngine(script([("read", {"path": "a.py"})] * 20))
+    no_block = Budgets(turns=30, loop_block=None, loop_stop=6)
+    result = await Agent(tools=[read], engine=engine, budgets=no_block).run("go")
+    assert (result.stop_reason, result.turns, len(reads)) == ("loop_detected", 6, 5)
+
+
+def test_budgets_refuse_a_stop_without_any_warning() -> None:
+    with pytest.raises(UserError, match=r"Budgets.loop_stop needs loop_warn or loop_block"):
+        Budgets(loop_warn=None, loop_block=None)
+    same = Budgets(loop_warn=4, loop_block=4, loop_stop=4)  # the block's error is the warning
+    assert (same.loop_warn, same.loop_block, same.loop_stop) == (4, 4, 4)
