@@ -137,7 +137,8 @@ class BackgroundProcesses(RunHooks):
         if len(running) >= self.max_running:
             raise ToolError(f"{len(running)} background processes are running ({', '.join(running)}), the "
                             f"limit; stop one with stop(id) first")
-        cmd = self.sandbox.spawn([self.shell, "-c", command], shell_env(), grace=_GRACE_S, cpu=False)
+        cmd = self.sandbox.spawn([self.shell, "-c", command], shell_env(), grace=_GRACE_S, cpu=False,
+                                 background=True)
         capture = _Capture(cmd.output, 4 * self.max_output_chars + 4)  # bytes that surely hold the chars
         capture.start()
         self._n += 1

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -256,3 +257,61 @@ async def test_a_symlinked_git_that_a_command_replaces_is_restored(tmp_path: Pat
     (ws / ".git.kimik3-replaced-2").rename(ws / ".git")
     user_git_status(ws)
     assert witness.exists()
+
+
+def _landlock_box(ws: Path) -> Sandbox:
+    from kimik3.tools.coding import _sandbox
+
+    if _sandbox._landlock_abi() < 1:
+        pytest.skip("this kernel has no Landlock")
+    return Sandbox(ws, "landlock")
+
+
+@pytest.mark.parametrize("how", ["disown", "setsid"])
+async def test_landlock_ends_what_a_command_left_before_restoring_the_git_data(tmp_path: Path, how: str) -> None:
+    """Issue 39: a leftover process rewriting .git/config after the restore (the host's git status
+    would run its fsmonitor). Under Landlock the processes a command left are ended first."""
+    ws = make_repo(tmp_path / "ws")
+    evil, witness = evil_repo(tmp_path)
+    config = (ws / ".git/config").read_bytes()
+    box = _landlock_box(ws)
+    bash = coding_tools(ws, sandbox=box)[0]
+    (ws / "plant.sh").write_text(f"sleep 0.5; printf '[core]\\n\\tfsmonitor = \"touch {witness}; false\"\\n' "
+                                 ">> .git/config\n")
+    start = {"disown": "(sh plant.sh) >/dev/null 2>&1 & disown",
+             "setsid": "setsid sh plant.sh >/dev/null 2>&1 < /dev/null &"}[how]
+    out = await run(bash, f"{start}\necho started")
+    assert re.match(r"started\n\[[1-3] processes the command left running were ended: under Landlock nothing may "
+                    r"run between commands", out), out  # the sleep, its shell(s)
+    assert "still running after the command" not in out
+    await anyio.sleep(1.0)  # past the plant's sleep: it never ran
+    assert (ws / ".git/config").read_bytes() == config
+    user_git_status(ws)
+    assert not witness.exists() and evil.exists()
+    await box.aclose()
+
+
+async def test_landlock_refuses_background_jobs_and_says_why(tmp_path: Path) -> None:
+    ws = make_repo(tmp_path / "ws")
+    box = _landlock_box(ws)
+    harness = CodingHarness(ws, sandbox=box)
+    bash = next(t for t in harness.tools if t.name == "bash")
+    result = await bash.run({"command": "sleep 30", "background": True})
+    assert result.is_error and isinstance(result.content, str)
+    assert "background commands are refused under the Landlock sandbox: Landlock cannot make the git control " \
+           "data read-only" in result.content
+    await box.aclose()
+
+
+async def test_landlock_restores_a_hook_and_a_hard_link_into_the_git_data(tmp_path: Path) -> None:
+    ws = make_repo(tmp_path / "ws")
+    config = (ws / ".git/config").read_bytes()
+    box = _landlock_box(ws)
+    bash = coding_tools(ws, sandbox=box)[0]
+    out = await run(bash, "ln .git/config cfg && echo '[core]' >> cfg && printf '#!/bin/sh\\necho x\\n' > payload && "
+                          "chmod +x payload && ln payload .git/hooks/pre-commit && echo done")
+    assert "done\n[the command changed what kimik3 keeps read-only (.git/config, .git/hooks/pre-commit); kimik3 " \
+           "put it back" in out, out
+    assert (ws / ".git/config").read_bytes() == config and not (ws / ".git/hooks/pre-commit").exists()
+    assert os.stat(ws / ".git/config").st_nlink == 1  # the link is broken: cfg is no longer the config
+    await box.aclose()

@@ -234,8 +234,9 @@ def test_landlock_says_what_it_cannot_do_and_refuses_a_session_in_the_workspace(
     box = Sandbox(tmp_path, "landlock")
     assert box.describe().startswith(f"sandbox: landlock ABI {_sandbox._landlock_abi()} (workspace read-write, the "
                                      "rest read-only, ")
-    assert box.describe().endswith("/tmp unreadable (TMPDIR private), TCP off; cannot hide paths' existence or isolate processes; git "
-                                   "data checked and restored after each command)")
+    assert box.describe().endswith("/tmp unreadable (TMPDIR private), TCP off; UDP not blocked; no background jobs; "
+                                   "cannot hide paths' existence or isolate processes; git data checked and restored "
+                                   "after each command, what a command left running ended first)")
     (tmp_path / "run.jsonl").write_text("{}\n")
     box.sessions.set(tmp_path / "run.jsonl")
     with pytest.raises(ToolError, match=r"sandbox landlock cannot keep .*run.jsonl \(kimik3's record of the run\) "
@@ -310,8 +311,9 @@ async def test_auto_uses_landlock_where_bubblewrap_cannot_run(tmp_path: Path, mo
         box = Sandbox(tmp_path, "auto")
     assert [str(w.message) for w in caught] == [
         f"kimik3: sandbox: landlock ABI {_sandbox._landlock_abi()} (workspace read-write, the rest read-only, secrets "
-        "unreadable, /tmp unreadable (TMPDIR private), TCP off; cannot hide paths' existence or isolate processes; git data checked and "
-        "restored after each command; bubblewrap (bwrap) is not installed)"]
+        "unreadable, /tmp unreadable (TMPDIR private), TCP off; UDP not blocked; no background jobs; cannot hide paths' "
+        "existence or isolate processes; git data checked and restored after each command, what a command left running "
+        "ended first; bubblewrap (bwrap) is not installed)"]
     assert box.info() == {"mode": "landlock", "requested": "auto", "network": False, "read": [], "write": [],
                           "reason": "bubblewrap (bwrap) is not installed"}
     out = await run(bash_in(box), "echo in > ok; echo out > ~/no; cat ok")

@@ -257,7 +257,7 @@ def result_lines(done: ShellResult, timeout: int, sandbox: Sandbox) -> list[str]
         lines.append(f"[these processes survived the kill: {' '.join(map(str, done.survivors))}]")
     elif not done.contained and (done.status is None or done.killed_background):
         lines.append("[processes that left the process group (setsid) may still be running]")
-    if done.left:
+    if done.left and sandbox.mode != "landlock":  # there, restore_git_links ended them
         lines.append(f"[still running after the command: {' '.join(map(str, done.left))}; they end when the run ends]")
     limits = sandbox.limits
     if done.status == 128 + _SIGXCPU and limits.cpu_seconds:

@@ -65,8 +65,12 @@ _USERNS_FIX = ("allow user namespaces: sysctl kernel.unprivileged_userns_clone=1
 _GIB = 1 << 30
 _MIB = 1 << 20
 _LANDLOCK_FIX = "a kernel with Landlock (Linux 5.13+, enabled: lsm=landlock,... on its command line)"
-_LANDLOCK_CANNOT = ("cannot hide paths' existence or isolate processes; git data checked and restored after "
-                    "each command")
+_LANDLOCK_CANNOT = ("UDP not blocked; no background jobs; cannot hide paths' existence or isolate processes; git "
+                    "data checked and restored after each command, what a command left running ended first")
+_NO_BACKGROUND = ("background commands are refused under the Landlock sandbox: Landlock cannot make the git "
+                  "control data read-only inside the writable workspace, so kimik3 restores it after each command "
+                  "with nothing running, and a job running between calls could rewrite it (a core.fsmonitor "
+                  "that the next git status outside runs); run it in the foreground, or use bwrap (--sandbox bwrap)")
 
 
 @dataclass(frozen=True)
@@ -239,6 +243,7 @@ class Sandbox:
         self.git_links: dict[str, str] = {}  # each .git symlink of the start -> its target (_git_links)
         self._sup: _Supervisor | None = None
         self._n = 0
+        self._active: set[int] = set()  # the commands running now (their Command not yet closed)
         self._starts = 0
         self._lock = threading.Lock()
         self._finalizer: weakref.finalize[Any, Any] | None = None
@@ -262,6 +267,11 @@ class Sandbox:
         git control data and kept folders (skills) a command changed (``_guard``): a line for the tool result for each
         (also a :class:`RuntimeWarning`)."""
         lines = restore_git_links(self.root, self.git_links) if self.git_links else []
+        if self.mode == "landlock" and not self._active:
+            ended = self._end_leftovers()
+            if ended:
+                lines.append(f"{ended} processes the command left running were ended: under Landlock nothing may "
+                             "run between commands, or it could rewrite the git control data after kimik3 checks it")
         put = [os.path.relpath(os.path.join(g.root, p), self.root) for g in self.guards for p in g.restore()]
         if put:
             shown = ", ".join(put[:5]) + (f" and {len(put) - 5} more" if len(put) > 5 else "")
@@ -270,6 +280,38 @@ class Sandbox:
             warnings.warn(f"kimik3: {line}", RuntimeWarning, stacklevel=2)
             lines.append(line)
         return lines
+
+    def ended(self, command_id: int) -> None:
+        """Command ``command_id`` is over (its :class:`Command` closed)."""
+        with self._lock:
+            self._active.discard(command_id)
+
+    def _end_leftovers(self) -> int:
+        """Landlock, no command running: SIGKILL every process of the sandbox but its supervisor
+        (what a command left: ``(sleep 1; echo ... >> .git/config) & disown``), until none is left
+        (at most ~2 s), so that nothing changes the git control data after :meth:`restore_git_links`
+        checks it (issue 39: Landlock cannot make it read-only). The number of processes ended."""
+        sup = self._sup
+        if sup is None or not sup.alive():
+            return 0
+        def cmdline(pid: int) -> bytes:
+            with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as f:
+                return f.read()
+            return b""
+
+        own = cmdline(sup.proc.pid)  # a command's reaper is a fork of the supervisor: not counted
+        seen: set[int] = set()
+        end = time.monotonic() + 2.0
+        while time.monotonic() < end:
+            pids = _reaper.descendants(sup.proc.pid, live=True)
+            if not pids:
+                break
+            seen.update(p for p in pids if p not in seen and cmdline(p) not in (own, b""))  # b"": exiting
+            for pid in pids:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, 9)
+            time.sleep(0.005)
+        return len(seen)
 
     def describe(self) -> str:
         """One line saying which sandbox runs the commands and what it keeps, e.g. ``sandbox: bwrap
@@ -471,7 +513,8 @@ class Sandbox:
                 or os.path.abspath(lib) in self.preloaded or not under(os.path.abspath(lib), hidden)]
         return {**env, "LD_PRELOAD": " ".join(kept)}
 
-    def spawn(self, argv: list[str], env: dict[str, str], *, grace: float = 1.0, cpu: bool = True) -> Command:
+    def spawn(self, argv: list[str], env: dict[str, str], *, grace: float = 1.0, cpu: bool = True,
+              background: bool = False) -> Command:
         """Start ``argv`` (a shell) in the sandbox with ``env``; the sandbox starts at the first call.
 
         Args:
@@ -479,13 +522,18 @@ class Sandbox:
             env: its environment (``TMPDIR`` becomes ``/tmp`` inside bwrap).
             grace: seconds between SIGTERM and SIGKILL when it is ended (``t``).
             cpu: apply the CPU-time limit (off for long-running background servers).
+            background: a job that runs on between tool calls (``bash(background=true)``): refused
+                under Landlock, where it could rewrite the git control data after each check.
 
         Returns:
             The :class:`Command`; every descriptor in it is the caller's to close.
 
         Raises:
-            ToolError: the sandbox cannot be started (bwrap's or Python's message).
+            ToolError: the sandbox cannot be started (bwrap's or Python's message), or a
+                ``background`` job under Landlock.
         """
+        if background and self.mode == "landlock":
+            raise ToolError(_NO_BACKGROUND)
         limits = self.limits
         rlimits = {name: value for name, value in (("DATA", limits.memory_bytes), ("FSIZE", limits.file_bytes),
                                                    ("CPU", limits.cpu_seconds if cpu else None)) if value}
@@ -495,10 +543,12 @@ class Sandbox:
         out_r, out_w = os.pipe()
         status_r, status_w = os.pipe()
         control_r, control_w = os.pipe()
+        cid = 0
         try:
             with self._lock:
                 self._n += 1
                 cid = self._n
+                self._active.add(cid)
                 sup, note = self._supervisor()
                 if self.mode == "bwrap" and "TMPDIR" in env:
                     env = {**env, "TMPDIR": "/tmp"}
@@ -515,6 +565,7 @@ class Sandbox:
                     sup.send(request, [out_w, status_w, control_r])
             command = Command(self, cid, out_r, status_r, control_w, note)
         except BaseException:
+            self._active.discard(cid)
             for fd in (out_r, status_r, control_w):
                 os.close(fd)
             raise

@@ -25,6 +25,8 @@ class _Sandbox(Protocol):
 
     def kill(self, command_id: int) -> None: ...
 
+    def ended(self, command_id: int) -> None: ...
+
 __all__ = ["Command"]
 
 _READY_S = 30.0  # a loaded machine may take a while to start bwrap and Python
@@ -189,6 +191,7 @@ class Command:
         self.sandbox.kill(self.id)
 
     def close(self) -> None:
+        self.sandbox.ended(self.id)
         for fd in (self.output, self.status_fd, self.control):
             with contextlib.suppress(OSError):
                 os.close(fd)
