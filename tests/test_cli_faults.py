@@ -66,8 +66,9 @@ def child_env(home: Path) -> dict[str, str]:
 
 
 def sessions(home: Path) -> list[Path]:
+    """The session files under ``home`` (beside each, the checkpoint store's folder: not a session)."""
     folder = home / "sessions"
-    return sorted(folder.iterdir()) if folder.exists() else []
+    return sorted(folder.glob("*.jsonl")) if folder.exists() else []
 
 
 def test_a_hung_server_ends_at_the_request_timeout_and_the_task_is_kept(

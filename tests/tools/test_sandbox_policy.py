@@ -160,7 +160,7 @@ async def test_credentials_are_not_passed_to_commands_unless_allowed(backend: st
     for name in ("KIMIK3_API_KEY", "MOONSHOT_API_KEY", "OPENAI_API_KEY", "MY_DEPLOY_TOKEN", "PLAIN_SETTING"):
         monkeypatch.setenv(name, f"value-of-{name}")
     box = Sandbox(tmp_path, backend, allow_env=["OPENAI_API_KEY"])
-    out = await run(bash_in(box), "env | grep -E '^(KIMIK3|MOONSHOT|OPENAI|MY_DEPLOY|PLAIN)' | sort")
+    out = await run(bash_in(box), "env | grep -E '^(KIMIK3_API_KEY|MOONSHOT|OPENAI|MY_DEPLOY|PLAIN)' | sort")
     assert out.split("\n")[:2] == ["OPENAI_API_KEY=value-of-OPENAI_API_KEY", "PLAIN_SETTING=value-of-PLAIN_SETTING"]
     assert out.split("\n")[2].startswith("[exit code: 0")
     await box.aclose()
