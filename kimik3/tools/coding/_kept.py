@@ -391,31 +391,9 @@ _PROGRAM_SUFFIXES = (".clean", ".smudge", ".process", ".textconv", ".command", "
 _MAX_CONFIG_BYTES = 1 << 20
 
 
-def _config_keys(text: str) -> list[str]:
-    """The ``section[.sub].key`` names set in a git config file's text (a plain reading: enough to
-    name what a repository would run, not a full parser)."""
-    keys, section = [], ""
-    for raw in text.splitlines():
-        line = raw.strip()
-        if line.startswith("["):
-            head = line[1:].split("]", 1)[0].strip()
-            name, _, sub = head.partition(" ")
-            section = name.lower() + (f".{sub.strip().strip(chr(34))}" if sub else "")
-            line = line.split("]", 1)[1].strip() if "]" in line else ""
-        if line and not line.startswith(("#", ";")) and section:
-            keys.append(f"{section}.{line.split('=', 1)[0].strip().lower()}")
-    return keys
-
-
-def _config_values(path: str) -> list[tuple[str, str]]:
-    """``(section[.sub].key, value)`` of a git config file (a plain reading, as
-    :func:`_config_keys`; quotes taken off the value); at most 1 MiB, never through a symlink."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return []
-    with os.fdopen(fd, "rb") as f:
-        text = os.fsdecode(f.read(_MAX_CONFIG_BYTES)) if stat.S_ISREG(os.fstat(fd).st_mode) else ""
+def _config_pairs(text: str) -> list[tuple[str, str]]:
+    """``(section[.sub].key, value)`` set in a git config file's text, quotes taken off the value
+    (a plain reading: enough to name what a repository would run, not a full parser)."""
     out, section = [], ""
     for raw in text.splitlines():
         line = raw.strip()
@@ -428,6 +406,23 @@ def _config_values(path: str) -> list[tuple[str, str]]:
             key, _, value = line.partition("=")
             out.append((f"{section}.{key.strip().lower()}", value.strip().strip('"')))
     return out
+
+
+def _config_keys(text: str) -> list[str]:
+    """The ``section[.sub].key`` names set in a git config file's text (:func:`_config_pairs`)."""
+    return [key for key, _ in _config_pairs(text)]
+
+
+def _config_values(path: str) -> list[tuple[str, str]]:
+    """``(section[.sub].key, value)`` of a git config file (:func:`_config_pairs`); at most 1 MiB,
+    never through a symlink."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return []
+    with os.fdopen(fd, "rb") as f:
+        text = os.fsdecode(f.read(_MAX_CONFIG_BYTES)) if stat.S_ISREG(os.fstat(fd).st_mode) else ""
+    return _config_pairs(text)
 
 
 _PATH_KEYS = ("include.path", "core.hookspath", "core.attributesfile")  # and includeif.<cond>.path
