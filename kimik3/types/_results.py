@@ -130,40 +130,29 @@ def clamp_usage(usage: Usage) -> list[str]:
     """
     notes: list[str] = []
 
-    def at_least_0(owner: BaseModel, field: str, where: str) -> None:
+    def bound(owner: BaseModel, field: str, where: str, limit: int | None = None, name: str = "") -> None:
+        """``owner.field`` at least 0 and, with ``limit``, at most it (``name``: what the limit is)."""
         value = getattr(owner, field)
+        if value is None:
+            return
         if value < 0:
             notes.append(f"{where}.{field} was {value}: counted as 0")
-            setattr(owner, field, 0)
+            value = 0
+        if limit is not None and value > limit:
+            notes.append(f"{where}.{field} was {value}, more than {name} {limit}: counted as {limit}")
+            value = limit
+        setattr(owner, field, value)
 
     for field in ("prompt_tokens", "completion_tokens", "total_tokens"):
-        at_least_0(usage, field, "usage")
+        bound(usage, field, "usage")
     if (prompt := usage.prompt_tokens_details) is not None:
-        at_least_0(prompt, "cached_tokens", "usage.prompt_tokens_details")
-        if prompt.cached_tokens > usage.prompt_tokens:
-            notes.append(f"usage.prompt_tokens_details.cached_tokens was {prompt.cached_tokens}, more than "
-                         f"prompt_tokens {usage.prompt_tokens}: counted as {usage.prompt_tokens}")
-            prompt.cached_tokens = usage.prompt_tokens
-        for field, most, name in (("cache_write_tokens", usage.prompt_tokens, "prompt_tokens"),
-                                  ("cache_write_1h_tokens", None, "cache_write_tokens")):
-            value = getattr(prompt, field)
-            if value is None:
-                continue
-            if value < 0:
-                notes.append(f"usage.prompt_tokens_details.{field} was {value}: counted as 0")
-                value = 0
-            limit = most if most is not None else (prompt.cache_write_tokens or 0)
-            if value > limit:
-                notes.append(f"usage.prompt_tokens_details.{field} was {value}, more than {name} {limit}: "
-                             f"counted as {limit}")
-                value = limit
-            setattr(prompt, field, value)
+        where = "usage.prompt_tokens_details"
+        bound(prompt, "cached_tokens", where, usage.prompt_tokens, "prompt_tokens")
+        bound(prompt, "cache_write_tokens", where, usage.prompt_tokens, "prompt_tokens")
+        bound(prompt, "cache_write_1h_tokens", where, prompt.cache_write_tokens or 0, "cache_write_tokens")
     if (completion := usage.completion_tokens_details) is not None:
-        at_least_0(completion, "reasoning_tokens", "usage.completion_tokens_details")
-        if completion.reasoning_tokens > usage.completion_tokens:
-            notes.append(f"usage.completion_tokens_details.reasoning_tokens was {completion.reasoning_tokens}, "
-                         f"more than completion_tokens {usage.completion_tokens}: counted as {usage.completion_tokens}")
-            completion.reasoning_tokens = usage.completion_tokens
+        bound(completion, "reasoning_tokens", "usage.completion_tokens_details", usage.completion_tokens,
+              "completion_tokens")
     return notes
 
 
