@@ -31,6 +31,7 @@ from ..agents import (
     RunHooks,
 )
 from ..engines import (
+    DEPRECATED_PRESETS,
     FEATURES,
     PRESETS,
     ChatForImages,
@@ -40,7 +41,6 @@ from ..engines import (
     ScriptedEngine,
     VLLMEngine,
 )
-from ..engines._presets import DEPRECATED_PRESETS
 from ..tools import Plan, Tool, Toolset, plan_tool
 
 F = TypeVar("F", bound=Callable[..., Any])

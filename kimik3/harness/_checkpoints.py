@@ -57,7 +57,7 @@ import anyio.to_thread
 
 from .._exceptions import CheckpointError, ToolError
 from ..agents import RunHooks, SessionWriter
-from ..tools.coding._api import SessionFiles, Workspace
+from ..tools.coding.api import SessionFiles, Workspace
 from ..types import ToolCall
 from ._git import Isolated, Repository, find_repository, private_folder
 from ._store import STORE_WHAT, copy_into, default_store, not_copied, not_hashed, open_store, open_turn, seed_index
