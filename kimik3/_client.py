@@ -14,8 +14,7 @@ from ._checks import check_instance, check_int
 from ._defaults import MAX_RETRIES, RETRY_AFTER_MAX, RETRY_BACKOFF_INITIAL, RETRY_BACKOFF_MAX, RETRY_JITTER
 from ._exceptions import APIConnectionError, RateLimitError, ServiceUnavailableError
 from ._tracing import Span
-from .engines._base import CallSource, Engine, ModelCall
-from .engines._remote import RemoteEngine
+from .engines import CallSource, Engine, ModelCall, RemoteEngine
 from .formats.k3 import K3Tokenizer, PromptCache
 from .types import ChatCompletion, ChatRequest, Message, ModelSettings, ResponseFormat, ToolChoice, ToolSpec
 

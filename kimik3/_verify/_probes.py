@@ -17,8 +17,7 @@ from typing import Any
 
 from PIL import Image
 
-from ..formats.k3 import K3Tokenizer
-from ..formats.k3._media import image_prompt_tokens
+from ..formats.k3 import K3Tokenizer, image_prompt_tokens
 from ..media import image_token_count
 from ..types import AssistantMessage, dump_messages, to_messages, to_tool_specs
 

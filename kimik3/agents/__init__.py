@@ -4,6 +4,7 @@ vocabulary, so consumers never import :mod:`kimik3.formats`)."""
 
 from ._agent import Agent
 from ._deferred import pending_approvals, record_approvals
+from ._dynamic import dynamic_names as dynamic_names
 from ._fork import fork_session, format_session
 from ._guardrails import (
     Guardrail,
@@ -51,6 +52,9 @@ from ._types import (
     TurnOutcome,
 )
 
+# Imported `as` themselves and left out of __all__ (the user API): names kimik3's other packages use of
+# this package's private modules, so that none imports another package's `_module` (issue 42,
+# tests/test_architecture.py).
 __all__ = [
     "CODING_INSTRUCTIONS",
     "SUMMARY_INSTRUCTIONS",

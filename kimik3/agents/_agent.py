@@ -51,10 +51,8 @@ from .._exceptions import UserError
 from .._pricing import Pricing
 from ..engines import Engine, ModelCall
 from ..formats.k3 import K3Tokenizer, ToolCallDone
-from ..tools import Tool, ToolResult, Toolset
-from ..tools import _failures as failures
-from ..tools._failures import FailureText, default_failure_text
-from ..tools._limits import stray_cancellation, unwrap_group
+from ..tools import Tool, ToolResult, Toolset, failures, stray_cancellation, unwrap_group
+from ..tools.failures import FailureText, default_failure_text
 from ..types import (
     AGENTIC_SETTINGS,
     AssistantMessage,

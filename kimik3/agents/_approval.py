@@ -10,9 +10,8 @@ from typing import Any
 
 from .._exceptions import JSONLimitError
 from .._json import check_json_limits
-from ..tools import ToolResult
-from ..tools import _failures as failures
-from ..tools._failures import FailureText, default_failure_text
+from ..tools import ToolResult, failures
+from ..tools.failures import FailureText, default_failure_text
 from ..types import TextPart, ToolCall
 from ._types import Allow, ApprovalDecision, ApprovalHook, Defer, Deny, Edit, PendingCall, ToolCallApprovedEvent
 

@@ -24,9 +24,8 @@ from typing import Literal
 import anyio.to_thread
 
 from .._exceptions import MediaError
-from ..tools import ToolResult
-from ..tools import _failures as failures
-from ..tools._failures import ERROR_PREFIX, FailureText, default_failure_text
+from ..tools import ToolResult, failures
+from ..tools.failures import ERROR_PREFIX, FailureText, default_failure_text
 from ..types import AssistantMessage, ChatCompletion, ImagePart, TextPart
 
 __all__ = [

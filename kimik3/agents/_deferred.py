@@ -56,9 +56,8 @@ import anyio
 
 from .._exceptions import JSONLimitError, SessionError, UserError
 from .._json import check_json_limits
-from ..tools import ToolResult
-from ..tools import _failures as failures
-from ..tools._failures import FailureText
+from ..tools import ToolResult, failures
+from ..tools.failures import FailureText
 from ..types import AssistantMessage, Message, ToolCall, ToolMessage
 from ._approval import apply_decision, approve, pending_call
 from ._hooks import RunHooks

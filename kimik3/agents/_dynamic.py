@@ -10,8 +10,7 @@ from typing import Any
 
 from .._exceptions import ToolDefinitionError, UserError
 from ..tools import Tool, Toolset
-from ..types import Message, SystemMessage, ToolSpec
-from ..types._prefix import shared_prefix
+from ..types import Message, SystemMessage, ToolSpec, shared_prefix
 from ._hooks import RunHooks
 
 __all__ = ["Declarations", "Toolbox", "dynamic_names", "restore_declared", "undeclared"]

@@ -35,9 +35,8 @@ from typing import Any, Literal, TypeAlias
 
 from .. import _tracing
 from .._exceptions import UserError
-from ..tools import ToolResult
-from ..tools import _failures as failures
-from ..tools._failures import FailureText, default_failure_text
+from ..tools import ToolResult, failures
+from ..tools.failures import FailureText, default_failure_text
 from ..types import Message, TextPart, UserMessage
 from ._session import SessionWriter
 

@@ -6,9 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..tools import ToolResult, truncate_middle
-from ..tools import _failures as failures
-from ..tools._failures import FailureText, default_failure_text
+from ..tools import ToolResult, failures, truncate_middle
+from ..tools.failures import FailureText, default_failure_text
 from ..types import AssistantMessage, ImagePart, Message, TextPart, ToolCall, ToolMessage, UserMessage
 
 __all__ = ["IMAGE_DROPPED", "nothing_to_do", "orphan_results", "prune_images", "result_message"]

@@ -38,9 +38,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
-from ..tools import ToolResult
-from ..tools import _failures as failures
-from ..tools._failures import FailureText
+from ..tools import ToolResult, failures
+from ..tools.failures import FailureText
 from ..types import TextPart, ToolCall
 from ._prompts import LOOP_NOTE, LOOP_THEN
 from ._types import Budgets

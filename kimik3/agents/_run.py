@@ -15,7 +15,7 @@ from .._exceptions import UserError
 from .._pricing import Pricing, missing_prices, pricing_for
 from ..formats.k3 import PromptCache
 from ..tools import Tool, ToolContext
-from ..tools._failures import FailureText
+from ..tools.failures import FailureText
 from ..types import (
     AGENTIC_SETTINGS,
     AssistantMessage,

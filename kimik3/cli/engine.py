@@ -31,6 +31,7 @@ from ..agents import (
     RunHooks,
 )
 from ..engines import (
+    DEPRECATED_PRESETS,
     FEATURES,
     PRESETS,
     ChatForImages,
@@ -40,7 +41,6 @@ from ..engines import (
     ScriptedEngine,
     VLLMEngine,
 )
-from ..engines._presets import DEPRECATED_PRESETS
 from ..tools import Plan, Tool, Toolset, plan_tool
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -163,6 +163,9 @@ async def check_prices(o: Options, engine: Engine) -> None:
 
 
 def engine_options(f: F) -> F:
+    """The engine and model options of ``kimik3 run`` (``--base-url``, ``--model-path``, ``--script``,
+    ``--trust-remote-code``, ``--max-model-len``, ``--temperature``, ...) as a click decorator
+    (public as :func:`kimik3.cli.engine_options`, for scripts: examples/coding_agent.py)."""
     options = [
         click.option("--base-url", envvar="KIMIK3_BASE_URL", metavar="URL",
                      help="An OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 [env KIMIK3_BASE_URL]."),
@@ -445,7 +448,10 @@ def mcp_server(spec: str, timeout: float | None = None) -> Toolset:
 
 
 def agent_from(o: Options, engine: Engine, tools: Sequence[Tool | Toolset], instructions: str | None,
-           hooks: Sequence[RunHooks] = ()) -> Agent[str]:
+               hooks: Sequence[RunHooks] = ()) -> Agent[str]:
+    """The agent of ``run`` / ``resume`` / ``chat``: ``engine`` with the options' settings, budgets
+    (``--max-turns``, ``--max-usd``), ``--mcp`` servers, ``--plan`` and ``--otel`` exporter, and
+    ``tools``, ``instructions``, ``hooks`` as the harness gives them."""
     budgets = Budgets(usd=o.max_usd) if o.max_turns is None else Budgets(turns=o.max_turns, usd=o.max_usd)
     if o.otel:
         try:

@@ -386,6 +386,7 @@ class _RichProgress:
 
 
 def progress_view(plain: bool) -> ProgressView:
+    """The live rich view on a terminal, else (or with ``--plain``) the plain flushed lines."""
     console = Console(highlight=False)
     if console.is_terminal and not plain:
         return _RichProgress(console)

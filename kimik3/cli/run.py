@@ -31,9 +31,7 @@ from ..agents import (
     load_session,
     read_session_records,
 )
-from ..engines import Engine, VLLMEngine
-from ..engines._quiet import kimik3_home, output_to, vllm_log_path
-from ..engines._vllm import start_failure
+from ..engines import Engine, VLLMEngine, kimik3_home, output_to, start_failure, vllm_log_path
 from ..harness import CodingHarness, Skills
 from ..types import AssistantMessage, Message, UserMessage
 from .engine import Options, agent_from, check_prices, engine_from, engine_options, options_from, quiet, settings_from

@@ -12,8 +12,8 @@ from types import FrameType
 import click
 
 from .._exceptions import KimiK3Error
+from ..engines import without_leak_warnings
 from ..engines._cluster import ROUTER_POLICIES, Cluster
-from ..engines._quiet import without_leak_warnings
 from .progress import one_line
 
 __all__ = ["serve_command"]
@@ -52,8 +52,8 @@ def serve_command(model_dir: str, vllm_args: tuple[str, ...], host: str, port: i
     vllm-router on PORT in front of them, started together (each replica's /health waited for)
     and stopped together by Ctrl-C, with every process they started.
     """
+    from ..engines import server_command
     from ..engines._cluster import run_supervised
-    from ..engines._vllm import server_command
 
     if replicas is None and policy is None:
         try:

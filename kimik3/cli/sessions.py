@@ -15,7 +15,7 @@ from .._exceptions import KimiK3Error, UserError
 from .._text import counted, printable, shown_call
 from ..agents import Allow, Deny, Edit, PendingCall, format_session, pending_approvals, record_approvals
 from ..harness import undo
-from ..tools.coding._api import show_path
+from ..tools.coding.api import show_path
 from .progress import PlainProgress, progress_view, resume_line
 
 __all__ = ["approve_command", "show_command", "undo_command"]

@@ -31,8 +31,7 @@ from types import TracebackType
 from typing import Any, TypeAlias
 
 from .._exceptions import APIConnectionError, EngineError, MediaError, TokenizerError, UserError
-from ..formats.k3 import EncodedPrompt, Event, K3Codec, K3Tokenizer, PromptCache, RawChunk
-from ..formats.k3._media import prepare_request_image
+from ..formats.k3 import EncodedPrompt, Event, K3Codec, K3Tokenizer, PromptCache, RawChunk, prepare_request_image
 from ..types import ChatCompletion, ChatRequest, ImagePart
 from ._chat import ChatStreamChecker
 from ._http import Event as WireEvent

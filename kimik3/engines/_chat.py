@@ -64,6 +64,7 @@ from ..formats.k3 import (
     read_marked,
 )
 from ..types import (
+    CLOSED_MID_ANSWER,
     AssistantMessage,
     ChatCompletion,
     ChatRequest,
@@ -74,8 +75,8 @@ from ..types import (
     SystemMessage,
     ToolCall,
     Usage,
+    clamp_usage,
 )
-from ..types._results import CLOSED_MID_ANSWER, clamp_usage
 from ._arguments import Escaper, decode_arguments, escape_controls, json_calls
 from ._http import error_from_payload, is_error_payload
 from ._usage import read_usage

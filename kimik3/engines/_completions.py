@@ -21,8 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._defaults import RAW_MAX_TOKENS_FALLBACK
 from .._exceptions import APIResponseValidationError, ContextLengthExceededError, EngineError, UserError
-from ..formats.k3 import K3Tokenizer, PromptCache, RawChunk, ids_list
-from ..formats.k3._codec import media_scan
+from ..formats.k3 import K3Tokenizer, PromptCache, RawChunk, ids_list, media_scan
 from ..types import ChatRequest
 from ._base import ChatEngine, Engine, ModelCall, TokenEngine, TokenizerSource
 from ._counts import usage_count

@@ -27,7 +27,7 @@ from collections.abc import AsyncGenerator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from .._exceptions import BadRequestError, UserError
-from ..formats.k3._media import upload_url
+from ..formats.k3 import upload_url
 from ..types import ChatRequest, ImagePart, Message, dump_message
 from ._base import ChatEngine
 from ._endpoint import OpenAIEndpoint

@@ -21,12 +21,11 @@ from ..formats.k3 import (
     PromptCache,
     RawChunk,
     estimate_tokens,
+    media_scan,
     render,
     render_output,
 )
-from ..formats.k3._codec import media_scan
-from ..types import ChatRequest, ImagePart, Message
-from ..types._prefix import shared_prefix
+from ..types import ChatRequest, ImagePart, Message, shared_prefix
 from ._base import TokenEngine
 
 __all__ = ["ScriptedCall", "ScriptedEngine"]

@@ -45,8 +45,7 @@ from .._exceptions import (
     UserError,
 )
 from .._text import printable
-from ..formats.k3 import K3Tokenizer, RawChunk, ids_list
-from ..formats.k3._media import prepare_request_image
+from ..formats.k3 import K3Tokenizer, RawChunk, ids_list, prepare_request_image
 from ..types import ChatRequest, ImagePart
 from ._base import TokenEngine
 from ._overflow import CONTEXT_PHRASES, parse_token_limit

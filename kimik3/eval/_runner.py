@@ -53,8 +53,7 @@ from .._text import redact_urls
 from ..agents import Agent, Budgets, FinalEvent, ModelSettings, RunResult, TurnEndEvent, read_session_records
 from ..engines import Engine
 from ..harness import FEATURES, CodingHarness, Skills
-from ..tools import Tool, Toolset
-from ..tools._limits import unwrap_group
+from ..tools import Tool, Toolset, unwrap_group
 from ..tools.coding import Sandbox, SandboxMode
 from ..types import AGENTIC_SETTINGS, Message, Usage
 from ._report import write_report

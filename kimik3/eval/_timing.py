@@ -13,8 +13,7 @@ import time
 
 from .._client import Client
 from .._tracing import Span
-from ..engines import Engine, ModelCall
-from ..engines._base import CallSource
+from ..engines import CallSource, Engine, ModelCall
 from ..formats.k3 import PromptCache
 from ..types import ChatRequest
 

@@ -27,9 +27,9 @@ import anyio
 import anyio.to_thread
 
 from .._exceptions import EvalError
-from ..harness._git import SAFE_CONFIG, clean_env
+from ..harness import SAFE_CONFIG, clean_env
 from ..tools.coding import Sandbox
-from ..tools.coding._api import Command
+from ..tools.coding.api import Command
 from ._suite import EvalTask
 
 __all__ = ["Attempt", "CommandResult", "prepare_attempt", "run_command"]

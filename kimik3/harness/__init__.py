@@ -7,6 +7,8 @@ sub-agents, each a small module joined to the :class:`~kimik3.Agent` through
 
 from ._background import BackgroundProcesses, SandboxHooks
 from ._checkpoints import WRITING_TOOLS, Checkpoints
+from ._git import SAFE_CONFIG as SAFE_CONFIG
+from ._git import clean_env as clean_env
 from ._harness import FEATURES, CodingHarness, Feature, background_tools, patch_tools
 from ._instructions import AGENTS_FILE, MAX_INSTRUCTIONS_BYTES, MAX_TOTAL_INSTRUCTIONS_BYTES, ProjectInstructions
 from ._patch import EditSpec, FileAccess, apply_edits, apply_patch_text, parse_patch
@@ -17,6 +19,9 @@ from ._tasks import SUBAGENT_INSTRUCTIONS, SubAgents
 from ._tracking import ReadTracker
 from ._undo import undo
 
+# Imported `as` themselves and left out of __all__ (the user API): names kimik3's other packages use of
+# this package's private modules, so that none imports another package's `_module` (issue 42,
+# tests/test_architecture.py).
 __all__ = [
     "AGENTS_FILE",
     "FEATURES",

@@ -31,7 +31,7 @@ from .._exceptions import ToolError
 from ..agents import RunHooks, SessionWriter
 from ..tools import truncate_middle
 from ..tools.coding import Sandbox, SandboxMode
-from ..tools.coding._api import Command, kept_paths, made_repositories, repositories, shell_env
+from ..tools.coding.api import Command, kept_paths, made_repositories, repositories, shell_env
 
 __all__ = ["BackgroundProcesses", "SandboxHooks"]
 

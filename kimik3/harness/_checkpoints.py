@@ -56,7 +56,7 @@ import anyio.to_thread
 
 from .._exceptions import CheckpointError, ToolError
 from ..agents import RunHooks, SessionWriter
-from ..tools.coding._api import SessionFiles, Workspace
+from ..tools.coding.api import SessionFiles, Workspace
 from ..types import ToolCall
 from ._git import find_repository
 from ._snapshots import GitSnapshots

@@ -27,11 +27,10 @@ from pydantic import Field
 from .._client import Client
 from .._exceptions import SessionError, ToolDefinitionError, UserError
 from ..agents import CODING_INSTRUCTIONS, Agent, Budgets, ModelSettings, RunHooks, SessionWriter
-from ..engines import Engine
-from ..engines._quiet import kimik3_home
+from ..engines import Engine, kimik3_home
 from ..tools import FunctionTool, Tool, ToolResult, Toolset
 from ..tools.coding import Sandbox, SandboxMode, coding_tools
-from ..tools.coding._api import FILE_TOOL_TIMEOUT_S, config_named
+from ..tools.coding.api import FILE_TOOL_TIMEOUT_S, config_named
 from ._background import BackgroundProcesses, SandboxHooks
 from ._checkpoints import Checkpoints
 from ._git import global_configs

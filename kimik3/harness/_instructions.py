@@ -19,7 +19,7 @@ from pathlib import Path, PurePosixPath
 from .._exceptions import ToolError
 from ..agents import RunHooks
 from ..tools import ToolResult
-from ..tools.coding._api import Workspace
+from ..tools.coding.api import Workspace
 from ..types import TextPart, ToolCall
 
 __all__ = ["AGENTS_FILE", "MAX_INSTRUCTIONS_BYTES", "ProjectInstructions"]

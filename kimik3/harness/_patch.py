@@ -23,9 +23,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from .._exceptions import ToolError
-from ..tools._limits import commit_point
-from ..tools._truncate import truncate_middle
-from ..tools.coding._api import (
+from ..tools import commit_point, truncate_middle
+from ..tools.coding.api import (
     MAX_EDIT_BYTES,
     SessionFiles,
     Staged,

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .._exceptions import CheckpointError, ToolError
-from ..tools.coding._api import Workspace
+from ..tools.coding.api import Workspace
 
 __all__ = ["ABSENT", "Plan", "State", "Tree", "apply", "check_targets", "depth", "remove_empty_parents"]
 

@@ -35,8 +35,8 @@ from typing import Any, Literal
 import yaml
 
 from .._exceptions import ToolError
-from ..tools.coding._api import Workspace
-from ..tools.coding._api import walk_files as _files
+from ..tools.coding.api import Workspace
+from ..tools.coding.api import walk_files as _files
 from ._instructions import MAX_INSTRUCTIONS_BYTES
 
 __all__ = ["MAX_DESCRIPTION_CHARS", "MAX_FRONT_MATTER_BYTES", "MAX_LISTED_FILES", "MAX_NAME_CHARS",

@@ -50,10 +50,9 @@ from typing import Any, TypeVar
 import anyio
 
 from .._exceptions import SessionError, ToolError, UserError
-from ..agents import RunHooks, SessionWriter
-from ..agents._dynamic import dynamic_names
+from ..agents import RunHooks, SessionWriter, dynamic_names
 from ..tools import FunctionTool, Tool, Toolset
-from ..tools.coding._api import FILE_TOOL_TIMEOUT_S, Workspace
+from ..tools.coding.api import FILE_TOOL_TIMEOUT_S, Workspace
 from ._skill_files import (
     MAX_DESCRIPTION_CHARS,
     SKILL_FILE,

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .._exceptions import CheckpointError, ToolError
-from ..tools.coding._api import Workspace
+from ..tools.coding.api import Workspace
 from ._git import Isolated, Repository, find_repository, private_folder
 from ._store import not_hashed, seed_index
 

@@ -29,8 +29,8 @@ import warnings
 from pathlib import Path
 
 from .._exceptions import CheckpointError
-from ..engines._quiet import kimik3_home
-from ..tools.coding._api import is_sparse
+from ..engines import kimik3_home
+from ..tools.coding.api import is_sparse
 
 __all__ = ["MAX_COPY_BYTES", "STORE_WHAT", "copy_into", "default_store", "not_copied", "not_hashed", "open_store",
            "open_turn", "read_copy", "seed_index", "store_candidates"]

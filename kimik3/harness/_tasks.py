@@ -47,8 +47,7 @@ from ..agents import (
     SessionWriter,
     TurnEndEvent,
 )
-from ..tools import FunctionTool, Tool, ToolContext, ToolResult
-from ..tools import _failures as failures
+from ..tools import FunctionTool, Tool, ToolContext, ToolResult, failures
 from ..types import Routing
 
 __all__ = ["SUBAGENT_INSTRUCTIONS", "SubAgents"]

@@ -18,10 +18,9 @@ from typing import Any
 
 from .._exceptions import ToolError
 from ..agents import RunHooks, SessionWriter
-from ..tools import Tool, ToolContext, ToolResult
-from ..tools import _failures as failures
-from ..tools._failures import default_failure_text
-from ..tools.coding._api import Workspace
+from ..tools import Tool, ToolContext, ToolResult, failures
+from ..tools.coding.api import Workspace
+from ..tools.failures import default_failure_text
 from ..types import ToolSpec
 
 __all__ = ["ReadTracker"]

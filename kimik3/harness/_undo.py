@@ -48,7 +48,7 @@ from typing import Any
 
 from .._exceptions import CheckpointError, ToolError
 from ..agents import SessionWriter
-from ..tools.coding._api import Workspace
+from ..tools.coding.api import Workspace
 from ._checkpoints import digest
 from ._git import find_repository
 from ._records import session_checkpoints, undone_checkpoints

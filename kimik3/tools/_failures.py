@@ -28,6 +28,7 @@ __all__ = [
     "denied",
     "edit_not_json",
     "exception",
+    "finished_unrecorded",
     "guardrail_blocked",
     "interrupted",
     "interrupted_by_stop",

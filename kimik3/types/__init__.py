@@ -47,6 +47,7 @@ from ._messages import (
     to_messages,
     to_tool_specs,
 )
+from ._prefix import shared_prefix as shared_prefix
 from ._request import (
     TOOL_NAME,
     ChatRequest,
@@ -58,10 +59,15 @@ from ._request import (
     response_format_schema,
     tool_choice_directive,
 )
+from ._results import CLOSED_MID_ANSWER as CLOSED_MID_ANSWER
 from ._results import ChatCompletion, Choice, CompletionTokensDetails, FinishReason, PromptTokensDetails, Usage
+from ._results import clamp_usage as clamp_usage
 from ._routing import ROUTING_KEY, Routing
 from ._settings import AGENTIC_SETTINGS, SINGLE_STEP_SETTINGS, ModelSettings
 
+# Imported `as` themselves and left out of __all__ (the user API): names kimik3's other packages use of
+# this package's private modules, so that none imports another package's `_module` (issue 42,
+# tests/test_architecture.py).
 __all__ = [
     "AGENTIC_SETTINGS",
     "ROUTING_KEY",

@@ -9,6 +9,7 @@ Pure functions and incremental state machines; no I/O beyond reading a model dir
 from ..._json import JSON_MAX_DEPTH, JSON_MAX_INT_DIGITS, check_json_limits, safe_loads
 from ...types import TOOL_NAME, check_request
 from ._codec import EncodedPrompt, K3Codec, K3Decoder, PromptCache, PromptEncoder, PromptIds, RawChunk, ids_list
+from ._codec import media_scan as media_scan
 from ._count import message_tokens
 from ._encode import (
     CLOSE,
@@ -43,6 +44,9 @@ from ._events import (
     ToolCallStarted,
     new_tool_call_id,
 )
+from ._media import image_prompt_tokens as image_prompt_tokens
+from ._media import prepare_request_image as prepare_request_image
+from ._media import upload_url as upload_url
 from ._parse import StreamParser, parse
 from ._recover import MarkedText, holds_markup, read_marked
 from ._tokenizer import (
@@ -55,6 +59,9 @@ from ._tokenizer import (
 )
 from ._values import duplicate_key
 
+# Imported `as` themselves and left out of __all__ (the user API): names kimik3's other packages use of
+# this package's private modules, so that none imports another package's `_module` (issue 42,
+# tests/test_architecture.py).
 __all__ = [
     "CLOSE",
     "END_OF_MSG",

@@ -27,6 +27,7 @@ from typing import Any, overload
 from ..._exceptions import TokenizerError
 from ..._text import visible_text
 from ...types import (
+    CLOSED_MID_ANSWER,
     AssistantMessage,
     ChatCompletion,
     ChatRequest,
@@ -38,12 +39,12 @@ from ...types import (
     ToolSpec,
     Usage,
     VideoPart,
+    clamp_usage,
+    shared_prefix,
     to_message,
     to_messages,
     to_tool_specs,
 )
-from ...types._prefix import shared_prefix
-from ...types._results import CLOSED_MID_ANSWER, clamp_usage
 from ._encode import (
     ThinkingEffort,
     message_segments,
