@@ -18,7 +18,15 @@ from pathlib import Path
 import pytest
 
 from kimik3.tools.coding import Sandbox, coding_tools
-from kimik3.tools.coding._policy import ENV_SECRETS, HOME_SECRETS, ROOT_SECRETS, credential_env, scrub_env
+from kimik3.tools.coding._policy import (
+    ENV_SECRETS,
+    HOME_SECRETS,
+    ROOT_SECRETS,
+    credential_env,
+    scrub_env,
+    secret_folders,
+    secrets,
+)
 
 from .test_sandbox_policy import BACKENDS, run
 
@@ -104,6 +112,24 @@ async def test_xdg_and_environment_named_locations_are_unreadable(backend: str, 
     out = await run(coding_tools(box.root, sandbox=box)[0], _readable([f"{elsewhere}/{p}" for p in secret + public]))
     assert out.split("\n")[:-1] == [f"READ {elsewhere}/{p}" for p in public], out
     await box.aclose()
+
+
+def test_secret_folders_name_where_a_new_secret_would_appear(host_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a running sandbox watches to know its secret set went stale: each pattern's folder,
+    its ``*`` expanded (an editor fork's User folder), also the XDG- and variable-named ones."""
+    home, elsewhere = host_dir / "home", host_dir / "e"
+    _write(home, [".config/Cursor/User/settings.json", "proj/x"])
+    _write(elsewhere, ["xc/gh/hosts.yml", "kube/a", "unrelated/x"])
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(elsewhere / "xc"))
+    monkeypatch.setenv("KUBECONFIG", f"{elsewhere}/kube/a:relative/b")
+    folders = secret_folders()
+    for d in (home, home / ".config", home / ".config/Cursor/User", elsewhere / "xc", elsewhere / "xc/gh",
+              elsewhere / "kube"):
+        assert str(d) in folders, d
+    assert str(home / "proj") not in folders and str(elsewhere / "unrelated") not in folders
+    assert [p for p in secrets() if p.startswith(str(host_dir))] == [str(elsewhere / "kube/a"),
+                                                                     str(elsewhere / "xc/gh")]
 
 
 class _Listener:

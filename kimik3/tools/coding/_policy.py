@@ -28,7 +28,7 @@ import sys
 from collections.abc import Iterable, Mapping
 
 __all__ = ["ENV_SECRETS", "HOME_SECRETS", "ROOT_SECRETS", "XDG_HOMES", "credential_env", "hidden_dirs", "preloads",
-           "scrub_env", "secrets", "toolchain"]
+           "scrub_env", "secret_folders", "secret_patterns", "secrets", "toolchain"]
 
 HOME_SECRETS: tuple[str, ...] = (
     # keys and cloud / cluster credentials
@@ -201,23 +201,38 @@ def _named_by_env(env: Mapping[str, str], h: str) -> list[str]:
     return out
 
 
+def secret_patterns(deny: Iterable[str] = (), env: Mapping[str, str] | None = None) -> list[str]:
+    """Where the secrets may be, as absolute paths and glob patterns: :data:`HOME_SECRETS` in
+    ``$HOME`` (and in the XDG folders ``env`` moves them to), the paths :data:`ENV_SECRETS`'
+    variables in ``env`` (default: this process's) name, :data:`ROOT_SECRETS` (``{uid}`` filled
+    in), and ``deny``."""
+    env = os.environ if env is None else env
+    h = home()
+    return [*(os.path.join(h, s) for s in HOME_SECRETS if h), *_named_by_env(env, h),
+            *(s.replace("{uid}", str(os.getuid())) for s in ROOT_SECRETS),
+            *(os.path.abspath(os.path.expanduser(d)) for d in deny)]
+
+
+def secret_folders(deny: Iterable[str] = (), env: Mapping[str, str] | None = None) -> list[str]:
+    """The existing folders whose entries decide the secret set (each pattern's folder, its
+    ``*`` expanded): a new entry or a rename in one of them changes what :func:`secrets` finds."""
+    out: list[str] = []
+    for pattern in secret_patterns(deny, env):
+        folder = os.path.dirname(pattern)
+        out += sorted(glob.glob(folder)) if glob.has_magic(folder) else [folder]
+    return [d for d in dict.fromkeys(out) if os.path.isdir(d)]
+
+
 def secrets(deny: Iterable[str] = (), allow: Iterable[str] = (), env: Mapping[str, str] | None = None) -> list[str]:
-    """The credential locations that exist now, resolved: :data:`HOME_SECRETS` in ``$HOME`` (and
-    in the XDG folders ``env`` moves them to), the paths :data:`ENV_SECRETS`' variables in ``env``
-    (default: this process's) name, :data:`ROOT_SECRETS`, and ``deny``; minus each one ``allow``
-    names exactly (a path allowed inside one is shown on top of it; a folder allowed that holds
-    one does not lift it). Globs only (one folder level per ``*``), no walk: called once per
-    sandbox start.
+    """The credential locations that exist now, resolved (:func:`secret_patterns`: the home's,
+    the XDG folders', the variables', the system's and ``deny``); minus each one ``allow`` names
+    exactly (a path allowed inside one is shown on top of it; a folder allowed that holds one does
+    not lift it). Globs only (one folder level per ``*``), no walk: called once per sandbox start.
 
     Also the resolved target of a secret that is a symlink (``~/.ssh -> /data/keys``): both stay
     out of reach."""
-    env = os.environ if env is None else env
-    h = home()
-    names = [os.path.join(h, s) for s in HOME_SECRETS] if h else []
-    root = [s.replace("{uid}", str(os.getuid())) for s in ROOT_SECRETS]
     found: list[str] = []
-    for pattern in (*names, *_named_by_env(env, h), *root,
-                    *(os.path.abspath(os.path.expanduser(d)) for d in deny)):
+    for pattern in secret_patterns(deny, env):
         for p in sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]:
             if os.path.lexists(p):
                 found += [os.path.abspath(p), os.path.realpath(p)]
