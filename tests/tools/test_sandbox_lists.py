@@ -22,6 +22,8 @@ from kimik3.tools.coding._policy import (
     ENV_SECRETS,
     HOME_SECRETS,
     ROOT_SECRETS,
+    SECRET_NAMES,
+    SECRET_PLACES,
     credential_env,
     scrub_env,
     secret_folders,
@@ -66,9 +68,12 @@ IN_HOME = [".env", ".env.local", ".env.production", ".pgpass", ".my.cnf", ".mylo
            ".local/state/zsh/history", ".ipython/profile_work/history.sqlite",
            ".config/Code - Insiders/User/globalStorage/state.vscdb", ".cursor-server/data/User/globalStorage/x.db",
            ".local/share/jupyter/runtime/kernel-1.json", ".config/Slack/Cookies", ".my_api_token", "deploy.pem",
-           ".colima/_lima/_config/user", ".lima/_config/user"]
+           ".colima/_lima/_config/user", ".lima/_config/user", ".ghc/ghci_history", ".cache/zsh/history",
+           ".config/newtool/credentials.json", ".local/share/app/api-token", ".passwd-s3fs", ".authinfo.gpg",
+           ".config/github-copilot/apps.json", ".thunderbird/p.default/logins.json"]
 NOT_SECRETS = [".condarc", ".config/op2/x", ".wget-hsts", ".envs/venv/marker", ".config/git/config",
-               ".cache/huggingface/hub/model.bin", ".config/Code/User/settings.json"]
+               ".cache/huggingface/hub/model.bin", ".config/Code/User/settings.json", "tokenizers/README",
+               "history-of-rome/notes", ".cache/uv/wheels-v5/w.whl", ".pyenv/versions/3.11.7/bin/python"]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -237,6 +242,11 @@ ENV_TABLE = [
     ("HTTPS_PROXY", "http://user:pw@proxy:3128", True), ("EXTRA_HEADER", "Authorization: Bearer abc", True),
     ("SOME_VALUE", "ghp_" + "a" * 36, True), ("SOME_OTHER", "AKIA" + "A" * 16, True),
     ("DB_PASSWORD_FILE", "hunter2", True),  # a _FILE name holding no path
+    ("API_KEYS", "a,b", True), ("SIGNING_KEYS", "x", True), ("GPG_KEY_ID", "ABCD", True), ("WALLET_MNEMONIC", "x", True),
+    ("DB_CONN", "Server=db;User Id=u;Password=pw;", True),
+    ("AZ_STORE", "DefaultEndpointsProtocol=https;AccountName=a;AccountKey=k==", True),
+    ("DEPLOY", "-----BEGIN OPENSSH PRIVATE KEY----- b3BlbnNzaC1r", True),
+    ("SESSION_JWT_X", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.c2ln", True),
     # kept: places, not secrets
     ("PWD", "/work/ws", False), ("OLDPWD", "/work", False), ("PASSWORD_STORE_DIR", "/home/u/.pass", False),
     ("DB_PASSWORD_FILE", "/run/secrets/db", False), ("AWS_SHARED_CREDENTIALS_FILE", "~/.aws/credentials", False),
@@ -246,7 +256,8 @@ ENV_TABLE = [
     ("XAUTHORITY", "/run/user/1000/Xauthority", False), ("LD_LIBRARY_PATH", "/opt/lib", False),
     ("PATTERN", "*.py", False), ("PIP_INDEX_URL", "https://pypi.org/simple?x=1", False),
     ("CARGO_REGISTRY", "ssh://git@github.com/o/r.git", False), ("LS_COLORS", "rs=0:di=01;34:*.key=01;35", False),
-    ("DESKTOP_SESSION", "gnome", False), ("XDG_SESSION_TYPE", "wayland", False),
+    ("DESKTOP_SESSION", "gnome", False), ("XDG_SESSION_TYPE", "wayland", False), ("KEYBOARD", "us", False),
+    ("SSH_KEY_PATH", "/home/u/.ssh/id_ed25519", False), ("KEYMAP", "us", False),
 ]
 
 
@@ -276,7 +287,9 @@ async def test_commands_get_only_the_kept_variables(backend: str, tmp_path: Path
 
 
 def test_docs_list_every_masked_location_and_variable() -> None:
-    missing = [f"~/{s}" for s in HOME_SECRETS if f"`~/{s}`" not in DOC]
+    made = {"." + n for n in SECRET_NAMES} | {p + n for p in SECRET_PLACES for n in SECRET_NAMES}
+    missing = [f"~/{s}" for s in HOME_SECRETS if s not in made and f"`~/{s}`" not in DOC]
+    missing += [n for n in SECRET_NAMES if f"`{n}`" not in DOC] + [p for p in SECRET_PLACES if f"`~/{p}`" not in DOC]
     missing += [f"${name}" for name in ENV_SECRETS if f"`${name}`" not in DOC]
     missing += [s for s in ROOT_SECRETS if f"`{s}`" not in DOC]
     assert missing == []

@@ -21,31 +21,45 @@ rules). See ``docs/sandbox.md`` and issue 39.
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import os
 import re
 import sys
 from collections.abc import Iterable, Mapping
 
-__all__ = ["ENV_SECRETS", "HOME_SECRETS", "ROOT_SECRETS", "XDG_HOMES", "credential_env", "hidden_dirs", "preloads",
-           "scrub_env", "secret_folders", "secret_patterns", "secrets", "toolchain"]
+__all__ = ["ENV_SECRETS", "HOME_SECRETS", "ROOT_SECRETS", "SECRET_NAMES", "SECRET_PLACES", "XDG_HOMES",
+           "credential_env", "hidden_dirs", "preloads", "scrub_env", "secret_folders", "secret_patterns", "secrets",
+           "toolchain"]
+
+SECRET_NAMES: tuple[str, ...] = ("*hist*", "*credential*", "*token*", "*secret*", "*passw*")
+"""Names that say what a file holds, whatever the program that wrote it: histories (and their
+copies: ``.bash_history.bak``, ``.zsh_history~``), credentials, tokens, secrets, passwords.
+Matched (``*`` also matching a leading dot) in each of :data:`SECRET_PLACES`, and at the home's
+top as dotfiles only (``.*hist*``: a project folder ``~/tokenizers`` stays yours)."""
+
+SECRET_PLACES: tuple[str, ...] = (".*/", ".config/*/", ".local/share/*/", ".local/state/*/", ".cache/*/")
+"""The folders of the home where :data:`SECRET_NAMES` are looked for (one level each)."""
 
 HOME_SECRETS: tuple[str, ...] = (
     # keys and cloud / cluster credentials
     ".ssh", ".gnupg", ".aws", ".azure", ".config/gcloud", ".kube", ".docker", ".oci", ".config/doctl",
     ".terraform.d", ".terraformrc", ".vault-token", ".s3cfg", ".boto", ".config/rclone", ".config/op", ".fly",
     ".config/sops", ".config/containers/auth.json", ".kaggle", ".config/configstore", ".config/ngrok", ".ngrok2",
-    ".config/stripe", ".secrets", ".*secret*", ".*credential*", ".*token*", "*.pem", "*.key", "*.p12", "*.pfx",
-    "*.ppk", "*.kdbx",
+    ".config/stripe", ".config/helm/registry", ".secrets", ".passwd-s3fs", ".*vault_pass*", "*.pem", "*.key",
+    "*.p12", "*.pfx", "*.ppk", "*.kdbx",
     # environment files and database passwords
     ".env", ".env.*", ".env-*", ".env_*", ".envrc", ".pgpass", ".my.cnf", ".mylogin.cnf",
-    # tokens of package registries, forges and model hubs
-    ".netrc", ".git-credentials", ".gitcookies", ".config/git/credentials", ".pypirc", ".npmrc", ".yarnrc",
-    ".yarnrc.yml", ".config/pip", ".pip", ".bundle/config", ".wgetrc", ".composer/auth.json",
+    # tokens of package registries, forges, model hubs and coding assistants
+    ".netrc", ".authinfo*", ".git-credentials", ".gitcookies", ".config/git/credentials", ".pypirc", ".npmrc",
+    ".yarnrc", ".yarnrc.yml", ".config/pip", ".pip", ".bundle/config", ".wgetrc", ".composer/auth.json",
     ".config/composer/auth.json", ".config/gh", ".config/hub", ".config/glab-cli", ".cargo/credentials",
     ".cargo/credentials.toml", ".gem/credentials", ".m2/settings-security.xml", ".gradle/gradle.properties",
     ".huggingface", ".cache/huggingface/token", ".cache/huggingface/stored_tokens", ".config/huggingface",
-    ".config/hf", ".kimik3", ".codex", ".claude", ".claude.json",
+    ".config/hf", ".kimik3", ".codex", ".claude", ".claude.json", ".config/github-copilot", ".continue", ".gemini",
+    # mail and remote-desktop passwords
+    ".thunderbird", ".msmtprc", ".mbsyncrc", ".fetchmailrc", ".purple", ".config/filezilla", ".config/remmina",
+    ".local/share/remmina",
     # sockets that act with your keys or rights: agents, container engines, their VMs
     ".1password", ".colima", ".rd", ".orbstack", ".lima",
     # browser profiles, password stores, keyrings, editors' and Electron apps' stored state
@@ -55,18 +69,18 @@ HOME_SECRETS: tuple[str, ...] = (
     ".config/KeePassXC", ".config/1Password", ".config/*/User/globalStorage", ".config/*/User/workspaceStorage",
     ".*-server/data/User/globalStorage", ".config/*/Cookies", ".config/*/Local Storage",
     ".config/*/Network/Cookies", ".local/share/jupyter/runtime",
-    # shell and REPL histories (and their copies: .bash_history.bak, .zsh_history~)
-    ".*hist*", ".lesshst*", ".viminfo*", ".local/share/*/*hist*", ".local/share/*/.*hist*",
-    ".local/state/*/*hist*", ".local/state/*/.*hist*", ".config/*/*hist*", ".config/*/.*hist*",
-    ".local/state/nvim/shada", ".ipython/profile_*/history.sqlite",
+    # histories SECRET_NAMES does not name
+    ".lesshst*", ".viminfo*", ".local/state/nvim/shada", ".ipython/profile_*/history.sqlite", ".julia/logs",
+    # SECRET_NAMES, at the top (dotfiles) and in SECRET_PLACES
+    *("." + n for n in SECRET_NAMES), *(p + n for p in SECRET_PLACES for n in SECRET_NAMES),
 )
 """Credential locations under ``$HOME`` never readable inside the sandbox (issue 39; Anthropic's
-sandbox-runtime and Codex keep similar lists): paths or glob patterns (one folder level per
-``*``, resolved once per sandbox start, no walk). An entry under ``.config``, ``.local/share``,
-``.cache`` or ``.local/state`` is also looked for under ``$XDG_CONFIG_HOME``, ``$XDG_DATA_HOME``,
-``$XDG_CACHE_HOME`` or ``$XDG_STATE_HOME`` where those name another folder. A folder is shown
-empty, a file or socket as ``/dev/null`` under bwrap; under Landlock reading them is refused
-(their names stay listable, a socket stays connectable: docs/sandbox.md)."""
+sandbox-runtime and Codex keep similar lists): paths or patterns (``*`` one folder level, and
+also a leading dot; resolved once per sandbox start, no walk). An entry under ``.config``,
+``.local/share``, ``.cache`` or ``.local/state`` is also looked for under ``$XDG_CONFIG_HOME``,
+``$XDG_DATA_HOME``, ``$XDG_CACHE_HOME`` or ``$XDG_STATE_HOME`` where those name another folder.
+A folder is shown empty, a file or socket as ``/dev/null`` under bwrap; under Landlock reading
+them is refused (their names stay listable, a socket stays connectable: docs/sandbox.md)."""
 
 XDG_HOMES: tuple[tuple[str, str], ...] = (
     (".config/", "XDG_CONFIG_HOME"), (".local/share/", "XDG_DATA_HOME"), (".cache/", "XDG_CACHE_HOME"),
@@ -108,8 +122,9 @@ _CREDENTIAL_NAMES = frozenset({"KIMIK3_API_KEY", "MOONSHOT_API_KEY", "OPENAI_API
                                "NPM_TOKEN", "PYPI_TOKEN", "TWINE_PASSWORD", "SSH_AUTH_SOCK", "GPG_AGENT_INFO",
                                "VAULT_TOKEN", "DOCKER_AUTH_CONFIG", "DATABASE_URL", "BW_SESSION"})
 _CREDENTIAL_PATTERN = re.compile(
-    r"(^|_)(API_?KEY|SECRET|PASSWORD|PASSWD|PASSPHRASE|PASS|PWD|PAT|DSN|PRIVATE_KEY|ACCESS_KEY|AUTH)($|_)"
-    r"|TOKEN($|_)|_KEY$|SECRET|PASSWORD|CREDENTIAL|WEBHOOK|COOKIE|CONNECTION_?STRING|^OP_SESSION_", re.IGNORECASE)
+    r"(^|_)(API_?KEYS?|KEYS?|SECRET|PASSWORD|PASSWD|PASSPHRASE|PASS|PWD|PAT|DSN|PRIVATE_KEY|ACCESS_KEY|AUTH)($|_)"
+    r"|TOKEN($|_)|_KEYS?$|SECRET|PASSWORD|CREDENTIAL|WEBHOOK|COOKIE|MNEMONIC|CONNECTION_?STRING|^OP_SESSION_",
+    re.IGNORECASE)
 _PLACE_NAMES = ("PWD", "OLDPWD")
 _PLACE_SUFFIX = re.compile(r"(_FILE|_DIR|_PATH|HOME)$", re.IGNORECASE)
 _CREDENTIAL_VALUE = re.compile(
@@ -118,7 +133,9 @@ _CREDENTIAL_VALUE = re.compile(
     r"|credential|session)(?:[_.-][\w.-]*)?="  # ?api_key=, &sig= (Azure SAS), X-Amz-Signature=
     r"|(?-i:\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_\w{30,}|glpat-[\w-]{20,}|xox[abeoprs]-[\w-]{10,}"
     r"|sk-[\w-]{32,}|AKIA[0-9A-Z]{16}|hf_[A-Za-z0-9]{30,}|npm_[A-Za-z0-9]{30,}|pypi-[\w-]{30,}|AIza[\w-]{30,}))"
-    r"|\bBearer\s+\S", re.IGNORECASE)
+    r"|\bBearer\s+\S"  # an Authorization header
+    r"|(?:^|;)\s*(?:password|pwd|account_?key|shared_?access_?key)\s*="  # Server=db;Password=x; AccountKey=
+    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----|\beyJ[\w-]{10,}\.eyJ[\w-]{10,}\.", re.IGNORECASE)  # a key, a JWT
 
 
 def credential_env(name: str, value: str | None = None) -> bool:
@@ -213,13 +230,31 @@ def secret_patterns(deny: Iterable[str] = (), env: Mapping[str, str] | None = No
             *(os.path.abspath(os.path.expanduser(d)) for d in deny)]
 
 
+def _expand(pattern: str, listed: dict[str, list[str]]) -> list[str]:
+    """The existing paths ``pattern`` matches (``*`` within one name, also a leading dot), each
+    folder listed once (``listed`` keeps the listings of one call), sorted."""
+    if not glob.has_magic(pattern):
+        return [pattern] if os.path.lexists(pattern) else []
+    head, name = os.path.split(pattern)
+    out: list[str] = []
+    for folder in _expand(head, listed) if glob.has_magic(head) else [head]:
+        if folder not in listed:
+            try:
+                listed[folder] = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+            except OSError:
+                listed[folder] = []
+        out += [os.path.join(folder, n) for n in listed[folder] if fnmatch.fnmatchcase(n, name)]
+    return out
+
+
 def secret_folders(deny: Iterable[str] = (), env: Mapping[str, str] | None = None) -> list[str]:
     """The existing folders whose entries decide the secret set (each pattern's folder, its
     ``*`` expanded): a new entry or a rename in one of them changes what :func:`secrets` finds."""
+    listed: dict[str, list[str]] = {}
     out: list[str] = []
     for pattern in secret_patterns(deny, env):
         folder = os.path.dirname(pattern)
-        out += sorted(glob.glob(folder)) if glob.has_magic(folder) else [folder]
+        out += _expand(folder, listed) if glob.has_magic(folder) else [folder]
     return [d for d in dict.fromkeys(out) if os.path.isdir(d)]
 
 
@@ -227,17 +262,20 @@ def secrets(deny: Iterable[str] = (), allow: Iterable[str] = (), env: Mapping[st
     """The credential locations that exist now, resolved (:func:`secret_patterns`: the home's,
     the XDG folders', the variables', the system's and ``deny``); minus each one ``allow`` names
     exactly (a path allowed inside one is shown on top of it; a folder allowed that holds one does
-    not lift it). Globs only (one folder level per ``*``), no walk: called once per sandbox start.
+    not lift it). Patterns only (one folder level per ``*``, each folder listed once), no walk:
+    called once per sandbox start.
 
     Also the resolved target of a secret that is a symlink (``~/.ssh -> /data/keys``): both stay
-    out of reach."""
+    out of reach. A secret inside another one is left out (masked with it)."""
+    listed: dict[str, list[str]] = {}
     found: list[str] = []
     for pattern in secret_patterns(deny, env):
-        for p in sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]:
-            if os.path.lexists(p):
-                found += [os.path.abspath(p), os.path.realpath(p)]
+        for p in _expand(pattern, listed):
+            found += [os.path.abspath(p), os.path.realpath(p)]
     lifted = {os.path.realpath(os.path.expanduser(a)) for a in allow}
-    return [p for p in dict.fromkeys(found) if p not in lifted and os.path.exists(p)]
+    kept = [p for p in dict.fromkeys(found) if p not in lifted and os.path.exists(p)]
+    folders = tuple(p.rstrip("/") + "/" for p in kept if os.path.isdir(p))
+    return [p for p in kept if not p.startswith(folders)]  # not inside another (~/.aws/credentials)
 
 
 def toolchain(env: Mapping[str, str]) -> list[str]:
