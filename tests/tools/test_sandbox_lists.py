@@ -7,6 +7,7 @@ and the host's sockets; docs/sandbox.md's tables checked against the code."""
 from __future__ import annotations
 
 import os
+import pwd
 import re
 import shutil
 import socket
@@ -14,6 +15,8 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -25,6 +28,7 @@ from kimik3.tools.coding._policy import (
     SECRET_NAMES,
     SECRET_PLACES,
     credential_env,
+    homes,
     scrub_env,
     secret_folders,
     secrets,
@@ -70,7 +74,8 @@ IN_HOME = [".env", ".env.local", ".env.production", ".pgpass", ".my.cnf", ".mylo
            ".local/share/jupyter/runtime/kernel-1.json", ".config/Slack/Cookies", ".my_api_token", "deploy.pem",
            ".colima/_lima/_config/user", ".lima/_config/user", ".ghc/ghci_history", ".cache/zsh/history",
            ".config/newtool/credentials.json", ".local/share/app/api-token", ".passwd-s3fs", ".authinfo.gpg",
-           ".config/github-copilot/apps.json", ".thunderbird/p.default/logins.json"]
+           ".config/github-copilot/apps.json", ".thunderbird/p.default/logins.json",
+           ".config/app/prod.env", ".local/share/app/.env.local"]
 NOT_SECRETS = [".condarc", ".config/op2/x", ".wget-hsts", ".envs/venv/marker", ".config/git/config",
                ".cache/huggingface/hub/model.bin", ".config/Code/User/settings.json", "tokenizers/README",
                "history-of-rome/notes", ".cache/uv/wheels-v5/w.whl", ".pyenv/versions/3.11.7/bin/python"]
@@ -135,6 +140,31 @@ def test_secret_folders_name_where_a_new_secret_would_appear(host_dir: Path, mon
     assert str(home / "proj") not in folders and str(elsewhere / "unrelated") not in folders
     assert [p for p in secrets() if p.startswith(str(host_dir))] == [str(elsewhere / "kube/a"),
                                                                      str(elsewhere / "xc/gh")]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_the_invoking_users_home_under_sudo_is_masked_too(backend: str, host_dir: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """`sudo kimik3 run`: $HOME is root's, the user's own home is readable to root's files-that-others-
+    may-read; its secrets are masked as $HOME's are (the password database stubbed to name it)."""
+    home, alice = host_dir / "home", host_dir / "alice"
+    (home / "proj").mkdir(parents=True)
+    _write(alice, [".env", ".ssh/id_ed25519", ".local/share/fish/fish_history", "notes.txt"])
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("SUDO_USER", "alice")
+    real = pwd.getpwnam
+
+    def getpwnam(name: str) -> Any:
+        return SimpleNamespace(pw_dir=str(alice)) if name == "alice" else real(name)
+
+    monkeypatch.setattr(pwd, "getpwnam", getpwnam)
+    assert homes(os.environ)[:1] == [str(home)] and homes(os.environ)[-1] == str(alice)
+    box = Sandbox(home / "proj", backend)
+    out = await run(coding_tools(box.root, sandbox=box)[0],
+                    _readable([f"{alice}/{p}" for p in (".env", ".ssh/id_ed25519", ".local/share/fish/fish_history",
+                                                        "notes.txt")]))
+    assert out.split("\n")[:-1] == [f"READ {alice}/notes.txt"], out
+    await box.aclose()
 
 
 class _Listener:

@@ -21,20 +21,23 @@ rules). See ``docs/sandbox.md`` and issue 39.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import glob
 import os
+import pwd
 import re
 import sys
 from collections.abc import Iterable, Mapping
 
 __all__ = ["ENV_SECRETS", "HOME_SECRETS", "ROOT_SECRETS", "SECRET_NAMES", "SECRET_PLACES", "XDG_HOMES",
-           "credential_env", "hidden_dirs", "preloads", "scrub_env", "secret_folders", "secret_patterns", "secrets",
-           "toolchain"]
+           "credential_env", "hidden_dirs", "homes", "preloads", "scrub_env", "secret_folders", "secret_patterns",
+           "secrets", "toolchain"]
 
-SECRET_NAMES: tuple[str, ...] = ("*hist*", "*credential*", "*token*", "*secret*", "*passw*")
+SECRET_NAMES: tuple[str, ...] = ("*hist*", "*credential*", "*token*", "*secret*", "*passw*", "*.env", "*.env.*")
 """Names that say what a file holds, whatever the program that wrote it: histories (and their
-copies: ``.bash_history.bak``, ``.zsh_history~``), credentials, tokens, secrets, passwords.
+copies: ``.bash_history.bak``, ``.zsh_history~``), credentials, tokens, secrets, passwords,
+environment files (``prod.env``, ``.env.local``).
 Matched (``*`` also matching a leading dot) in each of :data:`SECRET_PLACES`, and at the home's
 top as dotfiles only (``.*hist*``: a project folder ``~/tokenizers`` stays yours)."""
 
@@ -190,7 +193,21 @@ def home() -> str:
     return h if h != "/" and os.path.isdir(h) else ""
 
 
-def _named_by_env(env: Mapping[str, str], h: str) -> list[str]:
+def homes(env: Mapping[str, str]) -> list[str]:
+    """The homes whose secrets are masked, resolved and existing: ``$HOME`` (:func:`home`), this
+    user's home in the password database where ``$HOME`` says otherwise, and under ``sudo`` the
+    invoking user's (``$SUDO_USER``: root without capabilities still reads its files that others
+    may read)."""
+    out = [home()]
+    for user in (os.getuid(), env.get("SUDO_USER", "")):
+        with contextlib.suppress(KeyError, OSError):
+            entry = pwd.getpwuid(user) if isinstance(user, int) else pwd.getpwnam(user) if user else None
+            if entry is not None:
+                out.append(os.path.realpath(entry.pw_dir))
+    return [h for h in dict.fromkeys(out) if h and h != "/" and os.path.isdir(h)]
+
+
+def _named_by_env(env: Mapping[str, str], homes: list[str]) -> list[str]:
     """The credential locations the variables of :data:`ENV_SECRETS` and :data:`XDG_HOMES` name
     (absolute paths or glob patterns)."""
     out: list[str] = []
@@ -207,25 +224,25 @@ def _named_by_env(env: Mapping[str, str], h: str) -> list[str]:
             if not os.path.isabs(path):
                 continue
             path = os.path.abspath(path)
-            if path == "/" or (h and (h + "/").startswith(path.rstrip("/") + "/")) or \
+            if path == "/" or any((h + "/").startswith(path.rstrip("/") + "/") for h in homes) or \
                     path.startswith(("/dev/", "/proc/", "/sys/")):
                 continue
             out += [os.path.join(path, p) if p else path for p in inside]
     for default, name in XDG_HOMES:
         moved = env.get(name, "")
-        if os.path.isabs(moved) and h and os.path.abspath(moved) != os.path.join(h, default.rstrip("/")):
+        if os.path.isabs(moved) and os.path.abspath(moved) not in (os.path.join(h, default[:-1]) for h in homes):
             out += [os.path.join(moved, s[len(default):]) for s in HOME_SECRETS if s.startswith(default)]
     return out
 
 
 def secret_patterns(deny: Iterable[str] = (), env: Mapping[str, str] | None = None) -> list[str]:
     """Where the secrets may be, as absolute paths and glob patterns: :data:`HOME_SECRETS` in
-    ``$HOME`` (and in the XDG folders ``env`` moves them to), the paths :data:`ENV_SECRETS`'
+    each of :func:`homes` (and in the XDG folders ``env`` moves them to), the paths :data:`ENV_SECRETS`'
     variables in ``env`` (default: this process's) name, :data:`ROOT_SECRETS` (``{uid}`` filled
     in), and ``deny``."""
     env = os.environ if env is None else env
-    h = home()
-    return [*(os.path.join(h, s) for s in HOME_SECRETS if h), *_named_by_env(env, h),
+    hs = homes(env)
+    return [*(os.path.join(h, s) for h in hs for s in HOME_SECRETS), *_named_by_env(env, hs),
             *(s.replace("{uid}", str(os.getuid())) for s in ROOT_SECRETS),
             *(os.path.abspath(os.path.expanduser(d)) for d in deny)]
 
