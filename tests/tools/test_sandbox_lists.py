@@ -223,11 +223,13 @@ async def test_agent_and_engine_sockets_cannot_be_reached(backend: str, host_dir
     paths = {"ssh": run_dir / "ssh-agent.sock", "docker": run_dir / "docker.sock",
              "podman": run_dir / "podman.sock", "bus": run_dir / "bus",  # + variants: podman, the session bus
              "gpg": home / ".gnupg/S.gpg-agent", "op": home / ".1password/agent.sock",
-             "colima": home / ".colima/default/docker.sock", "plain": run_dir / "server.sock"}
+             "colima": home / ".colima/default/docker.sock", "vscode": run_dir / "vscode-git-1.sock",
+             "plain": run_dir / "server.sock"}
     monkeypatch.setenv("SSH_AUTH_SOCK", str(paths["ssh"]))
     monkeypatch.setenv("DOCKER_HOST", f"unix://{paths['docker']}")
     monkeypatch.setenv("CONTAINER_HOST", f"unix://{paths['podman']}")
     monkeypatch.setenv("DBUS_SESSION_BUS_ADDRESS", f"unix:path={paths['bus']},guid=0123")
+    monkeypatch.setenv("VSCODE_GIT_IPC_HANDLE", str(paths["vscode"]))
     (home / ".gnupg/private-keys-v1.d").mkdir(parents=True)
     (home / ".gnupg/private-keys-v1.d/k.key").write_text("SECRET gpg key\n")
     listeners = {name: _Listener(p) for name, p in paths.items()}
@@ -244,7 +246,7 @@ async def test_agent_and_engine_sockets_cannot_be_reached(backend: str, host_dir
             assert got == {"ssh": "ConnectionRefusedError", "docker": "ConnectionRefusedError",
                            "podman": "ConnectionRefusedError", "bus": "ConnectionRefusedError",
                            "gpg": "FileNotFoundError", "op": "FileNotFoundError", "colima": "FileNotFoundError",
-                           "plain": "connected"}, out
+                           "vscode": "ConnectionRefusedError", "plain": "connected"}, out
             assert accepted == {name: int(name == "plain") for name in paths}
         else:
             assert set(got.values()) == {"connected"} and accepted == dict.fromkeys(paths, 1), out
@@ -277,6 +279,7 @@ ENV_TABLE = [
     ("AZ_STORE", "DefaultEndpointsProtocol=https;AccountName=a;AccountKey=k==", True),
     ("DEPLOY", "-----BEGIN OPENSSH PRIVATE KEY----- b3BlbnNzaC1r", True),
     ("SESSION_JWT_X", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.c2ln", True),
+    ("VSCODE_GIT_IPC_HANDLE", "/run/user/1000/vscode-git-1.sock", True), ("KRB5CCNAME", "FILE:/tmp/krb5cc_1", True),
     # kept: places, not secrets
     ("PWD", "/work/ws", False), ("OLDPWD", "/work", False), ("PASSWORD_STORE_DIR", "/home/u/.pass", False),
     ("DB_PASSWORD_FILE", "/run/secrets/db", False), ("AWS_SHARED_CREDENTIALS_FILE", "~/.aws/credentials", False),
@@ -288,6 +291,9 @@ ENV_TABLE = [
     ("CARGO_REGISTRY", "ssh://git@github.com/o/r.git", False), ("LS_COLORS", "rs=0:di=01;34:*.key=01;35", False),
     ("DESKTOP_SESSION", "gnome", False), ("XDG_SESSION_TYPE", "wayland", False), ("KEYBOARD", "us", False),
     ("SSH_KEY_PATH", "/home/u/.ssh/id_ed25519", False), ("KEYMAP", "us", False),
+    ("GIT_AUTHOR_NAME", "A", False), ("VIRTUAL_ENV", "/home/u/.venv", False), ("SSL_CERT_FILE", "/etc/ssl/c.pem", False),
+    ("NODE_OPTIONS", "--max-old-space-size=4096", False), ("HTTP_PROXY", "http://proxy:3128", False),
+    ("SESSION_MANAGER", "local/h:@/tmp/.ICE-unix/1,unix/h:/tmp/.ICE-unix/1", False),
 ]
 
 

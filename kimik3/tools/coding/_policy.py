@@ -99,7 +99,8 @@ ENV_SECRETS: dict[str, tuple[str, ...]] = {
                      "BUNDLE_USER_CONFIG", "KIMIK3_HOME", "CODEX_HOME", "CLAUDE_CONFIG_DIR", "HISTFILE",
                      "PSQL_HISTORY", "MYSQL_HISTFILE", "NODE_REPL_HISTORY", "PYTHON_HISTORY", "SQLITE_HISTORY",
                      "REDISCLI_HISTFILE", "LESSHISTFILE", "SSH_AUTH_SOCK", "GPG_AGENT_INFO", "DOCKER_HOST",
-                     "CONTAINER_HOST", "DBUS_SESSION_BUS_ADDRESS"), ("",)),
+                     "CONTAINER_HOST", "DBUS_SESSION_BUS_ADDRESS", "VSCODE_GIT_IPC_HANDLE", "VSCODE_IPC_HOOK_CLI",
+                     "VSCODE_IPC_HOOK", "KRB5CCNAME", "KRB5_KTNAME", "KRB5_CLIENT_KTNAME"), ("",)),
     "HF_HOME": ("token", "stored_tokens"), "CARGO_HOME": ("credentials", "credentials.toml"),
     "GRADLE_USER_HOME": ("gradle.properties",), "IPYTHONDIR": ("profile_*/history.sqlite",),
     "XDG_RUNTIME_DIR": ("gnupg", "podman", "docker.sock", "containers", "bus", "keyring", "gcr", "ssh-agent*",
@@ -123,7 +124,8 @@ _CREDENTIAL_NAMES = frozenset({"KIMIK3_API_KEY", "MOONSHOT_API_KEY", "OPENAI_API
                                "GITHUB_TOKEN", "GH_TOKEN", "HF_TOKEN", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
                                "AWS_SESSION_TOKEN", "GOOGLE_APPLICATION_CREDENTIALS", "AZURE_CLIENT_SECRET",
                                "NPM_TOKEN", "PYPI_TOKEN", "TWINE_PASSWORD", "SSH_AUTH_SOCK", "GPG_AGENT_INFO",
-                               "VAULT_TOKEN", "DOCKER_AUTH_CONFIG", "DATABASE_URL", "BW_SESSION"})
+                               "VAULT_TOKEN", "DOCKER_AUTH_CONFIG", "DATABASE_URL", "BW_SESSION",
+                               "VSCODE_GIT_IPC_HANDLE", "VSCODE_IPC_HOOK_CLI", "VSCODE_IPC_HOOK", "KRB5CCNAME"})
 _CREDENTIAL_PATTERN = re.compile(
     r"(^|_)(API_?KEYS?|KEYS?|SECRET|PASSWORD|PASSWD|PASSPHRASE|PASS|PWD|PAT|DSN|PRIVATE_KEY|ACCESS_KEY|AUTH)($|_)"
     r"|TOKEN($|_)|_KEYS?$|SECRET|PASSWORD|CREDENTIAL|WEBHOOK|COOKIE|MNEMONIC|CONNECTION_?STRING|^OP_SESSION_",
