@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from kimik3.tools.coding import Sandbox, coding_tools
+from kimik3.tools.coding import Sandbox, _policy, coding_tools
 from kimik3.tools.coding._policy import (
     ENV_SECRETS,
     HOME_SECRETS,
@@ -328,4 +328,5 @@ def test_docs_list_every_masked_location_and_variable() -> None:
     missing += [n for n in SECRET_NAMES if f"`{n}`" not in DOC] + [p for p in SECRET_PLACES if f"`~/{p}`" not in DOC]
     missing += [f"${name}" for name in ENV_SECRETS if f"`${name}`" not in DOC]
     missing += [s for s in ROOT_SECRETS if f"`{s}`" not in DOC]
+    missing += [n for n in sorted(_policy._CREDENTIAL_NAMES) if f"`{n}`" not in DOC]
     assert missing == []
