@@ -9,72 +9,171 @@ rules). See ``docs/sandbox.md`` and issue 39.
   sockets and files), in which only the **toolchain** is shown (:func:`toolchain`: the
   interpreter running kimik3, its virtual environment, ``sys.path``, the ``PATH`` entries and
   the preloaded libraries that lie there).
+- The secrets are credential files and folders in the home (by pattern: ``.env.*``, ``.*hist*``),
+  where XDG variables move them, what variables name (``KUBECONFIG``, ``DOCKER_CONFIG``, ...), and
+  the unix sockets that act with the user's keys or rights (ssh / gpg agents, docker, podman, the
+  session bus): :func:`secrets`, resolved once per sandbox start (globs, no walk).
 - The environment passes, but for the variables that hold credentials (:func:`credential_env`):
-  kimik3's own API keys, and names such as ``*_API_KEY``, ``*_TOKEN``, ``*SECRET*``,
-  ``*PASSWORD*``; ``--allow-env NAME`` passes one.
+  kimik3's own API keys, names such as ``*_API_KEY``, ``*_TOKEN``, ``*SECRET*``, ``*PASSWORD*``,
+  ``*_PWD``, ``*_DSN``, ``*WEBHOOK*``, and values carrying one (a URL's user information, a
+  ``?api_key=`` / ``&sig=`` parameter, a known token format); ``--allow-env NAME`` passes one.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fnmatch
 import glob
 import os
+import pwd
 import re
 import sys
 from collections.abc import Iterable, Mapping
 
-__all__ = ["HOME_SECRETS", "ROOT_SECRETS", "credential_env", "hidden_dirs", "preloads", "scrub_env", "secrets",
-           "toolchain"]
+__all__ = ["ENV_SECRETS", "HOME_SECRETS", "ROOT_SECRETS", "SECRET_NAMES", "SECRET_PLACES", "XDG_HOMES",
+           "credential_env", "hidden_dirs", "homes", "preloads", "scrub_env", "secret_folders", "secret_patterns",
+           "secrets", "toolchain"]
+
+SECRET_NAMES: tuple[str, ...] = ("*hist*", "*credential*", "*token*", "*secret*", "*passw*", "*.env", "*.env.*")
+"""Names that say what a file holds, whatever the program that wrote it: histories (and their
+copies: ``.bash_history.bak``, ``.zsh_history~``), credentials, tokens, secrets, passwords,
+environment files (``prod.env``, ``.env.local``).
+Matched (``*`` also matching a leading dot) in each of :data:`SECRET_PLACES`, and at the home's
+top as dotfiles only (``.*hist*``: a project folder ``~/tokenizers`` stays yours)."""
+
+SECRET_PLACES: tuple[str, ...] = (".*/", ".config/*/", ".local/share/*/", ".local/state/*/", ".cache/*/")
+"""The folders of the home where :data:`SECRET_NAMES` are looked for (one level each)."""
 
 HOME_SECRETS: tuple[str, ...] = (
     # keys and cloud / cluster credentials
     ".ssh", ".gnupg", ".aws", ".azure", ".config/gcloud", ".kube", ".docker", ".oci", ".config/doctl",
-    ".terraform.d", ".vault-token", ".s3cfg", ".boto", ".config/rclone", ".config/op", ".fly",
-    # tokens of package registries, forges and model hubs
-    ".netrc", ".git-credentials", ".config/git/credentials", ".pypirc", ".npmrc", ".yarnrc", ".yarnrc.yml",
-    ".config/gh", ".config/hub", ".config/glab-cli", ".cargo/credentials", ".cargo/credentials.toml",
-    ".gem/credentials", ".m2/settings-security.xml", ".gradle/gradle.properties", ".huggingface",
-    ".cache/huggingface/token", ".config/huggingface", ".kimik3", ".codex", ".claude", ".claude.json",
-    # browser profiles, password stores and keyrings
+    ".terraform.d", ".terraformrc", ".vault-token", ".s3cfg", ".boto", ".config/rclone", ".config/op", ".fly",
+    ".config/sops", ".config/containers/auth.json", ".kaggle", ".config/configstore", ".config/ngrok", ".ngrok2",
+    ".config/stripe", ".config/helm/registry", ".secrets", ".passwd-s3fs", ".*vault_pass*", "*.pem", "*.key",
+    "*.p12", "*.pfx", "*.ppk", "*.kdbx",
+    # environment files and database passwords
+    ".env", ".env.*", ".env-*", ".env_*", ".envrc", ".pgpass", ".my.cnf", ".mylogin.cnf",
+    # tokens of package registries, forges, model hubs and coding assistants
+    ".netrc", ".authinfo*", ".git-credentials", ".gitcookies", ".config/git/credentials", ".pypirc", ".npmrc",
+    ".yarnrc", ".yarnrc.yml", ".config/pip", ".pip", ".bundle/config", ".wgetrc", ".composer/auth.json",
+    ".config/composer/auth.json", ".config/gh", ".config/hub", ".config/glab-cli", ".cargo/credentials",
+    ".cargo/credentials.toml", ".gem/credentials", ".m2/settings-security.xml", ".gradle/gradle.properties",
+    ".huggingface", ".cache/huggingface/token", ".cache/huggingface/stored_tokens", ".config/huggingface",
+    ".config/hf", ".kimik3", ".codex", ".claude", ".claude.json", ".config/github-copilot", ".continue", ".gemini",
+    # mail and remote-desktop passwords
+    ".thunderbird", ".msmtprc", ".mbsyncrc", ".fetchmailrc", ".purple", ".config/filezilla", ".config/remmina",
+    ".local/share/remmina",
+    # sockets that act with your keys or rights: agents, container engines, their VMs
+    ".1password", ".colima", ".rd", ".orbstack", ".lima",
+    # browser profiles, password stores, keyrings, editors' and Electron apps' stored state
     ".mozilla", ".config/google-chrome", ".config/chromium", ".config/BraveSoftware", ".config/microsoft-edge",
     ".config/vivaldi", ".config/opera", "snap/firefox", "snap/chromium", ".var/app", ".password-store",
     ".local/share/keyrings", ".local/share/kwalletd", ".kde/share/apps/kwallet", ".pki", ".config/Bitwarden",
-    ".config/KeePassXC", ".config/1Password",
-    # shell and REPL histories
-    ".bash_history", ".zsh_history", ".zhistory", ".histfile", ".sh_history", ".local/share/fish/fish_history",
-    ".python_history", ".node_repl_history", ".psql_history", ".mysql_history", ".sqlite_history",
-    ".rediscli_history", ".irb_history", ".lesshst", ".viminfo", ".local/state/nvim/shada",
+    ".config/KeePassXC", ".config/1Password", ".config/*/User/globalStorage", ".config/*/User/workspaceStorage",
+    ".*-server/data/User/globalStorage", ".config/*/Cookies", ".config/*/Local Storage",
+    ".config/*/Network/Cookies", ".local/share/jupyter/runtime",
+    # histories SECRET_NAMES does not name
+    ".lesshst*", ".viminfo*", ".local/state/nvim/shada", ".ipython/profile_*/history.sqlite", ".julia/logs",
+    # SECRET_NAMES, at the top (dotfiles) and in SECRET_PLACES
+    *("." + n for n in SECRET_NAMES), *(p + n for p in SECRET_PLACES for n in SECRET_NAMES),
 )
 """Credential locations under ``$HOME`` never readable inside the sandbox (issue 39; Anthropic's
-sandbox-runtime and Codex keep similar lists). A folder is shown empty, a file as ``/dev/null``
-under bwrap; under Landlock reading them is refused (their names stay listable)."""
+sandbox-runtime and Codex keep similar lists): paths or patterns (``*`` one folder level, and
+also a leading dot; resolved once per sandbox start, no walk). An entry under ``.config``,
+``.local/share``, ``.cache`` or ``.local/state`` is also looked for under ``$XDG_CONFIG_HOME``,
+``$XDG_DATA_HOME``, ``$XDG_CACHE_HOME`` or ``$XDG_STATE_HOME`` where those name another folder.
+A folder is shown empty, a file or socket as ``/dev/null`` under bwrap; under Landlock reading
+them is refused (their names stay listable, a socket stays connectable: docs/sandbox.md)."""
+
+XDG_HOMES: tuple[tuple[str, str], ...] = (
+    (".config/", "XDG_CONFIG_HOME"), (".local/share/", "XDG_DATA_HOME"), (".cache/", "XDG_CACHE_HOME"),
+    (".local/state/", "XDG_STATE_HOME"))
+"""(the default folder in ``$HOME``, the XDG Base Directory variable that moves it)."""
+
+ENV_SECRETS: dict[str, tuple[str, ...]] = {
+    **dict.fromkeys(("KUBECONFIG", "DOCKER_CONFIG", "NETRC", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE",
+                     "GOOGLE_APPLICATION_CREDENTIALS", "CLOUDSDK_CONFIG", "AZURE_CONFIG_DIR", "PGPASSFILE",
+                     "MYSQL_TEST_LOGIN_FILE", "GNUPGHOME", "PASSWORD_STORE_DIR", "GH_CONFIG_DIR", "HF_TOKEN_PATH",
+                     "NPM_CONFIG_USERCONFIG", "npm_config_userconfig", "PIP_CONFIG_FILE", "TF_CLI_CONFIG_FILE",
+                     "RCLONE_CONFIG", "SOPS_AGE_KEY_FILE", "KAGGLE_CONFIG_DIR", "REGISTRY_AUTH_FILE", "WGETRC",
+                     "BUNDLE_USER_CONFIG", "KIMIK3_HOME", "CODEX_HOME", "CLAUDE_CONFIG_DIR", "HISTFILE",
+                     "PSQL_HISTORY", "MYSQL_HISTFILE", "NODE_REPL_HISTORY", "PYTHON_HISTORY", "SQLITE_HISTORY",
+                     "REDISCLI_HISTFILE", "LESSHISTFILE", "SSH_AUTH_SOCK", "GPG_AGENT_INFO", "DOCKER_HOST",
+                     "CONTAINER_HOST", "DBUS_SESSION_BUS_ADDRESS", "VSCODE_GIT_IPC_HANDLE", "VSCODE_IPC_HOOK_CLI",
+                     "VSCODE_IPC_HOOK", "KRB5CCNAME", "KRB5_KTNAME", "KRB5_CLIENT_KTNAME"), ("",)),
+    "HF_HOME": ("token", "stored_tokens"), "CARGO_HOME": ("credentials", "credentials.toml"),
+    "GRADLE_USER_HOME": ("gradle.properties",), "IPYTHONDIR": ("profile_*/history.sqlite",),
+    "XDG_RUNTIME_DIR": ("gnupg", "podman", "docker.sock", "containers", "bus", "keyring", "gcr", "ssh-agent*",
+                        "openssh_agent", "1password"),
+}
+"""Variables that name a credential location (a file, a folder, a colon list, a socket as
+``unix:///path`` or ``unix:path=/path``), with what in it is secret (``""``: the path itself):
+masked as :data:`HOME_SECRETS` are. A relative path, ``/``, the home or a folder above it, and
+paths in ``/dev``, ``/proc`` and ``/sys`` (``HISTFILE=/dev/null``) are never taken from them."""
 
 ROOT_SECRETS: tuple[str, ...] = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-",
-                                 "/etc/ssh/ssh_host_*_key", "/etc/sudoers", "/etc/sudoers.d/*")
-"""Files only root may read (it owns them, so dropping capabilities does not hide them)."""
+                                 "/etc/ssh/ssh_host_*_key", "/etc/sudoers", "/etc/sudoers.d/*",
+                                 "/run/docker.sock", "/var/run/docker.sock", "/run/podman", "/var/run/podman",
+                                 "/run/containerd/containerd.sock", "/run/dbus/system_bus_socket",
+                                 "/run/user/{uid}")
+"""Files only root may read (it owns them, so dropping capabilities does not hide them), and the
+system's sockets that act with root's rights (docker, podman, containerd) or another user's
+(``/run/user/{uid}``: the session bus, gpg / ssh agents, podman); ``{uid}`` is this user's id."""
 
 _CREDENTIAL_NAMES = frozenset({"KIMIK3_API_KEY", "MOONSHOT_API_KEY", "OPENAI_API_KEY", "ANTHROPIC_API_KEY",
                                "GITHUB_TOKEN", "GH_TOKEN", "HF_TOKEN", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
                                "AWS_SESSION_TOKEN", "GOOGLE_APPLICATION_CREDENTIALS", "AZURE_CLIENT_SECRET",
                                "NPM_TOKEN", "PYPI_TOKEN", "TWINE_PASSWORD", "SSH_AUTH_SOCK", "GPG_AGENT_INFO",
-                               "VAULT_TOKEN", "DOCKER_AUTH_CONFIG", "DATABASE_URL"})
-_CREDENTIAL_PATTERN = re.compile(r"(^|_)(API_?KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIALS?|"
-                                 r"PRIVATE_KEY|ACCESS_KEY|AUTH)($|_)|_KEY$|SECRET|PASSWORD", re.IGNORECASE)
+                               "VAULT_TOKEN", "DOCKER_AUTH_CONFIG", "DATABASE_URL", "BW_SESSION",
+                               "VSCODE_GIT_IPC_HANDLE", "VSCODE_IPC_HOOK_CLI", "VSCODE_IPC_HOOK", "KRB5CCNAME"})
+_CREDENTIAL_PATTERN = re.compile(
+    r"(^|_)(API_?KEYS?|KEYS?|SECRET|PASSWORD|PASSWD|PASSPHRASE|PASS|PWD|PAT|DSN|PRIVATE_KEY|ACCESS_KEY|AUTH)($|_)"
+    r"|TOKEN($|_)|_KEYS?$|SECRET|PASSWORD|CREDENTIAL|WEBHOOK|COOKIE|MNEMONIC|CONNECTION_?STRING|^OP_SESSION_",
+    re.IGNORECASE)
+_PLACE_NAMES = ("PWD", "OLDPWD")
+_PLACE_SUFFIX = re.compile(r"(_FILE|_DIR|_PATH|HOME)$", re.IGNORECASE)
+_CREDENTIAL_VALUE = re.compile(
+    r"[a-z][a-z0-9+.-]*://(?!git@)[^/?#\s@]+@"  # URL userinfo: postgres://u:pw@h, https://tok@github.com
+    r"|[?&](?:[\w.-]*[_.-])?(?:api_?key|key|token|access_?token|sig|signature|secret|password|passwd|pwd|auth"
+    r"|credential|session)(?:[_.-][\w.-]*)?="  # ?api_key=, &sig= (Azure SAS), X-Amz-Signature=
+    r"|(?-i:\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_\w{30,}|glpat-[\w-]{20,}|xox[abeoprs]-[\w-]{10,}"
+    r"|sk-[\w-]{32,}|AKIA[0-9A-Z]{16}|hf_[A-Za-z0-9]{30,}|npm_[A-Za-z0-9]{30,}|pypi-[\w-]{30,}|AIza[\w-]{30,}))"
+    r"|\bBearer\s+\S"  # an Authorization header
+    r"|(?:^|;)\s*(?:password|pwd|account_?key|shared_?access_?key)\s*="  # Server=db;Password=x; AccountKey=
+    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----|\beyJ[\w-]{10,}\.eyJ[\w-]{10,}\.", re.IGNORECASE)  # a key, a JWT
 
 
-def credential_env(name: str) -> bool:
-    """Whether the environment variable ``name`` holds a credential: one of kimik3's and the usual
-    providers' (``KIMIK3_API_KEY``, ``MOONSHOT_API_KEY``, ``OPENAI_API_KEY``, ``GITHUB_TOKEN``, the
-    ssh / gpg agents' sockets, ...) or a name with ``API_KEY``, ``TOKEN``, ``SECRET``, ``PASSWORD``,
-    ``CREDENTIALS``, ``PRIVATE_KEY``, ``ACCESS_KEY`` or ``AUTH`` as a word (issue 39)."""
-    return name.upper() in _CREDENTIAL_NAMES or bool(_CREDENTIAL_PATTERN.search(name))
+def credential_env(name: str, value: str | None = None) -> bool:
+    """Whether the environment variable ``name`` (holding ``value``, where given) is a credential
+    (issue 39), by three rules, see docs/sandbox.md's table:
+
+    - its name: kimik3's and the usual providers' (``KIMIK3_API_KEY``, ``OPENAI_API_KEY``,
+      ``GITHUB_TOKEN``, ``BW_SESSION``, the ssh / gpg agents' sockets, ...), ``API_KEY``,
+      ``PASSWORD``, ``PASS``, ``PWD``, ``PAT``, ``DSN``, ``AUTH``, ... as a word, ``TOKEN`` ending
+      a word (``NGROK_AUTHTOKEN``), ``SECRET``, ``PASSWORD``, ``CREDENTIAL``, ``WEBHOOK``,
+      ``COOKIE`` anywhere, ``OP_SESSION_*``; but ``PWD`` and ``OLDPWD``, and a name that only
+      names a place (ending in ``_FILE``, ``_DIR``, ``_PATH``, ``HOME``: ``PASSWORD_STORE_DIR``,
+      ``DB_PASSWORD_FILE``) whose value is an absolute path;
+    - its value: a URL with user information (``postgres://u:pw@h``, ``https://tok@github.com``),
+      a query parameter naming a key, token or signature (``?api_key=``, ``&sig=``), a token of a
+      known format (``ghp_...``, ``xoxb-...``, ``AKIA...``, ``hf_...``), ``Bearer ...``.
+    """
+    if name.upper() in _CREDENTIAL_NAMES:
+        return True
+    if value is not None and _CREDENTIAL_VALUE.search(value):
+        return True
+    if name in _PLACE_NAMES or not _CREDENTIAL_PATTERN.search(name):
+        return False
+    place = value is not None and os.path.isabs(os.path.expanduser(value)) and not any(c.isspace() for c in value)
+    return not (place and _PLACE_SUFFIX.search(name))
 
 
 def scrub_env(env: Mapping[str, str], allow: Iterable[str] = ()) -> dict[str, str]:
-    """``env`` without the credentials (:func:`credential_env`) but those named in ``allow``: the
-    environment of every command a sandbox runs (``bash``, background processes, eval's ``setup``
-    and ``check``), whatever the backend."""
+    """``env`` without the credentials (:func:`credential_env`, by name and value) but those named
+    in ``allow``: the environment of every command a sandbox runs (``bash``, background processes,
+    eval's ``setup`` and ``check``), whatever the backend."""
     allowed = set(allow)
-    return {k: v for k, v in env.items() if k in allowed or not credential_env(k)}
+    return {k: v for k, v in env.items() if k in allowed or not credential_env(k, v)}
 
 
 def preloads(env: Mapping[str, str]) -> list[str]:
@@ -96,22 +195,106 @@ def home() -> str:
     return h if h != "/" and os.path.isdir(h) else ""
 
 
-def secrets(deny: Iterable[str] = (), allow: Iterable[str] = ()) -> list[str]:
-    """The credential locations that exist now, resolved: :data:`HOME_SECRETS` in ``$HOME``,
-    :data:`ROOT_SECRETS`, and ``deny``; minus each one ``allow`` names exactly (a path allowed
-    inside one is shown on top of it; a folder allowed that holds one does not lift it).
+def homes(env: Mapping[str, str]) -> list[str]:
+    """The homes whose secrets are masked, resolved and existing: ``$HOME`` (:func:`home`), this
+    user's home in the password database where ``$HOME`` says otherwise, and under ``sudo`` the
+    invoking user's (``$SUDO_USER``: root without capabilities still reads its files that others
+    may read)."""
+    out = [home()]
+    for user in (os.getuid(), env.get("SUDO_USER", "")):
+        with contextlib.suppress(KeyError, OSError):
+            entry = pwd.getpwuid(user) if isinstance(user, int) else pwd.getpwnam(user) if user else None
+            if entry is not None:
+                out.append(os.path.realpath(entry.pw_dir))
+    return [h for h in dict.fromkeys(out) if h and h != "/" and os.path.isdir(h)]
+
+
+def _named_by_env(env: Mapping[str, str], homes: list[str]) -> list[str]:
+    """The credential locations the variables of :data:`ENV_SECRETS` and :data:`XDG_HOMES` name
+    (absolute paths or glob patterns)."""
+    out: list[str] = []
+    for name, inside in ENV_SECRETS.items():
+        value = env.get(name, "")
+        if value.startswith("unix://"):  # DOCKER_HOST=unix:///path
+            parts = [value[len("unix://"):]]
+        elif value.startswith("unix:"):  # DBUS_SESSION_BUS_ADDRESS=unix:path=/run/user/1000/bus,guid=...
+            parts = re.findall(r"(?:^unix:|,)path=([^,;]+)", value)
+        else:
+            parts = value.split(os.pathsep)  # KUBECONFIG=a:b; GPG_AGENT_INFO=path:pid:1
+        for part in parts:
+            path = os.path.expanduser(part)
+            if not os.path.isabs(path):
+                continue
+            path = os.path.abspath(path)
+            if path == "/" or any((h + "/").startswith(path.rstrip("/") + "/") for h in homes) or \
+                    path.startswith(("/dev/", "/proc/", "/sys/")):
+                continue
+            out += [os.path.join(path, p) if p else path for p in inside]
+    for default, name in XDG_HOMES:
+        moved = env.get(name, "")
+        if os.path.isabs(moved) and os.path.abspath(moved) not in (os.path.join(h, default[:-1]) for h in homes):
+            out += [os.path.join(moved, s[len(default):]) for s in HOME_SECRETS if s.startswith(default)]
+    return out
+
+
+def secret_patterns(deny: Iterable[str] = (), env: Mapping[str, str] | None = None) -> list[str]:
+    """Where the secrets may be, as absolute paths and glob patterns: :data:`HOME_SECRETS` in
+    each of :func:`homes` (and in the XDG folders ``env`` moves them to), the paths :data:`ENV_SECRETS`'
+    variables in ``env`` (default: this process's) name, :data:`ROOT_SECRETS` (``{uid}`` filled
+    in), and ``deny``."""
+    env = os.environ if env is None else env
+    hs = homes(env)
+    return [*(os.path.join(h, s) for h in hs for s in HOME_SECRETS), *_named_by_env(env, hs),
+            *(s.replace("{uid}", str(os.getuid())) for s in ROOT_SECRETS),
+            *(os.path.abspath(os.path.expanduser(d)) for d in deny)]
+
+
+def _expand(pattern: str, listed: dict[str, list[str]]) -> list[str]:
+    """The existing paths ``pattern`` matches (``*`` within one name, also a leading dot), each
+    folder listed once (``listed`` keeps the listings of one call), sorted."""
+    if not glob.has_magic(pattern):
+        return [pattern] if os.path.lexists(pattern) else []
+    head, name = os.path.split(pattern)
+    out: list[str] = []
+    for folder in _expand(head, listed) if glob.has_magic(head) else [head]:
+        if folder not in listed:
+            try:
+                listed[folder] = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+            except OSError:
+                listed[folder] = []
+        out += [os.path.join(folder, n) for n in listed[folder] if fnmatch.fnmatchcase(n, name)]
+    return out
+
+
+def secret_folders(deny: Iterable[str] = (), env: Mapping[str, str] | None = None) -> list[str]:
+    """The existing folders whose entries decide the secret set (each pattern's folder, its
+    ``*`` expanded): a new entry or a rename in one of them changes what :func:`secrets` finds."""
+    listed: dict[str, list[str]] = {}
+    out: list[str] = []
+    for pattern in secret_patterns(deny, env):
+        folder = os.path.dirname(pattern)
+        out += _expand(folder, listed) if glob.has_magic(folder) else [folder]
+    return [d for d in dict.fromkeys(out) if os.path.isdir(d)]
+
+
+def secrets(deny: Iterable[str] = (), allow: Iterable[str] = (), env: Mapping[str, str] | None = None) -> list[str]:
+    """The credential locations that exist now, resolved (:func:`secret_patterns`: the home's,
+    the XDG folders', the variables', the system's and ``deny``); minus each one ``allow`` names
+    exactly (a path allowed inside one is shown on top of it; a folder allowed that holds one does
+    not lift it). Patterns only (one folder level per ``*``, each folder listed once), no walk:
+    called once per sandbox start.
 
     Also the resolved target of a secret that is a symlink (``~/.ssh -> /data/keys``): both stay
-    out of reach."""
-    h = home()
-    names = [os.path.join(h, s) for s in HOME_SECRETS] if h else []
+    out of reach. A secret inside another one is left out (masked with it)."""
+    listed: dict[str, list[str]] = {}
     found: list[str] = []
-    for pattern in (*names, *ROOT_SECRETS, *(os.path.abspath(os.path.expanduser(d)) for d in deny)):
-        for p in sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]:
-            if os.path.lexists(p):
-                found += [os.path.abspath(p), os.path.realpath(p)]
+    for pattern in secret_patterns(deny, env):
+        for p in _expand(pattern, listed):
+            found += [os.path.abspath(p), os.path.realpath(p)]
     lifted = {os.path.realpath(os.path.expanduser(a)) for a in allow}
-    return [p for p in dict.fromkeys(found) if p not in lifted and os.path.exists(p)]
+    kept = [p for p in dict.fromkeys(found) if p not in lifted and os.path.exists(p)]
+    folders = tuple(p.rstrip("/") + "/" for p in kept if os.path.isdir(p))
+    return [p for p in kept if not p.startswith(folders)]  # not inside another (~/.aws/credentials)
 
 
 def toolchain(env: Mapping[str, str]) -> list[str]:
