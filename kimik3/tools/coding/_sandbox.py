@@ -46,7 +46,8 @@ from . import _landlock, _reaper
 from ._git_links import restore_git_links
 from ._guard import GitGuard
 from ._kept import MAX_WALK_DIRS, SessionFiles, kept_read_only, under
-from ._policy import hidden_dirs, preloads, scrub_env, secrets, toolchain
+from ._masks import SecretStamp, identity, other_names
+from ._policy import hidden_dirs, home, preloads, scrub_env, secrets, toolchain
 from ._supervisor import _CLOSE_S, _READY_S, Command, _Supervisor
 
 __all__ = ["Command", "ProcessLimits", "Sandbox", "SandboxMode"]  # Command: _supervisor's, used from here
@@ -177,6 +178,47 @@ def _linked_from(root: str) -> list[str]:
     return [t for t in (os.path.realpath(p) for p in links) if os.path.exists(t)]
 
 
+def _venvs(paths: list[str]) -> list[str]:
+    """The virtual environment of each ``bin`` folder in ``paths`` (a ``PATH`` entry
+    ``/tmp/x/.venv/bin``): its ``python`` needs the ``pyvenv.cfg`` beside, or it runs as the base
+    interpreter without the venv's packages."""
+    return [os.path.dirname(p) for p in paths
+            if os.path.basename(p) == "bin" and os.path.isfile(os.path.join(os.path.dirname(p), "pyvenv.cfg"))]
+
+
+def _enclosing_repo(root: str) -> list[str]:
+    """The git repository a workspace lies in below its top (``-w /tmp/clone/sub``): its top folder
+    and, where its ``.git`` is a file, the git directory named there and that one's common
+    directory, so that git reads (``git status``, ``log``) work inside where the repository lies
+    in a hidden folder (issue 39). Only a repository of this user (owner checked); shown
+    read-only. Empty when the workspace is not in one, or is its top."""
+    for d in Path(root).parents:
+        dot = d / ".git"
+        if not os.path.lexists(dot):
+            continue
+        with contextlib.suppress(OSError):
+            if os.stat(d).st_uid != os.getuid():
+                return []
+        out = [str(d)]
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            if dot.is_file() and not dot.is_symlink():
+                named = dot.read_text().partition("gitdir:")[2].strip()
+                gitdir = os.path.realpath(os.path.join(d, named))
+                out.append(gitdir)
+                common = os.path.join(gitdir, "commondir")
+                if os.path.isfile(common):
+                    with open(common) as f:
+                        out.append(os.path.realpath(os.path.join(gitdir, f.read().strip())))
+        return [p for p in out if os.path.isdir(p)]
+    return []
+
+
+def _cmdline(pid: int) -> bytes:
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as f:
+        return f.read()
+    return b""
+
+
 def _existing(paths: Any, what: str) -> list[str]:
     """``paths`` resolved, each an existing path.
 
@@ -231,6 +273,10 @@ class Sandbox:
             raise UserError(f"allow_env takes a list of names, not one name ({allow_env!r})")
         self.allow_env = list(allow_env)
         self.secrets = secrets(self.deny_read, self.read)
+        self.linked: list[tuple[int, int]] = []  # (st_dev, st_ino) of secret files with hard links
+        self._stamp: SecretStamp | None = None  # what the running supervisor's secrets were built from
+        self._built: dict[str, tuple[int, int, int] | None] = {}
+        self._own: tuple[bytes, ...] = ()  # the supervisor's command line (not a command's)
         self.tmpdir: str | None = None  # Landlock's private temporary folder (TMPDIR), removed at close
         self.guards: list[GitGuard] = []  # Landlock: the git control data's copies (_guard), per top
         self.limits = limits if limits is not None else ProcessLimits()
@@ -294,24 +340,66 @@ class Sandbox:
         sup = self._sup
         if sup is None or not sup.alive():
             return 0
-        def cmdline(pid: int) -> bytes:
-            with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as f:
-                return f.read()
-            return b""
-
-        own = cmdline(sup.proc.pid)  # a command's reaper is a fork of the supervisor: not counted
+        own = _cmdline(sup.proc.pid)  # a command's reaper is a fork of the supervisor: not counted
         seen: set[int] = set()
         end = time.monotonic() + 2.0
         while time.monotonic() < end:
             pids = _reaper.descendants(sup.proc.pid, live=True)
             if not pids:
                 break
-            seen.update(p for p in pids if p not in seen and cmdline(p) not in (own, b""))  # b"": exiting
+            seen.update(p for p in pids if p not in seen and _cmdline(p) not in (own, b""))  # b"": exiting
             for pid in pids:
                 with contextlib.suppress(OSError):
                     os.kill(pid, 9)
             time.sleep(0.005)
         return len(seen)
+
+    def _running(self) -> int:
+        """How many processes of commands run in the sandbox now (background jobs, what a command
+        left running): all its processes but bwrap, the supervisor and the commands' reapers."""
+        sup = self._sup
+        if sup is None or not sup.alive():
+            return 0
+        own = (*self._own, _cmdline(sup.proc.pid))  # the supervisor's: its argv and its socket's number
+        return sum(1 for p in _reaper.descendants(sup.proc.pid, live=True)
+                   if not (line := _cmdline(p)) or not line.startswith(own))
+
+    def _masked_now(self) -> tuple[list[str], list[tuple[int, int]], dict[str, int]]:
+        """(the secrets, by path: :func:`~kimik3.tools.coding._policy.secrets` and the other names
+        of secret files found in the home, the workspace and the allowed write paths; the inodes
+        of secret files with several names; {a secret file: its names not found}: ``_masks``)."""
+        found = secrets(self.deny_read, self.read)
+        links, missing, inodes = other_names(found, [p for p in (home(), str(self.root), *self.write) if p])
+        return [*found, *links], inodes, missing
+
+    def _refresh(self, cid: int) -> str | None:
+        """Before a command: when the secrets changed since the supervisor started (a secret
+        replaced by rename, made, linked anew: its masks are stale), restart the sandbox where no
+        process of a command would be lost, else say it; the line for the result, or None.
+        ``stat`` calls only while nothing changed (:class:`~kimik3.tools.coding._masks.SecretStamp`)."""
+        stamp = self._stamp
+        if stamp is None or self._sup is None or self.mode == "none" or not stamp.moved():
+            return None
+        now = identity(self._masked_now()[0])
+        if now == self._built:
+            stamp.renew()
+            return None
+        h = home()
+        names = ", ".join(sorted({os.path.relpath(p, h) if h and under(p, [h]) else p
+                                  for p in (*now, *self._built) if now.get(p) != self._built.get(p)}))
+        if self._active - {cid} or self._running():
+            return (f"[the secrets changed outside the sandbox ({names}) while processes run in it (a background "
+                    "job, or what a command left running): they are not masked until those end; the sandbox is "
+                    "restarted at the next command after that]")
+        sup, self._sup = self._sup, None
+        if self._finalizer is not None:
+            self._finalizer.detach()
+            self._finalizer = None
+        sup.sock.close()
+        self._end(sup)
+        tmp = "/tmp" if self.mode == "bwrap" else "TMPDIR"
+        return (f"[the secrets changed outside the sandbox ({names}); it was restarted to mask them: nothing was "
+                f"running in it, its private {tmp} starts empty]")
 
     def describe(self) -> str:
         """One line saying which sandbox runs the commands and what it keeps, e.g. ``sandbox: bwrap
@@ -349,9 +437,17 @@ class Sandbox:
 
     def _argv(self) -> tuple[list[str], bytes]:
         """The supervisor's command line and the program it reads on stdin."""
-        self.secrets = secrets(self.deny_read, self.read)  # those that exist now
+        self.secrets, self.linked, missing = self._masked_now()  # those that exist now
+        for path, n in missing.items():
+            warnings.warn(f"kimik3: {path} has {n} more name{'s' if n > 1 else ''} (a hard link) that kimik3 did not "
+                          f"find in the home and the workspace (it looks through {MAX_WALK_DIRS} folders at most): "
+                          "that name stays readable in the sandbox; remove the link or add it with --deny-read",
+                          RuntimeWarning, stacklevel=3)
+        self._stamp = SecretStamp(self.secrets, self.deny_read)
+        self._built = identity(self.secrets)
         python = os.path.realpath(sys.executable)
         argv = [python, "-I", "-S", "-", "supervise"]  # the source on stdin
+        self._own = ("\0".join([*argv, ""]).encode(),)
         if self.mode == "bwrap":
             return [_bwrap() or "bwrap", *self._bwrap_args(python), "--", *argv], _SOURCE
         if self.mode == "landlock":
@@ -378,7 +474,8 @@ class Sandbox:
         """What is shown read-only in the hidden folders: the toolchain, the allowed read paths and,
         with the network, the folder of ``/etc/resolv.conf`` (systemd-resolved's is in ``/run``);
         never a secret, nor a path inside one (those allowed are shown after the secrets)."""
-        shown = [p for p in (*toolchain(os.environ), *_linked_from(str(self.root)))
+        tools = toolchain(os.environ)
+        shown = [p for p in (*tools, *_venvs(tools), *_linked_from(str(self.root)), *_enclosing_repo(str(self.root)))
                  if under(p, hidden) and p not in hidden]  # never all of /tmp
         self.preloaded = [lib for lib in preloads(os.environ) if under(lib, hidden)]  # vLLM's libgomp
         if self.network:
@@ -415,8 +512,10 @@ class Sandbox:
         # The secrets, over whatever showed them (also a workspace that holds one: -w ~): a folder
         # an empty read-only tmpfs, a file /dev/null. Where bwrap cannot see it, nothing to hide.
         visible = [str(self.root), *self.write, *shown]
-        masked = [p for p in sorted(self.secrets, key=len)  # a symlink: its target (also listed) is hidden
-                  if not os.path.islink(p) and (not under(p, hidden) or under(p, visible))]
+        # a path through a symlink (the secret, or a folder on the way: ~/.config -> dotfiles/config):
+        # its real path (also listed) is masked, which the link's name reaches
+        masked = [p for p in sorted(self.secrets, key=len)
+                  if os.path.realpath(p) == p and (not under(p, hidden) or under(p, visible))]
         for p in masked:
             args += tmpfs(p, 4096) if os.path.isdir(p) else ["--ro-bind", "/dev/null", p]
         for p in self._inside_secrets():  # a path allowed inside a secret (~/.kimik3/skills in ~/.kimik3)
@@ -478,7 +577,8 @@ class Sandbox:
             weakref.finalize(self, shutil.rmtree, self.tmpdir, True)  # at close, collection or exit
         hidden = hidden_dirs()
         rules = _landlock.rules(read=[*self._shown(hidden), *self._inside_secrets()],
-                                write=[str(self.root), *self.write, self.tmpdir], denied=self.secrets, hidden=hidden)
+                                write=[str(self.root), *self.write, self.tmpdir], denied=self.secrets, hidden=hidden,
+                                inodes=self.linked)
         policy = {"rules": rules, "network": self.network}
         return (f"import sys\nll = {{'__name__': '_landlock'}}\n"
                 f"exec(compile({_LANDLOCK_SOURCE!r}, '_landlock.py', 'exec'), ll)\n"
@@ -549,7 +649,9 @@ class Sandbox:
                 self._n += 1
                 cid = self._n
                 self._active.add(cid)
+                stale = self._refresh(cid)
                 sup, note = self._supervisor()
+                note = stale or note
                 if self.mode == "bwrap" and "TMPDIR" in env:
                     env = {**env, "TMPDIR": "/tmp"}
                 elif self.mode == "landlock" and self.tmpdir is not None:  # /tmp is not writable there
@@ -607,8 +709,11 @@ class Sandbox:
     def close(self) -> None:
         """:meth:`aclose` for synchronous callers (blocks while the processes end)."""
         sup = self._stop()
-        if sup is None:
-            return
+        if sup is not None:
+            self._end(sup)
+
+    def _end(self, sup: _Supervisor) -> None:
+        """Wait for ``sup`` (its socket closed) to end its processes and exit, then finish it."""
         with contextlib.suppress(subprocess.TimeoutExpired):
             sup.proc.wait(_CLOSE_S)
         self._finish(sup)
