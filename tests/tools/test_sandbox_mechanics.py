@@ -222,3 +222,21 @@ async def test_git_reads_the_repository_above_a_workspace_under_tmp(backend: str
         await box.aclose()
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_git_reads_a_linked_worktree_above_a_workspace_under_tmp(backend: str) -> None:
+    """The variant: the workspace is a subfolder of a linked worktree under /tmp whose repository
+    lies in another folder under /tmp (its .git a file naming .git/worktrees/wt there)."""
+    base, other = Path(tempfile.mkdtemp(dir="/tmp")), Path(tempfile.mkdtemp(dir="/tmp"))
+    try:
+        repo = make_repo(base / "repo")
+        subprocess.run(["git", "-C", str(repo), "worktree", "add", "-q", "-b", "topic", str(other / "wt")], check=True)
+        (other / "wt/sub/new.txt").write_text("new\n")
+        box = Sandbox(other / "wt/sub", backend)
+        out = await run(bash_in(box), "git status --short --branch .; git log --format=%s")
+        assert out.split("\n")[:3] == ["## topic", "?? new.txt", "init"], out
+        await box.aclose()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+        shutil.rmtree(other, ignore_errors=True)

@@ -366,10 +366,10 @@ class Sandbox:
 
     def _masked_now(self) -> tuple[list[str], list[tuple[int, int]], dict[str, int]]:
         """(the secrets, by path: :func:`~kimik3.tools.coding._policy.secrets` and the other names
-        of secret files found in the home, the workspace and the allowed write paths; the inodes
+        of secret files found in the home, the workspace and the allowed paths; the inodes
         of secret files with several names; {a secret file: its names not found}: ``_masks``)."""
         found = secrets(self.deny_read, self.read)
-        links, missing, inodes = other_names(found, [p for p in (home(), str(self.root), *self.write) if p])
+        links, missing, inodes = other_names(found, [p for p in (home(), str(self.root), *self.write, *self.read) if p])
         return [*found, *links], inodes, missing
 
     def _refresh(self, cid: int) -> str | None:
@@ -437,14 +437,15 @@ class Sandbox:
 
     def _argv(self) -> tuple[list[str], bytes]:
         """The supervisor's command line and the program it reads on stdin."""
-        self.secrets, self.linked, missing = self._masked_now()  # those that exist now
-        for path, n in missing.items():
-            warnings.warn(f"kimik3: {path} has {n} more name{'s' if n > 1 else ''} (a hard link) that kimik3 did not "
-                          f"find in the home and the workspace (it looks through {MAX_WALK_DIRS} folders at most): "
-                          "that name stays readable in the sandbox; remove the link or add it with --deny-read",
-                          RuntimeWarning, stacklevel=3)
-        self._stamp = SecretStamp(self.secrets, self.deny_read)
-        self._built = identity(self.secrets)
+        if self.mode != "none":  # the secrets that exist now, and what to compare before each command
+            self.secrets, self.linked, missing = self._masked_now()
+            for path, n in missing.items():
+                warnings.warn(f"kimik3: {path} has {n} more name{'s' if n > 1 else ''} (a hard link) that kimik3 did "
+                              f"not find in the home and the workspace (it looks through {MAX_WALK_DIRS} folders at "
+                              "most): that name stays readable in the sandbox; remove the link or add it with "
+                              "--deny-read", RuntimeWarning, stacklevel=3)
+            self._stamp = SecretStamp(self.secrets, self.deny_read)
+            self._built = identity(self.secrets)
         python = os.path.realpath(sys.executable)
         argv = [python, "-I", "-S", "-", "supervise"]  # the source on stdin
         self._own = ("\0".join([*argv, ""]).encode(),)
