@@ -573,6 +573,13 @@ class Sandbox:
             self.guards = [GitGuard(top, git, whole) for top, (git, whole) in by_top.items()]
         except OSError as e:
             raise ToolError(f"sandbox landlock cannot copy the workspace's git control data to keep it: {e}") from None
+        linked = set(self.linked)
+        held = [p for p, i in identity(self.secrets).items() if i and i[:2] in linked and under(p, tops)]
+        if held:  # found in the workspace: kept out the way -w ~ keeps its secrets (see docs/sandbox.md)
+            warnings.warn(f"kimik3: {held[0]} is a secret file with several names (hard links) in a writable folder; "
+                          "Landlock keeps it unreadable only by letting the folders on the way to it take no new "
+                          "entries (commands cannot create files there); remove the link, or use bwrap "
+                          "(--sandbox bwrap)", RuntimeWarning, stacklevel=2)
         if self.tmpdir is None:
             self.tmpdir = tempfile.mkdtemp(prefix="kimik3-sandbox-")
             weakref.finalize(self, shutil.rmtree, self.tmpdir, True)  # at close, collection or exit
