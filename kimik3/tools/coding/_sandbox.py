@@ -47,6 +47,7 @@ from ._git_links import restore_git_links
 from ._guard import GitGuard
 from ._kept import MAX_WALK_DIRS, SessionFiles, kept_read_only, under
 from ._masks import SecretStamp, identity, other_names
+from ._places import enclosing_repo, existing, linked_from, prefixes, tmpfs_bytes
 from ._policy import hidden_dirs, home, preloads, scrub_env, secrets, toolchain
 from ._supervisor import _CLOSE_S, _READY_S, Command, _Supervisor
 
@@ -157,83 +158,10 @@ def _resolve(mode: str) -> tuple[Literal["bwrap", "landlock", "none"], str | Non
     return "none", f"{reason}, and this kernel has no Landlock"
 
 
-def _tmpfs_bytes(limit: int | None) -> int:
-    """The size of the sandbox's private ``/tmp``: the per-process memory limit, at most a quarter
-    of the host's memory (each tmpfs holds memory; issue 40)."""
-    total = 0
-    with contextlib.suppress(OSError, ValueError), open("/proc/meminfo") as f:
-        total = int(f.readline().split()[1]) * 1024
-    cap = total // 4 if total else 2 * _GIB
-    return min(limit, cap) if limit else cap
-
-
-def _linked_from(root: str) -> list[str]:
-    """The targets of the symlinks at the top of the workspace when the sandbox starts (a
-    ``.venv`` symlinked to a venv under ``/tmp``): the user's, shown read-only like the toolchain."""
-    try:
-        with os.scandir(root) as entries:
-            links = [e.path for e in entries if e.is_symlink()]
-    except OSError:
-        return []
-    return [t for t in (os.path.realpath(p) for p in links) if os.path.exists(t)]
-
-
-def _venvs(paths: list[str]) -> list[str]:
-    """The virtual environment of each ``bin`` folder in ``paths`` (a ``PATH`` entry
-    ``/tmp/x/.venv/bin``): its ``python`` needs the ``pyvenv.cfg`` beside, or it runs as the base
-    interpreter without the venv's packages."""
-    return [os.path.dirname(p) for p in paths
-            if os.path.basename(p) == "bin" and os.path.isfile(os.path.join(os.path.dirname(p), "pyvenv.cfg"))]
-
-
-def _enclosing_repo(root: str) -> list[str]:
-    """The git repository a workspace lies in below its top (``-w /tmp/clone/sub``): its top folder
-    and, where its ``.git`` is a file, the git directory named there and that one's common
-    directory, so that git reads (``git status``, ``log``) work inside where the repository lies
-    in a hidden folder (issue 39). Only a repository of this user (owner checked); shown
-    read-only. Empty when the workspace is not in one, or is its top."""
-    for d in Path(root).parents:
-        dot = d / ".git"
-        if not os.path.lexists(dot):
-            continue
-        with contextlib.suppress(OSError):
-            if os.stat(d).st_uid != os.getuid():
-                return []
-        out = [str(d)]
-        with contextlib.suppress(OSError, UnicodeDecodeError):
-            if dot.is_file() and not dot.is_symlink():
-                named = dot.read_text().partition("gitdir:")[2].strip()
-                gitdir = os.path.realpath(os.path.join(d, named))
-                out.append(gitdir)
-                common = os.path.join(gitdir, "commondir")
-                if os.path.isfile(common):
-                    with open(common) as f:
-                        out.append(os.path.realpath(os.path.join(gitdir, f.read().strip())))
-        return [p for p in out if os.path.isdir(p)]
-    return []
-
-
 def _cmdline(pid: int) -> bytes:
     with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as f:
         return f.read()
     return b""
-
-
-def _existing(paths: Any, what: str) -> list[str]:
-    """``paths`` resolved, each an existing path.
-
-    Raises:
-        UserError: a path that does not exist, or a lone string instead of a list.
-    """
-    if isinstance(paths, (str, os.PathLike)):
-        raise UserError(f"{what} takes a list of paths, not one path ({paths!r})")
-    out = []
-    for p in paths:
-        real = os.path.realpath(os.path.expanduser(os.fspath(p)))
-        if not os.path.exists(real):
-            raise UserError(f"{what}: {p} does not exist")
-        out.append(real)
-    return out
 
 
 class Sandbox:
@@ -266,9 +194,9 @@ class Sandbox:
         self.root = Path(root).resolve()
         self.requested = mode
         self.network = network
-        self.read = _existing(read, "sandbox_read")
-        self.write = _existing(write, "sandbox_write")
-        self.deny_read = _existing(deny_read, "deny_read")
+        self.read = existing(read, "sandbox_read")
+        self.write = existing(write, "sandbox_write")
+        self.deny_read = existing(deny_read, "deny_read")
         if isinstance(allow_env, str):
             raise UserError(f"allow_env takes a list of names, not one name ({allow_env!r})")
         self.allow_env = list(allow_env)
@@ -476,7 +404,7 @@ class Sandbox:
         with the network, the folder of ``/etc/resolv.conf`` (systemd-resolved's is in ``/run``);
         never a secret, nor a path inside one (those allowed are shown after the secrets)."""
         tools = toolchain(os.environ)
-        shown = [p for p in (*tools, *_venvs(tools), *_linked_from(str(self.root)), *_enclosing_repo(str(self.root)))
+        shown = [p for p in (*tools, *prefixes(tools), *linked_from(str(self.root)), *enclosing_repo(str(self.root)))
                  if under(p, hidden) and p not in hidden]  # never all of /tmp
         self.preloaded = [lib for lib in preloads(os.environ) if under(lib, hidden)]  # vLLM's libgomp
         if self.network:
@@ -494,7 +422,7 @@ class Sandbox:
 
     def _bwrap_args(self, python: str) -> list[str]:
         """bubblewrap's options: namespaces, then mounts in order (later ones cover earlier ones)."""
-        tmp = _tmpfs_bytes(self.limits.memory_bytes)  # each tmpfs holds memory: sized together
+        tmp = tmpfs_bytes(self.limits.memory_bytes)  # each tmpfs holds memory: sized together
 
         def tmpfs(path: str, size: int) -> list[str]:
             return ["--size", str(size), "--tmpfs", path]
