@@ -249,3 +249,26 @@ async def test_git_reads_a_linked_worktree_above_a_workspace_under_tmp(backend: 
     finally:
         shutil.rmtree(base, ignore_errors=True)
         shutil.rmtree(other, ignore_errors=True)
+
+
+def test_the_secret_stamp_moves_on_a_change_and_on_a_racy_mtime(home: Path) -> None:
+    """The per-command check (``_masks.SecretStamp``): unmoved while nothing changed, moved by a
+    secret made in a watched folder, by a new hard link to a secret, and by a folder whose mtime is
+    as new as the stamp (a change in the same tick of the file system's clock keeps the mtime)."""
+    from kimik3.tools.coding._masks import RACY_NS, SecretStamp
+    netrc = put(home / ".netrc", "SECRET\n")
+    old = netrc.stat().st_mtime_ns - 10 * 10**9
+    os.utime(home, ns=(old, old))
+    stamp = SecretStamp([str(netrc)], [])
+    assert home.as_posix() in stamp.folders and not stamp.moved()
+    put(home / ".kube/config", "SECRET\n")
+    assert stamp.moved()
+    os.utime(home, ns=(old, old))
+    stamp.renew()
+    assert not stamp.moved()
+    os.link(netrc, home / "proj/link")  # the link count of ~/.netrc, not a watched folder, changes
+    assert stamp.moved()
+    stamp.renew()
+    os.utime(home, ns=(stamp.taken - RACY_NS // 2,) * 2)
+    stamp.renew()
+    assert stamp.moved()  # racy: the folder's mtime is within RACY_NS of the stamp

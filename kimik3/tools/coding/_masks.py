@@ -19,14 +19,18 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from collections.abc import Iterable
 
 from ._kept import MAX_WALK_DIRS, under
 from ._policy import HOME_SECRETS, ROOT_SECRETS, home
 
-__all__ = ["SecretStamp", "identity", "other_names"]
+__all__ = ["RACY_NS", "SecretStamp", "identity", "other_names"]
 
 Inode = tuple[int, int]
+RACY_NS = 50_000_000
+"""A watched folder's mtime this close to the stamp (ns) is not trusted (file system clocks tick
+in milliseconds)."""
 
 
 def identity(paths: Iterable[str]) -> dict[str, tuple[int, int, int] | None]:
@@ -157,6 +161,7 @@ class SecretStamp:
     def __init__(self, secrets: list[str], deny: Iterable[str]) -> None:
         self.folders = _watched(deny)
         self.secrets = list(secrets)
+        self.taken = time.time_ns()
         self.state = self._now()
 
     def _now(self) -> tuple[list[tuple[int, int] | None], dict[str, tuple[int, int, int] | None]]:
@@ -171,9 +176,13 @@ class SecretStamp:
 
     def renew(self) -> None:
         """Take the stamp again (the secret set was computed again and found the same)."""
+        self.taken = time.time_ns()
         self.state = self._now()
 
     def moved(self) -> bool:
         """Whether a watched folder or a secret changed since the stamp (then compute the set
-        again and compare with :func:`identity`); ``stat`` calls only."""
-        return self._now() != self.state
+        again and compare with :func:`identity`); ``stat`` calls only. A folder changed less than
+        :data:`RACY_NS` before the stamp counts as moved (git's "racily clean" rule: a file
+        system's clock is coarse, so a change in the same tick would keep the same mtime)."""
+        now = self._now()
+        return now != self.state or any(f is not None and f[1] >= self.taken - RACY_NS for f in now[0])
