@@ -204,6 +204,7 @@ class Sandbox:
         self.linked: list[tuple[int, int]] = []  # (st_dev, st_ino) of secret files with hard links
         self._stamp: SecretStamp | None = None  # what the running supervisor's secrets were built from
         self._built: dict[str, tuple[int, int, int] | None] = {}
+        self._links: list[str] = []  # the other names of secret files found at the start
         self._own: tuple[bytes, ...] = ()  # the supervisor's command line (not a command's)
         self.tmpdir: str | None = None  # Landlock's private temporary folder (TMPDIR), removed at close
         self.guards: list[GitGuard] = []  # Landlock: the git control data's copies (_guard), per top
@@ -290,14 +291,16 @@ class Sandbox:
             return 0
         own = (*self._own, _cmdline(sup.proc.pid))  # the supervisor's: its argv and its socket's number
         return sum(1 for p in _reaper.descendants(sup.proc.pid, live=True)
-                   if not (line := _cmdline(p)) or not line.startswith(own))
+                   if (line := _cmdline(p)) and not line.startswith(own))  # b"": exiting
 
     def _masked_now(self) -> tuple[list[str], list[tuple[int, int]], dict[str, int]]:
         """(the secrets, by path: :func:`~kimik3.tools.coding._policy.secrets` and the other names
         of secret files found in the home, the workspace and the allowed paths; the inodes
-        of secret files with several names; {a secret file: its names not found}: ``_masks``)."""
+        of secret files with several names; {a secret file: its names not found}: ``_masks``).
+        Reads every file of the secret folders: once per start, never per command."""
         found = secrets(self.deny_read, self.read)
         links, missing, inodes = other_names(found, [p for p in (home(), str(self.root), *self.write, *self.read) if p])
+        self._links = links
         return [*found, *links], inodes, missing
 
     def _refresh(self, cid: int) -> str | None:
@@ -308,7 +311,7 @@ class Sandbox:
         stamp = self._stamp
         if stamp is None or self._sup is None or self.mode == "none" or not stamp.moved():
             return None
-        now = identity(self._masked_now()[0])
+        now = identity([*secrets(self.deny_read, self.read), *self._links])  # a new link: a link count moved
         if now == self._built:
             stamp.renew()
             return None
