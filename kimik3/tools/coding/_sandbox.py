@@ -16,6 +16,13 @@ supervisor to itself, no TCP without ``network=True``, the git control data put 
 command (``_guard``). The sandbox's first process is the supervisor of ``_reaper``; when it ends
 (or this process dies: ``--die-with-parent``), every process of the sandbox ends.
 
+The secrets are masked by path and by inode (``_masks``: the other names of a secret file found
+in the home, the workspace and the allowed paths are masked too; Landlock never rules a linked
+secret's inode), and before each command the secret set is compared with the one the running
+supervisor was built with (``stat`` calls only): when it changed (a secret replaced by rename, made
+or linked anew), the sandbox is restarted where no process of a command would be lost, else the
+command's result says which secrets are unmasked until those end.
+
 Limits (:class:`ProcessLimits`, set on each command's shell and inherited): address space that is
 data (``RLIMIT_DATA``), file size, CPU seconds per process, and a count of processes per command
 watched by its reaper (plus ``RLIMIT_NPROC`` for the whole sandbox where the kernel counts it per
