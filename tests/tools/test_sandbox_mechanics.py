@@ -85,6 +85,26 @@ async def test_a_hard_link_to_a_secret_is_masked_too(backend: str, home: Path) -
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_hard_link_in_the_toolchain_shown_from_tmp_is_masked(backend: str, home: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The variant: the link lies in a folder the sandbox shows from /tmp (a PATH entry there)."""
+    netrc = put(home / ".netrc", "SECRET netrc\n")
+    tools = Path(tempfile.mkdtemp(dir="/tmp"))
+    try:
+        if os.stat(tools).st_dev != os.stat(home).st_dev:
+            pytest.skip("/tmp is another file system than the checkout: no hard link between them")
+        put(tools / "bin/ordinary", "ordinary\n")
+        os.link(netrc, tools / "bin/netrc")
+        monkeypatch.setenv("PATH", f"{tools}/bin:{os.environ['PATH']}")
+        box = Sandbox(home / "proj", backend)
+        out = await run(bash_in(box), f"cat {tools}/bin/ordinary {tools}/bin/netrc ~/.netrc 2>/dev/null")
+        assert out.split("\n")[0] == "ordinary" and "SECRET" not in out, out
+        await box.aclose()
+    finally:
+        shutil.rmtree(tools, ignore_errors=True)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 async def test_a_hard_link_not_found_is_said(backend: str, home: Path) -> None:
     """A hard link outside the home and the workspace cannot be found cheaply: the sandbox says
     so (a RuntimeWarning naming the secret and how many names were not found)."""

@@ -302,11 +302,13 @@ class Sandbox:
 
     def _masked_now(self) -> tuple[list[str], list[tuple[int, int]], dict[str, int]]:
         """(the secrets, by path: :func:`~kimik3.tools.coding._policy.secrets` and the other names
-        of secret files found in the home, the workspace and the allowed paths; the inodes
+        of secret files found in the home, the workspace, the allowed paths and what is shown of
+        the hidden folders (the toolchain there); the inodes
         of secret files with several names; {a secret file: its names not found}: ``_masks``).
         Reads every file of the secret folders: once per start, never per command."""
         found = secrets(self.deny_read, self.read)
-        links, missing, inodes = other_names(found, [p for p in (home(), str(self.root), *self.write, *self.read) if p])
+        roots = [p for p in (home(), str(self.root), *self.write, *self._shown(hidden_dirs())) if p]
+        links, missing, inodes = other_names(found, roots)
         self._links = links
         return [*found, *links], inodes, missing
 
