@@ -171,6 +171,8 @@ async def bash_cost(rounds: int = 5, calls: int = 20) -> None:
     walls: dict[str, list[list[float]]] = {m: [] for m in modes}  # per round, per call
     cpus: dict[str, list[float]] = {m: [] for m in modes}  # per round
     starts: dict[str, list[float]] = {m: [] for m in modes}
+    checks: dict[str, list[float]] = {m: [] for m in modes}  # the secret-set check before each command (CPU)
+    rechecks: dict[str, list[float]] = {m: [] for m in modes}  # the same when a watched folder moved
     for _ in range(rounds):
         for mode in modes:
             box = Sandbox(tmp, mode) if mode != "old" else None  # type: ignore[arg-type]
@@ -190,11 +192,22 @@ async def bash_cost(rounds: int = 5, calls: int = 20) -> None:
                 walls[mode][-1].append(time.perf_counter() - t)
             c1 = _cpu() + (_tree_cpu(box._sup.proc.pid) if box is not None and box._sup else 0.0)
             cpus[mode].append((c1 - c0) / calls)
+            if box is not None and box._stamp is not None:  # what each command pays for stale masks (issue 39)
+                for out, moved in ((checks, False), (rechecks, True)):
+                    t = time.process_time()
+                    for _ in range(calls):
+                        if moved:
+                            box._stamp.state = ([], {})  # as if a file was made in the home
+                        assert box._refresh(-1) is None
+                    out[mode].append((time.process_time() - t) / calls)
             if box is not None:
                 await box.aclose()
 
     def ms(xs: list[float]) -> str:
         return f"{min(xs) * 1e3:6.1f} / {statistics.median(xs) * 1e3:6.1f} / {max(xs) * 1e3:6.1f} ms"
+
+    def us(xs: list[float]) -> str:
+        return f"{min(xs) * 1e6:6.0f} / {statistics.median(xs) * 1e6:6.0f} / {max(xs) * 1e6:6.0f} us"
 
     def ratios(xs: list[float]) -> str:
         return f"{min(xs):.2f}x / {statistics.median(xs):.2f}x / {max(xs):.2f}x"
@@ -210,6 +223,12 @@ async def bash_cost(rounds: int = 5, calls: int = 20) -> None:
         wall = [statistics.median(a) / statistics.median(b) for a, b in zip(walls[mode], walls["none"], strict=True)]
         cpu = [a / b for a, b in zip(cpus[mode], cpus["none"], strict=True)]
         print(f"    {mode} / none: wall {ratios(wall)}, cpu {ratios(cpu)}")
+    print("    the secret-set check before each command (stat of the secrets and their folders; CPU per call, min / "
+          "median / max of the rounds), and its ratio to the call's CPU in the same round:")
+    for mode in [m for m in modes if checks[m]]:
+        for what, xs in (("nothing changed", checks[mode]), ("a watched folder changed", rechecks[mode])):
+            share = [c / b for c, b in zip(xs, cpus[mode], strict=True)]
+            print(f"    {mode:8} {what:24} {us(xs)}   {ratios(share)} of a call")
     for mode in modes[2:]:
         print(f"    {mode}'s start (once per run, with the first call): {ms(starts[mode])}")
     if len(modes) == 2:

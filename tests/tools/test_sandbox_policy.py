@@ -234,7 +234,8 @@ def test_landlock_says_what_it_cannot_do_and_refuses_a_session_in_the_workspace(
     box = Sandbox(tmp_path, "landlock")
     assert box.describe().startswith(f"sandbox: landlock ABI {_sandbox._landlock_abi()} (workspace read-write, the "
                                      "rest read-only, ")
-    assert box.describe().endswith("/tmp unreadable (TMPDIR private), TCP off; UDP not blocked; no background jobs; "
+    assert box.describe().endswith("/tmp unreadable (TMPDIR private), TCP off; UDP and unix sockets at a path not blocked; "
+                                   "no background jobs; "
                                    "cannot hide paths' existence or isolate processes; git data checked and restored "
                                    "after each command, what a command left running ended first)")
     (tmp_path / "run.jsonl").write_text("{}\n")
@@ -311,7 +312,8 @@ async def test_auto_uses_landlock_where_bubblewrap_cannot_run(tmp_path: Path, mo
         box = Sandbox(tmp_path, "auto")
     assert [str(w.message) for w in caught] == [
         f"kimik3: sandbox: landlock ABI {_sandbox._landlock_abi()} (workspace read-write, the rest read-only, secrets "
-        "unreadable, /tmp unreadable (TMPDIR private), TCP off; UDP not blocked; no background jobs; cannot hide paths' "
+        "unreadable, /tmp unreadable (TMPDIR private), TCP off; UDP and unix sockets at a path not blocked; no "
+        "background jobs; cannot hide paths' "
         "existence or isolate processes; git data checked and restored after each command, what a command left running "
         "ended first; bubblewrap (bwrap) is not installed)"]
     assert box.info() == {"mode": "landlock", "requested": "auto", "network": False, "read": [], "write": [],

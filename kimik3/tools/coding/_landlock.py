@@ -70,8 +70,8 @@ def _handled(version: int) -> int:
     return fs
 
 
-def rules(read: Iterable[str], write: Iterable[str], denied: Iterable[str], hidden: Iterable[str]) -> list[
-        tuple[str, int]]:
+def rules(read: Iterable[str], write: Iterable[str], denied: Iterable[str], hidden: Iterable[str],
+          inodes: Iterable[tuple[int, int]] = ()) -> list[tuple[str, int]]:
     """The (path, rights) rules of the policy: ``/`` readable except ``hidden`` and ``denied``;
     each of ``read`` readable and each of ``write`` writable, except what ``denied`` holds; a few
     devices (``/dev/null``, ``/dev/tty``, ...) and ``/dev/shm``, ``/dev/pts`` usable.
@@ -81,16 +81,25 @@ def rules(read: Iterable[str], write: Iterable[str], denied: Iterable[str], hidd
         write: writable hierarchies (the workspace, the allowed paths, the private temporary folder).
         denied: the secrets, never readable, also inside ``read`` and ``write``.
         hidden: folders not readable (``/tmp``, ``/run``) except where ``read`` / ``write`` say.
+        inodes: the ``(st_dev, st_ino)`` of secret files with other names (hard links): no rule
+            names such a file, whatever its path (a rule is bound to the inode, so it would open
+            the secret by its own name too; issue 39).
 
     Returns:
         Rules, in order; a folder on the way to a denied path gets ``READ_DIR`` only.
     """
     out: list[tuple[str, int]] = []
     secret = [os.path.normpath(d) for d in denied]
+    linked = set(inodes)
 
     def grant(path: str, rights: int, skip: list[str]) -> None:
         if path in skip:
             return
+        if linked:
+            with contextlib.suppress(OSError):
+                st = os.lstat(path)
+                if (st.st_dev, st.st_ino) in linked:  # a file (folders have no hard links)
+                    return
         inner = [d for d in skip if d.startswith(path.rstrip("/") + "/")]
         if not inner:
             out.append((path, rights))

@@ -16,6 +16,13 @@ supervisor to itself, no TCP without ``network=True``, the git control data put 
 command (``_guard``). The sandbox's first process is the supervisor of ``_reaper``; when it ends
 (or this process dies: ``--die-with-parent``), every process of the sandbox ends.
 
+The secrets are masked by path and by inode (``_masks``: the other names of a secret file found
+in the home, the workspace and the allowed paths are masked too; Landlock never rules a linked
+secret's inode), and before each command the secret set is compared with the one the running
+supervisor was built with (``stat`` calls only): when it changed (a secret replaced by rename, made
+or linked anew), the sandbox is restarted where no process of a command would be lost, else the
+command's result says which secrets are unmasked until those end.
+
 Limits (:class:`ProcessLimits`, set on each command's shell and inherited): address space that is
 data (``RLIMIT_DATA``), file size, CPU seconds per process, and a count of processes per command
 watched by its reaper (plus ``RLIMIT_NPROC`` for the whole sandbox where the kernel counts it per
@@ -46,7 +53,9 @@ from . import _landlock, _reaper
 from ._git_links import restore_git_links
 from ._guard import GitGuard
 from ._kept import MAX_WALK_DIRS, SessionFiles, kept_read_only, under
-from ._policy import hidden_dirs, preloads, scrub_env, secrets, toolchain
+from ._masks import SecretStamp, identity, other_names
+from ._places import enclosing_repo, existing, linked_from, prefixes, tmpfs_bytes
+from ._policy import hidden_dirs, home, preloads, scrub_env, secrets, toolchain
 from ._supervisor import _CLOSE_S, _READY_S, Command, _Supervisor
 
 __all__ = ["Command", "ProcessLimits", "Sandbox", "SandboxMode"]  # Command: _supervisor's, used from here
@@ -65,8 +74,8 @@ _USERNS_FIX = ("allow user namespaces: sysctl kernel.unprivileged_userns_clone=1
 _GIB = 1 << 30
 _MIB = 1 << 20
 _LANDLOCK_FIX = "a kernel with Landlock (Linux 5.13+, enabled: lsm=landlock,... on its command line)"
-_LANDLOCK_CANNOT = ("UDP not blocked; no background jobs; cannot hide paths' existence or isolate processes; git "
-                    "data checked and restored after each command, what a command left running ended first")
+_LANDLOCK_CANNOT = ("UDP and unix sockets at a path not blocked; no background jobs; cannot hide paths' existence "
+                    "or isolate processes; git data checked and restored after each command, what a command left running ended first")
 _NO_BACKGROUND = ("background commands are refused under the Landlock sandbox: Landlock cannot make the git "
                   "control data read-only inside the writable workspace, so kimik3 restores it after each command "
                   "with nothing running, and a job running between calls could rewrite it (a core.fsmonitor "
@@ -156,42 +165,10 @@ def _resolve(mode: str) -> tuple[Literal["bwrap", "landlock", "none"], str | Non
     return "none", f"{reason}, and this kernel has no Landlock"
 
 
-def _tmpfs_bytes(limit: int | None) -> int:
-    """The size of the sandbox's private ``/tmp``: the per-process memory limit, at most a quarter
-    of the host's memory (each tmpfs holds memory; issue 40)."""
-    total = 0
-    with contextlib.suppress(OSError, ValueError), open("/proc/meminfo") as f:
-        total = int(f.readline().split()[1]) * 1024
-    cap = total // 4 if total else 2 * _GIB
-    return min(limit, cap) if limit else cap
-
-
-def _linked_from(root: str) -> list[str]:
-    """The targets of the symlinks at the top of the workspace when the sandbox starts (a
-    ``.venv`` symlinked to a venv under ``/tmp``): the user's, shown read-only like the toolchain."""
-    try:
-        with os.scandir(root) as entries:
-            links = [e.path for e in entries if e.is_symlink()]
-    except OSError:
-        return []
-    return [t for t in (os.path.realpath(p) for p in links) if os.path.exists(t)]
-
-
-def _existing(paths: Any, what: str) -> list[str]:
-    """``paths`` resolved, each an existing path.
-
-    Raises:
-        UserError: a path that does not exist, or a lone string instead of a list.
-    """
-    if isinstance(paths, (str, os.PathLike)):
-        raise UserError(f"{what} takes a list of paths, not one path ({paths!r})")
-    out = []
-    for p in paths:
-        real = os.path.realpath(os.path.expanduser(os.fspath(p)))
-        if not os.path.exists(real):
-            raise UserError(f"{what}: {p} does not exist")
-        out.append(real)
-    return out
+def _cmdline(pid: int) -> bytes:
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as f:
+        return f.read()
+    return b""
 
 
 class Sandbox:
@@ -224,13 +201,18 @@ class Sandbox:
         self.root = Path(root).resolve()
         self.requested = mode
         self.network = network
-        self.read = _existing(read, "sandbox_read")
-        self.write = _existing(write, "sandbox_write")
-        self.deny_read = _existing(deny_read, "deny_read")
+        self.read = existing(read, "sandbox_read")
+        self.write = existing(write, "sandbox_write")
+        self.deny_read = existing(deny_read, "deny_read")
         if isinstance(allow_env, str):
             raise UserError(f"allow_env takes a list of names, not one name ({allow_env!r})")
         self.allow_env = list(allow_env)
         self.secrets = secrets(self.deny_read, self.read)
+        self.linked: list[tuple[int, int]] = []  # (st_dev, st_ino) of secret files with hard links
+        self._stamp: SecretStamp | None = None  # what the running supervisor's secrets were built from
+        self._built: dict[str, tuple[int, int, int] | None] = {}
+        self._links: list[str] = []  # the other names of secret files found at the start
+        self._own: tuple[bytes, ...] = ()  # the supervisor's command line (not a command's)
         self.tmpdir: str | None = None  # Landlock's private temporary folder (TMPDIR), removed at close
         self.guards: list[GitGuard] = []  # Landlock: the git control data's copies (_guard), per top
         self.limits = limits if limits is not None else ProcessLimits()
@@ -294,24 +276,70 @@ class Sandbox:
         sup = self._sup
         if sup is None or not sup.alive():
             return 0
-        def cmdline(pid: int) -> bytes:
-            with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as f:
-                return f.read()
-            return b""
-
-        own = cmdline(sup.proc.pid)  # a command's reaper is a fork of the supervisor: not counted
+        own = _cmdline(sup.proc.pid)  # a command's reaper is a fork of the supervisor: not counted
         seen: set[int] = set()
         end = time.monotonic() + 2.0
         while time.monotonic() < end:
             pids = _reaper.descendants(sup.proc.pid, live=True)
             if not pids:
                 break
-            seen.update(p for p in pids if p not in seen and cmdline(p) not in (own, b""))  # b"": exiting
+            seen.update(p for p in pids if p not in seen and _cmdline(p) not in (own, b""))  # b"": exiting
             for pid in pids:
                 with contextlib.suppress(OSError):
                     os.kill(pid, 9)
             time.sleep(0.005)
         return len(seen)
+
+    def _running(self) -> int:
+        """How many processes of commands run in the sandbox now (background jobs, what a command
+        left running): all its processes but bwrap, the supervisor and the commands' reapers."""
+        sup = self._sup
+        if sup is None or not sup.alive():
+            return 0
+        own = (*self._own, _cmdline(sup.proc.pid))  # the supervisor's: its argv and its socket's number
+        return sum(1 for p in _reaper.descendants(sup.proc.pid, live=True)
+                   if (line := _cmdline(p)) and not line.startswith(own))  # b"": exiting
+
+    def _masked_now(self) -> tuple[list[str], list[tuple[int, int]], dict[str, int]]:
+        """(the secrets, by path: :func:`~kimik3.tools.coding._policy.secrets` and the other names
+        of secret files found in the home, the workspace, the allowed paths and what is shown of
+        the hidden folders (the toolchain there); the inodes
+        of secret files with several names; {a secret file: its names not found}: ``_masks``).
+        Reads every file of the secret folders: once per start, never per command."""
+        found = secrets(self.deny_read, self.read)
+        roots = [p for p in (home(), str(self.root), *self.write, *self._shown(hidden_dirs())) if p]
+        links, missing, inodes = other_names(found, roots)
+        self._links = links
+        return [*found, *links], inodes, missing
+
+    def _refresh(self, cid: int) -> str | None:
+        """Before a command: when the secrets changed since the supervisor started (a secret
+        replaced by rename, made, linked anew: its masks are stale), restart the sandbox where no
+        process of a command would be lost, else say it; the line for the result, or None.
+        ``stat`` calls only while nothing changed (:class:`~kimik3.tools.coding._masks.SecretStamp`)."""
+        stamp = self._stamp
+        if stamp is None or self._sup is None or self.mode == "none" or not stamp.moved():
+            return None
+        now = identity([*secrets(self.deny_read, self.read), *self._links])  # a new link: a link count moved
+        if now == self._built:
+            stamp.renew()
+            return None
+        h = home()
+        names = ", ".join(sorted({os.path.relpath(p, h) if h and under(p, [h]) else p
+                                  for p in (*now, *self._built) if now.get(p) != self._built.get(p)}))
+        if self._active - {cid} or self._running():
+            return (f"[the secrets changed outside the sandbox ({names}) while processes run in it (a background "
+                    "job, or what a command left running): they are not masked until those end; the sandbox is "
+                    "restarted at the next command after that]")
+        sup, self._sup = self._sup, None
+        if self._finalizer is not None:
+            self._finalizer.detach()
+            self._finalizer = None
+        sup.sock.close()
+        self._end(sup)
+        tmp = "/tmp" if self.mode == "bwrap" else "TMPDIR"
+        return (f"[the secrets changed outside the sandbox ({names}); it was restarted to mask them: nothing was "
+                f"running in it, its private {tmp} starts empty]")
 
     def describe(self) -> str:
         """One line saying which sandbox runs the commands and what it keeps, e.g. ``sandbox: bwrap
@@ -349,9 +377,18 @@ class Sandbox:
 
     def _argv(self) -> tuple[list[str], bytes]:
         """The supervisor's command line and the program it reads on stdin."""
-        self.secrets = secrets(self.deny_read, self.read)  # those that exist now
+        if self.mode != "none":  # the secrets that exist now, and what to compare before each command
+            self.secrets, self.linked, missing = self._masked_now()
+            for path, n in missing.items():
+                warnings.warn(f"kimik3: {path} has {n} more name{'s' if n > 1 else ''} (a hard link) that kimik3 did "
+                              f"not find in the home and the workspace (it looks through {MAX_WALK_DIRS} folders at "
+                              "most): that name stays readable in the sandbox; remove the link or add it with "
+                              "--deny-read", RuntimeWarning, stacklevel=3)
+            self._stamp = SecretStamp(self.secrets, self.deny_read)
+            self._built = identity(self.secrets)
         python = os.path.realpath(sys.executable)
         argv = [python, "-I", "-S", "-", "supervise"]  # the source on stdin
+        self._own = ("\0".join([*argv, ""]).encode(),)
         if self.mode == "bwrap":
             return [_bwrap() or "bwrap", *self._bwrap_args(python), "--", *argv], _SOURCE
         if self.mode == "landlock":
@@ -378,7 +415,8 @@ class Sandbox:
         """What is shown read-only in the hidden folders: the toolchain, the allowed read paths and,
         with the network, the folder of ``/etc/resolv.conf`` (systemd-resolved's is in ``/run``);
         never a secret, nor a path inside one (those allowed are shown after the secrets)."""
-        shown = [p for p in (*toolchain(os.environ), *_linked_from(str(self.root)))
+        tools = toolchain(os.environ)
+        shown = [p for p in (*tools, *prefixes(tools), *linked_from(str(self.root)), *enclosing_repo(str(self.root)))
                  if under(p, hidden) and p not in hidden]  # never all of /tmp
         self.preloaded = [lib for lib in preloads(os.environ) if under(lib, hidden)]  # vLLM's libgomp
         if self.network:
@@ -396,7 +434,7 @@ class Sandbox:
 
     def _bwrap_args(self, python: str) -> list[str]:
         """bubblewrap's options: namespaces, then mounts in order (later ones cover earlier ones)."""
-        tmp = _tmpfs_bytes(self.limits.memory_bytes)  # each tmpfs holds memory: sized together
+        tmp = tmpfs_bytes(self.limits.memory_bytes)  # each tmpfs holds memory: sized together
 
         def tmpfs(path: str, size: int) -> list[str]:
             return ["--size", str(size), "--tmpfs", path]
@@ -415,8 +453,10 @@ class Sandbox:
         # The secrets, over whatever showed them (also a workspace that holds one: -w ~): a folder
         # an empty read-only tmpfs, a file /dev/null. Where bwrap cannot see it, nothing to hide.
         visible = [str(self.root), *self.write, *shown]
-        masked = [p for p in sorted(self.secrets, key=len)  # a symlink: its target (also listed) is hidden
-                  if not os.path.islink(p) and (not under(p, hidden) or under(p, visible))]
+        # a path through a symlink (the secret, or a folder on the way: ~/.config -> dotfiles/config):
+        # its real path (also listed) is masked, which the link's name reaches
+        masked = [p for p in sorted(self.secrets, key=len)
+                  if os.path.realpath(p) == p and (not under(p, hidden) or under(p, visible))]
         for p in masked:
             args += tmpfs(p, 4096) if os.path.isdir(p) else ["--ro-bind", "/dev/null", p]
         for p in self._inside_secrets():  # a path allowed inside a secret (~/.kimik3/skills in ~/.kimik3)
@@ -473,12 +513,20 @@ class Sandbox:
             self.guards = [GitGuard(top, git, whole) for top, (git, whole) in by_top.items()]
         except OSError as e:
             raise ToolError(f"sandbox landlock cannot copy the workspace's git control data to keep it: {e}") from None
+        linked = set(self.linked)
+        held = [p for p, i in identity(self.secrets).items() if i and i[:2] in linked and under(p, tops)]
+        if held:  # found in the workspace: kept out the way -w ~ keeps its secrets (see docs/sandbox.md)
+            warnings.warn(f"kimik3: {held[0]} is a secret file with several names (hard links) in a writable folder; "
+                          "Landlock keeps it unreadable only by letting the folders on the way to it take no new "
+                          "entries (commands cannot create files there); remove the link, or use bwrap "
+                          "(--sandbox bwrap)", RuntimeWarning, stacklevel=2)
         if self.tmpdir is None:
             self.tmpdir = tempfile.mkdtemp(prefix="kimik3-sandbox-")
             weakref.finalize(self, shutil.rmtree, self.tmpdir, True)  # at close, collection or exit
         hidden = hidden_dirs()
         rules = _landlock.rules(read=[*self._shown(hidden), *self._inside_secrets()],
-                                write=[str(self.root), *self.write, self.tmpdir], denied=self.secrets, hidden=hidden)
+                                write=[str(self.root), *self.write, self.tmpdir], denied=self.secrets, hidden=hidden,
+                                inodes=self.linked)
         policy = {"rules": rules, "network": self.network}
         return (f"import sys\nll = {{'__name__': '_landlock'}}\n"
                 f"exec(compile({_LANDLOCK_SOURCE!r}, '_landlock.py', 'exec'), ll)\n"
@@ -549,7 +597,9 @@ class Sandbox:
                 self._n += 1
                 cid = self._n
                 self._active.add(cid)
+                stale = self._refresh(cid)
                 sup, note = self._supervisor()
+                note = stale or note
                 if self.mode == "bwrap" and "TMPDIR" in env:
                     env = {**env, "TMPDIR": "/tmp"}
                 elif self.mode == "landlock" and self.tmpdir is not None:  # /tmp is not writable there
@@ -607,8 +657,11 @@ class Sandbox:
     def close(self) -> None:
         """:meth:`aclose` for synchronous callers (blocks while the processes end)."""
         sup = self._stop()
-        if sup is None:
-            return
+        if sup is not None:
+            self._end(sup)
+
+    def _end(self, sup: _Supervisor) -> None:
+        """Wait for ``sup`` (its socket closed) to end its processes and exit, then finish it."""
         with contextlib.suppress(subprocess.TimeoutExpired):
             sup.proc.wait(_CLOSE_S)
         self._finish(sup)
