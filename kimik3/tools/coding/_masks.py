@@ -17,13 +17,14 @@ differs is the secret set computed again. See ``docs/sandbox.md``.
 
 from __future__ import annotations
 
+import glob
 import os
 import stat
 import time
 from collections.abc import Iterable
 
 from ._kept import MAX_WALK_DIRS, under
-from ._policy import HOME_SECRETS, ROOT_SECRETS, home, secret_folders
+from ._policy import HOME_SECRETS, ROOT_SECRETS, home, homes, secret_folders
 
 __all__ = ["RACY_NS", "SecretStamp", "identity", "other_names"]
 
@@ -143,14 +144,16 @@ def other_names(secrets: list[str], roots: list[str]) -> tuple[list[str], dict[s
 def _watched(deny: Iterable[str]) -> list[str]:
     """The folders whose entries decide the secret set: each secret pattern's existing folder
     (:func:`~._policy.secret_folders`, patterns and variable-named places included), the folders
-    above those (where a missing one would appear) and those holding :data:`HOME_SECRETS`,
+    above those inside a home (where a missing one would appear) and those holding :data:`HOME_SECRETS`,
     :data:`ROOT_SECRETS` and the ``deny`` paths."""
     deny = list(deny)
     folders = secret_folders(deny)
     h = home()
+    inside = homes(dict(os.environ))
     paths = [*(os.path.join(h, s) for s in HOME_SECRETS if h), *ROOT_SECRETS, *deny]
-    return list(dict.fromkeys([*folders, *(os.path.dirname(d) for d in folders),
-                               *(os.path.dirname(p) for p in paths)]))
+    above = [os.path.dirname(d) for d in folders if under(os.path.dirname(d), inside)]
+    named = [os.path.dirname(p) for p in paths if not glob.has_magic(p)]  # patterns: in ``folders``
+    return list(dict.fromkeys([*folders, *above, *named]))
 
 
 class SecretStamp:

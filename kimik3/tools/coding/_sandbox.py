@@ -75,7 +75,8 @@ _GIB = 1 << 30
 _MIB = 1 << 20
 _LANDLOCK_FIX = "a kernel with Landlock (Linux 5.13+, enabled: lsm=landlock,... on its command line)"
 _LANDLOCK_CANNOT = ("UDP and unix sockets at a path not blocked; no background jobs; cannot hide paths' existence "
-                    "or isolate processes; git data checked and restored after each command, what a command left running ended first")
+                    "or isolate processes; git data checked and restored after each command, what a command left "
+                    "running ended first")
 _NO_BACKGROUND = ("background commands are refused under the Landlock sandbox: Landlock cannot make the git "
                   "control data read-only inside the writable workspace, so kimik3 restores it after each command "
                   "with nothing running, and a job running between calls could rewrite it (a core.fsmonitor "
