@@ -15,11 +15,12 @@ import inspect
 import logging
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeAlias
 
 import anyio
 import anyio.to_thread
+import mcp
 import mcp.types as mcp_types
 from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
 from mcp.client.session import ClientRequestContext
@@ -28,8 +29,8 @@ from pydantic import TypeAdapter
 
 from .._exceptions import MCPServerError
 
-__all__ = ["InputAnswer", "InputHandler", "InputRequest", "TASKS_EXTENSION", "TasksExtension", "calling",
-           "elicitation_callback", "reset"]
+__all__ = ["Call", "DeferringClient", "InputAnswer", "InputHandler", "InputRequest", "TASKS_EXTENSION",
+           "TasksExtension", "calling", "elicitation_callback", "reset"]
 
 log = logging.getLogger("kimik3.mcp")
 
@@ -68,14 +69,51 @@ InputHandler: TypeAlias = Callable[[InputRequest], "InputAnswer | Awaitable[Inpu
 """Answers a server's input request (sync handlers run in a worker thread, so one may block on
 a terminal prompt); raising declines it and fails the call with the handler's error."""
 
-_CALL: ContextVar[tuple[str, list[str]] | None] = ContextVar("kimik3_mcp_call", default=None)
+@dataclass
+class Call:
+    """The tool call the current task makes (:func:`calling`).
+
+    Attributes:
+        tool: its name on the server.
+        defer: a 2026-07-28 ``input_required`` result may wait for a person (no input handler,
+            and the call runs where its questions can be kept: an agent run with a session).
+        problems: why the input callback could not answer, in order.
+        waiting: the ``input_required`` result kept to wait for a person (:class:`DeferringClient`).
+    """
+
+    tool: str
+    defer: bool = False
+    problems: list[str] = field(default_factory=list)
+    waiting: mcp_types.InputRequiredResult | None = None
 
 
-def calling(tool: str) -> tuple[Any, list[str]]:
-    """Mark the current task as calling ``tool``: ``(token, problems)``; the input callback adds to
-    ``problems`` why it could not answer (reset the context var with the token afterwards)."""
-    problems: list[str] = []
-    return _CALL.set((tool, problems)), problems
+_CALL: ContextVar[Call | None] = ContextVar("kimik3_mcp_call", default=None)
+
+
+def calling(tool: str, *, defer: bool = False) -> tuple[Any, Call]:
+    """Mark the current task as calling ``tool``: ``(token, call)``; the input callback adds to
+    ``call.problems`` why it could not answer, and :class:`DeferringClient` sets ``call.waiting``
+    (reset the context var with the token afterwards)."""
+    call = Call(tool, defer)
+    return _CALL.set(call), call
+
+
+class DeferringClient(mcp.Client):
+    """``mcp.Client`` whose tool call, marked ``defer`` (:func:`calling`), stops at a first
+    ``input_required`` result made of elicitations only: kept in ``Call.waiting`` (the call's
+    result is then an empty placeholder the caller replaces), not sent to the input callback.
+    Any other result, or a call not so marked, goes the SDK's way. (It overrides the SDK's
+    ``_drive_input_required``, the one step that sees the result whole: its ``requestState``
+    included, which the replay must echo; tests/tools/test_mcp_defer.py fails if it changes.)"""
+
+    async def _drive_input_required(self, first: Any, retry: Any) -> Any:
+        call = _CALL.get()
+        if (call is not None and call.defer and isinstance(first, mcp_types.InputRequiredResult)
+                and first.input_requests
+                and all(isinstance(r, mcp_types.ElicitRequest) for r in first.input_requests.values())):
+            call.waiting = first
+            return mcp_types.CallToolResult(content=[])
+        return await super()._drive_input_required(first, retry)
 
 
 def reset(token: Any) -> None:
@@ -90,13 +128,14 @@ def elicitation_callback(server: str, handler: InputHandler | None) -> Any:
     async def callback(context: ClientRequestContext, params: mcp_types.ElicitRequestParams
                        ) -> mcp_types.ElicitResult | mcp_types.ErrorData:
         call = _CALL.get()
-        tool, problems = call if call is not None else (None, [])
+        tool, problems = (call.tool, call.problems) if call is not None else (None, [])
         url = getattr(params, "url", None)
         schema = getattr(params, "requested_schema", None)
         request = InputRequest(server, tool, params.message, dict(schema) if schema is not None else None, url)
         if handler is None:
             problems.append(f"the MCP server {server!r} asked for input ({params.message!r:.200}) and no one can "
-                            "answer: give MCPServer(input_handler=...) (kimik3 run asks on the terminal)")
+                            "answer: give MCPServer(input_handler=...), or run the agent with a session so that a "
+                            "person answers later (kimik3 run asks on the terminal)")
             return mcp_types.ErrorData(code=mcp_types.INVALID_REQUEST, message="the client has no input handler")
         try:
             answer = (await anyio.to_thread.run_sync(handler, request, abandon_on_cancel=True)

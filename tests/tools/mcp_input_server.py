@@ -17,6 +17,9 @@ Tools:
   ``"Run the job?"`` under the key ``confirm``) until ``tasks/update`` answers it, then
   ``completed`` with ``"approved: <ok>"`` (or ``"not approved: <action>"``).
 
+Run with ``KIMIK3_TEST_STATE_KEY`` set, the server seals ``requestState`` under that key (so a
+restarted server reads what an earlier one sealed); else under a key of its own process.
+
 ``quota()`` answers with the JSON-RPC error -32000 ``"quota exceeded"``.
 
 Each ``tasks/get`` and ``tasks/cancel`` appends a line to LOG_FILE (``get <id> <status>``,
@@ -25,6 +28,7 @@ Each ``tasks/get`` and ``tasks/cancel`` appends a line to LOG_FILE (``get <id> <
 
 from __future__ import annotations
 
+import os
 import sys
 import uuid
 from datetime import datetime, timezone
@@ -38,6 +42,7 @@ from mcp.server.mcpserver import (
     Extension,
     MCPServer,
     MethodBinding,
+    RequestStateSecurity,
     Resolve,
 )
 from mcp.types import CallToolRequestParams, RequestParams
@@ -150,7 +155,11 @@ class Tasks(Extension):
         return {}
 
 
-server = MCPServer("kimik3-input-test", extensions=[Tasks()])
+# KIMIK3_TEST_STATE_KEY: seal requestState under this key (a restarted server reads the state an
+# earlier one sealed, as a multi-process deployment shares a key); else the SDK's key of this process
+_KEY = os.environ.get("KIMIK3_TEST_STATE_KEY")
+server = MCPServer("kimik3-input-test", extensions=[Tasks()],
+                   request_state_security=RequestStateSecurity(keys=[_KEY]) if _KEY else None)
 
 
 @server.tool()
