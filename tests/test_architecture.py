@@ -175,7 +175,7 @@ def test_only_the_cli_knows_about_terminals() -> None:
         name for name, (path, tree) in modules().items()
         if any(t.split(".")[0] in ("click", "rich") for t in imported(name, path, tree))
     )  # fmt: skip
-    assert users and all(room(u) == "cli" or room(u).startswith("_cli_") for u in users), users
+    assert users and all(room(u) == "cli" for u in users), users
 
 
 def test_the_coding_toolkit_is_used_through_its_internal_api() -> None:

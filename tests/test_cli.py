@@ -23,12 +23,12 @@ from click.testing import CliRunner, Result
 from rich.console import Console
 
 from kimik3 import Agent, ScriptedEngine, VLLMEngine
-from kimik3 import _cli_engine as cli_engine_module
-from kimik3 import _cli_progress as cli_progress_module
-from kimik3 import cli as cli_module
 from kimik3._exceptions import EngineNotAvailableError
 from kimik3.agents import CODING_INSTRUCTIONS, load_session
+from kimik3.cli import engine as cli_engine_module
 from kimik3.cli import main, parse_engine_arg
+from kimik3.cli import progress as cli_progress_module
+from kimik3.cli import run as cli_run_module
 from kimik3.engines import PRESETS, ChatForImages, RemoteCompletionsEngine, RemoteEngine
 from kimik3.formats.k3 import render_output
 from kimik3.tools.coding import coding_tools
@@ -392,9 +392,9 @@ def test_parse_engine_arg_values() -> None:
 
 
 def build(args: list[str]) -> Any:
-    ctx = cli_module.run.make_context("run", ["task", *args])
+    ctx = cli_run_module.run_command.make_context("run", ["task", *args])
     with ctx:
-        return cli_module._build_engine(cli_module._options(ctx.params))
+        return cli_engine_module.engine_from(cli_engine_module.options_from(ctx.params))
 
 
 def test_embedded_engine_args_from_options_preset_and_engine_args(
@@ -415,10 +415,10 @@ def test_embedded_engine_args_from_options_preset_and_engine_args(
 
 
 def settings(args: list[str]) -> Any:
-    ctx = cli_module.run.make_context("run", ["task", *args])
+    ctx = cli_run_module.run_command.make_context("run", ["task", *args])
     with ctx:
-        o = cli_module._options(ctx.params)
-        return cli_module._build_engine(o), cli_module._settings(o, cli_module._build_engine(o))
+        o = cli_engine_module.options_from(ctx.params)
+        return cli_engine_module.engine_from(o), cli_engine_module.settings_from(o, cli_engine_module.engine_from(o))
 
 
 def test_a_reply_gets_a_quarter_of_a_known_window_unless_max_tokens_says(tmp_path: Path) -> None:
@@ -516,8 +516,8 @@ async def test_terminal_progress_streams_reasoning_dimmed_and_shows_tools(tmp_pa
     progress = cli_progress_module._RichProgress(console)
     engine = ScriptedEngine([call("read_file", {"path": "calc.py"}, "Look at calc.\nThen fix."),
                              answer("All good.\nBye.", reasoning="It is fine.")], chunk_size=3)
-    agent = cli_module.Agent(instructions="x", tools=coding_tools(repo), engine=engine)
-    result = await cli_module._drive(agent, "check", [], tmp_path / "s.jsonl", progress)
+    agent = cli_run_module.Agent(instructions="x", tools=coding_tools(repo), engine=engine)
+    result = await cli_run_module._drive(agent, "check", [], tmp_path / "s.jsonl", progress)
     progress.summary(result, tmp_path / "s.jsonl")
     raw = out.getvalue()
     assert "\x1b[2mLook at calc.\x1b[0m" in raw and "\x1b[2mIt is fine.\x1b[0m" in raw  # reasoning is dim
@@ -620,7 +620,7 @@ def test_chat_says_when_an_answer_is_degraded(tmp_path: Path) -> None:
 def test_a_compaction_that_kept_the_history_says_so(capsys: pytest.CaptureFixture[str]) -> None:
     from kimik3.agents import CompactionEvent
 
-    progress = cli_progress_module._PlainProgress()
+    progress = cli_progress_module.PlainProgress()
     why = "compaction kept the full history: the summary came back empty (no text, only reasoning)"
     progress.event(CompactionEvent(0, "", failed=why))
     progress.event(CompactionEvent(7, "SUMMARY"))

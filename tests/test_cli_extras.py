@@ -17,10 +17,10 @@ from click.testing import CliRunner, Result
 from rich.console import Console
 
 from kimik3 import ScriptedEngine
-from kimik3 import _cli_engine as cli_engine_module
-from kimik3 import _cli_progress as cli_progress_module
 from kimik3.agents import ToolResultEvent
+from kimik3.cli import engine as cli_engine_module
 from kimik3.cli import main
+from kimik3.cli import progress as cli_progress_module
 from kimik3.formats.k3 import render_output
 from kimik3.tools import ToolResult
 
@@ -193,7 +193,7 @@ def test_the_views_show_no_model_escapes_or_forged_plan_lines(capsys: pytest.Cap
     from kimik3.formats.k3 import ContentDelta
     from kimik3.types import AssistantMessage
 
-    plain = cli_progress_module._PlainProgress()
+    plain = cli_progress_module.PlainProgress()
     plain.event(ToolResultEvent("c1", "ls\x1b[2J", ToolResult(content="\x1b[31mred\x1b[0m file\x07")))
     plain.event(ContentDelta(delta="done \x1b]0;pwned\x07now"))
     plain.event(TurnEndEvent(1, AssistantMessage(content="done \x1b]0;pwned\x07now"), Usage()))

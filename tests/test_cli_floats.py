@@ -11,8 +11,8 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from kimik3._cli_engine import FiniteFloat
 from kimik3.cli import main
+from kimik3.cli.engine import FiniteFloat
 
 
 def _commands(group: click.Command, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], click.Command]]:

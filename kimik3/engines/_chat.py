@@ -32,6 +32,13 @@ where servers disagree, are in ``docs/chat-mode.md``; in short:
 Interface: ``check = ChatStreamChecker.for_request(request, model)``; ``check.feed(chunk)`` per
 chunk (or ``check.feed_response(body)``) returns events; ``check.finish(done=...)`` the last
 ones; then ``check.completion()``.
+
+At the ~600-line guide on purpose (issue 42, point 5): the module is one state machine over one
+answer. Its text channels, tool-call deltas and leaked markup decide one another (content is held
+while no call has come; calls read from markup or JSON take their indices and ids after the
+streamed ones; the completion's issues come from all three), so they share the checker's state.
+What stands apart is elsewhere: decoding arguments in :mod:`._arguments`, reading the usage in
+:mod:`._usage`, reading K3 markup in :mod:`kimik3.formats.k3._recover`.
 """
 
 from __future__ import annotations
@@ -61,19 +68,17 @@ from ..types import (
     ChatCompletion,
     ChatRequest,
     Choice,
-    CompletionTokensDetails,
     FailedToolCall,
     FinishReason,
     FunctionCall,
-    PromptTokensDetails,
     SystemMessage,
     ToolCall,
     Usage,
 )
 from ..types._results import CLOSED_MID_ANSWER, clamp_usage
 from ._arguments import Escaper, decode_arguments, escape_controls, json_calls
-from ._counts import usage_count
 from ._http import error_from_payload, is_error_payload
+from ._usage import read_usage
 
 __all__ = ["ChatStreamChecker"]
 
@@ -211,13 +216,7 @@ class ChatStreamChecker:
         usages = [c.get("usage") for c in choices if isinstance(c, Mapping) and c.get("index") in (0, None)]
         usage = next((u for u in (*usages, chunk.get("usage")) if isinstance(u, Mapping)), None)
         if usage is not None:
-            self._usage = Usage(
-                prompt_tokens=usage_count(usage, "prompt_tokens") or 0,
-                completion_tokens=usage_count(usage, "completion_tokens") or 0,
-                total_tokens=usage_count(usage, "total_tokens") or 0,
-                prompt_tokens_details=prompt_details(usage, self.cache_lifetime),
-                completion_tokens_details=completion_details(usage),
-            )
+            self._usage = read_usage(usage, self.cache_lifetime)
         for choice in choices:
             if not isinstance(choice, Mapping) or choice.get("index") not in (0, None):
                 continue  # kimik3 asks for one choice
@@ -608,52 +607,3 @@ def _str(delta: Mapping[str, Any], key: str) -> str:
     if isinstance(value, list):  # content as parts (a few gateways): their text
         return "".join(p.get("text", "") for p in value if isinstance(p, Mapping) and isinstance(p.get("text"), str))
     raise APIResponseValidationError(f"'{key}' is not text: {value!r:.200}")
-
-
-def prompt_details(usage: Mapping[str, Any], cache_lifetime: str | None = None) -> PromptTokensDetails | None:
-    """``usage.prompt_tokens_details`` (OpenAI shape) when the server sent ``cached_tokens`` or a
-    count of cache writes, else None (unknown). Counts are read with
-    :func:`~._counts.usage_count` (which raises for one beyond ``2**53``).
-
-    Cache reads: ``prompt_tokens_details.cached_tokens`` (OpenAI), else the top-level
-    ``usage.cached_tokens`` that Moonshot's chat completions send (platform.kimi.ai/docs/api/chat,
-    as github.com/earendil-works/pi issue 8075 quotes it, 2026-08-13).
-
-    Cache writes are read where servers put them: ``prompt_tokens_details.cache_write_tokens``
-    (the OpenAI-shaped extension: OpenRouter, Azure's ``input_tokens_details.cache_write_tokens``),
-    else ``cache_creation_input_tokens`` with its ``cache_creation.ephemeral_1h_input_tokens``
-    split (Anthropic's Messages API names, which Moonshot's Anthropic-compatible endpoint mirrors).
-    Moonshot's chat-completions wording for K3.1's billed writes is in no source kimik3 has, so
-    every one of these is read. With ``cache_lifetime="1h"`` (the request's
-    ``prompt_cache_lifetime``) and no split from the server, all writes are 1-hour ones.
-    """
-    details = usage.get("prompt_tokens_details")
-    details = details if isinstance(details, Mapping) else {}
-    cached = usage_count(details, "cached_tokens", "usage.prompt_tokens_details")
-    if cached is None:  # Moonshot's own chat completions put it at the top: usage.cached_tokens
-        cached = usage_count(usage, "cached_tokens")
-    writes = usage_count(details, "cache_write_tokens", "usage.prompt_tokens_details")
-    if writes is None:
-        writes = usage_count(usage, "cache_creation_input_tokens")
-    split = usage.get("cache_creation")
-    long = None
-    if isinstance(split, Mapping):
-        long = usage_count(split, "ephemeral_1h_input_tokens", "usage.cache_creation")
-    if long is None and writes is not None and cache_lifetime == "1h":
-        long = writes
-    if writes is not None and long is not None:
-        long = min(long, writes)
-    if cached is None and writes is None:
-        return None
-    return PromptTokensDetails(cached_tokens=cached or 0, cache_write_tokens=writes, cache_write_1h_tokens=long)
-
-
-def completion_details(usage: Mapping[str, Any]) -> CompletionTokensDetails | None:
-    """``usage.completion_tokens_details`` when the server sent ``reasoning_tokens`` (bounded as
-    every count), else None."""
-    details = usage.get("completion_tokens_details")
-    if not isinstance(details, Mapping):
-        return None
-    reasoning = usage_count(details, "reasoning_tokens", "usage.completion_tokens_details")
-    return CompletionTokensDetails(reasoning_tokens=reasoning) if reasoning is not None else None
-

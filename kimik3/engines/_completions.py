@@ -25,12 +25,12 @@ from ..formats.k3 import K3Tokenizer, PromptCache, RawChunk, ids_list
 from ..formats.k3._codec import media_scan
 from ..types import ChatRequest
 from ._base import ChatEngine, Engine, ModelCall, TokenEngine, TokenizerSource
-from ._chat import prompt_details
 from ._counts import usage_count
 from ._endpoint import OpenAIEndpoint
 from ._http import error_from_payload, is_error_payload
 from ._remote import RemoteEngine
 from ._routing import DEFAULT_ROUTING_HEADERS
+from ._usage import prompt_details
 
 if TYPE_CHECKING:  # openai is imported by OpenAIEndpoint, at first use (start-up time)
     import openai

@@ -18,7 +18,7 @@ fresh directory, ``setup`` / ``check`` commands in a sandbox), :mod:`._runner` (
 resuming), :mod:`._results` (``results.jsonl``), :mod:`._summary`, :mod:`._stats` (pass@k,
 Wilson, sign test), :mod:`._report` (markdown and HTML), :mod:`._compare`, :mod:`._replay`,
 :mod:`._validity` (tool calls against their schemas), :mod:`._timing` (time to first token).
-The command line is ``kimik3 eval`` (``kimik3/_cli_eval.py``).
+The command line is ``kimik3 eval`` (``kimik3/cli/eval.py``).
 """
 
 from .._exceptions import EvalError

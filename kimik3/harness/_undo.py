@@ -49,10 +49,11 @@ from typing import Any
 from .._exceptions import CheckpointError, ToolError
 from ..agents import SessionWriter
 from ..tools.coding._api import Workspace
-from ._checkpoints import GitSnapshots, digest
+from ._checkpoints import digest
 from ._git import find_repository
 from ._records import session_checkpoints, undone_checkpoints
 from ._restore import ABSENT, Plan, State, Tree, apply, check_targets, depth, remove_empty_parents
+from ._snapshots import GitSnapshots
 from ._store import read_copy
 
 __all__ = ["undo"]

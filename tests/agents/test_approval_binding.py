@@ -121,7 +121,7 @@ def _approve(session: Path, args: list[str], monkeypatch: pytest.MonkeyPatch, ed
     the file (the message and the deferred record alike)."""
     from click.testing import CliRunner
 
-    import kimik3._cli_run as cli_run
+    import kimik3.cli.sessions as cli_run
     from kimik3.cli import main
 
     def prompt(*_: Any, **__: Any) -> str:

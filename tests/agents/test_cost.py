@@ -238,14 +238,14 @@ def test_a_cost_budget_without_prices_is_a_user_error_before_any_call() -> None:
 def test_cli_usage_line_and_live_status_show_cache_share_and_cost() -> None:
     from rich.console import Console
 
-    from kimik3._cli_progress import _PlainProgress, _RichProgress
     from kimik3.agents import RunResult
+    from kimik3.cli.progress import PlainProgress, _RichProgress
     from kimik3.types import AssistantMessage
 
     result: RunResult[str] = RunResult(output="ok", messages=[], usage=usage(10_000, 2_000, 4_000), turns=1,
                                        stop_reason="completed", cost=0.0492)
     lines: list[str] = []
-    plain = _PlainProgress()
+    plain = PlainProgress()
     plain._echo = lines.append  # type: ignore[method-assign]
     plain.summary(result, None)
     assert lines == ["usage: 1 turn, 0 tool calls, 12000 tokens, 40% cached, $0.0492"]
@@ -368,7 +368,7 @@ def test_max_usd_is_a_budget_option_of_run_resume_chat_and_eval(tmp_path: Path) 
     assert cost == pytest.approx(2_467 * 3.0 / 1e6 + 24 * 15.0 / 1e6)
     bad = runner.invoke(main, ["run", "x", "--script", str(script), "--price", "3,0.3"])
     assert bad.exit_code == 2 and "expected INPUT,CACHED,OUTPUT[,CACHE_WRITE[,CACHE_WRITE_1H]] in USD" in bad.output
-    from kimik3._cli_engine import _price
+    from kimik3.cli.engine import _price
 
     assert _price(None, None, "2,0.2,10,2,4") == PRICES["kimi-k3.1-pro"]  # type: ignore[arg-type]
     # eval run too: refused before any attempt, nothing written

@@ -182,8 +182,8 @@ def test_approvals_show_the_whole_arguments_escaped_and_wrapped(tmp_path: Path) 
 
 def test_approve_without_ids_asks_at_a_terminal_and_elsewhere_needs_all(tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    from kimik3 import _cli_run
     from kimik3.cli import main
+    from kimik3.cli import sessions as _cli_sessions
 
     session = tmp_path / "s.jsonl"
     first, second = deferred(session, "ls", "rm -rf build")
@@ -193,7 +193,7 @@ def test_approve_without_ids_asks_at_a_terminal_and_elsewhere_needs_all(tmp_path
     assert (f"2 calls await approval in {session}: decide each by its id (--allow ID, --deny ID, --edit ID JSON), "
             f"or approve them all with --all after reading them (kimik3 show {session})") in " ".join(out.output.split())
     assert session.read_bytes() == before  # nothing recorded
-    monkeypatch.setattr(_cli_run, "_interactive", lambda: True)
+    monkeypatch.setattr(_cli_sessions, "_interactive", lambda: True)
     out = CliRunner().invoke(main, ["approve", str(session)], input="y\nn\n")
     assert out.exit_code == 0, out.output
     assert f'approved: shell {{"command": "ls"}}  id={first.id}' in out.output

@@ -10,7 +10,7 @@ import openai
 import pytest
 
 from kimik3 import APIConnectionError, APITimeoutError, Client
-from kimik3._cli_progress import _one_line
+from kimik3.cli.progress import one_line
 from kimik3.engines import RemoteEngine
 from kimik3.engines._endpoint import map_openai_error
 from kimik3.engines._http import transport_error
@@ -36,24 +36,24 @@ async def test_a_dead_local_endpoint_is_named_in_the_error(model: str | None) ->
     await engine.aclose()
     assert type(info.value) is APIConnectionError and info.value.url == url
     assert str(info.value) == f"cannot reach the endpoint {url}: Connection error."
-    assert _one_line(info.value) == f"APIConnectionError: cannot reach the endpoint {url}: Connection error.{HINT}"
+    assert one_line(info.value) == f"APIConnectionError: cannot reach the endpoint {url}: Connection error.{HINT}"
 
 
 def test_the_hint_is_for_local_servers_only() -> None:
     request = httpx.Request("POST", "https://api.moonshot.ai/v1/chat/completions")
     remote = map_openai_error(openai.APIConnectionError(request=request))  # no base URL given: the request's
     assert isinstance(remote, APIConnectionError) and remote.url == "https://api.moonshot.ai/v1/chat/completions"
-    assert _one_line(remote) == ("APIConnectionError: cannot reach the endpoint "
+    assert one_line(remote) == ("APIConnectionError: cannot reach the endpoint "
                                  "https://api.moonshot.ai/v1/chat/completions: Connection error." + MOONSHOT_HINT)
     timeout = map_openai_error(openai.APITimeoutError(request=request), "http://localhost:8000/v1")
     assert isinstance(timeout, APITimeoutError) and timeout.url == "http://localhost:8000/v1"
-    assert _one_line(timeout) == "APITimeoutError: the request to http://localhost:8000/v1 timed out: Request timed out."
+    assert one_line(timeout) == "APITimeoutError: the request to http://localhost:8000/v1 timed out: Request timed out."
     for local in ("http://localhost:8000/v1", "http://[::1]:8000/v1", "http://127.0.0.2:9/v1"):
-        assert _one_line(APIConnectionError("x", url=local)) == f"APIConnectionError: x{HINT}"
+        assert one_line(APIConnectionError("x", url=local)) == f"APIConnectionError: x{HINT}"
     broken = transport_error(httpx.RemoteProtocolError("peer closed"), "http://127.0.0.1:8000/v1")
     assert isinstance(broken, APIConnectionError) and broken.url == "http://127.0.0.1:8000/v1"
     assert str(broken) == "the connection to http://127.0.0.1:8000/v1 failed: RemoteProtocolError('peer closed')"
-    assert _one_line(APIConnectionError("y")) == "APIConnectionError: y"  # no URL known: no hint
+    assert one_line(APIConnectionError("y")) == "APIConnectionError: y"  # no URL known: no hint
 
 
 def test_an_unreachable_hosted_api_names_its_host_what_to_check_and_the_systems_reason() -> None:
@@ -68,7 +68,7 @@ def test_an_unreachable_hosted_api_names_its_host_what_to_check_and_the_systems_
         try:
             raise map_openai_error(e, "https://relay.example.com/v1") from e
         except APIConnectionError as mapped:
-            line = _one_line(mapped)
+            line = one_line(mapped)
     assert line == (
         "APIConnectionError: cannot reach the endpoint https://relay.example.com/v1: Connection error. (nothing "
         "answered at relay.example.com; the system said: [Errno -3] Temporary failure in name resolution: check "

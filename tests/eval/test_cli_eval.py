@@ -102,7 +102,7 @@ def test_a_sandbox_that_cannot_run_is_named_before_anything_runs(tmp_path: Path,
 def test_eval_takes_the_harness_sandbox_options_once() -> None:
     import warnings
 
-    from kimik3._cli_eval import run_command
+    from kimik3.cli.eval import run_command
 
     names = [p.name for p in run_command.params]
     assert len(names) == len(set(names)), names
@@ -197,7 +197,7 @@ def test_on_a_terminal_a_progress_bar_runs_above_the_attempt_lines(tmp_path: Pat
 
     from rich.console import Console
 
-    import kimik3._cli_eval as cli_eval
+    import kimik3.cli.eval as cli_eval
 
     screen = io.StringIO()
     monkeypatch.setattr(cli_eval, "Console", lambda **kw: Console(file=screen, force_terminal=True, width=100, **kw))

@@ -13,7 +13,7 @@ import pytest
 
 from kimik3 import ScriptedEngine
 from kimik3.harness import FEATURES, CodingHarness, session_checkpoints
-from kimik3.harness._checkpoints import _INVALID
+from kimik3.harness._snapshots import _INVALID
 
 from .helpers import answer, calls, git, make_repo
 

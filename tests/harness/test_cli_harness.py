@@ -86,7 +86,7 @@ def test_core_tools_keep_the_trained_prompt_and_no_agents_md_opts_out(tmp_path: 
 def test_run_gives_the_full_harness_by_default_with_the_prompt_k3_tiny_was_trained_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from kimik3 import _cli_engine
+    from kimik3.cli import engine as cli_engine
 
     engines: list[ScriptedEngine] = []
 
@@ -95,7 +95,7 @@ def test_run_gives_the_full_harness_by_default_with_the_prompt_k3_tiny_was_train
             super().__init__(*args, **kwargs)
             engines.append(self)
 
-    monkeypatch.setattr(_cli_engine, "ScriptedEngine", Recording)
+    monkeypatch.setattr(cli_engine, "ScriptedEngine", Recording)
     repo = make_repo(tmp_path / "repo")
     script = tmp_path / "script.json"
     script.write_text(json.dumps([answer("hi")]))

@@ -165,8 +165,8 @@ print([m.content for m in r.messages if m.role == "tool"])
 def test_ctrl_c_in_the_cli_ends_a_run_blocked_in_a_sync_tool() -> None:
     code = AGENT + """
 import os, signal
-from kimik3._cli_progress import _PlainProgress
-from kimik3._cli_run import _execute
+from kimik3.cli.progress import PlainProgress
+from kimik3.cli.run import execute
 
 async def main() -> int:
     engine = ScriptedEngine([calls, answer])
@@ -179,7 +179,7 @@ async def main() -> int:
         await Agent(tools=[stuck], engine=engine).run("go")
     return 0
 
-print("exit code", _execute(main, _PlainProgress()))
+print("exit code", execute(main, PlainProgress()))
 """
     assert run_child(code) == "exit code 130\n"
 

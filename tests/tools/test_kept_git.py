@@ -17,7 +17,8 @@ import pytest
 
 from kimik3.harness import FEATURES, CodingHarness
 from kimik3.tools import Tool
-from kimik3.tools.coding._kept import MAX_GITLINKS, gitlinks, kept_paths
+from kimik3.tools.coding._git_index import MAX_GITLINKS, gitlinks
+from kimik3.tools.coding._kept import kept_paths
 
 from ..harness.helpers import git, make_repo
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from kimik3.tools.coding._kept import config_named, kept_paths
+from kimik3.tools.coding._git_config import config_named
+from kimik3.tools.coding._kept import kept_paths
 
 from ..harness.helpers import git, make_repo
 from ..procs import needs_bwrap

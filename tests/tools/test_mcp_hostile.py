@@ -316,13 +316,13 @@ def test_a_silent_url_fails_within_the_timeout() -> None:
 
 
 def test_the_cli_passes_mcp_timeout() -> None:
-    from kimik3._cli_engine import _mcp_server
+    from kimik3.cli.engine import mcp_server
 
-    stdio = _mcp_server("python -m srv --flag", timeout=7.5)
-    http = _mcp_server("http://127.0.0.1:9/mcp", timeout=7.5)
+    stdio = mcp_server("python -m srv --flag", timeout=7.5)
+    http = mcp_server("http://127.0.0.1:9/mcp", timeout=7.5)
     assert isinstance(stdio, MCPServerStdio) and isinstance(http, MCPServerStreamableHTTP)
     assert (stdio.timeout, http.timeout, stdio.params.args) == (7.5, 7.5, ["-m", "srv", "--flag"])
-    assert _mcp_server("http://127.0.0.1:9/mcp").timeout == DEFAULT_TIMEOUT_S
+    assert mcp_server("http://127.0.0.1:9/mcp").timeout == DEFAULT_TIMEOUT_S
 
 
 # -- sharing and processes -------------------------------------------------------------------

@@ -135,7 +135,7 @@ async def test_a_task_is_cancelled_with_the_run(tmp_path: Path) -> None:
 def test_the_cli_asks_on_the_terminal() -> None:
     from click.testing import CliRunner
 
-    from kimik3._cli_engine import _terminal_input
+    from kimik3.cli.engine import _terminal_input
 
     schema = {"properties": {"name": {"title": "Name", "type": "string"}, "seats": {"type": "integer"}}}
     request = InputRequest("inp", "book", "Whose name\x1b[31m?", schema)
@@ -152,15 +152,15 @@ def test_the_cli_asks_on_the_terminal() -> None:
 
 
 def test_the_cli_asks_only_when_stdin_is_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
-    from kimik3 import _cli_engine
+    from kimik3.cli import engine as cli_engine
 
     class Tty:
         def isatty(self) -> bool:
             return True
 
-    assert _cli_engine._mcp_server("python -m srv").input_handler is None  # type: ignore[attr-defined]
+    assert cli_engine.mcp_server("python -m srv").input_handler is None
     monkeypatch.setattr(sys, "stdin", Tty())
-    assert _cli_engine._mcp_server("python -m srv").input_handler is _cli_engine._terminal_input  # type: ignore[attr-defined]
+    assert cli_engine.mcp_server("python -m srv").input_handler is cli_engine._terminal_input
 
 
 async def test_a_task_that_needs_input_asks_the_handler_and_sends_the_answer_with_tasks_update(tmp_path: Path) -> None:

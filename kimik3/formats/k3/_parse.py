@@ -13,6 +13,15 @@ whole text at once, so streaming gives exactly the non-streaming result for ever
 
 Values are read exactly as written (:class:`StreamParser`, Values). Work is linear: each
 character is scanned once (a partial marker held at a chunk end, at most 23, once more).
+
+Longer than the ~600-line guide on purpose (issue 42, point 5): the module is one state machine,
+and a quarter of it is the rules its docstrings and comments state (values, recovery, decisions,
+the transition table of :meth:`StreamParser._tag`). Every method reads and moves the same state (the
+channel, the open call, the held tail and header, :attr:`StreamParser.regular`); split across
+modules, one state's handling would be spread over files sharing every attribute. What stands
+apart is elsewhere: the markers' spelling and near misses in :mod:`._markers`, a call and its
+values in :mod:`._values`, the events in :mod:`._events`, chat mode's reading of leaked markup in
+:mod:`._recover`.
 """
 
 from __future__ import annotations

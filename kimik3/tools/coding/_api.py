@@ -34,7 +34,9 @@ from ._files import (
     unified_diff,
     usual_ending,
 )
-from ._kept import SessionFiles, config_named, is_sparse, kept_paths, made_repositories, repositories
+from ._git_config import config_named, made_repositories
+from ._git_index import is_sparse
+from ._kept import SessionFiles, kept_paths, repositories
 from ._paths import Workspace, show_path
 from ._sandbox import Command
 from ._search import _files as walk_files

@@ -14,10 +14,10 @@ reads) and to ``bash`` (the sandbox binds the same list read-only; ``_sandbox``)
   For the sandbox, which must name paths when it starts, :func:`kept_paths` walks the workspace:
   each repository's ``.git``, the git directory a ``.git`` file names and its ``commondir``, and
   each gitlink folder that has no ``.git`` yet (read from the repository's index: a repository
-  made there runs at the top repository's ``git status``), and each folder that is a git
+  made there runs at the top repository's ``git status``: :mod:`._git_index`), and each folder that is a git
   directory by git's own test whatever its name (a bare ``origin.git``). A walk cut at
   :data:`MAX_WALK_DIRS` folders says so and keeps the folders it did not look through read-only.
-- **What a repository's configuration names** in the workspace (:func:`config_named`: an
+- **What a repository's configuration names** in the workspace (:func:`._git_config.config_named`: an
   ``include.path`` file, the ``core.hooksPath`` folder, a filter's program), and git's global
   configuration where it lies there (``-w $HOME``; ``harness._harness`` keeps both).
 - **kimik3's own records**: the run's session file and its sub-agents' sessions
@@ -26,6 +26,8 @@ reads) and to ``bash`` (the sandbox binds the same list read-only; ``_sandbox``)
   workspace's Agent Skills (read into later prompts).
 
 See ``docs/sandbox.md`` ("What no tool writes"). What the sandbox hides and shows is ``_policy``'s.
+Reading a git index is :mod:`._git_index`'s; what a repository's configuration names, and the
+repositories a command made that name programs, :mod:`._git_config`'s.
 """
 
 from __future__ import annotations
@@ -33,18 +35,16 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-import struct
 import warnings
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..._exceptions import ToolError
 from .._failures import kept_write
+from ._git_index import gitlinks
 
-__all__ = ["MAX_GITLINKS", "MAX_INDEX_BYTES", "MAX_WALK_DIRS", "KeptPaths", "SessionFiles", "check_git_write",
-           "config_named", "git_dir_at", "gitlinks", "is_sparse", "kept_paths", "kept_read_only",
-           "made_repositories", "programs_named", "repositories", "under"]
+__all__ = ["GIT_NAME", "MAX_WALK_DIRS", "KeptPaths", "SessionFiles", "check_git_write", "git_dir_at", "git_pointer",
+           "kept_paths", "kept_read_only", "repositories", "under"]
 
 
 def under(path: str, parents: list[str]) -> bool:
@@ -54,21 +54,9 @@ def under(path: str, parents: list[str]) -> bool:
 
 MAX_WALK_DIRS = 20_000
 """Folders of the workspace looked through for nested repositories when the sandbox starts."""
-MAX_GITLINKS = 10_000
-"""Gitlinks read from one index at most (more: the index's gitlinks are said to be unknown)."""
-MAX_INDEX_BYTES = 256 << 20
-"""A git index read for its gitlinks at most this large (a larger or sparse one is not read: said)."""
-_MAX_NAME = 4096  # a path in an index longer than this: not an index (git's own PATH_MAX)
 _MAX_UNWALKED = 256  # folders a cut walk binds read-only; more are merged into their parents
-_GIT_NAME = ".git"
+GIT_NAME = ".git"
 _MARKS = frozenset({"HEAD", "objects", "refs", "commondir", "config"})  # what git's test looks at
-
-
-def is_sparse(st: os.stat_result) -> bool:
-    """Whether the file of ``st`` has holes: fewer bytes allocated on disk than its size, by more
-    than a block (``st_blocks`` counts 512-byte units, POSIX). A 3 GB file of holes is cheap to
-    make and costly to copy."""
-    return st.st_blocks * 512 + 4096 < st.st_size
 
 
 # -- git control data, at write time (the file tools) ------------------------------------------
@@ -119,107 +107,16 @@ def check_git_write(dir_fd: int, name: str | None, path: str, *, creating: bool 
         if git_dir_at(dir_fd):
             raise ToolError(kept_write(path, "inside a git directory (git control data)").message)
         return
-    if name.casefold() == _GIT_NAME:
+    if name.casefold() == GIT_NAME:
         raise ToolError(kept_write(path, "git control data (a .git folder or file)").message)
     if creating and name in _MARKS and git_dir_at(dir_fd, adding=name):
         raise ToolError(kept_write(path, "what would make its folder a git directory (git control data)").message)
 
 
-# -- gitlinks: a repository's index ------------------------------------------------------------
-
-
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    """git's offset varint (``decode_varint``, varint.c): (value, next position)."""
-    c = data[pos]
-    pos += 1
-    value = c & 127
-    while c & 128:
-        c = data[pos]
-        pos += 1
-        value = ((value + 1) << 7) | (c & 127)
-    return value, pos
-
-
-def _index_gitlinks(data: bytes, hash_len: int) -> list[bytes]:
-    """The paths of the gitlink entries (mode 160000) of an index file's bytes (index-format.txt:
-    versions 2 to 4). Raises ValueError, IndexError or struct.error on bytes it cannot parse,
-    OverflowError past :data:`MAX_GITLINKS`. Linear in the index's size, however it is crafted."""
-    if data[:4] != b"DIRC":
-        raise ValueError("not an index")
-    version, count = struct.unpack_from(">II", data, 4)
-    if version not in (2, 3, 4):
-        raise ValueError(f"index version {version}")
-    pos, prev, found = 12, bytearray(), []
-    for _ in range(count):
-        mode = struct.unpack_from(">I", data, pos + 24)[0]
-        flags = struct.unpack_from(">H", data, pos + 40 + hash_len)[0]
-        p = pos + 42 + hash_len + (2 if version >= 3 and flags & 0x4000 else 0)
-        if version == 4:  # the name is the previous one, less its last ``strip`` bytes, and these
-            strip, p = _varint(data, p)
-            end = data.index(b"\0", p)
-            if strip > len(prev):
-                raise ValueError("bad prefix")
-            del prev[len(prev) - strip :]  # in place: a crafted index costs its size, not its square
-            prev += data[p:end]
-            pos = end + 1
-        else:
-            end = data.index(b"\0", p)
-            prev[:] = data[p:end]
-            pos += (end - pos + 8) & ~7
-            if data[end:pos].strip(b"\0") or pos > len(data):  # the padding is NULs
-                raise ValueError("bad padding")
-        if len(prev) > _MAX_NAME or mode >> 12 not in (0o10, 0o12, 0o16, 0o4):  # file, symlink, gitlink, dir
-            raise ValueError("bad entry")
-        if mode >> 12 == 0o16:
-            found.append(bytes(prev))
-            if len(found) > MAX_GITLINKS:
-                raise OverflowError(f"over {MAX_GITLINKS} gitlinks")
-    rest = data[pos:]  # extensions (signatures "A".."Z" first), then the checksum
-    if len(rest) < hash_len or (len(rest) > hash_len and not rest[:1].isupper()):
-        raise ValueError("no checksum where it must be")
-    return found
-
-
-def gitlinks(gitdir: str) -> list[str] | str:
-    """The work-tree-relative paths of the gitlinks (submodules, nested repositories added as
-    such) in the index of the git directory ``gitdir`` (and the shared index of a split one);
-    or, as a ``str``, why they cannot be known (an index over :data:`MAX_INDEX_BYTES`, sparse,
-    not a regular file, not parsed). No index: none."""
-    found: list[str] = []
-    names = ["index"]
-    with contextlib.suppress(OSError):
-        names += sorted(n for n in os.listdir(gitdir) if n.startswith("sharedindex."))
-    for name in names:
-        try:
-            fd = os.open(os.path.join(gitdir, name), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        except FileNotFoundError:
-            continue
-        except OSError as e:
-            return f"its {name} cannot be read ({e.strerror or e})"
-        with os.fdopen(fd, "rb") as f:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                return f"its {name} is not a regular file"
-            if st.st_size > MAX_INDEX_BYTES or is_sparse(st):
-                return f"its {name} is {'sparse' if is_sparse(st) else 'over'} ({st.st_size} bytes); not read"
-            data = f.read(MAX_INDEX_BYTES + 1)
-        for hash_len in (20, 32):  # SHA-1, SHA-256 repositories
-            try:
-                found += [os.fsdecode(p) for p in _index_gitlinks(data, hash_len)]
-                break
-            except OverflowError as e:
-                return f"its {name} has {e}"
-            except (ValueError, IndexError, struct.error):
-                continue
-        else:
-            return f"its {name} could not be parsed"
-    return found
-
-
 # -- the walk for the sandbox --------------------------------------------------------------------
 
 
-def _git_pointer(path: str, name: str, base: str) -> str | None:
+def git_pointer(path: str, name: str, base: str) -> str | None:
     """The path a ``.git`` file (``gitdir: X``) or a ``commondir`` file names, resolved (relative
     to ``base``); None when ``path`` is no such regular file."""
     try:
@@ -322,7 +219,7 @@ def kept_paths(root: str, max_dirs: int = MAX_WALK_DIRS) -> KeptPaths:
             _note_repo(out, here)
             continue
         for entry in entries:
-            if entry.name != _GIT_NAME:
+            if entry.name != GIT_NAME:
                 if entry.is_dir(follow_symlinks=False):
                     stack.append(entry.path)
                 continue
@@ -337,10 +234,10 @@ def kept_paths(root: str, max_dirs: int = MAX_WALK_DIRS) -> KeptPaths:
                 gitdirs.append(entry.path)
             else:
                 found.append(entry.path)
-                target = _git_pointer(entry.path, "", here)
+                target = git_pointer(entry.path, "", here)
                 gitdirs += [target] if target else []
             for gitdir in gitdirs:
-                common = _git_pointer(gitdir, "commondir", gitdir)
+                common = git_pointer(gitdir, "commondir", gitdir)
                 found += [gitdir, *([common] if common else [])]
                 repos.append((here, gitdir))
     for top, gitdir in repos:  # a repository planted in a gitlink's empty folder runs at the top's git status
@@ -353,10 +250,10 @@ def kept_paths(root: str, max_dirs: int = MAX_WALK_DIRS) -> KeptPaths:
             folder = os.path.join(top, rel)
             out.gitlink_folders.add(folder)
             if os.path.isdir(folder) and not os.path.islink(folder) and os.path.lexists(os.path.join(folder,
-                                                                                                     _GIT_NAME)):
+                                                                                                     GIT_NAME)):
                 out.pinned.append(os.path.realpath(folder))
             if os.path.isdir(folder) and not os.path.islink(folder) and not os.path.lexists(
-                    os.path.join(folder, _GIT_NAME)):
+                    os.path.join(folder, GIT_NAME)):
                 found.append(os.path.realpath(folder))
     if stack and max_dirs > 1:
         unwalked = _merge(sorted(stack), root)
@@ -382,147 +279,9 @@ def kept_read_only(root: str, max_dirs: int = MAX_WALK_DIRS, links: dict[str, st
     return kept.paths
 
 
-# -- repositories a command made: said at the run's end -------------------------------------------
-
-_PROGRAM_KEYS = ("core.fsmonitor", "core.hookspath", "core.sshcommand", "core.pager", "core.editor",
-                 "core.askpass", "core.gitproxy", "sequence.editor", "diff.external", "credential.helper",
-                 "gpg.program", "include.path")
-_PROGRAM_SUFFIXES = (".clean", ".smudge", ".process", ".textconv", ".command", ".helper", ".sshcommand")
-_MAX_CONFIG_BYTES = 1 << 20
-
-
-def _config_pairs(text: str) -> list[tuple[str, str]]:
-    """``(section[.sub].key, value)`` set in a git config file's text, quotes taken off the value
-    (a plain reading: enough to name what a repository would run, not a full parser)."""
-    out, section = [], ""
-    for raw in text.splitlines():
-        line = raw.strip()
-        if line.startswith("["):
-            head = line[1:].split("]", 1)[0].strip()
-            name, _, sub = head.partition(" ")
-            section = name.lower() + (f".{sub.strip().strip(chr(34))}" if sub else "")
-            line = line.split("]", 1)[1].strip() if "]" in line else ""
-        if line and not line.startswith(("#", ";")) and section:
-            key, _, value = line.partition("=")
-            out.append((f"{section}.{key.strip().lower()}", value.strip().strip('"')))
-    return out
-
-
-def _config_keys(text: str) -> list[str]:
-    """The ``section[.sub].key`` names set in a git config file's text (:func:`_config_pairs`)."""
-    return [key for key, _ in _config_pairs(text)]
-
-
-def _config_values(path: str) -> list[tuple[str, str]]:
-    """``(section[.sub].key, value)`` of a git config file (:func:`_config_pairs`); at most 1 MiB,
-    never through a symlink."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return []
-    with os.fdopen(fd, "rb") as f:
-        text = os.fsdecode(f.read(_MAX_CONFIG_BYTES)) if stat.S_ISREG(os.fstat(fd).st_mode) else ""
-    return _config_pairs(text)
-
-
-_PATH_KEYS = ("include.path", "core.hookspath", "core.attributesfile")  # and includeif.<cond>.path
-
-
-def config_named(root: str, max_dirs: int = MAX_WALK_DIRS) -> list[str]:
-    """The paths in the workspace ``root`` that its repositories' configs name as files git reads
-    or runs (issue 40): ``include.path`` / ``includeIf.<cond>.path`` (resolved from the config's
-    folder, followed to a depth of 4), ``core.hooksPath`` and ``core.attributesFile`` (from the
-    work tree's top), and the program of a command setting (:data:`_PROGRAM_KEYS`, a filter's
-    ``clean``...) when it is a path (``./scripts/x.sh``). A ``.githooks`` folder or a shared
-    ``.gitconfig`` is the model's to write otherwise, and git runs what it names. Resolved; sorted."""
-    found: set[str] = set()
-    for entry in repositories(kept_paths(root, max_dirs)):
-        gitdir = os.path.realpath(entry) if os.path.isdir(entry) else _git_pointer(entry, "", os.path.dirname(entry))
-        if gitdir is None:
-            continue
-        top = os.path.dirname(entry)
-        configs, seen = [os.path.join(gitdir, "config")], 0
-        while configs and seen < 5:
-            config, seen = configs.pop(), seen + 1
-            for key, value in _config_values(config):
-                if not value:
-                    continue
-                bare = key.split(".", 1)[0] + "." + key.rsplit(".", 1)[-1]
-                if bare == "include.path" or (key.startswith("includeif.") and key.endswith(".path")):
-                    path = os.path.join(os.path.dirname(config), os.path.expanduser(value))
-                    configs.append(path)
-                elif bare in _PATH_KEYS:
-                    path = os.path.join(top, os.path.expanduser(value))
-                elif (bare in _PROGRAM_KEYS or key.endswith(_PROGRAM_SUFFIXES)) and "/" in value.split()[0]:
-                    path = os.path.join(top, os.path.expanduser(value.split()[0]))
-                else:
-                    continue
-                real = os.path.realpath(path)
-                if under(real, [os.path.realpath(root)]) and real != os.path.realpath(root):
-                    found.add(real)
-    return sorted(found)
-
-
-def programs_named(gitdir: str) -> list[str]:
-    """What in the git directory ``gitdir`` names a program git would run there: config keys
-    (``core.fsmonitor``, a filter's ``clean``, ``include.path``, ...) and hooks that are not
-    git's ``.sample`` files; sorted. Read without following a symlink, at most 1 MiB of config."""
-    found: set[str] = set()
-    try:
-        fd = os.open(os.path.join(gitdir, "config"), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        fd = -1
-    if fd >= 0:
-        with os.fdopen(fd, "rb") as f:
-            text = os.fsdecode(f.read(_MAX_CONFIG_BYTES)) if stat.S_ISREG(os.fstat(fd).st_mode) else ""
-        for key in _config_keys(text):
-            bare = key.split(".", 1)[0] + "." + key.rsplit(".", 1)[-1]
-            if bare in _PROGRAM_KEYS or key.endswith(_PROGRAM_SUFFIXES) or key.startswith(("alias.", "includeif.")):
-                found.add(key)
-    with contextlib.suppress(OSError):
-        found.update(f"hooks/{n}" for n in os.listdir(os.path.join(gitdir, "hooks")) if not n.endswith(".sample"))
-    return sorted(found)
-
-
 def repositories(kept: KeptPaths) -> dict[str, tuple[int, int]]:
     """The repositories ``kept``'s walk found (:attr:`KeptPaths.repos`)."""
     return dict(kept.repos)
-
-
-def made_repositories(root: str, before: Mapping[str, tuple[int, int]], max_dirs: int = MAX_WALK_DIRS) -> list[str]:
-    """A line for each repository in ``root`` now (a walk as :func:`kept_paths`'s) that was not
-    in ``before`` (:func:`repositories` of an earlier walk): a command of the run made it, the
-    sandbox could not keep it. Said when its git directory names a program
-    (:func:`programs_named`: git run inside it runs it), and always when it *replaced* one found
-    at the start (the same path, another file: ``mv sm sm.old; git init sm`` in a submodule's
-    folder), since the enclosing repository's own ``git status`` enters a submodule's folder and
-    runs what the new one names (issue 40). Empty when there is none."""
-    lines = []
-    now = kept_paths(root, max_dirs)
-    for entry, ident in sorted(repositories(now).items()):
-        if before.get(entry) == ident:
-            continue
-        bare = os.path.basename(entry) != _GIT_NAME
-        gitdir = (os.path.realpath(entry) if os.path.isdir(entry)
-                  else _git_pointer(entry, "", os.path.dirname(entry)))
-        named = programs_named(gitdir) if gitdir else []
-        shown = ", ".join(named[:6]) + (", ..." if len(named) > 6 else "")
-        where = os.path.relpath(entry if bare else os.path.dirname(entry), root)
-        if entry in before:
-            lines.append(f"a command replaced the repository {where} during the run (its {os.path.basename(entry)} is "
-                         f"not the one found at the start){f' and it names programs ({shown})' if named else ''}; "
-                         "git status in the repository that holds it as a submodule enters it and runs what it "
-                         "names, as git run inside it does: look before you run git in this workspace")
-        elif named and os.path.dirname(entry) in now.gitlink_folders:
-            lines.append(f"a command made the repository {where} during the run in a submodule's folder and it names "
-                         f"programs ({shown}); git status in the repository that holds the submodule runs them: look "
-                         "before you run git in this workspace")
-        elif named:
-            kind = "git directory" if bare else "repository"
-            lines.append(f"a command made the {kind} {where} during the run and it names programs ({shown}); git "
-                         "run inside it (or a git status of a repository holding it as a submodule) runs them: look "
-                         "before you do")
-    return lines
 
 
 # -- kimik3's own records ------------------------------------------------------------------------

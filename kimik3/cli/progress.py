@@ -1,5 +1,5 @@
 """What the `kimik3` command prints while an agent runs: plain flushed lines or a rich live view,
-the degraded-run report and one-line errors (split out of cli.py)."""
+the degraded-run report and one-line errors."""
 
 from __future__ import annotations
 
@@ -16,11 +16,11 @@ from rich.live import Live
 from rich.spinner import Spinner
 from rich.text import Text
 
-from ._exceptions import APIConnectionError, APITimeoutError, KimiK3Error
-from ._models import MOONSHOT_HOSTS
-from ._pricing import format_usd
-from ._text import counted, printable, redact_urls, shown_call
-from .agents import (
+from .._exceptions import APIConnectionError, APITimeoutError, KimiK3Error
+from .._models import MOONSHOT_HOSTS
+from .._pricing import format_usd
+from .._text import counted, printable, redact_urls, shown_call
+from ..agents import (
     AgentEvent,
     CompactionEvent,
     ContentDelta,
@@ -33,8 +33,8 @@ from .agents import (
     ToolResultEvent,
     TurnEndEvent,
 )
-from .tools import PLAN_TOOL_NAME, ToolResult
-from .types import Usage, message_text
+from ..tools import PLAN_TOOL_NAME, ToolResult
+from ..types import Usage, message_text
 
 PREVIEW_CHARS = 100
 
@@ -42,7 +42,7 @@ PREVIEW_CHARS = 100
 ARGUMENTS_CHARS = 200
 
 
-_STOP_REASONS = {
+STOP_REASONS = {
     "turn_budget": "the turn budget ran out, see --max-turns; the answer is the model's summary so far",
     "token_budget": "the token budget ran out; the answer is the model's summary so far",
     "time_budget": "the time budget ran out; the answer is the model's summary so far",
@@ -108,7 +108,7 @@ def _next_lines(result: RunResult[Any] | None, session: Path | None) -> list[str
     return [f"decide with: kimik3 approve {where}", f"continue with: {resume_line(session)}"]
 
 
-def _degraded_lines(result: RunResult[Any]) -> list[str]:
+def degraded_lines(result: RunResult[Any]) -> list[str]:
     """The calls awaiting approval, and ``degraded: ...`` with the run's issues, for a run whose
     answer is not clean ([] when it is)."""
     waiting = [shown_call(f"awaiting approval: {p.name} ", p.arguments, f"  id={p.id}")  # whole: a person decides
@@ -139,7 +139,7 @@ def _spend(usage: Usage, cost: float | None) -> str:
     return "".join(", " + p for p in parts)
 
 
-def _one_line(e: BaseException) -> str:
+def one_line(e: BaseException) -> str:
     """``Type: message`` on one line: URLs redacted, terminal controls dropped."""
     message = " ".join(printable(redact_urls(str(e))).split())
     line = f"{type(e).__name__}: {message}" if message else type(e).__name__
@@ -180,7 +180,7 @@ def _root_cause(e: BaseException) -> str:
     return text if text and text not in str(e) else ""
 
 
-class _Progress(Protocol):
+class ProgressView(Protocol):
     def start(self) -> None: ...
     def event(self, event: AgentEvent) -> None: ...
     def stop(self) -> None: ...
@@ -189,7 +189,7 @@ class _Progress(Protocol):
     def error(self, e: BaseException) -> None: ...
 
 
-class _PlainProgress:
+class PlainProgress:
     """Flushed plain lines (not a terminal): the stable format of the module docstring."""
 
     def __init__(self) -> None:
@@ -240,8 +240,8 @@ class _PlainProgress:
     def summary(self, result: RunResult[Any] | None, session: Path | None) -> None:
         if result is not None:
             if result.stop_reason != "completed":
-                self._echo(f"stopped: {result.stop_reason} ({_STOP_REASONS.get(result.stop_reason, '')})")
-            for line in _degraded_lines(result):
+                self._echo(f"stopped: {result.stop_reason} ({STOP_REASONS.get(result.stop_reason, '')})")
+            for line in degraded_lines(result):
                 self._echo(line)
             self._echo(f"usage: {counted(result.turns, 'turn')}, {counted(self.tool_calls, 'tool call')}, "
                        f"{result.usage.total_tokens} tokens{_spend(result.usage, result.cost)}")
@@ -251,7 +251,7 @@ class _PlainProgress:
             self._echo(line)
 
     def error(self, e: BaseException) -> None:
-        click.echo(f"error: {_one_line(e)}", err=True)
+        click.echo(f"error: {one_line(e)}", err=True)
 
 
 class _RichProgress:
@@ -369,9 +369,9 @@ class _RichProgress:
     def summary(self, result: RunResult[Any] | None, session: Path | None) -> None:
         if result is not None:
             if result.stop_reason != "completed":
-                why = _STOP_REASONS.get(result.stop_reason, "")
+                why = STOP_REASONS.get(result.stop_reason, "")
                 self._print(Text(f"stopped: {result.stop_reason} ({why})", style="bold yellow"))
-            for line in _degraded_lines(result):
+            for line in degraded_lines(result):
                 self._print(Text(line, style="yellow"))
             spend = "".join(f" · {p}" for p in _spend(result.usage, result.cost).split(", ") if p)
             self._print(Text(f"{counted(result.turns, 'turn')} · {counted(self.tool_calls, 'tool call')} · "
@@ -382,24 +382,24 @@ class _RichProgress:
             self._print(Text(line))
 
     def error(self, e: BaseException) -> None:
-        Console(stderr=True).print(Text(f"error: {_one_line(e)}", style="bold red"))
+        Console(stderr=True).print(Text(f"error: {one_line(e)}", style="bold red"))
 
 
-def _progress(plain: bool) -> _Progress:
+def progress_view(plain: bool) -> ProgressView:
     console = Console(highlight=False)
     if console.is_terminal and not plain:
         return _RichProgress(console)
-    return _PlainProgress()
+    return PlainProgress()
 
 
-def _typed_error(e: BaseException) -> BaseException | None:
+def typed_error(e: BaseException) -> BaseException | None:
     """The kimik3 (or OS) error behind ``e``, unwrapping exception groups; None for others."""
     if isinstance(e, (KimiK3Error, OSError)):
         return e
     inner = getattr(e, "exceptions", None)
     if isinstance(inner, tuple):
         for sub in inner:
-            found = _typed_error(sub)
+            found = typed_error(sub)
             if found is not None:
                 return found
     return None

@@ -1,5 +1,5 @@
 """The `kimik3` command's engine options: the click options shared by run / resume / chat, and
-building the engine, model settings, MCP servers and the agent from them (split out of cli.py)."""
+building the engine, model settings, MCP servers and the agent from them."""
 
 from __future__ import annotations
 
@@ -20,17 +20,17 @@ from urllib.parse import urlsplit
 import click
 from click.core import ParameterSource
 
-from ._defaults import MAX_REPLY_TOKENS, REASONING_EFFORTS
-from ._exceptions import KimiK3Error, UserError
-from ._pricing import Pricing, missing_prices, pricing_for
-from ._text import printable
-from .agents import (
+from .._defaults import MAX_REPLY_TOKENS, REASONING_EFFORTS
+from .._exceptions import KimiK3Error, UserError
+from .._pricing import Pricing, missing_prices, pricing_for
+from .._text import printable
+from ..agents import (
     Agent,
     Budgets,
     ModelSettings,
     RunHooks,
 )
-from .engines import (
+from ..engines import (
     FEATURES,
     PRESETS,
     ChatForImages,
@@ -40,13 +40,13 @@ from .engines import (
     ScriptedEngine,
     VLLMEngine,
 )
-from .engines._presets import DEPRECATED_PRESETS
-from .tools import Plan, Tool, Toolset, plan_tool
+from ..engines._presets import DEPRECATED_PRESETS
+from ..tools import Plan, Tool, Toolset, plan_tool
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-_PRESET_NAMES = [*PRESETS, "auto", "auto-nvfp4", *DEPRECATED_PRESETS]
+PRESET_NAMES = [*PRESETS, "auto", "auto-nvfp4", *DEPRECATED_PRESETS]
 
 
 _EMBEDDED_OPTIONS = ("preset", "tensor_parallel_size", "max_model_len", "enforce_eager",
@@ -84,7 +84,7 @@ def _engine_arg_callback(ctx: click.Context, param: click.Parameter, values: Seq
 
 
 @dataclass
-class _Options:
+class Options:
     """The engine and model options every agent command shares."""
 
     base_url: str | None
@@ -147,7 +147,7 @@ def _price(ctx: click.Context, param: click.Parameter, value: str | None) -> Pri
                                  f"(e.g. 3,0.3,15 or 2,0.2,10,2,4), got {value!r}", param=param) from None
 
 
-async def check_prices(o: _Options, engine: Engine) -> None:
+async def check_prices(o: Options, engine: Engine) -> None:
     """Refuse ``--max-usd`` before any model call when the model has no known price and no
     ``--price`` gives one (docs/cost.md: the cap needs prices).
 
@@ -162,7 +162,7 @@ async def check_prices(o: _Options, engine: Engine) -> None:
                         "(USD per 1M tokens, e.g. --price 2,0.2,10)")
 
 
-def _engine_options(f: F) -> F:
+def engine_options(f: F) -> F:
     options = [
         click.option("--base-url", envvar="KIMIK3_BASE_URL", metavar="URL",
                      help="An OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 [env KIMIK3_BASE_URL]."),
@@ -178,7 +178,7 @@ def _engine_options(f: F) -> F:
                           "default is --model-path)."),
         click.option("--model-path", envvar="KIMIK3_MODEL_PATH", type=click.Path(exists=True), metavar="DIR",
                      help="Run K3 embedded with vLLM from this model directory [env KIMIK3_MODEL_PATH]."),
-        click.option("--preset", type=click.Choice(_PRESET_NAMES),
+        click.option("--preset", type=click.Choice(PRESET_NAMES),
                      help="A launch preset of vLLM's K3 recipe, or auto: chosen from this node's GPUs (embedded "
                           "engine; `kimik3 preflight --preset NAME` shows its env and command)."),
         click.option("--feature", type=click.Choice(sorted(FEATURES)), multiple=True,
@@ -237,15 +237,15 @@ def _engine_options(f: F) -> F:
     return f
 
 
-def _options(params: dict[str, Any]) -> _Options:
-    """The command's options; the ModelSettings fields among them become :attr:`_Options.settings`."""
+def options_from(params: dict[str, Any]) -> Options:
+    """The command's options; the ModelSettings fields among them become :attr:`Options.settings`."""
     names = {f.name for f in fields(ModelSettings)}
     settings = ModelSettings.of(**{k: v for k, v in params.items() if k in names})
-    known = {f.name for f in fields(_Options)} - {"settings"}
-    return _Options(**{k: v for k, v in params.items() if k in known}, settings=settings)
+    known = {f.name for f in fields(Options)} - {"settings"}
+    return Options(**{k: v for k, v in params.items() if k in known}, settings=settings)
 
 
-def _engine_source(o: _Options) -> str:
+def _engine_source(o: Options) -> str:
     """Which engine the options ask for: "script", "model_path" or "base_url"."""
     ctx = click.get_current_context()
     given = [n for n in ("script", "model_path", "base_url") if getattr(o, n)]
@@ -273,7 +273,7 @@ def _load_script(path: str) -> list[str]:
     return data
 
 
-def _quiet(verbose: bool) -> None:
+def quiet(verbose: bool) -> None:
     """Hide vLLM's, torch's and transformers' start-up logs and Python warnings unless ``verbose``.
 
     Set in the environment too, so vLLM's engine-core process and multiprocessing's resource
@@ -291,7 +291,7 @@ def _quiet(verbose: bool) -> None:
     logging.getLogger("vllm").setLevel(logging.ERROR)
 
 
-def _build_engine(o: _Options) -> Engine:
+def engine_from(o: Options) -> Engine:
     """The engine the options describe (not started: vLLM starts on first use).
 
     Raises:
@@ -350,8 +350,8 @@ def _window(engine: Engine | None) -> int | None:
     return None
 
 
-def _settings(o: _Options, engine: Engine | None) -> ModelSettings:
-    """The options' model settings (:attr:`_Options.settings`); without ``--max-tokens``, a reply
+def settings_from(o: Options, engine: Engine | None) -> ModelSettings:
+    """The options' model settings (:attr:`Options.settings`); without ``--max-tokens``, a reply
     gets at most a quarter of a known context window (:data:`~kimik3._defaults.MAX_REPLY_TOKENS`
     at most), so a reply that would run to the window is cut and reported (``no_progress``), not
     an error."""
@@ -425,12 +425,12 @@ def _terminal_input(request: Any) -> dict[str, Any] | None:
     return answer
 
 
-def _mcp_server(spec: str, timeout: float | None = None) -> Toolset:
+def mcp_server(spec: str, timeout: float | None = None) -> Toolset:
     """``--mcp``: a Streamable HTTP URL, or a command line started over stdio; ``timeout``:
     ``--mcp-timeout`` (None: the MCP default). A server's request for input during a call is
     asked on the terminal when stdin is one; unattended, such a call fails saying so."""
     try:
-        from .tools import mcp
+        from ..tools import mcp
     except ImportError as e:
         raise click.UsageError(f"--mcp needs the MCP SDK ({e}): pip install 'kimik3[mcp]'") from None
     limit = mcp.DEFAULT_TIMEOUT_S if timeout is None else timeout
@@ -444,19 +444,19 @@ def _mcp_server(spec: str, timeout: float | None = None) -> Toolset:
     return mcp.MCPServerStdio(argv[0], argv[1:], timeout=limit, input_handler=ask, tool_prefix=prefix, name=prefix)
 
 
-def _agent(o: _Options, engine: Engine, tools: Sequence[Tool | Toolset], instructions: str | None,
+def agent_from(o: Options, engine: Engine, tools: Sequence[Tool | Toolset], instructions: str | None,
            hooks: Sequence[RunHooks] = ()) -> Agent[str]:
     budgets = Budgets(usd=o.max_usd) if o.max_turns is None else Budgets(turns=o.max_turns, usd=o.max_usd)
     if o.otel:
         try:
-            from ._tracing import configure_exporter
+            from .._tracing import configure_exporter
 
             configure_exporter(o.otel)
         except ImportError as e:
             raise click.UsageError(f"--otel needs the OpenTelemetry SDK ({e}): "
                                    "pip install 'kimik3[otel-export]'") from None
-    extra: list[Tool | Toolset] = [_mcp_server(spec, o.mcp_timeout) for spec in o.mcp]
+    extra: list[Tool | Toolset] = [mcp_server(spec, o.mcp_timeout) for spec in o.mcp]
     if o.plan:
         extra.append(plan_tool(Plan()))
-    return Agent(instructions=instructions, tools=[*tools, *extra], engine=engine, settings=_settings(o, engine),
+    return Agent(instructions=instructions, tools=[*tools, *extra], engine=engine, settings=settings_from(o, engine),
                  budgets=budgets, hooks=hooks, pricing=o.price if o.price is not None else "auto")

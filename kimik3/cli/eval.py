@@ -27,24 +27,24 @@ import click
 from rich.console import Console
 from rich.progress import Progress
 
-from ._cli_engine import (
+from .._exceptions import KimiK3Error
+from .._pricing import format_usd
+from .._text import counted, printable
+from ..engines import Engine, RemoteCompletionsEngine, RemoteEngine
+from ..tools import Plan, Tool, Toolset, plan_tool
+from .engine import (
     FiniteFloat,
-    _build_engine,
-    _engine_options,
-    _mcp_server,
-    _options,
-    _quiet,
-    _settings,
     check_prices,
+    engine_from,
+    engine_options,
+    mcp_server,
+    options_from,
+    quiet,
+    settings_from,
 )
-from ._cli_harness import harness_options
-from ._cli_progress import _PlainProgress
-from ._cli_run import _execute, _start
-from ._exceptions import KimiK3Error
-from ._pricing import format_usd
-from ._text import counted, printable
-from .engines import Engine, RemoteCompletionsEngine, RemoteEngine
-from .tools import Plan, Tool, Toolset, plan_tool
+from .harness import harness_options
+from .progress import PlainProgress
+from .run import execute, start_embedded
 
 __all__ = ["eval_group"]
 
@@ -72,7 +72,7 @@ def _pct(x: float | None) -> str:
 def _otel(target: str) -> None:
     """``--otel``: export spans as ``kimik3 run`` does."""
     try:
-        from ._tracing import configure_exporter
+        from .._tracing import configure_exporter
 
         configure_exporter(target)
     except ImportError as e:
@@ -101,7 +101,7 @@ def _summary_lines(s: dict[str, Any], out: Path) -> list[str]:
 @click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
               help="Attempts per task (pass@k up to K).")
 @click.option("--tasks", "pattern", metavar="GLOB", help="Only tasks whose name matches GLOB (or with that tag).")
-@_engine_options
+@engine_options
 @harness_options
 @click.pass_context
 def run_command(ctx: click.Context, /, suite: str, out: str, concurrency: int, repeat: int, pattern: str | None,
@@ -110,18 +110,18 @@ def run_command(ctx: click.Context, /, suite: str, out: str, concurrency: int, r
 
     Each attempt's setup, bash commands and check run in the sandbox --sandbox picks (the
     first line printed says which)."""
-    from .eval import EvalConfig, EvalError, evaluate, load_suite
+    from ..eval import EvalConfig, EvalError, evaluate, load_suite
 
-    o = _options(params)
+    o = options_from(params)
     try:
         loaded = load_suite(suite)
         tasks = loaded.select(pattern)
     except (EvalError, KimiK3Error) as e:
         raise click.UsageError(printable(str(e))) from None
-    plain = _PlainProgress()
+    plain = PlainProgress()
 
     def extra() -> Sequence[Tool | Toolset]:
-        tools: list[Tool | Toolset] = [_mcp_server(spec) for spec in o.mcp]
+        tools: list[Tool | Toolset] = [mcp_server(spec) for spec in o.mcp]
         return [*tools, plan_tool(Plan())] if o.plan else tools
 
     config = EvalConfig(settings=o.settings, tools="full" if params.get("tool_set") == "full" else "core",
@@ -137,9 +137,9 @@ def run_command(ctx: click.Context, /, suite: str, out: str, concurrency: int, r
     except KimiK3Error as e:  # --sandbox bwrap where bubblewrap cannot run: the fix named
         plain.error(e)
         ctx.exit(1)
-    _quiet(o.verbose)
-    engine = _build_engine(o)
-    config = replace(config, settings=_settings(o, engine))  # a reply: a quarter of a known window
+    quiet(o.verbose)
+    engine = engine_from(o)
+    config = replace(config, settings=settings_from(o, engine))  # a reply: a quarter of a known window
     plain.note(box.describe())  # the first line: which sandbox runs the commands
     if o.otel:
         _otel(o.otel)
@@ -161,7 +161,7 @@ def run_command(ctx: click.Context, /, suite: str, out: str, concurrency: int, r
 
     async def main() -> int:
         try:
-            await _start(engine, plain, o.verbose)
+            await start_embedded(engine, plain, o.verbose)
             await check_prices(o, engine)  # --max-usd without prices: refused before any attempt
             with bar if bar is not None else contextlib.nullcontext():
                 summary = await evaluate(loaded, engine, out, config=config, tasks=tasks, repeat=repeat,
@@ -172,7 +172,7 @@ def run_command(ctx: click.Context, /, suite: str, out: str, concurrency: int, r
             click.echo(text)
         return 0
 
-    ctx.exit(_execute(main, plain))
+    ctx.exit(execute(main, plain))
 
 
 @eval_group.command(name="compare")
@@ -184,12 +184,12 @@ def run_command(ctx: click.Context, /, suite: str, out: str, concurrency: int, r
 def compare_command(ctx: click.Context, a: str, b: str, max_drop: float) -> None:
     """Compare eval B with the baseline A (output directories): per-task changes, aggregate
     deltas and a confidence note. Exits 1 when B's pass rate fell below A's by more than --max-drop."""
-    from .eval import compare
+    from ..eval import compare
 
     try:
         result = compare(a, b, max_drop=max_drop)
     except KimiK3Error as e:
-        _PlainProgress().error(e)
+        PlainProgress().error(e)
         ctx.exit(1)
     for text in result.lines():
         click.echo(printable(text))
@@ -231,12 +231,12 @@ def replay_command(ctx: click.Context, sessions: tuple[str, ...], base_url: str,
     an endpoint again and score each answer's structure against the recorded one: tool call
     made or not, tool names, arguments valid against the declared schemas, finish reasons.
     Exits 1 when a request failed or a --min-* threshold is not met."""
-    from . import Client
-    from .eval import recorded_requests, replay, replay_summary
+    from .. import Client
+    from ..eval import recorded_requests, replay, replay_summary
 
     if mode == "raw" and tokenizer is None:
         raise click.UsageError("--mode raw needs --tokenizer DIR (a K3 model directory)")
-    plain = _PlainProgress()
+    plain = PlainProgress()
     try:
         requests = [r for f in _session_files(sessions) for r in recorded_requests(f)]
     except KimiK3Error as e:
@@ -282,4 +282,4 @@ def replay_command(ctx: click.Context, sessions: tuple[str, ...], base_url: str,
                 failed = True
         return 1 if failed else 0
 
-    ctx.exit(_execute(main, plain))
+    ctx.exit(execute(main, plain))

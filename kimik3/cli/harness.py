@@ -1,7 +1,7 @@
-"""The coding harness on the command line: ``kimik3 run`` / ``resume`` options and ``kimik3 undo``.
+"""The coding harness on the command line: the options of ``kimik3 run`` / ``resume`` / ``chat`` / ``eval``.
 
-``kimik3 run`` always records checkpoints (``kimik3 undo`` needs them) and gives the model the
-workspace's ``AGENTS.md`` files (``--no-agents-md`` opts out; each file is listed as it loads).
+``kimik3 run`` always records checkpoints (``kimik3 undo`` needs them: :mod:`kimik3.cli.sessions`) and
+gives the model the workspace's ``AGENTS.md`` files (``--no-agents-md`` opts out; each file is listed as it loads).
 ``--tools full`` (the default; what k3-tiny v3 was trained on) gives the full coding harness
 (:class:`kimik3.harness.CodingHarness`): the six coding tools with read-before-edit,
 ``multi_edit``, ``apply_patch``, background ``bash`` with ``read_output`` / ``stop`` and the
@@ -15,22 +15,18 @@ them off; a skipped skill is one line.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import click
 
-from .agents import CODING_INSTRUCTIONS, ModelSettings, RunHooks
-from .engines import Engine
-from .harness import FEATURES, CodingHarness, Feature, Skills, undo
-from .tools import Tool, Toolset
-from .tools.coding import Sandbox
-from .tools.coding._api import show_path
+from ..agents import CODING_INSTRUCTIONS, ModelSettings, RunHooks
+from ..engines import Engine
+from ..harness import FEATURES, CodingHarness, Feature, Skills
+from ..tools import Tool, Toolset
+from ..tools.coding import Sandbox
 
-__all__ = ["harness_options", "harness_parts", "sandbox_from_options", "sandbox_options", "skills_from_options",
-           "undo_command"]
+__all__ = ["harness_options", "harness_parts", "sandbox_from_options", "sandbox_options", "skills_from_options"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -138,50 +134,3 @@ def harness_parts(engine: Engine, workspace: str, settings: ModelSettings, note:
                             on_instructions=lambda rel: note(f"project instructions: {rel}"), skills=skills,
                             sandbox=sandbox if sandbox is not None else sandbox_from_options(workspace, note, skills))
     return harness.parts(engine=engine, instructions=CODING_INSTRUCTIONS, settings=settings)
-
-
-@click.command(name="undo")
-@click.argument("session", type=click.Path(exists=True, dir_okay=False))
-@click.option("--to", "to_turn", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Go back to the workspace as it was after this turn (0: before the run's first change).")
-@click.option("--workspace", "-w", type=click.Path(exists=True, file_okay=False), default=".", show_default=True,
-              help="The workspace the session ran in; undo refuses checkpoints recorded for another one.")
-@click.option("--force", is_flag=True, help="Overwrite files that changed after the agent's last turn.")
-@click.option("--partial", is_flag=True,
-              help="Restore what the checkpoints cover even when some changes are not covered (a nested "
-                   "repository, bash outside git); those are listed as not undone.")
-@click.pass_context
-def undo_command(ctx: click.Context, session: str, to_turn: int, workspace: str, force: bool, partial: bool) -> None:
-    """Undo the file changes a session's turns made after --to TURN.
-
-    Only files those turns changed are restored (from the checkpoints in SESSION); your other
-    changes, the git index and HEAD stay as they are. Nothing outside the workspace is touched
-    and no symlink is followed; if anything cannot be restored, nothing is. Prints one line per
-    path: "restored PATH", or "removed PATH" for a file the undone turns created (and, with
-    --partial, one "not undone" line on stderr per change the checkpoints do not cover).
-    """
-    import logging
-
-    from ._exceptions import KimiK3Error
-
-    skipped: list[str] = []
-
-    class _Collect(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            skipped.append(record.getMessage().removeprefix("kimik3 undo: "))
-
-    handler = _Collect(logging.WARNING)
-    logger = logging.getLogger("kimik3.harness")
-    logger.addHandler(handler)
-    try:
-        paths = undo(session, to_turn, force=force, partial=partial, workspace=workspace)
-    except KimiK3Error as e:
-        click.echo(f"error: {e}", err=True)
-        ctx.exit(1)
-    finally:
-        logger.removeHandler(handler)
-    root = Path(workspace).resolve()
-    for p in paths:  # a file the undone turns created is gone again: "removed", not "restored"
-        click.echo(f"{'restored' if os.path.lexists(root / p) else 'removed'} {show_path(p)}")
-    for line in skipped:
-        click.echo(line, err=True)

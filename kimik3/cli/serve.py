@@ -11,12 +11,12 @@ from types import FrameType
 
 import click
 
-from ._cli_progress import _one_line
-from ._exceptions import KimiK3Error
-from .engines._cluster import ROUTER_POLICIES, Cluster
-from .engines._quiet import without_leak_warnings
+from .._exceptions import KimiK3Error
+from ..engines._cluster import ROUTER_POLICIES, Cluster
+from ..engines._quiet import without_leak_warnings
+from .progress import one_line
 
-__all__ = ["serve"]
+__all__ = ["serve_command"]
 
 
 @click.command(context_settings={"ignore_unknown_options": True})
@@ -36,7 +36,7 @@ __all__ = ["serve"]
                    "stop, kept and named when something failed).")
 @click.option("--keep-logs", is_flag=True, help="Keep the temporary log folder after a clean stop too.")
 @click.option("--dry-run", is_flag=True, help="Print the command(s) instead of running them.")
-def serve(model_dir: str, vllm_args: tuple[str, ...], host: str, port: int, replicas: int | None,
+def serve_command(model_dir: str, vllm_args: tuple[str, ...], host: str, port: int, replicas: int | None,
           policy: str | None, router_arg: tuple[str, ...], log_dir: str | None, dry_run: bool,
           keep_logs: bool = False) -> None:
     """Serve a K3 model directory with vLLM's OpenAI-compatible server, ready for kimik3.
@@ -52,28 +52,28 @@ def serve(model_dir: str, vllm_args: tuple[str, ...], host: str, port: int, repl
     vllm-router on PORT in front of them, started together (each replica's /health waited for)
     and stopped together by Ctrl-C, with every process they started.
     """
-    from .engines._cluster import run_supervised
-    from .engines._vllm import server_command
+    from ..engines._cluster import run_supervised
+    from ..engines._vllm import server_command
 
     if replicas is None and policy is None:
         try:
             cmd = server_command(model_dir, *vllm_args, host=host, port=port)
         except KimiK3Error as e:
-            click.echo(f"error: {_one_line(e)}", err=True)
+            click.echo(f"error: {one_line(e)}", err=True)
             sys.exit(1)
         click.echo(" ".join(cmd), err=not dry_run)
         if dry_run:
             return
         sys.stdout.flush()
         # its exit code is vLLM's; no process of it outlives this one; without the resource
-        # tracker's leak report at Ctrl-C (engines/_quiet.py: LEAK_WARNINGS)
+        # tracker's leak report at Ctrl-C (engines/quiet.py: LEAK_WARNINGS)
         sys.exit(run_supervised(cmd, without_leak_warnings(dict(os.environ))))
     cluster = Cluster(model_dir, replicas=replicas or 1, policy=policy or "consistent_hash", host=host, port=port,
                       vllm_args=vllm_args, router_args=router_arg, log_dir=log_dir, keep_logs=keep_logs)
     try:
         lines = cluster.describe()
     except KimiK3Error as e:
-        click.echo(f"error: {_one_line(e)}", err=True)
+        click.echo(f"error: {one_line(e)}", err=True)
         sys.exit(1)
     for line in lines:
         click.echo(line, err=not dry_run)
@@ -103,7 +103,7 @@ def _run_cluster(cluster: Cluster) -> int:
     except KeyboardInterrupt:
         click.echo("kimik3 serve: stopping", err=True)
     except KimiK3Error as e:
-        click.echo(f"error: {_one_line(e)}", err=True)
+        click.echo(f"error: {one_line(e)}", err=True)
         code = 1
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean-up short

@@ -1,0 +1,172 @@
+"""Commands on a recorded session: ``kimik3 show`` (the transcript), ``kimik3 approve`` (decide the
+calls a run deferred for approval) and ``kimik3 undo`` (restore the files its turns changed)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from .._exceptions import KimiK3Error, UserError
+from .._text import counted, printable, shown_call
+from ..agents import Allow, Deny, Edit, PendingCall, format_session, pending_approvals, record_approvals
+from ..harness import undo
+from ..tools.coding._api import show_path
+from .progress import PlainProgress, progress_view, resume_line
+
+__all__ = ["approve_command", "show_command", "undo_command"]
+
+
+@click.command(name="show")
+@click.argument("session", type=click.Path(exists=True, dir_okay=False))
+@click.option("--reasoning", is_flag=True, help="Unfold the model's reasoning.")
+@click.option("--full", is_flag=True, help="Print every line of texts and tool results (default: 12 each).")
+@click.pass_context
+def show_command(ctx: click.Context, session: str, reasoning: bool, full: bool) -> None:
+    """Print a recorded session as a transcript: numbered messages, turns with their usage,
+    reasoning folded, tool calls and results (terminal control sequences stripped, as the live
+    view does). Continue from message N with `kimik3 resume SESSION --at N`."""
+    try:
+        text = format_session(session, reasoning=reasoning, max_lines=None if full else 12)
+    except KimiK3Error as e:
+        progress_view(True).error(e)
+        ctx.exit(1)
+    click.echo(printable(text), nl=False)  # recorded model text cannot send terminal escapes
+
+
+def _interactive() -> bool:
+    return sys.stdin.isatty()
+
+
+def _ask(pending: list[PendingCall], decisions: dict[str, Allow | Deny | Edit]) -> None:
+    """Ask the person at the terminal about each call in turn, showing its whole arguments."""
+    for p in pending:
+        click.echo(shown_call(f"{p.name} ", p.arguments, f"  id={p.id}"), err=True)
+        answer = click.prompt("run this call? (y: approve, n: deny, s: leave it waiting)",
+                              type=click.Choice(["y", "n", "s"]), err=True)
+        if answer != "s":
+            decisions[p.id] = Allow() if answer == "y" else Deny()
+
+
+@click.command(name="approve")
+@click.argument("session", type=click.Path(exists=True, dir_okay=False))
+@click.option("--allow", multiple=True, metavar="ID", help="Approve this call (repeatable).")
+@click.option("--deny", multiple=True, metavar="ID", help="Deny this call (repeatable); the model reads the reason.")
+@click.option("--reason", multiple=True, metavar="R",
+              help="Why: one for every --deny, or one per --deny in their order (default: denied by the user).")
+@click.option("--edit", nargs=2, multiple=True, metavar="ID JSON",
+              help="Run this call with these arguments instead, a JSON object (repeatable); the model is told.")
+@click.option("--all", "all_", is_flag=True,
+              help="Approve every waiting call not named by --deny or --edit (read them first: kimik3 show SESSION).")
+@click.pass_context
+def approve_command(ctx: click.Context, session: str, allow: tuple[str, ...], deny: tuple[str, ...],
+                    reason: tuple[str, ...], edit: tuple[tuple[str, str], ...], all_: bool) -> None:
+    """Decide the tool calls that SESSION's run deferred for approval (a Defer() of its approval
+    hook; `kimik3 show SESSION` lists them, whole): approve (--allow), deny (--deny) or run with
+    other arguments (--edit) each by its id. Without ids it asks about each call at a terminal,
+    and elsewhere approves only with --all; calls left undecided keep waiting. The decisions are
+    recorded in SESSION, each bound to the arguments shown (a call changed afterwards is refused);
+    `kimik3 resume SESSION` then runs each approved call once and the model sees the denials.
+    Exits 1 when no call awaits, 2 for an id that does not wait or is named twice, or for no
+    decision at all without a terminal or --all.
+    """
+    plain = PlainProgress()
+    try:
+        pending = pending_approvals(session)
+    except KimiK3Error as e:
+        plain.error(e)
+        ctx.exit(1)
+    if not pending:
+        plain.error(UserError(f"no tool call awaits approval in {session}"))
+        ctx.exit(1)
+    ids = [p.id for p in pending]
+    named = [*allow, *deny, *(i for i, _ in edit)]
+    for call_id in named:
+        if call_id not in ids:
+            raise click.UsageError(f"no call {call_id!r} awaits approval in {session}; awaiting: {', '.join(ids)}")
+        if named.count(call_id) > 1:
+            raise click.UsageError(f"call {call_id!r} is named twice (--allow / --deny / --edit)")
+    if len(reason) not in (0, 1, len(deny)):
+        raise click.UsageError(f"give one --reason for all {len(deny)} --deny, or one per --deny")
+    reasons = dict(zip(deny, reason if len(reason) == len(deny) else reason * len(deny), strict=False))
+    decisions: dict[str, Allow | Deny | Edit] = {}
+    for call_id, text in edit:
+        try:
+            arguments = json.loads(text)
+        except ValueError as e:
+            raise click.UsageError(f"--edit {call_id}: not JSON: {e}") from None
+        if not isinstance(arguments, dict):
+            raise click.UsageError(f"--edit {call_id}: the arguments must be a JSON object, got {text!r:.60}")
+        decisions[call_id] = Edit(arguments)
+    for call_id in deny:
+        decisions[call_id] = Deny(reasons[call_id]) if call_id in reasons else Deny()
+    for call_id in allow:
+        decisions[call_id] = Allow()
+    rest = [p for p in pending if p.id not in decisions]
+    if all_:
+        decisions.update((p.id, Allow()) for p in rest)
+    elif rest and not named:
+        if not _interactive():
+            raise click.UsageError(f"{counted(len(rest), 'call')} await approval in {session}: decide each by its id "
+                                   "(--allow ID, --deny ID, --edit ID JSON), or approve them all with --all after "
+                                   f"reading them (kimik3 show {session})")
+        _ask(rest, decisions)
+    if decisions:
+        try:
+            record_approvals(session, decisions, shown=pending)  # the calls shown, not a later read
+        except KimiK3Error as e:
+            plain.error(e)
+            ctx.exit(1)
+    for p in pending:
+        d = decisions.get(p.id)
+        what = ("still waiting: " if d is None else "denied: " if isinstance(d, Deny)
+                else shown_call("edited to ", d.arguments, ": ") if isinstance(d, Edit) else "approved: ")
+        plain.note(shown_call(f"{what}{p.name} ", p.arguments, f"  id={p.id}"))
+    plain.note(f"continue with: {resume_line(session)}")
+
+
+@click.command(name="undo")
+@click.argument("session", type=click.Path(exists=True, dir_okay=False))
+@click.option("--to", "to_turn", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Go back to the workspace as it was after this turn (0: before the run's first change).")
+@click.option("--workspace", "-w", type=click.Path(exists=True, file_okay=False), default=".", show_default=True,
+              help="The workspace the session ran in; undo refuses checkpoints recorded for another one.")
+@click.option("--force", is_flag=True, help="Overwrite files that changed after the agent's last turn.")
+@click.option("--partial", is_flag=True,
+              help="Restore what the checkpoints cover even when some changes are not covered (a nested "
+                   "repository, bash outside git); those are listed as not undone.")
+@click.pass_context
+def undo_command(ctx: click.Context, session: str, to_turn: int, workspace: str, force: bool, partial: bool) -> None:
+    """Undo the file changes a session's turns made after --to TURN.
+
+    Only files those turns changed are restored (from the checkpoints in SESSION); your other
+    changes, the git index and HEAD stay as they are. Nothing outside the workspace is touched
+    and no symlink is followed; if anything cannot be restored, nothing is. Prints one line per
+    path: "restored PATH", or "removed PATH" for a file the undone turns created (and, with
+    --partial, one "not undone" line on stderr per change the checkpoints do not cover).
+    """
+    skipped: list[str] = []
+
+    class _Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            skipped.append(record.getMessage().removeprefix("kimik3 undo: "))
+
+    handler = _Collect(logging.WARNING)
+    logger = logging.getLogger("kimik3.harness")
+    logger.addHandler(handler)
+    try:
+        paths = undo(session, to_turn, force=force, partial=partial, workspace=workspace)
+    except KimiK3Error as e:
+        click.echo(f"error: {e}", err=True)
+        ctx.exit(1)
+    finally:
+        logger.removeHandler(handler)
+    root = Path(workspace).resolve()
+    for p in paths:  # a file the undone turns created is gone again: "removed", not "restored"
+        click.echo(f"{'restored' if os.path.lexists(root / p) else 'removed'} {show_path(p)}")
+    for line in skipped:
+        click.echo(line, err=True)

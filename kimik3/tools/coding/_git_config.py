@@ -1,0 +1,154 @@
+"""What a repository's git configuration names in the workspace (issue 40): the files git reads
+and the programs git runs because a config says so (``include.path``, ``core.hooksPath``, a
+filter's ``clean``, ``core.fsmonitor``, hooks). :func:`config_named` gives the paths the sandbox
+keeps read-only when it starts; :func:`made_repositories` says, at the run's end, which
+repositories a command made that name programs (:func:`programs_named`). Config files are read
+plainly (enough to name what a repository would run, not a full parser), at most 1 MiB, never
+through a symlink. The repositories are those of the sandbox's walk (:func:`~._kept.kept_paths`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+from collections.abc import Mapping
+
+from ._kept import GIT_NAME, MAX_WALK_DIRS, git_pointer, kept_paths, repositories, under
+
+__all__ = ["config_named", "made_repositories", "programs_named"]
+
+_PROGRAM_KEYS = ("core.fsmonitor", "core.hookspath", "core.sshcommand", "core.pager", "core.editor",
+                 "core.askpass", "core.gitproxy", "sequence.editor", "diff.external", "credential.helper",
+                 "gpg.program", "include.path")
+_PROGRAM_SUFFIXES = (".clean", ".smudge", ".process", ".textconv", ".command", ".helper", ".sshcommand")
+_MAX_CONFIG_BYTES = 1 << 20
+
+
+def _config_pairs(text: str) -> list[tuple[str, str]]:
+    """``(section[.sub].key, value)`` set in a git config file's text, quotes taken off the value
+    (a plain reading: enough to name what a repository would run, not a full parser)."""
+    out, section = [], ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("["):
+            head = line[1:].split("]", 1)[0].strip()
+            name, _, sub = head.partition(" ")
+            section = name.lower() + (f".{sub.strip().strip(chr(34))}" if sub else "")
+            line = line.split("]", 1)[1].strip() if "]" in line else ""
+        if line and not line.startswith(("#", ";")) and section:
+            key, _, value = line.partition("=")
+            out.append((f"{section}.{key.strip().lower()}", value.strip().strip('"')))
+    return out
+
+
+def _config_keys(text: str) -> list[str]:
+    """The ``section[.sub].key`` names set in a git config file's text (:func:`_config_pairs`)."""
+    return [key for key, _ in _config_pairs(text)]
+
+
+def _config_values(path: str) -> list[tuple[str, str]]:
+    """``(section[.sub].key, value)`` of a git config file (:func:`_config_pairs`); at most 1 MiB,
+    never through a symlink."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return []
+    with os.fdopen(fd, "rb") as f:
+        text = os.fsdecode(f.read(_MAX_CONFIG_BYTES)) if stat.S_ISREG(os.fstat(fd).st_mode) else ""
+    return _config_pairs(text)
+
+
+_PATH_KEYS = ("include.path", "core.hookspath", "core.attributesfile")  # and includeif.<cond>.path
+
+
+def config_named(root: str, max_dirs: int = MAX_WALK_DIRS) -> list[str]:
+    """The paths in the workspace ``root`` that its repositories' configs name as files git reads
+    or runs (issue 40): ``include.path`` / ``includeIf.<cond>.path`` (resolved from the config's
+    folder, followed to a depth of 4), ``core.hooksPath`` and ``core.attributesFile`` (from the
+    work tree's top), and the program of a command setting (:data:`_PROGRAM_KEYS`, a filter's
+    ``clean``...) when it is a path (``./scripts/x.sh``). A ``.githooks`` folder or a shared
+    ``.gitconfig`` is the model's to write otherwise, and git runs what it names. Resolved; sorted."""
+    found: set[str] = set()
+    for entry in repositories(kept_paths(root, max_dirs)):
+        gitdir = os.path.realpath(entry) if os.path.isdir(entry) else git_pointer(entry, "", os.path.dirname(entry))
+        if gitdir is None:
+            continue
+        top = os.path.dirname(entry)
+        configs, seen = [os.path.join(gitdir, "config")], 0
+        while configs and seen < 5:
+            config, seen = configs.pop(), seen + 1
+            for key, value in _config_values(config):
+                if not value:
+                    continue
+                bare = key.split(".", 1)[0] + "." + key.rsplit(".", 1)[-1]
+                if bare == "include.path" or (key.startswith("includeif.") and key.endswith(".path")):
+                    path = os.path.join(os.path.dirname(config), os.path.expanduser(value))
+                    configs.append(path)
+                elif bare in _PATH_KEYS:
+                    path = os.path.join(top, os.path.expanduser(value))
+                elif (bare in _PROGRAM_KEYS or key.endswith(_PROGRAM_SUFFIXES)) and "/" in value.split()[0]:
+                    path = os.path.join(top, os.path.expanduser(value.split()[0]))
+                else:
+                    continue
+                real = os.path.realpath(path)
+                if under(real, [os.path.realpath(root)]) and real != os.path.realpath(root):
+                    found.add(real)
+    return sorted(found)
+
+
+def programs_named(gitdir: str) -> list[str]:
+    """What in the git directory ``gitdir`` names a program git would run there: config keys
+    (``core.fsmonitor``, a filter's ``clean``, ``include.path``, ...) and hooks that are not
+    git's ``.sample`` files; sorted. Read without following a symlink, at most 1 MiB of config."""
+    found: set[str] = set()
+    try:
+        fd = os.open(os.path.join(gitdir, "config"), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        fd = -1
+    if fd >= 0:
+        with os.fdopen(fd, "rb") as f:
+            text = os.fsdecode(f.read(_MAX_CONFIG_BYTES)) if stat.S_ISREG(os.fstat(fd).st_mode) else ""
+        for key in _config_keys(text):
+            bare = key.split(".", 1)[0] + "." + key.rsplit(".", 1)[-1]
+            if bare in _PROGRAM_KEYS or key.endswith(_PROGRAM_SUFFIXES) or key.startswith(("alias.", "includeif.")):
+                found.add(key)
+    with contextlib.suppress(OSError):
+        found.update(f"hooks/{n}" for n in os.listdir(os.path.join(gitdir, "hooks")) if not n.endswith(".sample"))
+    return sorted(found)
+
+
+def made_repositories(root: str, before: Mapping[str, tuple[int, int]], max_dirs: int = MAX_WALK_DIRS) -> list[str]:
+    """A line for each repository in ``root`` now (a walk as :func:`kept_paths`'s) that was not
+    in ``before`` (:func:`repositories` of an earlier walk): a command of the run made it, the
+    sandbox could not keep it. Said when its git directory names a program
+    (:func:`programs_named`: git run inside it runs it), and always when it *replaced* one found
+    at the start (the same path, another file: ``mv sm sm.old; git init sm`` in a submodule's
+    folder), since the enclosing repository's own ``git status`` enters a submodule's folder and
+    runs what the new one names (issue 40). Empty when there is none."""
+    lines = []
+    now = kept_paths(root, max_dirs)
+    for entry, ident in sorted(repositories(now).items()):
+        if before.get(entry) == ident:
+            continue
+        bare = os.path.basename(entry) != GIT_NAME
+        gitdir = (os.path.realpath(entry) if os.path.isdir(entry)
+                  else git_pointer(entry, "", os.path.dirname(entry)))
+        named = programs_named(gitdir) if gitdir else []
+        shown = ", ".join(named[:6]) + (", ..." if len(named) > 6 else "")
+        where = os.path.relpath(entry if bare else os.path.dirname(entry), root)
+        if entry in before:
+            lines.append(f"a command replaced the repository {where} during the run (its {os.path.basename(entry)} is "
+                         f"not the one found at the start){f' and it names programs ({shown})' if named else ''}; "
+                         "git status in the repository that holds it as a submodule enters it and runs what it "
+                         "names, as git run inside it does: look before you run git in this workspace")
+        elif named and os.path.dirname(entry) in now.gitlink_folders:
+            lines.append(f"a command made the repository {where} during the run in a submodule's folder and it names "
+                         f"programs ({shown}); git status in the repository that holds the submodule runs them: look "
+                         "before you run git in this workspace")
+        elif named:
+            kind = "git directory" if bare else "repository"
+            lines.append(f"a command made the {kind} {where} during the run and it names programs ({shown}); git "
+                         "run inside it (or a git status of a repository holding it as a submodule) runs them: look "
+                         "before you do")
+    return lines
