@@ -193,3 +193,4 @@ def input_waiter(run: _Run, call: ToolCall, arguments: dict[str, Any]) -> Callab
         run.waiting[call.id] = pending
 
     return defer
+

@@ -12,6 +12,7 @@ from typing_extensions import TypeVar
 
 from .._checks import check_int, check_number
 from .._exceptions import UserError
+from .._text import printable
 from ..formats.k3 import (
     ContentDelta,
     ReasoningDelta,
@@ -240,6 +241,29 @@ class PendingInput:
     server: str
     input_requests: dict[str, Any]
     request_state: str | None = None
+
+    def questions(self) -> list[str]:
+        """One line per question, as a person is shown it (``kimik3 show``, ``run``, ``answer``):
+        ``inp asks (book, id=call_..., question KEY): MESSAGE [name*: string]`` (form mode: the
+        fields to give, ``*`` marking required ones) or ``[answer at URL]`` (URL mode); every
+        character a terminal would act on escaped (the text is the server's)."""
+        lines = []
+        for key, request in self.input_requests.items():
+            params = _object(request.get("params") if isinstance(request, dict) else None)
+            schema = _object(params.get("requestedSchema"))
+            required: list[Any] = schema["required"] if isinstance(schema.get("required"), list) else []
+            if isinstance(params.get("url"), str):
+                wanted = f" [answer at {params['url']}]"
+            else:
+                wanted = " [" + ", ".join(f"{name}{'*' * (name in required)}: {_object(f).get('type', 'any')}"
+                                          for name, f in _object(schema.get("properties")).items()) + "]"
+            lines.append(printable(f"{self.server} asks ({self.name}, id={self.id}, question {key}): "
+                                   f"{params.get('message')}{wanted}"))
+        return lines
+
+
+def _object(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ Tools:
   ``"Run the job?"`` under the key ``confirm``) until ``tasks/update`` answers it, then
   ``completed`` with ``"approved: <ok>"`` (or ``"not approved: <action>"``).
 
-Run with ``KIMIK3_TEST_STATE_KEY`` set, the server seals ``requestState`` under that key (so a
+Run with ``--key=KEY`` (or ``KIMIK3_TEST_STATE_KEY`` set), the server seals ``requestState`` under that key (so a
 restarted server reads what an earlier one sealed); else under a key of its own process.
 
 ``quota()`` answers with the JSON-RPC error -32000 ``"quota exceeded"``.
@@ -49,7 +49,8 @@ from mcp.types import CallToolRequestParams, RequestParams
 from pydantic import BaseModel
 
 TASKS = "io.modelcontextprotocol/tasks"
-LOG = sys.argv[1]
+ARGS = [a for a in sys.argv[1:] if not a.startswith("--key=")]
+LOG = ARGS[0]
 
 
 class Who(BaseModel):
@@ -155,9 +156,10 @@ class Tasks(Extension):
         return {}
 
 
-# KIMIK3_TEST_STATE_KEY: seal requestState under this key (a restarted server reads the state an
-# earlier one sealed, as a multi-process deployment shares a key); else the SDK's key of this process
-_KEY = os.environ.get("KIMIK3_TEST_STATE_KEY")
+# --key=KEY or KIMIK3_TEST_STATE_KEY: seal requestState under this key (a restarted server reads the
+# state an earlier one sealed, as a multi-process deployment shares a key); else the SDK's key of this process
+_KEY = next((a[len("--key="):] for a in sys.argv if a.startswith("--key=")), None) or os.environ.get(
+    "KIMIK3_TEST_STATE_KEY")
 server = MCPServer("kimik3-input-test", extensions=[Tasks()],
                    request_state_security=RequestStateSecurity(keys=[_KEY]) if _KEY else None)
 
@@ -191,7 +193,7 @@ def approve_job() -> str:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 2:
-        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+    if len(ARGS) > 1:
+        server.run("streamable-http", host="127.0.0.1", port=int(ARGS[1]))
     else:
         server.run("stdio")

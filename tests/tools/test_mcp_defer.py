@@ -30,8 +30,14 @@ QUESTION = {"method": "elicitation/create", "params": {
     "mode": "form", "message": "Whose name is the booking in Oslo under?",
     "requestedSchema": {"properties": {"name": {"title": "Name", "type": "string"}}, "required": ["name"],
                         "type": "object"}}}
-BOOK = render_output({"reasoning_content": "book it", "tool_calls": [
-    {"id": "book:0", "function": {"name": "book", "arguments": json.dumps({"city": "Oslo"})}}]})
+
+
+def book(name: str = "book") -> str:
+    return render_output({"reasoning_content": "book it", "tool_calls": [
+        {"id": f"{name}:0", "function": {"name": name, "arguments": json.dumps({"city": "Oslo"})}}]})
+
+
+BOOK = book()
 
 
 def echo(messages: list[Message]) -> str:
@@ -183,3 +189,47 @@ def test_without_a_session_the_question_cannot_wait_and_the_call_fails_saying_so
         "saw: Error: MCPServerError: the MCP server 'inp' asked for input ('Whose name is the booking in Oslo "
         "under?') and no one can answer: give MCPServer(input_handler=...), or run the agent with a session so "
         "that a person answers later (kimik3 run asks on the terminal)")
+
+
+def test_cli_run_stops_answer_records_and_resume_replays(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from kimik3.cli import main
+
+    session, log, workspace = tmp_path / "s.jsonl", tmp_path / "log", tmp_path / "w"
+    workspace.mkdir()
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps([book("inp_book")]))  # the --mcp name is the tools' prefix
+    server = f"inp={sys.executable} {SERVER} {log} --key={KEY}"  # stdin is no terminal here: unattended
+    common = ["--script", str(script), "--plain", "--sandbox", "none", "--mcp", server, "--session", str(session)]
+    out = CliRunner().invoke(main, ["run", "book Oslo", "--workspace", str(workspace), *common])
+    assert out.exit_code == 0, out.output
+    (pending,) = pending_inputs(session)
+    lines = out.output.splitlines()
+    assert ("stopped: input_required (an MCP server asked a question no one could answer here: kimik3 answer "
+            "SESSION ID TEXT, then kimik3 resume SESSION)") in lines
+    question = (f"inp asks (inp_book, id={pending.id}, question {ASK}): Whose name is the booking in Oslo under? "
+                "[name*: string]")
+    assert f"awaiting an answer: {question}" in lines
+    assert lines[-2:] == [f"answer with: kimik3 answer {session} {pending.id} TEXT",
+                          f"continue with: kimik3 resume {session}"]
+    assert CliRunner().invoke(main, ["show", str(session)]).output.splitlines()[-2:] == [
+        f"awaiting answers: 1 call (kimik3 answer {session} ID TEXT [--json JSON] [--decline], then kimik3 resume "
+        f"{session})", f"    {question}"]
+
+    bad = CliRunner().invoke(main, ["answer", str(session), "nope", "Ada"])
+    assert bad.exit_code == 2 and f"no call 'nope' awaits an answer in {session}; awaiting: {pending.id}" in bad.output
+    out = CliRunner().invoke(main, ["answer", str(session), pending.id, "Ada"])
+    assert out.exit_code == 0, out.output
+    assert out.output == (f"{question}\nanswered: {{\"{ASK}\": {{\"name\": \"Ada\"}}}}\n"
+                          f"continue with: kimik3 resume {session}\n")
+    none = CliRunner().invoke(main, ["answer", str(session), pending.id, "Bob"])
+    assert none.exit_code == 1 and none.output.splitlines()[-1] == (
+        f"error: UserError: no tool call awaits an answer in {session}")
+
+    script.write_text(json.dumps(["the table is booked"]))
+    out = CliRunner().invoke(main, ["resume", str(session), *common[:-2]])
+    assert out.exit_code == 0, out.output
+    assert [(m.tool_call_id, m.content) for m in load_session(session) if isinstance(m, ToolMessage)] == [
+        (pending.id, "booked Oslo for Ada")]
+    assert "the table is booked" in out.output
