@@ -233,3 +233,71 @@ def test_cli_run_stops_answer_records_and_resume_replays(tmp_path: Path) -> None
     assert [(m.tool_call_id, m.content) for m in load_session(session) if isinstance(m, ToolMessage)] == [
         (pending.id, "booked Oslo for Ada")]
     assert "the table is booked" in out.output
+
+
+def _append(session: Path, kind: str, body: dict[str, Any]) -> int:
+    with session.open("a", encoding="utf-8") as f:
+        f.write(json.dumps({kind: body}) + "\n")
+    return len(session.read_text(encoding="utf-8").splitlines())
+
+
+@pytest.mark.parametrize(("kind", "body", "why"), [
+    ("tool_started", {"name": "book"}, "not a valid tool_started record: call '{call}' started again without answers "
+                                       "to its questions"),
+    ("tool_finished", {"name": "book"}, "not a valid tool_finished record: call '{call}' waits for answers and never "
+                                        "started (tool_started)"),
+    ("input_required", {"name": "book", "arguments": {"city": "Oslo"}, "server": "inp", "input_requests": {
+        ASK: QUESTION}}, "not a valid input_required record: call '{call}' asked before and was not replayed"),
+])
+def test_a_journal_record_out_of_order_is_refused_naming_its_line(tmp_path: Path, kind: str, body: dict[str, Any],
+                                                                 why: str) -> None:
+    session, pending = asked(tmp_path)
+    line = _append(session, kind, {"call_id": pending.id, **body})
+    with pytest.raises(SessionError) as e:
+        pending_inputs(session)
+    assert str(e.value).startswith(f"{session}:{line}: {why.format(call=pending.id)}")
+
+
+def test_a_replay_cut_by_a_crash_is_answered_interrupted_and_never_run_again(tmp_path: Path) -> None:
+    session, pending = asked(tmp_path)
+    record_answers(session, {pending.id: {ASK: {"name": "Ada"}}})
+    _append(session, "tool_started", {"call_id": pending.id, "name": "book"})  # the replay began; the process died
+    result = anyio.run(lambda: agent(tmp_path / "log", ScriptedEngine(echo)).resume(session))
+    assert result.output == (
+        "saw: Error: the run stopped while this call was running and its result was lost; it may have done some or "
+        "all of its work: check before calling it again")
+    assert records(session, "tool_started") == [{"call_id": pending.id, "name": "book"}]  # not started again
+
+
+def test_a_turn_with_a_deferred_approval_and_a_question_stops_for_both_and_one_resume_settles_both(
+        tmp_path: Path) -> None:
+    from kimik3 import Allow, Defer, tool
+
+    @tool
+    def note(text: str) -> str:
+        """Write a note.
+
+        Args:
+            text: the note.
+        """
+        return f"noted {text}"
+
+    turn = render_output({"reasoning_content": "both", "tool_calls": [
+        {"id": "note:0", "function": {"name": "note", "arguments": json.dumps({"text": "hi"})}},
+        {"id": "book:1", "function": {"name": "book", "arguments": json.dumps({"city": "Oslo"})}}]})
+
+    def make(engine: ScriptedEngine) -> Agent:
+        base = agent(tmp_path / "log", engine)
+        return Agent(tools=[note, *base.toolsets], engine=engine,
+                     approval=lambda call: Defer() if call.name == "note" else Allow())
+
+    session = tmp_path / "s.jsonl"
+    result = anyio.run(lambda: make(ScriptedEngine([turn])).run("go", session=session))
+    assert result.stop_reason == "approval_required"
+    [decide], [ask] = result.pending_approvals, result.pending_inputs
+    assert (decide.name, ask.name) == ("note", "book")
+    result = anyio.run(lambda: make(ScriptedEngine(["done"])).resume(
+        session, approvals={decide.id: Allow()}, answers={ask.id: {ASK: {"name": "Ada"}}}))
+    assert result.stop_reason == "completed"
+    assert sorted(str(m.content) for m in load_session(session) if isinstance(m, ToolMessage)) == [
+        "booked Oslo for Ada", "noted hi"]
