@@ -31,7 +31,7 @@ from typing import Any
 from .._exceptions import JSONLimitError, UserError
 from .._json import check_json_limits
 from ..tools._input import InputWait
-from ..types import ToolCall
+from ..types import AssistantMessage, ToolCall
 from ._run import _Run
 from ._types import PendingInput
 
@@ -181,9 +181,12 @@ def answer_body(pending: PendingInput, responses: dict[str, Any]) -> dict[str, A
 
 def input_waiter(run: _Run, call: ToolCall, arguments: dict[str, Any]) -> Callable[[InputWait], None] | None:
     """The ``ToolContext.defer_input`` of ``call`` in ``run``: keeps the questions in the session
-    (an ``input_required`` record) and in ``run.waiting``; None when the run has no session."""
+    (an ``input_required`` record) and in ``run.waiting``; None when the run has no session, or
+    when another call of the turn has ``call``'s id (an answer could not tell them apart)."""
     session = run.session
-    if session is None:
+    turn = next((m for m in reversed(run.messages) if isinstance(m, AssistantMessage)), None)
+    calls = (turn.tool_calls or []) if turn is not None else []
+    if session is None or sum(c.id == call.id for c in calls) > 1:
         return None
 
     def defer(wait: InputWait) -> None:
