@@ -25,12 +25,13 @@ import mcp.types as mcp_types
 from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
 from mcp.client.session import ClientRequestContext
 from mcp.shared.exceptions import MCPError
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
 
 from .._exceptions import MCPServerError
+from ._input import InputReplay, InputWait
 
 __all__ = ["Call", "DeferringClient", "InputAnswer", "InputHandler", "InputRequest", "TASKS_EXTENSION",
-           "TasksExtension", "calling", "elicitation_callback", "reset"]
+           "TasksExtension", "calling", "elicitation_callback", "replay_seed", "reset", "waiting"]
 
 log = logging.getLogger("kimik3.mcp")
 
@@ -114,6 +115,33 @@ class DeferringClient(mcp.Client):
             call.waiting = first
             return mcp_types.CallToolResult(content=[])
         return await super()._drive_input_required(first, retry)
+
+
+_RESPONSES: TypeAdapter[dict[str, Any]] = TypeAdapter(dict[str, mcp_types.InputResponse])
+
+
+def replay_seed(server: str, replay: InputReplay | None) -> dict[str, Any]:
+    """``mcp.Client.call_tool``'s keyword arguments that replay a call with recorded answers
+    (``input_responses``, ``request_state``; ``{}`` for a first call).
+
+    Raises:
+        MCPServerError: answers that are not MCP input responses.
+    """
+    if replay is None:
+        return {}
+    try:
+        return {"input_responses": _RESPONSES.validate_python(replay.input_responses),
+                "request_state": replay.request_state}
+    except ValidationError as e:
+        raise MCPServerError(f"the recorded answers to the MCP server {server!r} are not MCP input responses: "
+                             f"{e.errors(include_url=False)[0]['msg']}") from e
+
+
+def waiting(server: str, result: mcp_types.InputRequiredResult) -> InputWait:
+    """The questions of an ``input_required`` result, as plain JSON, to wait for a person."""
+    requests = {key: r.model_dump(by_alias=True, mode="json", exclude_none=True)
+                for key, r in (result.input_requests or {}).items()}
+    return InputWait(server, requests, result.request_state)
 
 
 def reset(token: Any) -> None:

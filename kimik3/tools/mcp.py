@@ -64,7 +64,7 @@ from typing import Any, Literal, TextIO, TypeAlias, TypeVar
 
 import anyio
 import anyio.to_thread
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ValidationError
 
 try:
     import httpx2
@@ -92,7 +92,9 @@ from ._mcp_input import (
     TasksExtension,
     calling,
     elicitation_callback,
+    replay_seed,
     reset,
+    waiting,
 )
 from ._mcp_schema import CHECK_BUDGET_S, ArgumentsSchema
 from ._tool import Tool, ToolContext, ToolResult, load_arguments
@@ -114,7 +116,6 @@ _CLOSE_LIMIT_S = 10.0  # a session's own shutdown (a stdio server's takes up to 
 _REAPER = str(Path(__file__).parent / "coding" / "_reaper.py")
 _SDK_CLOSED = "Connection closed"  # the SDK's own error when the connection ends (mcp.shared.jsonrpc_dispatcher)
 _T = TypeVar("_T")
-_RESPONSES: TypeAdapter[dict[str, Any]] = TypeAdapter(dict[str, mcp_types.InputResponse])
 
 
 def _describe(exc: BaseException) -> str:
@@ -508,22 +509,13 @@ class MCPServer(Toolset):
                 not answer within ``timeout``, or closed the connection during the call;
                 ``replay`` answers that are not MCP input responses.
         """
-        seed: dict[str, Any] = {}
-        if replay is not None:
-            try:
-                seed = {"input_responses": _RESPONSES.validate_python(replay.input_responses),
-                        "request_state": replay.request_state}
-            except ValidationError as e:
-                raise MCPServerError(f"the recorded answers to the MCP server {self.name!r} are not MCP input "
-                                     f"responses: {e.errors(include_url=False)[0]['msg']}") from e
+        seed = replay_seed(self.name, replay)
         token, call = calling(name, defer=defer is not None and self.input_handler is None)
         try:
             result = await self._guarded(
                 lambda client: client.call_tool(name, arguments, read_timeout_seconds=self.timeout, **seed))
             if call.waiting is not None and defer is not None:
-                requests = {key: r.model_dump(by_alias=True, mode="json", exclude_none=True)
-                            for key, r in (call.waiting.input_requests or {}).items()}
-                defer(InputWait(self.name, requests, call.waiting.request_state))
+                defer(waiting(self.name, call.waiting))
                 return ToolResult(content=f"waiting for a person's answer to the MCP server {self.name!r}")
         except MCPError as e:
             if call.problems:
