@@ -223,6 +223,9 @@ def test_cli_run_stops_answer_records_and_resume_replays(tmp_path: Path) -> None
     assert out.exit_code == 0, out.output
     assert out.output == (f"{question}\nanswered: {{\"{ASK}\": {{\"name\": \"Ada\"}}}}\n"
                           f"continue with: kimik3 resume {session}\n")
+    shown = CliRunner().invoke(main, ["show", str(session)]).output.splitlines()
+    assert f"--- waits for answers to the MCP server 'inp': id={pending.id}" in shown
+    assert shown[-2] == f"--- answered: id={pending.id}" and not any(line.startswith("awaiting") for line in shown)
     none = CliRunner().invoke(main, ["answer", str(session), pending.id, "Bob"])
     assert none.exit_code == 1 and none.output.splitlines()[-1] == (
         f"error: UserError: no tool call awaits an answer in {session}")
