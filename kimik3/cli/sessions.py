@@ -150,7 +150,8 @@ def _typed(text: str, kind: object, field: str) -> object:
         if kind == "number":
             return float(text)
     except ValueError:
-        raise click.UsageError(f"the field {field!r} takes a {kind}, got {text!r:.60}") from None
+        raise click.UsageError(f"the field {field!r} takes {'an integer' if kind == 'integer' else 'a number'}, "
+                               f"got {text!r:.60}") from None
     if kind == "boolean":
         if text.lower() not in ("true", "false", "yes", "no"):
             raise click.UsageError(f"the field {field!r} takes true or false, got {text!r:.60}")

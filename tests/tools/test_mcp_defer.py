@@ -304,3 +304,24 @@ def test_a_turn_with_a_deferred_approval_and_a_question_stops_for_both_and_one_r
     assert result.stop_reason == "completed"
     assert sorted(str(m.content) for m in load_session(session) if isinstance(m, ToolMessage)) == [
         "booked Oslo for Ada", "noted hi"]
+
+
+def test_cli_answer_text_takes_the_type_of_the_questions_one_field(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from kimik3.cli import main
+
+    session, pending = asked(tmp_path)
+    party = {"properties": {"party": {"type": "integer"}}, "required": ["party"], "type": "object"}
+    # the question as another server asks it (an edit before any answer: the answer binds to what is shown)
+    _edit(session, "input_required", {"input_requests": {ASK: {**QUESTION, "params": {
+        **QUESTION["params"], "message": "How many?", "requestedSchema": party}}}})
+    bad = CliRunner().invoke(main, ["answer", str(session), pending.id, "four"])
+    assert bad.exit_code == 2 and "the field 'party' takes an integer, got 'four'" in bad.output
+    both = CliRunner().invoke(main, ["answer", str(session), pending.id, "4", "--decline"])
+    assert both.exit_code == 2 and "give one answer: TEXT, --json JSON or --decline" in both.output
+    assert records(session, "input_responses") == []
+    out = CliRunner().invoke(main, ["answer", str(session), pending.id, "4"])
+    assert out.exit_code == 0, out.output
+    assert records(session, "input_responses")[0]["input_responses"] == {
+        ASK: {"action": "accept", "content": {"party": 4}}}
