@@ -180,6 +180,9 @@ def _content(pending: PendingInput, text: str | None, given: str | None, decline
     request = pending.input_requests[keys[0]]
     params = request.get("params") or {}
     fields = (params.get("requestedSchema") or {}).get("properties") or {}
+    if len(keys) == 1 and isinstance(params.get("url"), str):
+        raise click.UsageError(f"call {pending.id} asks you to answer at {printable(params['url'])}: once done "
+                               "there, record it with --json '{}' (or --decline)")
     if len(keys) > 1 or len(fields) != 1:
         raise click.UsageError(f"call {pending.id} asks for {len(fields)} fields in {len(keys)} question(s): "
                                "answer with --json (TEXT answers a question of one field)")

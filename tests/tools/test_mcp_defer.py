@@ -325,3 +325,23 @@ def test_cli_answer_text_takes_the_type_of_the_questions_one_field(tmp_path: Pat
     assert out.exit_code == 0, out.output
     assert records(session, "input_responses")[0]["input_responses"] == {
         ASK: {"action": "accept", "content": {"party": 4}}}
+
+
+def test_a_url_mode_question_is_shown_with_its_url_and_answered_with_an_empty_object(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from kimik3.cli import main
+
+    session, pending = asked(tmp_path)
+    url = {"method": "elicitation/create", "params": {"mode": "url", "message": "Sign in to book",
+                                                      "url": "https://example.test/auth", "elicitationId": "e1"}}
+    _edit(session, "input_required", {"input_requests": {ASK: url}})
+    (waiting,) = pending_inputs(session)
+    assert waiting.questions() == [f"inp asks (book, id={pending.id}, question {ASK}): Sign in to book "
+                                   "[answer at https://example.test/auth]"]
+    text = CliRunner().invoke(main, ["answer", str(session), pending.id, "done"])
+    assert text.exit_code == 2 and "asks you to answer at https://example.test/auth: once done there, record it " \
+                                   "with --json '{}' (or --decline)" in text.output
+    out = CliRunner().invoke(main, ["answer", str(session), pending.id, "--json", "{}"])
+    assert out.exit_code == 0, out.output
+    assert records(session, "input_responses")[0]["input_responses"] == {ASK: {"action": "accept", "content": {}}}
