@@ -16,10 +16,17 @@ write is billed: written prompt tokens cost the input price). ``kimi-k3.1-pro``:
 announcement (2026-10-23) as issues 33 and 43 give it: cache reads $0.20/M, cache *writes* billed
 from then on, $2/M for a 5-minute lifetime and $4/M for 1 hour (``prompt_cache_options``,
 :attr:`~kimik3.types.ModelSettings.prompt_cache_lifetime`). ``kimi-k3.1-pro-highspeed`` is "priced
-apart" (issue 43, the same announcement) but no source this project has states its prices, so
-kimik3 prices it not at all rather than with invented figures: its user gives them
-(``Pricing(...)``, ``--price``), and a USD budget without them is refused before any model call
-(:func:`missing_prices` says why).
+apart" (issue 43, the same announcement). Searched on 2026-12-02: no page of Moonshot's states its
+prices. A relay's page (https://docs.apiyi.com/api-capabilities/kimi-k3.1/overview, tested there
+2026-10-25) lists $4 input, $20 output, $0.20 cache reads, $4 / $8 cache writes (5 minutes / 1
+hour) and says they match the official ones, but its cache figures are "configured, not
+verified" and a relay is not Moonshot: kimik3 prices Highspeed not at all rather than with
+unconfirmed figures. Its user gives them (``Pricing(...)``, ``--price``), and a USD budget without
+them is refused before any model call (:func:`missing_prices` says why). The same search found
+Moonshot's forum post on K3.1's lifetimes
+(https://forum.moonshot.ai/t/context-caching-upgrade-5-min-1-hour-ttl-options/613): ``5m`` and
+``1h``, ``5m`` when ``prompt_cache_options`` is omitted, cache writes billed apart; it confirms the
+Pro write prices' two lifetimes, not their figures (issue 43 gives those).
 
 Only these exact ids (case-insensitive) are priced: a self-hosted engine (a model directory, a
 ``vllm serve`` of ``moonshotai/Kimi-K3``) costs what its hardware costs, not Moonshot's prices,
@@ -107,8 +114,8 @@ PRICES: dict[str, Pricing] = {
 """Moonshot's hosted prices by model id (lower case; see the module docstring)."""
 
 UNPRICED: dict[str, str] = {
-    "kimi-k3.1-pro-highspeed": "is priced apart from kimi-k3.1-pro (Moonshot, 2026-10-23), and kimik3 has no "
-                               "source for its prices",
+    "kimi-k3.1-pro-highspeed": "is priced apart from kimi-k3.1-pro (Moonshot, 2026-10-23) and its prices are "
+                               "unknown to kimik3 (no Moonshot page states them)",
 }
 """Hosted model ids known to have prices of their own that kimik3 does not know, and why."""
 

@@ -3,7 +3,7 @@ decisions, results, turn outcomes and events (model deltas included: the agent o
 vocabulary, so consumers never import :mod:`kimik3.formats`)."""
 
 from ._agent import Agent
-from ._deferred import pending_approvals, record_approvals
+from ._deferred import pending_approvals, pending_inputs, record_answers, record_approvals
 from ._dynamic import dynamic_names as dynamic_names
 from ._fork import fork_session, format_session
 from ._guardrails import (
@@ -38,6 +38,7 @@ from ._types import (
     FinalEvent,
     ModelSettings,
     PendingCall,
+    PendingInput,
     ReasoningDelta,
     RunResult,
     StopReason,
@@ -81,6 +82,7 @@ __all__ = [
     "MemoryStore",
     "ModelSettings",
     "PendingCall",
+    "PendingInput",
     "PrefixStats",
     "ReasoningDelta",
     "RunHooks",
@@ -105,8 +107,10 @@ __all__ = [
     "load_session",
     "output_guardrail",
     "pending_approvals",
+    "pending_inputs",
     "prefix_stats",
     "read_session_records",
+    "record_answers",
     "record_approvals",
     "tool_input_guardrail",
     "tool_output_guardrail",

@@ -37,7 +37,7 @@ import logging
 import math
 import os
 import sys
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import replace
 from typing import Any, Generic, Literal, cast
@@ -67,7 +67,7 @@ from ..types import (
     UserMessage,
 )
 from . import _arguments
-from ._approval import edit_note
+from ._approval import edit_note, pending_call
 from ._arguments import check_agent_arguments, output_adapter, run_messages, task_message, validate_output
 from ._checks import (
     EMPTY_TURN,
@@ -81,11 +81,12 @@ from ._checks import (
 )
 from ._compaction import head_problem
 from ._cut import cut_outcome, whole_answer
-from ._deferred import Approvals, decide, finished, prepare_resume, settle
+from ._deferred import Approvals, decide, finished, prepare_resume, replayed, settle
 from ._dynamic import Toolbox, dynamic_names, restore_declared, undeclared
 from ._guardrails import Guardrail, Guards, merge_guardrails
 from ._history import nothing_to_do, prune_images, result_message
 from ._hooks import AllHooks, RunHooks
+from ._inputs import input_waiter
 from ._overflow import fitted_turn, served_window
 from ._prompts import SUMMARY_INSTRUCTIONS
 from ._routing import RoutingKey, check_routing_key, conversation_routing
@@ -311,6 +312,7 @@ class Agent(Generic[OutputT]):
     async def resume(
         self, path: Source, task: str | None = None, *, settings: ModelSettings | None = None,
         approvals: Approvals | None = None, guardrails: Sequence[Guardrail] | None = None,
+        answers: Mapping[str, Mapping[str, dict[str, Any] | None]] | None = None,
     ) -> RunResult[OutputT]:
         """Continue the session recorded in ``path`` (appending to it).
 
@@ -318,18 +320,23 @@ class Agent(Generic[OutputT]):
         the approval hook deferred (:attr:`RunResult.pending_approvals`): recorded first, then
         each approved call runs once (:mod:`kimik3.agents._deferred`: across crashes too), a
         denied one gets its error result; undecided ones keep the run at ``approval_required``.
-        Calls a crash left without a result get an error result; then the run continues (with
-        ``task`` as a new user message, if given).
+        ``answers`` (``{call id: {request key: content dict, or None to decline}}``) answer the
+        MCP servers' questions calls stopped on (:attr:`RunResult.pending_inputs`): recorded
+        first, bound to the questions, then each answered call is replayed once with them as
+        its ``inputResponses`` (:mod:`kimik3.agents._inputs`); unanswered ones keep the run at
+        ``input_required``. Calls a crash left without a result get an error result; then the
+        run continues (with ``task`` as a new user message, if given).
 
         Raises:
             UserError: no ``task`` and the session ends with the agent's answer (nothing to do); a
-                ``task`` while calls await a decision; bad ``approvals`` (:func:`.record_approvals`).
+                ``task`` while calls await a decision or answers; bad ``approvals``
+                (:func:`.record_approvals`) or ``answers`` (:func:`.record_answers`).
             SessionError: an unreadable session file (the line is named), or one another run is
                 writing (the holder is named). A torn last line of a crash is dropped, never an error.
         """
         writer = SessionWriter(path, create=False)  # the run's writer: the one read and lock of a resume
         try:
-            prepare_resume(writer, approvals or {}, task)
+            prepare_resume(writer, approvals or {}, task, answers)
         except BaseException:
             writer.close()
             raise
@@ -408,8 +415,8 @@ class Agent(Generic[OutputT]):
             if run.guards.trip is not None:  # a guardrail tripped (agents/_guardrails.py)
                 yield FinalEvent(self._result(run, None, "guardrail"))
                 return
-            if run.deferred:  # calls await a person's decision (Defer): stop; a resume goes on
-                yield FinalEvent(self._result(run, None, "approval_required"))
+            if run.deferred or run.waiting:  # calls await a person's decision or answers: stop; a resume goes on
+                yield FinalEvent(self._result(run, None, "approval_required" if run.deferred else "input_required"))
                 return
             exhausted = run.exhausted(self.budgets, self.client.model)
             if exhausted is not None:
@@ -560,8 +567,8 @@ class Agent(Generic[OutputT]):
             why = failures.interrupted(by_time_budget=scope.cancel_called)
             for i, call in enumerate(calls):
                 result = results[i]
-                if result is None and call.id in run.deferred:
-                    continue  # no result: it waits for a decision (a resume answers it)
+                if result is None and (call.id in run.deferred or call.id in run.waiting):
+                    continue  # no result: it waits for a decision or answers (a resume gives them)
                 if result is None:
                     result = ToolResult.from_failure(why, self.failure_text)
                 result = run.loops.answered(steps[i], result)  # told what it repeats, at loop_warn
@@ -605,7 +612,9 @@ class Agent(Generic[OutputT]):
         if error is not None:  # a value beyond the JSON limits, or arguments a server sent broken
             results[i] = ToolResult.from_failure(failures.not_run(error), self.failure_text)
             return
-        decision = await decide(run, self.approval, call, self.failure_text)  # the hook's, or a recorded one
+        recorded = call.id in run.decisions
+        replay = replayed(run, call)  # a call answered in the session: replayed with its answers
+        decision = replay[0] if replay else await decide(run, self.approval, call, self.failure_text)
         if decision is None:  # deferred (Defer): recorded in the session; a resume decides it
             return
         if isinstance(decision, ToolResult):  # denied, or the check failed: the model sees why
@@ -617,9 +626,15 @@ class Agent(Generic[OutputT]):
             return
         approved[i] = decision
         context = run.tool_context(call.id, self.add_tools, self.failure_text, self.budgets, self.approval)
+        if replay or recorded or not decision.edited:  # a hook's live edit is in no record: its questions cannot wait
+            arguments = decision.arguments if isinstance(decision.arguments, dict) else pending_call(call).arguments
+            context = replace(context, defer_input=input_waiter(run, call, arguments),
+                              input_replay=replay[1] if replay else None)
         left = run.deadline(self.budgets)  # rounded up to 0.1 s: the error names a readable limit
         limits = [t for t in (tool.timeout, left if left is None else math.ceil(left * 10) / 10) if t is not None]
         result = await tool.run(decision.arguments, context, timeout=min(limits) if limits else None)
+        if call.id in run.waiting:  # its MCP server's questions wait for a person (recorded): no result yet
+            return
         result = await check_images(result, self.client.check_image, self.failure_text)  # the model can't see it
         result = await self.hooks.tool_result(call, edit_note(result, decision))
         results[i] = await run.guards.check_tool_output(call.id, name, result)
@@ -649,6 +664,7 @@ class Agent(Generic[OutputT]):
         return RunResult(output=output, messages=run.messages, usage=run.usage, turns=run.turns,
                          stop_reason=reason, session_path=path, failed_calls=run.failed_calls,
                          cut_calls=run.cut_calls, dropped_calls=run.dropped_calls, issues=list(run.issues),
-                         cost=run.cost, pending_approvals=list(run.deferred.values()), guardrail=run.guards.trip,
+                         cost=run.cost, pending_approvals=list(run.deferred.values()),
+                         pending_inputs=list(run.waiting.values()), guardrail=run.guards.trip,
                          summaries=run.summaries, cleared_results=run.cleared_results,
                          dropped_messages=run.dropped_messages)

@@ -56,18 +56,19 @@ import anyio
 
 from .._exceptions import JSONLimitError, SessionError, UserError
 from .._json import check_json_limits
-from ..tools import ToolResult, failures
+from ..tools import InputReplay, ToolResult, failures
 from ..tools.failures import FailureText
 from ..types import AssistantMessage, Message, ToolCall, ToolMessage
 from ._approval import apply_decision, approve, pending_call
 from ._hooks import RunHooks
+from ._inputs import answer_body, input_digest, read_answer, read_asked, responses_for
 from ._run import _Run
 from ._session import JournalRecord, SessionLog, SessionWriter, Source
-from ._types import AgentEvent, Allow, ApprovalHook, Defer, Deny, Edit, PendingCall, ToolCallApprovedEvent
+from ._types import AgentEvent, Allow, ApprovalHook, Defer, Deny, Edit, PendingCall, PendingInput, ToolCallApprovedEvent
 
 __all__ = [
-    "Approvals", "CallJournal", "call_digest", "decide", "finished", "pending_approvals", "prepare_resume",
-    "read_journal", "record_approvals", "settle",
+    "Approvals", "CallJournal", "call_digest", "decide", "finished", "pending_approvals", "pending_inputs",
+    "prepare_resume", "read_journal", "record_answers", "record_approvals", "replayed", "settle",
 ]
 
 ORPHAN = ("the run stopped before this call's result was recorded; whether it ran, and how far, is unknown: check "
@@ -89,8 +90,11 @@ class CallJournal:
         answered: a result message answers it.
         deferred: what the hook was shown when it deferred the call (None: never deferred).
         decision: the decision recorded on it, and its line.
-        started: an approved call began to run (``tool_started``).
+        started: an approved (or answered) call began to run (``tool_started``), and has not
+            stopped on new questions since.
         finished: the call returned (``tool_finished``); its result was to follow.
+        asked: the MCP questions it stopped on last (``input_required``; :mod:`._inputs`).
+        responses: their answers (``input_responses``), and the answer's line.
     """
 
     call: ToolCall
@@ -100,6 +104,9 @@ class CallJournal:
     decided_at: int = 0
     started: bool = False
     finished: bool = False
+    asked: PendingInput | None = None
+    responses: dict[str, Any] | None = None
+    answered_at: int = 0
 
 
 def _last_turn(messages: Sequence[Message]) -> tuple[list[ToolCall], set[str]]:
@@ -218,8 +225,9 @@ def read_journal(path: str | os.PathLike[str] | None, messages: Sequence[Message
                 raise ValueError(f"no call {call_id!r} in the last turn")
             shared = sum(c.id == call_id for c in calls) > 1
             if kind == "tool_finished":  # every call's; of calls sharing an id, none can be told apart
-                if entry.deferred is not None and not entry.started:
-                    raise ValueError(f"call {call_id!r} was deferred and never started (tool_started)")
+                if (entry.deferred is not None or entry.asked is not None) and not entry.started:
+                    why = "was deferred" if entry.asked is None else "waits for answers"
+                    raise ValueError(f"call {call_id!r} {why} and never started (tool_started)")
                 entry.finished = not shared
                 continue
             if shared:
@@ -233,6 +241,20 @@ def read_journal(path: str | os.PathLike[str] | None, messages: Sequence[Message
                     raise ValueError(f"call {call_id!r} was " + ("decided already" if entry.decision is not None
                                                                  else "never deferred"))
                 entry.decision, entry.decided_at = _decision(body, entry.deferred), line
+            elif kind == "input_required":
+                _asked(entry)
+                edit = entry.decision.arguments if isinstance(entry.decision, Edit) else None
+                entry.asked = read_asked(entry.call, body, pending_call(entry.call).arguments, edit)
+                entry.responses, entry.started = None, False
+            elif kind == "input_responses":
+                if entry.asked is None or entry.responses is not None:
+                    raise ValueError(f"call {call_id!r} " + ("was answered already" if entry.asked is not None
+                                                             else "asked no questions"))
+                entry.responses, entry.answered_at = read_answer(body, entry.asked), line
+            elif entry.asked is not None:  # tool_started of a replay
+                if entry.responses is None or entry.started:
+                    raise ValueError(f"call {call_id!r} started again without answers to its questions")
+                entry.started = True
             elif entry.decision is None or isinstance(entry.decision, Deny):  # tool_started
                 raise ValueError(f"call {call_id!r} started without an approval")
             else:
@@ -240,6 +262,90 @@ def read_journal(path: str | os.PathLike[str] | None, messages: Sequence[Message
         except ValueError as e:
             raise SessionError(f"{path}:{line}: not a valid {kind} record: {e}") from None
     return entries
+
+
+def _asked(entry: CallJournal) -> None:
+    """Refuse an ``input_required`` record where the call cannot have asked: it finished, was
+    deferred and never started, or asked before and was not replayed since."""
+    call_id = entry.call.id
+    if entry.finished:
+        raise ValueError(f"call {call_id!r} was journaled finished before")
+    if entry.deferred is not None and not entry.started:
+        raise ValueError(f"call {call_id!r} was deferred and never started")
+    if entry.asked is not None and not entry.started:
+        raise ValueError(f"call {call_id!r} asked before and was not replayed with answers since")
+
+
+def pending_inputs(session: Source | SessionLog) -> list[PendingInput]:
+    """The tool calls of ``session``'s last turn whose MCP questions await a person's answer, in
+    call order (:class:`PendingInput`). Reads only.
+
+    Raises:
+        SessionError: as :func:`~kimik3.agents.load_session`, or a journal record that does not fit.
+    """
+    log = session if isinstance(session, SessionLog) else SessionLog.read(session)
+    return [e.asked for e in read_journal(log.path, log.messages, log.journal) if e.asked and e.responses is None]
+
+
+def record_answers(session: Source | SessionWriter, answers: Mapping[str, Mapping[str, dict[str, Any] | None]],
+                   shown: Sequence[PendingInput] | None = None) -> list[PendingInput]:
+    """Record answers to the MCP questions calls of ``session``'s last turn wait on, before
+    anything runs (an ``input_responses`` record each, bound to the questions by their SHA-256:
+    :func:`~kimik3.agents._inputs.input_digest`); the run that continues the session replays each
+    answered call once with them.
+
+    Args:
+        session: the session (it must exist), or the writer of a run that holds it already.
+        answers: ``{call id: {request key: content}}``: for every question of the call, a dict
+            of the values its ``requestedSchema`` asks for, or None to decline (:func:`pending_inputs`
+            lists the questions). A call answered already the same way is left as it is.
+        shown: the questions a person was shown (``kimik3 answer``): each answered call must
+            still have exactly those (call, arguments, requests, state) when the file is read
+            under the writer's lock.
+
+    Returns:
+        The calls answered now, in the order given.
+
+    Raises:
+        UserError: an id of no call awaiting answers (the ones that do are named), answers not
+            for exactly the call's questions, a content neither a dict within the JSON limits
+            nor None, or a call answered otherwise before; nothing is recorded then.
+        SessionError: as :class:`SessionWriter`; an answered call that is not the one ``shown``.
+    """
+    if not isinstance(answers, Mapping):
+        raise UserError(f"answers must be a mapping {{call id: {{request key: content or None}}}}, "
+                        f"got {type(answers).__name__}")
+    if not answers:
+        return []
+    writer = session if isinstance(session, SessionWriter) else SessionWriter(session, create=False)
+    try:
+        entries = {e.call.id: e for e in read_journal(writer.path, writer.messages, writer.journal)}
+        waiting = [i for i, e in entries.items() if e.asked and e.responses is None]
+        todo: list[tuple[PendingInput, dict[str, Any]]] = []
+        for call_id, given in answers.items():
+            entry = entries.get(call_id) if isinstance(call_id, str) else None
+            if entry is None or entry.asked is None:
+                raise UserError(f"no call {call_id!r} awaits answers in {writer.path}; awaiting: "
+                                f"{', '.join(map(repr, waiting)) or 'none'}")
+            responses = responses_for(entry.asked, given)
+            if entry.responses is not None:
+                if entry.responses != responses:
+                    raise UserError(f"call {call_id!r} of {writer.path} was answered already (line "
+                                    f"{entry.answered_at}); an answer is final")
+                continue
+            todo.append((entry.asked, responses))
+        if shown is not None:
+            seen = {p.id: input_digest(p) for p in shown}
+            for pending, _ in todo:
+                if seen.get(pending.id) != input_digest(pending):
+                    raise SessionError(f"the questions of call {pending.id!r} of {writer.path} changed after they "
+                                       "were shown; nothing was recorded: read them again and answer")
+        for pending, responses in todo:
+            writer.record("input_responses", answer_body(pending, responses))
+        return [pending for pending, _ in todo]
+    finally:
+        if writer is not session:
+            writer.close()
 
 
 def pending_approvals(session: Source | SessionLog) -> list[PendingCall]:
@@ -337,26 +443,34 @@ def _record(writer: SessionWriter, approvals: Mapping[str, Decision],
     return todo
 
 
-def prepare_resume(writer: SessionWriter, approvals: Approvals, task: object) -> None:
+def prepare_resume(writer: SessionWriter, approvals: Approvals, task: object,
+                   answers: Mapping[str, Mapping[str, dict[str, Any] | None]] | None = None) -> None:
     """What :meth:`Agent.resume` does first, through the run's own writer (one read, one lock):
-    record ``approvals`` (:func:`record_approvals`) and refuse a ``task`` while calls still wait
-    for a decision (before anything else is written).
+    record ``approvals`` (:func:`record_approvals`) and ``answers`` (:func:`record_answers`), and
+    refuse a ``task`` while calls still wait (before anything else is written).
 
     Raises:
-        UserError: as :func:`record_approvals`; a ``task`` while calls await a decision.
+        UserError: as :func:`record_approvals` / :func:`record_answers`; a ``task`` while calls
+            await a decision or answers.
         SessionError: as :func:`record_approvals` / :func:`pending_approvals`.
     """
     record_approvals(writer, approvals)
+    record_answers(writer, answers or {})
     if task is not None:
-        _refuse_task([e.call.id for e in read_journal(writer.path, writer.messages, writer.journal)
-                      if e.deferred and e.decision is None])
+        _refuse_task(read_journal(writer.path, writer.messages, writer.journal))
 
 
-def _refuse_task(waiting: list[str]) -> None:
+def _refuse_task(entries: Sequence[CallJournal]) -> None:
+    waiting = [e.call.id for e in entries if e.deferred and e.decision is None and e.asked is None]
     if waiting:
         raise UserError(f"{len(waiting)} tool call(s) of this session await approval "
                         f"({', '.join(map(repr, waiting))}): decide them first (Agent.resume(session, "
                         "approvals=...) or kimik3 approve), then give a task")
+    asking = [e.call.id for e in entries if e.asked and e.responses is None and not e.answered]
+    if asking:
+        raise UserError(f"{len(asking)} tool call(s) of this session await answers to an MCP server's questions "
+                        f"({', '.join(map(repr, asking))}): answer them first (Agent.resume(session, "
+                        "answers=...) or kimik3 answer), then give a task")
 
 
 async def decide(run: _Run, hook: ApprovalHook | None, call: ToolCall,
@@ -390,6 +504,21 @@ async def decide(run: _Run, hook: ApprovalHook | None, call: ToolCall,
     return None
 
 
+def replayed(run: _Run, call: ToolCall) -> tuple[ToolCallApprovedEvent, InputReplay] | None:
+    """``call``, answered in the session, about to be replayed with its answers (journaled
+    ``tool_started`` first): the call with the arguments it asked with, and the answers; None
+    when ``call`` is no replay of this run. A replay is not asked to the approval hook again:
+    the call was approved when it first ran, and the person answered its questions."""
+    replay = run.replays.pop(call.id, None)
+    if replay is None:
+        return None
+    pending, answers = replay
+    if run.session is not None:
+        run.session.record("tool_started", {"call_id": call.id, "name": call.function.name})
+    edited = _canonical(pending.arguments) != _canonical(pending_call(call).arguments)
+    return ToolCallApprovedEvent(call.id, call.function.name, pending.arguments, edited=edited), answers
+
+
 def finished(run: _Run, call: ToolCall) -> None:
     """Journal that ``call`` returned (``tool_finished``), the moment it does: its result is
     appended only when the turn's last call ends, and a crash in between must not leave a
@@ -415,9 +544,8 @@ async def settle(run: _Run, run_tools: RunTools, hooks: RunHooks, text: FailureT
     records = run.session.journal if run.session is not None else []
     path = run.session.path if run.session is not None else None
     entries = [e for e in read_journal(path, run.messages, records) if not e.answered]
-    waiting = [e.call.id for e in entries if e.deferred and e.decision is None]
     if task:
-        _refuse_task(waiting)
+        _refuse_task(entries)
     for e in entries:
         name = e.call.function.name
         if e.finished:
@@ -431,13 +559,17 @@ async def settle(run: _Run, run_tools: RunTools, hooks: RunHooks, text: FailureT
                       "it was not run again")
             message = ToolMessage(content=text(failures.interrupted_by_stop()), tool_call_id=e.call.id, name=name)
             run.add(message)
+        elif e.asked is not None and e.responses is not None:
+            run.replays[e.call.id] = (e.asked, InputReplay(e.responses, e.asked.request_state))
+        elif e.asked is not None:
+            run.waiting[e.call.id] = e.asked
         elif e.decision is not None:
             run.decisions[e.call.id] = e.decision
         elif e.deferred is not None:
             run.deferred[e.call.id] = e.deferred
         else:
             run.add(ToolMessage(content=text(failures.orphaned(ORPHAN)), tool_call_id=e.call.id, name=name))
-    calls = [e.call for e in entries if e.call.id in run.decisions]
+    calls = [e.call for e in entries if e.call.id in run.decisions or e.call.id in run.replays]
     if not calls:
         return
     await hooks.before_tools(run.turns, calls)
@@ -446,5 +578,6 @@ async def settle(run: _Run, run_tools: RunTools, hooks: RunHooks, text: FailureT
             yield event
     finally:
         run.decisions.clear()  # a later turn's call with the same id asks the hook
+        run.replays.clear()
         with anyio.CancelScope(shield=True):
             await hooks.after_tools(run.turns, calls)

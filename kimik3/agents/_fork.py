@@ -19,10 +19,10 @@ from typing import Any
 
 from .._exceptions import UserError
 from .._pricing import format_usd
-from .._text import counted, shown_call, shown_text
+from .._text import counted, printable, shown_call, shown_text
 from ..types import AssistantMessage, ImagePart, TextPart, ToolCall, ToolMessage, Usage
 from ._approval import pending_call
-from ._deferred import pending_approvals
+from ._deferred import pending_approvals, pending_inputs
 from ._session import JournalRecord, SessionLog, SessionRecord, read_session_records
 
 __all__ = ["SessionRecord", "fork_session", "format_session", "read_session_records"]
@@ -128,6 +128,10 @@ def _journal_line(record: JournalRecord, calls: dict[str, ToolCall]) -> str:
         return shown_call(f"--- deferred for approval: {pending.name}(", pending.arguments, f")  {call}")
     if record.kind == "tool_started":
         return f"--- approved call started: {body.get('name')}  {call}"
+    if record.kind == "input_required":
+        return f"--- waits for answers to the MCP server {printable(str(body.get('server')))!r}: {call}"
+    if record.kind == "input_responses":
+        return f"--- answered: {call}"
     decision = body.get("decision")
     if decision == "deny":
         return f"--- denied: {call} ({body.get('reason')})"
@@ -229,4 +233,10 @@ def format_session(
         out.append(f"awaiting approval: {counted(len(pending), 'call')} (kimik3 approve {where} "
                    f"[--allow ID] [--deny ID] [--edit ID JSON] [--all], then kimik3 resume {where})")
         out.extend(shown_call(f"    {p.name}(", p.arguments, f")  id={p.id}", indent=" " * 8) for p in pending)
+    asking = pending_inputs(log)
+    if asking:
+        where = shlex.quote(str(Path(path).resolve()))
+        out.append(f"awaiting answers: {counted(len(asking), 'call')} (kimik3 answer {where} ID TEXT "
+                   f"[--json JSON] [--decline], then kimik3 resume {where})")
+        out.extend(f"    {line}" for p in asking for line in p.questions())
     return "\n".join(out) + "\n"

@@ -14,7 +14,7 @@ from .. import _tracing
 from .._exceptions import UserError
 from .._pricing import Pricing, missing_prices, pricing_for
 from ..formats.k3 import PromptCache
-from ..tools import Tool, ToolContext
+from ..tools import InputReplay, Tool, ToolContext
 from ..tools.failures import FailureText
 from ..types import (
     AGENTIC_SETTINGS,
@@ -33,7 +33,7 @@ from ._guardrails import Guards
 from ._loops import Loop, LoopBreaker
 from ._session import SessionWriter
 from ._tokens import RunTokens
-from ._types import DEFAULT_CONTEXT_WINDOW, Allow, Budgets, Deny, Edit, PendingCall, StopReason
+from ._types import DEFAULT_CONTEXT_WINDOW, Allow, Budgets, Deny, Edit, PendingCall, PendingInput, StopReason
 
 __all__ = ["_Run"]
 
@@ -88,6 +88,8 @@ class _Run:
         self.pricing: Pricing | Literal["auto"] | None = None
         self.deferred: dict[str, PendingCall] = {}  # calls awaiting a person's decision (RunResult.pending_approvals)
         self.decisions: dict[str, Allow | Deny | Edit] = {}  # recorded decisions on the calls a resume runs
+        self.waiting: dict[str, PendingInput] = {}  # calls whose MCP questions await answers (RunResult.pending_inputs)
+        self.replays: dict[str, tuple[PendingInput, InputReplay]] = {}  # answered calls a resume replays
         self.guards = Guards()  # the run's guardrails and the trip that ends it (agents/_guardrails.py)
         self.loops = LoopBreaker(budgets or Budgets())  # repeated calls (agents/_loops.py)
         self.loop: Loop | None = None  # the loop that ends the run (stop_reason "loop_detected")

@@ -80,10 +80,12 @@ def _check_header(path: Path, record: dict[str, Any]) -> None:
         raise SessionError(f"{path}: unsupported session version {version!r} (this kimik3 reads {SESSION_VERSION})")
 
 
-JOURNAL_RECORDS = frozenset({"deferred", "decision", "tool_started", "tool_finished"})
+JOURNAL_RECORDS = frozenset({"deferred", "decision", "tool_started", "tool_finished", "input_required",
+                             "input_responses"})
 """The approval journal (:mod:`._deferred`): a call deferred to a person, the decision on it, an
 approved call about to run, a call that finished (before its result is appended with its
-turn's); each is durable before the step it announces."""
+turn's), an MCP server's questions a call waits on and their answers (:mod:`._inputs`); each is
+durable before the step it announces."""
 
 SIDE_RECORDS = frozenset({"checkpoint", "child_session", "guardrail", "routing", "run_end", "run_start", "sandbox",
                           "skills", "undo", *JOURNAL_RECORDS})

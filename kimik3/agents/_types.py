@@ -12,6 +12,7 @@ from typing_extensions import TypeVar
 
 from .._checks import check_int, check_number
 from .._exceptions import UserError
+from .._text import printable
 from ..formats.k3 import (
     ContentDelta,
     ReasoningDelta,
@@ -65,7 +66,7 @@ states one (vendor-validated K3 launches serve 131,072-196,608)."""
 
 StopReason = Literal[
     "completed", "turn_budget", "token_budget", "time_budget", "cost_budget", "invalid_output", "unusable_output",
-    "no_progress", "approval_required", "guardrail", "loop_detected", "context_overflow",
+    "no_progress", "approval_required", "input_required", "guardrail", "loop_detected", "context_overflow",
 ]
 """Why a run ended: the model answered (``completed``), a budget ran out (turns, tokens, time or
 cost: :class:`Budgets`; the agent then ran one tool-free summary turn), the answer failed
@@ -82,7 +83,11 @@ output None, an issue names the loop. ``context_overflow``: the server refused t
 long and nothing was left to make smaller (old tool results cleared, old turns dropped, a summary
 tried): output None, an issue says why; the session can be resumed. ``approval_required``: the approval hook deferred
 tool calls to a person (:class:`Defer`); they are in :attr:`RunResult.pending_approvals` (output
-None), ``Agent.resume(session, approvals=...)`` goes on. ``guardrail``: a guardrail tripped
+None), ``Agent.resume(session, approvals=...)`` goes on. ``input_required``: an MCP server asked a
+question no one could answer during the run (no input handler); the calls wait in the session
+with it (:attr:`RunResult.pending_inputs`, output None) and ``Agent.resume(session, answers=...)``
+replays them with the answers (calls awaiting approval as well: ``approval_required``, both lists
+filled). ``guardrail``: a guardrail tripped
 (:attr:`RunResult.guardrail` says which, and why; :mod:`kimik3.agents._guardrails`)."""
 
 
@@ -215,6 +220,53 @@ class PendingCall:
 
 
 @dataclass(frozen=True)
+class PendingInput:
+    """A tool call stopped on an MCP server's questions that wait for a person's answer
+    (MCP 2026-07-28 ``input_required``, no input handler; :mod:`kimik3.agents._inputs`).
+
+    Attributes:
+        id: the call's id.
+        name: the tool's name (the model's).
+        arguments: the arguments it ran with (and is replayed with).
+        server: the MCP server's name.
+        input_requests: ``{key: request}`` as the server sent them: each an
+            ``{"method": "elicitation/create", "params": {"message": ..., "requestedSchema": {...}}}``
+            (form mode) or with ``"url"`` (URL mode).
+        request_state: the server's opaque ``requestState`` (echoed with the answers).
+    """
+
+    id: str
+    name: str
+    arguments: dict[str, Any]
+    server: str
+    input_requests: dict[str, Any]
+    request_state: str | None = None
+
+    def questions(self) -> list[str]:
+        """One line per question, as a person is shown it (``kimik3 show``, ``run``, ``answer``):
+        ``inp asks (book, id=call_..., question KEY): MESSAGE [name*: string]`` (form mode: the
+        fields to give, ``*`` marking required ones) or ``[answer at URL]`` (URL mode); every
+        character a terminal would act on escaped (the text is the server's)."""
+        lines = []
+        for key, request in self.input_requests.items():
+            params = _object(request.get("params") if isinstance(request, dict) else None)
+            schema = _object(params.get("requestedSchema"))
+            required: list[Any] = schema["required"] if isinstance(schema.get("required"), list) else []
+            if isinstance(params.get("url"), str):
+                wanted = f" [answer at {params['url']}]"
+            else:
+                wanted = " [" + ", ".join(f"{name}{'*' * (name in required)}: {_object(f).get('type', 'any')}"
+                                          for name, f in _object(schema.get("properties")).items()) + "]"
+            lines.append(printable(f"{self.server} asks ({self.name}, id={self.id}, question {key}): "
+                                   f"{params.get('message')}{wanted}"))
+        return lines
+
+
+def _object(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+@dataclass(frozen=True)
 class Allow:
     """Run the call as the model made it."""
 
@@ -275,6 +327,9 @@ class RunResult(Generic[OutputT]):
         pending_approvals: with ``stop_reason="approval_required"``, the tool calls the approval
             hook deferred (:class:`Defer`), in call order: each call's id, tool name and
             arguments; decide them with ``Agent.resume(session, approvals={id: ...})``.
+        pending_inputs: with ``stop_reason="input_required"`` (or ``approval_required``), the tool
+            calls whose MCP server's questions wait for a person's answer (:class:`PendingInput`),
+            in call order; answer them with ``Agent.resume(session, answers={id: {key: ...}})``.
         guardrail: with ``stop_reason="guardrail"``, the guardrail that tripped, its stage and
             message (:class:`~kimik3.agents.GuardrailTrip`); None otherwise.
         summaries: compaction summary requests made (each a model call over the history).
@@ -294,6 +349,7 @@ class RunResult(Generic[OutputT]):
     issues: list[str] = field(default_factory=list)
     cost: float | None = None
     pending_approvals: list[PendingCall] = field(default_factory=list)
+    pending_inputs: list[PendingInput] = field(default_factory=list)
     guardrail: GuardrailTrip | None = None
     summaries: int = 0
     cleared_results: int = 0

@@ -9,6 +9,7 @@
     kimik3 show SESSION                   # a session as a transcript, messages numbered
     kimik3 resume SESSION "try B" --at 7  # fork: continue from message 7 in a new session
     kimik3 approve SESSION --deny ID      # decide the calls a run deferred for approval, then resume
+    kimik3 answer SESSION ID TEXT         # answer an MCP server's question a run stopped on, then resume
     kimik3 chat --base-url ...            # a REPL; --workspace DIR gives it the coding tools
     kimik3 preflight                      # can this node serve K3? (--preset NAME: env, command)
     kimik3 replay runs/form [--html run.html]   # replay a recorded UI trajectory, or render it
@@ -67,7 +68,7 @@ from .replay import replay_command
 from .run import chat_command, resume_command, run_command
 from .scripts import build_agent, build_engine, run_script, start_engine
 from .serve import serve_command
-from .sessions import approve_command, show_command, undo_command
+from .sessions import answer_command, approve_command, show_command, undo_command
 from .verify import preflight_command, verify_command
 
 __all__ = ["build_agent", "build_engine", "engine_options", "main", "parse_engine_arg", "run_script", "start_engine"]
@@ -84,5 +85,5 @@ def main() -> None:
 
 
 for _command in (run_command, resume_command, chat_command, preflight_command, show_command, replay_command,
-                 verify_command, undo_command, approve_command, eval_group, serve_command):
+                 verify_command, undo_command, approve_command, answer_command, eval_group, serve_command):
     main.add_command(_command)

@@ -431,7 +431,9 @@ def _terminal_input(request: Any) -> dict[str, Any] | None:
 def mcp_server(spec: str, timeout: float | None = None) -> Toolset:
     """``--mcp``: a Streamable HTTP URL, or a command line started over stdio; ``timeout``:
     ``--mcp-timeout`` (None: the MCP default). A server's request for input during a call is
-    asked on the terminal when stdin is one; unattended, such a call fails saying so."""
+    asked on the terminal when stdin is one; unattended (no input handler), a 2026-07-28
+    ``input_required`` call waits in the session and the run stops with ``input_required``
+    (``kimik3 answer``, then ``kimik3 resume``); an older server's mid-call request fails the call."""
     try:
         from ..tools import mcp
     except ImportError as e:

@@ -48,6 +48,8 @@ STOP_REASONS = {
     "time_budget": "the time budget ran out; the answer is the model's summary so far",
     "cost_budget": "the cost budget ran out, see --max-usd; the answer is the model's summary so far",
     "approval_required": "tool calls await a person's decision: kimik3 approve SESSION, then kimik3 resume SESSION",
+    "input_required": "an MCP server asked a question no one could answer here: kimik3 answer SESSION ID TEXT, "
+                      "then kimik3 resume SESSION",
     "invalid_output": "the answer did not match the required output schema",
     "unusable_output": "twice in a row the model's output had neither an answer nor a call that could run",
     "no_progress": "the model's replies were cut by the token limit again and again, see --max-tokens",
@@ -101,11 +103,14 @@ def resume_line(session: str | Path, workspace: str | Path | None = None) -> str
 
 def _next_lines(result: RunResult[Any] | None, session: Path | None) -> list[str]:
     """What to run next, as printed runnable lines: a run stopped for approvals names the
-    ``approve`` and ``resume`` commands of its session (issue 40)."""
-    if result is None or session is None or result.stop_reason != "approval_required":
+    ``approve`` and ``resume`` commands of its session (issue 40), one stopped on an MCP
+    server's questions an ``answer`` line per call (issue 43)."""
+    if result is None or session is None or result.stop_reason not in ("approval_required", "input_required"):
         return []
     where = shlex.quote(str(Path(session).resolve()))
-    return [f"decide with: kimik3 approve {where}", f"continue with: {resume_line(session)}"]
+    lines = [f"decide with: kimik3 approve {where}"] if result.pending_approvals else []
+    lines += [f"answer with: kimik3 answer {where} {shlex.quote(p.id)} TEXT" for p in result.pending_inputs]
+    return [*lines, f"continue with: {resume_line(session)}"]
 
 
 def degraded_lines(result: RunResult[Any]) -> list[str]:
@@ -113,6 +118,7 @@ def degraded_lines(result: RunResult[Any]) -> list[str]:
     answer is not clean ([] when it is)."""
     waiting = [shown_call(f"awaiting approval: {p.name} ", p.arguments, f"  id={p.id}")  # whole: a person decides
                for p in result.pending_approvals]
+    waiting += [f"awaiting an answer: {line}" for p in result.pending_inputs for line in p.questions()]
     trip = result.guardrail
     if trip is not None:
         waiting.append(f"guardrail {printable(trip.name)!r} ({trip.stage})" + (f": {printable(trip.message)}"

@@ -1,5 +1,6 @@
 """Commands on a recorded session: ``kimik3 show`` (the transcript), ``kimik3 approve`` (decide the
-calls a run deferred for approval) and ``kimik3 undo`` (restore the files its turns changed)."""
+calls a run deferred for approval), ``kimik3 answer`` (answer an MCP server's question a run
+stopped on) and ``kimik3 undo`` (restore the files its turns changed)."""
 
 from __future__ import annotations
 
@@ -8,17 +9,29 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
 from .._exceptions import KimiK3Error, UserError
 from .._text import counted, printable, shown_call
-from ..agents import Allow, Deny, Edit, PendingCall, format_session, pending_approvals, record_approvals
+from ..agents import (
+    Allow,
+    Deny,
+    Edit,
+    PendingCall,
+    PendingInput,
+    format_session,
+    pending_approvals,
+    pending_inputs,
+    record_answers,
+    record_approvals,
+)
 from ..harness import undo
 from ..tools.coding.api import show_path
 from .progress import PlainProgress, progress_view, resume_line
 
-__all__ = ["approve_command", "show_command", "undo_command"]
+__all__ = ["answer_command", "approve_command", "show_command", "undo_command"]
 
 
 @click.command(name="show")
@@ -126,6 +139,98 @@ def approve_command(ctx: click.Context, session: str, allow: tuple[str, ...], de
         what = ("still waiting: " if d is None else "denied: " if isinstance(d, Deny)
                 else shown_call("edited to ", d.arguments, ": ") if isinstance(d, Edit) else "approved: ")
         plain.note(shown_call(f"{what}{p.name} ", p.arguments, f"  id={p.id}"))
+    plain.note(f"continue with: {resume_line(session)}")
+
+
+def _typed(text: str, kind: object, field: str) -> object:
+    """TEXT as the JSON type the question's field asks for (string, integer, number, boolean)."""
+    try:
+        if kind == "integer":
+            return int(text)
+        if kind == "number":
+            return float(text)
+    except ValueError:
+        raise click.UsageError(f"the field {field!r} takes {'an integer' if kind == 'integer' else 'a number'}, "
+                               f"got {text!r:.60}") from None
+    if kind == "boolean":
+        if text.lower() not in ("true", "false", "yes", "no"):
+            raise click.UsageError(f"the field {field!r} takes true or false, got {text!r:.60}")
+        return text.lower() in ("true", "yes")
+    return text
+
+
+def _content(pending: PendingInput, text: str | None, given: str | None, decline: bool) -> dict[str, Any]:
+    """``{question key: content or None}`` for every question of ``pending`` from the command line."""
+    keys = list(pending.input_requests)
+    if decline:
+        return dict.fromkeys(keys)
+    if given is not None:
+        try:
+            value = json.loads(given)
+        except ValueError as e:
+            raise click.UsageError(f"--json: not JSON: {e}") from None
+        if len(keys) > 1:  # one object per question
+            if not isinstance(value, dict) or set(value) != set(keys):
+                raise click.UsageError(f"call {pending.id} asks {len(keys)} questions: --json takes "
+                                       f"{{question key: object or null}} for each of {', '.join(keys)}")
+            return dict(value)
+        if not isinstance(value, dict):
+            raise click.UsageError(f"--json: the answer must be a JSON object, got {given!r:.60}")
+        return {keys[0]: value}
+    request = pending.input_requests[keys[0]]
+    params = request.get("params") or {}
+    fields = (params.get("requestedSchema") or {}).get("properties") or {}
+    if len(keys) == 1 and isinstance(params.get("url"), str):
+        raise click.UsageError(f"call {pending.id} asks you to answer at {printable(params['url'])}: once done "
+                               "there, record it with --json '{}' (or --decline)")
+    if len(keys) > 1 or len(fields) != 1:
+        raise click.UsageError(f"call {pending.id} asks for {len(fields)} fields in {len(keys)} question(s): "
+                               "answer with --json (TEXT answers a question of one field)")
+    (field, spec), = fields.items()
+    return {keys[0]: {field: _typed(text or "", spec.get("type") if isinstance(spec, dict) else None, field)}}
+
+
+@click.command(name="answer")
+@click.argument("session", type=click.Path(exists=True, dir_okay=False))
+@click.argument("call_id", metavar="ID")
+@click.argument("text", required=False)
+@click.option("--json", "given", metavar="JSON",
+              help="The answer as a JSON object of the question's fields (several questions: {key: object or null}).")
+@click.option("--decline", is_flag=True, help="Decline the call's questions (the server is told so).")
+@click.pass_context
+def answer_command(ctx: click.Context, session: str, call_id: str, text: str | None, given: str | None,
+                   decline: bool) -> None:
+    """Answer the question an MCP server asked during SESSION's run, when no one could answer it
+    there (the run stopped with input_required; `kimik3 show SESSION` lists the questions): TEXT
+    answers a question of one field, --json JSON any form, --decline declines. The answer is
+    recorded in SESSION, bound to the exact question shown (a question or call changed
+    afterwards is refused); `kimik3 resume SESSION` then replays the call once with it. Exits 1
+    when no call awaits an answer, 2 for an id that does not wait or an answer that does not fit.
+    """
+    plain = PlainProgress()
+    try:
+        waiting = pending_inputs(session)
+    except KimiK3Error as e:
+        plain.error(e)
+        ctx.exit(1)
+    if not waiting:
+        plain.error(UserError(f"no tool call awaits an answer in {session}"))
+        ctx.exit(1)
+    pending = next((p for p in waiting if p.id == call_id), None)
+    if pending is None:
+        raise click.UsageError(f"no call {call_id!r} awaits an answer in {session}; awaiting: "
+                               f"{', '.join(p.id for p in waiting)}")
+    if sum((text is not None, given is not None, decline)) != 1:
+        raise click.UsageError("give one answer: TEXT, --json JSON or --decline")
+    answers = _content(pending, text, given, decline)
+    try:
+        record_answers(session, {pending.id: answers}, shown=[pending])  # bound to the questions shown
+    except KimiK3Error as e:
+        plain.error(e)
+        ctx.exit(1)
+    for line in pending.questions():
+        plain.note(line)
+    plain.note(printable(f"answered: {json.dumps(answers, ensure_ascii=False)}" if not decline else "declined"))
     plain.note(f"continue with: {resume_line(session)}")
 
 

@@ -65,7 +65,10 @@ class ProfileRules:
             passed on (False: refused, with kimik3's advice).
         prompt_cache_options: ``ModelSettings.prompt_cache_lifetime`` is sent as
             ``prompt_cache_options: {"ttl": "5m" | "1h"}`` (Moonshot's K3.1 cache billing,
-            2026-10-23; the ``ttl`` key as OpenAI's ``prompt_cache_options`` writes it). False:
+            2026-10-23; the two values and the 5-minute default when omitted as Moonshot's forum
+            states them, https://forum.moonshot.ai/t/context-caching-upgrade-5-min-1-hour-ttl-options/613,
+            read 2026-12-02; the ``ttl`` key name is unverified: no source seen spells the object's
+            key, so it is written as OpenAI's ``prompt_cache_options`` writes it). False:
             the server keeps its prefix cache as it likes (vLLM, SGLang: as long as memory
             allows), and a lifetime is refused before the request.
     """

@@ -37,6 +37,10 @@ def prompt_details(usage: Mapping[str, Any], cache_lifetime: str | None = None) 
     count of cache writes, else None (unknown). Counts are read with
     :func:`~._counts.usage_count` (which raises for one beyond ``2**53``).
 
+    Cache reads: ``prompt_tokens_details.cached_tokens`` (OpenAI), else the top-level
+    ``usage.cached_tokens`` that Moonshot's chat completions send (platform.kimi.ai/docs/api/chat,
+    as github.com/earendil-works/pi issue 8075 quotes it, 2026-08-13).
+
     Cache writes are read where servers put them: ``prompt_tokens_details.cache_write_tokens``
     (the OpenAI-shaped extension: OpenRouter, Azure's ``input_tokens_details.cache_write_tokens``),
     else ``cache_creation_input_tokens`` with its ``cache_creation.ephemeral_1h_input_tokens``
@@ -48,6 +52,8 @@ def prompt_details(usage: Mapping[str, Any], cache_lifetime: str | None = None) 
     details = usage.get("prompt_tokens_details")
     details = details if isinstance(details, Mapping) else {}
     cached = usage_count(details, "cached_tokens", "usage.prompt_tokens_details")
+    if cached is None:  # Moonshot's own chat completions put it at the top: usage.cached_tokens
+        cached = usage_count(usage, "cached_tokens")
     writes = usage_count(details, "cache_write_tokens", "usage.prompt_tokens_details")
     if writes is None:
         writes = usage_count(usage, "cache_creation_input_tokens")

@@ -8,6 +8,8 @@ The tools of MCP servers come from :mod:`kimik3.tools.mcp` (the ``mcp`` extra).
 """
 
 from ._failures import FailureKind, FailureText, ToolFailure, default_failure_text
+from ._input import InputReplay as InputReplay
+from ._input import InputWait as InputWait
 from ._limits import commit_point as commit_point
 from ._limits import stray_cancellation as stray_cancellation
 from ._limits import unwrap_group as unwrap_group

@@ -15,21 +15,23 @@ import inspect
 import logging
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeAlias
 
 import anyio
 import anyio.to_thread
+import mcp
 import mcp.types as mcp_types
 from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
 from mcp.client.session import ClientRequestContext
 from mcp.shared.exceptions import MCPError
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
 
 from .._exceptions import MCPServerError
+from ._input import InputReplay, InputWait
 
-__all__ = ["InputAnswer", "InputHandler", "InputRequest", "TASKS_EXTENSION", "TasksExtension", "calling",
-           "elicitation_callback", "reset"]
+__all__ = ["Call", "DeferringClient", "InputAnswer", "InputHandler", "InputRequest", "TASKS_EXTENSION",
+           "TasksExtension", "calling", "elicitation_callback", "replay_seed", "reset", "waiting"]
 
 log = logging.getLogger("kimik3.mcp")
 
@@ -68,14 +70,78 @@ InputHandler: TypeAlias = Callable[[InputRequest], "InputAnswer | Awaitable[Inpu
 """Answers a server's input request (sync handlers run in a worker thread, so one may block on
 a terminal prompt); raising declines it and fails the call with the handler's error."""
 
-_CALL: ContextVar[tuple[str, list[str]] | None] = ContextVar("kimik3_mcp_call", default=None)
+@dataclass
+class Call:
+    """The tool call the current task makes (:func:`calling`).
+
+    Attributes:
+        tool: its name on the server.
+        defer: a 2026-07-28 ``input_required`` result may wait for a person (no input handler,
+            and the call runs where its questions can be kept: an agent run with a session).
+        problems: why the input callback could not answer, in order.
+        waiting: the ``input_required`` result kept to wait for a person (:class:`DeferringClient`).
+    """
+
+    tool: str
+    defer: bool = False
+    problems: list[str] = field(default_factory=list)
+    waiting: mcp_types.InputRequiredResult | None = None
 
 
-def calling(tool: str) -> tuple[Any, list[str]]:
-    """Mark the current task as calling ``tool``: ``(token, problems)``; the input callback adds to
-    ``problems`` why it could not answer (reset the context var with the token afterwards)."""
-    problems: list[str] = []
-    return _CALL.set((tool, problems)), problems
+_CALL: ContextVar[Call | None] = ContextVar("kimik3_mcp_call", default=None)
+
+
+def calling(tool: str, *, defer: bool = False) -> tuple[Any, Call]:
+    """Mark the current task as calling ``tool``: ``(token, call)``; the input callback adds to
+    ``call.problems`` why it could not answer, and :class:`DeferringClient` sets ``call.waiting``
+    (reset the context var with the token afterwards)."""
+    call = Call(tool, defer)
+    return _CALL.set(call), call
+
+
+class DeferringClient(mcp.Client):
+    """``mcp.Client`` whose tool call, marked ``defer`` (:func:`calling`), stops at a first
+    ``input_required`` result made of elicitations only: kept in ``Call.waiting`` (the call's
+    result is then an empty placeholder the caller replaces), not sent to the input callback.
+    Any other result, or a call not so marked, goes the SDK's way. (It overrides the SDK's
+    ``_drive_input_required``, the one step that sees the result whole: its ``requestState``
+    included, which the replay must echo; tests/tools/test_mcp_defer.py fails if it changes.)"""
+
+    async def _drive_input_required(self, first: Any, retry: Any) -> Any:
+        call = _CALL.get()
+        if (call is not None and call.defer and isinstance(first, mcp_types.InputRequiredResult)
+                and first.input_requests
+                and all(isinstance(r, mcp_types.ElicitRequest) for r in first.input_requests.values())):
+            call.waiting = first
+            return mcp_types.CallToolResult(content=[])
+        return await super()._drive_input_required(first, retry)
+
+
+_RESPONSES: TypeAdapter[dict[str, Any]] = TypeAdapter(dict[str, mcp_types.InputResponse])
+
+
+def replay_seed(server: str, replay: InputReplay | None) -> dict[str, Any]:
+    """``mcp.Client.call_tool``'s keyword arguments that replay a call with recorded answers
+    (``input_responses``, ``request_state``; ``{}`` for a first call).
+
+    Raises:
+        MCPServerError: answers that are not MCP input responses.
+    """
+    if replay is None:
+        return {}
+    try:
+        return {"input_responses": _RESPONSES.validate_python(replay.input_responses),
+                "request_state": replay.request_state}
+    except ValidationError as e:
+        raise MCPServerError(f"the recorded answers to the MCP server {server!r} are not MCP input responses: "
+                             f"{e.errors(include_url=False)[0]['msg']}") from e
+
+
+def waiting(server: str, result: mcp_types.InputRequiredResult) -> InputWait:
+    """The questions of an ``input_required`` result, as plain JSON, to wait for a person."""
+    requests = {key: r.model_dump(by_alias=True, mode="json", exclude_none=True)
+                for key, r in (result.input_requests or {}).items()}
+    return InputWait(server, requests, result.request_state)
 
 
 def reset(token: Any) -> None:
@@ -90,13 +156,14 @@ def elicitation_callback(server: str, handler: InputHandler | None) -> Any:
     async def callback(context: ClientRequestContext, params: mcp_types.ElicitRequestParams
                        ) -> mcp_types.ElicitResult | mcp_types.ErrorData:
         call = _CALL.get()
-        tool, problems = call if call is not None else (None, [])
+        tool, problems = (call.tool, call.problems) if call is not None else (None, [])
         url = getattr(params, "url", None)
         schema = getattr(params, "requested_schema", None)
         request = InputRequest(server, tool, params.message, dict(schema) if schema is not None else None, url)
         if handler is None:
             problems.append(f"the MCP server {server!r} asked for input ({params.message!r:.200}) and no one can "
-                            "answer: give MCPServer(input_handler=...) (kimik3 run asks on the terminal)")
+                            "answer: give MCPServer(input_handler=...), or run the agent with a session so that a "
+                            "person answers later (kimik3 run asks on the terminal)")
             return mcp_types.ErrorData(code=mcp_types.INVALID_REQUEST, message="the client has no input handler")
         try:
             answer = (await anyio.to_thread.run_sync(handler, request, abandon_on_cancel=True)

@@ -54,6 +54,7 @@ from .._pricing import Pricing
 from ..types import ModelSettings, Routing, ToolSpec
 from . import _failures as failures
 from ._failures import FailureText, default_failure_text
+from ._input import InputReplay, InputWait
 from ._limits import CallToken, stray_cancellation
 from ._result import ToolResult
 from ._schema import boolean_for_number, error_location, format_input, function_signature
@@ -109,6 +110,11 @@ class ToolContext:
         approval: the run's approval hook (``Agent(approval=...)``; None: none): a sub-agent's
             calls go through it too, so a hook that defers a tool governs it in sub-agents
             (issue 40).
+        defer_input: inside an agent run with a session: keeps a call's questions that only a
+            person can answer (an MCP server's ``input_required`` result, no input handler) in
+            the session; the run stops and a later one replays the call with the answers
+            (:mod:`kimik3.tools._input`). None: nowhere to wait (the call fails saying so).
+        input_replay: the recorded answers this call is replayed with (None: a first call).
     """
 
     tool_call_id: str = ""
@@ -121,6 +127,8 @@ class ToolContext:
     routing: Routing | None = None
     settings: ModelSettings | None = None
     approval: Callable[..., Any] | None = None
+    defer_input: Callable[[InputWait], None] | None = None
+    input_replay: InputReplay | None = None
 
 
 def load_arguments(arguments: Mapping[str, Any] | str | None) -> Mapping[str, Any]:

@@ -82,8 +82,20 @@ from .._exceptions import KimiK3Error, MCPServerError, ToolDefinitionError, Tool
 from .._text import redact_url
 from ..types import ToolSpec
 from ._failures import FailureText, default_failure_text
+from ._input import InputReplay, InputWait
 from ._mcp_content import to_tool_result, tool_name, unique_names
-from ._mcp_input import InputAnswer, InputHandler, InputRequest, TasksExtension, calling, elicitation_callback, reset
+from ._mcp_input import (
+    DeferringClient,
+    InputAnswer,
+    InputHandler,
+    InputRequest,
+    TasksExtension,
+    calling,
+    elicitation_callback,
+    replay_seed,
+    reset,
+    waiting,
+)
 from ._mcp_schema import CHECK_BUDGET_S, ArgumentsSchema
 from ._tool import Tool, ToolContext, ToolResult, load_arguments
 from ._toolset import Toolset
@@ -197,7 +209,9 @@ class MCPTool(Tool):
             with anyio.move_on_after(limit):
                 args = dict(load_arguments(arguments))
                 await anyio.to_thread.run_sync(self._schema.check, args, budget, abandon_on_cancel=True)
-                return await self.server.call_tool(self.mcp_name, args, text)
+                defer = context.defer_input if context is not None else None
+                replay = context.input_replay if context is not None else None
+                return await self.server.call_tool(self.mcp_name, args, text, defer=defer, replay=replay)
             raise ToolTimeoutError(f"{self.name} did not finish within {limit:g} s and was cancelled")
         except Exception as e:
             return ToolResult.from_exception(e, text)
@@ -311,7 +325,7 @@ class MCPServer(Toolset):
         """The session's task: connect, then hold the session until :meth:`close`."""
         try:
             async with AsyncExitStack() as stack:
-                client = mcp.Client(
+                client = DeferringClient(
                     await self._target(stack),
                     message_handler=self._on_message,
                     read_timeout_seconds=self.connect_timeout,  # the handshake (and listings: see _list_all)
@@ -473,22 +487,39 @@ class MCPServer(Toolset):
         return out
 
     async def call_tool(
-        self, name: str, arguments: dict[str, Any], text: FailureText = default_failure_text
+        self, name: str, arguments: dict[str, Any], text: FailureText = default_failure_text, *,
+        defer: Callable[[InputWait], None] | None = None, replay: InputReplay | None = None,
     ) -> ToolResult:
         """Call tool ``name`` (its name on the server) and map the result (an ``isError`` one
         worded by ``text``, see :func:`to_tool_result`).
 
+        Args:
+            name: the tool's name on the server.
+            arguments: its arguments.
+            text: words a failure.
+            defer: where a 2026-07-28 ``input_required`` result of elicitations goes when the
+                server has no ``input_handler`` (an agent run's ``ToolContext.defer_input``):
+                handed over as an :class:`~kimik3.tools._input.InputWait`, and the call's result
+                is a placeholder the agent does not keep.
+            replay: answers to the questions of an earlier call, sent as its ``inputResponses``
+                with its ``requestState`` (the call replayed).
+
         Raises:
             MCPServerError: the server is not open or is gone, answered with an MCP error, did
-                not answer within ``timeout``, or closed the connection during the call.
+                not answer within ``timeout``, or closed the connection during the call;
+                ``replay`` answers that are not MCP input responses.
         """
-        token, unanswered = calling(name)  # what the input callback could not answer
+        seed = replay_seed(self.name, replay)
+        token, call = calling(name, defer=defer is not None and self.input_handler is None)
         try:
             result = await self._guarded(
-                lambda client: client.call_tool(name, arguments, read_timeout_seconds=self.timeout))
+                lambda client: client.call_tool(name, arguments, read_timeout_seconds=self.timeout, **seed))
+            if call.waiting is not None and defer is not None:
+                defer(waiting(self.name, call.waiting))
+                return ToolResult(content=f"waiting for a person's answer to the MCP server {self.name!r}")
         except MCPError as e:
-            if unanswered:
-                raise MCPServerError(unanswered[0]) from e
+            if call.problems:
+                raise MCPServerError(call.problems[0]) from e
             if e.code == REQUEST_TIMEOUT:
                 raise MCPServerError(f"the MCP server {self.name!r} did not answer within {self.timeout:g} s") from e
             if e.code == mcp_types.CONNECTION_CLOSED and e.message == _SDK_CLOSED:  # -32000 is a server's code too

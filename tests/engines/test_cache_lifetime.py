@@ -70,6 +70,18 @@ async def test_anthropic_shaped_write_counts_and_their_lifetime_split_are_read()
     assert out.usage.prompt_tokens_details is None
 
 
+async def test_moonshots_top_level_cached_tokens_are_cache_reads_priced_at_the_cached_price() -> None:
+    # Moonshot's chat completions report cache hits as usage.cached_tokens (platform.kimi.ai/docs/api/chat)
+    out, _ = await _chat("moonshot", {"cached_tokens": 60_000})
+    assert out.usage.prompt_tokens_details == PromptTokensDetails(cached_tokens=60_000)
+    # 40,000 fresh * $2 + 60,000 cached * $0.20 + 1,000 out * $10, per 1M: not 100,000 at the input price
+    assert PRO.cost(out.usage) == pytest.approx(0.08 + 0.012 + 0.01, abs=1e-12)
+    # the OpenAI-shaped field, where both are sent, wins; with a write count beside it
+    out, _ = await _chat("moonshot", {"cached_tokens": 5, "prompt_tokens_details": {"cached_tokens": 7},
+                                      "cache_creation_input_tokens": 3})
+    assert out.usage.prompt_tokens_details == PromptTokensDetails(cached_tokens=7, cache_write_tokens=3)
+
+
 @pytest.mark.parametrize("profile", ["vllm", "sglang", "openai"])
 async def test_engines_without_the_option_refuse_a_lifetime_before_any_request(profile: str) -> None:
     async with SSEServer(lambda n, body: _reply({})) as server:
@@ -110,7 +122,7 @@ def test_highspeed_has_no_invented_price_and_a_usd_budget_on_it_is_refused_befor
     assert engine.calls == []
     assert str(e.value) == (
         "Budgets(usd=...) needs prices: model 'kimi-k3.1-pro-highspeed' is priced apart from kimi-k3.1-pro "
-        "(Moonshot, 2026-10-23), and kimik3 has no source for its prices; give them with "
+        "(Moonshot, 2026-10-23) and its prices are unknown to kimik3 (no Moonshot page states them); give them with "
         "Agent(pricing=kimik3.Pricing(...)) (on the command line: --price IN,CACHED,OUT)")
     # its run without a budget has no cost (not Pro's)
     result = anyio.run(Agent(engine=ScriptedEngine(["hi"], model="kimi-k3.1-pro-highspeed")).run, "hi")

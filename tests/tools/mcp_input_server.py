@@ -17,6 +17,9 @@ Tools:
   ``"Run the job?"`` under the key ``confirm``) until ``tasks/update`` answers it, then
   ``completed`` with ``"approved: <ok>"`` (or ``"not approved: <action>"``).
 
+Run with ``--key=KEY`` (or ``KIMIK3_TEST_STATE_KEY`` set), the server seals ``requestState`` under that key (so a
+restarted server reads what an earlier one sealed); else under a key of its own process.
+
 ``quota()`` answers with the JSON-RPC error -32000 ``"quota exceeded"``.
 
 Each ``tasks/get`` and ``tasks/cancel`` appends a line to LOG_FILE (``get <id> <status>``,
@@ -25,6 +28,7 @@ Each ``tasks/get`` and ``tasks/cancel`` appends a line to LOG_FILE (``get <id> <
 
 from __future__ import annotations
 
+import os
 import sys
 import uuid
 from datetime import datetime, timezone
@@ -38,13 +42,15 @@ from mcp.server.mcpserver import (
     Extension,
     MCPServer,
     MethodBinding,
+    RequestStateSecurity,
     Resolve,
 )
 from mcp.types import CallToolRequestParams, RequestParams
 from pydantic import BaseModel
 
 TASKS = "io.modelcontextprotocol/tasks"
-LOG = sys.argv[1]
+ARGS = [a for a in sys.argv[1:] if not a.startswith("--key=")]
+LOG = ARGS[0]
 
 
 class Who(BaseModel):
@@ -150,7 +156,12 @@ class Tasks(Extension):
         return {}
 
 
-server = MCPServer("kimik3-input-test", extensions=[Tasks()])
+# --key=KEY or KIMIK3_TEST_STATE_KEY: seal requestState under this key (a restarted server reads the
+# state an earlier one sealed, as a multi-process deployment shares a key); else the SDK's key of this process
+_KEY = next((a[len("--key="):] for a in sys.argv if a.startswith("--key=")), None) or os.environ.get(
+    "KIMIK3_TEST_STATE_KEY")
+server = MCPServer("kimik3-input-test", extensions=[Tasks()],
+                   request_state_security=RequestStateSecurity(keys=[_KEY]) if _KEY else None)
 
 
 @server.tool()
@@ -182,7 +193,7 @@ def approve_job() -> str:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 2:
-        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+    if len(ARGS) > 1:
+        server.run("streamable-http", host="127.0.0.1", port=int(ARGS[1]))
     else:
         server.run("stdio")

@@ -68,7 +68,8 @@ async def test_without_a_handler_or_with_a_failing_one_the_call_fails_saying_why
         result = await (await tools_of(s))["book"].run({"city": "Oslo"})
     assert result.is_error and result.content == (
         "Error: MCPServerError: the MCP server 'inp' asked for input ('Whose name is the booking in Oslo under?') "
-        "and no one can answer: give MCPServer(input_handler=...) (kimik3 run asks on the terminal)")
+        "and no one can answer: give MCPServer(input_handler=...), or run the agent with a session so that a person "
+        "answers later (kimik3 run asks on the terminal)")
 
     def broken(request: InputRequest) -> dict[str, Any]:
         raise RuntimeError("no terminal")

@@ -1,0 +1,199 @@
+"""An MCP server's questions that wait for a person, like a deferred approval (issue 43): a
+tool call whose server answers ``input_required`` (MCP 2026-07-28) and has no input handler
+stops there when the run has a session; the run stops with ``stop_reason="input_required"``; any
+later process answers (``Agent.resume(session, answers=...)``, or ``kimik3 answer`` then
+``kimik3 resume``) and the call is replayed once with the answers as its ``inputResponses``.
+
+Two records of the approval journal (:mod:`._deferred` reads them with the others)::
+
+    {"input_required": {"call_id": ..., "name": ..., "arguments": {...}, "server": ...,
+                        "input_requests": {key: request}, "request_state": ...}}
+    {"input_responses": {"call_id": ..., "input_responses": {key: response}, "sha256": ...}}
+
+then, as for an approved call, ``tool_started`` before the replay runs and ``tool_finished`` when
+it returns (a replay the server answers with new questions writes a new ``input_required``).
+
+Every record is validated before it is acted on: an ``input_required`` record must name the
+call's tool and the arguments it runs with (the call's, or a recorded :class:`Edit`'s), its
+requests must be elicitations; an ``input_responses`` record must answer every key of exactly
+those requests and carry the SHA-256 of the request it answers (:func:`input_digest`: the call's
+id, tool, arguments, server, requests and ``requestState``), so an answer never binds to a
+question or a call changed in the file after it was given (a :class:`~kimik3.SessionError`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .._exceptions import JSONLimitError, UserError
+from .._json import check_json_limits
+from ..tools import InputWait
+from ..types import AssistantMessage, ToolCall
+from ._run import _Run
+from ._types import PendingInput
+
+__all__ = ["answer_body", "asked_body", "input_digest", "input_waiter", "read_answer", "read_asked", "responses_for"]
+
+ACTIONS = ("accept", "decline", "cancel")
+"""An elicitation's answer (MCP ``ElicitResult.action``)."""
+
+
+def _json(value: Any, what: str) -> Any:
+    try:
+        check_json_limits(value)
+    except JSONLimitError as e:
+        raise ValueError(f"{what} beyond the JSON limits: {e}") from None
+    return value
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+
+def input_digest(pending: PendingInput) -> str:
+    """The SHA-256 (64 hex digits) of the questions an answer binds to: ``[call id, tool name,
+    arguments, server, input requests, request state]`` as canonical JSON (sorted keys, ASCII)."""
+    data = [pending.id, pending.name, pending.arguments, pending.server, pending.input_requests, pending.request_state]
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode("ascii")).hexdigest()
+
+
+def asked_body(pending: PendingInput) -> dict[str, Any]:
+    """The body of the ``input_required`` record of ``pending``."""
+    return {"call_id": pending.id, "name": pending.name, "arguments": pending.arguments, "server": pending.server,
+            "input_requests": pending.input_requests, "request_state": pending.request_state}
+
+
+def read_asked(call: ToolCall, body: Mapping[str, Any], call_arguments: dict[str, Any],
+               edited: dict[str, Any] | None) -> PendingInput:
+    """The questions an ``input_required`` record holds, checked against ``call``.
+
+    Args:
+        call: the call of the assistant message the record names.
+        body: the record's body.
+        call_arguments: the call's parsed arguments.
+        edited: the arguments of a recorded :class:`Edit` decision on it (None: none).
+
+    Raises:
+        ValueError: another tool; arguments that are neither the call's nor the edit's;
+            requests that are not a non-empty object of elicitation requests; a request state
+            that is not text; values beyond the JSON limits.
+    """
+    name = call.function.name
+    if body.get("name") != name:
+        raise ValueError(f"call {call.id!r} is to {name!r}, not {body.get('name')!r:.60}")
+    arguments = body.get("arguments")
+    if not isinstance(arguments, dict):
+        raise ValueError("the arguments must be a JSON object")
+    runs = _canonical(_json(arguments, "the arguments"))
+    if runs not in (_canonical(call_arguments), _canonical(edited) if edited is not None else None):
+        raise ValueError(f"the arguments {runs:.80} are not those call {call.id!r} runs with")
+    server, requests, state = body.get("server"), body.get("input_requests"), body.get("request_state")
+    if not isinstance(server, str):
+        raise ValueError("the server must be named (text)")
+    if not isinstance(requests, dict) or not requests:
+        raise ValueError("input_requests must be a non-empty JSON object")
+    for key, request in requests.items():
+        params = request.get("params") if isinstance(request, dict) else None
+        if (not isinstance(request, dict) or request.get("method") != "elicitation/create"
+                or not isinstance(params, dict) or not isinstance(params.get("message"), str)):
+            raise ValueError(f"input request {key!r:.60} is not an elicitation (method elicitation/create, "
+                             "params with a message)")
+    if state is not None and not isinstance(state, str):
+        raise ValueError("request_state must be text or null")
+    return PendingInput(call.id, name, arguments, server, _json(requests, "input_requests"), state)
+
+
+def _check_responses(responses: Any, pending: PendingInput) -> dict[str, Any]:
+    if not isinstance(responses, dict) or set(responses) != set(pending.input_requests):
+        keys = sorted(responses) if isinstance(responses, dict) else responses
+        raise ValueError(f"the answers must answer exactly the requests {sorted(pending.input_requests)}, "
+                         f"got {keys!r:.120}")
+    for key, response in responses.items():
+        if not isinstance(response, dict) or response.get("action") not in ACTIONS:
+            raise ValueError(f"the answer to {key!r:.60} must be an object whose action is one of {ACTIONS}")
+        content = response.get("content")
+        if content is not None and not isinstance(content, dict):
+            raise ValueError(f"the answer to {key!r:.60} must have an object as its content")
+    return _json(responses, "the answers")  # type: ignore[no-any-return]
+
+
+def read_answer(body: Mapping[str, Any], pending: PendingInput) -> dict[str, Any]:
+    """The ``inputResponses`` an ``input_responses`` record holds, checked against the questions
+    it answers.
+
+    Raises:
+        ValueError: no ``sha256``, or one that is not :func:`input_digest` of ``pending`` (the
+            call or its questions changed in the file after the answer); answers not exactly for
+            the requests' keys, or not elicitation answers.
+    """
+    digest = body.get("sha256")
+    now = input_digest(pending)
+    if digest != now:
+        raise ValueError(f"the answers are to other questions than call {pending.id!r}'s ({pending.name}; sha256 "
+                         f"{now[:16]}… now, {str(digest)[:16]:.16}… answered): the session was changed after the "
+                         "answer; nothing runs")
+    return _check_responses(body.get("input_responses"), pending)
+
+
+def responses_for(pending: PendingInput, answers: Any) -> dict[str, Any]:
+    """The ``inputResponses`` of a person's ``answers`` to ``pending``'s questions.
+
+    Args:
+        pending: the questions.
+        answers: ``{key: content}`` for every key of ``pending.input_requests``: a dict of the
+            values the question's ``requestedSchema`` asks for (``{}`` in URL mode, once done),
+            or None to decline.
+
+    Raises:
+        UserError: keys not exactly the questions' (the questions' keys are named), a content
+            that is neither a JSON object within the limits nor None.
+    """
+    if not isinstance(answers, Mapping):
+        raise UserError(f"the answers to call {pending.id!r} must be a mapping {{request key: content or None}}, "
+                        f"got {type(answers).__name__}")
+    out: dict[str, Any] = {}
+    for key in answers:
+        if key not in pending.input_requests:
+            raise UserError(f"call {pending.id!r} has no question {key!r:.80}; its questions: "
+                            f"{', '.join(map(repr, pending.input_requests))}")
+    for key in pending.input_requests:
+        if key not in answers:
+            raise UserError(f"question {key!r} of call {pending.id!r} is not answered: answer every question of "
+                            "the call (None declines one)")
+        content = answers[key]
+        if content is not None and not isinstance(content, dict):
+            raise UserError(f"the answer to question {key!r} of call {pending.id!r} must be a dict of values or None "
+                            f"(decline), got {type(content).__name__}")
+        out[key] = {"action": "decline"} if content is None else {"action": "accept", "content": content}
+    try:
+        return _check_responses(out, pending)
+    except ValueError as e:
+        raise UserError(f"call {pending.id!r}: {e}") from None
+
+
+def answer_body(pending: PendingInput, responses: dict[str, Any]) -> dict[str, Any]:
+    """The body of the ``input_responses`` record answering ``pending``."""
+    return {"call_id": pending.id, "input_responses": responses, "sha256": input_digest(pending)}
+
+
+def input_waiter(run: _Run, call: ToolCall, arguments: dict[str, Any]) -> Callable[[InputWait], None] | None:
+    """The ``ToolContext.defer_input`` of ``call`` in ``run``: keeps the questions in the session
+    (an ``input_required`` record) and in ``run.waiting``; None when the run has no session, or
+    when another call of the turn has ``call``'s id (an answer could not tell them apart)."""
+    session = run.session
+    turn = next((m for m in reversed(run.messages) if isinstance(m, AssistantMessage)), None)
+    calls = (turn.tool_calls or []) if turn is not None else []
+    if session is None or sum(c.id == call.id for c in calls) > 1:
+        return None
+
+    def defer(wait: InputWait) -> None:
+        pending = PendingInput(call.id, call.function.name, arguments, wait.server,
+                               _json(wait.input_requests, "the server's input requests"), wait.request_state)
+        session.record("input_required", asked_body(pending))
+        run.waiting[call.id] = pending
+
+    return defer
+
