@@ -88,7 +88,7 @@ from ._dynamic import Toolbox, dynamic_names, restore_declared, undeclared
 from ._guardrails import Guardrail, Guards, merge_guardrails
 from ._history import nothing_to_do, prune_images, result_message
 from ._hooks import AllHooks, RunHooks
-from ._overflow import fitted_turn, served_window
+from ._overflow import OVERFLOW, before_turn, overflowed, served_window
 from ._prompts import SUMMARY_INSTRUCTIONS
 from ._routing import RoutingKey, check_routing_key, conversation_routing
 from ._run import _Run
@@ -425,11 +425,24 @@ class Agent(Generic[OutputT]):
                     yield event
                 return
             outcome: TurnOutcome | None = None  # none: the request was too big, made smaller (send it again)
-            async for item in fitted_turn(run, self.context, self._turn(run), self._summarize):
-                if isinstance(item, (ToolsRan, ContinueWith, Final)):
-                    outcome = item
+            async for before in before_turn(run, self.context, self._summarize):  # compaction (agents/_overflow.py)
+                if isinstance(before, Final):
+                    outcome = before
                 else:
-                    yield item
+                    yield before
+            if outcome is None:
+                try:
+                    async for item in self._turn(run):  # the turn's events pass no other layer (issue 44)
+                        if isinstance(item, (ToolsRan, ContinueWith, Final)):
+                            outcome = item
+                        else:
+                            yield item
+                except OVERFLOW as e:  # too big: made smaller, the turn is sent again
+                    async for after in overflowed(run, self.context, e, self._summarize):
+                        if isinstance(after, (ToolsRan, ContinueWith, Final)):
+                            outcome = after
+                        else:
+                            yield after
             if isinstance(outcome, ContinueWith):
                 run.add(UserMessage(content=outcome.prompt))
             elif isinstance(outcome, Final):
@@ -571,12 +584,12 @@ class Agent(Generic[OutputT]):
         finally:
             # Whatever happened (a cancelled run, the time budget), every call id gets a result
             # message, in call order, so the history stays valid for the next request.
-            why = failures.interrupted(by_time_budget=scope.cancel_called)
             for i, call in enumerate(calls):
                 result = results[i]
                 if result is None and call.id in run.deferred:
                     continue  # no result: it waits for a decision (a resume answers it)
                 if result is None:
+                    why = failures.interrupted(by_time_budget=scope.cancel_called)
                     result = ToolResult.from_failure(why, self.failure_text)
                 result = run.loops.answered(steps[i], result)  # told what it repeats, at loop_warn
                 results[i] = result
