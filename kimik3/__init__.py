@@ -77,7 +77,7 @@ from .agents import (
     tool_input_guardrail,
     tool_output_guardrail,
 )
-from .engines import Engine, ModelCall, RemoteCompletionsEngine, RemoteEngine, ScriptedEngine, VLLMEngine
+from .engines import Engine, ModelCall, RemoteEngine, ScriptedEngine
 from .formats.k3 import K3Tokenizer, PromptEncoder
 from .tools import FunctionTool, Tool, ToolResult, tool
 from .types import (
@@ -95,6 +95,7 @@ from .types import (
 
 if TYPE_CHECKING:
     from ._verify import verify
+    from .engines import RemoteCompletionsEngine, VLLMEngine
 
 __version__ = "0.1.0"
 
@@ -196,8 +197,9 @@ __all__ = [
 ]
 
 # Names imported at first use, not by ``import kimik3`` (start-up time: ``verify`` pulls in httpx,
-# jsonschema, Pillow and PyAV): name -> its module.
-_LAZY = {"verify": "._verify"}
+# jsonschema, Pillow and PyAV; the completions and vLLM engines their presets and pre-flight
+# checks, issue 44 point 5): name -> its module.
+_LAZY = {"verify": "._verify", "RemoteCompletionsEngine": ".engines", "VLLMEngine": ".engines"}
 
 
 def _public(obj: object) -> None:

@@ -45,7 +45,9 @@ Metrics beside the spans (one meter, ``kimik3``; docs/telemetry.md pins the conv
   ``gen_ai.token.phase`` ``reasoning`` and ``response``.
 
 Both carry ``gen_ai.operation.name``, ``gen_ai.provider.name``, ``gen_ai.request.model`` and
-``gen_ai.response.model``. They go to the application's meter provider (none: the API's no-op).
+``gen_ai.response.model``. They go to the application's meter provider; with none configured (the
+API's proxy provider, or a ``NoOpMeterProvider``) nothing is built nor recorded, and a provider set
+later gets the calls from then on (:func:`_metrics_live`, issue 44).
 
 ``gen_ai.provider.name`` is :data:`PROVIDER_NAME` (``"moonshot_ai"``, K3's provider: the
 conventions list no value for Moonshot AI, so a custom one in the style of ``mistral_ai``).
@@ -102,6 +104,7 @@ _UNSAFE = re.compile(r"[^\w.-]")  # what a tool name may not hold (kimik3's tool
 _capture: bool | None = None
 _trace: Any = None  # the opentelemetry.trace module; False once known to be missing
 _instruments: Any = None  # (token usage, operation duration) histograms; False without the API
+_quiet_meters: Any = None  # (get_meter_provider, the no-op providers' classes); False without the API
 
 TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864)
 """``gen_ai.client.token.usage``'s explicit bucket boundaries (the conventions' advice)."""
@@ -144,8 +147,33 @@ def _histograms() -> Any:
     return _instruments or None
 
 
+def _metrics_live() -> bool:
+    """Whether a metric would go anywhere: the OpenTelemetry API is installed and a meter provider
+    is configured. Without one the API's global provider is its proxy (or a ``NoOpMeterProvider``)
+    and kimik3 records nothing: no attribute dicts, no proxy instruments on every model call
+    (issue 44). Asked on every call (one global read), so a provider set later, at any time, gets
+    the calls from then on (the histograms are made on the first call it sees)."""
+    global _quiet_meters
+    if _quiet_meters is None:
+        try:
+            metrics = importlib.import_module("opentelemetry.metrics")
+        except ImportError:
+            _quiet_meters = False
+        else:
+            # The proxy is what get_meter_provider() returns while none is set; its class is the
+            # API's own (opentelemetry.metrics._internal): where it is not found, every call records.
+            proxy = getattr(importlib.import_module("opentelemetry.metrics._internal"), "_ProxyMeterProvider", None)
+            _quiet_meters = (metrics.get_meter_provider, (metrics.NoOpMeterProvider, *([proxy] if proxy else [])))
+    if not _quiet_meters:
+        return False
+    get_provider, quiet = _quiet_meters
+    return not isinstance(get_provider(), quiet)
+
+
 def _record_call(model: str | None, completion: Any, seconds: float, error: str | None) -> None:
     """Record one model call's duration and, when its server reported usage, its tokens."""
+    if not _metrics_live():
+        return
     histograms = _histograms()
     if histograms is None:
         return

@@ -81,3 +81,41 @@ def test_every_public_name_resolves_and_the_heavy_ones_load_at_first_use() -> No
         "verify": ["kimik3", "verify", True],
         "missing": "module 'kimik3' has no attribute 'no_such_name'",
     }
+
+
+# Modules `import kimik3` + `from kimik3 import Agent` do not need (issue 44, point 5): the
+# completions and vLLM engines, vLLM's presets, the GPU table and the pre-flight checks.
+LAZY_ENGINES = ("kimik3.engines._completions", "kimik3.engines._vllm", "kimik3.engines._presets",
+                "kimik3.engines._gpus", "kimik3.engines._preflight")
+
+ENGINES_FIRST_USE = f'''
+import json, sys
+import kimik3
+from kimik3 import Agent, ScriptedEngine
+out = {{"before": [m for m in {LAZY_ENGINES!r} if m in sys.modules]}}
+from kimik3 import VLLMEngine, RemoteCompletionsEngine
+from kimik3.engines import PRESETS, preflight, ChatForImages
+import kimik3.engines as engines
+out["names"] = [VLLMEngine.__name__, RemoteCompletionsEngine.__name__, preflight.__name__, ChatForImages.__name__]
+out["same"] = [kimik3.VLLMEngine is engines.VLLMEngine, engines.RemoteCompletionsEngine is RemoteCompletionsEngine]
+out["presets"] = isinstance(PRESETS, dict) and len(PRESETS) > 0
+out["after"] = [m for m in {LAZY_ENGINES!r} if m in sys.modules]
+out["dir"] = all(n in dir(engines) for n in engines.__all__)
+try:
+    engines.NoSuchEngine
+except AttributeError as e:
+    out["missing"] = str(e)
+print(json.dumps(out))
+'''
+
+
+def test_the_engines_an_agent_does_not_need_load_at_first_use() -> None:
+    assert child(ENGINES_FIRST_USE) == {
+        "before": [],
+        "names": ["VLLMEngine", "RemoteCompletionsEngine", "preflight", "ChatForImages"],
+        "same": [True, True],
+        "presets": True,
+        "after": list(LAZY_ENGINES),
+        "dir": True,
+        "missing": "module 'kimik3.engines' has no attribute 'NoSuchEngine'",
+    }

@@ -87,7 +87,7 @@ from ._guardrails import Guardrail, Guards, merge_guardrails
 from ._history import nothing_to_do, prune_images, result_message
 from ._hooks import AllHooks, RunHooks
 from ._inputs import input_waiter
-from ._overflow import fitted_turn, served_window
+from ._overflow import OVERFLOW, before_turn, overflowed, served_window
 from ._prompts import SUMMARY_INSTRUCTIONS
 from ._routing import RoutingKey, check_routing_key, conversation_routing
 from ._run import _Run
@@ -121,6 +121,11 @@ log = logging.getLogger("kimik3.agent")
 
 TOOL_GRACE = 0.5  # s past the time budget before the agent ends what tools' own limits did not
 
+INLINE_ONE_CALL = sys.version_info >= (3, 11)
+"""A turn's only call to run runs in the run's own task (no task group: issue 44). Python 3.11's
+cancel count tells a tool's own ``CancelledError`` from the run's cancellation there
+(:func:`~kimik3.tools._limits.stray_cancellation`); on 3.10 only a task group's scope can."""
+
 
 class Agent(Generic[OutputT]):
     """A K3 agent: instructions, typed tools and a loop that runs them.
@@ -132,7 +137,8 @@ class Agent(Generic[OutputT]):
     Guarantees (each is tested):
         - Every past assistant message is replayed with its reasoning and tool calls exactly as
           received (K3 requires it); messages the agent writes itself carry empty reasoning.
-        - The parallel calls of one turn run concurrently in an anyio task group; a failing tool
+        - The parallel calls of one turn run concurrently in an anyio task group (a turn's only
+          call runs in the run's own task: :data:`INLINE_ONE_CALL`); a failing tool
           gives its error result, the others still finish; results go into the history in call
           order. Cancelling the run cancels and awaits every tool and still leaves one result
           message for every call id.
@@ -424,11 +430,24 @@ class Agent(Generic[OutputT]):
                     yield event
                 return
             outcome: TurnOutcome | None = None  # none: the request was too big, made smaller (send it again)
-            async for item in fitted_turn(run, self.context, self._turn(run), self._summarize):
-                if isinstance(item, (ToolsRan, ContinueWith, Final)):
-                    outcome = item
+            async for before in before_turn(run, self.context, self._summarize):  # compaction (agents/_overflow.py)
+                if isinstance(before, Final):
+                    outcome = before
                 else:
-                    yield item
+                    yield before
+            if outcome is None:
+                try:
+                    async for item in self._turn(run):  # the turn's events pass no other layer (issue 44)
+                        if isinstance(item, (ToolsRan, ContinueWith, Final)):
+                            outcome = item
+                        else:
+                            yield item
+                except OVERFLOW as e:  # too big: made smaller, the turn is sent again
+                    async for after in overflowed(run, self.context, e, self._summarize):
+                        if isinstance(after, (ToolsRan, ContinueWith, Final)):
+                            outcome = after
+                        else:
+                            yield after
             if isinstance(outcome, ContinueWith):
                 run.add(UserMessage(content=outcome.prompt))
             elif isinstance(outcome, Final):
@@ -536,11 +555,14 @@ class Agent(Generic[OutputT]):
         deadline = run.deadline(self.budgets)
         interrupts: list[BaseException] = []
 
-        async def one(call: ToolCall, i: int) -> None:
+        async def one(call: ToolCall, i: int, *, scoped: bool = True) -> None:
+            await self._one_tool(run, call, results, approved, i, scoped=scoped)
+            if approved[i] is not None and results[i] is not None:  # it ran: journaled as it ends
+                finished(run, call)
+
+        async def child(call: ToolCall, i: int) -> None:
             try:
-                await self._one_tool(run, call, results, approved, i)
-                if approved[i] is not None and results[i] is not None:  # it ran: journaled as it ends
-                    finished(run, call)
+                await one(call, i)
             except (KeyboardInterrupt, SystemExit) as e:
                 # Not raised in this child task: asyncio would re-raise it out of its loop at
                 # once, skipping the loop's clean shutdown. The run's own task raises it below.
@@ -549,12 +571,15 @@ class Agent(Generic[OutputT]):
 
         # Tools get the rest of the budget as their limit; this scope ends what that did not (a hook).
         scope = anyio.move_on_after(None if deadline is None else deadline + TOOL_GRACE)
+        todo = [i for i, result in enumerate(results) if result is None]
         try:
             with scope:
-                async with anyio.create_task_group() as group:
-                    for i, call in enumerate(calls):
-                        if results[i] is None:
-                            group.start_soon(one, call, i)
+                if len(todo) == 1 and INLINE_ONE_CALL:  # one call: in this task, no task group (issue 44)
+                    await one(calls[todo[0]], todo[0], scoped=False)
+                else:
+                    async with anyio.create_task_group() as group:
+                        for i in todo:
+                            group.start_soon(child, calls[i], i)
             if interrupts:
                 raise interrupts[0]  # KeyboardInterrupt reaches the caller as itself
         except BaseExceptionGroup as group_error:
@@ -564,12 +589,12 @@ class Agent(Generic[OutputT]):
         finally:
             # Whatever happened (a cancelled run, the time budget), every call id gets a result
             # message, in call order, so the history stays valid for the next request.
-            why = failures.interrupted(by_time_budget=scope.cancel_called)
             for i, call in enumerate(calls):
                 result = results[i]
                 if result is None and (call.id in run.deferred or call.id in run.waiting):
                     continue  # no result: it waits for a decision or answers (a resume gives them)
                 if result is None:
+                    why = failures.interrupted(by_time_budget=scope.cancel_called)
                     result = ToolResult.from_failure(why, self.failure_text)
                 result = run.loops.answered(steps[i], result)  # told what it repeats, at loop_warn
                 results[i] = result
@@ -589,13 +614,13 @@ class Agent(Generic[OutputT]):
             yield ToolResultEvent(call.id, call.function.name, result)
 
     async def _one_tool(self, run: _Run, call: ToolCall, results: list[ToolResult | None],
-                        approved: list[ToolCallApprovedEvent | None], i: int) -> None:
+                        approved: list[ToolCallApprovedEvent | None], i: int, *, scoped: bool) -> None:
         with _tracing.tool_call(run.span, call.id, call.function.name, call.function.arguments,
                                 declared=call.function.name in run.tools) as span:
             try:
                 await self._call_tool(run, call, results, approved, i)
             except BaseException as e:  # a CancelledError the tool or the hook raised itself: its error
-                if not stray_cancellation(e, scoped=True):
+                if not stray_cancellation(e, scoped=scoped):
                     raise  # the run's own cancellation (or KeyboardInterrupt...) cancels the tools
                 results[i] = ToolResult.from_failure(failures.stray_cancellation(e), self.failure_text)
             span.done(results[i])

@@ -32,7 +32,7 @@ from ._history import IMAGE_DROPPED
 from ._run import _Run
 from ._types import DEFAULT_CONTEXT_WINDOW, AgentEvent, CompactionEvent, ContextPolicy, Final, TurnOutcome
 
-__all__ = ["OVERFLOW", "drop_oldest_images", "fitted_turn", "recover", "served_window"]
+__all__ = ["OVERFLOW", "before_turn", "drop_oldest_images", "overflowed", "recover", "served_window"]
 
 log = logging.getLogger("kimik3.agent")
 
@@ -43,19 +43,15 @@ _MARGIN = 0.05
 """Images dropped cover what the request was over by plus this share of the limit."""
 
 
-async def fitted_turn(
-    run: _Run, policy: ContextPolicy, turn: AsyncIterator[AgentEvent | TurnOutcome], summarize: Summarize
-) -> AsyncIterator[AgentEvent | TurnOutcome]:
-    """``turn`` (one agent turn, not started) with its context kept inside the window: the run
-    compacts first when due; a request the server refuses as too big is made smaller
-    (:func:`recover`) and the turn ends without an outcome, so the loop sends it again.
+async def before_turn(run: _Run, policy: ContextPolicy, summarize: Summarize) -> AsyncIterator[AgentEvent | Final]:
+    """What comes before a turn's request: the run compacts first when due (its events).
 
     A run whose task cannot fit the window with what always stays (:func:`task_problem`) ends
-    at once with ``context_overflow`` and an issue saying so (compaction never summarises the
-    task away: issue 41). When nothing can be made smaller the run ends, never raises: after a cut reply whose
-    continuation no longer fits, :func:`~kimik3.agents._cut.no_room_to_continue`'s
-    ``no_progress``; else ``context_overflow`` (output None, an issue says why; the session can be
-    resumed with a new task: its history is as it was, compacted as far as it went).
+    at once: a :class:`Final` with ``context_overflow`` and an issue saying so, and no request is
+    sent (compaction never summarises the task away: issue 41).
+
+    With :func:`overflowed`, what the agent's loop wraps around each turn (not a generator around
+    the turn itself: each of the turn's events would cross one more frame, issue 44).
     """
     if (why := task_problem(run, policy)) is not None:  # no request could carry the task: none is sent
         log.warning("kimik3: %s", why)
@@ -64,22 +60,30 @@ async def fitted_turn(
         return
     async for event in compact(run, policy, summarize):
         yield event
+
+
+async def overflowed(
+    run: _Run, policy: ContextPolicy, error: ContextLengthExceededError | RequestTooLargeError, summarize: Summarize
+) -> AsyncIterator[AgentEvent | TurnOutcome]:
+    """After a turn's request the server refused as too big (``error``): the request made smaller
+    (:func:`recover`, its events), and the loop sends the turn again. When nothing can be made
+    smaller the run ends, never raises: after a cut reply whose continuation no longer fits,
+    :func:`~kimik3.agents._cut.no_room_to_continue`'s ``no_progress``; else ``context_overflow``
+    (output None, an issue says why; the session can be resumed with a new task: its history is
+    as it was, compacted as far as it went).
+    """
     try:
-        async for item in turn:
-            yield item
-    except OVERFLOW as e:
-        try:
-            async for event in recover(run, policy, e, summarize):
-                yield event
-        except OVERFLOW as error:
-            end = no_room_to_continue(run) if isinstance(error, ContextLengthExceededError) else None
-            if end is None:
-                why = (f"the request does not fit the server's limit and nothing is left to make smaller "
-                       f"(old tool results cleared, old turns dropped, a summary tried): {error}")
-                log.warning("kimik3: %s", why)
-                run.issue(why)
-                end = Final(None, "context_overflow")
-            yield end
+        async for event in recover(run, policy, error, summarize):
+            yield event
+    except OVERFLOW as again:
+        end = no_room_to_continue(run) if isinstance(again, ContextLengthExceededError) else None
+        if end is None:
+            why = (f"the request does not fit the server's limit and nothing is left to make smaller "
+                   f"(old tool results cleared, old turns dropped, a summary tried): {again}")
+            log.warning("kimik3: %s", why)
+            run.issue(why)
+            end = Final(None, "context_overflow")
+        yield end
 
 
 async def recover(

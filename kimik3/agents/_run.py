@@ -39,6 +39,9 @@ __all__ = ["_Run"]
 
 log = logging.getLogger("kimik3.agent")
 
+_UNCOUNTED = 64
+"""Model messages :attr:`_Run.added_tokens` leaves uncounted at most (each holds its message)."""
+
 
 class _Run:
     """The state of one run: the live message list, usage, clock, session and prompt cache.
@@ -71,7 +74,8 @@ class _Run:
         self.compaction_stopped = False  # compaction cannot bring the context under its threshold
         self.window_limit: int | None = None  # the window a server's overflow error stated (agents/_overflow.py)
         self.served_window: int | None = None  # the window the engine states (Engine.context_window)
-        self.added_tokens = 0  # tokens of every message added to the history (summary back-off)
+        self._added_tokens = 0  # added_tokens, less the messages still in _uncounted
+        self._uncounted: list[Message] = []  # model messages added; counted when added_tokens is read
         self.summary_failed_at: int | None = None  # added_tokens when the last summary failed
         self.summary_failures = 0  # summaries that failed in a row (their back-off doubles)
         self.summaries = self.cleared_results = self.dropped_messages = 0  # compaction's work (RunResult)
@@ -165,13 +169,30 @@ class _Run:
         self.dropped_calls += sum(c.kind in ("dropped", "failed", "misplaced") for c in calls)
         return calls
 
+    @property
+    def added_tokens(self) -> int:
+        """Tokens of every message added to the history (:meth:`message_tokens`; compaction's
+        summary back-off reads it). A message whose tokens the model call counted already
+        (``add(counted=True)``) is counted here only when this is read (most runs never read it:
+        issue 44), or once :data:`_UNCOUNTED` of them wait."""
+        if self._uncounted:
+            self._added_tokens += sum(map(self.message_tokens, self._uncounted))
+            self._uncounted.clear()
+        return self._added_tokens
+
     def add(self, message: Message, *, counted: bool = False, completion: ChatCompletion | None = None,
             cost: float | None = None) -> None:
+        """Append ``message`` to the history and the session; its tokens join the context count
+        unless ``counted`` (a model call's own message: its usage counted it)."""
         self.messages.append(message)
         self.count.keep(self.messages)
-        tokens = self.message_tokens(message)
-        self.added_tokens += tokens
-        if not counted:
+        if counted:
+            self._uncounted.append(message)
+            if len(self._uncounted) >= _UNCOUNTED:  # bounded: the messages are not held past compaction
+                _ = self.added_tokens
+        else:
+            tokens = self.message_tokens(message)
+            self._added_tokens += tokens
             self.context_tokens += tokens
         if self.session is not None:
             if completion is None:

@@ -44,7 +44,9 @@ __all__ = [
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    # defer_build: each class's validator is built when first used, not by `import kimik3`
+    # (about 7% of its CPU time: issue 44, point 5; bench/startup.py)
+    model_config = ConfigDict(extra="allow", populate_by_name=True, defer_build=True)
 
 
 # -- content parts ---------------------------------------------------------------------------

@@ -70,6 +70,10 @@ _MAX_ENCODE_CHARS = 400_000
 _MAX_RUN_CHARS = 25_000
 _LONG_RUN = re.compile(rf"\s{{{_MAX_RUN_CHARS + 1},}}|\S{{{_MAX_RUN_CHARS + 1},}}")
 
+_TAG = re.compile(r"<\|[^|<>\[\]]+\|>|\[[^|<>\[\]]+\]")
+"""A special token's shape in K3's vocabulary (``<|open|>``, ``<|end_of_msg|>``, ``[BOS]``): no
+name holds ``| < > [ ]``, so no tag can start inside another."""
+
 _SMALL_SEGMENT = 48  # text segments up to this many characters are memoised (tags, attributes)
 
 
@@ -236,6 +240,8 @@ class K3Tokenizer:
             raise TokenizerError(f"inconsistent K3 vocabulary: {e}") from e
         self._id_to_special = {v: k for k, v in self.special_tokens.items()}
         self._small: dict[str, list[int]] = {}
+        # encode_control's fast path: every special is one `<|name|>` or `[NAME]` tag (_TAG)
+        self._tagged = all(_TAG.fullmatch(t) for t in self.special_tokens)
 
     @classmethod
     def from_pretrained(cls, model_dir: str | os.PathLike[str]) -> K3Tokenizer:
@@ -303,11 +309,33 @@ class K3Tokenizer:
         return out
 
     def encode_control(self, text: str) -> list[int]:
-        """Tokenize a control segment (special tokens allowed; normally exactly one token)."""
-        token = self.special_tokens.get(text)
+        """Tokenize a control segment or raw K3 text (special tokens allowed: each is its one id,
+        the text between them is encoded as ordinary text), as tiktoken's
+        ``encode(text, allowed_special="all")``.
+
+        The text is cut at its tags that are special tokens (``<|name|>``, ``[BOS]``), found by one pattern
+        (issue 44: tiktoken converts its 256-name set on every call, half the cost of an answer's
+        ids); a vocabulary whose specials are not all of that shape takes tiktoken's path."""
+        specials = self.special_tokens
+        token = specials.get(text)
         if token is not None:
             return [token]
-        return self._enc.encode(text, allowed_special="all")
+        if not self._tagged:
+            return self._enc.encode(text, allowed_special="all")
+        ordinary = self._enc.encode_ordinary
+        out: list[int] = []
+        start = 0
+        for tag in _TAG.finditer(text):  # no tag can start inside another (_TAG)
+            token = specials.get(tag.group())
+            if token is None:
+                continue  # looks like a tag, is text
+            if tag.start() > start:
+                out.extend(ordinary(text[start : tag.start()]))
+            out.append(token)
+            start = tag.end()
+        if start < len(text):
+            out.extend(ordinary(text[start:]) if start else ordinary(text))
+        return out
 
     def encode_segment(self, segment: Segment) -> list[int]:
         """Tokenize one segment on its own."""
