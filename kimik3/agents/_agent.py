@@ -122,9 +122,12 @@ log = logging.getLogger("kimik3.agent")
 TOOL_GRACE = 0.5  # s past the time budget before the agent ends what tools' own limits did not
 
 INLINE_ONE_CALL = sys.version_info >= (3, 11)
-"""A turn's only call to run runs in the run's own task (no task group: issue 44). Python 3.11's
-cancel count tells a tool's own ``CancelledError`` from the run's cancellation there
-(:func:`~kimik3.tools._limits.stray_cancellation`); on 3.10 only a task group's scope can."""
+"""A turn's only call to run, of a tool whose code runs only in a worker thread
+(:attr:`Tool.in_thread <kimik3.Tool>`: a sync function), runs in the run's own task (no task group:
+issue 44). Python 3.11's cancel count tells a ``CancelledError`` the function raised from the run's
+cancellation there (:func:`~kimik3.tools._limits.stray_cancellation`); on 3.10 only a task group's
+scope can. Code on the event loop (an async tool) keeps a task of its own: it could cancel the task
+it runs in (``current_task().cancel()``), which must fail that call alone, not the run."""
 
 
 class Agent(Generic[OutputT]):
@@ -138,7 +141,7 @@ class Agent(Generic[OutputT]):
         - Every past assistant message is replayed with its reasoning and tool calls exactly as
           received (K3 requires it); messages the agent writes itself carry empty reasoning.
         - The parallel calls of one turn run concurrently in an anyio task group (a turn's only
-          call runs in the run's own task: :data:`INLINE_ONE_CALL`); a failing tool
+          call of a sync tool runs in the run's own task: :data:`INLINE_ONE_CALL`); a failing tool
           gives its error result, the others still finish; results go into the history in call
           order. Cancelling the run cancels and awaits every tool and still leaves one result
           message for every call id.
@@ -574,7 +577,8 @@ class Agent(Generic[OutputT]):
         todo = [i for i, result in enumerate(results) if result is None]
         try:
             with scope:
-                if len(todo) == 1 and INLINE_ONE_CALL:  # one call: in this task, no task group (issue 44)
+                lone = run.tools.get(calls[todo[0]].function.name) if len(todo) == 1 else None
+                if INLINE_ONE_CALL and lone is not None and lone.in_thread:  # issue 44: no task group
                     await one(calls[todo[0]], todo[0], scoped=False)
                 else:
                     async with anyio.create_task_group() as group:

@@ -232,12 +232,17 @@ class Tool(ABC):
         description: what the model reads about the tool, possibly "".
         parameters: the JSON Schema of the arguments (an object schema).
         timeout: the time limit of one call in seconds, or None (no limit); see :meth:`run`.
+        in_thread: the call's own code runs only in a worker thread (a sync function tool): it
+            cannot reach the agent's task, so a turn's only call of it runs in the run's own task,
+            without a task group (issue 44). False (the default) for anything that runs code of
+            its own on the event loop, which could cancel the task it runs in.
     """
 
     name: str
     description: str
     parameters: dict[str, Any]
     timeout: float | None = None
+    in_thread: bool = False
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         # ``Tool(function)``: the function tool, as the name meant before it was the interface.
@@ -379,6 +384,7 @@ class FunctionTool(Tool):
             not inspect.isroutine(function)  # an object with an async __call__
             and inspect.iscoroutinefunction(type(function).__call__)
         )
+        self.in_thread = not self.is_async
 
     def __repr__(self) -> str:
         return f"FunctionTool(name={self.name!r}, parameters={list(self._param_names)!r})"

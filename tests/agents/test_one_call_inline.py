@@ -11,6 +11,8 @@ import functools
 from typing import Any
 
 import anyio
+import anyio.abc
+import anyio.to_thread
 import pytest
 
 from kimik3 import Agent, ScriptedEngine, ToolMessage, tool
@@ -34,37 +36,51 @@ def tool_texts(messages: list[Message]) -> list[str]:
     return [str(m.content) for m in messages if isinstance(m, ToolMessage)]
 
 
-async def test_one_call_runs_in_the_runs_task_and_two_in_tasks_of_their_own() -> None:
-    seen: list[tuple[str, bool]] = []
-    run_task: list[asyncio.Task[Any]] = []
-    both = anyio.Event()
-    waiting = [0]
+async def test_a_lone_sync_call_runs_without_a_task_group_and_the_rest_in_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Task groups the tool step opens: none for a turn's only call of a sync tool (its code runs
+    in a worker thread), one for a lone async call (it could cancel the task it runs in) and one
+    for two calls (concurrent)."""
+    opened: list[int] = []
+    real = anyio.create_task_group
+
+    def counting() -> anyio.abc.TaskGroup:
+        opened.append(len(opened))
+        return real()
 
     @tool
-    async def where(name: str) -> str:
-        """Says whether it runs in the run's task; two calls of one turn wait for each other."""
-        seen.append((name, asyncio.current_task() is run_task[0]))
-        if name != "alone":
-            waiting[0] += 1
-            if waiting[0] == 2:
-                both.set()
-            await both.wait()  # both are running at once: concurrent
+    def plain(name: str) -> str:
+        """A sync tool."""
+        return name.upper()
+
+    @tool
+    async def coro(name: str) -> str:
+        """An async tool."""
         return name
 
-    engine = ScriptedEngine([calls(("where", {"name": "alone"})),
-                             calls(("where", {"name": "a"}), ("where", {"name": "b"})), answer("ok")])
-    agent = Agent(tools=[where], engine=engine)
+    engine = ScriptedEngine([calls(("plain", {"name": "a"})), calls(("coro", {"name": "b"})),
+                             calls(("plain", {"name": "c"}), ("plain", {"name": "d"})), answer("ok")])
+    agent = Agent(tools=[plain, coro], engine=engine)
+    monkeypatch.setattr(_agent.anyio, "create_task_group", counting)
+    result = await agent.run("go")
+    assert tool_texts(result.messages) == ["A", "b", "C", "D"]
+    assert len(opened) == 2  # the async call's group and the pair's: none for the lone sync call
+    assert result.output == "ok"
 
-    async def run() -> Any:
+
+async def test_a_lone_async_tool_cancelling_its_own_task_fails_alone_and_the_run_goes_on() -> None:
+    @tool
+    async def cancels_itself() -> str:
+        """Cancels the task it runs in."""
         task = asyncio.current_task()
         assert task is not None
-        run_task.append(task)
-        return await agent.run("go")
+        task.cancel()
+        await asyncio.sleep(60)
+        return "unreachable"
 
-    result = await run()
-    assert seen == [("alone", True), ("a", False), ("b", False)]
-    assert tool_texts(result.messages) == ["alone", "a", "b"]
-    assert result.output == "ok"
+    engine = ScriptedEngine([calls(("cancels_itself", {})), answer("fine")])
+    result = await Agent(tools=[cancels_itself], engine=engine).run("x")
+    assert tool_texts(result.messages) == ["Error: CancelledError (raised by the code itself: nothing cancelled it)"]
+    assert result.output == "fine"
 
 
 async def test_the_runs_cancellation_cancels_the_one_call_and_leaves_its_result_message() -> None:
@@ -133,4 +149,40 @@ async def test_keyboard_interrupt_of_the_one_call_reaches_the_caller_after_its_r
     history: list[Message] = []
     with pytest.raises(KeyboardInterrupt):
         await Agent(tools=[interrupts], engine=ScriptedEngine([calls(("interrupts", {}))])).run("x", messages=history)
+    assert tool_texts(history) == ["Error: the tool call was cancelled before it finished"]
+
+
+async def test_a_sync_lone_call_raising_cancelled_error_is_its_error_and_the_run_goes_on() -> None:
+    @tool
+    def raises(text: str) -> str:
+        """Raises CancelledError in its thread though nothing cancelled it."""
+        raise asyncio.CancelledError(text)
+
+    engine = ScriptedEngine([calls(("raises", {"text": "mine"})), answer("fine")])
+    result = await Agent(tools=[raises], engine=engine).run("x")
+    assert tool_texts(result.messages) == ["Error: CancelledError: mine (raised by the code itself: nothing cancelled it)"]
+    assert result.output == "fine"
+
+
+async def test_the_runs_cancellation_during_a_lone_sync_call_leaves_its_result_message() -> None:
+    import threading
+
+    entered = threading.Event()
+    release = threading.Event()
+
+    @tool
+    def blocks() -> str:
+        """Blocks in its thread until released."""
+        entered.set()
+        release.wait(30)
+        return "late"
+
+    history: list[Message] = []
+    task = asyncio.ensure_future(Agent(tools=[blocks], engine=ScriptedEngine([calls(("blocks", {}))])).run(
+        "x", messages=history))
+    await anyio.to_thread.run_sync(entered.wait, 30)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    release.set()
     assert tool_texts(history) == ["Error: the tool call was cancelled before it finished"]
