@@ -62,7 +62,7 @@ sys.path.insert(0, str(ROOT))
 
 from kimik3 import Agent, ModelSettings, VLLMEngine  # noqa: E402
 from kimik3.agents import CODING_INSTRUCTIONS, ToolResultEvent, TurnEndEvent  # noqa: E402
-from kimik3.formats.k3 import RawChunk  # noqa: E402
+from kimik3.formats.k3 import RawChunk, ids_list  # noqa: E402
 from kimik3.tools.coding import coding_tools  # noqa: E402
 from kimik3.types import ChatRequest  # noqa: E402
 
@@ -82,7 +82,7 @@ class RecordingEngine(VLLMEngine):
     async def generate(
         self, prompt_ids: Sequence[int], request: ChatRequest, *, images: Sequence[Any] = ()
     ) -> AsyncGenerator[RawChunk, None]:
-        entry: Call = [list(prompt_ids), 0, time.perf_counter(), 0.0, 0.0]
+        entry: Call = [ids_list(prompt_ids), 0, time.perf_counter(), 0.0, 0.0]
         CALLS.get().append(entry)
         async for chunk in super().generate(prompt_ids, request, images=images):
             if chunk.completion_tokens is not None:
