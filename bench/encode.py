@@ -10,6 +10,9 @@ Vocabularies (both reported, each against raw tiktoken over the same vocabulary)
 vocabulary shipped with kimik3 (163,584 base tokens, kimik3/formats/k3/vocab), and
 models/k3-tiny (the project's K3-format tokenizer; when absent, a vocabulary built here from the
 benchmark text's frequent words, K3 file format and split regex).
+Times are CPU (``process_time``: single-process work); ratios are per pair run back to back,
+printed as min / median / max.
+
 Run: .venv/bin/python bench/encode.py [--tokens 1000000] [--vocab real|tiny|both]
 """
 
@@ -101,13 +104,16 @@ def tokenizer() -> tuple[K3Tokenizer, str]:
     return tok, f"word-level fallback vocabulary ({tok.num_base_tokens} base tokens)"
 
 
-def best_of(fn: Any, reps: int) -> float:
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+def cpu(fn: Any) -> float:
+    """CPU seconds of one call (``process_time``: single-process work)."""
+    t0 = time.process_time()
+    fn()
+    return time.process_time() - t0
+
+
+def spread(ratios: list[float]) -> str:
+    r = sorted(ratios)
+    return f"{r[0]:.2f} / {statistics.median(r):.2f} / {r[-1]:.2f}x"
 
 
 def main() -> None:
@@ -131,12 +137,14 @@ def run(tok: K3Tokenizer, vocab: str, args: argparse.Namespace) -> None:
 
     # (a) full encode vs raw tiktoken over the same text
     raw = tok._enc  # the tiktoken.Encoding kimik3 wraps: the baseline
-    t_raw, t_ours = float("inf"), float("inf")
-    for _ in range(5):  # interleaved, best of 5 each: this machine is noisy
-        t_raw = min(t_raw, best_of(lambda: raw.encode(text, allowed_special="all"), 1))
-        t_ours = min(t_ours, best_of(lambda: tok.encode_messages(big, TOOLS), 1))
-    print(f"(a) full encode: kimik3 {t_ours * 1e3:8.1f} ms   raw tiktoken {t_raw * 1e3:8.1f} ms   "
-          f"ratio {t_ours / t_raw:.2f}x (goal <= 1.3x)")
+    t_raw, t_ours = [], []
+    for rep in range(5):  # interleaved pairs, alternating which goes first
+        pair = [(t_raw, lambda: raw.encode(text, allowed_special="all")), (t_ours, lambda: tok.encode_messages(big, TOOLS))]
+        for out, fn in pair if rep % 2 == 0 else pair[::-1]:
+            out.append(cpu(fn))
+    print(f"(a) full encode (CPU): kimik3 {statistics.median(t_ours) * 1e3:8.1f} ms   raw tiktoken "
+          f"{statistics.median(t_raw) * 1e3:8.1f} ms (medians)   ratio {spread([o / r for o, r in zip(t_ours, t_raw, strict=True)])} "
+          "(min / median / max of 5 pairs; goal <= 1.3x)")
 
     # (b) one more turn onto a 1M-token vs a 10K-token history, incremental
     small = history(tok, args.small, seed=2)
@@ -150,20 +158,21 @@ def run(tok: K3Tokenizer, vocab: str, args: argparse.Namespace) -> None:
         view = list(base)
         for turn in extra:  # the agent appends one turn at a time
             view.extend(turn)
-            t0 = time.perf_counter()
+            t0 = time.process_time()
             enc.encode(view)
-            samples.append(time.perf_counter() - t0)
+            samples.append(time.process_time() - t0)
         return statistics.median(samples)
 
     check = PromptEncoder(tok, TOOLS)
     check.encode(big)
     assert check.encode([*big, *extra[0]]) == tok.encode_messages([*big, *extra[0]], TOOLS)
-    t_small = per_turn(small)
-    t_big = per_turn(big)
+    pairs = [(per_turn(small), per_turn(big)) for _ in range(3)]  # each: the median of 20 turns
+    t_small = statistics.median(p[0] for p in pairs)
+    t_big = statistics.median(p[1] for p in pairs)
     n_small = len(tok.encode_messages(small, TOOLS))
-    print(f"(b) one more turn: onto {len(ids):,} tokens {t_big * 1e3:7.2f} ms   onto {n_small:,} tokens "
-          f"{t_small * 1e3:7.2f} ms   ratio {t_big / t_small:.2f}x (goal <= 1.5x)")
-    t_one_shot = best_of(lambda: tok.encode_messages([*big, *extra[0]], TOOLS), 1)
+    print(f"(b) one more turn (CPU): onto {len(ids):,} tokens {t_big * 1e3:7.2f} ms   onto {n_small:,} tokens "
+          f"{t_small * 1e3:7.2f} ms   ratio {spread([b / s for s, b in pairs])} (min / median / max of 3 pairs; goal <= 1.5x)")
+    t_one_shot = cpu(lambda: tok.encode_messages([*big, *extra[0]], TOOLS))
     print(f"    (re-encoding everything instead would take {t_one_shot * 1e3:.0f} ms per turn)")
 
 

@@ -1,7 +1,8 @@
 """Benchmark kimik3's engine overhead against the raw APIs it wraps (issue: engines, item 4).
 
 Same model (SmolLM2-135M-Instruct, converted by scripts/setup_engine.sh), same prompt ids, greedy,
-a fixed number of generated tokens (ignore_eos), 1 and 64 concurrent requests:
+a fixed number of generated tokens (ignore_eos), 1 and 32 concurrent requests (``--concurrency``;
+issue 44's goal is the TTFT at 32):
 
 - embedded: kimik3 ``Client(VLLMEngine)`` (K3 encoding + streaming + K3 parsing) vs vLLM's
   ``AsyncLLM.generate`` on the same ids;
@@ -12,7 +13,12 @@ Sampling is identical on both sides (greedy, top_p 1.0). Prints time-to-first-to
 prompt is kimik3's K3 encoding with a K3-format vocabulary whose ids exist in SmolLM2 (the model
 does not speak K3; the bench measures the plumbing, not answers).
 
-Run: .venv/bin/python bench/engine.py [--tokens 32] [--reps 3]
+Each ratio is kimik3 / baseline of one pair run back to back (alternating which goes first),
+printed as min / median / max over the repeats; wall time (the engine runs beside the caller).
+
+Starts an engine: run it under ``flock /tmp/kimik3-engine.lock``.
+
+Run: .venv/bin/python bench/engine.py [--tokens 32] [--reps 3] [--concurrency 1,32] [--only embedded]
 """
 
 from __future__ import annotations
@@ -66,10 +72,11 @@ async def measure(
 
 
 async def compare(label: str, ours: Callable[[], Awaitable[tuple[float, float]]],
-                  base: Callable[[], Awaitable[tuple[float, float]]], tokens: int, reps: int) -> None:
+                  base: Callable[[], Awaitable[tuple[float, float]]], tokens: int, reps: int,
+                  concurrency: tuple[int, ...]) -> None:
     await ours()
     await base()  # warm up both paths
-    for conc in (1, 64):
+    for conc in concurrency:
         o_ttft, o_tps, b_ttft, b_tps = [], [], [], []
         for rep in range(reps * 3 if conc == 1 else reps):  # interleaved: this machine is noisy
             order = [(base, b_ttft, b_tps), (ours, o_ttft, o_tps)]
@@ -89,12 +96,12 @@ def spread(ratios: list[float]) -> str:
     return f"{min(ratios):.3f} / {statistics.median(ratios):.3f} / {max(ratios):.3f}x"
 
 
-async def embedded(tok: K3Tokenizer, tokens: int, reps: int) -> None:
+async def embedded(tok: K3Tokenizer, tokens: int, reps: int, concurrency: tuple[int, ...]) -> None:
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
     from vllm.sampling_params import RequestOutputKind
 
-    engine = VLLMEngine(SMOLLM, k3_tokenizer=tok, enforce_eager=True, max_model_len=2048, max_num_seqs=64)
+    engine = VLLMEngine(SMOLLM, k3_tokenizer=tok, enforce_eager=True, max_model_len=2048, max_num_seqs=max(concurrency))
     await engine.start()
     client = Client(engine)
     ids = tok.encode_messages(MESSAGES)
@@ -115,17 +122,17 @@ async def embedded(tok: K3Tokenizer, tokens: int, reps: int) -> None:
         return await timed(gen, lambda out: bool(out.outputs[0].text), t0)
 
     try:
-        await compare("embedded", ours, base, tokens, reps)
+        await compare("embedded", ours, base, tokens, reps, concurrency)
     finally:
         await engine.aclose()
 
 
-async def remote(tok: K3Tokenizer, tokens: int, reps: int) -> None:
+async def remote(tok: K3Tokenizer, tokens: int, reps: int, concurrency: tuple[int, ...]) -> None:
     import openai
 
     from tests.real.conftest import start_server, stop_server
 
-    proc, url = start_server(SMOLLM, "--max-num-seqs", "64", log_name="bench-engine-server")
+    proc, url = start_server(SMOLLM, "--max-num-seqs", str(max(concurrency)), log_name="bench-engine-server")
     try:
         engine = RemoteCompletionsEngine(base_url=url + "/v1", model=str(SMOLLM), tokenizer=tok)
         client = Client(engine)
@@ -147,7 +154,7 @@ async def remote(tok: K3Tokenizer, tokens: int, reps: int) -> None:
             )
             return await timed(stream, lambda c: bool(c.choices and c.choices[0].text), t0)
 
-        await compare("remote", ours, base, tokens, reps)
+        await compare("remote", ours, base, tokens, reps, concurrency)
         await client.aclose()
         await raw.close()
     finally:
@@ -159,14 +166,16 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--only", choices=["embedded", "remote"])
+    parser.add_argument("--concurrency", default="1,32", help="concurrent requests, comma-separated")
     args = parser.parse_args()
+    conc = tuple(int(c) for c in args.concurrency.split(","))
     if not (SMOLLM / "config.json").exists():
         raise SystemExit(f"no model at {SMOLLM}: run scripts/setup_test_model.sh (make test or make bench)")
     tok = K3Tokenizer.from_pretrained(write_model_dir(Path(tempfile.mkdtemp()) / "k3", num_base_tokens=48_800))
     if args.only in (None, "embedded"):
-        asyncio.run(embedded(tok, args.tokens, args.reps))
+        asyncio.run(embedded(tok, args.tokens, args.reps, conc))
     if args.only in (None, "remote"):
-        asyncio.run(remote(tok, args.tokens, args.reps))
+        asyncio.run(remote(tok, args.tokens, args.reps, conc))
 
 
 if __name__ == "__main__":

@@ -8,11 +8,18 @@ Reports, each as a ratio against its baseline measured in the same run:
   tokens, against the 10k figure (goal: flat within 1.5x);
 - the process's resident memory growth against the history's text size (message texts,
   reasoning, tool arguments, UTF-8; goal < 3x), measured LIVE at the last turn (the run, its
-  prompt cache and the engine's last prompt ids all held), and again after the run ended;
+  prompt cache and the engine's last prompt ids all held), and again after the run ended; from
+  after a 2-turn warm-up run (what a first run costs once per process, whatever its length:
+  the modules it imports on first use, the sync tools' worker thread; printed on its own);
 - the session file's size against the same text size;
 - the resume time of that session (``load_session`` of the file, then the full prompt encoded
   once, as the next call needs it; goal < 2 s) against reading and JSON-decoding its lines, in
-  CPU time (single-process work).
+  CPU time (single-process work);
+- the prompt ids handed to an engine (issue 44): ``ids_list`` (what ``VLLMEngine.generate`` and
+  ``RemoteCompletionsEngine`` call: one C-level copy of the shared ``array('I')`` prefix into the
+  list their APIs take) against ``list(ids)`` (the walk through ``PromptIds.__iter__``'s Python
+  generator they made before), on the ~1M re-encoded ids, CPU, interleaved repeats; and the copy
+  against the median CPU of a turn at ~1M tokens (its share of a turn).
 
 Run: .venv/bin/python bench/long.py [--tokens 1000000] [--turn-tokens 1000]
 """
@@ -36,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 
 from kimik3 import Agent, ContextPolicy, ScriptedEngine, tool  # noqa: E402
 from kimik3.agents import TurnEndEvent, load_session  # noqa: E402
-from kimik3.formats.k3 import PromptCache, default_tokenizer, render_output  # noqa: E402
+from kimik3.formats.k3 import PromptCache, default_tokenizer, ids_list, render_output  # noqa: E402
 from kimik3.types import AssistantMessage, Message, message_text  # noqa: E402
 
 
@@ -106,6 +113,17 @@ async def main(target: int, turn_tokens: int) -> None:
     points: list[tuple[int, float]] = []  # (prompt tokens of the turn, CPU seconds of the turn)
     with tempfile.TemporaryDirectory() as tmp:
         session = Path(tmp) / "long.jsonl"
+        # What any run costs once per process, whatever its length (the modules a run imports on
+        # first use, the sync tools' worker thread), is paid by a 2-turn warm-up run first: the
+        # growth below is what the history costs.
+        rss_cold = rss_bytes()
+        warm_turns = iter(range(2))
+        warm = Agent(instructions="Warm up.", tools=[read_file], engine=ScriptedEngine(
+            lambda _m: reply([]) if next(warm_turns, None) is not None else render_output({"content": "done"}),
+            tokenizer=tok, chunk_size=64))
+        await warm.run("Warm up.", session=Path(tmp) / "warm.jsonl")
+        turns = 0
+        del warm
         rss0 = rss_bytes()
         cpu = time.process_time()
         result = None
@@ -150,8 +168,23 @@ async def main(target: int, turn_tokens: int) -> None:
         print(f"CPU per turn at {tokens:>9,} tokens of history: {secs * 1e3:7.2f} ms  ratio to "
               f"{base_tokens:,} tokens {secs / base_cpu:.2f}x (goal <= 1.5x)", flush=True)
     print(f"RSS growth at the last turn, run alive: {(rss_live - rss0) / 1e6:.1f} MB = {(rss_live - rss0) / text:.2f}x "
-          f"the history's text (goal < 3x); after the run ended: {(rss1 - rss0) / text:.2f}x", flush=True)
+          f"the history's text (goal < 3x); after the run ended: {(rss1 - rss0) / text:.2f}x; the once-per-process "
+          f"cost of a first run (its imports and worker thread, the warm-up run): {(rss0 - rss_cold) / 1e6:.1f} MB", flush=True)
     print(f"session file {file_size / 1e6:.1f} MB = {file_size / text:.2f}x the history's text", flush=True)
+    copy_s, walk_s = [], []
+    for rep in range(9):  # interleaved, alternating order
+        for fn, out in ((ids_list, copy_s), (list, walk_s))[:: 1 if rep % 2 else -1]:
+            t0 = time.process_time()
+            handed = fn(ids)
+            out.append(time.process_time() - t0)
+            assert len(handed) == len(ids)
+            del handed
+    walk = sorted(w / c for w, c in zip(walk_s, copy_s, strict=True))
+    _, turn_cpu = at(1_000_000)
+    print(f"prompt ids handed to an engine ({len(ids):,} ids, CPU, 9 repeats): ids_list "
+          f"{statistics.median(copy_s) * 1e3:.1f} ms, list(ids) {statistics.median(walk_s) * 1e3:.1f} ms; "
+          f"list(ids) / ids_list {walk[0]:.2f} / {statistics.median(walk):.2f} / {walk[-1]:.2f}x (min / median / max); "
+          f"ids_list = {statistics.median(copy_s) / turn_cpu:.2f}x the CPU of a turn at 1M tokens", flush=True)
     print(f"resume (CPU): load_session {load_s:.2f} s + full prompt encode {encode_s:.2f} s = {load_s + encode_s:.2f} s "
           f"(goal < 2 s); ratio to reading + JSON-decoding the {len(raw):,} lines ({base_s:.2f} s): "
           f"{load_s / base_s:.2f}x load, {(load_s + encode_s) / base_s:.2f}x with the encode", flush=True)

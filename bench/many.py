@@ -12,15 +12,16 @@ For each concurrency C:
    ``AsyncLLM.generate`` (the same prompt ids; ``min_tokens = max_tokens`` = the agent's count,
    ``ignore_eos``), so vLLM does the same prefill and decode work without kimik3.
 
-The prefix cache is reset before each phase. Reported: agents' tokens/s / baseline tokens/s
+The prefix cache is reset before each phase. Reported: agents' tokens/s / baseline tokens/s (over
+all reps, and each rep's pair as min / median / max; wall time: vLLM's engine core is another process)
 (goal >= 0.9x at 32 agents) and the agents' own CPU per model call (encode, parse, tools,
 session bookkeeping): the main process's CPU during the agents' phase minus the baseline's
 (vLLM's frontend work is in both; the engine core runs in its own process), per call.
 
-Figures: none yet with tools that run. The 0.68x / 0.79x / 1.00x of an earlier version came
-from runs with ``max_tokens`` 64, where every tool call was cut and no tool ran: they measured
-text generation only and are withdrawn. What a run prints is the measurement; bench/README.md
-quotes it with its date and load.
+The 0.68x / 0.79x / 1.00x of an earlier version came from runs with ``max_tokens`` 64, where
+every tool call was cut and no tool ran: they measured text generation only and are withdrawn.
+What a run prints is the measurement (with ``--reps 1`` a single pair per concurrency, no
+spread); bench/README.md quotes it with its date and load.
 
 Plan for a bigger machine (not measurable on 2 shared cores):
 
@@ -62,7 +63,7 @@ sys.path.insert(0, str(ROOT))
 
 from kimik3 import Agent, ModelSettings, VLLMEngine  # noqa: E402
 from kimik3.agents import CODING_INSTRUCTIONS, ToolResultEvent, TurnEndEvent  # noqa: E402
-from kimik3.formats.k3 import RawChunk  # noqa: E402
+from kimik3.formats.k3 import RawChunk, ids_list  # noqa: E402
 from kimik3.tools.coding import coding_tools  # noqa: E402
 from kimik3.types import ChatRequest  # noqa: E402
 
@@ -82,7 +83,7 @@ class RecordingEngine(VLLMEngine):
     async def generate(
         self, prompt_ids: Sequence[int], request: ChatRequest, *, images: Sequence[Any] = ()
     ) -> AsyncGenerator[RawChunk, None]:
-        entry: Call = [list(prompt_ids), 0, time.perf_counter(), 0.0, 0.0]
+        entry: Call = [ids_list(prompt_ids), 0, time.perf_counter(), 0.0, 0.0]
         CALLS.get().append(entry)
         async for chunk in super().generate(prompt_ids, request, images=images):
             if chunk.completion_tokens is not None:
@@ -136,6 +137,7 @@ async def main(agents: list[int], turns: int, reps: int) -> None:
                 gaps: list[float] = []
                 tool_gaps: list[float] = []  # end of generation -> turn end (parse end, tools)
                 TOOLS_RUN[0] = 0
+                rep_rates: list[float] = []  # per rep: the agents' tok/s over the replay's of the same calls
                 for rep in range(reps):  # alternate the order: this machine is shared and noisy
                     crowd = [make_agent(engine, i, turns, Path(tmp) / f"c{c}r{rep}") for i in range(c)]  # untimed
                     for phase in (("agents", "base") if rep % 2 == 0 else ("base", "agents")):
@@ -143,7 +145,9 @@ async def main(agents: list[int], turns: int, reps: int) -> None:
                         cpu0, t0 = time.process_time(), time.perf_counter()
                         if phase == "agents":
                             recorded = list(await asyncio.gather(*(one_agent(a, i) for i, a in enumerate(crowd))))
-                            ours_t += time.perf_counter() - t0
+                            ours_wall = time.perf_counter() - t0
+                            ours_t += ours_wall
+                            ours_rate = sum(call[1] for calls in recorded for call in calls) / ours_wall
                             ours_cpu += time.process_time() - cpu0
                             tokens += sum(call[1] for calls in recorded for call in calls)
                             n_calls += sum(len(calls) for calls in recorded)
@@ -153,15 +157,19 @@ async def main(agents: list[int], turns: int, reps: int) -> None:
                             if not recorded:  # the first rep records before any replay
                                 continue
                             await asyncio.gather(*(replay(engine, calls, i) for i, calls in enumerate(recorded)))
-                            base_t += time.perf_counter() - t0
+                            base_wall = time.perf_counter() - t0
+                            base_t += base_wall
                             base_cpu += time.process_time() - cpu0
+                            base_rate = sum(call[1] for calls in recorded for call in calls) / base_wall
+                    rep_rates.append(ours_rate / base_rate)  # each rep ran one agents phase and one replay
                 # each phase generated the same tokens: rates over the summed walls
                 ours, base = tokens / ours_t, tokens / base_t
                 if TOOLS_RUN[0] == 0:
                     raise SystemExit(f"{c} agents: no tool ran in {n_calls} model calls: not an agent workload")
                 print(f"{c:3d} agents: {n_calls} model calls, {TOOLS_RUN[0]} tool calls ran, {tokens} generated "
                       f"tokens over {reps} rep(s); agents "
-                      f"{ours:7.1f} tok/s, vLLM direct {base:7.1f} tok/s: ratio {ours / base:.2f}x"
+                      f"{ours:7.1f} tok/s, vLLM direct {base:7.1f} tok/s: ratio {ours / base:.2f}x, per rep "
+                      f"{min(rep_rates):.2f} / {statistics.median(rep_rates):.2f} / {max(rep_rates):.2f}x (min / median / max)"
                       f"{' (goal >= 0.9x)' if c == 32 else ''}; agents' own CPU "
                       f"{(ours_cpu - base_cpu) / n_calls * 1e3:.1f} ms per model call (main process CPU "
                       f"{ours_cpu:.2f} s vs {base_cpu:.2f} s direct); between an agent's calls (parse, tools, "

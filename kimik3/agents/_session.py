@@ -102,13 +102,15 @@ class JournalRecord(NamedTuple):
     body: Any
 
 
-@dataclass
+@dataclass(slots=True)  # one per line of a session a run holds: no __dict__ each (issue 44)
 class SessionRecord:
     """One line of a session file.
 
     Attributes:
         line: its 1-based line number.
-        raw: the line's text (without the newline).
+        raw: the line's text (without the newline). A writer's own ``message`` records do not
+            keep it (a 1M-token run would hold its history a second time, as JSON: issue 44):
+            it is rendered again from the record's fields, the same bytes the writer wrote.
         index: the message's number (None for a header or a compaction).
         message: the message, for a ``message`` record.
         usage: the usage of the model call that wrote it (assistant messages of sessions that
@@ -128,7 +130,7 @@ class SessionRecord:
     """
 
     line: int
-    raw: str
+    _raw: str | None  # None: a writer's message record, rendered again on demand (see ``raw``)
     index: int | None = None
     message: Message | None = None
     usage: Usage | None = None
@@ -142,11 +144,45 @@ class SessionRecord:
     kind: str = ""
     body: Any = None
 
+    @property
+    def raw(self) -> str:
+        """The line's text (without the newline)."""
+        if self._raw is not None:
+            return self._raw
+        assert self.message is not None  # only a writer's message records are rendered again
+        return _line(_message_fields(self.message, self.usage, self.cost, self.finish_reason)).decode("utf-8")
 
-def _message_record(number: int, raw: str, data: dict[str, Any], index: int, message: Message | None) -> SessionRecord:
-    """A ``message`` record (its usage, cost and finish reason checked); ``message``: the typed
-    message when the writer has it (else parsed from ``data``)."""
-    usage = Usage.model_validate(data["usage"]) if "usage" in data else None
+
+def _message_fields(message: Message, usage: Usage | None, cost: float | None,
+                    finish_reason: str | None) -> dict[str, Any]:
+    """A ``message`` record's fields, as the writer writes them."""
+    record: dict[str, Any] = {"message": dump_message(message)}
+    if usage is not None:
+        record["usage"] = usage.model_dump(exclude_none=True)
+    if cost is not None:
+        record["cost"] = cost
+    if finish_reason is not None:
+        record["finish_reason"] = finish_reason
+    return record
+
+
+def _line(record: dict[str, Any]) -> bytes:
+    """A record's line (without the newline): JSON in UTF-8; text that is not valid Unicode (a
+    lone surrogate: a file name that is not UTF-8) as JSON's ``\\udcXX`` escape, which
+    ``json.loads`` reads back as it was."""
+    try:
+        return json.dumps(record, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(record).encode("ascii")
+
+
+def _message_record(number: int, raw: str | None, data: dict[str, Any], index: int, message: Message | None,
+                    usage: Usage | None = None) -> SessionRecord:
+    """A ``message`` record (its usage, cost and finish reason checked); ``message`` and
+    ``usage``: the typed ones when the writer has them (else parsed from ``data``: a run does not
+    hold each call's usage twice)."""
+    if usage is None and "usage" in data:
+        usage = Usage.model_validate(data["usage"])
     cost, finish = data.get("cost"), data.get("finish_reason")
     if cost is not None and (isinstance(cost, bool) or not isinstance(cost, (int, float))):
         raise TypeError(f"cost must be a number, got {cost!r:.40}")
@@ -223,28 +259,34 @@ class SessionLog:
             raise SessionError(f"{store.path} is empty, not a kimik3 session")
         return log
 
-    def add(self, record: dict[str, Any], raw: bytes | str, message: Message | None = None) -> SessionRecord:
+    def add(self, record: dict[str, Any], raw: bytes | str | None, message: Message | None = None,
+            usage: Usage | None = None) -> SessionRecord:
         """Take in the next record (the writer's, as it writes it): the history and the journal
-        follow it. ``message``: the typed message of a ``message`` record, when the caller has it.
+        follow it. ``message`` and ``usage``: the typed message of a ``message`` record and its
+        usage, when the caller has them. ``raw`` None (a writer's ``message`` record, with its
+        ``message``): the line is not kept (:attr:`SessionRecord.raw` renders it again).
 
         Raises:
             SessionError: a record that is not valid (naming its line).
         """
         number = len(self.records) + 1
-        text = raw if isinstance(raw, str) else raw.decode("utf-8")
+        if raw is None and (message is None or "message" not in record):
+            raw = _line(record)  # only a message record with its typed message is rendered again
+        text = raw if isinstance(raw, str) or raw is None else raw.decode("utf-8")
         if number == 1:
             self.header = record
             entry = SessionRecord(1, text, header=record, kind="header")
         else:
-            entry = self._entry(number, text, record, message)
+            entry = self._entry(number, text, record, message, usage)
         self.records.append(entry)
         return entry
 
-    def _entry(self, number: int, text: str, record: dict[str, Any], message: Message | None) -> SessionRecord:
+    def _entry(self, number: int, text: str | None, record: dict[str, Any], message: Message | None,
+               usage: Usage | None = None) -> SessionRecord:
         kind = next(iter(record), "")
         try:
             if "message" in record:
-                entry = _message_record(number, text, record, self._indexed, message)
+                entry = _message_record(number, text, record, self._indexed, message, usage)
                 assert entry.message is not None
                 self._indexed += 1
                 self.messages.append(entry.message)
@@ -414,27 +456,17 @@ class SessionWriter:
                 "may have written it since it was read)"
             )
 
-    def _write(self, record: dict[str, Any], message: Message | None = None) -> None:
-        text = json.dumps(record, ensure_ascii=False)
-        try:
-            data = text.encode("utf-8")
-        except UnicodeEncodeError:  # a lone surrogate (a file name that is not UTF-8): JSON's \udcXX
-            data = json.dumps(record).encode("ascii")  # escape, which json.loads reads back as it was
+    def _write(self, record: dict[str, Any], message: Message | None = None, usage: Usage | None = None) -> None:
+        data = _line(record)
         self.store.append(data + b"\n")
-        self.log.add(record, data, message)
+        # a message record's line is not kept in memory (rendered again if asked: SessionRecord.raw)
+        self.log.add(record, None if message is not None else data, message, usage)
 
     def message(self, message: Message, usage: Usage | None = None, *, cost: float | None = None,
                 finish_reason: str | None = None) -> None:
         """Append one message (with the usage, USD cost and finish reason of the model call
         that wrote it, if any)."""
-        record: dict[str, Any] = {"message": dump_message(message)}
-        if usage is not None:
-            record["usage"] = usage.model_dump(exclude_none=True)
-        if cost is not None:
-            record["cost"] = cost
-        if finish_reason is not None:
-            record["finish_reason"] = finish_reason
-        self._write(record, message)
+        self._write(_message_fields(message, usage, cost, finish_reason), message, usage)
 
     def compaction(self, messages: Sequence[Message], summary: str) -> None:
         """Record that the history was replaced (compaction)."""

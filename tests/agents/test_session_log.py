@@ -131,6 +131,32 @@ def test_the_writer_serves_records_from_the_log_it_keeps() -> None:
     assert [r.kind for r in read_session_records(store)] == ["header", "message", "routing", "routing"]
 
 
+def test_the_writers_message_lines_are_not_kept_and_render_again_byte_for_byte() -> None:
+    """Issue 44: a writer's log holds no second copy of its messages as JSON text (a 1M-token run
+    held 1.2x its text that way); each record's ``raw`` is still exactly its line on disk, with
+    usage, cost, finish reason, non-ASCII text, and a byte that is not UTF-8 (a lone surrogate,
+    which the message carries as the text ``\\xff``)."""
+    from kimik3.types import AssistantMessage, Usage
+
+    store = MemoryStore("r")
+    writer = SessionWriter(store, {"instructions": "x"})
+    writer.message(UserMessage(content="grüße \u2014 naïve"))
+    writer.message(AssistantMessage(content="ok", reasoning_content="thought"),
+                   Usage(prompt_tokens=12, completion_tokens=3, total_tokens=15), cost=0.25, finish_reason="stop")
+    writer.message(ToolMessage(content="bad name \udcff.txt", tool_call_id="c1", name="ls"))
+    writer.record("routing", {"key": "k1", "parent": None})
+    assert [r._raw is None for r in writer.log.records] == [False, True, True, True, False]
+    lines = bytes(store.data).decode("utf-8").splitlines()
+    assert [r.raw for r in writer.log.records] == lines
+    assert lines[2] == ('{"message": {"role": "assistant", "content": "ok", "reasoning_content": "thought", '
+                        '"reasoning": "thought"}, "usage": {"prompt_tokens": 12, "completion_tokens": 3, '
+                        '"total_tokens": 15, "unknown": false}, '
+                        '"cost": 0.25, "finish_reason": "stop"}')
+    assert '"content": "bad name \\\\xff.txt"' in lines[3] and "grüße \u2014 naïve" in lines[1]
+    writer.close()
+    assert [r.raw for r in SessionLog.read(store).records] == lines  # a reader keeps the lines it read
+
+
 def _edit_call(session: Path, old: str, new: str) -> None:
     """Change the call in the assistant message and its deferred record alike (the journal's
     own check passes): only the decision's digest can tell."""
