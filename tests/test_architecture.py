@@ -320,7 +320,7 @@ def references(name: str, path: Path, tree: ast.Module) -> Iterator[tuple[int, s
     """(line, dotted name) of each kimik3 module or name ``tree`` reaches, anywhere in it: each
     import (:func:`imports`), each name imported from a module (``from ..tools.failures import _x``),
     each attribute read off a name an import bound to a module (``failures._x``,
-    ``kimik3.tools._limits.x``), each string naming a kimik3 module (a lazy table's ``"._verify"``,
+    ``kimik3.tools._limits.x``, ``getattr(failures, "_x")``), each string naming a kimik3 module (a lazy table's ``"._verify"``,
     ``resources.files("kimik3._verify")``); re-exported modules resolved (:func:`resolve`)."""
     base = package_of(name, path)
     yield from ((line, resolve(target)) for line, target in imports(name, path, tree))
@@ -337,6 +337,10 @@ def references(name: str, path: Path, tree: ast.Module) -> Iterator[tuple[int, s
                 value = value.value
             if isinstance(value, ast.Name) and value.id in bound:
                 yield node.lineno, resolve(".".join([bound[value.id], *reversed(chain)]))
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+              and len(node.args) >= 2 and isinstance(node.args[0], ast.Name) and node.args[0].id in bound
+              and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)):
+            yield node.lineno, resolve(f"{bound[node.args[0].id]}.{node.args[1].value}")  # getattr(failures, "_x")
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and MODULE_PATH.fullmatch(node.value):
             target = absolute(node.value, base)
             if target in modules() and "." in target:
@@ -370,14 +374,15 @@ def test_the_private_reach_rule_is_read() -> None:
             "import importlib\nm = importlib.import_module('kimik3.tools._limits')\n"
             "n = __import__('..engines._cluster')\nfrom ..tools.failures import _private\n"
             "from ..tools import failures as f\nf._y\nimport kimik3.tools\nkimik3.tools._limits.x\n"
-            "L = {'x': '..tools._truncate'}\nfrom .. import _verify\n_verify._checks\n")
+            "L = {'x': '..tools._truncate'}\nfrom .. import _verify\n_verify._checks\ngetattr(f, '_z', None)\n")
     path = PACKAGE / "agents" / "_x.py"
     seen = sorted({(line, p) for line, t in references("kimik3.agents._x", path, ast.parse(code))
                    if (p := private_module(t)) and not "kimik3.agents._x".startswith(owner(p) + ".")})
     assert seen == [(1, "kimik3.tools._failures"), (3, "kimik3.engines._quiet"), (7, "kimik3.formats.k3._media"),
                     (10, "kimik3.tools._limits"), (12, "kimik3.tools._limits"), (13, "kimik3.engines._cluster"),
                     (14, "kimik3.tools.failures._private"), (16, "kimik3.tools.failures._y"),
-                    (18, "kimik3.tools._limits"), (19, "kimik3.tools._truncate"), (21, "kimik3._verify._checks")]
+                    (18, "kimik3.tools._limits"), (19, "kimik3.tools._truncate"), (21, "kimik3._verify._checks"),
+                    (22, "kimik3.tools.failures._z")]
     assert private_module("kimik3.tools.coding._api") == "kimik3.tools.coding._api"
     assert private_module("kimik3._verify._checks") == "kimik3._verify._checks"
     assert owner("kimik3._verify._checks") == "kimik3._verify" and owner("kimik3.tools._failures") == "kimik3.tools"
