@@ -6,6 +6,7 @@ CLI knows about terminals, and the seams of issue 29 stay drawn."""
 from __future__ import annotations
 
 import ast
+import importlib
 import re
 from collections.abc import Iterator
 from functools import cache
@@ -426,6 +427,9 @@ def test_a_star_import_brings_only_a_listed_all() -> None:
                         isinstance(n, ast.ImportFrom) and any(a.asname == "__all__" for a in n.names) for n in tree.body)):
                     found.append(f"{name}:{node.lineno} from {source} import *")
     assert found == []
+    for facade in ("kimik3.tools.failures", "kimik3.tools.coding.api"):  # at run time: its names are its __all__
+        module = importlib.import_module(facade)
+        assert sorted(n for n in vars(module) if not n.startswith("_")) == sorted(module.__all__), facade
 
 
 def test_the_public_modules_export_all_of_their_private_module() -> None:
