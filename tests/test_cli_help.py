@@ -36,8 +36,9 @@ def commands(group: click.Group, path: tuple[str, ...] = ()) -> list[tuple[tuple
 def test_every_command_has_a_help_page() -> None:
     found = commands(main)
     names = [" ".join(words) for words, _ in found]
-    assert names == ["approve", "chat", "eval", "eval compare", "eval replay", "eval run", "preflight", "replay", "resume",
-                     "run", "serve", "show", "undo", "verify"]  # fmt: skip
+    # the commands README.md and kimik3.cli's docstring name (new ones get their help checked too)
+    assert {"approve", "chat", "eval", "eval compare", "eval replay", "eval run", "preflight", "replay", "resume",
+            "run", "serve", "show", "undo", "verify"} <= set(names), names  # fmt: skip
     for words, command in found:
         result = CliRunner().invoke(main, [*words, "--help"], prog_name="kimik3")
         assert result.exit_code == 0, (words, result.output)
