@@ -1,5 +1,6 @@
 """The layering rules of docs/architecture.md, checked on kimik3's import graph (read with ``ast``,
-so an import inside a function or under ``TYPE_CHECKING`` counts like any other), so they cannot
+so an import inside a function, under ``TYPE_CHECKING`` or by a literal name through
+``importlib.import_module`` counts like any other), so they cannot
 break silently again: no circle, nothing imports a room on its own or a higher floor, only the
 CLI knows about terminals, and the seams of issue 29 stay drawn."""
 
