@@ -1,11 +1,13 @@
 """The layering rules of docs/architecture.md, checked on kimik3's import graph (read with ``ast``,
-so an import inside a function or under ``TYPE_CHECKING`` counts like any other), so they cannot
+so an import inside a function, under ``TYPE_CHECKING`` or by a literal name through
+``importlib.import_module`` counts like any other), so they cannot
 break silently again: no circle, nothing imports a room on its own or a higher floor, only the
 CLI knows about terminals, and the seams of issue 29 stay drawn."""
 
 from __future__ import annotations
 
 import ast
+import importlib
 import re
 from collections.abc import Iterator
 from functools import cache
@@ -33,20 +35,37 @@ def imported(name: str, path: Path, tree: ast.Module) -> Iterator[str]:
     yield from (target for _, target in imports(name, path, tree))
 
 
+def package_of(name: str, path: Path) -> list[str]:
+    """The parts of the package a relative import in module ``name`` (file ``path``) starts from."""
+    return name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+
+
+def absolute(dotted: str, base: list[str]) -> str:
+    """``dotted`` (``"._verify"``, ``"..tools._limits"`` or absolute) resolved against the package ``base``."""
+    rest = dotted.lstrip(".")
+    level = len(dotted) - len(rest)
+    return ".".join(base[: len(base) - level + 1] + ([rest] if rest else [])) if level else dotted
+
+
+IMPORTERS = {"import_module", "__import__"}  # calls that import the module their literal argument names
+
+
 def imports(name: str, path: Path, tree: ast.Module) -> Iterator[tuple[int, str]]:
-    """(line, dotted name) of each import in ``tree``, anywhere in it, relative ones resolved."""
-    base = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    """(line, dotted name) of each import in ``tree``, anywhere in it, relative ones resolved; an
+    import by a literal name (``importlib.import_module("kimik3.media")``, ``__import__``) too."""
+    base = package_of(name, path)
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             yield from ((node.lineno, alias.name) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                module = ".".join(base[: len(base) - node.level + 1] + ([node.module] if node.module else []))
-            else:
-                module = node.module or ""
+            module = absolute("." * node.level + (node.module or ""), base)
             for alias in node.names:  # `from . import x` imports the module x when there is one
                 full = f"{module}.{alias.name}"
                 yield node.lineno, full if full in modules() else module
+        elif (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
+              and isinstance(node.args[0].value, str)
+              and (node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")) in IMPORTERS):
+            yield node.lineno, absolute(node.args[0].value, base)
 
 
 @cache
@@ -206,48 +225,178 @@ PRIVATE_REACHES = {
 }
 
 
+def is_package(module: str) -> bool:
+    return module in modules() and modules()[module][0].name == "__init__.py"
+
+
 def private_module(target: str) -> str | None:
-    """The private module ``target`` is or lies in (``kimik3.tools._limits`` for
-    ``kimik3.tools._limits`` itself), or None for a public one."""
+    """The innermost private module or name ``target`` is or lies in (``kimik3.tools._limits`` for
+    ``kimik3.tools._limits.STRAY_NOTE``, ``kimik3._verify._checks`` for itself,
+    ``kimik3.tools.failures._x`` for a private name of a public module), or None for a public one."""
     parts = target.split(".")
-    for i, part in enumerate(parts[1:], 1):
-        if part.startswith("_") and not part.startswith("__"):
-            return ".".join(parts[: i + 1])
+    private = [i for i, part in enumerate(parts) if i and part.startswith("_") and not part.startswith("__")]
+    return ".".join(parts[: private[-1] + 1]) if private else None
+
+
+def owner(private: str) -> str:
+    """The package ``private`` is private to: the package holding it, or holding the module it is a
+    name of (``kimik3.tools`` for ``kimik3.tools._failures`` and ``kimik3.tools.failures._x``)."""
+    container = private.rsplit(".", 1)[0]
+    while container not in modules():  # a name of a class or function in a module
+        container = container.rsplit(".", 1)[0]
+    return container if is_package(container) else container.rsplit(".", 1)[0]
+
+
+def top_level(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """The statements of a module's top level, those under ``if``/``try`` included."""
+    for node in body:
+        yield node
+        if isinstance(node, (ast.If, ast.Try)):
+            for field in ("body", "orelse", "finalbody"):
+                yield from top_level(getattr(node, field, []))
+        if isinstance(node, ast.Try):
+            for handler in node.handlers:
+                yield from top_level(handler.body)
+
+
+def binds(base: list[str], statements: Iterator[ast.stmt] | list[ast.AST], depth: int = 0) -> dict[str, str]:
+    """The names ``statements`` of a module in package ``base`` bind to a kimik3 module by importing it
+    (``from . import _limits as limits`` -> ``limits: kimik3.tools._limits``), those a star import
+    brings in and those a module re-exports (resolved to the module they are) included."""
+    out: dict[str, str] = {}
+    for node in statements:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "kimik3":
+                    out[alias.asname or "kimik3"] = alias.name if alias.asname else "kimik3"
+        elif isinstance(node, ast.ImportFrom):
+            module = absolute("." * node.level + (node.module or ""), base)
+            if module not in modules() or depth > 20:
+                continue
+            exported = module_binds(module, depth + 1)
+            for alias in node.names:
+                if alias.name == "*":
+                    listed = set(dunder_all(module) or (n for n in exported if not n.startswith("_")))
+                    out.update((n, target) for n, target in exported.items() if n in listed)
+                elif f"{module}.{alias.name}" in modules():
+                    out[alias.asname or alias.name] = f"{module}.{alias.name}"
+                elif alias.name in exported:
+                    out[alias.asname or alias.name] = exported[alias.name]
+    return out
+
+
+@cache
+def module_binds(name: str, depth: int = 0) -> dict[str, str]:
+    """:func:`binds` of ``name``'s top level: the modules other modules can import from it by a name."""
+    path, tree = modules()[name]
+    return binds(package_of(name, path), top_level(tree.body), depth)
+
+
+def dunder_all(name: str) -> list[str] | None:
+    """``name``'s literal ``__all__``, or None."""
+    for node in modules()[name][1].body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            return list(ast.literal_eval(node.value))
     return None
 
 
+def resolve(dotted: str) -> str:
+    """``dotted`` with each name a module binds to another module replaced by that module
+    (``kimik3.tools.limits.x`` -> ``kimik3.tools._limits.x`` where tools binds limits to _limits)."""
+    parts = dotted.split(".")
+    i = 1
+    while i < len(parts):
+        prefix = ".".join(parts[:i])
+        if prefix in modules() and f"{prefix}.{parts[i]}" not in modules() and parts[i] in module_binds(prefix):
+            parts = module_binds(prefix)[parts[i]].split(".") + parts[i + 1 :]
+            i = 1
+            continue
+        i += 1
+    return ".".join(parts)
+
+
+MODULE_PATH = re.compile(r"\.*[A-Za-z_]\w*(\.\w+)*")
+
+
+def references(name: str, path: Path, tree: ast.Module) -> Iterator[tuple[int, str]]:
+    """(line, dotted name) of each kimik3 module or name ``tree`` reaches, anywhere in it: each
+    import (:func:`imports`), each name imported from a module (``from ..tools.failures import _x``),
+    each attribute read off a name an import bound to a module (``failures._x``,
+    ``kimik3.tools._limits.x``, ``getattr(failures, "_x")``), each string naming a kimik3 module (a lazy table's ``"._verify"``,
+    ``resources.files("kimik3._verify")``); re-exported modules resolved (:func:`resolve`)."""
+    base = package_of(name, path)
+    yield from ((line, resolve(target)) for line, target in imports(name, path, tree))
+    bound = binds(base, list(ast.walk(tree)))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            module = absolute("." * node.level + (node.module or ""), base)
+            yield from ((node.lineno, resolve(f"{module}.{alias.name}")) for alias in node.names if alias.name != "*")
+        elif isinstance(node, ast.Attribute):
+            chain = [node.attr]
+            value = node.value
+            while isinstance(value, ast.Attribute):
+                chain.append(value.attr)
+                value = value.value
+            if isinstance(value, ast.Name) and value.id in bound:
+                yield node.lineno, resolve(".".join([bound[value.id], *reversed(chain)]))
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+              and len(node.args) >= 2 and isinstance(node.args[0], ast.Name) and node.args[0].id in bound
+              and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)):
+            yield node.lineno, resolve(f"{bound[node.args[0].id]}.{node.args[1].value}")  # getattr(failures, "_x")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and MODULE_PATH.fullmatch(node.value):
+            target = absolute(node.value, base)
+            if target in modules() and "." in target:
+                yield node.lineno, target
+
+
 def private_reaches() -> list[tuple[str, int, str]]:
-    """(importer, line, private module) of each import of a private module from outside the
-    package holding it, anywhere in a module (functions and TYPE_CHECKING included); one per
-    import statement."""
+    """(importer, line, private module or name) of each reach into a private module or name from
+    outside the package it is private to (:func:`owner`), anywhere in a module (functions and
+    ``TYPE_CHECKING`` included: still coupling); one per line."""
     found: list[tuple[str, int, str]] = []
     for name, (path, tree) in modules().items():
-        for line, target in imports(name, path, tree):
+        for line, target in references(name, path, tree):
             private = private_module(target) if target.startswith("kimik3.") else None
-            owner = private.rsplit(".", 1)[0] if private is not None else None
-            if (owner is not None and name != owner and not name.startswith(owner + ".")
-                    and (name, line, private) not in found):
+            if private is None:
+                continue
+            holder = owner(private)
+            if name != holder and not name.startswith(holder + ".") and (name, line, private) not in found:
                 found.append((name, line, private))
     return found
 
 
 def test_the_private_reach_rule_is_read() -> None:
-    # what counts: another package's `_module` (absolute, relative, in a function), not one of
-    # the importer's own package or of a package enclosing it
+    # what counts: another package's `_module` or `_name`, reached by any route (absolute,
+    # relative, in a function, under TYPE_CHECKING, by a literal name, by an attribute, through a
+    # public alias), not one of the importer's own package or of a package enclosing it
     code = ("from ..tools import _failures as failures\nfrom ..tools.failures import denied\n"
             "import kimik3.engines._quiet\nfrom .._exceptions import UserError\nfrom ._run import Run\n"
-            "def f():\n    from ..formats.k3._media import upload_url\n")
+            "def f():\n    from ..formats.k3._media import upload_url\n"
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..tools._limits import STRAY_NOTE\n"
+            "import importlib\nm = importlib.import_module('kimik3.tools._limits')\n"
+            "n = __import__('..engines._cluster')\nfrom ..tools.failures import _private\n"
+            "from ..tools import failures as f\nf._y\nimport kimik3.tools\nkimik3.tools._limits.x\n"
+            "L = {'x': '..tools._truncate'}\nfrom .. import _verify\n_verify._checks\ngetattr(f, '_z', None)\n")
     path = PACKAGE / "agents" / "_x.py"
-    seen = [(line, private_module(t)) for line, t in imports("kimik3.agents._x", path, ast.parse(code))]
-    assert seen == [(1, "kimik3.tools._failures"), (2, None), (3, "kimik3.engines._quiet"),
-                    (4, "kimik3._exceptions"), (5, "kimik3.agents._run"), (7, "kimik3.formats.k3._media")]
+    seen = sorted({(line, p) for line, t in references("kimik3.agents._x", path, ast.parse(code))
+                   if (p := private_module(t)) and not "kimik3.agents._x".startswith(owner(p) + ".")})
+    assert seen == [(1, "kimik3.tools._failures"), (3, "kimik3.engines._quiet"), (7, "kimik3.formats.k3._media"),
+                    (10, "kimik3.tools._limits"), (12, "kimik3.tools._limits"), (13, "kimik3.engines._cluster"),
+                    (14, "kimik3.tools.failures._private"), (16, "kimik3.tools.failures._y"),
+                    (18, "kimik3.tools._limits"), (19, "kimik3.tools._truncate"), (21, "kimik3._verify._checks"),
+                    (22, "kimik3.tools.failures._z")]
     assert private_module("kimik3.tools.coding._api") == "kimik3.tools.coding._api"
-    assert private_module("kimik3._verify._checks") == "kimik3._verify"
+    assert private_module("kimik3._verify._checks") == "kimik3._verify._checks"
+    assert owner("kimik3._verify._checks") == "kimik3._verify" and owner("kimik3.tools._failures") == "kimik3.tools"
+    assert owner("kimik3.tools.failures.FailureText._x") == "kimik3.tools"
+    # a public name bound to a private module is that module (`from . import _limits as limits`)
+    alias = binds(["kimik3", "tools"], list(ast.parse("from . import _limits as limits\n").body))
+    assert alias == {"limits": "kimik3.tools._limits"}
 
 
 def test_no_package_imports_another_packages_private_module_unless_listed() -> None:
     unlisted = sorted(
-        f"{modules()[name][0].relative_to(ROOT)}:{line} imports {private}: use the public name its package "
+        f"{modules()[name][0].relative_to(ROOT)}:{line} reaches {private}: use the public name its package "
         f"exports (or export one there), or add {name!r} -> {private!r} to PRIVATE_REACHES with a reason"
         for name, line, private in private_reaches() if private not in PRIVATE_REACHES.get(name, {})
     )  # fmt: skip
@@ -262,6 +411,26 @@ def test_every_listed_private_reach_still_occurs() -> None:
     assert stale == []
     assert all(why.strip() for reached in PRIVATE_REACHES.values() for why in reached.values())
 
+
+
+def test_a_star_import_brings_only_a_listed_all() -> None:
+    # `from ._x import *` re-exports exactly _x's literal __all__, which lists no private name, and
+    # the importer says what it exports (its own __all__): without one, a star import hands on every
+    # public name _x binds, the modules it imported included (`from ._limits import *` would make
+    # `tools.failures.time` and anything _limits aliased reachable), and :func:`resolve` follows it
+    found = []
+    for name, (path, tree) in modules().items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and any(alias.name == "*" for alias in node.names):
+                source = absolute("." * node.level + (node.module or ""), package_of(name, path))
+                listed = dunder_all(source) if source in modules() else None
+                if listed is None or any(n.startswith("_") for n in listed) or (dunder_all(name) is None and not any(
+                        isinstance(n, ast.ImportFrom) and any(a.asname == "__all__" for a in n.names) for n in tree.body)):
+                    found.append(f"{name}:{node.lineno} from {source} import *")
+    assert found == []
+    for facade in ("kimik3.tools.failures", "kimik3.tools.coding.api"):  # at run time: its names are its __all__
+        module = importlib.import_module(facade)
+        assert sorted(n for n in vars(module) if not n.startswith("_")) == sorted(module.__all__), facade
 
 
 def test_the_public_modules_export_all_of_their_private_module() -> None:

@@ -8,7 +8,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["GPU", "NVIDIA_SMI_QUERY", "detect_gpus", "parse_amd_smi", "parse_nvidia_smi", "visible_gpus"]
+__all__ = [
+    "GPU", "NVIDIA_SMI_QUERY", "detect_gpus", "parse_amd_smi", "parse_nvidia_smi", "run_command", "visible_gpus",
+]
 
 Runner = Callable[[Sequence[str]], str]
 """Runs a command and returns its stdout; raises OSError / SubprocessError when it cannot."""
@@ -113,7 +115,13 @@ def parse_amd_smi(out: str) -> list[GPU]:
     ]
 
 
-def _run(cmd: Sequence[str]) -> str:
+def run_command(cmd: Sequence[str]) -> str:
+    """The default :data:`Runner`: ``cmd``'s stdout (30 s limit).
+
+    Raises:
+        OSError: the program is missing.
+        subprocess.SubprocessError: it failed (non-zero exit) or ran over 30 s.
+    """
     return subprocess.run(list(cmd), capture_output=True, text=True, check=True, timeout=30).stdout
 
 
@@ -184,7 +192,7 @@ def visible_gpus(gpus: Sequence[GPU], env: Mapping[str, str] | None = None) -> t
     return visible, f"{len(visible)} of {len(gpus)} GPUs visible ({'; '.join(said)})"
 
 
-def detect_all_gpus(run: Runner = _run) -> list[GPU]:
+def detect_all_gpus(run: Runner = run_command) -> list[GPU]:
     """Every GPU ``nvidia-smi`` (first) or ``amd-smi`` lists, visible to this process or not."""
     for cmd, parse in ((NVIDIA_SMI_QUERY, parse_nvidia_smi), (AMD_SMI_QUERY, parse_amd_smi)):
         try:
@@ -196,7 +204,7 @@ def detect_all_gpus(run: Runner = _run) -> list[GPU]:
     return []
 
 
-def detect_gpus(run: Runner = _run, env: Mapping[str, str] | None = None) -> list[GPU]:
+def detect_gpus(run: Runner = run_command, env: Mapping[str, str] | None = None) -> list[GPU]:
     """This node's GPUs this process can use: ``nvidia-smi`` first, then ``amd-smi``, less those
     ``CUDA_VISIBLE_DEVICES`` & co. hide (:func:`visible_gpus`); ``[]`` when none.
 

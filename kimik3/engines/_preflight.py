@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from .._exceptions import EngineNotAvailableError
-from ._gpus import Runner, _run, detect_all_gpus, visible_gpus
+from ._gpus import Runner, detect_all_gpus, run_command, visible_gpus
 from ._presets import (
     FEATURES,
     MIN_NVIDIA_DRIVER,
@@ -84,7 +84,7 @@ def preflight(
     features: str | Sequence[str] | None = (),
     gpus_needed: int | None = None,
     env: Mapping[str, str] | None = None,
-    run: Runner = _run,
+    run: Runner = run_command,
     package_version: Callable[[str], str] = importlib.metadata.version,
 ) -> PreflightReport:
     """Report whether this node can serve K3 with a preset, each finding with a plain-language fix.

@@ -35,8 +35,7 @@ from typing import Any, Literal
 import yaml
 
 from .._exceptions import ToolError
-from ..tools.coding.api import Workspace
-from ..tools.coding.api import walk_files as _files
+from ..tools.coding.api import Workspace, walk_files
 from ._instructions import MAX_INSTRUCTIONS_BYTES
 
 __all__ = ["MAX_DESCRIPTION_CHARS", "MAX_FRONT_MATTER_BYTES", "MAX_LISTED_FILES", "MAX_NAME_CHARS",
@@ -260,7 +259,7 @@ def other_files(ws: Workspace, rel: str) -> tuple[list[str], int]:
         return [], 0
     found: list[str] = []
     try:
-        for _, _, child in _files(fd, ".", time.monotonic() + _WALK_S):
+        for _, _, child in walk_files(fd, ".", time.monotonic() + _WALK_S):
             if child != SKILL_FILE:
                 found.append(child)
             if len(found) >= _MAX_WALKED_FILES:

@@ -36,15 +36,15 @@ from PIL import Image
 from .._exceptions import MediaDecodeError, MediaError
 from ._config import K3_MEDIA_CONFIG, MediaConfig
 from ._image_decode import (
-    _DECODE_ERRORS,
-    _ORIENTATION_FIX,
+    DECODE_ERRORS,
+    ORIENTATION_FIX,
     ImageSource,
-    _check_pixels,
-    _exif_orientation,
-    _load,
-    _opened,
+    check_pixels,
+    exif_orientation,
+    load_pixels,
+    opened,
 )
-from ._image_pixels import _to_rgb
+from ._image_pixels import to_rgb
 from ._sizes import image_prompt, image_token_count, navit_fixed_point, navit_size
 
 __all__ = ["PreparedImage", "prepare_image"]
@@ -153,23 +153,23 @@ def prepare_image(
     """
     cfg = config or K3_MEDIA_CONFIG
     use_exif = cfg.apply_exif_orientation if apply_exif_orientation is None else apply_exif_orientation
-    with _opened(source) as (im, owned):
-        _check_pixels(im.size, cfg)
+    with opened(source) as (im, owned):
+        check_pixels(im.size, cfg)
         source_mode = im.mode
-        header_orientation = _exif_orientation(im) if use_exif else 1
+        header_orientation = exif_orientation(im) if use_exif else 1
         draft = cfg.jpeg_draft and owned and im.format == "JPEG"
         orientation = apply = header_orientation  # JPEG (the draft path): read before decoding
         stored_w, stored_h = im.size
         if draft:
             target = _target_size(*((stored_h, stored_w) if apply >= 5 else (stored_w, stored_h)), cfg)
             _maybe_draft(im, target, apply >= 5)
-        _load(im)
+        load_pixels(im)
         if use_exif and not draft:
             # After decoding: PNG's eXIf may follow the image data, and Pillow applies some
             # orientations itself while loading (TIFF under Pillow >= 12 opens already rotated
             # and drops the tag), so the tag left now is what remains to apply: exactly
             # ImageOps.exif_transpose's result, never a second rotation.
-            apply = _exif_orientation(im)
+            apply = exif_orientation(im)
             orientation = apply if apply != 1 else header_orientation
         if draft:  # sizes of the source, not of the smaller image the draft decoded
             original = (stored_h, stored_w) if apply >= 5 else (stored_w, stored_h)
@@ -177,10 +177,10 @@ def prepare_image(
             original = (im.height, im.width) if apply >= 5 else im.size
         target = _target_size(*original, cfg)
         if apply != 1:
-            im = im.transpose(_ORIENTATION_FIX[apply])
+            im = im.transpose(ORIENTATION_FIX[apply])
         try:
-            out = _to_rgb(im, target, cfg)
-        except _DECODE_ERRORS as e:
+            out = to_rgb(im, target, cfg)
+        except DECODE_ERRORS as e:
             if isinstance(e, MediaError):
                 raise
             raise MediaDecodeError(f"cannot process image: {e}") from e

@@ -25,14 +25,17 @@ from .._exceptions import ImageTooLargeError, MediaDecodeError, MediaError
 from .._files import NotRegularFileError, open_regular
 from ._config import MediaConfig
 
-__all__ = ["ImageSource", "decode_data_url"]
+__all__ = [
+    "DECODE_ERRORS", "ORIENTATION_FIX", "ImageSource", "check_pixels", "decode_data_url", "exif_orientation",
+    "load_pixels", "open_file", "opened",
+]
 
 ImageSource: TypeAlias = "str | os.PathLike[str] | bytes | bytearray | memoryview | IO[bytes] | Image.Image"
 """What :func:`prepare_image` accepts: a path, a ``data:`` URL (str), encoded bytes, a binary file
 object (read from its current position, not closed), or a PIL image (not modified)."""
 
 # What Pillow raises on corrupt data while opening or decoding.
-_DECODE_ERRORS: tuple[type[BaseException], ...] = (
+DECODE_ERRORS: tuple[type[BaseException], ...] = (
     OSError,
     SyntaxError,
     ValueError,
@@ -43,7 +46,7 @@ _DECODE_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 # EXIF Orientation -> the transpose that undoes it (same table as PIL.ImageOps.exif_transpose).
-_ORIENTATION_FIX = {
+ORIENTATION_FIX = {
     2: Image.Transpose.FLIP_LEFT_RIGHT,
     3: Image.Transpose.ROTATE_180,
     4: Image.Transpose.FLIP_TOP_BOTTOM,
@@ -53,8 +56,8 @@ _ORIENTATION_FIX = {
     8: Image.Transpose.ROTATE_90,
 }
 
-_OPEN_ERRORS: tuple[type[BaseException], ...] = (UnidentifiedImageError, *_DECODE_ERRORS)
-_EXIF_ERRORS: tuple[type[BaseException], ...] = (*_DECODE_ERRORS, KeyError, TypeError)
+_OPEN_ERRORS: tuple[type[BaseException], ...] = (UnidentifiedImageError, *DECODE_ERRORS)
+_EXIF_ERRORS: tuple[type[BaseException], ...] = (*DECODE_ERRORS, KeyError, TypeError)
 
 
 def decode_data_url(url: str) -> tuple[str, bytes]:
@@ -84,7 +87,7 @@ def decode_data_url(url: str) -> tuple[str, bytes]:
     return media_type, urllib.parse.unquote_to_bytes(payload)
 
 
-def _open_file(path: str | os.PathLike[str]) -> IO[bytes]:
+def open_file(path: str | os.PathLike[str]) -> IO[bytes]:
     """A media file opened for reading; a FIFO, device or directory is refused without blocking.
 
     Raises:
@@ -98,7 +101,7 @@ def _open_file(path: str | os.PathLike[str]) -> IO[bytes]:
 
 
 @contextmanager
-def _opened(source: ImageSource) -> Iterator[tuple[Image.Image, bool]]:
+def opened(source: ImageSource) -> Iterator[tuple[Image.Image, bool]]:
     """Open ``source`` lazily (header only). Yields ``(image, owned)``; closes what it opened."""
     if isinstance(source, Image.Image):
         yield source, False
@@ -108,7 +111,7 @@ def _opened(source: ImageSource) -> Iterator[tuple[Image.Image, bool]]:
     if isinstance(source, str) and source.startswith("data:"):
         fp = io.BytesIO(decode_data_url(source)[1])
     elif isinstance(source, (str, os.PathLike)):
-        fp = _open_file(source)  # closed below; FileNotFoundError propagates
+        fp = open_file(source)  # closed below; FileNotFoundError propagates
     elif isinstance(source, (bytes, bytearray, memoryview)):
         fp = io.BytesIO(source)
     elif hasattr(source, "read"):
@@ -141,7 +144,17 @@ def _pixel_limit(config: MediaConfig) -> int | None:
     return min(config.max_image_pixels, pillow_limit)
 
 
-def _check_pixels(size: tuple[int, int], config: MediaConfig) -> None:
+def check_pixels(size: tuple[int, int], config: MediaConfig) -> None:
+    """Refuse an image of more pixels than ``config`` allows, before its pixels are decoded.
+
+    Args:
+        size: ``(width, height)`` in pixels, from the header.
+        config: the media limits: the smaller of ``max_image_pixels`` and Pillow's decompression-bomb
+            error limit (twice ``Image.MAX_IMAGE_PIXELS``) applies.
+
+    Raises:
+        ImageTooLargeError: ``width * height`` is over the limit (a decompression bomb).
+    """
     limit = _pixel_limit(config)
     w, h = size
     if limit is not None and w * h > limit:
@@ -150,7 +163,8 @@ def _check_pixels(size: tuple[int, int], config: MediaConfig) -> None:
         )
 
 
-def _exif_orientation(im: Image.Image) -> int:
+def exif_orientation(im: Image.Image) -> int:
+    """The EXIF orientation tag of ``im`` (1-8, EXIF 2.32 section 4.6.5), 1 when absent or broken."""
     try:
         value = im.getexif().get(ExifTags.Base.Orientation, 1)
     except _EXIF_ERRORS:  # broken EXIF never fails the image
@@ -158,11 +172,17 @@ def _exif_orientation(im: Image.Image) -> int:
     return value if isinstance(value, int) and 1 <= value <= 8 else 1
 
 
-def _load(im: Image.Image) -> None:
+def load_pixels(im: Image.Image) -> None:
+    """Decode ``im``'s pixels (``Image.load``), Pillow's errors as kimik3's.
+
+    Raises:
+        ImageTooLargeError: Pillow's decompression-bomb check refused it.
+        MediaDecodeError: the data is truncated or not an image Pillow can decode (:data:`DECODE_ERRORS`).
+    """
     try:
         im.load()
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:  # pragma: no cover - at open
         raise ImageTooLargeError(str(e)) from e
-    except _DECODE_ERRORS as e:
+    except DECODE_ERRORS as e:
         raise MediaDecodeError(f"cannot decode image: {e}") from e
 

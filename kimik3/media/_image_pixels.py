@@ -1,7 +1,7 @@
 """Pixels: mode fixes, the BICUBIC resize and transparency over K3's chessboard (docs/k3-format.md § Pixels).
 
 Steps 4-6 of :func:`~kimik3.media.prepare_image`'s pipeline (see :mod:`kimik3.media._image`);
-:func:`_to_rgb` is the entry point. The blend over the chessboard is
+:func:`to_rgb` is the entry point. The blend over the chessboard is
 Pillow's rounded integer blend, within one level of the reference's truncated float32 one
 (:func:`_composite` states the tolerance).
 """
@@ -15,7 +15,7 @@ from PIL import Image, ImageMath
 from .._exceptions import MediaDecodeError
 from ._config import MediaConfig, TransparentBgConfig
 
-__all__: list[str] = []
+__all__ = ["to_rgb"]
 
 _SIXTEEN_BIT_MODES = frozenset({"I;16", "I;16L", "I;16B", "I;16N", "I"})
 
@@ -100,7 +100,7 @@ def _composite(rgba: Image.Image, bg: TransparentBgConfig) -> Image.Image:
     return out
 
 
-def _to_rgb(im: Image.Image, target: tuple[int, int], config: MediaConfig) -> Image.Image:
+def to_rgb(im: Image.Image, target: tuple[int, int], config: MediaConfig) -> Image.Image:
     """Mode fixes, resize, transparency and RGB conversion (steps 4-6 of :mod:`kimik3.media._image`)."""
     if im.mode in _SIXTEEN_BIT_MODES:
         im = _from_sixteen_bit(im)

@@ -39,7 +39,7 @@ from PIL import Image
 from .._exceptions import MediaDecodeError, MediaError, VideoTooLongError
 from ._config import K3_MEDIA_CONFIG, MediaConfig
 from ._sizes import MEDIA_BEGIN, MEDIA_CONTENT, MEDIA_END, MEDIA_PAD, navit_size
-from ._video_decode import VideoSource, _Sample, _samples, _Source, _Stats, _too_many_samples
+from ._video_decode import DecodeStats, FrameSample, ReopenableSource, VideoSource, sample_frames, too_many_samples
 
 __all__ = [
     "SampledVideo",
@@ -179,7 +179,7 @@ def _ceil_div(a: int, b: int) -> int:
 
 
 def _chunk(
-    group: list[_Sample], start_time: Fraction, step: Fraction, config: MediaConfig
+    group: list[FrameSample], start_time: Fraction, step: Fraction, config: MediaConfig
 ) -> VideoChunk:
     first = group[0].image
     budget = config.in_patch_limit_each_frame
@@ -212,8 +212,8 @@ def _iter_chunks(
     fps: float | None,
     config: MediaConfig | None,
     max_frames: int | None,
-    stats: _Stats,
-    first: list[_Sample],
+    stats: DecodeStats,
+    first: list[FrameSample],
     use_plan: bool = True,
 ) -> Iterator[VideoChunk]:
     cfg = config or K3_MEDIA_CONFIG
@@ -224,8 +224,8 @@ def _iter_chunks(
         raise MediaError(f"max_frames must be >= 1, got {max_frames}")
     format_timestamp(0, cfg.timestamp_mode)  # reject an unknown mode before decoding
     step = 1 / Fraction(rate)
-    src = _Source(source)
-    group: list[_Sample] = []
+    src = ReopenableSource(source)
+    group: list[FrameSample] = []
     size = cfg.temporal_merge_kernel_size
     cap, token_cap = cfg.max_video_samples, cfg.max_video_tokens
     tokens = 0
@@ -241,9 +241,9 @@ def _iter_chunks(
             )
         return chunk
 
-    for sample in _samples(src, step, max_frames, stats, use_plan=use_plan, cap=cap):
+    for sample in sample_frames(src, step, max_frames, stats, use_plan=use_plan, cap=cap):
         if cap is not None and sample.k >= cap:  # a plan-free decode: counted as it goes
-            raise _too_many_samples(f"more than {cap:,}", cap, step, sample.k * step)
+            raise too_many_samples(f"more than {cap:,}", cap, step, sample.k * step)
         if not first:
             first.append(sample)
         group.append(sample)
@@ -270,7 +270,7 @@ def iter_video_chunks(
     Raises:
         The errors of :func:`sample_video`, when the iteration reaches them.
     """
-    yield from _iter_chunks(source, fps, config, max_frames, _Stats(), [])
+    yield from _iter_chunks(source, fps, config, max_frames, DecodeStats(), [])
 
 
 def sample_video(
@@ -305,8 +305,8 @@ def sample_video(
     Memory: every sampled frame is kept (a 1080p RGB frame is about 8 MB in Pillow); use
     :func:`iter_video_chunks` or ``max_frames`` for long videos.
     """
-    stats = _Stats()
-    first: list[_Sample] = []
+    stats = DecodeStats()
+    first: list[FrameSample] = []
     chunks = tuple(_iter_chunks(source, fps, config, max_frames, stats, first))
     cfg = config or K3_MEDIA_CONFIG
     return SampledVideo(

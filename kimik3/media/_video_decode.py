@@ -2,7 +2,7 @@
 
 The plan pass (demux only), the planned decode pass, the plan-free forward pass and the
 rotation metadata, as described in :mod:`kimik3.media._video`'s docstring. Yields
-:class:`_Sample` objects (RGB, rotated, not resized) in sample order; chunking, resizing and the
+:class:`FrameSample` objects (RGB, rotated, not resized) in sample order; chunking, resizing and the
 token cap live in :mod:`kimik3.media._video`.
 """
 
@@ -24,9 +24,9 @@ import av
 from PIL import Image
 
 from .._exceptions import MediaDecodeError, NoVideoStreamError, VideoTooLongError
-from ._image_decode import _open_file, decode_data_url
+from ._image_decode import decode_data_url, open_file
 
-__all__ = ["VideoSource"]
+__all__ = ["DecodeStats", "FrameSample", "ReopenableSource", "VideoSource", "sample_frames", "too_many_samples"]
 
 VideoSource: TypeAlias = "str | os.PathLike[str] | bytes | bytearray | memoryview | IO[bytes]"
 """What :func:`sample_video` accepts: a path, a ``data:`` URL (str), encoded bytes or a binary
@@ -100,7 +100,7 @@ def _display_image(frame: Any) -> tuple[Image.Image, int]:
     return image, rotation
 
 
-class _Source:
+class ReopenableSource:
     """Re-openable access to a video source (the plan pass and the decode pass each open it)."""
 
     def __init__(self, source: VideoSource) -> None:
@@ -111,7 +111,7 @@ class _Source:
         if isinstance(source, str) and source.startswith("data:"):
             self._data = decode_data_url(source)[1]
         elif isinstance(source, (str, os.PathLike)):
-            _open_file(source).close()  # refuses a FIFO or device before av.open could block on it
+            open_file(source).close()  # refuses a FIFO or device before av.open could block on it
             self._path = os.fspath(source)
         elif isinstance(source, (bytes, bytearray, memoryview)):
             self._data = bytes(source)
@@ -128,7 +128,7 @@ class _Source:
     def open(self) -> Any:
         target: Any
         if self._path is not None:
-            _open_file(self._path).close()  # checked again: the path may have been swapped since
+            open_file(self._path).close()  # checked again: the path may have been swapped since
             target = self._path
         elif self._data is not None:
             target = io.BytesIO(self._data)
@@ -150,7 +150,9 @@ def _video_stream(container: Any) -> Any:
 
 
 @dataclass
-class _Sample:
+class FrameSample:
+    """One sampled frame: the sample number, the frame it picked and the frame's image."""
+
     k: int  # sample number: t_k = start + k / fps
     index: int  # index of the picked frame in frame order
     pts_time: Fraction  # the picked frame's pts in seconds
@@ -159,7 +161,9 @@ class _Sample:
 
 
 @dataclass
-class _Stats:
+class DecodeStats:
+    """What one sampling pass decoded: frames decoded, and the span of timestamps seen (seconds)."""
+
     frames_decoded: int = 0
     start: Fraction = Fraction(0)
     end: Fraction = Fraction(0)
@@ -182,7 +186,15 @@ def _sample_count(start: Fraction, end: Fraction, step: Fraction, limit: int | N
     return n if limit is None else min(n, limit)
 
 
-def _too_many_samples(count: str, cap: int, step: Fraction, seconds: Fraction) -> VideoTooLongError:
+def too_many_samples(count: str, cap: int, step: Fraction, seconds: Fraction) -> VideoTooLongError:
+    """The error for a video that gives more samples than ``cap`` (``MediaConfig.max_video_samples``).
+
+    Args:
+        count: the number of samples, as it is said (``"12,345"`` or ``"over 1,000"``).
+        cap: the most samples per video.
+        step: seconds between samples (``1 / fps``).
+        seconds: the span of timestamps the samples cover.
+    """
     return VideoTooLongError(
         f"the video gives {count} samples ({float(seconds):,.3f} s of timestamps at {float(1 / step):g} fps), over "
         f"the cap of {cap:,} samples per video (MediaConfig.max_video_samples); sample fewer (max_frames, a lower "
@@ -190,7 +202,9 @@ def _too_many_samples(count: str, cap: int, step: Fraction, seconds: Fraction) -
     )
 
 
-def _make_plan(source: _Source, step: Fraction, max_frames: int | None, cap: int | None = None) -> _Plan | None:
+def _make_plan(
+    source: ReopenableSource, step: Fraction, max_frames: int | None, cap: int | None = None
+) -> _Plan | None:
     """Demux (no decoding) and work out which frame every sample picks; None if unsure."""
     container = source.open()
     try:
@@ -220,7 +234,7 @@ def _make_plan(source: _Source, step: Fraction, max_frames: int | None, cap: int
     start, end = times[0], (last + last_duration) * time_base
     n = _sample_count(start, end, step, max_frames)
     if cap is not None and n > cap:  # from the timestamps alone, before any decoding
-        raise _too_many_samples(f"{n:,}", cap, step, end - start)
+        raise too_many_samples(f"{n:,}", cap, step, end - start)
     picks = [bisect.bisect_right(times, start + k * step) - 1 for k in range(n)]
     return _Plan(time_base=time_base, order=order, picks=picks, start=start, end=end)
 
@@ -232,7 +246,7 @@ class _PlanMismatch(Exception):
 _IN_FLIGHT = 6  # picked frames converted ahead on the worker thread (bounds memory)
 
 
-def _decode_planned(source: _Source, plan: _Plan, stats: _Stats) -> Iterator[_Sample]:
+def _decode_planned(source: ReopenableSource, plan: _Plan, stats: DecodeStats) -> Iterator[FrameSample]:
     """Decode following ``plan``: convert only picked frames, skip unpicked non-reference
     frames, stop after the last pick. Raises _PlanMismatch as soon as the frames disagree.
 
@@ -248,14 +262,14 @@ def _decode_planned(source: _Source, plan: _Plan, stats: _Stats) -> Iterator[_Sa
     previous = -1  # position of the previous decoded frame
     queue: deque[tuple[int, Future[tuple[Image.Image, int]]]] = deque()
 
-    def ready(force: bool) -> Iterator[_Sample]:
+    def ready(force: bool) -> Iterator[FrameSample]:
         nonlocal k_out
         while queue and (force or len(queue) > _IN_FLIGHT or queue[0][1].done()):
             pos, future = queue.popleft()
             image, rotation = future.result()
             pts_time = order[pos] * plan.time_base
             while k_out < len(picks) and picks[k_out] == pos:
-                yield _Sample(k_out, pos, pts_time, image, rotation)
+                yield FrameSample(k_out, pos, pts_time, image, rotation)
                 k_out += 1
 
     container = source.open()
@@ -289,8 +303,8 @@ def _decode_planned(source: _Source, plan: _Plan, stats: _Stats) -> Iterator[_Sa
 
 
 def _decode_plain(
-    source: _Source, step: Fraction, max_frames: int | None, stats: _Stats
-) -> Iterator[_Sample]:
+    source: ReopenableSource, step: Fraction, max_frames: int | None, stats: DecodeStats
+) -> Iterator[FrameSample]:
     """One forward pass with the spec's rule: sample k = last decoded frame with pts <= t_k."""
     container = source.open()
     try:
@@ -306,13 +320,13 @@ def _decode_plain(
         pending_image: tuple[Image.Image, int] | None = None
         last_step: Fraction | None = None
 
-        def emit_until(limit_time: Fraction) -> Iterator[_Sample]:
+        def emit_until(limit_time: Fraction) -> Iterator[FrameSample]:
             nonlocal k, pending_image
             assert start is not None
             while (max_frames is None or k < max_frames) and start + k * step < limit_time:
                 if pending_image is None:
                     pending_image = _display_image(pending)
-                yield _Sample(k, pending_index, pending_time, pending_image[0], pending_image[1])
+                yield FrameSample(k, pending_index, pending_time, pending_image[0], pending_image[1])
                 k += 1
 
         index = -1
@@ -351,15 +365,26 @@ def _decode_plain(
         container.close()
 
 
-def _samples(
-    source: _Source,
+def sample_frames(
+    source: ReopenableSource,
     step: Fraction,
     max_frames: int | None,
-    stats: _Stats,
+    stats: DecodeStats,
     *,
     use_plan: bool = True,
     cap: int | None = None,
-) -> Iterator[_Sample]:
+) -> Iterator[FrameSample]:
+    """The samples of ``source`` in order: sample ``k`` is the last decoded frame with
+    ``pts <= start + k * step`` (seconds; the rule of :mod:`kimik3.media._video`).
+
+    Demuxes first to plan which frame each sample picks (``use_plan``) and decodes only those; falls
+    back to decoding every frame when the plan does not hold. ``stats`` is updated as it goes.
+
+    Raises:
+        NoVideoStreamError: the container has no video stream.
+        VideoTooLongError: the plan counts more than ``cap`` samples (the caller checks the plan-free pass).
+        MediaDecodeError: the video cannot be demuxed or decoded.
+    """
     plan = _make_plan(source, step, max_frames, cap) if use_plan else None
     done: list[tuple[int, Fraction]] = []
     if plan is not None and plan.picks:

@@ -20,7 +20,7 @@ from PIL import Image
 from kimik3 import MediaDecodeError, MediaError, NoVideoStreamError
 from kimik3.media import MediaConfig, SampledVideo, iter_video_chunks, sample_video
 from kimik3.media._video import _iter_chunks  # the plan-free pass, for equivalence
-from kimik3.media._video_decode import _Stats
+from kimik3.media._video_decode import DecodeStats
 
 from ._helpers import DATA
 
@@ -142,7 +142,7 @@ def test_ten_seconds_at_30fps(ten_seconds: Path) -> None:
 
 def test_planned_and_plain_passes_agree(ten_seconds: Path) -> None:
     planned = list(iter_video_chunks(ten_seconds))
-    plain_stats = _Stats()
+    plain_stats = DecodeStats()
     plain = list(_iter_chunks(ten_seconds, None, None, None, plain_stats, [], use_plan=False))
     assert plain_stats.frames_decoded == 300
     assert [c.frame_indices for c in planned] == [c.frame_indices for c in plain]
@@ -155,7 +155,7 @@ def test_max_frames_stops_early(ten_seconds: Path) -> None:
     assert v.frame_indices == [0, 3, 7, 11, 15]
     assert [len(c.frames) for c in v.chunks] == [4, 1]
     assert v.frames_decoded <= 16
-    stats = _Stats()
+    stats = DecodeStats()
     plain = list(_iter_chunks(ten_seconds, None, None, 5, stats, [], use_plan=False))
     assert [i for c in plain for i in c.frame_indices] == [0, 3, 7, 11, 15]
     assert stats.frames_decoded == 17  # stops at the first frame past the 5th sample

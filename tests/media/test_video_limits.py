@@ -15,7 +15,7 @@ from PIL import Image
 from kimik3 import MediaError, VideoTooLongError
 from kimik3.media import MediaConfig, iter_video_chunks, sample_video
 from kimik3.media._video import _iter_chunks
-from kimik3.media._video_decode import _Stats
+from kimik3.media._video_decode import DecodeStats
 
 from .test_video import _level, _read_level, make_clip
 
@@ -60,7 +60,7 @@ def test_two_frames_a_day_apart_are_refused_from_the_timestamps(tmp_path: Path) 
 def test_the_plan_free_pass_stops_at_the_cap_too(tmp_path: Path) -> None:
     path = a_day_apart(tmp_path / "day.mkv")
     with pytest.raises(VideoTooLongError) as e:
-        list(_iter_chunks(path, None, None, None, _Stats(), [], use_plan=False))
+        list(_iter_chunks(path, None, None, None, DecodeStats(), [], use_plan=False))
     assert str(e.value) == (
         "the video gives more than 2,048 samples (256.000 s of timestamps at 8 fps), over the cap of 2,048 samples "
         "per video (MediaConfig.max_video_samples); sample fewer (max_frames, a lower fps) or raise the cap"

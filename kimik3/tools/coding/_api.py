@@ -39,7 +39,7 @@ from ._git_index import is_sparse
 from ._kept import SessionFiles, kept_paths, repositories
 from ._paths import Workspace, show_path
 from ._sandbox import Command
-from ._search import _files as walk_files
+from ._search import walk_files
 from ._toolkit import FILE_TOOL_TIMEOUT_S
 from ._write import Staged, replace, stage
 

@@ -191,8 +191,14 @@ async def _left_running(cmd: Command) -> list[int]:
     return cmd.left or []
 
 
-async def _run_shell(sandbox: Sandbox, argv: list[str], timeout: float, max_chars: int) -> ShellResult:
+async def run_shell(sandbox: Sandbox, argv: list[str], timeout: float, max_chars: int) -> ShellResult:
     """Run ``argv`` (a shell) in ``sandbox`` with :func:`shell_env`; see :class:`ShellResult`.
+
+    Args:
+        sandbox: where the command runs.
+        argv: the shell and its arguments (``[shell, "-c", command]``).
+        timeout: seconds until the command's process group is stopped.
+        max_chars: the most characters of output kept (head and tail).
 
     Raises:
         ToolError: the sandbox cannot be started.

@@ -24,9 +24,9 @@ from ._write import replace
 
 _BINARY_SNIFF = 8192  # a NUL byte in the first block: binary
 _SNIFF_BLOCK = 65536  # encoding guessed from the first block (read_file)
-_READ_CHUNK = 65536
+READ_CHUNK = 65536
 _MAX_LINE_CHARS = 2000
-_LINE_BYTES = _MAX_LINE_CHARS * 4 + 4  # a line's bytes read at once; longer lines are streamed
+LINE_BYTES = _MAX_LINE_CHARS * 4 + 4  # a line's bytes read at once; longer lines are streamed
 _MAX_COUNT_BYTES = 1 << 30  # lines after the shown range are counted through this many bytes
 MAX_EDIT_BYTES = 10 * 1024 * 1024
 _MAX_DIFF_CHARS = 4000
@@ -187,7 +187,7 @@ def is_binary(block: bytes) -> bool:
 
 def _read_all(fd: int, size: int) -> bytes:
     chunks = []
-    while chunk := os.read(fd, max(size, _READ_CHUNK)):
+    while chunk := os.read(fd, max(size, READ_CHUNK)):
         chunks.append(chunk)
     return b"".join(chunks)
 
@@ -198,7 +198,7 @@ def _read_all(fd: int, size: int) -> bytes:
 def read_file(ws: Workspace, path: str, offset: int, limit: int) -> str:
     """The ``read_file`` tool's text: lines ``offset..offset+limit-1`` of a streamed file."""
     fd, _, _ = ws.open_file(path)
-    with os.fdopen(fd, "rb", buffering=_READ_CHUNK) as f:
+    with os.fdopen(fd, "rb", buffering=READ_CHUNK) as f:
         size = os.fstat(fd).st_size
         head = os.pread(fd, _SNIFF_BLOCK, 0)
         if not head:
@@ -215,23 +215,23 @@ def read_file(ws: Workspace, path: str, offset: int, limit: int) -> str:
         elif encoding == "utf-8-sig":
             f.seek(len(codecs.BOM_UTF8))
         if cr_only(head):  # lines end with \r alone: read with each \r as \n
-            src = io.BufferedReader(CarriageReturns(src), _READ_CHUNK)
+            src = io.BufferedReader(CarriageReturns(src), READ_CHUNK)
         out: list[str] = []
         number = 0
         codec = "latin-1" if encoding == "latin-1" else "utf-8"
         while len(out) < limit:
-            raw = src.readline(_LINE_BYTES)
+            raw = src.readline(LINE_BYTES)
             if not raw:
                 break
             number += 1
             shown = number >= offset
             text = decode(raw, codec) if shown else ""
             more = 0
-            if not raw.endswith(b"\n") and len(raw) == _LINE_BYTES:  # a long line: stream the rest
+            if not raw.endswith(b"\n") and len(raw) == LINE_BYTES:  # a long line: stream the rest
                 decoder = codecs.getincrementaldecoder(codec)("surrogateescape")
                 text = decoder.decode(raw) if shown else ""
                 while True:
-                    piece = src.readline(_READ_CHUNK)
+                    piece = src.readline(READ_CHUNK)
                     end = not piece or piece.endswith(b"\n")
                     if shown:
                         rest = decoder.decode(piece, end)
@@ -249,7 +249,7 @@ def read_file(ws: Workspace, path: str, offset: int, limit: int) -> str:
         following = counted = 0
         last = b"\n"
         while counted < _MAX_COUNT_BYTES:
-            chunk = src.read(_READ_CHUNK)
+            chunk = src.read(READ_CHUNK)
             if not chunk:
                 break
             following += chunk.count(b"\n")

@@ -35,8 +35,8 @@ from .._failures import kept_write
 from ._kept import SessionFiles, check_git_write, git_dir_at
 
 _MAX_LINKS = 40  # symlinks followed while walking one path (Linux's own limit)
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_FILE_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+FILE_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
 _KINDS = (
     (stat.S_ISFIFO, "a FIFO (named pipe)"),
     (stat.S_ISSOCK, "a socket"),
@@ -148,7 +148,7 @@ class Workspace:
                 inside = os.path.basename(here).casefold() == ".git"
                 if not inside:
                     try:
-                        fd = os.open(here, _DIR_FLAGS)
+                        fd = os.open(here, DIR_FLAGS)
                     except OSError:
                         break
                     try:
@@ -232,7 +232,7 @@ class Workspace:
             raise ToolError(f"invalid path {path!a}")
         todo = deque(self._relative_parts(path, path))
         try:
-            fds = [os.open(self.root, _DIR_FLAGS)]
+            fds = [os.open(self.root, DIR_FLAGS)]
         except OSError as e:
             raise ToolError(f"cannot open the workspace {self.root}: {e.strerror or e}") from None
         names: list[str] = []
@@ -272,7 +272,7 @@ class Workspace:
                 if write and name.casefold() == ".git":  # refused before it is entered or made
                     self._guard(fds[-1], names, name, path, creating=False)
                 try:
-                    fd = os.open(name, _DIR_FLAGS, dir_fd=fds[-1])
+                    fd = os.open(name, DIR_FLAGS, dir_fd=fds[-1])
                 except OSError as e:
                     if e.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):  # a symlink, or a file
                         st = os.stat(name, dir_fd=fds[-1], follow_symlinks=False)
@@ -355,7 +355,7 @@ class Workspace:
                     if not create:
                         raise ToolError(f"{path}: no such file") from None
                     access = os.O_RDWR if read else os.O_WRONLY
-                    flags = access | os.O_CREAT | os.O_EXCL | _FILE_FLAGS
+                    flags = access | os.O_CREAT | os.O_EXCL | FILE_FLAGS
                     try:
                         return os.open(loc.name, flags, 0o666, dir_fd=loc.dir_fd), loc.rel, True
                     except FileExistsError:
@@ -367,7 +367,7 @@ class Workspace:
                 check_regular(st, path)
                 try:
                     access = (os.O_RDWR if read else os.O_WRONLY) if write else os.O_RDONLY
-                    fd = os.open(loc.name, access | _FILE_FLAGS, dir_fd=loc.dir_fd)
+                    fd = os.open(loc.name, access | FILE_FLAGS, dir_fd=loc.dir_fd)
                 except OSError as e:
                     if e.errno == errno.ELOOP:
                         continue
@@ -392,7 +392,7 @@ class Workspace:
             if loc.name is None:
                 return os.dup(loc.dir_fd), loc.rel
             try:
-                return os.open(loc.name, _DIR_FLAGS, dir_fd=loc.dir_fd), loc.rel
+                return os.open(loc.name, DIR_FLAGS, dir_fd=loc.dir_fd), loc.rel
             except FileNotFoundError:
                 raise ToolError(f"{path}: no such file or directory") from None
             except OSError as e:

@@ -30,8 +30,8 @@ from typing import IO
 import regex
 
 from ..._exceptions import ToolError
-from ._files import _LINE_BYTES, _READ_CHUNK, CarriageReturns, cr_only, decode, is_binary, sniff_encoding
-from ._paths import _DIR_FLAGS, _FILE_FLAGS, Workspace, check_regular
+from ._files import LINE_BYTES, READ_CHUNK, CarriageReturns, cr_only, decode, is_binary, sniff_encoding
+from ._paths import DIR_FLAGS, FILE_FLAGS, Workspace, check_regular
 
 GREP_TIMEOUT_S = 60.0
 GLOB_TIMEOUT_S = 30.0
@@ -73,7 +73,7 @@ def _open_target(ws: Workspace, path: str) -> tuple[int, str, str | None]:
         try:
             st = os.stat(loc.name, dir_fd=loc.dir_fd, follow_symlinks=False)
             if stat.S_ISDIR(st.st_mode):
-                return os.open(loc.name, _DIR_FLAGS, dir_fd=loc.dir_fd), loc.rel, None
+                return os.open(loc.name, DIR_FLAGS, dir_fd=loc.dir_fd), loc.rel, None
         except FileNotFoundError:
             raise ToolError(f"{path}: no such file or directory") from None
         except OSError as e:  # e.g. swapped for a symlink meanwhile
@@ -119,13 +119,13 @@ def _cr_only_files(argv: list[str], cwd: str, dir_fd: int, deadline: float) -> l
     found = []
     for raw in proc.stdout.split(b"\0")[:_MAX_CR_FILES]:
         try:
-            fd = os.open(raw, os.O_RDONLY | _FILE_FLAGS, dir_fd=dir_fd) if raw else -1
+            fd = os.open(raw, os.O_RDONLY | FILE_FLAGS, dir_fd=dir_fd) if raw else -1
         except OSError:
             continue
         if fd < 0:
             continue
         try:
-            head = os.pread(fd, _READ_CHUNK, 0) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+            head = os.pread(fd, READ_CHUNK, 0) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
         finally:
             os.close(fd)
         if cr_only(head) and not is_binary(head):
@@ -197,7 +197,7 @@ def grep_rg(rg: str, ws: Workspace, pattern: str, path: str, glob: str | None) -
                 ready, _, _ = select.select([proc.stdout], [], [], min(left, 1.0))
                 if not ready:
                     continue
-                chunk = os.read(proc.stdout.fileno(), _READ_CHUNK)
+                chunk = os.read(proc.stdout.fileno(), READ_CHUNK)
                 if not chunk:
                     eof = True
                     break
@@ -229,7 +229,7 @@ def glob_matches(rel: str, glob: str) -> bool:
     return fnmatch.fnmatchcase(rel, glob) or (glob.startswith("**/") and fnmatch.fnmatchcase(rel, glob[3:]))
 
 
-def _files(dir_fd: int, rel: str, deadline: float, depth: int = 0) -> Iterator[tuple[int, str, str]]:
+def walk_files(dir_fd: int, rel: str, deadline: float, depth: int = 0) -> Iterator[tuple[int, str, str]]:
     """(directory fd, name, relative path) of the regular files below ``dir_fd``, depth first in
     name order, at most :data:`MAX_DEPTH` levels down; hidden entries and symlinks are skipped
     (like ripgrep's defaults)."""
@@ -246,30 +246,30 @@ def _files(dir_fd: int, rel: str, deadline: float, depth: int = 0) -> Iterator[t
             yield dir_fd, name, child
         elif is_dir and depth < MAX_DEPTH:
             try:
-                sub = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+                sub = os.open(name, DIR_FLAGS, dir_fd=dir_fd)
             except OSError:
                 continue
             try:
-                yield from _files(sub, child, deadline, depth + 1)
+                yield from walk_files(sub, child, deadline, depth + 1)
             finally:
                 os.close(sub)
 
 
 def _search_file(fd: int, rel: str, rx: regex.Pattern[str], matches: Matches, deadline: float) -> bool:
     """Search one open file line by line; False once grep must stop."""
-    with os.fdopen(fd, "rb", buffering=_READ_CHUNK) as f:
+    with os.fdopen(fd, "rb", buffering=READ_CHUNK) as f:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return True
-        head = os.pread(fd, _READ_CHUNK, 0)
+        head = os.pread(fd, READ_CHUNK, 0)
         if is_binary(head):
             return True
-        codec = "latin-1" if sniff_encoding(head, complete=len(head) < _READ_CHUNK) == "latin-1" else "utf-8"
-        src: IO[bytes] = io.BufferedReader(CarriageReturns(f), _READ_CHUNK) if cr_only(head) else f
+        codec = "latin-1" if sniff_encoding(head, complete=len(head) < READ_CHUNK) == "latin-1" else "utf-8"
+        src: IO[bytes] = io.BufferedReader(CarriageReturns(f), READ_CHUNK) if cr_only(head) else f
         number = 0
-        while raw := src.readline(_LINE_BYTES):
+        while raw := src.readline(LINE_BYTES):
             number += 1
-            if not raw.endswith(b"\n") and len(raw) == _LINE_BYTES:  # a long line: its head is searched
-                while (piece := src.readline(_READ_CHUNK)) and not piece.endswith(b"\n"):
+            if not raw.endswith(b"\n") and len(raw) == LINE_BYTES:  # a long line: its head is searched
+                while (piece := src.readline(READ_CHUNK)) and not piece.endswith(b"\n"):
                     pass
             line = decode(raw, codec).removesuffix("\n").removesuffix("\r")
             try:
@@ -293,16 +293,16 @@ def grep_python(ws: Workspace, pattern: str, path: str, glob: str | None) -> Mat
     try:
         if file_name is not None:
             try:
-                fd = os.open(file_name, os.O_RDONLY | _FILE_FLAGS, dir_fd=dir_fd)
+                fd = os.open(file_name, os.O_RDONLY | FILE_FLAGS, dir_fd=dir_fd)
             except OSError as e:
                 raise ToolError(f"cannot open {path}: {e.strerror or e}") from None
             _search_file(fd, rel, rx, matches, deadline)
             return matches
-        for parent, name, child in _files(dir_fd, rel, deadline):
+        for parent, name, child in walk_files(dir_fd, rel, deadline):
             if glob and not glob_matches(child, glob):
                 continue
             try:
-                fd = os.open(name, os.O_RDONLY | _FILE_FLAGS, dir_fd=parent)
+                fd = os.open(name, os.O_RDONLY | FILE_FLAGS, dir_fd=parent)
             except OSError:
                 continue
             if not _search_file(fd, child, rx, matches, deadline):
@@ -412,7 +412,7 @@ def glob(ws: Workspace, pattern: str) -> GlobResult:
                     pending.append((child, nxt))
                     continue
                 try:
-                    sub = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+                    sub = os.open(name, DIR_FLAGS, dir_fd=dir_fd)
                 except OSError:
                     continue
                 try:

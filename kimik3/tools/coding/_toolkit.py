@@ -57,7 +57,7 @@ from pydantic import Field
 from ..._exceptions import ToolDefinitionError, ToolError, UserError
 from .._tool import FunctionTool, Tool
 from . import _files, _search
-from ._bash import _run_shell, result_lines
+from ._bash import result_lines, run_shell
 from ._files import cap_line
 from ._paths import Workspace, show_path
 from ._sandbox import Sandbox, SandboxMode
@@ -167,7 +167,7 @@ def coding_tools(
             raise ToolError(f"timeout {shown} is too long: at most {MAX_BASH_TIMEOUT_S} s (a week)")
         if "\0" in command:  # exec would refuse it with a bare "embedded null byte"
             raise ToolError("the command contains a NUL byte; a command line cannot hold one (use printf '\\0')")
-        done = await _run_shell(box, [shell, "-c", command], timeout, max_output_chars)
+        done = await run_shell(box, [shell, "-c", command], timeout, max_output_chars)
         lines = [done.output.rstrip("\n")] if done.output.strip("\n") else []
         return "\n".join(lines + result_lines(done, timeout, box))
 

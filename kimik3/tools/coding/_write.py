@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from ..._exceptions import ToolError
 from .._limits import commit_point
-from ._paths import _FILE_FLAGS, Workspace, check_regular
+from ._paths import FILE_FLAGS, Workspace, check_regular
 
 __all__ = ["Staged", "replace", "stage"]
 
@@ -74,7 +74,7 @@ class Staged:
                         os.close(fd)
                     self.rel = loc.rel
             elif self.in_place:
-                fd = os.open(self.name, os.O_WRONLY | _FILE_FLAGS, dir_fd=self.dir_fd)
+                fd = os.open(self.name, os.O_WRONLY | FILE_FLAGS, dir_fd=self.dir_fd)
                 try:
                     check_regular(os.fstat(fd), self.path)
                     os.ftruncate(fd, 0)
@@ -158,7 +158,7 @@ def stage(ws: Workspace, path: str, data: bytes, *, hard_links: bool, same: tupl
                 raise ToolError(f"{path} has {st.st_nlink} hard links (it may be a file outside the workspace too); "
                                 "not written. Use bash to change it if that is intended")
             try:  # may this user write it? (renaming over it would not ask)
-                os.close(os.open(loc.name, os.O_WRONLY | _FILE_FLAGS, dir_fd=loc.dir_fd))
+                os.close(os.open(loc.name, os.O_WRONLY | FILE_FLAGS, dir_fd=loc.dir_fd))
             except OSError as e:
                 raise ToolError(f"cannot write {path}: {e.strerror or e}") from None
         elif same is not None:

@@ -20,7 +20,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..._exceptions import TrajectoryError
 
-__all__ = ["MAX_SCREENSHOT_PIXELS", "TrajectoryStep", "check_step", "oversized", "screen_point"]
+__all__ = [
+    "MAX_SCREENSHOT_PIXELS", "EndRecord", "HeaderRecord", "StepRecord", "TrajectoryStep", "check_step", "oversized",
+    "path_inside", "screen_point", "validation_errors",
+]
 
 MAX_SCREENSHOT_PIXELS = 7680 * 4320
 """The most pixels a recorded screenshot may have to be decoded (8K UHD, 33,177,600): its
@@ -71,7 +74,7 @@ class TrajectoryStep:
         return "key " + " ".join("+".join(c) for c in a["combos"])
 
 
-def _inside(directory: Path, name: str, where: object) -> Path:
+def path_inside(directory: Path, name: str, where: object) -> Path:
     """``directory / name`` when ``name`` is relative and stays inside ``directory`` (symlinks
     resolved), else :class:`TrajectoryError`: a trajectory never points at other files."""
     rel = Path(name)
@@ -113,7 +116,9 @@ class _Record(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
 
-class _Header(_Record):
+class HeaderRecord(_Record):
+    """A trajectory file's first record: the computer, its screen size (pixels) and device scale."""
+
     type: Literal["trajectory"]
     computer: dict[str, Any]
     screen_size: Annotated[
@@ -122,7 +127,9 @@ class _Header(_Record):
     device_scale: Annotated[float, Field(strict=True, gt=0, le=100, allow_inf_nan=False)]
 
 
-class _Step(_Record):
+class StepRecord(_Record):
+    """One recorded action: its arguments, its screen coordinates, the screenshots before and after."""
+
     type: Literal["step"]
     index: Annotated[int, Field(strict=True, ge=1)]
     action: Literal["click", "double_click", "type_text", "key", "scroll", "drag"]
@@ -136,7 +143,9 @@ class _Step(_Record):
     reasoning: Annotated[str, Field(strict=True)] | None = None
 
 
-class _End(_Record):
+class EndRecord(_Record):
+    """A trajectory file's last record: the final screenshot."""
+
     type: Literal["end"]
     screenshot: _Shot
 
@@ -212,7 +221,7 @@ def check_step(step: TrajectoryStep, size: tuple[int, int], device_scale: float)
     except KeyError as e:
         raise TrajectoryError(f"{where}: unknown action") from e
     except ValidationError as e:
-        raise TrajectoryError(f"{where}: {_errors(e)}") from e
+        raise TrajectoryError(f"{where}: {validation_errors(e)}") from e
     if shown != want:
         raise TrajectoryError(
             f"{where}: its screen position {shown} is not where its args {step.args} land ({want} at device "
@@ -220,5 +229,6 @@ def check_step(step: TrajectoryStep, size: tuple[int, int], device_scale: float)
         )
 
 
-def _errors(e: ValidationError) -> str:
+def validation_errors(e: ValidationError) -> str:
+    """The first three of pydantic's errors as one line: ``loc: message; ...``."""
     return "; ".join(f"{'.'.join(map(str, err['loc'])) or 'record'}: {err['msg']}" for err in e.errors()[:3])

@@ -43,15 +43,15 @@ from ...formats.k3 import ReasoningDelta
 from ._computer import Computer, KeyCombo, MouseButton
 from ._records import (
     MAX_SCREENSHOT_PIXELS,
+    EndRecord,
+    HeaderRecord,
+    StepRecord,
     TrajectoryStep,
-    _End,
-    _errors,
-    _Header,
-    _inside,
-    _Step,
     check_step,
     oversized,
+    path_inside,
     screen_point,
+    validation_errors,
 )
 
 __all__ = [
@@ -108,7 +108,7 @@ class Trajectory:
         Raises:
             TrajectoryError: ``name`` is not a relative path inside the trajectory directory.
         """
-        return oversized(_inside(self.directory, name, self.path), name)
+        return oversized(path_inside(self.directory, name, self.path), name)
 
     def image(self, name: str) -> Image.Image:
         """A recorded screenshot (RGB) by its relative path.
@@ -119,7 +119,7 @@ class Trajectory:
                 or ``name`` is not a relative path inside the trajectory directory (no absolute
                 path, no ``..``, no symlink out).
         """
-        target = _inside(self.directory, name, self.path)
+        target = path_inside(self.directory, name, self.path)
         too_large = oversized(target, name)
         if too_large is not None:
             raise TrajectoryError(f"{too_large} ({self.path})")
@@ -149,7 +149,7 @@ def load_trajectory(path: str | os.PathLike[str]) -> Trajectory:
         lines = p.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as e:
         raise TrajectoryError(f"cannot read trajectory {p}: {e}") from e
-    header: _Header | None = None
+    header: HeaderRecord | None = None
     end: str | None = None
     steps: list[TrajectoryStep] = []
     for number, line in enumerate(lines, 1):
@@ -163,25 +163,25 @@ def load_trajectory(path: str | os.PathLike[str]) -> Trajectory:
             if kind == "trajectory":
                 if header is not None:
                     raise ValueError("a second trajectory header")
-                header = _Header.model_validate(record)
+                header = HeaderRecord.model_validate(record)
             elif kind == "step":
                 assert header is not None  # the first record is the header (checked above)
-                r = _Step.model_validate(record)
+                r = StepRecord.model_validate(record)
                 step = TrajectoryStep(r.index, r.action, r.args, r.screen, r.before, r.after, r.started_s,
                                       r.duration_s, r.model, r.reasoning)  # fmt: skip
                 size = (header.screen_size[0], header.screen_size[1])
                 check_step(step, size, header.device_scale)
                 for shot in (r.before, r.after):
                     if shot is not None:
-                        _inside(p.parent, shot, f"step {r.index}")
+                        path_inside(p.parent, shot, f"step {r.index}")
                 steps.append(step)
             elif kind == "end":
-                end = _End.model_validate(record).screenshot
-                _inside(p.parent, end, "end")
+                end = EndRecord.model_validate(record).screenshot
+                path_inside(p.parent, end, "end")
             else:
                 raise ValueError(f"unknown record type {kind!r}")
         except ValidationError as e:
-            raise TrajectoryError(f"{p}:{number}: not a trajectory record ({_errors(e)})") from e
+            raise TrajectoryError(f"{p}:{number}: not a trajectory record ({validation_errors(e)})") from e
         except (ValueError, TrajectoryError) as e:
             raise TrajectoryError(f"{p}:{number}: not a trajectory record ({e})") from e
     if header is None:
