@@ -47,6 +47,7 @@ from ._exceptions import (
     VideoTooLongError,
 )
 from ._pricing import Pricing
+from ._tracing import set_capture_content
 from .agents import (
     Agent,
     AgentEvent,
@@ -190,6 +191,7 @@ __all__ = [
     "__version__",
     "input_guardrail",
     "output_guardrail",
+    "set_capture_content",
     "tool",
     "tool_input_guardrail",
     "tool_output_guardrail",

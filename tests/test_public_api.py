@@ -22,7 +22,8 @@ EXPECTED = [
     "ToolCallArgumentsDelta", "ToolCallDone", "ToolCallIncomplete", "ToolCallStarted",
     "ToolDefinitionError", "ToolError", "ToolMessage", "ToolNameError", "ToolResult", "ToolResultEvent",
     "ToolSpec", "ToolTimeoutError", "TurnEndEvent", "UnknownContentPartError", "UnknownRoleError", "Usage", "UserError",
-    "UserMessage", "VLLMEngine", "VideoTooLongError", "__version__", "input_guardrail", "output_guardrail", "tool",
+    "UserMessage", "VLLMEngine", "VideoTooLongError", "__version__", "input_guardrail", "output_guardrail", "set_capture_content",
+    "tool",
     "tool_input_guardrail", "tool_output_guardrail", "verify",
 ]  # fmt: skip
 
