@@ -30,9 +30,9 @@ import re
 import sys
 from collections.abc import Iterable, Mapping
 
-__all__ = ["ENV_SECRETS", "HOME_SECRETS", "ROOT_SECRETS", "SECRET_NAMES", "SECRET_PLACES", "XDG_HOMES",
-           "credential_env", "hidden_dirs", "homes", "preloads", "scrub_env", "secret_folders", "secret_patterns",
-           "secrets", "toolchain"]
+__all__ = ["ENV_SECRETS", "HOME_SECRETS", "NOT_SECRET_NAMES", "ROOT_SECRETS", "SECRET_NAMES", "SECRET_PLACES",
+           "TOOLCHAIN_MARKS", "XDG_HOMES", "credential_env", "hidden_dirs", "homes", "preloads", "scrub_env",
+           "secret_folders", "secret_patterns", "secrets", "toolchain"]
 
 SECRET_NAMES: tuple[str, ...] = ("*hist*", "*credential*", "*token*", "*secret*", "*passw*", "*.env", "*.env.*")
 """Names that say what a file holds, whatever the program that wrote it: histories (and their
@@ -40,6 +40,15 @@ copies: ``.bash_history.bak``, ``.zsh_history~``), credentials, tokens, secrets,
 environment files (``prod.env``, ``.env.local``).
 Matched (``*`` also matching a leading dot) in each of :data:`SECRET_PLACES`, and at the home's
 top as dotfiles only (``.*hist*``: a project folder ``~/tokenizers`` stays yours)."""
+
+NOT_SECRET_NAMES: tuple[str, ...] = ("*tokeniz*", "*tiktoken*", "*histogram*")
+"""Names :data:`SECRET_NAMES` would match that are the field's ordinary words, not credentials: a
+tokenizer's or tiktoken's cache (``~/.cache/tiktoken``), a histogram tool's data."""
+
+TOOLCHAIN_MARKS: tuple[str, ...] = ("pyvenv.cfg", "conda-meta")
+"""What makes a folder an environment (a virtual environment, a conda environment): a folder
+:data:`SECRET_NAMES` matches that holds one is the user's toolchain (``~/.virtualenvs/tokenizers``,
+pipenv's ``~/.local/share/virtualenvs/secret-santa-Ab12``), never masked for its name."""
 
 SECRET_PLACES: tuple[str, ...] = (".*/", ".config/*/", ".local/share/*/", ".local/state/*/", ".cache/*/")
 """The folders of the home where :data:`SECRET_NAMES` are looked for (one level each)."""
@@ -141,6 +150,9 @@ _CREDENTIAL_VALUE = re.compile(
     r"|\bBearer\s+\S"  # an Authorization header
     r"|(?:^|;)\s*(?:password|pwd|account_?key|shared_?access_?key)\s*="  # Server=db;Password=x; AccountKey=
     r"|-----BEGIN [A-Z ]*PRIVATE KEY-----|\beyJ[\w-]{10,}\.eyJ[\w-]{10,}\.", re.IGNORECASE)  # a key, a JWT
+
+
+_BY_NAME = frozenset({*SECRET_NAMES, *("." + n for n in SECRET_NAMES)})
 
 
 def credential_env(name: str, value: str | None = None) -> bool:
@@ -284,12 +296,28 @@ def secrets(deny: Iterable[str] = (), allow: Iterable[str] = (), env: Mapping[st
     not lift it). Patterns only (one folder level per ``*``, each folder listed once), no walk:
     called once per sandbox start.
 
+    A folder matched only by :data:`SECRET_NAMES` is left out where it is the toolchain (it holds
+    one of :data:`TOOLCHAIN_MARKS`, or a ``PATH`` entry or the running interpreter's folders:
+    :func:`toolchain`), and so is a name of :data:`NOT_SECRET_NAMES` (issue 39, point 1: the
+    toolchain works inside as outside); the secret files inside it are still matched by name.
+
     Also the resolved target of a secret that is a symlink (``~/.ssh -> /data/keys``): both stay
     out of reach. A secret inside another one is left out (masked with it)."""
     listed: dict[str, list[str]] = {}
     found: list[str] = []
+    env = os.environ if env is None else env
+    tools: list[str] | None = None
     for pattern in secret_patterns(deny, env):
+        by_name = os.path.basename(pattern) in _BY_NAME
         for p in _expand(pattern, listed):
+            if by_name:  # a name that only looks like a secret's: the user's program or data
+                if any(fnmatch.fnmatchcase(os.path.basename(p).lower(), n) for n in NOT_SECRET_NAMES):
+                    continue
+                if os.path.isdir(p):
+                    tools = toolchain(env) if tools is None else tools
+                    if any(os.path.exists(os.path.join(p, m)) for m in TOOLCHAIN_MARKS) or \
+                            any(t == p or t.startswith(p.rstrip("/") + "/") for t in tools):
+                        continue
             found += [os.path.abspath(p), os.path.realpath(p)]
     lifted = {os.path.realpath(os.path.expanduser(a)) for a in allow}
     kept = [p for p in dict.fromkeys(found) if p not in lifted and os.path.exists(p)]

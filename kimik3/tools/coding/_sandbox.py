@@ -208,7 +208,7 @@ class Sandbox:
         if isinstance(allow_env, str):
             raise UserError(f"allow_env takes a list of names, not one name ({allow_env!r})")
         self.allow_env = list(allow_env)
-        self.secrets = secrets(self.deny_read, self.read)
+        self.secrets = self._secrets()
         self.linked: list[tuple[int, int]] = []  # (st_dev, st_ino) of secret files with hard links
         self._stamp: SecretStamp | None = None  # what the running supervisor's secrets were built from
         self._built: dict[str, tuple[int, int, int] | None] = {}
@@ -301,13 +301,19 @@ class Sandbox:
         return sum(1 for p in _reaper.descendants(sup.proc.pid, live=True)
                    if (line := _cmdline(p)) and not line.startswith(own))  # b"": exiting
 
+    def _secrets(self) -> list[str]:
+        """:func:`~kimik3.tools.coding._policy.secrets` but the workspace and the allowed write paths
+        themselves: the folder you chose to work in is yours, whatever its name (``-w
+        ~/.config/token-service``); the secrets inside it stay masked."""
+        return secrets(self.deny_read, [*self.read, str(self.root), *self.write])
+
     def _masked_now(self) -> tuple[list[str], list[tuple[int, int]], dict[str, int]]:
         """(the secrets, by path: :func:`~kimik3.tools.coding._policy.secrets` and the other names
         of secret files found in the home, the workspace, the allowed paths and what is shown of
         the hidden folders (the toolchain there); the inodes
         of secret files with several names; {a secret file: its names not found}: ``_masks``).
         Reads every file of the secret folders: once per start, never per command."""
-        found = secrets(self.deny_read, self.read)
+        found = self._secrets()
         roots = [p for p in (home(), str(self.root), *self.write, *self._shown(hidden_dirs())) if p]
         links, missing, inodes = other_names(found, roots)
         self._links = links
@@ -321,7 +327,7 @@ class Sandbox:
         stamp = self._stamp
         if stamp is None or self._sup is None or self.mode == "none" or not stamp.moved():
             return None
-        now = identity([*secrets(self.deny_read, self.read), *self._links])  # a new link: a link count moved
+        now = identity([*self._secrets(), *self._links])  # a new link: a link count moved
         if now == self._built:
             stamp.renew()
             return None

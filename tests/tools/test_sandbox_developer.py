@@ -1,0 +1,94 @@
+"""The sandbox on an ordinary developer's machine (issue 39, a third attack): what the secret
+patterns must not take from the user (their toolchain and projects whose names look like a
+secret's), and the secrets they must still take (names in another case, one folder deeper).
+Each through the real sandbox, bubblewrap and Landlock, reading what a real command printed."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kimik3.tools import Tool
+from kimik3.tools.coding import Sandbox, coding_tools
+
+from .test_sandbox_policy import BACKENDS
+
+pytestmark = pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs Linux /proc")
+
+
+@pytest.fixture
+def home(pytestconfig: pytest.Config, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A home outside /tmp and the real $HOME (pytest's cache in the checkout)."""
+    h = pytestconfig.cache.mkdir("sbdev") / uuid.uuid4().hex[:8] / "home"
+    h.mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(h))
+    yield h
+    shutil.rmtree(h.parent, ignore_errors=True)
+
+
+def put(path: Path, text: str, mode: int = 0o644) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(mode)
+    return path
+
+
+def tool(folder: Path, name: str) -> None:
+    """A program ``name`` in ``folder`` printing ``ran <name>``."""
+    put(folder / name, f"#!/bin/sh\necho ran {name}\n", 0o755)
+
+
+async def run(bash: Tool, command: str) -> str:
+    result = await bash.run({"command": command, "timeout": 60})
+    assert isinstance(result.content, str), result.content
+    return result.content
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_toolchain_named_like_a_secret_runs(backend: str, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A virtualenvwrapper venv ``~/.virtualenvs/tokenizers``, a pipenv venv of a project
+    ``secret-santa`` (``~/.local/share/virtualenvs/secret-santa-Ab12``, off ``PATH``: found by its
+    ``pyvenv.cfg``), a program folder on ``PATH`` in ``~/.config/token-service`` and tiktoken's
+    cache run and read as outside; the secret files inside them are still masked."""
+    tool(home / ".virtualenvs/tokenizers/bin", "tok")
+    put(home / ".virtualenvs/tokenizers/pyvenv.cfg", "home = /usr/bin\n")
+    tool(home / ".local/share/virtualenvs/secret-santa-Ab12/bin", "santa")
+    put(home / ".local/share/virtualenvs/secret-santa-Ab12/pyvenv.cfg", "home = /usr/bin\n")
+    tool(home / ".config/token-service/bin", "svc")
+    put(home / ".config/token-service/token.json", "SECRET token.json\n")
+    put(home / ".cache/tiktoken/9b5ad71b2ce5302211f9c61530b329a4922fc6a4", "bpe ranks\n")
+    put(home / ".config/app-secrets/keys", "SECRET app-secrets\n")  # no toolchain in it: a secret by its name
+    path = f"{home}/.virtualenvs/tokenizers/bin:{home}/.config/token-service/bin"
+    monkeypatch.setenv("PATH", f"{path}:{os.environ['PATH']}")
+    (home / "proj").mkdir()
+    box = Sandbox(home / "proj", backend)
+    out = await run(coding_tools(box.root, sandbox=box)[0],
+                    "tok; ~/.local/share/virtualenvs/secret-santa-Ab12/bin/santa; svc; cat ~/.cache/tiktoken/*; "
+                    "cat ~/.config/token-service/token.json ~/.config/app-secrets/keys 2>/dev/null; echo end")
+    assert out.split("\n")[:5] == ["ran tok", "ran santa", "ran svc", "bpe ranks", "end"], out
+    await box.aclose()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("where", [".config/token-service", ".secrets-manager"])
+async def test_a_workspace_named_like_a_secret_is_yours(backend: str, where: str, home: Path) -> None:
+    """``-w ~/.config/token-service`` (a folder the patterns match) and ``-w ~/.secrets-manager``
+    (a dotfolder ``.*secret*`` matches): the workspace is readable and writable; a secret file in
+    it (``token.json``) stays masked (under Landlock, as with ``-w ~``, the folder holding it takes
+    no new entries: docs/sandbox.md; its subfolders do)."""
+    ws = home / where
+    put(ws / "README", "mine\n")
+    put(ws / "token.json", "SECRET token\n")
+    (ws / "src").mkdir()
+    made = "made.txt" if backend == "bwrap" else "src/made.txt"
+    box = Sandbox(ws, backend)
+    out = await run(coding_tools(box.root, sandbox=box)[0],
+                    f"cat README; echo new > {made} && cat {made}; echo mine > README; cat README; "
+                    "cat token.json 2>/dev/null; echo end")
+    assert out.split("\n")[:4] == ["mine", "new", "mine", "end"], out
+    await box.aclose()
