@@ -137,18 +137,28 @@ _CREDENTIAL_NAMES = frozenset({"KIMIK3_API_KEY", "MOONSHOT_API_KEY", "OPENAI_API
                                "VSCODE_GIT_IPC_HANDLE", "VSCODE_IPC_HOOK_CLI", "VSCODE_IPC_HOOK", "KRB5CCNAME"})
 _CREDENTIAL_PATTERN = re.compile(
     r"(^|_)(API_?KEYS?|KEYS?|SECRET|PASSWORD|PASSWD|PASSPHRASE|PASS|PWD|PAT|DSN|PRIVATE_KEY|ACCESS_KEY|AUTH)($|_)"
-    r"|TOKEN($|_)|_KEYS?$|SECRET|PASSWORD|CREDENTIAL|WEBHOOK|COOKIE|MNEMONIC|CONNECTION_?STRING|^OP_SESSION_",
-    re.IGNORECASE)
+    r"|(^|_)PW($|_)|PRIVATE_?KEY|TOKEN($|_)|_KEYS?$|SECRET|PASSWORD|CREDENTIAL|COOKIES?($|_)|MNEMONIC"
+    r"|CONNECTION_?STRING", re.IGNORECASE)
+_ALWAYS = re.compile(r"WEBHOOK|^OP_SESSION_", re.IGNORECASE)  # whatever the rest of the name says
 _PLACE_NAMES = ("PWD", "OLDPWD")
 _PLACE_SUFFIX = re.compile(r"(_FILE|_DIR|_PATH|HOME)$", re.IGNORECASE)
+_ABOUT_SUFFIX = re.compile(
+    r"_(URL|URI|ENDPOINT|HOST|PORT|NAME|MODE|TYPE|KIND|FORMAT|LEN|LENGTH|SIZE|TIMEOUT|TTL|LIFETIME|EXPIRY|ALGORITHM"
+    r"|VERSION|REGION|PROVIDER|BACKEND|SCOPES?|AUDIENCE|ISSUER|DOMAIN|SECURE|HTTPONLY|SAMESITE|ENABLED?|DISABLED?)$",
+    re.IGNORECASE)
+_FLAG_VALUES = frozenset({"", "0", "1", "true", "false", "yes", "no", "on", "off", "none", "null"})
 _CREDENTIAL_VALUE = re.compile(
     r"[a-z][a-z0-9+.-]*://(?!git@)[^/?#\s@]+@"  # URL userinfo: postgres://u:pw@h, https://tok@github.com
     r"|[?&](?:[\w.-]*[_.-])?(?:api_?key|key|token|access_?token|sig|signature|secret|password|passwd|pwd|auth"
     r"|credential|session)(?:[_.-][\w.-]*)?="  # ?api_key=, &sig= (Azure SAS), X-Amz-Signature=
     r"|(?-i:\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_\w{30,}|glpat-[\w-]{20,}|xox[abeoprs]-[\w-]{10,}"
-    r"|sk-[\w-]{32,}|AKIA[0-9A-Z]{16}|hf_[A-Za-z0-9]{30,}|npm_[A-Za-z0-9]{30,}|pypi-[\w-]{30,}|AIza[\w-]{30,}))"
-    r"|\bBearer\s+\S"  # an Authorization header
-    r"|(?:^|;)\s*(?:password|pwd|account_?key|shared_?access_?key)\s*="  # Server=db;Password=x; AccountKey=
+    r"|sk-[\w-]{32,}|AKIA[0-9A-Z]{16}|hf_[A-Za-z0-9]{30,}|npm_[A-Za-z0-9]{30,}|pypi-[\w-]{30,}|AIza[\w-]{30,}"
+    r"|[sr]k_(?:live|test)_[A-Za-z0-9]{20,}|xapp-[\w-]{10,}|ya29\.[\w-]{20,}|sq[pua]_[0-9a-f]{40}"
+    r"|dckr_pat_[\w-]{20,}))"
+    r"|hooks\.slack\.com/(?:services|workflows|triggers)/|discord(?:app)?\.com/api/webhooks/"
+    r"|webhook\.office\.com/|\bBearer\s+\S"  # a webhook's URL; an Authorization header
+    r"|\bBasic\s+(?=[A-Za-z0-9+/]*[0-9+/=])[A-Za-z0-9+/]{8,}"
+    r"|(?:^|[;\s])\s*(?:password|pwd|account_?key|shared_?access_?key)\s*="  # Password=x; AccountKey=
     r"|-----BEGIN [A-Z ]*PRIVATE KEY-----|\beyJ[\w-]{10,}\.eyJ[\w-]{10,}\.", re.IGNORECASE)  # a key, a JWT
 
 
@@ -163,18 +173,28 @@ def credential_env(name: str, value: str | None = None) -> bool:
       ``GITHUB_TOKEN``, ``BW_SESSION``, the ssh / gpg agents' sockets, ...), ``API_KEY``,
       ``PASSWORD``, ``PASS``, ``PWD``, ``PAT``, ``DSN``, ``AUTH``, ... as a word, ``TOKEN`` ending
       a word (``NGROK_AUTHTOKEN``), ``SECRET``, ``PASSWORD``, ``CREDENTIAL``, ``WEBHOOK``,
-      ``COOKIE`` anywhere, ``OP_SESSION_*``; but ``PWD`` and ``OLDPWD``, and a name that only
-      names a place (ending in ``_FILE``, ``_DIR``, ``_PATH``, ``HOME``: ``PASSWORD_STORE_DIR``,
-      ``DB_PASSWORD_FILE``) whose value is an absolute path;
+      ``COOKIE`` ending a word, ``PRIVATEKEY``, ``PW`` as a word, ``WEBHOOK``, ``OP_SESSION_*``;
+      but ``PWD`` and ``OLDPWD``, a name that only says something about a credential (ending in
+      ``_URL``, ``_NAME``, ``_MODE``, ``_LEN``, ...: ``TOKEN_URL``, ``SESSION_COOKIE_NAME``,
+      ``PASSWORD_MIN_LEN``; not a ``WEBHOOK``), a flag's value (``1``, ``true``, ``off``, empty:
+      ``HF_HUB_DISABLE_IMPLICIT_TOKEN=1``), and a name that only names a place (ending in
+      ``_FILE``, ``_DIR``, ``_PATH``, ``HOME``: ``PASSWORD_STORE_DIR``, ``DB_PASSWORD_FILE``)
+      whose value is an absolute path;
     - its value: a URL with user information (``postgres://u:pw@h``, ``https://tok@github.com``),
       a query parameter naming a key, token or signature (``?api_key=``, ``&sig=``), a token of a
-      known format (``ghp_...``, ``xoxb-...``, ``AKIA...``, ``hf_...``), ``Bearer ...``.
+      known format (``ghp_...``, ``xoxb-...``, ``AKIA...``, ``hf_...``, ``sk_live_...``), a
+      webhook's URL (Slack, Discord, Teams), ``Bearer ...``, ``Basic <base64>``, a ``password=``
+      keyword (a connection string, libpq's ``host=h password=pw``).
     """
     if name.upper() in _CREDENTIAL_NAMES:
         return True
     if value is not None and _CREDENTIAL_VALUE.search(value):
         return True
-    if name in _PLACE_NAMES or not _CREDENTIAL_PATTERN.search(name):
+    if _ALWAYS.search(name):
+        return True
+    if name in _PLACE_NAMES or not _CREDENTIAL_PATTERN.search(name) or _ABOUT_SUFFIX.search(name):
+        return False
+    if value is not None and value.strip().lower() in _FLAG_VALUES:
         return False
     place = value is not None and os.path.isabs(os.path.expanduser(value)) and not any(c.isspace() for c in value)
     return not (place and _PLACE_SUFFIX.search(name))
