@@ -92,3 +92,24 @@ async def test_a_workspace_named_like_a_secret_is_yours(backend: str, where: str
                     "cat token.json 2>/dev/null; echo end")
     assert out.split("\n")[:4] == ["mine", "new", "mine", "end"], out
     await box.aclose()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_secrets_named_in_another_case_or_one_folder_deeper_are_masked(backend: str, home: Path) -> None:
+    """The name patterns match in any case (``~/.API_TOKEN``, ``~/.Zsh_History``,
+    ``~/.config/app/Token.json``) and one folder deeper in ``~/.config`` (files only: an
+    application's folder ``~/.config/app/plugins/secrets-plugin`` that deep stays readable); fish's
+    universal variables (``set -U OPENAI_API_KEY``) are a secret."""
+    for name in (".API_TOKEN", ".Zsh_History", ".config/app/Token.json", ".config/app/auth/credentials.json",
+                 ".config/app/auth/Client_Secret.json", ".config/fish/fish_variables"):
+        put(home / name, f"SECRET {name}\n")
+    put(home / ".config/app/plugins/secrets-plugin/README", "plugin\n")
+    put(home / ".config/app/auth/settings.json", "settings\n")
+    (home / "proj").mkdir()
+    box = Sandbox(home / "proj", backend)
+    out = await run(coding_tools(box.root, sandbox=box)[0],
+                    "cat ~/.config/app/plugins/secrets-plugin/README ~/.config/app/auth/settings.json; cat ~/.API_TOKEN "
+                    "~/.Zsh_History ~/.config/app/Token.json ~/.config/app/auth/credentials.json "
+                    "~/.config/app/auth/Client_Secret.json ~/.config/fish/fish_variables 2>/dev/null; echo end")
+    assert out.split("\n")[:3] == ["plugin", "settings", "end"], out
+    await box.aclose()

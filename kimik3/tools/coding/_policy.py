@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import functools
 import glob
 import os
 import pwd
 import re
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 __all__ = ["ENV_SECRETS", "HOME_SECRETS", "NOT_SECRET_NAMES", "ROOT_SECRETS", "SECRET_NAMES", "SECRET_PLACES",
            "TOOLCHAIN_MARKS", "XDG_HOMES", "credential_env", "hidden_dirs", "homes", "preloads", "scrub_env",
@@ -50,8 +51,12 @@ TOOLCHAIN_MARKS: tuple[str, ...] = ("pyvenv.cfg", "conda-meta")
 :data:`SECRET_NAMES` matches that holds one is the user's toolchain (``~/.virtualenvs/tokenizers``,
 pipenv's ``~/.local/share/virtualenvs/secret-santa-Ab12``), never masked for its name."""
 
-SECRET_PLACES: tuple[str, ...] = (".*/", ".config/*/", ".local/share/*/", ".local/state/*/", ".cache/*/")
-"""The folders of the home where :data:`SECRET_NAMES` are looked for (one level each)."""
+SECRET_PLACES: tuple[str, ...] = (".*/", ".config/*/", ".local/share/*/", ".local/state/*/", ".cache/*/",
+                                  ".config/*/*/")
+"""The folders of the home where :data:`SECRET_NAMES` are looked for: each dotfolder, each folder
+of the XDG places, and one folder deeper where applications keep their stores
+(``~/.config/app/auth/credentials.json``; files only there: a folder that deep is an
+application's own, such as mise's ``~/.local/share/mise/installs/detect-secrets``)."""
 
 HOME_SECRETS: tuple[str, ...] = (
     # keys and cloud / cluster credentials
@@ -83,6 +88,7 @@ HOME_SECRETS: tuple[str, ...] = (
     ".config/*/Network/Cookies", ".local/share/jupyter/runtime",
     # histories SECRET_NAMES does not name
     ".lesshst*", ".viminfo*", ".local/state/nvim/shada", ".ipython/profile_*/history.sqlite", ".julia/logs",
+    ".config/fish/fish_variables",  # fish's universal variables: set -U OPENAI_API_KEY ...
     # SECRET_NAMES, at the top (dotfiles) and in SECRET_PLACES
     *("." + n for n in SECRET_NAMES), *(p + n for p in SECRET_PLACES for n in SECRET_NAMES),
 )
@@ -282,20 +288,31 @@ def secret_patterns(deny: Iterable[str] = (), env: Mapping[str, str] | None = No
 
 
 def _expand(pattern: str, listed: dict[str, list[str]]) -> list[str]:
-    """The existing paths ``pattern`` matches (``*`` within one name, also a leading dot), each
-    folder listed once (``listed`` keeps the listings of one call), sorted."""
+    """The existing paths ``pattern`` matches (``*`` within one name, also a leading dot; in any
+    case: ``.API_TOKEN``, ``Token.json``, ``.Zsh_History``), each
+    folder listed once and each pattern expanded once (``listed`` keeps both for one call), sorted."""
     if not glob.has_magic(pattern):
         return [pattern] if os.path.lexists(pattern) else []
+    if "\0" + pattern in listed:
+        return listed["\0" + pattern]
     head, name = os.path.split(pattern)
+    match = _name_regex(name)
     out: list[str] = []
     for folder in _expand(head, listed) if glob.has_magic(head) else [head]:
         if folder not in listed:
             try:
-                listed[folder] = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
-            except OSError:
+                listed[folder] = sorted(os.listdir(folder))
+            except OSError:  # not a folder, or gone
                 listed[folder] = []
-        out += [os.path.join(folder, n) for n in listed[folder] if fnmatch.fnmatchcase(n, name)]
+        out += [os.path.join(folder, n) for n in listed[folder] if match(n)]
+    listed["\0" + pattern] = out
     return out
+
+
+@functools.lru_cache(maxsize=512)
+def _name_regex(name: str) -> Callable[[str], re.Match[str] | None]:
+    """A glob of one name as a case-blind matcher."""
+    return re.compile(fnmatch.translate(name), re.IGNORECASE).match
 
 
 def secret_folders(deny: Iterable[str] = (), env: Mapping[str, str] | None = None) -> list[str]:
@@ -334,6 +351,8 @@ def secrets(deny: Iterable[str] = (), allow: Iterable[str] = (), env: Mapping[st
                 if any(fnmatch.fnmatchcase(os.path.basename(p).lower(), n) for n in NOT_SECRET_NAMES):
                     continue
                 if os.path.isdir(p):
+                    if glob.has_magic(os.path.dirname(os.path.dirname(pattern))):  # a deep place: files only
+                        continue
                     tools = toolchain(env) if tools is None else tools
                     if any(os.path.exists(os.path.join(p, m)) for m in TOOLCHAIN_MARKS) or \
                             any(t == p or t.startswith(p.rstrip("/") + "/") for t in tools):
