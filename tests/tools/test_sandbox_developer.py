@@ -113,3 +113,30 @@ async def test_secrets_named_in_another_case_or_one_folder_deeper_are_masked(bac
                     "~/.config/app/auth/Client_Secret.json ~/.config/fish/fish_variables 2>/dev/null; echo end")
     assert out.split("\n")[:3] == ["plugin", "settings", "end"], out
     await box.aclose()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_hard_link_made_during_the_run_to_a_file_in_a_secret_folder_is_masked(backend: str,
+                                                                                       home: Path) -> None:
+    """The host links ``~/.aws/credentials`` (inside the secret folder ``~/.aws``) into the home
+    and the workspace while the sandbox runs: both names are masked from the next command on (the
+    sandbox restarts, and says so). A file inside replaced by rename (a token cache refreshed)
+    restarts nothing."""
+    put(home / ".aws/credentials", "SECRET aws\n")
+    put(home / ".aws/sso/cache/t.json", "SECRET sso 1\n")
+    put(home / "notes/ordinary", "ordinary\n")
+    (home / "proj").mkdir()
+    box = Sandbox(home / "proj", backend)
+    bash = coding_tools(box.root, sandbox=box)[0]
+    assert (await run(bash, "echo first")).split("\n")[0] == "first"
+    put(home / ".aws/sso/cache/t.json.new", "SECRET sso 2\n").rename(home / ".aws/sso/cache/t.json")
+    out = await run(bash, "cat ~/notes/ordinary; cat ~/.aws/sso/cache/t.json 2>/dev/null; echo end")
+    assert out.split("\n")[:3] == ["ordinary", "end", "[exit code: 0, " + out.split("[exit code: 0, ")[1]], out
+    os.link(home / ".aws/credentials", home / "notes/creds")
+    os.link(home / ".aws/sso/cache/t.json", home / "proj/t.json")
+    out = await run(bash, "cat ~/notes/creds t.json 2>/dev/null; echo end")
+    tmp = "/tmp" if backend == "bwrap" else "TMPDIR"
+    assert out.split("\n")[:2] == ["end", "[the secrets changed outside the sandbox (.aws/credentials, "
+                                   ".aws/sso/cache/t.json); it was restarted to mask them: nothing was running in "
+                                   f"it, its private {tmp} starts empty]"], out
+    await box.aclose()

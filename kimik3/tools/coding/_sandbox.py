@@ -53,7 +53,7 @@ from . import _landlock, _reaper
 from ._git_links import restore_git_links
 from ._guard import GitGuard
 from ._kept import MAX_WALK_DIRS, SessionFiles, kept_read_only, under
-from ._masks import SecretStamp, identity, other_names
+from ._masks import SecretStamp, identity, link_counts, other_names
 from ._places import enclosing_repo, existing, linked_from, prefixes, tmpfs_bytes
 from ._policy import hidden_dirs, home, preloads, scrub_env, secrets, toolchain
 from ._supervisor import _CLOSE_S, _READY_S, Command, _Supervisor
@@ -211,8 +211,9 @@ class Sandbox:
         self.secrets = self._secrets()
         self.linked: list[tuple[int, int]] = []  # (st_dev, st_ino) of secret files with hard links
         self._stamp: SecretStamp | None = None  # what the running supervisor's secrets were built from
-        self._built: dict[str, tuple[int, int, int] | None] = {}
+        self._built: dict[str, Any] = {}  # identity() of the secrets, link_counts() of the files inside
         self._links: list[str] = []  # the other names of secret files found at the start
+        self._inner: list[str] = []  # the files inside secret folders (their link counts are watched)
         self._own: tuple[bytes, ...] = ()  # the supervisor's command line (not a command's)
         self.tmpdir: str | None = None  # Landlock's private temporary folder (TMPDIR), removed at close
         self.guards: list[GitGuard] = []  # Landlock: the git control data's copies (_guard), per top
@@ -315,7 +316,7 @@ class Sandbox:
         Reads every file of the secret folders: once per start, never per command."""
         found = self._secrets()
         roots = [p for p in (home(), str(self.root), *self.write, *self._shown(hidden_dirs())) if p]
-        links, missing, inodes = other_names(found, roots)
+        links, missing, inodes, self._inner = other_names(found, roots)
         self._links = links
         return [*found, *links], inodes, missing
 
@@ -327,7 +328,8 @@ class Sandbox:
         stamp = self._stamp
         if stamp is None or self._sup is None or self.mode == "none" or not stamp.moved():
             return None
-        now = identity([*self._secrets(), *self._links])  # a new link: a link count moved
+        now: dict[str, Any] = {**identity([*self._secrets(), *self._links]),  # a new link: a link count moved
+                               **link_counts(self._inner)}  # also of a file inside a secret folder
         if now == self._built:
             stamp.renew()
             return None
@@ -391,8 +393,8 @@ class Sandbox:
                               f"not find in the home and the workspace (it looks through {MAX_WALK_DIRS} folders at "
                               "most): that name stays readable in the sandbox; remove the link or add it with "
                               "--deny-read", RuntimeWarning, stacklevel=3)
-            self._stamp = SecretStamp(self.secrets, self.deny_read)
-            self._built = identity(self.secrets)
+            self._stamp = SecretStamp(self.secrets, self.deny_read, self._inner)
+            self._built = {**identity(self.secrets), **link_counts(self._inner)}
         python = os.path.realpath(sys.executable)
         argv = [python, "-I", "-S", "-", "supervise"]  # the source on stdin
         self._own = ("\0".join([*argv, ""]).encode(),)
