@@ -29,11 +29,11 @@ from ._policy import HOME_SECRETS, ROOT_SECRETS, home, homes, secret_folders
 __all__ = ["MAX_WATCHED_FILES", "RACY_NS", "SecretStamp", "identity", "link_counts", "other_names"]
 
 Inode = tuple[int, int]
-MAX_WATCHED_FILES = 4096
+MAX_WATCHED_FILES = 1024
 """The files inside secret folders whose link counts a running sandbox watches (``lstat`` before
-each command): a hard link the host makes to one during the run (``ln ~/.aws/credentials
-~/notes/c``) restarts the sandbox to mask it. Past this many (a browser profile), the rest are
-not watched (docs/sandbox.md, limits)."""
+each command), the smallest folders' first: a hard link the host makes to one during the run
+(``ln ~/.aws/credentials ~/notes/c``) restarts the sandbox to mask it. Past this many (a browser
+profile), the rest are not watched (docs/sandbox.md)."""
 RACY_NS = 50_000_000
 """A watched folder's mtime this close to the stamp (ns) is not trusted (file system clocks tick
 in milliseconds)."""
@@ -123,7 +123,10 @@ def other_names(secrets: list[str], roots: list[str]) -> tuple[list[str], dict[s
             if path not in names.setdefault(key, []):
                 names[key].append(path)
     listed = set(secrets)
-    inner = [p for paths in names.values() for p in paths if p not in listed][:MAX_WATCHED_FILES]
+    per_secret: dict[str, list[str]] = {}  # the smallest secret folders first (~/.ssh before a browser's)
+    for p in (p for paths in names.values() for p in paths if p not in listed):
+        per_secret.setdefault(next((s for s in secrets if p.startswith(s.rstrip("/") + "/")), ""), []).append(p)
+    inner = [p for files in sorted(per_secret.values(), key=len) for p in files][:MAX_WATCHED_FILES]
     missing = {k: n - len(names[k]) for k, n in links.items() if n > len(names[k])}
     found: list[str] = []
     devices = {k[0] for k in missing}
