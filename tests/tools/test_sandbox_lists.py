@@ -303,7 +303,8 @@ ENV_TABLE = [
     ("TOKEN_URL", "https://login.example.com/token", False), ("AUTH_MODE", "oauth", False),
     ("SESSION_COOKIE_NAME", "sid", False), ("PASSWORD_MIN_LEN", "8", False), ("KEY_VAULT_NAME", "myvault", False),
     ("HF_HUB_DISABLE_IMPLICIT_TOKEN", "1", False), ("CSRF_COOKIE_SECURE", "True", False),
-    ("COOKIECUTTER_CONFIG", "/home/u/.cookiecutterrc", False), ("HELP_TEXT", "Basic authentication is off", False),
+    ("COOKIECUTTER_CONFIG", "/home/u/.cookiecutterrc", False), ("TLS_KEY", "/etc/hosts", False),
+    ("SSH_KEY", "/no/such/key", True), ("HELP_TEXT", "Basic authentication is off", False),
 ]
 
 

@@ -185,7 +185,8 @@ def credential_env(name: str, value: str | None = None) -> bool:
       ``PASSWORD_MIN_LEN``; not a ``WEBHOOK``), a flag's value (``1``, ``true``, ``off``, empty:
       ``HF_HUB_DISABLE_IMPLICIT_TOKEN=1``), and a name that only names a place (ending in
       ``_FILE``, ``_DIR``, ``_PATH``, ``HOME``: ``PASSWORD_STORE_DIR``, ``DB_PASSWORD_FILE``)
-      whose value is an absolute path;
+      whose value is an absolute path, or any name whose value is an existing absolute path
+      (``TLS_KEY=/etc/ssl/private/site.key``: the file is what is secret, masked where listed);
     - its value: a URL with user information (``postgres://u:pw@h``, ``https://tok@github.com``),
       a query parameter naming a key, token or signature (``?api_key=``, ``&sig=``), a token of a
       known format (``ghp_...``, ``xoxb-...``, ``AKIA...``, ``hf_...``, ``sk_live_...``), a
@@ -202,8 +203,9 @@ def credential_env(name: str, value: str | None = None) -> bool:
         return False
     if value is not None and value.strip().lower() in _FLAG_VALUES:
         return False
-    place = value is not None and os.path.isabs(os.path.expanduser(value)) and not any(c.isspace() for c in value)
-    return not (place and _PLACE_SUFFIX.search(name))
+    if value is None or any(c.isspace() for c in value) or not os.path.isabs(path := os.path.expanduser(value)):
+        return True
+    return not (_PLACE_SUFFIX.search(name) or os.path.lexists(path))  # a path names the secret, is not one
 
 
 def scrub_env(env: Mapping[str, str], allow: Iterable[str] = ()) -> dict[str, str]:
