@@ -99,9 +99,11 @@ async def test_secrets_named_in_another_case_or_one_folder_deeper_are_masked(bac
     """The name patterns match in any case (``~/.API_TOKEN``, ``~/.Zsh_History``,
     ``~/.config/app/Token.json``) and one folder deeper in ``~/.config`` (files only: an
     application's folder ``~/.config/app/plugins/secrets-plugin`` that deep stays readable); fish's
-    universal variables (``set -U OPENAI_API_KEY``) are a secret."""
+    universal variables (``set -U OPENAI_API_KEY``), an API key file by its name, the mongo
+    shell's history and aider's settings are secrets."""
     for name in (".API_TOKEN", ".Zsh_History", ".config/app/Token.json", ".config/app/auth/credentials.json",
-                 ".config/app/auth/Client_Secret.json", ".config/fish/fish_variables"):
+                 ".config/app/auth/Client_Secret.json", ".config/fish/fish_variables",
+                 ".config/io.datasette.llm/keys.json", ".config/app/OpenAI-API-Key.txt", ".dbshell", ".aider.conf.yml"):
         put(home / name, f"SECRET {name}\n")
     put(home / ".config/app/plugins/secrets-plugin/README", "plugin\n")
     put(home / ".config/app/auth/settings.json", "settings\n")
@@ -110,7 +112,8 @@ async def test_secrets_named_in_another_case_or_one_folder_deeper_are_masked(bac
     out = await run(coding_tools(box.root, sandbox=box)[0],
                     "cat ~/.config/app/plugins/secrets-plugin/README ~/.config/app/auth/settings.json; cat ~/.API_TOKEN "
                     "~/.Zsh_History ~/.config/app/Token.json ~/.config/app/auth/credentials.json "
-                    "~/.config/app/auth/Client_Secret.json ~/.config/fish/fish_variables 2>/dev/null; echo end")
+                    "~/.config/app/auth/Client_Secret.json ~/.config/fish/fish_variables ~/.dbshell ~/.aider.conf.yml "
+                    "~/.config/io.datasette.llm/keys.json ~/.config/app/OpenAI-API-Key.txt 2>/dev/null; echo end")
     assert out.split("\n")[:3] == ["plugin", "settings", "end"], out
     await box.aclose()
 

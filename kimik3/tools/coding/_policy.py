@@ -35,10 +35,12 @@ __all__ = ["ENV_SECRETS", "HOME_SECRETS", "NOT_SECRET_NAMES", "ROOT_SECRETS", "S
            "TOOLCHAIN_MARKS", "XDG_HOMES", "credential_env", "hidden_dirs", "homes", "preloads", "scrub_env",
            "secret_folders", "secret_patterns", "secrets", "toolchain"]
 
-SECRET_NAMES: tuple[str, ...] = ("*hist*", "*credential*", "*token*", "*secret*", "*passw*", "*.env", "*.env.*")
+SECRET_NAMES: tuple[str, ...] = ("*hist*", "*credential*", "*token*", "*secret*", "*passw*", "*api[-_]key*", "*apikey*",
+                                 "*keys.json", "*.env", "*.env.*")
 """Names that say what a file holds, whatever the program that wrote it: histories (and their
 copies: ``.bash_history.bak``, ``.zsh_history~``), credentials, tokens, secrets, passwords,
-environment files (``prod.env``, ``.env.local``).
+API keys (``~/.config/io.datasette.llm/keys.json``, ``openai_api_key.txt``), environment files
+(``prod.env``, ``.env.local``).
 Matched (``*`` also matching a leading dot) in each of :data:`SECRET_PLACES`, and at the home's
 top as dotfiles only (``.*hist*``: a project folder ``~/tokenizers`` stays yours)."""
 
@@ -89,6 +91,9 @@ HOME_SECRETS: tuple[str, ...] = (
     # histories SECRET_NAMES does not name
     ".lesshst*", ".viminfo*", ".local/state/nvim/shada", ".ipython/profile_*/history.sqlite", ".julia/logs",
     ".config/fish/fish_variables",  # fish's universal variables: set -U OPENAI_API_KEY ...
+    ".dbshell", ".local/share/xonsh",  # the mongo shell's, xonsh's
+    # coding assistants' settings holding API keys
+    ".aider.conf.yml", ".config/aichat", ".config/mods",
     # SECRET_NAMES, at the top (dotfiles) and in SECRET_PLACES
     *("." + n for n in SECRET_NAMES), *(p + n for p in SECRET_PLACES for n in SECRET_NAMES),
 )
