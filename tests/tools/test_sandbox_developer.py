@@ -143,3 +143,21 @@ async def test_a_hard_link_made_during_the_run_to_a_file_in_a_secret_folder_is_m
                                    ".aws/sso/cache/t.json); it was restarted to mask them: nothing was running in "
                                    f"it, its private {tmp} starts empty]"], out
     await box.aclose()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_secret_name_linked_to_the_home_or_the_root_hides_neither(backend: str, home: Path) -> None:
+    """``~/.histdb -> ~`` and ``~/.config/app/secrets -> /`` (a name the patterns match, linked
+    to the home and to the root): the home's toolchain and the system still run, the real
+    secrets in the home stay masked."""
+    (home / ".histdb").symlink_to(home)
+    put(home / ".config/app/x", "x\n")
+    (home / ".config/app/secrets").symlink_to("/")
+    tool(home / ".local/bin", "mine")
+    put(home / ".netrc", "SECRET netrc\n")
+    (home / "proj").mkdir()
+    box = Sandbox(home / "proj", backend)
+    out = await run(coding_tools(box.root, sandbox=box)[0],
+                    "~/.local/bin/mine; /bin/echo system; cat ~/.netrc 2>/dev/null; echo end")
+    assert out.split("\n")[:3] == ["ran mine", "system", "end"], out
+    await box.aclose()

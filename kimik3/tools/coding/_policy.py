@@ -346,7 +346,9 @@ def secrets(deny: Iterable[str] = (), allow: Iterable[str] = (), env: Mapping[st
     toolchain works inside as outside); the secret files inside it are still matched by name.
 
     Also the resolved target of a secret that is a symlink (``~/.ssh -> /data/keys``): both stay
-    out of reach. A secret inside another one is left out (masked with it)."""
+    out of reach; but never ``/``, a home or a folder above one (``~/.histdb -> ~``: the home is
+    the user's toolchain; its secrets are masked one by one). A secret inside another one is left
+    out (masked with it)."""
     listed: dict[str, list[str]] = {}
     found: list[str] = []
     env = os.environ if env is None else env
@@ -366,7 +368,9 @@ def secrets(deny: Iterable[str] = (), allow: Iterable[str] = (), env: Mapping[st
                         continue
             found += [os.path.abspath(p), os.path.realpath(p)]
     lifted = {os.path.realpath(os.path.expanduser(a)) for a in allow}
-    kept = [p for p in dict.fromkeys(found) if p not in lifted and os.path.exists(p)]
+    tops = [h.rstrip("/") + "/" for h in homes(env)]  # never "/", a home or a folder above one (a link to it)
+    kept = [p for p in dict.fromkeys(found) if p not in lifted and os.path.exists(p) and p != "/"
+            and not any(t.startswith(p.rstrip("/") + "/") for t in tops)]
     folders = tuple(p.rstrip("/") + "/" for p in kept if os.path.isdir(p))
     return [p for p in kept if not p.startswith(folders)]  # not inside another (~/.aws/credentials)
 
