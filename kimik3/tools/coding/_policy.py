@@ -303,23 +303,29 @@ def _expand(pattern: str, listed: dict[str, list[str]]) -> list[str]:
     if "\0" + pattern in listed:
         return listed["\0" + pattern]
     head, name = os.path.split(pattern)
-    match = _name_regex(name)
+    if not glob.has_magic(name):
+        found = [os.path.join(f, name) for f in (_expand(head, listed) if glob.has_magic(head) else [head])]
+        listed["\0" + pattern] = [p for p in found if os.path.lexists(p)]
+        return listed["\0" + pattern]
+    names = _names_regex(name)
     out: list[str] = []
     for folder in _expand(head, listed) if glob.has_magic(head) else [head]:
         if folder not in listed:
-            try:
-                listed[folder] = sorted(os.listdir(folder))
+            try:  # one string per folder, "\n"-joined: a name is matched by one regex scan
+                listed[folder] = ["\n".join(sorted(n for n in os.listdir(folder) if "\n" not in n))]
             except OSError:  # not a folder, or gone
-                listed[folder] = []
-        out += [os.path.join(folder, n) for n in listed[folder] if match(n)]
+                listed[folder] = [""]
+        out += [os.path.join(folder, n) for n in names(listed[folder][0])]
     listed["\0" + pattern] = out
     return out
 
 
 @functools.lru_cache(maxsize=512)
-def _name_regex(name: str) -> Callable[[str], re.Match[str] | None]:
-    """A glob of one name as a case-blind matcher."""
-    return re.compile(fnmatch.translate(name), re.IGNORECASE).match
+def _names_regex(name: str) -> Callable[[str], list[str]]:
+    """A glob of one name (``*``, ``?``, ``[...]``) as a case-blind finder of the lines it matches."""
+    rx = "".join("[^\n]*" if c == "*" else "[^\n]" if c == "?" else re.escape(c) for c in name)
+    rx = re.sub(r"\\\[(.*?)\\\]", lambda m: "[" + m.group(1).replace("\\", "") + "]", rx)  # a class: [-_]
+    return re.compile(f"^{rx}$", re.IGNORECASE | re.MULTILINE).findall
 
 
 def secret_folders(deny: Iterable[str] = (), env: Mapping[str, str] | None = None) -> list[str]:
