@@ -304,7 +304,8 @@ ENV_TABLE = [
     ("SESSION_COOKIE_NAME", "sid", False), ("PASSWORD_MIN_LEN", "8", False), ("KEY_VAULT_NAME", "myvault", False),
     ("HF_HUB_DISABLE_IMPLICIT_TOKEN", "1", False), ("CSRF_COOKIE_SECURE", "True", False),
     ("COOKIECUTTER_CONFIG", "/home/u/.cookiecutterrc", False), ("TLS_KEY", "/etc/hosts", False),
-    ("SSH_KEY", "/no/such/key", True), ("HELP_TEXT", "Basic authentication is off", False),
+    ("SSH_KEY", "/no/such/key", True), ("DOCKER_HOST_X", "ssh://me@build-box", False),
+    ("BORG_REPO", "ssh://me@nas:22/./backup", False), ("SFTP_TARGET", "sftp://u:pw@nas/x", True), ("HELP_TEXT", "Basic authentication is off", False),
 ]
 
 

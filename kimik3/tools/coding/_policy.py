@@ -159,6 +159,7 @@ _ABOUT_SUFFIX = re.compile(
     re.IGNORECASE)
 _FLAG_VALUES = frozenset({"", "0", "1", "true", "false", "yes", "no", "on", "off", "none", "null"})
 _CREDENTIAL_VALUE = re.compile(
+    r"(?<![a-z0-9+.-])(?!(?:ssh|sftp|rsync|git\+ssh|ssh\+git)://[^:/?#\s@]+@)"  # ssh://user@h: a user's name
     r"[a-z][a-z0-9+.-]*://(?!git@)[^/?#\s@]+@"  # URL userinfo: postgres://u:pw@h, https://tok@github.com
     r"|[?&](?:[\w.-]*[_.-])?(?:api_?key|key|token|access_?token|sig|signature|secret|password|passwd|pwd|auth"
     r"|credential|session)(?:[_.-][\w.-]*)?="  # ?api_key=, &sig= (Azure SAS), X-Amz-Signature=
@@ -192,7 +193,8 @@ def credential_env(name: str, value: str | None = None) -> bool:
       ``_FILE``, ``_DIR``, ``_PATH``, ``HOME``: ``PASSWORD_STORE_DIR``, ``DB_PASSWORD_FILE``)
       whose value is an absolute path, or any name whose value is an existing absolute path
       (``TLS_KEY=/etc/ssl/private/site.key``: the file is what is secret, masked where listed);
-    - its value: a URL with user information (``postgres://u:pw@h``, ``https://tok@github.com``),
+    - its value: a URL with user information (``postgres://u:pw@h``, ``https://tok@github.com``;
+      not a user's name alone over ssh: ``ssh://me@build-box``),
       a query parameter naming a key, token or signature (``?api_key=``, ``&sig=``), a token of a
       known format (``ghp_...``, ``xoxb-...``, ``AKIA...``, ``hf_...``, ``sk_live_...``), a
       webhook's URL (Slack, Discord, Teams), ``Bearer ...``, ``Basic <base64>``, a ``password=``
