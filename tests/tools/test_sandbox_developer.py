@@ -5,8 +5,11 @@ Each through the real sandbox, bubblewrap and Landlock, reading what a real comm
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
+import socket
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +19,7 @@ import pytest
 from kimik3.tools import Tool
 from kimik3.tools.coding import Sandbox, coding_tools
 
+from ..procs import needs_bwrap
 from .test_sandbox_policy import BACKENDS
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs Linux /proc")
@@ -160,4 +164,64 @@ async def test_a_secret_name_linked_to_the_home_or_the_root_hides_neither(backen
     out = await run(coding_tools(box.root, sandbox=box)[0],
                     "~/.local/bin/mine; /bin/echo system; cat ~/.netrc 2>/dev/null; echo end")
     assert out.split("\n")[:3] == ["ran mine", "system", "end"], out
+    await box.aclose()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_symlink_loops_and_a_fifo_or_socket_secret_do_not_stop_the_sandbox(backend: str, home: Path) -> None:
+    """A home with symlink loops (``~/.loopa <-> ~/.loopb``, ``~/.config/loop -> ../.config``, ``~/.self
+    -> .``) and secrets that are a FIFO (``~/.netrc``) and a listening unix socket
+    (``~/.git-credentials``): the sandbox starts, reading the FIFO neither blocks nor reads the
+    host's writer, the socket is not connectable under bwrap (Landlock: a documented limit)."""
+    (home / ".loopa").symlink_to(home / ".loopb")
+    (home / ".loopb").symlink_to(home / ".loopa")
+    put(home / ".config/other/settings", "ordinary\n")
+    (home / ".config/loop").symlink_to("../.config")
+    (home / ".self").symlink_to(".")
+    os.mkfifo(home / ".netrc")
+    listener = socket.socket(socket.AF_UNIX)
+    cwd = os.getcwd()
+    os.chdir(home)  # a relative name: a unix socket's path is at most 107 bytes, the checkout's may be longer
+    try:
+        listener.bind(".git-credentials")
+    finally:
+        os.chdir(cwd)
+    listener.listen(1)
+    (home / "proj").mkdir()
+    box = Sandbox(home / "proj", backend)
+    probe = ("import socket,sys\ns=socket.socket(socket.AF_UNIX)\ntry:\n s.connect(sys.argv[1]); print('connected')\n"
+             "except OSError: print('refused')")
+    try:
+        out = await run(coding_tools(box.root, sandbox=box)[0],
+                        f"cat ~/.config/loop/other/settings; timeout 5 cat ~/.netrc 2>/dev/null; echo fifo=$?; "
+                        f"cd ~ && {sys.executable} -c \"{probe}\" .git-credentials")
+    finally:
+        listener.close()
+    connect = "refused" if backend == "bwrap" else "connected"
+    assert out.split("\n")[:3] == ["ordinary", "fifo=1", connect], out
+    await box.aclose()
+
+
+@needs_bwrap
+async def test_a_secret_replaced_while_a_command_runs_is_said_then_masked(home: Path) -> None:
+    """bwrap, a foreground command still running when the host replaces ``~/.netrc`` by rename and
+    a second command starts: the sandbox is not restarted under the running one (it finishes, its
+    /tmp kept); the second's result says the secret is unmasked until it ends; the third restarts."""
+    put(home / ".netrc", "SECRET 1\n")
+    (home / "proj").mkdir()
+    box = Sandbox(home / "proj", "bwrap")
+    bash = coding_tools(box.root, sandbox=box)[0]
+    await run(bash, "echo kept > /tmp/state")
+    long = asyncio.create_task(run(bash, "sleep 2; cat /tmp/state"))
+    await asyncio.sleep(0.5)
+    put(home / ".netrc.new", "SECRET 2\n").rename(home / ".netrc")
+    second = await run(bash, "echo second")
+    assert (await long).split("\n")[0] == "kept"
+    assert second.split("\n")[:2] == ["second", "[the secrets changed outside the sandbox (.netrc) while processes "
+                                      "run in it (a background job, or what a command left running): they are not "
+                                      "masked until those end; the sandbox is restarted at the next command after "
+                                      "that]"], second
+    third = await run(bash, "cat ~/.netrc 2>/dev/null; echo third")
+    assert third.split("\n")[:2] == ["third", "[the secrets changed outside the sandbox (.netrc); it was restarted "
+                                     "to mask them: nothing was running in it, its private /tmp starts empty]"], third
     await box.aclose()
