@@ -11,6 +11,7 @@ import shutil
 import socket
 import sys
 import uuid
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -91,10 +92,17 @@ async def test_a_workspace_named_like_a_secret_is_yours(backend: str, where: str
     (ws / "src").mkdir()
     made = "made.txt" if backend == "bwrap" else "src/made.txt"
     box = Sandbox(ws, backend)
-    out = await run(coding_tools(box.root, sandbox=box)[0],
-                    f"cat README; echo new > {made} && cat {made}; echo mine > README; cat README; "
-                    "cat token.json 2>/dev/null; echo end")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = await run(coding_tools(box.root, sandbox=box)[0],
+                        f"cat README; echo new > {made} && cat {made}; echo mine > README; cat README; "
+                        "cat token.json 2>/dev/null; echo end")
     assert out.split("\n")[:4] == ["mine", "new", "mine", "end"], out
+    said = [str(w.message) for w in caught if "writable folder" in str(w.message)]
+    assert said == ([] if backend == "bwrap" else [
+        f"kimik3: {ws}/token.json is a secret in a writable folder; Landlock keeps it unreadable only by letting the "
+        f"folders on the way to it ({ws} and those above it in the workspace) take no new entries, renames or "
+        "removals (their existing files and subfolders stay writable); move it out, or use bwrap (--sandbox bwrap)"])
     await box.aclose()
 
 

@@ -529,6 +529,14 @@ class Sandbox:
                           "Landlock keeps it unreadable only by letting the folders on the way to it take no new "
                           "entries (commands cannot create files there); remove the link, or use bwrap "
                           "(--sandbox bwrap)", RuntimeWarning, stacklevel=2)
+        inside = [p for p in self.secrets if under(p, tops) and p not in tops and p not in held]
+        if inside:  # -w ~, -w ~/.config/app holding token.json, KUBECONFIG=<ws>/kubeconfig
+            more = f" and {len(inside) - 1} more" if len(inside) > 1 else ""
+            warnings.warn(f"kimik3: {inside[0]}{more} is a secret in a writable folder; Landlock keeps it unreadable "
+                          f"only by letting the folders on the way to it ({os.path.dirname(inside[0])} and those above "
+                          "it in the workspace) take no new entries, renames or removals (their existing files and "
+                          "subfolders stay writable); move it out, or use bwrap (--sandbox bwrap)", RuntimeWarning,
+                          stacklevel=2)
         if self.tmpdir is None:
             self.tmpdir = tempfile.mkdtemp(prefix="kimik3-sandbox-")
             weakref.finalize(self, shutil.rmtree, self.tmpdir, True)  # at close, collection or exit
