@@ -284,6 +284,8 @@ ENV_TABLE = [
     ("SLACK_APP", "xapp-1-A0-123-abcdef", True), ("GCP", "ya29." + "a" * 24, True),
     ("NOTIFY", "https://hooks.slack.com/services/T/B/X", True), ("SLACK_WEBHOOK_NAME", "x", True),
     ("PG_OPTS", "host=db password=pw", True), ("CURL_AUTH", "Authorization: Basic dXNlcjpwYXNz", True),
+    ("GIT_CONFIG_PARAMETERS", "'http.extraheader'='AUTHORIZATION: basic dXNlcjpwYXNz'", True),
+    ("CURL_HOME_OPTS", "-H 'X: Basic dXNlcjpwYXNz'", True),
     ("OAUTH_TOKEN_URL", "https://login.example.com/t?access_token=abc", True), ("DB_PASSWORD", "1234", True),
     # kept: places, not secrets
     ("PWD", "/work/ws", False), ("OLDPWD", "/work", False), ("PASSWORD_STORE_DIR", "/home/u/.pass", False),

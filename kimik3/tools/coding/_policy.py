@@ -21,6 +21,7 @@ rules). See ``docs/sandbox.md`` and issue 39.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import fnmatch
 import functools
@@ -169,12 +170,21 @@ _CREDENTIAL_VALUE = re.compile(
     r"|dckr_pat_[\w-]{20,}))"
     r"|hooks\.slack\.com/(?:services|workflows|triggers)/|discord(?:app)?\.com/api/webhooks/"
     r"|webhook\.office\.com/|\bBearer\s+\S"  # a webhook's URL; an Authorization header
-    r"|\bBasic\s+(?=[A-Za-z0-9+/]*[0-9+/=])[A-Za-z0-9+/]{8,}"
+    r"|\bauthorization\s*:\s*\S"  # an HTTP header (http.extraheader, curl -H)
     r"|(?:^|[;\s])\s*(?:password|pwd|account_?key|shared_?access_?key)\s*="  # Password=x; AccountKey=
     r"|-----BEGIN [A-Z ]*PRIVATE KEY-----|\beyJ[\w-]{10,}\.eyJ[\w-]{10,}\.", re.IGNORECASE)  # a key, a JWT
 
 
 _BY_NAME = frozenset({*SECRET_NAMES, *("." + n for n in SECRET_NAMES)})
+
+
+_BASIC = re.compile(r"\bBasic\s+([A-Za-z0-9+/]{8,}={0,2})(?![\w+/=])", re.IGNORECASE)
+
+
+def _unbase64(text: str) -> bytes:
+    with contextlib.suppress(ValueError):
+        return base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
+    return b""
 
 
 def credential_env(name: str, value: str | None = None) -> bool:
@@ -197,12 +207,14 @@ def credential_env(name: str, value: str | None = None) -> bool:
       not a user's name alone over ssh: ``ssh://me@build-box``),
       a query parameter naming a key, token or signature (``?api_key=``, ``&sig=``), a token of a
       known format (``ghp_...``, ``xoxb-...``, ``AKIA...``, ``hf_...``, ``sk_live_...``), a
-      webhook's URL (Slack, Discord, Teams), ``Bearer ...``, ``Basic <base64>``, a ``password=``
+      webhook's URL (Slack, Discord, Teams), an ``Authorization:`` header, ``Bearer ...``, ``Basic``
+      and the base64 of ``user:password``, a ``password=``
       keyword (a connection string, libpq's ``host=h password=pw``).
     """
     if name.upper() in _CREDENTIAL_NAMES:
         return True
-    if value is not None and _CREDENTIAL_VALUE.search(value):
+    if value is not None and (_CREDENTIAL_VALUE.search(value) or any(  # Basic <base64 of user:password>
+            re.fullmatch(rb"[\x21-\x7e]+:[\x20-\x7e]*", _unbase64(m)) for m in _BASIC.findall(value))):
         return True
     if _ALWAYS.search(name):
         return True
