@@ -280,6 +280,13 @@ ENV_TABLE = [
     ("DEPLOY", "-----BEGIN OPENSSH PRIVATE KEY----- b3BlbnNzaC1r", True),
     ("SESSION_JWT_X", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.c2ln", True),
     ("VSCODE_GIT_IPC_HANDLE", "/run/user/1000/vscode-git-1.sock", True), ("KRB5CCNAME", "FILE:/tmp/krb5cc_1", True),
+    ("LDAP_BIND_PW", "x", True), ("GITHUB_APP_PRIVATEKEY", "x", True), ("PAY", "sk_live_" + "a" * 24, True),
+    ("SLACK_APP", "xapp-1-A0-123-abcdef", True), ("GCP", "ya29." + "a" * 24, True),
+    ("NOTIFY", "https://hooks.slack.com/services/T/B/X", True), ("SLACK_WEBHOOK_NAME", "x", True),
+    ("PG_OPTS", "host=db password=pw", True), ("CURL_AUTH", "Authorization: Basic dXNlcjpwYXNz", True),
+    ("GIT_CONFIG_PARAMETERS", "'http.extraheader'='AUTHORIZATION: basic dXNlcjpwYXNz'", True),
+    ("CURL_HOME_OPTS", "-H 'X: Basic dXNlcjpwYXNz'", True),
+    ("OAUTH_TOKEN_URL", "https://login.example.com/t?access_token=abc", True), ("DB_PASSWORD", "1234", True),
     # kept: places, not secrets
     ("PWD", "/work/ws", False), ("OLDPWD", "/work", False), ("PASSWORD_STORE_DIR", "/home/u/.pass", False),
     ("DB_PASSWORD_FILE", "/run/secrets/db", False), ("AWS_SHARED_CREDENTIALS_FILE", "~/.aws/credentials", False),
@@ -294,6 +301,13 @@ ENV_TABLE = [
     ("GIT_AUTHOR_NAME", "A", False), ("VIRTUAL_ENV", "/home/u/.venv", False), ("SSL_CERT_FILE", "/etc/ssl/c.pem", False),
     ("NODE_OPTIONS", "--max-old-space-size=4096", False), ("HTTP_PROXY", "http://proxy:3128", False),
     ("SESSION_MANAGER", "local/h:@/tmp/.ICE-unix/1,unix/h:/tmp/.ICE-unix/1", False),
+    # kept: what a name only says about a credential, flags, ordinary words
+    ("TOKEN_URL", "https://login.example.com/token", False), ("AUTH_MODE", "oauth", False),
+    ("SESSION_COOKIE_NAME", "sid", False), ("PASSWORD_MIN_LEN", "8", False), ("KEY_VAULT_NAME", "myvault", False),
+    ("HF_HUB_DISABLE_IMPLICIT_TOKEN", "1", False), ("CSRF_COOKIE_SECURE", "True", False),
+    ("COOKIECUTTER_CONFIG", "/home/u/.cookiecutterrc", False), ("TLS_KEY", "/etc/hosts", False),
+    ("SSH_KEY", "/no/such/key", True), ("DOCKER_HOST_X", "ssh://me@build-box", False),
+    ("BORG_REPO", "ssh://me@nas:22/./backup", False), ("SFTP_TARGET", "sftp://u:pw@nas/x", True), ("HELP_TEXT", "Basic authentication is off", False),
 ]
 
 

@@ -26,9 +26,14 @@ from collections.abc import Iterable
 from ._kept import MAX_WALK_DIRS, under
 from ._policy import HOME_SECRETS, ROOT_SECRETS, home, homes, secret_folders
 
-__all__ = ["RACY_NS", "SecretStamp", "identity", "other_names"]
+__all__ = ["MAX_WATCHED_FILES", "RACY_NS", "SecretStamp", "identity", "link_counts", "other_names"]
 
 Inode = tuple[int, int]
+MAX_WATCHED_FILES = 1024
+"""The files inside secret folders whose link counts a running sandbox watches (``lstat`` before
+each command), the smallest folders' first: a hard link the host makes to one during the run
+(``ln ~/.aws/credentials ~/notes/c``) restarts the sandbox to mask it. Past this many (a browser
+profile), the rest are not watched (docs/sandbox.md)."""
 RACY_NS = 50_000_000
 """A watched folder's mtime this close to the stamp (ns) is not trusted (file system clocks tick
 in milliseconds)."""
@@ -44,6 +49,19 @@ def identity(paths: Iterable[str]) -> dict[str, tuple[int, int, int] | None]:
             out[p] = None
             continue
         out[p] = (st.st_dev, st.st_ino, st.st_nlink if not stat.S_ISDIR(st.st_mode) else 0)
+    return out
+
+
+def link_counts(paths: Iterable[str]) -> dict[str, int]:
+    """Each file's link count where it has other names, else 1 (also when gone): what changes when
+    a hard link to it is made, and not when it is replaced by rename (a token cache refreshed)."""
+    out: dict[str, int] = {}
+    for p in paths:
+        try:
+            n = os.lstat(p).st_nlink
+        except OSError:
+            n = 1
+        out[p] = n if n > 1 else 1
     return out
 
 
@@ -76,7 +94,7 @@ def _files(root: str, budget: list[int]) -> Iterable[tuple[str, os.stat_result]]
             continue
 
 
-def other_names(secrets: list[str], roots: list[str]) -> tuple[list[str], dict[str, int], list[Inode]]:
+def other_names(secrets: list[str], roots: list[str]) -> tuple[list[str], dict[str, int], list[Inode], list[str]]:
     """The other names (hard links) of the secret files in ``secrets``, looked for in ``roots``.
 
     Only files with more links than names inside the secrets are looked for, so a home without
@@ -92,7 +110,8 @@ def other_names(secrets: list[str], roots: list[str]) -> tuple[list[str], dict[s
     Returns:
         (the names found outside the secrets, {a secret file: how many of its names were not found},
         the ``(st_dev, st_ino)`` of every secret file with more than one name: no Landlock rule may
-        name one, it would open the secret by its own name too).
+        name one, it would open the secret by its own name too, the files inside the secret folders:
+        at most :data:`MAX_WATCHED_FILES`, for :func:`link_counts`).
     """
     names: dict[Inode, list[str]] = {}
     links: dict[Inode, int] = {}
@@ -103,6 +122,11 @@ def other_names(secrets: list[str], roots: list[str]) -> tuple[list[str], dict[s
             links[key] = st.st_nlink
             if path not in names.setdefault(key, []):
                 names[key].append(path)
+    listed = set(secrets)
+    per_secret: dict[str, list[str]] = {}  # the smallest secret folders first (~/.ssh before a browser's)
+    for p in (p for paths in names.values() for p in paths if p not in listed):
+        per_secret.setdefault(next((s for s in secrets if p.startswith(s.rstrip("/") + "/")), ""), []).append(p)
+    inner = [p for files in sorted(per_secret.values(), key=len) for p in files][:MAX_WATCHED_FILES]
     missing = {k: n - len(names[k]) for k, n in links.items() if n > len(names[k])}
     found: list[str] = []
     devices = {k[0] for k in missing}
@@ -138,7 +162,7 @@ def other_names(secrets: list[str], roots: list[str]) -> tuple[list[str], dict[s
                     if not missing[key]:
                         del missing[key]
     linked = [k for k, n in links.items() if n > 1]
-    return found, {names[k][0]: n for k, n in missing.items()}, linked
+    return found, {names[k][0]: n for k, n in missing.items()}, linked, inner
 
 
 def _watched(deny: Iterable[str]) -> list[str]:
@@ -164,15 +188,17 @@ class SecretStamp:
     Args:
         secrets: the secret paths the sandbox masks.
         deny: the ``--deny-read`` paths (their folders are watched too).
+        inner: files inside the secret folders (their :func:`link_counts` are watched).
     """
 
-    def __init__(self, secrets: list[str], deny: Iterable[str]) -> None:
+    def __init__(self, secrets: list[str], deny: Iterable[str], inner: Iterable[str] = ()) -> None:
         self.folders = _watched(deny)
         self.secrets = list(secrets)
+        self.inner = list(inner)
         self.taken = time.time_ns()
         self.state = self._now()
 
-    def _now(self) -> tuple[list[tuple[int, int] | None], dict[str, tuple[int, int, int] | None]]:
+    def _now(self) -> tuple[list[tuple[int, int] | None], dict[str, tuple[int, int, int] | None], dict[str, int]]:
         folders: list[tuple[int, int] | None] = []
         for d in self.folders:
             try:
@@ -180,7 +206,7 @@ class SecretStamp:
                 folders.append((st.st_ino, st.st_mtime_ns))
             except OSError:
                 folders.append(None)
-        return folders, identity(self.secrets)
+        return folders, identity(self.secrets), link_counts(self.inner)
 
     def renew(self) -> None:
         """Take the stamp again (the secret set was computed again and found the same)."""

@@ -21,28 +21,45 @@ rules). See ``docs/sandbox.md`` and issue 39.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import fnmatch
+import functools
 import glob
 import os
 import pwd
 import re
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
-__all__ = ["ENV_SECRETS", "HOME_SECRETS", "ROOT_SECRETS", "SECRET_NAMES", "SECRET_PLACES", "XDG_HOMES",
-           "credential_env", "hidden_dirs", "homes", "preloads", "scrub_env", "secret_folders", "secret_patterns",
-           "secrets", "toolchain"]
+__all__ = ["ENV_SECRETS", "HOME_SECRETS", "NOT_SECRET_NAMES", "ROOT_SECRETS", "SECRET_NAMES", "SECRET_PLACES",
+           "TOOLCHAIN_MARKS", "XDG_HOMES", "credential_env", "hidden_dirs", "homes", "preloads", "scrub_env",
+           "secret_folders", "secret_patterns", "secrets", "toolchain"]
 
-SECRET_NAMES: tuple[str, ...] = ("*hist*", "*credential*", "*token*", "*secret*", "*passw*", "*.env", "*.env.*")
+SECRET_NAMES: tuple[str, ...] = ("*hist*", "*credential*", "*token*", "*secret*", "*passw*", "*api[-_]key*", "*apikey*",
+                                 "*keys.json", "*.env", "*.env.*")
 """Names that say what a file holds, whatever the program that wrote it: histories (and their
 copies: ``.bash_history.bak``, ``.zsh_history~``), credentials, tokens, secrets, passwords,
-environment files (``prod.env``, ``.env.local``).
+API keys (``~/.config/io.datasette.llm/keys.json``, ``openai_api_key.txt``), environment files
+(``prod.env``, ``.env.local``).
 Matched (``*`` also matching a leading dot) in each of :data:`SECRET_PLACES`, and at the home's
 top as dotfiles only (``.*hist*``: a project folder ``~/tokenizers`` stays yours)."""
 
-SECRET_PLACES: tuple[str, ...] = (".*/", ".config/*/", ".local/share/*/", ".local/state/*/", ".cache/*/")
-"""The folders of the home where :data:`SECRET_NAMES` are looked for (one level each)."""
+NOT_SECRET_NAMES: tuple[str, ...] = ("*tokeniz*", "*tiktoken*", "*histogram*")
+"""Names :data:`SECRET_NAMES` would match that are the field's ordinary words, not credentials: a
+tokenizer's or tiktoken's cache (``~/.cache/tiktoken``), a histogram tool's data."""
+
+TOOLCHAIN_MARKS: tuple[str, ...] = ("pyvenv.cfg", "conda-meta")
+"""What makes a folder an environment (a virtual environment, a conda environment): a folder
+:data:`SECRET_NAMES` matches that holds one is the user's toolchain (``~/.virtualenvs/tokenizers``,
+pipenv's ``~/.local/share/virtualenvs/secret-santa-Ab12``), never masked for its name."""
+
+SECRET_PLACES: tuple[str, ...] = (".*/", ".config/*/", ".local/share/*/", ".local/state/*/", ".cache/*/",
+                                  ".config/*/*/")
+"""The folders of the home where :data:`SECRET_NAMES` are looked for: each dotfolder, each folder
+of the XDG places, and one folder deeper where applications keep their stores
+(``~/.config/app/auth/credentials.json``; files only there: a folder that deep is an
+application's own, such as mise's ``~/.local/share/mise/installs/detect-secrets``)."""
 
 HOME_SECRETS: tuple[str, ...] = (
     # keys and cloud / cluster credentials
@@ -74,6 +91,10 @@ HOME_SECRETS: tuple[str, ...] = (
     ".config/*/Network/Cookies", ".local/share/jupyter/runtime",
     # histories SECRET_NAMES does not name
     ".lesshst*", ".viminfo*", ".local/state/nvim/shada", ".ipython/profile_*/history.sqlite", ".julia/logs",
+    ".config/fish/fish_variables",  # fish's universal variables: set -U OPENAI_API_KEY ...
+    ".dbshell", ".local/share/xonsh",  # the mongo shell's, xonsh's
+    # coding assistants' settings holding API keys
+    ".aider.conf.yml", ".config/aichat", ".config/mods",
     # SECRET_NAMES, at the top (dotfiles) and in SECRET_PLACES
     *("." + n for n in SECRET_NAMES), *(p + n for p in SECRET_PLACES for n in SECRET_NAMES),
 )
@@ -128,19 +149,42 @@ _CREDENTIAL_NAMES = frozenset({"KIMIK3_API_KEY", "MOONSHOT_API_KEY", "OPENAI_API
                                "VSCODE_GIT_IPC_HANDLE", "VSCODE_IPC_HOOK_CLI", "VSCODE_IPC_HOOK", "KRB5CCNAME"})
 _CREDENTIAL_PATTERN = re.compile(
     r"(^|_)(API_?KEYS?|KEYS?|SECRET|PASSWORD|PASSWD|PASSPHRASE|PASS|PWD|PAT|DSN|PRIVATE_KEY|ACCESS_KEY|AUTH)($|_)"
-    r"|TOKEN($|_)|_KEYS?$|SECRET|PASSWORD|CREDENTIAL|WEBHOOK|COOKIE|MNEMONIC|CONNECTION_?STRING|^OP_SESSION_",
-    re.IGNORECASE)
+    r"|(^|_)PW($|_)|PRIVATE_?KEY|TOKEN($|_)|_KEYS?$|SECRET|PASSWORD|CREDENTIAL|COOKIES?($|_)|MNEMONIC"
+    r"|CONNECTION_?STRING", re.IGNORECASE)
+_ALWAYS = re.compile(r"WEBHOOK|^OP_SESSION_", re.IGNORECASE)  # whatever the rest of the name says
 _PLACE_NAMES = ("PWD", "OLDPWD")
 _PLACE_SUFFIX = re.compile(r"(_FILE|_DIR|_PATH|HOME)$", re.IGNORECASE)
+_ABOUT_SUFFIX = re.compile(
+    r"_(URL|URI|ENDPOINT|HOST|PORT|NAME|MODE|TYPE|KIND|FORMAT|LEN|LENGTH|SIZE|TIMEOUT|TTL|LIFETIME|EXPIRY|ALGORITHM"
+    r"|VERSION|REGION|PROVIDER|BACKEND|SCOPES?|AUDIENCE|ISSUER|DOMAIN|SECURE|HTTPONLY|SAMESITE|ENABLED?|DISABLED?)$",
+    re.IGNORECASE)
+_FLAG_VALUES = frozenset({"", "0", "1", "true", "false", "yes", "no", "on", "off", "none", "null"})
 _CREDENTIAL_VALUE = re.compile(
+    r"(?<![a-z0-9+.-])(?!(?:ssh|sftp|rsync|git\+ssh|ssh\+git)://[^:/?#\s@]+@)"  # ssh://user@h: a user's name
     r"[a-z][a-z0-9+.-]*://(?!git@)[^/?#\s@]+@"  # URL userinfo: postgres://u:pw@h, https://tok@github.com
     r"|[?&](?:[\w.-]*[_.-])?(?:api_?key|key|token|access_?token|sig|signature|secret|password|passwd|pwd|auth"
     r"|credential|session)(?:[_.-][\w.-]*)?="  # ?api_key=, &sig= (Azure SAS), X-Amz-Signature=
     r"|(?-i:\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_\w{30,}|glpat-[\w-]{20,}|xox[abeoprs]-[\w-]{10,}"
-    r"|sk-[\w-]{32,}|AKIA[0-9A-Z]{16}|hf_[A-Za-z0-9]{30,}|npm_[A-Za-z0-9]{30,}|pypi-[\w-]{30,}|AIza[\w-]{30,}))"
-    r"|\bBearer\s+\S"  # an Authorization header
-    r"|(?:^|;)\s*(?:password|pwd|account_?key|shared_?access_?key)\s*="  # Server=db;Password=x; AccountKey=
+    r"|sk-[\w-]{32,}|AKIA[0-9A-Z]{16}|hf_[A-Za-z0-9]{30,}|npm_[A-Za-z0-9]{30,}|pypi-[\w-]{30,}|AIza[\w-]{30,}"
+    r"|[sr]k_(?:live|test)_[A-Za-z0-9]{20,}|xapp-[\w-]{10,}|ya29\.[\w-]{20,}|sq[pua]_[0-9a-f]{40}"
+    r"|dckr_pat_[\w-]{20,}))"
+    r"|hooks\.slack\.com/(?:services|workflows|triggers)/|discord(?:app)?\.com/api/webhooks/"
+    r"|webhook\.office\.com/|\bBearer\s+\S"  # a webhook's URL; an Authorization header
+    r"|\bauthorization\s*:\s*\S"  # an HTTP header (http.extraheader, curl -H)
+    r"|(?:^|[;\s])\s*(?:password|pwd|account_?key|shared_?access_?key)\s*="  # Password=x; AccountKey=
     r"|-----BEGIN [A-Z ]*PRIVATE KEY-----|\beyJ[\w-]{10,}\.eyJ[\w-]{10,}\.", re.IGNORECASE)  # a key, a JWT
+
+
+_BY_NAME = frozenset({*SECRET_NAMES, *("." + n for n in SECRET_NAMES)})
+
+
+_BASIC = re.compile(r"\bBasic\s+([A-Za-z0-9+/]{8,}={0,2})(?![\w+/=])", re.IGNORECASE)
+
+
+def _unbase64(text: str) -> bytes:
+    with contextlib.suppress(ValueError):
+        return base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
+    return b""
 
 
 def credential_env(name: str, value: str | None = None) -> bool:
@@ -151,21 +195,36 @@ def credential_env(name: str, value: str | None = None) -> bool:
       ``GITHUB_TOKEN``, ``BW_SESSION``, the ssh / gpg agents' sockets, ...), ``API_KEY``,
       ``PASSWORD``, ``PASS``, ``PWD``, ``PAT``, ``DSN``, ``AUTH``, ... as a word, ``TOKEN`` ending
       a word (``NGROK_AUTHTOKEN``), ``SECRET``, ``PASSWORD``, ``CREDENTIAL``, ``WEBHOOK``,
-      ``COOKIE`` anywhere, ``OP_SESSION_*``; but ``PWD`` and ``OLDPWD``, and a name that only
-      names a place (ending in ``_FILE``, ``_DIR``, ``_PATH``, ``HOME``: ``PASSWORD_STORE_DIR``,
-      ``DB_PASSWORD_FILE``) whose value is an absolute path;
-    - its value: a URL with user information (``postgres://u:pw@h``, ``https://tok@github.com``),
+      ``COOKIE`` ending a word, ``PRIVATEKEY``, ``PW`` as a word, ``WEBHOOK``, ``OP_SESSION_*``;
+      but ``PWD`` and ``OLDPWD``, a name that only says something about a credential (ending in
+      ``_URL``, ``_NAME``, ``_MODE``, ``_LEN``, ...: ``TOKEN_URL``, ``SESSION_COOKIE_NAME``,
+      ``PASSWORD_MIN_LEN``; not a ``WEBHOOK``), a flag's value (``1``, ``true``, ``off``, empty:
+      ``HF_HUB_DISABLE_IMPLICIT_TOKEN=1``), and a name that only names a place (ending in
+      ``_FILE``, ``_DIR``, ``_PATH``, ``HOME``: ``PASSWORD_STORE_DIR``, ``DB_PASSWORD_FILE``)
+      whose value is an absolute path, or any name whose value is an existing absolute path
+      (``TLS_KEY=/etc/ssl/private/site.key``: the file is what is secret, masked where listed);
+    - its value: a URL with user information (``postgres://u:pw@h``, ``https://tok@github.com``;
+      not a user's name alone over ssh: ``ssh://me@build-box``),
       a query parameter naming a key, token or signature (``?api_key=``, ``&sig=``), a token of a
-      known format (``ghp_...``, ``xoxb-...``, ``AKIA...``, ``hf_...``), ``Bearer ...``.
+      known format (``ghp_...``, ``xoxb-...``, ``AKIA...``, ``hf_...``, ``sk_live_...``), a
+      webhook's URL (Slack, Discord, Teams), an ``Authorization:`` header, ``Bearer ...``, ``Basic``
+      and the base64 of ``user:password``, a ``password=``
+      keyword (a connection string, libpq's ``host=h password=pw``).
     """
     if name.upper() in _CREDENTIAL_NAMES:
         return True
-    if value is not None and _CREDENTIAL_VALUE.search(value):
+    if value is not None and (_CREDENTIAL_VALUE.search(value) or any(  # Basic <base64 of user:password>
+            re.fullmatch(rb"[\x21-\x7e]+:[\x20-\x7e]*", _unbase64(m)) for m in _BASIC.findall(value))):
         return True
-    if name in _PLACE_NAMES or not _CREDENTIAL_PATTERN.search(name):
+    if _ALWAYS.search(name):
+        return True
+    if name in _PLACE_NAMES or not _CREDENTIAL_PATTERN.search(name) or _ABOUT_SUFFIX.search(name):
         return False
-    place = value is not None and os.path.isabs(os.path.expanduser(value)) and not any(c.isspace() for c in value)
-    return not (place and _PLACE_SUFFIX.search(name))
+    if value is not None and value.strip().lower() in _FLAG_VALUES:
+        return False
+    if value is None or any(c.isspace() for c in value) or not os.path.isabs(path := os.path.expanduser(value)):
+        return True
+    return not (_PLACE_SUFFIX.search(name) or os.path.lexists(path))  # a path names the secret, is not one
 
 
 def scrub_env(env: Mapping[str, str], allow: Iterable[str] = ()) -> dict[str, str]:
@@ -250,20 +309,37 @@ def secret_patterns(deny: Iterable[str] = (), env: Mapping[str, str] | None = No
 
 
 def _expand(pattern: str, listed: dict[str, list[str]]) -> list[str]:
-    """The existing paths ``pattern`` matches (``*`` within one name, also a leading dot), each
-    folder listed once (``listed`` keeps the listings of one call), sorted."""
+    """The existing paths ``pattern`` matches (``*`` within one name, also a leading dot; in any
+    case: ``.API_TOKEN``, ``Token.json``, ``.Zsh_History``), each
+    folder listed once and each pattern expanded once (``listed`` keeps both for one call), sorted."""
     if not glob.has_magic(pattern):
         return [pattern] if os.path.lexists(pattern) else []
+    if "\0" + pattern in listed:
+        return listed["\0" + pattern]
     head, name = os.path.split(pattern)
+    if not glob.has_magic(name):
+        found = [os.path.join(f, name) for f in (_expand(head, listed) if glob.has_magic(head) else [head])]
+        listed["\0" + pattern] = [p for p in found if os.path.lexists(p)]
+        return listed["\0" + pattern]
+    names = _names_regex(name)
     out: list[str] = []
     for folder in _expand(head, listed) if glob.has_magic(head) else [head]:
         if folder not in listed:
-            try:
-                listed[folder] = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
-            except OSError:
-                listed[folder] = []
-        out += [os.path.join(folder, n) for n in listed[folder] if fnmatch.fnmatchcase(n, name)]
+            try:  # one string per folder, "\n"-joined: a name is matched by one regex scan
+                listed[folder] = ["\n".join(sorted(n for n in os.listdir(folder) if "\n" not in n))]
+            except OSError:  # not a folder, or gone
+                listed[folder] = [""]
+        out += [os.path.join(folder, n) for n in names(listed[folder][0])]
+    listed["\0" + pattern] = out
     return out
+
+
+@functools.lru_cache(maxsize=512)
+def _names_regex(name: str) -> Callable[[str], list[str]]:
+    """A glob of one name (``*``, ``?``, ``[...]``) as a case-blind finder of the lines it matches."""
+    rx = "".join("[^\n]*" if c == "*" else "[^\n]" if c == "?" else re.escape(c) for c in name)
+    rx = re.sub(r"\\\[(.*?)\\\]", lambda m: "[" + m.group(1).replace("\\", "") + "]", rx)  # a class: [-_]
+    return re.compile(f"^{rx}$", re.IGNORECASE | re.MULTILINE).findall
 
 
 def secret_folders(deny: Iterable[str] = (), env: Mapping[str, str] | None = None) -> list[str]:
@@ -284,15 +360,37 @@ def secrets(deny: Iterable[str] = (), allow: Iterable[str] = (), env: Mapping[st
     not lift it). Patterns only (one folder level per ``*``, each folder listed once), no walk:
     called once per sandbox start.
 
+    A folder matched only by :data:`SECRET_NAMES` is left out where it is the toolchain (it holds
+    one of :data:`TOOLCHAIN_MARKS`, or a ``PATH`` entry or the running interpreter's folders:
+    :func:`toolchain`), and so is a name of :data:`NOT_SECRET_NAMES` (issue 39, point 1: the
+    toolchain works inside as outside); the secret files inside it are still matched by name.
+
     Also the resolved target of a secret that is a symlink (``~/.ssh -> /data/keys``): both stay
-    out of reach. A secret inside another one is left out (masked with it)."""
+    out of reach; but never ``/``, a home or a folder above one (``~/.histdb -> ~``: the home is
+    the user's toolchain; its secrets are masked one by one). A secret inside another one is left
+    out (masked with it)."""
     listed: dict[str, list[str]] = {}
     found: list[str] = []
+    env = os.environ if env is None else env
+    tools: list[str] | None = None
     for pattern in secret_patterns(deny, env):
+        by_name = os.path.basename(pattern) in _BY_NAME
         for p in _expand(pattern, listed):
+            if by_name:  # a name that only looks like a secret's: the user's program or data
+                if any(fnmatch.fnmatchcase(os.path.basename(p).lower(), n) for n in NOT_SECRET_NAMES):
+                    continue
+                if os.path.isdir(p):
+                    if glob.has_magic(os.path.dirname(os.path.dirname(pattern))):  # a deep place: files only
+                        continue
+                    tools = toolchain(env) if tools is None else tools
+                    if any(os.path.exists(os.path.join(p, m)) for m in TOOLCHAIN_MARKS) or \
+                            any(t == p or t.startswith(p.rstrip("/") + "/") for t in tools):
+                        continue
             found += [os.path.abspath(p), os.path.realpath(p)]
     lifted = {os.path.realpath(os.path.expanduser(a)) for a in allow}
-    kept = [p for p in dict.fromkeys(found) if p not in lifted and os.path.exists(p)]
+    tops = [h.rstrip("/") + "/" for h in homes(env)]  # never "/", a home or a folder above one (a link to it)
+    kept = [p for p in dict.fromkeys(found) if p not in lifted and os.path.exists(p) and p != "/"
+            and not any(t.startswith(p.rstrip("/") + "/") for t in tops)]
     folders = tuple(p.rstrip("/") + "/" for p in kept if os.path.isdir(p))
     return [p for p in kept if not p.startswith(folders)]  # not inside another (~/.aws/credentials)
 

@@ -53,7 +53,7 @@ from . import _landlock, _reaper
 from ._git_links import restore_git_links
 from ._guard import GitGuard
 from ._kept import MAX_WALK_DIRS, SessionFiles, kept_read_only, under
-from ._masks import SecretStamp, identity, other_names
+from ._masks import SecretStamp, identity, link_counts, other_names
 from ._places import enclosing_repo, existing, linked_from, prefixes, tmpfs_bytes
 from ._policy import hidden_dirs, home, preloads, scrub_env, secrets, toolchain
 from ._supervisor import _CLOSE_S, _READY_S, Command, _Supervisor
@@ -208,11 +208,12 @@ class Sandbox:
         if isinstance(allow_env, str):
             raise UserError(f"allow_env takes a list of names, not one name ({allow_env!r})")
         self.allow_env = list(allow_env)
-        self.secrets = secrets(self.deny_read, self.read)
+        self.secrets = self._secrets()
         self.linked: list[tuple[int, int]] = []  # (st_dev, st_ino) of secret files with hard links
         self._stamp: SecretStamp | None = None  # what the running supervisor's secrets were built from
-        self._built: dict[str, tuple[int, int, int] | None] = {}
+        self._built: dict[str, Any] = {}  # identity() of the secrets, link_counts() of the files inside
         self._links: list[str] = []  # the other names of secret files found at the start
+        self._inner: list[str] = []  # the files inside secret folders (their link counts are watched)
         self._own: tuple[bytes, ...] = ()  # the supervisor's command line (not a command's)
         self.tmpdir: str | None = None  # Landlock's private temporary folder (TMPDIR), removed at close
         self.guards: list[GitGuard] = []  # Landlock: the git control data's copies (_guard), per top
@@ -301,15 +302,21 @@ class Sandbox:
         return sum(1 for p in _reaper.descendants(sup.proc.pid, live=True)
                    if (line := _cmdline(p)) and not line.startswith(own))  # b"": exiting
 
+    def _secrets(self) -> list[str]:
+        """:func:`~kimik3.tools.coding._policy.secrets` but the workspace and the allowed write paths
+        themselves: the folder you chose to work in is yours, whatever its name (``-w
+        ~/.config/token-service``); the secrets inside it stay masked."""
+        return secrets(self.deny_read, [*self.read, str(self.root), *self.write])
+
     def _masked_now(self) -> tuple[list[str], list[tuple[int, int]], dict[str, int]]:
         """(the secrets, by path: :func:`~kimik3.tools.coding._policy.secrets` and the other names
         of secret files found in the home, the workspace, the allowed paths and what is shown of
         the hidden folders (the toolchain there); the inodes
         of secret files with several names; {a secret file: its names not found}: ``_masks``).
         Reads every file of the secret folders: once per start, never per command."""
-        found = secrets(self.deny_read, self.read)
+        found = self._secrets()
         roots = [p for p in (home(), str(self.root), *self.write, *self._shown(hidden_dirs())) if p]
-        links, missing, inodes = other_names(found, roots)
+        links, missing, inodes, self._inner = other_names(found, roots)
         self._links = links
         return [*found, *links], inodes, missing
 
@@ -321,7 +328,8 @@ class Sandbox:
         stamp = self._stamp
         if stamp is None or self._sup is None or self.mode == "none" or not stamp.moved():
             return None
-        now = identity([*secrets(self.deny_read, self.read), *self._links])  # a new link: a link count moved
+        now: dict[str, Any] = {**identity([*self._secrets(), *self._links]),  # a new link: a link count moved
+                               **link_counts(self._inner)}  # also of a file inside a secret folder
         if now == self._built:
             stamp.renew()
             return None
@@ -385,8 +393,8 @@ class Sandbox:
                               f"not find in the home and the workspace (it looks through {MAX_WALK_DIRS} folders at "
                               "most): that name stays readable in the sandbox; remove the link or add it with "
                               "--deny-read", RuntimeWarning, stacklevel=3)
-            self._stamp = SecretStamp(self.secrets, self.deny_read)
-            self._built = identity(self.secrets)
+            self._stamp = SecretStamp(self.secrets, self.deny_read, self._inner)
+            self._built = {**identity(self.secrets), **link_counts(self._inner)}
         python = os.path.realpath(sys.executable)
         argv = [python, "-I", "-S", "-", "supervise"]  # the source on stdin
         self._own = ("\0".join([*argv, ""]).encode(),)
@@ -521,6 +529,14 @@ class Sandbox:
                           "Landlock keeps it unreadable only by letting the folders on the way to it take no new "
                           "entries (commands cannot create files there); remove the link, or use bwrap "
                           "(--sandbox bwrap)", RuntimeWarning, stacklevel=2)
+        inside = [p for p in self.secrets if under(p, tops) and p not in tops and p not in held]
+        if inside:  # -w ~, -w ~/.config/app holding token.json, KUBECONFIG=<ws>/kubeconfig
+            more = f" and {len(inside) - 1} more" if len(inside) > 1 else ""
+            warnings.warn(f"kimik3: {inside[0]}{more} is a secret in a writable folder; Landlock keeps it unreadable "
+                          f"only by letting the folders on the way to it ({os.path.dirname(inside[0])} and those above "
+                          "it in the workspace) take no new entries, renames or removals (their existing files and "
+                          "subfolders stay writable); move it out, or use bwrap (--sandbox bwrap)", RuntimeWarning,
+                          stacklevel=2)
         if self.tmpdir is None:
             self.tmpdir = tempfile.mkdtemp(prefix="kimik3-sandbox-")
             weakref.finalize(self, shutil.rmtree, self.tmpdir, True)  # at close, collection or exit
