@@ -27,6 +27,14 @@ Limits (:class:`ProcessLimits`, set on each command's shell and inherited): addr
 data (``RLIMIT_DATA``), file size, CPU seconds per process, and a count of processes per command
 watched by its reaper (plus ``RLIMIT_NPROC`` for the whole sandbox where the kernel counts it per
 user namespace: bwrap run by a user other than root).
+
+Why one file past the ~600-line guide (issue 42 point 5): it is one concern, the life of one run's
+sandbox (choose a backend, build its mounts or rules, start the supervisor, spawn each command,
+keep the masks current, end it), and each part reads and moves the same state under one lock
+(the supervisor, the active commands, the secret stamp). What stands apart already lives apart:
+the policy (``_policy``), masks by inode (``_masks``), the places shown from hidden folders
+(``_places``), Landlock's rules (``_landlock``), the git data's guard (``_guard``) and the
+supervisor's protocol (``_supervisor`` / ``_reaper``).
 """
 
 from __future__ import annotations
