@@ -124,7 +124,8 @@ def approve_command(ctx: click.Context, session: str, allow: tuple[str, ...], de
         decisions.update((p.id, Allow()) for p in rest)
     elif rest and not named:
         if not _interactive():
-            raise click.UsageError(f"{counted(len(rest), 'call')} {'awaits' if len(rest) == 1 else 'await'} approval in {session}: decide each by its id "
+            verb = "awaits" if len(rest) == 1 else "await"
+            raise click.UsageError(f"{counted(len(rest), 'call')} {verb} approval in {session}: decide each by its id "
                                    "(--allow ID, --deny ID, --edit ID JSON), or approve them all with --all after "
                                    f"reading them (kimik3 show {session})")
         _ask(rest, decisions)
