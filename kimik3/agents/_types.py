@@ -4,15 +4,17 @@ from ``kimik3``). :class:`ModelSettings` (:mod:`kimik3.types`) is re-exported he
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeAlias
+from urllib.parse import urlsplit
 
 from typing_extensions import TypeVar
 
 from .._checks import check_int, check_number
 from .._exceptions import UserError
-from .._text import printable
+from .._text import shown_text
 from ..formats.k3 import (
     ContentDelta,
     ReasoningDelta,
@@ -245,21 +247,59 @@ class PendingInput:
     def questions(self) -> list[str]:
         """One line per question, as a person is shown it (``kimik3 show``, ``run``, ``answer``):
         ``inp asks (book, id=call_..., question KEY): MESSAGE [name*: string]`` (form mode: the
-        fields to give, ``*`` marking required ones) or ``[answer at URL]`` (URL mode); every
-        character a terminal would act on escaped (the text is the server's)."""
+        fields to give, ``*`` marking required ones, an enum's values after ``=``) or ``[open URL
+        (host HOST) ...]`` (URL mode: the host said apart, IDNA-encoded, so a look-alike link shows
+        where it leads). Every character a terminal would hide or act on, newlines included, is
+        escaped (``\\u000a``: the text is the server's, so it cannot draw a line of its own such
+        as ``approved: ...``); a message over :data:`QUESTION_SHOWN` characters and fields past
+        the first :data:`FIELDS_SHOWN` are cut, saying how much (the whole stays in the
+        session's ``input_required`` record)."""
         lines = []
         for key, request in self.input_requests.items():
             params = _object(request.get("params") if isinstance(request, dict) else None)
-            schema = _object(params.get("requestedSchema"))
-            required: list[Any] = schema["required"] if isinstance(schema.get("required"), list) else []
-            if isinstance(params.get("url"), str):
-                wanted = f" [answer at {params['url']}]"
-            else:
-                wanted = " [" + ", ".join(f"{name}{'*' * (name in required)}: {_object(f).get('type', 'any')}"
-                                          for name, f in _object(schema.get("properties")).items()) + "]"
-            lines.append(printable(f"{self.server} asks ({self.name}, id={self.id}, question {key}): "
-                                   f"{params.get('message')}{wanted}"))
+            message = str(params.get("message"))
+            if len(message) > QUESTION_SHOWN:
+                message = f"{message[:QUESTION_SHOWN]}... (cut: {len(message)} characters in all)"
+            url = params.get("url")
+            wanted = f" [{_shown_url(url)}]" if isinstance(url, str) else f" [{_fields(params.get('requestedSchema'))}]"
+            said = f"{self.server} asks ({self.name}, id={self.id}, question {key}): {message}{wanted}"
+            lines.append(shown_text(said, width=sys.maxsize))
         return lines
+
+
+QUESTION_SHOWN = 1000
+"""An MCP server's question is shown up to this many characters (:meth:`PendingInput.questions`)."""
+FIELDS_SHOWN = 20
+"""The fields of a question's form shown (:meth:`PendingInput.questions`); the others are counted."""
+
+
+def _fields(schema: Any) -> str:
+    """``name*: type`` for the first :data:`FIELDS_SHOWN` properties of a form's schema."""
+    schema = _object(schema)
+    required = schema["required"] if isinstance(schema.get("required"), list) else []
+    fields = list(_object(schema.get("properties")).items())
+    shown = []
+    for name, spec in fields[:FIELDS_SHOWN]:
+        spec = _object(spec)
+        enum = spec.get("enum")
+        values = f"={'|'.join(map(str, enum[:FIELDS_SHOWN]))}" if isinstance(enum, list) else ""
+        shown.append(f"{name}{'*' * (name in required)}: {spec.get('type', 'any')}{values}")
+    more = len(fields) - FIELDS_SHOWN
+    return ", ".join(shown) + (f", ... ({more} more fields: kimik3 show SESSION --full)" if more > 0 else "")
+
+
+def _shown_url(url: str) -> str:
+    """A URL-mode question's link, its host said apart (IDNA for a non-ASCII one) and a scheme
+    other than https named: the link is the server's, and phishing hides a host in it
+    (``https://bank.example@evil.example/``)."""
+    try:
+        host = urlsplit(url).hostname or "none"
+        host = host if host.isascii() else host.encode("idna").decode("ascii")
+    except (ValueError, UnicodeError):
+        host = "unreadable"
+    scheme = url.partition(":")[0].lower()
+    note = "" if scheme == "https" else f", not https but {scheme!r}"
+    return f"open {url} (host {host}{note}; the MCP server's link: open it only if you trust that host)"
 
 
 def _object(value: Any) -> dict[str, Any]:

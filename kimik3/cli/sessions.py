@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from .._exceptions import KimiK3Error, UserError
-from .._text import counted, printable, shown_call
+from .._text import counted, printable, shown_call, shown_text
 from ..agents import (
     Allow,
     Deny,
@@ -181,8 +181,10 @@ def _content(pending: PendingInput, text: str | None, given: str | None, decline
     params = request.get("params") or {}
     fields = (params.get("requestedSchema") or {}).get("properties") or {}
     if len(keys) == 1 and isinstance(params.get("url"), str):
-        raise click.UsageError(f"call {pending.id} asks you to answer at {printable(params['url'])}: once done "
-                               "there, record it with --json '{}' (or --decline)")
+        raise click.UsageError(f"call {pending.id} asks you to answer at a link: "
+                               f"{shown_text(params['url'], width=sys.maxsize)}: check its host before you open it "
+                               "(kimik3 show SESSION names it); once done there, record it with --json '{}' "
+                               "(or --decline)")
     if len(keys) > 1 or len(fields) != 1:
         raise click.UsageError(f"call {pending.id} asks for {len(fields)} fields in {len(keys)} question(s): "
                                "answer with --json (TEXT answers a question of one field)")
@@ -225,6 +227,8 @@ def answer_command(ctx: click.Context, session: str, call_id: str, text: str | N
     answers = _content(pending, text, given, decline)
     try:
         record_answers(session, {pending.id: answers}, shown=[pending])  # bound to the questions shown
+    except UserError as e:  # the call waits (read above): the answer does not fit its question
+        raise click.UsageError(str(e)) from None
     except KimiK3Error as e:
         plain.error(e)
         ctx.exit(1)

@@ -338,10 +338,15 @@ def test_a_url_mode_question_is_shown_with_its_url_and_answered_with_an_empty_ob
     _edit(session, "input_required", {"input_requests": {ASK: url}})
     (waiting,) = pending_inputs(session)
     assert waiting.questions() == [f"inp asks (book, id={pending.id}, question {ASK}): Sign in to book "
-                                   "[answer at https://example.test/auth]"]
+                                   "[open https://example.test/auth (host example.test; the MCP server's link: "
+                                   "open it only if you trust that host)]"]
     text = CliRunner().invoke(main, ["answer", str(session), pending.id, "done"])
-    assert text.exit_code == 2 and "asks you to answer at https://example.test/auth: once done there, record it " \
-                                   "with --json '{}' (or --decline)" in text.output
+    assert text.exit_code == 2 and (
+        "asks you to answer at a link: https://example.test/auth: check its host before you open it (kimik3 show "
+        "SESSION names it); once done there, record it with --json '{}' (or --decline)") in text.output
+    filled = CliRunner().invoke(main, ["answer", str(session), pending.id, "--json", '{"password": "x"}'])
+    assert filled.exit_code == 2 and (f"question '{ASK}' of call '{pending.id}' is answered at its URL: record it "
+                                      "done with {} (or decline)") in filled.output
     out = CliRunner().invoke(main, ["answer", str(session), pending.id, "--json", "{}"])
     assert out.exit_code == 0, out.output
     assert records(session, "input_responses")[0]["input_responses"] == {ASK: {"action": "accept", "content": {}}}
