@@ -25,6 +25,7 @@ from ..agents import (
     CompactionEvent,
     ContentDelta,
     FinalEvent,
+    PendingInput,
     ReasoningDelta,
     RunResult,
     ToolCallDone,
@@ -109,8 +110,23 @@ def _next_lines(result: RunResult[Any] | None, session: Path | None) -> list[str
         return []
     where = shlex.quote(str(Path(session).resolve()))
     lines = [f"decide with: kimik3 approve {where}"] if result.pending_approvals else []
-    lines += [f"answer with: kimik3 answer {where} {shlex.quote(p.id)} TEXT" for p in result.pending_inputs]
+    lines += [f"answer with: kimik3 answer {where} {shlex.quote(p.id)} {_answer_form(p)}"
+              for p in result.pending_inputs]
     return [*lines, f"continue with: {resume_line(session)}"]
+
+
+def _answer_form(pending: PendingInput) -> str:
+    """How ``kimik3 answer`` takes this call's answer: ``TEXT`` (one question of one field),
+    ``--json '{}'`` (one URL-mode question, once done at its link), else ``--json JSON``."""
+    requests = list(pending.input_requests.values())
+    params = requests[0].get("params") if len(requests) == 1 and isinstance(requests[0], dict) else None
+    if not isinstance(params, dict):
+        return "--json JSON"
+    if isinstance(params.get("url"), str):
+        return "--json '{}'"
+    schema = params.get("requestedSchema")
+    fields = schema.get("properties") if isinstance(schema, dict) else None
+    return "TEXT" if isinstance(fields, dict) and len(fields) == 1 else "--json JSON"
 
 
 def degraded_lines(result: RunResult[Any]) -> list[str]:

@@ -7,7 +7,7 @@ megabytes, or a question asked again on every replay.
 Run: ``python tests/tools/mcp_asking_server.py CONFIG_FILE LOG_FILE``. CONFIG_FILE holds
 ``{"input_requests": {key: request}, "state": "...", "state_bytes": N, "forever": bool}``: the
 ``inputRequests`` of the first call (and of every replay with ``forever``); ``requestState`` is
-``state`` followed by ``N`` ``x`` characters. A replay (``inputResponses`` given) is answered
+``state`` followed by ``N`` ``x`` characters; with ``"hang": true`` a replay is never answered. A replay (``inputResponses`` given) is answered
 ``"got <inputResponses as compact JSON> state <len(requestState)>"``. Each ``tools/call`` appends
 ``call <number of inputResponses or -> <len(requestState) or ->`` to LOG_FILE.
 """
@@ -47,6 +47,8 @@ def main() -> None:
             responses, echoed = params.get("inputResponses"), params.get("requestState")
             with open(sys.argv[2], "a", encoding="utf-8") as f:
                 f.write(f"call {len(responses) if responses else '-'} {len(echoed) if echoed else '-'}\n")
+            if responses and config.get("hang"):  # a replay that never answers (the client cancels it)
+                continue
             if responses and not config.get("forever"):
                 text = f"got {json.dumps(responses, separators=(',', ':'))} state {len(echoed or '')}"
                 send({"id": id_, "result": {"content": [{"type": "text", "text": text}], "isError": False,

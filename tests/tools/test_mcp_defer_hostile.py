@@ -227,3 +227,56 @@ def test_a_server_with_an_input_handler_is_asked_there_and_never_waits(tmp_path:
     assert (result.stop_reason, result.output) == ("completed", 'saw: got {"q":{"action":"accept","content":'
                                                                 '{"name":"Ada"}}} state 1')
     assert seen == ["Name?"] and "input_required" not in session.read_text()
+
+
+@pytest.mark.parametrize(("requests", "form_"), [
+    ({"q": form("Who and when?", {"type": "object", "properties": {"name": {"type": "string"},
+                                                                   "at": {"type": "string"}}})}, "--json JSON"),
+    ({"q": link("https://example.test/auth")}, "--json '{}'"),
+    ({"q": form()}, "TEXT"),
+])
+def test_cli_run_names_the_answer_form_that_works_and_resume_stays_in_the_sessions_folder(
+        tmp_path: Path, requests: dict[str, Any], form_: str) -> None:
+    from click.testing import CliRunner
+
+    from kimik3.cli import main
+
+    (tmp_path / "cfg.json").write_text(json.dumps({"input_requests": requests}), encoding="utf-8")
+    session, workspace, other = tmp_path / "s.jsonl", tmp_path / "w", tmp_path / "other"
+    workspace.mkdir()
+    other.mkdir()
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps([BOOK.replace('"book"', '"ask_book"')]))  # the --mcp name is the tools' prefix
+    server = f"ask={sys.executable} {SERVER} {tmp_path / 'cfg.json'} {tmp_path / 'log'}"
+    common = ["--script", str(script), "--plain", "--sandbox", "none", "--mcp", server]
+    out = CliRunner().invoke(main, ["run", "book Oslo", "-w", str(workspace), *common, "--session", str(session)])
+    assert out.exit_code == 0, out.output
+    (pending,) = pending_inputs(session)
+    assert f"answer with: kimik3 answer {session} {pending.id} {form_}" in out.output.splitlines()
+    answer = {"q": {"name": "Ada"}} if form_ != "--json '{}'" else {"q": {}}
+    record_answers(session, {pending.id: answer})
+    script.write_text(json.dumps(["done"]))
+    moved = CliRunner().invoke(main, ["resume", str(session), "-w", str(other), *common])
+    assert moved.exit_code == 1 and (f"session {session} works in {str(workspace)!a}, not in {str(other)!a}; nothing "
+                                     "was run") in moved.output
+    assert calls(tmp_path) == ["call - -"]  # the call was not replayed from another folder
+
+
+def test_a_replay_cancelled_midway_is_answered_cancelled_and_never_replayed_again(tmp_path: Path) -> None:
+    session, pending = asked(tmp_path, {"q": form()}, hang=True)
+    record_answers(session, {pending.id: {"q": {"name": "Ada"}}})
+
+    async def cancel_during_the_replay() -> None:  # as Ctrl-C does to kimik3 run's task
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: agent(tmp_path).resume(session))
+            while len(calls(tmp_path)) < 2:  # the server got the replay and holds it
+                await anyio.sleep(0.02)
+            tg.cancel_scope.cancel()
+
+    anyio.run(cancel_during_the_replay)
+    assert [(m.tool_call_id, m.content) for m in load_session(session) if isinstance(m, ToolMessage)] == [
+        (pending.id, "Error: the tool call was cancelled before it finished")]
+    assert pending_inputs(session) == []
+    result = anyio.run(lambda: agent(tmp_path).resume(session))
+    assert result.output == "saw: Error: the tool call was cancelled before it finished"
+    assert calls(tmp_path) == ["call - -", "call 1 1"]  # replayed once, never again
