@@ -35,11 +35,15 @@ from ..types import AssistantMessage, ToolCall
 from ._run import _Run
 from ._types import PendingInput
 
-__all__ = ["answer_body", "asked_body", "input_digest", "input_waiter", "read_answer", "read_asked", "responses_for"]
+__all__ = ["answer_body", "asked_body", "check_content", "input_digest", "input_waiter", "read_answer", "read_asked",
+           "responses_for"]
 
 MAX_INPUT_ROUNDS = 10
 """A call's questions are answered this many rounds at most in a turn; a server that asks again
 after them fails the call (the MCP SDK's ``DEFAULT_INPUT_REQUIRED_MAX_ROUNDS``)."""
+MAX_QUESTIONS = 32
+"""The most questions (``inputRequests`` keys) of one call that wait for a person; a server
+asking more fails the call."""
 MAX_QUESTIONS_BYTES = 1 << 20
 """The largest ``input_required`` a session keeps (its requests and ``requestState`` as UTF-8
 JSON, bytes); a server asking more fails the call."""
@@ -134,7 +138,8 @@ def read_answer(body: Mapping[str, Any], pending: PendingInput) -> dict[str, Any
     Raises:
         ValueError: no ``sha256``, or one that is not :func:`input_digest` of ``pending`` (the
             call or its questions changed in the file after the answer); answers not exactly for
-            the requests' keys, or not elicitation answers.
+            the requests' keys, not elicitation answers, or an accepted one that does not fit
+            its question's schema (:func:`check_content`).
     """
     digest = body.get("sha256")
     now = input_digest(pending)
@@ -142,7 +147,14 @@ def read_answer(body: Mapping[str, Any], pending: PendingInput) -> dict[str, Any
         raise ValueError(f"the answers are to other questions than call {pending.id!r}'s ({pending.name}; sha256 "
                          f"{now[:16]}… now, {str(digest)[:16]:.16}… answered): the session was changed after the "
                          "answer; nothing runs")
-    return _check_responses(body.get("input_responses"), pending)
+    responses = _check_responses(body.get("input_responses"), pending)
+    for key, response in responses.items():
+        if response.get("action") == "accept":
+            try:
+                check_content(pending, key, response.get("content") or {})
+            except UserError as e:
+                raise ValueError(str(e)) from None
+    return responses
 
 
 def _values(spec: dict[str, Any]) -> list[Any] | None:
@@ -271,7 +283,8 @@ def input_waiter(run: _Run, call: ToolCall, arguments: dict[str, Any]) -> Callab
     when another call of the turn has ``call``'s id (an answer could not tell them apart).
 
     The function it returns raises :class:`~kimik3.MCPServerError` (the call fails, the model
-    reads why) for questions over :data:`MAX_QUESTIONS_BYTES`, or asked again after
+    reads why) for questions over :data:`MAX_QUESTIONS_BYTES`, more than :data:`MAX_QUESTIONS`
+    of them, or ones asked again after
     :data:`MAX_INPUT_ROUNDS` answered rounds of the call in this turn."""
     session = run.session
     turn = next((m for m in reversed(run.messages) if isinstance(m, AssistantMessage)), None)
@@ -286,6 +299,9 @@ def input_waiter(run: _Run, call: ToolCall, arguments: dict[str, Any]) -> Callab
         if size > MAX_QUESTIONS_BYTES:
             raise MCPServerError(f"the MCP server {wait.server!r} asked questions of {size} bytes (with its "
                                  f"requestState); a session keeps at most {MAX_QUESTIONS_BYTES}: the call fails")
+        if len(pending.input_requests) > MAX_QUESTIONS:
+            raise MCPServerError(f"the MCP server {wait.server!r} asked {len(pending.input_requests)} questions in "
+                                 f"one call; at most {MAX_QUESTIONS} wait for a person: the call fails")
         rounds = 1 + sum(r.kind == "input_required" and r.body.get("call_id") == call.id for r in session.journal)
         if rounds > MAX_INPUT_ROUNDS:
             raise MCPServerError(f"the MCP server {wait.server!r} asked call {call.id!r} questions again after "

@@ -118,14 +118,16 @@ def test_questions_past_the_size_a_session_keeps_fail_the_call(tmp_path: Path, s
     assert session.stat().st_size < 20_000  # nothing of it kept
 
 
-def test_a_server_that_asks_forever_fails_the_call_after_the_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-                                                                   ) -> None:
+@pytest.mark.parametrize("answer", [{"name": "Ada"}, None])  # a decline the server answers by asking again
+def test_a_server_that_asks_forever_fails_the_call_after_the_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   answer: dict[str, Any] | None) -> None:
     monkeypatch.setattr("kimik3.agents._inputs.MAX_INPUT_ROUNDS", 2)
     session, pending = asked(tmp_path, {"q": form()}, forever=True)
-    result = anyio.run(lambda: agent(tmp_path).resume(session, answers={pending.id: {"q": {"name": "Ada"}}}))
+    result = anyio.run(lambda: agent(tmp_path).resume(session, answers={pending.id: {"q": answer}}))
     assert result.stop_reason == "input_required"  # round 2 asks again: it waits, no turn spent
     (again,) = result.pending_inputs
-    result = anyio.run(lambda: agent(tmp_path).resume(session, answers={again.id: {"q": {"name": "Ada"}}}))
+    assert again == pending  # the same call, the same questions, answerable again
+    result = anyio.run(lambda: agent(tmp_path).resume(session, answers={again.id: {"q": answer}}))
     assert (result.stop_reason, result.pending_inputs) == ("completed", [])
     assert result.output == (f"saw: Error: MCPServerError: the MCP server 'ask' asked call '{pending.id}' questions "
                              "again after 2 answered rounds (the MCP SDK's bound): the call fails")
@@ -211,7 +213,23 @@ def test_a_session_edited_between_answer_and_resume_runs_nothing(tmp_path: Path)
     with pytest.raises(SessionError, match=rf":{len(original) + 1}: not a valid input_responses record: call "
                                            rf"'{pending.id}' was answered already"):
         anyio.run(lambda: agent(tmp_path).resume(session))
+    # the answer itself edited to one its question does not take
+    edited = {**original[-1]["input_responses"], "input_responses": {"q": {"action": "accept", "content": {"name": 5}}}}
+    _write(session, [*original[:-1], {"input_responses": edited}])
+    with pytest.raises(SessionError, match=rf":{len(original)}: not a valid input_responses record: the field 'name' "
+                                           rf"of question 'q' of call '{pending.id}' takes a string, got 5"):
+        anyio.run(lambda: agent(tmp_path).resume(session))
     assert calls(tmp_path) == ["call - -"]  # never replayed
+
+
+def test_more_questions_than_a_person_answers_fail_the_call(tmp_path: Path) -> None:
+    (tmp_path / "cfg.json").write_text(json.dumps({"input_requests": {f"q{i}": form() for i in range(33)}}))
+    session = tmp_path / "s.jsonl"
+    result = anyio.run(lambda: agent(tmp_path).run("book Oslo", session=session))
+    assert (result.stop_reason, result.pending_inputs) == ("completed", [])
+    assert result.output == ("saw: Error: MCPServerError: the MCP server 'ask' asked 33 questions in one call; at "
+                             "most 32 wait for a person: the call fails")
+    assert "input_required" not in session.read_text()
 
 
 def test_a_server_with_an_input_handler_is_asked_there_and_never_waits(tmp_path: Path) -> None:
