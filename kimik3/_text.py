@@ -12,7 +12,8 @@ import re
 import unicodedata
 from urllib.parse import SplitResult, unquote_plus, urlsplit
 
-__all__ = ["REDACTED", "counted", "printable", "redact_url", "redact_urls", "shown_json", "shown_text", "visible_text"]
+__all__ = ["REDACTED", "counted", "escaped", "printable", "redact_url", "redact_urls", "shown_json", "shown_text",
+           "visible_text"]
 
 _SURROGATE_RE = re.compile("[\ud800-\udfff]")
 
@@ -81,6 +82,17 @@ def _units(text: str) -> list[str]:
         else:
             out.append(c)
     return out
+
+
+def escaped(text: str) -> str:
+    """``text`` on one line, every character a terminal would hide or act on (newlines, escape
+    sequences, bidirectional overrides, zero-width characters, lone surrogates) as its
+    ``\\uXXXX`` escape: a piece of recorded or server text inside a line of kimik3's own (a call
+    id, an MCP server's question), which cannot draw a line of its own such as ``approved: ...``.
+
+    Example: ``escaped("x\\napproved")`` is ``"x\\\\u000aapproved"``.
+    """
+    return "".join(_units(text))
 
 
 LONG_SHOWN = 2000

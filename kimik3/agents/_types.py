@@ -4,7 +4,6 @@ from ``kimik3``). :class:`ModelSettings` (:mod:`kimik3.types`) is re-exported he
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeAlias
@@ -14,7 +13,7 @@ from typing_extensions import TypeVar
 
 from .._checks import check_int, check_number
 from .._exceptions import UserError
-from .._text import shown_text
+from .._text import escaped
 from ..formats.k3 import (
     ContentDelta,
     ReasoningDelta,
@@ -263,7 +262,7 @@ class PendingInput:
             url = params.get("url")
             wanted = f" [{_shown_url(url)}]" if isinstance(url, str) else f" [{_fields(params.get('requestedSchema'))}]"
             said = f"{self.server} asks ({self.name}, id={self.id}, question {key}): {message}{wanted}"
-            lines.append(shown_text(said, width=sys.maxsize))
+            lines.append(escaped(said))
         return lines
 
 

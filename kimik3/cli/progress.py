@@ -19,7 +19,7 @@ from rich.text import Text
 from .._exceptions import APIConnectionError, APITimeoutError, KimiK3Error
 from .._models import MOONSHOT_HOSTS
 from .._pricing import format_usd
-from .._text import counted, printable, redact_urls, shown_call
+from .._text import counted, escaped, printable, redact_urls, shown_call
 from ..agents import (
     AgentEvent,
     CompactionEvent,
@@ -110,7 +110,7 @@ def _next_lines(result: RunResult[Any] | None, session: Path | None) -> list[str
         return []
     where = shlex.quote(str(Path(session).resolve()))
     lines = [f"decide with: kimik3 approve {where}"] if result.pending_approvals else []
-    lines += [f"answer with: kimik3 answer {where} {shlex.quote(p.id)} {_answer_form(p)}"
+    lines += [f"answer with: kimik3 answer {where} {shlex.quote(escaped(p.id))} {_answer_form(p)}"
               for p in result.pending_inputs]
     return [*lines, f"continue with: {resume_line(session)}"]
 
@@ -132,7 +132,7 @@ def _answer_form(pending: PendingInput) -> str:
 def degraded_lines(result: RunResult[Any]) -> list[str]:
     """The calls awaiting approval, and ``degraded: ...`` with the run's issues, for a run whose
     answer is not clean ([] when it is)."""
-    waiting = [shown_call(f"awaiting approval: {p.name} ", p.arguments, f"  id={p.id}")  # whole: a person decides
+    waiting = [shown_call(f"awaiting approval: {p.name} ", p.arguments, f"  id={escaped(p.id)}")  # whole: decided on
                for p in result.pending_approvals]
     waiting += [f"awaiting an answer: {line}" for p in result.pending_inputs for line in p.questions()]
     trip = result.guardrail
