@@ -355,3 +355,15 @@ def test_two_sessions_asked_at_once_each_take_only_their_own_answer(tmp_path: Pa
         f"error: SessionError: session {two} is in use by pid {os.getpid()} (this process) on host "
         f"{socket.gethostname()}; one run may write a session at a time")
     assert pending_inputs(two) == [second] and pending_inputs(one) == [first]
+
+
+@pytest.mark.parametrize("requests", [{}, {"q": form()}])  # requestState alone each time; questions a handler answers
+def test_a_server_asking_forever_within_one_call_fails_it_with_a_typed_error(tmp_path: Path,
+                                                                           requests: dict[str, Any]) -> None:
+    (tmp_path / "cfg.json").write_text(json.dumps({"input_requests": requests, "forever": True}))
+    result = anyio.run(lambda: agent(tmp_path, input_handler=lambda request: {"name": "Ada"}).run(
+        "book Oslo", session=tmp_path / "s.jsonl"))
+    assert (result.stop_reason, result.pending_inputs) == ("completed", [])
+    assert result.output == ("saw: Error: MCPServerError: the MCP server 'ask' answered input_required more than 10 "
+                             "rounds in one call to 'book' (the MCP SDK's bound): the call fails")
+    assert len(calls(tmp_path)) == 11  # the first call and 10 rounds, then no more
