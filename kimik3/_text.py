@@ -12,8 +12,8 @@ import re
 import unicodedata
 from urllib.parse import SplitResult, unquote_plus, urlsplit
 
-__all__ = ["REDACTED", "counted", "escaped", "printable", "redact_url", "redact_urls", "shown_json", "shown_text",
-           "visible_text"]
+__all__ = ["REDACTED", "counted", "escaped", "printable", "redact_url", "redact_urls", "shown_json", "shown_link",
+           "shown_text", "visible_text"]
 
 _SURROGATE_RE = re.compile("[\ud800-\udfff]")
 
@@ -93,6 +93,24 @@ def escaped(text: str) -> str:
     Example: ``escaped("x\\napproved")`` is ``"x\\\\u000aapproved"``.
     """
     return "".join(_units(text))
+
+
+def shown_link(url: str) -> str:
+    """A link an MCP server asks a person to open (a URL-mode elicitation), for one line:
+    ``open URL (host HOST; ...)``, the URL :func:`escaped`, its host said apart (IDNA for a
+    non-ASCII one: a Cyrillic ``a`` look-alike shows as ``xn--``) and a scheme other than https named. The
+    link is the server's, and phishing hides the host (``https://bank.example@evil.example/``
+    leads to ``evil.example``); the MCP specification asks clients to show the domain before
+    the person consents to open it (elicitation, URL mode)."""
+    try:
+        host = urlsplit(url).hostname or "none"
+        host = host if host.isascii() else host.encode("idna").decode("ascii")
+    except (ValueError, UnicodeError):
+        host = "unreadable"
+    scheme = url.partition(":")[0].lower()
+    note = "" if scheme == "https" else f", not https but {escaped(scheme)!r}"
+    return (f"open {escaped(url)} (host {escaped(host)}{note}; the MCP server's link: open it only if you trust "
+            "that host)")
 
 
 LONG_SHOWN = 2000

@@ -7,13 +7,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeAlias
-from urllib.parse import urlsplit
 
 from typing_extensions import TypeVar
 
 from .._checks import check_int, check_number
 from .._exceptions import UserError
-from .._text import escaped
+from .._text import escaped, shown_link
 from ..formats.k3 import (
     ContentDelta,
     ReasoningDelta,
@@ -260,7 +259,7 @@ class PendingInput:
             if len(message) > QUESTION_SHOWN:
                 message = f"{message[:QUESTION_SHOWN]}... (cut: {len(message)} characters in all)"
             url = params.get("url")
-            wanted = f" [{_shown_url(url)}]" if isinstance(url, str) else f" [{_fields(params.get('requestedSchema'))}]"
+            wanted = f" [{shown_link(url)}]" if isinstance(url, str) else f" [{_fields(params.get('requestedSchema'))}]"
             said = f"{self.server} asks ({self.name}, id={self.id}, question {key}): {message}{wanted}"
             lines.append(escaped(said))
         return lines
@@ -285,20 +284,6 @@ def _fields(schema: Any) -> str:
         shown.append(f"{name}{'*' * (name in required)}: {spec.get('type', 'any')}{values}")
     more = len(fields) - FIELDS_SHOWN
     return ", ".join(shown) + (f", ... ({more} more fields: kimik3 show SESSION --full)" if more > 0 else "")
-
-
-def _shown_url(url: str) -> str:
-    """A URL-mode question's link, its host said apart (IDNA for a non-ASCII one) and a scheme
-    other than https named: the link is the server's, and phishing hides a host in it
-    (``https://bank.example@evil.example/``)."""
-    try:
-        host = urlsplit(url).hostname or "none"
-        host = host if host.isascii() else host.encode("idna").decode("ascii")
-    except (ValueError, UnicodeError):
-        host = "unreadable"
-    scheme = url.partition(":")[0].lower()
-    note = "" if scheme == "https" else f", not https but {scheme!r}"
-    return f"open {url} (host {host}{note}; the MCP server's link: open it only if you trust that host)"
 
 
 def _object(value: Any) -> dict[str, Any]:
