@@ -242,7 +242,7 @@ class PendingInput:
     input_requests: dict[str, Any]
     request_state: str | None = None
 
-    def questions(self) -> list[str]:
+    def questions(self, *, whole: bool = False) -> list[str]:
         """One line per question, as a person is shown it (``kimik3 show``, ``run``, ``answer``):
         ``inp asks (book, id=call_..., question KEY): MESSAGE [name*: string]`` (form mode: the
         fields to give, ``*`` marking required ones, an enum's values after ``=``) or ``[open URL
@@ -250,16 +250,17 @@ class PendingInput:
         where it leads). Every character a terminal would hide or act on, newlines included, is
         escaped (``\\u000a``: the text is the server's, so it cannot draw a line of its own such
         as ``approved: ...``); a message over :data:`QUESTION_SHOWN` characters and fields past
-        the first :data:`FIELDS_SHOWN` are cut, saying how much (the whole stays in the
-        session's ``input_required`` record)."""
+        the first :data:`FIELDS_SHOWN` are cut, saying how much, unless ``whole`` (``kimik3 show
+        --full``; the whole stays in the session's ``input_required`` record)."""
         lines = []
         for key, request in self.input_requests.items():
             params = _object(request.get("params") if isinstance(request, dict) else None)
             message = str(params.get("message"))
-            if len(message) > QUESTION_SHOWN:
+            if len(message) > QUESTION_SHOWN and not whole:
                 message = f"{message[:QUESTION_SHOWN]}... (cut: {len(message)} characters in all)"
             url = params.get("url")
-            wanted = f" [{shown_link(url)}]" if isinstance(url, str) else f" [{_fields(params.get('requestedSchema'))}]"
+            form = _fields(params.get("requestedSchema"), whole)
+            wanted = f" [{shown_link(url)}]" if isinstance(url, str) else f" [{form}]"
             said = f"{self.server} asks ({self.name}, id={self.id}, question {key}): {message}{wanted}"
             lines.append(escaped(said))
         return lines
@@ -271,18 +272,19 @@ FIELDS_SHOWN = 20
 """The fields of a question's form shown (:meth:`PendingInput.questions`); the others are counted."""
 
 
-def _fields(schema: Any) -> str:
-    """``name*: type`` for the first :data:`FIELDS_SHOWN` properties of a form's schema."""
+def _fields(schema: Any, whole: bool) -> str:
+    """``name*: type`` for the properties of a form's schema (the first :data:`FIELDS_SHOWN`
+    unless ``whole``)."""
     schema = _object(schema)
     required = schema["required"] if isinstance(schema.get("required"), list) else []
     fields = list(_object(schema.get("properties")).items())
     shown = []
-    for name, spec in fields[:FIELDS_SHOWN]:
+    for name, spec in fields if whole else fields[:FIELDS_SHOWN]:
         spec = _object(spec)
         enum = spec.get("enum")
-        values = f"={'|'.join(map(str, enum[:FIELDS_SHOWN]))}" if isinstance(enum, list) else ""
+        values = f"={'|'.join(map(str, enum if whole else enum[:FIELDS_SHOWN]))}" if isinstance(enum, list) else ""
         shown.append(f"{name}{'*' * (name in required)}: {spec.get('type', 'any')}{values}")
-    more = len(fields) - FIELDS_SHOWN
+    more = len(fields) - len(shown)
     return ", ".join(shown) + (f", ... ({more} more fields: kimik3 show SESSION --full)" if more > 0 else "")
 
 

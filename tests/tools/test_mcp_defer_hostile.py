@@ -95,6 +95,13 @@ def test_a_huge_message_and_hundreds_of_fields_are_cut_saying_how_much(tmp_path:
                                    f"characters in all) [{shown}, ... (280 more fields: kimik3 show SESSION --full)]"]
     assert len(json.loads(session.read_text().splitlines()[-2])["input_required"]["input_requests"]["q"]["params"]
                ["message"]) == 100_000  # the whole kept in the session
+    from click.testing import CliRunner
+
+    from kimik3.cli import main
+
+    every = ", ".join(f"f{i}: string" for i in range(300))
+    full = CliRunner().invoke(main, ["show", str(session), "--full"]).output.splitlines()
+    assert full[-1] == f"    ask asks (book, id={pending.id}, question q): {'A' * 100_000} [{every}]"
 
 
 @pytest.mark.parametrize(("url", "host"), [
