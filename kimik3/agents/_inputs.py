@@ -222,7 +222,7 @@ def check_content(pending: PendingInput, key: str, content: dict[str, Any]) -> N
     schema = _object(params.get("requestedSchema"))
     fields = _object(schema.get("properties"))
     required = schema.get("required")
-    missing = [name for name in required if name not in content] if isinstance(required, list) else []
+    missing = [n for n in required if isinstance(n, str) and n not in content] if isinstance(required, list) else []
     if missing:
         raise UserError(f"{where} needs the field(s) {', '.join(map(repr, missing))[:200]}")
     for name, value in content.items():

@@ -394,3 +394,21 @@ def test_the_terminal_prompt_shows_a_question_on_its_line_and_a_links_real_host(
         shown = streams[1].getvalue().decode()
     assert shown.splitlines()[2] == ("open https://bank.example@evil.example/ (host evil.example; the MCP server's "
                                      "link: open it only if you trust that host), and answer there")
+
+
+@pytest.mark.parametrize(("requests", "why"), [
+    ({"q": form("Name?", {"type": "object", "properties": {}, "required": [{"not": "a name"}]})},
+     "8 problems; deepest: InputRequiredResult.inputRequests.q.ElicitRequest.params.ElicitRequestFormParams."
+     "requestedSchema.required.0: Input should be a valid string"),
+    ({"q": {"method": "elicitation/create", "params": "not an object"}}, "7 problems; deepest: "),
+])
+def test_a_malformed_input_required_fails_the_call_with_a_typed_error(tmp_path: Path, requests: dict[str, Any],
+                                                                      why: str) -> None:
+    (tmp_path / "cfg.json").write_text(json.dumps({"input_requests": requests}))
+    session = tmp_path / "s.jsonl"
+    result = anyio.run(lambda: agent(tmp_path).run("book Oslo", session=session))
+    assert (result.stop_reason, result.pending_inputs) == ("completed", [])
+    assert result.output is not None and result.output.startswith(
+        "saw: Error: MCPServerError: the MCP server 'ask' answered the call to 'book' with a result that is not "
+        f"MCP's ({why}")
+    assert "input_required" not in session.read_text()
