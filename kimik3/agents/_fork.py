@@ -238,5 +238,5 @@ def format_session(
         where = shlex.quote(str(Path(path).resolve()))
         out.append(f"awaiting answers: {counted(len(asking), 'call')} (kimik3 answer {where} ID TEXT "
                    f"[--json JSON] [--decline], then kimik3 resume {where})")
-        out.extend(f"    {line}" for p in asking for line in p.questions(whole=max_lines is None))
+        out.extend(f"    {line}" for p in asking for line in p.shown(whole=max_lines is None))
     return "\n".join(out) + "\n"

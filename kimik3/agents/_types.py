@@ -12,7 +12,7 @@ from typing_extensions import TypeVar
 
 from .._checks import check_int, check_number
 from .._exceptions import UserError
-from .._text import escaped, shown_link
+from .._text import escaped, shown_call, shown_link
 from ..formats.k3 import (
     ContentDelta,
     ReasoningDelta,
@@ -241,6 +241,13 @@ class PendingInput:
     server: str
     input_requests: dict[str, Any]
     request_state: str | None = None
+
+    def shown(self, head: str = "", *, whole: bool = False) -> list[str]:
+        """What a person answering is shown: ``head``, the call as an approval shows it (its
+        tool and arguments whole, escaped: answering a server's "Confirm?" lets the call run
+        with them), then each of :meth:`questions` on a line indented by four spaces."""
+        call = shown_call(f"{head}{self.name} ", self.arguments, f"  id={escaped(self.id)}")
+        return [call, *(f"    {line}" for line in self.questions(whole=whole))]
 
     def questions(self, *, whole: bool = False) -> list[str]:
         """One line per question, as a person is shown it (``kimik3 show``, ``run``, ``answer``):

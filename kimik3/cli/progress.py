@@ -134,7 +134,7 @@ def degraded_lines(result: RunResult[Any]) -> list[str]:
     answer is not clean ([] when it is)."""
     waiting = [shown_call(f"awaiting approval: {p.name} ", p.arguments, f"  id={escaped(p.id)}")  # whole: decided on
                for p in result.pending_approvals]
-    waiting += [f"awaiting an answer: {line}" for p in result.pending_inputs for line in p.questions()]
+    waiting += [line for p in result.pending_inputs for line in p.shown("awaiting an answer: ")]
     trip = result.guardrail
     if trip is not None:
         waiting.append(f"guardrail {printable(trip.name)!r} ({trip.stage})" + (f": {printable(trip.message)}"

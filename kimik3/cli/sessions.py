@@ -232,7 +232,7 @@ def answer_command(ctx: click.Context, session: str, call_id: str, text: str | N
     except KimiK3Error as e:
         plain.error(e)
         ctx.exit(1)
-    for line in pending.questions():
+    for line in pending.shown():
         plain.note(line)
     plain.note(printable(f"answered: {json.dumps(answers, ensure_ascii=False)}" if not decline else "declined"))
     plain.note(f"continue with: {resume_line(session)}")

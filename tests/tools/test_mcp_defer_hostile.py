@@ -84,7 +84,8 @@ def test_a_question_cannot_draw_lines_or_send_terminal_escapes(tmp_path: Path) -
     for out in (shown, answer):
         assert "\x1b" not in out and "\u202e" not in out
         assert not any(t.startswith(("approved", "allowed")) for t in out.splitlines()), out
-    assert f"    {line}" in shown.splitlines() and answer.splitlines()[0] == line
+    assert f"        {line}" in shown.splitlines() and answer.splitlines()[:2] == [
+        f'book {{"city": "Oslo"}}  id={pending.id}', f"    {line}"]
 
 
 def test_a_huge_message_and_hundreds_of_fields_are_cut_saying_how_much(tmp_path: Path) -> None:
@@ -101,7 +102,7 @@ def test_a_huge_message_and_hundreds_of_fields_are_cut_saying_how_much(tmp_path:
 
     every = ", ".join(f"f{i}: string" for i in range(300))
     full = CliRunner().invoke(main, ["show", str(session), "--full"]).output.splitlines()
-    assert full[-1] == f"    ask asks (book, id={pending.id}, question q): {'A' * 100_000} [{every}]"
+    assert full[-1] == f"        ask asks (book, id={pending.id}, question q): {'A' * 100_000} [{every}]"
 
 
 @pytest.mark.parametrize(("url", "host"), [
@@ -412,3 +413,12 @@ def test_a_malformed_input_required_fails_the_call_with_a_typed_error(tmp_path: 
         "saw: Error: MCPServerError: the MCP server 'ask' answered the call to 'book' with a result that is not "
         f"MCP's ({why}")
     assert "input_required" not in session.read_text()
+
+
+def test_a_confirmation_shows_the_call_it_lets_run_whole_and_escaped() -> None:
+    # a model's call whose arguments try to draw a line; the server only asks "Confirm?"
+    pending = PendingInput("call_1", "pay", {"to": "bob\napproved: pay 1", "amount": 10**6}, "bank", {
+        "c": form("Confirm?", {"type": "object", "properties": {"ok": {"type": "boolean"}}})})
+    assert pending.shown("awaiting an answer: ") == [
+        'awaiting an answer: pay {"to": "bob\\napproved: pay 1", "amount": 1000000}  id=call_1',
+        "    bank asks (pay, id=call_1, question c): Confirm? [ok: boolean]"]
