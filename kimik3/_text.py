@@ -12,7 +12,8 @@ import re
 import unicodedata
 from urllib.parse import SplitResult, unquote_plus, urlsplit
 
-__all__ = ["REDACTED", "counted", "printable", "redact_url", "redact_urls", "shown_json", "shown_text", "visible_text"]
+__all__ = ["REDACTED", "counted", "escaped", "printable", "redact_url", "redact_urls", "shown_json", "shown_link",
+           "shown_text", "visible_text"]
 
 _SURROGATE_RE = re.compile("[\ud800-\udfff]")
 
@@ -81,6 +82,35 @@ def _units(text: str) -> list[str]:
         else:
             out.append(c)
     return out
+
+
+def escaped(text: str) -> str:
+    """``text`` on one line, every character a terminal would hide or act on (newlines, escape
+    sequences, bidirectional overrides, zero-width characters, lone surrogates) as its
+    ``\\uXXXX`` escape: a piece of recorded or server text inside a line of kimik3's own (a call
+    id, an MCP server's question), which cannot draw a line of its own such as ``approved: ...``.
+
+    Example: ``escaped("x\\napproved")`` is ``"x\\\\u000aapproved"``.
+    """
+    return "".join(_units(text))
+
+
+def shown_link(url: str) -> str:
+    """A link an MCP server asks a person to open (a URL-mode elicitation), for one line:
+    ``open URL (host HOST; ...)``, the URL :func:`escaped`, its host said apart (IDNA for a
+    non-ASCII one: a Cyrillic ``a`` look-alike shows as ``xn--``) and a scheme other than https named. The
+    link is the server's, and phishing hides the host (``https://bank.example@evil.example/``
+    leads to ``evil.example``); the MCP specification asks clients to show the domain before
+    the person consents to open it (elicitation, URL mode)."""
+    try:
+        host = urlsplit(url).hostname or "none"
+        host = host if host.isascii() else host.encode("idna").decode("ascii")
+    except (ValueError, UnicodeError):
+        host = "unreadable"
+    scheme = url.partition(":")[0].lower()
+    note = "" if scheme == "https" else f", not https but {escaped(scheme)!r}"
+    return (f"open {escaped(url)} (host {escaped(host)}{note}; the MCP server's link: open it only if you trust "
+            "that host)")
 
 
 LONG_SHOWN = 2000

@@ -19,7 +19,7 @@ from typing import Any
 
 from .._exceptions import UserError
 from .._pricing import format_usd
-from .._text import counted, printable, shown_call, shown_text
+from .._text import counted, escaped, printable, shown_call, shown_text
 from ..types import AssistantMessage, ImagePart, TextPart, ToolCall, ToolMessage, Usage
 from ._approval import pending_call
 from ._deferred import pending_approvals, pending_inputs
@@ -119,7 +119,7 @@ def _journal_line(record: JournalRecord, calls: dict[str, ToolCall]) -> str:
     """``--- deferred for approval: write {...}  id=X`` and the like, for a journal record;
     a deferred call is shown as its turn's assistant message holds it (``calls``, by id)."""
     body = record.body if isinstance(record.body, dict) else {}
-    call = f"id={body.get('call_id')}"
+    call = f"id={escaped(str(body.get('call_id')))}"
     if record.kind == "deferred":
         held = calls.get(str(body.get("call_id")))
         if held is None:
@@ -127,7 +127,7 @@ def _journal_line(record: JournalRecord, calls: dict[str, ToolCall]) -> str:
         pending = pending_call(held)
         return shown_call(f"--- deferred for approval: {pending.name}(", pending.arguments, f")  {call}")
     if record.kind == "tool_started":
-        return f"--- approved call started: {body.get('name')}  {call}"
+        return f"--- approved call started: {escaped(str(body.get('name')))}  {call}"
     if record.kind == "input_required":
         return f"--- waits for answers to the MCP server {printable(str(body.get('server')))!r}: {call}"
     if record.kind == "input_responses":
@@ -215,12 +215,12 @@ def format_session(
             if _text(m.content).strip():
                 out.extend(_clip(_text(m.content), max_lines, "    "))
             for call in m.tool_calls or ():
-                head, tail = f"    -> {call.function.name}(", f")  id={call.id}"
+                head, tail = f"    -> {call.function.name}(", f")  id={escaped(call.id)}"
                 shown = shown_text(call.function.arguments, indent=" " * 8, start=len(head), end=len(tail))
                 out.append(head + shown + tail)
         elif isinstance(m, ToolMessage):
             name = f" {m.name}" if m.name else ""
-            out.append(f"[{r.index}] tool{name} result for {m.tool_call_id}")
+            out.append(f"[{r.index}] tool{name} result for {escaped(str(m.tool_call_id))}")
             out.extend(_clip(_text(m.content), max_lines, "    "))
         else:
             out.append(f"[{r.index}] {m.role}")
@@ -232,11 +232,11 @@ def format_session(
         where = shlex.quote(str(Path(path).resolve()))  # runnable as printed, from any folder
         out.append(f"awaiting approval: {counted(len(pending), 'call')} (kimik3 approve {where} "
                    f"[--allow ID] [--deny ID] [--edit ID JSON] [--all], then kimik3 resume {where})")
-        out.extend(shown_call(f"    {p.name}(", p.arguments, f")  id={p.id}", indent=" " * 8) for p in pending)
+        out.extend(shown_call(f"    {p.name}(", p.arguments, f")  id={escaped(p.id)}", indent=" " * 8) for p in pending)
     asking = pending_inputs(log)
     if asking:
         where = shlex.quote(str(Path(path).resolve()))
         out.append(f"awaiting answers: {counted(len(asking), 'call')} (kimik3 answer {where} ID TEXT "
                    f"[--json JSON] [--decline], then kimik3 resume {where})")
-        out.extend(f"    {line}" for p in asking for line in p.questions())
+        out.extend(f"    {line}" for p in asking for line in p.shown(whole=max_lines is None))
     return "\n".join(out) + "\n"

@@ -28,14 +28,25 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .._exceptions import JSONLimitError, UserError
+from .._exceptions import JSONLimitError, MCPServerError, UserError
 from .._json import check_json_limits
 from ..tools import InputWait
 from ..types import AssistantMessage, ToolCall
 from ._run import _Run
 from ._types import PendingInput
 
-__all__ = ["answer_body", "asked_body", "input_digest", "input_waiter", "read_answer", "read_asked", "responses_for"]
+__all__ = ["answer_body", "asked_body", "check_content", "input_digest", "input_waiter", "read_answer", "read_asked",
+           "responses_for"]
+
+MAX_INPUT_ROUNDS = 10
+"""A call's questions are answered this many rounds at most in a turn; a server that asks again
+after them fails the call (the MCP SDK's ``DEFAULT_INPUT_REQUIRED_MAX_ROUNDS``)."""
+MAX_QUESTIONS = 32
+"""The most questions (``inputRequests`` keys) of one call that wait for a person; a server
+asking more fails the call."""
+MAX_QUESTIONS_BYTES = 1 << 20
+"""The largest ``input_required`` a session keeps (its requests and ``requestState`` as UTF-8
+JSON, bytes); a server asking more fails the call."""
 
 ACTIONS = ("accept", "decline", "cancel")
 """An elicitation's answer (MCP ``ElicitResult.action``)."""
@@ -127,7 +138,8 @@ def read_answer(body: Mapping[str, Any], pending: PendingInput) -> dict[str, Any
     Raises:
         ValueError: no ``sha256``, or one that is not :func:`input_digest` of ``pending`` (the
             call or its questions changed in the file after the answer); answers not exactly for
-            the requests' keys, or not elicitation answers.
+            the requests' keys, not elicitation answers, or an accepted one that does not fit
+            its question's schema (:func:`check_content`).
     """
     digest = body.get("sha256")
     now = input_digest(pending)
@@ -135,7 +147,90 @@ def read_answer(body: Mapping[str, Any], pending: PendingInput) -> dict[str, Any
         raise ValueError(f"the answers are to other questions than call {pending.id!r}'s ({pending.name}; sha256 "
                          f"{now[:16]}… now, {str(digest)[:16]:.16}… answered): the session was changed after the "
                          "answer; nothing runs")
-    return _check_responses(body.get("input_responses"), pending)
+    responses = _check_responses(body.get("input_responses"), pending)
+    for key, response in responses.items():
+        if response.get("action") == "accept":
+            try:
+                check_content(pending, key, response.get("content") or {})
+            except UserError as e:
+                raise ValueError(str(e)) from None
+    return responses
+
+
+def _values(spec: dict[str, Any]) -> list[Any] | None:
+    """The values a field allows (``enum``, or ``oneOf`` / ``anyOf`` of ``const``s); None: any."""
+    if isinstance(spec.get("enum"), list):
+        return list(spec["enum"])
+    options = spec.get("oneOf", spec.get("anyOf"))
+    if isinstance(options, list):
+        return [o.get("const") for o in options if isinstance(o, dict)]
+    return None
+
+
+def _field_problem(spec: dict[str, Any], value: Any) -> str | None:
+    """Why ``value`` does not fit a field of an elicitation's ``requestedSchema`` (MCP's
+    primitive schemas: string with ``minLength`` / ``maxLength`` / ``enum`` / ``oneOf``;
+    number / integer with ``minimum`` / ``maximum``; boolean; an array of enum values with
+    ``minItems`` / ``maxItems``); None when it fits."""
+    kind = spec.get("type")
+    checks = {"string": lambda v: isinstance(v, str), "boolean": lambda v: isinstance(v, bool),
+              "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+              "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+              "array": lambda v: isinstance(v, list)}
+    if kind not in checks:
+        return f"its schema's type {kind!r:.40} is none an MCP question may ask (string, number, integer, boolean, " \
+               "array of choices): decline it"
+    if not checks[kind](value):
+        return f"takes {'an' if kind in ('integer', 'array') else 'a'} {kind}, got {json.dumps(value)[:60]}"
+    allowed = _values(_object(spec.get("items")) if kind == "array" else spec)
+    for item in value if kind == "array" else [value]:
+        if allowed is not None and item not in allowed:
+            return f"takes one of {json.dumps(allowed)[:120]}, got {json.dumps(item)[:60]}"
+    size = len(value) if kind in ("string", "array") else None
+    low, high = ((spec.get("minLength"), spec.get("maxLength")) if kind == "string" else
+                 (spec.get("minItems"), spec.get("maxItems")) if kind == "array" else
+                 (spec.get("minimum"), spec.get("maximum")) if kind in ("integer", "number") else (None, None))
+    measured = size if size is not None else value
+    if isinstance(low, (int, float)) and not isinstance(measured, bool) and measured < low:
+        return f"takes at least {low}{' characters' if kind == 'string' else ' items' if kind == 'array' else ''}, " \
+               f"got {json.dumps(value)[:60]}"
+    if isinstance(high, (int, float)) and not isinstance(measured, bool) and measured > high:
+        return f"takes at most {high}{' characters' if kind == 'string' else ' items' if kind == 'array' else ''}, " \
+               f"got {json.dumps(value)[:60]}"
+    return None
+
+
+def _object(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def check_content(pending: PendingInput, key: str, content: dict[str, Any]) -> None:
+    """Refuse an accepted answer that does not fit its question: in form mode, every required
+    field given, no field the ``requestedSchema`` lacks, each value of the field's type, within
+    its range and among its choices (MCP 2025-06-18+ elicitation schemas); in URL mode, ``{}``
+    (the answer itself went to the server's page).
+
+    Raises:
+        UserError: the first field that does not fit, named, with what it takes.
+    """
+    params = _object(_object(pending.input_requests.get(key)).get("params"))
+    where = f"question {key!r:.60} of call {pending.id!r}"
+    if isinstance(params.get("url"), str):
+        if content:
+            raise UserError(f"{where} is answered at its URL: record it done with {{}} (or decline)")
+        return
+    schema = _object(params.get("requestedSchema"))
+    fields = _object(schema.get("properties"))
+    required = schema.get("required")
+    missing = [n for n in required if isinstance(n, str) and n not in content] if isinstance(required, list) else []
+    if missing:
+        raise UserError(f"{where} needs the field(s) {', '.join(map(repr, missing))[:200]}")
+    for name, value in content.items():
+        if name not in fields:
+            raise UserError(f"{where} has no field {name!r:.60}; its fields: {', '.join(map(repr, fields))[:200]}")
+        problem = _field_problem(_object(fields[name]), value)
+        if problem is not None:
+            raise UserError(f"the field {name!r:.60} of {where} {problem}")
 
 
 def responses_for(pending: PendingInput, answers: Any) -> dict[str, Any]:
@@ -149,7 +244,8 @@ def responses_for(pending: PendingInput, answers: Any) -> dict[str, Any]:
 
     Raises:
         UserError: keys not exactly the questions' (the questions' keys are named), a content
-            that is neither a JSON object within the limits nor None.
+            that is neither a JSON object within the limits nor None, or one that does not fit
+            its question's schema (:func:`check_content`).
     """
     if not isinstance(answers, Mapping):
         raise UserError(f"the answers to call {pending.id!r} must be a mapping {{request key: content or None}}, "
@@ -167,6 +263,8 @@ def responses_for(pending: PendingInput, answers: Any) -> dict[str, Any]:
         if content is not None and not isinstance(content, dict):
             raise UserError(f"the answer to question {key!r} of call {pending.id!r} must be a dict of values or None "
                             f"(decline), got {type(content).__name__}")
+        if content is not None:
+            check_content(pending, key, content)
         out[key] = {"action": "decline"} if content is None else {"action": "accept", "content": content}
     try:
         return _check_responses(out, pending)
@@ -182,7 +280,12 @@ def answer_body(pending: PendingInput, responses: dict[str, Any]) -> dict[str, A
 def input_waiter(run: _Run, call: ToolCall, arguments: dict[str, Any]) -> Callable[[InputWait], None] | None:
     """The ``ToolContext.defer_input`` of ``call`` in ``run``: keeps the questions in the session
     (an ``input_required`` record) and in ``run.waiting``; None when the run has no session, or
-    when another call of the turn has ``call``'s id (an answer could not tell them apart)."""
+    when another call of the turn has ``call``'s id (an answer could not tell them apart).
+
+    The function it returns raises :class:`~kimik3.MCPServerError` (the call fails, the model
+    reads why) for questions over :data:`MAX_QUESTIONS_BYTES`, more than :data:`MAX_QUESTIONS`
+    of them, or ones asked again after
+    :data:`MAX_INPUT_ROUNDS` answered rounds of the call in this turn."""
     session = run.session
     turn = next((m for m in reversed(run.messages) if isinstance(m, AssistantMessage)), None)
     calls = (turn.tool_calls or []) if turn is not None else []
@@ -192,8 +295,18 @@ def input_waiter(run: _Run, call: ToolCall, arguments: dict[str, Any]) -> Callab
     def defer(wait: InputWait) -> None:
         pending = PendingInput(call.id, call.function.name, arguments, wait.server,
                                _json(wait.input_requests, "the server's input requests"), wait.request_state)
+        size = len(json.dumps([pending.input_requests, pending.request_state], ensure_ascii=False).encode())
+        if size > MAX_QUESTIONS_BYTES:
+            raise MCPServerError(f"the MCP server {wait.server!r} asked questions of {size} bytes (with its "
+                                 f"requestState); a session keeps at most {MAX_QUESTIONS_BYTES}: the call fails")
+        if len(pending.input_requests) > MAX_QUESTIONS:
+            raise MCPServerError(f"the MCP server {wait.server!r} asked {len(pending.input_requests)} questions in "
+                                 f"one call; at most {MAX_QUESTIONS} wait for a person: the call fails")
+        rounds = 1 + sum(r.kind == "input_required" and r.body.get("call_id") == call.id for r in session.journal)
+        if rounds > MAX_INPUT_ROUNDS:
+            raise MCPServerError(f"the MCP server {wait.server!r} asked call {call.id!r} questions again after "
+                                 f"{MAX_INPUT_ROUNDS} answered rounds (the MCP SDK's bound): the call fails")
         session.record("input_required", asked_body(pending))
         run.waiting[call.id] = pending
 
     return defer
-

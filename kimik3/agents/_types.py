@@ -12,7 +12,7 @@ from typing_extensions import TypeVar
 
 from .._checks import check_int, check_number
 from .._exceptions import UserError
-from .._text import printable
+from .._text import escaped, shown_call, shown_link
 from ..formats.k3 import (
     ContentDelta,
     ReasoningDelta,
@@ -242,24 +242,57 @@ class PendingInput:
     input_requests: dict[str, Any]
     request_state: str | None = None
 
-    def questions(self) -> list[str]:
+    def shown(self, head: str = "", *, whole: bool = False) -> list[str]:
+        """What a person answering is shown: ``head``, the call as an approval shows it (its
+        tool and arguments whole, escaped: answering a server's "Confirm?" lets the call run
+        with them), then each of :meth:`questions` on a line indented by four spaces."""
+        call = shown_call(f"{head}{self.name} ", self.arguments, f"  id={escaped(self.id)}")
+        return [call, *(f"    {line}" for line in self.questions(whole=whole))]
+
+    def questions(self, *, whole: bool = False) -> list[str]:
         """One line per question, as a person is shown it (``kimik3 show``, ``run``, ``answer``):
         ``inp asks (book, id=call_..., question KEY): MESSAGE [name*: string]`` (form mode: the
-        fields to give, ``*`` marking required ones) or ``[answer at URL]`` (URL mode); every
-        character a terminal would act on escaped (the text is the server's)."""
+        fields to give, ``*`` marking required ones, an enum's values after ``=``) or ``[open URL
+        (host HOST) ...]`` (URL mode: the host said apart, IDNA-encoded, so a look-alike link shows
+        where it leads). Every character a terminal would hide or act on, newlines included, is
+        escaped (``\\u000a``: the text is the server's, so it cannot draw a line of its own such
+        as ``approved: ...``); a message over :data:`QUESTION_SHOWN` characters and fields past
+        the first :data:`FIELDS_SHOWN` are cut, saying how much, unless ``whole`` (``kimik3 show
+        --full``; the whole stays in the session's ``input_required`` record)."""
         lines = []
         for key, request in self.input_requests.items():
             params = _object(request.get("params") if isinstance(request, dict) else None)
-            schema = _object(params.get("requestedSchema"))
-            required: list[Any] = schema["required"] if isinstance(schema.get("required"), list) else []
-            if isinstance(params.get("url"), str):
-                wanted = f" [answer at {params['url']}]"
-            else:
-                wanted = " [" + ", ".join(f"{name}{'*' * (name in required)}: {_object(f).get('type', 'any')}"
-                                          for name, f in _object(schema.get("properties")).items()) + "]"
-            lines.append(printable(f"{self.server} asks ({self.name}, id={self.id}, question {key}): "
-                                   f"{params.get('message')}{wanted}"))
+            message = str(params.get("message"))
+            if len(message) > QUESTION_SHOWN and not whole:
+                message = f"{message[:QUESTION_SHOWN]}... (cut: {len(message)} characters in all)"
+            url = params.get("url")
+            form = _fields(params.get("requestedSchema"), whole)
+            wanted = f" [{shown_link(url)}]" if isinstance(url, str) else f" [{form}]"
+            said = f"{self.server} asks ({self.name}, id={self.id}, question {key}): {message}{wanted}"
+            lines.append(escaped(said))
         return lines
+
+
+QUESTION_SHOWN = 1000
+"""An MCP server's question is shown up to this many characters (:meth:`PendingInput.questions`)."""
+FIELDS_SHOWN = 20
+"""The fields of a question's form shown (:meth:`PendingInput.questions`); the others are counted."""
+
+
+def _fields(schema: Any, whole: bool) -> str:
+    """``name*: type`` for the properties of a form's schema (the first :data:`FIELDS_SHOWN`
+    unless ``whole``)."""
+    schema = _object(schema)
+    required = schema["required"] if isinstance(schema.get("required"), list) else []
+    fields = list(_object(schema.get("properties")).items())
+    shown = []
+    for name, spec in fields if whole else fields[:FIELDS_SHOWN]:
+        spec = _object(spec)
+        enum = spec.get("enum")
+        values = f"={'|'.join(map(str, enum if whole else enum[:FIELDS_SHOWN]))}" if isinstance(enum, list) else ""
+        shown.append(f"{name}{'*' * (name in required)}: {spec.get('type', 'any')}{values}")
+    more = len(fields) - len(shown)
+    return ", ".join(shown) + (f", ... ({more} more fields: kimik3 show SESSION --full)" if more > 0 else "")
 
 
 def _object(value: Any) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from click.core import ParameterSource
 from .._defaults import MAX_REPLY_TOKENS, REASONING_EFFORTS
 from .._exceptions import KimiK3Error, UserError
 from .._pricing import Pricing, missing_prices, pricing_for
-from .._text import printable
+from .._text import escaped, printable, shown_link
 from ..agents import (
     Agent,
     Budgets,
@@ -412,9 +412,9 @@ def _terminal_input(request: Any) -> dict[str, Any] | None:
     says), or the URL to visit; None when the person declines."""
     tool = f", tool {printable(request.tool)!r}" if request.tool else ""
     where = f"MCP server {printable(request.server)!r}{tool}"
-    click.echo(f"\n{where} asks: {printable(request.message)}", err=True)
+    click.echo(f"\n{where} asks: {escaped(printable(request.message))}", err=True)  # the server's: no line of its own
     if request.url is not None:
-        click.echo(f"open {printable(request.url)} and answer there", err=True)
+        click.echo(f"{shown_link(request.url)}, and answer there", err=True)
         return {} if click.confirm("done", default=True, err=True) else None
     if not click.confirm("answer", default=True, err=True):
         return None
@@ -423,7 +423,7 @@ def _terminal_input(request: Any) -> dict[str, Any] | None:
     for name, prop in (schema.get("properties") or {}).items():
         prop = prop if isinstance(prop, dict) else {}
         kind = {"integer": int, "number": float, "boolean": bool}.get(str(prop.get("type")), str)
-        label = printable(str(prop.get("title") or name))
+        label = escaped(printable(str(prop.get("title") or name)))
         answer[name] = click.prompt(label, type=kind, default=prop.get("default"), err=True)
     return answer
 

@@ -19,12 +19,13 @@ from rich.text import Text
 from .._exceptions import APIConnectionError, APITimeoutError, KimiK3Error
 from .._models import MOONSHOT_HOSTS
 from .._pricing import format_usd
-from .._text import counted, printable, redact_urls, shown_call
+from .._text import counted, escaped, printable, redact_urls, shown_call
 from ..agents import (
     AgentEvent,
     CompactionEvent,
     ContentDelta,
     FinalEvent,
+    PendingInput,
     ReasoningDelta,
     RunResult,
     ToolCallDone,
@@ -109,16 +110,31 @@ def _next_lines(result: RunResult[Any] | None, session: Path | None) -> list[str
         return []
     where = shlex.quote(str(Path(session).resolve()))
     lines = [f"decide with: kimik3 approve {where}"] if result.pending_approvals else []
-    lines += [f"answer with: kimik3 answer {where} {shlex.quote(p.id)} TEXT" for p in result.pending_inputs]
+    lines += [f"answer with: kimik3 answer {where} {shlex.quote(escaped(p.id))} {_answer_form(p)}"
+              for p in result.pending_inputs]
     return [*lines, f"continue with: {resume_line(session)}"]
+
+
+def _answer_form(pending: PendingInput) -> str:
+    """How ``kimik3 answer`` takes this call's answer: ``TEXT`` (one question of one field),
+    ``--json '{}'`` (one URL-mode question, once done at its link), else ``--json JSON``."""
+    requests = list(pending.input_requests.values())
+    params = requests[0].get("params") if len(requests) == 1 and isinstance(requests[0], dict) else None
+    if not isinstance(params, dict):
+        return "--json JSON"
+    if isinstance(params.get("url"), str):
+        return "--json '{}'"
+    schema = params.get("requestedSchema")
+    fields = schema.get("properties") if isinstance(schema, dict) else None
+    return "TEXT" if isinstance(fields, dict) and len(fields) == 1 else "--json JSON"
 
 
 def degraded_lines(result: RunResult[Any]) -> list[str]:
     """The calls awaiting approval, and ``degraded: ...`` with the run's issues, for a run whose
     answer is not clean ([] when it is)."""
-    waiting = [shown_call(f"awaiting approval: {p.name} ", p.arguments, f"  id={p.id}")  # whole: a person decides
+    waiting = [shown_call(f"awaiting approval: {p.name} ", p.arguments, f"  id={escaped(p.id)}")  # whole: decided on
                for p in result.pending_approvals]
-    waiting += [f"awaiting an answer: {line}" for p in result.pending_inputs for line in p.questions()]
+    waiting += [line for p in result.pending_inputs for line in p.shown("awaiting an answer: ")]
     trip = result.guardrail
     if trip is not None:
         waiting.append(f"guardrail {printable(trip.name)!r} ({trip.stage})" + (f": {printable(trip.message)}"

@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from .._exceptions import KimiK3Error, UserError
-from .._text import counted, printable, shown_call
+from .._text import counted, escaped, printable, shown_call
 from ..agents import (
     Allow,
     Deny,
@@ -58,7 +58,7 @@ def _interactive() -> bool:
 def _ask(pending: list[PendingCall], decisions: dict[str, Allow | Deny | Edit]) -> None:
     """Ask the person at the terminal about each call in turn, showing its whole arguments."""
     for p in pending:
-        click.echo(shown_call(f"{p.name} ", p.arguments, f"  id={p.id}"), err=True)
+        click.echo(shown_call(f"{p.name} ", p.arguments, f"  id={escaped(p.id)}"), err=True)
         answer = click.prompt("run this call? (y: approve, n: deny, s: leave it waiting)",
                               type=click.Choice(["y", "n", "s"]), err=True)
         if answer != "s":
@@ -139,7 +139,7 @@ def approve_command(ctx: click.Context, session: str, allow: tuple[str, ...], de
         d = decisions.get(p.id)
         what = ("still waiting: " if d is None else "denied: " if isinstance(d, Deny)
                 else shown_call("edited to ", d.arguments, ": ") if isinstance(d, Edit) else "approved: ")
-        plain.note(shown_call(f"{what}{p.name} ", p.arguments, f"  id={p.id}"))
+        plain.note(shown_call(f"{what}{p.name} ", p.arguments, f"  id={escaped(p.id)}"))
     plain.note(f"continue with: {resume_line(session)}")
 
 
@@ -182,8 +182,10 @@ def _content(pending: PendingInput, text: str | None, given: str | None, decline
     params = request.get("params") or {}
     fields = (params.get("requestedSchema") or {}).get("properties") or {}
     if len(keys) == 1 and isinstance(params.get("url"), str):
-        raise click.UsageError(f"call {pending.id} asks you to answer at {printable(params['url'])}: once done "
-                               "there, record it with --json '{}' (or --decline)")
+        raise click.UsageError(f"call {pending.id} asks you to answer at a link: "
+                               f"{escaped(params['url'])}: check its host before you open it "
+                               "(kimik3 show SESSION names it); once done there, record it with --json '{}' "
+                               "(or --decline)")
     if len(keys) > 1 or len(fields) != 1:
         raise click.UsageError(f"call {pending.id} asks for {len(fields)} fields in {len(keys)} question(s): "
                                "answer with --json (TEXT answers a question of one field)")
@@ -226,10 +228,12 @@ def answer_command(ctx: click.Context, session: str, call_id: str, text: str | N
     answers = _content(pending, text, given, decline)
     try:
         record_answers(session, {pending.id: answers}, shown=[pending])  # bound to the questions shown
+    except UserError as e:  # the call waits (read above): the answer does not fit its question
+        raise click.UsageError(str(e)) from None
     except KimiK3Error as e:
         plain.error(e)
         ctx.exit(1)
-    for line in pending.questions():
+    for line in pending.shown():
         plain.note(line)
     plain.note(printable(f"answered: {json.dumps(answers, ensure_ascii=False)}" if not decline else "declined"))
     plain.note(f"continue with: {resume_line(session)}")

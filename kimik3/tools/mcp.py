@@ -506,7 +506,9 @@ class MCPServer(Toolset):
 
         Raises:
             MCPServerError: the server is not open or is gone, answered with an MCP error, did
-                not answer within ``timeout``, or closed the connection during the call;
+                not answer within ``timeout``, closed the connection during the call, or
+                answered ``input_required`` past the SDK's rounds (a handler's answers, or
+                ``requestState`` alone, each time);
                 ``replay`` answers that are not MCP input responses.
         """
         seed = replay_seed(self.name, replay)
@@ -528,6 +530,14 @@ class MCPServer(Toolset):
             raise MCPServerError(f"the MCP server {self.name!r} answered with MCP error {e.code}: {e.message}") from e
         except TimeoutError as e:
             raise MCPServerError(f"the MCP server {self.name!r} did not answer within {self.timeout:g} s") from e
+        except ValidationError as e:  # the SDK's reading of the server's answer (ours of a replay is typed above)
+            deepest = max(e.errors(include_url=False), key=lambda err: len(err["loc"]))  # the most specific
+            where = ".".join(map(str, deepest["loc"]))
+            raise MCPServerError(f"the MCP server {self.name!r} answered the call to {name!r} with a result that is "
+                                 f"not MCP's ({e.error_count()} problems; deepest: {where}: {deepest['msg']})") from e
+        except mcp.InputRequiredRoundsExceededError as e:  # answered or state-only rounds, the SDK's loop
+            raise MCPServerError(f"the MCP server {self.name!r} answered input_required more than {e.max_rounds} "
+                                 f"rounds in one call to {name!r} (the MCP SDK's bound): the call fails") from e
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError, httpx2.HTTPError) as e:
             self._gone = _describe(e)
             raise MCPServerError(f"the MCP server {self.name!r} cannot be reached: {self._gone}") from e

@@ -210,18 +210,19 @@ def test_cli_run_stops_answer_records_and_resume_replays(tmp_path: Path) -> None
             "SESSION ID TEXT, then kimik3 resume SESSION)") in lines
     question = (f"inp asks (inp_book, id={pending.id}, question {ASK}): Whose name is the booking in Oslo under? "
                 "[name*: string]")
-    assert f"awaiting an answer: {question}" in lines
+    assert lines[lines.index(f'awaiting an answer: inp_book {{"city": "Oslo"}}  id={pending.id}') + 1] == (
+        f"    {question}")  # the call whole (an answer lets it run), then its question
     assert lines[-2:] == [f"answer with: kimik3 answer {session} {pending.id} TEXT",
                           f"continue with: kimik3 resume {session}"]
-    assert CliRunner().invoke(main, ["show", str(session)]).output.splitlines()[-2:] == [
+    assert CliRunner().invoke(main, ["show", str(session)]).output.splitlines()[-3:] == [
         f"awaiting answers: 1 call (kimik3 answer {session} ID TEXT [--json JSON] [--decline], then kimik3 resume "
-        f"{session})", f"    {question}"]
+        f"{session})", f'    inp_book {{"city": "Oslo"}}  id={pending.id}', f"        {question}"]
 
     bad = CliRunner().invoke(main, ["answer", str(session), "nope", "Ada"])
     assert bad.exit_code == 2 and f"no call 'nope' awaits an answer in {session}; awaiting: {pending.id}" in bad.output
     out = CliRunner().invoke(main, ["answer", str(session), pending.id, "Ada"])
     assert out.exit_code == 0, out.output
-    assert out.output == (f"{question}\nanswered: {{\"{ASK}\": {{\"name\": \"Ada\"}}}}\n"
+    assert out.output == (f'inp_book {{"city": "Oslo"}}  id={pending.id}\n' f"    {question}\nanswered: {{\"{ASK}\": {{\"name\": \"Ada\"}}}}\n"
                           f"continue with: kimik3 resume {session}\n")
     shown = CliRunner().invoke(main, ["show", str(session)]).output.splitlines()
     assert f"--- waits for answers to the MCP server 'inp': id={pending.id}" in shown
@@ -338,10 +339,15 @@ def test_a_url_mode_question_is_shown_with_its_url_and_answered_with_an_empty_ob
     _edit(session, "input_required", {"input_requests": {ASK: url}})
     (waiting,) = pending_inputs(session)
     assert waiting.questions() == [f"inp asks (book, id={pending.id}, question {ASK}): Sign in to book "
-                                   "[answer at https://example.test/auth]"]
+                                   "[open https://example.test/auth (host example.test; the MCP server's link: "
+                                   "open it only if you trust that host)]"]
     text = CliRunner().invoke(main, ["answer", str(session), pending.id, "done"])
-    assert text.exit_code == 2 and "asks you to answer at https://example.test/auth: once done there, record it " \
-                                   "with --json '{}' (or --decline)" in text.output
+    assert text.exit_code == 2 and (
+        "asks you to answer at a link: https://example.test/auth: check its host before you open it (kimik3 show "
+        "SESSION names it); once done there, record it with --json '{}' (or --decline)") in text.output
+    filled = CliRunner().invoke(main, ["answer", str(session), pending.id, "--json", '{"password": "x"}'])
+    assert filled.exit_code == 2 and (f"question '{ASK}' of call '{pending.id}' is answered at its URL: record it "
+                                      "done with {} (or decline)") in filled.output
     out = CliRunner().invoke(main, ["answer", str(session), pending.id, "--json", "{}"])
     assert out.exit_code == 0, out.output
     assert records(session, "input_responses")[0]["input_responses"] == {ASK: {"action": "accept", "content": {}}}
