@@ -460,6 +460,23 @@ def prepare_resume(writer: SessionWriter, approvals: Approvals, task: object,
         _refuse_task(read_journal(writer.path, writer.messages, writer.journal))
 
 
+def _refuse_missing_tools(entries: Sequence[CallJournal], tools: Mapping[str, object]) -> None:
+    """Refuse a resume that would run an approved or answered call whose tool this run lacks (an
+    MCP server not given again): run, it would end as "unknown tool" and use up the decision or
+    the answers. Nothing is run or recorded (the run's ``run_start`` aside)."""
+    for e in entries:
+        if e.finished or e.started or e.call.function.name in tools:
+            continue
+        answered = e.asked is not None and e.responses is not None
+        if not answered and (e.asked is not None or e.decision is None or isinstance(e.decision, Deny)):
+            continue  # still waiting, denied or orphaned: answered without the tool
+        server = f" (MCP server {e.asked.server!r})" if answered and e.asked is not None and e.asked.server else ""
+        raise UserError(f"the session's {'answered' if answered else 'approved'} call {e.call.id!r} to "
+                        f"{e.call.function.name!r}{server} waits to run, but this run has no tool of that name: "
+                        "resume with the tools of the run that stopped (kimik3 resume: the same --mcp options); "
+                        "nothing was run")
+
+
 def _refuse_task(entries: Sequence[CallJournal]) -> None:
     waiting = [e.call.id for e in entries if e.deferred and e.decision is None and e.asked is None]
     if waiting:
@@ -546,6 +563,7 @@ async def settle(run: _Run, run_tools: RunTools, hooks: RunHooks, text: FailureT
     entries = [e for e in read_journal(path, run.messages, records) if not e.answered]
     if task:
         _refuse_task(entries)
+    _refuse_missing_tools(entries, run.tools)
     for e in entries:
         name = e.call.function.name
         if e.finished:

@@ -112,6 +112,25 @@ def test_defer_stops_the_run_cleanly_with_the_pending_call_recorded(tmp_path: Pa
     assert pending_approvals(session) == [pending]
 
 
+def test_a_resume_without_the_approved_calls_tool_is_refused_and_uses_nothing_up(tmp_path: Path) -> None:
+    """An approved call whose tool the resuming agent lacks (an MCP server not given again) is not
+    run as "unknown tool": the resume is refused, nothing of the call is recorded, and a resume
+    with the tool still runs it once."""
+    session, [pending] = deferred_session(tmp_path)
+    record_approvals(session, {pending.id: Allow()})
+    before = session.read_bytes()
+    lacking = Agent(tools=[look], engine=ScriptedEngine(echo), approval=defer_writes)
+    with pytest.raises(UserError, match=(f"^the session's approved call '{pending.id}' to 'write_line' waits to run, but "
+                                         "this run has no tool of that name: resume with the tools of the run that "
+                                         r"stopped \(kimik3 resume: the same --mcp options\); nothing was run$")):
+        anyio.run(lambda: lacking.resume(session))
+    after = session.read_bytes()
+    assert after.startswith(before) and b"tool_started" not in after[len(before):]
+    assert b"unknown tool" not in after and WRITTEN == []
+    result = resumed(session)
+    assert result.output == "saw: wrote hello" and WRITTEN == ["hello"]
+
+
 def test_resume_with_allow_runs_the_call_once_and_goes_on(tmp_path: Path) -> None:
     session, [pending] = deferred_session(tmp_path)
     result = resumed(session, {pending.id: Allow()})

@@ -101,6 +101,20 @@ def test_answer_then_resume_replays_the_call_with_the_answer(tmp_path: Path) -> 
         anyio.run(lambda: agent(tmp_path / "log", ScriptedEngine(["never"])).resume(session))
 
 
+def test_a_resume_without_the_answered_calls_server_is_refused_and_the_answer_kept(tmp_path: Path) -> None:
+    """Resumed without the MCP server (kimik3 resume without --mcp), the answered call is not run as
+    "unknown tool", which would use the answer up: the resume is refused naming the server, and a
+    resume with it replays the answer."""
+    session, pending = asked(tmp_path)
+    lacking = Agent(tools=[], engine=ScriptedEngine(echo))
+    with pytest.raises(UserError, match=(f"^the session's answered call '{pending.id}' to 'book' \\(MCP server 'inp'\\) "
+                                         "waits to run, but this run has no tool of that name")):
+        anyio.run(lambda: lacking.resume(session, answers={pending.id: {ASK: {"name": "Ada"}}}))
+    assert records(session, "tool_started") == [] and records(session, "input_responses") != []
+    result = anyio.run(lambda: agent(tmp_path / "log", ScriptedEngine(echo)).resume(session))
+    assert (result.stop_reason, result.output) == ("completed", "saw: booked Oslo for Ada")
+
+
 def test_a_declined_question_is_replayed_as_declined(tmp_path: Path) -> None:
     session, pending = asked(tmp_path)
     record_answers(session, {pending.id: {ASK: None}})
