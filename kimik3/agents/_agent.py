@@ -655,7 +655,8 @@ class Agent(Generic[OutputT]):
             return
         approved[i] = decision
         context = run.tool_context(call.id, self.add_tools, self.failure_text, self.budgets, self.approval)
-        if replay or recorded or not decision.edited:  # a hook's live edit is in no record: its questions cannot wait
+        if (run.session is not None or replay) and (replay or recorded or not decision.edited):
+            # a hook's live edit is in no record: its questions cannot wait; no session, no record (issue 44: skipped)
             arguments = decision.arguments if isinstance(decision.arguments, dict) else pending_call(call).arguments
             context = replace(context, defer_input=input_waiter(run, call, arguments),
                               input_replay=replay[1] if replay else None)

@@ -85,7 +85,11 @@ def _digest(result: ToolResult) -> str:
     error flag)."""
     h = hashlib.blake2b(digest_size=16)
     h.update(b"E" if result.is_error else b"R")
-    h.update(steady(result.model_dump_json(include={"content"})).encode("utf-8", "surrogatepass"))
+    content = result.content
+    if isinstance(content, str):  # text: itself, not its JSON (issue 44: the regexes read less)
+        h.update(b"T" + steady(content).encode("utf-8", "surrogatepass"))
+    else:
+        h.update(steady(result.model_dump_json(include={"content"})).encode("utf-8", "surrogatepass"))
     return h.hexdigest()
 
 
