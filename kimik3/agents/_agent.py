@@ -38,7 +38,7 @@ import math
 import os
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import AsyncExitStack
+from contextlib import AsyncExitStack, nullcontext
 from dataclasses import replace
 from typing import Any, Generic, Literal, cast
 
@@ -484,8 +484,9 @@ class Agent(Generic[OutputT]):
                 async for tool_event in self._run_tools(run, message.tool_calls, said):
                     yield tool_event
             finally:  # a cancelled turn's changes are recorded too
-                with anyio.CancelScope(shield=True):
-                    await self.hooks.after_tools(run.turns, message.tool_calls)
+                if self.hooks.hooks:  # no hook: nothing to shield (issue 44: no cancel scope a turn)
+                    with anyio.CancelScope(shield=True):
+                        await self.hooks.after_tools(run.turns, message.tool_calls)
             yield TurnEndEvent(run.turns, message, completion.usage, cost)
             run.unusable_turns = 0
             if run.loop is not None:  # the model went on past every warning (agents/_loops.py)
@@ -573,10 +574,11 @@ class Agent(Generic[OutputT]):
                 group.cancel_scope.cancel()
 
         # Tools get the rest of the budget as their limit; this scope ends what that did not (a hook).
-        scope = anyio.move_on_after(None if deadline is None else deadline + TOOL_GRACE)
+        # Without a time budget there is no scope (issue 44: nothing could cancel it).
+        scope = None if deadline is None else anyio.move_on_after(deadline + TOOL_GRACE)
         todo = [i for i, result in enumerate(results) if result is None]
         try:
-            with scope:
+            with scope if scope is not None else nullcontext():
                 lone = run.tools.get(calls[todo[0]].function.name) if len(todo) == 1 else None
                 if INLINE_ONE_CALL and lone is not None and lone.in_thread:  # issue 44: no task group
                     await one(calls[todo[0]], todo[0], scoped=False)
@@ -598,7 +600,7 @@ class Agent(Generic[OutputT]):
                 if result is None and (call.id in run.deferred or call.id in run.waiting):
                     continue  # no result: it waits for a decision or answers (a resume gives them)
                 if result is None:
-                    why = failures.interrupted(by_time_budget=scope.cancel_called)
+                    why = failures.interrupted(by_time_budget=scope is not None and scope.cancel_called)
                     result = ToolResult.from_failure(why, self.failure_text)
                 result = run.loops.answered(steps[i], result)  # told what it repeats, at loop_warn
                 results[i] = result
@@ -655,7 +657,8 @@ class Agent(Generic[OutputT]):
             return
         approved[i] = decision
         context = run.tool_context(call.id, self.add_tools, self.failure_text, self.budgets, self.approval)
-        if replay or recorded or not decision.edited:  # a hook's live edit is in no record: its questions cannot wait
+        if (run.session is not None or replay) and (replay or recorded or not decision.edited):
+            # a hook's live edit is in no record: its questions cannot wait; no session, no record (issue 44: skipped)
             arguments = decision.arguments if isinstance(decision.arguments, dict) else pending_call(call).arguments
             context = replace(context, defer_input=input_waiter(run, call, arguments),
                               input_replay=replay[1] if replay else None)

@@ -281,10 +281,13 @@ class Guards:
         """Check a call's arguments (a JSON object's text is parsed; other text is handed over as
         it is) before it runs: None (run it), or the error result the model reads instead (the
         guardrail's message)."""
+        checks = self._of("tool_input")
+        if not checks:  # none: the arguments are not parsed for nothing (issue 44)
+            return None
         if isinstance(arguments, str):
             with contextlib.suppress(ValueError):
                 arguments = json.loads(arguments)
-        for g in self._of("tool_input"):
+        for g in checks:
             result = await self._run(g, (name, arguments), arguments, call_id)
             if result.tripwire_triggered:
                 return self._blocked(g, result, call_id)

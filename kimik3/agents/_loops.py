@@ -65,18 +65,22 @@ def call_key(call: ToolCall) -> str:
 # clock readings (ISO-8601 date-times, HH:MM:SS[.fff]). A background job's age ("[bg1: running
 # for 5 s]") is NOT volatile: polling a silent job must stay a different step each poll.
 _VOLATILE = (
-    (re.compile(r"\[exit code: (-?\d+), \d+(?:\.\d+)? s\]"), r"[exit code: \1]"),
-    (re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?"), "<date-time>"),
-    (re.compile(r"(?<![\d:])\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?(?![\d:])"), "<time>"),
+    (("[exit code: ",), re.compile(r"\[exit code: (-?\d+), \d+(?:\.\d+)? s\]"), r"[exit code: \1]"),
+    (("-", ":"), re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?"),
+     "<date-time>"),
+    ((":",), re.compile(r"(?<![\d:])\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?(?![\d:])"), "<time>"),
 )
+"""Each: the substrings every match contains (a text without one is not searched: issue 44),
+the pattern, its replacement."""
 
 
 def steady(text: str) -> str:
     """``text`` with its volatile parts (``_VOLATILE``) replaced by fixed placeholders, so two
     results that differ only in a run time or a clock reading digest the same (issue 41: a bash
     loop whose trailer's seconds change each time still is a loop)."""
-    for pattern, replacement in _VOLATILE:
-        text = pattern.sub(replacement, text)
+    for needles, pattern, replacement in _VOLATILE:
+        if all(n in text for n in needles):
+            text = pattern.sub(replacement, text)
     return text
 
 
@@ -85,7 +89,11 @@ def _digest(result: ToolResult) -> str:
     error flag)."""
     h = hashlib.blake2b(digest_size=16)
     h.update(b"E" if result.is_error else b"R")
-    h.update(steady(result.model_dump_json(include={"content"})).encode("utf-8", "surrogatepass"))
+    content = result.content
+    if isinstance(content, str):  # text: itself, not its JSON (issue 44: the regexes read less)
+        h.update(b"T" + steady(content).encode("utf-8", "surrogatepass"))
+    else:
+        h.update(steady(result.model_dump_json(include={"content"})).encode("utf-8", "surrogatepass"))
     return h.hexdigest()
 
 

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
+import os
 import time
-import uuid
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -198,7 +198,7 @@ class ChatCompletion(BaseModel):
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    id: str = Field(default_factory=lambda: "chatcmpl-" + uuid.uuid4().hex[:24])
+    id: str = Field(default_factory=lambda: "chatcmpl-" + os.urandom(12).hex())  # 96 random bits, no UUID object
     object: Literal["chat.completion"] = "chat.completion"
     created: int = Field(default_factory=lambda: int(time.time()))
     model: str = ""

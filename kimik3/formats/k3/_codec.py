@@ -53,7 +53,7 @@ from ._encode import (
     prompt_header_segments,
     prompt_trailer_segments,
 )
-from ._events import Event
+from ._events import Event, ToolCallArgumentsDelta
 from ._media import expand_videos, image_prompt_tokens, prepare_request_image
 from ._parse import StreamParser
 from ._tokenizer import K3Tokenizer, estimate_tokens
@@ -521,6 +521,22 @@ def _count(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
+def _merge_argument_deltas(events: list[Event]) -> list[Event]:
+    """``events`` with each run of consecutive :class:`ToolCallArgumentsDelta` of one call as
+    one (the fragments concatenated: the call's arguments text is unchanged)."""
+    if len(events) < 2:
+        return events
+    out: list[Event] = []
+    for event in events:
+        last = out[-1] if out else None
+        if (event.__class__ is ToolCallArgumentsDelta and last.__class__ is ToolCallArgumentsDelta
+                and last.index == event.index and last.id == event.id):
+            out[-1] = ToolCallArgumentsDelta(event.index, event.id, last.delta + event.delta)
+        else:
+            out.append(event)
+    return out
+
+
 class K3Decoder:
     """Raw K3 output chunks -> events (:class:`StreamParser`) and, at the end, the completion."""
 
@@ -535,7 +551,9 @@ class K3Decoder:
         self._cached_tokens: int | None = None
 
     def feed(self, chunk: RawChunk) -> list[Event]:
-        """The events of one chunk."""
+        """The events of one chunk; consecutive argument fragments of one call in it are one
+        :class:`ToolCallArgumentsDelta` (they arrived together: each event crosses every layer
+        between the engine and the agent's caller, issue 44)."""
         if chunk.finish_reason is not None:
             self.finish_reason = chunk.finish_reason
         if chunk.completion_tokens is not None:
@@ -547,7 +565,7 @@ class K3Decoder:
         if not chunk.text:
             return []
         self._raw.append(chunk.text)
-        return self._parser.feed(chunk.text)
+        return _merge_argument_deltas(self._parser.feed(chunk.text))
 
     def finish(self) -> list[Event]:
         """The last events (a call cut by the end of the stream)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ..._exceptions import MediaError
 from ...types import ImagePart, Message, ToolMessage, VideoPart
-from ._encode import RenderedMessage, message_segments
+from ._encode import RenderedMessage, Segment, message_segments
 from ._media import image_prompt_tokens, prepare_request_image
 from ._tokenizer import K3Tokenizer, estimate_tokens
 
@@ -40,6 +40,10 @@ def message_tokens(message: Message, tokenizer: K3Tokenizer | None, *, allow_loc
         InvalidRequestError, InvalidArgumentsError: a message K3 cannot encode (as the encoder).
     """
     content = message.content
+    if tokenizer is not None and message.__class__ is ToolMessage and content.__class__ is str and content:
+        # a tool's text result: its framing's tokens (the same for each result of that tool) plus
+        # its text's (segments are encoded each on its own: the sum is exact; issue 44)
+        return _tool_framing(tokenizer, message.name or "tool") + len(tokenizer.encode_segment(Segment(content, False)))
     images: list[ImagePart] = []
     if isinstance(content, list):
         images = [p for p in content if isinstance(p, ImagePart)]
@@ -65,3 +69,22 @@ def message_tokens(message: Message, tokenizer: K3Tokenizer | None, *, allow_loc
         width, height = prepared.size
         n += image_prompt_tokens(tokenizer, width, height, prepared.token_count) - 1  # minus the placeholder
     return n
+
+
+_FRAMING: dict[tuple[int, str], tuple[K3Tokenizer, int]] = {}
+_FRAMING_KEPT = 256
+
+
+def _tool_framing(tokenizer: K3Tokenizer, name: str) -> int:
+    """Tokens of a tool message's framing (``<|open|>message role="tool" tool="NAME" index="1"<|sep|>``
+    through ``<|end_of_msg|>``), as :func:`message_tokens` frames it; counted once per tokenizer and
+    tool name."""
+    key = (id(tokenizer), name)
+    hit = _FRAMING.get(key)
+    if hit is None or hit[0] is not tokenizer:
+        empty = ToolMessage(content="", tool_call_id="x", name=name)
+        n = len(tokenizer.encode_segments(message_segments(RenderedMessage(empty, name, 1), thinking=True)))
+        if len(_FRAMING) >= _FRAMING_KEPT:
+            _FRAMING.pop(next(iter(_FRAMING)))
+        hit = _FRAMING[key] = (tokenizer, n)
+    return hit[1]

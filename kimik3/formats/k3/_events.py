@@ -8,7 +8,7 @@ start, argument deltas and end (done, or incomplete when it was cut).
 
 from __future__ import annotations
 
-import uuid
+import os
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
@@ -30,11 +30,12 @@ __all__ = [
 
 
 def new_tool_call_id() -> str:
-    """A fresh opaque tool-call id, ``"call_"`` + 24 random hex digits (uuid4-based).
+    """A fresh opaque tool-call id, ``"call_"`` + 24 random hex digits (96 bits of ``os.urandom``;
+    not through ``uuid.UUID``, whose construction was most of the cost: issue 44).
 
     K3 emits no call ids (docs/k3-format.md § Output): the client invents them. They are never rendered back.
     """
-    return "call_" + uuid.uuid4().hex[:24]
+    return "call_" + os.urandom(12).hex()
 
 
 # -- results ---------------------------------------------------------------------------------

@@ -323,6 +323,7 @@ class K3Tokenizer:
         if not self._tagged:
             return self._enc.encode(text, allowed_special="all")
         ordinary = self._enc.encode_ordinary
+        small = self._small  # the text between tags is mostly a tag's name or attributes: memoised
         out: list[int] = []
         start = 0
         for tag in _TAG.finditer(text):  # no tag can start inside another (_TAG)
@@ -330,7 +331,9 @@ class K3Tokenizer:
             if token is None:
                 continue  # looks like a tag, is text
             if tag.start() > start:
-                out.extend(ordinary(text[start : tag.start()]))
+                piece = text[start : tag.start()]
+                ids = small.get(piece) if len(piece) <= _SMALL_SEGMENT else None
+                out.extend(ids if ids is not None else ordinary(piece))
             out.append(token)
             start = tag.end()
         if start < len(text):
