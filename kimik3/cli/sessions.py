@@ -8,8 +8,9 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -33,6 +34,23 @@ from .progress import PlainProgress, progress_view, resume_line
 
 __all__ = ["answer_command", "approve_command", "show_command", "undo_command"]
 
+
+
+T = TypeVar("T")
+
+def _awaiting(ctx: click.Context, plain: PlainProgress, read: Callable[[str], list[T]], session: str,
+              what: str) -> list[T]:
+    """The calls of ``session`` awaiting ``what`` (``read``: :func:`pending_approvals` or
+    :func:`pending_inputs`); exits 1 saying why when it cannot be read or none waits."""
+    try:
+        found = read(session)
+    except KimiK3Error as e:
+        plain.error(e)
+        ctx.exit(1)
+    if not found:
+        plain.error(UserError(f"no tool call awaits {what} in {session}"))
+        ctx.exit(1)
+    return found
 
 @click.command(name="show")
 @click.argument("session", type=click.Path(exists=True, dir_okay=False))
@@ -88,14 +106,7 @@ def approve_command(ctx: click.Context, session: str, allow: tuple[str, ...], de
     decision at all without a terminal or --all.
     """
     plain = PlainProgress()
-    try:
-        pending = pending_approvals(session)
-    except KimiK3Error as e:
-        plain.error(e)
-        ctx.exit(1)
-    if not pending:
-        plain.error(UserError(f"no tool call awaits approval in {session}"))
-        ctx.exit(1)
+    pending = _awaiting(ctx, plain, pending_approvals, session, "approval")
     ids = [p.id for p in pending]
     named = [*allow, *deny, *(i for i, _ in edit)]
     for call_id in named:
@@ -211,14 +222,7 @@ def answer_command(ctx: click.Context, session: str, call_id: str, text: str | N
     when no call awaits an answer, 2 for an id that does not wait or an answer that does not fit.
     """
     plain = PlainProgress()
-    try:
-        waiting = pending_inputs(session)
-    except KimiK3Error as e:
-        plain.error(e)
-        ctx.exit(1)
-    if not waiting:
-        plain.error(UserError(f"no tool call awaits an answer in {session}"))
-        ctx.exit(1)
+    waiting = _awaiting(ctx, plain, pending_inputs, session, "an answer")
     pending = next((p for p in waiting if p.id == call_id), None)
     if pending is None:
         raise click.UsageError(f"no call {call_id!r} awaits an answer in {session}; awaiting: "

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from kimik3.tools import Tool
-from kimik3.tools.coding import Sandbox, _sandbox, coding_tools
+from kimik3.tools.coding import Sandbox, _sandbox
 
 from ..harness.helpers import make_repo
 from ..procs import needs_bwrap
+from .test_sandbox_policy import bash_in, run
 
 needs_landlock = pytest.mark.skipif(_sandbox._landlock_abi() < 1, reason="this kernel has no Landlock")
 BACKENDS = [pytest.param("bwrap", marks=needs_bwrap), pytest.param("landlock", marks=needs_landlock)]
@@ -45,14 +45,6 @@ def put(path: Path, text: str) -> Path:
     return path
 
 
-async def run(bash: Tool, command: str) -> str:
-    result = await bash.run({"command": command, "timeout": 60})
-    assert isinstance(result.content, str) and not result.is_error, result.content
-    return result.content
-
-
-def bash_in(box: Sandbox) -> Tool:
-    return coding_tools(box.root, sandbox=box)[0]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
