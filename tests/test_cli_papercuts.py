@@ -21,6 +21,7 @@ from kimik3.agents import PendingCall, SessionLog
 from kimik3.cli import engine as cli_engine
 from kimik3.cli import main
 from kimik3.harness import FEATURES, CodingHarness
+from tests.harness.helpers import calls
 from tests.test_cli import answer, call, env_for, invoke, make_repo, progress_lines, write_script
 
 WRITE_B = [call("write_file", {"path": "b.txt", "content": "new\n"}), answer("wrote b.txt")]
@@ -192,7 +193,10 @@ def test_a_wrapped_tool_call_keeps_its_closing_parenthesis_with_its_arguments(tm
     assert not any(line.lstrip().startswith(")") for line in shown)
 
 
-def test_a_run_stopped_with_a_waiting_call_counts_it_as_waiting(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("commands", "counted"), [(["ls"], "0 tool calls run, 1 waits"),
+                                                     (["ls", "pwd"], "0 tool calls run, 2 wait")])
+def test_a_run_stopped_with_waiting_calls_counts_them_as_waiting(tmp_path: Path, commands: list[str],
+                                                                 counted: str) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()
     session = tmp_path / "s.jsonl"
@@ -201,10 +205,11 @@ def test_a_run_stopped_with_a_waiting_call_counts_it_as_waiting(tmp_path: Path) 
         return Defer() if call.name == "bash" else Allow()
 
     agent = CodingHarness(ws, features=FEATURES - {"background", "checkpoints", "subagents", "skills"},
-                          sandbox="none").agent(engine=ScriptedEngine([call("bash", {"command": "ls"})]),
+                          sandbox="none").agent(engine=ScriptedEngine([calls(*(("bash", {"command": c}) for c in commands))]),
                                                 approval=defer_bash)
     assert anyio.run(lambda: agent.run("list", session=session)).stop_reason == "approval_required"
     script = write_script(tmp_path / "more.json", [answer("never asked")])
     out = invoke(["resume", str(session), "--script", str(script), "--plain", "--sandbox", "none"], tmp_path / "home")
     usage = [line for line in out.stdout.splitlines() if line.startswith("usage: ")]
-    assert usage == ["usage: 0 turns, 0 tool calls run, 1 waits, 0 tokens"], out.output
+    assert usage == [f"usage: 0 turns, {counted}, 0 tokens"], out.output
+    assert out.stdout.splitlines()[-1] == f"continue with: kimik3 resume {shlex.quote(str(session.resolve()))}"
