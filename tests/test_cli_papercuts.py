@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from kimik3 import Allow, Defer, ScriptedEngine
 from kimik3.agents import PendingCall, SessionLog
 from kimik3.cli import engine as cli_engine
-from kimik3.cli import main
+from kimik3.cli import main, recorded
 from kimik3.harness import FEATURES, CodingHarness
 from tests.harness.helpers import calls
 from tests.test_cli import answer, call, env_for, invoke, make_repo, progress_lines, write_script
@@ -73,16 +73,16 @@ def test_resume_with_no_engine_options_runs_on_the_engine_the_session_records(tm
 def test_the_recorded_engine_options_carry_no_credential(tmp_path: Path) -> None:
     model = tmp_path / "model"
     model.mkdir()
-    served = cli_engine._recorded_command.make_context("kimik3 run", [
+    served = recorded._recorded_command.make_context("kimik3 run", [
         "--base-url", "http://user:pw@127.0.0.1:8000/v1?api-key=s3cret&model=k3", "--api-key", "sk-secret",
         "--model", "kimi-k3", "--request-timeout", "30"])
-    assert cli_engine.engine_argv(cli_engine.options_from(served.params)) == [
+    assert recorded.engine_argv(cli_engine.options_from(served.params)) == [
         "--base-url", "http://***@127.0.0.1:8000/v1?api-key=***&model=k3", "--model", "kimi-k3",
         "--request-timeout", "30.0"]
-    embedded = cli_engine._recorded_command.make_context("kimik3 run", [
+    embedded = recorded._recorded_command.make_context("kimik3 run", [
         "--model-path", str(model), "--max-model-len", "4096", "--trust-remote-code", "--no-enforce-eager",
         "--engine-arg", "hf_token=hf_abc", "--engine-arg", "max-num-seqs=8", "--engine-arg", "kv_cache_dtype=fp8"])
-    assert cli_engine.engine_argv(cli_engine.options_from(embedded.params)) == [
+    assert recorded.engine_argv(cli_engine.options_from(embedded.params)) == [
         "--model-path", str(model), "--max-model-len", "4096", "--no-enforce-eager", "--trust-remote-code",
         "--engine-arg", "max_num_seqs=8", "--engine-arg", 'kv_cache_dtype="fp8"']
 

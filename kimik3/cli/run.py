@@ -42,11 +42,11 @@ from .engine import (
     engine_options,
     options_from,
     quiet,
-    recorded_params,
     settings_from,
 )
 from .harness import harness_options, harness_parts, sandbox_from_options, sandbox_options, skills_from_options
 from .progress import STOP_REASONS, ProgressView, degraded_lines, progress_view, resume_line, typed_error
+from .recorded import EngineHeader, engine_argv, recorded_params
 
 __all__ = ["chat_command", "execute", "resume_command", "run_command", "session_workspace", "start_embedded"]
 
@@ -217,7 +217,7 @@ def _run_agent(o: Options, workspace: str, task: str | None, history: list[Messa
             return 1
         engine = engine_from(o)
         parts = harness_parts(engine, workspace, settings_from(o, engine), progress.note, sandbox, skills)
-        agent = agent_from(o, engine, *parts)
+        agent = agent_from(o, engine, parts[0], parts[1], [*parts[2], EngineHeader(engine_argv(o))])
     except BaseException:
         if writer is not None:
             writer.close()
@@ -346,9 +346,10 @@ def chat_command(ctx: click.Context, /, workspace: str | None, session: str | No
                                 on_instructions=lambda rel: progress.note(f"project instructions: {rel}"))
     engine = engine_from(o)
     if harness is not None:  # each turn is a run: what its commands left ends with it (the sandbox's hook)
-        agent = agent_from(o, engine, *harness.parts(engine=engine, settings=settings_from(o, engine)))
+        tools, instructions, hooks = harness.parts(engine=engine, settings=settings_from(o, engine))
+        agent = agent_from(o, engine, tools, instructions, [*hooks, EngineHeader(engine_argv(o))])
     else:
-        agent = agent_from(o, engine, [], None)
+        agent = agent_from(o, engine, [], None, [EngineHeader(engine_argv(o))])
     path = Path(session) if session is not None else _new_session_path()
     interactive = sys.stdin.isatty()
     if interactive:
