@@ -73,13 +73,13 @@ def test_resume_with_no_engine_options_runs_on_the_engine_the_session_records(tm
 def test_the_recorded_engine_options_carry_no_credential(tmp_path: Path) -> None:
     model = tmp_path / "model"
     model.mkdir()
-    served = recorded._recorded_command.make_context("kimik3 run", [
+    served = recorded.recorded_command.make_context("kimik3 run", [
         "--base-url", "http://user:pw@127.0.0.1:8000/v1?api-key=s3cret&model=k3", "--api-key", "sk-secret",
         "--model", "kimi-k3", "--request-timeout", "30"])
     assert recorded.engine_argv(cli_engine.options_from(served.params)) == [
         "--base-url", "http://***@127.0.0.1:8000/v1?api-key=***&model=k3", "--model", "kimi-k3",
         "--request-timeout", "30.0"]
-    embedded = recorded._recorded_command.make_context("kimik3 run", [
+    embedded = recorded.recorded_command.make_context("kimik3 run", [
         "--model-path", str(model), "--max-model-len", "4096", "--trust-remote-code", "--no-enforce-eager",
         "--engine-arg", "hf_token=hf_abc", "--engine-arg", "max-num-seqs=8", "--engine-arg", "kv_cache_dtype=fp8"])
     assert recorded.engine_argv(cli_engine.options_from(embedded.params)) == [

@@ -18,7 +18,7 @@ from .._text import REDACTED, printable, redact_url
 from ..agents import RunHooks, SessionLog
 from .engine import Options, engine_options
 
-__all__ = ["RECORDED_OPTIONS", "EngineHeader", "engine_argv", "recorded_engine", "recorded_params"]
+__all__ = ["RECORDED_OPTIONS", "EngineHeader", "engine_argv", "recorded_command", "recorded_engine", "recorded_params"]
 
 
 # The engine options a session's header records (``"engine": [argv]``) and resume takes back when
@@ -119,7 +119,7 @@ def recorded_engine(log: SessionLog) -> list[str]:
 
 @click.command(name="kimik3 resume", add_help_option=False)
 @engine_options
-def _recorded_command(**params: Any) -> None:
+def recorded_command(**params: Any) -> None:
     """Parses recorded engine options with the options' own types (never invoked)."""
 
 
@@ -140,7 +140,7 @@ def recorded_params(log: SessionLog, params: dict[str, Any]) -> list[str]:
     if not argv:
         return []
     try:
-        parsed = _recorded_command.make_context("kimik3 resume", list(argv))
+        parsed = recorded_command.make_context("kimik3 resume", list(argv))
     except click.ClickException as e:
         raise SessionError(f"session {log.path} records engine options that do not hold now "
                            f"({e.format_message()}); nothing was run: give the engine options") from None
