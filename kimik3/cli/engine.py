@@ -468,4 +468,3 @@ def agent_from(o: Options, engine: Engine, tools: Sequence[Tool | Toolset], inst
         extra.append(plan_tool(Plan()))
     return Agent(instructions=instructions, tools=[*tools, *extra], engine=engine, settings=settings_from(o, engine),
                  budgets=budgets, hooks=hooks, pricing=o.price if o.price is not None else "auto")
-
