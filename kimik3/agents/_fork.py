@@ -115,6 +115,42 @@ def _skills_line(body: dict[str, Any]) -> list[str]:
     return [f"--- skill loaded: {loaded.get('name')}"] if isinstance(loaded, dict) else []
 
 
+WIDTH = 100
+"""Characters of a transcript line that wraps (a tool call)."""
+
+MAX_UNDONE = 10
+"""Paths an undo line names (the rest counted)."""
+
+
+def _json(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _call_line(head: str, arguments: str, ident: str, indent: str) -> str:
+    """``head`` (``-> bash(``), the raw ``arguments`` as :func:`~kimik3._text.shown_text` shows
+    them, ``)`` right after their last character (never on a line of its own: the call reads as
+    one unit), then ``  ident`` (``id=call_1``) on that line when it fits in :data:`WIDTH`
+    characters, else on the next line, ``indent`` ed."""
+    shown = shown_text(arguments, width=WIDTH - 1, indent=indent, start=len(head))  # room for the ")"
+    last = shown.rsplit("\n", 1)
+    used = len(last[-1]) + (len(head) if len(last) == 1 else 0) + 1
+    return f"{head}{shown})" + (f"  {ident}" if used + 2 + len(ident) <= WIDTH else f"\n{indent}{ident}")
+
+
+def _undo_line(body: Any) -> str:
+    """``--- undone: the file changes after turn 0 (kimik3 undo --to 0): a.py, b.py`` for an
+    ``undo`` record (:mod:`kimik3.harness._undo` writes ``{"to": N, "paths": [...]}``), the
+    paths put back (restored or removed) as recorded, at most :data:`MAX_UNDONE` named."""
+    to = body.get("to") if isinstance(body, dict) else None
+    paths = body.get("paths") if isinstance(body, dict) else None
+    if not isinstance(to, int) or isinstance(to, bool) or not isinstance(paths, list):
+        return f"--- undo (a malformed record: {printable(_json(body))[:80]})"
+    names = [printable(_json(p) if not isinstance(p, str) else p) for p in paths[:MAX_UNDONE]]
+    more = f" and {len(paths) - MAX_UNDONE} more" if len(paths) > MAX_UNDONE else ""
+    return (f"--- undone: the file changes after turn {to} (kimik3 undo --to {to}): "
+            f"{', '.join(names) or 'no file'}{more}")
+
+
 def _journal_line(record: JournalRecord, calls: dict[str, ToolCall]) -> str:
     """``--- deferred for approval: write {...}  id=X`` and the like, for a journal record;
     a deferred call is shown as its turn's assistant message holds it (``calls``, by id)."""
@@ -125,7 +161,7 @@ def _journal_line(record: JournalRecord, calls: dict[str, ToolCall]) -> str:
         if held is None:
             return f"--- deferred for approval: no such call in this turn  {call}"
         pending = pending_call(held)
-        return shown_call(f"--- deferred for approval: {pending.name}(", pending.arguments, f")  {call}")
+        return _call_line(f"--- deferred for approval: {pending.name}(", _json(pending.arguments), call, "    ")
     if record.kind == "tool_started":
         return f"--- approved call started: {escaped(str(body.get('name')))}  {call}"
     if record.kind == "input_required":
@@ -190,6 +226,9 @@ def format_session(
         if r.skills is not None:
             out.extend(_skills_line(r.skills))
             continue
+        if r.kind == "undo":
+            out.append(_undo_line(r.body))
+            continue
         if r.journal is not None and r.journal.kind != "tool_finished":  # every call's: the result follows
             out.append(_journal_line(r.journal, calls))
             continue
@@ -215,9 +254,8 @@ def format_session(
             if _text(m.content).strip():
                 out.extend(_clip(_text(m.content), max_lines, "    "))
             for call in m.tool_calls or ():
-                head, tail = f"    -> {call.function.name}(", f")  id={escaped(call.id)}"
-                shown = shown_text(call.function.arguments, indent=" " * 8, start=len(head), end=len(tail))
-                out.append(head + shown + tail)
+                out.append(_call_line(f"    -> {call.function.name}(", call.function.arguments,
+                                      f"id={escaped(call.id)}", " " * 8))
         elif isinstance(m, ToolMessage):
             name = f" {m.name}" if m.name else ""
             out.append(f"[{r.index}] tool{name} result for {escaped(str(m.tool_call_id))}")
@@ -232,7 +270,7 @@ def format_session(
         where = shlex.quote(str(Path(path).resolve()))  # runnable as printed, from any folder
         out.append(f"awaiting approval: {counted(len(pending), 'call')} (kimik3 approve {where} "
                    f"[--allow ID] [--deny ID] [--edit ID JSON] [--all], then kimik3 resume {where})")
-        out.extend(shown_call(f"    {p.name}(", p.arguments, f")  id={escaped(p.id)}", indent=" " * 8) for p in pending)
+        out.extend(_call_line(f"    {p.name}(", _json(p.arguments), f"id={escaped(p.id)}", " " * 8) for p in pending)
     asking = pending_inputs(log)
     if asking:
         where = shlex.quote(str(Path(path).resolve()))

@@ -150,6 +150,15 @@ def degraded_lines(result: RunResult[Any]) -> list[str]:
     return lines
 
 
+def calls_text(ran: int, result: RunResult[Any]) -> str:
+    """``3 tool calls``, or for a run stopped with calls that wait (for approval, for an MCP
+    server's answer) ``0 tool calls run, 1 waits``: a waiting call is neither run nor lost."""
+    waiting = len(result.pending_approvals) + len(result.pending_inputs)
+    if not waiting:
+        return counted(ran, "tool call")
+    return f"{counted(ran, 'tool call')} run, {waiting} wait{'s' if waiting == 1 else ''}"
+
+
 def _spend(usage: Usage, cost: float | None) -> str:
     """``, 45% cached, $0.0123``: the share of prompt tokens served from the prefix cache (when the
     engine reports it) and the USD cost (when the run is priced); "" when neither is known."""
@@ -265,7 +274,7 @@ class PlainProgress:
                 self._echo(f"stopped: {result.stop_reason} ({STOP_REASONS.get(result.stop_reason, '')})")
             for line in degraded_lines(result):
                 self._echo(line)
-            self._echo(f"usage: {counted(result.turns, 'turn')}, {counted(self.tool_calls, 'tool call')}, "
+            self._echo(f"usage: {counted(result.turns, 'turn')}, {calls_text(self.tool_calls, result)}, "
                        f"{result.usage.total_tokens} tokens{_spend(result.usage, result.cost)}")
         if session is not None:
             self._echo(f"session: {session}")
@@ -396,7 +405,7 @@ class _RichProgress:
             for line in degraded_lines(result):
                 self._print(Text(line, style="yellow"))
             spend = "".join(f" · {p}" for p in _spend(result.usage, result.cost).split(", ") if p)
-            self._print(Text(f"{counted(result.turns, 'turn')} · {counted(self.tool_calls, 'tool call')} · "
+            self._print(Text(f"{counted(result.turns, 'turn')} · {calls_text(self.tool_calls, result)} · "
                              f"{result.usage.total_tokens:,} tokens{spend}", style="dim"))
         if session is not None:
             self._print(Text(f"session: {session}", style="dim"))

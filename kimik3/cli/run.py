@@ -34,9 +34,19 @@ from ..agents import (
 from ..engines import Engine, VLLMEngine, kimik3_home, output_to, start_failure, vllm_log_path
 from ..harness import CodingHarness, Skills
 from ..types import AssistantMessage, Message, UserMessage
-from .engine import Options, agent_from, check_prices, engine_from, engine_options, options_from, quiet, settings_from
+from .engine import (
+    Options,
+    agent_from,
+    check_prices,
+    engine_from,
+    engine_options,
+    options_from,
+    quiet,
+    settings_from,
+)
 from .harness import harness_options, harness_parts, sandbox_from_options, sandbox_options, skills_from_options
 from .progress import STOP_REASONS, ProgressView, degraded_lines, progress_view, resume_line, typed_error
+from .recorded import EngineHeader, engine_argv, recorded_params
 
 __all__ = ["chat_command", "execute", "resume_command", "run_command", "session_workspace", "start_embedded"]
 
@@ -207,7 +217,7 @@ def _run_agent(o: Options, workspace: str, task: str | None, history: list[Messa
             return 1
         engine = engine_from(o)
         parts = harness_parts(engine, workspace, settings_from(o, engine), progress.note, sandbox, skills)
-        agent = agent_from(o, engine, *parts)
+        agent = agent_from(o, engine, parts[0], parts[1], [*parts[2], EngineHeader(engine_argv(o))])
     except BaseException:
         if writer is not None:
             writer.close()
@@ -268,9 +278,12 @@ def resume_command(ctx: click.Context, /, session: str, task: str | None, worksp
            **params: Any) -> None:  # fmt: skip
     """Continue the session in SESSION, with TASK as a new request if given.
 
-    Tool calls a crash left without a result are answered with an error first (as
-    Agent.resume does); the session file receives the new messages. With --at N the history up
-    to message N is copied into a new session (printed), which receives them instead.
+    Without engine options (--base-url, --model-path, --script, or their environment variables),
+    the engine options SESSION's header records are used (said on the first line; never an API
+    key: give it by its environment variable). Tool calls a crash left without a result are
+    answered with an error first (as Agent.resume does); the session file receives the new
+    messages. With --at N the history up to message N is copied into a new session (printed),
+    which receives them instead.
     """
     o = options_from(params)
     if task is not None:
@@ -288,6 +301,9 @@ def resume_command(ctx: click.Context, /, session: str, task: str | None, worksp
         writer = SessionWriter(session, create=False)  # the run's: workspace and history from its one read
         try:
             history, workspace = list(writer.messages), session_workspace(writer.log, workspace)
+            if recorded := recorded_params(writer.log, params):  # no engine given: the session's own
+                o = options_from(params)
+                progress.note(f"engine as the session records it: {shlex.join(recorded)}")
         except BaseException:
             writer.close()
             raise
@@ -330,9 +346,10 @@ def chat_command(ctx: click.Context, /, workspace: str | None, session: str | No
                                 on_instructions=lambda rel: progress.note(f"project instructions: {rel}"))
     engine = engine_from(o)
     if harness is not None:  # each turn is a run: what its commands left ends with it (the sandbox's hook)
-        agent = agent_from(o, engine, *harness.parts(engine=engine, settings=settings_from(o, engine)))
+        tools, instructions, hooks = harness.parts(engine=engine, settings=settings_from(o, engine))
+        agent = agent_from(o, engine, tools, instructions, [*hooks, EngineHeader(engine_argv(o))])
     else:
-        agent = agent_from(o, engine, [], None)
+        agent = agent_from(o, engine, [], None, [EngineHeader(engine_argv(o))])
     path = Path(session) if session is not None else _new_session_path()
     interactive = sys.stdin.isatty()
     if interactive:

@@ -22,6 +22,7 @@ from ..agents import (
     Edit,
     PendingCall,
     PendingInput,
+    SessionLog,
     format_session,
     pending_approvals,
     pending_inputs,
@@ -247,15 +248,18 @@ def answer_command(ctx: click.Context, session: str, call_id: str, text: str | N
 @click.argument("session", type=click.Path(exists=True, dir_okay=False))
 @click.option("--to", "to_turn", type=click.IntRange(min=0), default=0, show_default=True,
               help="Go back to the workspace as it was after this turn (0: before the run's first change).")
-@click.option("--workspace", "-w", type=click.Path(exists=True, file_okay=False), default=".", show_default=True,
-              help="The workspace the session ran in; undo refuses checkpoints recorded for another one.")
+@click.option("--workspace", "-w", type=click.Path(exists=True, file_okay=False),
+              help="The workspace the session ran in (default: the one SESSION records, else the current "
+                   "folder); undo refuses checkpoints recorded for another one.")
 @click.option("--force", is_flag=True, help="Overwrite files that changed after the agent's last turn.")
 @click.option("--partial", is_flag=True,
               help="Restore what the checkpoints cover even when some changes are not covered (a nested "
                    "repository, bash outside git); those are listed as not undone.")
 @click.pass_context
-def undo_command(ctx: click.Context, session: str, to_turn: int, workspace: str, force: bool, partial: bool) -> None:
-    """Undo the file changes a session's turns made after --to TURN.
+def undo_command(ctx: click.Context, session: str, to_turn: int, workspace: str | None, force: bool,
+                 partial: bool) -> None:
+    """Undo the file changes a session's turns made after --to TURN, in the workspace SESSION
+    records (as resume does; from any folder), or the one -w gives.
 
     Only files those turns changed are restored (from the checkpoints in SESSION); your other
     changes, the git index and HEAD stay as they are. Nothing outside the workspace is touched
@@ -273,6 +277,9 @@ def undo_command(ctx: click.Context, session: str, to_turn: int, workspace: str,
     logger = logging.getLogger("kimik3.harness")
     logger.addHandler(handler)
     try:
+        if workspace is None:  # the session's own workspace, as resume works in (issue: undo from another folder)
+            recorded = SessionLog.read(session).workspace()
+            workspace = str(recorded) if recorded is not None else "."
         paths = undo(session, to_turn, force=force, partial=partial, workspace=workspace)
     except KimiK3Error as e:
         click.echo(f"error: {e}", err=True)

@@ -1,0 +1,152 @@
+"""The engine options a session records: ``kimik3 run`` / ``resume`` / ``chat`` put them in the
+header of a session they create (``"engine": [...]``, never a credential), and ``kimik3 resume``
+given no engine takes them back, checked as untrusted data, so the printed ``continue with:``
+line runs as printed."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Any
+
+import click
+from click.core import ParameterSource
+
+from .._exceptions import SessionError
+from .._text import REDACTED, printable, redact_url
+from ..agents import RunHooks, SessionLog
+from .engine import Options, engine_options
+
+__all__ = ["RECORDED_OPTIONS", "EngineHeader", "engine_argv", "recorded_command", "recorded_engine", "recorded_params"]
+
+
+# The engine options a session's header records (``"engine": [argv]``) and resume takes back when
+# given none: the option, and whether it takes a value. Never --api-key (issue: the printed
+# "continue with" line must run as printed, without writing a credential anywhere).
+RECORDED_OPTIONS: dict[str, bool] = {
+    "--base-url": True, "--model": True, "--mode": True, "--tokenizer": True, "--model-path": True,
+    "--preset": True, "--feature": True, "--tensor-parallel-size": True, "--max-model-len": True,
+    "--enforce-eager": False, "--no-enforce-eager": False, "--gpu-memory-utilization": True, "--dtype": True,
+    "--trust-remote-code": False, "--engine-arg": True, "--script": True, "--request-timeout": True,
+}
+MAX_RECORDED_ITEMS = 64
+MAX_RECORDED_CHARS = 4096
+_SECRET_ARG = re.compile(r"key|token|secret|pass|pwd|auth|credential", re.I)
+
+
+def engine_argv(o: Options) -> list[str]:
+    """The engine options of ``o`` as command-line items, for a session's header: the base URL
+    through :func:`~kimik3._text.redact_url` (its credentials become ``***``), paths absolute, an
+    ``--engine-arg`` whose name looks secret (``hf_token``) left out; never the API key.
+
+    Example: ``["--base-url", "http://127.0.0.1:8000/v1", "--model", "k3"]``.
+    """
+    argv: list[str] = []
+
+    def add(flag: str, value: Any, path: bool = False) -> None:
+        if value is not None:
+            argv.extend([flag, os.path.abspath(value) if path else str(value)])
+
+    add("--base-url", redact_url(o.base_url) if o.base_url else None)
+    add("--model", o.model)
+    add("--mode", o.mode if o.mode != "chat" else None)
+    add("--tokenizer", o.tokenizer, path=True)
+    add("--model-path", o.model_path, path=True)
+    add("--preset", o.preset)
+    for feature in o.feature:
+        add("--feature", feature)
+    add("--tensor-parallel-size", o.tensor_parallel_size)
+    add("--max-model-len", o.max_model_len)
+    if o.enforce_eager is not None:
+        argv.append("--enforce-eager" if o.enforce_eager else "--no-enforce-eager")
+    add("--gpu-memory-utilization", o.gpu_memory_utilization)
+    add("--dtype", o.dtype)
+    if o.trust_remote_code:
+        argv.append("--trust-remote-code")
+    for key, value in o.engine_arg:
+        if not _SECRET_ARG.search(key):
+            add("--engine-arg", f"{key}={json.dumps(value)}")
+    add("--script", o.script, path=True)
+    add("--request-timeout", o.request_timeout)
+    return argv
+
+
+class EngineHeader(RunHooks):
+    """Run hooks that put the engine options (:func:`engine_argv`) in the header of a session the
+    run creates, as ``"engine": [...]``, so ``kimik3 resume SESSION`` runs without them."""
+
+    def __init__(self, argv: list[str]) -> None:
+        self.argv = argv
+
+    def session_header(self) -> dict[str, Any]:
+        return {"engine": self.argv} if self.argv else {}
+
+
+def recorded_engine(log: SessionLog) -> list[str]:
+    """The engine options ``log``'s header records (:func:`engine_argv`), checked as untrusted
+    data: a list of at most :data:`MAX_RECORDED_ITEMS` strings of at most
+    :data:`MAX_RECORDED_CHARS` printable characters, each option one of
+    :data:`RECORDED_OPTIONS` followed by its value where it takes one; [] when none is recorded.
+    The values' types are click's to check (:func:`recorded_params`).
+
+    Raises:
+        SessionError: a malformed ``"engine"`` (the session's line 1 and what is wrong), or a
+            base URL recorded redacted (it held credentials, which are never recorded).
+    """
+    argv = log.header.get("engine", [])
+    where = f"{log.path}:1: malformed session header: \"engine\""
+    if not isinstance(argv, list) or len(argv) > MAX_RECORDED_ITEMS:
+        raise SessionError(f"{where} must be a list of at most {MAX_RECORDED_ITEMS} strings")
+    for item in argv:
+        if not isinstance(item, str) or len(item) > MAX_RECORDED_CHARS or printable(item) != item or "\n" in item:
+            raise SessionError(f"{where} holds {item!r:.80}, not a printable string of at most "
+                               f"{MAX_RECORDED_CHARS} characters")
+    i = 0
+    while i < len(argv):
+        takes = RECORDED_OPTIONS.get(argv[i])
+        if takes is None:
+            raise SessionError(f"{where} holds {argv[i]!r:.80}, not one of the engine options "
+                               f"({', '.join(RECORDED_OPTIONS)})")
+        if takes and i + 1 == len(argv):
+            raise SessionError(f"{where} ends with {argv[i]} without its value")
+        if argv[i] == "--base-url" and REDACTED in argv[i + 1]:
+            raise SessionError(f"session {log.path} ran on {argv[i + 1]}, whose credentials are not recorded; "
+                               "nothing was run: give the engine options (--base-url URL ...)")
+        i += 2 if takes else 1
+    return argv
+
+
+@click.command(name="kimik3 resume", add_help_option=False)
+@engine_options
+def recorded_command(**params: Any) -> None:
+    """Parses recorded engine options with the options' own types (never invoked)."""
+
+
+def recorded_params(log: SessionLog, params: dict[str, Any]) -> list[str]:
+    """Fill ``params`` (resume's, from the current click context) with the engine options ``log``
+    records (:func:`recorded_engine`) when the command got no engine (no ``--base-url``,
+    ``--model-path`` or ``--script``, nor their environment variables); an option given on the
+    command line or by its environment variable still wins. Returns the recorded items taken ([]
+    when none: the command's own options stand).
+
+    Raises:
+        SessionError: a malformed record (:func:`recorded_engine`), or one that does not parse
+            now (a recorded model directory gone: click's message).
+    """
+    if any(params.get(n) is not None for n in ("base_url", "model_path", "script")):
+        return []
+    argv = recorded_engine(log)
+    if not argv:
+        return []
+    try:
+        parsed = recorded_command.make_context("kimik3 resume", list(argv))
+    except click.ClickException as e:
+        raise SessionError(f"session {log.path} records engine options that do not hold now "
+                           f"({e.format_message()}); nothing was run: give the engine options") from None
+    ctx = click.get_current_context()
+    for name, value in parsed.params.items():
+        if parsed.get_parameter_source(name) == ParameterSource.COMMANDLINE and \
+                ctx.get_parameter_source(name) in (ParameterSource.DEFAULT, None):
+            params[name] = value
+    return argv
