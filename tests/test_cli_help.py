@@ -67,7 +67,8 @@ def test_the_console_script_is_the_cli_group() -> None:
 
 def test_every_cli_module_imports_and_exports_what_it_lists() -> None:
     names = sorted(m.name for m in pkgutil.iter_modules(kimik3.cli.__path__))
-    assert names == ["engine", "eval", "harness", "progress", "replay", "run", "scripts", "serve", "sessions", "verify"]
+    assert names == ["engine", "eval", "harness", "progress", "recorded", "replay", "run", "scripts", "serve", "sessions",
+                     "verify"]
     for name in names:
         module = importlib.import_module(f"kimik3.cli.{name}")
         assert all(hasattr(module, n) for n in getattr(module, "__all__", [])), name

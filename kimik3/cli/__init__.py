@@ -51,9 +51,10 @@ error is printed on stderr as one line ``error: <Type>: <message>``; ``chat`` go
 about terminals.
 
 One module per command or concern: :mod:`~kimik3.cli.run` (``run``, ``resume``, ``chat``),
-:mod:`~kimik3.cli.sessions` (``show``, ``approve``, ``undo``), :mod:`~kimik3.cli.verify` (``preflight``,
+:mod:`~kimik3.cli.sessions` (``show``, ``approve``, ``answer``, ``undo``), :mod:`~kimik3.cli.verify` (``preflight``,
 ``verify``), :mod:`~kimik3.cli.replay`, :mod:`~kimik3.cli.serve`, :mod:`~kimik3.cli.eval`; shared by them:
-:mod:`~kimik3.cli.engine` (the engine and model options), :mod:`~kimik3.cli.harness` (the coding
+:mod:`~kimik3.cli.engine` (the engine and model options), :mod:`~kimik3.cli.recorded` (the engine
+options a session records for its resume), :mod:`~kimik3.cli.harness` (the coding
 harness's options), :mod:`~kimik3.cli.progress` (what a run prints); for scripts: :mod:`~kimik3.cli.scripts`.
 """
 
