@@ -59,3 +59,15 @@ def test_the_shared_fields_sets_stay_bounded_under_inputs_with_extra_keys() -> N
     assert many[-1].model_fields_set == {"role", "content", f"extra_{2 * _messages._MAX_FIELDS_SETS - 1}"}
     many[-1].name = "n"  # its own set: no other message changes
     assert many[-2].model_fields_set == {"role", "content", f"extra_{2 * _messages._MAX_FIELDS_SETS - 2}"}
+
+
+def test_messages_without_extra_keys_share_one_empty_extra_and_an_extra_set_later_stays_its_own() -> None:
+    a = ToolMessage(content="x", tool_call_id="c1")
+    b = ToolMessage(content="y", tool_call_id="c2")
+    assert a.model_extra is b.model_extra and a.model_extra == {}
+    a.trace_id = "t1"  # an extra attribute (extra="allow")
+    assert (a.model_extra, b.model_extra, ToolMessage(content="z").model_extra) == ({"trace_id": "t1"}, {}, {})
+    assert a.model_dump(exclude_unset=True) == {"content": "x", "tool_call_id": "c1", "trace_id": "t1"}
+    c = b.model_copy(update={"trace_id": "t2"})
+    assert (c.model_extra, b.model_extra) == ({"trace_id": "t2"}, {})
+    assert to_message({"role": "tool", "content": "w", "seq": 3}).model_extra == {"seq": 3}

@@ -75,7 +75,7 @@ _TAG = re.compile(r"<\|[^|<>\[\]]+\|>|\[[^|<>\[\]]+\]")
 name holds ``| < > [ ]``, so no tag can start inside another."""
 
 _SMALL_SEGMENT = 48  # text segments up to this many characters are memoised (tags, attributes)
-_MEMO_ENTRIES = 1024
+_MEMO_ENTRIES = 256
 """The memo of short segments is emptied when it holds more than this many: the format's own
 text (attributes, role and tool names) repeats every turn and comes back at once, while each
 turn's unique short texts (call ids, paths, one-line reasoning) would otherwise make it grow
