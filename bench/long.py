@@ -21,7 +21,13 @@ Reports, each as a ratio against its baseline measured in the same run:
   generator they made before), on the ~1M re-encoded ids, CPU, interleaved repeats; and the copy
   against the median CPU of a turn at ~1M tokens (its share of a turn).
 
-Run: .venv/bin/python bench/long.py [--tokens 1000000] [--turn-tokens 1000]
+The growth is a difference of two RSS figures, both printed: what the process had freed before
+the run and kept resident (holes left by loading the vocabulary, the imports) is reused by the
+run, so the growth moves by ~2 MB with incidental allocation order; ``--tracemalloc`` prints the
+live Python allocations the run added instead (at its last turn, by line; CPU figures are then
+~3x slower and not comparable).
+
+Run: .venv/bin/python bench/long.py [--tokens 1000000] [--turn-tokens 1000] [--tracemalloc]
 """
 
 from __future__ import annotations
@@ -79,7 +85,7 @@ def history_text_bytes(messages: list[Message]) -> int:
     return n
 
 
-async def main(target: int, turn_tokens: int) -> None:
+async def main(target: int, turn_tokens: int, trace: bool = False) -> None:
     tok = default_tokenizer()  # K3's real vocabulary, shipped with kimik3
     lines = 2
     while len(tok.encode_text(source_file(0, lines))) < turn_tokens:
@@ -125,6 +131,11 @@ async def main(target: int, turn_tokens: int) -> None:
         turns = 0
         del warm
         rss0 = rss_bytes()
+        if trace:
+            import tracemalloc
+
+            tracemalloc.start()
+            snap0 = tracemalloc.take_snapshot()
         cpu = time.process_time()
         result = None
         rss_live = 0
@@ -135,6 +146,9 @@ async def main(target: int, turn_tokens: int) -> None:
                 state["prompt"] = event.usage.prompt_tokens
                 if state["prompt"] >= target:  # the last turn: the run is alive, its state all held
                     rss_live = rss_bytes()
+                    if trace and tracemalloc.is_tracing():
+                        grown = tracemalloc.take_snapshot().compare_to(snap0, "lineno")
+                        tracemalloc.stop()
                 cpu = time.process_time()  # the measurement above is not the next turn's work
             elif event.type == "final":
                 result = event.result  # type: ignore[union-attr]
@@ -170,6 +184,14 @@ async def main(target: int, turn_tokens: int) -> None:
     print(f"RSS growth at the last turn, run alive: {(rss_live - rss0) / 1e6:.1f} MB = {(rss_live - rss0) / text:.2f}x "
           f"the history's text (goal < 3x); after the run ended: {(rss1 - rss0) / text:.2f}x; the once-per-process "
           f"cost of a first run (its imports and worker thread, the warm-up run): {(rss0 - rss_cold) / 1e6:.1f} MB", flush=True)
+    print(f"RSS before the run {rss0 / 1e6:.1f} MB, at the last turn {rss_live / 1e6:.1f} MB, after the run "
+          f"{rss1 / 1e6:.1f} MB", flush=True)
+    if trace:
+        print(f"live Python allocations the run added, at its last turn (tracemalloc): "
+              f"{sum(g.size_diff for g in grown) / 1e6:.2f} MB = {sum(g.size_diff for g in grown) / text:.2f}x the text; "
+              "largest lines:", flush=True)
+        for g in grown[:8]:
+            print(f"  {g.size_diff / 1e3:8.0f} kB  {g.count_diff:6d} blocks  {g.traceback[0]}", flush=True)
     print(f"session file {file_size / 1e6:.1f} MB = {file_size / text:.2f}x the history's text", flush=True)
     copy_s, walk_s = [], []
     for rep in range(9):  # interleaved, alternating order
@@ -194,8 +216,9 @@ def cli() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tokens", type=int, default=1_000_000, help="history size to reach (tokens)")
     parser.add_argument("--turn-tokens", type=int, default=1000, help="tokens each tool result adds (small turns: the per-turn growth shows)")
+    parser.add_argument("--tracemalloc", action="store_true", help="also print the live allocations the run added, by line")
     args = parser.parse_args()
-    anyio.run(main, args.tokens, args.turn_tokens)
+    anyio.run(main, args.tokens, args.turn_tokens, args.tracemalloc)
 
 
 if __name__ == "__main__":

@@ -38,9 +38,10 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from pydantic import ValidationError
@@ -102,21 +103,26 @@ class JournalRecord(NamedTuple):
     body: Any
 
 
+_NO_HEADER: Mapping[str, Any] = MappingProxyType({})
+"""The ``header`` of every record but the first: one shared empty mapping, not an empty dict
+each (64 bytes a line; issue 44 point 2)."""
+
+
 @dataclass(slots=True)  # one per line of a session a run holds: no __dict__ each (issue 44)
 class SessionRecord:
     """One line of a session file.
 
     Attributes:
         line: its 1-based line number.
-        raw: the line's text (without the newline). A writer's own ``message`` records do not
-            keep it (a 1M-token run would hold its history a second time, as JSON: issue 44):
-            it is rendered again from the record's fields, the same bytes the writer wrote.
+        raw: the line's text (without the newline). A writer's own ``message`` and side records
+            do not keep it (a 1M-token run would hold its history a second time, as JSON: issue
+            44): it is rendered again from the record's fields, the same bytes the writer wrote.
         index: the message's number (None for a header or a compaction).
         message: the message, for a ``message`` record.
         usage: the usage of the model call that wrote it (assistant messages of sessions that
             record it).
         compaction: the ``compaction`` record's body (``messages``, ``summary``).
-        header: the header's fields (the first record).
+        header: the header's fields (the first record; the others: an empty read-only mapping).
         cost: the model call's USD cost (assistant messages of priced runs).
         finish_reason: the model call's finish reason (assistant messages, when recorded).
         run_start: a ``run_start`` record's body (``tools``, ``model``, ``settings``): what the
@@ -135,7 +141,7 @@ class SessionRecord:
     message: Message | None = None
     usage: Usage | None = None
     compaction: dict[str, Any] | None = None
-    header: dict[str, Any] = field(default_factory=dict)
+    header: Mapping[str, Any] = field(default_factory=lambda: _NO_HEADER)
     cost: float | None = None
     finish_reason: str | None = None
     run_start: dict[str, Any] | None = None
@@ -149,8 +155,14 @@ class SessionRecord:
         """The line's text (without the newline)."""
         if self._raw is not None:
             return self._raw
-        assert self.message is not None  # only a writer's message records are rendered again
+        if self.message is None:  # a writer's side record
+            return _line({self.kind: self.body}).decode("utf-8")
         return _line(_message_fields(self.message, self.usage, self.cost, self.finish_reason)).decode("utf-8")
+
+
+def _side(record: dict[str, Any]) -> bool:
+    """Whether ``record`` is a side record (``{kind: body}``, :data:`SIDE_RECORDS`)."""
+    return len(record) == 1 and next(iter(record)) in SIDE_RECORDS
 
 
 def _message_fields(message: Message, usage: Usage | None, cost: float | None,
@@ -264,13 +276,14 @@ class SessionLog:
         """Take in the next record (the writer's, as it writes it): the history and the journal
         follow it. ``message`` and ``usage``: the typed message of a ``message`` record and its
         usage, when the caller has them. ``raw`` None (a writer's ``message`` record, with its
-        ``message``): the line is not kept (:attr:`SessionRecord.raw` renders it again).
+        ``message``, or side record): the line is not kept (:attr:`SessionRecord.raw` renders it
+        again).
 
         Raises:
             SessionError: a record that is not valid (naming its line).
         """
         number = len(self.records) + 1
-        if raw is None and (message is None or "message" not in record):
+        if raw is None and (message is None or "message" not in record) and not _side(record):
             raw = _line(record)  # only a message record with its typed message is rendered again
         text = raw if isinstance(raw, str) or raw is None else raw.decode("utf-8")
         if number == 1:
@@ -459,8 +472,9 @@ class SessionWriter:
     def _write(self, record: dict[str, Any], message: Message | None = None, usage: Usage | None = None) -> None:
         data = _line(record)
         self.store.append(data + b"\n")
-        # a message record's line is not kept in memory (rendered again if asked: SessionRecord.raw)
-        self.log.add(record, None if message is not None else data, message, usage)
+        # a message or side record's line is not kept in memory (rendered again if asked:
+        # SessionRecord.raw)
+        self.log.add(record, None if message is not None or _side(record) else data, message, usage)
 
     def message(self, message: Message, usage: Usage | None = None, *, cost: float | None = None,
                 finish_reason: str | None = None) -> None:

@@ -145,9 +145,17 @@ def test_the_writers_message_lines_are_not_kept_and_render_again_byte_for_byte()
                    Usage(prompt_tokens=12, completion_tokens=3, total_tokens=15), cost=0.25, finish_reason="stop")
     writer.message(ToolMessage(content="bad name \udcff.txt", tool_call_id="c1", name="ls"))
     writer.record("routing", {"key": "k1", "parent": None})
-    assert [r._raw is None for r in writer.log.records] == [False, True, True, True, False]
+    writer.record("tool_finished", {"call_id": "c1", "name": "ls \udcff"})  # a side record: not kept either
+    assert [r._raw is None for r in writer.log.records] == [False, True, True, True, True, True]
     lines = bytes(store.data).decode("utf-8").splitlines()
     assert [r.raw for r in writer.log.records] == lines
+    assert lines[5] == '{"tool_finished": {"call_id": "c1", "name": "ls \\udcff"}}'
+    # only the first record has a header; the others share one empty read-only mapping
+    records = writer.log.records
+    assert records[0].header["instructions"] == "x" and records[1].header == {}
+    assert records[1].header is records[5].header
+    with pytest.raises(TypeError):
+        records[1].header["x"] = 1  # type: ignore[index]
     assert lines[2] == ('{"message": {"role": "assistant", "content": "ok", "reasoning_content": "thought", '
                         '"reasoning": "thought"}, "usage": {"prompt_tokens": 12, "completion_tokens": 3, '
                         '"total_tokens": 15, "unknown": false}, '

@@ -75,6 +75,11 @@ _TAG = re.compile(r"<\|[^|<>\[\]]+\|>|\[[^|<>\[\]]+\]")
 name holds ``| < > [ ]``, so no tag can start inside another."""
 
 _SMALL_SEGMENT = 48  # text segments up to this many characters are memoised (tags, attributes)
+_MEMO_ENTRIES = 256
+"""The memo of short segments is emptied when it holds more than this many: the format's own
+text (attributes, role and tool names) repeats every turn and comes back at once, while each
+turn's unique short texts (call ids, paths, one-line reasoning) would otherwise make it grow
+with the history (about 0.6 MB at 1M tokens; issue 44 point 2, ``bench/long.py``)."""
 
 
 def estimate_tokens(text: str) -> int:
@@ -348,7 +353,7 @@ class K3Tokenizer:
         if len(text) <= _SMALL_SEGMENT:
             ids = self._small.get(text)
             if ids is None:
-                if len(self._small) > 100_000:
+                if len(self._small) >= _MEMO_ENTRIES:
                     self._small.clear()
                 ids = self._small[text] = self._enc.encode_ordinary(text)
             return ids
