@@ -6,7 +6,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, StrictBool, ValidationError, field_validator, model_validator
-from typing_extensions import Self
 
 from .._exceptions import (
     InvalidArgumentsError,
@@ -44,52 +43,10 @@ __all__ = [
 ]
 
 
-_FIELDS_SETS: dict[frozenset[str], set[str]] = {}
-"""One shared ``model_fields_set`` per distinct set of given fields (a handful per class)."""
-_MAX_FIELDS_SETS = 512  # extra keys (``extra="allow"``) make new sets: these are not shared
-_NO_EXTRA: dict[str, Any] = {}
-"""The ``model_extra`` of every instance given no extra keys (pydantic: an empty dict each)."""
-
-
 class _Model(BaseModel):
     # defer_build: each class's validator is built when first used, not by `import kimik3`
     # (about 7% of its CPU time: issue 44, point 5; bench/startup.py)
     model_config = ConfigDict(extra="allow", populate_by_name=True, defer_build=True)
-
-    # Memory (issue 44 point 2): pydantic gives every instance its own set of the fields given
-    # (216 bytes; a 1M-token history holds ~3,600 models) and its own empty ``model_extra`` dict
-    # (64 bytes). Instances given the same fields share one set instead (a ``set``: pydantic's
-    # serializer takes no frozenset for ``exclude_unset``), those given no extra keys one empty
-    # dict, and an instance gets its own copies before pydantic adds to them: an attribute
-    # assigned, ``model_copy(update=...)``. ``model_fields_set`` and ``model_extra`` are to be
-    # read, not changed in place.
-    def model_post_init(self, context: Any, /) -> None:
-        if not self.__pydantic_extra__ and self.__pydantic_extra__ is not None:
-            object.__setattr__(self, "__pydantic_extra__", _NO_EXTRA)
-        given = self.__pydantic_fields_set__
-        shared = _FIELDS_SETS.get(frozenset(given))
-        if shared is None:
-            if len(_FIELDS_SETS) >= _MAX_FIELDS_SETS:  # extra keys of the input: it keeps its own
-                return
-            shared = _FIELDS_SETS[frozenset(given)] = set(given)
-        object.__setattr__(self, "__pydantic_fields_set__", shared)
-
-    def _own_fields_set(self) -> None:
-        if self.__pydantic_extra__ is _NO_EXTRA:
-            object.__setattr__(self, "__pydantic_extra__", {})
-        given = self.__pydantic_fields_set__
-        if _FIELDS_SETS.get(frozenset(given)) is given:
-            object.__setattr__(self, "__pydantic_fields_set__", set(given))
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        self._own_fields_set()
-        super().__setattr__(name, value)
-
-    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
-        """As pydantic's ``model_copy`` (which adds ``update``'s keys to the copy's fields set)."""
-        if update:
-            self._own_fields_set()  # the copy's set is a copy of this one
-        return super().model_copy(update=update, deep=deep)
 
 
 # -- content parts ---------------------------------------------------------------------------
