@@ -301,7 +301,7 @@ def resume_command(ctx: click.Context, /, session: str, task: str | None, worksp
         writer = SessionWriter(session, create=False)  # the run's: workspace and history from its one read
         try:
             history, workspace = list(writer.messages), session_workspace(writer.log, workspace)
-            if recorded := recorded_params(writer.log, params):  # no engine given: the session's own
+            if recorded := recorded_params(writer.log, params, workspace):  # no engine given: the session's own
                 o = options_from(params)
                 progress.note(f"engine as the session records it: {shlex.join(recorded)}")
         except BaseException:
