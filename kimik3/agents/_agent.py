@@ -99,6 +99,7 @@ from ._types import (
     Budgets,
     ContextPolicy,
     ContinueWith,
+    Deny,
     Final,
     FinalEvent,
     ModelSettings,
@@ -635,7 +636,7 @@ class Agent(Generic[OutputT]):
                          approved: list[ToolCallApprovedEvent | None], i: int) -> None:
         name = call.function.name
         tool = run.tools.get(name)
-        if tool is None:
+        if tool is None and not isinstance(run.decisions.get(call.id), Deny):  # a denial says why, tool or not
             unknown = failures.unknown_tool(name, sorted(run.tools), declared_earlier=name in run.unavailable)
             results[i] = ToolResult.from_failure(unknown, self.failure_text)
             return
@@ -655,6 +656,7 @@ class Agent(Generic[OutputT]):
         if blocked is not None:  # a tool guardrail tripped: the call does not run
             results[i] = blocked
             return
+        assert tool is not None  # only a recorded denial got here without one
         approved[i] = decision
         context = run.tool_context(call.id, self.add_tools, self.failure_text, self.budgets, self.approval)
         if (run.session is not None or replay) and (replay or recorded or not decision.edited):
