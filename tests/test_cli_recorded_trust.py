@@ -47,6 +47,8 @@ def resume(session: Path, tmp_path: Path, *extra: str) -> tuple[int, str, str]:
      "--engine-arg 'worker_extension_cls=\"evil.X\"'"),
     (["--trust-remote-code", "--model-path", "MODEL", "--engine-arg", "logits_processors=[\"evil.P\"]"],
      "--trust-remote-code --engine-arg 'logits_processors=[\"evil.P\"]'"),
+    # every preset turns trust_remote_code on (the K3 recipe's base_args)
+    (["--model-path", "MODEL", "--preset", "auto", "--feature", "spec_decoding"], "--preset auto"),
 ])
 def test_recorded_code_options_are_never_taken_without_being_given_again(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, engine: list[str], missing: str) -> None:
@@ -68,14 +70,15 @@ def test_code_options_given_again_run_with_the_recorded_engine(tmp_path: Path, m
     model = tmp_path / "model"
     model.mkdir()
     header_with(session, engine=["--model-path", str(model), "--trust-remote-code", "--engine-arg", "a=1",
-                                 "--max-model-len", "64"])
+                                 "--max-model-len", "64", "--preset", "auto"])
     chosen = spy(monkeypatch)
-    code, stdout, _ = resume(session, tmp_path, "--trust-remote-code", "--engine-arg", "b=2")
+    code, stdout, _ = resume(session, tmp_path, "--trust-remote-code", "--engine-arg", "b=2", "--preset", "auto")
     assert code == 7
     assert stdout.splitlines()[0] == f"engine as the session records it: --model-path {model} --max-model-len 64"
     (o,) = chosen
     # the given engine args replace the recorded ones; trust as given on this command line
-    assert (o.model_path, o.trust_remote_code, o.engine_arg, o.max_model_len) == (str(model), True, [("b", 2)], 64)
+    assert (o.model_path, o.trust_remote_code, o.engine_arg, o.max_model_len, o.preset) == (
+        str(model), True, [("b", 2)], 64, "auto")
 
 
 def test_a_base_url_is_taken_only_from_the_users_own_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -3,7 +3,8 @@ header of a session they create (``"engine": [...]``, never a credential), and `
 given no engine takes them back, checked as untrusted data, so the printed ``continue with:``
 line runs as printed. Only from a session file that is the user's own and outside the workspace
 (where the agent's tools could rewrite it), and never the options that can run code
-(``--trust-remote-code``, ``--engine-arg``): those are given again."""
+(``--trust-remote-code``, ``--preset``, which turns it on, ``--engine-arg``): those are given
+again."""
 
 from __future__ import annotations
 
@@ -37,9 +38,10 @@ RECORDED_OPTIONS: dict[str, bool] = {
     "--trust-remote-code": False, "--engine-arg": True, "--script": True, "--request-timeout": True,
 }
 # Recorded options never taken from a session file (they run code with the user's rights: vLLM's
-# trust_remote_code imports the model folder's Python; engine args name classes vLLM imports,
+# trust_remote_code imports the model folder's Python, and every preset turns it on (the K3
+# recipe's base_args L37-42, engines/_presets.py); engine args name classes vLLM imports,
 # worker_extension_cls, logits_processors, ...): resume refuses until they are given again.
-CODE_OPTIONS = ("--trust-remote-code", "--engine-arg")
+CODE_OPTIONS = ("--trust-remote-code", "--preset", "--engine-arg")
 MAX_RECORDED_ITEMS = 64
 MAX_RECORDED_CHARS = 4096
 _SECRET_ARG = re.compile(r"key|token|secret|pass|pwd|auth|credential", re.I)
@@ -161,8 +163,8 @@ def recorded_params(log: SessionLog, params: dict[str, Any], workspace: str) -> 
     ``--model-path`` or ``--script``, nor their environment variables); an option given on the
     command line or by its environment variable still wins. The file must be the user's own and
     outside ``workspace`` (the run's folder); a recorded :data:`CODE_OPTIONS` item is never taken:
-    it must be given again (``--trust-remote-code``; ``--engine-arg``: the ones given replace the
-    recorded). Returns the recorded items taken ([] when none: the command's own options stand),
+    it must be given again (``--trust-remote-code``, ``--preset``; ``--engine-arg``: the ones given
+    replace the recorded). Returns the recorded items taken ([] when none: the command's own options stand),
     which the first line prints.
 
     Raises:
