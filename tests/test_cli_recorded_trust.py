@@ -161,3 +161,27 @@ def test_the_header_holds_no_credential_from_the_environment_or_an_engine_arg(tm
     assert json.loads(session.read_text().splitlines()[0])["engine"] == ["--script", str(script.resolve())]
     assert b"s3cret" not in session.read_bytes()
     assert shlex.split(shlex.join(["--script", str(script)])) == ["--script", str(script)]
+
+
+def test_the_continue_line_gives_the_code_options_again_and_runs_as_printed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kimik3 import ScriptedEngine
+
+    model, ws = tmp_path / "model", tmp_path / "ws"
+    model.mkdir()
+    ws.mkdir()
+    session = tmp_path / "s.jsonl"
+    monkeypatch.setattr(cli_run, "engine_from", lambda o: ScriptedEngine([]))  # no reply: the task is kept
+    out = invoke(["run", "task", "--model-path", str(model), "--preset", "auto", "--trust-remote-code",
+                  "--engine-arg", "max_num_seqs=8", "--max-model-len", "64", "-w", str(ws), "--session",
+                  str(session), "--plain", "--sandbox", "none"], tmp_path / "home")
+    assert out.exit_code == 1, out.output
+    line = (f"kimik3 resume {session} -w {ws} --preset auto --trust-remote-code --engine-arg max_num_seqs=8")
+    assert out.stdout.splitlines()[-1] == f"the task is kept, unanswered, in {session}; continue with: {line}"
+    chosen = spy(monkeypatch)
+    again = invoke([*shlex.split(line)[1:], "--plain", "--sandbox", "none"], tmp_path / "home")
+    assert again.exit_code == 7, again.output
+    (o,) = chosen
+    assert (o.model_path, o.preset, o.trust_remote_code, o.engine_arg, o.max_model_len) == (
+        str(model), "auto", True, [("max_num_seqs", 8)], 64)
+    assert again.stdout.splitlines()[0] == f"engine as the session records it: --model-path {model} --max-model-len 64"

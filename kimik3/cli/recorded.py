@@ -24,8 +24,8 @@ from .._text import REDACTED, printable, redact_url, redact_urls
 from ..agents import RunHooks, SessionLog
 from .engine import Options, engine_options
 
-__all__ = ["CODE_OPTIONS", "RECORDED_OPTIONS", "EngineHeader", "engine_argv", "recorded_command", "recorded_engine",
-           "recorded_params"]
+__all__ = ["CODE_OPTIONS", "RECORDED_OPTIONS", "EngineHeader", "code_argv", "engine_argv", "recorded_command",
+           "recorded_engine", "recorded_params"]
 
 
 # The engine options a session's header records (``"engine": [argv]``) and resume takes back when
@@ -83,6 +83,20 @@ def engine_argv(o: Options) -> list[str]:
     add("--script", o.script, path=True)
     add("--request-timeout", o.request_timeout)
     return argv
+
+
+def code_argv(argv: list[str]) -> list[str]:
+    """The :data:`CODE_OPTIONS` items of ``argv`` (:func:`engine_argv`'s), with their values: what
+    a ``continue with: kimik3 resume ...`` line gives again, since resume never takes them from the
+    session file. Example: ``["--preset", "auto", "--trust-remote-code"]``."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        item = argv[i : i + (2 if RECORDED_OPTIONS[argv[i]] else 1)]
+        i += len(item)
+        if item[0] in CODE_OPTIONS:
+            out += item
+    return out
 
 
 class EngineHeader(RunHooks):
