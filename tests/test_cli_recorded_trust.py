@@ -185,3 +185,24 @@ def test_the_continue_line_gives_the_code_options_again_and_runs_as_printed(
     assert (o.model_path, o.preset, o.trust_remote_code, o.engine_arg, o.max_model_len) == (
         str(model), "auto", True, [("max_num_seqs", 8)], 64)
     assert again.stdout.splitlines()[0] == f"engine as the session records it: --model-path {model} --max-model-len 64"
+
+
+def test_the_first_line_names_only_the_recorded_options_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from kimik3.cli import main
+
+    session, _, _ = first_run(tmp_path)
+    header_with(session, engine=["--base-url", "http://127.0.0.1:9/v1", "--model", "k3", "--request-timeout", "30"])
+    chosen = spy(monkeypatch)
+    code, stdout, _ = resume(session, tmp_path, "--model", "mine")  # given anew on the command line
+    assert code == 7
+    assert stdout.splitlines()[0] == "engine as the session records it: --base-url http://127.0.0.1:9/v1 --request-timeout 30"
+    assert (chosen[0].base_url, chosen[0].model, chosen[0].request_timeout) == ("http://127.0.0.1:9/v1", "mine", 30.0)
+    # variant: by its environment variable
+    out = CliRunner().invoke(main, ["resume", str(session), "again", "--plain", "--sandbox", "none"],
+                             env={"KIMIK3_HOME": str(tmp_path / "home"), "KIMIK3_MODEL": "from-env"})
+    assert out.exit_code == 7
+    assert out.stdout.splitlines()[0] == ("engine as the session records it: --base-url http://127.0.0.1:9/v1 "
+                                          "--request-timeout 30")
+    assert chosen[1].model == "from-env"

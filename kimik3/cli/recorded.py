@@ -178,8 +178,8 @@ def recorded_params(log: SessionLog, params: dict[str, Any], workspace: str) -> 
     command line or by its environment variable still wins. The file must be the user's own and
     outside ``workspace`` (the run's folder); a recorded :data:`CODE_OPTIONS` item is never taken:
     it must be given again (``--trust-remote-code``, ``--preset``; ``--engine-arg``: the ones given
-    replace the recorded). Returns the recorded items taken ([] when none: the command's own options stand),
-    which the first line prints.
+    replace the recorded). Returns the recorded items used, which the first line prints (not one
+    given anew on the command line or by its environment variable; [] when none).
 
     Raises:
         SessionError: a malformed record (:func:`recorded_engine`); a file not the user's own or
@@ -212,8 +212,16 @@ def recorded_params(log: SessionLog, params: dict[str, Any], workspace: str) -> 
         raise SessionError(f"session {log.path} records engine options that do not hold now "
                            f"({e.format_message()}); nothing was run: give the engine options") from None
     ctx = click.get_current_context()
-    for name, value in parsed.params.items():
-        if parsed.get_parameter_source(name) == ParameterSource.COMMANDLINE and \
-                ctx.get_parameter_source(name) in (ParameterSource.DEFAULT, None):
-            params[name] = value
-    return taken
+    applied = {name for name in parsed.params if parsed.get_parameter_source(name) == ParameterSource.COMMANDLINE
+               and ctx.get_parameter_source(name) in (ParameterSource.DEFAULT, None)}
+    for name in applied:
+        params[name] = parsed.params[name]
+    names = {flag: p.name for p in recorded_command.params for flag in (*p.opts, *p.secondary_opts)}
+    used: list[str] = []  # the first line says what is used: not a recorded option given anew
+    i = 0
+    while i < len(taken):
+        item = taken[i : i + (2 if RECORDED_OPTIONS[taken[i]] else 1)]
+        i += len(item)
+        if names[item[0]] in applied:
+            used += item
+    return used
