@@ -99,6 +99,7 @@ from ._types import (
     Budgets,
     ContextPolicy,
     ContinueWith,
+    Deny,
     Final,
     FinalEvent,
     ModelSettings,
@@ -126,7 +127,8 @@ INLINE_ONE_CALL = sys.version_info >= (3, 11)
 (:attr:`Tool.in_thread <kimik3.Tool>`: a sync function), runs in the run's own task (no task group:
 issue 44). Python 3.11's cancel count tells a ``CancelledError`` the function raised from the run's
 cancellation there (:func:`~kimik3.tools._limits.stray_cancellation`); on 3.10 only a task group's
-scope can. Code on the event loop (an async tool) keeps a task of its own: it could cancel the task
+scope can. Code on the event loop (an async tool; an approval hook, a tool guardrail or a
+``tool_result`` hook of the user's around the call) keeps a task of its own: it could cancel the task
 it runs in (``current_task().cancel()``), which must fail that call alone, not the run."""
 
 
@@ -580,7 +582,8 @@ class Agent(Generic[OutputT]):
         try:
             with scope if scope is not None else nullcontext():
                 lone = run.tools.get(calls[todo[0]].function.name) if len(todo) == 1 else None
-                if INLINE_ONE_CALL and lone is not None and lone.in_thread:  # issue 44: no task group
+                if INLINE_ONE_CALL and lone is not None and lone.in_thread and self._no_code_on_loop(run):
+                    # issue 44: no task group
                     await one(calls[todo[0]], todo[0], scoped=False)
                 else:
                     async with anyio.create_task_group() as group:
@@ -619,6 +622,14 @@ class Agent(Generic[OutputT]):
                 yield ran
             yield ToolResultEvent(call.id, call.function.name, result)
 
+    def _no_code_on_loop(self, run: _Run) -> bool:
+        """Whether a call's step runs no code of the user's on the event loop besides the tool: no
+        approval hook, no tool guardrail, no :meth:`RunHooks.tool_result` but kimik3's own. Such
+        code could cancel the task it runs in (``current_task().cancel()``), which must fail
+        that call alone: it keeps a task of its own (:data:`INLINE_ONE_CALL`)."""
+        return (self.approval is None and not run.guards.checks("tool_input") and not run.guards.checks("tool_output")
+                and all(type(h).tool_result.__module__.startswith("kimik3.") for h in self.hooks.hooks))
+
     async def _one_tool(self, run: _Run, call: ToolCall, results: list[ToolResult | None],
                         approved: list[ToolCallApprovedEvent | None], i: int, *, scoped: bool) -> None:
         with _tracing.tool_call(run.span, call.id, call.function.name, call.function.arguments,
@@ -635,7 +646,7 @@ class Agent(Generic[OutputT]):
                          approved: list[ToolCallApprovedEvent | None], i: int) -> None:
         name = call.function.name
         tool = run.tools.get(name)
-        if tool is None:
+        if tool is None and not isinstance(run.decisions.get(call.id), Deny):  # a denial says why, tool or not
             unknown = failures.unknown_tool(name, sorted(run.tools), declared_earlier=name in run.unavailable)
             results[i] = ToolResult.from_failure(unknown, self.failure_text)
             return
@@ -655,6 +666,7 @@ class Agent(Generic[OutputT]):
         if blocked is not None:  # a tool guardrail tripped: the call does not run
             results[i] = blocked
             return
+        assert tool is not None  # only a recorded denial got here without one
         approved[i] = decision
         context = run.tool_context(call.id, self.add_tools, self.failure_text, self.budgets, self.approval)
         if (run.session is not None or replay) and (replay or recorded or not decision.edited):

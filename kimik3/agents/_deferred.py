@@ -462,8 +462,16 @@ def prepare_resume(writer: SessionWriter, approvals: Approvals, task: object,
 
 def _refuse_missing_tools(entries: Sequence[CallJournal], tools: Mapping[str, object]) -> None:
     """Refuse a resume that would run an approved or answered call whose tool this run lacks (an
-    MCP server not given again): run, it would end as "unknown tool" and use up the decision or
-    the answers. Nothing is run or recorded (the run's ``run_start`` aside)."""
+    MCP server not given again, a prefix changed, a harness feature off): run, it would end as
+    "unknown tool" and use up the decision or the answers. Every such call is named; a denied call
+    is not one (its denial is its result, tool or not). Nothing is run or recorded (the run's
+    ``run_start`` aside).
+
+    Raises:
+        UserError: the calls (id, tool, MCP server), and to resume with the tools of the run that
+            stopped.
+    """
+    lacking: list[str] = []
     for e in entries:
         if e.finished or e.started or e.call.function.name in tools:
             continue
@@ -471,10 +479,13 @@ def _refuse_missing_tools(entries: Sequence[CallJournal], tools: Mapping[str, ob
         if not answered and (e.asked is not None or e.decision is None or isinstance(e.decision, Deny)):
             continue  # still waiting, denied or orphaned: answered without the tool
         server = f" (MCP server {e.asked.server!r})" if answered and e.asked is not None and e.asked.server else ""
-        raise UserError(f"the session's {'answered' if answered else 'approved'} call {e.call.id!r} to "
-                        f"{e.call.function.name!r}{server} waits to run, but this run has no tool of that name: "
-                        "resume with the tools of the run that stopped (kimik3 resume: the same --mcp options); "
-                        "nothing was run")
+        kind = "answered" if answered else "approved"
+        lacking.append(f"{kind} call {e.call.id!r} to {e.call.function.name!r}{server}")
+    if lacking:
+        one = len(lacking) == 1
+        raise UserError(f"the session's {' and '.join(lacking)} {'waits' if one else 'wait'} to run, but this run has "
+                        f"no tool of {'that name' if one else 'those names'}: resume with the tools of the run that "
+                        "stopped (kimik3 resume: the same --mcp options); nothing was run")
 
 
 def _refuse_task(entries: Sequence[CallJournal]) -> None:

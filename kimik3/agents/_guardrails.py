@@ -227,6 +227,10 @@ class Guards:
         self.failure_text = failure_text
         self.trip: GuardrailTrip | None = None
 
+    def checks(self, stage: GuardrailStage) -> bool:
+        """Whether any guardrail checks ``stage`` (``"tool_input"``, ``"tool_output"``, ...)."""
+        return any(g.stage == stage for g in self.guardrails)
+
     def _of(self, stage: GuardrailStage) -> list[Guardrail]:
         return [g for g in self.guardrails if g.stage == stage]
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shlex
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -95,14 +96,16 @@ def _arguments(arguments: dict[str, Any]) -> str:
     return text if len(text) <= ARGUMENTS_CHARS else text[:ARGUMENTS_CHARS] + "..."
 
 
-def resume_line(session: str | Path, workspace: str | Path | None = None) -> str:
-    """``kimik3 resume /abs/session [-w /abs/workspace]``: a "continue with" line that runs as
-    printed from any folder (absolute paths, shell-quoted; issue 40)."""
+def resume_line(session: str | Path, workspace: str | Path | None = None, extra: Sequence[str] = ()) -> str:
+    """``kimik3 resume /abs/session [-w /abs/workspace] [EXTRA...]``: a "continue with" line that
+    runs as printed from any folder (absolute paths, shell-quoted; issue 40); ``extra``: the run's
+    engine options resume never takes from the session file (:func:`~kimik3.cli.recorded.code_argv`)."""
     line = f"kimik3 resume {shlex.quote(str(Path(session).resolve()))}"
-    return line + (f" -w {shlex.quote(str(Path(workspace).resolve()))}" if workspace is not None else "")
+    line += f" -w {shlex.quote(str(Path(workspace).resolve()))}" if workspace is not None else ""
+    return line + (f" {shlex.join(extra)}" if extra else "")
 
 
-def _next_lines(result: RunResult[Any] | None, session: Path | None) -> list[str]:
+def _next_lines(result: RunResult[Any] | None, session: Path | None, extra: Sequence[str] = ()) -> list[str]:
     """What to run next, as printed runnable lines: a run stopped for approvals names the
     ``approve`` and ``resume`` commands of its session (issue 40), one stopped on an MCP
     server's questions an ``answer`` line per call (issue 43)."""
@@ -112,7 +115,7 @@ def _next_lines(result: RunResult[Any] | None, session: Path | None) -> list[str
     lines = [f"decide with: kimik3 approve {where}"] if result.pending_approvals else []
     lines += [f"answer with: kimik3 answer {where} {shlex.quote(escaped(p.id))} {_answer_form(p)}"
               for p in result.pending_inputs]
-    return [*lines, f"continue with: {resume_line(session)}"]
+    return [*lines, f"continue with: {resume_line(session, extra=extra)}"]
 
 
 def _answer_form(pending: PendingInput) -> str:
@@ -212,6 +215,7 @@ def _root_cause(e: BaseException) -> str:
 
 
 class ProgressView(Protocol):
+    resume_args: list[str]  # the run's code options, given again by a "continue with" line
     def start(self) -> None: ...
     def event(self, event: AgentEvent) -> None: ...
     def stop(self) -> None: ...
@@ -226,6 +230,7 @@ class PlainProgress:
     def __init__(self) -> None:
         self.turn = 1
         self.tool_calls = 0
+        self.resume_args: list[str] = []
         self._text = ""  # content of the current turn not yet shown
 
     def _echo(self, line: str) -> None:
@@ -278,7 +283,7 @@ class PlainProgress:
                        f"{result.usage.total_tokens} tokens{_spend(result.usage, result.cost)}")
         if session is not None:
             self._echo(f"session: {session}")
-        for line in _next_lines(result, session):
+        for line in _next_lines(result, session, self.resume_args):
             self._echo(line)
 
     def error(self, e: BaseException) -> None:
@@ -292,6 +297,7 @@ class _RichProgress:
         self.console = console
         self.turn = 1
         self.tool_calls = 0
+        self.resume_args: list[str] = []
         self.tokens = 0
         self.usage = Usage()  # summed over the turns shown, for the cache-hit share
         self.cost: float | None = None
@@ -409,7 +415,7 @@ class _RichProgress:
                              f"{result.usage.total_tokens:,} tokens{spend}", style="dim"))
         if session is not None:
             self._print(Text(f"session: {session}", style="dim"))
-        for line in _next_lines(result, session):
+        for line in _next_lines(result, session, self.resume_args):
             self._print(Text(line))
 
     def error(self, e: BaseException) -> None:

@@ -1,24 +1,31 @@
 """The engine options a session records: ``kimik3 run`` / ``resume`` / ``chat`` put them in the
 header of a session they create (``"engine": [...]``, never a credential), and ``kimik3 resume``
 given no engine takes them back, checked as untrusted data, so the printed ``continue with:``
-line runs as printed."""
+line runs as printed. Only from a session file that is the user's own and outside the workspace
+(where the agent's tools could rewrite it), and never the options that can run code
+(``--trust-remote-code``, ``--preset``, which turns it on, ``--engine-arg``): those are given
+again."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import shlex
+import stat
+from pathlib import Path
 from typing import Any
 
 import click
 from click.core import ParameterSource
 
 from .._exceptions import SessionError
-from .._text import REDACTED, printable, redact_url
+from .._text import REDACTED, printable, redact_url, redact_urls
 from ..agents import RunHooks, SessionLog
 from .engine import Options, engine_options
 
-__all__ = ["RECORDED_OPTIONS", "EngineHeader", "engine_argv", "recorded_command", "recorded_engine", "recorded_params"]
+__all__ = ["CODE_OPTIONS", "RECORDED_OPTIONS", "EngineHeader", "code_argv", "engine_argv", "recorded_command",
+           "recorded_engine", "recorded_params"]
 
 
 # The engine options a session's header records (``"engine": [argv]``) and resume takes back when
@@ -30,6 +37,11 @@ RECORDED_OPTIONS: dict[str, bool] = {
     "--enforce-eager": False, "--no-enforce-eager": False, "--gpu-memory-utilization": True, "--dtype": True,
     "--trust-remote-code": False, "--engine-arg": True, "--script": True, "--request-timeout": True,
 }
+# Recorded options never taken from a session file (they run code with the user's rights: vLLM's
+# trust_remote_code imports the model folder's Python, and every preset turns it on (the K3
+# recipe's base_args L37-42, engines/_presets.py); engine args name classes vLLM imports,
+# worker_extension_cls, logits_processors, ...): resume refuses until they are given again.
+CODE_OPTIONS = ("--trust-remote-code", "--preset", "--engine-arg")
 MAX_RECORDED_ITEMS = 64
 MAX_RECORDED_CHARS = 4096
 _SECRET_ARG = re.compile(r"key|token|secret|pass|pwd|auth|credential", re.I)
@@ -65,11 +77,26 @@ def engine_argv(o: Options) -> list[str]:
     if o.trust_remote_code:
         argv.append("--trust-remote-code")
     for key, value in o.engine_arg:
-        if not _SECRET_ARG.search(key):
-            add("--engine-arg", f"{key}={json.dumps(value)}")
+        text = json.dumps(value)  # a secret-looking name, or one inside the value, or a URL's: left out
+        if not _SECRET_ARG.search(key) and not _SECRET_ARG.search(text) and redact_urls(text) == text:
+            add("--engine-arg", f"{key}={text}")
     add("--script", o.script, path=True)
     add("--request-timeout", o.request_timeout)
     return argv
+
+
+def code_argv(argv: list[str]) -> list[str]:
+    """The :data:`CODE_OPTIONS` items of ``argv`` (:func:`engine_argv`'s), with their values: what
+    a ``continue with: kimik3 resume ...`` line gives again, since resume never takes them from the
+    session file. Example: ``["--preset", "auto", "--trust-remote-code"]``."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        item = argv[i : i + (2 if RECORDED_OPTIONS[argv[i]] else 1)]
+        i += len(item)
+        if item[0] in CODE_OPTIONS:
+            out += item
+    return out
 
 
 class EngineHeader(RunHooks):
@@ -110,6 +137,8 @@ def recorded_engine(log: SessionLog) -> list[str]:
                                f"({', '.join(RECORDED_OPTIONS)})")
         if takes and i + 1 == len(argv):
             raise SessionError(f"{where} ends with {argv[i]} without its value")
+        if takes and argv[i + 1].startswith("-"):
+            raise SessionError(f"{where} gives {argv[i]} the value {argv[i + 1]!r:.80}, which would read as an option")
         if argv[i] == "--base-url" and REDACTED in argv[i + 1]:
             raise SessionError(f"session {log.path} ran on {argv[i + 1]}, whose credentials are not recorded; "
                                "nothing was run: give the engine options (--base-url URL ...)")
@@ -123,30 +152,76 @@ def recorded_command(**params: Any) -> None:
     """Parses recorded engine options with the options' own types (never invoked)."""
 
 
-def recorded_params(log: SessionLog, params: dict[str, Any]) -> list[str]:
+def _own_file(log: SessionLog, workspace: str) -> None:
+    """Raise unless ``log``'s file may choose the engine: the user's own (owned by the effective
+    user, writable by no one else: the rule of sshd's StrictModes and git's safe.directory,
+    CVE-2022-24765) and outside ``workspace``, where the agent's tools could rewrite it.
+
+    Raises:
+        SessionError: which of the two fails, and that the engine options must be given.
+    """
+    path = Path(log.path).resolve()
+    give = "nothing was run: give the engine options (--base-url URL ...)"
+    info = os.stat(path)
+    if info.st_uid != os.geteuid() or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise SessionError(f"session {log.path} is not only yours (owner uid {info.st_uid}, mode "
+                           f"{stat.S_IMODE(info.st_mode):o}), so its engine options are not taken; {give}")
+    if path.is_relative_to(Path(workspace).resolve()):
+        raise SessionError(f"session {log.path} lies in its workspace {workspace}, where the agent's tools can "
+                           f"rewrite it, so its engine options are not taken; {give}")
+
+
+def recorded_params(log: SessionLog, params: dict[str, Any], workspace: str) -> list[str]:
     """Fill ``params`` (resume's, from the current click context) with the engine options ``log``
     records (:func:`recorded_engine`) when the command got no engine (no ``--base-url``,
     ``--model-path`` or ``--script``, nor their environment variables); an option given on the
-    command line or by its environment variable still wins. Returns the recorded items taken ([]
-    when none: the command's own options stand).
+    command line or by its environment variable still wins. The file must be the user's own and
+    outside ``workspace`` (the run's folder); a recorded :data:`CODE_OPTIONS` item is never taken:
+    it must be given again (``--trust-remote-code``, ``--preset``; ``--engine-arg``: the ones given
+    replace the recorded). Returns the recorded items used, which the first line prints (not one
+    given anew on the command line or by its environment variable; [] when none).
 
     Raises:
-        SessionError: a malformed record (:func:`recorded_engine`), or one that does not parse
-            now (a recorded model directory gone: click's message).
+        SessionError: a malformed record (:func:`recorded_engine`); a file not the user's own or
+            in the workspace; recorded code options not given again (the line to run, naming
+            them); one that does not parse now (a recorded model directory gone: click's message).
     """
     if any(params.get(n) is not None for n in ("base_url", "model_path", "script")):
         return []
     argv = recorded_engine(log)
     if not argv:
         return []
+    _own_file(log, workspace)
+    taken: list[str] = []
+    missing: list[str] = []
+    i = 0
+    while i < len(argv):
+        item = argv[i : i + (2 if RECORDED_OPTIONS[argv[i]] else 1)]
+        i += len(item)
+        if item[0] not in CODE_OPTIONS:
+            taken += item
+        elif not params.get(item[0][2:].replace("-", "_")):  # not given again on this command line
+            missing += item
+    if missing:
+        raise SessionError(f"session {log.path} records {shlex.join(missing)}, which can run code and is never taken "
+                           f"from a session file; nothing was run: give it again (kimik3 resume "
+                           f"{shlex.quote(str(log.path))} {shlex.join(missing)})")
     try:
-        parsed = recorded_command.make_context("kimik3 resume", list(argv))
+        parsed = recorded_command.make_context("kimik3 resume", list(taken))
     except click.ClickException as e:
         raise SessionError(f"session {log.path} records engine options that do not hold now "
                            f"({e.format_message()}); nothing was run: give the engine options") from None
     ctx = click.get_current_context()
-    for name, value in parsed.params.items():
-        if parsed.get_parameter_source(name) == ParameterSource.COMMANDLINE and \
-                ctx.get_parameter_source(name) in (ParameterSource.DEFAULT, None):
-            params[name] = value
-    return argv
+    applied = {name for name in parsed.params if parsed.get_parameter_source(name) == ParameterSource.COMMANDLINE
+               and ctx.get_parameter_source(name) in (ParameterSource.DEFAULT, None)}
+    for name in applied:
+        params[name] = parsed.params[name]
+    names = {flag: p.name for p in recorded_command.params for flag in (*p.opts, *p.secondary_opts)}
+    used: list[str] = []  # the first line says what is used: not a recorded option given anew
+    i = 0
+    while i < len(taken):
+        item = taken[i : i + (2 if RECORDED_OPTIONS[taken[i]] else 1)]
+        i += len(item)
+        if names[item[0]] in applied:
+            used += item
+    return used

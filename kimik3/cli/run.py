@@ -46,7 +46,7 @@ from .engine import (
 )
 from .harness import harness_options, harness_parts, sandbox_from_options, sandbox_options, skills_from_options
 from .progress import STOP_REASONS, ProgressView, degraded_lines, progress_view, resume_line, typed_error
-from .recorded import EngineHeader, engine_argv, recorded_params
+from .recorded import EngineHeader, code_argv, engine_argv, recorded_params
 
 __all__ = ["chat_command", "execute", "resume_command", "run_command", "session_workspace", "start_embedded"]
 
@@ -170,7 +170,7 @@ def _kept_unanswered(session: Path, workspace: str, progress: ProgressView) -> N
     if history and isinstance(history[-1], UserMessage):
         path, folder = str(session.absolute()), str(Path(workspace).absolute())  # runnable from anywhere
         progress.note(f"the task is kept, unanswered, in {path}; continue with: "
-                      f"kimik3 resume {shlex.quote(path)} -w {shlex.quote(folder)}")
+                      f"{resume_line(path, folder, progress.resume_args)}")
 
 
 def session_workspace(log: SessionLog, given: str | None) -> str:
@@ -217,7 +217,9 @@ def _run_agent(o: Options, workspace: str, task: str | None, history: list[Messa
             return 1
         engine = engine_from(o)
         parts = harness_parts(engine, workspace, settings_from(o, engine), progress.note, sandbox, skills)
-        agent = agent_from(o, engine, parts[0], parts[1], [*parts[2], EngineHeader(engine_argv(o))])
+        argv = engine_argv(o)
+        progress.resume_args = code_argv(argv)
+        agent = agent_from(o, engine, parts[0], parts[1], [*parts[2], EngineHeader(argv)])
     except BaseException:
         if writer is not None:
             writer.close()
@@ -301,7 +303,7 @@ def resume_command(ctx: click.Context, /, session: str, task: str | None, worksp
         writer = SessionWriter(session, create=False)  # the run's: workspace and history from its one read
         try:
             history, workspace = list(writer.messages), session_workspace(writer.log, workspace)
-            if recorded := recorded_params(writer.log, params):  # no engine given: the session's own
+            if recorded := recorded_params(writer.log, params, workspace):  # no engine given: the session's own
                 o = options_from(params)
                 progress.note(f"engine as the session records it: {shlex.join(recorded)}")
         except BaseException:

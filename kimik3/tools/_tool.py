@@ -235,7 +235,9 @@ class Tool(ABC):
         in_thread: the call's own code runs only in a worker thread (a sync function tool): it
             cannot reach the agent's task, so a turn's only call of it runs in the run's own task,
             without a task group (issue 44). False (the default) for anything that runs code of
-            its own on the event loop, which could cancel the task it runs in.
+            its own on the event loop, which could cancel the task it runs in: an async function,
+            a wrapper (the harness's read-before-edit guard), a ``FunctionTool`` subclass that
+            overrides ``run`` or ``validate``.
     """
 
     name: str
@@ -384,7 +386,10 @@ class FunctionTool(Tool):
             not inspect.isroutine(function)  # an object with an async __call__
             and inspect.iscoroutinefunction(type(function).__call__)
         )
-        self.in_thread = not self.is_async
+        # Only FunctionTool's own run (and the validate it calls) runs on the loop: a subclass that
+        # overrides either runs code of its own in the caller's task, which could cancel it.
+        self.in_thread = not self.is_async and all(
+            getattr(type(self), m) is getattr(FunctionTool, m) for m in ("run", "validate"))
 
     def __repr__(self) -> str:
         return f"FunctionTool(name={self.name!r}, parameters={list(self._param_names)!r})"

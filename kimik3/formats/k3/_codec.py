@@ -568,8 +568,9 @@ class K3Decoder:
         return _merge_argument_deltas(self._parser.feed(chunk.text))
 
     def finish(self) -> list[Event]:
-        """The last events (a call cut by the end of the stream)."""
-        return self._parser.finish(self.finish_reason)
+        """The last events (a call cut by the end of the stream), its argument fragments one
+        delta as in :meth:`feed`."""
+        return _merge_argument_deltas(self._parser.finish(self.finish_reason))
 
     def completion(self, model: str) -> ChatCompletion:
         """The completion of everything fed (after :meth:`finish`). Usage: the engine's counts
