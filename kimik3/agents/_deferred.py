@@ -41,6 +41,10 @@ its line. What a person is shown of a deferred call (:func:`pending_approvals`, 
 ``kimik3 approve``) and what runs are both the call of the assistant message (one source): a
 ``deferred`` record only says that the call waits. A decision, once recorded, is final: the
 same decision again is a no-op, another one a :class:`~kimik3.UserError`.
+
+Why one file a little past the ~600-line guide (issue 42 point 5): the journal's rules (record,
+validate, settle) are one concern and must be read together to see that a call runs at most
+once; the MCP questions' records live apart (:mod:`._inputs`).
 """
 
 from __future__ import annotations

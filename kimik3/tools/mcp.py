@@ -46,6 +46,11 @@ the one session, and the last to leave closes it if the first one opened it. Its
 in an asyncio task of its own, so whichever task leaves last can close it. A stdio server runs
 under a child subreaper (Linux; ``kimik3/tools/coding/_reaper.py``): processes it leaves behind,
 ``setsid`` daemons included, are ended with it.
+
+Why one file past the ~600-line guide (issue 42 point 5): it is one concern, an MCP server as a
+kimik3 toolset (connect, list, call, close), and its parts share the server's session state; what
+stands apart already lives apart: schemas (``_mcp_schema``), input requests and tasks
+(``_mcp_input``), the agent-side wait for answers (:mod:`kimik3.agents._inputs`).
 """
 
 from __future__ import annotations

@@ -13,6 +13,10 @@ conversation and tokenizes only new messages; :class:`PromptCache` holds one per
 with its media index) and a pre-encoded prompt are handed to the engine call
 (``engine.stream(request, prompt_cache=..., prompt_ids=...)``), which hands them to
 :meth:`K3Codec.encode`. :meth:`K3Codec.encoding_options` reads the encoder's options off a request.
+
+Why one file a little past the ~600-line guide (issue 42 point 5): it is the one seam between a
+request and a token engine, both directions, and the decoder reads the encoder's prompt; the
+grammar's parts live apart (``_encode``, ``_parse``, ``_events``, ``_values``, ``_markers``).
 """
 
 from __future__ import annotations
