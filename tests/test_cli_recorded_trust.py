@@ -148,6 +148,14 @@ def test_the_header_holds_no_credential_from_the_environment_or_an_engine_arg(tm
         "--engine-arg", 'download_dir="https://u:pw@h/x"', "--engine-arg", "max_num_seqs=8"])
     assert recorded.engine_argv(cli_engine.options_from(ctx.params)) == [
         "--model-path", str(tmp_path), "--engine-arg", "max_num_seqs=8"]
+    # names that only mention tokens are kept (the continue line would lose them); secret ones are not
+    ctx = recorded.recorded_command.make_context("kimik3 run", [
+        "--model-path", str(tmp_path), "--engine-arg", "max_num_batched_tokens=4096",
+        "--engine-arg", 'tokenizer_mode="kimi_k3"', "--engine-arg", 'hf_token="hf_x"',
+        "--engine-arg", 'hf_overrides={"rope": {"api_key": "k"}}'])
+    assert recorded.engine_argv(cli_engine.options_from(ctx.params)) == [
+        "--model-path", str(tmp_path), "--engine-arg", "max_num_batched_tokens=4096",
+        "--engine-arg", 'tokenizer_mode="kimi_k3"']
     # a CLI run with the key in KIMIK3_API_KEY: not a byte of it in the session file
     repo, session = make_repo(tmp_path), tmp_path / "s.jsonl"
     script = write_script(tmp_path / "w.json", WRITE_B)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shlex
 import stat
 from pathlib import Path
@@ -22,6 +21,7 @@ from click.core import ParameterSource
 from .._exceptions import SessionError
 from .._text import REDACTED, printable, redact_url, redact_urls
 from ..agents import RunHooks, SessionLog
+from ..tools.coding.api import credential_env
 from .engine import Options, engine_options
 
 __all__ = ["CODE_OPTIONS", "RECORDED_OPTIONS", "EngineHeader", "code_argv", "engine_argv", "recorded_command",
@@ -44,7 +44,20 @@ RECORDED_OPTIONS: dict[str, bool] = {
 CODE_OPTIONS = ("--trust-remote-code", "--preset", "--engine-arg")
 MAX_RECORDED_ITEMS = 64
 MAX_RECORDED_CHARS = 4096
-_SECRET_ARG = re.compile(r"key|token|secret|pass|pwd|auth|credential", re.I)
+
+
+def _secret_arg(key: str, text: str) -> bool:
+    """Whether ``--engine-arg key=text`` (``text``: the value's JSON) carries a credential: its
+    name or a name inside its value, with what it holds, by the sandbox's rule for environment
+    variables (:func:`~kimik3.tools.coding.api.credential_env`: ``hf_token``, ``auth_token``,
+    not ``max_num_batched_tokens`` or ``tokenizer_mode``), or a URL with credentials in it."""
+    def named(value: Any) -> list[tuple[str, str]]:
+        if isinstance(value, dict):
+            return [(str(k), json.dumps(v)) for k, v in value.items()] + [p for v in value.values() for p in named(v)]
+        return [p for v in value for p in named(v)] if isinstance(value, list) else []
+
+    pairs = [(key, text), *named(json.loads(text))]
+    return any(credential_env(name.upper(), held) for name, held in pairs) or redact_urls(text) != text
 
 
 def engine_argv(o: Options) -> list[str]:
@@ -78,7 +91,7 @@ def engine_argv(o: Options) -> list[str]:
         argv.append("--trust-remote-code")
     for key, value in o.engine_arg:
         text = json.dumps(value)  # a secret-looking name, or one inside the value, or a URL's: left out
-        if not _SECRET_ARG.search(key) and not _SECRET_ARG.search(text) and redact_urls(text) == text:
+        if not _secret_arg(key, text):
             add("--engine-arg", f"{key}={text}")
     add("--script", o.script, path=True)
     add("--request-timeout", o.request_timeout)

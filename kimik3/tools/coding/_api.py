@@ -16,8 +16,10 @@ checks that nothing outside imports its other modules.
 - writes that land only while their call is live: :class:`Staged`, :func:`stage`, :func:`replace`;
 - :data:`FILE_TOOL_TIMEOUT_S`: the time limit of a file tool's call; :func:`walk_files`: the
   regular files below a directory descriptor as grep and glob walk them;
-- :func:`shell_env`: the environment a command runs with; :class:`Command`: a command started in
-  the run's :class:`~kimik3.tools.coding.Sandbox` (background processes).
+- :func:`shell_env`: the environment a command runs with; :func:`credential_env`: whether a
+  variable (a name, its value) is a credential, the rule that keeps it out of that environment;
+  :class:`Command`: a command started in the run's :class:`~kimik3.tools.coding.Sandbox`
+  (background processes).
 """
 
 from ._bash import shell_env
@@ -38,6 +40,7 @@ from ._git_config import config_named, made_repositories
 from ._git_index import is_sparse
 from ._kept import SessionFiles, kept_paths, repositories
 from ._paths import Workspace, show_path
+from ._policy import credential_env
 from ._sandbox import Command
 from ._search import walk_files
 from ._toolkit import FILE_TOOL_TIMEOUT_S
@@ -58,6 +61,7 @@ __all__ = [
     "lines_and_endings",
     "made_repositories",
     "config_named",
+    "credential_env",
     "replace",
     "replace_keeping_endings",
     "repositories",
