@@ -187,9 +187,12 @@ def test_the_crafted_victim_record_is_refused_with_and_without_force(tmp_path: P
     assert s.read_text().count("\n") == 2  # no undo record appended
 
 
-@pytest.mark.parametrize("kind", ["git", "copy"])
-@pytest.mark.parametrize("bad", ["../x", "/etc/passwd", "a/../../x", "a//b", "./a", "a/.", "a/", "", "a\x00b",
-                                 "\ud800", ".git/hooks/pre-commit"])
+BAD_PATHS = ["../x", "/etc/passwd", "a/../../x", "a//b", "./a", "a/.", "a/", "", "a\x00b", "\ud800"]
+
+
+# ``.git/hooks/pre-commit`` only for a git checkpoint: a plain directory (copy) may hold a folder named .git
+@pytest.mark.parametrize(("bad", "kind"), [*((b, k) for b in BAD_PATHS for k in ("git", "copy")),
+                                           (".git/hooks/pre-commit", "git")])
 def test_every_record_path_must_be_relative_and_inside(tmp_path: Path, kind: str, bad: str) -> None:
     repo = make_repo(tmp_path / "repo")
     if kind == "git":
@@ -199,8 +202,6 @@ def test_every_record_path_must_be_relative_and_inside(tmp_path: Path, kind: str
     else:
         rec = {"turn": 1, "kind": "copy", "root": str(repo), "dir": str(tmp_path / "s.jsonl.checkpoints" / "turn-1"),
                "files": {bad: None}, "after": {bad: None}, "changed": [bad]}
-    if bad == ".git/hooks/pre-commit" and kind == "copy":
-        pytest.skip("a plain directory may hold a folder named .git")
     s = session_file(tmp_path, {"checkpoint": rec})
     before = tree_bytes(tmp_path)
     with pytest.raises(CheckpointError, match=rf"^{s}:2: invalid checkpoint record: changed holds .*; nothing was "
