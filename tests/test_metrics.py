@@ -4,7 +4,7 @@ input split by ``gen_ai.token.cache`` where the server reported it, and
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,8 +17,9 @@ from opentelemetry.sdk.metrics.export import AggregationTemporality, InMemoryMet
 
 from kimik3 import Agent, Client, EngineError, ScriptedEngine
 from kimik3._tracing import DURATION_BUCKETS, TOKEN_BUCKETS
-from kimik3.formats.k3 import RawChunk, render_output
+from kimik3.formats.k3 import render_output
 from kimik3.types import ChatRequest
+from tests.agents.test_cost import UsageEngine  # one engine that reports given usage, for cost and metrics
 
 BASE = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": "moonshot_ai"}
 
@@ -56,25 +57,9 @@ def tokens(data: dict[str, list[Any]]) -> list[tuple[dict[str, Any], int, int]]:
     return sorted(((dict(p.attributes), int(p.sum), p.count) for p in pts), key=lambda t: sorted(t[0].items()))
 
 
-class UsageEngine(ScriptedEngine):
-    """Reports the given (prompt, completion, cached) usage on each call's last chunk."""
-
-    def __init__(self, responses: Sequence[str], usages: Sequence[tuple[int, int, int | None]]) -> None:
-        super().__init__(responses, model="kimi-k3")
-        self.usages = list(usages)
-
-    async def generate(self, prompt_ids: Sequence[int], request: ChatRequest, *, images: Sequence[Any] = ()) -> Any:
-        prompt, completion, cached = self.usages.pop(0)
-        async for chunk in super().generate(prompt_ids, request, images=images):
-            if chunk.finish_reason is not None:
-                chunk = RawChunk(finish_reason=chunk.finish_reason, prompt_tokens=prompt,
-                                 completion_tokens=completion, cached_tokens=cached)
-            yield chunk
-
-
 async def test_token_usage_per_call_with_the_cache_split(points: InMemoryMetricReader) -> None:
     answer = render_output({"content": "ok"})
-    engine = UsageEngine([answer, answer], [(10_000, 200, 4_000), (12_000, 50, 11_000)])
+    engine = UsageEngine([answer, answer], [(10_000, 200, 4_000), (12_000, 50, 11_000)], model="kimi-k3")
     client = Client(engine)
     await client.chat([{"role": "user", "content": "a"}])
     await client.chat([{"role": "user", "content": "b"}])
@@ -139,7 +124,7 @@ async def test_cache_writes_are_their_own_part_and_unknown_usage_is_not_recorded
 
 async def test_a_run_records_each_of_its_calls_and_no_cache_split_when_unreported(points: InMemoryMetricReader) -> None:
     answer = render_output({"content": "ok"})
-    engine = UsageEngine([answer], [(500, 7, None)])
+    engine = UsageEngine([answer], [(500, 7, None)], model="kimi-k3")
     await Agent(engine=engine).run("hi")
     data = collected(points)
     model = {**BASE, "gen_ai.request.model": "kimi-k3", "gen_ai.response.model": "kimi-k3"}

@@ -22,7 +22,7 @@ class UsageEngine(ScriptedEngine):
     """A ScriptedEngine whose calls report the given (prompt, completion, cached) usage, as vLLM
     reports it (``RawChunk`` counts on the last chunk)."""
 
-    def __init__(self, responses: Sequence[str], usages: Sequence[tuple[int, int, int]], model: str = "x") -> None:
+    def __init__(self, responses: Sequence[str], usages: Sequence[tuple[int, int, int | None]], model: str = "x") -> None:
         super().__init__(responses, model=model)
         self.usages = list(usages)
 
