@@ -8,10 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
-
 from kimik3 import Agent, Budgets, Client, ToolMessage, UserMessage, tool
-from tests.engines.test_remote_offline import FakeServer, chat_chunk, sse
+from tests.engines.test_remote_offline import chat_chunk, replies
 
 RAN: list[str] = []
 LEAK = ('<|open|>tools<|sep|><|open|>call tool="calculator" index="1"<|sep|><|open|>argument key="expression" '
@@ -26,15 +24,6 @@ def lookup(q: str) -> str:
     """Look something up."""
     RAN.append(q)
     return f"found {q}"
-
-
-def replies(*turns: list[dict[str, Any]]) -> FakeServer:
-    queue = list(turns)
-
-    def respond(request: httpx.Request) -> httpx.Response:
-        return sse(queue.pop(0))
-
-    return FakeServer(respond)
 
 
 def usage(prompt: int, completion: int, *, in_choice: bool = False) -> dict[str, Any]:

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
-
 from kimik3 import Agent, ToolMessage, UserMessage, tool
-from tests.engines.test_remote_offline import FakeServer, chat_chunk, sse
+from tests.engines.test_remote_offline import chat_chunk, replies
 
 RAN: list[str] = []
 
@@ -25,15 +23,6 @@ def exec(command: str) -> str:
 def tool_call(index: int, call_id: str, arguments: str) -> dict[str, Any]:
     return chat_chunk({"tool_calls": [{"index": index, "id": call_id, "type": "function",
                                        "function": {"name": "exec", "arguments": arguments}}]})
-
-
-def replies(*turns: list[dict[str, Any]]) -> FakeServer:
-    queue = list(turns)
-
-    def respond(request: httpx.Request) -> httpx.Response:
-        return sse(queue.pop(0))
-
-    return FakeServer(respond)
 
 
 ANSWER = [chat_chunk({"reasoning_content": "ok"}), chat_chunk({"content": "Done."}, finish="stop")]

@@ -11,11 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
-
 from kimik3 import Agent, AssistantMessage, ScriptedEngine, ToolMessage, tool
 from tests.agents.test_agent import answer
-from tests.engines.test_remote_offline import FakeServer, chat_chunk, sse
+from tests.engines.test_remote_offline import chat_chunk, replies
 
 RAN: list[str] = []
 
@@ -25,15 +23,6 @@ def bash(command: str) -> str:
     """Run a command."""
     RAN.append(command)
     return f"ran {command}"
-
-
-def replies(*turns: list[dict[str, Any]]) -> FakeServer:
-    queue = list(turns)
-
-    def respond(request: httpx.Request) -> httpx.Response:
-        return sse(queue.pop(0))
-
-    return FakeServer(respond)
 
 
 def usage(prompt: int, completion: int, cached: int | None = None) -> dict[str, Any]:

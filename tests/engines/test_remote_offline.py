@@ -79,6 +79,16 @@ class FakeServer:
         return RemoteEngine(model="k3", client=client, **kwargs)
 
 
+def replies(*turns: list[dict[str, Any]]) -> FakeServer:
+    """A server that streams ``turns`` one request after another, each a list of SSE chunks."""
+    queue = list(turns)
+
+    def respond(request: httpx.Request) -> httpx.Response:
+        return sse(queue.pop(0))
+
+    return FakeServer(respond)
+
+
 HISTORY = [
     {"role": "user", "content": "weather?"},
     {
