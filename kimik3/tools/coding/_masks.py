@@ -21,7 +21,7 @@ import glob
 import os
 import stat
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 from ._kept import MAX_WALK_DIRS, under
 from ._policy import HOME_SECRETS, ROOT_SECRETS, home, homes, secret_folders
@@ -65,9 +65,10 @@ def link_counts(paths: Iterable[str]) -> dict[str, int]:
     return out
 
 
-def _files(root: str, budget: list[int]) -> Iterable[tuple[str, os.stat_result]]:
-    """Every file below ``root`` (``root`` itself when a file), no symlink followed, within
-    ``budget[0]`` folders."""
+def _files(root: str, budget: list[int], keep: Callable[[str, os.stat_result], bool] = lambda path, st: True
+           ) -> Iterator[tuple[str, os.stat_result]]:
+    """Every regular file below ``root`` (``root`` itself when a file), no symlink followed, within
+    ``budget[0]`` folders; an entry ``keep`` refuses is neither entered nor yielded."""
     try:
         st = os.lstat(root)
     except OSError:
@@ -80,18 +81,20 @@ def _files(root: str, budget: list[int]) -> Iterable[tuple[str, os.stat_result]]
     while stack and budget[0] > 0:
         budget[0] -= 1
         try:
-            with os.scandir(stack.pop()) as entries:
-                for e in entries:
-                    try:
-                        est = e.stat(follow_symlinks=False)
-                    except OSError:
-                        continue
-                    if stat.S_ISDIR(est.st_mode):
-                        stack.append(e.path)
-                    elif stat.S_ISREG(est.st_mode):
-                        yield e.path, est
+            entries = list(os.scandir(stack.pop()))
         except OSError:
             continue
+        for e in entries:
+            try:
+                est = e.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if not keep(e.path, est):
+                continue
+            if stat.S_ISDIR(est.st_mode):
+                stack.append(e.path)
+            elif stat.S_ISREG(est.st_mode):
+                yield e.path, est
 
 
 def other_names(secrets: list[str], roots: list[str]) -> tuple[list[str], dict[str, int], list[Inode], list[str]]:
@@ -134,33 +137,21 @@ def other_names(secrets: list[str], roots: list[str]) -> tuple[list[str], dict[s
         if not missing:
             break
         try:
-            if os.lstat(root).st_dev not in devices:
-                continue
+            st = os.lstat(root)
         except OSError:
             continue
-        budget = [MAX_WALK_DIRS]
-        stack = [root]
-        while stack and missing and budget[0] > 0:
-            budget[0] -= 1
-            try:
-                entries = list(os.scandir(stack.pop()))
-            except OSError:
-                continue
-            for e in entries:
-                if under(e.path, secrets):
-                    continue
-                try:
-                    est = e.stat(follow_symlinks=False)
-                except OSError:
-                    continue
-                if stat.S_ISDIR(est.st_mode) and est.st_dev in devices:
-                    stack.append(e.path)
-                key = (est.st_dev, est.st_ino)
-                if stat.S_ISREG(est.st_mode) and key in missing and e.path not in found:
-                    found.append(e.path)
-                    missing[key] -= 1
-                    if not missing[key]:
-                        del missing[key]
+        if not stat.S_ISDIR(st.st_mode) or st.st_dev not in devices:
+            continue
+        # on the secrets' devices (a hard link cannot cross one), never into a secret
+        for path, est in _files(root, [MAX_WALK_DIRS], lambda p, e: e.st_dev in devices and not under(p, secrets)):
+            key = (est.st_dev, est.st_ino)
+            if key in missing and path not in found:
+                found.append(path)
+                missing[key] -= 1
+                if not missing[key]:
+                    del missing[key]
+                    if not missing:
+                        break
     linked = [k for k, n in links.items() if n > 1]
     return found, {names[k][0]: n for k, n in missing.items()}, linked, inner
 
