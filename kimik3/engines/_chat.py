@@ -446,6 +446,10 @@ class ChatStreamChecker:
             parsed = read_marked(field.text, held, thinking=kind == "reasoning", cut=self._truncated,
                                  after_tools=bool(self._calls or recovered),
                                  think_closed=kind == "reasoning" and answered) if held else None
+            if parsed is not None and not (parsed.tool_calls or parsed.misplaced_tool_calls) and (
+                    parsed.reasoning_content or "", parsed.content) == (
+                    (field.text + held, "") if kind == "reasoning" else ("", field.text + held)):
+                parsed = None  # read as the text it is ("answer<|b" cut): nothing changed, no issue
             from_think = False
             if parsed is None and held and kind == "content" and no_reasoning and field.text == fresh:
                 parsed = read_marked(fresh, held, thinking=True, cut=self._truncated,
@@ -534,9 +538,11 @@ class ChatStreamChecker:
             arguments, reason = decode_arguments(text)
             inner = _loads(text) if call.mode == "string" else None
             if isinstance(inner, str):  # one extra level of JSON encoding: decoded once more
-                decoded, _ = decode_arguments(escape_controls(inner))
+                decoded, why = decode_arguments(escape_controls(inner))
                 if decoded is not None:
                     arguments, text = decoded, escape_controls(inner)
+                elif inner.lstrip().startswith("{"):  # the object it holds is what is wrong (a key twice)
+                    reason = why
         if arguments is None:
             if cut and call.name:  # cut mid-arguments: dropped like the raw parser's cut call
                 self._dropped.append(call.name)

@@ -162,6 +162,39 @@ LEAKS = [
          None, "end a tag with <|close|>", thinking=False, marked=True),
     Leak("words that only look like markers are never held", [("content", "<sep> and <|opener|> and a <|b")],
          None, "<sep> and <|opener|> and a <|b", thinking=False),
+    # -- issue 41 verification round: other spellings of each shape -----------------------------------
+    Leak("variant: a space before the sep's > (<|sep| >)", [("reasoning_content", "2 + 2"),
+         ("content", "<|open|>response<|sep| >the answer is 4")], "2 + 2", "the answer is 4"),
+    Leak("variant: a space after the < (< |sep|>), and around every pipe", [("reasoning_content", "2 + 2"),
+         ("content", "< |open| >response< | sep | >the answer is 4")], "2 + 2", "the answer is 4"),
+    Leak("variant: the near-miss sep in the reasoning field, no sep's >", [(
+         "reasoning_content", "2 + 2<|close|>think<|sep|the answer is 4")], "2 + 2", "the answer is 4"),
+    Leak("variant: cut inside a spaced near-miss (<| close)", [("reasoning_content", "r"),
+         ("content", "the answer<| close")], "r", "the answer", finish="length"),
+    Leak("variant: cut inside a doubled-| near-miss (<||clo)", [("reasoning_content", "r"),
+         ("content", "the answer<||clo")], "r", "the answer", finish="length"),
+    Leak("variant: cut after a close missing its first | (<close|)", [("reasoning_content", "deep thought<close|")],
+         "deep thought", "", finish="length"),
+    Leak("variant: a spaced near-miss prefix at a stop stays text (no marker, no issue)", [(
+         "reasoning_content", "r"), ("content", "the answer<| close")], "r", "the answer<| close"),
+    Leak("variant: a cut that starts no marker stays text, no issue (<|b)", [("reasoning_content", "r"),
+         ("content", "the answer<|b")], "r", "the answer<|b", finish="length"),
+    Leak("variant: a max_tokens cut after <|close|>response", [("reasoning_content", "r"),
+         ("content", "the answer<|close|>response")], "r", "the answer", finish="max_tokens"),
+    Leak("variant: cut after the think close's sep, before any answer", [(
+         "reasoning_content", "deep thought<|close|>think<|sep")], "deep thought", "", finish="length"),
+    Leak("variant: the bare think close with no newline, cut", [("reasoning_content", "plan"),
+         ("content", "it is done<|close|>think")], "plan", "it is done", finish="length"),
+    Leak("variant: the bare think close then CRLF, cut", [("reasoning_content", "plan"),
+         ("content", "it is done<|close|>think\r\n")], "plan", "it is done", finish="length"),
+    Leak("variant: a spaced near-miss think close (<| close |>think), cut", [("reasoning_content", "plan"),
+         ("content", "it is done<| close |>think\n")], "plan", "it is done", finish="length"),
+    Leak("variant: the bare think close in the reasoning field, cut", [("reasoning_content", "it is done<|close|>think\n")],
+         "it is done", "", finish="length"),
+    Leak("B07 in chat mode: text between two leaked calls drops the text, not the calls", [(
+         "reasoning_content", "look it up"), ("content", CALL.replace("<|close|>call<|sep|>", "<|close|>call<|sep|>Now "
+         "the second one:" + CALL.removeprefix("<|open|>tools<|sep|>").removesuffix("<|close|>tools<|sep|>"), 1))],
+         "look it up", "", calls=[("lookup", {"q": "x"}), ("lookup", {"q": "x"})]),
 ]  # fmt: skip
 
 
@@ -175,6 +208,22 @@ def run(chunks: list[dict[str, Any]], *, thinking: bool, tools: tuple[str, ...] 
         events += chat.feed(chunk)
     events += chat.finish(done=True)
     return events, chat.completion()
+
+
+def response_of(parts: list[tuple[str, str]], finish: str) -> dict[str, Any]:
+    """The same answer as one non-streaming ``chat.completion``."""
+    message: dict[str, Any] = {"role": "assistant"}
+    for k, v in parts:
+        message[k] = message.get(k, "") + v
+    return {"object": "chat.completion", "choices": [{"index": 0, "message": message, "finish_reason": finish}]}
+
+
+def run_whole(body: dict[str, Any], *, thinking: bool, tools: tuple[str, ...] = ("lookup",)) -> ChatCompletion:
+    counter = itertools.count()
+    chat = ChatStreamChecker(thinking=thinking, model="k3", tools=tools, id_factory=lambda: f"k3_{next(counter)}")
+    chat.feed_response(body)
+    chat.finish()
+    return chat.completion()
 
 
 def chunkings(parts: list[tuple[str, str]], finish: str) -> list[list[dict[str, Any]]]:
@@ -205,7 +254,7 @@ def test_leaked_markup_at_every_chunking(row: Leak) -> None:
         msg = completion.message
         assert (msg.reasoning_content, msg.content) == (row.reasoning, row.content), chunks
         assert [(c.function.name, json.loads(c.function.arguments)) for c in msg.tool_calls or ()] == row.calls
-        assert completion.truncated == (row.finish == "length")
+        assert completion.truncated == (row.finish in ("length", "max_tokens"))
         sent = tuple("".join(v for k, v in row.parts if (k == "content") == is_content) for is_content in (False, True))
         changed = (msg.reasoning_content or "", msg.content) != sent or bool(row.calls)  # recovery changed a field
         read = [i for i in completion.issues if READ in i]
@@ -214,6 +263,9 @@ def test_leaked_markup_at_every_chunking(row: Leak) -> None:
             f"the {row.marked if isinstance(row.marked, str) else 'answer'} holds K3 marker text (<|open|>, <|close|>, "
             "<|sep|>, or one spelled a little wrong) that could not be read as K3 structure: kept as text"]
             if row.marked else [])
+    # not streamed: one chat.completion gives the same message and issues as every chunking
+    body = run_whole(response_of(row.parts, row.finish), thinking=row.thinking, tools=row.tools)
+    assert (body.message, body.issues, body.truncated) == (msg, completion.issues, completion.truncated)
 
 
 def test_markup_left_in_reasoning_is_named_as_reasoning() -> None:
@@ -285,6 +337,8 @@ TWICE = [
     ('{"command": "ls", "command": "rm -rf build"}', "command"),
     ('{"path": "a", "n": 1, "path": "a"}', "path"),  # even the same value twice
     ('{"opts": {"x": 1, "x": 2}}', "x"),  # inside a nested object
+    ('{"opts": {"a": [{"y": 1, "\\u0079": 2}]}}', "y"),  # in an object in a list in an object, escaped
+    (json.dumps('{"command": "ls", "command": "rm"}'), "command"),  # arguments sent as JSON text in a string
 ]
 
 
@@ -301,6 +355,36 @@ def test_a_streamed_call_with_a_key_twice_fails_at_every_chunking(arguments: str
         assert (failed.id, failed.name, failed.arguments) == ("c1", "bash", arguments)
         assert failed.reason == (f"it gives argument {key!r} more than once, so which value is meant cannot be told; "
                                  "give each argument once")
+
+
+def test_one_key_at_two_depths_is_no_duplicate() -> None:
+    chunks = [d({"tool_calls": [{"index": 0, "id": "c1", "function": {"name": "bash", "arguments": (
+        '{"command": "ls", "opts": {"command": 1}}')}}]}), d({}, "tool_calls")]
+    _, completion = run(chunks, thinking=False, tools=("bash",))
+    assert [c.function.arguments for c in completion.message.tool_calls or ()] == ['{"command": "ls", "opts": {"command": 1}}']
+    assert completion.failed_tool_calls == []
+
+
+LEAKED_TWICE = [  # a tools section the server left in the content, with a key given twice in its call
+    ("a string argument twice", CALL.replace("x<|close|>argument<|sep|>", 'x<|close|>argument<|sep|><|open|>argument '
+     'key="q" type="string"<|sep|>y<|close|>argument<|sep|>'), "it gives argument 'q' more than once"),
+    ("a key twice nested inside an object argument", CALL.replace('key="q" type="string"<|sep|>x', 'key="q" '
+     'type="object"<|sep|>{"a": {"b": 1, "b": 2}}'), "argument 'q': it gives argument 'b' more than once"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("text", "reason"), [r[1:] for r in LEAKED_TWICE], ids=[r[0] for r in LEAKED_TWICE])
+def test_a_leaked_call_with_a_key_twice_is_a_failed_call_the_model_reads(text: str, reason: str) -> None:
+    """Before: the parse was not regular (a failed call), so the whole section stayed in the answer as
+    text and the model read no error."""
+    parts = [("reasoning_content", "look it up"), ("content", text)]
+    for chunks in [*chunkings(parts, "stop"), None]:
+        completion = run(chunks, thinking=True)[1] if chunks else run_whole(response_of(parts, "stop"), thinking=True)
+        assert (completion.message.content, completion.message.tool_calls) == ("", None)
+        (failed,) = completion.failed_tool_calls
+        assert failed.name == "lookup" and failed.reason == reason + (
+            ", so which value is meant cannot be told; give each argument once")
+        assert completion.issues == [READ_ISSUES[1]]
 
 
 # -- usage that does not add up: clamped once, said once, an issue of the turn --------------------

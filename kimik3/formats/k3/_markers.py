@@ -11,7 +11,7 @@ from ._encode import CLOSE, END_OF_MSG, OPEN, SEP
 
 __all__ = [
     "BARE_TAGS", "K_CLOSE", "K_EOM", "K_OPEN", "K_SEP", "MARKERS", "MAX_PREFIX", "PREFIXES", "TEXT", "find_marker",
-    "near_marker", "parse_header",
+    "near_marker", "near_prefix", "parse_header",
 ]  # fmt: skip
 
 K_OPEN, K_CLOSE, K_SEP, K_EOM = 0, 1, 2, 3
@@ -35,15 +35,17 @@ MAX_PREFIX = max(len(m) for m, _ in MARKERS) - 1
 # In chat mode the model sometimes writes a marker out of ordinary text tokens instead of the one
 # token, and gets it a little wrong (SGLang #33530: "<|sep|the answer is 4", a sep without its
 # ">", then "<|sep|<|sep|>"): a near-miss is "<", one of the four names, and around it at most
-# two "|" a side, at most one space a side and maybe the ">", with at least one "|" and at least
-# two of the three delimiters ("<|sep|", "<|sep>", "<sep|>", "<||sep|>", "<| sep |>"); a near-miss
-# sep directly followed by a real one is one sep. The raw parser never reads near-misses (in raw
+# two "|" a side, at most one space on each side of each run of "|" and maybe the ">", with at
+# least one "|" and at least two of the three delimiters ("<|sep|", "<|sep>", "<sep|>",
+# "<||sep|>", "<| sep |>", "<|sep| >", "< |sep|>"); a near-miss sep directly followed by a real
+# one is one sep. The raw parser never reads near-misses (in raw
 # output a marker is one token); chat mode reads them only where the whole text then parses as
 # regular K3 structure, so prose that mentions one stays text.
-_NEAR = re.compile(r"<(\|{0,2}) ?(open|close|sep|end_of_msg) ?(\|{0,2})(>?)")
+_NEAR = re.compile(r"< ?(\|{0,2}) ?(open|close|sep|end_of_msg) ?(\|{0,2})((?: ?>)?)")
 _KINDS = {"open": K_OPEN, "close": K_CLOSE, "sep": K_SEP, "end_of_msg": K_EOM}
 _MAY_BECOME = re.compile(r"<[| ]{0,3}[a-z_]{0,10}[| ]{0,3}")
-MAX_NEAR = len("<|| end_of_msg ||>")
+_NEAR_PREFIX = re.compile(r"< ?\|{0,2} ?([a-z_]*)((?: ?\|{0,2} ?)?)")
+MAX_NEAR = len("< || end_of_msg || >")
 """The longest near-miss marker (before an absorbed real sep)."""
 
 BARE_TAGS = frozenset({"think", "response", "tools", "message"})
@@ -60,12 +62,24 @@ def near_marker(text: str, pos: int) -> tuple[int, int] | None:
         return None
     left, name, right, gt = m.groups()
     pipes = len(left) + len(right)
-    if pipes == 0 or pipes + len(gt) < 2 or m.group() == TEXT[_KINDS[name]]:
+    if pipes == 0 or pipes + bool(gt) < 2 or m.group() == TEXT[_KINDS[name]]:
         return None
     end = m.end()
     if name == "sep" and text.startswith(SEP, end):  # "<|sep|<|sep|>": a slip, then the real one
         end += len(SEP)
     return _KINDS[name], end - pos
+
+
+def near_prefix(text: str) -> bool:
+    """Whether ``text`` (from a ``<`` to the end of the text) is the start of a near-miss marker
+    cut there (``"<| clo"``, ``"<||close"``, ``"<close |"``): it holds a ``|`` and is a prefix of a
+    spelling :func:`near_marker` reads. Chat mode drops it from the end of an answer cut by a
+    length finish, as it drops an exact marker's prefix (SGLang #33097)."""
+    m = _NEAR_PREFIX.fullmatch(text)
+    if m is None or "|" not in text or len(text) > MAX_NEAR:
+        return False
+    name, after = m.groups()
+    return name in _KINDS if after else any(k.startswith(name) for k in _KINDS)
 
 
 def find_marker(text: str, pos: int = 0) -> tuple[int, bool]:

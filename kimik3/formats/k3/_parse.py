@@ -52,6 +52,7 @@ from ._markers import (
     PREFIXES,
     TEXT,
     near_marker,
+    near_prefix,
     parse_header,
 )
 from ._values import CLOSERS, Call, closer_overlap
@@ -125,8 +126,10 @@ class StreamParser:
             #33097; any tag when ``finish`` says the output was cut, else a bare channel tag)
             are read as the slips they are and keep :attr:`regular`; a stray close or bare tag
             at the end only when the output was cut or other tags were read (else it may be
-            prose quoting a marker), a partial marker at a cut end is dropped, and a channel
-            opened after answer text is not regular (issue 41, attack round).
+            prose quoting a marker), a partial marker at a cut end is dropped (a near-miss's
+            start with a ``|`` too: :func:`~._markers.near_prefix`), and a channel opened after
+            answer text is not regular (issue 41, attack round); text between two calls (B07) and
+            a call in whole tags that fails on its values (a key given twice) keep it regular.
         after_tools: a tools section came before this text (chat mode: the server returned
             calls), so a tools section in it is a second one: its calls never run (issue 40, N08).
     """
@@ -304,8 +307,8 @@ class StreamParser:
                     if self._state in (_ARG, _JSON, _DONE):
                         return pos
                     continue
-                if n - j <= MAX_PREFIX and buf[j:] in PREFIXES:
-                    # may still become a marker: hold back (this is the only text re-scanned)
+                if (n - j <= MAX_PREFIX and buf[j:] in PREFIXES) or (self._tolerant and near_prefix(buf[j:])):
+                    # may still become a marker (tolerant: a near-miss too): hold back (the only text re-scanned)
                     if j > start:
                         self._text(buf[start:j])
                         if self._state in (_ARG, _JSON):
@@ -512,7 +515,7 @@ class StreamParser:
         """What followed a call's close confirms it, and its last value's closer: commit (text
         between it and what followed is dropped, as text in the tools section outside a call)."""
         call.closing = False
-        if call.text_after:
+        if call.text_after and not self._tolerant:  # (tolerant: B07, a slip of the spec's list)
             self.regular = False
         self._end_value(call)
         self._close_call(call)
@@ -679,8 +682,8 @@ class StreamParser:
         if call.raw is not None:
             self._misplaced_text(call, call.raw)
             return
-        if call.error is not None:
-            self.regular = False
+        if call.error is not None and not self._tolerant:  # (tolerant: a value the model got wrong, in
+            self.regular = False  # whole structure, is a failed call it reads: a key twice, bad JSON)
         self._calls.append(call.done(self._out))
 
     def _drop_call(self, *, by_tag: bool = False) -> None:
