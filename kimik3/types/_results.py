@@ -117,9 +117,9 @@ def clamp_usage(usage: Usage) -> list[str]:
     The one place where counts a server sent are made to hold together (chat and raw mode call
     it where they build a completion's :class:`Usage`): no count below 0; cached tokens at most
     the prompt tokens (SGLang #32761, #35863 sent more, so cache shares passed 100% and the
-    uncached part of a cost went negative); reasoning tokens at most the completion tokens
-    (vercel/ai #19311). The caller logs the changes once and records them as an issue of the turn
-    (``ChatCompletion.issues``).
+    uncached part of a cost went negative), and cache writes at most the rest of it; reasoning
+    tokens at most the completion tokens (vercel/ai #19311). The caller logs the changes once and
+    records them as an issue of the turn (``ChatCompletion.issues``).
 
     Args:
         usage: the counts as read (changed in place).
@@ -148,7 +148,8 @@ def clamp_usage(usage: Usage) -> list[str]:
     if (prompt := usage.prompt_tokens_details) is not None:
         where = "usage.prompt_tokens_details"
         bound(prompt, "cached_tokens", where, usage.prompt_tokens, "prompt_tokens")
-        bound(prompt, "cache_write_tokens", where, usage.prompt_tokens, "prompt_tokens")
+        bound(prompt, "cache_write_tokens", where, usage.prompt_tokens - prompt.cached_tokens,
+              "prompt_tokens less cached_tokens")  # reads and writes are parts of the prompt
         bound(prompt, "cache_write_1h_tokens", where, prompt.cache_write_tokens or 0, "cache_write_tokens")
     if (completion := usage.completion_tokens_details) is not None:
         bound(completion, "reasoning_tokens", "usage.completion_tokens_details", usage.completion_tokens,

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from kimik3 import Agent, AssistantMessage, ScriptedEngine, ToolMessage, tool
+from kimik3._pricing import Pricing
 from tests.agents.test_agent import answer
 from tests.engines.test_remote_offline import chat_chunk, replies
 
@@ -118,3 +121,29 @@ async def test_an_argument_given_twice_is_an_error_the_model_reads() -> None:
                      "meant cannot be told; give each argument once")
     assert result.degraded
 
+
+
+async def test_each_turns_clamped_usage_is_its_own_issue_said_once_and_the_cost_stays_positive(
+        caplog: pytest.LogCaptureFixture) -> None:
+    # turn 1: reasoning above completion, with a call; turn 2: cached above prompt in Moonshot's top-level shape
+    RAN.clear()
+    call_turn = [chat_chunk({"reasoning_content": "r"}), chat_chunk({"tool_calls": [{"index": 0, "id": "a", "function": {
+        "name": "bash", "arguments": '{"command": "ls"}'}}]}, finish="tool_calls"),
+        {"object": "chat.completion.chunk", "choices": [], "usage": {
+            "prompt_tokens": 30, "completion_tokens": 4, "total_tokens": 34,
+            "completion_tokens_details": {"reasoning_tokens": 9}}}]
+    answer_turn = [chat_chunk({"reasoning_content": "r"}), chat_chunk({"content": "ok"}, finish="stop"),
+                   {"object": "chat.completion.chunk", "choices": [], "usage": {
+                       "prompt_tokens": 50, "completion_tokens": 2, "total_tokens": 52, "cached_tokens": 70}}]
+    with caplog.at_level("WARNING", logger="kimik3"):
+        result = await Agent(engine=replies(call_turn, answer_turn).engine(), tools=[bash]).run("?")
+    assert RAN == ["ls"] and result.output == "ok"
+    assert result.issues == [
+        "turn 1: usage.completion_tokens_details.reasoning_tokens was 9, more than completion_tokens 4: counted as 4",
+        "turn 2: usage.prompt_tokens_details.cached_tokens was 70, more than prompt_tokens 50: counted as 50"]
+    said = [r.getMessage() for r in caplog.records if "did not add up" in r.getMessage()]
+    assert len(said) == 2
+    u = result.usage
+    assert (u.prompt_tokens, u.completion_tokens, u.cached_tokens, u.reasoning_tokens) == (80, 6, 50, 4)
+    assert Pricing(input=3.0, cached_input=0.30, output=15.0).cost(u) == pytest.approx(
+        (30 * 3.0 + 50 * 0.30 + 6 * 15.0) / 1e6)

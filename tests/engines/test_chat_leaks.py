@@ -420,6 +420,60 @@ def test_usage_is_clamped_logged_once_and_an_issue(usage: dict[str, Any], counts
     assert said == ([f"kimik3: the server's usage did not add up: {'; '.join(issues)}"] if issues else [])
 
 
+def usage_shapes(counts: dict[str, Any], cached: int) -> list[tuple[str, Any]]:
+    """``cached_tokens`` in both shapes (OpenAI's ``prompt_tokens_details``, Moonshot's top-level
+    ``usage.cached_tokens``), each where servers put the usage (a last chunk's ``usage``, Kimi's
+    ``choices[0].usage``) and in a non-streaming body."""
+    out: list[tuple[str, Any]] = []
+    for shape, usage in (("details", {**counts, "prompt_tokens_details": {"cached_tokens": cached}}),
+                         ("top level", {**counts, "cached_tokens": cached})):
+        out.append((f"{shape}, a last chunk", [d({"content": "hi"}, "stop"),
+                                               {"object": "chat.completion.chunk", "choices": [], "usage": usage}]))
+        out.append((f"{shape}, choices[0].usage", [{"object": "chat.completion.chunk", "choices": [
+            {"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop", "usage": usage}]}]))
+        out.append((f"{shape}, not streamed", {"object": "chat.completion", "usage": usage, "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}]}))
+    return out
+
+
+@pytest.mark.parametrize(("cached", "want", "issues"), [
+    (900, 120, ["usage.prompt_tokens_details.cached_tokens was 900, more than prompt_tokens 120: counted as 120"]),
+    (-7, 0, ["usage.prompt_tokens_details.cached_tokens was -7: counted as 0"]),
+    (120, 120, []),
+])  # fmt: skip
+def test_cached_tokens_are_clamped_in_both_usage_shapes_wherever_they_come(
+        cached: int, want: int, issues: list[str], caplog: pytest.LogCaptureFixture) -> None:
+    counts = {"prompt_tokens": 120, "completion_tokens": 5, "total_tokens": 125}
+    for name, sent in usage_shapes(counts, cached):
+        caplog.clear()
+        chat = ChatStreamChecker(thinking=False)
+        with caplog.at_level(logging.WARNING, logger="kimik3"):
+            if isinstance(sent, dict):
+                chat.feed_response(sent)
+            else:
+                for chunk in sent:
+                    chat.feed(chunk)
+            chat.finish(done=True)
+            first, again = chat.completion(), chat.completion()
+        assert (first.usage.cached_tokens, first.usage.prompt_tokens, first.issues) == (want, 120, issues), name
+        assert again.issues == issues and again.usage.cached_tokens == want
+        said = [r.getMessage() for r in caplog.records if "did not add up" in r.getMessage()]
+        assert said == ([f"kimik3: the server's usage did not add up: {issues[0]}"] if issues else []), name
+        assert Pricing(input=3.0, cached_input=0.30, output=15.0).cost(first.usage) == pytest.approx(
+            ((120 - want) * 3.0 + want * 0.30 + 5 * 15.0) / 1e6)
+
+
+def test_cache_reads_and_writes_together_are_at_most_the_prompt() -> None:
+    usage = {"prompt_tokens": 100, "completion_tokens": 5, "total_tokens": 105,
+             "prompt_tokens_details": {"cached_tokens": 80, "cache_write_tokens": 80}}
+    _, completion = run([d({"content": "hi"}, "stop"), {"object": "chat.completion.chunk", "choices": [],
+                                                        "usage": usage}], thinking=False)
+    u = completion.usage
+    assert (u.cached_tokens, u.cache_write_tokens) == (80, 20)
+    assert completion.issues == ["usage.prompt_tokens_details.cache_write_tokens was 80, more than prompt_tokens "
+                                 "less cached_tokens 20: counted as 20"]
+
+
 def test_a_negative_prompt_count_is_clamped_and_the_usage_unknown() -> None:
     _, completion = run([d({"content": "hi"}), d({}, "stop"), {"object": "chat.completion.chunk", "choices": [],
                         "usage": {"prompt_tokens": -5, "completion_tokens": 2, "total_tokens": 2}}], thinking=False)
@@ -483,11 +537,12 @@ def test_only_the_tools_section_after_the_think_channel_runs(row: tuple[Any, ...
     (-4, 0, ["usage.prompt_tokens_details.cached_tokens was -4: counted as 0"]),
     (64, 64, []),
 ])  # fmt: skip
+@pytest.mark.parametrize("top_level", [False, True], ids=["prompt_tokens_details", "usage.cached_tokens"])
 async def test_raw_mode_clamps_usage_the_same_way_and_cost_stays_positive(
-        tmp_path: Path, cached: int, want: int, issues: list[str]) -> None:
+        tmp_path: Path, cached: int, want: int, issues: list[str], top_level: bool) -> None:
     text = "<|open|>response<|sep|>Hello<|close|>response<|sep|><|close|>message<|sep|>"
-    usage = {"prompt_tokens": 99, "completion_tokens": 20, "total_tokens": 119,
-             "prompt_tokens_details": {"cached_tokens": cached}}
+    usage: dict[str, Any] = {"prompt_tokens": 99, "completion_tokens": 20, "total_tokens": 119}
+    usage.update({"cached_tokens": cached} if top_level else {"prompt_tokens_details": {"cached_tokens": cached}})
 
     def respond(request: httpx.Request) -> httpx.Response:
         return sse([{"object": "text_completion", "choices": [{"index": 0, "text": text, "finish_reason": "stop"}]},
