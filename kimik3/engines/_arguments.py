@@ -97,8 +97,9 @@ def json_calls(text: str) -> list[ParsedToolCall] | None:
     """The calls in content a server sent for ``tool_choice="required"`` instead of calls, else None.
 
     Content that is one ``{"name": ..., "parameters": {...}}`` object (``"arguments"`` too, as an
-    object or JSON text; SGLang #33192), or a JSON array of them (SGLang's constrained fallback for
-    ``required``), either maybe in one Markdown code fence: every item must be such an object, or
+    object or JSON text; SGLang #33192; or wrapped in OpenAI's ``{"type": "function", "function":
+    {...}}``), or a JSON array of them (SGLang's constrained fallback for ``required``), either
+    maybe in one Markdown code fence: every item must be such an object, or
     the content is the answer. A call whose arguments do not decode (a key given twice, say) is
     returned with its ``error``: a failed call, never the answer.
 
@@ -128,6 +129,8 @@ def json_calls(text: str) -> list[ParsedToolCall] | None:
 
 
 def _json_call(value: Any) -> ParsedToolCall | None:
+    if isinstance(value, dict) and isinstance(value.get("function"), dict) and set(value) <= {"type", "id", "function"}:
+        value = value["function"]  # OpenAI's tool-call shape: {"type": "function", "function": {...}}
     if not isinstance(value, dict) or not isinstance(value.get("name"), str) or set(value) - {
             "name", "parameters", "arguments", "type"}:
         return None

@@ -478,9 +478,7 @@ class ChatStreamChecker:
                 out += self._add_text("content", answer)
             recovered += parsed.tool_calls
             self._misplaced += parsed.misplaced_tool_calls
-            self._read.append(f"the {'reasoning' if kind == 'reasoning' else 'answer'} held K3 markup the server "
-                              "left unparsed; read as K3 structure, so its text changed (markers dropped, text "
-                              "moved between reasoning and answer, calls read)")
+            self._read.append(_read_issue(kind))
             log.warning("kimik3: K3 markup left in %s read as K3 output: %d call(s)%s", kind, len(parsed.tool_calls),
                         f", {len(parsed.misplaced_tool_calls)} outside a tools section (not run)"
                         if parsed.misplaced_tool_calls else "")
@@ -499,8 +497,19 @@ class ChatStreamChecker:
 
     def _json_calls(self, text: str) -> list[ParsedToolCall] | None:
         """Under ``tool_choice="required"`` with no call: the calls a server sent as JSON content
-        (:func:`~._arguments.json_calls`), else None (the content is the answer)."""
-        return json_calls(text) if self._tool_choice == "required" and not self._calls else None
+        (:func:`~._arguments.json_calls`), also when K3 markup it left around them is read away
+        (``[{...}]<|close|>response<|sep|>``: a turn issue), else None (the content is the answer)."""
+        if self._tool_choice != "required" or self._calls:
+            return None
+        calls = json_calls(text)
+        if calls is not None or not holds_markup(text):
+            return calls
+        parsed = read_marked("", text, thinking=False)  # the markup read away: only JSON calls left?
+        if parsed is None or parsed.tool_calls or parsed.misplaced_tool_calls:
+            return None
+        if (calls := json_calls(parsed.content)) is not None:
+            self._read.append(_read_issue("content"))
+        return calls
 
     def _end_recovered(self, parsed_call: ParsedToolCall) -> list[Event]:
         """A call read from text a server left: run only when its tool was declared."""
@@ -598,6 +607,13 @@ class ChatStreamChecker:
             misplaced_tool_calls=list(self._misplaced),
             issues=[*self._read, *issues, *self._clamped],
         )
+
+
+def _read_issue(kind: str) -> str:
+    """The turn issue of a field (``"reasoning"`` or ``"content"``) whose leaked markup was read."""
+    return (f"the {'reasoning' if kind == 'reasoning' else 'answer'} held K3 markup the server left unparsed; read "
+            "as K3 structure, so its text changed (markers dropped, text moved between reasoning and answer, calls "
+            "read)")
 
 
 def _loads(text: str) -> Any:

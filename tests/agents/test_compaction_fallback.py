@@ -218,9 +218,19 @@ async def test_a_continued_answer_is_the_whole_answer() -> None:
     assert (await Agent(engine=engine).run("Count.")).output == "One, two, three, four, five."
 
 
-async def test_a_raw_mode_agent_resizes_to_the_window_the_server_states(tmp_path: Path) -> None:
+REFUSALS = [  # how servers state the window they accept (tests/engines/test_overflow_wording.py has them all)
+    "Invalid request: Your request exceeded model token limit: 262144 (requested: 1048576)",
+    "This model's maximum context length is 262144 tokens. However, you requested 1048576 tokens (12 in the "
+    "messages, 1048564 in the completion). Please reduce the length of the messages or completion.",
+    "The input (1048576 tokens) is longer than the model's context length (262144 tokens).",
+]
+
+
+@pytest.mark.parametrize("refusal", REFUSALS, ids=["moonshot", "vllm", "sglang"])
+async def test_a_raw_mode_agent_resizes_to_the_window_the_server_states(tmp_path: Path, refusal: str) -> None:
     """N36: /v1/models advertises 1,048,576, the server accepts 262,144: the agent's first
-    request was refused and ContextLengthExceededError came out of Agent.run."""
+    request was refused and ContextLengthExceededError came out of Agent.run. Each wording of the
+    refusal; a second run on the same engine sends the window it learnt at once."""
     from tests.engines.test_overflow_wording import _completion
     from tests.engines.test_remote_offline import FakeServer
     from tests.k3vocab import write_model_dir
@@ -235,15 +245,16 @@ async def test_a_raw_mode_agent_resizes_to_the_window_the_server_states(tmp_path
         body: dict[str, Any] = json.loads(request.content)
         seen.append(body["max_tokens"])
         if body["max_tokens"] > 262_144 - 100:
-            return httpx.Response(400, json={"error": {"message": "Invalid request: Your request exceeded model token "
-                                                                  "limit: 262144 (requested: 1048576)"}})
+            return httpx.Response(400, json={"error": {"message": refusal}})
         return _completion()
 
     engine = FakeServer(respond).engine(mode="raw", tokenizer=tok)
-    result = await Agent(client=Client(engine, max_retries=0)).run("Hello")
-    assert (result.stop_reason, result.output) == ("completed", "Hi")
+    agent = Agent(client=Client(engine, max_retries=0))
+    result = await agent.run("Hello")
+    assert (result.stop_reason, result.output, result.issues) == ("completed", "Hi", [])
     prompt = 1_048_576 - seen[0]
     assert seen == [1_048_576 - prompt, 262_144 - prompt]
+    assert (await agent.run("Hello")).output == "Hi" and seen[2:] == [262_144 - prompt]  # learnt: no refusal
 
 
 class Unstated(ScriptedEngine):

@@ -147,3 +147,20 @@ async def test_each_turns_clamped_usage_is_its_own_issue_said_once_and_the_cost_
     assert (u.prompt_tokens, u.completion_tokens, u.cached_tokens, u.reasoning_tokens) == (80, 6, 50, 4)
     assert Pricing(input=3.0, cached_input=0.30, output=15.0).cost(u) == pytest.approx(
         (30 * 3.0 + 50 * 0.30 + 6 * 15.0) / 1e6)
+
+
+async def test_n39_a_continued_answer_streamed_a_character_at_a_time_is_the_whole_answer() -> None:
+    # chat mode, both replies one character a chunk; the cut one ends inside a marker sequence (SGLang #33097)
+    for first, second, want in [
+        ("The capital of France is", " Paris.", "The capital of France is Paris."),
+        ("The capital<|close|>response", " is Paris.", "The capital is Paris."),
+        ("The capital of<|clo", " France is Paris.", "The capital of France is Paris."),
+        ("One, two, three,", "One, two, three, four.", "One, two, three, four."),  # started over: not doubled
+    ]:
+        cut = [chat_chunk({"reasoning_content": "r"}), *(chat_chunk({"content": ch}) for ch in first),
+               chat_chunk({}, finish="length"), usage(10, 5)]
+        done = [chat_chunk({"reasoning_content": "r2"}), *(chat_chunk({"content": ch}) for ch in second),
+                chat_chunk({}, finish="stop"), usage(20, 5)]
+        result = await Agent(engine=replies(cut, done).engine()).run("?")
+        assert (result.output, result.stop_reason) == (want, "completed")
+        assert "<|" not in str([m.content for m in result.messages])  # history keeps the parsed messages

@@ -218,9 +218,11 @@ def response_of(parts: list[tuple[str, str]], finish: str) -> dict[str, Any]:
     return {"object": "chat.completion", "choices": [{"index": 0, "message": message, "finish_reason": finish}]}
 
 
-def run_whole(body: dict[str, Any], *, thinking: bool, tools: tuple[str, ...] = ("lookup",)) -> ChatCompletion:
+def run_whole(body: dict[str, Any], *, thinking: bool, tools: tuple[str, ...] = ("lookup",),
+              tool_choice: str | None = None) -> ChatCompletion:
     counter = itertools.count()
-    chat = ChatStreamChecker(thinking=thinking, model="k3", tools=tools, id_factory=lambda: f"k3_{next(counter)}")
+    chat = ChatStreamChecker(thinking=thinking, model="k3", tools=tools, tool_choice=tool_choice,
+                             id_factory=lambda: f"k3_{next(counter)}")
     chat.feed_response(body)
     chat.finish()
     return chat.completion()
@@ -286,6 +288,12 @@ REQUIRED = [
     ("a fenced JSON object", '```json\n{"name": "lookup", "parameters": {"q": "Paris"}}\n```', [("lookup", {"q": "Paris"})]),
     ("a fenced JSON array, no language, blank around", '\n```\n[{"name": "lookup", "arguments": {"q": "x"}}]\n```\n',
      [("lookup", {"q": "x"})]),
+    ("variant: a fenced array of two, JSON in capitals", '```JSON\n[{"name": "lookup", "parameters": {"q": "a"}},\n '
+     '{"name": "lookup", "parameters": {"q": "b"}}]\n```', [("lookup", {"q": "a"}), ("lookup", {"q": "b"})]),
+    ("variant: OpenAI's tool-call shape in the array", '[{"type": "function", "function": {"name": "lookup", '
+     '"arguments": "{\\"q\\": \\"x\\"}"}}]', [("lookup", {"q": "x"})]),
+    ("variant: the array with the response close the server left after it (a turn issue)",
+     '[{"name": "lookup", "parameters": {"q": "Paris"}}]<|close|>response<|sep|>', [("lookup", {"q": "Paris"})]),
 ]  # fmt: skip
 
 
@@ -296,6 +304,10 @@ def test_required_fallbacks_are_calls_at_every_chunking(text: str, calls: list[t
         check(events, completion)
         got = [(c.function.name, json.loads(c.function.arguments)) for c in completion.message.tool_calls or ()]
         assert (got, completion.message.content, completion.finish_reason) == (calls, "", "tool_calls")
+        assert completion.issues == ([READ_ISSUES[1]] if "<|" in text else [])
+    body = run_whole(response_of([("reasoning_content", "use lookup"), ("content", text)], "stop"), thinking=True,
+                     tool_choice="required")
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in body.message.tool_calls or ()] == calls
 
 
 @pytest.mark.parametrize("text", [
