@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 import pytest
 
 from kimik3 import Agent, AssistantMessage, ScriptedEngine, ToolMessage, tool
 from kimik3._pricing import Pricing
 from tests.agents.test_agent import answer
-from tests.engines.test_remote_offline import chat_chunk, replies
+from tests.engines.test_remote_offline import FakeServer, chat_chunk, replies
 
 RAN: list[str] = []
 
@@ -164,3 +165,21 @@ async def test_n39_a_continued_answer_streamed_a_character_at_a_time_is_the_whol
         result = await Agent(engine=replies(cut, done).engine()).run("?")
         assert (result.output, result.stop_reason) == (want, "completed")
         assert "<|" not in str([m.content for m in result.messages])  # history keeps the parsed messages
+
+
+async def test_a_non_streamed_think_close_at_a_cut_is_read_and_the_history_keeps_the_parsed_message() -> None:
+    # senpi #1092 from a server that ignored stream: true (one chat.completion a request)
+    bodies = [{"object": "chat.completion", "model": "k3", "usage": usage(10, 5)["usage"], "choices": [{"index": 0,
+               "message": {"role": "assistant", "reasoning_content": "plan", "content": "it is done<|close|>think\n"},
+               "finish_reason": "length"}]},
+              {"object": "chat.completion", "model": "k3", "usage": usage(20, 5)["usage"], "choices": [{"index": 0,
+               "message": {"role": "assistant", "reasoning_content": "r", "content": " And checked."},
+               "finish_reason": "stop"}]}]
+    server = FakeServer(lambda request: httpx.Response(200, json=bodies.pop(0)))
+    result = await Agent(engine=server.engine()).run("?")
+    assert (result.output, result.stop_reason, result.degraded) == ("it is done And checked.", "completed", True)
+    assert result.issues == [
+        "turn 1: the answer held K3 markup the server left unparsed; read as K3 structure, so its text changed "
+        "(markers dropped, text moved between reasoning and answer, calls read)"]
+    kept = [(m.content, m.reasoning_content) for m in result.messages if isinstance(m, AssistantMessage)]
+    assert kept == [("it is done", "plan"), (" And checked.", "r")]

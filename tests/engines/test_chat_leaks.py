@@ -191,6 +191,8 @@ LEAKS = [
          ("content", "it is done<| close |>think\n")], "plan", "it is done", finish="length"),
     Leak("variant: the bare think close in the reasoning field, cut", [("reasoning_content", "it is done<|close|>think\n")],
          "it is done", "", finish="length"),
+    Leak("variant: non-ASCII text before a cut close", [("reasoning_content", "思考"),
+         ("content", "答案是 4 ✓<|close|>respo")], "思考", "答案是 4 ✓", finish="length"),
     Leak("B07 in chat mode: text between two leaked calls drops the text, not the calls", [(
          "reasoning_content", "look it up"), ("content", CALL.replace("<|close|>call<|sep|>", "<|close|>call<|sep|>Now "
          "the second one:" + CALL.removeprefix("<|open|>tools<|sep|>").removesuffix("<|close|>tools<|sep|>"), 1))],
