@@ -191,6 +191,10 @@ LEAKS = [
          ("content", "it is done<| close |>think\n")], "plan", "it is done", finish="length"),
     Leak("variant: the bare think close in the reasoning field, cut", [("reasoning_content", "it is done<|close|>think\n")],
          "it is done", "", finish="length"),
+    Leak("variant: an exact sep written twice is one", [("reasoning_content", "2 + 2"),
+         ("content", "<|open|>response<|sep|><|sep|>the answer is 4")], "2 + 2", "the answer is 4"),
+    Leak("variant: a stray sep alone in prose stays text", [("reasoning_content", "2 + 2"),
+         ("content", "a <|sep|> ends a header")], "2 + 2", "a <|sep|> ends a header", marked=True),
     Leak("variant: non-ASCII text before a cut close", [("reasoning_content", "思考"),
          ("content", "答案是 4 ✓<|close|>respo")], "思考", "答案是 4 ✓", finish="length"),
     Leak("B07 in chat mode: text between two leaked calls drops the text, not the calls", [(

@@ -128,7 +128,8 @@ class StreamParser:
             at the end only when the output was cut or other tags were read (else it may be
             prose quoting a marker), a partial marker at a cut end is dropped (a near-miss's
             start with a ``|`` too: :func:`~._markers.near_prefix`), and a channel opened after
-            answer text is not regular (issue 41, attack round); text between two calls (B07) and
+            answer text is not regular (issue 41, attack round); a sep right after a sep is one;
+            text between two calls (B07) and
             a call in whole tags that fails on its values (a key given twice) keep it regular.
         after_tools: a tools section came before this text (chat mode: the server returned
             calls), so a tools section in it is a second one: its calls never run (issue 40, N08).
@@ -283,6 +284,10 @@ class StreamParser:
                 break
             for marker, kind in MARKERS:
                 if startswith(marker, j):
+                    if kind == K_SEP and self._tolerant and j == start and startswith(SEP, j - len(SEP)) and (
+                            j >= len(SEP) and self._state != _AFTER):
+                        start = pos = j + len(SEP)  # tolerant: a sep written twice is one (as "<|sep|<|sep|>")
+                        break
                     if j > start:
                         self._text(buf[start:j])
                         if self._state in (_ARG, _JSON):  # the text reopened a value
