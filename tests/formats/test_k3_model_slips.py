@@ -71,6 +71,11 @@ SLIPS = [
     # -- issue 41, B07: non-blank text between two calls --------------------------------------------
     Slip("B07: text between two calls is dropped, both calls run", HEAD + tools(LS, "Now the second one:", PWD) + END,
          [("bash", {"command": "ls"}, None), ("bash", {"command": "pwd"}, None)]),
+    Slip("variant: text between two calls holding a < and a near-miss marker", HEAD + tools(
+         LS, "if a < b then <|sep| next\n", PWD) + END,
+         [("bash", {"command": "ls"}, None), ("bash", {"command": "pwd"}, None)]),
+    Slip("variant: a tools open tag written again between two calls", HEAD + tools(LS, "now<|open|>tools<|sep|>", PWD)
+         + END, [("bash", {"command": "ls"}, None), ("bash", {"command": "pwd"}, None)]),
     Slip("variant: text after the last call, before the tools close", HEAD + tools(LS, "that is all") + END,
          [("bash", {"command": "ls"}, None)]),
     Slip("variant: text after the last call, then the message close (tools close omitted)",
