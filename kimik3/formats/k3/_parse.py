@@ -159,7 +159,6 @@ class StreamParser:
         self._tools_seen = after_tools  # a tools section was opened: K3 writes one, a second one is text
         self._think_tools: int | None = None  # a tools section opened in the think channel: its first call
         self._void_tools: int | None = None  # inside a tools section that is not one: the state its close returns to
-        self._structure = 0  # tags read as structure (tolerant: a slip at the end needs other structure)
         self._after_close = 0  # non-blank characters after the message close
         self._finished = False
         self._truncated = False
@@ -234,10 +233,10 @@ class StreamParser:
         if self._header is not None:  # an unfinished tag is dropped
             # tolerant: a marker sequence cut by the end (SGLang #33097: "deep thought<|close|>",
             # "the answer<|close|>response" at a length finish), or a bare tag left without its sep
-            # at the end (senpi #1092: "it is done<|close|>think\n") is K3 structure, dropped; a
-            # bare tag at the end only where the text shows other structure: prose that ends by
-            # quoting a marker ("the model writes <|close|>response") stays text
-            bare = "".join(self._header).strip() in BARE_TAGS and self._structure > 0
+            # at the end (senpi #1092: "it is done<|close|>think\n") is K3 structure, dropped, cut
+            # or not (prose quoting a marker does so in Markdown code, which is never read, or with
+            # text after it, which stays: the stray-close rule below)
+            bare = "".join(self._header).strip() in BARE_TAGS
             if not (self._tolerant and (cut or bare)):
                 self.regular = False
             self._header = None
@@ -247,7 +246,7 @@ class StreamParser:
         if self._stray is not None:  # text after a stray channel close: it was not a slip at the end
             content, reasoning = self._stray
             after = "".join(self._content[content:]) + "".join((self._reasoning or [])[reasoning:])
-            if not (cut or self._structure) or after.strip():  # alone and not cut: maybe quoted prose
+            if after.strip():  # text after it: prose quoting a marker, not a slip at the end
                 self.regular = False
         self._finished = True
         self._truncated = not self._closed and finish_reason in (None, "length")
@@ -544,7 +543,6 @@ class StreamParser:
         #   _RESPONSE/_THINK  close response -> _TOP (a think close omitted)
         #   _TOOLS       close tools         -> _TOP
         # (_ARG/_JSON see no tags: only their closer ends them; _AFTER: see _marker_after.)
-        self._structure += 1
         name, attrs = parse_header(header)
         if name == "message":
             # Close of the message, or (a slip) the open of another one: the message is over.
@@ -615,7 +613,6 @@ class StreamParser:
         ):
             self._state = _TOP
         elif self._tolerant and name in BARE_TAGS:  # a stray channel close: a slip only at the end
-            self._structure -= 1  # (and only where other structure shows it is K3 output)
             if self._stray is None:  # (senpi #1092: "it is done<|close|>think" after the answer)
                 self._stray = (len(self._content), len(self._reasoning or ()))
             self._state = _TOP  # blank text after it is layout
