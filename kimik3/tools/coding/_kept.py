@@ -300,11 +300,16 @@ class SessionFiles:
     Attributes:
         path: the run's session file, resolved; None: the run records no session.
         folders: each kept folder (resolved) -> what it is, in words ("kimik3's checkpoint store").
+        links: each symlink on the way to a kept folder (absolute) -> what it read when kept: a
+            bind mount keeps the folder, not the symlink naming it, so the sandbox restores one a
+            command re-points (``ln -sfn evil .agents``: a later run would read ``evil/skills``),
+            as a ``.git`` symlink (``_git_links``).
     """
 
     def __init__(self) -> None:
         self.path: str | None = None
         self.folders: dict[str, str] = {}
+        self.links: dict[str, str] = {}
 
     def set(self, path: str | os.PathLike[str] | None) -> None:
         """Make ``path`` (None: none) the run's session file."""
@@ -313,7 +318,15 @@ class SessionFiles:
     def keep(self, folder: str | os.PathLike[str], what: str) -> None:
         """Keep ``folder`` (existing or not; resolved) from every tool's writes from now on
         (the sandbox: from its next start); ``what`` names it in the refusal ("kimik3's
-        checkpoint store")."""
+        checkpoint store"); each symlink on the way to it goes to :attr:`links`."""
+        here = "/"
+        for part in os.path.abspath(os.fspath(folder)).split("/")[1:]:
+            here = os.path.join(here, part)
+            try:
+                self.links[here] = os.readlink(here)
+            except OSError:  # not a symlink, or missing
+                continue
+            here = os.path.realpath(here)
         self.folders[os.path.realpath(os.fspath(folder))] = what
 
     def _named(self, name: str) -> bool:
