@@ -8,9 +8,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kimik3.tools.coding._kept import kept_paths
 
 from ..harness.helpers import git, make_repo
-from .test_kept_git import GIT_DATA, IN_GIT_DIR, MAKES_GIT_DIR, call, files_of, tools, user_git_status
+from ..procs import needs_bwrap
+from .test_kept_git import GIT_DATA, IN_GIT_DIR, MAKES_GIT_DIR, call, files_of, fsmonitor, tools, user_git_status
 
 
 async def test_other_git_files_and_routes_are_refused(tmp_path: Path) -> None:
@@ -83,3 +89,44 @@ async def test_a_repository_made_mid_run_with_its_git_directory_elsewhere_is_ref
     assert IN_GIT_DIR in out
     assert files_of(ws / "store") == before
     assert git(ws / "proj", "rev-parse", "--abbrev-ref", "HEAD") == "main\n"
+
+
+def unlistable(monkeypatch: pytest.MonkeyPatch, folder: Path) -> None:
+    """``folder`` cannot be listed (as ``chmod 000`` makes it for a user who is not root)."""
+    real = os.scandir
+
+    def scandir(path: Any = ".") -> Any:
+        if not isinstance(path, int) and os.fspath(path) == str(folder):
+            raise PermissionError(13, "Permission denied", str(folder))
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+
+
+def test_a_folder_the_walk_cannot_list_is_kept_and_said(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ws = tmp_path / "ws"
+    make_repo(ws / "locked" / "r")  # a chmod 000 folder of the user's: a command may chmod it back
+    (ws / "open").mkdir()
+    unlistable(monkeypatch, ws / "locked")
+    kept = kept_paths(str(ws))
+    assert kept.paths == [str(ws / "locked")]
+    assert kept.notes == ["1 folders of the workspace could not be looked through for nested repositories; they "
+                          "are read-only for commands: locked"]
+
+
+@needs_bwrap
+async def test_bash_cannot_rewrite_a_repository_in_a_folder_the_walk_could_not_list(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from .test_kept_sandbox import RO, bash_turn
+
+    ws = tmp_path / "ws"
+    make_repo(ws / "locked" / "r")
+    unlistable(monkeypatch, ws / "locked")
+    witness = tmp_path / "PWNED"
+    with pytest.warns(RuntimeWarning, match="1 folders of the workspace could not be looked through"):
+        [out] = await bash_turn(ws, [f"printf '{fsmonitor(witness)}' > locked/r/.git/config; echo rc=$?; "
+                                     "echo ok > top.txt"])
+    assert "rc=1" in out and RO in out, out
+    assert "fsmonitor" not in (ws / "locked" / "r" / ".git" / "config").read_text()
+    user_git_status(ws / "locked" / "r")
+    assert not witness.exists() and (ws / "top.txt").read_text() == "ok\n"
