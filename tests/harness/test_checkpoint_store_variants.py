@@ -1,7 +1,7 @@
 """Issue 40, point 1, more variants of the kind "checkpoint copies are the model's to rewrite":
 a session reached through a workspace symlink that a command re-points mid-run (kimik3's later
-copies must not follow it), a copy folder swapped for a symlink before undo, and a file over the
-copy limit that is not sparse."""
+copies must not follow it, nor its sub-agents' sessions), a copy folder swapped for a symlink
+before undo, and a file over the copy limit that is not sparse."""
 
 from __future__ import annotations
 
@@ -10,10 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from kimik3 import ScriptedEngine
 from kimik3._exceptions import CheckpointError
-from kimik3.harness import session_checkpoints, undo
+from kimik3.agents import SessionLog
+from kimik3.harness import FEATURES, SUBAGENT_INSTRUCTIONS, CodingHarness, session_checkpoints, undo
+from kimik3.types import Message
 
-from .helpers import calls
+from .helpers import answer, calls
 from .test_checkpoint_store import edit, run_turns
 
 
@@ -73,3 +76,33 @@ async def test_a_file_over_the_copy_limit_is_not_copied(tmp_path: Path, monkeypa
     with pytest.raises(CheckpointError, match=r"do not cover: big\.txt"):
         undo(session, workspace=ws)
     assert (ws / "big.txt").read_text() == "x"
+
+
+async def test_a_sub_agent_session_is_not_made_where_a_re_pointed_link_leads(tmp_path: Path) -> None:
+    """The same kind for the sub-agents' sessions beside the parent's: made in the session's
+    folder as it was at the run's start (was: in ``elsewhere``, where the re-pointed link led)."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    sessions, elsewhere = tmp_path / "sessions", tmp_path / "elsewhere"
+    sessions.mkdir()
+    elsewhere.mkdir()
+    (ws / "lnk").symlink_to(sessions)
+
+    def script(messages: list[Message]) -> str:
+        if messages[0].content == SUBAGENT_INSTRUCTIONS:
+            return answer("child done")
+        done = sum(m.role == "tool" for m in messages)
+        if done == 0:
+            return calls(("bash", {"command": f"rm lnk && ln -s {elsewhere} lnk"}))
+        if done == 1:
+            return calls(("task", {"description": "d", "prompt": "p"}))
+        return answer("done")
+
+    agent = CodingHarness(ws, features=FEATURES - {"background", "checkpoints"}, sandbox="none").agent(
+        engine=ScriptedEngine(script))
+    result = await agent.run("go", session=ws / "lnk" / "run.jsonl")
+    assert result.output == "done"
+    assert list(elsewhere.iterdir()) == []
+    [child] = [p for p in sessions.iterdir() if p.name.startswith("run.task-")]
+    [(_, record)] = SessionLog.read(sessions / "run.jsonl").bodies("child_session")
+    assert record["path"] == str(child)
