@@ -15,6 +15,7 @@ from kimik3.harness import Skills
 
 from ..procs import needs_bwrap
 from .test_kept_sandbox import RO, bash_turn
+from .test_sandbox_policy import BACKENDS
 
 WHAT = "is an Agent Skill's folder (read into later runs' prompts); kimik3 or git act on it after this run"
 
@@ -55,8 +56,9 @@ async def test_a_missing_claude_skills_folder_is_refused_to_the_file_tools(tmp_p
     assert skill_names(ws) == []
 
 
-@needs_bwrap
-async def test_a_symlink_naming_a_skills_folder_is_restored_after_a_command_re_points_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_symlink_naming_a_skills_folder_is_restored_after_a_command_re_points_it(tmp_path: Path,
+                                                                                         backend: str) -> None:
     """``.agents -> src`` (the folder above the skills) and ``.claude/skills -> ../shared`` (the
     skills folder itself): a command re-points each at a folder with a skill of its own."""
     ws = tmp_path / "ws"
@@ -70,7 +72,7 @@ async def test_a_symlink_naming_a_skills_folder_is_restored_after_a_command_re_p
              "evil/skills/evil/SKILL.md && rm .agents && ln -s evil .agents && echo a=$? && "
              "rm .claude/skills && ln -s ../evil/skills .claude/skills && echo c=$?")
     with pytest.warns(RuntimeWarning, match=r"the symlink \S+ \(-> \S+\) was replaced or removed; kimik3 restored it"):
-        [out] = await bash_turn(ws, [plant])
+        [out] = await bash_turn(ws, [plant], sandbox=backend)
     assert "a=0" in out and "c=0" in out, out  # the links are the workspace's own: a command may change them
     assert "[the symlink .agents (-> src) was replaced or removed; kimik3 restored it; what the command put there " \
            "is now .agents.kimik3-replaced-1]" in out, out
