@@ -14,6 +14,7 @@ from kimik3 import ScriptedEngine
 from kimik3._exceptions import CheckpointError
 from kimik3.agents import SessionLog
 from kimik3.harness import FEATURES, SUBAGENT_INSTRUCTIONS, CodingHarness, session_checkpoints, undo
+from kimik3.harness._store import seed_index
 from kimik3.types import Message
 
 from .helpers import answer, calls
@@ -106,3 +107,16 @@ async def test_a_sub_agent_session_is_not_made_where_a_re_pointed_link_leads(tmp
     [child] = [p for p in sessions.iterdir() if p.name.startswith("run.task-")]
     [(_, record)] = SessionLog.read(sessions / "run.jsonl").bodies("child_session")
     assert record["path"] == str(child)
+
+
+def test_a_dense_index_over_the_limit_is_not_copied(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """seed_index's other limit: an index with every block on disk but over MAX_COPY_BYTES."""
+    monkeypatch.setattr("kimik3.harness._store.MAX_COPY_BYTES", 1000)
+    index = tmp_path / "index"
+    index.write_bytes(b"DIRC" + b"\1" * 2000)
+    with pytest.warns(RuntimeWarning, match=r"the git index .*index is too large \(2004 bytes\); not copied"):
+        seed_index(index, tmp_path / "seed")
+    assert not (tmp_path / "seed").exists()
+    index.write_bytes(b"DIRC" + b"\1" * 900)  # control: within the limit it is copied, byte for byte
+    seed_index(index, tmp_path / "seed")
+    assert (tmp_path / "seed").read_bytes() == index.read_bytes()
