@@ -161,7 +161,8 @@ def _journal_line(record: JournalRecord, calls: dict[str, ToolCall]) -> str:
         if held is None:
             return f"--- deferred for approval: no such call in this turn  {call}"
         pending = pending_call(held)
-        return _call_line(f"--- deferred for approval: {pending.name}(", _json(pending.arguments), call, "    ")
+        return _call_line(f"--- deferred for approval: {escaped(pending.name)}(", _json(pending.arguments), call,
+                          "    ")
     if record.kind == "tool_started":
         return f"--- approved call started: {escaped(str(body.get('name')))}  {call}"
     if record.kind == "input_required":
@@ -254,7 +255,7 @@ def format_session(
             if _text(m.content).strip():
                 out.extend(_clip(_text(m.content), max_lines, "    "))
             for call in m.tool_calls or ():
-                out.append(_call_line(f"    -> {call.function.name}(", call.function.arguments,
+                out.append(_call_line(f"    -> {escaped(call.function.name)}(", call.function.arguments,
                                       f"id={escaped(call.id)}", " " * 8))
         elif isinstance(m, ToolMessage):
             name = f" {m.name}" if m.name else ""
@@ -270,7 +271,8 @@ def format_session(
         where = shlex.quote(str(Path(path).resolve()))  # runnable as printed, from any folder
         out.append(f"awaiting approval: {counted(len(pending), 'call')} (kimik3 approve {where} "
                    f"[--allow ID] [--deny ID] [--edit ID JSON] [--all], then kimik3 resume {where})")
-        out.extend(_call_line(f"    {p.name}(", _json(p.arguments), f"id={escaped(p.id)}", " " * 8) for p in pending)
+        out.extend(_call_line(f"    {escaped(p.name)}(", _json(p.arguments), f"id={escaped(p.id)}", " " * 8)
+                   for p in pending)
     asking = pending_inputs(log)
     if asking:
         where = shlex.quote(str(Path(path).resolve()))

@@ -246,7 +246,7 @@ class PendingInput:
         """What a person answering is shown: ``head``, the call as an approval shows it (its
         tool and arguments whole, escaped: answering a server's "Confirm?" lets the call run
         with them), then each of :meth:`questions` on a line indented by four spaces."""
-        call = shown_call(f"{head}{self.name} ", self.arguments, f"  id={escaped(self.id)}")
+        call = shown_call(f"{head}{escaped(self.name)} ", self.arguments, f"  id={escaped(self.id)}")
         return [call, *(f"    {line}" for line in self.questions(whole=whole))]
 
     def questions(self, *, whole: bool = False) -> list[str]:

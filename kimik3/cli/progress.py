@@ -135,7 +135,8 @@ def _answer_form(pending: PendingInput) -> str:
 def degraded_lines(result: RunResult[Any]) -> list[str]:
     """The calls awaiting approval, and ``degraded: ...`` with the run's issues, for a run whose
     answer is not clean ([] when it is)."""
-    waiting = [shown_call(f"awaiting approval: {p.name} ", p.arguments, f"  id={escaped(p.id)}")  # whole: decided on
+    waiting = [shown_call(f"awaiting approval: {escaped(p.name)} ", p.arguments,  # whole: decided on
+                          f"  id={escaped(p.id)}")
                for p in result.pending_approvals]
     waiting += [line for p in result.pending_inputs for line in p.shown("awaiting an answer: ")]
     trip = result.guardrail

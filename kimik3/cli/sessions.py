@@ -77,7 +77,7 @@ def _interactive() -> bool:
 def _ask(pending: list[PendingCall], decisions: dict[str, Allow | Deny | Edit]) -> None:
     """Ask the person at the terminal about each call in turn, showing its whole arguments."""
     for p in pending:
-        click.echo(shown_call(f"{p.name} ", p.arguments, f"  id={escaped(p.id)}"), err=True)
+        click.echo(shown_call(f"{escaped(p.name)} ", p.arguments, f"  id={escaped(p.id)}"), err=True)
         answer = click.prompt("run this call? (y: approve, n: deny, s: leave it waiting)",
                               type=click.Choice(["y", "n", "s"]), err=True)
         if answer != "s":
@@ -151,7 +151,7 @@ def approve_command(ctx: click.Context, session: str, allow: tuple[str, ...], de
         d = decisions.get(p.id)
         what = ("still waiting: " if d is None else "denied: " if isinstance(d, Deny)
                 else shown_call("edited to ", d.arguments, ": ") if isinstance(d, Edit) else "approved: ")
-        plain.note(shown_call(f"{what}{p.name} ", p.arguments, f"  id={escaped(p.id)}"))
+        plain.note(shown_call(f"{what}{escaped(p.name)} ", p.arguments, f"  id={escaped(p.id)}"))
     plain.note(f"continue with: {resume_line(session)}")
 
 

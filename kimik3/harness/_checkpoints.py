@@ -60,7 +60,7 @@ from ..tools.coding.api import SessionFiles, Workspace
 from ..types import ToolCall
 from ._git import find_repository
 from ._snapshots import GitSnapshots
-from ._store import STORE_WHAT, copy_into, default_store, not_copied, open_store, open_turn
+from ._store import STORE_WHAT, copy_into, default_store, not_copied, open_store, open_turn, resolved
 
 __all__ = ["WRITING_TOOLS", "Checkpoints"]
 
@@ -204,6 +204,7 @@ class Checkpoints(RunHooks):
             else:
                 self._tmp_store = Path(tempfile.mkdtemp(prefix="kimik3-checkpoints-"))
                 self.store = self._tmp_store
+        self.store = resolved(self.store)  # a symlink above it, re-pointed later, is not followed then
         if self.kept is not None:
             self.kept.keep(self.store, STORE_WHAT)
         os.close(open_store(self.store))

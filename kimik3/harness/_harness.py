@@ -36,7 +36,7 @@ from ._checkpoints import Checkpoints
 from ._git import global_configs
 from ._instructions import ProjectInstructions
 from ._patch import EditSpec, FileAccess, apply_patch_text, multi_edit_file
-from ._skills import WORKSPACE_SKILLS, Skills
+from ._skills import WORKSPACE_SKILL_FOLDERS, Skills
 from ._tasks import SubAgents
 from ._tracking import ReadTracker
 
@@ -62,8 +62,9 @@ def _keep_later_files(sandbox: Sandbox, skills: Skills | None, root: Path) -> No
     (issue 40): ``${KIMIK3_HOME:-~/.kimik3}`` (sessions a resume acts on, checkpoint stores undo
     restores from, the user's skills: ``-w $HOME``), git's global configuration
     (:func:`._git.global_configs`), what the workspace's repositories' configs name
-    (:func:`~kimik3.tools.coding._kept.config_named`), and the skills: ``<root>/.agents/skills``
-    (made or not; a ``SKILL.md`` the model rewrote would steer later runs), each skill found
+    (:func:`~kimik3.tools.coding._kept.config_named`), and the skills: each of the workspace's skills
+    folders, ``<root>/.agents/skills`` and ``<root>/.claude/skills`` (made or not; a ``SKILL.md`` the
+    model rewrote or added would steer later runs), each skill found
     there (its real folder) and a given skills folder inside the workspace."""
     inside = str(root).rstrip("/") + "/"
     home = os.path.realpath(kimik3_home())
@@ -77,11 +78,11 @@ def _keep_later_files(sandbox: Sandbox, skills: Skills | None, root: Path) -> No
         sandbox.sessions.keep(named, "what a repository's git configuration names (git reads or runs it)")
     if skills is None:
         return
-    folders = [root / WORKSPACE_SKILLS, *skills.folders, *(s.folder for s in skills.found.values())]
+    folders = [*(root / f for f in WORKSPACE_SKILL_FOLDERS), *skills.folders,
+               *(s.folder for s in skills.found.values())]
     for folder in folders:
-        real = os.path.realpath(folder)
-        if real.startswith(inside):
-            sandbox.sessions.keep(real, "an Agent Skill's folder (read into later runs' prompts)")
+        if os.path.realpath(folder).startswith(inside):  # kept by its own path: a symlink on the way is kept too
+            sandbox.sessions.keep(folder, "an Agent Skill's folder (read into later runs' prompts)")
 
 
 def patch_tools(files: FileAccess) -> list[Tool]:

@@ -33,7 +33,7 @@ from ..engines import kimik3_home
 from ..tools.coding.api import is_sparse
 
 __all__ = ["MAX_COPY_BYTES", "STORE_WHAT", "copy_into", "default_store", "not_copied", "not_hashed", "open_store",
-           "open_turn", "read_copy", "seed_index", "store_candidates"]
+           "open_turn", "read_copy", "resolved", "seed_index", "store_candidates"]
 
 MAX_COPY_BYTES = 256 << 20
 """A file larger than this (bytes) is not copied into a checkpoint (the record says so)."""
@@ -43,17 +43,28 @@ _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _CHUNK = 1 << 20
 
 
+def resolved(store: str | os.PathLike[str]) -> Path:
+    """``store`` with the folders above it resolved now (the store itself never followed): a
+    symlink on the way that a command re-points later (``ws/lnk/run.jsonl``'s ``lnk``) no longer
+    leads kimik3's later writes elsewhere."""
+    path = Path(store)
+    return Path(os.path.realpath(path.parent)) / path.name
+
+
 def store_candidates(session: str | os.PathLike[str]) -> tuple[Path, Path]:
-    """(``<session>.checkpoints`` beside the session, the one under ``${KIMIK3_HOME}/checkpoints``)."""
+    """(``<session>.checkpoints`` beside the session, the one under ``${KIMIK3_HOME}/checkpoints``),
+    each :func:`resolved`."""
     path = Path(session)
     key = hashlib.sha256(os.fsencode(os.path.realpath(path))).hexdigest()[:16]
-    return path.with_name(path.name + ".checkpoints"), kimik3_home() / "checkpoints" / f"{path.name}-{key}"
+    return resolved(path.with_name(path.name + ".checkpoints")), resolved(kimik3_home() / "checkpoints" /
+                                                                          f"{path.name}-{key}")
 
 
 def default_store(session: str | os.PathLike[str], root: Path) -> Path:
-    """The store of ``session``'s copies: beside it unless that lies in the workspace ``root``."""
+    """The store of ``session``'s copies (:func:`resolved`): beside it unless that lies in the
+    workspace ``root``."""
     beside, cached = store_candidates(session)
-    real = os.path.join(os.path.realpath(beside.parent), beside.name)  # the store itself: never followed
+    real = str(beside)
     inside = real == str(root) or real.startswith(str(root).rstrip("/") + "/")
     return cached if inside else beside
 

@@ -118,11 +118,15 @@ class SubAgents(RunHooks):
         self._tokens_left = tokens
         self.children: list[tuple[str, str | None, Any]] = []
         self._session: SessionWriter | None = None
+        self._parent: Path | None = None  # the session's path, its folders resolved at the run's start
         self._started = 0
         self._usd_reserved = 0.0  # USD budget shares of the children running now
 
     async def run_start(self, session: SessionWriter | None) -> None:
         self._session = session
+        if session is not None:  # a symlink on the way that a command re-points later is not followed then
+            path = Path(session.path)
+            self._parent = Path(os.path.realpath(path.parent)) / path.name
         self.children = []
         self._started = 0
         self._tokens_left = self.tokens
@@ -154,16 +158,17 @@ class SubAgents(RunHooks):
 
     def _new_child_session(self, call_id: str) -> str:
         """A new, empty file next to the parent's session for a child's session, made here
-        (``O_EXCL``: never one that exists): ``<parent>.task-<n>-<call id>.jsonl``, ``n`` the
+        (``O_EXCL``: never one that exists; in the session's folder as resolved at the run's start,
+        never where a symlink re-pointed since leads): ``<parent>.task-<n>-<call id>.jsonl``, ``n`` the
         next number whose file does not exist yet, so a session a run left there (an earlier run
         of the same session, a resumed one) is never continued by another child (issue 40).
 
         Raises:
             ToolError: no such file can be made (the folder is not writable, or full of them).
         """
-        assert self._session is not None
+        assert self._parent is not None
         safe = re.sub(r"[^A-Za-z0-9._-]", "_", call_id)[:64]
-        parent = Path(self._session.path)
+        parent = self._parent
         for _ in range(_MAX_CHILD_NUMBERS):
             suffix = f"{self._started}-{safe}" if safe else str(self._started)
             path = parent.with_name(f"{parent.stem}.task-{suffix}.jsonl")

@@ -25,7 +25,8 @@ FEATURE_SET = FEATURES - {"subagents", "read_before_edit"}
 
 async def bash_turn(ws: Path, commands: list[str], session: Path | None = None, **kw: object) -> list[str]:
     """One scripted turn calling ``bash`` with each command (then the file tools' calls of
-    ``kw['files']``), in a harness with checkpoints; the tool results in order."""
+    ``kw['files']``), in a harness with checkpoints (bubblewrap unless ``kw['sandbox']``); the
+    tool results in order."""
     files = kw.pop("files", [])
     assert isinstance(files, list)
     calls = [{"id": f"c{i}", "type": "function",
@@ -33,7 +34,7 @@ async def bash_turn(ws: Path, commands: list[str], session: Path | None = None, 
              for i, c in enumerate(commands)]
     calls += [{"id": f"f{i}", "type": "function", "function": {"name": n, "arguments": json.dumps(a)}}
               for i, (n, a) in enumerate(files)]
-    harness = CodingHarness(ws, features=FEATURE_SET, sandbox="bwrap", **kw)  # type: ignore[arg-type]
+    harness = CodingHarness(ws, features=FEATURE_SET, **{"sandbox": "bwrap", **kw})  # type: ignore[arg-type]
     result = await harness.agent(engine=ScriptedEngine([render_output({"tool_calls": calls}), "done"])).run(
         "go", session=session)
     out = [m.content for m in result.messages if m.role == "tool"]

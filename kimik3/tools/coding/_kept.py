@@ -16,7 +16,8 @@ reads) and to ``bash`` (the sandbox binds the same list read-only; ``_sandbox``)
   each gitlink folder that has no ``.git`` yet (read from the repository's index: a repository
   made there runs at the top repository's ``git status``: :mod:`._git_index`), and each folder that is a git
   directory by git's own test whatever its name (a bare ``origin.git``). A walk cut at
-  :data:`MAX_WALK_DIRS` folders says so and keeps the folders it did not look through read-only.
+  :data:`MAX_WALK_DIRS` folders says so and keeps the folders it did not look through read-only;
+  a folder of the user's it cannot list (``chmod 000``, which a command may undo) is kept whole, said.
 - **What a repository's configuration names** in the workspace (:func:`._git_config.config_named`: an
   ``include.path`` file, the ``core.hooksPath`` folder, a filter's program), and git's global
   configuration where it lies there (``-w $HOME``; ``harness._harness`` keeps both).
@@ -205,12 +206,18 @@ def kept_paths(root: str, max_dirs: int = MAX_WALK_DIRS) -> KeptPaths:
     found: list[str] = []
     stack, seen = [root], 0
     repos: list[tuple[str, str]] = []  # (work tree, git directory)
+    unread: list[str] = []  # the user's folders that could not be listed (chmod 000): a command may chmod them
     while stack and seen < max_dirs:
         here = stack.pop()
         seen += 1
         try:
             entries = list(os.scandir(here))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
         except OSError:
+            with contextlib.suppress(OSError):
+                if os.lstat(here).st_uid == os.geteuid():  # another user's: no command of this run lists it
+                    unread.append(here)
             continue
         names = {e.name for e in entries}
         if here != root and ({"objects", "refs"} <= names or {"HEAD", "commondir"} <= names) and _is_git_dir(here):
@@ -255,6 +262,12 @@ def kept_paths(root: str, max_dirs: int = MAX_WALK_DIRS) -> KeptPaths:
             if os.path.isdir(folder) and not os.path.islink(folder) and not os.path.lexists(
                     os.path.join(folder, GIT_NAME)):
                 found.append(os.path.realpath(folder))
+    unread = [p for p in unread if p != root]
+    if unread:
+        found += unread
+        shown = ", ".join(os.path.relpath(p, root) for p in unread[:5]) + (", ..." if len(unread) > 5 else "")
+        out.notes.append(f"{len(unread)} folders of the workspace could not be looked through for nested "
+                         f"repositories; they are read-only for commands: {shown}")
     if stack and max_dirs > 1:
         unwalked = _merge(sorted(stack), root)
         found += unwalked
@@ -300,11 +313,16 @@ class SessionFiles:
     Attributes:
         path: the run's session file, resolved; None: the run records no session.
         folders: each kept folder (resolved) -> what it is, in words ("kimik3's checkpoint store").
+        links: each symlink on the way to a kept folder (absolute) -> what it read when kept: a
+            bind mount keeps the folder, not the symlink naming it, so the sandbox restores one a
+            command re-points (``ln -sfn evil .agents``: a later run would read ``evil/skills``),
+            as a ``.git`` symlink (``_git_links``).
     """
 
     def __init__(self) -> None:
         self.path: str | None = None
         self.folders: dict[str, str] = {}
+        self.links: dict[str, str] = {}
 
     def set(self, path: str | os.PathLike[str] | None) -> None:
         """Make ``path`` (None: none) the run's session file."""
@@ -313,7 +331,15 @@ class SessionFiles:
     def keep(self, folder: str | os.PathLike[str], what: str) -> None:
         """Keep ``folder`` (existing or not; resolved) from every tool's writes from now on
         (the sandbox: from its next start); ``what`` names it in the refusal ("kimik3's
-        checkpoint store")."""
+        checkpoint store"); each symlink on the way to it goes to :attr:`links`."""
+        here = "/"
+        for part in os.path.abspath(os.fspath(folder)).split("/")[1:]:
+            here = os.path.join(here, part)
+            try:
+                self.links[here] = os.readlink(here)
+            except OSError:  # not a symlink, or missing
+                continue
+            here = os.path.realpath(here)
         self.folders[os.path.realpath(os.fspath(folder))] = what
 
     def _named(self, name: str) -> bool:

@@ -232,7 +232,7 @@ class Sandbox:
         self.protected: list[str] = []
         self.sessions = SessionFiles()
         self.preloaded: list[str] = []  # LD_PRELOAD libraries under a hidden folder, made visible
-        self.git_links: dict[str, str] = {}  # each .git symlink of the start -> its target (_git_links)
+        self.git_links: dict[str, str] = {}  # .git symlinks, and ones naming kept folders -> target
         self._sup: _Supervisor | None = None
         self._n = 0
         self._active: set[int] = set()  # the commands running now (their Command not yet closed)
@@ -423,7 +423,8 @@ class Sandbox:
         pinned: list[str] = []  # checked-out submodules' folders: mount points, so never replaced (_kept)
         gits = list(dict.fromkeys(p for w in (root, *self.write)
                                   for p in kept_read_only(w, MAX_WALK_DIRS if w == root else 1, links, pinned)))
-        self.git_links = {os.path.relpath(p, root): t for p, t in links.items() if under(p, [root])}
+        self.git_links = {os.path.relpath(p, root): t for p, t in {**links, **self.sessions.links}.items()
+                          if under(p, [root]) and p != root}  # .git symlinks, and those naming kept folders
         lifted = [w for w in self.write if w != root and any(under(w, [g]) for g in gits)]
         gits = [g for g in gits if not under(g, lifted) and g not in records]
         return gits, lifted, records, pinned
