@@ -53,8 +53,8 @@ _OFF = 1 << 62  # the threshold of a stage Budgets switched off (None): never re
 
 def call_key(call: ToolCall) -> str:
     """``name {canonical arguments}``: the arguments as JSON with sorted keys and no spaces (their
-    text as sent when it is not JSON)."""
-    text = call.function.arguments
+    text as sent when it is not JSON; none, or only spaces, is ``{}`` as the tool reads it)."""
+    text = call.function.arguments if call.function.arguments.strip() else "{}"
     with contextlib.suppress(ValueError, RecursionError):
         text = json.dumps(json.loads(text), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return f"{call.function.name} {text}"
@@ -212,7 +212,9 @@ class LoopBreaker:
             return result
         if self.block == _OFF:
             self.warned = True  # no blocks: the note is the warning a stop needs
-        return noted(result, loop, self.block if self.block < _OFF else None)
+        # a call run past loop_block (its cycle's other calls in the same turn had no result yet
+        # when it was screened) is not told that this count stops calls: the next one does
+        return noted(result, loop, max(self.block, loop.rounds + 1) if self.block < _OFF else None)
 
     def trim(self) -> None:
         """Forget steps older than any loop the breaker counts (between turns)."""
