@@ -191,3 +191,118 @@ async def test_the_coding_harness_at_a_4096_token_window_says_so_and_keeps_going
     assert result.summaries == 0 and result.cleared_results + result.dropped_messages > 20
     assert max(sizes(tok, engine)) < 4096
     check_history(result.messages)
+
+
+def chat_server(window: int, *, refuse_over: int | None = None) -> tuple[list[str], object]:
+    """An OpenAI chat server (vLLM's words) whose ``/v1/models`` states ``window``; it answers
+    "Hi", and refuses a request of more than ``refuse_over`` characters of JSON, stating the
+    window as vLLM does. Returns the paths asked and the handler."""
+    import httpx
+
+    from tests.engines.test_remote_offline import chat_chunk, sse, usage_chunk
+
+    seen: list[str] = []
+
+    def respond(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url.path)
+        if request.url.path == "/v1/models":
+            card = {"id": "k3", "object": "model", "created": 0, "owned_by": "vllm", "max_model_len": window}
+            return httpx.Response(200, json={"object": "list", "data": [card]})
+        if refuse_over is not None and len(request.content) > refuse_over:
+            return httpx.Response(400, json={"error": {"message": (
+                f"This model's maximum context length is {window} tokens. However, your request has "
+                f"{len(request.content) // 3} input tokens. Please reduce the length of the input messages."),
+                "type": "BadRequestError", "code": 400}})
+        return sse([chat_chunk({"role": "assistant", "content": "Hi"}), chat_chunk({}, "stop"), usage_chunk(9, 1)])
+
+    return seen, respond
+
+
+def chat_engine(respond: object, model: str | None) -> object:
+    import httpx
+    import openai
+
+    from kimik3 import RemoteEngine
+
+    client = openai.AsyncOpenAI(base_url="http://fake/v1", api_key="k", max_retries=0,
+                                http_client=httpx.AsyncClient(transport=httpx.MockTransport(respond)))  # type: ignore[arg-type]
+    return RemoteEngine(model=model, client=client)
+
+
+async def test_a_chat_agent_plans_for_the_window_v1_models_states() -> None:
+    """The window compaction plans for is the one /v1/models states (4,096), not 131,072: the head
+    that cannot fit under half its threshold is said with that window."""
+    seen, respond = chat_server(4096)
+    engine = chat_engine(respond, None)
+    result = await Agent(engine=engine, instructions="Be careful. " * 700).run("Hello")  # type: ignore[arg-type]
+    assert (result.stop_reason, result.output) == ("completed", "Hi")
+    assert "of the 4,096-token window)" in result.issues[0]
+    assert seen.count("/v1/models") == 1
+
+
+def many_tools(n: int) -> list[object]:
+    """``n`` tools with long descriptions: about 2,400 tokens of declarations, as issue 41's harness."""
+    out = []
+    for i in range(n):
+        def f(path: str, pattern: str = "", limit: int = 10) -> str:
+            return "unused"
+
+        f.__name__ = f"tool_{i}"
+        f.__doc__ = (f"Tool number {i}: " + "it searches, lists and reports on files of the workspace. " * 6 +
+                     "\n\nArgs:\n    path: the file.\n    pattern: a regular expression.\n    limit: most results.\n")
+        out.append(tool(f))
+    return out
+
+
+async def test_a_resume_with_many_tool_declarations_never_sends_a_larger_request_than_the_refused_one(
+        tok: K3Tokenizer, tmp_path: Path) -> None:
+    """Issue 41's 8,347 vs 8,211: ~2,400 tokens of tool declarations were not counted until a call
+    succeeded, so the forced summary request was larger than the refused one."""
+    session = tmp_path / "s.jsonl"
+    tools = [read_file, *many_tools(16)]
+    big = ScriptedEngine(calls(40, good), tokenizer=tok, chunk_size=512)
+    await Agent(tools=tools, engine=big, max_turns=60).run("Read.", session=session)  # type: ignore[arg-type]
+    declared = len(tok.encode_messages([UserMessage(content="x")], big.calls[0].request.tools))
+    assert declared > 2000
+    for summary in (good, reasoning_only):
+        small = Unstated(calls(3, summary), tokenizer=tok, chunk_size=512, max_model_len=8192)
+        again = await Agent(client=Client(small, max_retries=0), tools=tools,  # type: ignore[arg-type]
+                            max_turns=40).resume(session, "Read three more.")
+        assert (again.stop_reason, again.output) == ("completed", "All read.")
+        seen = sizes(tok, small)
+        refused = [i for i, n in enumerate(seen) if n >= 8192]
+        assert refused in ([], [0]) and max(seen[1:] if refused else seen) < 8192  # the summary request too
+        assert all(n < seen[0] for n in seen[1:]) if refused else True
+        check_history(again.messages)
+
+
+@pytest.mark.parametrize("summary", [reasoning_only, good])
+async def test_a_conversation_whose_task_overflowed_can_be_resumed_even_when_summaries_fail(
+        tok: K3Tokenizer, tmp_path: Path, summary: Callable[[int], str]) -> None:
+    """A later task too big for the window ends its run with context_overflow and stays in the
+    session. Before: with a summary that fails, every resume ended with context_overflow too
+    (clearing and dropping never touch user messages, and the old task alone overflowed the
+    window). Now the largest old user message is cut to its start, last; a small operator
+    message stays verbatim."""
+    session = tmp_path / "s.jsonl"
+    agent = Agent(tools=[read_file], engine=ScriptedEngine(calls(5, good), tokenizer=tok, max_model_len=4096))
+    assert (await agent.run("Read.", session=session)).stop_reason == "completed"
+    operator = "Operator: never touch prod."
+    agent = Agent(tools=[read_file], engine=ScriptedEngine(calls(0, good), tokenizer=tok, max_model_len=4096))
+    assert (await agent.resume(session, operator)).stop_reason == "completed"
+    huge = "Consider this log: " + " ".join(f"entry{i}=ok" for i in range(2500))
+    agent = Agent(tools=[read_file], engine=ScriptedEngine(calls(5, good), tokenizer=tok, max_model_len=4096))
+    assert (await agent.resume(session, huge)).stop_reason == "context_overflow"
+    engine = ScriptedEngine(calls(2, summary), tokenizer=tok, chunk_size=512, max_model_len=4096)
+    again = await Agent(tools=[read_file], engine=engine).resume(session, "Say done.")
+    assert (again.stop_reason, again.output) == ("completed", "All read.")
+    assert max(sizes(tok, engine)) < 4096
+    users = [str(m.content) for m in again.messages if isinstance(m, UserMessage)]
+    assert users[0] == "Read." and users[-1] == "Say done." and operator in users
+    if summary is reasoning_only:
+        stub = next(u for u in users if u.startswith("[An earlier message of the user"))
+        assert stub.startswith("[An earlier message of the user, ") and stub.endswith(
+            " tokens, cut from the context: it did not fit the context window. It began: " + huge[:200] + "...]")
+        assert "turn 0: 1 earlier user message cut to its first characters: the context did not fit under the " \
+               "compaction threshold otherwise" in again.issues
+    check_history(again.messages)
