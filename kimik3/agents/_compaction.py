@@ -99,8 +99,10 @@ async def compact(
     if split <= head:
         return  # nothing older than what must stay (forced: the caller says why)
     # clearing and dropping never touch the last turn (what the next request goes on from: a
-    # result just read, a cut reply to continue)
-    end = min(split, turn_starts[-1]) if turn_starts else split
+    # result just read, a cut reply to continue), unless this run's task came after it (a resumed
+    # conversation goes on from its new task: a result too big that ended the last run can go)
+    last = turn_starts[-1] if turn_starts and (task is None or task < turn_starts[-1]) else split
+    end = min(split, last)
     if policy.clear_tool_results and (cleared := clear_results(run, end, target)):
         yield CompactionEvent(0, "", cleared_results=cleared)
         if run.context_tokens <= _ENOUGH * threshold:

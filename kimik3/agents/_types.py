@@ -169,7 +169,8 @@ class ContextPolicy:
             ``summary_retry_growth`` of the threshold (doubling with each failure in a row),
             and meanwhile the run stays inside the
             window without the model: old tool results cleared, then the oldest whole turns
-            dropped (:mod:`kimik3.agents._clearing`; issue 41).
+            dropped, last the largest earlier user messages cut to their start
+            (:mod:`kimik3.agents._clearing`; issue 41).
         keep_recent_turns: model turns kept verbatim by compaction (older ones are summarised by
             the model; a tool call is never separated from its result). User messages after
             the first task are kept verbatim too (operator instructions, approvals) when they fit.

@@ -138,16 +138,19 @@ def dump(name: str) -> str:
     return "".join(f"{name} entry {i}: status ok, value {i * 7}\n" for i in range(400))
 
 
-async def test_a_conversation_that_overflowed_can_be_resumed(tok: K3Tokenizer, tmp_path: Path) -> None:
+@pytest.mark.parametrize("summary", [good, reasoning_only])
+async def test_a_conversation_that_overflowed_can_be_resumed(tok: K3Tokenizer, tmp_path: Path,
+                                                            summary: Callable[[int], str]) -> None:
     """A tool result too big for the window, in the last turn (never cleared while it is the
     last): the run ends with context_overflow; a resume with a new task goes on, the result
-    that sank it now an old one, cleared."""
+    that sank it now an old one. Before: with a summary that fails, every resume ended with
+    context_overflow (the last turn was never cleared, even after a new task)."""
     session = tmp_path / "s.jsonl"
     turn = [0]
 
     def reply(messages: list[Message]) -> str:
         if str(messages[-1].content).startswith((SUMMARY_ASK, "Your summary")):
-            return good(0)
+            return summary(0)
         turn[0] += 1
         if isinstance(messages[-1], UserMessage) and messages[-1].content == "Now say done.":
             return render_output({"content": "done"})
@@ -161,6 +164,9 @@ async def test_a_conversation_that_overflowed_can_be_resumed(tok: K3Tokenizer, t
     again = await Agent(tools=[dump], engine=engine, max_turns=10).resume(session, "Now say done.")
     assert (again.stop_reason, again.output) == ("completed", "done")
     assert max(sizes(tok, engine)) < 4096
+    if summary is reasoning_only:
+        assert again.issues[-1] == ("turn 0: compaction without a summary (the summary failed): 1 old tool result "
+                                    "cleared, 0 messages of the oldest turns dropped")
     check_history(again.messages)
 
 
