@@ -146,8 +146,9 @@ async def compact(
 def head_problem(run: _Run, policy: ContextPolicy) -> str | None:
     """What to say at a run's start when what compaction must always keep (tool declarations,
     the system prompt, the first task) does not fit under half its threshold (None: it fits);
-    the run's summaries are stopped then (clearing and dropping still work). The head is never
-    cleared, so such a conversation cannot be resumed once it fills the window."""
+    the run's summaries are stopped then (clearing and dropping still work: a head that fits the
+    window leaves room for a resumed run). A head over the window is never cleared, so such a
+    conversation cannot be resumed once it fills the window; the message says which."""
     window = run.window(policy.context_window)
     head = head_length(run.messages)
     sizes = [run.message_tokens(m) for m in run.messages]
@@ -159,9 +160,10 @@ def head_problem(run: _Run, policy: ContextPolicy) -> str | None:
     run.compaction_stopped = True
     return (f"the prompt's head (tool declarations, instructions and the first task: {tokens:,} tokens) does not "
             f"fit under half of the compaction threshold ({target:,.0f} tokens of the {window:,}-token window): "
-            "compaction cannot summarise this conversation, and once it fills the window it cannot be resumed (the "
-            "head is never cleared); give fewer tools or shorter instructions or task, or serve a larger window "
-            "(vLLM --max-model-len)")
+            "compaction cannot summarise this conversation, " + (
+                "and once it fills the window it cannot be resumed (the head is never cleared)" if tokens >= window
+                else "old tool results are cleared and the oldest turns dropped instead, without a summary") +
+            "; give fewer tools or shorter instructions or task, or serve a larger window (vLLM --max-model-len)")
 
 
 def _task_index(run: _Run, head: int) -> int | None:

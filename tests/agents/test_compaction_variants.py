@@ -194,15 +194,25 @@ async def test_the_coding_harness_at_a_4096_token_window_says_so_and_keeps_going
     result = await agent.run("Read every module.", session=tmp_path / "s.jsonl")
     assert (result.stop_reason, result.output) == ("completed", "All read.")
     assert "the prompt's head (tool declarations, instructions and the first task: " in result.issues[0]
+    # before: "once it fills the window it cannot be resumed", false for a head that fits the window
+    assert result.issues[0].endswith("(1,638 tokens of the 4,096-token window): compaction cannot summarise this "
+                                     "conversation, old tool results are cleared and the oldest turns dropped "
+                                     "instead, without a summary; give fewer tools or shorter instructions or task, "
+                                     "or serve a larger window (vLLM --max-model-len)")
     assert result.summaries == 0 and result.cleared_results + result.dropped_messages > 20
     assert max(sizes(tok, engine)) < 4096
     check_history(result.messages)
+    done[0] = 30  # the conversation resumed: 30 more reads
+    engine.calls.clear()
+    again = await agent.resume(tmp_path / "s.jsonl", "Read the last 30 again.")
+    assert (again.stop_reason, again.output, again.turns) == ("completed", "All read.", 31)
+    assert max(sizes(tok, engine)) < 4096
+    check_history(again.messages)
 
 
-def chat_server(window: int, *, refuse_over: int | None = None) -> tuple[list[str], object]:
-    """An OpenAI chat server (vLLM's words) whose ``/v1/models`` states ``window``; it answers
-    "Hi", and refuses a request of more than ``refuse_over`` characters of JSON, stating the
-    window as vLLM does. Returns the paths asked and the handler."""
+def chat_server(window: int) -> tuple[list[str], object]:
+    """An OpenAI chat server (vLLM's) whose ``/v1/models`` states ``window``; it answers "Hi".
+    Returns the paths asked and the handler."""
     import httpx
 
     from tests.engines.test_remote_offline import chat_chunk, sse, usage_chunk
@@ -214,11 +224,6 @@ def chat_server(window: int, *, refuse_over: int | None = None) -> tuple[list[st
         if request.url.path == "/v1/models":
             card = {"id": "k3", "object": "model", "created": 0, "owned_by": "vllm", "max_model_len": window}
             return httpx.Response(200, json={"object": "list", "data": [card]})
-        if refuse_over is not None and len(request.content) > refuse_over:
-            return httpx.Response(400, json={"error": {"message": (
-                f"This model's maximum context length is {window} tokens. However, your request has "
-                f"{len(request.content) // 3} input tokens. Please reduce the length of the input messages."),
-                "type": "BadRequestError", "code": 400}})
         return sse([chat_chunk({"role": "assistant", "content": "Hi"}), chat_chunk({}, "stop"), usage_chunk(9, 1)])
 
     return seen, respond
