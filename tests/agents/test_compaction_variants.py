@@ -317,3 +317,43 @@ async def test_a_conversation_whose_task_overflowed_can_be_resumed_even_when_sum
         assert "turn 0: 1 earlier user message cut to its first characters: the context did not fit under the " \
                "compaction threshold otherwise" in again.issues
     check_history(again.messages)
+
+
+@tool
+def log_of(name: str) -> str:
+    """Print a log.
+
+    Args:
+        name: the log.
+    """
+    return "".join(f"{name} entry {i}: ok {i * 7}\n" for i in range(145))
+
+
+@pytest.mark.parametrize("stated", [True, False])
+async def test_a_turn_budget_that_ends_in_a_full_window_still_gets_its_summary_turn(
+        tok: K3Tokenizer, stated: bool) -> None:
+    """The turn budget ends the run right after a tool result filled the window: the tool-free
+    summary turn was sent as it was, and its refusal came out of Agent.run as
+    ContextLengthExceededError. Now it is compacted first (a window the engine states) or made
+    smaller after the refusal (a window only the error states), as any turn."""
+    from kimik3.agents._prompts import SUMMARY_INSTRUCTIONS
+
+    n = [0]
+
+    def reply(messages: list[Message]) -> str:
+        if messages[-1].content == SUMMARY_INSTRUCTIONS:
+            return render_output({"reasoning_content": "sum up", "content": "Dumped three logs."})
+        if str(messages[-1].content).startswith((SUMMARY_ASK, "Your summary")):
+            return reasoning_only(0)
+        n[0] += 1
+        return render_output({"reasoning_content": "d", "tool_calls": [
+            {"id": f"d{n[0]}", "function": {"name": "log_of", "arguments": {"name": f"l{n[0]}"}}}]})
+
+    kind = ScriptedEngine if stated else Unstated
+    engine = kind(reply, tokenizer=tok, chunk_size=512, max_model_len=4096)
+    result = await Agent(client=Client(engine, max_retries=0), tools=[log_of], max_turns=3).run("Dump.")
+    assert (result.stop_reason, result.output, result.turns) == ("turn_budget", "Dumped three logs.", 4)
+    seen = sizes(tok, engine)
+    assert sum(s >= 4096 for s in seen) == (0 if stated else 1) and seen[-1] < 4096
+    assert engine.calls[-1].messages[-1].content == SUMMARY_INSTRUCTIONS
+    check_history(result.messages)
