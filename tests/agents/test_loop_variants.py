@@ -169,3 +169,25 @@ async def test_a_sub_agents_two_call_cycle_ends_only_the_sub_agent(tmp_path: Pat
     (child,) = results(result.messages)
     assert child.split("\n")[1].startswith("[the sub-agent stopped early: loop_detected]")
     assert "[sub-agent: 16 turns, " in child and turn[0] == 16
+
+
+async def test_the_same_task_whose_sub_agent_answers_the_same_each_time_is_a_loop(tmp_path: Path) -> None:
+    """The costliest loop: the parent gives the same ``task`` again and again, each one a whole
+    sub-agent run answering the same. Before: the child's token counts in the result
+    ("[sub-agent: 1 turns, P prompt + C completion tokens]") differed with its reasoning's
+    length, so no two results were equal and the loop ran to the turn budget."""
+    runs = [0]
+
+    def reply(messages: list[Message]) -> str:
+        if messages[0].content == SUBAGENT_INSTRUCTIONS:
+            runs[0] += 1
+            return render_output({"reasoning_content": "let me see " * runs[0], "content": "a.txt says A"})
+        return child_calls(("task", {"description": "check", "prompt": "What does a.txt say?"}))
+
+    agent = CodingHarness(tmp_path, features=FEATURES - {"background", "checkpoints"}).agent(
+        engine=ScriptedEngine(reply), budgets=Budgets(turns=30))
+    result = await agent.run("check a")
+    assert (result.stop_reason, result.turns, runs[0]) == ("loop_detected", 8, 4)
+    texts = results(result.messages)
+    assert texts[0].startswith("a.txt says A\n[sub-agent: 1 turns, ") and texts[0] != texts[1]  # the counts differ
+    assert texts[2].startswith('[Note: you made task {"description":"check","prompt":"What does a.txt say?"} (3 times')
