@@ -256,6 +256,26 @@ async def test_a_loop_that_ended_the_run_is_on_its_span(spans: InMemorySpanExpor
     assert len(tools) == 4  # the 5th to 8th calls were not run: no tool span, their error results in the history
 
 
+async def test_compactions_work_is_counted_on_the_run_span(spans: InMemorySpanExporter) -> None:
+    """Issue 41: clearing chosen by the policy, and summaries and dropped turns, are counted on the
+    run's span as on its RunResult."""
+    from kimik3 import ContextPolicy
+    from kimik3.formats.k3 import default_tokenizer
+    from tests.agents.test_compaction_fallback import calls as reading
+    from tests.agents.test_compaction_fallback import read_file, reasoning_only
+
+    engine = ScriptedEngine(reading(120, reasoning_only), tokenizer=default_tokenizer(), chunk_size=512,
+                            max_model_len=4096)
+    agent = Agent(tools=[read_file], engine=engine, name="reader", context=ContextPolicy(clear_tool_results=True),
+                  max_turns=200)
+    result = await agent.run("Read all.")
+    assert result.stop_reason == "completed" and result.cleared_results > 20 and result.summaries > 0
+    (run,) = [s for s in spans.get_finished_spans() if s.name == "invoke_agent reader"]
+    assert {k: v for k, v in attrs(run).items() if k.startswith("kimik3.context.")} == {
+        "kimik3.context.summaries": result.summaries, "kimik3.context.cleared_results": result.cleared_results,
+        "kimik3.context.dropped_messages": result.dropped_messages}
+
+
 def test_no_tracer_provider_builds_no_spans_and_keeps_the_callers_trace() -> None:
     """Issue 44: with the API installed but no provider configured, kimik3 starts no spans (each
     would be a no-op); a tool still sees the caller's trace (an incoming request's context), and

@@ -686,11 +686,36 @@ class Agent(Generic[OutputT]):
     # -- the last turn, the result --------------------------------------------------------------
 
     async def _final_turn(self, run: _Run, reason: StopReason) -> AsyncIterator[AgentEvent]:
-        """One tool-free turn for a summary, then the result."""
-        run.add(SystemMessage(content=SUMMARY_INSTRUCTIONS))
-        async with self._model_call(run, self._request(run, tool_choice="none")) as call:
-            async for event in call:
-                yield event
+        """One tool-free turn for a summary, then the result. Compacted first when due and made
+        smaller when the server refuses it as too big, as any turn (agents/_overflow.py); when
+        nothing can be made smaller, the result has no output and still ``reason``, an issue says
+        why (was: ContextLengthExceededError out of Agent.run, issue 41)."""
+        instructions = SystemMessage(content=SUMMARY_INSTRUCTIONS)
+        ended = False  # nothing could be made small enough
+        while not ended:
+            async for before in before_turn(run, self.context, self._summarize):
+                if isinstance(before, Final):
+                    ended = True
+                else:
+                    yield before
+            if ended:
+                break
+            if run.messages[-1] is not instructions:  # added once; again if compaction summarised it
+                run.add(instructions)
+            try:
+                async with self._model_call(run, self._request(run, tool_choice="none")) as call:
+                    async for event in call:
+                        yield event
+                break
+            except OVERFLOW as e:
+                async for after in overflowed(run, self.context, e, self._summarize):
+                    if isinstance(after, Final):
+                        ended = True
+                    elif not isinstance(after, (ToolsRan, ContinueWith)):
+                        yield after
+        if ended:
+            yield FinalEvent(self._result(run, None, reason))
+            return
         completion = call.completion
         message = completion.message
         if message.tool_calls:  # tools are off for this turn: keep the words, drop the calls

@@ -9,19 +9,22 @@ compaction threshold), so the prompt prefix changes rarely and the engine's pref
 in between. Dropping removes whole turns (an assistant message with its tool results, never one
 without the other), oldest first; user messages stay, verbatim (operator instructions,
 approvals). The system prompt, the first task and the ``keep_recent_turns`` recent turns are
-never touched.
+never touched. Last, when the context is still over the compaction threshold, the largest user
+messages after the first task (never the run's own task) are cut to their first characters
+(:func:`shorten_users`): an old task too big for the window (a run that ended with
+``context_overflow``) would otherwise keep every later run of the conversation from fitting.
 """
 
 from __future__ import annotations
 
 from ..formats.k3 import PromptCache
 from ..types import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
-from ._prompts import CLEARED_RESULT, CLEARED_START
+from ._prompts import CLEARED_RESULT, CLEARED_START, CLEARED_USER
 from ._run import _Run
 
-__all__ = ["clear_results", "drop_turns", "head_length", "recent_start"]
+__all__ = ["clear_results", "drop_turns", "head_length", "recent_start", "shorten_users"]
 
-_SHOWN = 200  # characters of a call's arguments a stub names
+_SHOWN = 200  # characters of a call's arguments, or of a user message, a stub names
 
 
 def head_length(msgs: list[Message]) -> int:
@@ -109,3 +112,30 @@ def drop_turns(run: _Run, head: int, end: int, target: float) -> int:
         run.dropped_messages += len(gone)
         _changed(run, f"[{len(gone)} oldest messages dropped]")
     return len(gone)
+
+
+def shorten_users(run: _Run, head: int, target: float) -> int:
+    """Cut the largest user messages of ``run.messages[head:]`` (never ``run.task``) to a stub
+    with their first characters (:data:`~._prompts.CLEARED_USER`) until the context is at most
+    ``target`` tokens; those the stub would not make smaller stay. Returns how many were cut
+    (``run.cleared_results`` counts them too)."""
+    msgs = run.messages
+    users = [i for i in range(head, len(msgs)) if isinstance(msgs[i], UserMessage) and msgs[i] is not run.task]
+    cut = 0
+    for i in sorted(users, key=lambda i: -run.message_tokens(msgs[i])):
+        if run.context_tokens <= target:
+            break
+        m = msgs[i]
+        text = m.content if isinstance(m.content, str) else " ".join(getattr(p, "text", "") for p in m.content or ())
+        before = run.message_tokens(m)
+        stub = UserMessage(content=CLEARED_USER.format(tokens=before, start=text[:_SHOWN] + "..."))
+        after = run.message_tokens(stub)
+        if after >= before:
+            continue
+        msgs[i] = stub
+        run.context_tokens -= before - after
+        cut += 1
+    if cut:
+        run.cleared_results += cut
+        _changed(run, f"[{cut} over-long earlier user messages cut]")
+    return cut

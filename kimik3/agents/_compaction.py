@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from ..formats.k3 import PromptCache
 from ..types import AssistantMessage, ChatCompletion, Message, UserMessage, dump_message
 from ._checks import EMPTY_TURN, answer_text, summary_problem
-from ._clearing import clear_results, drop_turns, head_length
+from ._clearing import clear_results, drop_turns, head_length, shorten_users
 from ._prompts import (
     COMPACTION_REQUEST,
     COMPACTION_RETRY,
@@ -43,14 +43,16 @@ async def compact(
     free), then older turns summarised by the model
     (``summarize``: the model call; compaction knows nothing else of the agent); when the summary
     fails, or is backing off after a failure, without the model: old tool results cleared, then
-    the oldest whole turns dropped (:mod:`._clearing`).
+    the oldest whole turns dropped, and last, while the context is still over the threshold, the
+    largest earlier user messages (never this run's task) cut to their start (:mod:`._clearing`).
 
     The target is half the threshold, so the next compaction is due only after the conversation
     grew by that much again. What is kept verbatim: the system prompt and first task, up to
     ``keep_recent_turns`` recent turns (fewer when they do not fit the target), the user message
     that started this run (``run.task``: never summarised or dropped, whatever room is left;
     :func:`task_problem` ends a run whose task cannot fit at all), and the other user messages
-    after the first task (operator instructions, approvals) while they fit under the target. When what must
+    after the first task (operator instructions, approvals), the most recent first, each that fits
+    under the target (a large one left to the summary does not push out smaller older ones). When what must
     stay (the first task, tool declarations) does not fit under the target, the summary stops
     for the run and says so once (a :class:`CompactionEvent` with ``stopped``); clearing and
     dropping go on.
@@ -97,8 +99,10 @@ async def compact(
     if split <= head:
         return  # nothing older than what must stay (forced: the caller says why)
     # clearing and dropping never touch the last turn (what the next request goes on from: a
-    # result just read, a cut reply to continue)
-    end = min(split, turn_starts[-1]) if turn_starts else split
+    # result just read, a cut reply to continue), unless this run's task came after it (a resumed
+    # conversation goes on from its new task: a result too big that ended the last run can go)
+    last = turn_starts[-1] if turn_starts and (task is None or task < turn_starts[-1]) else split
+    end = min(split, last)
     if policy.clear_tool_results and (cleared := clear_results(run, end, target)):
         yield CompactionEvent(0, "", cleared_results=cleared)
         if run.context_tokens <= _ENOUGH * threshold:
@@ -119,7 +123,14 @@ async def compact(
     # without the model: old results cleared, then the oldest turns dropped
     cleared = clear_results(run, end, target)
     dropped = drop_turns(run, head, end, target) if run.context_tokens > target else 0
-    if cleared or dropped:
+    # last, still over the threshold: the largest old user messages (a task that overflowed) cut
+    cut = shorten_users(run, head, threshold) if run.context_tokens > threshold else 0
+    if cut:
+        what = f"{cut} earlier user message{'s' * (cut != 1)} cut to {'their' if cut != 1 else 'its'} first " \
+               "characters: the context did not fit under the compaction threshold otherwise"
+        log.warning("kimik3: %s", what)
+        run.issue(what)
+    if cleared or dropped or cut:
         why = "the summary failed" if failed else "the summary is backing off after a failure" \
             if not run.compaction_stopped else "the summary cannot run"
         done = (f"compaction without a summary ({why}): {cleared} old tool result{'s' * (cleared != 1)} "
@@ -127,7 +138,7 @@ async def compact(
         if failed is not None:  # once a failure; while backing off, RunResult counts what was cleared
             log.warning("kimik3: %s", done)
             run.issue(done)
-        yield CompactionEvent(dropped, "", failed=failed, cleared_results=cleared)
+        yield CompactionEvent(dropped, "", failed=failed, cleared_results=cleared + cut)
     elif failed is not None:
         yield CompactionEvent(0, "", failed=failed)
 
@@ -135,8 +146,9 @@ async def compact(
 def head_problem(run: _Run, policy: ContextPolicy) -> str | None:
     """What to say at a run's start when what compaction must always keep (tool declarations,
     the system prompt, the first task) does not fit under half its threshold (None: it fits);
-    the run's summaries are stopped then (clearing and dropping still work). The head is never
-    cleared, so such a conversation cannot be resumed once it fills the window."""
+    the run's summaries are stopped then (clearing and dropping still work: a head that fits the
+    window leaves room for a resumed run). A head over the window is never cleared, so such a
+    conversation cannot be resumed once it fills the window; the message says which."""
     window = run.window(policy.context_window)
     head = head_length(run.messages)
     sizes = [run.message_tokens(m) for m in run.messages]
@@ -148,9 +160,10 @@ def head_problem(run: _Run, policy: ContextPolicy) -> str | None:
     run.compaction_stopped = True
     return (f"the prompt's head (tool declarations, instructions and the first task: {tokens:,} tokens) does not "
             f"fit under half of the compaction threshold ({target:,.0f} tokens of the {window:,}-token window): "
-            "compaction cannot summarise this conversation, and once it fills the window it cannot be resumed (the "
-            "head is never cleared); give fewer tools or shorter instructions or task, or serve a larger window "
-            "(vLLM --max-model-len)")
+            "compaction cannot summarise this conversation, " + (
+                "and once it fills the window it cannot be resumed (the head is never cleared)" if tokens >= window
+                else "old tool results are cleared and the oldest turns dropped instead, without a summary") +
+            "; give fewer tools or shorter instructions or task, or serve a larger window (vLLM --max-model-len)")
 
 
 def _task_index(run: _Run, head: int) -> int | None:
@@ -247,17 +260,17 @@ async def _summarise(run: _Run, policy: ContextPolicy, summarize: Summarize, win
     if unseen:
         run.issue(f"compaction summarised {len(older) - unseen} of {len(older)} earlier messages: {unseen} "
                   f"older ones did not fit in the summary request and are not in the summary")
-    # the user's own later messages stay verbatim, the most recent ones while they fit
+    # the user's own later messages stay verbatim, the most recent ones first, each that fits
     mine = msgs[task] if task is not None and task < split else None  # this run's task: always kept
     users = [m for m in older if isinstance(m, UserMessage) and not _agent_written(m) and m is not mine]
     room = (policy.compact_at * window / 2 - fixed - sum(sizes[:head]) - sum(sizes[split:])
             - (run.message_tokens(mine) if mine is not None else 0))
     chosen: list[Message] = []
-    for m in reversed(users):
-        room -= run.message_tokens(m)
-        if room < 0:
-            break
-        chosen.append(m)
+    for m in reversed(users):  # one too big is skipped: an older, smaller one may still fit
+        size = run.message_tokens(m)
+        if size <= room:
+            room -= size
+            chosen.append(m)
     kept = [m for m in older if m is mine or any(m is c for c in chosen)]  # history order
     if len(chosen) < len(users):
         run.issue(f"compaction kept {len(chosen)} of the {len(users)} earlier user messages verbatim (the others "

@@ -21,8 +21,9 @@ cycle of up to ``Budgets.loop_cycle`` calls, repeated with the same calls AND th
 
 A stage ``Budgets`` sets to None is never reached (all three None: no loop breaker).
 
-Results are compared without their volatile text (:func:`steady`: the bash trailer's run time,
-date-times and clock times), so ``bash pytest`` ten times with ten run times is a loop.
+Results are compared without their volatile text (:func:`steady`: the bash trailer's run time, a
+sub-agent's token counts, date-times and clock times), so ``bash pytest`` ten times with ten run
+times is a loop, and so is the same ``task`` whose sub-agent answers the same each time.
 A call with other arguments (paging a file with another offset) or the same call with another
 result (polling output that changes, a background job's age) is another step: it breaks the repetition, never trips it.
 The cost is O(``loop_stop * loop_cycle``) comparisons of short strings a call (bench/harness.py).
@@ -53,19 +54,23 @@ _OFF = 1 << 62  # the threshold of a stage Budgets switched off (None): never re
 
 def call_key(call: ToolCall) -> str:
     """``name {canonical arguments}``: the arguments as JSON with sorted keys and no spaces (their
-    text as sent when it is not JSON)."""
-    text = call.function.arguments
+    text as sent when it is not JSON; none, or only spaces, is ``{}`` as the tool reads it)."""
+    text = call.function.arguments if call.function.arguments.strip() else "{}"
     with contextlib.suppress(ValueError, RecursionError):
         text = json.dumps(json.loads(text), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return f"{call.function.name} {text}"
 
 
 # Text in a result that changes from one identical call to the next without saying anything new:
-# the bash tool's run time in its trailer ("[exit code: 0, 0.01 s]", tools/coding/_bash.py) and
+# the bash tool's run time in its trailer ("[exit code: 0, 0.01 s]", tools/coding/_bash.py), a
+# sub-agent's token counts (harness/_tasks.py) and
 # clock readings (ISO-8601 date-times, HH:MM:SS[.fff]). A background job's age ("[bg1: running
 # for 5 s]") is NOT volatile: polling a silent job must stay a different step each poll.
 _VOLATILE = (
     (("[exit code: ",), re.compile(r"\[exit code: (-?\d+), \d+(?:\.\d+)? s\]"), r"[exit code: \1]"),
+    # the harness's task tool: a sub-agent's token counts differ from run to run, its answer is what it gave
+    (("[sub-agent: ",), re.compile(r"\[sub-agent: (\d+) turns, \d+ prompt \+ \d+ completion tokens\]"),
+     r"[sub-agent: \1 turns]"),
     (("-", ":"), re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?"),
      "<date-time>"),
     ((":",), re.compile(r"(?<![\d:])\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?(?![\d:])"), "<time>"),
@@ -212,7 +217,9 @@ class LoopBreaker:
             return result
         if self.block == _OFF:
             self.warned = True  # no blocks: the note is the warning a stop needs
-        return noted(result, loop, self.block if self.block < _OFF else None)
+        # a call run past loop_block (its cycle's other calls in the same turn had no result yet
+        # when it was screened) is not told that this count stops calls: the next one does
+        return noted(result, loop, max(self.block, loop.rounds + 1) if self.block < _OFF else None)
 
     def trim(self) -> None:
         """Forget steps older than any loop the breaker counts (between turns)."""

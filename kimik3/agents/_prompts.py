@@ -9,7 +9,7 @@ that model sees (``tests/test_k3_tiny.py`` pins the prompt).
 from __future__ import annotations
 
 __all__ = [
-    "CLEARED_RESULT", "CLEARED_START", "CODING_INSTRUCTIONS", "COMPACTION_REQUEST", "COMPACTION_RETRY",
+    "CLEARED_RESULT", "CLEARED_START", "CLEARED_USER", "CODING_INSTRUCTIONS", "COMPACTION_REQUEST", "COMPACTION_RETRY",
     "CONTINUE_REQUEST", "INTERRUPTED_REQUEST", "LOOP_NOTE", "LOOP_THEN", "SUMMARY_INSTRUCTIONS", "SUMMARY_NOTE",
     "SUMMARY_START",
 ]  # fmt: skip
@@ -42,6 +42,11 @@ CLEARED_RESULT = (CLEARED_START + " to save room: {call} returned {tokens:,} tok
                   "you need it.]")
 """What an old tool result becomes when the agent clears it (:mod:`kimik3.agents._clearing`;
 Anthropic's context editing): ``call`` is the call's name and arguments."""
+
+CLEARED_USER = ("[An earlier message of the user, {tokens:,} tokens, cut from the context: it did not fit the "
+                "context window. It began: {start}]")
+"""What an old user message becomes when nothing else is left to make the context fit the window
+(:func:`kimik3.agents._clearing.shorten_users`): ``start`` is its first characters."""
 
 COMPACTION_RETRY = "Your summary {problem}. Write the summary again, shorter, as plain text."
 """Asks once more when the summary came back empty or cut (``problem`` says which)."""

@@ -169,7 +169,8 @@ class ContextPolicy:
             ``summary_retry_growth`` of the threshold (doubling with each failure in a row),
             and meanwhile the run stays inside the
             window without the model: old tool results cleared, then the oldest whole turns
-            dropped (:mod:`kimik3.agents._clearing`; issue 41).
+            dropped, last the largest earlier user messages cut to their start
+            (:mod:`kimik3.agents._clearing`; issue 41).
         keep_recent_turns: model turns kept verbatim by compaction (older ones are summarised by
             the model; a tool call is never separated from its result). User messages after
             the first task are kept verbatim too (operator instructions, approvals) when they fit.
@@ -366,7 +367,9 @@ class RunResult(Generic[OutputT]):
         guardrail: with ``stop_reason="guardrail"``, the guardrail that tripped, its stage and
             message (:class:`~kimik3.agents.GuardrailTrip`); None otherwise.
         summaries: compaction summary requests made (each a model call over the history).
-        cleared_results: old tool results compaction replaced by stubs (:mod:`kimik3.agents._clearing`).
+        cleared_results: old tool results compaction replaced by stubs (:mod:`kimik3.agents._clearing`),
+            and earlier user messages cut to their start when nothing else made the context fit
+            (an old task too big for the window; an issue says so).
         dropped_messages: messages of the oldest turns compaction dropped without a summary.
     """
 
@@ -433,7 +436,8 @@ class TurnEndEvent:
 @dataclass(frozen=True, slots=True)
 class CompactionEvent:
     """Older turns were replaced by the model's summary, or (``summary`` "") old tool results were
-    cleared (``cleared_results``) and the oldest turns dropped (``removed_messages``); or nothing was removed:
+    cleared (``cleared_results``, with earlier user messages cut as a last resort) and the oldest
+    turns dropped (``removed_messages``); or nothing was removed:
     with ``stopped`` set, compaction cannot bring the context under its threshold and stops for
     this run; with ``failed`` set, the summary came back empty or cut twice (or its call failed)
     and the history was kept as it was."""

@@ -196,8 +196,9 @@ async def test_a_head_that_cannot_fit_is_said_at_the_start(tok: K3Tokenizer) -> 
     assert result.issues[0].startswith("turn 0: the prompt's head (tool declarations, instructions and the first "
                                        "task: ")
     assert result.issues[0].endswith("does not fit under half of the compaction threshold (400 tokens of the "
-                                     "1,000-token window): compaction cannot summarise this conversation, and "
-                                     "once it fills the window it cannot be resumed (the head is never cleared); "
+                                     "1,000-token window): compaction cannot summarise this conversation, old "
+                                     "tool results are cleared and the oldest turns dropped instead, without a "
+                                     "summary; "
                                      "give fewer tools or shorter instructions or task, or serve a larger window "
                                      "(vLLM --max-model-len)")
 
