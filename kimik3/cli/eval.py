@@ -198,7 +198,7 @@ def compare_command(ctx: click.Context, a: str, b: str, max_drop: float) -> None
         PlainProgress().error(e)
         ctx.exit(1)
     for text in result.lines():
-        click.echo(printable(text))
+        click.echo(_one_line(text))
     ctx.exit(1 if result.regressed else 0)
 
 
