@@ -296,8 +296,8 @@ def resume_command(ctx: click.Context, /, session: str, task: str | None, worksp
         if at is not None:
             if at < 0:  # the CLI numbers messages as `kimik3 show` prints them, from 0 (A21)
                 count = sum(1 for r in read_session_records(session) if r.index is not None)
-                raise UserError(f"--at {at} is out of range: {session} holds messages 0..{count - 1} "
-                                "(as `kimik3 show` numbers them)")
+                held = f"messages 0..{count - 1}" if count else "no messages"
+                raise UserError(f"--at {at} is out of range: {session} holds {held} (as `kimik3 show` numbers them)")
             forked = fork_session(session, at, _new_session_path())
             click.echo(f"forked {session} at message {at} into {forked}", err=True)
             session = str(forked)

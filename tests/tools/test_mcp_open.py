@@ -110,7 +110,16 @@ NEVER_INITIALIZES = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("server", [READS_AND_NEVER_ANSWERS, NEVER_INITIALIZES])
+# a40c's variants: never reads at all; answers garbage lines without end; ignores SIGTERM (the
+# timeout's close must not wait on it); answers with one line that never ends
+NEVER_READS = "import time\ntime.sleep(600)"
+GARBAGE = "import sys\nwhile True:\n    sys.stdout.write('not json\\n' * 1000); sys.stdout.flush()"
+IGNORES_SIGTERM = "import signal, sys\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nfor line in sys.stdin: pass"
+ENDLESS_LINE = "import sys\nwhile True:\n    sys.stdout.write('x' * 65536); sys.stdout.flush()"
+
+
+@pytest.mark.parametrize("server", [READS_AND_NEVER_ANSWERS, NEVER_INITIALIZES, NEVER_READS, GARBAGE, IGNORES_SIGTERM,
+                                    ENDLESS_LINE])
 def test_a_server_that_never_answers_the_handshake_is_a_typed_error_within_connect_timeout(server: str) -> None:
     code = CHILD.replace("ROOT", repr(ROOT)).replace("SERVER", repr(server))
     # generous for 2 s on a loaded machine; a hang would be killed here, not hang the suite
