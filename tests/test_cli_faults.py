@@ -251,3 +251,17 @@ def test_resume_at_a_message_out_of_range_is_a_user_error_naming_the_range(tmp_p
     tail = " (as `kimik3 show` numbers them)" if at.startswith("-") else ""
     assert r.stderr == f"error: UserError: {name} is out of range: {session} holds messages 0..2{tail}\n"
     assert sessions(tmp_path / "home") == []  # no fork written
+
+
+@pytest.mark.parametrize("at", ["0", "-1"])
+def test_resume_at_in_a_session_without_messages_says_it_holds_none(tmp_path: Path, at: str) -> None:
+    # a variant of A21 (a40c): a session holding only its header said "holds messages 0..-1"
+    (tmp_path / "s.json").write_text('["Hello!"]')
+    env = {"KIMIK3_HOME": str(tmp_path / "home"), **{k: None for k in _CLEAN}}
+    session = tmp_path / "empty.jsonl"
+    session.write_text('{"kimik3_session": 1, "created": 1, "id": "e0"}\n')
+    r = CliRunner().invoke(main, ["resume", str(session), "more", "--at", at, "--script", str(tmp_path / "s.json"),
+                                  "-w", str(tmp_path), "--sandbox", "none"], env=env)
+    name, tail = (f"--at {at}", " (as `kimik3 show` numbers them)") if at == "-1" else (f"message {at}", "")
+    assert (r.exit_code, r.stderr) == (1, f"error: UserError: {name} is out of range: {session} holds no messages{tail}\n")
+    assert sessions(tmp_path / "home") == []

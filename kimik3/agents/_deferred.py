@@ -62,7 +62,7 @@ from .._exceptions import JSONLimitError, SessionError, UserError
 from .._json import check_json_limits
 from ..tools import InputReplay, ToolResult, failures
 from ..tools.failures import FailureText
-from ..types import AssistantMessage, Message, ToolCall, ToolMessage
+from ..types import AssistantMessage, Message, SystemMessage, ToolCall, ToolMessage
 from ._approval import apply_decision, approve, pending_call
 from ._hooks import RunHooks
 from ._inputs import answer_body, input_digest, read_answer, read_asked, responses_for
@@ -114,9 +114,10 @@ class CallJournal:
 
 
 def _last_turn(messages: Sequence[Message]) -> tuple[list[ToolCall], set[str]]:
-    """The calls of the last assistant message and the ids of the results after it."""
+    """The calls of the last assistant message and the ids of the results after it (a system
+    note after them, such as a budget's "do not call tools", is still that turn's)."""
     last = len(messages) - 1
-    while last >= 0 and isinstance(messages[last], ToolMessage):
+    while last >= 0 and isinstance(messages[last], (ToolMessage, SystemMessage)):
         last -= 1
     message = messages[last] if last >= 0 else None
     if not isinstance(message, AssistantMessage) or not message.tool_calls:

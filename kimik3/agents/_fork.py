@@ -57,7 +57,8 @@ def fork_session(
     records = read_session_records(path)
     messages = [r for r in records if r.index is not None]
     if not -len(messages) <= at < len(messages):
-        raise UserError(f"message {at} is out of range: {path} holds messages 0..{len(messages) - 1}")
+        held = f"messages 0..{len(messages) - 1}" if messages else "no messages"
+        raise UserError(f"message {at} is out of range: {path} holds {held}")
     target = messages[at]
     assert target.index is not None
     out = Path(to)

@@ -13,7 +13,8 @@ Where the key comes from (``Agent(routing_key=...)``):
   session send the same key, another session (a fork included: it gets a header of its own)
   another one.
 - ``"auto"`` without a session: a keyed hash (HMAC-SHA256 with a random salt drawn once per
-  process, :data:`_SALT`) of the conversation's head (the messages up to its first user message):
+  process and again in a forked child, :data:`_SALT`) of the conversation's head (the messages
+  up to its first user message):
   the same for every run of this process that continues the conversation (compaction keeps the
   head), different for another task or other instructions, and neither predictable from a prompt
   nor shared by two users' processes sending the same prompt (issue 40).
@@ -30,6 +31,7 @@ import hashlib
 import hmac
 import json
 import logging
+import os
 import secrets
 from typing import Any, Literal, TypeAlias
 
@@ -60,7 +62,16 @@ def check_routing_key(value: Any) -> Routing | Literal["auto"] | None:
 
 
 _SALT = secrets.token_bytes(32)
-"""The key of :func:`_salted_digest`: random, drawn once per process."""
+"""The key of :func:`_salted_digest`: random, drawn once per process (drawn again in a forked
+child: the workers a pre-forking server forks after importing kimik3 never share it)."""
+
+
+def _new_salt() -> None:
+    global _SALT
+    _SALT = secrets.token_bytes(32)
+
+
+os.register_at_fork(after_in_child=_new_salt)
 
 
 def _salted_digest(data: Any) -> str:

@@ -29,7 +29,7 @@ from rich.progress import Progress
 
 from .._exceptions import KimiK3Error
 from .._pricing import format_usd
-from .._text import counted, printable
+from .._text import counted, escaped, printable
 from ..engines import Engine, RemoteCompletionsEngine, RemoteEngine
 from ..tools import Plan, Tool, Toolset, plan_tool
 from .engine import (
@@ -79,6 +79,12 @@ def _otel(target: str) -> None:
         raise click.UsageError(f"--otel needs the OpenTelemetry SDK ({e}): pip install 'kimik3[otel-export]'") from None
 
 
+def _one_line(text: str) -> str:
+    """A line of eval's holding suite text (a task folder's name, a field): terminal sequences
+    dropped, a newline escaped, so the suite cannot draw a line of eval's own (issue 40)."""
+    return escaped(printable(text))
+
+
 def _summary_lines(s: dict[str, Any], out: Path) -> list[str]:
     pass_k = ", ".join(f"pass@{k} {_pct(v)}" for k, v in s["pass_at_k"].items())
     cost = "n/a" if s["cost"] is None else format_usd(s["cost"])
@@ -117,7 +123,7 @@ def run_command(ctx: click.Context, /, suite: str, out: str, concurrency: int, r
         loaded = load_suite(suite)
         tasks = loaded.select(pattern)
     except (EvalError, KimiK3Error) as e:
-        raise click.UsageError(printable(str(e))) from None
+        raise click.UsageError(_one_line(str(e))) from None
     plain = PlainProgress()
 
     def extra() -> Sequence[Tool | Toolset]:
@@ -151,7 +157,7 @@ def run_command(ctx: click.Context, /, suite: str, out: str, concurrency: int, r
     def line(r: Any, done: int, total: int) -> None:
         what = "passed" if r.passed else f"FAILED ({r.stop_reason}" + (f": {r.error}" if r.error else "") + ")"
         cost = f", {format_usd(r.cost)}" if r.cost is not None else ""
-        text = printable(f"[{done}/{total}] {r.task} #{r.attempt} {what} · {counted(r.turns, 'turn')}, "
+        text = _one_line(f"[{done}/{total}] {r.task} #{r.attempt} {what} · {counted(r.turns, 'turn')}, "
                          f"{r.seconds:.1f} s{cost}")
         if bar is not None and job is not None:
             bar.update(job, completed=done, total=total)
@@ -192,7 +198,7 @@ def compare_command(ctx: click.Context, a: str, b: str, max_drop: float) -> None
         PlainProgress().error(e)
         ctx.exit(1)
     for text in result.lines():
-        click.echo(printable(text))
+        click.echo(_one_line(text))
     ctx.exit(1 if result.regressed else 0)
 
 

@@ -4,6 +4,7 @@ paths, starting an embedded engine quietly, driving the run with progress, and e
 from __future__ import annotations
 
 import contextlib
+import glob
 import shlex
 import signal
 import sys
@@ -295,8 +296,8 @@ def resume_command(ctx: click.Context, /, session: str, task: str | None, worksp
         if at is not None:
             if at < 0:  # the CLI numbers messages as `kimik3 show` prints them, from 0 (A21)
                 count = sum(1 for r in read_session_records(session) if r.index is not None)
-                raise UserError(f"--at {at} is out of range: {session} holds messages 0..{count - 1} "
-                                "(as `kimik3 show` numbers them)")
+                held = f"messages 0..{count - 1}" if count else "no messages"
+                raise UserError(f"--at {at} is out of range: {session} holds {held} (as `kimik3 show` numbers them)")
             forked = fork_session(session, at, _new_session_path())
             click.echo(f"forked {session} at message {at} into {forked}", err=True)
             session = str(forked)
@@ -410,9 +411,11 @@ def chat_command(ctx: click.Context, /, workspace: str | None, session: str | No
 
 
 def _recorded_cost(session: Path) -> float:
-    """USD of the model calls recorded in ``session`` so far (0 when there is none yet, or it
-    cannot be read: the chat's cap then counts what the runs returned)."""
-    try:
-        return sum(r.cost or 0.0 for r in read_session_records(session)) if session.exists() else 0.0
-    except (KimiK3Error, OSError):
-        return 0.0
+    """USD of the model calls recorded in ``session`` and its sub-agents' sessions
+    (``<stem>.task-*.jsonl`` beside it: a child's cost is the parent's) so far; a file that is
+    not there yet, or cannot be read, counts 0 (the chat's cap then counts what the runs returned)."""
+    total = 0.0
+    for path in (session, *session.parent.glob(f"{glob.escape(session.stem)}.task-*.jsonl")):
+        with contextlib.suppress(KimiK3Error, OSError):
+            total += sum(r.cost or 0.0 for r in read_session_records(path)) if path.exists() else 0.0
+    return total

@@ -69,24 +69,34 @@ def supervised(cmd: Sequence[str]) -> list[str]:
     return [sys.executable, "-I", "-S", _REAPER, "--stdio", *cmd]
 
 
+INTERRUPT_GRACE_S = 30.0
+"""Seconds a server has to end after a Ctrl-C before :func:`run_supervised` ends it (SIGTERM): a
+SIGINT sent to ``kimik3 serve`` alone (``kill -INT PID``) never reached it."""
+
+
 def run_supervised(cmd: Sequence[str], env: Mapping[str, str] | None = None) -> int:
     """Run ``cmd`` (a server) under :func:`supervised` in this terminal until it ends, with ``env``
     (default: this process's); the exit code.
 
-    Ctrl-C reaches the server as a terminal's does (it shuts down; this process waits for it);
+    Ctrl-C reaches the server as a terminal's does (it shuts down; this process waits for it, at
+    most :data:`INTERRUPT_GRACE_S`, then ends it);
     SIGTERM to this process is passed on; ``kill -9`` of this process ends the server and every
     process it started (``PR_SET_PDEATHSIG``). Returns the server's exit code (128 + N for
     signal N).
     """
     proc = subprocess.Popen(supervised(cmd), preexec_fn=_die_with_parent, env=env)
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: proc.send_signal(signal.SIGTERM))
+    interrupted = False
     try:
         while True:
             try:
-                code = proc.wait()
+                code = proc.wait(timeout=INTERRUPT_GRACE_S if interrupted else None)
                 break
-            except KeyboardInterrupt:  # the server got it too: wait for its shutdown
-                continue
+            except KeyboardInterrupt:  # a terminal's Ctrl-C: the server got it too, its shutdown waited for
+                interrupted = True
+            except subprocess.TimeoutExpired:  # a SIGINT sent to this process alone: the server never got it
+                proc.send_signal(signal.SIGTERM)
+                interrupted = False
     finally:
         signal.signal(signal.SIGTERM, previous)
     return code if code >= 0 else 128 - code

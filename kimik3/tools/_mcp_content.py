@@ -14,7 +14,7 @@ from typing import Any
 import mcp.types as mcp_types
 
 from .._exceptions import MediaError, ToolDefinitionError
-from ..media import prepare_image
+from ..media import K3_MEDIA_CONFIG, prepare_image
 from ..types import ImagePart, ImageURL, TextPart
 from . import _failures as failures
 from ._failures import FailureText, default_failure_text
@@ -24,6 +24,9 @@ __all__ = ["to_tool_result", "tool_name", "unique_names"]
 
 _UNSAFE = re.compile(r"[^\w.-]")  # \w: Unicode letters, digits and '_'
 _HASH_LEN = 8
+_IMAGE_CONFIG = K3_MEDIA_CONFIG.model_copy(update={"max_image_pixels": 7680 * 4320})
+"""A server's image is refused past 8K UHD from its header (as a screenshot is: issue 40's A30
+kind), never decoded: Pillow's own limit (178,956,970 pixels) let one take seconds and GBs."""
 
 
 def tool_name(name: str, prefix: str | None = None) -> str:
@@ -66,7 +69,7 @@ def unique_names(names: Sequence[str], prefix: str | None, server: str) -> list[
 
 def _image(data: str, mime: str) -> TextPart | ImagePart:
     try:
-        prepared = prepare_image(f"data:{mime};base64,{data}")
+        prepared = prepare_image(f"data:{mime};base64,{data}", _IMAGE_CONFIG)
     except (MediaError, ValueError) as e:
         return TextPart(text=f"[an image ({mime}) could not be read: {e}]")
     return ImagePart(image_url=ImageURL(url=prepared.data_url()))

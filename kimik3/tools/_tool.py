@@ -31,6 +31,7 @@ in full; ..."``.
 
 from __future__ import annotations
 
+import cmath
 import contextlib
 import copy
 import functools
@@ -205,10 +206,12 @@ def _lost_chars(where: str, value: Any) -> str | None:
     return next((w for sub, v in items if (w := _lost_chars(sub, v)) is not None), None)
 
 
-def _non_finite(where: str, value: Any) -> tuple[str, float] | None:
-    """``(where, value)`` of a non-finite float in a validated value (issue 40, B34), else None."""
+def _non_finite(where: str, value: Any) -> tuple[str, float | complex] | None:
+    """``(where, value)`` of a non-finite float (or complex) in a validated value (issue 40, B34), else None."""
     if isinstance(value, float):
         return None if math.isfinite(value) else (where, value)
+    if isinstance(value, complex):  # 'nan+infj' reaches a complex parameter as one
+        return None if cmath.isfinite(value) else (where, value)
     if isinstance(value, Mapping):
         items: Any = ((f"{where}.{k}", v) for k, v in value.items())
     elif isinstance(value, (list, tuple, set, frozenset)):

@@ -146,6 +146,10 @@ MAX_TOOL_PAGES = 1000
 """The most pages of a tool listing read; a cursor past them (or one given twice) is an
 :class:`~kimik3.MCPServerError`, never a list silently cut (issue 40, A36)."""
 
+MAX_LISTED_TOOLS = 100_000
+"""The most tools a listing may hold, all pages together: a server's pages growing without end
+(within :data:`MAX_TOOL_PAGES`) are an :class:`~kimik3.MCPServerError`, not a run's memory."""
+
 
 async def _list_page(client: mcp.Client, cursor: str | None) -> mcp_types.ListToolsResult:
     return await client.list_tools(cursor=cursor)
@@ -460,6 +464,9 @@ class MCPServer(Toolset):
             for _ in range(MAX_TOOL_PAGES):  # a server whose cursor never ends cannot hang the run
                 page = await self._guarded(functools.partial(_list_page, cursor=cursor))
                 tools.extend(page.tools)
+                if len(tools) > MAX_LISTED_TOOLS:
+                    raise MCPServerError(f"the MCP server {self.name!r} listed more than {MAX_LISTED_TOOLS:,} tools "
+                                         "(its listing never ends)")
                 cursor = page.next_cursor
                 if cursor is None:
                     break

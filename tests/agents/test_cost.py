@@ -432,3 +432,28 @@ def test_a_failed_chat_turns_recorded_calls_count_toward_the_chats_cap(tmp_path:
         "error: EngineError: ScriptedEngine ran out of responses after 1 call(s)",
         "the chat's --max-usd $0.0200 is spent ($0.0690); start a new chat to go on"]
     assert [r.cost for r in read_session_records(session) if r.cost is not None] == [pytest.approx(0.069)]
+
+
+def test_a_failed_chat_turns_sub_agent_costs_count_toward_the_chats_cap(tmp_path: Path) -> None:
+    # a variant (a40c): the first message's task call ($0.087) starts a sub-agent ($0.061, in its own
+    # session file), then the turn fails: the child's cost is the chat's too, so under a $0.10 cap
+    # the second message is not sent (it was: $0.087 counted)
+    from click.testing import CliRunner
+
+    from kimik3.cli import main
+
+    call = render_output({"reasoning_content": "", "content": "", "tool_calls": [
+        {"id": "t1", "function": {"name": "task", "arguments": {"description": "d", "prompt": "p"}}}]})
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps([call, render_output({"content": "done " * 30})]))
+    (tmp_path / "ws").mkdir()
+    session = tmp_path / "c.jsonl"
+    out = CliRunner().invoke(main, ["chat", "-w", str(tmp_path / "ws"), "--sandbox", "none", "--script", str(script),
+                                    "--price", "0,0,1000", "--max-usd", "0.1", "--plain", "--session", str(session)],
+                             input="a\nb\n", env={"KIMIK3_HOME": str(tmp_path / "home")})
+    assert out.exit_code == 1
+    assert out.output.splitlines()[3:5] == [
+        "error: EngineError: ScriptedEngine ran out of responses after 2 call(s)",
+        "the chat's --max-usd $0.1000 is spent ($0.1480); start a new chat to go on"]
+    child = next(tmp_path.glob("c.task-1-*.jsonl"))
+    assert [r.cost for r in read_session_records(child) if r.cost is not None] == [pytest.approx(0.061)]

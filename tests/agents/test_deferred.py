@@ -444,3 +444,20 @@ def test_an_assistant_message_replayed_exactly_after_the_deferral(tmp_path: Path
         "look", "write_line"]
     assert [(m.name, m.content) for m in sent if isinstance(m, ToolMessage)] == [
         ("look", "seen a"), ("write_line", "wrote hello")]
+
+
+async def test_a_turn_ended_by_a_budget_whose_summary_failed_can_be_continued(tmp_path: Path) -> None:
+    # found by a40c (a chat's --max-usd turn): the budget's note (a system message) after the
+    # tool results hid the turn's calls from the journal's reader, so the next run of the session
+    # was a SessionError ("no call ... in the last turn") for a journal that was right
+    from kimik3 import Budgets, EngineError
+
+    session = tmp_path / "s.jsonl"
+    with pytest.raises(EngineError, match="ran out of responses"):  # the summary turn has no answer
+        await Agent(tools=[look], engine=ScriptedEngine([calls(("look", {"path": "a"}))]),
+                    budgets=Budgets(turns=1)).run("go", session=session)
+    lines = [json.loads(line) for line in session.read_text().splitlines()]
+    assert [next(iter(r)) for r in lines][-3:] == ["tool_finished", "message", "message"]
+    assert lines[-1]["message"]["role"] == "system"  # the budget's note ends the file
+    result = await Agent(tools=[look], engine=ScriptedEngine(["done"])).resume(session, "again")
+    assert result.output == "done"

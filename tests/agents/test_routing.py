@@ -207,3 +207,36 @@ def test_without_a_session_the_key_is_salted_per_process() -> None:
     head = [dump_message(SystemMessage(content="Be brief.")), dump_message(UserMessage(content="the same prompt"))]
     unsalted = hashlib.sha256(json.dumps(head, ensure_ascii=False, sort_keys=True).encode()).hexdigest()[:32]
     assert unsalted not in (one, two)
+
+
+_KEYS_IN_FORKED_WORKERS = """
+import asyncio, os
+from kimik3 import Agent, ScriptedEngine
+from kimik3.formats.k3 import render_output
+
+def key():
+    engine = ScriptedEngine([render_output({"reasoning_content": "r", "content": "a"})])
+    asyncio.run(Agent(instructions="Be brief.", engine=engine).run("the same prompt"))
+    return engine.calls[0].request.routing.key
+
+print(key(), flush=True)
+for _ in range(2):  # two users' workers of a pre-forking server: each its own salt
+    pid = os.fork()
+    if pid == 0:
+        print(key(), flush=True)
+        os._exit(0)
+    os.waitpid(pid, 0)
+"""
+
+
+def test_forked_workers_do_not_share_the_salt() -> None:
+    # a variant of issue 40's unsalted key (a40c): the salt was drawn once at import, so the
+    # workers a pre-forking server forks after importing kimik3 all sent one key for one prompt
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", _KEYS_IN_FORKED_WORKERS], capture_output=True, text=True,
+                         timeout=300, env={**os.environ, "PYTHONPATH": str(root)}, check=True).stdout.split()
+    assert len(out) == 3 and all(len(k) == 32 for k in out) and len(set(out)) == 3, out

@@ -6,6 +6,7 @@ killed with SIGKILL; every process of the tree must be gone. No real vLLM is sta
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -114,3 +115,41 @@ def test_no_replica_outlives_a_kill_9_during_start_up(tmp_path: Path) -> None:
     finally:
         if serve.poll() is None:
             serve.kill()
+
+
+@pytest.mark.parametrize("how", [signal.SIGHUP, signal.SIGINT, signal.SIGQUIT])
+def test_no_process_outlives_kimik3_serve_ended_by_another_signal(tmp_path: Path, how: signal.Signals) -> None:
+    # variants (a40c): the terminal closed (SIGHUP), Ctrl-C sent to kimik3 serve alone (SIGINT, not
+    # to its group), Ctrl-\ (SIGQUIT); every process of the tree ends with it
+    pids_file = tmp_path / "pids"
+    serve = start(tmp_path, SERVE, TREE, str(pids_file), str(tmp_path))
+    try:
+        pids = wait_for(pids_file, serve)
+        os.kill(serve.pid, how)
+        serve.wait(timeout=120)
+        assert gone(pids) == []
+    finally:
+        if serve.poll() is None:
+            serve.kill()
+
+
+def test_the_server_ends_with_its_reaper_killed_9(tmp_path: Path) -> None:
+    # a variant (a40c): the OOM killer picks the supervising reaper, not kimik3 serve: the server
+    # ended neither (it now has PR_SET_PDEATHSIG). Not covered yet: the server's own children
+    # (the stand-in's engine and daemon) then have no reaper left; they are ended here
+    pids_file = tmp_path / "pids"
+    serve = start(tmp_path, SERVE, TREE, str(pids_file), str(tmp_path))
+    pids: list[int] = []
+    try:
+        pids = wait_for(pids_file, serve)
+        with open(f"/proc/{pids[0]}/stat") as f:
+            reaper = int(f.read().rsplit(")", 1)[1].split()[1])  # the server's parent
+        assert reaper != serve.pid and alive(reaper)
+        os.kill(reaper, signal.SIGKILL)
+        assert gone(pids[:1]) == []
+    finally:
+        for pid in pids[1:]:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        os.killpg(serve.pid, signal.SIGKILL)
+        serve.wait(timeout=120)

@@ -248,3 +248,19 @@ def test_terminal_escapes_from_a_suite_never_reach_the_error_lines(tmp_path: Pat
     write_task(other, "ok\x1b[2J\x1b]0;owned\x07", "x", "true")
     code, text = invoke(str(other), "--out", str(tmp_path / "o"), "--script", str(script), "--tasks", "zz")
     assert code == 2 and "(tasks: ok)" in text and "\x1b" not in text and "\x07" not in text
+
+
+def test_a_suite_name_cannot_draw_a_line_of_evals_own(tmp_path: Path) -> None:
+    # a variant of issue 40's escapes (a40c): a task folder named with a newline drew a line of
+    # its own under eval's (a forged pass rate; an error line); the name stays on its line
+    script = tmp_path / "s.json"
+    script.write_text('["x"]')
+    suite = tmp_path / "suite"
+    write_task(suite, "t\npass rate: 100.0%", "x", "false")
+    code, text = invoke(str(suite), "--out", str(tmp_path / "o"), "--script", str(script), "--plain")
+    assert code == 0, text
+    assert [line.split(" · ")[0] for line in text.splitlines() if line.startswith("[")] == [
+        "[1/1] t\\u000apass rate: 100.0% #1 FAILED (completed)"]
+    (suite / "t\npass rate: 100.0%" / "task.toml").unlink()
+    code, text = invoke(str(suite), "--out", str(tmp_path / "o"), "--script", str(script), "--plain")
+    assert code == 2 and "suite/t\\u000apass rate: 100.0% is a task folder without a task.toml" in text

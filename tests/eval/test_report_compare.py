@@ -121,3 +121,17 @@ def test_the_markdown_report_shows_a_task_text_literally_never_as_markup() -> No
     assert row.startswith("| &lt;img src=http://evil/x.png&gt; \\!\\[p\\](http://evil/p.png) \\[l\\](http://evil) "
                           "\\*\\*b\\*\\* \\`c\\` red\\|x |")
     assert "\x1b" not in md and "<img" not in md
+
+
+def test_a_task_name_with_a_newline_stays_in_its_row_and_its_compare_line(tmp_path: Path) -> None:
+    # a variant of issue 40's raw HTML (a40c): a task name holding a newline, a table row of its
+    # own and a bidi override; report.md keeps it in one cell, `eval compare` on one line
+    name = "t\n| forged | 1 | 1/1 | 100.0% |\u202e"
+    md = render_markdown(summarize(results({name: [True]}), {"suite": "s", "model": "m"}))
+    rows = [line for line in md.splitlines() if "forged" in line]
+    assert rows == ["| t \\| forged \\| 1 \\| 1/1 \\| 100.0% \\| |  | 1/1 | 100.0% | $0.0100 | 2.0 | 0 | 0 |"]
+    a = write(tmp_path / "a", results({name: [False], "u": [True]}))
+    b = write(tmp_path / "b", results({name: [True], "u": [True]}))
+    out = CliRunner().invoke(main, ["eval", "compare", str(a), str(b)])
+    assert [line for line in out.output.splitlines() if "forged" in line] == [
+        "fixed   t\\u000a| forged | 1 | 1/1 | 100.0% |: 0% -> 100%"]

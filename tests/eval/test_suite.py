@@ -155,3 +155,26 @@ def test_a_task_toml_linked_to_a_device_or_a_huge_file_is_refused_unread(tmp_pat
     with pytest.raises(EvalError, match=r"big/task.toml: cannot read it: '.*big/task.toml' is larger than "
                                         r"1,048,576 bytes$"):
         load_suite(tmp_path)
+
+
+def test_a_task_toml_linked_to_a_socket_a_loop_or_a_folder_is_refused_unread(tmp_path: Path) -> None:
+    # a variant of issue 40's FIFO (a40c): a link to a listening unix socket, a symlink loop, and a
+    # folder named task.toml: each an EvalError naming the file, never a hang or a traceback
+    import socket
+
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(tmp_path / "s.sock"))
+    sock.listen()
+    (tmp_path / "sock").mkdir()
+    (tmp_path / "sock" / "task.toml").symlink_to(tmp_path / "s.sock")
+    where = f"{tmp_path.resolve()}/sock/task.toml"
+    assert _load_in_a_child(tmp_path) == f"{where}: cannot read it: '{where}' is not a regular file " \
+                                         "(a FIFO, device or socket)"
+    sock.close()
+    os.unlink(tmp_path / "sock" / "task.toml")
+    (tmp_path / "sock" / "task.toml").symlink_to("task.toml")  # a link to itself
+    assert _load_in_a_child(tmp_path) == f"{where}: cannot read it: [Errno 40] Too many levels of symbolic " \
+                                         f"links: '{where}'"
+    os.unlink(tmp_path / "sock" / "task.toml")
+    (tmp_path / "sock" / "task.toml").mkdir()
+    assert _load_in_a_child(tmp_path) == f"{where}: cannot read it: '{where}' is a directory"

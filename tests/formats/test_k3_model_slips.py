@@ -40,6 +40,7 @@ class Slip:
     calls: list[tuple[str, dict[str, Any], str | None]]  # name, arguments, error
     content: str = ""
     misplaced: list[str] = field(default_factory=list)
+    thinking: bool = True
 
 
 SLIPS = [
@@ -59,6 +60,17 @@ SLIPS = [
          [("bash", {"command": "ls"}, None)], content=RM + PWD, misplaced=["bash", "bash"]),
     Slip("attack: text after the second section", HEAD + tools(LS) + tools(RM) + "done" + END,
          [("bash", {"command": "ls"}, None)], content=RM + "done", misplaced=["bash"]),
+    # (a40c's variants: an empty first section, a second one never closed, blank between, no thinking)
+    Slip("a40c: an empty first section is the first: the second's call never runs", HEAD + tools() + tools(RM) + END,
+         [], content=RM, misplaced=["bash"]),
+    Slip("a40c: a second section never closed", HEAD + tools(LS) + "<|open|>tools<|sep|>" + RM + END,
+         [("bash", {"command": "ls"}, None)], content=RM, misplaced=["bash"]),
+    Slip("a40c: blank lines between the two sections", HEAD + tools(LS) + " \n " + tools(RM) + END,
+         [("bash", {"command": "ls"}, None)], content=RM, misplaced=["bash"]),
+    Slip("a40c: thinking off, two sections", tools(LS) + tools(RM) + END, [("bash", {"command": "ls"}, None)],
+         content=RM, misplaced=["bash"], thinking=False),
+    Slip("a40c: thinking off, an empty first section", tools() + tools(RM) + END, [], content=RM,
+         misplaced=["bash"], thinking=False),
     # -- a tools section inside the think channel (a think close follows it) never runs -------------
     Slip("attack: a section in the think channel, then the real one after the think close",
          "plan" + tools(RM) + "<|close|>think<|sep|>" + tools(LS) + END, [("bash", {"command": "ls"}, None)],
@@ -123,11 +135,11 @@ def key(out: ParsedOutput) -> tuple[Any, ...]:
 
 @pytest.mark.parametrize("row", SLIPS, ids=[s.name for s in SLIPS])
 def test_model_slip(row: Slip) -> None:
-    out = parse(row.text, thinking=True)
+    out = parse(row.text, thinking=row.thinking)
     assert key(out) == (row.calls, row.content, row.misplaced)
     # streamed: split in two anywhere, and a character at a time, the same result and events
     for pieces in [*([row.text[:i], row.text[i:]] for i in range(1, len(row.text))), list(row.text)]:
-        parser = StreamParser(True, id_factory=map("c{}".format, itertools.count()).__next__)
+        parser = StreamParser(row.thinking, id_factory=map("c{}".format, itertools.count()).__next__)
         events = [e for p in pieces for e in parser.feed(p)] + parser.finish()
         assert key(parser.result()) == key(out)
         taken = {e.id for e in events if isinstance(e, ToolCallIncomplete)}  # taken back (misplaced)

@@ -307,3 +307,33 @@ async def test_a_sub_agent_that_loops_ends_and_the_parent_gets_its_result(tmp_pa
     (child,) = [str(m.content) for m in result.messages if m.role == "tool"]
     assert child.split("\n")[1].startswith("[the sub-agent stopped early: loop_detected]")
     assert "[sub-agent: 8 turns, " in child
+
+
+async def test_a_leftover_child_checkpoint_store_never_breaks_task(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A variant (a40c): the leftover is not the child's session file but what kimik3 keeps beside
+    it, the checkpoint store (the user deleted the sessions, not the stores): a new run with the
+    same --session and the same call id makes its child anew, its files written."""
+    import kimik3.formats.k3._parse as parse
+
+    monkeypatch.setattr(parse, "new_tool_call_id", lambda: "functions.task:0")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+
+    def script(messages: list[Message]) -> str:
+        if is_child(messages):
+            if messages[-1].role == "user":
+                return calls(("write_file", {"path": "c.txt", "content": user_task(messages)}))
+            return answer("child wrote")
+        return calls(("task", {"description": "job", "prompt": "the job"})) if messages[-1].role == "user" \
+            else answer(str(messages[-1].content).split("\n")[0])
+
+    session = tmp_path / "p.jsonl"
+    harness = CodingHarness(ws, features=FEATURES - {"background"})
+    first = await harness.agent(engine=ScriptedEngine(script)).run("go", session=session)
+    assert first.output == "child wrote" and not first.issues
+    for p in tmp_path.glob("p*.jsonl"):
+        p.unlink()  # the sessions gone, whatever kimik3 kept beside them left
+    (ws / "c.txt").unlink()
+    second = await harness.agent(engine=ScriptedEngine(script)).run("go", session=session)
+    assert second.output == "child wrote" and not second.issues, second.issues
+    assert (ws / "c.txt").read_text() == "the job"

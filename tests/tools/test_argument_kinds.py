@@ -195,3 +195,43 @@ async def test_the_coding_tools_refuse_it_and_touch_nothing(tmp_path: Path, name
     param = "command" if name == "bash" else "path"
     assert (result.is_error, result.content) == (True, f"Error: ToolArgumentsError: {param}: {WHY}")
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["keep.txt"]
+
+
+@pytest.mark.parametrize(("name", "arguments", "pattern"), [
+    ("glob", {"pattern": "src/caf\ufffd*.py"}, "src/caf\ufffd*.py"),
+    ("grep", {"pattern": "def", "glob": "*\ufffd.py"}, "*\ufffd.py"),
+])  # fmt: skip
+async def test_a_glob_holding_it_is_refused_never_no_matches(tmp_path: Path, name: str, arguments: dict[str, Any],
+                                                             pattern: str) -> None:
+    # a variant of N46 (a40c): a path pattern whose real characters were lost answered "no
+    # matches", so the model read that the file it meant did not exist
+    from kimik3.tools.coding import coding_tools
+
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "café.py").write_text("def f(): pass\n")
+    (fn,) = [t for t in coding_tools(tmp_path) if t.name == name]
+    result = await fn.run(arguments)
+    assert (result.is_error, result.content) == (True, (
+        f"Error: ToolError: pattern {pattern!r} holds U+FFFD, the replacement character for bytes that could not be "
+        "decoded: the real characters were lost on the way; write it again with its real characters"))
+
+
+@tool
+def phase(z: complex, v: float = 0.0) -> str:
+    """A complex number."""
+    return "ok"
+
+
+@pytest.mark.parametrize(("arguments", "error"), [
+    ({"z": "nan+infj"}, "z: Input should be a finite number (got (nan+infj))"),  # a complex's parts
+    ({"z": "1+infj"}, "z: Input should be a finite number (got (1+infj))"),
+    ({"z": 1, "v": "1e999"}, f"v: {FINITE} (got '1e999')"),  # a number beyond the float range
+    ({"z": 1, "v": "-1e400"}, f"v: {FINITE} (got '-1e400')"),
+    ({"z": 1, "v": " +inf "}, f"v: {FINITE} (got ' +inf ')"),
+])  # fmt: skip
+def test_a_non_finite_complex_or_an_out_of_range_number_is_refused(arguments: dict[str, Any], error: str) -> None:
+    # variants of B34 (a40c): a complex parameter took 'nan+infj' as a non-finite value
+    with pytest.raises(ToolArgumentsError) as e:
+        phase.validate(arguments)
+    assert str(e.value) == error
+    assert phase.validate({"z": "1+2j"})["z"] == 1 + 2j

@@ -415,3 +415,45 @@ async def test_an_endless_tool_listing_is_an_mcp_server_error_not_a_cut_list(
     with pytest.raises(MCPServerError, match=f"^the MCP server {re.escape(repr('endless') + ' ' + why)}$"):
         await server._list_all()
     assert pages[0] is None and len(pages) == (1000 if "1000" in why else len(set(map(cursors, range(1, 5)))) + 1)
+
+
+async def test_a_listing_whose_pages_grow_without_end_is_an_mcp_server_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a variant of A36 (a40c): a new cursor each time, each page 2,000 tools: within the 1,000
+    # pages the run's memory would hold two million tools; the listing stops past 100,000
+    from kimik3 import MCPServerError
+
+    server = MCPServerStdio("true", name="growing")
+    page = _listing(2000)
+    pages: list[str | None] = []
+
+    async def guarded(request: Any) -> mcp_types.ListToolsResult:
+        pages.append(request.keywords["cursor"])
+        return mcp_types.ListToolsResult(tools=page, nextCursor=f"p{len(pages)}")
+
+    monkeypatch.setattr(server, "_guarded", guarded)
+    with pytest.raises(MCPServerError, match=r"^the MCP server 'growing' listed more than 100,000 tools \(its listing "
+                                             r"never ends\)$"):
+        await server._list_all()
+    assert len(pages) == 51
+
+
+def test_a_servers_image_over_8k_is_a_note_never_decoded(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a variant of A30 (a40c): not a screenshot but an MCP tool's image; Pillow's limit (178,956,970
+    # pixels) let 36,000,000 through to be decoded (seconds and hundreds of MB at 170,000,000)
+    import base64
+    import io
+
+    from PIL import Image
+
+    from kimik3.tools.mcp import to_tool_result
+
+    buf = io.BytesIO()
+    Image.new("1", (9000, 4000)).save(buf, "PNG")  # a few KB
+    data = base64.b64encode(buf.getvalue()).decode()
+    loaded: list[object] = []
+    monkeypatch.setattr(Image.Image, "load", lambda self, *a, **k: loaded.append(self))
+    result = to_tool_result(mcp_types.CallToolResult(content=[mcp_types.ImageContent(type="image", data=data,
+                                                                                     mimeType="image/png")]))
+    assert loaded == [] and result.content == (
+        "[an image (image/png) could not be read: image is 9000x4000 = 36,000,000 pixels, over the limit of "
+        "33,177,600 (decompression bomb)]")

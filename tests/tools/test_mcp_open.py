@@ -21,6 +21,8 @@ from click.testing import CliRunner
 from kimik3 import Agent, ScriptedEngine, ToolDefinitionError, tool
 from kimik3.cli import main
 from kimik3.formats.k3 import render_output
+from kimik3.tools import FunctionTool, Toolset
+from kimik3.tools._mcp_content import unique_names
 from kimik3.tools.mcp import MCPServerStdio
 
 ROOT = str(Path(__file__).resolve().parents[2])
@@ -108,10 +110,51 @@ NEVER_INITIALIZES = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("server", [READS_AND_NEVER_ANSWERS, NEVER_INITIALIZES])
+# a40c's variants: never reads at all; answers garbage lines without end; ignores SIGTERM (the
+# timeout's close must not wait on it); answers with one line that never ends
+NEVER_READS = "import time\ntime.sleep(600)"
+GARBAGE = "import sys\nwhile True:\n    sys.stdout.write('not json\\n' * 1000); sys.stdout.flush()"
+IGNORES_SIGTERM = "import signal, sys\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nfor line in sys.stdin: pass"
+ENDLESS_LINE = "import sys\nwhile True:\n    sys.stdout.write('x' * 65536); sys.stdout.flush()"
+
+
+@pytest.mark.parametrize("server", [READS_AND_NEVER_ANSWERS, NEVER_INITIALIZES, NEVER_READS, GARBAGE, IGNORES_SIGTERM,
+                                    ENDLESS_LINE])
 def test_a_server_that_never_answers_the_handshake_is_a_typed_error_within_connect_timeout(server: str) -> None:
     code = CHILD.replace("ROOT", repr(ROOT)).replace("SERVER", repr(server))
     # generous for 2 s on a loaded machine; a hang would be killed here, not hang the suite
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=90)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "MCPServerError cannot open the MCP server 'mute': no answer within 2 s\n"
+
+
+class _Listed(Toolset):
+    """A toolset naming its tools as an MCP server's are named (prefix, sanitising, hash suffixes)."""
+
+    def __init__(self, name: str, names: list[str], prefix: str | None) -> None:
+        self.name, self._names, self._prefix = name, names, prefix
+
+    async def open(self) -> None:
+        self.is_open = True
+
+    async def close(self) -> None:
+        self.is_open = False
+
+    async def get_tools(self) -> list[Any]:
+        return [FunctionTool(lambda: "ok", name=n, description="x")
+                for n in unique_names(self._names, self._prefix, self.name)]
+
+
+@pytest.mark.parametrize(("one", "two", "clash"), [
+    (("c", "a b"), ("b c", "a"), "a_b_c"),  # prefixes that differ, names that meet once sanitised
+    (("x" * 70, None), ("x" * 64, None), "x" * 64),  # a name cut to 64 meets another's whole name
+    (("add", "p"), ("p_add", None), "p_add"),  # a prefixed name meets an unprefixed one
+])  # fmt: skip
+async def test_names_that_meet_only_after_prefixing_are_refused_naming_both(one: tuple[str, str | None],
+                                                                           two: tuple[str, str | None],
+                                                                           clash: str) -> None:
+    # variants of A14 (a40c): the collision appears only in kimik3's names, never in the servers'
+    with pytest.raises(ToolDefinitionError) as e:
+        await Agent(tools=[_Listed("one", [one[0]], one[1]), _Listed("two", [two[0]], two[1])],
+                    engine=ScriptedEngine(["x"])).run("go")
+    assert str(e.value).startswith(f"tool {clash!r} of 'two' has the same name as a tool of 'one'; ")

@@ -412,3 +412,27 @@ async def test_a_preloaded_library_under_a_hidden_folder_stays_loadable(tmp_path
     assert "cannot be preloaded" not in out
     assert box.preloaded == [str(lib)]
     await box.aclose()
+
+
+@pytest.mark.parametrize(("cgroup_line", "limit_file", "limit"), [
+    ("0::/user.slice/job", "user.slice/job/memory.max", "4294967296"),  # v2: the process's own cgroup
+    ("0::/user.slice/job", "user.slice/memory.max", "4294967296"),  # v2: a parent's limit holds too
+    ("4:memory:/docker/abc", "memory/docker/abc/memory.limit_in_bytes", "4294967296"),  # v1
+])  # fmt: skip
+def test_the_tmpfs_size_follows_a_containers_memory_limit(tmp_path: Path, cgroup_line: str, limit_file: str,
+                                                          limit: str) -> None:
+    # a variant of issue 40's five 8 GiB tmpfs on a 24 GiB host (a40c): in a container, /proc/meminfo
+    # shows the host's 1 TiB; the cgroup's 4 GiB is what the tmpfs are sized against (/tmp 1 GiB)
+    from kimik3.tools.coding._places import memory_bytes, tmpfs_bytes
+
+    proc, cgroup = tmp_path / "proc", tmp_path / "cgroup"
+    (proc / "self").mkdir(parents=True)
+    (proc / "meminfo").write_text("MemTotal:       1073741824 kB\nMemFree: 1 kB\n")
+    (proc / "self" / "cgroup").write_text(f"{cgroup_line}\n")
+    assert memory_bytes(str(proc), str(cgroup)) == 1 << 40  # no limit file: the host's
+    (cgroup / limit_file).parent.mkdir(parents=True)
+    (cgroup / limit_file).write_text("max\n")  # v2's "no limit"
+    assert memory_bytes(str(proc), str(cgroup)) == 1 << 40
+    (cgroup / limit_file).write_text(limit + "\n")
+    total = memory_bytes(str(proc), str(cgroup))
+    assert total == 4 << 30 and tmpfs_bytes(8 << 30, total) == 1 << 30 and tmpfs_bytes(None, total) == 1 << 30

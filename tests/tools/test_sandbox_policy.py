@@ -387,3 +387,26 @@ async def test_a_kept_folder_such_as_the_workspace_skills_does_not_stay_edited(b
     assert (skill / "SKILL.md").read_text() == "---\nname: deploy\n---\nRun make deploy.\n"
     assert sorted(os.listdir(skill)) == ["SKILL.md"]
     await box.aclose()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_the_first_line_never_says_tmp_is_private_when_the_workspace_holds_it(backend: str,
+                                                                                    host_dir: Path) -> None:
+    # a variant of issue 40's "-w $HOME still says home hidden" (a40c): -w /tmp (or --allow-write
+    # /tmp) said "/tmp private" while the command read and wrote the host's /tmp
+    fd, name = tempfile.mkstemp(prefix="a40c-", dir="/tmp")
+    os.write(fd, b"the host's\n")
+    os.close(fd)
+    try:
+        box = Sandbox(host_dir, backend, write=["/tmp"])
+        line = box.describe()
+        assert "/tmp shared (writable: the host's)" in line and "private" not in line.split("TMPDIR")[0], line
+        out = await run(bash_in(box), f"cat {name}")
+        assert out.startswith("the host's\n")
+        await box.aclose()
+        line = Sandbox("/", backend).describe()  # -w /: nothing else is read-only either
+        assert ", nothing read-only (the workspace is /), " in line and "/tmp shared" in line, line
+        line = Sandbox(host_dir, backend).describe()  # the control: a workspace elsewhere
+        assert ("/tmp private" if backend == "bwrap" else "/tmp unreadable (TMPDIR private)") in line
+    finally:
+        os.unlink(name)

@@ -751,3 +751,29 @@ async def test_example_fills_and_submits_the_form(monkeypatch: pytest.MonkeyPatc
     assert "Subscribed Ada Lovelace <ada@example.org>." in out
     assert out[-1] == "server received: [{'name': 'Ada Lovelace', 'email': 'ada@example.org'}]"
     assert script.images_per_call == [0, 1, 2, 3, 4, 5, 6]  # ContextPolicy(max_images=3): pruned after 6
+
+
+async def test_an_x_display_over_8k_is_refused_before_any_grab() -> None:
+    # a variant of A30 (a40c): not a browser page but an X display of 9000x4000 (36,000,000 pixels):
+    # its size is asked first (xdotool getdisplaygeometry), nothing is grabbed
+    from kimik3 import ToolError
+    from kimik3.tools.ui import X11Computer
+
+    _ensure_system("Xvfb", "xdotool")
+    read_fd, write_fd = os.pipe()
+    proc = subprocess.Popen(["Xvfb", "-displayfd", str(write_fd), "-screen", "0", "9000x4000x8", "-nolisten", "tcp"],
+                            pass_fds=(write_fd,), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    os.close(write_fd)
+    try:
+        with os.fdopen(read_fd) as f:
+            display = f":{f.readline().strip()}"
+        grabbed: list[object] = []
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr("PIL.ImageGrab.grab", lambda *a, **k: grabbed.append(k))
+            with pytest.raises(ToolError) as e:
+                await X11Computer(display).screenshot()
+        assert grabbed == [] and str(e.value) == (
+            f"X display {display} is 9000x4000 pixels, over the 33,177,600-pixel (8K UHD) limit; not grabbed")
+    finally:
+        proc.terminate()
+        proc.wait(10)

@@ -18,14 +18,38 @@ __all__ = ["enclosing_repo", "existing", "linked_from", "prefixes", "tmpfs_bytes
 _GIB = 1 << 30
 
 
-def tmpfs_bytes(limit: int | None) -> int:
+def tmpfs_bytes(limit: int | None, total: int | None = None) -> int:
     """The size of the sandbox's private ``/tmp``: the per-process memory limit, at most a quarter
-    of the host's memory (each tmpfs holds memory; issue 40)."""
-    total = 0
-    with contextlib.suppress(OSError, ValueError), open("/proc/meminfo") as f:
-        total = int(f.readline().split()[1]) * 1024
+    of the memory kimik3 may use (``total``, default :func:`memory_bytes`; each tmpfs holds
+    memory; issue 40)."""
+    total = memory_bytes() if total is None else total
     cap = total // 4 if total else 2 * _GIB
     return min(limit, cap) if limit else cap
+
+
+def memory_bytes(proc: str = "/proc", cgroup: str = "/sys/fs/cgroup") -> int:
+    """The memory this process may use (bytes; 0 unknown): the host's (``MemTotal``), or less
+    where a cgroup limits it (v2 ``memory.max``, v1 ``memory.limit_in_bytes``, of this process's
+    cgroup or a parent): a container's 24 GiB on a 1 TiB host is 24 GiB (issue 40's five tmpfs)."""
+    sizes: list[int] = []
+    with contextlib.suppress(OSError, ValueError, IndexError), open(f"{proc}/meminfo") as f:
+        sizes.append(int(f.readline().split()[1]) * 1024)
+    try:
+        with open(f"{proc}/self/cgroup") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:  # "0::/a/b" (v2) or "4:memory:/a/b" (v1)
+        _, controllers, path = [*line.split(":", 2), "", ""][:3]
+        places = [(cgroup, "memory.max")] if controllers == "" else \
+            [(f"{cgroup}/memory", "memory.limit_in_bytes")] if "memory" in controllers.split(",") else []
+        for root, name in places:
+            parts = [p for p in path.split("/") if p]
+            for n in range(len(parts), -1, -1):  # the cgroup and each parent up to the mount's root
+                with contextlib.suppress(OSError, ValueError), open(os.path.join(root, *parts[:n], name)) as f:
+                    sizes.append(int(f.read().strip()))  # "max" (no limit): ValueError, skipped
+    sizes = [s for s in sizes if s > 0]
+    return min(sizes) if sizes else 0
 
 
 def linked_from(root: str) -> list[str]:

@@ -58,6 +58,7 @@ import sys
 import time
 from typing import Any
 
+_PR_SET_PDEATHSIG = 1
 _PR_SET_DUMPABLE = 4
 _PR_SET_CHILD_SUBREAPER = 36
 _WATCH_S = 0.1  # the process-count watchdog's period
@@ -383,6 +384,7 @@ def _stdio(argv: list[str]) -> None:
     if server == 0:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.SIG_DFL)  # (an ignored signal stays ignored across exec)
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # this reaper killed (the OOM killer): the server ends too
         try:
             os.execvp(argv[0], argv)
         except OSError as e:

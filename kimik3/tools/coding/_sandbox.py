@@ -365,14 +365,18 @@ class Sandbox:
         extra = "".join(f", {len(p)} more {what}" for p, what in ((self.read, "readable"), (self.write, "writable"))
                         if p)
         net = "network on" if self.network else "network off"
+        # what a writable folder holds is not hidden: -w /tmp shows the host's /tmp, -w / all of it
+        shared = under("/tmp", [str(self.root), *self.write])
+        rest = "nothing read-only (the workspace is /)" if str(self.root) == "/" else "the rest read-only"
         if self.mode == "bwrap":
-            return (f"sandbox: bwrap (workspace read-write, the rest read-only, secrets hidden, /tmp private{extra}, "
-                    f"{net})")
+            tmp = "/tmp shared (writable: the host's)" if shared else "/tmp private"
+            return f"sandbox: bwrap (workspace read-write, {rest}, secrets hidden, {tmp}{extra}, {net})"
         if self.mode == "landlock":
             net = "network on" if self.network else "TCP off"
             why = f"; {self.reason}" if self.reason else ""
-            return (f"sandbox: landlock ABI {_landlock_abi()} (workspace read-write, the rest read-only, secrets "
-                    f"unreadable, /tmp unreadable (TMPDIR private){extra}, {net}; {_LANDLOCK_CANNOT}{why})")
+            tmp = "/tmp shared (writable: the host's)" if shared else "/tmp unreadable (TMPDIR private)"
+            return (f"sandbox: landlock ABI {_landlock_abi()} (workspace read-write, {rest}, secrets "
+                    f"unreadable, {tmp}{extra}, {net}; {_LANDLOCK_CANNOT}{why})")
         if self.reason is None:
             return "sandbox: none (commands run unsandboxed, with your rights)"
         return f"sandbox: none ({self.reason}; commands run unsandboxed, with your rights)"

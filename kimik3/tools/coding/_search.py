@@ -327,9 +327,13 @@ class GlobResult:
 
 def check_glob(pattern: str) -> None:
     """Raises ToolError: an absolute glob or one with a ``..`` component (it could never match a
-    path in the workspace; glob and grep both refuse it rather than answer "no matches")."""
+    path in the workspace; glob and grep both refuse it rather than answer "no matches"), or one
+    holding U+FFFD (the real characters of a path were lost on the way: issue 40, N46's kind)."""
     if pattern.startswith("/") or ".." in pattern.split("/"):
         raise ToolError(f"pattern {pattern!r} must be relative to the workspace and not use '..'")
+    if "\ufffd" in pattern:
+        raise ToolError(f"pattern {pattern!r} holds U+FFFD, the replacement character for bytes that could not be "
+                        "decoded: the real characters were lost on the way; write it again with its real characters")
 
 
 def glob(ws: Workspace, pattern: str) -> GlobResult:

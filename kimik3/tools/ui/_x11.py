@@ -16,6 +16,7 @@ from PIL import Image, ImageGrab
 
 from ..._exceptions import ToolError
 from ._computer import Computer, KeyCombo, MouseButton
+from ._records import MAX_SCREENSHOT_PIXELS
 
 __all__ = ["X11Computer"]
 
@@ -120,18 +121,26 @@ class X11Computer(Computer):
             self._size = (int(parts[0]), int(parts[1]))
         return self._size
 
-    async def _xdo(self, *args: str) -> None:
+    async def _xdo(self, *args: str) -> str:
         result = await anyio.run_process([self._xdotool, *args], env=self._env, check=False)
         if result.returncode != 0:
             err = result.stderr.decode(errors="replace").strip()
             raise ToolError(f"xdotool {args[0]} failed on display {self.display}: {err or result.returncode}")
+        return result.stdout.decode(errors="replace")
 
     async def screenshot(self) -> Image.Image:
         """Grab the whole display (RGB, screen pixels).
 
         Raises:
-            ToolError: the display cannot be opened.
+            ToolError: the display cannot be opened, or it has more pixels than
+                :data:`~kimik3.tools.ui._records.MAX_SCREENSHOT_PIXELS` (8K UHD; never grabbed:
+                issue 40's A30, a 53 s / 367 MB screenshot path).
         """
+        size = (await self._xdo("getdisplaygeometry")).split()
+        w, h = (int(size[0]), int(size[1])) if len(size) == 2 and all(v.isdigit() for v in size) else (0, 0)
+        if w * h > MAX_SCREENSHOT_PIXELS:
+            raise ToolError(f"X display {self.display} is {w}x{h} pixels, over the {MAX_SCREENSHOT_PIXELS:,}-pixel "
+                            "(8K UHD) limit; not grabbed")
         try:
             im = await anyio.to_thread.run_sync(functools.partial(ImageGrab.grab, xdisplay=self.display))
         except OSError as e:
