@@ -255,12 +255,12 @@ def replay_command(ctx: click.Context, sessions: tuple[str, ...], base_url: str,
         engine = RemoteCompletionsEngine(base_url=base_url, api_key=api_key, model=model, tokenizer=tokenizer,
                                          timeout=request_timeout).with_chat_for_images()
 
-    def row(r: Any) -> None:
+    def row(r: Any) -> None:  # recorded and server text escaped: a newline in it cannot draw a line of ours
         if r.error or r.skipped:
-            click.echo(printable(f"{r.session}:{r.index}: {'error' if r.error else 'skipped'}: {r.error or r.skipped}"))
+            click.echo(_one_line(f"{r.session}:{r.index}: {'error' if r.error else 'skipped'}: {r.error or r.skipped}"))
         elif (r.replayed_finish, sorted(r.replayed_tools)) != (r.recorded_finish, sorted(r.recorded_tools)) \
                 or r.problems:
-            click.echo(printable(f"{r.session}:{r.index}: recorded {r.recorded_finish} {r.recorded_tools} -> "
+            click.echo(_one_line(f"{r.session}:{r.index}: recorded {r.recorded_finish} {r.recorded_tools} -> "
                                  f"{r.replayed_finish} {r.replayed_tools}" + "".join(f"; {p}" for p in r.problems)))
 
     async def main() -> int:

@@ -205,3 +205,20 @@ def test_eval_replay_on_the_command_line(tmp_path: Path) -> None:
         r = CliRunner().invoke(main, ["eval", "replay", str(sessions), "--base-url", url, "--min-schema-accuracy",
                                       "0.9"], env={"KIMIK3_API_KEY": None})
     assert r.exit_code == 1 and "FAILED: schema_accuracy 0.0% is below 90.0%" in r.output
+
+
+def test_a_session_name_with_a_newline_cannot_draw_a_replay_line(tmp_path: Path) -> None:
+    """Replay's row lines hold recorded text (the session's path, a server's error): a newline in
+    it is escaped, so it cannot draw a line of eval's own (issue 40, the escapes kind)."""
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    forged = "s\nreplayed 4 of 4 requests (0 errors, 0 skipped)\n.jsonl"
+    record_session(sessions / forged)
+    with tool_server() as url:
+        r = CliRunner().invoke(main, ["eval", "replay", str(sessions), "--base-url", url],
+                               env={"KIMIK3_API_KEY": None})
+    assert r.exit_code == 0, r.output
+    rows = [line for line in r.output.splitlines() if "recorded" in line]
+    assert len(rows) == 4 and all("s\\u000areplayed 4 of 4 requests" in line for line in rows)
+    assert [line for line in r.output.splitlines() if line.startswith("replayed")] == [
+        "replayed 4 of 4 requests (0 errors, 0 skipped)"]
