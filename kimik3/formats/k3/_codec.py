@@ -217,8 +217,9 @@ class PromptEncoder:
         # followed by a non-tool message) whose ids cannot change when messages are appended.
         self._msgs: list[Message] = []  # in the caller's order
         self._ids = _pack_ids(self._header)  # _ID_BYTES an id (see PromptIds)
-        self._block_first: list[int] = []  # per message: index of the first message of its block
-        self._block_ids: list[int] = []  # per message: len(_ids) where its block starts
+        # per message (arrays: 4 bytes each, not a list slot and an int object):
+        self._block_first = array("I")  # the index of the first message of its block
+        self._block_ids = array("I")  # the number of ids before its block
         self._last_assistant: list[AssistantMessage | None] = []  # per message: last assistant so far
 
     @property
