@@ -132,7 +132,8 @@ class SessionRecord:
         journal: an approval-journal record (:data:`JOURNAL_RECORDS`), as read.
         kind: the record's kind: ``"header"``, ``"message"``, ``"compaction"`` or a side
             record's key (:data:`SIDE_RECORDS`).
-        body: a side record's body, as read (the others: None).
+        body: a side record's body, as read (a ``run_start``'s or ``skills``' as a dict, checked
+            when read); a ``compaction``'s body; None for the others.
     """
 
     line: int
@@ -140,15 +141,33 @@ class SessionRecord:
     index: int | None = None
     message: Message | None = None
     usage: Usage | None = None
-    compaction: dict[str, Any] | None = None
     header: Mapping[str, Any] = field(default_factory=lambda: _NO_HEADER)
     cost: float | None = None
     finish_reason: str | None = None
-    run_start: dict[str, Any] | None = None
-    skills: dict[str, Any] | None = None
-    journal: JournalRecord | None = None
     kind: str = ""
     body: Any = None
+
+    # compaction, run_start, skills and journal are read off kind and body, not kept beside them
+    # (four slots and a JournalRecord a line: ~0.14 MB at 1M tokens, issue 44 point 2)
+    @property
+    def compaction(self) -> dict[str, Any] | None:
+        """A ``compaction`` record's body (``messages``, ``summary``), else None."""
+        return self.body if self.kind == "compaction" else None
+
+    @property
+    def run_start(self) -> dict[str, Any] | None:
+        """A ``run_start`` record's body (``tools``, ``model``, ``settings``), else None."""
+        return self.body if self.kind == "run_start" else None
+
+    @property
+    def skills(self) -> dict[str, Any] | None:
+        """A ``skills`` record's body, else None."""
+        return self.body if self.kind == "skills" else None
+
+    @property
+    def journal(self) -> JournalRecord | None:
+        """An approval-journal record (:data:`JOURNAL_RECORDS`) as read, else None."""
+        return JournalRecord(self.line, self.kind, self.body) if self.kind in JOURNAL_RECORDS else None
 
     @property
     def raw(self) -> str:
@@ -310,17 +329,12 @@ class SessionLog:
                 body = record["compaction"]
                 self.messages = [to_message(m) for m in body["messages"]]
                 self.journal = []
-                return SessionRecord(number, text, compaction=dict(body), kind="compaction")
+                return SessionRecord(number, text, kind="compaction", body=dict(body))
             if len(record) == 1 and kind in SIDE_RECORDS:
-                body = record[kind]
+                body = dict(record[kind]) if kind in ("run_start", "skills") else record[kind]
                 entry = SessionRecord(number, text, kind=kind, body=body)
-                if kind == "run_start":
-                    entry.run_start = dict(body)
-                elif kind == "skills":
-                    entry.skills = dict(body)
-                elif kind in JOURNAL_RECORDS:
-                    entry.journal = JournalRecord(number, kind, body)
-                    self.journal.append(entry.journal)
+                if kind in JOURNAL_RECORDS:
+                    self.journal.append(JournalRecord(number, kind, body))
                 return entry
         except (KimiK3Error, ValidationError, KeyError, TypeError, ValueError) as e:
             raise SessionError(f"{self.path}:{number}: not a valid session record: {e}") from e
