@@ -70,8 +70,10 @@ def test_the_scripted_engine_holds_each_message_once() -> None:
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     (small, small_calls, small_messages), (big, big_calls, big_messages) = out["100"], out["400"]
     assert (small_calls, small_messages, big_calls, big_messages) == (101, 202, 401, 802)
-    # 4x the turns: 4x the memory when each message is held once; a copy per call would be ~16x
-    assert 3.0 < big / small < 5.0, (small, big)
+    # 4x the turns: up to 4x the memory when each message is held once (a run's fixed part, ~0.1 MB,
+    # brings it under: 2.98x once a call's record shrank to a shared head and one range tuple);
+    # a copy per call would be ~16x
+    assert 2.5 < big / small < 5.0, (small, big)
 
 
 def test_the_calls_of_a_run_share_one_request_head_and_each_reads_back_as_sent() -> None:
