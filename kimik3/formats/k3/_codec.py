@@ -348,8 +348,8 @@ class MediaIndex:
     def __init__(self) -> None:
         self._msgs: list[Message] = []
         self._images: list[ImagePart] = []
-        self._image_ends: list[int] = []  # len(_images) after message i
-        self._video_ends: list[int] = []  # videos seen up to message i
+        self._image_ends = array("I")  # len(_images) after message i (4 bytes a message)
+        self._video_ends = array("I")  # videos seen up to message i
 
     def scan(self, messages: Sequence[Message]) -> MediaScan:
         """The media of ``messages`` (typed)."""
