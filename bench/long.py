@@ -16,7 +16,7 @@ Reports, each as a ratio against its baseline measured in the same run:
   once, as the next call needs it; goal < 2 s) against reading and JSON-decoding its lines, in
   CPU time (single-process work);
 - the prompt ids handed to an engine (issue 44): ``ids_list`` (what ``VLLMEngine.generate`` and
-  ``RemoteCompletionsEngine`` call: one C-level copy of the shared ``array('I')`` prefix into the
+  ``RemoteCompletionsEngine`` call: C-level copies of the shared prefix (3 bytes an id) into the
   list their APIs take) against ``list(ids)`` (the walk through ``PromptIds.__iter__``'s Python
   generator they made before), on the ~1M re-encoded ids, CPU, interleaved repeats; and the copy
   against the median CPU of a turn at ~1M tokens (its share of a turn).

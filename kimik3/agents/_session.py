@@ -132,23 +132,49 @@ class SessionRecord:
         journal: an approval-journal record (:data:`JOURNAL_RECORDS`), as read.
         kind: the record's kind: ``"header"``, ``"message"``, ``"compaction"`` or a side
             record's key (:data:`SIDE_RECORDS`).
-        body: a side record's body, as read (the others: None).
+        body: a side record's body, as read (a ``run_start``'s or ``skills``' as a dict, checked
+            when read); a ``compaction``'s body; None for the others.
     """
 
     line: int
     _raw: str | None  # None: a writer's message record, rendered again on demand (see ``raw``)
     index: int | None = None
     message: Message | None = None
-    usage: Usage | None = None
-    compaction: dict[str, Any] | None = None
+    _usage: dict[str, Any] | None = None  # its JSON fields, as written (see ``usage``)
     header: Mapping[str, Any] = field(default_factory=lambda: _NO_HEADER)
     cost: float | None = None
     finish_reason: str | None = None
-    run_start: dict[str, Any] | None = None
-    skills: dict[str, Any] | None = None
-    journal: JournalRecord | None = None
     kind: str = ""
     body: Any = None
+
+    @property
+    def usage(self) -> Usage | None:
+        """The usage of the model call that wrote it (None: none recorded). Kept as its JSON
+        fields, as written, and typed when read: a :class:`~kimik3.types.Usage` model a turn
+        was ~0.4 KB more at 1M tokens (issue 44 point 2)."""
+        return None if self._usage is None else Usage.model_validate(self._usage)
+
+    # compaction, run_start, skills and journal are read off kind and body, not kept beside them
+    # (four slots and a JournalRecord a line: ~0.14 MB at 1M tokens, issue 44 point 2)
+    @property
+    def compaction(self) -> dict[str, Any] | None:
+        """A ``compaction`` record's body (``messages``, ``summary``), else None."""
+        return self.body if self.kind == "compaction" else None
+
+    @property
+    def run_start(self) -> dict[str, Any] | None:
+        """A ``run_start`` record's body (``tools``, ``model``, ``settings``), else None."""
+        return self.body if self.kind == "run_start" else None
+
+    @property
+    def skills(self) -> dict[str, Any] | None:
+        """A ``skills`` record's body, else None."""
+        return self.body if self.kind == "skills" else None
+
+    @property
+    def journal(self) -> JournalRecord | None:
+        """An approval-journal record (:data:`JOURNAL_RECORDS`) as read, else None."""
+        return JournalRecord(self.line, self.kind, self.body) if self.kind in JOURNAL_RECORDS else None
 
     @property
     def raw(self) -> str:
@@ -157,7 +183,7 @@ class SessionRecord:
             return self._raw
         if self.message is None:  # a writer's side record
             return _line({self.kind: self.body}).decode("utf-8")
-        return _line(_message_fields(self.message, self.usage, self.cost, self.finish_reason)).decode("utf-8")
+        return _line(_message_fields(self.message, self._usage, self.cost, self.finish_reason)).decode("utf-8")
 
 
 def _side(record: dict[str, Any]) -> bool:
@@ -165,12 +191,12 @@ def _side(record: dict[str, Any]) -> bool:
     return len(record) == 1 and next(iter(record)) in SIDE_RECORDS
 
 
-def _message_fields(message: Message, usage: Usage | None, cost: float | None,
+def _message_fields(message: Message, usage: dict[str, Any] | None, cost: float | None,
                     finish_reason: str | None) -> dict[str, Any]:
-    """A ``message`` record's fields, as the writer writes them."""
+    """A ``message`` record's fields, as the writer writes them (``usage``: its JSON fields)."""
     record: dict[str, Any] = {"message": dump_message(message)}
     if usage is not None:
-        record["usage"] = usage.model_dump(exclude_none=True)
+        record["usage"] = usage
     if cost is not None:
         record["cost"] = cost
     if finish_reason is not None:
@@ -191,17 +217,18 @@ def _line(record: dict[str, Any]) -> bytes:
 def _message_record(number: int, raw: str | None, data: dict[str, Any], index: int, message: Message | None,
                     usage: Usage | None = None) -> SessionRecord:
     """A ``message`` record (its usage, cost and finish reason checked); ``message`` and
-    ``usage``: the typed ones when the writer has them (else parsed from ``data``: a run does not
-    hold each call's usage twice)."""
+    ``usage``: the typed ones when the writer has them (else parsed from ``data``, the usage
+    only to check it: the record keeps its JSON fields)."""
     if usage is None and "usage" in data:
-        usage = Usage.model_validate(data["usage"])
+        Usage.model_validate(data["usage"])
     cost, finish = data.get("cost"), data.get("finish_reason")
     if cost is not None and (isinstance(cost, bool) or not isinstance(cost, (int, float))):
         raise TypeError(f"cost must be a number, got {cost!r:.40}")
     if finish is not None and not isinstance(finish, str):
         raise TypeError(f"finish_reason must be a string, got {finish!r:.40}")
     message = message if message is not None else to_message(data["message"])
-    return SessionRecord(number, raw, index, message, usage, cost=cost, finish_reason=finish, kind="message")
+    return SessionRecord(number, raw, index, message, data.get("usage"), cost=cost, finish_reason=finish,
+                         kind="message")
 
 
 class SessionLog:
@@ -310,17 +337,12 @@ class SessionLog:
                 body = record["compaction"]
                 self.messages = [to_message(m) for m in body["messages"]]
                 self.journal = []
-                return SessionRecord(number, text, compaction=dict(body), kind="compaction")
+                return SessionRecord(number, text, kind="compaction", body=dict(body))
             if len(record) == 1 and kind in SIDE_RECORDS:
-                body = record[kind]
+                body = dict(record[kind]) if kind in ("run_start", "skills") else record[kind]
                 entry = SessionRecord(number, text, kind=kind, body=body)
-                if kind == "run_start":
-                    entry.run_start = dict(body)
-                elif kind == "skills":
-                    entry.skills = dict(body)
-                elif kind in JOURNAL_RECORDS:
-                    entry.journal = JournalRecord(number, kind, body)
-                    self.journal.append(entry.journal)
+                if kind in JOURNAL_RECORDS:
+                    self.journal.append(JournalRecord(number, kind, body))
                 return entry
         except (KimiK3Error, ValidationError, KeyError, TypeError, ValueError) as e:
             raise SessionError(f"{self.path}:{number}: not a valid session record: {e}") from e
@@ -480,7 +502,8 @@ class SessionWriter:
                 finish_reason: str | None = None) -> None:
         """Append one message (with the usage, USD cost and finish reason of the model call
         that wrote it, if any)."""
-        self._write(_message_fields(message, usage, cost, finish_reason), message, usage)
+        fields = None if usage is None else usage.model_dump(exclude_none=True)
+        self._write(_message_fields(message, fields, cost, finish_reason), message, usage)
 
     def compaction(self, messages: Sequence[Message], summary: str) -> None:
         """Record that the history was replaced (compaction)."""

@@ -27,7 +27,10 @@ class RunTokens:
     def __init__(self, tokenizer: K3Tokenizer | None, client: Client | None) -> None:
         self._tokenizer = tokenizer
         self._client = client
-        self._sizes: dict[int, tuple[Message, int]] = {}  # id(message) -> (the message, its tokens)
+        # id(message) -> its tokens; _held keeps each counted message alive, so an id is never
+        # another message's while its entry is there (a pair a message was 0.1 KB more: issue 44)
+        self._sizes: dict[int, int] = {}
+        self._held: list[Message] = []
 
     @property
     def tokenizer(self) -> K3Tokenizer:
@@ -47,11 +50,12 @@ class RunTokens:
     def message(self, message: Message) -> int:
         """Tokens ``message`` takes in the prompt, framing included (counted once per message)."""
         hit = self._sizes.get(id(message))
-        if hit is not None and hit[0] is message:
-            return hit[1]
+        if hit is not None:
+            return hit
         local = self._client is not None and self._client.allow_local_files
         n = message_tokens(message, self.tokenizer, allow_local_files=local)
-        self._sizes[id(message)] = (message, n)
+        self._sizes[id(message)] = n
+        self._held.append(message)
         return n
 
     def keep(self, messages: list[Message]) -> None:
@@ -60,3 +64,4 @@ class RunTokens:
         if len(self._sizes) > 2 * len(messages) + 64:
             live = {id(m) for m in messages}
             self._sizes = {k: v for k, v in self._sizes.items() if k in live}
+            self._held = [m for m in self._held if id(m) in live]

@@ -161,8 +161,17 @@ def test_the_writers_message_lines_are_not_kept_and_render_again_byte_for_byte()
                         '"total_tokens": 15, "unknown": false}, '
                         '"cost": 0.25, "finish_reason": "stop"}')
     assert '"content": "bad name \\\\xff.txt"' in lines[3] and "grüße \u2014 naïve" in lines[1]
+    # the usage is kept as its JSON fields (no Usage model a turn) and typed when read; the
+    # journal, run_start, skills and compaction are read off the kind and body
+    assert records[2]._usage == {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15, "unknown": False}
+    assert records[2].usage == Usage(prompt_tokens=12, completion_tokens=3, total_tokens=15) and records[1].usage is None
+    assert records[5].journal == (6, "tool_finished", {"call_id": "c1", "name": "ls \udcff"}) and records[4].journal is None
+    assert writer.log.journal == [records[5].journal]
+    assert (records[4].run_start, records[4].skills, records[4].compaction) == (None, None, None)
     writer.close()
-    assert [r.raw for r in SessionLog.read(store).records] == lines  # a reader keeps the lines it read
+    read = SessionLog.read(store).records
+    assert [r.raw for r in read] == lines  # a reader keeps the lines it read
+    assert read[2].usage == records[2].usage and read[5].journal == records[5].journal
 
 
 def _edit_call(session: Path, old: str, new: str) -> None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from array import array
+import sys
 
-from kimik3 import PromptEncoder, UserMessage
+import pytest
+
+from kimik3 import PromptEncoder, TokenizerError, UserMessage
 from kimik3.formats.k3 import K3Tokenizer, PromptIds, _codec, default_tokenizer, ids_list
 from kimik3.types import ToolSpec
 
@@ -14,7 +16,7 @@ SPEC = ToolSpec.model_validate({"type": "function", "function": {
 
 
 def test_ids_list_is_the_ids_in_order_and_a_list_passes_as_it_is() -> None:
-    base = array("I", [5, 6, 7, 8])
+    base = _codec._pack_ids([5, 6, 7, 8])
     ids = PromptIds(base, 3, [9, 10])
     assert ids_list(ids) == [5, 6, 7, 9, 10]
     assert ids_list(PromptIds(base, 4, [])) == [5, 6, 7, 8]
@@ -23,7 +25,28 @@ def test_ids_list_is_the_ids_in_order_and_a_list_passes_as_it_is() -> None:
     assert ids_list((3, 4)) == [3, 4]
     out = ids_list(ids)
     out.append(99)  # the caller's list: the shared prefix is untouched
-    assert list(base) == [5, 6, 7, 8] and ids_list(ids) == [5, 6, 7, 9, 10]
+    assert list(PromptIds(base, 4, [])) == [5, 6, 7, 8] and ids_list(ids) == [5, 6, 7, 9, 10]
+
+
+def test_the_cached_prefix_holds_three_bytes_an_id_and_reads_back_every_id() -> None:
+    ids = [0, 1, 255, 256, 65535, 65536, 163_839, 2**24 - 1]
+    packed = _codec._pack_ids(ids)
+    assert bytes(packed[:12]) == bytes([0, 0, 0, 1, 0, 0, 255, 0, 0, 0, 1, 0]) or sys.byteorder == "big"
+    assert len(packed) == 3 * len(ids)
+    view = PromptIds(packed, len(ids), [7])
+    assert view.tolist() == [*ids, 7] and list(view) == [*ids, 7]
+    assert [view[i] for i in range(len(view))] == [*ids, 7] and view[-2] == 2**24 - 1 and view[2:4] == [255, 256]
+    with pytest.raises(TokenizerError, match="16777216 does not fit in 3 bytes"):
+        _codec._pack_ids([5, 2**24])
+
+
+def test_an_encoders_cached_prefix_is_three_bytes_an_id_and_equals_a_full_encode() -> None:
+    tok = default_tokenizer()
+    enc = PromptEncoder(tok, [SPEC])
+    msgs = [UserMessage(content="héllo <|open|> wörld " * 50)]
+    ids = enc.encode(msgs, add_generation_prompt=False)
+    assert ids == tok.encode_messages(msgs, [SPEC], add_generation_prompt=False)
+    assert len(enc._ids) == 3 * len(ids)  # every id committed, 3 bytes each
 
 
 def test_the_head_is_encoded_once_per_tool_set_and_each_encoder_owns_its_ids() -> None:

@@ -22,10 +22,10 @@ grammar's parts live apart (``_encode``, ``_parse``, ``_events``, ``_values``, `
 from __future__ import annotations
 
 import logging
+import sys
 from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from itertools import islice
 from typing import Any, overload
 
 from ..._exceptions import TokenizerError
@@ -79,19 +79,52 @@ __all__ = [
 log = logging.getLogger("kimik3.formats.k3")
 
 
+_ID_BYTES = 3
+"""Bytes an id takes in a :class:`PromptEncoder`'s cached prefix: K3's ids are below 2**24
+(163,840), so the top byte of each ``array('I')`` item is dropped; a 1M-token history costs 3 MB
+(4 bytes an id were 1.3x its text, issue 44 point 2, ``bench/long.py``)."""
+
+_TOP = 3 if sys.byteorder == "little" else 0  # where a native uint32 keeps its top byte
+_KEPT = (0, 1, 2) if _TOP == 3 else (1, 2, 3)
+
+
+def _pack_ids(ids: Sequence[int]) -> bytearray:
+    """``ids`` as ``_ID_BYTES`` bytes each (in C: no Python object an id).
+
+    Raises:
+        TokenizerError: an id of 2**24 or more (no K3 tokenizer has one).
+    """
+    raw = bytearray(array("I", ids).tobytes())
+    if raw[_TOP::4].count(0) != len(ids):
+        raise TokenizerError(f"prompt id {max(ids)} does not fit in {_ID_BYTES} bytes (ids must be below 2**24)")
+    del raw[_TOP::4]
+    return raw
+
+
+def _unpack_ids(packed: bytes | bytearray, n: int) -> array[int]:
+    """The first ``n`` ids of ``_pack_ids``' bytes, as an ``array('I')`` (C-level copies)."""
+    out = bytearray(4 * n)
+    for k, pos in enumerate(_KEPT):
+        out[pos::4] = packed[k : _ID_BYTES * n : _ID_BYTES]
+    ids = array("I")
+    ids.frombytes(out)
+    return ids
+
+
 class PromptIds(Sequence[int]):
     """An immutable sequence of prompt ids: a shared, append-only prefix plus a tail.
 
     Returned by :meth:`PromptEncoder.encode` so that adding a turn to a 1M-token history costs
     O(turn): the cached prefix is shared, not copied. Compares equal to a list with the same ids.
-    Use :meth:`tolist` where a real list is needed (one O(n) copy). The prefix is an
-    ``array('I')`` (4 bytes an id, not a Python int object each: a 1M-token history costs 4 MB).
+    Use :meth:`tolist` where a real list is needed (one O(n) copy). The prefix is
+    ``_pack_ids``' bytes (``_ID_BYTES`` an id, not a Python int object each: a 1M-token
+    history costs 3 MB).
     """
 
     __slots__ = ("_base", "_n", "_tail")
 
-    def __init__(self, base: array[int], n: int, tail: list[int]) -> None:
-        self._base = base  # only ever appended to beyond n by its owner
+    def __init__(self, base: bytearray, n: int, tail: list[int]) -> None:
+        self._base = base  # packed ids, only ever appended to beyond n by its owner
         self._n = n
         self._tail = tail
 
@@ -109,10 +142,12 @@ class PromptIds(Sequence[int]):
             index += len(self)
         if not 0 <= index < len(self):
             raise IndexError("PromptIds index out of range")
-        return self._base[index] if index < self._n else self._tail[index - self._n]
+        if index >= self._n:
+            return self._tail[index - self._n]
+        return _unpack_ids(self._base[_ID_BYTES * index : _ID_BYTES * (index + 1)], 1)[0]
 
     def __iter__(self) -> Iterator[int]:
-        yield from islice(self._base, self._n)
+        yield from _unpack_ids(self._base, self._n)
         yield from self._tail
 
     def __eq__(self, other: object) -> bool:
@@ -128,9 +163,8 @@ class PromptIds(Sequence[int]):
         return f"PromptIds(len={len(self)})"
 
     def tolist(self) -> list[int]:
-        """A new list of the ids (one C-level pass over the shared prefix, no intermediate copy)."""
-        base = self._base
-        ids = base.tolist() if len(base) == self._n else base[: self._n].tolist()
+        """A new list of the ids (C-level passes over the shared prefix)."""
+        ids = _unpack_ids(self._base, self._n).tolist()
         ids.extend(self._tail)
         return ids
 
@@ -182,9 +216,10 @@ class PromptEncoder:
         # Committed state: complete blocks (a non-tool message, or a whole run of tool messages
         # followed by a non-tool message) whose ids cannot change when messages are appended.
         self._msgs: list[Message] = []  # in the caller's order
-        self._ids: array[int] = array("I", self._header)  # 4 bytes an id (see PromptIds)
-        self._block_first: list[int] = []  # per message: index of the first message of its block
-        self._block_ids: list[int] = []  # per message: len(_ids) where its block starts
+        self._ids = _pack_ids(self._header)  # _ID_BYTES an id (see PromptIds)
+        # per message (arrays: 4 bytes each, not a list slot and an int object):
+        self._block_first = array("I")  # the index of the first message of its block
+        self._block_ids = array("I")  # the number of ids before its block
         self._last_assistant: list[AssistantMessage | None] = []  # per message: last assistant so far
 
     @property
@@ -220,7 +255,7 @@ class PromptEncoder:
         if n < len(msgs):
             n = self._block_first[n]
             # A new list, not `del`: PromptIds views handed out earlier share the old one.
-            self._ids = self._ids[: self._block_ids[n]]
+            self._ids = self._ids[: _ID_BYTES * self._block_ids[n]]
             del msgs[n:], self._block_first[n:], self._block_ids[n:], self._last_assistant[n:]
         new = to_messages(messages[n:])  # only what is not cached; new[k] is message n + k
         end = open_tool_run(new)  # a trailing tool run stays uncommitted (the shared rule)
@@ -234,9 +269,11 @@ class PromptEncoder:
             if isinstance(new[i], ToolMessage):
                 while j < end and isinstance(new[j], ToolMessage):
                     j += 1
-            start_ids = len(self._ids)
+            start_ids = len(self._ids) // _ID_BYTES
+            block: list[int] = []
             for item in items[i:j]:
-                self._ids.extend(enc(message_segments(item, thinking=thinking)))
+                block.extend(enc(message_segments(item, thinking=thinking)))
+            self._ids += _pack_ids(block)
             for k in range(i, j):
                 msg = new[k]
                 if isinstance(msg, AssistantMessage):
@@ -259,7 +296,7 @@ class PromptEncoder:
                 )
             )
         )
-        return PromptIds(self._ids, len(self._ids), tail)
+        return PromptIds(self._ids, len(self._ids) // _ID_BYTES, tail)
 
 
 _HEADERS: dict[tuple[int, str, bool, str | None], tuple[K3Tokenizer, list[int]]] = {}
@@ -311,8 +348,8 @@ class MediaIndex:
     def __init__(self) -> None:
         self._msgs: list[Message] = []
         self._images: list[ImagePart] = []
-        self._image_ends: list[int] = []  # len(_images) after message i
-        self._video_ends: list[int] = []  # videos seen up to message i
+        self._image_ends = array("I")  # len(_images) after message i (4 bytes a message)
+        self._video_ends = array("I")  # videos seen up to message i
 
     def scan(self, messages: Sequence[Message]) -> MediaScan:
         """The media of ``messages`` (typed)."""

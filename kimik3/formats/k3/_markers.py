@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import re
+import sys
 
 from ._encode import CLOSE, END_OF_MSG, OPEN, SEP
 
@@ -115,6 +116,7 @@ def parse_header(header: str) -> tuple[str, dict[str, str]]:
     pos = 0
     while (eq := rest.find('="', pos)) >= 0 and (end := rest.find('"', eq + 2)) >= 0:
         words = rest[pos:eq].split()
-        attrs[words[-1] if words else ""] = _unescape_attr(rest[eq + 2 : end])
+        # interned: a tool's name is every call's (one string, not one a call held in its history)
+        attrs[words[-1] if words else ""] = sys.intern(_unescape_attr(rest[eq + 2 : end]))
         pos = end + 1
     return parts[0], attrs
