@@ -13,6 +13,7 @@ import pytest
 
 from kimik3 import Agent, Client, ContextLengthExceededError, EngineError, K3Tokenizer, ScriptedEngine, tool
 from kimik3.agents import Budgets
+from kimik3.agents._prompts import COMPACTION_REQUEST
 from kimik3.formats.k3 import render_output
 from kimik3.harness import FEATURES, CodingHarness
 from kimik3.types import AssistantMessage, Message, ToolMessage, UserMessage
@@ -39,7 +40,14 @@ def only_a_call(n: int) -> str:
         {"id": "s1", "function": {"name": "read_file", "arguments": {"path": "m1.py"}}}]})
 
 
+def echo(n: int) -> str:
+    """Attacker (x41): the request sent back as the summary (spacing changed). Before: applied, so
+    every earlier message was replaced by the words that asked for a summary."""
+    return render_output({"content": "  " + COMPACTION_REQUEST.replace(" ", "\n", 3) + "\n"})
+
+
 FAILURES: dict[str, tuple[Callable[[int], str], str]] = {
+    "echo": (echo, "compaction's summary came back as the request itself (echoed, nothing summarised)"),
     "empty": (empty, "compaction's summary came back empty"),
     "reasoning": (reasoning_only, "compaction's summary came back empty (no text, only reasoning)"),
     "cut": (cut, "compaction's summary was cut by "),
