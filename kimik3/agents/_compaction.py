@@ -127,8 +127,12 @@ async def compact(
     dropped = drop_turns(run, head, end, target) if run.context_tokens > target else 0
     # last, still over the threshold: the largest old user messages (a task that overflowed) cut
     cut = shorten_users(run, head, threshold) if run.context_tokens > threshold else 0
-    if run.context_tokens > (threshold if force else window):  # the request was (or would be) refused with
-        cleared += clear_results(run, len(msgs), target)  # nothing else left: the last turn's results go too
+    over = threshold if force else window  # the request was (or would be) refused with nothing else left:
+    if run.context_tokens > over:  # the recent turns' results go, then the last turn's (said too big)
+        final = max((i for i, m in enumerate(msgs) if isinstance(m, AssistantMessage)), default=len(msgs))
+        cleared += clear_results(run, final, target)  # (indices as they are after dropping)
+    if run.context_tokens > over:
+        cleared += clear_results(run, len(msgs), target, too_big=True)
     if cut:
         what = f"{cut} earlier user message{'s' * (cut != 1)} cut to {'their' if cut != 1 else 'its'} first " \
                "characters: the context did not fit under the compaction threshold otherwise"

@@ -172,8 +172,9 @@ async def test_a_conversation_that_overflowed_can_be_resumed(tok: K3Tokenizer, t
     assert max(sizes(tok, engine)) < 4096  # no request the server refused
     stub = str(first.messages[2].content)
     assert first.cleared_results >= 4 and stub.startswith(
-        '[Result cleared from the context to save room: dump {"name": "big"} returned ')
-    assert stub.endswith(" tokens here. Call it again if you need it.]")
+        '[Result cleared from the context: dump {"name": "big"} returned ')
+    assert stub.endswith(" tokens, more than the context can hold. Called again as it is, it gives the same: ask "
+                         "for a smaller part.]")
     assert int(stub.split(" returned ")[1].split()[0].replace(",", "")) > 4096  # bigger than the window
     engine = ScriptedEngine(reply, tokenizer=tok, chunk_size=512, max_model_len=4096)
     again = await Agent(tools=[dump], engine=engine, max_turns=10).resume(session, "Now say done.")
@@ -394,5 +395,5 @@ async def test_a_window_smaller_than_one_tool_result_clears_it_and_the_run_goes_
     assert max(sizes(tok, engine)) < 2048
     # the first turn was dropped to make room for the second; the second's result is a stub
     assert [str(m.content).split(" returned ")[0] for m in result.messages if isinstance(m, ToolMessage)] == [
-        '[Result cleared from the context to save room: dump {"name": "log2"}']
+        '[Result cleared from the context: dump {"name": "log2"}']
     check_history(result.messages)
