@@ -7,7 +7,8 @@ Each check returns the words the model sees (so it can retry) and the line
   closed (raw K3), sent with arguments that are not a JSON object (chat mode), or written outside
   the tools section. The parser / chat checker report them in ``ChatCompletion.dropped_tool_calls``
   and ``misplaced_tool_calls``.
-- :func:`summary_problem`: a compaction summary that is empty (reasoning only) or cut.
+- :func:`summary_problem`: a compaction summary that is empty (reasoning only), cut, or the
+  request echoed back.
 - :func:`check_images`: a tool result's image that could never be shown to the model (over the
   decompression-bomb limit, corrupt, a path that cannot be read): the result becomes a tool error.
 - :func:`failed_call_issue`: the issue line of a call answered with a tool error (the tool raised,
@@ -27,6 +28,7 @@ from .._exceptions import MediaError
 from ..tools import ToolResult, failures
 from ..tools.failures import ERROR_PREFIX, FailureText, default_failure_text
 from ..types import AssistantMessage, ChatCompletion, ImagePart, TextPart
+from ._prompts import COMPACTION_REQUEST
 
 __all__ = [
     "EMPTY_TURN", "UnrunCall", "answer_text", "check_images", "cut_by", "failed_call_errors", "failed_call_issue",
@@ -128,12 +130,16 @@ def answer_text(message: AssistantMessage) -> str:
 
 
 def summary_problem(completion: ChatCompletion) -> str | None:
-    """Why a compaction summary cannot replace the history (None when it can): cut, or empty."""
+    """Why a compaction summary cannot replace the history (None when it can): cut, empty, or
+    the request itself echoed back (spacing aside)."""
     if completion.truncated:
         return f"was cut by {cut_by(completion)}"
-    if not answer_text(completion.message).strip():
+    text = answer_text(completion.message)
+    if not text.strip():
         only_reasoning = bool(completion.message.reasoning_content)
         return "came back empty (no text, only reasoning)" if only_reasoning else "came back empty"
+    if " ".join(text.split()) == COMPACTION_REQUEST:  # the request echoed back: no summary of anything
+        return "came back as the request itself (echoed, nothing summarised)"
     return None
 
 

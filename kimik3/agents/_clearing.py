@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from ..formats.k3 import PromptCache
 from ..types import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
-from ._prompts import CLEARED_RESULT, CLEARED_START, CLEARED_USER
+from ._prompts import CLEARED_RESULT, CLEARED_START, CLEARED_TOO_BIG, CLEARED_USER
 from ._run import _Run
 
 __all__ = ["clear_results", "drop_turns", "head_length", "recent_start", "shorten_users"]
@@ -41,14 +41,14 @@ def recent_start(msgs: list[Message], head: int, keep: int) -> int:
     return starts[-keep] if keep and starts else len(msgs)
 
 
-def _stub(call: ToolCall | None, message: ToolMessage, tokens: int) -> str:
+def _stub(call: ToolCall | None, message: ToolMessage, tokens: int, note: str = CLEARED_RESULT) -> str:
     if call is None:
         what = f"the call {message.tool_call_id!r}"
     else:
         arguments = call.function.arguments
         shown = arguments if len(arguments) <= _SHOWN else arguments[:_SHOWN] + "..."
         what = f"{call.function.name} {shown}"
-    return CLEARED_RESULT.format(call=what, tokens=tokens)
+    return note.format(call=what, tokens=tokens)
 
 
 def _changed(run: _Run, why: str) -> None:
@@ -58,9 +58,10 @@ def _changed(run: _Run, why: str) -> None:
         run.session.compaction(run.messages, why)
 
 
-def clear_results(run: _Run, end: int, target: float) -> int:
+def clear_results(run: _Run, end: int, target: float, *, too_big: bool = False) -> int:
     """Replace the results of tool calls in ``run.messages[:end]``, oldest first, by stubs until
-    the context is at most ``target`` tokens (those already stubs, or smaller than theirs, stay).
+    the context is at most ``target`` tokens (those already stubs, or smaller than theirs, stay);
+    ``too_big``: the stub says the result does not fit the context (:data:`~._prompts.CLEARED_TOO_BIG`).
     Returns how many were cleared (``run.cleared_results`` counts them too)."""
     msgs = run.messages
     calls: dict[str, ToolCall] = {}
@@ -75,7 +76,8 @@ def clear_results(run: _Run, end: int, target: float) -> int:
         if not isinstance(m, ToolMessage) or (isinstance(m.content, str) and m.content.startswith(CLEARED_START)):
             continue
         before = run.message_tokens(m)
-        stub = ToolMessage(content=_stub(calls.get(m.tool_call_id or ""), m, before), tool_call_id=m.tool_call_id,
+        stub = ToolMessage(content=_stub(calls.get(m.tool_call_id or ""), m, before,
+                                         CLEARED_TOO_BIG if too_big else CLEARED_RESULT), tool_call_id=m.tool_call_id,
                            name=m.name)
         after = run.message_tokens(stub)
         if after >= before:

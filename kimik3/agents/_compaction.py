@@ -100,7 +100,9 @@ async def compact(
         return  # nothing older than what must stay (forced: the caller says why)
     # clearing and dropping never touch the last turn (what the next request goes on from: a
     # result just read, a cut reply to continue), unless this run's task came after it (a resumed
-    # conversation goes on from its new task: a result too big that ended the last run can go)
+    # conversation goes on from its new task: a result too big that ended the last run can go),
+    # but when nothing else is left and the request is over the window (or was refused), its
+    # results are cleared too: a run whose one result is bigger than the window goes on
     last = turn_starts[-1] if turn_starts and (task is None or task < turn_starts[-1]) else split
     end = min(split, last)
     if policy.clear_tool_results and (cleared := clear_results(run, end, target)):
@@ -125,6 +127,12 @@ async def compact(
     dropped = drop_turns(run, head, end, target) if run.context_tokens > target else 0
     # last, still over the threshold: the largest old user messages (a task that overflowed) cut
     cut = shorten_users(run, head, threshold) if run.context_tokens > threshold else 0
+    over = threshold if force else window  # the request was (or would be) refused with nothing else left:
+    if run.context_tokens > over:  # the recent turns' results go, then the last turn's (said too big)
+        final = max((i for i, m in enumerate(msgs) if isinstance(m, AssistantMessage)), default=len(msgs))
+        cleared += clear_results(run, final, target)  # (indices as they are after dropping)
+    if run.context_tokens > over:
+        cleared += clear_results(run, len(msgs), target, too_big=True)
     if cut:
         what = f"{cut} earlier user message{'s' * (cut != 1)} cut to {'their' if cut != 1 else 'its'} first " \
                "characters: the context did not fit under the compaction threshold otherwise"

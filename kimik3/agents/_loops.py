@@ -63,9 +63,9 @@ def call_key(call: ToolCall) -> str:
 
 # Text in a result that changes from one identical call to the next without saying anything new:
 # the bash tool's run time in its trailer ("[exit code: 0, 0.01 s]", tools/coding/_bash.py), a
-# sub-agent's token counts (harness/_tasks.py) and
-# clock readings (ISO-8601 date-times, HH:MM:SS[.fff]). A background job's age ("[bg1: running
-# for 5 s]") is NOT volatile: polling a silent job must stay a different step each poll.
+# sub-agent's token counts (harness/_tasks.py), a test runner's run time and clock readings
+# (ISO-8601 date-times, HH:MM:SS[.fff]). A background job's age ("[bg1: running for 5 s]")
+# is NOT volatile: polling a silent job must stay a different step each poll.
 _VOLATILE = (
     (("[exit code: ",), re.compile(r"\[exit code: (-?\d+), \d+(?:\.\d+)? s\]"), r"[exit code: \1]"),
     # the harness's task tool: a sub-agent's token counts differ from run to run, its answer is what it gave
@@ -74,6 +74,8 @@ _VOLATILE = (
     (("-", ":"), re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?"),
      "<date-time>"),
     ((":",), re.compile(r"(?<![\d:])\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?(?![\d:])"), "<time>"),
+    # a test runner's own run time: pytest's "1 passed in 0.03s", unittest's "Ran 1 test in 0.001s"
+    ((" in ",), re.compile(r"(?<= in )\d+\.\d+s\b"), "<seconds>"),
 )
 """Each: the substrings every match contains (a text without one is not searched: issue 44),
 the pattern, its replacement."""
@@ -192,8 +194,17 @@ class LoopBreaker:
                ) -> tuple[list[Step], list[ToolResult | None], Loop | None]:
         """:meth:`check` each call of a turn, in call order: their steps, the error result of each
         call that is not run (None for those that run), and the loop that ends the run (None:
-        none does)."""
-        steps = [self.check(call) for call in calls]
+        none does). Calls made together are checked in the order their calls were first made in
+        the run (new ones last, in call order), so the same batch sent in another order each turn
+        repeats the same steps."""
+        first: dict[str, int] = {}
+        for i, (key, _) in enumerate(self.steps):
+            first.setdefault(key, i)
+        keys = [call_key(call) for call in calls]
+        checked: dict[int, Step] = {}
+        for i in sorted(range(len(calls)), key=lambda i: first.get(keys[i], len(self.steps) + i)):
+            checked[i] = self.check(calls[i])
+        steps = [checked[i] for i in range(len(calls))]
         if not self.warned:  # the model never saw a block: a block first (identical calls in one turn)
             steps = [(i, "block", loop) if verdict == "stop" else (i, verdict, loop) for i, verdict, loop in steps]
         results: list[ToolResult | None] = [None] * len(calls)

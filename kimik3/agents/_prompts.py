@@ -9,7 +9,8 @@ that model sees (``tests/test_k3_tiny.py`` pins the prompt).
 from __future__ import annotations
 
 __all__ = [
-    "CLEARED_RESULT", "CLEARED_START", "CLEARED_USER", "CODING_INSTRUCTIONS", "COMPACTION_REQUEST", "COMPACTION_RETRY",
+    "CLEARED_RESULT", "CLEARED_START", "CLEARED_TOO_BIG", "CLEARED_USER", "CODING_INSTRUCTIONS", "COMPACTION_REQUEST",
+    "COMPACTION_RETRY",
     "CONTINUE_REQUEST", "INTERRUPTED_REQUEST", "LOOP_NOTE", "LOOP_THEN", "SUMMARY_INSTRUCTIONS", "SUMMARY_NOTE",
     "SUMMARY_START",
 ]  # fmt: skip
@@ -42,6 +43,11 @@ CLEARED_RESULT = (CLEARED_START + " to save room: {call} returned {tokens:,} tok
                   "you need it.]")
 """What an old tool result becomes when the agent clears it (:mod:`kimik3.agents._clearing`;
 Anthropic's context editing): ``call`` is the call's name and arguments."""
+
+CLEARED_TOO_BIG = (CLEARED_START + ": {call} returned {tokens:,} tokens, more than the context can hold. "
+                   "Called again as it is, it gives the same: ask for a smaller part.]")
+"""What a result of the last turn becomes when nothing else is left to clear and the request is
+over the window (a result bigger than the window: calling it again would not help)."""
 
 CLEARED_USER = ("[An earlier message of the user, {tokens:,} tokens, cut from the context: it did not fit the "
                 "context window. It began: {start}]")

@@ -13,6 +13,7 @@ import pytest
 
 from kimik3 import Agent, Client, ContextLengthExceededError, EngineError, K3Tokenizer, ScriptedEngine, tool
 from kimik3.agents import Budgets
+from kimik3.agents._prompts import COMPACTION_REQUEST
 from kimik3.formats.k3 import render_output
 from kimik3.harness import FEATURES, CodingHarness
 from kimik3.types import AssistantMessage, Message, ToolMessage, UserMessage
@@ -39,7 +40,14 @@ def only_a_call(n: int) -> str:
         {"id": "s1", "function": {"name": "read_file", "arguments": {"path": "m1.py"}}}]})
 
 
+def echo(n: int) -> str:
+    """Attacker (x41): the request sent back as the summary (spacing changed). Before: applied, so
+    every earlier message was replaced by the words that asked for a summary."""
+    return render_output({"content": "  " + COMPACTION_REQUEST.replace(" ", "\n", 3) + "\n"})
+
+
 FAILURES: dict[str, tuple[Callable[[int], str], str]] = {
+    "echo": (echo, "compaction's summary came back as the request itself (echoed, nothing summarised)"),
     "empty": (empty, "compaction's summary came back empty"),
     "reasoning": (reasoning_only, "compaction's summary came back empty (no text, only reasoning)"),
     "cut": (cut, "compaction's summary was cut by "),
@@ -141,10 +149,11 @@ def dump(name: str) -> str:
 @pytest.mark.parametrize("summary", [good, reasoning_only])
 async def test_a_conversation_that_overflowed_can_be_resumed(tok: K3Tokenizer, tmp_path: Path,
                                                             summary: Callable[[int], str]) -> None:
-    """A tool result too big for the window, in the last turn (never cleared while it is the
-    last): the run ends with context_overflow; a resume with a new task goes on, the result
-    that sank it now an old one. Before: with a summary that fails, every resume ended with
-    context_overflow (the last turn was never cleared, even after a new task)."""
+    """A tool result too big for the window, in the last turn: cleared too once nothing else is
+    left (x41: before, never while it was the last, so the run ended with context_overflow at
+    turn 1 after a refused request); a model that asks for it again each turn is a loop, ended
+    with no request over the window; a resume with a new task goes on. Before that: with a
+    summary that fails, every resume ended with context_overflow."""
     session = tmp_path / "s.jsonl"
     turn = [0]
 
@@ -159,14 +168,19 @@ async def test_a_conversation_that_overflowed_can_be_resumed(tok: K3Tokenizer, t
 
     engine = ScriptedEngine(reply, tokenizer=tok, chunk_size=512, max_model_len=4096)
     first = await Agent(tools=[dump], engine=engine, max_turns=10).run("Dump big.", session=session)
-    assert first.stop_reason == "context_overflow" and first.output is None
+    assert (first.stop_reason, first.output, first.turns) == ("loop_detected", None, 8)
+    assert max(sizes(tok, engine)) < 4096  # no request the server refused
+    stub = str(first.messages[2].content)
+    assert first.cleared_results >= 4 and stub.startswith(
+        '[Result cleared from the context: dump {"name": "big"} returned ')
+    assert stub.endswith(" tokens, more than the context can hold. Called again as it is, it gives the same: ask "
+                         "for a smaller part.]")
+    assert int(stub.split(" returned ")[1].split()[0].replace(",", "")) > 4096  # bigger than the window
     engine = ScriptedEngine(reply, tokenizer=tok, chunk_size=512, max_model_len=4096)
     again = await Agent(tools=[dump], engine=engine, max_turns=10).resume(session, "Now say done.")
     assert (again.stop_reason, again.output) == ("completed", "done")
     assert max(sizes(tok, engine)) < 4096
-    if summary is reasoning_only:
-        assert again.issues[-1] == ("turn 0: compaction without a summary (the summary failed): 1 old tool result "
-                                    "cleared, 0 messages of the oldest turns dropped")
+    assert again.issues == []  # the session kept the stubs: nothing left to make smaller
     check_history(again.messages)
 
 
@@ -356,4 +370,30 @@ async def test_a_turn_budget_that_ends_in_a_full_window_still_gets_its_summary_t
     seen = sizes(tok, engine)
     assert sum(s >= 4096 for s in seen) == (0 if stated else 1) and seen[-1] < 4096
     assert engine.calls[-1].messages[-1].content == SUMMARY_INSTRUCTIONS
+    check_history(result.messages)
+
+
+async def test_a_window_smaller_than_one_tool_result_clears_it_and_the_run_goes_on(tok: K3Tokenizer) -> None:
+    """Attacker (x41): each result bigger than the whole window (2,048). Before: the request was
+    sent, refused, and the run ended with context_overflow at turn 1 (the last turn's result was
+    never cleared). Now the result is cleared before the request (the model is told its size),
+    no request reaches the window, and the model answers."""
+    left = [1, 2]
+
+    def reply(messages: list[Message]) -> str:
+        if str(messages[-1].content).startswith((SUMMARY_ASK, "Your summary")):
+            return reasoning_only(0)
+        if not left:
+            return render_output({"content": "done"})
+        n = left.pop(0)
+        return render_output({"reasoning_content": "Dump it.", "tool_calls": [
+            {"id": f"d{n}", "function": {"name": "dump", "arguments": {"name": f"log{n}"}}}]})
+
+    engine = ScriptedEngine(reply, tokenizer=tok, chunk_size=512, max_model_len=2048)
+    result = await Agent(tools=[dump], engine=engine, max_turns=10).run("Dump the logs.")
+    assert (result.stop_reason, result.output, result.turns, result.cleared_results) == ("completed", "done", 3, 2)
+    assert max(sizes(tok, engine)) < 2048
+    # the first turn was dropped to make room for the second; the second's result is a stub
+    assert [str(m.content).split(" returned ")[0] for m in result.messages if isinstance(m, ToolMessage)] == [
+        '[Result cleared from the context: dump {"name": "log2"}']
     check_history(result.messages)

@@ -191,3 +191,57 @@ async def test_the_same_task_whose_sub_agent_answers_the_same_each_time_is_a_loo
     texts = results(result.messages)
     assert texts[0].startswith("a.txt says A\n[sub-agent: 1 turns, ") and texts[0] != texts[1]  # the counts differ
     assert texts[2].startswith('[Note: you made task {"description":"check","prompt":"What does a.txt say?"} (3 times')
+
+
+async def test_the_same_batch_in_another_order_each_turn_is_a_loop() -> None:
+    """Attacker (x41): [read, grep] then [grep, read], turn after turn, same results. Before: the
+    steps read,grep,grep,read made a 4-cycle (loop_cycle 3 looks for 3 at most): 21 turns, completed.
+    Calls made together are checked in the order they were first made: a 2-cycle, ended at 8."""
+    reads.clear()
+    a, b = ("read", {"path": "a.py"}), ("grep", {"pattern": "x"})
+    engine = ScriptedEngine(turns_of([[a, b], [b, a]] * 10))
+    result = await Agent(tools=[read, grep], engine=engine, max_turns=30).run("go")
+    assert (result.stop_reason, result.turns, len(reads)) == ("loop_detected", 8, 5)
+    assert result.issues[-1].startswith('turn 8: loop detected: the model repeated the cycle read {"path":"a.py"} -> '
+                                        'grep {"pattern":"x"} (8 times in a row')
+
+
+async def test_three_calls_together_rotated_each_turn_is_a_loop() -> None:
+    """Three calls in a rotating order every turn (abc, bca, cab, acb): before, 40 turns to the
+    budget; now the 3-cycle they make is ended at its 8th round."""
+    a, b, c = ("read", {"path": "a.py"}), ("grep", {"pattern": "x"}), ("read", {"path": "b.py"})
+    engine = ScriptedEngine(turns_of([[a, b, c], [b, c, a], [c, a, b], [a, c, b]] * 10))
+    result = await Agent(tools=[read, grep], engine=engine, max_turns=40).run("go")
+    assert (result.stop_reason, result.turns) == ("loop_detected", 8)
+
+
+def test_a_cycle_of_one_file_written_three_ways_is_a_three_call_cycle() -> None:
+    """``a.py``, ``./a.py``, ``a.py`` with offset 0: three calls to the breaker (it does not know
+    what a tool's arguments mean: ``./x`` and ``x`` may differ to a tool), but repeated in a row
+    they are a 3-cycle with the same results, blocked and stopped as one."""
+    forms = ['{"path":"a.py"}', '{"path":"./a.py"}', '{"path":"a.py","offset":0}']
+    assert len({call_key(raw("read", f)) for f in forms}) == 3
+    got = verdicts([raw("read", forms[i % 3], i) for i in range(24)])
+    assert got == ["run"] * 14 + ["block"] * 9 + ["stop"]
+
+
+def test_a_blocked_call_sent_again_with_a_new_id_is_still_the_loop() -> None:
+    assert verdicts([raw("read", '{"path":"a.py"}', 100 + 7 * i) for i in range(8)]) == ESCALATION
+
+
+def test_a_test_runners_own_run_time_is_volatile() -> None:
+    """Attacker (x41): ``bash pytest`` prints its own time ("1 passed in 0.03s"), besides the
+    trailer's: before, each run's result was new, so re-running unchanged tests never tripped."""
+    from kimik3.agents._loops import steady
+
+    assert steady("== 1 passed in 0.03s ==\n[exit code: 0, 0.31 s]") \
+        == steady("== 1 passed in 1.20s ==\n[exit code: 0, 1.5 s]") == "== 1 passed in <seconds> ==\n[exit code: 0]"
+    assert steady("Ran 1 test in 0.001s\n\nOK") == "Ran 1 test in <seconds>\n\nOK"
+    assert steady("[bg1: running for 5 s]") == "[bg1: running for 5 s]"
+    breaker, got = LoopBreaker(Budgets()), []
+    for i in range(8):
+        steps, _, stop = breaker.screen([raw("bash", '{"command":"pytest"}', i)], default_failure_text)
+        got.append("stop" if stop is not None else steps[0][1])
+        if steps[0][1] == "run":
+            breaker.answered(steps[0], ToolResult(content=f"== 1 failed in 0.{i}1s ==\n[exit code: 1, 0.{i} s]"))
+    assert got == ESCALATION

@@ -203,6 +203,16 @@ LEAKS = [
          ("content", "a <|sep|> ends a header")], "2 + 2", "a <|sep|> ends a header", marked=True),
     Leak("variant: non-ASCII text before a cut close", [("reasoning_content", "思考"),
          ("content", "答案是 4 ✓<|close|>respo")], "思考", "答案是 4 ✓", finish="length"),
+    # -- x41 decisions: look-alikes that are no K3 marker stay text, no issue (K3's vocabulary has no
+    # such token: <\uff5c...\uff5c> with full-width bars is DeepSeek's markup, a zero-width space is how text
+    # defuses a marker on purpose, K3's markers are lower case; prose about them is common) ----------
+    Leak("x41: full-width bars (DeepSeek's markers) are text", [("reasoning_content", "r"),
+         ("content", "<\uff5copen\uff5c>response<\uff5csep\uff5c>the answer is 4")], "r", "<\uff5copen\uff5c>response<\uff5csep\uff5c>the answer is 4"),
+    Leak("x41: a zero-width space after the < is text", [("reasoning_content", "r"),
+         ("content", "<\u200b|open|>response<\u200b|sep|>the answer is 4")], "r",
+         "<\u200b|open|>response<\u200b|sep|>the answer is 4"),
+    Leak("x41: upper-case markers are text, cut or not", [("reasoning_content", "r"),
+         ("content", "the answer<|CLOSE|>response")], "r", "the answer<|CLOSE|>response", finish="length"),
     Leak("B07 in chat mode: text between two leaked calls drops the text, not the calls", [(
          "reasoning_content", "look it up"), ("content", CALL.replace("<|close|>call<|sep|>", "<|close|>call<|sep|>Now "
          "the second one:" + CALL.removeprefix("<|open|>tools<|sep|>").removesuffix("<|close|>tools<|sep|>"), 1))],
