@@ -203,6 +203,13 @@ LEAKS = [
          ("content", "a <|sep|> ends a header")], "2 + 2", "a <|sep|> ends a header", marked=True),
     Leak("variant: non-ASCII text before a cut close", [("reasoning_content", "思考"),
          ("content", "答案是 4 ✓<|close|>respo")], "思考", "答案是 4 ✓", finish="length"),
+    # -- a marker split across the reasoning/content boundary (x41's finding) ------------------------
+    Leak("split: the think close in the reasoning, its sep starting the content", [("reasoning_content",
+         "plan<|close|>think"), ("content", "<|sep|>the answer")], "plan", "the answer"),
+    Leak("split: the sep alone, after blanks, starting the content", [("reasoning_content", "plan<|close|>think"),
+         ("content", " <|sep|>the answer")], "plan", " the answer"),
+    Leak("split: a near-miss sep starting the content", [("reasoning_content", "plan<|close|>think"),
+         ("content", "<|sep|the answer")], "plan", "the answer"),
     # -- x41 decisions: look-alikes that are no K3 marker stay text, no issue (K3's vocabulary has no
     # such token: <\uff5c...\uff5c> with full-width bars is DeepSeek's markup, a zero-width space is how text
     # defuses a marker on purpose, K3's markers are lower case; prose about them is common) ----------

@@ -427,8 +427,12 @@ class StreamParser:
         if kind == K_SEP:
             self._raw(SEP)
             header = self._header
-            if header is None:  # a stray <|sep|> outside a header is ignored
-                self.regular = False
+            if header is None:  # a stray <|sep|> outside a header is ignored; in chat mode one that
+                # starts a field is the end of a marker cut by the field's start (reasoning
+                # "plan<|close|>think", content "<|sep|>the answer"): K3 structure, read
+                if not (self._tolerant and not self._calls and not "".join(self._content).strip()
+                        and not "".join(self._reasoning or ()).strip()):
+                    self.regular = False
                 return True
             self._header = None
             self._tag(self._header_open, "".join(header))
