@@ -17,6 +17,7 @@ The bound is :data:`MAX_COUNT` (``2**53``, the integers a JSON number holds exac
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -27,6 +28,9 @@ __all__ = ["MAX_COUNT", "cut_numbers", "shown_int", "stated_count", "usage_count
 
 MAX_COUNT = 2**53
 """The largest count (tokens, bytes) read from a server."""
+
+log = logging.getLogger("kimik3.engines")
+_ODD: set[tuple[str, str]] = set()  # usage fields already logged as not a count
 
 _MAX_DIGITS = len(str(MAX_COUNT))
 _LONG_NUMBER = re.compile(rf"\d[\d,]{{{_MAX_DIGITS + 4},}}")
@@ -47,8 +51,9 @@ def cut_numbers(text: str) -> str:
 
 
 def usage_count(usage: Mapping[str, Any], key: str, where: str = "usage") -> int | None:
-    """``usage[key]`` when it is an int (not a bool) up to :data:`MAX_COUNT`; None when absent or
-    not an int (a string, a float: not stated). A negative int is returned as sent: the completion's
+    """``usage[key]`` when it is an int (not a bool; a float with no fraction, ``10.0``, is its
+    int) up to :data:`MAX_COUNT`; None when absent or not a count (a string, ``10.5``, null: not
+    stated; logged once per field and process). A negative int is returned as sent: the completion's
     :func:`~kimik3.types._results.clamp_usage` counts it as 0 and says so.
 
     Raises:
@@ -56,7 +61,15 @@ def usage_count(usage: Mapping[str, Any], key: str, where: str = "usage") -> int
             can have (the message names ``where.key`` and the number, cut).
     """
     value = usage.get(key)
+    if isinstance(value, float) and value.is_integer():  # 10.0: a JSON writer's way to send 10
+        value = int(value) if abs(value) <= MAX_COUNT else MAX_COUNT + 1
+    if value is None:
+        return None
     if not isinstance(value, int) or isinstance(value, bool):
+        if (where, key) not in _ODD:  # once per field and process: a server sends the same every time
+            _ODD.add((where, key))
+            log.warning("kimik3: the server's %s.%s is %s, not a token count: read as not stated",
+                        where, key, cut_numbers(repr(value))[:80])
         return None
     if value > MAX_COUNT:
         raise APIResponseValidationError(

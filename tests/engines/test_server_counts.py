@@ -76,6 +76,28 @@ async def test_a_usage_count_at_the_bound_is_read() -> None:
     assert Pricing(input=3.0, cached_input=0.3, output=15.0).cost(out.usage) == pytest.approx(27021597764.222694)
 
 
+async def test_a_whole_float_count_is_its_int_and_another_kind_is_logged_once(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """``96.0`` (a JSON writer's way to send 96) is 96; ``"96"``, ``96.5`` are no count: read as not
+    stated and logged once per field, never a silent 0 (x41's finding)."""
+    from kimik3.engines import _counts
+
+    usage = _usage("cached_tokens", 0)
+    usage["prompt_tokens_details"] = {"cached_tokens": 96.0}
+    usage["prompt_tokens"] = 120.0
+    out = await Client(_chat_server(usage).engine()).chat(HELLO)
+    assert (out.usage.prompt_tokens, out.usage.cached_tokens) == (120, 96)
+    _counts._ODD.clear()
+    for odd in ("96", 96.5):
+        usage["prompt_tokens_details"] = {"cached_tokens": odd}
+        with caplog.at_level(logging.WARNING, logger="kimik3.engines"):
+            out = await Client(_chat_server(usage).engine()).chat(HELLO)
+        assert out.usage.cached_tokens == 0
+    odd_lines = [r.getMessage() for r in caplog.records if "not a token count" in r.getMessage()]
+    assert odd_lines == ["kimik3: the server's usage.prompt_tokens_details.cached_tokens is '96', not a token "
+                         "count: read as not stated"]
+
+
 @pytest.mark.parametrize("field", FIELDS)
 def test_an_agent_with_a_usd_budget_ends_in_the_typed_error_not_an_overflow(field: str) -> None:
     agent = Agent(engine=_chat_server(_usage(field, 10**400)).engine(), budgets=Budgets(usd=0.5),
