@@ -162,16 +162,15 @@ class RemoteEngine(ChatEngine):
             with anyio.fail_after(MODELS_TIMEOUT):
                 window = await self.endpoint.window(model)
         except (APIConnectionError, TimeoutError) as e:
-            log.info("kimik3: /models did not answer (%s); %r's context window is taken as %s",
-                     str(e) or f"nothing in {MODELS_TIMEOUT:g} s",
-                     model, self.endpoint.known_window(model))
-            return self.endpoint.known_window(model)
+            window = self.endpoint.known_window(model)
+            log.info("kimik3: GET /models did not answer (%s); the context window is %s",
+                     str(e) or f"nothing in {MODELS_TIMEOUT:g} s", _taken_as(window))
+            return window
         if not self._window_said and self.endpoint.listed_window(model) is None:
             self._window_said = True
             why = (f"GET /models failed ({self.endpoint.models_unavailable})" if self.endpoint.models_unavailable
                    else f"/models states no window for {model!r}")
-            log.warning("kimik3: %s; the context window is %s", why,
-                        f"taken as {window:,} tokens" if window else "unknown until a request is refused as too long")
+            log.warning("kimik3: %s; the context window is %s", why, _taken_as(window))
         return window
 
     async def aclose(self) -> None:
@@ -251,3 +250,7 @@ class RemoteEngine(ChatEngine):
                 self.endpoint.refuses_both_reasoning_fields = True  # learned of the server, not configured
                 field = "reasoning"
 
+
+def _taken_as(window: int | None) -> str:
+    """How a log line names the window taken when ``/v1/models`` did not state it."""
+    return f"taken as {window:,} tokens" if window else "unknown until a request is refused as too long"

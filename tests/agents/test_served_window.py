@@ -20,8 +20,9 @@ import pytest
 from kimik3 import Agent, RemoteEngine, tool
 from kimik3.agents import load_session
 from kimik3.agents._prompts import COMPACTION_REQUEST
+from kimik3.engines import _remote as remote
 from tests.engines.hosted_server import HostedAPI, tokens
-from tests.engines.sse_server import SSEServer
+from tests.engines.sse_server import Reply, SSEServer
 
 ROOT = Path(__file__).resolve().parents[2]
 WINDOW = 4096
@@ -104,6 +105,25 @@ async def test_a_fallback_keeps_a_window_kimik3_knows_of_the_model(caplog: pytes
         await engine.aclose()
     assert [r.getMessage() for r in caplog.records] == [
         "kimik3: GET /models failed (NotFoundError: 404: Error code: 404 - Not Found); the context window is taken as 1,048,576 tokens"]
+
+
+async def test_a_v1_models_that_does_not_answer_is_not_waited_for(monkeypatch: pytest.MonkeyPatch,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """A hung ``/v1/models`` (its answer's body never comes) costs MODELS_TIMEOUT, then the run
+    goes on; logged at INFO, as an unreachable endpoint is (the first request says that, typed)."""
+    monkeypatch.setattr(remote, "MODELS_TIMEOUT", 0.2)
+    api = vllm(1)
+    hung = Reply(headers={"content-type": "application/json"}, parts=[3.0, b"{}"])
+    async with SSEServer(lambda n, body: hung if n == 0 else api(n, body), models="respond") as server:
+        engine = RemoteEngine(base_url=server.base_url, model="kimi-k3.1-pro")
+        with caplog.at_level(logging.INFO, logger="kimik3.engines.remote"):
+            result = await Agent(tools=[read], engine=engine).run("Read 1 part.")
+        await engine.aclose()
+    assert (result.stop_reason, result.output) == ("completed", "done")
+    assert [r["path"] for r in server.requests] == ["/v1/models"] + ["/v1/chat/completions"] * 2
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("INFO", "kimik3: GET /models did not answer (nothing in 0.2 s); the context window is taken as "
+                 "1,048,576 tokens")]
 
 
 async def test_the_cli_with_model_plans_for_the_window_v1_models_states(tmp_path: Path) -> None:
