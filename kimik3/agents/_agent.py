@@ -394,7 +394,6 @@ class Agent(Generic[OutputT]):
                 if self.budgets.usd is not None and self.pricing == "auto" and not model:
                     model = await self.client.engine.model_name()  # a USD budget needs prices before any call
                 run.start(self.pricing, model, run.settings)
-                run.served_window = await served_window(self.client, self.context)
                 run.count_context()  # the head's tool declarations and a resumed history, counted now
                 if not history and self.instructions:
                     run.add(SystemMessage(content=self.instructions))
@@ -403,6 +402,7 @@ class Agent(Generic[OutputT]):
                 if await run.guards.check_input(user, run.messages) and user is not None:
                     run.add(user)  # a task an input guardrail tripped on never enters the history
                     run.task = user  # never summarised or dropped (agents/_compaction.py)
+                run.served_window = await served_window(self.client, self.context)  # the task is kept first
                 if (problem := head_problem(run, self.context)) is not None:
                     log.warning("kimik3: %s", problem)
                     run.issue(problem)

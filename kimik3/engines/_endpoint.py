@@ -238,6 +238,11 @@ class OpenAIEndpoint:
             return reported
         return limit if reported is None else min(limit, reported)
 
+    def listed_window(self, model: str) -> int | None:
+        """The window ``/v1/models`` stated for ``model`` (None: not asked yet, failed, the model
+        is not listed, or its entry states none)."""
+        return self._windows.get(model)
+
     def stated_limit(self, model: str) -> int | None:
         """The window a server's overflow error stated for ``model`` (None: none did)."""
         return self._limits.get(model)

@@ -26,7 +26,9 @@ import logging
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from .._exceptions import BadRequestError, UserError
+import anyio
+
+from .._exceptions import APIConnectionError, BadRequestError, UserError
 from ..formats.k3 import upload_url
 from ..types import ChatRequest, ImagePart, Message, dump_message
 from ._base import ChatEngine
@@ -44,6 +46,9 @@ log = logging.getLogger("kimik3.engines.remote")
 
 ReasoningField = Literal["both", "reasoning", "reasoning_content"]
 _REASONING_FIELDS = ("both", "reasoning", "reasoning_content")
+MODELS_TIMEOUT = 10.0
+"""Seconds :meth:`RemoteEngine.context_window` waits for ``/v1/models`` before it goes on without
+(a hung server is then met by the first request, under its own timeout)."""
 _DUPLICATE_REASONING = "duplicate field `reasoning"  # serde's words in vllm-rs's 400 (either name first)
 
 
@@ -119,6 +124,7 @@ class RemoteEngine(ChatEngine):
         )  # fmt: skip
         self._wire = EndpointProfile(profile or detect_profile(str(self.endpoint.client.base_url)))
         self.reasoning_field: ReasoningField = reasoning_field or self._wire.rules.reasoning_field
+        self._window_said = False  # the warning that /v1/models states no window was given
 
     @property
     def profile(self) -> Profile:
@@ -140,18 +146,32 @@ class RemoteEngine(ChatEngine):
         return await self.endpoint.model_name()
 
     async def context_window(self) -> int | None:
-        """What the endpoint knows of the served window (:meth:`OpenAIEndpoint.known_window`: a
-        limit a server stated, ``/v1/models``' figure once it was asked, :mod:`kimik3._models`'
-        for the id). ``/v1/models`` is asked here only when the model was not given (its name is
-        asked there anyway); chat mode sends no ``max_tokens`` of its own, so a larger figure
-        than served costs one refused request, whose stated window is then the run's.
+        """The served window in tokens (:meth:`OpenAIEndpoint.window`: a limit a server stated,
+        else the ``max_model_len`` / ``context_length`` of the model's ``/v1/models`` entry, asked
+        once whether or not the model was given, else :mod:`kimik3._models`' figure for the id);
+        None when nothing says. Where ``/v1/models`` fails (404, 501, an HTML page) or states no
+        window for the model, a warning says so once and what the window is taken as; where it
+        cannot be reached, or does not answer within :data:`MODELS_TIMEOUT` seconds, the window is
+        what else is known (logged at INFO: the first request says the same, typed).
 
         Raises:
-            APIConnectionError: the endpoint cannot be reached (asking for the model's name).
+            APIConnectionError: the endpoint cannot be reached and the model was not given.
         """
-        if not self.endpoint.model:
-            await self.model_name()
-        return self.endpoint.known_window(self.endpoint.model)
+        model = await self.model_name()
+        try:
+            with anyio.fail_after(MODELS_TIMEOUT):
+                window = await self.endpoint.window(model)
+        except (APIConnectionError, TimeoutError) as e:
+            window = self.endpoint.known_window(model)
+            log.info("kimik3: GET /models did not answer (%s); the context window is %s",
+                     str(e) or f"nothing in {MODELS_TIMEOUT:g} s", _taken_as(window))
+            return window
+        if not self._window_said and self.endpoint.listed_window(model) is None:
+            self._window_said = True
+            why = (f"GET /models failed ({self.endpoint.models_unavailable})" if self.endpoint.models_unavailable
+                   else f"/models states no window for {model!r}")
+            log.warning("kimik3: %s; the context window is %s", why, _taken_as(window))
+        return window
 
     async def aclose(self) -> None:
         await self.endpoint.aclose()
@@ -230,3 +250,7 @@ class RemoteEngine(ChatEngine):
                 self.endpoint.refuses_both_reasoning_fields = True  # learned of the server, not configured
                 field = "reasoning"
 
+
+def _taken_as(window: int | None) -> str:
+    """How a log line names the window taken when ``/v1/models`` did not state it."""
+    return f"taken as {window:,} tokens" if window else "unknown until a request is refused as too long"

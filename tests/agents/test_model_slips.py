@@ -17,7 +17,7 @@ import pytest
 from kimik3 import Agent, AssistantMessage, ScriptedEngine, ToolMessage, tool
 from kimik3._pricing import Pricing
 from tests.agents.test_agent import answer
-from tests.engines.test_remote_offline import FakeServer, chat_chunk, replies
+from tests.engines.test_remote_offline import FakeServer, chat_chunk, model_card, replies
 
 RAN: list[str] = []
 
@@ -175,7 +175,7 @@ async def test_a_non_streamed_think_close_at_a_cut_is_read_and_the_history_keeps
               {"object": "chat.completion", "model": "k3", "usage": usage(20, 5)["usage"], "choices": [{"index": 0,
                "message": {"role": "assistant", "reasoning_content": "r", "content": " And checked."},
                "finish_reason": "stop"}]}]
-    server = FakeServer(lambda request: httpx.Response(200, json=bodies.pop(0)))
+    server = FakeServer(lambda request: httpx.Response(200, json=bodies.pop(0)), models=[model_card()])
     result = await Agent(engine=server.engine()).run("?")
     assert (result.output, result.stop_reason, result.degraded) == ("it is done And checked.", "completed", True)
     assert result.issues == [

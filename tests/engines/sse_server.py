@@ -11,7 +11,7 @@ import asyncio
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 MAX_PAUSE = 30.0
 MAX_TOTAL_PAUSE = 120.0
@@ -55,13 +55,21 @@ class SSEServer:
     Args:
         replies: the reply for each request in turn (the last one repeats), or a function of the
             request number (0-based) and the decoded request body.
+        models: how ``GET /v1/models`` is answered apart from ``replies`` (never recorded in
+            :attr:`requests`, never given a request number, so it takes no scripted reply): a
+            list of entries (``{"id": ..., "max_model_len": ...}``), or ``"404"`` (the default: a
+            server without ``/v1/models``); ``"respond"`` makes it a request like any other.
 
     Attributes:
         requests: ``{"path", "body", "headers"}`` of each request received.
+        models_asked: how many times ``GET /v1/models`` was answered apart.
     """
 
-    def __init__(self, replies: Sequence[Reply] | Callable[[int, dict[str, Any]], Reply]) -> None:
+    def __init__(self, replies: Sequence[Reply] | Callable[[int, dict[str, Any]], Reply], *,
+                 models: list[dict[str, Any]] | Literal["404", "respond"] = "404") -> None:
         self._replies = replies
+        self._models = models
+        self.models_asked = 0
         self.requests: list[dict[str, Any]] = []
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
@@ -80,6 +88,14 @@ class SSEServer:
             writer.close()
         await self._server.wait_closed()
 
+    @staticmethod
+    def _models_reply(models: list[dict[str, Any]] | Literal["404"]) -> Reply:
+        if models == "404":
+            payload: dict[str, Any] = {"error": {"message": "Not Found", "type": "NotFoundError"}}
+            return Reply(404, headers={"content-type": "application/json"}, parts=[json.dumps(payload).encode()])
+        listing = {"object": "list", "data": [{"object": "model", "created": 0, "owned_by": "x", **m} for m in models]}
+        return Reply(headers={"content-type": "application/json"}, parts=[json.dumps(listing).encode()])
+
     def _reply(self, n: int, body: dict[str, Any]) -> Reply:
         if callable(self._replies):
             return self._replies(n, body)
@@ -94,9 +110,13 @@ class SSEServer:
             headers = {k.strip().lower(): v.strip() for k, _, v in (x.partition(":") for x in lines[1:] if x)}
             raw = await asyncio.wait_for(reader.readexactly(int(headers.get("content-length", "0"))), MAX_PAUSE)
             body = json.loads(raw or b"{}")
-            n = len(self.requests)
-            self.requests.append({"path": path, "body": body, "headers": headers})
-            reply = self._reply(n, body)
+            if self._models != "respond" and lines[0].startswith("GET ") and path == "/v1/models":
+                self.models_asked += 1
+                reply = self._models_reply(self._models)
+            else:
+                n = len(self.requests)
+                self.requests.append({"path": path, "body": body, "headers": headers})
+                reply = self._reply(n, body)
             out = [f"HTTP/1.1 {reply.status} X", "transfer-encoding: chunked", "connection: close"]
             out += [f"{k}: {v}" for k, v in reply.headers.items()]
             writer.write(("\r\n".join(out) + "\r\n\r\n").encode())

@@ -134,7 +134,7 @@ async def test_a_usd_budget_on_an_endpoint_whose_model_is_unnamed_is_refused_bef
     # model is now asked of the server (/v1/models) first, and the run refused before any chat request
     models = Reply(headers={"content-type": "application/json"},
                    parts=[b'{"object": "list", "data": [{"id": "my-k3", "object": "model"}]}'])
-    async with SSEServer(lambda n, body: models if n == 0 else _reply({})) as server:
+    async with SSEServer(lambda n, body: models if n == 0 else _reply({}), models="respond") as server:
         engine = RemoteEngine(base_url=server.base_url, profile="vllm")
         try:
             with pytest.raises(UserError, match=r"Budgets\(usd=...\) needs prices: model 'my-k3' has none"):

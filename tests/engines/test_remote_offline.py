@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 import openai
@@ -57,36 +57,64 @@ def usage_chunk(prompt: int, completion: int) -> dict[str, Any]:
     }
 
 
+def model_card(model: str = "k3", window: int | None = 131_072) -> dict[str, Any]:
+    """A ``/v1/models`` entry as vLLM lists one (``max_model_len``: ``window``; none when None)."""
+    card: dict[str, Any] = {"id": model, "object": "model", "created": 0, "owned_by": "vllm"}
+    if window is not None:
+        card["max_model_len"] = window
+    return card
+
+
+Models = list[dict[str, Any]] | Literal["404", "respond"]
+
+
 class FakeServer:
-    def __init__(self, respond: Handler) -> None:
+    """An OpenAI server in process: each request is recorded in :attr:`requests` and answered by
+    ``respond``, but for ``GET /v1/models`` where ``models`` answers it apart (counted in
+    :attr:`models_asked`, never in :attr:`requests`, never given to ``respond``, so it takes no
+    reply a test queued): a list of entries (:func:`model_card`), or ``"404"`` (a server without
+    ``/v1/models``); ``"respond"`` (the default) passes it to ``respond`` like any request."""
+
+    def __init__(self, respond: Handler, *, models: Models = "respond") -> None:
         self.requests: list[dict[str, Any]] = []
         self.respond = respond
+        self.models = models
+        self.models_asked = 0
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
+        if self.models != "respond" and request.method == "GET" and request.url.path == "/v1/models":
+            self.models_asked += 1
+            if self.models == "404":
+                return httpx.Response(404, json={"error": {"message": "Not Found", "type": "NotFoundError"}})
+            return httpx.Response(200, json={"object": "list", "data": self.models})
         self.requests.append({"path": request.url.path, "body": json.loads(request.content or b"{}")})
         return self.respond(request)
 
     def engine(self, *, mode: str = "chat", **kwargs: Any) -> Any:
-        """A RemoteEngine (chat) or, with ``mode="raw"``, a RemoteCompletionsEngine over this server."""
+        """A RemoteEngine (chat) or, with ``mode="raw"``, a RemoteCompletionsEngine over this server
+        (model ``"k3"`` unless ``model`` is given)."""
         client = openai.AsyncOpenAI(
             base_url="http://fake/v1",
             api_key="k",
             max_retries=0,
             http_client=httpx.AsyncClient(transport=httpx.MockTransport(self)),
         )
+        kwargs.setdefault("model", "k3")
         if mode == "raw":
-            return RemoteCompletionsEngine(model="k3", client=client, **kwargs)
-        return RemoteEngine(model="k3", client=client, **kwargs)
+            return RemoteCompletionsEngine(client=client, **kwargs)
+        return RemoteEngine(client=client, **kwargs)
 
 
-def replies(*turns: list[dict[str, Any]]) -> FakeServer:
-    """A server that streams ``turns`` one request after another, each a list of SSE chunks."""
+def replies(*turns: list[dict[str, Any]], models: Models | None = None) -> FakeServer:
+    """A server that streams ``turns`` one request after another, each a list of SSE chunks;
+    ``GET /v1/models`` is answered apart and takes no turn (``models``: see :class:`FakeServer`;
+    default: vLLM's list of ``k3`` at 131,072 tokens)."""
     queue = list(turns)
 
     def respond(request: httpx.Request) -> httpx.Response:
         return sse(queue.pop(0))
 
-    return FakeServer(respond)
+    return FakeServer(respond, models=[model_card()] if models is None else models)
 
 
 HISTORY = [
