@@ -42,11 +42,6 @@ def _config_pairs(text: str) -> list[tuple[str, str]]:
     return out
 
 
-def _config_keys(text: str) -> list[str]:
-    """The ``section[.sub].key`` names set in a git config file's text (:func:`_config_pairs`)."""
-    return [key for key, _ in _config_pairs(text)]
-
-
 def _config_values(path: str) -> list[tuple[str, str]]:
     """``(section[.sub].key, value)`` of a git config file (:func:`_config_pairs`); at most 1 MiB,
     never through a symlink."""
@@ -59,12 +54,21 @@ def _config_values(path: str) -> list[tuple[str, str]]:
     return _config_pairs(text)
 
 
+def _git_configs(gitdir: str) -> tuple[list[str], str]:
+    """The config files git reads for the git directory ``gitdir`` and the directory its hooks
+    are in: the ``config`` of its common directory (``commondir``: a linked worktree's is the main
+    repository's) and its own ``config.worktree`` (``extensions.worktreeConfig``)."""
+    common = git_pointer(gitdir, "commondir", gitdir) or gitdir
+    return [os.path.join(common, "config"), os.path.join(gitdir, "config.worktree")], common
+
+
 _PATH_KEYS = ("include.path", "core.hookspath", "core.attributesfile")  # and includeif.<cond>.path
 
 
 def config_named(root: str, max_dirs: int = MAX_WALK_DIRS) -> list[str]:
-    """The paths in the workspace ``root`` that its repositories' configs name as files git reads
-    or runs (issue 40): ``include.path`` / ``includeIf.<cond>.path`` (resolved from the config's
+    """The paths in the workspace ``root`` that its repositories' configs (the common directory's
+    ``config``: a linked worktree's is the main repository's; and ``config.worktree``) name as
+    files git reads or runs (issue 40): ``include.path`` / ``includeIf.<cond>.path`` (resolved from the config's
     folder, followed to a depth of 4), ``core.hooksPath`` and ``core.attributesFile`` (from the
     work tree's top), and the program of a command setting (:data:`_PROGRAM_KEYS`, a filter's
     ``clean``...) when it is a path (``./scripts/x.sh``). A ``.githooks`` folder or a shared
@@ -75,8 +79,8 @@ def config_named(root: str, max_dirs: int = MAX_WALK_DIRS) -> list[str]:
         if gitdir is None:
             continue
         top = os.path.dirname(entry)
-        configs, seen = [os.path.join(gitdir, "config")], 0
-        while configs and seen < 5:
+        configs, seen = _git_configs(gitdir)[0], 0
+        while configs and seen < 6:
             config, seen = configs.pop(), seen + 1
             for key, value in _config_values(config):
                 if not value:
@@ -99,22 +103,17 @@ def config_named(root: str, max_dirs: int = MAX_WALK_DIRS) -> list[str]:
 
 def programs_named(gitdir: str) -> list[str]:
     """What in the git directory ``gitdir`` names a program git would run there: config keys
-    (``core.fsmonitor``, a filter's ``clean``, ``include.path``, ...) and hooks that are not
-    git's ``.sample`` files; sorted. Read without following a symlink, at most 1 MiB of config."""
+    (``core.fsmonitor``, a filter's ``clean``, ``include.path``, ...) of its common directory's
+    ``config`` and its ``config.worktree``, and hooks that are not git's ``.sample`` files; sorted.
+    Read without following a symlink, at most 1 MiB of each config."""
     found: set[str] = set()
-    try:
-        fd = os.open(os.path.join(gitdir, "config"), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        fd = -1
-    if fd >= 0:
-        with os.fdopen(fd, "rb") as f:
-            text = os.fsdecode(f.read(_MAX_CONFIG_BYTES)) if stat.S_ISREG(os.fstat(fd).st_mode) else ""
-        for key in _config_keys(text):
-            bare = key.split(".", 1)[0] + "." + key.rsplit(".", 1)[-1]
-            if bare in _PROGRAM_KEYS or key.endswith(_PROGRAM_SUFFIXES) or key.startswith(("alias.", "includeif.")):
-                found.add(key)
+    configs, common = _git_configs(gitdir)
+    for key, _ in (pair for config in configs for pair in _config_values(config)):
+        bare = key.split(".", 1)[0] + "." + key.rsplit(".", 1)[-1]
+        if bare in _PROGRAM_KEYS or key.endswith(_PROGRAM_SUFFIXES) or key.startswith(("alias.", "includeif.")):
+            found.add(key)
     with contextlib.suppress(OSError):
-        found.update(f"hooks/{n}" for n in os.listdir(os.path.join(gitdir, "hooks")) if not n.endswith(".sample"))
+        found.update(f"hooks/{n}" for n in os.listdir(os.path.join(common, "hooks")) if not n.endswith(".sample"))
     return sorted(found)
 
 

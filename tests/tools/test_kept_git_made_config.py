@@ -1,0 +1,97 @@
+"""A repository a command makes during the run whose programs are named somewhere other than its
+git directory's ``config`` (issue 40, round 4 attacker): ``config.worktree`` under
+``extensions.worktreeConfig``, or the ``config`` of the common directory its ``commondir`` names.
+Git run inside it reads both; the run's end must name them, as it does a ``core.fsmonitor`` in
+``config``. Real git and bwrap."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import warnings
+from pathlib import Path
+
+import pytest
+
+from kimik3.tools.coding import _sandbox
+from kimik3.tools.coding._git_config import config_named
+
+from ..harness.helpers import git, make_repo
+from ..procs import needs_bwrap
+from .test_kept_gitdirs import hook
+from .test_kept_sandbox import RO, bash_turn
+
+pytestmark = pytest.mark.skipif(subprocess.run(["git", "--version"], capture_output=True).returncode != 0,
+                                reason="needs git")
+
+WORKTREE_CONFIG = ("git init -q sub && git -C sub config core.repositoryformatversion 1 && "
+                   "git -C sub config extensions.worktreeConfig true && "
+                   "git -C sub config --worktree core.fsmonitor 'touch {w}; false'; echo rc=$?")
+COMMONDIR = ("git init -q --bare cd && mkdir -p sub/gd && mv cd/HEAD sub/gd/HEAD && echo ../../cd > sub/gd/commondir && "
+             "echo 'gitdir: gd' > sub/.git && git config -f cd/config core.bare false && "
+             "git config -f cd/config core.fsmonitor 'touch {w}; false'; echo rc=$?")
+
+
+@needs_bwrap
+@pytest.mark.parametrize("plant", [WORKTREE_CONFIG, COMMONDIR], ids=["config.worktree", "commondir"])
+async def test_a_made_repository_naming_programs_outside_its_config_is_named_at_the_end(tmp_path: Path,
+                                                                                        plant: str) -> None:
+    ws = make_repo(tmp_path / "ws")
+    witness = tmp_path / "PWNED"
+    with pytest.warns(RuntimeWarning) as caught:
+        [out] = await bash_turn(ws, [plant.format(w=witness)])
+    assert "rc=0" in out, out
+    named = [str(w.message) for w in caught if "names programs" in str(w.message)]
+    assert ("kimik3: a command made the repository sub during the run and it names programs (core.fsmonitor); git run "
+            "inside it (or a git status of a repository holding it as a submodule) runs them: look before you do"
+            in named), named
+    # the danger named is real: git status inside it runs the program
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    subprocess.run(["git", "status", "--short"], cwd=ws / "sub", env=env, capture_output=True, check=False)
+    assert witness.exists()
+
+
+def hooks_path_workspace(tmp_path: Path, how: str) -> Path:
+    """A workspace whose ``core.hooksPath .githooks`` (husky) is set where a plain reading of
+    ``<git dir>/config`` does not see it: in ``config.worktree`` (``extensions.worktreeConfig``),
+    or in the main repository's config of a linked worktree (``git worktree add``: the workspace's
+    git directory ``.git/worktrees/ws`` has no ``config``; git reads its ``commondir``'s)."""
+    if how == "linked worktree":
+        main = make_repo(tmp_path / "main")
+        git(main, "config", "core.hooksPath", ".githooks")
+        (main / ".githooks").mkdir()
+        (main / ".githooks" / "README").write_text("hooks\n")
+        git(main, "add", "-A")
+        git(main, "commit", "-qm", "hooks")
+        git(main, "worktree", "add", "-q", str(tmp_path / "ws"))
+        return tmp_path / "ws"
+    ws = make_repo(tmp_path / "ws")
+    git(ws, "config", "core.repositoryformatversion", "1")
+    git(ws, "config", "extensions.worktreeConfig", "true")
+    git(ws, "config", "--worktree", "core.hooksPath", ".githooks")
+    (ws / ".githooks").mkdir()
+    return ws
+
+
+@needs_bwrap
+@pytest.mark.parametrize("sandbox", ["bwrap", "landlock"])
+@pytest.mark.parametrize("how", ["config.worktree", "linked worktree"])
+async def test_a_hooks_path_set_outside_the_git_dirs_config_is_kept(tmp_path: Path, how: str, sandbox: str) -> None:
+    """A hook written into the folder would run at the user's next ``git commit``: refused to the
+    file tools, read-only for bash (bubblewrap) or put back after the command (Landlock)."""
+    if sandbox == "landlock" and _sandbox._landlock_abi() < 1:
+        pytest.skip("this kernel has no Landlock")
+    ws = hooks_path_workspace(tmp_path, how)
+    assert config_named(str(ws)) == [str(ws / ".githooks")]
+    witness = tmp_path / "PWNED"
+    cmd = f"printf '%s' '{hook(witness)}' > .githooks/pre-commit; echo h=$?; chmod +x .githooks/pre-commit"
+    files = [("write_file", {"path": ".githooks/post-commit", "content": hook(witness)})]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # Landlock's "put it back"
+        out = await bash_turn(ws, [cmd], files=files, sandbox=sandbox)
+    if sandbox == "bwrap":
+        assert "h=1" in out[0] and RO in out[0], out
+    else:
+        assert "[the command changed what kimik3 keeps read-only (.githooks/pre-commit); kimik3 put it back" in out[0]
+    assert "what a repository's git configuration names" in out[1], out
+    assert sorted(p.name for p in (ws / ".githooks").iterdir()) == (["README"] if how == "linked worktree" else [])
