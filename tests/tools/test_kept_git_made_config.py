@@ -55,7 +55,14 @@ def hooks_path_workspace(tmp_path: Path, how: str) -> Path:
     """A workspace whose ``core.hooksPath .githooks`` (husky) is set where a plain reading of
     ``<git dir>/config`` does not see it: in ``config.worktree`` (``extensions.worktreeConfig``),
     or in the main repository's config of a linked worktree (``git worktree add``: the workspace's
-    git directory ``.git/worktrees/ws`` has no ``config``; git reads its ``commondir``'s)."""
+    git directory ``.git/worktrees/ws`` has no ``config``; git reads its ``commondir``'s), or in
+    the config of the repository the workspace lies in (husky's monorepo set-up: the workspace
+    ``repo/ws`` and ``core.hooksPath ws/.githooks`` in ``repo``)."""
+    if how == "enclosing repository":
+        repo = make_repo(tmp_path / "repo")
+        git(repo, "config", "core.hooksPath", "ws/.githooks")
+        (repo / "ws" / ".githooks").mkdir(parents=True)
+        return repo / "ws"
     if how == "linked worktree":
         main = make_repo(tmp_path / "main")
         git(main, "config", "core.hooksPath", ".githooks")
@@ -75,7 +82,7 @@ def hooks_path_workspace(tmp_path: Path, how: str) -> Path:
 
 @needs_bwrap
 @pytest.mark.parametrize("sandbox", ["bwrap", "landlock"])
-@pytest.mark.parametrize("how", ["config.worktree", "linked worktree"])
+@pytest.mark.parametrize("how", ["config.worktree", "linked worktree", "enclosing repository"])
 async def test_a_hooks_path_set_outside_the_git_dirs_config_is_kept(tmp_path: Path, how: str, sandbox: str) -> None:
     """A hook written into the folder would run at the user's next ``git commit``: refused to the
     file tools, read-only for bash (bubblewrap) or put back after the command (Landlock)."""

@@ -62,11 +62,24 @@ def _git_configs(gitdir: str) -> tuple[list[str], str]:
     return [os.path.join(common, "config"), os.path.join(gitdir, "config.worktree")], common
 
 
+def _enclosing(root: str) -> list[str]:
+    """The ``.git`` of the repository the workspace ``root`` lies in (the first folder above it
+    that has one: a workspace ``repo/frontend`` whose ``repo`` sets ``core.hooksPath
+    frontend/.husky``), or none."""
+    here = os.path.realpath(root)
+    while here != os.path.dirname(here):
+        here = os.path.dirname(here)
+        if os.path.lexists(os.path.join(here, GIT_NAME)):
+            return [os.path.join(here, GIT_NAME)]
+    return []
+
+
 _PATH_KEYS = ("include.path", "core.hookspath", "core.attributesfile")  # and includeif.<cond>.path
 
 
 def config_named(root: str, max_dirs: int = MAX_WALK_DIRS) -> list[str]:
-    """The paths in the workspace ``root`` that its repositories' configs (the common directory's
+    """The paths in the workspace ``root`` that its repositories' configs and the config of the
+    repository it lies in (:func:`_enclosing`) (the common directory's
     ``config``: a linked worktree's is the main repository's; and ``config.worktree``) name as
     files git reads or runs (issue 40): ``include.path`` / ``includeIf.<cond>.path`` (resolved from the config's
     folder, followed to a depth of 4), ``core.hooksPath`` and ``core.attributesFile`` (from the
@@ -74,7 +87,7 @@ def config_named(root: str, max_dirs: int = MAX_WALK_DIRS) -> list[str]:
     ``clean``...) when it is a path (``./scripts/x.sh``). A ``.githooks`` folder or a shared
     ``.gitconfig`` is the model's to write otherwise, and git runs what it names. Resolved; sorted."""
     found: set[str] = set()
-    for entry in repositories(kept_paths(root, max_dirs)):
+    for entry in [*_enclosing(root), *repositories(kept_paths(root, max_dirs))]:
         gitdir = os.path.realpath(entry) if os.path.isdir(entry) else git_pointer(entry, "", os.path.dirname(entry))
         if gitdir is None:
             continue
