@@ -18,6 +18,7 @@ from kimik3.tools.coding._git_config import config_named
 
 from ..harness.helpers import git, make_repo
 from ..procs import needs_bwrap
+from .test_kept_git import fsmonitor
 from .test_kept_gitdirs import hook
 from .test_kept_sandbox import RO, bash_turn
 
@@ -102,3 +103,27 @@ async def test_a_hooks_path_set_outside_the_git_dirs_config_is_kept(tmp_path: Pa
         assert "[the command changed what kimik3 keeps read-only (.githooks/pre-commit); kimik3 put it back" in out[0]
     assert "what a repository's git configuration names" in out[1], out
     assert sorted(p.name for p in (ws / ".githooks").iterdir()) == (["README"] if how == "linked worktree" else [])
+
+
+@needs_bwrap
+async def test_files_the_global_git_config_names_are_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``-w $HOME`` with the dotfiles pattern ``[include] path = ~/.gitconfig.local`` and a global
+    ``core.hooksPath = ~/.githooks`` in ``~/.gitconfig``: a ``core.fsmonitor`` written into the one
+    runs at the user's every ``git status``, a hook in the other at every ``git commit``."""
+    home = make_repo(tmp_path / "home")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("GIT_CONFIG_GLOBAL", raising=False)
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    (home / ".gitconfig").write_text("[include]\n\tpath = ~/.gitconfig.local\n[core]\n\thooksPath = ~/.githooks\n")
+    (home / ".gitconfig.local").write_text("[user]\n\tname = T\n")
+    (home / ".githooks").mkdir()
+    witness = tmp_path / "PWNED"
+    cmd = (f"printf '%s' '{fsmonitor(witness)}' > .gitconfig.local; echo c=$?; printf '%s' '{hook(witness)}' > "
+           ".githooks/pre-commit; echo h=$?")
+    files = [("write_file", {"path": ".gitconfig.local", "content": fsmonitor(witness)}),
+             ("write_file", {"path": ".githooks/post-commit", "content": hook(witness)})]
+    out = await bash_turn(home, [cmd], files=files, skills=False)
+    assert "c=1" in out[0] and "h=1" in out[0] and RO in out[0], out
+    assert all("what a repository's git configuration names" in o for o in out[1:]), out
+    assert (home / ".gitconfig.local").read_text() == "[user]\n\tname = T\n"
+    assert list((home / ".githooks").iterdir()) == []

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from ._kept import GIT_NAME, MAX_WALK_DIRS, git_pointer, kept_paths, repositories, under
 
@@ -77,7 +77,7 @@ def _enclosing(root: str) -> list[str]:
 _PATH_KEYS = ("include.path", "core.hookspath", "core.attributesfile")  # and includeif.<cond>.path
 
 
-def config_named(root: str, max_dirs: int = MAX_WALK_DIRS) -> list[str]:
+def config_named(root: str, max_dirs: int = MAX_WALK_DIRS, global_configs: Sequence[str] = ()) -> list[str]:
     """The paths in the workspace ``root`` that its repositories' configs and the config of the
     repository it lies in (:func:`_enclosing`) (the common directory's
     ``config``: a linked worktree's is the main repository's; and ``config.worktree``) name as
@@ -85,14 +85,17 @@ def config_named(root: str, max_dirs: int = MAX_WALK_DIRS) -> list[str]:
     folder, followed to a depth of 4), ``core.hooksPath`` and ``core.attributesFile`` (from the
     work tree's top), and the program of a command setting (:data:`_PROGRAM_KEYS`, a filter's
     ``clean``...) when it is a path (``./scripts/x.sh``). A ``.githooks`` folder or a shared
-    ``.gitconfig`` is the model's to write otherwise, and git runs what it names. Resolved; sorted."""
+    ``.gitconfig`` is the model's to write otherwise, and git runs what it names. Also what the
+    user's ``global_configs`` (files, or folders holding a ``config``) name: ``-w $HOME`` with
+    ``[include] path = ~/.gitconfig.local`` in ``~/.gitconfig``. Resolved; sorted."""
     found: set[str] = set()
+    starts = [([os.path.join(c, "config") if os.path.isdir(c) else c], root) for c in global_configs]
     for entry in [*_enclosing(root), *repositories(kept_paths(root, max_dirs))]:
         gitdir = os.path.realpath(entry) if os.path.isdir(entry) else git_pointer(entry, "", os.path.dirname(entry))
-        if gitdir is None:
-            continue
-        top = os.path.dirname(entry)
-        configs, seen = _git_configs(gitdir)[0], 0
+        if gitdir is not None:
+            starts.append((_git_configs(gitdir)[0], os.path.dirname(entry)))
+    for configs, top in starts:
+        seen = 0
         while configs and seen < 6:
             config, seen = configs.pop(), seen + 1
             for key, value in _config_values(config):
