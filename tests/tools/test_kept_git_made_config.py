@@ -127,3 +127,28 @@ async def test_files_the_global_git_config_names_are_kept(tmp_path: Path, monkey
     assert all("what a repository's git configuration names" in o for o in out[1:]), out
     assert (home / ".gitconfig.local").read_text() == "[user]\n\tname = T\n"
     assert list((home / ".githooks").iterdir()) == []
+
+
+BIG = ("git init -q sub && {{ printf '#'; head -c 1048576 /dev/zero | tr '\\0' x; "
+       "printf '\\n[core]\\n\\tfsmonitor = \"touch {w}; false\"\\n'; }} >> sub/.git/config; echo rc=$?")
+LINKED = ("git init -q sub && git config -f cfg.txt core.fsmonitor 'touch {w}; false' && "
+          "git config -f cfg.txt core.repositoryformatversion 0 && ln -sf ../../cfg.txt sub/.git/config; echo rc=$?")
+
+
+@needs_bwrap
+@pytest.mark.parametrize(("plant", "why"), [(BIG, "over 1 MiB"), (LINKED, "a symlink")], ids=["big", "symlink"])
+async def test_a_made_repository_whose_config_is_not_read_whole_is_named(tmp_path: Path, plant: str, why: str) -> None:
+    """A config over the 1 MiB read (its ``core.fsmonitor`` at the end) or a symlink to a file of
+    the model's (git follows it): what it names is not known, so the config itself is named."""
+    ws = make_repo(tmp_path / "ws")
+    witness = tmp_path / "PWNED"
+    with pytest.warns(RuntimeWarning) as caught:
+        [out] = await bash_turn(ws, [plant.format(w=witness)])
+    assert "rc=0" in out, out
+    named = [str(w.message) for w in caught if "names programs" in str(w.message)]
+    assert named == [f"kimik3: a command made the repository sub during the run and it names programs (config: {why}, "
+                     "not read); git run inside it (or a git status of a repository holding it as a submodule) runs "
+                     "them: look before you do"], [str(w.message) for w in caught]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    subprocess.run(["git", "status", "--short"], cwd=ws / "sub", env=env, capture_output=True, check=False)
+    assert witness.exists()  # the danger named is real

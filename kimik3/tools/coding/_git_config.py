@@ -121,9 +121,16 @@ def programs_named(gitdir: str) -> list[str]:
     """What in the git directory ``gitdir`` names a program git would run there: config keys
     (``core.fsmonitor``, a filter's ``clean``, ``include.path``, ...) of its common directory's
     ``config`` and its ``config.worktree``, and hooks that are not git's ``.sample`` files; sorted.
-    Read without following a symlink, at most 1 MiB of each config."""
+    Read without following a symlink, at most 1 MiB of each config: a config that is a symlink or
+    larger is itself named (``config: a symlink, not read``)."""
     found: set[str] = set()
     configs, common = _git_configs(gitdir)
+    for config in configs:  # git reads it whole, and through a symlink: what it says is not known here
+        with contextlib.suppress(OSError):
+            info = os.lstat(config)
+            if stat.S_ISLNK(info.st_mode) or info.st_size > _MAX_CONFIG_BYTES:
+                why = "a symlink" if stat.S_ISLNK(info.st_mode) else "over 1 MiB"
+                found.add(f"{os.path.basename(config)}: {why}, not read")
     for key, _ in (pair for config in configs for pair in _config_values(config)):
         bare = key.split(".", 1)[0] + "." + key.rsplit(".", 1)[-1]
         if bare in _PROGRAM_KEYS or key.endswith(_PROGRAM_SUFFIXES) or key.startswith(("alias.", "includeif.")):
