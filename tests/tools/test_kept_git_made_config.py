@@ -152,3 +152,33 @@ async def test_a_made_repository_whose_config_is_not_read_whole_is_named(tmp_pat
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     subprocess.run(["git", "status", "--short"], cwd=ws / "sub", env=env, capture_output=True, check=False)
     assert witness.exists()  # the danger named is real
+
+
+@needs_bwrap
+@pytest.mark.parametrize("what", ["hooks", "config"])
+async def test_where_a_symlink_in_the_git_directory_leads_is_kept(tmp_path: Path, what: str) -> None:
+    """The pre-``core.hooksPath`` habit ``.git/hooks -> ../githooks`` (variant: ``.git/config ->
+    ../repo-config``): git follows the link, so a hook or a ``core.fsmonitor`` written at its
+    target runs at the user's next ``git commit`` / ``git status``."""
+    ws = make_repo(tmp_path / "ws")
+    witness = tmp_path / "PWNED"
+    target = ws / ("githooks" if what == "hooks" else "repo-config")
+    if what == "hooks":
+        target.mkdir()
+        for sample in (ws / ".git" / "hooks").iterdir():
+            sample.unlink()
+        (ws / ".git" / "hooks").rmdir()
+        cmd, files = (f"printf '%s' '{hook(witness)}' > githooks/pre-commit; echo c=$?",
+                      [("write_file", {"path": "githooks/post-commit", "content": hook(witness)})])
+    else:
+        target.write_text((ws / ".git" / "config").read_text())
+        (ws / ".git" / "config").unlink()
+        cmd, files = (f"printf '%s' '{fsmonitor(witness)}' >> repo-config; echo c=$?",
+                      [("write_file", {"path": "repo-config", "content": fsmonitor(witness)})])
+    (ws / ".git" / what).symlink_to(f"../{target.name}")
+    before = {p.name: p.read_bytes() for p in target.iterdir()} if what == "hooks" else target.read_bytes()
+    assert config_named(str(ws)) == [str(target)]
+    out = await bash_turn(ws, [cmd], files=files)
+    assert "c=1" in out[0] and RO in out[0], out
+    assert "what a repository's git configuration names" in out[1], out
+    assert before == ({p.name: p.read_bytes() for p in target.iterdir()} if what == "hooks" else target.read_bytes())

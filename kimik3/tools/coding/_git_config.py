@@ -62,6 +62,17 @@ def _git_configs(gitdir: str) -> tuple[list[str], str]:
     return [os.path.join(common, "config"), os.path.join(gitdir, "config.worktree")], common
 
 
+def _linked(gitdir: str, common: str) -> list[str]:
+    """The real paths of the symlinks in the git directory ``gitdir`` and its common directory
+    (their entries and those of ``hooks/`` and ``info/``): git follows them, so the target of
+    ``.git/hooks -> ../githooks`` or ``.git/config -> ../repo-config`` is git's data."""
+    out = []
+    for folder in {gitdir, common, *(os.path.join(d, n) for d in (gitdir, common) for n in ("hooks", "info"))}:
+        with contextlib.suppress(OSError), os.scandir(folder) as entries:
+            out += [os.path.realpath(e.path) for e in entries if e.is_symlink()]
+    return out
+
+
 def _enclosing(root: str) -> list[str]:
     """The ``.git`` of the repository the workspace ``root`` lies in (the first folder above it
     that has one: a workspace ``repo/frontend`` whose ``repo`` sets ``core.hooksPath
@@ -87,13 +98,16 @@ def config_named(root: str, max_dirs: int = MAX_WALK_DIRS, global_configs: Seque
     ``clean``...) when it is a path (``./scripts/x.sh``). A ``.githooks`` folder or a shared
     ``.gitconfig`` is the model's to write otherwise, and git runs what it names. Also what the
     user's ``global_configs`` (files, or folders holding a ``config``) name: ``-w $HOME`` with
-    ``[include] path = ~/.gitconfig.local`` in ``~/.gitconfig``. Resolved; sorted."""
+    ``[include] path = ~/.gitconfig.local`` in ``~/.gitconfig``. And where a symlink in a git
+    directory leads (:func:`_linked`). Resolved; sorted."""
     found: set[str] = set()
     starts = [([os.path.join(c, "config") if os.path.isdir(c) else c], root) for c in global_configs]
     for entry in [*_enclosing(root), *repositories(kept_paths(root, max_dirs))]:
         gitdir = os.path.realpath(entry) if os.path.isdir(entry) else git_pointer(entry, "", os.path.dirname(entry))
         if gitdir is not None:
-            starts.append((_git_configs(gitdir)[0], os.path.dirname(entry)))
+            configs, common = _git_configs(gitdir)
+            starts.append(([os.path.realpath(c) for c in configs], os.path.dirname(entry)))
+            found.update(p for p in _linked(gitdir, common) if under(p, [os.path.realpath(root)]))
     for configs, top in starts:
         seen = 0
         while configs and seen < 6:
