@@ -155,15 +155,19 @@ async def test_a_made_repository_whose_config_is_not_read_whole_is_named(tmp_pat
 
 
 @needs_bwrap
-@pytest.mark.parametrize("what", ["hooks", "config"])
+@pytest.mark.parametrize("what", ["hooks", "config", "hook file"])
 async def test_where_a_symlink_in_the_git_directory_leads_is_kept(tmp_path: Path, what: str) -> None:
-    """The pre-``core.hooksPath`` habit ``.git/hooks -> ../githooks`` (variant: ``.git/config ->
-    ../repo-config``): git follows the link, so a hook or a ``core.fsmonitor`` written at its
+    """The pre-``core.hooksPath`` habit ``.git/hooks -> ../githooks`` (variants: ``.git/config ->
+    ../repo-config``, ``.git/hooks/pre-commit -> ../../pre-commit.sh``): git follows the link, so a hook or a ``core.fsmonitor`` written at its
     target runs at the user's next ``git commit`` / ``git status``."""
     ws = make_repo(tmp_path / "ws")
     witness = tmp_path / "PWNED"
-    target = ws / ("githooks" if what == "hooks" else "repo-config")
-    if what == "hooks":
+    target = ws / {"hooks": "githooks", "config": "repo-config", "hook file": "pre-commit.sh"}[what]
+    if what == "hook file":
+        target.write_text("#!/bin/sh\nexit 0\n")
+        cmd, files = (f"printf '%s' '{hook(witness)}' > pre-commit.sh; echo c=$?",
+                      [("edit_file", {"path": "pre-commit.sh", "old_string": "exit 0", "new_string": f"touch {witness}"})])
+    elif what == "hooks":
         target.mkdir()
         for sample in (ws / ".git" / "hooks").iterdir():
             sample.unlink()
@@ -175,10 +179,11 @@ async def test_where_a_symlink_in_the_git_directory_leads_is_kept(tmp_path: Path
         (ws / ".git" / "config").unlink()
         cmd, files = (f"printf '%s' '{fsmonitor(witness)}' >> repo-config; echo c=$?",
                       [("write_file", {"path": "repo-config", "content": fsmonitor(witness)})])
-    (ws / ".git" / what).symlink_to(f"../{target.name}")
-    before = {p.name: p.read_bytes() for p in target.iterdir()} if what == "hooks" else target.read_bytes()
+    link = ws / ".git" / ("hooks/pre-commit" if what == "hook file" else what)
+    link.symlink_to(f"{'../' * (len(link.relative_to(ws).parts) - 1)}{target.name}")
+    before = {p.name: p.read_bytes() for p in target.iterdir()} if target.is_dir() else target.read_bytes()
     assert config_named(str(ws)) == [str(target)]
     out = await bash_turn(ws, [cmd], files=files)
     assert "c=1" in out[0] and RO in out[0], out
     assert "what a repository's git configuration names" in out[1], out
-    assert before == ({p.name: p.read_bytes() for p in target.iterdir()} if what == "hooks" else target.read_bytes())
+    assert before == ({p.name: p.read_bytes() for p in target.iterdir()} if target.is_dir() else target.read_bytes())
