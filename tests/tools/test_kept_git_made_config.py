@@ -106,27 +106,34 @@ async def test_a_hooks_path_set_outside_the_git_dirs_config_is_kept(tmp_path: Pa
 
 
 @needs_bwrap
-async def test_files_the_global_git_config_names_are_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("workspace", ["home", "work"])
+async def test_files_the_global_git_config_names_are_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         workspace: str) -> None:
     """``-w $HOME`` with the dotfiles pattern ``[include] path = ~/.gitconfig.local`` and a global
     ``core.hooksPath = ~/.githooks`` in ``~/.gitconfig``: a ``core.fsmonitor`` written into the one
-    runs at the user's every ``git status``, a hook in the other at every ``git commit``."""
-    home = make_repo(tmp_path / "home")
+    runs at the user's every ``git status``, a hook in the other at every ``git commit``. Variant:
+    ``-w ~/work`` and the work identity ``[includeIf "gitdir:~/work/"] path = ~/work/.gitconfig``
+    (the global config itself lies outside the workspace)."""
+    home = tmp_path / "home"
+    ws = make_repo(home if workspace == "home" else home / "work")
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.delenv("GIT_CONFIG_GLOBAL", raising=False)
     monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
-    (home / ".gitconfig").write_text("[include]\n\tpath = ~/.gitconfig.local\n[core]\n\thooksPath = ~/.githooks\n")
-    (home / ".gitconfig.local").write_text("[user]\n\tname = T\n")
-    (home / ".githooks").mkdir()
+    at = "~" if workspace == "home" else "~/work"
+    include = "[include]" if workspace == "home" else '[includeIf "gitdir:~/work/"]'
+    (home / ".gitconfig").write_text(f"{include}\n\tpath = {at}/.gitconfig.local\n[core]\n\thooksPath = {at}/.githooks\n")
+    (ws / ".gitconfig.local").write_text("[user]\n\tname = T\n")
+    (ws / ".githooks").mkdir()
     witness = tmp_path / "PWNED"
     cmd = (f"printf '%s' '{fsmonitor(witness)}' > .gitconfig.local; echo c=$?; printf '%s' '{hook(witness)}' > "
            ".githooks/pre-commit; echo h=$?")
     files = [("write_file", {"path": ".gitconfig.local", "content": fsmonitor(witness)}),
              ("write_file", {"path": ".githooks/post-commit", "content": hook(witness)})]
-    out = await bash_turn(home, [cmd], files=files, skills=False)
+    out = await bash_turn(ws, [cmd], files=files, skills=False)
     assert "c=1" in out[0] and "h=1" in out[0] and RO in out[0], out
     assert all("what a repository's git configuration names" in o for o in out[1:]), out
-    assert (home / ".gitconfig.local").read_text() == "[user]\n\tname = T\n"
-    assert list((home / ".githooks").iterdir()) == []
+    assert (ws / ".gitconfig.local").read_text() == "[user]\n\tname = T\n"
+    assert list((ws / ".githooks").iterdir()) == []
 
 
 BIG = ("git init -q sub && {{ printf '#'; head -c 1048576 /dev/zero | tr '\\0' x; "
