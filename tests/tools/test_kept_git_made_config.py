@@ -194,3 +194,12 @@ async def test_where_a_symlink_in_the_git_directory_leads_is_kept(tmp_path: Path
     assert "c=1" in out[0] and RO in out[0], out
     assert "what a repository's git configuration names" in out[1], out
     assert before == ({p.name: p.read_bytes() for p in target.iterdir()} if target.is_dir() else target.read_bytes())
+
+
+def test_a_shell_program_a_config_names_is_kept(tmp_path: Path) -> None:
+    """``credential.helper = !./tools/cred.sh`` (a ``!`` shell command): its program is git's to
+    run, as ``credential.helper = ./tools/cred.sh`` is."""
+    ws = make_repo(tmp_path / "ws")
+    git(ws, "config", "credential.helper", "!./tools/cred.sh get")
+    git(ws, "config", "core.editor", "./tools/edit.sh")
+    assert config_named(str(ws)) == [str(ws / "tools" / "cred.sh"), str(ws / "tools" / "edit.sh")]

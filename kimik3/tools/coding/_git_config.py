@@ -122,7 +122,7 @@ def config_named(root: str, max_dirs: int = MAX_WALK_DIRS, global_configs: Seque
                 elif bare in _PATH_KEYS:
                     path = os.path.join(top, os.path.expanduser(value))
                 elif (bare in _PROGRAM_KEYS or key.endswith(_PROGRAM_SUFFIXES)) and "/" in value.split()[0]:
-                    path = os.path.join(top, os.path.expanduser(value.split()[0]))
+                    path = os.path.join(top, os.path.expanduser(value.split()[0].removeprefix("!")))  # a shell one
                 else:
                     continue
                 real = os.path.realpath(path)
