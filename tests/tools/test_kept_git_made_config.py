@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from kimik3.tools.coding import _sandbox
-from kimik3.tools.coding._git_config import config_named
+from kimik3.tools.coding._git_config import config_named, programs_named
 
 from ..harness.helpers import git, make_repo
 from ..procs import needs_bwrap
@@ -203,3 +203,20 @@ def test_a_shell_program_a_config_names_is_kept(tmp_path: Path) -> None:
     git(ws, "config", "credential.helper", "!./tools/cred.sh get")
     git(ws, "config", "core.editor", "./tools/edit.sh")
     assert config_named(str(ws)) == [str(ws / "tools" / "cred.sh"), str(ws / "tools" / "edit.sh")]
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("merge.ours.driver", "./tools/merge.sh %O %A %B"), ("mergetool.mine.cmd", "./tools/mt.sh $LOCAL"),
+    ("difftool.mine.cmd", "./tools/dt.sh"), ("trailer.sign.cmd", "./tools/sign.sh"), ("pager.log", "./tools/pg.sh"),
+    ("alias.st", "!./tools/st.sh"), ("remote.origin.uploadpack", "./tools/up.sh"),
+    ("interactive.diffFilter", "./tools/df.sh")])
+def test_each_program_setting_names_its_program(tmp_path: Path, key: str, value: str) -> None:
+    """Settings whose value git runs beyond a filter's ``clean``: a merge driver (run at ``git
+    merge`` of a file whose ``.gitattributes`` says ``merge=ours``), a tool's or trailer's ``cmd``,
+    a per-command pager (``git log``), a shell alias, a remote's ``uploadpack``; the program
+    each names in the workspace is kept, and a made repository setting one is named."""
+    ws = make_repo(tmp_path / "ws")
+    git(ws, "config", key, value)
+    program = value.split()[0].removeprefix("!").removeprefix("./")
+    assert config_named(str(ws)) == [str(ws / program)]
+    assert programs_named(str(ws / ".git")) == [key.lower()]

@@ -21,8 +21,17 @@ __all__ = ["config_named", "made_repositories", "programs_named"]
 _PROGRAM_KEYS = ("core.fsmonitor", "core.hookspath", "core.sshcommand", "core.pager", "core.editor",
                  "core.askpass", "core.gitproxy", "sequence.editor", "diff.external", "credential.helper",
                  "gpg.program", "include.path")
-_PROGRAM_SUFFIXES = (".clean", ".smudge", ".process", ".textconv", ".command", ".helper", ".sshcommand")
+_PROGRAM_SUFFIXES = (".clean", ".smudge", ".process", ".textconv", ".command", ".helper", ".sshcommand",
+                     ".driver", ".cmd", ".uploadpack", ".receivepack", ".difffilter", ".update")
+"""A merge driver, a merge/diff tool's or a trailer's ``cmd``, a remote's ``uploadpack``, ..."""
+_PROGRAM_PREFIXES = ("alias.", "pager.")  # values git runs: "!./x.sh", a pager per command
 _MAX_CONFIG_BYTES = 1 << 20
+
+
+def _is_program(key: str) -> bool:
+    """Whether git runs the value of the config key ``key`` (``section[.sub].key``, lower case)."""
+    bare = key.split(".", 1)[0] + "." + key.rsplit(".", 1)[-1]
+    return bare in _PROGRAM_KEYS or key.endswith(_PROGRAM_SUFFIXES) or key.startswith(_PROGRAM_PREFIXES)
 
 
 def _config_pairs(text: str) -> list[tuple[str, str]]:
@@ -121,7 +130,7 @@ def config_named(root: str, max_dirs: int = MAX_WALK_DIRS, global_configs: Seque
                     configs.append(path)
                 elif bare in _PATH_KEYS:
                     path = os.path.join(top, os.path.expanduser(value))
-                elif (bare in _PROGRAM_KEYS or key.endswith(_PROGRAM_SUFFIXES)) and "/" in value.split()[0]:
+                elif _is_program(key) and "/" in value.split()[0]:
                     path = os.path.join(top, os.path.expanduser(value.split()[0].removeprefix("!")))  # a shell one
                 else:
                     continue
@@ -146,8 +155,7 @@ def programs_named(gitdir: str) -> list[str]:
                 why = "a symlink" if stat.S_ISLNK(info.st_mode) else "over 1 MiB"
                 found.add(f"{os.path.basename(config)}: {why}, not read")
     for key, _ in (pair for config in configs for pair in _config_values(config)):
-        bare = key.split(".", 1)[0] + "." + key.rsplit(".", 1)[-1]
-        if bare in _PROGRAM_KEYS or key.endswith(_PROGRAM_SUFFIXES) or key.startswith(("alias.", "includeif.")):
+        if _is_program(key) or key.startswith("includeif."):
             found.add(key)
     with contextlib.suppress(OSError):
         found.update(f"hooks/{n}" for n in os.listdir(os.path.join(common, "hooks")) if not n.endswith(".sample"))
