@@ -110,13 +110,14 @@ def config_named(root: str, max_dirs: int = MAX_WALK_DIRS, global_configs: Seque
     ``[include] path = ~/.gitconfig.local`` in ``~/.gitconfig``. And where a symlink in a git
     directory leads (:func:`_linked`). Resolved; sorted."""
     found: set[str] = set()
+    real_root = os.path.realpath(root)
     starts = [([os.path.join(c, "config") if os.path.isdir(c) else c], root) for c in global_configs]
     for entry in [*_enclosing(root), *repositories(kept_paths(root, max_dirs))]:
         gitdir = os.path.realpath(entry) if os.path.isdir(entry) else git_pointer(entry, "", os.path.dirname(entry))
         if gitdir is not None:
             configs, common = _git_configs(gitdir)
             starts.append(([os.path.realpath(c) for c in configs], os.path.dirname(entry)))
-            found.update(p for p in _linked(gitdir, common) if under(p, [os.path.realpath(root)]))
+            found.update(p for p in _linked(gitdir, common) if under(p, [real_root]) and p != real_root)
     for configs, top in starts:
         seen = 0
         while configs and seen < 6:
@@ -135,7 +136,7 @@ def config_named(root: str, max_dirs: int = MAX_WALK_DIRS, global_configs: Seque
                 else:
                     continue
                 real = os.path.realpath(path)
-                if under(real, [os.path.realpath(root)]) and real != os.path.realpath(root):
+                if under(real, [real_root]) and real != real_root:
                     found.add(real)
     return sorted(found)
 
