@@ -220,3 +220,24 @@ def test_each_program_setting_names_its_program(tmp_path: Path, key: str, value:
     program = value.split()[0].removeprefix("!").removeprefix("./")
     assert config_named(str(ws)) == [str(ws / program)]
     assert programs_named(str(ws / ".git")) == [key.lower()]
+
+
+@pytest.mark.parametrize("head", ["\ufeff", "", "\u2028"], ids=["bom", "form feed", "line separator"])
+def test_a_config_read_as_git_reads_it(tmp_path: Path, head: str) -> None:
+    """git skips a UTF-8 BOM at a config's start and breaks lines at ``\\n`` only: a config that
+    begins with a BOM, or whose harmless value holds a form feed or U+2028 followed by ``[user]``,
+    still sets ``core.fsmonitor`` for git (its ``git status`` runs it), and is named so."""
+    ws = make_repo(tmp_path / "ws")
+    witness = tmp_path / "PWNED"
+    brk = "\f" if head == "" else head if head == "\u2028" else ""
+    text = f'{head if head == chr(0xFEFF) else ""}[core]\n\trepositoryformatversion = 0\n\tcomment = x{brk}[user]\n' \
+           f'\tfsmonitor = "touch {witness}; false"\n'
+    (ws / "sub" / ".git").mkdir()
+    for name in ("objects", "refs"):
+        (ws / "sub" / ".git" / name).mkdir()
+    (ws / "sub" / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (ws / "sub" / ".git" / "config").write_text(text, encoding="utf-8")
+    assert programs_named(str(ws / "sub" / ".git")) == ["core.fsmonitor"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    subprocess.run(["git", "status", "--short"], cwd=ws / "sub", env=env, capture_output=True, check=False)
+    assert witness.exists()  # git reads it so

@@ -38,7 +38,7 @@ def _config_pairs(text: str) -> list[tuple[str, str]]:
     """``(section[.sub].key, value)`` set in a git config file's text, quotes taken off the value
     (a plain reading: enough to name what a repository would run, not a full parser)."""
     out, section = [], ""
-    for raw in text.splitlines():
+    for raw in text.removeprefix("\ufeff").split("\n"):  # git's lines: a BOM skipped, \f or U+2028 no break
         line = raw.strip()
         if line.startswith("["):
             head = line[1:].split("]", 1)[0].strip()
