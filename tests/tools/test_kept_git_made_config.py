@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from kimik3.tools.coding import _sandbox
-from kimik3.tools.coding._git_config import config_named, programs_named
+from kimik3.tools.coding._git_config import _config_pairs, config_named, programs_named
 
 from ..harness.helpers import git, make_repo
 from ..procs import needs_bwrap
@@ -222,14 +222,16 @@ def test_each_program_setting_names_its_program(tmp_path: Path, key: str, value:
     assert programs_named(str(ws / ".git")) == [key.lower()]
 
 
-@pytest.mark.parametrize("head", ["\ufeff", "", "\u2028"], ids=["bom", "form feed", "line separator"])
+@pytest.mark.parametrize("head", ["\ufeff", "", "\u2028", "\\\n"], ids=["bom", "form feed", "line separator",
+                                                                   "continued value"])
 def test_a_config_read_as_git_reads_it(tmp_path: Path, head: str) -> None:
     """git skips a UTF-8 BOM at a config's start and breaks lines at ``\\n`` only: a config that
-    begins with a BOM, or whose harmless value holds a form feed or U+2028 followed by ``[user]``,
+    begins with a BOM, or whose harmless value holds a form feed or U+2028 followed by ``[user]``
+    (or ends in a backslash: ``[user]`` on the next line is part of it),
     still sets ``core.fsmonitor`` for git (its ``git status`` runs it), and is named so."""
     ws = make_repo(tmp_path / "ws")
     witness = tmp_path / "PWNED"
-    brk = "\f" if head == "" else head if head == "\u2028" else ""
+    brk = "\f" if head == "" else head if head in ("\u2028", "\\\n") else ""
     text = f'{head if head == chr(0xFEFF) else ""}[core]\n\trepositoryformatversion = 0\n\tcomment = x{brk}[user]\n' \
            f'\tfsmonitor = "touch {witness}; false"\n'
     (ws / "sub" / ".git").mkdir()
@@ -241,3 +243,11 @@ def test_a_config_read_as_git_reads_it(tmp_path: Path, head: str) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     subprocess.run(["git", "status", "--short"], cwd=ws / "sub", env=env, capture_output=True, check=False)
     assert witness.exists()  # git reads it so
+
+
+def test_a_backslash_in_a_comment_continues_nothing() -> None:
+    """As git: a backslash at the end of a ``#`` comment joins no line (``[core]`` after it is a
+    section), one inside quotes after a ``;`` does (``a;bc``)."""
+    text = '[user]\n\tcomment = x #\\\n[core]\n\tfsmonitor = y\n\tname = "a;b\\\nc"\n'
+    assert [k for k, _ in _config_pairs(text)] == ["user.comment", "core.fsmonitor", "core.name"]
+    assert _config_pairs(text)[2] == ("core.name", "a;bc")

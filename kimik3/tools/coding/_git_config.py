@@ -34,12 +34,44 @@ def _is_program(key: str) -> bool:
     return bare in _PROGRAM_KEYS or key.endswith(_PROGRAM_SUFFIXES) or key.startswith(_PROGRAM_PREFIXES)
 
 
+def _continues(value: str) -> bool:
+    """Whether a config value goes on at the next line: it ends in an escaping backslash, not
+    inside a ``#`` / ``;`` comment (outside quotes)."""
+    quoted, i = False, 0
+    while i < len(value):
+        if value[i] == "\\":
+            if i + 1 == len(value):
+                return True
+            i += 1
+        elif value[i] == '"':
+            quoted = not quoted
+        elif value[i] in "#;" and not quoted:
+            return False
+        i += 1
+    return False
+
+
+def _git_lines(text: str) -> list[str]:
+    """A config file's lines as git reads them, stripped: a leading UTF-8 BOM skipped, broken at
+    ``\n`` only (a form feed or U+2028 in a value breaks none), a value whose line ends in a
+    backslash joined with the next line (``comment = x\\`` then ``[user]`` is one value)."""
+    out, carry = [], ""
+    for raw in text.removeprefix("\ufeff").split("\n"):
+        line = carry + raw.removesuffix("\r")
+        rest = line.strip()
+        rest = rest.split("]", 1)[1].strip() if rest.startswith("[") and "]" in rest else rest
+        value = rest.partition("=")[2] if "=" in rest and not rest.startswith(("#", ";")) else ""
+        carry = line[:-1] if _continues(value) else ""
+        if not carry:
+            out.append(line.strip())
+    return [*out, carry.strip()] if carry else out
+
+
 def _config_pairs(text: str) -> list[tuple[str, str]]:
     """``(section[.sub].key, value)`` set in a git config file's text, quotes taken off the value
     (a plain reading: enough to name what a repository would run, not a full parser)."""
     out, section = [], ""
-    for raw in text.removeprefix("\ufeff").split("\n"):  # git's lines: a BOM skipped, \f or U+2028 no break
-        line = raw.strip()
+    for line in _git_lines(text):
         if line.startswith("["):
             head = line[1:].split("]", 1)[0].strip()
             name, _, sub = head.partition(" ")
