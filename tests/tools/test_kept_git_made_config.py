@@ -251,3 +251,23 @@ def test_a_backslash_in_a_comment_continues_nothing() -> None:
     text = '[user]\n\tcomment = x #\\\n[core]\n\tfsmonitor = y\n\tname = "a;b\\\nc"\n'
     assert [k for k, _ in _config_pairs(text)] == ["user.comment", "core.fsmonitor", "core.name"]
     assert _config_pairs(text)[2] == ("core.name", "a;bc")
+
+
+@needs_bwrap
+@pytest.mark.parametrize("sandbox", ["bwrap", "landlock"])
+async def test_a_hooks_folder_missing_at_the_start_that_a_command_makes_is_named(tmp_path: Path, sandbox: str) -> None:
+    """``core.hooksPath .githooks`` before the folder exists (husky before its install): no mount
+    can keep what is missing, so a command can make it and plant ``pre-commit``, which the user's
+    next ``git commit`` runs; the run's end says so."""
+    if sandbox == "landlock" and _sandbox._landlock_abi() < 1:
+        pytest.skip("this kernel has no Landlock")
+    ws = make_repo(tmp_path / "ws")
+    git(ws, "config", "core.hooksPath", ".githooks")
+    plant = f"mkdir .githooks && printf '%s' '{hook(tmp_path / 'PWNED')}' > .githooks/pre-commit; echo rc=$?"
+    with pytest.warns(RuntimeWarning) as caught:
+        [out] = await bash_turn(ws, [plant], sandbox=sandbox)
+    assert "rc=0" in out, out
+    assert [str(w.message) for w in caught if ".githooks" in str(w.message)] == [
+        "kimik3: a command made .githooks during the run, what a repository's git configuration names (git reads or "
+        "runs it); it did not exist when the sandbox started, so nothing kept it: look at it before git or a later "
+        "run acts on it"]
