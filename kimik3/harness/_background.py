@@ -232,11 +232,14 @@ class SandboxHooks(RunHooks):
     A repository a command made during the run whose git directory names programs (a
     ``core.fsmonitor``, a hook: no mount could keep it, see ``_kept``), and any repository a
     command replaced (a submodule's folder moved away and a repository made in its place), is
-    named at the run's end in a :class:`RuntimeWarning` (issue 40)."""
+    named at the run's end in a :class:`RuntimeWarning` (issue 40); so is a path kept from every
+    tool (a ``core.hooksPath`` folder, a skills folder) that a command made: missing at the start,
+    no mount could keep it."""
 
     def __init__(self, sandbox: Sandbox) -> None:
         self.sandbox = sandbox
         self.repositories: dict[str, tuple[int, int]] | None = None  # the repositories at the start (ids)
+        self.missing: dict[str, str] = {}  # kept paths in the workspace missing at the start -> what they are
 
     def session_header(self) -> dict[str, Any]:
         return {"sandbox": self.sandbox.info()}
@@ -249,6 +252,9 @@ class SandboxHooks(RunHooks):
             session.record("sandbox", self.sandbox.info())
         root = str(self.sandbox.root)  # a repository a command makes is the command's: said at the end
         self.repositories = repositories(await anyio.to_thread.run_sync(kept_paths, root))
+        inside = os.path.realpath(root).rstrip("/") + "/"
+        self.missing = {p: what for p, what in self.sandbox.sessions.folders.items()
+                        if p.startswith(inside) and not os.path.lexists(p)}
 
     async def run_end(self) -> None:
         await self.sandbox.aclose()
@@ -257,3 +263,9 @@ class SandboxHooks(RunHooks):
             before, self.repositories = self.repositories, None
             for line in await anyio.to_thread.run_sync(made_repositories, str(self.sandbox.root), before):
                 warnings.warn(f"kimik3: {line}", RuntimeWarning, stacklevel=2)
+        missing, self.missing = self.missing, {}
+        for path, what in sorted(missing.items()):  # no mount could keep what did not exist
+            if os.path.lexists(path):
+                warnings.warn(f"kimik3: a command made {os.path.relpath(path, self.sandbox.root)} during the run, "
+                              f"{what}; it did not exist when the sandbox started, so nothing kept it: look at it "
+                              "before git or a later run acts on it", RuntimeWarning, stacklevel=2)

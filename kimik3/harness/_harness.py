@@ -74,7 +74,7 @@ def _keep_later_files(sandbox: Sandbox, skills: Skills | None, root: Path) -> No
         real = os.path.realpath(config)
         if real.startswith(inside):
             sandbox.sessions.keep(real, "git's global configuration (git runs the programs it names)")
-    for named in config_named(str(root)):  # include.path ../.gitconfig, core.hooksPath .githooks, ...
+    for named in config_named(str(root), global_configs=[str(c) for c in global_configs()]):  # include.path, ...
         sandbox.sessions.keep(named, "what a repository's git configuration names (git reads or runs it)")
     if skills is None:
         return
