@@ -189,3 +189,33 @@ def test_undo_says_removed_for_a_file_the_undone_turns_created(tmp_path: Path) -
     code, out, _ = invoke(["undo", str(session), "-w", str(repo)], tmp_path / "home")
     assert (code, out) == (0, "removed new/made.txt\nrestored sub/keep.txt\n")
     assert not (repo / "new").exists() and (repo / "sub/keep.txt").read_text() == "keep\n"
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "landlock"])
+def test_undo_after_a_run_whose_commands_ran_in_each_sandbox(tmp_path: Path, backend: str) -> None:
+    """kimik3's own checkpoint refs (refs/kimik3/...) survive the sandbox putting back git control
+    data after each command and at the run's end (Landlock copies it and puts it back): undo works."""
+    if backend == "bwrap" and not shutil.which("bwrap"):
+        pytest.skip("bubblewrap is not installed")
+    repo = make_repo(tmp_path / "repo")
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([
+        calls(("read_file", {"path": "sub/keep.txt"})),
+        calls(("edit_file", {"path": "sub/keep.txt", "old_string": "keep", "new_string": "v2"})),
+        calls(("bash", {"command": "cat sub/keep.txt"})),
+        calls(("edit_file", {"path": "sub/keep.txt", "old_string": "v2", "new_string": "v3"})),
+        calls(("bash", {"command": "git status --porcelain"})),
+        answer("done"),
+    ]))
+    session = tmp_path / "s.jsonl"
+    code, out, err = invoke(["run", "go", "-w", str(repo), "--script", str(script), "--session", str(session),
+                             "--plain", "--tools", "full", "--sandbox", backend], tmp_path / "home")
+    assert code == 0, out + err
+    assert out.splitlines()[0].startswith(f"sandbox: {backend} "), out
+    assert "warning" not in (out + err).lower(), out + err
+    refs = git(repo, "for-each-ref", "--format=%(refname)", "refs/kimik3").split()
+    assert len(refs) >= 2, refs
+    assert (repo / "sub/keep.txt").read_text() == "v3\n"
+    code, out, _ = invoke(["undo", str(session), "-w", str(repo)], tmp_path / "home")
+    assert (code, out) == (0, "restored sub/keep.txt\n")
+    assert (repo / "sub/keep.txt").read_text() == "keep\n"

@@ -108,6 +108,11 @@ class GitGuard:
             os.close(fd)
         return out
 
+    def renew(self) -> None:
+        """Take the copy again (the data as it is now is the one to keep): called only while
+        nothing of the sandbox runs, after a check put back what the commands changed."""
+        self.copy = self._state()
+
     def restore(self) -> list[str]:
         """Put back what changed since the copy; the paths put back (relative to the workspace,
         the topmost of each change)."""

@@ -236,6 +236,7 @@ class Sandbox:
         self._sup: _Supervisor | None = None
         self._n = 0
         self._active: set[int] = set()  # the commands running now (their Command not yet closed)
+        self._checked = False  # Landlock: the git data was checked and put back, nothing ran since
         self._starts = 0
         self._lock = threading.Lock()
         self._finalizer: weakref.finalize[Any, Any] | None = None
@@ -260,11 +261,15 @@ class Sandbox:
         (also a :class:`RuntimeWarning`)."""
         lines = restore_git_links(self.root, self.git_links) if self.git_links else []
         if self.mode == "landlock" and not self._active:
+            if self._checked:  # nothing ran since the last check: what changed since is kimik3's own
+                return lines  # (a checkpoint ref) or the user's (a commit in another terminal)
             ended = self._end_leftovers()
             if ended:
                 lines.append(f"{ended} processes the command left running were ended: under Landlock nothing may "
                              "run between commands, or it could rewrite the git control data after kimik3 checks it")
         put = [os.path.relpath(os.path.join(g.root, p), self.root) for g in self.guards for p in g.restore()]
+        if self.mode == "landlock" and not self._active:
+            self._checked = True
         if put:
             shown = ", ".join(put[:5]) + (f" and {len(put) - 5} more" if len(put) > 5 else "")
             line = (f"the command changed what kimik3 keeps read-only ({shown}); kimik3 put it back (Landlock "
@@ -626,6 +631,10 @@ class Sandbox:
             with self._lock:
                 self._n += 1
                 cid = self._n
+                if self._checked and not self._active:  # Landlock: nothing of the sandbox ran since the last
+                    for guard in self.guards:  # check, so the git data is as kimik3 or the user left it
+                        guard.renew()  # (checkpoint refs, a commit made meanwhile): the copy to keep
+                self._checked = False
                 self._active.add(cid)
                 stale = self._refresh(cid)
                 sup, note = self._supervisor()
