@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import copy
 import inspect
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from dataclasses import fields
 from functools import cached_property
 from typing import Any
 
@@ -70,6 +70,19 @@ class _MessageLog:
         return tuple(m for a, b in ranges for m in self.items[a:b])
 
 
+def _with_messages(request: ChatRequest, messages: list[Message]) -> ChatRequest:
+    """A shallow copy of ``request`` holding ``messages`` (checked already: no ``__post_init__``
+    again; ``copy.copy``'s reduce protocol cost as much as the rest of a call's record, issue 44)."""
+    out = object.__new__(ChatRequest)
+    for name in _REQUEST_FIELDS:
+        setattr(out, name, getattr(request, name))
+    out.messages = messages
+    return out
+
+
+_REQUEST_FIELDS = tuple(f.name for f in fields(ChatRequest) if f.name != "messages")
+
+
 class ScriptedCall:
     """What a :class:`ScriptedEngine` was asked: the request, its messages (a snapshot), and its
     K3 prompt text (rendered on first access of :attr:`prompt`, then kept).
@@ -79,8 +92,7 @@ class ScriptedCall:
     """
 
     def __init__(self, request: ChatRequest, log: _MessageLog) -> None:
-        self._head = copy.copy(request)  # the request without its messages
-        self._head.messages = []
+        self._head = _with_messages(request, [])  # the request without its messages
         self._log = log
         self._ranges = log.record(request.messages)
 
@@ -92,9 +104,7 @@ class ScriptedCall:
     @cached_property
     def request(self) -> ChatRequest:
         """The request of this call (its messages as they were sent)."""
-        request = copy.copy(self._head)
-        request.messages = list(self.messages)
-        return request
+        return _with_messages(self._head, list(self.messages))
 
     @cached_property
     def prompt(self) -> str:
