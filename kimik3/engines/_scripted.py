@@ -228,16 +228,26 @@ class ScriptedEngine(TokenEngine):
                 EncodedPrompt(prompt_ids, media_scan(request.messages).images, request)
             )
             return self._fits(prompt)
-        # the script sees videos as their frames, like an engine
-        request = K3Codec.expand(request, allow_local_files=self.allow_local_files, cache=prompt_cache)
+        if self._tokenizer_source is not None:  # incremental with the cache
+            try:
+                prompt = super().encode(request, prompt_cache=prompt_cache)
+            except Exception:  # a refused request is recorded too (its videos as frames)
+                self.calls.append(ScriptedCall(self._expand(request, prompt_cache), self._log))
+                raise
+            # the script sees videos as their frames, like an engine: the request as encoded (one media scan)
+            self.calls.append(ScriptedCall(prompt.request, self._log))
+            return self._fits(prompt)
+        request = self._expand(request, prompt_cache)
         call = ScriptedCall(request, self._log)
         self.calls.append(call)
-        if self._tokenizer_source is not None:
-            return self._fits(super().encode(request, prompt_cache=prompt_cache))  # incremental with the cache
         images = media_scan(request.messages, prompt_cache.media if prompt_cache is not None else None).images
         # only the ids' length is used (usage.prompt_tokens): the rendered prompt's estimate, as
         # zero bytes (one byte a token, the text not kept)
         return self._fits(EncodedPrompt(bytes(estimate_tokens(call.render())), images, request))
+
+    def _expand(self, request: ChatRequest, prompt_cache: PromptCache | None) -> ChatRequest:
+        """``request`` with its videos as timestamped frames (:meth:`K3Codec.expand`)."""
+        return K3Codec.expand(request, allow_local_files=self.allow_local_files, cache=prompt_cache)
 
     def _fits(self, prompt: EncodedPrompt) -> EncodedPrompt:
         """``prompt``, when it leaves room for an answer in :attr:`max_model_len`.
