@@ -226,10 +226,13 @@ class Span:
 
     Attributes:
         span: the ``opentelemetry.trace.Span`` (None without the API).
+        quiet: made while no tracer provider was configured: its child spans are not built either
+            (a run's spans are all traced or none; a provider set later traces the next run).
     """
 
-    def __init__(self, span: Any = None) -> None:
+    def __init__(self, span: Any = None, *, quiet: bool = False) -> None:
         self.span = span
+        self.quiet = quiet
 
     @property
     def recording(self) -> bool:
@@ -280,6 +283,12 @@ def _live() -> bool:
     return trace is not None and not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
 
 
+def _quiet(parent: Span | None) -> bool:
+    """Whether a child of ``parent`` is built as no span: its parent was made without a tracer
+    provider (asked once a run, not on every call: issue 44), or none is configured now."""
+    return (parent is not None and parent.quiet) or not _live()
+
+
 def _start(name: str, parent: Span | None, kind: str, attributes: dict[str, Any]) -> Span:
     trace = _api()
     if trace is None:
@@ -295,7 +304,7 @@ class _Call(Span):
     :meth:`done` records the outcome (a ``RunResult``, ``ChatCompletion`` or ``ToolResult``)."""
 
     def __init__(self, span: Span, on_done: Any) -> None:
-        super().__init__(span.span)
+        super().__init__(span.span, quiet=span.quiet)
         self.outcome: Any = None
         self._on_done = on_done
 
@@ -360,7 +369,7 @@ def agent_run(agent_name: str | None, model: str | None) -> AbstractContextManag
     """The ``invoke_agent`` span of one run (a child of the caller's current span); call
     ``.done(run_result)`` on it."""
     if not _live():
-        return nullcontext(_Call(Span(), _run_done))
+        return nullcontext(_Call(Span(quiet=True), _run_done))
     name = f"invoke_agent {agent_name}" if agent_name else "invoke_agent"
     span = _start(name, None, "INTERNAL", {
         "gen_ai.operation.name": "invoke_agent",
@@ -376,7 +385,8 @@ def model_call(parent: Span | None, model: str | None, request: Any, server: str
     """The ``chat {model}`` span of one model call (``request``: a ``ChatRequest``; ``server``:
     the endpoint's base URL, of which only ``server.address`` / ``server.port`` are recorded,
     never its userinfo, path or query); call ``.done(completion)`` on it. On leaving, the call's
-    metrics are recorded (the module docstring)."""
+    metrics are recorded (the module docstring). No span under a ``parent`` made without a tracer
+    provider (:attr:`Span.quiet`)."""
     started = time.monotonic()
     error: str | None = None
     call: _Call | None = None
@@ -398,8 +408,8 @@ def model_call(parent: Span | None, model: str | None, request: Any, server: str
 
 def _model_span(parent: Span | None, model: str | None, request: Any,
                 server: str | None) -> AbstractContextManager[_Call]:  # fmt: skip
-    if not _live():  # no tracer provider: no span to build (each would be a no-op; issue 44)
-        return nullcontext(_Call(Span(), _model_done))
+    if _quiet(parent):  # no tracer provider: no span to build (each would be a no-op; issue 44)
+        return nullcontext(_Call(Span(quiet=True), _model_done))
     address, port = _server(server)
     span = _start(f"chat {model}" if model else "chat", parent, "CLIENT", {
         "server.address": address,
@@ -449,8 +459,8 @@ def tool_call(parent: Span | None, call_id: str, name: str, arguments: Any, *,
         declared: ``name`` is one of the run's tools; otherwise it is model text, kept out of the
             span name and recorded (bounded) only with content capture on.
     """
-    if not _live():
-        return nullcontext(_Call(Span(), _tool_done))
+    if _quiet(parent):
+        return nullcontext(_Call(Span(quiet=True), _tool_done))
     return _tool_call(parent, call_id, name, arguments, declared)
 
 

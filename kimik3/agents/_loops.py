@@ -35,7 +35,7 @@ import contextlib
 import hashlib
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
@@ -52,12 +52,16 @@ _SHOWN = 160  # characters of a call shown to the model / in an issue
 _OFF = 1 << 62  # the threshold of a stage Budgets switched off (None): never reached
 
 
+_CANONICAL = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+"""One encoder for every key (``json.dumps`` with options builds one a call: issue 44)."""
+
+
 def call_key(call: ToolCall) -> str:
     """``name {canonical arguments}``: the arguments as JSON with sorted keys and no spaces (their
     text as sent when it is not JSON; none, or only spaces, is ``{}`` as the tool reads it)."""
     text = call.function.arguments if call.function.arguments.strip() else "{}"
     with contextlib.suppress(ValueError, RecursionError):
-        text = json.dumps(json.loads(text), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+        text = _CANONICAL.encode(json.loads(text))
     return f"{call.function.name} {text}"
 
 
@@ -66,27 +70,30 @@ def call_key(call: ToolCall) -> str:
 # sub-agent's token counts (harness/_tasks.py), a test runner's run time and clock readings
 # (ISO-8601 date-times, HH:MM:SS[.fff]). A background job's age ("[bg1: running for 5 s]")
 # is NOT volatile: polling a silent job must stay a different step each poll.
-_VOLATILE = (
-    (("[exit code: ",), re.compile(r"\[exit code: (-?\d+), \d+(?:\.\d+)? s\]"), r"[exit code: \1]"),
+_CLOCK = re.compile(r":\d\d:")  # in every clock reading (H:MM:SS), rarely in code with colons: searched fast
+_VOLATILE: tuple[tuple[Callable[[str], bool], re.Pattern[str], str], ...] = (
+    (lambda text: "[exit code: " in text, re.compile(r"\[exit code: (-?\d+), \d+(?:\.\d+)? s\]"),
+     r"[exit code: \1]"),
     # the harness's task tool: a sub-agent's token counts differ from run to run, its answer is what it gave
-    (("[sub-agent: ",), re.compile(r"\[sub-agent: (\d+) turns, \d+ prompt \+ \d+ completion tokens\]"),
-     r"[sub-agent: \1 turns]"),
-    (("-", ":"), re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?"),
-     "<date-time>"),
-    ((":",), re.compile(r"(?<![\d:])\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?(?![\d:])"), "<time>"),
+    (lambda text: "[sub-agent: " in text,
+     re.compile(r"\[sub-agent: (\d+) turns, \d+ prompt \+ \d+ completion tokens\]"), r"[sub-agent: \1 turns]"),
+    (lambda text: "-" in text and ":" in text,
+     re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?"), "<date-time>"),
+    (lambda text: ":" in text and _CLOCK.search(text) is not None,
+     re.compile(r"(?<![\d:])\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?(?![\d:])"), "<time>"),
     # a test runner's own run time: pytest's "1 passed in 0.03s", unittest's "Ran 1 test in 0.001s"
-    ((" in ",), re.compile(r"(?<= in )\d+\.\d+s\b"), "<seconds>"),
+    (lambda text: " in " in text, re.compile(r"(?<= in )\d+\.\d+s\b"), "<seconds>"),
 )
-"""Each: the substrings every match contains (a text without one is not searched: issue 44),
-the pattern, its replacement."""
+"""Each: a quick test every text with a match passes (a text that fails it is not searched: issue
+44), the pattern, its replacement."""
 
 
 def steady(text: str) -> str:
     """``text`` with its volatile parts (``_VOLATILE``) replaced by fixed placeholders, so two
     results that differ only in a run time or a clock reading digest the same (issue 41: a bash
     loop whose trailer's seconds change each time still is a loop)."""
-    for needles, pattern, replacement in _VOLATILE:
-        if all(n in text for n in needles):
+    for maybe, pattern, replacement in _VOLATILE:
+        if maybe(text):
             text = pattern.sub(replacement, text)
     return text
 

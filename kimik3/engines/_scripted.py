@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import copy
 import inspect
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from dataclasses import fields
 from typing import Any
 
 import anyio
@@ -49,8 +49,7 @@ class _MessageLog:
     def head(self, request: ChatRequest) -> ChatRequest:
         """``request`` without its messages: the last call's head when equal (the calls of one run
         share one, ~0.3 KB a call: bench/long.py), else a new one. Heads are never mutated."""
-        head = copy.copy(request)
-        head.messages = []
+        head = _with_messages(request, [])
         if self._head is not None and self._head == head:
             return self._head
         self._head = head
@@ -83,6 +82,19 @@ class _MessageLog:
         return tuple(m for k in range(0, len(ranges), 2) for m in items[ranges[k] : ranges[k + 1]])
 
 
+def _with_messages(request: ChatRequest, messages: list[Message]) -> ChatRequest:
+    """A shallow copy of ``request`` holding ``messages`` (checked already: no ``__post_init__``
+    again; ``copy.copy``'s reduce protocol cost as much as the rest of a call's record, issue 44)."""
+    out = object.__new__(ChatRequest)
+    for name in _REQUEST_FIELDS:
+        setattr(out, name, getattr(request, name))
+    out.messages = messages
+    return out
+
+
+_REQUEST_FIELDS = tuple(f.name for f in fields(ChatRequest) if f.name != "messages")
+
+
 class ScriptedCall:
     """What a :class:`ScriptedEngine` was asked: the request, its messages (a snapshot), and its
     K3 prompt text (rendered on first access of :attr:`prompt`, then kept).
@@ -109,8 +121,7 @@ class ScriptedCall:
     def request(self) -> ChatRequest:
         """The request of this call (its messages as they were sent; built on first access, then kept)."""
         if self._request is None:
-            self._request = copy.copy(self._head)
-            self._request.messages = list(self.messages)
+            self._request = _with_messages(self._head, list(self.messages))
         return self._request
 
     @property
@@ -237,16 +248,26 @@ class ScriptedEngine(TokenEngine):
                 EncodedPrompt(prompt_ids, media_scan(request.messages).images, request)
             )
             return self._fits(prompt)
-        # the script sees videos as their frames, like an engine
-        request = K3Codec.expand(request, allow_local_files=self.allow_local_files, cache=prompt_cache)
+        if self._tokenizer_source is not None:  # incremental with the cache
+            try:
+                prompt = super().encode(request, prompt_cache=prompt_cache)
+            except Exception:  # a refused request is recorded too (its videos as frames)
+                self.calls.append(ScriptedCall(self._expand(request, prompt_cache), self._log))
+                raise
+            # the script sees videos as their frames, like an engine: the request as encoded (one media scan)
+            self.calls.append(ScriptedCall(prompt.request, self._log))
+            return self._fits(prompt)
+        request = self._expand(request, prompt_cache)
         call = ScriptedCall(request, self._log)
         self.calls.append(call)
-        if self._tokenizer_source is not None:
-            return self._fits(super().encode(request, prompt_cache=prompt_cache))  # incremental with the cache
         images = media_scan(request.messages, prompt_cache.media if prompt_cache is not None else None).images
         # only the ids' length is used (usage.prompt_tokens): the rendered prompt's estimate, as
         # zero bytes (one byte a token, the text not kept)
         return self._fits(EncodedPrompt(bytes(estimate_tokens(call.render())), images, request))
+
+    def _expand(self, request: ChatRequest, prompt_cache: PromptCache | None) -> ChatRequest:
+        """``request`` with its videos as timestamped frames (:meth:`K3Codec.expand`)."""
+        return K3Codec.expand(request, allow_local_files=self.allow_local_files, cache=prompt_cache)
 
     def _fits(self, prompt: EncodedPrompt) -> EncodedPrompt:
         """``prompt``, when it leaves room for an answer in :attr:`max_model_len`.

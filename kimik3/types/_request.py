@@ -147,6 +147,8 @@ def _check_names(tools: Iterable[ToolSpec], where: str) -> None:
 
 
 def _check_json_schema(response_format: Any) -> None:
+    if response_format is None:  # the usual request: no hasattr's AttributeError raised and caught
+        return
     if hasattr(response_format, "model_dump"):
         response_format = response_format.model_dump(mode="json", exclude_none=True)
     spec = response_format.get("json_schema") if isinstance(response_format, Mapping) else None
@@ -232,7 +234,9 @@ class RequestChecker:
         Raises:
             As :func:`check_request`; nothing of a refused request is kept.
         """
-        if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Iterable):
+        if messages.__class__ is not list and (  # a list skips the ABC checks (issue 44)
+            isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Iterable)
+        ):
             raise MessageError(f"messages must be a list of messages, got {type(messages).__name__}")
         out: list[Any] = list(messages)  # typed below: the cached part already is
         tools = list(tools)

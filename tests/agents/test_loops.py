@@ -276,6 +276,9 @@ def test_volatile_text_is_made_steady_but_a_jobs_age_is_not() -> None:
     assert steady("done at 12:03:04.512") == steady("done at 9:00:00") == "done at <time>"
     assert steady("[bg1: running for 5 s]") == "[bg1: running for 5 s]"
     assert steady("version 1.2.3, 10:20, 1:2:3") == "version 1.2.3, 10:20, 1:2:3"
+    # code with colons and no clock is not searched (issue 44); a clock in code still is
+    assert steady("def f(x):\n    return {'a': 1}") == "def f(x):\n    return {'a': 1}"
+    assert steady("def f(x):  # at 07:08:09") == "def f(x):  # at <time>"
 
 
 @tool

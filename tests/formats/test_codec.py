@@ -49,3 +49,28 @@ def test_every_docs_reference_in_the_code_names_a_section() -> None:
                 found += 1
                 assert any(h == name or h.startswith(name) for h in headings), (path, name)
     assert found >= 30
+
+
+def test_prompt_cache_keeps_the_tools_key_of_the_same_declarations_and_makes_it_anew_for_others() -> None:
+    """Issue 44: the tools' JSON key is not dumped again for the last request's declaration
+    objects; another list of other objects (a changed description) gets its own encoder, whose
+    ids are a fresh encoder's."""
+    from kimik3.formats.k3 import PromptCache, default_tokenizer
+    from kimik3.types import ToolSpec
+
+    tok = default_tokenizer()
+
+    def spec(description: str) -> ToolSpec:
+        return ToolSpec.model_validate({"type": "function", "function": {
+            "name": "f", "description": description, "parameters": {"type": "object", "properties": {}}}})
+
+    first, cache = [spec("one")], PromptCache()
+    enc = cache.encoder(tok, first, True, "max")
+    assert cache.encoder(tok, list(first), True, "max") is enc  # a new list of the same objects
+    changed = [spec("two")]
+    other = cache.encoder(tok, changed, True, "max")
+    assert other is not enc
+    messages = [UserMessage(content="go")]
+    assert list(other.encode(messages)) == list(PromptEncoder(tok, changed).encode(messages))
+    assert list(other.encode(messages)) != list(enc.encode(messages))
+    assert cache.encoder(tok, first, True, "max") is enc  # back to the first: its encoder again

@@ -22,6 +22,7 @@ grammar's parts live apart (``_encode``, ``_parse``, ``_events``, ``_values``, `
 from __future__ import annotations
 
 import logging
+import operator
 import sys
 from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -392,14 +393,22 @@ class PromptCache:
 
     def __init__(self) -> None:
         self._encoders: dict[tuple[int, str, bool, str | None], PromptEncoder] = {}
+        self._tools: tuple[list[ToolSpec], str] = ([], "")  # the last request's tools and their key
         self.media = MediaIndex()
         """The conversation's image and video parts, scanned once per message."""
 
     def encoder(
         self, tokenizer: K3Tokenizer, tools: Sequence[ToolSpec], thinking: bool, effort: str | None
     ) -> PromptEncoder:
-        """The encoder for these settings (created on first use; at most a few are kept)."""
-        key = (id(tokenizer), _tools_key(tools), thinking, effort)
+        """The encoder for these settings (created on first use; at most a few are kept). The
+        tools' key (their JSON) is made again only when the declarations are not the last
+        request's objects (issue 44: a dump of every tool a call; a declaration is never changed
+        in place once sent, as a message is not: :class:`PromptEncoder`)."""
+        last, tools_key = self._tools
+        if len(tools) != len(last) or not all(map(operator.is_, tools, last)):
+            tools_key = _tools_key(tools)
+            self._tools = (list(tools), tools_key)
+        key = (id(tokenizer), tools_key, thinking, effort)
         enc = self._encoders.get(key)
         if enc is None or enc.tokenizer is not tokenizer:
             if len(self._encoders) >= 4:  # settings changed mid-conversation: drop the oldest

@@ -73,6 +73,7 @@ _LONG_RUN = re.compile(rf"\s{{{_MAX_RUN_CHARS + 1},}}|\S{{{_MAX_RUN_CHARS + 1},}
 _TAG = re.compile(r"<\|[^|<>\[\]]+\|>|\[[^|<>\[\]]+\]")
 """A special token's shape in K3's vocabulary (``<|open|>``, ``<|end_of_msg|>``, ``[BOS]``): no
 name holds ``| < > [ ]``, so no tag can start inside another."""
+_TAG_SPLIT = re.compile(f"({_TAG.pattern})")  # re.split keeps the tags between the texts
 
 _SMALL_SEGMENT = 48  # text segments up to this many characters are memoised (tags, attributes)
 _MEMO_ENTRIES = 256
@@ -320,44 +321,50 @@ class K3Tokenizer:
 
         The text is cut at its tags that are special tokens (``<|name|>``, ``[BOS]``), found by one pattern
         (issue 44: tiktoken converts its 256-name set on every call, half the cost of an answer's
-        ids); a vocabulary whose specials are not all of that shape takes tiktoken's path."""
+        ids), and the short texts between them (tag names, attributes) are memoised as the
+        encoder's segments are; a vocabulary whose specials are not all of that shape takes
+        tiktoken's path."""
         specials = self.special_tokens
         token = specials.get(text)
         if token is not None:
             return [token]
         if not self._tagged:
             return self._enc.encode(text, allowed_special="all")
-        ordinary = self._enc.encode_ordinary
-        small = self._small  # the text between tags is mostly a tag's name or attributes: memoised
+        parts = _TAG_SPLIT.split(text)  # text, tag, text, ..., text: cut in C, no match objects
         out: list[int] = []
-        start = 0
-        for tag in _TAG.finditer(text):  # no tag can start inside another (_TAG)
-            token = specials.get(tag.group())
+        piece = parts[0]  # the text before the next special (a tag that is none is text)
+        for tag, after in zip(parts[1::2], parts[2::2], strict=True):
+            token = specials.get(tag)
             if token is None:
-                continue  # looks like a tag, is text
-            if tag.start() > start:
-                piece = text[start : tag.start()]
-                ids = small.get(piece) if len(piece) <= _SMALL_SEGMENT else None
-                out.extend(ids if ids is not None else ordinary(piece))
+                piece += tag + after
+                continue
+            if piece:
+                out.extend(self._ordinary(piece))
             out.append(token)
-            start = tag.end()
-        if start < len(text):
-            out.extend(ordinary(text[start:]) if start else ordinary(text))
+            piece = after
+        if piece:
+            out.extend(self._ordinary(piece))
         return out
+
+    def _ordinary(self, text: str) -> list[int]:
+        """``encode_ordinary(text)``, memoised for short texts (a tag's name or attributes, a role,
+        a tool name: they repeat every turn). The list is the memo's own: extend, never mutate."""
+        if len(text) > _SMALL_SEGMENT:
+            return self._enc.encode_ordinary(text)
+        small = self._small
+        ids = small.get(text)
+        if ids is None:
+            if len(small) >= _MEMO_ENTRIES:
+                small.clear()
+            ids = small[text] = self._enc.encode_ordinary(text)
+        return ids
 
     def encode_segment(self, segment: Segment) -> list[int]:
         """Tokenize one segment on its own."""
         if segment.control:
             return self.encode_control(segment.text)
         text = segment.text
-        if len(text) <= _SMALL_SEGMENT:
-            ids = self._small.get(text)
-            if ids is None:
-                if len(self._small) >= _MEMO_ENTRIES:
-                    self._small.clear()
-                ids = self._small[text] = self._enc.encode_ordinary(text)
-            return ids
-        return self.encode_text(text)
+        return self._ordinary(text) if len(text) <= _SMALL_SEGMENT else self.encode_text(text)
 
     def encode_segments(self, segments: Iterable[Segment]) -> list[int]:
         """Tokenize segments, each on its own, and concatenate the ids.
@@ -379,7 +386,7 @@ class K3Tokenizer:
                     extend(self.encode_control(text))
             elif len(text) <= _SMALL_SEGMENT:
                 ids = small.get(text)
-                extend(ids if ids is not None else self.encode_segment(Segment(text, False)))
+                extend(ids if ids is not None else self._ordinary(text))
             else:
                 extend(self.encode_text(text))
         return out
