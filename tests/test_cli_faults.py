@@ -9,7 +9,9 @@ clock) against a stand-in server that accepts connections and never answers.
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -26,7 +28,9 @@ from kimik3 import EngineError
 from kimik3.agents import load_session
 from kimik3.cli import main
 from kimik3.engines import VLLMEngine
-from kimik3.types import UserMessage
+from kimik3.types import AssistantMessage, ToolMessage, UserMessage
+from tests.engines.test_serve_processes import gone
+from tests.test_cli import answer, call
 
 ROOT = Path(__file__).resolve().parents[1]
 _CLEAN = ("KIMIK3_BASE_URL", "KIMIK3_API_KEY", "KIMIK3_MODEL", "KIMIK3_MODEL_PATH", "OPENAI_BASE_URL")
@@ -251,3 +255,79 @@ def test_resume_at_a_message_out_of_range_is_a_user_error_naming_the_range(tmp_p
     tail = " (as `kimik3 show` numbers them)" if at.startswith("-") else ""
     assert r.stderr == f"error: UserError: {name} is out of range: {session} holds messages 0..2{tail}\n"
     assert sessions(tmp_path / "home") == []  # no fork written
+
+
+# -- variants: Ctrl-C at another moment, a resume's typed task ------------------------------------
+
+
+def _script(path: Path, *outputs: str) -> Path:
+    path.write_text(json.dumps(list(outputs)))
+    return path
+
+
+def test_ctrl_c_while_a_tool_runs_exits_130_keeps_the_task_and_leaves_no_process(tmp_path: Path) -> None:
+    # the Ctrl-C comes while the first turn's bash command runs (not during an answer): the task
+    # and the call stay, the call answered as cancelled (it was: its command, in a session of its
+    # own out of the terminal's group, is ended with kimik3); a resume goes on from there
+    ws, home, own = tmp_path / "ws", tmp_path / "home", tmp_path / "mine.jsonl"
+    ws.mkdir()
+    script = _script(tmp_path / "s.json", call("bash", {"command": "echo $$ > pid.txt; exec sleep 300"}),
+                     answer("done"))
+    child = subprocess.Popen([sys.executable, "-m", "kimik3", "run", "the typed task", "--plain", "--script",
+                              str(script), "--session", str(own), "-w", str(ws), "--sandbox", "none"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env(home),
+                             cwd=tmp_path, start_new_session=True)
+    try:
+        for _ in range(1200):
+            if ((ws / "pid.txt").exists() and (ws / "pid.txt").read_text().strip()) or child.poll() is not None:
+                break
+            time.sleep(0.1)
+        sleeper = int((ws / "pid.txt").read_text())
+        os.killpg(child.pid, signal.SIGINT)
+        out, err = child.communicate(timeout=120)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert child.returncode == 130 and err == "interrupted\n", (out, err)
+    assert gone([sleeper]) == []
+    history = load_session(own)
+    assert [m.content for m in history if isinstance(m, UserMessage)] == ["the typed task"]
+    assert [c.function.name for m in history if isinstance(m, AssistantMessage) for c in m.tool_calls or []] == ["bash"]
+    cancelled = "Error: the tool call was cancelled before it finished"
+    assert [m.content for m in history if isinstance(m, ToolMessage)] == [cancelled]
+    again = subprocess.run([sys.executable, "-m", "kimik3", "resume", str(own), "--plain", "--sandbox", "none",
+                            "--script", str(_script(tmp_path / "s2.json", answer("resumed")))],
+                           capture_output=True, text=True, timeout=300, env=child_env(home), cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert [m.content for m in load_session(own) if isinstance(m, ToolMessage)] == [cancelled]
+    assert load_session(own)[-1].content == "resumed"
+
+
+def test_a_resumes_typed_task_is_kept_at_a_hung_server_with_a_runnable_continue_line(
+    tmp_path: Path, hung_server: tuple[str, threading.Event]
+) -> None:
+    # a resume given a new task (not a new session): the task stays, unanswered, and the printed
+    # line, run as printed, answers it in the session's workspace
+    url, _ = hung_server
+    home, ws, own = tmp_path / "home", tmp_path / "w s", tmp_path / "it's.jsonl"
+    ws.mkdir()
+    first = subprocess.run([sys.executable, "-m", "kimik3", "run", "Hi", "--plain", "--script",
+                            str(_script(tmp_path / "a.json", answer("Hello!"))), "--session", str(own), "-w", str(ws),
+                            "--sandbox", "none"], capture_output=True, text=True, timeout=300, env=child_env(home))
+    assert first.returncode == 0, first.stderr
+    before = own.read_bytes()
+    run = subprocess.run([sys.executable, "-m", "kimik3", "resume", str(own), "And?", "--plain", "--base-url", url,
+                          "--model", "k3", "--request-timeout", "0.5", "--sandbox", "none"],
+                         capture_output=True, text=True, timeout=300, env=child_env(home), cwd=tmp_path)
+    assert run.returncode == 1
+    assert run.stderr == "error: APITimeoutError: the request exceeded its total timeout\n"
+    assert own.read_bytes().startswith(before) and load_session(own)[-1] == UserMessage(content="And?")
+    line = f"kimik3 resume {shlex.quote(str(own))} -w {shlex.quote(str(ws))}"  # the recorded engine: a.json
+    assert run.stdout.splitlines()[-1] == f"the task is kept, unanswered, in {own}; continue with: {line}"
+    _script(tmp_path / "a.json", answer("And so."))
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    done = subprocess.run(["bash", "-c", line.replace("kimik3 ", f"{shlex.quote(sys.executable)} -m kimik3 ", 1)],
+                          capture_output=True, text=True, timeout=300, env=child_env(home), cwd=other)
+    assert done.returncode == 0, done.stderr
+    assert [m.content for m in load_session(own)][-2:] == ["And?", "And so."]

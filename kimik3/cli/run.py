@@ -161,8 +161,8 @@ def _sigint_seen() -> Iterator[list[int]]:
 
 
 def _kept_unanswered(session: Path, workspace: str, progress: ProgressView) -> None:
-    """After a run that failed or was interrupted before the model answered: the session it
-    created stays (never deleted: the task typed is in it, unanswered); say how to go on."""
+    """After a run or resume that failed or was interrupted before the model answered: the session
+    stays (never deleted: the task typed is in it, unanswered); say how to go on."""
     try:
         history = load_session(session)
     except (KimiK3Error, OSError):
@@ -225,8 +225,6 @@ def _run_agent(o: Options, workspace: str, task: str | None, history: list[Messa
             writer.close()
         raise
 
-    existed = session.exists()
-
     async def main() -> int:
         result: RunResult[Any] | None = None
         try:
@@ -237,7 +235,7 @@ def _run_agent(o: Options, workspace: str, task: str | None, history: list[Messa
             if writer is not None:
                 writer.close()  # the run's own close, or the engine never started (idempotent)
             progress.summary(result, session if session.exists() else None)
-            if result is None and not existed and session.exists():  # kept: the task is in it
+            if result is None and session.exists():  # kept: a task typed for this run or a resume is in it
                 _kept_unanswered(session, workspace, progress)
             await engine.aclose()
         return 0
