@@ -24,8 +24,8 @@ from ..agents import RunHooks, SessionLog
 from ..tools.coding.api import credential_env
 from .engine import Options, engine_options
 
-__all__ = ["CODE_OPTIONS", "RECORDED_OPTIONS", "EngineHeader", "code_argv", "engine_argv", "recorded_command",
-           "recorded_engine", "recorded_params"]
+__all__ = ["CODE_OPTIONS", "RECORDED_OPTIONS", "EngineHeader", "code_argv", "engine_argv", "given_again",
+           "recorded_command", "recorded_engine", "recorded_params"]
 
 
 # The engine options a session's header records (``"engine": [argv]``) and resume takes back when
@@ -110,6 +110,17 @@ def code_argv(argv: list[str]) -> list[str]:
         if item[0] in CODE_OPTIONS:
             out += item
     return out
+
+
+def given_again(session: str | os.PathLike[str]) -> list[str]:
+    """The code options (:func:`code_argv`) ``session``'s header records, for the ``continue with:
+    kimik3 resume ...`` line of a command that only reads the session (``kimik3 approve``,
+    ``answer``): resume takes them only when given again, so the line gives them. [] when none is
+    recorded, or the file or its record cannot be read (resume then says why itself)."""
+    try:
+        return code_argv(recorded_engine(SessionLog.read(session)))
+    except (SessionError, OSError):
+        return []
 
 
 class EngineHeader(RunHooks):
