@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from kimik3 import ToolError
+from kimik3 import ToolError, UserError
 from kimik3.tools import Tool
 from kimik3.tools.coding import Sandbox, _sandbox, coding_tools
 from kimik3.tools.coding._policy import credential_env, scrub_env
@@ -164,6 +164,24 @@ async def test_credentials_are_not_passed_to_commands_unless_allowed(backend: st
     assert out.split("\n")[:2] == ["OPENAI_API_KEY=value-of-OPENAI_API_KEY", "PLAIN_SETTING=value-of-PLAIN_SETTING"]
     assert out.split("\n")[2].startswith("[exit code: 0")
     await box.aclose()
+
+
+@pytest.mark.parametrize("backend", [*BACKENDS, "none"])
+async def test_a_credential_variable_the_user_names_is_left_out_too(backend: str, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 40 point 3 ("and any the user names"): a credential no rule recognises, by its name
+    # or its value, is left out when named (--deny-env), also when --allow-env names it
+    assert not credential_env("MYCORP_LICENCE", "lic-S3CRET") and not credential_env("DEPLOY_CODE", "dc-S3CRET")
+    for name, value in (("MYCORP_LICENCE", "lic-S3CRET"), ("DEPLOY_CODE", "dc-S3CRET"), ("PLAIN_SETTING", "p")):
+        monkeypatch.setenv(name, value)
+    box = Sandbox(tmp_path, backend, allow_env=["DEPLOY_CODE"], deny_env=["MYCORP_LICENCE", "DEPLOY_CODE"])
+    out = await run(bash_in(box), "env | grep -E '^(MYCORP|DEPLOY|PLAIN)' | sort")
+    assert out.split("\n")[0] == "PLAIN_SETTING=p"
+    assert "S3CRET" not in out and out.split("\n")[1].startswith("[exit code: 0")
+    assert box.info()["deny_env"] == ["MYCORP_LICENCE", "DEPLOY_CODE"]
+    await box.aclose()
+    with pytest.raises(UserError, match="deny_env takes a list of names, not one name"):
+        Sandbox(tmp_path, backend, deny_env="MYCORP_LICENCE")
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
