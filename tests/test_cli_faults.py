@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -331,3 +332,37 @@ def test_a_resumes_typed_task_is_kept_at_a_hung_server_with_a_runnable_continue_
                           capture_output=True, text=True, timeout=300, env=child_env(home), cwd=other)
     assert done.returncode == 0, done.stderr
     assert [m.content for m in load_session(own)][-2:] == ["And?", "And so."]
+
+
+def _on_a_full_disk(tmp_path: Path, free_kib: int, *argv: str) -> subprocess.CompletedProcess[str]:
+    """``kimik3 ARGV`` with ``tmp_path / "disk"`` a 256 KiB tmpfs of which ``free_kib`` KiB are
+    free (a real ENOSPC: a mount namespace of its own, through ``unshare``); what the disk holds
+    at the end is copied to ``tmp_path / "after"``. Skips where the kernel allows no such mount."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    fill = 256 - free_kib
+    shell = (f'mount -t tmpfs -o size=256k none "$1" || exit 99; dd if=/dev/zero of="$1/fill" bs=1k count={fill} '
+             f'2>/dev/null; d=$1; shift; "$@"; rc=$?; rm "$d/fill"; cp -a "$d" "$d/../after"; exit $rc')
+    run = subprocess.run(["unshare", "-rm", "sh", "-c", shell, "sh", str(disk), sys.executable, "-m", "kimik3", *argv],
+                         capture_output=True, text=True, timeout=300, env=child_env(disk / "home"), cwd=tmp_path)
+    if run.returncode == 99 or shutil.which("unshare") is None:
+        pytest.skip(f"no tmpfs in a user namespace here: {run.stderr.strip()}")
+    return run
+
+
+@pytest.mark.parametrize("free_kib", [0, 76])  # no room for the header; room for the task, not the answer
+def test_a_real_full_disk_is_one_typed_line_never_a_0_byte_session(tmp_path: Path, free_kib: int) -> None:
+    script = _script(tmp_path / "big.json", answer("done " * 30000))  # 150 kB: more than what is free
+    own = tmp_path / "disk" / "s.jsonl"
+    run = _on_a_full_disk(tmp_path, free_kib, "run", "the typed task", "--plain", "--sandbox", "none",
+                          "-w", str(tmp_path), "--script", str(script), "--session", str(own))
+    assert run.returncode == 1
+    assert run.stderr == (f"error: SessionError: cannot write session {own}: No space left on device; nothing of "
+                          "this record was kept\n")
+    kept = tmp_path / "after" / "s.jsonl"
+    if free_kib == 0:
+        assert not kept.exists() and "session:" not in run.stdout  # nothing was written: no file at all
+        return
+    assert [m.content for m in load_session(kept) if isinstance(m, UserMessage)] == ["the typed task"]
+    assert run.stdout.splitlines()[-1] == (f"the task is kept, unanswered, in {own}; continue with: "
+                                           f"kimik3 resume {own} -w {tmp_path}")
