@@ -366,3 +366,36 @@ def test_a_real_full_disk_is_one_typed_line_never_a_0_byte_session(tmp_path: Pat
     assert [m.content for m in load_session(kept) if isinstance(m, UserMessage)] == ["the typed task"]
     assert run.stdout.splitlines()[-1] == (f"the task is kept, unanswered, in {own}; continue with: "
                                            f"kimik3 resume {own} -w {tmp_path}")
+
+
+def test_ctrl_c_while_a_resumes_engine_starts_exits_130_and_keeps_the_session_and_its_task(tmp_path: Path) -> None:
+    # variant: the Ctrl-C comes while `kimik3 resume SESSION TASK` starts its embedded engine:
+    # quiet 130, the session untouched byte for byte (the new task is not written before the
+    # engine runs, as `run` writes no session before it: it is still the command line's)
+    model, home, own = tmp_path / "model", tmp_path / "home", tmp_path / "s.jsonl"
+    model.mkdir()
+    first = subprocess.run([sys.executable, "-m", "kimik3", "run", "Hi", "--plain", "--script",
+                            str(_script(tmp_path / "a.json", answer("Hello!"))), "--session", str(own), "-w",
+                            str(tmp_path), "--sandbox", "none"], capture_output=True, text=True, timeout=300,
+                           env=child_env(home))
+    assert first.returncode == 0, first.stderr
+    before = own.read_bytes()
+    started = tmp_path / "started"
+    child = subprocess.Popen([sys.executable, "-c", _FAKE_START, "resume", str(own), "And?", "--plain",
+                              "--model-path", str(model), "--sandbox", "none"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**child_env(home), "STARTED": str(started)}, cwd=tmp_path, start_new_session=True)
+    try:
+        for _ in range(1200):
+            if started.exists() or child.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert started.exists(), child.communicate()
+        os.killpg(child.pid, signal.SIGINT)
+        out, err = child.communicate(timeout=120)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert child.returncode == 130 and err == "interrupted\n", (out, err)
+    assert own.read_bytes().startswith(before)
+    assert own.read_bytes() == before and out.splitlines()[-1] == f"session: {own}"
