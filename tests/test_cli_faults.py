@@ -399,3 +399,36 @@ def test_ctrl_c_while_a_resumes_engine_starts_exits_130_and_keeps_the_session_an
     assert child.returncode == 130 and err == "interrupted\n", (out, err)
     assert own.read_bytes().startswith(before)
     assert own.read_bytes() == before and out.splitlines()[-1] == f"session: {own}"
+
+
+def test_kill_9_of_kimik3_run_as_a_tool_ends_never_says_the_call_did_not_finish(tmp_path: Path) -> None:
+    # variant through the CLI: `kimik3 run` killed -9 the moment its bash call's effect is on
+    # disk (before or after its result is recorded: the race is the point); the resumed model
+    # reads the result, or that it finished with its result lost, or that its outcome is
+    # unknown; never that it did not finish, and the call never runs again
+    ws, home, own = tmp_path / "ws", tmp_path / "home", tmp_path / "s.jsonl"
+    ws.mkdir()
+    script = _script(tmp_path / "s.json", call("bash", {"command": "echo ran >> effect.txt"}), answer("done"))
+    child = subprocess.Popen([sys.executable, "-m", "kimik3", "run", "the typed task", "--plain", "--script",
+                              str(script), "--session", str(own), "-w", str(ws), "--sandbox", "none"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=child_env(home), cwd=tmp_path)
+    try:
+        for _ in range(60000):  # the limit of a hang (10 minutes), not a speed claim
+            if (ws / "effect.txt").exists() or child.poll() is not None:
+                break
+            time.sleep(0.01)
+    finally:
+        child.kill()
+        child.wait(timeout=120)
+    assert (ws / "effect.txt").read_text() == "ran\n"
+    again = subprocess.run([sys.executable, "-m", "kimik3", "resume", str(own), "--plain", "--sandbox", "none",
+                            "--script", str(_script(tmp_path / "s2.json", answer("resumed")))],
+                           capture_output=True, text=True, timeout=300, env=child_env(home), cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    (result,) = [m.content for m in load_session(own) if isinstance(m, ToolMessage)]
+    assert result in ("[exit code: 0]", "Error: this call finished, but the run stopped before its result was "
+                      "recorded, so the result is lost: check what it did before calling it again",
+                      "Error: the run stopped before this call's result was recorded; whether it ran, and how far, "
+                      "is unknown: check before calling it again") or str(result).startswith("[exit code: 0"), result
+    assert "did not finish" not in own.read_text() and "cancelled" not in str(result)
+    assert (ws / "effect.txt").read_text() == "ran\n"  # never run again
