@@ -194,6 +194,15 @@ class _Echo(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("content-length") or 0))
+        if "/ok" in self.path:  # an answer, its model named by the URL it was asked at
+            chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": f"k3 at {self.path}",
+                     "choices": [{"index": 0, "delta": {"role": "assistant", "content": "Hello!"},
+                                  "finish_reason": "stop"}]}
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.end_headers()
+            self.wfile.write(f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode())
+            return
         if "/stream" in self.path:
             event = {"error": {"message": f"key {KEY} revoked for {PASSWORD}", "code": 401}}
             self.send_response(200)
@@ -249,3 +258,33 @@ def await_chat(engine: RemoteEngine) -> None:
             await engine.aclose()
 
     anyio.run(chat)
+
+
+def test_a_run_on_a_credentialed_endpoint_records_and_shows_no_credential(tmp_path: Path, echo_server: str) -> None:
+    # variant of the success path: the session's header, `kimik3 show` and `kimik3 verify`-free
+    # output of a run that worked; the server names the model by the URL it was asked at
+    url = echo_server.replace("http://", f"http://kimi:{PASSWORD}@") + f"/ok/v1?access_token={KEY}#token={TOKEN}"
+    home, session = tmp_path / "home", tmp_path / "s.jsonl"
+    env = {**_CLEAN, "KIMIK3_HOME": str(home)}
+    result = CliRunner().invoke(main, ["run", "ping", "-w", str(tmp_path), "--base-url", url, "--model", "k3",
+                                       "--plain", "--sandbox", "none", "--session", str(session)], env=env)
+    assert result.exit_code == 0, result.output
+    assert "[turn 1] answer: Hello!" in result.stdout
+    header = json.loads(session.read_text().splitlines()[0])
+    assert header["engine"][:2] == ["--base-url", redact_url(url)] and redact_url(url).startswith("http://***@")
+    shown = CliRunner().invoke(main, ["show", str(session)], env=env)
+    assert shown.exit_code == 0 and "Hello!" in shown.output
+    no_secret(result.stdout, result.stderr, shown.output, *files_under(home), session.read_bytes())
+
+
+def test_eval_on_a_credentialed_endpoint_records_no_credential(tmp_path: Path, echo_server: str) -> None:
+    # variant: eval records the model the server says it served (here named by the URL asked)
+    url = echo_server.replace("http://", f"http://kimi:{PASSWORD}@") + f"/ok/v1?access_token={KEY}#token={TOKEN}"
+    suite = tmp_path / "suite" / "t"
+    suite.mkdir(parents=True)
+    (suite / "task.toml").write_text('instruction = "x"\ncheck = "true"\n')
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["eval", str(suite.parent), "--out", str(out), "--base-url", url,
+                                       "--model", "k3", "--plain", "--sandbox", "none"], env=_CLEAN)
+    assert result.exit_code == 0, result.output
+    no_secret(result.stdout, result.stderr, *files_under(out))
