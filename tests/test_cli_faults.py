@@ -432,3 +432,25 @@ def test_kill_9_of_kimik3_run_as_a_tool_ends_never_says_the_call_did_not_finish(
                       "is unknown: check before calling it again") or str(result).startswith("[exit code: 0"), result
     assert "did not finish" not in own.read_text() and "cancelled" not in str(result)
     assert (ws / "effect.txt").read_text() == "ran\n"  # never run again
+
+
+def test_the_continue_line_of_a_session_in_its_workspace_gives_the_engine_again_and_runs_as_printed(
+        tmp_path: Path) -> None:
+    # variant: a session kept in the workspace (`--session ws/s.jsonl -w ws`): resume takes no
+    # engine options from such a file (the agent's tools could rewrite it), so the printed line
+    # gives them itself; run as printed by bash from another folder, it answers the task
+    ws, home = tmp_path / "my ws", tmp_path / "home"
+    ws.mkdir()
+    own = ws / "s.jsonl"
+    script = _script(tmp_path / "empty.json")  # no reply: the run fails, the task is kept
+    run = subprocess.run([sys.executable, "-m", "kimik3", "run", "the typed task", "--plain", "--script", str(script),
+                          "--session", str(own), "-w", str(ws), "--sandbox", "none"],
+                         capture_output=True, text=True, timeout=300, env=child_env(home), cwd=tmp_path)
+    assert run.returncode == 1
+    line = f"kimik3 resume {shlex.quote(str(own))} -w {shlex.quote(str(ws))} --script {script}"
+    assert run.stdout.splitlines()[-1] == f"the task is kept, unanswered, in {own}; continue with: {line}"
+    _script(script, answer("answered"))
+    done = subprocess.run(["bash", "-c", line.replace("kimik3 ", f"{shlex.quote(sys.executable)} -m kimik3 ", 1)],
+                          capture_output=True, text=True, timeout=300, env=child_env(home), cwd=home.parent.parent)
+    assert done.returncode == 0, done.stderr
+    assert [m.content for m in load_session(own)][-2:] == ["the typed task", "answered"]

@@ -46,7 +46,7 @@ from .engine import (
 )
 from .harness import harness_options, harness_parts, sandbox_from_options, sandbox_options, skills_from_options
 from .progress import STOP_REASONS, ProgressView, degraded_lines, progress_view, resume_line, typed_error
-from .recorded import EngineHeader, code_argv, engine_argv, recorded_params
+from .recorded import EngineHeader, engine_argv, recorded_params, resume_argv
 
 __all__ = ["chat_command", "execute", "resume_command", "run_command", "session_workspace", "start_embedded"]
 
@@ -218,7 +218,7 @@ def _run_agent(o: Options, workspace: str, task: str | None, history: list[Messa
         engine = engine_from(o)
         parts = harness_parts(engine, workspace, settings_from(o, engine), progress.note, sandbox, skills)
         argv = engine_argv(o)
-        progress.resume_args = code_argv(argv)
+        progress.resume_args = resume_argv(argv, session, workspace)
         agent = agent_from(o, engine, parts[0], parts[1], [*parts[2], EngineHeader(argv)])
     except BaseException:
         if writer is not None:
