@@ -454,3 +454,27 @@ def test_the_continue_line_of_a_session_in_its_workspace_gives_the_engine_again_
                           capture_output=True, text=True, timeout=300, env=child_env(home), cwd=home.parent.parent)
     assert done.returncode == 0, done.stderr
     assert [m.content for m in load_session(own)][-2:] == ["the typed task", "answered"]
+
+
+@pytest.mark.parametrize(("args", "first"), [
+    ({"max_model_len": 10**9}, "vLLM did not start: ValidationError: 1 validation error for ModelConfig"),
+    ({"max_num_seqs": "many"}, "vLLM did not start: TypeError: '<' not supported between instances of 'int' and "
+                               "'str'"),
+    ({}, "vLLM did not start: ValueError: The repository"),  # k3-tiny's code without trust_remote_code
+], ids=["too-long", "wrong-type", "remote-code"])
+async def test_the_real_vllm_refusing_its_arguments_is_an_engine_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: dict[str, object], first: str) -> None:
+    # variant with the real vLLM (its config checks fail before any process starts): whatever it
+    # raises is an EngineError naming it, and the private temporary folder goes with aclose
+    pytest.importorskip("vllm", reason="vLLM is not installed (make install)")
+    model = ROOT / "models" / "k3-tiny"
+    if not (model / "config.json").exists():
+        pytest.skip("models/k3-tiny is not installed (make install)")
+    monkeypatch.setenv("KIMIK3_HOME", str(tmp_path / "home"))
+    engine = VLLMEngine(str(model), **({"trust_remote_code": True} if args else {}), **args)
+    with pytest.raises(EngineError) as info:
+        await engine.start()
+    assert str(info.value).startswith(first), str(info.value)[:300]
+    private = engine._temp
+    await engine.aclose()
+    assert private is not None and not Path(private).exists()
