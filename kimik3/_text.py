@@ -12,8 +12,8 @@ import re
 import unicodedata
 from urllib.parse import SplitResult, unquote_plus, urlsplit
 
-__all__ = ["REDACTED", "counted", "escaped", "printable", "redact_url", "redact_urls", "shown_json", "shown_link",
-           "shown_text", "visible_text"]
+__all__ = ["REDACTED", "counted", "escaped", "printable", "redact_secrets", "redact_url", "redact_urls", "shown_json",
+           "shown_link", "shown_text", "url_secrets", "visible_text"]
 
 _SURROGATE_RE = re.compile("[\ud800-\udfff]")
 
@@ -216,6 +216,38 @@ def redact_url(url: str) -> str:
         return url
     out = SplitResult(parts.scheme, parts.netloc, parts.path, _params(parts.query), _params(parts.fragment))
     return out.geturl()
+
+
+def url_secrets(url: str) -> list[str]:
+    """The credentials ``url`` carries, as :func:`redact_url` hides them: its userinfo (whole,
+    and the password alone; not the user's name) and the values of its secret-looking query and
+    fragment parameters, each as written and percent-decoded; values under 4 characters are
+    left out (too common to find reliably), the longest first.
+
+    Example: ``url_secrets("http://kimi:pw-1234@h/v1?api-key=k%3D1&model=k3")`` is
+    ``["kimi:pw-1234", "pw-1234", "k%3D1"]`` (``k=1`` is shorter than 4).
+    """
+    found: set[str] = set()
+    head, sep, rest = str(url).partition("://")
+    authority = re.split(r"[/?#]", rest if sep else head, maxsplit=1)[0]
+    if "@" in authority:
+        userinfo = authority[: authority.rindex("@")]
+        found.update((userinfo, *userinfo.split(":", 1)[1:]))
+    for part in re.split(r"[?#]", rest if sep else head)[1:]:
+        for name, eq, value in _PARAM.findall(part):
+            if eq and value and _SECRET_NAME.search(re.sub(r"[-_.\[\]]", "", unquote_plus(name))):
+                found.update((value, unquote_plus(value)))
+    return sorted((f for f in found if len(f) >= 4), key=len, reverse=True)
+
+
+def redact_secrets(text: str, url: str | None) -> str:
+    """``text`` with the URLs in it redacted (:func:`redact_urls`) and each credential ``url``
+    carries (:func:`url_secrets`) replaced by :data:`REDACTED` wherever it stands: what a server
+    echoes of the request (a path with its query, the key alone) in an error kimik3 shows."""
+    text = redact_urls(text)
+    for secret in url_secrets(url) if url else ():
+        text = text.replace(secret, REDACTED)
+    return text
 
 
 def redact_urls(text: str) -> str:

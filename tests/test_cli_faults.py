@@ -9,7 +9,10 @@ clock) against a stand-in server that accepts connections and never answers.
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -26,7 +29,9 @@ from kimik3 import EngineError
 from kimik3.agents import load_session
 from kimik3.cli import main
 from kimik3.engines import VLLMEngine
-from kimik3.types import UserMessage
+from kimik3.types import AssistantMessage, ToolMessage, UserMessage
+from tests.engines.test_serve_processes import gone
+from tests.test_cli import answer, call
 
 ROOT = Path(__file__).resolve().parents[1]
 _CLEAN = ("KIMIK3_BASE_URL", "KIMIK3_API_KEY", "KIMIK3_MODEL", "KIMIK3_MODEL_PATH", "OPENAI_BASE_URL")
@@ -108,7 +113,7 @@ def test_ctrl_c_during_the_first_answer_exits_130_and_keeps_the_task(
     assert child.returncode == 130 and err == "interrupted\n"
     assert [m.content for m in load_session(own) if isinstance(m, UserMessage)] == ["the typed task"]
     assert out.splitlines()[-1] == (f"the task is kept, unanswered, in {own}; continue with: "
-                                    f"kimik3 resume {own} -w {tmp_path}")
+                                    f"kimik3 resume {own} -w {tmp_path} --base-url {url} --model k3")
 
 
 def test_request_timeout_is_for_an_endpoint(tmp_path: Path) -> None:
@@ -265,3 +270,227 @@ def test_resume_at_in_a_session_without_messages_says_it_holds_none(tmp_path: Pa
     name, tail = (f"--at {at}", " (as `kimik3 show` numbers them)") if at == "-1" else (f"message {at}", "")
     assert (r.exit_code, r.stderr) == (1, f"error: UserError: {name} is out of range: {session} holds no messages{tail}\n")
     assert sessions(tmp_path / "home") == []
+
+
+# -- variants: Ctrl-C at another moment, a resume's typed task ------------------------------------
+
+
+def _script(path: Path, *outputs: str) -> Path:
+    path.write_text(json.dumps(list(outputs)))
+    return path
+
+
+def test_ctrl_c_while_a_tool_runs_exits_130_keeps_the_task_and_leaves_no_process(tmp_path: Path) -> None:
+    # the Ctrl-C comes while the first turn's bash command runs (not during an answer): the task
+    # and the call stay, the call answered as cancelled (it was: its command, in a session of its
+    # own out of the terminal's group, is ended with kimik3); a resume goes on from there
+    ws, home, own = tmp_path / "ws", tmp_path / "home", tmp_path / "mine.jsonl"
+    ws.mkdir()
+    script = _script(tmp_path / "s.json", call("bash", {"command": "echo $$ > pid.txt; exec sleep 300"}),
+                     answer("done"))
+    child = subprocess.Popen([sys.executable, "-m", "kimik3", "run", "the typed task", "--plain", "--script",
+                              str(script), "--session", str(own), "-w", str(ws), "--sandbox", "none"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env(home),
+                             cwd=tmp_path, start_new_session=True)
+    try:
+        for _ in range(1200):
+            if ((ws / "pid.txt").exists() and (ws / "pid.txt").read_text().strip()) or child.poll() is not None:
+                break
+            time.sleep(0.1)
+        sleeper = int((ws / "pid.txt").read_text())
+        os.killpg(child.pid, signal.SIGINT)
+        out, err = child.communicate(timeout=120)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert child.returncode == 130 and err == "interrupted\n", (out, err)
+    assert gone([sleeper]) == []
+    history = load_session(own)
+    assert [m.content for m in history if isinstance(m, UserMessage)] == ["the typed task"]
+    assert [c.function.name for m in history if isinstance(m, AssistantMessage) for c in m.tool_calls or []] == ["bash"]
+    cancelled = "Error: the tool call was cancelled before it finished"
+    assert [m.content for m in history if isinstance(m, ToolMessage)] == [cancelled]
+    again = subprocess.run([sys.executable, "-m", "kimik3", "resume", str(own), "--plain", "--sandbox", "none",
+                            "--script", str(_script(tmp_path / "s2.json", answer("resumed")))],
+                           capture_output=True, text=True, timeout=300, env=child_env(home), cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert [m.content for m in load_session(own) if isinstance(m, ToolMessage)] == [cancelled]
+    assert load_session(own)[-1].content == "resumed"
+
+
+def test_a_resumes_typed_task_is_kept_at_a_hung_server_with_a_runnable_continue_line(
+    tmp_path: Path, hung_server: tuple[str, threading.Event]
+) -> None:
+    # a resume given a new task (not a new session): the task stays, unanswered, and the printed
+    # line, run as printed, answers it in the session's workspace
+    url, _ = hung_server
+    home, ws, own = tmp_path / "home", tmp_path / "w s", tmp_path / "it's.jsonl"
+    ws.mkdir()
+    first = subprocess.run([sys.executable, "-m", "kimik3", "run", "Hi", "--plain", "--script",
+                            str(_script(tmp_path / "a.json", answer("Hello!"))), "--session", str(own), "-w", str(ws),
+                            "--sandbox", "none"], capture_output=True, text=True, timeout=300, env=child_env(home))
+    assert first.returncode == 0, first.stderr
+    before = own.read_bytes()
+    run = subprocess.run([sys.executable, "-m", "kimik3", "resume", str(own), "And?", "--plain", "--base-url", url,
+                          "--model", "k3", "--request-timeout", "0.5", "--sandbox", "none"],
+                         capture_output=True, text=True, timeout=300, env=child_env(home), cwd=tmp_path)
+    assert run.returncode == 1
+    assert run.stderr == "error: APITimeoutError: the request exceeded its total timeout\n"
+    assert own.read_bytes().startswith(before) and load_session(own)[-1] == UserMessage(content="And?")
+    line = f"kimik3 resume {shlex.quote(str(own))} -w {shlex.quote(str(ws))}"  # the recorded engine: a.json
+    assert run.stdout.splitlines()[-1] == f"the task is kept, unanswered, in {own}; continue with: {line}"
+    _script(tmp_path / "a.json", answer("And so."))
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    done = subprocess.run(["bash", "-c", line.replace("kimik3 ", f"{shlex.quote(sys.executable)} -m kimik3 ", 1)],
+                          capture_output=True, text=True, timeout=300, env=child_env(home), cwd=other)
+    assert done.returncode == 0, done.stderr
+    assert [m.content for m in load_session(own)][-2:] == ["And?", "And so."]
+
+
+def _on_a_full_disk(tmp_path: Path, free_kib: int, *argv: str) -> subprocess.CompletedProcess[str]:
+    """``kimik3 ARGV`` with ``tmp_path / "disk"`` a 256 KiB tmpfs of which ``free_kib`` KiB are
+    free (a real ENOSPC: a mount namespace of its own, through ``unshare``); what the disk holds
+    at the end is copied to ``tmp_path / "after"``. Skips where the kernel allows no such mount."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    fill = 256 - free_kib
+    shell = (f'mount -t tmpfs -o size=256k none "$1" || exit 99; dd if=/dev/zero of="$1/fill" bs=1k count={fill} '
+             f'2>/dev/null; d=$1; shift; "$@"; rc=$?; rm "$d/fill"; cp -a "$d" "$d/../after"; exit $rc')
+    run = subprocess.run(["unshare", "-rm", "sh", "-c", shell, "sh", str(disk), sys.executable, "-m", "kimik3", *argv],
+                         capture_output=True, text=True, timeout=300, env=child_env(disk / "home"), cwd=tmp_path)
+    if run.returncode == 99 or shutil.which("unshare") is None:
+        pytest.skip(f"no tmpfs in a user namespace here: {run.stderr.strip()}")
+    return run
+
+
+@pytest.mark.parametrize("free_kib", [0, 76])  # no room for the header; room for the task, not the answer
+def test_a_real_full_disk_is_one_typed_line_never_a_0_byte_session(tmp_path: Path, free_kib: int) -> None:
+    script = _script(tmp_path / "big.json", answer("done " * 30000))  # 150 kB: more than what is free
+    own = tmp_path / "disk" / "s.jsonl"
+    run = _on_a_full_disk(tmp_path, free_kib, "run", "the typed task", "--plain", "--sandbox", "none",
+                          "-w", str(tmp_path), "--script", str(script), "--session", str(own))
+    assert run.returncode == 1
+    assert run.stderr == (f"error: SessionError: cannot write session {own}: No space left on device; nothing of "
+                          "this record was kept\n")
+    kept = tmp_path / "after" / "s.jsonl"
+    if free_kib == 0:
+        assert not kept.exists() and "session:" not in run.stdout  # nothing was written: no file at all
+        return
+    assert [m.content for m in load_session(kept) if isinstance(m, UserMessage)] == ["the typed task"]
+    assert run.stdout.splitlines()[-1] == (f"the task is kept, unanswered, in {own}; continue with: "
+                                           f"kimik3 resume {own} -w {tmp_path} --script {script}")
+
+
+def test_ctrl_c_while_a_resumes_engine_starts_exits_130_and_keeps_the_session_and_its_task(tmp_path: Path) -> None:
+    # variant: the Ctrl-C comes while `kimik3 resume SESSION TASK` starts its embedded engine:
+    # quiet 130, the session untouched byte for byte (the new task is not written before the
+    # engine runs, as `run` writes no session before it: it is still the command line's)
+    model, home, own = tmp_path / "model", tmp_path / "home", tmp_path / "s.jsonl"
+    model.mkdir()
+    first = subprocess.run([sys.executable, "-m", "kimik3", "run", "Hi", "--plain", "--script",
+                            str(_script(tmp_path / "a.json", answer("Hello!"))), "--session", str(own), "-w",
+                            str(tmp_path), "--sandbox", "none"], capture_output=True, text=True, timeout=300,
+                           env=child_env(home))
+    assert first.returncode == 0, first.stderr
+    before = own.read_bytes()
+    started = tmp_path / "started"
+    child = subprocess.Popen([sys.executable, "-c", _FAKE_START, "resume", str(own), "And?", "--plain",
+                              "--model-path", str(model), "--sandbox", "none"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**child_env(home), "STARTED": str(started)}, cwd=tmp_path, start_new_session=True)
+    try:
+        for _ in range(1200):
+            if started.exists() or child.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert started.exists(), child.communicate()
+        os.killpg(child.pid, signal.SIGINT)
+        out, err = child.communicate(timeout=120)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert child.returncode == 130 and err == "interrupted\n", (out, err)
+    assert own.read_bytes().startswith(before)
+    assert own.read_bytes() == before and out.splitlines()[-1] == f"session: {own}"
+
+
+def test_kill_9_of_kimik3_run_as_a_tool_ends_never_says_the_call_did_not_finish(tmp_path: Path) -> None:
+    # variant through the CLI: `kimik3 run` killed -9 the moment its bash call's effect is on
+    # disk (before or after its result is recorded: the race is the point); the resumed model
+    # reads the result, or that it finished with its result lost, or that its outcome is
+    # unknown; never that it did not finish, and the call never runs again
+    ws, home, own = tmp_path / "ws", tmp_path / "home", tmp_path / "s.jsonl"
+    ws.mkdir()
+    script = _script(tmp_path / "s.json", call("bash", {"command": "echo ran >> effect.txt"}), answer("done"))
+    child = subprocess.Popen([sys.executable, "-m", "kimik3", "run", "the typed task", "--plain", "--script",
+                              str(script), "--session", str(own), "-w", str(ws), "--sandbox", "none"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=child_env(home), cwd=tmp_path)
+    try:
+        for _ in range(60000):  # the limit of a hang (10 minutes), not a speed claim
+            if (ws / "effect.txt").exists() or child.poll() is not None:
+                break
+            time.sleep(0.01)
+    finally:
+        child.kill()
+        child.wait(timeout=120)
+    assert (ws / "effect.txt").read_text() == "ran\n"
+    last = load_session(own)[-1]
+    if not (isinstance(last, AssistantMessage) and not last.tool_calls):  # else the run ended before the kill
+        again = subprocess.run([sys.executable, "-m", "kimik3", "resume", str(own), "--plain", "--sandbox", "none",
+                                "--script", str(_script(tmp_path / "s2.json", answer("resumed")))],
+                               capture_output=True, text=True, timeout=300, env=child_env(home), cwd=tmp_path)
+        assert again.returncode == 0, again.stderr
+    (result,) = [m.content for m in load_session(own) if isinstance(m, ToolMessage)]
+    assert result in ("[exit code: 0]", "Error: this call finished, but the run stopped before its result was "
+                      "recorded, so the result is lost: check what it did before calling it again",
+                      "Error: the run stopped before this call's result was recorded; whether it ran, and how far, "
+                      "is unknown: check before calling it again") or str(result).startswith("[exit code: 0"), result
+    assert "did not finish" not in own.read_text() and "cancelled" not in str(result)
+    assert (ws / "effect.txt").read_text() == "ran\n"  # never run again
+
+
+def test_the_continue_line_of_a_session_in_its_workspace_gives_the_engine_again_and_runs_as_printed(
+        tmp_path: Path) -> None:
+    # variant: a session kept in the workspace (`--session ws/s.jsonl -w ws`): resume takes no
+    # engine options from such a file (the agent's tools could rewrite it), so the printed line
+    # gives them itself; run as printed by bash from another folder, it answers the task
+    ws, home = tmp_path / "my ws", tmp_path / "home"
+    ws.mkdir()
+    own = ws / "s.jsonl"
+    script = _script(tmp_path / "empty.json")  # no reply: the run fails, the task is kept
+    run = subprocess.run([sys.executable, "-m", "kimik3", "run", "the typed task", "--plain", "--script", str(script),
+                          "--session", str(own), "-w", str(ws), "--sandbox", "none"],
+                         capture_output=True, text=True, timeout=300, env=child_env(home), cwd=tmp_path)
+    assert run.returncode == 1
+    line = f"kimik3 resume {shlex.quote(str(own))} -w {shlex.quote(str(ws))} --script {script}"
+    assert run.stdout.splitlines()[-1] == f"the task is kept, unanswered, in {own}; continue with: {line}"
+    _script(script, answer("answered"))
+    done = subprocess.run(["bash", "-c", line.replace("kimik3 ", f"{shlex.quote(sys.executable)} -m kimik3 ", 1)],
+                          capture_output=True, text=True, timeout=300, env=child_env(home), cwd=home.parent.parent)
+    assert done.returncode == 0, done.stderr
+    assert [m.content for m in load_session(own)][-2:] == ["the typed task", "answered"]
+
+
+@pytest.mark.parametrize(("args", "first"), [
+    ({"max_model_len": 10**9}, "vLLM did not start: ValidationError: 1 validation error for ModelConfig"),
+    ({"max_num_seqs": "many"}, "vLLM did not start: TypeError: '<' not supported between instances of 'int' and "
+                               "'str'"),
+    ({}, "vLLM did not start: ValueError: The repository"),  # k3-tiny's code without trust_remote_code
+], ids=["too-long", "wrong-type", "remote-code"])
+async def test_the_real_vllm_refusing_its_arguments_is_an_engine_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: dict[str, object], first: str) -> None:
+    # variant with the real vLLM (its config checks fail before any process starts): whatever it
+    # raises is an EngineError naming it, and the private temporary folder goes with aclose
+    pytest.importorskip("vllm", reason="vLLM is not installed (make install)")
+    model = ROOT / "models" / "k3-tiny"
+    if not (model / "config.json").exists():
+        pytest.skip("models/k3-tiny is not installed (make install)")
+    monkeypatch.setenv("KIMIK3_HOME", str(tmp_path / "home"))
+    engine = VLLMEngine(str(model), **({"trust_remote_code": True} if args else {}), **args)
+    with pytest.raises(EngineError) as info:
+        await engine.start()
+    assert str(info.value).startswith(first), str(info.value)[:300]
+    private = engine._temp
+    await engine.aclose()
+    assert private is not None and not Path(private).exists()

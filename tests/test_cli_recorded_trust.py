@@ -214,3 +214,30 @@ def test_the_first_line_names_only_the_recorded_options_used(tmp_path: Path, mon
     assert out.stdout.splitlines()[0] == ("engine as the session records it: --base-url http://127.0.0.1:9/v1 "
                                           "--request-timeout 30")
     assert chosen[1].model == "from-env"
+
+
+def test_approves_continue_line_gives_the_recorded_code_options_again_and_runs_as_printed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 40 point 5, variant: `kimik3 approve` printed `kimik3 resume SESSION` alone for a run on
+    # an engine with code options, which resume then refused; from another folder
+    from tests.harness.test_resume_workspace import deferred
+
+    session, ws, other = deferred(tmp_path)
+    model = tmp_path / "my model"
+    model.mkdir()
+    header_with(session, engine=["--model-path", str(model), "--preset", "auto", "--trust-remote-code",
+                                 "--engine-arg", "max_num_seqs=8"])
+    monkeypatch.chdir(other)
+    out = invoke(["approve", str(session), "--all"], tmp_path / "home")
+    assert out.exit_code == 0, out.output
+    line = out.stdout.splitlines()[-1]
+    assert line == (f"continue with: kimik3 resume {shlex.quote(str(session))} --preset auto --trust-remote-code "
+                    "--engine-arg max_num_seqs=8")
+    chosen = spy(monkeypatch)
+    again = invoke([*shlex.split(line.removeprefix("continue with: "))[1:], "--plain", "--sandbox", "none"],
+                   tmp_path / "home")
+    assert again.exit_code == 7, again.output  # the engine chosen, as recorded and given again
+    (o,) = chosen
+    assert (o.model_path, o.preset, o.trust_remote_code, o.engine_arg) == (str(model), "auto", True,
+                                                                           [("max_num_seqs", 8)])
+    assert (ws / "marker.txt").exists() and (other / "marker.txt").exists()  # nothing ran yet

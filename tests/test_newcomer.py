@@ -200,7 +200,8 @@ def test_a_run_that_never_reached_the_model_keeps_the_task(tmp_path: Path, sessi
     kept = tmp_path / "mine.jsonl" if session else sessions(tmp_path)[0]
     assert [m.content for m in load_session(kept) if m.role == "user"] == ["Hi"]
     assert run.stdout.splitlines()[-1] == (f"the task is kept, unanswered, in {kept}; continue with: "
-                                           f"kimik3 resume {kept} -w {tmp_path}")
+                                           f"kimik3 resume {kept} -w {tmp_path} --base-url "
+                                           "http://127.0.0.1:9/v1 --model k3")  # kept in its workspace: given again
 
 
 def test_a_failed_resume_keeps_its_session(tmp_path: Path) -> None:
@@ -209,7 +210,9 @@ def test_a_failed_resume_keeps_its_session(tmp_path: Path) -> None:
     before = (tmp_path / "s.jsonl").read_text()
     run = run_cli(tmp_path, "resume", "s.jsonl", "And?", "--plain", "--base-url", "http://127.0.0.1:9/v1", "--model", "k3")
     assert run.returncode == 1 and (tmp_path / "s.jsonl").read_text().startswith(before)
-    assert run.stdout.splitlines()[-1] == "session: s.jsonl"
+    assert run.stdout.splitlines()[-2:] == ["session: s.jsonl", (  # the resume's typed task is kept too
+        f"the task is kept, unanswered, in {tmp_path / 's.jsonl'}; continue with: kimik3 resume "
+        f"{tmp_path / 's.jsonl'} -w {tmp_path} --base-url http://127.0.0.1:9/v1 --model k3")]
 
 
 @pytest.mark.skipif(shutil.which("git") is None or not (ROOT / ".git").exists(), reason="needs git and a checkout")

@@ -5,15 +5,20 @@ are looked for everywhere it writes."""
 
 from __future__ import annotations
 
+import json
 import socket
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import anyio
 import pytest
 from click.testing import CliRunner
 
-from kimik3 import APIConnectionError, Client, EngineError
-from kimik3._text import redact_url, redact_urls
+from kimik3 import APIConnectionError, AuthenticationError, Client, EngineError
+from kimik3._text import redact_secrets, redact_url, redact_urls, url_secrets
 from kimik3.cli import main
 from kimik3.engines import RemoteEngine
 from kimik3.tools.mcp import MCPServerStreamableHTTP
@@ -59,6 +64,18 @@ def files_under(folder: Path) -> list[bytes]:
 ])
 def test_redact_url(url: str, shown: str) -> None:
     assert redact_url(url) == shown
+
+
+@pytest.mark.parametrize(("url", "secrets"), [
+    ("http://kimi:pw-1234@h/v1?api-key=k%3D12&model=k3", ["kimi:pw-1234", "pw-1234", "k%3D12", "k=12"]),
+    ("http://h/v1#access_token=tok-1&x=long-value", ["tok-1"]),
+    ("u:pw12345@h:8000/v1?token=abcd", ["u:pw12345", "pw12345", "abcd"]),
+    ("http://user@h/?key=ab", ["user"]),  # a userinfo without a password: whole; values under 4 left out
+    ("http://127.0.0.1:8000/v1", []),
+])
+def test_url_secrets(url: str, secrets: list[str]) -> None:
+    assert sorted(url_secrets(url)) == sorted(secrets)
+    assert redact_secrets(f"echo: {' and '.join(secrets)} kimik3", url) == f"echo: {' and '.join(['***'] * len(secrets))} kimik3"
 
 
 def test_redact_urls_in_text_keeps_the_punctuation_around_them() -> None:
@@ -166,3 +183,108 @@ async def test_a_model_call_span_to_a_credentialed_endpoint_carries_host_and_por
     shown = [str(v) for v in attributes.values()] + [str(span.status.description)]
     shown += [str(v) for ev in span.events for v in (ev.attributes or {}).values()]
     no_secret(*shown)
+
+
+class _Echo(BaseHTTPRequestHandler):
+    """A server that echoes the request back in its errors: a 401 naming the path and query as
+    received, or (``/stream`` in the base URL) an error object in a 200 stream quoting the key."""
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length") or 0))
+        if "/ok" in self.path:  # an answer, its model named by the URL it was asked at
+            chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": f"k3 at {self.path}",
+                     "choices": [{"index": 0, "delta": {"role": "assistant", "content": "Hello!"},
+                                  "finish_reason": "stop"}]}
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.end_headers()
+            self.wfile.write(f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode())
+            return
+        if "/stream" in self.path:
+            event = {"error": {"message": f"key {KEY} revoked for {PASSWORD}", "code": 401}}
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.end_headers()
+            self.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
+            return
+        body = json.dumps({"error": {"message": f"bad credentials for {self.path} "
+                                                f"({self.headers.get('authorization')})"}}).encode()
+        self.send_response(401)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.fixture
+def echo_server() -> Iterator[str]:
+    """The base of an :class:`_Echo` server: ``http://127.0.0.1:PORT``."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("where", ["/v1", "/stream/v1"])
+def test_a_server_echoing_the_request_in_its_error_shows_no_credential(
+        tmp_path: Path, echo_server: str, where: str) -> None:
+    # variant: the server's own error text holds the key (a path and query as received, the
+    # key alone), not a URL that redact_urls would find
+    url = echo_server.replace("http://", f"http://kimi:{PASSWORD}@") + f"{where}?api-key={KEY}#access_token={TOKEN}"
+    home = tmp_path / "home"
+    result = CliRunner().invoke(main, ["run", "ping", "-w", str(tmp_path), "--base-url", url, "--model", "k3",
+                                       "--plain", "--sandbox", "none"], env={**_CLEAN, "KIMIK3_HOME": str(home)})
+    assert result.exit_code == 1
+    assert result.stderr.startswith("error: AuthenticationError: ") and "***" in result.stderr, result.stderr
+    no_secret(result.stdout, result.stderr, *files_under(home))
+    engine = RemoteEngine(base_url=url, model="k3")
+    with pytest.raises(AuthenticationError) as info:
+        await_chat(engine)
+    cause = info.value.__cause__
+    no_secret(str(info.value), repr(info.value.body), str(cause), repr(getattr(cause, "body", None)))
+
+
+def await_chat(engine: RemoteEngine) -> None:
+    async def chat() -> None:
+        try:
+            await Client(engine, max_retries=0).chat([{"role": "user", "content": "hi"}])
+        finally:
+            await engine.aclose()
+
+    anyio.run(chat)
+
+
+def test_a_run_on_a_credentialed_endpoint_records_and_shows_no_credential(tmp_path: Path, echo_server: str) -> None:
+    # variant of the success path: the session's header, `kimik3 show` and `kimik3 verify`-free
+    # output of a run that worked; the server names the model by the URL it was asked at
+    url = echo_server.replace("http://", f"http://kimi:{PASSWORD}@") + f"/ok/v1?access_token={KEY}#token={TOKEN}"
+    home, session = tmp_path / "home", tmp_path / "s.jsonl"
+    env = {**_CLEAN, "KIMIK3_HOME": str(home)}
+    result = CliRunner().invoke(main, ["run", "ping", "-w", str(tmp_path), "--base-url", url, "--model", "k3",
+                                       "--plain", "--sandbox", "none", "--session", str(session)], env=env)
+    assert result.exit_code == 0, result.output
+    assert "[turn 1] answer: Hello!" in result.stdout
+    header = json.loads(session.read_text().splitlines()[0])
+    assert header["engine"][:2] == ["--base-url", redact_url(url)] and redact_url(url).startswith("http://***@")
+    shown = CliRunner().invoke(main, ["show", str(session)], env=env)
+    assert shown.exit_code == 0 and "Hello!" in shown.output
+    no_secret(result.stdout, result.stderr, shown.output, *files_under(home), session.read_bytes())
+
+
+def test_eval_on_a_credentialed_endpoint_records_no_credential(tmp_path: Path, echo_server: str) -> None:
+    # variant: eval records the model the server says it served (here named by the URL asked)
+    url = echo_server.replace("http://", f"http://kimi:{PASSWORD}@") + f"/ok/v1?access_token={KEY}#token={TOKEN}"
+    suite = tmp_path / "suite" / "t"
+    suite.mkdir(parents=True)
+    (suite / "task.toml").write_text('instruction = "x"\ncheck = "true"\n')
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["eval", str(suite.parent), "--out", str(out), "--base-url", url,
+                                       "--model", "k3", "--plain", "--sandbox", "none"], env=_CLEAN)
+    assert result.exit_code == 0, result.output
+    no_secret(result.stdout, result.stderr, *files_under(out))

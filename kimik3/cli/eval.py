@@ -136,6 +136,7 @@ def run_command(ctx: click.Context, /, suite: str, out: str, concurrency: int, r
                         sandbox_read=tuple(params.get("allow_read") or ()),
                         sandbox_write=tuple(params.get("allow_write") or ()),
                         deny_read=tuple(params.get("deny_read") or ()), allow_env=tuple(params.get("allow_env") or ()),
+                        deny_env=tuple(params.get("deny_env") or ()),
                         project_instructions=not params.get("no_agents_md"),
                         extra_tools=extra if o.mcp or o.plan else None)
     try:

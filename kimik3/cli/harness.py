@@ -32,8 +32,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def sandbox_options(f: F) -> F:
-    """``--sandbox``, ``--network``, ``--allow-read``, ``--allow-write``, ``--deny-read``, ``--allow-env``
-    (``run``, ``resume``, ``chat``, ``eval``)."""
+    """``--sandbox``, ``--network``, ``--allow-read``, ``--allow-write``, ``--deny-read``, ``--allow-env``,
+    ``--deny-env`` (``run``, ``resume``, ``chat``, ``eval``)."""
     options = [
         click.option("--sandbox", type=click.Choice(["auto", "bwrap", "landlock", "none"]), default="auto",
                      show_default=True,
@@ -52,6 +52,9 @@ def sandbox_options(f: F) -> F:
         click.option("--allow-env", multiple=True, metavar="NAME",
                      help="Pass the credential variable NAME (an API key, a token) to sandboxed commands; others "
                           "are left out (repeatable)."),
+        click.option("--deny-env", multiple=True, metavar="NAME",
+                     help="Leave the variable NAME out of sandboxed commands' environment too: a credential of "
+                          "yours that kimik3 does not recognise by its name or value (repeatable)."),
     ]
     for option in reversed(options):
         f = option(f)
@@ -74,7 +77,8 @@ def sandbox_from_options(workspace: str, note: Callable[[str], None], skills: Sk
         skills.on_warning = said
     box = Sandbox(workspace, params.get("sandbox") or "auto", network=bool(params.get("network")),
                   read=[*(params.get("allow_read") or ()), *extra], write=list(params.get("allow_write") or ()),
-                  deny_read=list(params.get("deny_read") or ()), allow_env=list(params.get("allow_env") or ()))
+                  deny_read=list(params.get("deny_read") or ()), allow_env=list(params.get("allow_env") or ()),
+                  deny_env=list(params.get("deny_env") or ()))
     note(box.describe())
     for line in held:
         note(line)

@@ -24,8 +24,8 @@ from ..agents import RunHooks, SessionLog
 from ..tools.coding.api import credential_env
 from .engine import Options, engine_options
 
-__all__ = ["CODE_OPTIONS", "RECORDED_OPTIONS", "EngineHeader", "code_argv", "engine_argv", "recorded_command",
-           "recorded_engine", "recorded_params"]
+__all__ = ["CODE_OPTIONS", "RECORDED_OPTIONS", "EngineHeader", "code_argv", "engine_argv", "given_again",
+           "recorded_command", "recorded_engine", "recorded_params", "resume_argv"]
 
 
 # The engine options a session's header records (``"engine": [argv]``) and resume takes back when
@@ -110,6 +110,28 @@ def code_argv(argv: list[str]) -> list[str]:
         if item[0] in CODE_OPTIONS:
             out += item
     return out
+
+
+def resume_argv(argv: list[str], session: str | os.PathLike[str],
+                workspace: str | os.PathLike[str] | None) -> list[str]:
+    """What a ``continue with: kimik3 resume ...`` line gives again of the engine options ``argv``
+    (:func:`engine_argv`'s): the code options (:func:`code_argv`), which resume never takes from
+    the session file; all of them when the session lies in its ``workspace``, where resume takes
+    none from it (:func:`_own_file`)."""
+    inside = workspace is not None and Path(session).resolve().is_relative_to(Path(workspace).resolve())
+    return list(argv) if inside else code_argv(argv)
+
+
+def given_again(session: str | os.PathLike[str]) -> list[str]:
+    """:func:`resume_argv` of the engine options ``session``'s header records, for the ``continue
+    with: kimik3 resume ...`` line of a command that only reads the session (``kimik3 approve``,
+    ``answer``). [] when none is recorded, or the file or its record cannot be read (resume then
+    says why itself)."""
+    try:
+        log = SessionLog.read(session)
+        return resume_argv(recorded_engine(log), session, log.workspace())
+    except (SessionError, OSError):
+        return []
 
 
 class EngineHeader(RunHooks):

@@ -47,7 +47,7 @@ from .engine import (
 )
 from .harness import harness_options, harness_parts, sandbox_from_options, sandbox_options, skills_from_options
 from .progress import STOP_REASONS, ProgressView, degraded_lines, progress_view, resume_line, typed_error
-from .recorded import EngineHeader, code_argv, engine_argv, recorded_params
+from .recorded import EngineHeader, engine_argv, recorded_params, resume_argv
 
 __all__ = ["chat_command", "execute", "resume_command", "run_command", "session_workspace", "start_embedded"]
 
@@ -162,8 +162,8 @@ def _sigint_seen() -> Iterator[list[int]]:
 
 
 def _kept_unanswered(session: Path, workspace: str, progress: ProgressView) -> None:
-    """After a run that failed or was interrupted before the model answered: the session it
-    created stays (never deleted: the task typed is in it, unanswered); say how to go on."""
+    """After a run or resume that failed or was interrupted before the model answered: the session
+    stays (never deleted: the task typed is in it, unanswered); say how to go on."""
     try:
         history = load_session(session)
     except (KimiK3Error, OSError):
@@ -219,14 +219,12 @@ def _run_agent(o: Options, workspace: str, task: str | None, history: list[Messa
         engine = engine_from(o)
         parts = harness_parts(engine, workspace, settings_from(o, engine), progress.note, sandbox, skills)
         argv = engine_argv(o)
-        progress.resume_args = code_argv(argv)
+        progress.resume_args = resume_argv(argv, session, workspace)
         agent = agent_from(o, engine, parts[0], parts[1], [*parts[2], EngineHeader(argv)])
     except BaseException:
         if writer is not None:
             writer.close()
         raise
-
-    existed = session.exists()
 
     async def main() -> int:
         result: RunResult[Any] | None = None
@@ -238,7 +236,7 @@ def _run_agent(o: Options, workspace: str, task: str | None, history: list[Messa
             if writer is not None:
                 writer.close()  # the run's own close, or the engine never started (idempotent)
             progress.summary(result, session if session.exists() else None)
-            if result is None and not existed and session.exists():  # kept: the task is in it
+            if result is None and session.exists():  # kept: a task typed for this run or a resume is in it
                 _kept_unanswered(session, workspace, progress)
             await engine.aclose()
         return 0

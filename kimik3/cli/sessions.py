@@ -32,6 +32,7 @@ from ..agents import (
 from ..harness import undo
 from ..tools.coding.api import show_path
 from .progress import PlainProgress, progress_view, resume_line
+from .recorded import given_again
 
 __all__ = ["answer_command", "approve_command", "show_command", "undo_command"]
 
@@ -152,7 +153,7 @@ def approve_command(ctx: click.Context, session: str, allow: tuple[str, ...], de
         what = ("still waiting: " if d is None else "denied: " if isinstance(d, Deny)
                 else shown_call("edited to ", d.arguments, ": ") if isinstance(d, Edit) else "approved: ")
         plain.note(shown_call(f"{what}{escaped(p.name)} ", p.arguments, f"  id={escaped(p.id)}"))
-    plain.note(f"continue with: {resume_line(session)}")
+    plain.note(f"continue with: {resume_line(session, extra=given_again(session))}")
 
 
 def _typed(text: str, kind: object, field: str) -> object:
@@ -241,7 +242,7 @@ def answer_command(ctx: click.Context, session: str, call_id: str, text: str | N
     for line in pending.shown():
         plain.note(line)
     plain.note(printable(f"answered: {json.dumps(answers, ensure_ascii=False)}" if not decline else "declined"))
-    plain.note(f"continue with: {resume_line(session)}")
+    plain.note(f"continue with: {resume_line(session, extra=given_again(session))}")
 
 
 @click.command(name="undo")

@@ -22,7 +22,7 @@ import logging
 import os
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack, contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
@@ -37,10 +37,10 @@ from .._exceptions import (
     KimiK3Error,
 )
 from .._models import MOONSHOT_HOSTS, host_of, model_info
-from .._text import redact_url
+from .._text import redact_secrets, redact_url, url_secrets
 from ..types import Routing
 from ._counts import MAX_COUNT, shown_int
-from ._http import Event, read_events, retry_after, status_error, transport_error, within
+from ._http import Event, is_error_payload, read_events, retry_after, status_error, transport_error, within
 from ._routing import DEFAULT_ROUTING_HEADERS, check_routing_headers, names_user_field, routing_headers
 
 if TYPE_CHECKING:
@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 __all__ = ["OpenAIEndpoint", "default_api_key", "map_openai_error", "openai_errors"]
 
 log = logging.getLogger("kimik3.engines.remote")
+E = TypeVar("E", bound=BaseException)
 
 
 def map_openai_error(e: Exception, base_url: str | None = None) -> Exception:
@@ -95,13 +96,35 @@ def _request_url(e: Exception) -> str:
 @contextmanager
 def openai_errors(base_url: str | None = None) -> Iterator[None]:
     """The one place ``openai`` exceptions become kimik3's typed errors (:func:`map_openai_error`;
-    ``base_url``: the endpoint's, named by connection errors)."""
+    ``base_url``: the endpoint's, named by connection errors). The credentials ``base_url``
+    carries are gone from the error's message and body, and from the ``openai`` error it is
+    raised from, also where the server echoed them (its path and query, the key alone)."""
     import openai
 
     try:
         yield
     except openai.OpenAIError as e:
-        raise map_openai_error(e, base_url) from e
+        raise _without_secrets(map_openai_error(_without_secrets(e, base_url), base_url), base_url) from e
+
+
+def _scrubbed(value: Any, base_url: str | None) -> Any:
+    """``value`` (text, or JSON of dicts and lists) with the credentials of ``base_url``
+    (:func:`~kimik3._text.redact_secrets`) gone, where a server echoed the request (issue 40)."""
+    if isinstance(value, str):
+        return redact_secrets(value, base_url)
+    if isinstance(value, Mapping):
+        return {k: _scrubbed(v, base_url) for k, v in value.items()}
+    return [_scrubbed(v, base_url) for v in value] if isinstance(value, list) else value
+
+
+def _without_secrets(e: E, base_url: str | None) -> E:
+    """``e`` with the credentials of ``base_url`` gone from its message and body (:func:`_scrubbed`)."""
+    if base_url is not None and url_secrets(base_url):
+        e.args = tuple(_scrubbed(a, base_url) for a in e.args)
+        for name in ("message", "body"):
+            if isinstance(getattr(e, name, None), (str, dict, list)):
+                setattr(e, name, _scrubbed(getattr(e, name), base_url))
+    return e
 
 
 def default_api_key(base_url: str | None) -> str:
@@ -344,9 +367,12 @@ class OpenAIEndpoint:
                 async with AsyncExitStack() as stack:
                     request = resource.with_streaming_response.create(**kwargs)
                     response = await within(deadline, stack.enter_async_context(request))
-                    async for event in read_events(response, deadline=deadline):
+                    secret = bool(self.base_url and url_secrets(self.base_url))
+                    async for kind, data in read_events(response, deadline=deadline):
                         received = True
-                        yield event
+                        if secret and isinstance(data, Mapping) and (kind == "error" or is_error_payload(data)):
+                            data = _scrubbed(data, self.base_url)  # an error its reader raises: no credential
+                        yield kind, data
         except ContextLengthExceededError as e:
             self.learn_limit(str(kwargs.get("model") or ""), e)
             raise

@@ -90,12 +90,13 @@ class EvalConfig:
         max_turns: caps each task's turn budget.
         max_usd: caps each task's USD budget (``Budgets.usd``; sub-agents' cost included).
         pricing: the agent's prices (:class:`~kimik3.Agent`'s ``pricing``).
-        sandbox, network, sandbox_read, sandbox_write, deny_read, allow_env: the sandbox policy of
+        sandbox, network, sandbox_read, sandbox_write, deny_read, allow_env, deny_env: the sandbox policy of
             every command of an attempt, the agent's ``bash`` and the task's ``setup`` and
             ``check`` alike: "auto" (bubblewrap where it works, else Landlock, else none),
             "bwrap" / "landlock" (required) or "none", the network, more paths readable /
-            writable / unreadable, and the credential variables passed, as ``kimik3 run
-            --sandbox --network --allow-read --allow-write --deny-read --allow-env``
+            writable / unreadable, the credential variables passed and more variables left out,
+            as ``kimik3 run --sandbox --network --allow-read --allow-write --deny-read --allow-env
+            --deny-env``
             (:class:`~kimik3.tools.coding.Sandbox`: the one place that leaves credentials out).
         project_instructions: give the model the workspace's ``AGENTS.md``.
         extra_tools: called once per attempt for more tools (MCP servers, the plan tool).
@@ -112,6 +113,7 @@ class EvalConfig:
     sandbox_write: Sequence[str | os.PathLike[str]] = ()
     deny_read: Sequence[str | os.PathLike[str]] = ()
     allow_env: Sequence[str] = ()
+    deny_env: Sequence[str] = ()
     project_instructions: bool = True
     extra_tools: Callable[[], Sequence[Tool | Toolset]] | None = None
 
@@ -124,7 +126,8 @@ class EvalConfig:
             UserError: a ``sandbox_read`` / ``sandbox_write`` path that does not exist.
         """
         return Sandbox(workspace, self.sandbox, network=self.network, read=[*self.sandbox_read, *read],
-                       write=list(self.sandbox_write), deny_read=list(self.deny_read), allow_env=list(self.allow_env))
+                       write=list(self.sandbox_write), deny_read=list(self.deny_read), allow_env=list(self.allow_env),
+                       deny_env=list(self.deny_env))
 
     def budgets(self, task: EvalTask) -> Budgets:
         """The task's budgets, turns capped by :attr:`max_turns`, USD by :attr:`max_usd`."""

@@ -429,7 +429,9 @@ def test_cli_resume_of_a_waiting_session_says_what_to_do(tmp_path: Path) -> None
     assert ("stopped: approval_required (tool calls await a person's decision: kimik3 approve SESSION, then "
             "kimik3 resume SESSION)") in lines
     assert f'awaiting approval: write_line {{"text": "hello"}}  id={pending.id}' in lines
-    assert lines[-2:] == [f"decide with: kimik3 approve {session}", f"continue with: kimik3 resume {session}"]
+    # the session lies in its workspace, so resume takes no engine from it: the line gives it again
+    assert lines[-2:] == [f"decide with: kimik3 approve {session}",
+                          f"continue with: kimik3 resume {session} --script {script}"]
 
 
 def test_an_assistant_message_replayed_exactly_after_the_deferral(tmp_path: Path) -> None:

@@ -127,3 +127,22 @@ async def test_the_session_records_a_closed_connection_as_interrupted_not_length
     await Agent(engine=engine_).run("x", session=tmp_path / "t.jsonl")
     records = [json.loads(line) for line in (tmp_path / "t.jsonl").read_text().splitlines()]
     assert [r["finish_reason"] for r in records if "finish_reason" in r] == ["length", "stop"]
+
+
+@pytest.mark.parametrize(("reply", "recorded"), [
+    # cut while the model still reasons (nothing of the answer yet): interrupted, never "length"
+    (lambda: Reply(parts=sse([d({"reasoning_content": "let me th"})], done=False), cut=True), "interrupted"),
+    # cut after the finish chunk, before usage and [DONE]: the answer was whole
+    (lambda: Reply(parts=sse([d({"reasoning_content": "ok"}), d({"content": "Paris"}, "stop")], done=False),
+                   cut=True), "stop"),
+    # cut after the output limit's own finish chunk: that is "length"
+    (lambda: Reply(parts=sse([d({"reasoning_content": "ok"}), d({"content": "Par"}, "length")], done=False),
+                   cut=True), "length"),
+], ids=["mid-reasoning", "after-stop", "after-length"])
+async def test_a_cut_at_another_moment_is_recorded_as_what_happened(reply: object, recorded: str,
+                                                                     tmp_path: Path) -> None:
+    async with SSEServer([reply(), good("chat")]) as server:  # type: ignore[operator]
+        agent = Agent(engine=RemoteEngine(base_url=server.base_url, model="k3"))
+        await agent.run("x", session=tmp_path / "s.jsonl")
+    records = [json.loads(line) for line in (tmp_path / "s.jsonl").read_text().splitlines()]
+    assert next(r["finish_reason"] for r in records if "finish_reason" in r) == recorded

@@ -86,7 +86,7 @@ def start(tmp_path: Path, script: str, *args: str) -> subprocess.Popen[bytes]:
                             stderr=subprocess.PIPE, start_new_session=True)
 
 
-@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM])
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT])
 def test_no_process_outlives_kimik3_serve(tmp_path: Path, how: signal.Signals) -> None:
     pids_file = tmp_path / "pids"
     serve = start(tmp_path, SERVE, TREE, str(pids_file), str(tmp_path))

@@ -264,3 +264,28 @@ def test_a_suite_name_cannot_draw_a_line_of_evals_own(tmp_path: Path) -> None:
     (suite / "t\npass rate: 100.0%" / "task.toml").unlink()
     code, text = invoke(str(suite), "--out", str(tmp_path / "o"), "--script", str(script), "--plain")
     assert code == 2 and "suite/t\\u000apass rate: 100.0% is a task folder without a task.toml" in text
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_no_credential_reaches_setup_the_agent_or_the_check(tmp_path: Path, mode: str) -> None:
+    # issue 40 point 3: a hostile setup and check (and the model's bash) print their whole
+    # environment into the results; kimik3's key variables and one the user names (--deny-env)
+    # are nowhere in what eval writes or prints
+    secrets = {"KIMIK3_API_KEY": "k3-S3CRET", "MOONSHOT_API_KEY": "ms-S3CRET", "OPENAI_API_KEY": "oa-S3CRET",
+               "MYCORP_LICENCE": "lic-S3CRET"}
+    suite = tmp_path / "suite"
+    write_task(suite, "t", "Hi", "cat setup-env.txt; env; exit 1", setup="env > setup-env.txt")
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps([calls(("bash", {"command": "env"})), "Hello"]))
+    out = tmp_path / "out"
+    r = CliRunner().invoke(main, ["eval", str(suite), "--out", str(out), "--script", str(script), "--plain",
+                                  "--sandbox", mode, "--deny-env", "MYCORP_LICENCE"],
+                           env={**_CLEAN, **secrets, "PLAIN_SETTING": "p-VISIBLE"})
+    assert r.exit_code == 0, r.output
+    (result,), _ = read_results(out / "results.jsonl")
+    assert result.check_output.count("PLAIN_SETTING=p-VISIBLE") == 2  # setup's and the check's environment
+    written = [p.read_bytes() for p in out.rglob("*") if p.is_file()]
+    assert any(b"PLAIN_SETTING=p-VISIBLE" in data for data in written if b'"tool"' in data)  # the model's bash
+    for value in secrets.values():
+        assert value not in r.output and not any(value.encode() in data for data in written), value
+    assert json.loads((out / "eval.json").read_text())["sandbox_policy"]["deny_env"] == ["MYCORP_LICENCE"]

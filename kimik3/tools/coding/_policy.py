@@ -227,12 +227,14 @@ def credential_env(name: str, value: str | None = None) -> bool:
     return not (_PLACE_SUFFIX.search(name) or os.path.lexists(path))  # a path names the secret, is not one
 
 
-def scrub_env(env: Mapping[str, str], allow: Iterable[str] = ()) -> dict[str, str]:
+def scrub_env(env: Mapping[str, str], allow: Iterable[str] = (), deny: Iterable[str] = ()) -> dict[str, str]:
     """``env`` without the credentials (:func:`credential_env`, by name and value) but those named
-    in ``allow``: the environment of every command a sandbox runs (``bash``, background processes,
-    eval's ``setup`` and ``check``), whatever the backend."""
-    allowed = set(allow)
-    return {k: v for k, v in env.items() if k in allowed or not credential_env(k, v)}
+    in ``allow``, and without the variables named in ``deny`` (the user's own credentials that no
+    rule recognises, ``--deny-env``; it wins over ``allow``): the environment of every command a
+    sandbox runs (``bash``, background processes, eval's ``setup`` and ``check``), whatever the
+    backend."""
+    allowed, denied = set(allow), set(deny)
+    return {k: v for k, v in env.items() if k not in denied and (k in allowed or not credential_env(k, v))}
 
 
 def preloads(env: Mapping[str, str]) -> list[str]:

@@ -198,24 +198,29 @@ class Sandbox:
         deny_read: more paths never readable, like the secrets (``--deny-read``).
         allow_env: names of credential variables to pass to the commands after all (``--allow-env``;
             the rest are left out: :func:`~kimik3.tools.coding._policy.scrub_env`).
+        deny_env: names of more variables to leave out, credentials of the user's own that no rule
+            recognises (``--deny-env``; a name in both lists is left out).
 
     Raises:
         SandboxUnavailableError: ``mode="bwrap"`` / ``"landlock"`` where it cannot run (the fix named).
-        UserError: an unknown mode, or a ``read`` / ``write`` / ``deny_read`` path that does not exist.
+        UserError: an unknown mode, a ``read`` / ``write`` / ``deny_read`` path that does not exist,
+            or one name given as ``allow_env`` / ``deny_env`` instead of a list.
     """
 
     def __init__(self, root: str | os.PathLike[str], mode: SandboxMode = "auto", *, network: bool = False,
                  read: Any = (), write: Any = (), limits: ProcessLimits | None = None, deny_read: Any = (),
-                 allow_env: Any = ()) -> None:
+                 allow_env: Any = (), deny_env: Any = ()) -> None:
         self.root = Path(root).resolve()
         self.requested = mode
         self.network = network
         self.read = existing(read, "sandbox_read")
         self.write = existing(write, "sandbox_write")
         self.deny_read = existing(deny_read, "deny_read")
-        if isinstance(allow_env, str):
-            raise UserError(f"allow_env takes a list of names, not one name ({allow_env!r})")
+        for field, names in (("allow_env", allow_env), ("deny_env", deny_env)):
+            if isinstance(names, str):
+                raise UserError(f"{field} takes a list of names, not one name ({names!r})")
         self.allow_env = list(allow_env)
+        self.deny_env = list(deny_env)
         self.secrets = self._secrets()
         self.linked: list[tuple[int, int]] = []  # (st_dev, st_ino) of secret files with hard links
         self._stamp: SecretStamp | None = None  # what the running supervisor's secrets were built from
@@ -395,6 +400,8 @@ class Sandbox:
                 out["deny_read"] = self.deny_read
         if self.allow_env:
             out["allow_env"] = self.allow_env
+        if self.deny_env:
+            out["deny_env"] = self.deny_env
         if self.reason is not None:
             out["reason"] = self.reason
         return out
@@ -622,7 +629,7 @@ class Sandbox:
                                                    ("CPU", limits.cpu_seconds if cpu else None)) if value}
         if limits.processes and self.mode == "bwrap" and os.geteuid() != 0:
             rlimits["NPROC"] = 4 * limits.processes  # counted in the sandbox's user namespace
-        env = scrub_env(env, self.allow_env)
+        env = scrub_env(env, self.allow_env, self.deny_env)
         out_r, out_w = os.pipe()
         status_r, status_w = os.pipe()
         control_r, control_w = os.pipe()
