@@ -431,6 +431,7 @@ async def test_the_first_line_never_says_tmp_is_private_when_the_workspace_holds
         os.unlink(name)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("swap", [
     "mv .agents .old && mkdir -p .agents/skills/deploy",  # the folder above the kept one renamed away
     "rm -rf .agents/skills; mkdir -p /tmp/evil/deploy; ln -s /tmp/evil .agents/skills; d=/tmp/evil/deploy",
