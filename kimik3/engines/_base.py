@@ -60,6 +60,14 @@ class ModelCall:
         self._busy = False  # a task awaits the source's next event
 
     @property
+    def source(self) -> CallSource:
+        """The generator behind the call (its events, then its completion), for a consumer that
+        takes the whole call over instead of iterating it (kimik3's Client: one layer per event,
+        issue 44): it iterates the source to its completion and closes it; the call itself is
+        then left unused."""
+        return self._source
+
+    @property
     def completion(self) -> ChatCompletion:
         """The completion (available once every event was consumed).
 

@@ -7,8 +7,10 @@ import asyncio
 
 import pytest
 
-from kimik3 import Client, MediaError, ScriptedEngine, UserError
+from kimik3 import Client, EngineError, MediaError, ScriptedEngine, UserError
+from kimik3.engines import CallSource, ModelCall
 from kimik3.formats.k3 import ContentDelta, render_output
+from kimik3.types import ChatRequest
 
 
 def _answer(text: str) -> str:
@@ -53,3 +55,28 @@ async def test_token_engine_refuses_http_image_urls(url: str) -> None:
     with pytest.raises(MediaError, match=r"ScriptedEngine encodes the prompt locally and fetches no image URL"):
         await Client(engine).chat([message])
     assert engine.remaining == 1  # nothing was generated
+
+
+async def test_an_engine_stream_that_ends_without_a_completion_is_an_engine_error_and_closed() -> None:
+    """The Client iterates the engine call's source itself (ModelCall.source: one wrapper per
+    event, issue 44): a source that stops before its completion is still an EngineError, after the
+    events it gave, and the source is closed."""
+    closed: list[str] = []
+
+    class Cut(ScriptedEngine):
+        def stream(self, request: ChatRequest, **_: object) -> ModelCall:
+            async def source() -> CallSource:
+                try:
+                    yield ContentDelta(delta="partial")
+                finally:
+                    closed.append("source")
+
+            return ModelCall(source())
+
+    client = Client(Cut([_answer("unused")]))
+    seen: list[object] = []
+    with pytest.raises(EngineError, match="the engine's stream ended without a completion"):
+        async with client.stream([{"role": "user", "content": "hi"}]) as call:
+            async for event in call:
+                seen.append(event)
+    assert seen == [ContentDelta(delta="partial")] and closed == ["source"]
