@@ -14,7 +14,7 @@ from ._checks import check_instance, check_int
 from ._defaults import MAX_RETRIES, RETRY_AFTER_MAX, RETRY_BACKOFF_INITIAL, RETRY_BACKOFF_MAX, RETRY_JITTER
 from ._exceptions import APIConnectionError, EngineError, RateLimitError, ServiceUnavailableError
 from ._tracing import Span
-from .engines import CallSource, Engine, ModelCall, RemoteEngine
+from .engines import NO_COMPLETION, CallSource, Engine, ModelCall, RemoteEngine
 from .formats.k3 import K3Tokenizer, PromptCache
 from .types import ChatCompletion, ChatRequest, Message, ModelSettings, ResponseFormat, ToolChoice, ToolSpec
 
@@ -205,7 +205,7 @@ class Client:
                             started = True
                             yield item
                         else:
-                            raise EngineError("the engine's stream ended without a completion")
+                            raise EngineError(NO_COMPLETION)
                     finally:
                         await source.aclose()
                     break

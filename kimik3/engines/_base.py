@@ -43,6 +43,9 @@ __all__ = ["CallSource", "ChatEngine", "Engine", "ModelCall", "TokenEngine"]
 CallSource: TypeAlias = AsyncGenerator["Event | ChatCompletion", None]
 """What an engine's call generator yields: events, then exactly one completion (last)."""
 
+NO_COMPLETION = "the engine's stream ended without a completion"
+"""The :class:`EngineError` of a call source that ended before its completion."""
+
 
 class ModelCall:
     """One model call: an async context manager and an async iterator of :data:`Event` s that
@@ -114,7 +117,7 @@ class ModelCall:
         except StopAsyncIteration:
             self._busy = False
             await self.aclose()
-            raise EngineError("the engine's stream ended without a completion") from None
+            raise EngineError(NO_COMPLETION) from None
         except BaseException:
             self._busy = False
             await self.aclose()
