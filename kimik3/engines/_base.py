@@ -65,9 +65,9 @@ class ModelCall:
     @property
     def source(self) -> CallSource:
         """The generator behind the call (its events, then its completion), for a consumer that
-        takes the whole call over instead of iterating it (kimik3's Client: one layer per event,
-        issue 44): it iterates the source to its completion and closes it; the call itself is
-        then left unused."""
+        takes the whole call over instead of iterating it (kimik3's Client and Agent: one layer per
+        event, issue 44): it iterates the source to its completion and closes it (a source that
+        ends first: ``EngineError(NO_COMPLETION)``); the call itself is then left unused."""
         return self._source
 
     @property
