@@ -12,9 +12,9 @@ import anyio
 from . import _tracing
 from ._checks import check_instance, check_int
 from ._defaults import MAX_RETRIES, RETRY_AFTER_MAX, RETRY_BACKOFF_INITIAL, RETRY_BACKOFF_MAX, RETRY_JITTER
-from ._exceptions import APIConnectionError, RateLimitError, ServiceUnavailableError
+from ._exceptions import APIConnectionError, EngineError, RateLimitError, ServiceUnavailableError
 from ._tracing import Span
-from .engines import CallSource, Engine, ModelCall, RemoteEngine
+from .engines import NO_COMPLETION, CallSource, Engine, ModelCall, RemoteEngine
 from .formats.k3 import K3Tokenizer, PromptCache
 from .types import ChatCompletion, ChatRequest, Message, ModelSettings, ResponseFormat, ToolChoice, ToolSpec
 
@@ -196,11 +196,18 @@ class Client:
             while True:
                 started = False
                 try:
-                    async with self.engine.stream(request, prompt_cache=prompt_cache) as call:
-                        async for event in call:
+                    source = self.engine.stream(request, prompt_cache=prompt_cache).source  # no second wrapper
+                    try:
+                        async for item in source:
+                            if isinstance(item, ChatCompletion):
+                                completion = item
+                                break
                             started = True
-                            yield event
-                        completion = call.completion
+                            yield item
+                        else:
+                            raise EngineError(NO_COMPLETION)
+                    finally:
+                        await source.aclose()
                     break
                 except _RETRYABLE as e:
                     delay = self._retry_delay(e, started, attempt)

@@ -47,9 +47,9 @@ import anyio
 from .. import _tracing
 from .._checks import check_instance
 from .._client import Client
-from .._exceptions import UserError
+from .._exceptions import EngineError, UserError
 from .._pricing import Pricing
-from ..engines import Engine, ModelCall
+from ..engines import NO_COMPLETION, Engine, ModelCall
 from ..formats.k3 import K3Tokenizer, ToolCallDone
 from ..tools import Tool, ToolResult, Toolset, failures, stray_cancellation, unwrap_group
 from ..tools.failures import FailureText, default_failure_text
@@ -463,12 +463,20 @@ class Agent(Generic[OutputT]):
         """One turn: a model call, its tools; ends with its named :data:`TurnOutcome` (calls that did
         not run are named to the model; a turn with no answer and no call is never the answer)."""
         await self._sync_tools(run)
-        async with self._model_call(run, self._request(run)) as call:  # too big: agents/_overflow.py
-            async for event in call:
+        # the call's source, not the call: each event passes one wrapper less (issue 44)
+        source = self._model_call(run, self._request(run)).source  # too big: agents/_overflow.py
+        try:
+            async for event in source:
+                if isinstance(event, ChatCompletion):
+                    completion = event
+                    break
                 if isinstance(event, ToolCallDone) and event.error is not None:
                     run.call_errors[event.id] = event.error  # kept, but answered with the reason
                 yield event
-        completion = call.completion
+            else:
+                raise EngineError(NO_COMPLETION)
+        finally:
+            await source.aclose()
         message = completion.message
         if completion.failed_tool_calls:  # a chat server's undecodable calls: kept with {}, answered with why
             run.call_errors.update(failed_call_errors(completion))

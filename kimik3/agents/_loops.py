@@ -165,11 +165,13 @@ class LoopBreaker:
                 return Loop(tuple(k for k, _ in steps[end - p:end]), rounds)
         return None
 
-    def check(self, call: ToolCall) -> Step:
+    def check(self, call: ToolCall, key: str | None = None) -> Step:
         """Before ``call`` runs: its step's index (for :meth:`settle`), whether it runs, and the
         loop it would extend (None: none). A call that extends a loop past ``loop_block`` is
-        recorded with the result the loop gave each time."""
-        key = call_key(call)
+        recorded with the result the loop gave each time. ``key``: its :func:`call_key` when
+        already made (None: made here)."""
+        if key is None:
+            key = call_key(call)
         index = len(self.steps)
         predicted = _UNKNOWN
         for p in range(1, self.cycle + 1):
@@ -204,13 +206,16 @@ class LoopBreaker:
         none does). Calls made together are checked in the order their calls were first made in
         the run (new ones last, in call order), so the same batch sent in another order each turn
         repeats the same steps."""
-        first: dict[str, int] = {}
-        for i, (key, _) in enumerate(self.steps):
-            first.setdefault(key, i)
         keys = [call_key(call) for call in calls]
+        order: Sequence[int] = range(len(calls))
+        if len(calls) > 1:  # one call has one order (issue 44: no index of the run's steps a turn)
+            first: dict[str, int] = {}
+            for i, (key, _) in enumerate(self.steps):
+                first.setdefault(key, i)
+            order = sorted(order, key=lambda i: first.get(keys[i], len(self.steps) + i))
         checked: dict[int, Step] = {}
-        for i in sorted(range(len(calls)), key=lambda i: first.get(keys[i], len(self.steps) + i)):
-            checked[i] = self.check(calls[i])
+        for i in order:
+            checked[i] = self.check(calls[i], keys[i])
         steps = [checked[i] for i in range(len(calls))]
         if not self.warned:  # the model never saw a block: a block first (identical calls in one turn)
             steps = [(i, "block", loop) if verdict == "stop" else (i, verdict, loop) for i, verdict, loop in steps]

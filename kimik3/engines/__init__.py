@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from .._defaults import ReasoningEffort
 from ..formats.k3 import PromptCache, RawChunk
 from ..types import ChatCompletion, ChatRequest, Choice, Usage
+from ._base import NO_COMPLETION as NO_COMPLETION
 from ._base import CallSource as CallSource
 from ._base import ChatEngine, Engine, ModelCall, TokenEngine
 from ._endpoint import OpenAIEndpoint

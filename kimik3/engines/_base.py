@@ -43,6 +43,9 @@ __all__ = ["CallSource", "ChatEngine", "Engine", "ModelCall", "TokenEngine"]
 CallSource: TypeAlias = AsyncGenerator["Event | ChatCompletion", None]
 """What an engine's call generator yields: events, then exactly one completion (last)."""
 
+NO_COMPLETION = "the engine's stream ended without a completion"
+"""The :class:`EngineError` of a call source that ended before its completion."""
+
 
 class ModelCall:
     """One model call: an async context manager and an async iterator of :data:`Event` s that
@@ -58,6 +61,14 @@ class ModelCall:
         self._completion: ChatCompletion | None = None
         self._closed = False
         self._busy = False  # a task awaits the source's next event
+
+    @property
+    def source(self) -> CallSource:
+        """The generator behind the call (its events, then its completion), for a consumer that
+        takes the whole call over instead of iterating it (kimik3's Client and Agent: one layer per
+        event, issue 44): it iterates the source to its completion and closes it (a source that
+        ends first: ``EngineError(NO_COMPLETION)``); the call itself is then left unused."""
+        return self._source
 
     @property
     def completion(self) -> ChatCompletion:
@@ -106,7 +117,7 @@ class ModelCall:
         except StopAsyncIteration:
             self._busy = False
             await self.aclose()
-            raise EngineError("the engine's stream ended without a completion") from None
+            raise EngineError(NO_COMPLETION) from None
         except BaseException:
             self._busy = False
             await self.aclose()

@@ -7,8 +7,10 @@ import asyncio
 
 import pytest
 
-from kimik3 import Client, MediaError, ScriptedEngine, UserError
+from kimik3 import Agent, Client, EngineError, MediaError, ScriptedEngine, UserError
+from kimik3.engines import CallSource, ModelCall
 from kimik3.formats.k3 import ContentDelta, render_output
+from kimik3.types import ChatRequest
 
 
 def _answer(text: str) -> str:
@@ -53,3 +55,44 @@ async def test_token_engine_refuses_http_image_urls(url: str) -> None:
     with pytest.raises(MediaError, match=r"ScriptedEngine encodes the prompt locally and fetches no image URL"):
         await Client(engine).chat([message])
     assert engine.remaining == 1  # nothing was generated
+
+
+class _Cut(ScriptedEngine):
+    """An engine whose call source stops after one event, before its completion."""
+
+    def __init__(self) -> None:
+        super().__init__([_answer("unused")])
+        self.closed: list[str] = []
+
+    def stream(self, request: ChatRequest, **_: object) -> ModelCall:
+        async def source() -> CallSource:
+            try:
+                yield ContentDelta(delta="partial")
+            finally:
+                self.closed.append("source")
+
+        return ModelCall(source())
+
+
+async def test_an_engine_stream_that_ends_without_a_completion_is_an_engine_error_and_closed() -> None:
+    """The Client iterates the engine call's source itself (ModelCall.source: one wrapper per
+    event, issue 44): a source that stops before its completion is still an EngineError, after the
+    events it gave, and the source is closed."""
+    engine = _Cut()
+    seen: list[object] = []
+    with pytest.raises(EngineError, match="the engine's stream ended without a completion"):
+        async with Client(engine).stream([{"role": "user", "content": "hi"}]) as call:
+            async for event in call:
+                seen.append(event)
+    assert seen == [ContentDelta(delta="partial")] and engine.closed == ["source"]
+
+
+async def test_an_agent_over_a_stream_that_ends_without_a_completion_raises_the_engine_error() -> None:
+    """The Agent iterates the client call's source too (issue 44): the same EngineError, after
+    the event, and the engine's source closed."""
+    engine = _Cut()
+    seen: list[object] = []
+    with pytest.raises(EngineError, match="the engine's stream ended without a completion"):
+        async for event in Agent(engine=engine).run_stream("hi"):
+            seen.append(event)
+    assert seen == [ContentDelta(delta="partial")] and engine.closed == ["source"]

@@ -77,6 +77,7 @@ _TAG_SPLIT = re.compile(f"({_TAG.pattern})")  # re.split keeps the tags between 
 
 _SMALL_SEGMENT = 48  # text segments up to this many characters are memoised (tags, attributes)
 _MEMO_ENTRIES = 256
+_CONTROL_PIECE = 160  # raw K3 text between tags up to this many characters is memoised (encode_control)
 """The memo of short segments is emptied when it holds more than this many: the format's own
 text (attributes, role and tool names) repeats every turn and comes back at once, while each
 turn's unique short texts (call ids, paths, one-line reasoning) would otherwise make it grow
@@ -339,17 +340,18 @@ class K3Tokenizer:
                 piece += tag + after
                 continue
             if piece:
-                out.extend(self._ordinary(piece))
+                out.extend(self._ordinary(piece, _CONTROL_PIECE))
             out.append(token)
             piece = after
         if piece:
-            out.extend(self._ordinary(piece))
+            out.extend(self._ordinary(piece, _CONTROL_PIECE))
         return out
 
-    def _ordinary(self, text: str) -> list[int]:
-        """``encode_ordinary(text)``, memoised for short texts (a tag's name or attributes, a role,
-        a tool name: they repeat every turn). The list is the memo's own: extend, never mutate."""
-        if len(text) > _SMALL_SEGMENT:
+    def _ordinary(self, text: str, memo_up_to: int = _SMALL_SEGMENT) -> list[int]:
+        """``encode_ordinary(text)``, memoised for texts up to ``memo_up_to`` characters (a tag's
+        name or attributes, a role, a tool name: they repeat every turn; in raw K3 text, a
+        scripted answer's reasoning: issue 44). The list is the memo's own: extend, never mutate."""
+        if len(text) > memo_up_to:
             return self._enc.encode_ordinary(text)
         small = self._small
         ids = small.get(text)
