@@ -76,19 +76,29 @@ def clear_results(run: _Run, end: int, target: float, *, too_big: bool = False) 
         if not isinstance(m, ToolMessage) or (isinstance(m.content, str) and m.content.startswith(CLEARED_START)):
             continue
         before = run.message_tokens(m)
-        stub = ToolMessage(content=_stub(calls.get(m.tool_call_id or ""), m, before,
-                                         CLEARED_TOO_BIG if too_big else CLEARED_RESULT), tool_call_id=m.tool_call_id,
-                           name=m.name)
-        after = run.message_tokens(stub)
-        if after >= before:
-            continue
-        msgs[i] = stub
-        run.context_tokens -= before - after
-        cleared += 1
-    if cleared:
-        run.cleared_results += cleared
-        _changed(run, f"[{cleared} old tool results cleared]")
-    return cleared
+        cleared += _swap(run, i, before, ToolMessage(
+            content=_stub(calls.get(m.tool_call_id or ""), m, before, CLEARED_TOO_BIG if too_big else CLEARED_RESULT),
+            tool_call_id=m.tool_call_id, name=m.name))
+    return _cleared(run, cleared, f"[{cleared} old tool results cleared]")
+
+
+def _swap(run: _Run, i: int, before: int, stub: Message) -> bool:
+    """Put ``stub`` in place of ``run.messages[i]`` (``before`` tokens) when it is smaller;
+    whether it was."""
+    after = run.message_tokens(stub)
+    if after >= before:
+        return False
+    run.messages[i] = stub
+    run.context_tokens -= before - after
+    return True
+
+
+def _cleared(run: _Run, n: int, why: str) -> int:
+    """Count ``n`` stubbed messages and tell the session (when there are any); returns ``n``."""
+    if n:
+        run.cleared_results += n
+        _changed(run, why)
+    return n
 
 
 def drop_turns(run: _Run, head: int, end: int, target: float) -> int:
@@ -131,13 +141,5 @@ def shorten_users(run: _Run, head: int, target: float) -> int:
         text = m.content if isinstance(m.content, str) else " ".join(getattr(p, "text", "") for p in m.content or ())
         before = run.message_tokens(m)
         stub = UserMessage(content=CLEARED_USER.format(tokens=before, start=text[:_SHOWN] + "..."))
-        after = run.message_tokens(stub)
-        if after >= before:
-            continue
-        msgs[i] = stub
-        run.context_tokens -= before - after
-        cut += 1
-    if cut:
-        run.cleared_results += cut
-        _changed(run, f"[{cut} over-long earlier user messages cut]")
-    return cut
+        cut += _swap(run, i, before, stub)
+    return _cleared(run, cut, f"[{cut} over-long earlier user messages cut]")
