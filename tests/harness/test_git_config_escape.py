@@ -24,7 +24,7 @@ import pytest
 
 from kimik3 import ScriptedEngine
 from kimik3._exceptions import CheckpointError
-from kimik3.harness import CodingHarness, session_checkpoints, undo
+from kimik3.harness import FEATURES, CodingHarness, session_checkpoints, undo
 
 from ..procs import needs_bwrap
 from .helpers import answer, calls, git, make_repo
@@ -112,8 +112,11 @@ def control(kind: Kind, repo: Path, marker: Path) -> None:
     assert marker.exists(), "the planted program did not fire with plain git: the test proves nothing"
 
 
+_CHECKPOINTS_ONLY = FEATURES - {"background", "subagents", "read_before_edit"}
+
+
 async def checkpointed_run(ws: Path, session: Path, *turns: str, sandbox: str = "none") -> None:
-    agent = CodingHarness(ws, background=False, subagents=False, read_before_edit=False, sandbox=sandbox).agent(
+    agent = CodingHarness(ws, features=_CHECKPOINTS_ONLY, sandbox=sandbox).agent(
         engine=ScriptedEngine([*turns, answer("done")]))
     result = await agent.run("go", session=session)
     assert result.stop_reason == "completed"
@@ -299,7 +302,7 @@ async def test_checkpoints_never_follow_a_commondir_rewritten_during_the_run(tmp
     ws = make_repo(tmp_path / "ws")
     evil = tmp_path / "evil"
     subprocess.run(["git", "init", "-q", "--bare", str(evil)], check=True)
-    agent = CodingHarness(ws, background=False, subagents=False, read_before_edit=False, sandbox="none").agent(
+    agent = CodingHarness(ws, features=_CHECKPOINTS_ONLY, sandbox="none").agent(
         engine=ScriptedEngine([bash(f"echo changed > a.txt; echo {evil} > .git/commondir"),
                                calls(("write_file", {"path": "user.txt", "content": "second\n"})), answer("done")]))
     with pytest.warns(RuntimeWarning, match="the workspace's repository changed during the run"):
