@@ -11,7 +11,8 @@ engine, K3 parsing and encoding, the tool and the agent are all kimik3's work).
 (b) the loop breaker's cost per call: the same 300-turn run of distinct calls with the breaker
     and with it replaced by a no-op (interleaved ABBA, REPEATS times); the ratio of the two runs'
     CPU per call, same repeat (min / median / max), and the breaker's own CPU per call
-    (``check`` + ``settle`` + ``trim``) measured alone, as a share of the agent's CPU per call.
+    (``screen`` + ``answered`` + ``trim``, as the agent calls it for a lone call) measured alone, as a
+    share of the agent's CPU per call.
 
 Run: .venv/bin/python bench/compaction.py [--turns 1500] [--repeats 5]
 """
@@ -36,7 +37,7 @@ from kimik3.agents import Budgets, CompactionEvent, FinalEvent, TurnEndEvent  # 
 from kimik3.agents import _run as run_module  # noqa: E402
 from kimik3.agents._loops import LoopBreaker  # noqa: E402
 from kimik3.formats.k3 import K3Tokenizer, default_tokenizer, render_output  # noqa: E402
-from kimik3.tools import ToolResult  # noqa: E402
+from kimik3.tools import ToolResult, default_failure_text  # noqa: E402
 from kimik3.types import FunctionCall, Message, ToolCall, UserMessage  # noqa: E402
 
 WINDOW = 16_384
@@ -99,11 +100,11 @@ async def failing_summary(tok: K3Tokenizer, turns: int) -> None:
 class NoBreaker(LoopBreaker):
     """The breaker's interface doing nothing (the baseline of (b))."""
 
-    def check(self, call: ToolCall) -> Any:
-        return 0, "run", None
+    def screen(self, calls: Any, text: Any) -> Any:  # every call runs, no key made, nothing recorded
+        return [(i, "run", None) for i in range(len(calls))], [None] * len(calls), None
 
-    def settle(self, index: int, result: ToolResult) -> Any:
-        return None
+    def answered(self, step: Any, result: ToolResult) -> ToolResult:
+        return result
 
     def trim(self) -> None:
         return None
@@ -137,14 +138,14 @@ async def breaker_cost(tok: K3Tokenizer, repeats: int) -> None:
              for i in range(20_000)]
     results = [ToolResult(content=f"text {i}") for i in range(20_000)]
     start = time.process_time()
-    for c, r in zip(calls, results, strict=True):
-        index, _, _ = breaker.check(c)
-        breaker.settle(index, r)
+    for c, r in zip(calls, results, strict=True):  # what the agent calls for a lone call a turn
+        steps, _, _ = breaker.screen([c], default_failure_text)
+        breaker.answered(steps[0], r)
         breaker.trim()
     alone = (time.process_time() - start) / len(calls)
     print(f"(b) CPU per call, agent with the loop breaker / without (same repeat), {repeats} repeats: "
           f"min {min(ratios):.3f}x, median {statistics.median(ratios):.3f}x, max {max(ratios):.3f}x")
-    print(f"    the breaker alone (check + settle + trim): {alone * 1e6:.1f} us a call, "
+    print(f"    the breaker alone (screen + answered + trim): {alone * 1e6:.1f} us a call, "
           f"{alone / statistics.median(per_call):.2%} of the agent's CPU per call ({statistics.median(per_call) * 1e3:.2f} ms)")
 
 
