@@ -7,10 +7,11 @@ imports nothing of kimik3."""
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import unicodedata
-from urllib.parse import SplitResult, unquote_plus, urlsplit
+from urllib.parse import SplitResult, unquote, unquote_plus, urlsplit
 
 __all__ = ["REDACTED", "counted", "escaped", "printable", "redact_secrets", "redact_url", "redact_urls", "shown_json",
            "shown_link", "shown_text", "url_secrets", "visible_text"]
@@ -220,19 +221,23 @@ def redact_url(url: str) -> str:
 
 def url_secrets(url: str) -> list[str]:
     """The credentials ``url`` carries, as :func:`redact_url` hides them: its userinfo (whole,
-    and the password alone; not the user's name) and the values of its secret-looking query and
-    fragment parameters, each as written and percent-decoded; values under 4 characters are
+    and the password alone, as written and percent-decoded; not the user's name; and
+    ``base64(user:password)``, the ``Authorization: Basic`` value httpx sends for it) and the
+    values of its secret-looking query and fragment parameters, each as written and
+    percent-decoded; values under 4 characters are
     left out (too common to find reliably), the longest first.
 
     Example: ``url_secrets("http://kimi:pw-1234@h/v1?api-key=k%3D1&model=k3")`` is
-    ``["kimi:pw-1234", "pw-1234", "k%3D1"]`` (``k=1`` is shorter than 4).
+    ``["a2ltaTpwdy0xMjM0", "kimi:pw-1234", "pw-1234", "k%3D1"]`` (``k=1`` is shorter than 4).
     """
     found: set[str] = set()
     head, sep, rest = str(url).partition("://")
     authority = re.split(r"[/?#]", rest if sep else head, maxsplit=1)[0]
     if "@" in authority:
         userinfo = authority[: authority.rindex("@")]
-        found.update((userinfo, *userinfo.split(":", 1)[1:]))
+        user, _, password = (unquote(part) for part in userinfo.partition(":"))
+        basic = base64.b64encode(f"{user}:{password}".encode()).decode()  # what httpx sends (Basic auth)
+        found.update((userinfo, *userinfo.split(":", 1)[1:], password, basic))
     for part in re.split(r"[?#]", rest if sep else head)[1:]:
         for name, eq, value in _PARAM.findall(part):
             if eq and value and _SECRET_NAME.search(re.sub(r"[-_.\[\]]", "", unquote_plus(name))):

@@ -67,10 +67,10 @@ def test_redact_url(url: str, shown: str) -> None:
 
 
 @pytest.mark.parametrize(("url", "secrets"), [
-    ("http://kimi:pw-1234@h/v1?api-key=k%3D12&model=k3", ["kimi:pw-1234", "pw-1234", "k%3D12", "k=12"]),
+    ("http://kimi:pw-1234@h/v1?api-key=k%3D12&model=k3", ["kimi:pw-1234", "pw-1234", "a2ltaTpwdy0xMjM0", "k%3D12", "k=12"]),
     ("http://h/v1#access_token=tok-1&x=long-value", ["tok-1"]),
-    ("u:pw12345@h:8000/v1?token=abcd", ["u:pw12345", "pw12345", "abcd"]),
-    ("http://user@h/?key=ab", ["user"]),  # a userinfo without a password: whole; values under 4 left out
+    ("u:pw12345@h:8000/v1?token=abcd", ["u:pw12345", "pw12345", "dTpwdzEyMzQ1", "abcd"]),
+    ("http://user@h/?key=ab", ["user", "dXNlcjo="]),  # no password: whole, and its Basic value; values under 4 left out
     ("http://127.0.0.1:8000/v1", []),
 ])
 def test_url_secrets(url: str, secrets: list[str]) -> None:
@@ -288,3 +288,29 @@ def test_eval_on_a_credentialed_endpoint_records_no_credential(tmp_path: Path, e
                                        "--model", "k3", "--plain", "--sandbox", "none"], env=_CLEAN)
     assert result.exit_code == 0, result.output
     no_secret(result.stdout, result.stderr, *files_under(out))
+
+
+def test_a_server_echoing_the_basic_authorization_of_a_percent_encoded_userinfo_shows_no_credential(
+        tmp_path: Path, echo_server: str) -> None:
+    # attacker variant (x40b): httpx sends a base URL's userinfo as `Authorization: Basic
+    # base64(user:password)`, percent-decoded; a server echoing that header (or the decoded
+    # password) showed the credential, encoded, in the error line and the exception
+    import base64
+
+    user, password = "ki%40mi", "pw%3AS3CRET-1"
+    basic = base64.b64encode(b"ki@mi:pw:S3CRET-1").decode()
+    url = echo_server.replace("http://", f"http://{user}:{password}@") + "/v1"
+    home = tmp_path / "home"
+    result = CliRunner().invoke(main, ["run", "ping", "-w", str(tmp_path), "--base-url", url, "--model", "k3",
+                                       "--plain", "--sandbox", "none"], env={**_CLEAN, "KIMIK3_HOME": str(home)})
+    assert result.exit_code == 1
+    assert result.stderr == "error: AuthenticationError: 401: Error code: 401 - bad credentials for " \
+                            "/v1/chat/completions (Basic ***)\n", result.stderr
+    engine = RemoteEngine(base_url=url, model="k3")
+    with pytest.raises(AuthenticationError) as info:
+        await_chat(engine)
+    shown = [str(info.value), repr(info.value.body), str(info.value.__cause__), result.stdout, *files_under(home)]
+    for text in shown:
+        data = text.encode() if isinstance(text, str) else text
+        assert basic.encode() not in data and b"S3CRET" not in data, data[:400]
+    assert redact_secrets("the password pw:S3CRET-1 of ki@mi", url) == "the password *** of ki@mi"
