@@ -11,6 +11,7 @@ import base64
 import json
 import re
 import unicodedata
+from collections.abc import Sequence
 from urllib.parse import SplitResult, unquote, unquote_plus, urlsplit
 
 __all__ = ["REDACTED", "counted", "escaped", "printable", "redact_secrets", "redact_url", "redact_urls", "shown_json",
@@ -245,12 +246,13 @@ def url_secrets(url: str) -> list[str]:
     return sorted((f for f in found if len(f) >= 4), key=len, reverse=True)
 
 
-def redact_secrets(text: str, url: str | None) -> str:
+def redact_secrets(text: str, url: str | None, also: Sequence[str] = ()) -> str:
     """``text`` with the URLs in it redacted (:func:`redact_urls`) and each credential ``url``
-    carries (:func:`url_secrets`) replaced by :data:`REDACTED` wherever it stands: what a server
-    echoes of the request (a path with its query, the key alone) in an error kimik3 shows."""
+    carries (:func:`url_secrets`), and each of ``also`` (an API key sent with it), replaced by
+    :data:`REDACTED` wherever it stands: what a server echoes of the request (a path with its
+    query, the key alone, its ``Authorization`` header) in an error kimik3 shows."""
     text = redact_urls(text)
-    for secret in url_secrets(url) if url else ():
+    for secret in sorted({*(url_secrets(url) if url else ()), *also}, key=len, reverse=True):
         text = text.replace(secret, REDACTED)
     return text
 

@@ -314,3 +314,23 @@ def test_a_server_echoing_the_basic_authorization_of_a_percent_encoded_userinfo_
         data = text.encode() if isinstance(text, str) else text
         assert basic.encode() not in data and b"S3CRET" not in data, data[:400]
     assert redact_secrets("the password pw:S3CRET-1 of ki@mi", url) == "the password *** of ki@mi"
+
+
+def test_a_server_echoing_the_bearer_api_key_shows_no_credential(tmp_path: Path, echo_server: str) -> None:
+    # attacker variant (x40b): the API key (KIMIK3_API_KEY, not in the URL) echoed back in the
+    # server's 401 (its Authorization header) reached the error line; a placeholder key stays
+    home = tmp_path / "home"
+    args = ["run", "ping", "-w", str(tmp_path), "--base-url", f"{echo_server}/v1", "--model", "k3", "--plain",
+            "--sandbox", "none"]
+    result = CliRunner().invoke(main, args, env={**_CLEAN, "KIMIK3_HOME": str(home), "KIMIK3_API_KEY": KEY})
+    assert result.exit_code == 1
+    assert result.stderr.endswith("error: AuthenticationError: 401: Error code: 401 - bad credentials for "
+                                  "/v1/chat/completions (Bearer ***)\n"), result.stderr
+    no_secret(result.stdout, result.stderr, *files_under(home))
+    engine = RemoteEngine(base_url=f"{echo_server}/stream/v1", api_key=KEY, model="k3")
+    with pytest.raises(AuthenticationError) as info:
+        await_chat(engine)
+    assert str(info.value) == "401: key *** revoked for pw-S3CRET-1"
+    no_secret(repr(info.value.body).replace(PASSWORD, ""), str(info.value.__cause__))
+    placeholder = CliRunner().invoke(main, args, env={**_CLEAN, "KIMIK3_HOME": str(home)})
+    assert placeholder.stderr.endswith("(Bearer EMPTY)\n"), placeholder.stderr
