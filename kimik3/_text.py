@@ -248,11 +248,13 @@ def url_secrets(url: str) -> list[str]:
 
 def redact_secrets(text: str, url: str | None, also: Sequence[str] = ()) -> str:
     """``text`` with the URLs in it redacted (:func:`redact_urls`) and each credential ``url``
-    carries (:func:`url_secrets`), and each of ``also`` (an API key sent with it), replaced by
-    :data:`REDACTED` wherever it stands: what a server echoes of the request (a path with its
-    query, the key alone, its ``Authorization`` header) in an error kimik3 shows."""
+    carries (:func:`url_secrets`), and each of ``also`` (an API key sent with it; one under 8
+    characters is a placeholder such as ``EMPTY`` and stays), replaced by :data:`REDACTED`
+    wherever it stands: what a server echoes of the request (a path with its query, the key
+    alone, its ``Authorization`` header) in an error kimik3 shows."""
     text = redact_urls(text)
-    for secret in sorted({*(url_secrets(url) if url else ()), *also}, key=len, reverse=True):
+    keys = (key for key in also if key and len(key) >= 8)
+    for secret in sorted({*(url_secrets(url) if url else ()), *keys}, key=len, reverse=True):
         text = text.replace(secret, REDACTED)
     return text
 

@@ -334,3 +334,20 @@ def test_a_server_echoing_the_bearer_api_key_shows_no_credential(tmp_path: Path,
     no_secret(repr(info.value.body).replace(PASSWORD, ""), str(info.value.__cause__))
     placeholder = CliRunner().invoke(main, args, env={**_CLEAN, "KIMIK3_HOME": str(home)})
     assert placeholder.stderr.endswith("(Bearer EMPTY)\n"), placeholder.stderr
+
+
+def test_kimik3_verify_shows_no_credential_a_server_echoes(echo_server: str) -> None:
+    # attacker variant (x40b): verify's rows quote the server's answer; a server echoing the
+    # request (the base URL's query in the path, the Basic and Bearer headers) put the key, the
+    # Basic value of the userinfo and the API key in `kimik3 verify`'s rows
+    url = echo_server.replace("http://", f"http://kimi:{PASSWORD}@") + f"/v1?api-key={KEY}"
+    result = CliRunner().invoke(main, ["verify", "--base-url", url, "--model", "k3", "--quick", "--api-key", TOKEN],
+                                env=_CLEAN)
+    assert result.exit_code == 1, result.output
+    assert "HTTP 401: bad credentials for /v1?api-key=***/completions (Basic ***)" in result.output, result.output
+    no_secret(result.output)
+    assert "a2ltaTpwdy1TM0NSRVQtMQ" not in result.output
+    bearer = CliRunner().invoke(main, ["verify", "--base-url", f"{echo_server}/v1", "--model", "k3", "--quick",
+                                       "--api-key", TOKEN], env=_CLEAN)
+    assert "HTTP 401: bad credentials for /v1/completions (Bearer ***)" in bearer.output, bearer.output
+    no_secret(bearer.output)

@@ -111,8 +111,8 @@ def openai_errors(base_url: str | None = None, api_key: str | None = None) -> It
 
 
 def _keys(api_key: str | None) -> tuple[str, ...]:
-    """``api_key`` as a credential to hide, unless a placeholder (under 8 characters: ``EMPTY``)."""
-    return (api_key,) if api_key and len(api_key) >= 8 else ()
+    """``api_key`` as a credential to hide (:func:`~kimik3._text.redact_secrets` keeps a placeholder)."""
+    return (api_key,) if api_key else ()
 
 
 def _scrubbed(value: Any, base_url: str | None, also: Sequence[str] = ()) -> Any:
