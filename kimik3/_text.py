@@ -169,8 +169,9 @@ REDACTED = "***"
 
 # a query or fragment parameter whose name holds one of these (case-insensitive, ``-`` / ``_`` /
 # ``.`` ignored) carries a credential: api-key, api_key, apikey, key, token, access_token, sig,
-# signature, password, secret, client_secret, auth, authorization, X-Amz-Credential, jwt, ...
-_SECRET_NAME = re.compile(r"key|token|secret|sig|pass|pwd|auth|credential|jwt|cookie|session|code", re.I)
+# signature, password, pw, secret, client_secret, auth, authorization, bearer, X-Amz-Credential, jwt, ...
+_SECRET_NAME = re.compile(r"key|token|secret|sig|pass|pwd|^pw$|auth|bearer|credential|jwt|cookie|session|code",
+                          re.I)
 _PARAM = re.compile(r"([^&;=]*)(=?)([^&;]*)")
 # a URL inside free text: a scheme, ``://`` and what follows up to a space, quote or bracket
 _URL_IN_TEXT = re.compile(r"""[A-Za-z][A-Za-z0-9+.-]*://[^\s'"<>`]+""")
@@ -189,8 +190,8 @@ def redact_url(url: str) -> str:
     """``url`` without the credentials it may carry: its userinfo (``user:pw@``) and the values of
     query and fragment parameters whose names look secret (``api-key``, ``api_key``, ``key``,
     ``token``, ``access_token``, ``sig``, ``signature``, ``password``, ``secret``, ``auth``, ...:
-    a name holding ``key``, ``token``, ``secret``, ``sig``, ``pass``, ``pwd``, ``auth``,
-    ``credential``, ``jwt``, ``cookie``, ``session`` or ``code``) each become :data:`REDACTED`.
+    a name holding ``key``, ``token``, ``secret``, ``sig``, ``pass``, ``pwd``, ``auth``, ``bearer``,
+    ``credential``, ``jwt``, ``cookie``, ``session`` or ``code``, or ``pw``) each become :data:`REDACTED`.
 
     The one function for a URL that is printed, logged, recorded or exported (error lines, verify
     output, OpenTelemetry spans, eval records; issue 40). Everything before the last ``@`` of the

@@ -61,6 +61,11 @@ def files_under(folder: Path) -> list[bytes]:
     ("h:8000/v1", "h:8000/v1"),
     ("u:pw@h:8000/v1?x=1", "***@h:8000/v1?x=1"),  # no scheme
     ("http://h/v1?%6Bey=s1&api%2Dkey=s2&plain=1", "http://h/v1?%6Bey=***&api%2Dkey=***&plain=1"),  # encoded names
+    # attacker variants (x40b): a password named pw, a bearer token, repeated and IPv6
+    ("http://[::1]:8000/v1?pw=s1&bearer=s2&Bearer_Token=s3&upward=1", "http://[::1]:8000/v1?pw=***&bearer=***&"
+     "Bearer_Token=***&upward=1"),
+    ("http://u%40x:p%3Aw@[fe80::1]/v1?sig=a&sig=b&X-Amz-Signature=c", "http://***@[fe80::1]/v1?sig=***&sig=***&"
+     "X-Amz-Signature=***"),
 ])
 def test_redact_url(url: str, shown: str) -> None:
     assert redact_url(url) == shown
