@@ -269,3 +269,25 @@ def test_the_continue_line_of_a_credentialed_base_url_runs_as_printed_without_it
     assert again.stderr.startswith(f"error: APIConnectionError: cannot reach the endpoint http://***@"
                                    f"127.0.0.1:{url.split(':')[3].split('/')[0]}/v1/?api-key=***"), again.stderr
     no_secret(first.output, again.output, session.read_bytes())
+
+
+def test_a_continue_line_naming_a_path_with_control_characters_runs_as_printed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # attacker variant (x40b): the printed line drops control characters and bidi overrides
+    # (printable), so a workspace or session path holding them was named as another path;
+    # such a word is printed in bash's $'...' form, which runs as printed; $ ` and - stay quoted
+    import subprocess
+
+    from kimik3 import ScriptedEngine
+
+    ws = tmp_path / "w\x01s\u202e$(x)`y`"
+    ws.mkdir()
+    session = tmp_path / "-s $HOME\x7f\x9b.jsonl"
+    monkeypatch.setattr(cli_run, "engine_from", lambda o: ScriptedEngine([]))  # no reply: the task is kept
+    out = invoke(["run", "task", "--model", "k3", "--base-url", "http://127.0.0.1:9/v1", "-w", str(ws),
+                  "--session", str(session), "--plain", "--sandbox", "none"], tmp_path / "home")
+    assert out.exit_code == 1, out.output
+    line = out.stdout.splitlines()[-1].split("; continue with: ")[1]
+    assert line == f"kimik3 resume $'{tmp_path}/-s $HOME\\x7f\\u009b.jsonl' -w $'{tmp_path}/w\\x01s\\u202e$(x)`y`'"
+    words = subprocess.run(["bash", "-c", f"printf '%s\\0' {line}"], capture_output=True, check=True).stdout
+    assert words.split(b"\0") == [b"kimik3", b"resume", os.fsencode(session), b"-w", os.fsencode(ws), b""]
