@@ -494,3 +494,22 @@ async def test_the_real_vllm_refusing_its_arguments_is_an_engine_error(
     private = engine._temp
     await engine.aclose()
     assert private is not None and not Path(private).exists()
+
+
+def test_ctrl_c_during_verify_exits_130_quietly(tmp_path: Path, hung_server: tuple[str, threading.Event]) -> None:
+    # attacker variant (x40b): `kimik3 verify` left Ctrl-C to click ("Aborted!", exit 1); every
+    # command now ends an interruption as run does (the group's own handler)
+    url, arrived = hung_server
+    child = subprocess.Popen([sys.executable, "-m", "kimik3", "verify", "--base-url", url, "--model", "k3"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=child_env(tmp_path / "home"), cwd=tmp_path, start_new_session=True)
+    try:
+        assert arrived.wait(120), "the request never arrived"
+        os.killpg(child.pid, signal.SIGINT)
+        out, err = child.communicate(timeout=120)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert child.returncode == 130, (out, err)
+    assert err.splitlines()[-1] == "interrupted" and "Aborted" not in err and "Traceback" not in err, err
+    assert out == f"kimik3 verify {url} (timeout 60 s per request)\n"
