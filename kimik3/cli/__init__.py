@@ -76,14 +76,17 @@ __all__ = ["build_agent", "build_engine", "engine_options", "main", "parse_engin
 
 
 class _Main(click.Group):
-    """The ``kimik3`` group: Ctrl-C in any command ends it as ``run`` does, ``interrupted`` on
-    stderr and exit 130 (not click's ``Aborted!`` and 1; issue 40)."""
+    """The ``kimik3`` group: Ctrl-C in any command, also at a question (click's prompt makes it an
+    ``Abort``), ends it as ``run`` does, ``interrupted`` on stderr and exit 130 (not click's
+    ``Aborted!`` and 1; issue 40). An ``Abort`` of an ended input stays click's."""
 
     def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
-        except KeyboardInterrupt:
-            click.echo("interrupted", err=True)
+        except (KeyboardInterrupt, click.Abort) as e:
+            if isinstance(e, click.Abort) and not isinstance(e.__context__, KeyboardInterrupt):
+                raise
+            click.echo("\ninterrupted" if isinstance(e, click.Abort) else "interrupted", err=True)
             ctx.exit(130)
 
 
