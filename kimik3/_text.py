@@ -7,10 +7,12 @@ imports nothing of kimik3."""
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import unicodedata
-from urllib.parse import SplitResult, unquote_plus, urlsplit
+from collections.abc import Sequence
+from urllib.parse import SplitResult, unquote, unquote_plus, urlsplit
 
 __all__ = ["REDACTED", "counted", "escaped", "printable", "redact_secrets", "redact_url", "redact_urls", "shown_json",
            "shown_link", "shown_text", "url_secrets", "visible_text"]
@@ -167,8 +169,9 @@ REDACTED = "***"
 
 # a query or fragment parameter whose name holds one of these (case-insensitive, ``-`` / ``_`` /
 # ``.`` ignored) carries a credential: api-key, api_key, apikey, key, token, access_token, sig,
-# signature, password, secret, client_secret, auth, authorization, X-Amz-Credential, jwt, ...
-_SECRET_NAME = re.compile(r"key|token|secret|sig|pass|pwd|auth|credential|jwt|cookie|session|code", re.I)
+# signature, password, pw, secret, client_secret, auth, authorization, bearer, X-Amz-Credential, jwt, ...
+_SECRET_NAME = re.compile(r"key|token|secret|sig|pass|pwd|^pw$|auth|bearer|credential|jwt|cookie|session|code",
+                          re.I)
 _PARAM = re.compile(r"([^&;=]*)(=?)([^&;]*)")
 # a URL inside free text: a scheme, ``://`` and what follows up to a space, quote or bracket
 _URL_IN_TEXT = re.compile(r"""[A-Za-z][A-Za-z0-9+.-]*://[^\s'"<>`]+""")
@@ -187,8 +190,8 @@ def redact_url(url: str) -> str:
     """``url`` without the credentials it may carry: its userinfo (``user:pw@``) and the values of
     query and fragment parameters whose names look secret (``api-key``, ``api_key``, ``key``,
     ``token``, ``access_token``, ``sig``, ``signature``, ``password``, ``secret``, ``auth``, ...:
-    a name holding ``key``, ``token``, ``secret``, ``sig``, ``pass``, ``pwd``, ``auth``,
-    ``credential``, ``jwt``, ``cookie``, ``session`` or ``code``) each become :data:`REDACTED`.
+    a name holding ``key``, ``token``, ``secret``, ``sig``, ``pass``, ``pwd``, ``auth``, ``bearer``,
+    ``credential``, ``jwt``, ``cookie``, ``session`` or ``code``, or ``pw``) each become :data:`REDACTED`.
 
     The one function for a URL that is printed, logged, recorded or exported (error lines, verify
     output, OpenTelemetry spans, eval records; issue 40). Everything before the last ``@`` of the
@@ -220,19 +223,23 @@ def redact_url(url: str) -> str:
 
 def url_secrets(url: str) -> list[str]:
     """The credentials ``url`` carries, as :func:`redact_url` hides them: its userinfo (whole,
-    and the password alone; not the user's name) and the values of its secret-looking query and
-    fragment parameters, each as written and percent-decoded; values under 4 characters are
+    and the password alone, as written and percent-decoded; not the user's name; and
+    ``base64(user:password)``, the ``Authorization: Basic`` value httpx sends for it) and the
+    values of its secret-looking query and fragment parameters, each as written and
+    percent-decoded; values under 4 characters are
     left out (too common to find reliably), the longest first.
 
     Example: ``url_secrets("http://kimi:pw-1234@h/v1?api-key=k%3D1&model=k3")`` is
-    ``["kimi:pw-1234", "pw-1234", "k%3D1"]`` (``k=1`` is shorter than 4).
+    ``["a2ltaTpwdy0xMjM0", "kimi:pw-1234", "pw-1234", "k%3D1"]`` (``k=1`` is shorter than 4).
     """
     found: set[str] = set()
     head, sep, rest = str(url).partition("://")
     authority = re.split(r"[/?#]", rest if sep else head, maxsplit=1)[0]
     if "@" in authority:
         userinfo = authority[: authority.rindex("@")]
-        found.update((userinfo, *userinfo.split(":", 1)[1:]))
+        user, _, password = (unquote(part) for part in userinfo.partition(":"))
+        basic = base64.b64encode(f"{user}:{password}".encode()).decode()  # what httpx sends (Basic auth)
+        found.update((userinfo, *userinfo.split(":", 1)[1:], password, basic))
     for part in re.split(r"[?#]", rest if sep else head)[1:]:
         for name, eq, value in _PARAM.findall(part):
             if eq and value and _SECRET_NAME.search(re.sub(r"[-_.\[\]]", "", unquote_plus(name))):
@@ -240,12 +247,15 @@ def url_secrets(url: str) -> list[str]:
     return sorted((f for f in found if len(f) >= 4), key=len, reverse=True)
 
 
-def redact_secrets(text: str, url: str | None) -> str:
+def redact_secrets(text: str, url: str | None, also: Sequence[str] = ()) -> str:
     """``text`` with the URLs in it redacted (:func:`redact_urls`) and each credential ``url``
-    carries (:func:`url_secrets`) replaced by :data:`REDACTED` wherever it stands: what a server
-    echoes of the request (a path with its query, the key alone) in an error kimik3 shows."""
+    carries (:func:`url_secrets`), and each of ``also`` (an API key sent with it; one under 8
+    characters is a placeholder such as ``EMPTY`` and stays), replaced by :data:`REDACTED`
+    wherever it stands: what a server echoes of the request (a path with its query, the key
+    alone, its ``Authorization`` header) in an error kimik3 shows."""
     text = redact_urls(text)
-    for secret in url_secrets(url) if url else ():
+    keys = (key for key in also if key and len(key) >= 8)
+    for secret in sorted({*(url_secrets(url) if url else ()), *keys}, key=len, reverse=True):
         text = text.replace(secret, REDACTED)
     return text
 

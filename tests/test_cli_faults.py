@@ -9,6 +9,7 @@ clock) against a stand-in server that accepts connections and never answers.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -494,3 +495,56 @@ async def test_the_real_vllm_refusing_its_arguments_is_an_engine_error(
     private = engine._temp
     await engine.aclose()
     assert private is not None and not Path(private).exists()
+
+
+def test_ctrl_c_during_verify_exits_130_quietly(tmp_path: Path, hung_server: tuple[str, threading.Event]) -> None:
+    # attacker variant (x40b): `kimik3 verify` left Ctrl-C to click ("Aborted!", exit 1); every
+    # command now ends an interruption as run does (the group's own handler)
+    url, arrived = hung_server
+    child = subprocess.Popen([sys.executable, "-m", "kimik3", "verify", "--base-url", url, "--model", "k3"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=child_env(tmp_path / "home"), cwd=tmp_path, start_new_session=True)
+    try:
+        assert arrived.wait(120), "the request never arrived"
+        os.killpg(child.pid, signal.SIGINT)
+        out, err = child.communicate(timeout=120)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert child.returncode == 130, (out, err)
+    assert err.splitlines()[-1] == "interrupted" and "Aborted" not in err and "Traceback" not in err, err
+    assert out == f"kimik3 verify {url} (timeout 60 s per request)\n"
+
+
+def test_ctrl_c_at_approves_question_exits_130_quietly_and_decides_nothing(tmp_path: Path) -> None:
+    # attacker variant (x40b): click's prompt turns Ctrl-C into Abort ("Aborted!", exit 1)
+    import pty
+
+    from tests.agents.test_deferred import deferred_session
+
+    session, _ = deferred_session(tmp_path)
+    before = session.read_bytes()
+    main_fd, terminal = pty.openpty()
+    child = subprocess.Popen([sys.executable, "-m", "kimik3", "approve", str(session)], stdin=terminal,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env(tmp_path / "home"),
+                             cwd=tmp_path, start_new_session=True)
+    os.close(terminal)
+    try:
+        assert child.stderr is not None
+        shown = b""
+        while b"run this call?" not in shown:  # click's prompt is on stderr
+            data = os.read(child.stderr.fileno(), 4096)
+            assert data, shown
+            shown += data
+        for _ in range(60):  # a Ctrl-C; again while it has not ended (one sent as the prompt is written can go unseen)
+            os.killpg(child.pid, signal.SIGINT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(2)
+                break
+        out, err = child.communicate(timeout=120)
+    finally:
+        if child.poll() is None:
+            child.kill()
+        os.close(main_fd)
+    assert child.returncode == 130 and err.strip() == b"interrupted", (shown, out, err)
+    assert session.read_bytes() == before

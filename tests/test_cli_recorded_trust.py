@@ -241,3 +241,53 @@ def test_approves_continue_line_gives_the_recorded_code_options_again_and_runs_a
     assert (o.model_path, o.preset, o.trust_remote_code, o.engine_arg) == (str(model), "auto", True,
                                                                            [("max_num_seqs", 8)])
     assert (ws / "marker.txt").exists() and (other / "marker.txt").exists()  # nothing ran yet
+
+
+@pytest.mark.parametrize("inside", [True, False])
+def test_the_continue_line_of_a_credentialed_base_url_runs_as_printed_without_it(tmp_path: Path,
+                                                                                inside: bool) -> None:
+    # attacker variant (x40b): the continue line gave `--base-url 'http://***@HOST/v1?key=***'`,
+    # which connects as the user "***" with the key "***"; a URL whose credentials are not printed
+    # is left out, and the line runs as printed where the URL came from, KIMIK3_BASE_URL
+    from click.testing import CliRunner
+
+    from kimik3.cli import main
+    from tests.test_redaction import _CLEAN, dead_url, no_secret
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    session = (ws if inside else tmp_path) / "s.jsonl"
+    url = dead_url()
+    env = {**_CLEAN, "KIMIK3_HOME": str(tmp_path / "home"), "KIMIK3_BASE_URL": url}
+    first = CliRunner().invoke(main, ["run", "task", "-w", str(ws), "--model", "k3", "--session", str(session),
+                                      "--plain", "--sandbox", "none"], env=env)
+    assert first.exit_code == 1, first.output
+    line = first.stdout.splitlines()[-1].split("; continue with: ")[1]
+    assert line == f"kimik3 resume {session} -w {ws}" + (" --model k3" if inside else "")
+    again = CliRunner().invoke(main, [*shlex.split(line)[1:], "--plain", "--sandbox", "none"], env=env)
+    assert again.exit_code == 1, again.output
+    assert again.stderr.startswith(f"error: APIConnectionError: cannot reach the endpoint http://***@"
+                                   f"127.0.0.1:{url.split(':')[3].split('/')[0]}/v1/?api-key=***"), again.stderr
+    no_secret(first.output, again.output, session.read_bytes())
+
+
+def test_a_continue_line_naming_a_path_with_control_characters_runs_as_printed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # attacker variant (x40b): the printed line drops control characters and bidi overrides
+    # (printable), so a workspace or session path holding them was named as another path;
+    # such a word is printed in bash's $'...' form, which runs as printed; $ ` and - stay quoted
+    import subprocess
+
+    from kimik3 import ScriptedEngine
+
+    ws = tmp_path / "w\x01s\u202e$(x)`y`"
+    ws.mkdir()
+    session = tmp_path / "-s $HOME\x7f\x9b.jsonl"
+    monkeypatch.setattr(cli_run, "engine_from", lambda o: ScriptedEngine([]))  # no reply: the task is kept
+    out = invoke(["run", "task", "--model", "k3", "--base-url", "http://127.0.0.1:9/v1", "-w", str(ws),
+                  "--session", str(session), "--plain", "--sandbox", "none"], tmp_path / "home")
+    assert out.exit_code == 1, out.output
+    line = out.stdout.splitlines()[-1].split("; continue with: ")[1]
+    assert line == f"kimik3 resume $'{tmp_path}/-s $HOME\\x7f\\u009b.jsonl' -w $'{tmp_path}/w\\x01s\\u202e$(x)`y`'"
+    words = subprocess.run(["bash", "-c", f"printf '%s\\0' {line}"], capture_output=True, check=True).stdout
+    assert words.split(b"\0") == [b"kimik3", b"resume", os.fsencode(session), b"-w", os.fsencode(ws), b""]

@@ -61,16 +61,21 @@ def files_under(folder: Path) -> list[bytes]:
     ("h:8000/v1", "h:8000/v1"),
     ("u:pw@h:8000/v1?x=1", "***@h:8000/v1?x=1"),  # no scheme
     ("http://h/v1?%6Bey=s1&api%2Dkey=s2&plain=1", "http://h/v1?%6Bey=***&api%2Dkey=***&plain=1"),  # encoded names
+    # attacker variants (x40b): a password named pw, a bearer token, repeated and IPv6
+    ("http://[::1]:8000/v1?pw=s1&bearer=s2&Bearer_Token=s3&upward=1", "http://[::1]:8000/v1?pw=***&bearer=***&"
+     "Bearer_Token=***&upward=1"),
+    ("http://u%40x:p%3Aw@[fe80::1]/v1?sig=a&sig=b&X-Amz-Signature=c", "http://***@[fe80::1]/v1?sig=***&sig=***&"
+     "X-Amz-Signature=***"),
 ])
 def test_redact_url(url: str, shown: str) -> None:
     assert redact_url(url) == shown
 
 
 @pytest.mark.parametrize(("url", "secrets"), [
-    ("http://kimi:pw-1234@h/v1?api-key=k%3D12&model=k3", ["kimi:pw-1234", "pw-1234", "k%3D12", "k=12"]),
+    ("http://kimi:pw-1234@h/v1?api-key=k%3D12&model=k3", ["kimi:pw-1234", "pw-1234", "a2ltaTpwdy0xMjM0", "k%3D12", "k=12"]),
     ("http://h/v1#access_token=tok-1&x=long-value", ["tok-1"]),
-    ("u:pw12345@h:8000/v1?token=abcd", ["u:pw12345", "pw12345", "abcd"]),
-    ("http://user@h/?key=ab", ["user"]),  # a userinfo without a password: whole; values under 4 left out
+    ("u:pw12345@h:8000/v1?token=abcd", ["u:pw12345", "pw12345", "dTpwdzEyMzQ1", "abcd"]),
+    ("http://user@h/?key=ab", ["user", "dXNlcjo="]),  # no password: whole, and its Basic value; values under 4 left out
     ("http://127.0.0.1:8000/v1", []),
 ])
 def test_url_secrets(url: str, secrets: list[str]) -> None:
@@ -288,3 +293,66 @@ def test_eval_on_a_credentialed_endpoint_records_no_credential(tmp_path: Path, e
                                        "--model", "k3", "--plain", "--sandbox", "none"], env=_CLEAN)
     assert result.exit_code == 0, result.output
     no_secret(result.stdout, result.stderr, *files_under(out))
+
+
+def test_a_server_echoing_the_basic_authorization_of_a_percent_encoded_userinfo_shows_no_credential(
+        tmp_path: Path, echo_server: str) -> None:
+    # attacker variant (x40b): httpx sends a base URL's userinfo as `Authorization: Basic
+    # base64(user:password)`, percent-decoded; a server echoing that header (or the decoded
+    # password) showed the credential, encoded, in the error line and the exception
+    import base64
+
+    user, password = "ki%40mi", "pw%3AS3CRET-1"
+    basic = base64.b64encode(b"ki@mi:pw:S3CRET-1").decode()
+    url = echo_server.replace("http://", f"http://{user}:{password}@") + "/v1"
+    home = tmp_path / "home"
+    result = CliRunner().invoke(main, ["run", "ping", "-w", str(tmp_path), "--base-url", url, "--model", "k3",
+                                       "--plain", "--sandbox", "none"], env={**_CLEAN, "KIMIK3_HOME": str(home)})
+    assert result.exit_code == 1
+    assert result.stderr == "error: AuthenticationError: 401: Error code: 401 - bad credentials for " \
+                            "/v1/chat/completions (Basic ***)\n", result.stderr
+    engine = RemoteEngine(base_url=url, model="k3")
+    with pytest.raises(AuthenticationError) as info:
+        await_chat(engine)
+    shown = [str(info.value), repr(info.value.body), str(info.value.__cause__), result.stdout, *files_under(home)]
+    for text in shown:
+        data = text.encode() if isinstance(text, str) else text
+        assert basic.encode() not in data and b"S3CRET" not in data, data[:400]
+    assert redact_secrets("the password pw:S3CRET-1 of ki@mi", url) == "the password *** of ki@mi"
+
+
+def test_a_server_echoing_the_bearer_api_key_shows_no_credential(tmp_path: Path, echo_server: str) -> None:
+    # attacker variant (x40b): the API key (KIMIK3_API_KEY, not in the URL) echoed back in the
+    # server's 401 (its Authorization header) reached the error line; a placeholder key stays
+    home = tmp_path / "home"
+    args = ["run", "ping", "-w", str(tmp_path), "--base-url", f"{echo_server}/v1", "--model", "k3", "--plain",
+            "--sandbox", "none"]
+    result = CliRunner().invoke(main, args, env={**_CLEAN, "KIMIK3_HOME": str(home), "KIMIK3_API_KEY": KEY})
+    assert result.exit_code == 1
+    assert result.stderr.endswith("error: AuthenticationError: 401: Error code: 401 - bad credentials for "
+                                  "/v1/chat/completions (Bearer ***)\n"), result.stderr
+    no_secret(result.stdout, result.stderr, *files_under(home))
+    engine = RemoteEngine(base_url=f"{echo_server}/stream/v1", api_key=KEY, model="k3")
+    with pytest.raises(AuthenticationError) as info:
+        await_chat(engine)
+    assert str(info.value) == "401: key *** revoked for pw-S3CRET-1"
+    no_secret(repr(info.value.body).replace(PASSWORD, ""), str(info.value.__cause__))
+    placeholder = CliRunner().invoke(main, args, env={**_CLEAN, "KIMIK3_HOME": str(home)})
+    assert placeholder.stderr.endswith("(Bearer EMPTY)\n"), placeholder.stderr
+
+
+def test_kimik3_verify_shows_no_credential_a_server_echoes(echo_server: str) -> None:
+    # attacker variant (x40b): verify's rows quote the server's answer; a server echoing the
+    # request (the base URL's query in the path, the Basic and Bearer headers) put the key, the
+    # Basic value of the userinfo and the API key in `kimik3 verify`'s rows
+    url = echo_server.replace("http://", f"http://kimi:{PASSWORD}@") + f"/v1?api-key={KEY}"
+    result = CliRunner().invoke(main, ["verify", "--base-url", url, "--model", "k3", "--quick", "--api-key", TOKEN],
+                                env=_CLEAN)
+    assert result.exit_code == 1, result.output
+    assert "HTTP 401: bad credentials for /v1?api-key=***/completions (Basic ***)" in result.output, result.output
+    no_secret(result.output)
+    assert "a2ltaTpwdy1TM0NSRVQtMQ" not in result.output
+    bearer = CliRunner().invoke(main, ["verify", "--base-url", f"{echo_server}/v1", "--model", "k3", "--quick",
+                                       "--api-key", TOKEN], env=_CLEAN)
+    assert "HTTP 401: bad credentials for /v1/completions (Bearer ***)" in bearer.output, bearer.output
+    no_secret(bearer.output)

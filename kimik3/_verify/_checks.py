@@ -28,7 +28,7 @@ import jsonschema
 
 from .._exceptions import KimiK3Error, UserError
 from .._models import KIMI_CODE_HOSTS, MOONSHOT_HOSTS, host_of, model_info
-from .._text import redact_url, redact_urls
+from .._text import redact_secrets, redact_url, redact_urls
 from ..formats.k3 import K3Tokenizer, default_tokenizer
 from ..types import ChatRequest, ModelSettings
 from ._probes import ANSWER_SCHEMA, CONVENTIONS, WEATHER, Convention, Probe, expected_counts, probes, tool, vocab_hint
@@ -434,7 +434,7 @@ async def averify(
 
     def add(rows: Sequence[CheckResult]) -> None:
         for row in rows:
-            row = replace(row, evidence=redact_urls(row.evidence))
+            row = replace(row, evidence=redact_secrets(row.evidence, base_url, (api_key,) if api_key else ()))
             report.rows.append(row)
             if progress is not None:
                 progress(row)

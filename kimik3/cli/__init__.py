@@ -75,7 +75,22 @@ from .verify import preflight_command, verify_command
 __all__ = ["build_agent", "build_engine", "engine_options", "main", "parse_engine_arg", "run_script", "start_engine"]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+class _Main(click.Group):
+    """The ``kimik3`` group: Ctrl-C in any command, also at a question (click's prompt makes it an
+    ``Abort``), ends it as ``run`` does, ``interrupted`` on stderr and exit 130 (not click's
+    ``Aborted!`` and 1; issue 40). An ``Abort`` of an ended input stays click's."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except (KeyboardInterrupt, click.Abort) as e:
+            if isinstance(e, click.Abort) and not isinstance(e.__context__, KeyboardInterrupt):
+                raise
+            click.echo("\ninterrupted" if isinstance(e, click.Abort) else "interrupted", err=True)
+            ctx.exit(130)
+
+
+@click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.version_option(__version__, prog_name="kimik3")
 def main() -> None:
     """kimik3: the Kimi K3 coding agent and tools on the command line.

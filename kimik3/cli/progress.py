@@ -96,13 +96,25 @@ def _arguments(arguments: dict[str, Any]) -> str:
     return text if len(text) <= ARGUMENTS_CHARS else text[:ARGUMENTS_CHARS] + "..."
 
 
+def shell_word(text: str) -> str:
+    """``text`` as one shell word that :func:`~kimik3._text.printable` prints unchanged:
+    :func:`shlex.quote`'s, or, where ``text`` holds a character ``printable`` drops (a control
+    character, a bidirectional override), bash's ``$'...'`` with it escaped (``\\x01``,
+    ``\\u202e``), so a printed line runs as printed. Example: ``shell_word("a\\x01b") == "$'a\\\\x01b'"``."""
+    if printable(text) == text:
+        return shlex.quote(text)
+    return "$'" + "".join(f"\\{c}" if c in "\\'" else c if printable(c) == c
+                          else f"\\x{ord(c):02x}" if ord(c) < 0x80 else f"\\u{ord(c):04x}" for c in text) + "'"
+
+
 def resume_line(session: str | Path, workspace: str | Path | None = None, extra: Sequence[str] = ()) -> str:
     """``kimik3 resume /abs/session [-w /abs/workspace] [EXTRA...]``: a "continue with" line that
-    runs as printed from any folder (absolute paths, shell-quoted; issue 40); ``extra``: the run's
-    engine options resume never takes from the session file (:func:`~kimik3.cli.recorded.code_argv`)."""
-    line = f"kimik3 resume {shlex.quote(str(Path(session).resolve()))}"
-    line += f" -w {shlex.quote(str(Path(workspace).resolve()))}" if workspace is not None else ""
-    return line + (f" {shlex.join(extra)}" if extra else "")
+    runs as printed from any folder (absolute paths, shell-quoted by :func:`shell_word`; issue 40);
+    ``extra``: the run's engine options resume never takes from the session file
+    (:func:`~kimik3.cli.recorded.code_argv`)."""
+    words = ["kimik3", "resume", str(Path(session).resolve())]
+    words += ["-w", str(Path(workspace).resolve())] if workspace is not None else []
+    return " ".join(shell_word(w) for w in [*words, *extra])
 
 
 def _next_lines(result: RunResult[Any] | None, session: Path | None, extra: Sequence[str] = ()) -> list[str]:
@@ -111,7 +123,7 @@ def _next_lines(result: RunResult[Any] | None, session: Path | None, extra: Sequ
     server's questions an ``answer`` line per call (issue 43)."""
     if result is None or session is None or result.stop_reason not in ("approval_required", "input_required"):
         return []
-    where = shlex.quote(str(Path(session).resolve()))
+    where = shell_word(str(Path(session).resolve()))
     lines = [f"decide with: kimik3 approve {where}"] if result.pending_approvals else []
     lines += [f"answer with: kimik3 answer {where} {shlex.quote(escaped(p.id))} {_answer_form(p)}"
               for p in result.pending_inputs]

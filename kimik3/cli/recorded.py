@@ -117,9 +117,14 @@ def resume_argv(argv: list[str], session: str | os.PathLike[str],
     """What a ``continue with: kimik3 resume ...`` line gives again of the engine options ``argv``
     (:func:`engine_argv`'s): the code options (:func:`code_argv`), which resume never takes from
     the session file; all of them when the session lies in its ``workspace``, where resume takes
-    none from it (:func:`_own_file`)."""
+    none from it (:func:`_own_file`). Never a ``--base-url`` whose credentials are not recorded
+    (``***``): given so, it would connect as the user ``***``; left out, the line runs as printed
+    where the URL came from ``$KIMIK3_BASE_URL``, else resume says to give it."""
     inside = workspace is not None and Path(session).resolve().is_relative_to(Path(workspace).resolve())
-    return list(argv) if inside else code_argv(argv)
+    if not inside:
+        return code_argv(argv)
+    at = argv.index("--base-url") if "--base-url" in argv else -1
+    return argv[:at] + argv[at + 2:] if at >= 0 and REDACTED in argv[at + 1] else list(argv)
 
 
 def given_again(session: str | os.PathLike[str]) -> list[str]:

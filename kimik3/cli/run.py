@@ -46,7 +46,7 @@ from .engine import (
     settings_from,
 )
 from .harness import harness_options, harness_parts, sandbox_from_options, sandbox_options, skills_from_options
-from .progress import STOP_REASONS, ProgressView, degraded_lines, progress_view, resume_line, typed_error
+from .progress import STOP_REASONS, ProgressView, degraded_lines, progress_view, resume_line, shell_word, typed_error
 from .recorded import EngineHeader, engine_argv, recorded_params, resume_argv
 
 __all__ = ["chat_command", "execute", "resume_command", "run_command", "session_workspace", "start_embedded"]
@@ -197,7 +197,7 @@ def session_workspace(log: SessionLog, given: str | None) -> str:
     if given is not None and Path(given).resolve() != recorded:
         raise SessionError(f"session {log.path} works in {str(recorded)!a}, not in {str(Path(given).resolve())!a}; "
                            f"nothing was run: continue it there ({resume_line(log.path)}, or with -w "
-                           f"{shlex.quote(str(recorded))})")
+                           f"{shell_word(str(recorded))})")
     return str(recorded)
 
 

@@ -94,36 +94,45 @@ def _request_url(e: Exception) -> str:
 
 
 @contextmanager
-def openai_errors(base_url: str | None = None) -> Iterator[None]:
+def openai_errors(base_url: str | None = None, api_key: str | None = None) -> Iterator[None]:
     """The one place ``openai`` exceptions become kimik3's typed errors (:func:`map_openai_error`;
     ``base_url``: the endpoint's, named by connection errors). The credentials ``base_url``
-    carries are gone from the error's message and body, and from the ``openai`` error it is
-    raised from, also where the server echoed them (its path and query, the key alone)."""
+    carries and ``api_key`` (the one sent with it) are gone from the error's message and body,
+    and from the ``openai`` error it is raised from, also where the server echoed them (its path
+    and query, the key alone, its ``Authorization`` header)."""
     import openai
 
+    also = _keys(api_key)
     try:
         yield
     except openai.OpenAIError as e:
-        raise _without_secrets(map_openai_error(_without_secrets(e, base_url), base_url), base_url) from e
+        mapped = map_openai_error(_without_secrets(e, base_url, also), base_url)
+        raise _without_secrets(mapped, base_url, also) from e
 
 
-def _scrubbed(value: Any, base_url: str | None) -> Any:
-    """``value`` (text, or JSON of dicts and lists) with the credentials of ``base_url``
-    (:func:`~kimik3._text.redact_secrets`) gone, where a server echoed the request (issue 40)."""
+def _keys(api_key: str | None) -> tuple[str, ...]:
+    """``api_key`` as a credential to hide (:func:`~kimik3._text.redact_secrets` keeps a placeholder)."""
+    return (api_key,) if api_key else ()
+
+
+def _scrubbed(value: Any, base_url: str | None, also: Sequence[str] = ()) -> Any:
+    """``value`` (text, or JSON of dicts and lists) with the credentials of ``base_url`` and
+    ``also`` (:func:`~kimik3._text.redact_secrets`) gone, where a server echoed the request (issue 40)."""
     if isinstance(value, str):
-        return redact_secrets(value, base_url)
+        return redact_secrets(value, base_url, also)
     if isinstance(value, Mapping):
-        return {k: _scrubbed(v, base_url) for k, v in value.items()}
-    return [_scrubbed(v, base_url) for v in value] if isinstance(value, list) else value
+        return {k: _scrubbed(v, base_url, also) for k, v in value.items()}
+    return [_scrubbed(v, base_url, also) for v in value] if isinstance(value, list) else value
 
 
-def _without_secrets(e: E, base_url: str | None) -> E:
-    """``e`` with the credentials of ``base_url`` gone from its message and body (:func:`_scrubbed`)."""
-    if base_url is not None and url_secrets(base_url):
-        e.args = tuple(_scrubbed(a, base_url) for a in e.args)
+def _without_secrets(e: E, base_url: str | None, also: Sequence[str] = ()) -> E:
+    """``e`` with the credentials of ``base_url`` and ``also`` gone from its message and body
+    (:func:`_scrubbed`)."""
+    if also or (base_url is not None and url_secrets(base_url)):
+        e.args = tuple(_scrubbed(a, base_url, also) for a in e.args)
         for name in ("message", "body"):
             if isinstance(getattr(e, name, None), (str, dict, list)):
-                setattr(e, name, _scrubbed(getattr(e, name), base_url))
+                setattr(e, name, _scrubbed(getattr(e, name), base_url, also))
     return e
 
 
@@ -303,7 +312,7 @@ class OpenAIEndpoint:
         """``GET /models``, its answer checked: a body that is not a model list (an SSE stream,
         an HTML page, JSON of another shape) is an :class:`APIResponseValidationError`. The
         windows it reports are kept."""
-        with openai_errors(self.base_url):
+        with openai_errors(self.base_url, self.client.api_key):
             try:
                 models = await self.client.models.list()
                 data = list(models.data)
@@ -363,15 +372,16 @@ class OpenAIEndpoint:
         deadline = anyio.current_time() + self.timeout
         received = False
         try:
-            with openai_errors(self.base_url):
+            with openai_errors(self.base_url, self.client.api_key):
                 async with AsyncExitStack() as stack:
                     request = resource.with_streaming_response.create(**kwargs)
                     response = await within(deadline, stack.enter_async_context(request))
-                    secret = bool(self.base_url and url_secrets(self.base_url))
+                    also = _keys(self.client.api_key)
+                    secret = bool(also or (self.base_url and url_secrets(self.base_url)))
                     async for kind, data in read_events(response, deadline=deadline):
                         received = True
                         if secret and isinstance(data, Mapping) and (kind == "error" or is_error_payload(data)):
-                            data = _scrubbed(data, self.base_url)  # an error its reader raises: no credential
+                            data = _scrubbed(data, self.base_url, also)  # an error its reader raises: no credential
                         yield kind, data
         except ContextLengthExceededError as e:
             self.learn_limit(str(kwargs.get("model") or ""), e)

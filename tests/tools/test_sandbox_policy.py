@@ -453,3 +453,14 @@ async def test_a_kept_folder_swapped_from_above_or_for_a_link_comes_back(backend
     assert not (tmp_path / ".agents/skills").is_symlink()
     assert (skill / "SKILL.md").read_text() == "---\nname: deploy\n---\nRun make deploy.\n"
     await box.aclose()
+
+
+def test_a_variable_holding_a_url_with_a_secret_parameter_is_a_credential_as_redaction_says() -> None:
+    # attacker variant (x40b): a URL whose ?jwt= / ?pw= / ?bearer= / ;session_id= the URL redaction
+    # hides (kimik3._text.redact_url) passed into the model's commands in a variable of a plain name
+    held = {"HOOK_URL": "https://h/hook?jwt=eyJhbGciOi.x.y", "DB_URL": "http://h/db?pw=hunter22",
+            "SVC_URL": "http://h/api?bearer=abcd1234", "APP_URL": "http://h/app?a=1;session_id=ABCD1234",
+            "SHOP_URL": "http://h/?cookie_value=abcd"}
+    kept = {"DOCS_URL": "https://h/docs?page=2&lang=en", "PLAIN": "value"}
+    assert [n for n, v in {**held, **kept}.items() if credential_env(n, v)] == list(held)
+    assert scrub_env({**held, **kept}) == kept

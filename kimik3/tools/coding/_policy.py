@@ -162,8 +162,8 @@ _FLAG_VALUES = frozenset({"", "0", "1", "true", "false", "yes", "no", "on", "off
 _CREDENTIAL_VALUE = re.compile(
     r"(?<![a-z0-9+.-])(?!(?:ssh|sftp|rsync|git\+ssh|ssh\+git)://[^:/?#\s@]+@)"  # ssh://user@h: a user's name
     r"[a-z][a-z0-9+.-]*://(?!git@)[^/?#\s@]+@"  # URL userinfo: postgres://u:pw@h, https://tok@github.com
-    r"|[?&](?:[\w.-]*[_.-])?(?:api_?key|key|token|access_?token|sig|signature|secret|password|passwd|pwd|auth"
-    r"|credential|session)(?:[_.-][\w.-]*)?="  # ?api_key=, &sig= (Azure SAS), X-Amz-Signature=
+    r"|[?&;](?:[\w.-]*[_.-])?(?:api_?key|key|token|access_?token|sig|signature|secret|password|passwd|pwd|pw"
+    r"|auth|bearer|jwt|cookie|credential|session)(?:[_.-][\w.-]*)?="  # ?api_key=, &sig= (Azure SAS), ?jwt=
     r"|(?-i:\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_\w{30,}|glpat-[\w-]{20,}|xox[abeoprs]-[\w-]{10,}"
     r"|sk-[\w-]{32,}|AKIA[0-9A-Z]{16}|hf_[A-Za-z0-9]{30,}|npm_[A-Za-z0-9]{30,}|pypi-[\w-]{30,}|AIza[\w-]{30,}"
     r"|[sr]k_(?:live|test)_[A-Za-z0-9]{20,}|xapp-[\w-]{10,}|ya29\.[\w-]{20,}|sq[pua]_[0-9a-f]{40}"
