@@ -94,13 +94,16 @@ def make_repo(tmp_path: Path) -> Path:
     git(repo, "init", "-q")
     (repo / "calc.py").write_text(CALC_BUGGY)
     (repo / "test_calc.py").write_text(TEST_CALC)
+    (repo / ".gitignore").write_text("__pycache__/\n")  # running the test writes bytecode (unless PYTHONDONTWRITEBYTECODE)
     git(repo, "add", ".")
     git(repo, "commit", "-q", "-m", "calc with a bug")
     return repo
 
 
 def run_test(repo: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "test_calc.py"], cwd=repo, capture_output=True, text=True)
+    # -B: no calc.pyc from this run, whose mtime and size an edit in the same second would match
+    # (the agent's python would then run the stale bytecode)
+    return subprocess.run([sys.executable, "-B", "test_calc.py"], cwd=repo, capture_output=True, text=True)
 
 
 def write_script(path: Path, outputs: list[str]) -> Path:
