@@ -49,6 +49,7 @@ from ..agents import (
 )
 from ..tools import FunctionTool, Tool, ToolContext, ToolResult, failures
 from ..types import Routing
+from ._store import resolved
 
 __all__ = ["SUBAGENT_INSTRUCTIONS", "SubAgents"]
 
@@ -125,8 +126,7 @@ class SubAgents(RunHooks):
     async def run_start(self, session: SessionWriter | None) -> None:
         self._session = session
         if session is not None:  # a symlink on the way that a command re-points later is not followed then
-            path = Path(session.path)
-            self._parent = Path(os.path.realpath(path.parent)) / path.name
+            self._parent = resolved(session.path)
         self.children = []
         self._started = 0
         self._tokens_left = self.tokens
